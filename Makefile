@@ -1,0 +1,25 @@
+# The two commands of the README, plus the pieces they are made of.
+.PHONY: sandbox test setup lint unit integration bench
+
+sandbox: setup        ## the local cluster with the three services, until Ctrl-C
+	.venv/bin/cranectl sandbox
+
+test: setup lint      ## everything CI runs: lint, types, unit and integration tests
+	.venv/bin/pytest -q
+
+setup:
+	@scripts/setup
+
+lint:
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/mypy
+
+unit: setup
+	.venv/bin/pytest -q tests/unit
+
+integration: setup
+	.venv/bin/pytest -q tests/integration
+
+bench: setup
+	.venv/bin/python -m bench

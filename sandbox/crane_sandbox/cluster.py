@@ -1,0 +1,238 @@
+"""The local cluster: etcd, a real kube-apiserver with RBAC, and redis-server, on free loopback ports.
+
+One piece of code serves the pytest fixtures, the benchmarks and ``cranectl sandbox``. Servers start in parallel
+where they can (etcd and Redis together, then the API server), every process logs to its own file under the run
+directory, and ``stop()`` reaps everything even after a failed start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import ssl
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+import yaml
+
+from crane_sandbox.kubebin import KubeBinaries, ensure_binaries
+from crane_sandbox.pki import Pki, make_pki
+from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def runs_root() -> Path:
+    """Where run directories go: $CRANE_RUN_DIR, else .sandbox/runs in a source checkout, else ~/.cache."""
+    if env := os.environ.get("CRANE_RUN_DIR"):
+        return Path(env)
+    if (REPO_ROOT / "pyproject.toml").exists():
+        return REPO_ROOT / ".sandbox" / "runs"
+    return Path.home() / ".cache" / "crane" / "runs"
+
+
+def new_run_dir(label: str, keep: int = 10) -> Path:
+    """A fresh directory for one run's logs and data; only the newest ``keep`` runs are kept."""
+    root = runs_root()
+    root.mkdir(parents=True, exist_ok=True)
+    runs = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    for old in runs[: max(0, len(runs) - keep + 1)]:
+        shutil.rmtree(old, ignore_errors=True)
+    path = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{label}-{os.getpid()}"
+    path.mkdir()
+    return path
+
+
+def require(binary: str, package: str) -> str:
+    path = shutil.which(binary)
+    if path is None:
+        raise RuntimeError(f"'{binary}' not found: install the Debian package '{package}' (scripts/setup does)")
+    return path
+
+
+@dataclass
+class RedisServer:
+    """redis-server on loopback without persistence; restartable on the same port (tests restart it)."""
+
+    run_dir: Path
+    port: int = field(default_factory=free_port)
+    process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    async def start(self) -> None:
+        data = self.run_dir / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        self.process = ManagedProcess(
+            "redis",
+            [require("redis-server", "redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", str(data)],
+            self.run_dir / "logs" / "redis.log",
+        )
+        await self.process.start()
+        await self.process.wait_ready(lambda: tcp_open("127.0.0.1", self.port), timeout=10)
+
+    async def stop(self) -> None:
+        if self.process:
+            await self.process.stop()
+
+
+@dataclass
+class Etcd:
+    run_dir: Path
+    port: int = field(default_factory=free_port)
+    peer_port: int = field(default_factory=free_port)
+    process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        self.process = ManagedProcess(
+            "etcd",
+            [require("etcd", "etcd-server"), "--name", "sandbox", "--data-dir", str(self.run_dir / "etcd"),
+             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", f"sandbox={peer}", "--unsafe-no-fsync",
+             "--quota-backend-bytes", str(8 * 1024**3), "--log-level", "warn"],
+            self.run_dir / "logs" / "etcd.log",
+            env={"ETCD_UNSUPPORTED_ARCH": "", "ETCD_LOGGER": "zap"},
+        )
+        await self.process.start()
+        await self.process.wait_ready(lambda: tcp_open("127.0.0.1", self.port), timeout=20)
+
+    async def stop(self) -> None:
+        if self.process:
+            await self.process.stop()
+
+
+@dataclass
+class KubeApiServer:
+    """A real kube-apiserver: TLS with a verified CA, static admin token, RBAC, service-account token signing."""
+
+    run_dir: Path
+    etcd_url: str
+    binaries: KubeBinaries
+    pki: Pki
+    port: int = field(default_factory=free_port)
+    process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self.process = ManagedProcess(
+            "kube-apiserver",
+            [str(self.binaries.apiserver),
+             f"--etcd-servers={self.etcd_url}",
+             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
+             f"--tls-cert-file={self.pki.serving_cert}", f"--tls-private-key-file={self.pki.serving_key}",
+             f"--client-ca-file={self.pki.ca_cert}", f"--token-auth-file={self.pki.token_file}",
+             "--authorization-mode=RBAC",
+             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+             f"--service-account-key-file={self.pki.sa_pub}",
+             f"--service-account-signing-key-file={self.pki.sa_key}",
+             "--service-cluster-ip-range=10.96.0.0/16",
+             # No controller-manager runs here, so nothing creates each namespace's "default" ServiceAccount.
+             "--disable-admission-plugins=ServiceAccount",
+             "--max-requests-inflight=3000", "--max-mutating-requests-inflight=1000",
+             "--enable-priority-and-fairness=false",
+             "--profiling=false", "--v=1"],
+            self.run_dir / "logs" / "kube-apiserver.log",
+        )
+        await self.process.start()
+        await self.process.wait_ready(self._ready, timeout=90)
+
+    async def _ready(self) -> bool:
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        headers = {"Authorization": f"Bearer {self.pki.admin_token}"}
+        async with aiohttp.ClientSession() as s, s.get(
+            f"{self.url}/readyz", ssl=ctx, headers=headers, timeout=aiohttp.ClientTimeout(total=2)
+        ) as r:
+            return r.status == 200
+
+    async def stop(self) -> None:
+        if self.process:
+            await self.process.stop()
+
+
+class LocalCluster:
+    """etcd + kube-apiserver + redis-server. Extra components (Prometheus, fleet, services) attach to it."""
+
+    def __init__(self, run_dir: Path | None = None, *, binaries: KubeBinaries | None = None) -> None:
+        self.run_dir = run_dir or new_run_dir("cluster")
+        self.binaries = binaries
+        self.etcd = Etcd(self.run_dir)
+        self.redis = RedisServer(self.run_dir)
+        self.apiserver: KubeApiServer | None = None
+        self.pki: Pki | None = None
+
+    async def start(self) -> None:
+        try:
+            if self.binaries is None:
+                self.binaries = await asyncio.to_thread(ensure_binaries)
+            binaries = self.binaries
+            pki, _, _ = await asyncio.gather(
+                asyncio.to_thread(make_pki, self.run_dir / "pki"), self.etcd.start(), self.redis.start()
+            )
+            self.pki = pki
+            self.apiserver = KubeApiServer(self.run_dir, self.etcd.url, binaries, pki)
+            await self.apiserver.start()
+            self.kubeconfig_path.write_text(yaml.safe_dump(self.kubeconfig_dict()))
+            self.kubeconfig_path.chmod(0o600)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Stop in reverse order; never raises, so teardown always reaps every process."""
+        for component in (self.apiserver, self.etcd, self.redis):
+            if component is not None:
+                with contextlib.suppress(Exception):
+                    await component.stop()
+
+    async def __aenter__(self) -> LocalCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    @property
+    def api_url(self) -> str:
+        assert self.apiserver is not None, "cluster not started"
+        return self.apiserver.url
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.run_dir / "kubeconfig"
+
+    @property
+    def redis_url(self) -> str:
+        return self.redis.url
+
+    def kubeconfig_dict(self, token: str | None = None, user: str = "admin") -> dict[str, Any]:
+        """A kubeconfig for the admin, or for any bearer token (e.g. a service account's)."""
+        assert self.pki is not None, "cluster not started"
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "sandbox", "cluster": {
+                "server": self.api_url, "certificate-authority": str(self.pki.ca_cert)}}],
+            "users": [{"name": user, "user": {"token": token or self.pki.admin_token}}],
+            "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": user}}],
+            "current-context": "sandbox",
+        }

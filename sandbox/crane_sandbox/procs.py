@@ -1,0 +1,124 @@
+"""Child processes of the local cluster: start with a log file, wait until ready, stop without leaks.
+
+Every server the sandbox and the tests run (etcd, kube-apiserver, redis-server, prometheus, our services) is a
+``ManagedProcess``. Logs go to one file per process inside the run directory, so a failed test can be debugged
+after the fact; ``tail()`` is attached to every readiness timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on loopback a moment ago (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class StartupError(RuntimeError):
+    """A child process did not become ready; the message carries the end of its log."""
+
+
+@dataclass
+class ManagedProcess:
+    """One child process with its own log file. Not restarted automatically: tests kill and restart on purpose."""
+
+    name: str
+    argv: Sequence[str]
+    log_path: Path
+    env: Mapping[str, str] | None = None
+    cwd: Path | None = None
+    proc: asyncio.subprocess.Process | None = field(default=None, init=False)
+
+    async def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **(self.env or {})}
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n=== {time.strftime('%H:%M:%S')} start: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,  # our own process group: a kill reaches its children too
+            )
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``; always reaps the process."""
+        if not self.running:
+            return
+        assert self.proc is not None
+        self._signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.proc.wait(), timeout)
+        except TimeoutError:
+            await self.kill()
+
+    async def kill(self) -> None:
+        """SIGKILL the whole process group (what ``kill -9`` does to a crashed service)."""
+        if not self.running:
+            return
+        assert self.proc is not None
+        self._signal(signal.SIGKILL)
+        await self.proc.wait()
+
+    def _signal(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    async def wait_ready(
+        self, probe: Callable[[], Awaitable[bool]], timeout: float = 30.0, interval: float = 0.05
+    ) -> None:
+        """Poll ``probe`` until it returns True; fail fast if the process exits first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if not self.running:
+                raise StartupError(f"{self.name} exited with {self.proc and self.proc.returncode}:\n{self.tail()}")
+            with contextlib.suppress(Exception):
+                if await probe():
+                    return
+            if time.monotonic() > deadline:
+                raise StartupError(f"{self.name} not ready after {timeout:.0f}s:\n{self.tail()}")
+            await asyncio.sleep(interval)
+
+
+async def tcp_open(host: str, port: int) -> bool:
+    """True when something accepts TCP connections on host:port."""
+    try:
+        _, writer = await asyncio.open_connection(host, port)
+    except OSError:
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True

@@ -1,0 +1,252 @@
+"""The Dynamic policy: crane's load-aware Filter and Score, upstream's contract with deliberate fixes.
+
+Kept from upstream (users and upstream's own tools depend on it): thresholds compared strictly (usage > limit
+rejects), threshold 0 disables a predicate, a metric is fresh while ``now < ts + syncPeriod + 5m``, the hot value
+while ``now < ts + 5m``, DaemonSet pods always pass, score ``Σ(1-u)·w·100/Σw - 10·hot`` clamped to 0..100.
+
+Fixed on purpose:
+- the score renormalises over the metrics that are valid, so a new or un-annotated node is neutral
+  (``NEUTRAL_SCORE``) rather than worst, and an annotator outage does not halve every score;
+- scores are rounded, not truncated (65.999 is 66);
+- non-finite, negative and future-dated values are rejected (treated as missing);
+- failure reasons name the metric, not the node, so the FitError histogram groups them:
+  ``node(s) had cpu_usage_avg_5m above 0.65``;
+- missing/stale data fails open (as upstream) or closed (``stale="fail-closed"``);
+- hot spots: the node's hot value adds the scheduler's own bindings made after the hot-value annotation was
+  written, and the usage adds an estimate of recently bound pods that the averaged metric has not absorbed yet.
+
+Everything here is a pure function of (annotations, policy, now, recent bindings), so the in-process plugin, the
+extender and ``cranectl explain`` give the same answer for the same inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+from zoneinfo import ZoneInfo
+
+from crane_shared.annotations import (
+    DEFAULT_LEGACY_ZONE,
+    DEFAULT_MAX_SKEW,
+    HOT_VALUE_FRESHNESS,
+    HOT_VALUE_KEY,
+    AnnotationError,
+    Freshness,
+    annotation_key,
+    decode,
+    freshness,
+    metric_freshness_window,
+)
+from crane_shared.hotvalue import hot_value
+from crane_shared.policy import DynamicSchedulerPolicy
+
+NEUTRAL_SCORE = 50.0
+"""Score of a node with no valid load data: between an idle node (100) and a saturated one (0)."""
+MAX_SCORE = 100
+HOT_VALUE_PENALTY = 10
+
+StalePolicy = Literal["fail-open", "fail-closed"]
+ReadingState = Literal["fresh", "missing", "stale", "future", "malformed"]
+
+
+@dataclass(frozen=True)
+class EstimateArgs:
+    """Estimated usage of recently bound pods, added until the averaged metric has absorbed them.
+
+    A pod's estimated usage is ``factor * request`` (its limit when it has no request) as a fraction of the
+    node's allocatable. A metric averaged over a window ``W`` and stamped at ``T`` already contains the share
+    ``(T - bound_at) / W`` of a pod bound at ``bound_at``; the rest, ``1 - clamp((T - bound_at) / W, 0, 1)``,
+    is added. ``window`` is the recording rules' averaging window (5m upstream: also the window under the
+    ``*_max_avg_*`` metrics, which take maxima of 5-minute averages).
+    """
+
+    enabled: bool = True
+    cpu_factor: float = 0.6
+    memory_factor: float = 0.6
+    window: timedelta = timedelta(minutes=5)
+    windows: Mapping[str, timedelta] = field(default_factory=dict)
+
+    def window_of(self, metric: str) -> timedelta:
+        return self.windows.get(metric, self.window)
+
+
+@dataclass(frozen=True)
+class DynamicArgs:
+    policy: DynamicSchedulerPolicy
+    legacy_zone: ZoneInfo = DEFAULT_LEGACY_ZONE
+    stale: StalePolicy = "fail-open"
+    max_skew: timedelta = DEFAULT_MAX_SKEW
+    own_bindings_in_hot_value: bool = True
+    estimate: EstimateArgs = field(default_factory=EstimateArgs)
+
+
+@dataclass(frozen=True)
+class RecentBinding:
+    """A pod this scheduler bound recently: enough to count it in the hot value and estimate its usage."""
+
+    node: str
+    bound_at: float
+    """unix seconds"""
+    cpu: float = 0.0
+    """estimated cores (request or limit; the factor is applied later)"""
+    memory: float = 0.0
+    """bytes"""
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    cpu: float
+    """allocatable cores"""
+    memory: float
+    """allocatable bytes"""
+
+
+@dataclass(frozen=True)
+class MetricReading:
+    """One metric of one node as the policy sees it; ``usage`` includes the estimate when fresh."""
+
+    metric: str
+    state: ReadingState
+    annotated: float | None = None
+    timestamp: datetime | None = None
+    estimate: float = 0.0
+    error: str | None = None
+
+    @property
+    def usage(self) -> float | None:
+        return None if self.annotated is None or self.state != "fresh" else self.annotated + self.estimate
+
+
+@dataclass(frozen=True)
+class NodeLoad:
+    """Everything the Dynamic plugins decide on for one node (also what ``explain`` shows)."""
+
+    node: str
+    readings: Mapping[str, MetricReading]
+    annotated_hot: int
+    hot_state: ReadingState
+    own_hot: int
+
+    @property
+    def hot(self) -> int:
+        return self.annotated_hot + self.own_hot
+
+    @property
+    def malformed(self) -> tuple[str, ...]:
+        return tuple(r.metric for r in self.readings.values() if r.state == "malformed")
+
+
+def resource_of(metric: str) -> Literal["cpu", "memory"] | None:
+    """Which resource a metric measures, by upstream's naming (``cpu_*``, ``mem_*``)."""
+    if metric.startswith("cpu"):
+        return "cpu"
+    if metric.startswith("mem"):
+        return "memory"
+    return None
+
+
+def _read(text: str | None, window: timedelta, now: datetime, args: DynamicArgs
+          ) -> tuple[ReadingState, float | None, datetime | None, str | None]:
+    if text is None:
+        return "missing", None, None, None
+    try:
+        sample = decode(text, args.legacy_zone)
+    except AnnotationError as err:
+        return "malformed", None, None, err.reason
+    state = freshness(sample.timestamp, now, window, args.max_skew)
+    if state is Freshness.FUTURE:
+        return "future", sample.value, sample.timestamp, None
+    return ("fresh" if state is Freshness.FRESH else "stale"), sample.value, sample.timestamp, None
+
+
+def _estimate(metric: str, stamped: datetime, recent: Sequence[RecentBinding], capacity: NodeCapacity | None,
+              args: EstimateArgs) -> float:
+    resource = resource_of(metric)
+    if not args.enabled or resource is None or capacity is None or not recent:
+        return 0.0
+    window = args.window_of(metric).total_seconds()
+    stamped_at = stamped.timestamp()
+    total = capacity.cpu if resource == "cpu" else capacity.memory
+    if total <= 0:
+        return 0.0
+    factor = args.cpu_factor if resource == "cpu" else args.memory_factor
+    added = 0.0
+    for b in recent:
+        absorbed = min(1.0, max(0.0, (stamped_at - b.bound_at) / window)) if window > 0 else 1.0
+        amount = b.cpu if resource == "cpu" else b.memory
+        added += factor * amount * (1.0 - absorbed)
+    return added / total
+
+
+def node_load(
+    node: str,
+    annotations: Mapping[str, str] | None,
+    args: DynamicArgs,
+    now: datetime,
+    recent: Sequence[RecentBinding] = (),
+    capacity: NodeCapacity | None = None,
+) -> NodeLoad:
+    """Decode a node's load annotations under the policy; ``recent`` are this scheduler's bindings to it."""
+    annotations = annotations or {}
+    policy = args.policy
+    readings: dict[str, MetricReading] = {}
+    for sync in policy.sync_policy:
+        text = annotations.get(annotation_key(sync.name))
+        state, value, ts, error = _read(text, metric_freshness_window(sync.period), now, args)
+        estimate = _estimate(sync.name, ts, recent, capacity, args.estimate) if state == "fresh" and ts else 0.0
+        readings[sync.name] = MetricReading(sync.name, state, value, ts, estimate, error)
+    hot_state, hot_annotated, hot_ts, _ = _read(annotations.get(HOT_VALUE_KEY), HOT_VALUE_FRESHNESS, now, args)
+    annotated_hot = int(hot_annotated) if hot_state == "fresh" and hot_annotated is not None else 0
+    own_hot = 0
+    if args.own_bindings_in_hot_value and recent and policy.hot_value:
+        after = hot_ts.timestamp() if hot_state == "fresh" and hot_ts else -math.inf
+        now_s = now.timestamp()
+        counts = {
+            rule.time_range: sum(
+                1 for b in recent if b.bound_at > after and b.bound_at > now_s - rule.time_range.total_seconds()
+            )
+            for rule in policy.hot_value
+        }
+        own_hot = hot_value(counts, policy.hot_value)
+    return NodeLoad(node, readings, annotated_hot, hot_state, own_hot)
+
+
+def filter_reason(load: NodeLoad, args: DynamicArgs, *, daemonset: bool = False) -> str | None:
+    """None when the node passes; else a node-free reason that groups in the FitError histogram."""
+    if daemonset:
+        return None
+    for predicate in args.policy.predicate:
+        if predicate.max_limit_percent == 0:
+            continue  # upstream: threshold 0 disables the predicate
+        reading = load.readings.get(predicate.name)
+        usage = reading.usage if reading else None
+        if usage is None:
+            if args.stale == "fail-closed":
+                return f"node(s) had no fresh {predicate.name}"
+            continue
+        if usage > predicate.max_limit_percent:
+            return f"node(s) had {predicate.name} above {predicate.max_limit_percent:g}"
+    return None
+
+
+def raw_score(load: NodeLoad, args: DynamicArgs) -> float:
+    """``Σ(1-u)·w·100/Σw`` over the valid metrics (neutral with none), before the hot-value penalty."""
+    weighted = 0.0
+    weights = 0.0
+    for priority in args.policy.priority:
+        reading = load.readings.get(priority.name)
+        usage = reading.usage if reading else None
+        if usage is None or priority.weight == 0:
+            continue
+        weighted += (1.0 - min(1.0, max(0.0, usage))) * priority.weight
+        weights += priority.weight
+    return weighted * MAX_SCORE / weights if weights > 0 else NEUTRAL_SCORE
+
+
+def score(load: NodeLoad, args: DynamicArgs) -> int:
+    """The Dynamic score, 0..100: rounded, clamped, minus ``10 * hot``."""
+    value = raw_score(load, args) - HOT_VALUE_PENALTY * load.hot
+    return max(0, min(MAX_SCORE, round(value)))

@@ -1,0 +1,57 @@
+"""The ``Scheduled`` event contract, written by our scheduler and read by the event-recorder.
+
+kube-scheduler reports a binding as an events.k8s.io/v1 Event: reason ``Scheduled``, action ``Binding``, type
+Normal, note ``Successfully assigned <ns>/<pod> to <node>``, regarding the pod (with its UID). Writer and reader
+share this module so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from typing import Any
+
+from crane_shared.kube import micro_time
+
+SCHEDULED_REASON = "Scheduled"
+_NOTE = re.compile(r"^Successfully assigned (?P<ns>[^/\s]+)/(?P<pod>\S+) to (?P<node>\S+)$")
+
+
+def scheduled_note(namespace: str, pod: str, node: str) -> str:
+    return f"Successfully assigned {namespace}/{pod} to {node}"
+
+
+def parse_scheduled_note(note: str) -> tuple[str, str, str] | None:
+    """(namespace, pod, node) from a ``Scheduled`` note, None when it is not one."""
+    m = _NOTE.match(note.strip())
+    return (m["ns"], m["pod"], m["node"]) if m else None
+
+
+def scheduled_event(
+    *, namespace: str, pod: str, pod_uid: str, node: str, scheduler: str, instance: str, at: float | None = None
+) -> dict[str, Any]:
+    """An events.k8s.io/v1 Event body exactly as kube-scheduler writes it for a successful binding."""
+    return event_body(
+        namespace=namespace, pod=pod, pod_uid=pod_uid, reason=SCHEDULED_REASON, action="Binding",
+        type_="Normal", note=scheduled_note(namespace, pod, node), scheduler=scheduler, instance=instance, at=at,
+    )
+
+
+def event_body(
+    *, namespace: str, pod: str, pod_uid: str, reason: str, action: str, type_: str, note: str,
+    scheduler: str, instance: str, at: float | None = None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": f"{pod}.{secrets.token_hex(8)}", "namespace": namespace},
+        "eventTime": micro_time(time.time() if at is None else at),
+        "reportingController": scheduler,
+        "reportingInstance": instance,
+        "action": action,
+        "reason": reason,
+        "type": type_,
+        "note": note[:1024],
+        "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod, "uid": pod_uid},
+    }

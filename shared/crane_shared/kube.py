@@ -1,0 +1,118 @@
+"""Kubernetes client construction: kubeconfig or in-cluster config, with client-side QPS/burst like client-go.
+
+kubernetes-asyncio has no client-side rate limiter; without one a burst of binds or patches can swamp the API
+server (and the API server's priority-and-fairness will answer 429s). ``make_api_client`` wraps the REST client
+with a token bucket so every request, including watches being (re)opened, takes a token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    kubeconfig: str | None = None
+    context: str | None = None
+    qps: float = 50.0
+    burst: int = 100
+
+
+class TokenBucket:
+    """Token bucket limiter: ``burst`` tokens, refilled at ``qps`` per second; qps <= 0 disables it."""
+
+    def __init__(self, qps: float, burst: int, clock: Any = time.monotonic) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self._tokens = float(self.burst)
+        self._clock = clock
+        self._last = clock()
+        self._lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+        self._last = now
+
+    async def acquire(self) -> None:
+        if self.qps <= 0:
+            return
+        async with self._lock:  # FIFO: waiters are served in arrival order
+            self._refill()
+            if self._tokens < 1:
+                await asyncio.sleep((1 - self._tokens) / self.qps)
+                self._refill()
+            self._tokens -= 1
+
+
+def _rate_limit(api: client.ApiClient, bucket: TokenBucket) -> client.ApiClient:
+    rest = api.rest_client
+    original = rest.request
+
+    async def request(*args: Any, **kwargs: Any) -> Any:
+        await bucket.acquire()
+        return await original(*args, **kwargs)
+
+    rest.request = request
+    return api
+
+
+async def make_api_client(settings: KubeSettings) -> client.ApiClient:
+    """An ApiClient from the kubeconfig when given, else from the in-cluster service account."""
+    configuration = client.Configuration()
+    if settings.kubeconfig:
+        await config.load_kube_config(
+            config_file=settings.kubeconfig, context=settings.context, client_configuration=configuration
+        )
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, settings.burst)
+    return _rate_limit(client.ApiClient(configuration=configuration), TokenBucket(settings.qps, settings.burst))
+
+
+async def api_client_from_dict(config_dict: dict[str, Any], qps: float = 0, burst: int = 100) -> client.ApiClient:
+    """An ApiClient from an in-memory kubeconfig (tests, sandbox)."""
+    configuration = client.Configuration()
+    await config.load_kube_config_from_dict(config_dict=config_dict, client_configuration=configuration)
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, burst)
+    return _rate_limit(client.ApiClient(configuration=configuration), TokenBucket(qps, burst))
+
+
+def micro_time(ts: float) -> str:
+    """A MicroTime string with exactly six fractional digits (the API rejects other forms for eventTime)."""
+    whole = int(ts)
+    micros = round((ts - whole) * 1_000_000)
+    if micros == 1_000_000:
+        whole, micros = whole + 1, 0
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{micros:06d}Z"
+
+
+class BindConflict(Exception):
+    """409: the pod is already bound (by us earlier, or by someone else): not worth a retry."""
+
+
+async def bind_pod(api: client.ApiClient, namespace: str, name: str, uid: str, node: str) -> None:
+    """POST pods/<name>/binding. kubernetes-asyncio cannot deserialize the Status the API answers (it expects a
+    Binding and raises ValueError after a successful bind), so read the raw response and judge the status code.
+    The UID precondition makes a bind of a deleted-and-recreated pod fail instead of binding the new one."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    try:
+        resp = await client.CoreV1Api(api).create_namespaced_pod_binding(
+            name, namespace, body, _preload_content=False
+        )
+        resp.release()
+    except ApiException as err:
+        if err.status == 409:
+            raise BindConflict(f"pod {namespace}/{name} is already bound") from err
+        raise

@@ -1,0 +1,42 @@
+"""Redis connections from flags: URL, password from a file (never logged), TLS verified by default."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + netloc))
+
+
+def redis_from_args(args: argparse.Namespace, **extra: Any) -> aioredis.Redis:
+    return make_redis(args.redis_url, password_file=args.redis_password_file, ca_file=args.redis_ca_file, **extra)
+
+
+def make_redis(
+    url: str, *, password_file: str | None = None, ca_file: str | None = None, **extra: Any
+) -> aioredis.Redis:
+    """A client with bounded timeouts so a dead Redis fails fast into the caller's retry loop."""
+    kwargs: dict[str, Any] = {
+        "socket_timeout": 5.0,
+        "socket_connect_timeout": 3.0,
+        "health_check_interval": 15,
+        **extra,
+    }
+    if password_file:
+        kwargs["password"] = Path(password_file).read_text().strip()
+    if url.startswith("rediss://") and ca_file:
+        kwargs["ssl_ca_certs"] = ca_file
+    client: aioredis.Redis = aioredis.from_url(url, **kwargs)
+    return client

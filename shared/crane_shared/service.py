@@ -1,0 +1,121 @@
+"""The service runtime every process shares: health, readiness, metrics, signals and graceful shutdown.
+
+Modelled on aiohttp's own application structure: one ``web.Application`` that services extend with routes, plus
+a supervisor that runs the service's long-lived tasks. ``/healthz`` says the process and its event loop are alive;
+``/readyz`` runs every registered readiness check (caches synced, dependencies reachable) and reports the
+leadership state; ``/metrics`` serves prometheus-client's registry. SIGTERM sets ``stopping``; workers finish
+in-flight writes, then the supervisor cancels what is left after a grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+from crane_shared.logs import get_logger
+
+ReadinessCheck = Callable[[], Awaitable[bool] | bool]
+
+log = get_logger("crane.service")
+
+
+class ServiceRuntime:
+    def __init__(
+        self, name: str, host: str = "0.0.0.0", port: int = 8080, registry: CollectorRegistry = REGISTRY
+    ) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.registry = registry
+        self.stopping = asyncio.Event()
+        self.leadership = "not-applicable"
+        self._checks: dict[str, ReadinessCheck] = {}
+        self._runner: web.AppRunner | None = None
+        self.app = web.Application()
+        self.app.router.add_get("/healthz", self._healthz)
+        self.app.router.add_get("/readyz", self._readyz)
+        self.app.router.add_get("/metrics", self._metrics)
+
+    def add_readiness_check(self, name: str, check: ReadinessCheck) -> None:
+        self._checks[name] = check
+
+    async def readiness(self) -> dict[str, bool]:
+        results: dict[str, bool] = {}
+        for name, check in self._checks.items():
+            try:
+                value = check()
+                results[name] = bool(await value) if isinstance(value, Awaitable) else bool(value)
+            except Exception:
+                results[name] = False
+        return results
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "service": self.name})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        checks = await self.readiness()
+        ready = all(checks.values()) and not self.stopping.is_set()
+        body = {"ready": ready, "checks": checks, "leadership": self.leadership}
+        return web.json_response(body, status=200 if ready else 503)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def start_http(self) -> None:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        if self.port == 0:  # tests ask for any free port
+            server = site._server
+            assert server is not None and hasattr(server, "sockets")
+            self.port = server.sockets[0].getsockname()[1]
+        log.info("serving", service=self.name, address=f"{self.host}:{self.port}")
+
+    async def stop_http(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+
+    async def run(self, *workers: Coroutine[Any, Any, None], grace: float = 10.0) -> int:
+        """Serve HTTP and run ``workers`` until SIGTERM or until one of them fails; returns the exit code.
+
+        Workers watch ``self.stopping`` to finish in-flight work; those still running ``grace`` seconds after
+        the stop are cancelled.
+        """
+        self.install_signal_handlers()
+        await self.start_http()
+        tasks = [asyncio.create_task(w, name=getattr(w, "__name__", "worker")) for w in workers]
+        stop_wait = asyncio.create_task(self.stopping.wait())
+        exit_code = 0
+        try:
+            done, _ = await asyncio.wait([stop_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stop_wait and not task.cancelled() and task.exception() is not None:
+                    log.error("worker failed", worker=task.get_name(), exc_info=task.exception())
+                    exit_code = 1
+            self.stopping.set()
+            log.info("stopping", service=self.name)
+            pending = [t for t in tasks if not t.done()]
+            if pending:
+                _, still = await asyncio.wait(pending, timeout=grace)
+                for task in still:
+                    task.cancel()
+                for task in still:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+        finally:
+            stop_wait.cancel()
+            await self.stop_http()
+        return exit_code

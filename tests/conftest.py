@@ -1,0 +1,75 @@
+"""Fixtures shared by all tests: the real local cluster (API server, etcd, Redis), started once per session.
+
+Unit tests (tests/unit) never touch these. Integration tests get real servers; logs of every process are kept
+under the run directory printed at the end of the session.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from crane_sandbox.cluster import LocalCluster, new_run_dir
+from crane_shared.kube import api_client_from_dict
+from kubernetes_asyncio import client
+
+_db_numbers = itertools.cycle(range(1, 16))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "/integration/" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def run_dir() -> Iterator[Path]:
+    path = new_run_dir("tests")
+    yield path
+    print(f"\nlogs of this test run: {path}")
+
+
+@pytest.fixture(scope="session")
+async def cluster(run_dir: Path) -> AsyncIterator[LocalCluster]:
+    async with LocalCluster(run_dir) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+async def kube(cluster: LocalCluster) -> AsyncIterator[client.ApiClient]:
+    """An admin ApiClient (no client-side rate limit)."""
+    api = await api_client_from_dict(cluster.kubeconfig_dict())
+    yield api
+    await api.close()
+
+
+@pytest.fixture
+async def namespace(kube: client.ApiClient, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A fresh namespace per test, so tests never see each other's pods and events."""
+    name = f"t-{next(_ns_counter)}-{request.node.name[:30].lower().replace('_', '-').strip('-')}"
+    name = "".join(ch for ch in name if ch.isalnum() or ch == "-").strip("-")[:60]
+    await client.CoreV1Api(kube).create_namespace({"metadata": {"name": name}})
+    yield name
+
+
+_ns_counter = itertools.count(1)
+
+
+@pytest.fixture
+async def redis_url(cluster: LocalCluster) -> AsyncIterator[str]:
+    """A URL to an empty Redis database of the session's redis-server (database 1..15, flushed first)."""
+    url = cluster.redis_url.rsplit("/", 1)[0] + f"/{next(_db_numbers)}"
+    r = aioredis.from_url(url)
+    await r.flushdb()
+    await r.aclose()
+    yield url
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    r = aioredis.from_url(redis_url)
+    yield r
+    await r.aclose()

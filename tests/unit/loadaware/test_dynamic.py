@@ -1,0 +1,179 @@
+"""The Dynamic policy: upstream's contract, and each deliberate difference (crane-upstream.md)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from crane_scheduler.loadaware.dynamic import (
+    DynamicArgs,
+    EstimateArgs,
+    NodeCapacity,
+    NodeLoad,
+    RecentBinding,
+    filter_reason,
+    node_load,
+    raw_score,
+    score,
+)
+from crane_shared.annotations import encode_hot_value, encode_usage
+from crane_shared.policy import default_policy, parse_policy
+
+NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
+ARGS = DynamicArgs(default_policy(), estimate=EstimateArgs(enabled=False))
+METRICS = ("cpu_usage_avg_5m", "cpu_usage_max_avg_1h", "cpu_usage_max_avg_1d",
+           "mem_usage_avg_5m", "mem_usage_max_avg_1h", "mem_usage_max_avg_1d")
+
+
+def annotated(usage: float | dict[str, float], age: timedelta = timedelta(seconds=10), hot: int | None = None,
+              hot_age: timedelta = timedelta(seconds=10)) -> dict[str, str]:
+    values = usage if isinstance(usage, dict) else dict.fromkeys(METRICS, usage)
+    out = {m: encode_usage(v, NOW - age) for m, v in values.items()}
+    if hot is not None:
+        out["node_hot_value"] = encode_hot_value(hot, NOW - hot_age)
+    return out
+
+
+def load(annotations: dict[str, str], args: DynamicArgs = ARGS, **kw: Any) -> NodeLoad:
+    return node_load("n1", annotations, args, NOW, **kw)
+
+
+# --- contract kept from upstream -------------------------------------------------------------------------------
+
+def test_usage_above_threshold_rejects_with_a_node_free_reason() -> None:
+    reason = filter_reason(load(annotated({"cpu_usage_avg_5m": 0.66})), ARGS)
+    assert reason == "node(s) had cpu_usage_avg_5m above 0.65"
+    assert "n1" not in reason
+
+
+def test_threshold_comparison_is_strict() -> None:
+    assert filter_reason(load(annotated({"cpu_usage_avg_5m": 0.65})), ARGS) is None
+
+
+def test_threshold_zero_disables_the_predicate() -> None:
+    policy = parse_policy("""
+apiVersion: scheduler.policy.crane.io/v1alpha1
+kind: DynamicSchedulerPolicy
+spec:
+  syncPolicy: [{name: cpu_usage_avg_5m, period: 3m}]
+  predicate: [{name: cpu_usage_avg_5m, maxLimitPecent: 0}]
+  priority: [{name: cpu_usage_avg_5m, weight: 1}]
+  hotValue: [{timeRange: 5m, count: 5}]
+""")
+    args = DynamicArgs(policy)
+    assert filter_reason(load(annotated({"cpu_usage_avg_5m": 0.99}), args), args) is None
+
+
+def test_daemonset_pods_always_pass() -> None:
+    assert filter_reason(load(annotated(0.99)), ARGS, daemonset=True) is None
+
+
+def test_metric_is_fresh_until_period_plus_five_minutes_strictly() -> None:
+    period_plus_grace = timedelta(minutes=3 + 5)
+    just_fresh = load(annotated({"cpu_usage_avg_5m": 0.9}, age=period_plus_grace - timedelta(seconds=1)))
+    expired = load(annotated({"cpu_usage_avg_5m": 0.9}, age=period_plus_grace))
+    assert filter_reason(just_fresh, ARGS) is not None
+    assert expired.readings["cpu_usage_avg_5m"].state == "stale"
+    assert filter_reason(expired, ARGS) is None  # fail open, as upstream
+
+
+def test_score_is_the_weighted_idle_share_minus_ten_per_hot_value() -> None:
+    values = {"cpu_usage_avg_5m": 0.2, "cpu_usage_max_avg_1h": 0.3, "cpu_usage_max_avg_1d": 0.4,
+              "mem_usage_avg_5m": 0.5, "mem_usage_max_avg_1h": 0.6, "mem_usage_max_avg_1d": 0.7}
+    weights = {"cpu_usage_avg_5m": 0.2, "cpu_usage_max_avg_1h": 0.3, "cpu_usage_max_avg_1d": 0.5,
+               "mem_usage_avg_5m": 0.2, "mem_usage_max_avg_1h": 0.3, "mem_usage_max_avg_1d": 0.5}
+    expected = sum((1 - values[m]) * weights[m] for m in METRICS) * 100 / sum(weights.values())
+    assert raw_score(load(annotated(values)), ARGS) == pytest.approx(expected)
+    assert score(load(annotated(values, hot=2)), ARGS) == round(expected) - 20
+
+
+def test_score_is_clamped_to_zero() -> None:
+    assert score(load(annotated(0.9, hot=5)), ARGS) == 0
+
+
+def test_hot_value_is_fresh_for_five_minutes() -> None:
+    assert load(annotated(0.1, hot=3, hot_age=timedelta(minutes=4, seconds=59))).hot == 3
+    assert load(annotated(0.1, hot=3, hot_age=timedelta(minutes=5))).hot == 0
+
+
+# --- deliberate differences ------------------------------------------------------------------------------------
+
+def test_an_unannotated_node_is_neutral_not_worst() -> None:
+    busy = score(load(annotated(0.8)), ARGS)
+    new = score(load({}), ARGS)
+    idle = score(load(annotated(0.05)), ARGS)
+    assert busy < new < idle
+    assert new == 50
+
+
+def test_missing_metrics_do_not_count_as_full_usage() -> None:
+    only_5m = {"cpu_usage_avg_5m": 0.1, "mem_usage_avg_5m": 0.1}
+    assert score(load(annotated(only_5m)), ARGS) == 90  # upstream: (0.9*0.2*2)*100/2.0 = 18
+
+
+def test_scores_are_rounded_not_truncated() -> None:
+    # idle share 0.65999 everywhere: upstream truncates to 65, we round to 66
+    assert score(load(annotated(0.34001)), ARGS) == 66
+
+
+@pytest.mark.parametrize("text", ["nan,2026-11-22T11:59:50+00:00", "inf,2026-11-22T11:59:50+00:00",
+                                  "-0.5,2026-11-22T11:59:50+00:00", "garbage"])
+def test_malformed_values_are_ignored_and_reported(text: str) -> None:
+    loaded = load({**annotated(0.1), "cpu_usage_avg_5m": text})
+    assert loaded.malformed == ("cpu_usage_avg_5m",)
+    assert filter_reason(loaded, ARGS) is None
+
+
+def test_future_timestamps_never_stay_fresh() -> None:
+    loaded = load(annotated({"cpu_usage_avg_5m": 0.9}, age=-timedelta(hours=1)))
+    assert loaded.readings["cpu_usage_avg_5m"].state == "future"
+    assert filter_reason(loaded, ARGS) is None
+
+
+def test_fail_closed_rejects_nodes_without_fresh_data() -> None:
+    args = DynamicArgs(default_policy(), stale="fail-closed")
+    assert filter_reason(load({}, args), args) == "node(s) had no fresh cpu_usage_avg_5m"
+
+
+def test_legacy_bare_z_timestamps_are_read_in_the_legacy_zone() -> None:
+    shanghai_wall_clock = (NOW + timedelta(hours=8) - timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    loaded = load({"cpu_usage_avg_5m": f"0.90000,{shanghai_wall_clock}"})
+    assert loaded.readings["cpu_usage_avg_5m"].state == "fresh"
+
+
+# --- hot spots: own bindings and estimated usage -----------------------------------------------------------------
+
+def test_own_bindings_after_the_hot_annotation_add_to_the_hot_value() -> None:
+    stamped = NOW - timedelta(seconds=20)
+    ann = annotated(0.1, hot=1, hot_age=timedelta(seconds=20))
+    before = [RecentBinding("n1", stamped.timestamp() - 5)] * 4  # already counted by the annotator
+    after = [RecentBinding("n1", stamped.timestamp() + 5)] * 2
+    assert load(ann, recent=before).hot == 1
+    assert load(ann, recent=before + after).hot == 2  # 2 within 1m -> +1, never double counted
+
+
+def test_without_a_fresh_hot_annotation_own_bindings_count_over_the_whole_windows() -> None:
+    recent = [RecentBinding("n1", NOW.timestamp() - 30)] * 5
+    assert load(annotated(0.1), recent=recent).hot == 1 + 2  # floor(5/5) + floor(5/2)
+
+
+def test_estimate_adds_the_unabsorbed_share_of_recent_pods() -> None:
+    args = DynamicArgs(default_policy(), estimate=EstimateArgs(cpu_factor=1.0, memory_factor=1.0))
+    capacity = NodeCapacity(cpu=10, memory=100)
+    stamped_age = timedelta(seconds=10)
+    ann = annotated(0.5, age=stamped_age)
+    stamped = (NOW - stamped_age).timestamp()
+    recent = [RecentBinding("n1", stamped + 1, cpu=2, memory=10),       # after the stamp: fully added
+              RecentBinding("n1", stamped - 150, cpu=2, memory=10)]     # half absorbed by the 5m average
+    loaded = load(ann, args, recent=recent, capacity=capacity)
+    assert loaded.readings["cpu_usage_avg_5m"].usage == pytest.approx(0.5 + 0.2 + 0.1)
+    assert loaded.readings["mem_usage_avg_5m"].usage == pytest.approx(0.5 + 0.1 + 0.05)
+    assert filter_reason(loaded, args) == "node(s) had cpu_usage_avg_5m above 0.65"
+
+
+def test_estimate_is_not_applied_to_stale_readings() -> None:
+    args = DynamicArgs(default_policy())
+    loaded = load(annotated(0.5, age=timedelta(hours=5)), args,
+                  recent=[RecentBinding("n1", NOW.timestamp(), cpu=8)], capacity=NodeCapacity(10, 100))
+    assert loaded.readings["cpu_usage_avg_5m"].usage is None
