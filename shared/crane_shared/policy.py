@@ -1,0 +1,461 @@
+"""The crane ``DynamicSchedulerPolicy``: metrics to sync, filter on and score with, and the hot-value rules.
+
+The file format is upstream's, misspelling included (``maxLimitPecent``; ``maxLimitPercent`` is accepted as an
+alias). Upstream loads it without validation, so a zero weight sum, ``count: 0`` or a typo'd key crashes or
+silently misbehaves at scheduling time; here every problem is collected at load time and reported together,
+each naming its field path, so a bad policy refuses to start instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import math
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from crane_shared.annotations import HOT_VALUE_KEY, AnnotationKeyError, annotation_key
+from crane_shared.durations import DurationError, format_duration, parse_duration
+
+__all__ = [
+    "API_VERSION",
+    "KIND",
+    "DynamicSchedulerPolicy",
+    "HotValuePolicy",
+    "PolicyError",
+    "PredicatePolicy",
+    "PriorityPolicy",
+    "SyncPolicy",
+    "default_policy",
+    "dump_policy",
+    "load_policy",
+    "parse_policy",
+]
+
+API_VERSION = "scheduler.policy.crane.io/v1alpha1"
+KIND = "DynamicSchedulerPolicy"
+
+_THRESHOLD = "maxLimitPecent"  # sic: upstream's field name
+_THRESHOLD_ALIAS = "maxLimitPercent"
+_TOP_KEYS = ("apiVersion", "kind", "spec")
+_SPEC_KEYS = ("syncPolicy", "predicate", "priority", "hotValue")
+_SECTION = re.compile(r"spec\.(\w+)(?:\[(\d+)\])?")
+
+
+@dataclass(frozen=True)
+class SyncPolicy:
+    """Metric ``name`` is fetched from Prometheus and annotated on nodes every ``period``."""
+
+    name: str
+    period: timedelta
+
+
+@dataclass(frozen=True)
+class PredicatePolicy:
+    """Filter out nodes whose ``name`` usage is strictly above ``max_limit_percent``; 0 disables it."""
+
+    name: str
+    max_limit_percent: float
+
+
+@dataclass(frozen=True)
+class PriorityPolicy:
+    name: str
+    weight: float
+
+
+@dataclass(frozen=True)
+class HotValuePolicy:
+    """Every ``count`` bindings to a node within ``time_range`` add 1 to its hot value."""
+
+    time_range: timedelta
+    count: int
+
+
+@dataclass(frozen=True)
+class DynamicSchedulerPolicy:
+    sync_policy: tuple[SyncPolicy, ...] = ()
+    predicate: tuple[PredicatePolicy, ...] = ()
+    priority: tuple[PriorityPolicy, ...] = ()
+    hot_value: tuple[HotValuePolicy, ...] = ()
+
+    def period_of(self, metric: str) -> timedelta:
+        """Sync period of ``metric``; its annotation stays fresh for this period plus a grace."""
+        for sync in self.sync_policy:
+            if sync.name == metric:
+                return sync.period
+        raise KeyError(f"metric {metric!r} has no syncPolicy entry")
+
+    def metrics(self) -> tuple[str, ...]:
+        """Synced metric names, in policy order."""
+        return tuple(sync.name for sync in self.sync_policy)
+
+    def longest_hot_value_window(self) -> timedelta:
+        """How far back binding records are needed; zero when there are no hot-value rules."""
+        return max((rule.time_range for rule in self.hot_value), default=timedelta(0))
+
+    def metrics_by_period(self) -> dict[timedelta, tuple[str, ...]]:
+        """Metrics grouped by sync period, so one timer can sync each group."""
+        groups: dict[timedelta, list[str]] = {}
+        for sync in self.sync_policy:
+            groups.setdefault(sync.period, []).append(sync.name)
+        return {period: tuple(names) for period, names in groups.items()}
+
+
+class PolicyError(ValueError):
+    """A policy cannot be used; ``problems`` lists every issue found, each starting with its field path."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {problem}" for problem in problems))
+
+
+def parse_policy(text: str, source: str = "<policy>") -> DynamicSchedulerPolicy:
+    """Parse and validate policy YAML; ``source`` names it in errors (usually the file path)."""
+    try:
+        document = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
+    except yaml.YAMLError as exc:
+        raise PolicyError(source, [_yaml_problem(exc)]) from None
+    problems: list[str] = []
+    policy = _read_document(document, problems)
+    if problems or policy is None:
+        raise PolicyError(source, sorted(problems, key=_file_order))
+    return policy
+
+
+def load_policy(path: str | os.PathLike[str]) -> DynamicSchedulerPolicy:
+    """Read and validate a policy file; unreadable files are reported as a ``PolicyError`` too."""
+    source = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(source, [f"cannot read policy file: {exc}"]) from None
+    return parse_policy(text, source)
+
+
+@functools.cache
+def default_policy() -> DynamicSchedulerPolicy:
+    """Upstream's default policy, shipped as ``crane_shared/default-policy.yaml``."""
+    text = resources.files("crane_shared").joinpath("default-policy.yaml").read_text(encoding="utf-8")
+    return parse_policy(text, "crane_shared/default-policy.yaml")
+
+
+def dump_policy(policy: DynamicSchedulerPolicy) -> str:
+    """Policy YAML in upstream's format (``maxLimitPecent`` spelling, Go durations) that parses back equal."""
+    document = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "spec": {
+            "syncPolicy": [{"name": s.name, "period": format_duration(s.period)} for s in policy.sync_policy],
+            "predicate": [{"name": p.name, _THRESHOLD: p.max_limit_percent} for p in policy.predicate],
+            "priority": [{"name": p.name, "weight": p.weight} for p in policy.priority],
+            "hotValue": [{"timeRange": format_duration(h.time_range), "count": h.count} for h in policy.hot_value],
+        },
+    }
+    return yaml.safe_dump(document, sort_keys=False)
+
+
+# --- YAML loading -----------------------------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys, which PyYAML would otherwise silently overwrite."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        try:
+            duplicate = key in seen
+        except TypeError:  # unhashable key: construct_mapping reports it below
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    if mark is None:
+        return f"invalid YAML: {problem}"
+    return f"line {mark.line + 1}, column {mark.column + 1}: invalid YAML: {problem}"
+
+
+# --- structure --------------------------------------------------------------------------------------------
+
+
+def _read_document(document: object, problems: list[str]) -> DynamicSchedulerPolicy | None:
+    if not isinstance(document, dict):
+        problems.append(f"document: must be a mapping with {', '.join(_TOP_KEYS)}, got {_describe(document)}")
+        return None
+    _check_keys(document, "", _TOP_KEYS, problems)
+    for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
+        if key not in document:
+            problems.append(f'{key}: required, must be "{expected}"')
+        elif document[key] != expected:
+            problems.append(f'{key}: must be "{expected}", got {_describe(document[key])}')
+    spec = document.get("spec")
+    if "spec" not in document:
+        problems.append("spec: required")
+        return None
+    if not isinstance(spec, dict):
+        problems.append(f"spec: must be a mapping, got {_describe(spec)}")
+        return None
+    _check_keys(spec, "spec", _SPEC_KEYS, problems)
+    sync = _read_list(spec, "syncPolicy", _read_sync, problems)
+    predicate = _read_list(spec, "predicate", _read_predicate, problems)
+    priority = _read_list(spec, "priority", _read_priority, problems)
+    hot_value = _read_list(spec, "hotValue", _read_hot_value, problems)
+    _check_metrics(sync, predicate, priority, problems)
+    _check_hot_value(hot_value, problems)
+    if problems:
+        return None
+    return DynamicSchedulerPolicy(
+        sync_policy=tuple(SyncPolicy(name, period) for _, name, period in _complete(sync)),
+        predicate=tuple(PredicatePolicy(name, limit) for _, name, limit in _complete(predicate)),
+        priority=tuple(PriorityPolicy(name, weight) for _, name, weight in _complete(priority)),
+        hot_value=tuple(HotValuePolicy(time_range, count) for _, time_range, count in _complete(hot_value)),
+    )
+
+
+# An entry as read: (path, key field, value field), a field being None when it was invalid.
+_Entry = tuple[str, Any, Any]
+_ItemReader = Callable[[dict[Any, Any], str, list[str]], tuple[Any, Any]]
+
+
+def _read_list(spec: dict[Any, Any], key: str, read_item: _ItemReader, problems: list[str]) -> list[_Entry]:
+    raw = spec.get(key)
+    if raw is None:  # absent or written as an empty "key:"
+        return []
+    if not isinstance(raw, list):
+        problems.append(f"spec.{key}: must be a list, got {_describe(raw)}")
+        return []
+    entries = []
+    for index, item in enumerate(raw):
+        path = f"spec.{key}[{index}]"
+        if not isinstance(item, dict):
+            problems.append(f"{path}: must be a mapping, got {_describe(item)}")
+            continue
+        first, second = read_item(item, path, problems)
+        entries.append((path, first, second))
+    return entries
+
+
+def _complete(entries: list[_Entry]) -> list[_Entry]:
+    return [entry for entry in entries if entry[1] is not None and entry[2] is not None]
+
+
+def _read_sync(item: dict[Any, Any], path: str, problems: list[str]) -> tuple[str | None, timedelta | None]:
+    _check_keys(item, path, ("name", "period"), problems)
+    return _name(item, path, problems), _duration(item, path, "period", problems)
+
+
+def _read_predicate(item: dict[Any, Any], path: str, problems: list[str]) -> tuple[str | None, float | None]:
+    _check_keys(item, path, ("name", _THRESHOLD, _THRESHOLD_ALIAS), problems, shown=("name", _THRESHOLD))
+    name = _name(item, path, problems)
+    if _THRESHOLD in item and _THRESHOLD_ALIAS in item:
+        problems.append(f"{path}.{_THRESHOLD_ALIAS}: is an alias of {_THRESHOLD}; give only one of them")
+        return name, None
+    key = _THRESHOLD_ALIAS if _THRESHOLD_ALIAS in item else _THRESHOLD
+    limit = _number(item, path, key, problems)
+    if limit is not None and not 0 <= limit <= 1:
+        problems.append(f"{path}.{key}: must be within [0, 1], got {limit:g}")
+        return name, None
+    return name, limit
+
+
+def _read_priority(item: dict[Any, Any], path: str, problems: list[str]) -> tuple[str | None, float | None]:
+    _check_keys(item, path, ("name", "weight"), problems)
+    name = _name(item, path, problems)
+    weight = _number(item, path, "weight", problems)
+    if weight is not None and weight < 0:
+        problems.append(f"{path}.weight: must be >= 0, got {weight:g}")
+        return name, None
+    return name, weight
+
+
+def _read_hot_value(item: dict[Any, Any], path: str, problems: list[str]) -> tuple[timedelta | None, int | None]:
+    _check_keys(item, path, ("timeRange", "count"), problems)
+    time_range = _duration(item, path, "timeRange", problems)
+    raw = item.get("count")
+    if "count" not in item:
+        problems.append(f"{path}.count: required")
+        return time_range, None
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        problems.append(f"{path}.count: must be an integer, got {_describe(raw)}")
+        return time_range, None
+    if raw <= 0:
+        problems.append(f"{path}.count: must be > 0, got {raw}")
+        return time_range, None
+    return time_range, raw
+
+
+# --- fields -----------------------------------------------------------------------------------------------
+
+
+def _check_keys(
+    mapping: Mapping[Any, Any],
+    path: str,
+    allowed: tuple[str, ...],
+    problems: list[str],
+    shown: tuple[str, ...] | None = None,
+) -> None:
+    """Unknown keys are errors: a typo such as ``maxLimitPercnt`` must not silently drop a threshold."""
+    shown = shown or allowed
+    for key in mapping:
+        if key in allowed:
+            continue
+        where = f"{path}.{key}" if path else str(key)
+        close = difflib.get_close_matches(str(key), allowed, n=1)
+        hint = f'did you mean "{close[0]}"?' if close else f"expected one of: {', '.join(shown)}"
+        problems.append(f"{where}: unknown field ({hint})")
+
+
+def _name(item: Mapping[Any, Any], path: str, problems: list[str]) -> str | None:
+    if "name" not in item:
+        problems.append(f"{path}.name: required")
+        return None
+    name = item["name"]
+    if not isinstance(name, str):
+        problems.append(f"{path}.name: must be a metric name string, got {_describe(name)}")
+        return None
+    if not name.strip():
+        problems.append(f"{path}.name: must not be empty")
+        return None
+    return name
+
+
+def _duration(item: Mapping[Any, Any], path: str, key: str, problems: list[str]) -> timedelta | None:
+    if key not in item:
+        problems.append(f"{path}.{key}: required")
+        return None
+    raw = item[key]
+    if not isinstance(raw, str):
+        problems.append(f'{path}.{key}: must be a Go duration string like "3m", got {_describe(raw)}')
+        return None
+    try:
+        value = parse_duration(raw)
+    except DurationError as exc:
+        problems.append(f"{path}.{key}: {exc}")
+        return None
+    if value <= timedelta(0):
+        problems.append(f"{path}.{key}: must be > 0, got {raw!r}")
+        return None
+    return value
+
+
+def _number(item: Mapping[Any, Any], path: str, key: str, problems: list[str]) -> float | None:
+    if key not in item:
+        problems.append(f"{path}.{key}: required")
+        return None
+    raw = item[key]
+    if not isinstance(raw, int | float) or isinstance(raw, bool):
+        problems.append(f"{path}.{key}: must be a number, got {_describe(raw)}")
+        return None
+    value = float(raw)
+    if not math.isfinite(value):
+        problems.append(f"{path}.{key}: must be a finite number, got {raw!r}")
+        return None
+    return value
+
+
+def _file_order(problem: str) -> tuple[int, int]:
+    """Sort problems roughly as their fields appear in the file (sections, then items), stably."""
+    match = _SECTION.match(problem)
+    if match is None:
+        return (0, 0)
+    return (1 + _SPEC_KEYS.index(match[1]) if match[1] in _SPEC_KEYS else 0, int(match[2] or -1))
+
+
+def _describe(value: object) -> str:
+    """A value as the YAML author wrote it, so the error can be matched to the file."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return repr(value)
+
+
+# --- cross-field rules ------------------------------------------------------------------------------------
+
+
+def _check_metrics(
+    sync: list[_Entry],
+    predicate: list[_Entry],
+    priority: list[_Entry],
+    problems: list[str],
+) -> None:
+    for entries in (sync, predicate, priority):
+        _check_unique(((path, name) for path, name, _ in entries), "metric", problems)
+    synced = {name for _, name, _ in sync if name is not None}
+    for path, name, _ in predicate + priority:
+        if name is not None and name not in synced:
+            problems.append(f'{path}.name: metric "{name}" has no syncPolicy entry')
+    _check_annotation_keys(sync, problems)
+    weights = [weight for _, _, weight in priority]
+    if priority and None not in weights and sum(weights) <= 0:
+        problems.append("spec.priority: weights must sum to > 0")
+
+
+def _check_annotation_keys(sync: list[_Entry], problems: list[str]) -> None:
+    """Distinct metrics must land on distinct node annotations, and none on the hot value's."""
+    owners: dict[str, str] = {HOT_VALUE_KEY: "the hot value"}
+    names: set[str] = set()
+    for path, name, _ in sync:
+        if name is None or name in names:  # duplicates are reported as such
+            continue
+        names.add(name)
+        try:
+            key = annotation_key(name)
+        except AnnotationKeyError as exc:
+            problems.append(f"{path}.name: {exc}")
+            continue
+        if key in owners:
+            problems.append(
+                f'{path}.name: metric "{name}" maps to annotation key "{key}", already used by {owners[key]}'
+            )
+        else:
+            owners[key] = path
+
+
+def _check_hot_value(hot_value: list[_Entry], problems: list[str]) -> None:
+    ranges = ((path, time_range) for path, time_range, _ in hot_value)
+    _check_unique(ranges, "time range", problems, key_suffix="timeRange", render=format_duration)
+
+
+def _check_unique(
+    entries: Iterable[tuple[str, Any]],
+    what: str,
+    problems: list[str],
+    key_suffix: str = "name",
+    render: Callable[[Any], str] = str,
+) -> None:
+    first: dict[Any, str] = {}
+    for path, key in entries:
+        if key is None:
+            continue
+        if key in first:
+            problems.append(f'{path}.{key_suffix}: duplicate {what} "{render(key)}" (first at {first[key]})')
+        else:
+            first[key] = path
