@@ -8,12 +8,15 @@ with a token bucket so every request, including watches being (re)opened, takes 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.client.rest import RESTResponse
 
 
 @dataclass(frozen=True)
@@ -108,11 +111,21 @@ async def bind_pod(api: client.ApiClient, namespace: str, name: str, uid: str, n
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
     try:
-        resp = await client.CoreV1Api(api).create_namespaced_pod_binding(
-            name, namespace, body, _preload_content=False
-        )
-        resp.release()
+        v1 = client.CoreV1Api(api)
+        await raw_json(v1.create_namespaced_pod_binding(name, namespace, body, _preload_content=False))
     except ApiException as err:
         if err.status == 409:
             raise BindConflict(f"pod {namespace}/{name} is already bound") from err
         raise
+
+
+async def raw_json(call: Awaitable[Any]) -> Any:
+    """Await a client call made with ``_preload_content=False`` and decode its JSON body.
+
+    kubernetes-asyncio skips its status check for such calls, so a 404 or 409 would otherwise look like
+    success: this raises ``ApiException`` for any non-2xx status, as a preloaded call would."""
+    resp = await call
+    data = await resp.read()
+    if not 200 <= resp.status <= 299:
+        raise ApiException(http_resp=RESTResponse(resp, data))
+    return json.loads(data) if data else None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from crane_shared.kube import micro_time
+from crane_shared.kube import micro_time, raw_json
 from crane_shared.logs import get_logger
 
 log = get_logger("crane.leader")
@@ -50,14 +49,13 @@ class LeaderElector:
 
     async def _read(self) -> dict[str, Any] | None:
         try:
-            resp = await self._api.read_namespaced_lease(
-                self.config.name, self.config.namespace, _preload_content=False
+            lease: dict[str, Any] = await raw_json(
+                self._api.read_namespaced_lease(self.config.name, self.config.namespace, _preload_content=False)
             )
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
-        lease: dict[str, Any] = json.loads(await resp.read())
         return lease
 
     def _body(self, lease: dict[str, Any] | None, *, release: bool = False) -> dict[str, Any]:

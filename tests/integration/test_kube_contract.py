@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
-from crane_sandbox.cluster import LocalCluster
-from crane_shared.events import parse_scheduled_note, scheduled_event
-from crane_shared.kube import BindConflict, api_client_from_dict, bind_pod
-from crane_shared.leader import LeaderElector, LeaseConfig
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+
+from crane_sandbox.cluster import LocalCluster
+from crane_shared.events import parse_scheduled_note, scheduled_event
+from crane_shared.kube import BindConflict, api_client_from_dict, bind_pod, raw_json
+from crane_shared.leader import LeaderElector, LeaseConfig
 
 
 async def _node(kube: client.ApiClient, name: str) -> None:
@@ -104,14 +104,14 @@ async def test_lease_is_taken_over_after_the_holder_stops_renewing(kube: client.
     task_a.cancel()  # a dies without releasing (like kill -9)
     await asyncio.wait_for(b_won.wait(), timeout=10)
     assert led == ["a", "b"]
-    lease = json.loads(await (await client.CoordinationV1Api(kube).read_namespaced_lease(
-        "lease-expiry", "default", _preload_content=False)).read())
+    lease = await raw_json(client.CoordinationV1Api(kube).read_namespaced_lease(
+        "lease-expiry", "default", _preload_content=False))
     assert lease["spec"]["holderIdentity"] == "b"
     assert lease["spec"]["renewTime"].endswith("Z") and len(lease["spec"]["renewTime"]) == 27
     stop_b.set()
     await task_b
-    lease = json.loads(await (await client.CoordinationV1Api(kube).read_namespaced_lease(
-        "lease-expiry", "default", _preload_content=False)).read())
+    lease = await raw_json(client.CoordinationV1Api(kube).read_namespaced_lease(
+        "lease-expiry", "default", _preload_content=False))
     assert lease["spec"]["holderIdentity"] == ""  # released on shutdown
 
 
