@@ -16,7 +16,6 @@ from typing import Any
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.client.rest import RESTResponse
 
 
 @dataclass(frozen=True)
@@ -127,5 +126,7 @@ async def raw_json(call: Awaitable[Any]) -> Any:
     resp = await call
     data = await resp.read()
     if not 200 <= resp.status <= 299:
-        raise ApiException(http_resp=RESTResponse(resp, data))
+        err = ApiException(status=resp.status, reason=resp.reason)
+        err.body, err.headers = data.decode(errors="replace"), resp.headers
+        raise err
     return json.loads(data) if data else None
