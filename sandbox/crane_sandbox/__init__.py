@@ -1,1 +1,4 @@
-"""The local cluster (etcd, kube-apiserver, Redis, Prometheus, a simulated node fleet) for tests, benchmarks and `cranectl sandbox`."""
+"""The local cluster for tests, benchmarks and ``cranectl sandbox``.
+
+etcd, kube-apiserver, Redis, Prometheus and a simulated node fleet, all on loopback.
+"""
