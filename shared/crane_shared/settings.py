@@ -22,20 +22,35 @@ class EnvArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def add_argument(self, *args: Any, env: str | None = None, **kwargs: Any) -> argparse.Action:
-        if env is not None:
-            kwargs["help"] = f"{kwargs.get('help', '')} [env {env}]".strip()
-            if env in os.environ:
-                raw = os.environ[env]
-                if kwargs.get("action") == "store_true":
-                    kwargs["default"] = raw.lower() in {"1", "true", "yes", "on"}
-                else:
-                    conv = kwargs.get("type", str)
-                    try:
-                        kwargs["default"] = conv(raw)
-                    except (TypeError, ValueError) as err:
-                        raise SystemExit(f"environment variable {env}={raw!r}: {err}") from err
-                kwargs.pop("required", None)
-        return super().add_argument(*args, **kwargs)
+        return super().add_argument(*args, **_env_fallback(env, kwargs))
+
+    def add_argument_group(self, *args: Any, **kwargs: Any) -> Any:
+        """Groups accept ``env=`` as well (argparse groups have their own ``add_argument``)."""
+        group = super().add_argument_group(*args, **kwargs)
+        group_add = group.add_argument
+
+        def add_argument(*a: Any, env: str | None = None, **kw: Any) -> argparse.Action:
+            return group_add(*a, **_env_fallback(env, kw))
+
+        group.add_argument = add_argument  # type: ignore[method-assign]
+        return group
+
+
+def _env_fallback(env: str | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    if env is not None:
+        kwargs["help"] = f"{kwargs.get('help', '')} [env {env}]".strip()
+        if env in os.environ:
+            raw = os.environ[env]
+            if kwargs.get("action") == "store_true":
+                kwargs["default"] = raw.lower() in {"1", "true", "yes", "on"}
+            else:
+                conv = kwargs.get("type", str)
+                try:
+                    kwargs["default"] = conv(raw)
+                except (TypeError, ValueError, argparse.ArgumentTypeError) as err:
+                    raise SystemExit(f"environment variable {env}={raw!r}: {err}") from err
+            kwargs.pop("required", None)
+    return kwargs
 
 
 @dataclass(frozen=True)

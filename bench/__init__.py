@@ -1,0 +1,1 @@
+"""Benchmarks: each subpackage runs as ``python -m bench.<name>``."""

@@ -1,0 +1,40 @@
+"""``redis-benchmark`` ZADD against the same Redis: the ceiling a single-command writer could reach."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+
+
+async def zadd_rate(port: int, requests: int, *, pipeline: int = 1, clients: int = 50) -> float:
+    """ZADD requests per second as redis-benchmark reports them (database 0, its own key)."""
+    binary = shutil.which("redis-benchmark")
+    if binary is None:
+        raise RuntimeError("redis-benchmark not found: install the Debian package redis-tools")
+    proc = await asyncio.create_subprocess_exec(
+        binary,
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-t",
+        "zadd",
+        "-n",
+        str(requests),
+        "-r",
+        "1000000",
+        "-P",
+        str(pipeline),
+        "-c",
+        str(clients),
+        "-q",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    text = out.decode(errors="replace").replace("\r", "\n")
+    rates = re.findall(r"ZADD: ([\d.]+) requests per second", text)
+    if proc.returncode != 0 or not rates:
+        raise RuntimeError(f"redis-benchmark failed: {text[-400:]}")
+    return float(rates[-1])

@@ -1,0 +1,68 @@
+"""The service shell: real Kubernetes and Redis clients, the HTTP runtime, and the recorder's workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
+
+from crane_event_recorder.metrics import RecorderMetrics
+from crane_event_recorder.recorder import Recorder
+from crane_event_recorder.settings import RecorderSettings
+from crane_event_recorder.source import KubeEventSource
+from crane_shared.binding_store import BindingStore
+from crane_shared.bindings import BindingSchema
+from crane_shared.kube import make_api_client
+from crane_shared.logs import get_logger
+from crane_shared.redisconn import redacted, redis_from_args
+from crane_shared.service import ServiceRuntime
+from crane_shared.settings import CommonSettings
+
+__all__ = ["redis_run_id", "serve"]
+
+log = get_logger("crane.event_recorder")
+
+
+async def serve(common: CommonSettings, args: Any, settings: RecorderSettings) -> int:
+    registry = CollectorRegistry()
+    runtime = ServiceRuntime("event-recorder", common.listen_host, common.listen_port, registry)
+    api = await make_api_client(common.kube)
+    redis = redis_from_args(args)
+    try:
+        store = BindingStore(redis, BindingSchema(settings.redis_prefix))
+        scopes: list[str | None] = list(settings.namespaces) or [None]
+        sources = [
+            KubeEventSource(
+                api,
+                settings.event_api,
+                namespace,
+                field_selector=settings.field_selector,
+                page_size=settings.list_page_size,
+                watch_timeout=settings.watch_timeout,
+            )
+            for namespace in scopes
+        ]
+        recorder = Recorder(
+            store, sources, RecorderMetrics(registry), settings, redis_server_id=lambda: redis_run_id(redis)
+        )
+        runtime.add_readiness_check("first-list-recorded", recorder.ready)
+        log.info(
+            "starting",
+            redis=redacted(args.redis_url),
+            prefix=settings.redis_prefix,
+            event_api=settings.event_api.value,
+            namespaces=list(settings.namespaces) or "all",
+            retention_seconds=settings.retention,
+        )
+        return await runtime.run(*recorder.workers(runtime.stopping))
+    finally:
+        await api.close()
+        await redis.aclose()
+
+
+async def redis_run_id(redis: aioredis.Redis) -> str:
+    """Identity of the Redis server process: changes on every restart and on failover."""
+    info = await redis.info("server")
+    run_id = info["run_id"]
+    return run_id.decode() if isinstance(run_id, bytes) else str(run_id)

@@ -1,0 +1,134 @@
+"""Fakes and helpers for the recorder's unit tests: no network, no real time waits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from crane_event_recorder.metrics import RecorderMetrics
+from crane_event_recorder.source import Page, WatchEvent
+from crane_shared.bindings import BindingRecord
+from crane_shared.kube import micro_time
+
+
+class Metrics(RecorderMetrics):
+    """RecorderMetrics with a reader for tests."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        super().__init__(self.registry)
+
+    def value(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(f"crane_event_recorder_{name}", labels) or 0.0
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics()
+
+
+class FakeStore:
+    """Idempotent by UID like the real store; ``fail`` makes writes raise (Redis down)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, BindingRecord] = {}
+        self.order: list[str] = []
+        self.fail: Exception | None = None
+        self.attempts = 0
+        self.server = "run-1"
+        self.id_checks = 0
+
+    async def record(self, records: Sequence[BindingRecord], stream_maxlen: int) -> list[bool]:
+        self.attempts += 1
+        await asyncio.sleep(0)
+        if self.fail is not None:
+            raise self.fail
+        added = []
+        for r in records:
+            new = r.uid not in self.records
+            if new:
+                self.records[r.uid] = r
+                self.order.append(r.uid)
+            added.append(new)
+        return added
+
+    async def trim(self, before: float) -> int:
+        old = [uid for uid, r in self.records.items() if r.bound_at < before]
+        for uid in old:
+            del self.records[uid]
+        return len(old)
+
+    async def server_id(self) -> str:
+        self.id_checks += 1
+        if self.fail is not None:
+            raise self.fail
+        return self.server
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll ``condition`` until true; fail with a clear message at the deadline."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(0.001)
+
+
+def rec(i: int, node: str = "n1") -> BindingRecord:
+    return BindingRecord(uid=f"u{i}", namespace="ns", name=f"p{i}", node=node, bound_at=1000.0 + i, scheduler="s")
+
+
+RECENT = time.time() - 120  # event times within any retention the tests use
+
+
+def scheduled(i: int, node: str = "n1", ns: str = "ns", rv: int | None = None) -> dict[str, Any]:
+    """An events.k8s.io/v1 Scheduled event for pod p<i> (uid u<i>) as the API server returns it."""
+    return {
+        "metadata": {"name": f"p{i}.ev", "namespace": ns, "resourceVersion": str(rv or i)},
+        "eventTime": micro_time(RECENT + i),
+        "reportingController": "s",
+        "reason": "Scheduled",
+        "type": "Normal",
+        "note": f"Successfully assigned {ns}/p{i} to {node}",
+        "regarding": {"kind": "Pod", "namespace": ns, "name": f"p{i}", "uid": f"u{i}"},
+    }
+
+
+class FakeSource:
+    """A scripted API server: ``events`` is what a list returns; ``feed`` drives the current watch."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.resource_version = "100"
+        self.lists = 0
+        self.list_error: Exception | None = None
+        self.watch_versions: list[str] = []
+        self.feed: asyncio.Queue[WatchEvent | Exception | None] = asyncio.Queue()
+
+    async def list(self) -> AsyncIterator[Page]:
+        self.lists += 1
+        if self.list_error is not None:
+            raise self.list_error
+        half = len(self.events) // 2
+        yield Page(self.events[:half], self.resource_version)
+        yield Page(self.events[half:], self.resource_version)
+
+    async def watch(self, resource_version: str) -> AsyncIterator[WatchEvent]:
+        self.watch_versions.append(resource_version)
+        while True:
+            item = await self.feed.get()
+            if item is None:  # the server ended the watch
+                return
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+    def send(self, kind: str, obj: dict[str, Any]) -> None:
+        self.feed.put_nowait(WatchEvent(kind, obj, obj["metadata"]["resourceVersion"]))
