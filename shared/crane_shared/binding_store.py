@@ -1,8 +1,8 @@
 """Async Redis adapter for binding records (schema in ``crane_shared.bindings``).
 
 Every operation is one round trip whatever the number of records or nodes (pipelined), and each record is
-written atomically by one Lua script, so a crash can never leave a counted binding without its notification
-or the other way round.
+written atomically by a Lua script (a batch of records per call), so a crash can never leave a counted
+binding without its notification or the other way round.
 """
 
 from __future__ import annotations
@@ -19,16 +19,25 @@ from crane_shared.bindings import STREAM_FIELD, BindingRecord, BindingSchema, Re
 
 __all__ = ["BindingStore", "SkippedEntry", "StreamBatch"]
 
-# KEYS: node set, nodes set, stream. ARGV: uid, bound_at, node, payload, stream maxlen, stream field.
-# Notifies and registers the node only when the UID is new, so a re-delivered event is a no-op.
+# KEYS: nodes set, stream, then one node set per record. ARGV: stream maxlen, stream field, then per record
+# (uid, bound_at, node, payload). Notifies and registers the node only when the UID is new, so a re-delivered
+# event is a no-op. A whole batch is one script call: Redis-side call overhead dominates per-record scripts.
 _RECORD = """
-if redis.call('ZADD', KEYS[1], 'NX', ARGV[2], ARGV[1]) == 0 then
-  return 0
+local added = {}
+for i = 3, #KEYS do
+  local a = 3 + (i - 3) * 4
+  if redis.call('ZADD', KEYS[i], 'NX', ARGV[a + 1], ARGV[a]) == 1 then
+    redis.call('SADD', KEYS[1], ARGV[a + 2])
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', ARGV[2], ARGV[a + 3])
+    added[#added + 1] = 1
+  else
+    added[#added + 1] = 0
+  end
 end
-redis.call('SADD', KEYS[2], ARGV[3])
-redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', ARGV[6], ARGV[4])
-return 1
+return added
 """
+RECORD_BATCH = 256
+"""Records per script call: large enough to amortise the call, small enough not to stall Redis."""
 
 # KEYS: node set, nodes set. ARGV: exclusive upper bound, node.
 # Drops the node from the nodes set in the same step as its last record, so a concurrent write cannot
@@ -81,21 +90,18 @@ class BindingStore:
             return []
         schema = self.schema
         async with self._redis.pipeline(transaction=False) as pipe:
-            for record in records:
+            for start in range(0, len(records), RECORD_BATCH):
+                batch = records[start : start + RECORD_BATCH]
+                args: list[Any] = [stream_maxlen, STREAM_FIELD]
+                for record in batch:
+                    args += [record.uid, repr(record.bound_at), record.node, pack(record)]
                 await self._record_script(
-                    keys=[schema.node_key(record.node), schema.nodes_key, schema.stream_key],
-                    args=[
-                        record.uid,
-                        repr(record.bound_at),
-                        record.node,
-                        pack(record),
-                        stream_maxlen,
-                        STREAM_FIELD,
-                    ],
+                    keys=[schema.nodes_key, schema.stream_key, *(schema.node_key(r.node) for r in batch)],
+                    args=args,
                     client=pipe,
                 )
             results = await pipe.execute()
-        return [bool(added) for added in results]
+        return [bool(added) for batch in results for added in batch]
 
     async def count_in_windows(
         self, nodes: Sequence[str], windows: Sequence[timedelta], now: float
