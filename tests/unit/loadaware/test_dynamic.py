@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+
 from crane_scheduler.loadaware.dynamic import (
     DynamicArgs,
     EstimateArgs,
