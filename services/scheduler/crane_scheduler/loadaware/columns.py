@@ -99,8 +99,13 @@ class LoadColumns:
 
     def hot(self, rows: npt.NDArray[np.intp], now: float) -> FloatArray:
         """Annotated hot value where fresh, else 0."""
-        hot = _fresh(self.values[HOT_VALUE_KEY][rows], self.stamps[HOT_VALUE_KEY][rows], now,
-                     HOT_VALUE_FRESHNESS.total_seconds(), self.args)
+        hot = _fresh(
+            self.values[HOT_VALUE_KEY][rows],
+            self.stamps[HOT_VALUE_KEY][rows],
+            now,
+            HOT_VALUE_FRESHNESS.total_seconds(),
+            self.args,
+        )
         return np.where(np.isnan(hot), 0.0, np.trunc(hot))
 
     def filter(self, rows: npt.NDArray[np.intp], now: float) -> list[tuple[str, Mask]]:

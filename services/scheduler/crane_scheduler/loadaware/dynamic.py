@@ -148,8 +148,9 @@ def resource_of(metric: str) -> Literal["cpu", "memory"] | None:
     return None
 
 
-def _read(text: str | None, window: timedelta, now: datetime, args: DynamicArgs
-          ) -> tuple[ReadingState, float | None, datetime | None, str | None]:
+def _read(
+    text: str | None, window: timedelta, now: datetime, args: DynamicArgs
+) -> tuple[ReadingState, float | None, datetime | None, str | None]:
     if text is None:
         return "missing", None, None, None
     try:
@@ -162,8 +163,9 @@ def _read(text: str | None, window: timedelta, now: datetime, args: DynamicArgs
     return ("fresh" if state is Freshness.FRESH else "stale"), sample.value, sample.timestamp, None
 
 
-def _estimate(metric: str, stamped: datetime, recent: Sequence[RecentBinding], capacity: NodeCapacity | None,
-              args: EstimateArgs) -> float:
+def _estimate(
+    metric: str, stamped: datetime, recent: Sequence[RecentBinding], capacity: NodeCapacity | None, args: EstimateArgs
+) -> float:
     resource = resource_of(metric)
     if not args.enabled or resource is None or capacity is None or not recent:
         return 0.0

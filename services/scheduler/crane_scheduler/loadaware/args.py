@@ -1,0 +1,91 @@
+"""The Dynamic plugin's ``pluginConfig`` args, validated like the rest of the configuration.
+
+``policyConfigPath`` keeps upstream's name, so an upstream scheduler configuration carries over unchanged::
+
+    pluginConfig:
+      - name: Dynamic
+        args:
+          policyConfigPath: /etc/kubernetes/policy.yaml   # upstream's DynamicSchedulerPolicy file
+          staleData: failOpen            # failOpen (upstream) | failClosed
+          legacyTimeZone: Asia/Shanghai  # zone of upstream's bare-"Z" timestamps
+          ownBindingsInHotValue: true
+          estimate: {enabled: true, cpuFactor: 0.6, memoryFactor: 0.6, window: 5m}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from crane_scheduler.framework import ArgsError
+from crane_scheduler.loadaware.dynamic import EstimateArgs, StalePolicy
+from crane_shared.annotations import DEFAULT_LEGACY_ZONE
+from crane_shared.durations import DurationError, parse_duration
+
+_KNOWN = {"policyConfigPath", "staleData", "legacyTimeZone", "ownBindingsInHotValue", "estimate"}
+_ESTIMATE_KNOWN = {"enabled", "cpuFactor", "memoryFactor", "window"}
+
+
+@dataclass(frozen=True)
+class PluginArgs:
+    policy_path: str | None = None
+    stale: StalePolicy = "fail-open"
+    legacy_zone: ZoneInfo = DEFAULT_LEGACY_ZONE
+    own_bindings_in_hot_value: bool = True
+    estimate: EstimateArgs = field(default_factory=EstimateArgs)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def parse_args(raw: Mapping[str, Any]) -> PluginArgs:
+    """Validate every field; all problems are raised at once with their paths."""
+    problems: list[tuple[str, str]] = [(k, "unknown field") for k in raw if k not in _KNOWN]
+    path = raw.get("policyConfigPath")
+    if path is not None and (not isinstance(path, str) or not path):
+        problems.append(("policyConfigPath", "must be a non-empty file path"))
+    stale_raw = raw.get("staleData", "failOpen")
+    stale: StalePolicy = "fail-open"
+    if stale_raw == "failClosed":
+        stale = "fail-closed"
+    elif stale_raw != "failOpen":
+        problems.append(("staleData", f"must be failOpen or failClosed, got {stale_raw!r}"))
+    zone = DEFAULT_LEGACY_ZONE
+    try:
+        zone = ZoneInfo(str(raw.get("legacyTimeZone", DEFAULT_LEGACY_ZONE.key)))
+    except (ZoneInfoNotFoundError, ValueError):
+        problems.append(("legacyTimeZone", f"unknown time zone {raw.get('legacyTimeZone')!r}"))
+    own = raw.get("ownBindingsInHotValue", True)
+    if not isinstance(own, bool):
+        problems.append(("ownBindingsInHotValue", "must be true or false"))
+    est_raw = raw.get("estimate", {})
+    estimate = EstimateArgs()
+    if not isinstance(est_raw, Mapping):
+        problems.append(("estimate", "must be a mapping"))
+    else:
+        problems += [(f"estimate.{k}", "unknown field") for k in est_raw if k not in _ESTIMATE_KNOWN]
+        enabled = est_raw.get("enabled", True)
+        if not isinstance(enabled, bool):
+            problems.append(("estimate.enabled", "must be true or false"))
+        factors = {}
+        for key in ("cpuFactor", "memoryFactor"):
+            value = est_raw.get(key, 0.6)
+            if not _number(value) or not 0 <= value <= 10:
+                problems.append((f"estimate.{key}", f"must be a number within [0, 10], got {value!r}"))
+                value = 0.6
+            factors[key] = float(value)
+        window = timedelta(minutes=5)
+        try:
+            window = parse_duration(str(est_raw.get("window", "5m")))
+            if window <= timedelta(0):
+                problems.append(("estimate.window", "must be > 0"))
+        except DurationError as err:
+            problems.append(("estimate.window", str(err)))
+        estimate = EstimateArgs(bool(enabled), factors["cpuFactor"], factors["memoryFactor"], window)
+    if problems:
+        raise ArgsError(problems)
+    return PluginArgs(path, stale, zone, bool(own), estimate)

@@ -1,0 +1,240 @@
+"""The ``Dynamic`` Filter/Score/Reserve plugin: crane's load-aware policy inside our scheduler.
+
+Filter and Score evaluate every node at once over ``LoadColumns`` (decoded when a node's annotations change, not
+per pod). Reserve remembers the pods this scheduler placed; for the few nodes that received one recently the
+reference ``dynamic.node_load`` adds them to the hot value (only bindings after the hot-value annotation's
+timestamp, so none is counted twice) and adds their estimated usage until the averaged metric has absorbed them.
+A burst of pods therefore spreads instead of piling onto the node that looked idlest a minute ago.
+
+The policy file is re-read when it changes (a ConfigMap update swaps the mounted file): a valid new policy
+applies to the next pod; an invalid one is refused with a logged reason and the old policy stays.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from prometheus_client import Counter
+
+from crane_scheduler.framework import SUCCESS, ClusterEvent, CycleState, Handle, Rejection, Rows, Status
+from crane_scheduler.loadaware.args import PluginArgs, parse_args
+from crane_scheduler.loadaware.columns import LoadColumns
+from crane_scheduler.loadaware.dynamic import (
+    DynamicArgs,
+    NodeCapacity,
+    NodeLoad,
+    RecentBinding,
+    filter_reason,
+    node_load,
+    score,
+)
+from crane_scheduler.nodetable import IntArray, NodeTable
+from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo, quantity
+from crane_shared.logs import LogOnce, get_logger
+from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, default_policy, load_policy
+
+NAME = "Dynamic"
+RELOAD_CHECK_INTERVAL = 2.0
+
+log = get_logger("crane.scheduler.dynamic")
+REJECTIONS = Counter("crane_scheduler_dynamic_rejections", "Nodes the Dynamic filter rejected, by metric", ["metric"])
+MALFORMED = Counter(
+    "crane_scheduler_dynamic_malformed_annotations", "Load annotations that could not be decoded", ["metric"]
+)
+RELOADS = Counter("crane_scheduler_policy_reloads", "Policy file reloads by result", ["result"])
+
+
+def is_daemonset_pod(pod: PodInfo) -> bool:
+    owners = pod.raw.get("metadata", {}).get("ownerReferences") or ()
+    return any(o.get("kind") == "DaemonSet" and o.get("controller") for o in owners)
+
+
+def estimated_resources(pod: PodInfo) -> tuple[float, float]:
+    """(cores, bytes) a pod is expected to use: its requests, else its limits (factors are applied later)."""
+    cpu = pod.requests.get(CPU, 0) / 1000
+    memory = float(pod.requests.get(MEMORY, 0))
+    if cpu and memory:
+        return cpu, memory
+    limits: dict[str, float] = defaultdict(float)
+    for c in pod.raw.get("spec", {}).get("containers") or ():
+        for res, text in ((c.get("resources") or {}).get("limits") or {}).items():
+            limits[res] += quantity(text, milli=res == CPU) / (1000 if res == CPU else 1)
+    return cpu or limits[CPU], memory or limits[MEMORY]
+
+
+class PolicyFile:
+    """The policy file and the stat signature it was loaded at; ``reload`` returns a new valid policy or None."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.policy = load_policy(path) if path else default_policy()
+        self._signature = self._stat()
+        self._refused: tuple[int, int, int] | None = None
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        if not self.path:
+            return None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def reload(self) -> DynamicSchedulerPolicy | None:
+        signature = self._stat()
+        if self.path is None or signature is None or signature == self._signature or signature == self._refused:
+            return None
+        try:
+            policy = load_policy(self.path)
+        except PolicyError as err:
+            self._refused = signature
+            RELOADS.labels("invalid").inc()
+            log.error(
+                "policy file changed but is invalid; keeping the previous policy", path=self.path, problems=str(err)
+            )
+            return None
+        self._signature = signature
+        self.policy = policy
+        RELOADS.labels("applied").inc()
+        log.info("policy reloaded", path=self.path)
+        return policy
+
+
+class Dynamic:
+    name = NAME
+
+    def __init__(self, args: PluginArgs, handle: Handle, wall_clock: Callable[[], float] = time.time) -> None:
+        self.handle = handle
+        self.wall_clock = wall_clock
+        self.policy_file = PolicyFile(args.policy_path)
+        self.args = DynamicArgs(
+            self.policy_file.policy,
+            args.legacy_zone,
+            args.stale,
+            own_bindings_in_hot_value=args.own_bindings_in_hot_value,
+            estimate=args.estimate,
+        )
+        self.recent: dict[str, list[tuple[str, RecentBinding]]] = {}  # node -> [(pod uid, binding)]
+        self._log_once = LogOnce(log)
+        self._next_reload_check = 0.0
+        self.columns = LoadColumns(self.args)
+        handle.table.register_column("Dynamic.malformed", self._decode_node, dtype=np.int64)
+
+    # -- node annotations -> columns ------------------------------------------------------------------------------
+
+    def _decode_node(self, node: NodeInfo) -> int:
+        """Table hook, called when a node is added or changes: decode its load annotations once."""
+        bad = self.columns.set_row(self.handle.table.rows[node.name], node.annotations)
+        for metric in bad:
+            MALFORMED.labels(metric).inc()
+            self._log_once.warning(
+                f"malformed:{metric}", "malformed load annotation skipped", node=node.name, metric=metric
+            )
+        return len(bad)
+
+    def _maybe_reload(self) -> None:
+        now = time.monotonic()
+        if now < self._next_reload_check:
+            return
+        self._next_reload_check = now + RELOAD_CHECK_INTERVAL
+        policy = self.policy_file.reload()
+        if policy is None:
+            return
+        self.args = replace(self.args, policy=policy)
+        self.columns = LoadColumns(self.args, capacity=max(64, self.handle.table.n_rows))
+        for row, node in enumerate(self.handle.table.nodes):
+            if node is not None:
+                self.columns.set_row(row, node.annotations)
+
+    # -- recent bindings of this scheduler ----------------------------------------------------------------------
+
+    def _horizon(self) -> float:
+        windows = [r.time_range.total_seconds() for r in self.args.policy.hot_value]
+        return max([self.args.estimate.window.total_seconds(), *windows])
+
+    def _prune(self, now: float) -> None:
+        cutoff = now - self._horizon()
+        for node in [n for n, items in self.recent.items() if all(b.bound_at <= cutoff for _, b in items)]:
+            del self.recent[node]
+
+    def node_load(self, node: str, now: float) -> NodeLoad:
+        """The reference evaluation of one node, including this scheduler's recent bindings (also for explain)."""
+        table = self.handle.table
+        info = table.nodes[table.rows[node]]
+        assert info is not None
+        capacity = NodeCapacity(info.allocatable.get(CPU, 0) / 1000, float(info.allocatable.get(MEMORY, 0)))
+        recent = [b for _, b in self.recent.get(node, ())]
+        return node_load(node, info.annotations, self.args, datetime.fromtimestamp(now, UTC), recent, capacity)
+
+    # -- extension points ---------------------------------------------------------------------------------------
+
+    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+        self._maybe_reload()
+        if is_daemonset_pod(pod):
+            return []
+        now = self.wall_clock()
+        state["Dynamic.now"] = now
+        self._prune(now)
+        rows = np.arange(table.n_rows, dtype=np.intp)
+        masks = {reason: mask for reason, mask in self.columns.filter(rows, now)}
+        for node in self.recent:  # few nodes: the reference, with estimates and own bindings
+            row = table.rows.get(node)
+            if row is None:
+                continue
+            for mask in masks.values():
+                mask[row] = False
+            reason = filter_reason(self.node_load(node, now), self.args)
+            if reason is not None:
+                masks.setdefault(reason, np.zeros(table.n_rows, dtype=bool))[row] = True
+        rejections = []
+        live = table.live
+        for reason, mask in masks.items():
+            mask &= live
+            count = int(np.count_nonzero(mask))
+            if count:
+                REJECTIONS.labels(_metric_of(reason)).inc(count)
+                rejections.append(Rejection(reason, mask))
+        return rejections
+
+    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+        now = state.get("Dynamic.now") or self.wall_clock()
+        scores = self.columns.scores(rows, now)
+        if self.recent:
+            position = {int(r): i for i, r in enumerate(rows)}
+            for node in self.recent:
+                row = table.rows.get(node)
+                if row is not None and row in position:
+                    scores[position[row]] = score(self.node_load(node, now), self.args)
+        return scores
+
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        cpu, memory = estimated_resources(pod)
+        self.recent.setdefault(node, []).append((pod.uid, RecentBinding(node, self.wall_clock(), cpu, memory)))
+        return SUCCESS
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        items = [item for item in self.recent.get(node, ()) if item[0] != pod.uid]
+        if items:
+            self.recent[node] = items
+        else:
+            self.recent.pop(node, None)
+
+    def events_to_register(self) -> ClusterEvent:
+        return ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE
+
+
+def _metric_of(reason: str) -> str:
+    # "node(s) had <metric> above <limit>" / "node(s) had no fresh <metric>"
+    words = reason.split()
+    return words[-3] if "above" in words else words[-1]
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> Dynamic:
+    return Dynamic(parse_args(args), handle)
