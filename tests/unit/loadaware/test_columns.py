@@ -40,8 +40,11 @@ def node_annotations(draw: st.DrawFn) -> dict[str, str]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(nodes=st.lists(node_annotations(), min_size=1, max_size=8), closed=st.booleans())
-def test_vectorised_filter_and_score_equal_the_reference(nodes: list[dict[str, str]], closed: bool) -> None:
+@given(nodes=st.lists(node_annotations(), min_size=1, max_size=8), closed=st.booleans(),
+       incoming=st.one_of(st.none(), st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))))
+def test_vectorised_filter_and_score_equal_the_reference(
+    nodes: list[dict[str, str]], closed: bool, incoming: tuple[float, float] | None
+) -> None:
     args = DynamicArgs(POLICY, stale="fail-closed" if closed else "fail-open")
     cols = LoadColumns(args, capacity=2)  # also exercises growth
     for row, ann in enumerate(nodes):
@@ -49,12 +52,15 @@ def test_vectorised_filter_and_score_equal_the_reference(nodes: list[dict[str, s
     rows = np.arange(len(nodes), dtype=np.intp)
     now = NOW.timestamp()
     reasons: list[str | None] = [None] * len(nodes)
-    for reason, mask in cols.filter(rows, now):
+    extra = None if incoming is None else {
+        "cpu": np.full(len(nodes), incoming[0]), "memory": np.full(len(nodes), incoming[1])}
+    for reason, mask in cols.filter(rows, now, extra):
         for i in np.flatnonzero(mask).tolist():
             assert reasons[i] is None, "a node gets one reason"
             reasons[i] = reason
     vector_scores = cols.scores(rows, now).tolist()
     for i, ann in enumerate(nodes):
         ref = node_load(f"n{i}", ann, args, NOW)
-        assert reasons[i] == filter_reason(ref, args)
+        pod = None if incoming is None else {"cpu": incoming[0], "memory": incoming[1]}
+        assert reasons[i] == filter_reason(ref, args, incoming=pod)
         assert vector_scores[i] == score(ref, args)

@@ -14,6 +14,7 @@ from crane_scheduler.loadaware.dynamic import (
     NodeLoad,
     RecentBinding,
     filter_reason,
+    incoming_fraction,
     node_load,
     raw_score,
     score,
@@ -178,3 +179,16 @@ def test_estimate_is_not_applied_to_stale_readings() -> None:
     loaded = load(annotated(0.5, age=timedelta(hours=5)), args,
                   recent=[RecentBinding("n1", NOW.timestamp(), cpu=8)], capacity=NodeCapacity(10, 100))
     assert loaded.readings["cpu_usage_avg_5m"].usage is None
+
+
+def test_a_node_the_incoming_pod_would_push_over_the_threshold_is_refused() -> None:
+    loaded = load(annotated(0.60))
+    assert filter_reason(loaded, ARGS, incoming={"cpu": 0.04}) is None
+    assert filter_reason(loaded, ARGS, incoming={"cpu": 0.06}) == "node(s) would have cpu_usage_avg_5m above 0.65"
+    assert filter_reason(loaded, ARGS, daemonset=True, incoming={"cpu": 0.5}) is None
+
+
+def test_incoming_fraction_applies_the_factors_to_the_node_size() -> None:
+    est = EstimateArgs(cpu_factor=0.5, memory_factor=1.0)
+    assert incoming_fraction(est, cpu=2, memory=10, capacity=NodeCapacity(8, 100)) == {"cpu": 0.125, "memory": 0.1}
+    assert incoming_fraction(EstimateArgs(incoming_pod=False), 2, 10, NodeCapacity(8, 100)) == {}

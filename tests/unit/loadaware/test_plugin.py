@@ -120,12 +120,14 @@ def test_without_own_bindings_a_burst_piles_onto_the_idlest_node() -> None:
 
 
 def test_estimated_usage_of_just_bound_pods_stops_overfilling_a_node() -> None:
-    s = Setup(loaded("a", 0.60, cpu="10"), loaded("b", 0.62, cpu="10"),
+    s = Setup(loaded("a", 0.50, cpu="10"), loaded("b", 0.52, cpu="10"),
               args={"estimate": {"cpuFactor": 1.0}, "ownBindingsInHotValue": False})
-    first = s.place(pod("p1", cpu="1"))
-    assert first == "a"
-    # a now carries 0.60 + 0.1 estimated > 0.65: the next pod must go to b, not a
+    assert s.place(pod("p1", cpu="1")) == "a"
+    # a now carries 0.50 + 0.1 estimated; this pod's own 0.1 would push it over 0.65: b takes it
     assert s.place(pod("p2", cpu="1")) == "b"
+    third = s.place(pod("p3", cpu="1"))
+    assert isinstance(third, Diagnosis)
+    assert third.message == "0/2 nodes are available: 2 node(s) would have cpu_usage_avg_5m above 0.65."
 
 
 def test_unreserve_forgets_the_binding() -> None:

@@ -9,7 +9,7 @@
           staleData: failOpen            # failOpen (upstream) | failClosed
           legacyTimeZone: Asia/Shanghai  # zone of upstream's bare-"Z" timestamps
           ownBindingsInHotValue: true
-          estimate: {enabled: true, cpuFactor: 0.6, memoryFactor: 0.6, window: 5m}
+          estimate: {enabled: true, incomingPod: true, cpuFactor: 0.6, memoryFactor: 0.6, window: 5m}
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from crane_shared.annotations import DEFAULT_LEGACY_ZONE
 from crane_shared.durations import DurationError, parse_duration
 
 _KNOWN = {"policyConfigPath", "staleData", "legacyTimeZone", "ownBindingsInHotValue", "estimate"}
-_ESTIMATE_KNOWN = {"enabled", "cpuFactor", "memoryFactor", "window"}
+_ESTIMATE_KNOWN = {"enabled", "incomingPod", "cpuFactor", "memoryFactor", "window"}
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,10 @@ def parse_args(raw: Mapping[str, Any]) -> PluginArgs:
     else:
         problems += [(f"estimate.{k}", "unknown field") for k in est_raw if k not in _ESTIMATE_KNOWN]
         enabled = est_raw.get("enabled", True)
-        if not isinstance(enabled, bool):
-            problems.append(("estimate.enabled", "must be true or false"))
+        incoming = est_raw.get("incomingPod", True)
+        for key, flag in (("enabled", enabled), ("incomingPod", incoming)):
+            if not isinstance(flag, bool):
+                problems.append((f"estimate.{key}", "must be true or false"))
         factors = {}
         for key in ("cpuFactor", "memoryFactor"):
             value = est_raw.get(key, 0.6)
@@ -85,7 +87,7 @@ def parse_args(raw: Mapping[str, Any]) -> PluginArgs:
                 problems.append(("estimate.window", "must be > 0"))
         except DurationError as err:
             problems.append(("estimate.window", str(err)))
-        estimate = EstimateArgs(bool(enabled), factors["cpuFactor"], factors["memoryFactor"], window)
+        estimate = EstimateArgs(bool(enabled), bool(incoming), factors["cpuFactor"], factors["memoryFactor"], window)
     if problems:
         raise ArgsError(problems)
     return PluginArgs(path, stale, zone, bool(own), estimate)

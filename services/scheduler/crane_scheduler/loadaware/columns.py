@@ -22,6 +22,7 @@ from crane_scheduler.loadaware.dynamic import (
     MAX_SCORE,
     NEUTRAL_SCORE,
     DynamicArgs,
+    resource_of,
 )
 from crane_shared.annotations import (
     HOT_VALUE_FRESHNESS,
@@ -108,8 +109,12 @@ class LoadColumns:
         )
         return np.where(np.isnan(hot), 0.0, np.trunc(hot))
 
-    def filter(self, rows: npt.NDArray[np.intp], now: float) -> list[tuple[str, Mask]]:
-        """(reason, rejected mask over ``rows``) per predicate, in policy order; a node takes the first reason."""
+    def filter(
+        self, rows: npt.NDArray[np.intp], now: float, incoming: Mapping[str, FloatArray] | None = None
+    ) -> list[tuple[str, Mask]]:
+        """(reason, rejected mask over ``rows``) per predicate, in policy order; a node takes the first reason.
+
+        ``incoming`` holds, per resource, the pod's estimated usage as a fraction of each row's allocatable."""
         out: list[tuple[str, Mask]] = []
         taken = np.zeros(len(rows), dtype=bool)
         for predicate in self.args.policy.predicate:
@@ -126,6 +131,12 @@ class LoadColumns:
             if over.any():
                 out.append((f"node(s) had {predicate.name} above {predicate.max_limit_percent:g}", over))
             taken |= over
+            extra = incoming.get(resource_of(predicate.name) or "") if incoming else None
+            if extra is not None:
+                pushed = ~missing & (usage + extra > predicate.max_limit_percent) & ~taken
+                if pushed.any():
+                    out.append((f"node(s) would have {predicate.name} above {predicate.max_limit_percent:g}", pushed))
+                taken |= pushed
         return out
 
     def scores(self, rows: npt.NDArray[np.intp], now: float) -> npt.NDArray[np.int64]:

@@ -64,6 +64,8 @@ class EstimateArgs:
     """
 
     enabled: bool = True
+    incoming_pod: bool = True
+    """Also refuse a node that the pod being scheduled would push over a threshold."""
     cpu_factor: float = 0.6
     memory_factor: float = 0.6
     window: timedelta = timedelta(minutes=5)
@@ -216,8 +218,13 @@ def node_load(
     return NodeLoad(node, readings, annotated_hot, hot_state, own_hot)
 
 
-def filter_reason(load: NodeLoad, args: DynamicArgs, *, daemonset: bool = False) -> str | None:
-    """None when the node passes; else a node-free reason that groups in the FitError histogram."""
+def filter_reason(
+    load: NodeLoad, args: DynamicArgs, *, daemonset: bool = False, incoming: Mapping[str, float] | None = None
+) -> str | None:
+    """None when the node passes; else a node-free reason that groups in the FitError histogram.
+
+    ``incoming`` is the pod's own estimated usage as a fraction of this node (``{"cpu": .., "memory": ..}``, see
+    ``incoming_fraction``): a node under the threshold that the pod would push over it is refused too."""
     if daemonset:
         return None
     for predicate in args.policy.predicate:
@@ -231,7 +238,20 @@ def filter_reason(load: NodeLoad, args: DynamicArgs, *, daemonset: bool = False)
             continue
         if usage > predicate.max_limit_percent:
             return f"node(s) had {predicate.name} above {predicate.max_limit_percent:g}"
+        resource = resource_of(predicate.name)
+        if incoming and resource and usage + incoming.get(resource, 0.0) > predicate.max_limit_percent:
+            return f"node(s) would have {predicate.name} above {predicate.max_limit_percent:g}"
     return None
+
+
+def incoming_fraction(args: EstimateArgs, cpu: float, memory: float, capacity: NodeCapacity) -> dict[str, float]:
+    """A pod's estimated usage (``factor * request``) as fractions of a node's allocatable."""
+    if not args.enabled or not args.incoming_pod:
+        return {}
+    return {
+        "cpu": args.cpu_factor * cpu / capacity.cpu if capacity.cpu > 0 else 0.0,
+        "memory": args.memory_factor * memory / capacity.memory if capacity.memory > 0 else 0.0,
+    }
 
 
 def raw_score(load: NodeLoad, args: DynamicArgs) -> float:

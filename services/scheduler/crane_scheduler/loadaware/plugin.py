@@ -25,13 +25,14 @@ from prometheus_client import Counter
 
 from crane_scheduler.framework import SUCCESS, ClusterEvent, CycleState, Handle, Rejection, Rows, Status
 from crane_scheduler.loadaware.args import PluginArgs, parse_args
-from crane_scheduler.loadaware.columns import LoadColumns
+from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
 from crane_scheduler.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
     NodeLoad,
     RecentBinding,
     filter_reason,
+    incoming_fraction,
     node_load,
     score,
 )
@@ -164,14 +165,34 @@ class Dynamic:
         for node in [n for n, items in self.recent.items() if all(b.bound_at <= cutoff for _, b in items)]:
             del self.recent[node]
 
+    def _capacity(self, node: str) -> NodeCapacity:
+        table = self.handle.table
+        info = table.nodes[table.rows[node]]
+        assert info is not None
+        return NodeCapacity(info.allocatable.get(CPU, 0) / 1000, float(info.allocatable.get(MEMORY, 0)))
+
+    def _incoming(self, table: NodeTable, cpu: float, memory: float) -> dict[str, FloatArray] | None:
+        """The pod's estimated usage as a fraction of every row's allocatable (see ``incoming_fraction``)."""
+        est = self.args.estimate
+        if not est.enabled or not est.incoming_pod or not (cpu or memory):
+            return None
+        alloc = table.alloc
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cores = alloc[:, table.resources[CPU]] / 1000
+            mem = alloc[:, table.resources[MEMORY]].astype(np.float64)
+            return {
+                "cpu": np.where(cores > 0, est.cpu_factor * cpu / np.where(cores > 0, cores, 1), 0.0),
+                "memory": np.where(mem > 0, est.memory_factor * memory / np.where(mem > 0, mem, 1), 0.0),
+            }
+
     def node_load(self, node: str, now: float) -> NodeLoad:
         """The reference evaluation of one node, including this scheduler's recent bindings (also for explain)."""
         table = self.handle.table
         info = table.nodes[table.rows[node]]
         assert info is not None
-        capacity = NodeCapacity(info.allocatable.get(CPU, 0) / 1000, float(info.allocatable.get(MEMORY, 0)))
         recent = [b for _, b in self.recent.get(node, ())]
-        return node_load(node, info.annotations, self.args, datetime.fromtimestamp(now, UTC), recent, capacity)
+        return node_load(node, info.annotations, self.args, datetime.fromtimestamp(now, UTC), recent,
+                         self._capacity(node))
 
     # -- extension points ---------------------------------------------------------------------------------------
 
@@ -183,14 +204,18 @@ class Dynamic:
         state["Dynamic.now"] = now
         self._prune(now)
         rows = np.arange(table.n_rows, dtype=np.intp)
-        masks = {reason: mask for reason, mask in self.columns.filter(rows, now)}
+        cpu, memory = estimated_resources(pod)
+        incoming = self._incoming(table, cpu, memory)
+        state["Dynamic.incoming"] = (cpu, memory)
+        masks = {reason: mask for reason, mask in self.columns.filter(rows, now, incoming)}
         for node in self.recent:  # few nodes: the reference, with estimates and own bindings
             row = table.rows.get(node)
             if row is None:
                 continue
             for mask in masks.values():
                 mask[row] = False
-            reason = filter_reason(self.node_load(node, now), self.args)
+            reason = filter_reason(self.node_load(node, now), self.args,
+                                   incoming=incoming_fraction(self.args.estimate, cpu, memory, self._capacity(node)))
             if reason is not None:
                 masks.setdefault(reason, np.zeros(table.n_rows, dtype=bool))[row] = True
         rejections = []

@@ -1,0 +1,1 @@
+"""Scheduler-extender latency benchmark: ``python -m bench.extender``."""

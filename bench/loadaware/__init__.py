@@ -1,0 +1,1 @@
+"""The seed documents' experiment, reproduced on simulated nodes with the real scheduling code."""

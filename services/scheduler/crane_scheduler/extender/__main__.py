@@ -1,0 +1,166 @@
+"""``python -m crane_scheduler.extender``: the Dynamic policy as a scheduler extender for the stock kube-scheduler.
+
+One process, one port (default 8888): ``POST /extender/filter``, ``POST /extender/prioritize``, and the usual
+``/healthz``, ``/readyz`` (node cache synced, with ``--node-cache``) and ``/metrics``. ``--node-cache`` watches
+nodes so kube-scheduler can send only names (``nodeCacheCapable: true``); ``--redis-url`` follows the
+event-recorder's binding stream so bursts spread before the annotator's hot value catches up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Coroutine, Sequence
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from kubernetes_asyncio import client
+
+from crane_scheduler.extender.recent import RecentBindings, follow_bindings, retention_for
+from crane_scheduler.extender.server import DEFAULT_MAX_REQUEST_BYTES, Extender, ExtenderMetrics, make_app
+from crane_scheduler.loadaware.dynamic import DynamicArgs, EstimateArgs
+from crane_shared.binding_store import BindingStore
+from crane_shared.bindings import BindingSchema
+from crane_shared.informer import Informer
+from crane_shared.kube import make_api_client
+from crane_shared.logs import configure_logging, get_logger
+from crane_shared.policy import PolicyError, default_policy, load_policy
+from crane_shared.redisconn import redacted, redis_from_args
+from crane_shared.service import ServiceRuntime
+from crane_shared.settings import EnvArgumentParser, add_common_flags, add_redis_flags, common_settings
+
+log = get_logger("crane.extender")
+
+URL_PATH = "/extender"
+
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(name.strip() for name in text.split(",") if name.strip())
+
+
+def build_parser() -> EnvArgumentParser:
+    parser = EnvArgumentParser(prog="python -m crane_scheduler.extender", description=__doc__)
+    p = parser.add_argument_group("policy")
+    p.add_argument(
+        "--policy",
+        env="CRANE_POLICY",
+        default=None,
+        help="DynamicSchedulerPolicy file (upstream format); upstream's default policy without it",
+    )
+    p.add_argument(
+        "--stale",
+        env="CRANE_STALE",
+        choices=["fail-open", "fail-closed"],
+        default="fail-open",
+        help="nodes without fresh load data pass the filter (upstream) or fail it",
+    )
+    p.add_argument(
+        "--legacy-zone",
+        env="CRANE_LEGACY_ZONE",
+        default="Asia/Shanghai",
+        help="zone of legacy timestamps (local wall clock with a bare 'Z', as upstream writes them)",
+    )
+    p.add_argument(
+        "--no-estimate",
+        env="CRANE_NO_ESTIMATE",
+        action="store_true",
+        help="do not add the estimated usage of recently bound pods (needs --redis-url anyway)",
+    )
+    e = parser.add_argument_group("extender")
+    e.add_argument(
+        "--node-cache",
+        env="CRANE_EXTENDER_NODE_CACHE",
+        action="store_true",
+        help="watch nodes, so kube-scheduler may send only node names (nodeCacheCapable: true)",
+    )
+    e.add_argument(
+        "--binding-schedulers",
+        env="CRANE_EXTENDER_BINDING_SCHEDULERS",
+        type=_names,
+        default=None,
+        help="comma-separated scheduler names whose bindings count as recent (default: all, as the "
+        "annotator's hot value)",
+    )
+    e.add_argument(
+        "--max-request-bytes",
+        env="CRANE_EXTENDER_MAX_REQUEST_BYTES",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        help="largest request body accepted (Nodes mode: ~8 KB/node)",
+    )
+    add_common_flags(parser, default_port=8888)
+    add_redis_flags(parser)
+    # Redis is optional here: without it the extender decides on annotations only.
+    parser.set_defaults(redis_url=os.environ.get("CRANE_REDIS_URL"))
+    return parser
+
+
+def dynamic_args(ns: argparse.Namespace) -> DynamicArgs:
+    """The policy and its options from flags; raises PolicyError / ValueError with a message for the operator."""
+    policy = load_policy(ns.policy) if ns.policy else default_policy()
+    try:
+        zone = ZoneInfo(ns.legacy_zone)
+    except (ZoneInfoNotFoundError, ValueError) as err:
+        raise ValueError(f"--legacy-zone {ns.legacy_zone!r}: unknown time zone") from err
+    return DynamicArgs(policy, legacy_zone=zone, stale=ns.stale, estimate=EstimateArgs(enabled=not ns.no_estimate))
+
+
+async def serve(ns: argparse.Namespace, args: DynamicArgs) -> int:
+    settings = common_settings(ns)
+    runtime = ServiceRuntime("crane-extender", settings.listen_host, settings.listen_port)
+    metrics = ExtenderMetrics.create(runtime.registry)
+    workers: list[Coroutine[Any, Any, None]] = []
+    closers: list[Any] = []
+
+    informer = None
+    if ns.node_cache:
+        api = await make_api_client(settings.kube)
+        closers.append(api.close)
+        informer = Informer("nodes", client.CoreV1Api(api).list_node)
+        runtime.add_readiness_check("node-cache", informer.synced.is_set)
+        workers.append(informer.run(runtime.stopping))
+
+    recent = None
+    if ns.redis_url:
+        redis = redis_from_args(ns)
+        closers.append(redis.aclose)
+        recent = RecentBindings(retention_for(args), schedulers=ns.binding_schedulers)
+        store = BindingStore(redis, BindingSchema(ns.redis_prefix))
+        workers.append(
+            follow_bindings(
+                store, recent, runtime.stopping, on_record=lambda result: metrics.bindings.labels(result).inc()
+            )
+        )
+
+    extender = Extender(args, informer=informer, recent=recent, metrics=metrics, max_request_bytes=ns.max_request_bytes)
+    runtime.app.add_subapp(URL_PATH, make_app(extender))
+    log.info(
+        "extender starting",
+        url_path=URL_PATH,
+        node_cache=bool(ns.node_cache),
+        binding_stream=redacted(ns.redis_url) if ns.redis_url else None,
+        stale=args.stale,
+        estimate=args.estimate.enabled,
+    )
+    try:
+        return await runtime.run(*workers)
+    finally:
+        for close in reversed(closers):
+            await close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    configure_logging(ns.log_level, ns.log_format)
+    try:
+        args = dynamic_args(ns)
+    except (PolicyError, ValueError) as err:
+        print(f"crane extender: {err}", file=sys.stderr)
+        return 2
+    return asyncio.run(serve(ns, args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Node loads reused across requests for as long as they provably stay the same.
+
+kube-scheduler asks filter and then prioritize for every pod, each time about the same nodes, and decoding a
+node's load annotations is most of an extender request's cost. ``node_load`` depends on the time only through
+freshness (a reading is fresh while ``now < ts + window``, future while ``ts > now + max_skew``, the hot value
+fresh for 5 minutes) and through which recent bindings fall inside the hot-value ranges; everything else is a
+function of the node's annotations, capacity and recent bindings. So a load computed at ``t0`` is exactly the
+load at any ``t`` in ``[t0, valid_until)``, where ``valid_until`` is the first of those instants after ``t0``.
+
+The instants are derived from ``loadaware.dynamic``'s documented rules; ``tests/unit/extender/test_memo.py``
+checks them against ``node_load`` itself at random times. (They belong next to ``node_load``; until then they
+live here.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from crane_scheduler.extender.protocol import Load, NodeView
+from crane_scheduler.loadaware.dynamic import DynamicArgs, NodeCapacity, NodeLoad, RecentBinding, node_load
+from crane_shared.annotations import (
+    HOT_VALUE_FRESHNESS,
+    HOT_VALUE_KEY,
+    AnnotationError,
+    annotation_key,
+    decode,
+    metric_freshness_window,
+)
+
+__all__ = ["LoadMemo", "valid_until"]
+
+
+def _until(ts: datetime, state: str, window_s: float, skew_s: float) -> float:
+    """When a reading in ``state`` stamped ``ts`` next changes state (inf: never, as time only moves on)."""
+    stamp = ts.timestamp()
+    if state == "fresh":
+        return stamp + window_s
+    if state == "future":
+        return stamp - skew_s
+    return math.inf
+
+
+def valid_until(
+    load: NodeLoad,
+    annotations: Mapping[str, str] | None,
+    args: DynamicArgs,
+    recent: Sequence[RecentBinding],
+    computed_at: float,
+) -> float:
+    """The first instant after ``computed_at`` at which ``node_load`` with the same inputs may differ."""
+    skew = args.max_skew.total_seconds()
+    until = math.inf
+    for sync in args.policy.sync_policy:
+        reading = load.readings.get(sync.name)
+        if reading is not None and reading.timestamp is not None:
+            until = min(
+                until,
+                _until(reading.timestamp, reading.state, metric_freshness_window(sync.period).total_seconds(), skew),
+            )
+    hot_text = (annotations or {}).get(HOT_VALUE_KEY)
+    if hot_text is not None and load.hot_state in ("fresh", "future"):
+        try:
+            hot_ts = decode(hot_text, args.legacy_zone).timestamp
+        except AnnotationError:
+            hot_ts = None
+        if hot_ts is not None:
+            until = min(until, _until(hot_ts, load.hot_state, HOT_VALUE_FRESHNESS.total_seconds(), skew))
+    if args.own_bindings_in_hot_value:
+        for rule in args.policy.hot_value:
+            span = rule.time_range.total_seconds()
+            for binding in recent:  # counted while bound_at > now - range
+                end = binding.bound_at + span
+                if end > computed_at:
+                    until = min(until, end)
+    return until
+
+
+@dataclass
+class _Entry:
+    key: tuple[object, ...]
+    load: NodeLoad
+    since: float
+    until: float
+
+
+class LoadMemo:
+    """One remembered load per node name, reused while its inputs are equal and its validity holds.
+
+    A changed annotation, capacity, binding or policy is a different key and recomputes; memory is one entry
+    per node ever asked about (dropped with ``clear``, e.g. when the policy changes).
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+        self._args: DynamicArgs | None = None
+        self._keys: tuple[str, ...] = ()
+        self.hits = 0
+        self.misses = 0
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def loader(self, args: DynamicArgs, now: datetime, recent_of: Callable[[str], Sequence[RecentBinding]]) -> Load:
+        """A ``Decide.load`` for decisions at ``now``."""
+        if args is not self._args:
+            self._args = args
+            self._keys = (*(annotation_key(s.name) for s in args.policy.sync_policy), HOT_VALUE_KEY)
+            self._entries.clear()
+        keys, entries, t = self._keys, self._entries, now.timestamp()
+
+        def load(name: str, view: NodeView | None) -> NodeLoad:
+            recent = tuple(recent_of(name))
+            annotations: Mapping[str, str] | None = None
+            capacity: NodeCapacity | None = None
+            if view is not None:
+                annotations, capacity = view.annotations, view.capacity
+            key = (tuple(annotations.get(k) for k in keys) if annotations is not None else None, capacity, recent)
+            entry = entries.get(name)
+            if entry is not None and entry.key == key and entry.since <= t < entry.until:
+                self.hits += 1
+                return entry.load
+            self.misses += 1
+            found = node_load(name, annotations, args, now, recent, capacity)
+            entries[name] = _Entry(key, found, t, valid_until(found, annotations, args, recent, t))
+            return found
+
+        return load

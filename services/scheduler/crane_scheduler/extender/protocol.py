@@ -1,0 +1,301 @@
+"""The scheduler-extender wire format (``k8s.io/kube-scheduler/extender/v1``) around the Dynamic policy, pure.
+
+kube-scheduler POSTs ``ExtenderArgs {Pod, Nodes, NodeNames}`` (Go field names) to ``<urlPrefix>/<verb>``:
+``Nodes`` is a ``v1.NodeList`` when the extender is not ``nodeCacheCapable``, else only ``NodeNames`` are sent
+and node data must come from our own cache. Filter answers ``ExtenderFilterResult {Nodes | NodeNames,
+FailedNodes, FailedAndUnresolvableNodes, Error}``; prioritize answers ``[{Host, Score}]`` with Score 0..10.
+
+Rules kube-scheduler imposes (pkg/scheduler/extender.go, schedule_one.go) and this module keeps:
+- the returned nodes are a subset of the input, in input order; in Nodes mode the node objects are echoed back
+  unchanged (kube-scheduler rebuilds its NodeInfo from them); in NodeNames mode a null ``NodeNames`` would
+  filter out every node, so it is always a list;
+- ``Error`` makes the scheduler skip the extender when ``ignorable: true`` (fail open) and fail the cycle
+  otherwise; prioritize has no error field and its errors are always ignored, so a bad prioritize request gets
+  an empty list ("no opinion": every node gets the same 0);
+- ``FailedNodes`` are Unschedulable (preemption may help), ``FailedAndUnresolvableNodes`` are not.
+
+The decisions are ``crane_scheduler.loadaware.dynamic`` unchanged: the same annotations, policy, time and recent
+bindings give the same verdicts and scores as the in-process plugins (scores scaled from 0..100 to 0..10).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from crane_scheduler.loadaware.dynamic import (
+    DynamicArgs,
+    NodeCapacity,
+    NodeLoad,
+    RecentBinding,
+    filter_reason,
+    node_load,
+    score,
+)
+from crane_scheduler.podinfo import CPU, MEMORY, pod_requests, quantity
+
+__all__ = [
+    "MAX_EXTENDER_PRIORITY",
+    "UNKNOWN_NODE_REASON",
+    "Decide",
+    "ExtenderArgs",
+    "Load",
+    "MalformedRequest",
+    "NodeView",
+    "PodView",
+    "extender_score",
+    "filter_error",
+    "filter_nodes",
+    "node_view",
+    "parse_args",
+    "pod_view",
+    "prioritize_nodes",
+]
+
+MAX_EXTENDER_PRIORITY = 10
+"""extenderv1.MaxExtenderPriority: kube-scheduler multiplies by the extender weight and by 100 / 10."""
+UNKNOWN_NODE_REASON = "node(s) unknown to the crane extender's node cache"
+
+Obj = dict[str, Any]
+
+
+class MalformedRequest(ValueError):
+    """The request is not an ``ExtenderArgs``; ``kind`` groups occurrences for the metric and the log."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the policy needs of the pod being scheduled: the DaemonSet exemption and its estimated size."""
+
+    uid: str
+    namespace: str
+    name: str
+    daemonset: bool
+    cpu: float
+    """requested cores (the estimate's factor is applied by the policy)"""
+    memory: float
+    """requested bytes"""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One candidate node as the policy sees it: its load annotations and allocatable capacity."""
+
+    name: str
+    annotations: Mapping[str, str]
+    capacity: NodeCapacity | None
+
+
+@dataclass(frozen=True)
+class ExtenderArgs:
+    """A decoded request. ``nodes`` are the raw ``v1.NodeList`` items, kept to be echoed back unchanged."""
+
+    pod: PodView
+    nodes: tuple[Obj, ...] | None
+    node_names: tuple[str, ...] | None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        if self.nodes is not None:
+            return tuple(_node_name(n) for n in self.nodes)
+        return self.node_names or ()
+
+
+Resolve = Callable[[str], NodeView | None]
+"""Cache lookup by node name (NodeNames mode); None for a node the cache does not know."""
+Recent = Callable[[str], Sequence[RecentBinding]]
+"""Recent bindings to one node, for the hot value and the usage estimate."""
+Load = Callable[[str, NodeView | None], NodeLoad]
+"""``node_load`` of one node under a ``Decide``'s inputs (the server memoizes it)."""
+
+
+@dataclass(frozen=True)
+class Decide:
+    """Everything a decision depends on besides the request: policy, clock, node cache, recent bindings.
+
+    ``load`` replaces the direct ``node_load`` call with an equivalent (memoized) one; None computes directly.
+    """
+
+    args: DynamicArgs
+    now: datetime
+    resolve: Resolve = lambda name: None
+    recent: Recent = lambda name: ()
+    load: Load | None = None
+
+    def node_load(self, name: str, view: NodeView | None) -> NodeLoad:
+        if self.load is not None:
+            return self.load(name, view)
+        if view is None:
+            return node_load(name, None, self.args, self.now, self.recent(name))
+        return node_load(name, view.annotations, self.args, self.now, self.recent(name), view.capacity)
+
+
+# --- decoding ---------------------------------------------------------------------------------------------------
+
+
+def parse_args(body: bytes | str | Any) -> ExtenderArgs:
+    """Decode an ``ExtenderArgs`` (raw JSON or already decoded); raises only ``MalformedRequest``."""
+    if isinstance(body, bytes | str):
+        if not body:
+            raise MalformedRequest("empty", "empty request body; expected ExtenderArgs JSON")
+        try:
+            body = json.loads(body)
+        except (ValueError, RecursionError) as err:
+            raise MalformedRequest("not-json", f"request body is not JSON: {err}") from None
+    if not isinstance(body, dict):
+        raise MalformedRequest("not-object", f"ExtenderArgs must be a JSON object, got {_kind(body)}")
+    pod = body.get("Pod")
+    if not isinstance(pod, dict):
+        raise MalformedRequest("no-pod", f"ExtenderArgs.Pod must be a v1.Pod object, got {_kind(pod)}")
+    nodes = _nodes(body.get("Nodes"))
+    names = _node_names(body.get("NodeNames"))
+    if nodes is None and names is None:
+        raise MalformedRequest("no-nodes", "ExtenderArgs has neither Nodes (a v1.NodeList) nor NodeNames")
+    return ExtenderArgs(pod_view(pod), nodes, names)
+
+
+def _nodes(raw: Any) -> tuple[Obj, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise MalformedRequest("bad-nodes", f"ExtenderArgs.Nodes must be a v1.NodeList object, got {_kind(raw)}")
+    items = raw.get("items")
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise MalformedRequest("bad-nodes", f"ExtenderArgs.Nodes.items must be a list, got {_kind(items)}")
+    for i, item in enumerate(items):
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if not isinstance(name, str) or not name:
+            raise MalformedRequest("bad-nodes", f"ExtenderArgs.Nodes.items[{i}] has no metadata.name")
+    return tuple(items)
+
+
+def _node_names(raw: Any) -> tuple[str, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(n, str) and n for n in raw):
+        raise MalformedRequest("bad-node-names", "ExtenderArgs.NodeNames must be a list of node names")
+    return tuple(raw)
+
+
+def _node_name(node: Obj) -> str:
+    name: str = node["metadata"]["name"]
+    return name
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def pod_view(pod: Mapping[str, Any]) -> PodView:
+    """The pod's identity, DaemonSet ownership (upstream: any owner of kind DaemonSet) and requests."""
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    owners = meta.get("ownerReferences")
+    daemonset = isinstance(owners, list) and any(isinstance(o, dict) and o.get("kind") == "DaemonSet" for o in owners)
+    spec = pod.get("spec")
+    try:
+        # The API server defaults a missing request to the limit, so requests are what the pod may use.
+        requests = pod_requests(spec) if isinstance(spec, dict) else {}
+    except (ValueError, TypeError, AttributeError):  # unparseable resources: no estimate, still scheduled
+        requests = {}
+    return PodView(
+        uid=str(meta.get("uid") or ""),
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        daemonset=daemonset,
+        cpu=requests.get(CPU, 0) / 1000,
+        memory=float(requests.get(MEMORY, 0)),
+    )
+
+
+def node_view(node: Mapping[str, Any]) -> NodeView:
+    """A ``v1.Node`` JSON object as the policy sees it; non-string annotation values count as absent."""
+    meta = node.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        raise MalformedRequest("bad-nodes", f"node {meta.get('name')!r}: metadata.annotations is not an object")
+    if not all(isinstance(v, str) for v in annotations.values()):
+        annotations = {k: v for k, v in annotations.items() if isinstance(v, str)}
+    return NodeView(str(meta.get("name") or ""), annotations, _capacity(node))
+
+
+def _capacity(node: Mapping[str, Any]) -> NodeCapacity | None:
+    status = node.get("status")
+    allocatable = status.get("allocatable") if isinstance(status, dict) else None
+    if not isinstance(allocatable, dict):
+        return None
+    try:
+        cpu, memory = allocatable.get(CPU), allocatable.get(MEMORY)
+        if cpu is None or memory is None:
+            return None
+        return NodeCapacity(cpu=quantity(cpu, milli=True) / 1000, memory=float(quantity(memory)))
+    except (ValueError, TypeError):
+        return None
+
+
+# --- decisions ------------------------------------------------------------------------------------------------
+
+
+def _candidates(req: ExtenderArgs, decide: Decide) -> list[tuple[str, NodeView | None]]:
+    """Input nodes in input order with their data: from the request itself when it carries the objects."""
+    if req.nodes is not None:
+        return [(_node_name(n), node_view(n)) for n in req.nodes]
+    return [(name, decide.resolve(name)) for name in req.node_names or ()]
+
+
+def filter_nodes(req: ExtenderArgs, decide: Decide) -> Obj:
+    """``ExtenderFilterResult``: nodes above a predicate's threshold fail with the policy's node-free reason."""
+    candidates = _candidates(req, decide)
+    passed: list[int] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for i, (name, view) in enumerate(candidates):
+        if view is None:
+            unresolvable[name] = UNKNOWN_NODE_REASON
+            continue
+        reason = None
+        if not req.pod.daemonset:  # upstream: DaemonSet pods always pass (also filter_reason's rule)
+            reason = filter_reason(decide.node_load(name, view), decide.args)
+        if reason is None:
+            passed.append(i)
+        else:
+            failed[name] = reason
+    return {
+        "Nodes": {"items": [req.nodes[i] for i in passed]} if req.nodes is not None else None,
+        "NodeNames": [candidates[i][0] for i in passed] if req.node_names is not None else None,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": "",
+    }
+
+
+def prioritize_nodes(req: ExtenderArgs, decide: Decide) -> list[Obj]:
+    """``HostPriorityList`` for every input node, in input order; a node the cache lacks scores as unannotated."""
+    out: list[Obj] = []
+    for name, view in _candidates(req, decide):
+        out.append({"Host": name, "Score": extender_score(score(decide.node_load(name, view), decide.args))})
+    return out
+
+
+def extender_score(dynamic_score: int) -> int:
+    """0..100 to 0..10, rounding half up (45 -> 5), so equal Dynamic scores stay equal."""
+    return max(0, min(MAX_EXTENDER_PRIORITY, (dynamic_score + 5) // 10))
+
+
+def filter_error(message: str) -> Obj:
+    """A filter answer that makes kube-scheduler skip the extender (``ignorable: true``) or fail the cycle."""
+    return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": message}

@@ -1,0 +1,266 @@
+"""HTTP side of the extender: thin aiohttp handlers around ``protocol``, mountable on any ServiceRuntime app.
+
+``runtime.app.add_subapp("/extender", make_app(extender))`` serves ``POST /extender/filter`` and
+``POST /extender/prioritize`` next to the runtime's /healthz, /readyz and /metrics. Every answer is HTTP 200 with
+a body kube-scheduler can decode: a malformed request or an internal failure becomes ``Error`` (filter) or an
+empty priority list (prioritize), is counted, and is logged once per kind, never a 500 with a stack trace.
+
+Request bodies are read from the stream with our own limit, not aiohttp's ``client_max_size`` (1 MiB by default
+and set by whichever app is mounted on top): without a node cache a request carries every candidate node object,
+about 20 MB for 5000 nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from aiohttp import web
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+
+from crane_scheduler.extender.memo import LoadMemo
+from crane_scheduler.extender.protocol import (
+    Decide,
+    ExtenderArgs,
+    MalformedRequest,
+    NodeView,
+    filter_error,
+    filter_nodes,
+    node_view,
+    parse_args,
+    prioritize_nodes,
+)
+from crane_scheduler.extender.recent import RecentBindings
+from crane_scheduler.loadaware.dynamic import DynamicArgs, RecentBinding
+from crane_shared.informer import Informer
+from crane_shared.logs import LogOnce, get_logger
+
+__all__ = ["DEFAULT_MAX_REQUEST_BYTES", "EXTENDER", "Extender", "ExtenderMetrics", "make_app"]
+
+log = get_logger("crane.extender")
+
+Verb = Literal["filter", "prioritize"]
+DEFAULT_MAX_REQUEST_BYTES = 256 * 1024 * 1024
+EXTENDER: web.AppKey[Extender] = web.AppKey("extender")
+
+
+class Unavailable(Exception):
+    """The request is valid but cannot be answered right now (node cache not synced, no cache at all)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class ExtenderMetrics:
+    requests: Counter
+    duration: Histogram
+    malformed: Counter
+    verdicts: Counter
+    bindings: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry = REGISTRY) -> ExtenderMetrics:
+        """One set per registry (prometheus-client refuses to register a name twice)."""
+        existing = _METRICS.get(id(registry))
+        if existing is not None:
+            return existing
+        metrics = cls(
+            requests=Counter(
+                "crane_extender_requests_total",
+                "Extender requests by verb and result (ok, malformed, unavailable, error)",
+                ["verb", "result"],
+                registry=registry,
+            ),
+            duration=Histogram(
+                "crane_extender_request_duration_seconds",
+                "Extender request handling time, body read to response",
+                ["verb"],
+                registry=registry,
+                buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            ),
+            malformed=Counter(
+                "crane_extender_malformed_requests_total",
+                "Requests answered with Error because they are not ExtenderArgs, by kind",
+                ["kind"],
+                registry=registry,
+            ),
+            verdicts=Counter(
+                "crane_extender_filter_nodes_total",
+                "Nodes judged by the filter verb, by verdict (passed, failed, unknown)",
+                ["verdict"],
+                registry=registry,
+            ),
+            bindings=Counter(
+                "crane_extender_binding_records_total",
+                "Binding-stream records, by what became of them (counted, ignored, undecodable, stream-error)",
+                ["result"],
+                registry=registry,
+            ),
+        )
+        _METRICS[id(registry)] = metrics
+        return metrics
+
+
+_METRICS: dict[int, ExtenderMetrics] = {}
+
+
+class Extender:
+    """The extender's state: policy (``args``; assign a new value to reload), node cache, recent bindings.
+
+    ``informer`` is the node informer for nodeCacheCapable mode (None: requests must carry Nodes). ``recent``
+    follows the binding stream (None: annotations only).
+    """
+
+    def __init__(
+        self,
+        args: DynamicArgs,
+        *,
+        informer: Informer | None = None,
+        recent: RecentBindings | None = None,
+        metrics: ExtenderMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    ) -> None:
+        self.args = args
+        self.informer = informer
+        self.recent = recent
+        self.metrics = metrics or ExtenderMetrics.create()
+        self.clock = clock
+        self.max_request_bytes = max_request_bytes
+        self._once = LogOnce(log)
+        self.memo = LoadMemo()
+        self._views: dict[str, tuple[dict[str, Any], NodeView]] = {}
+
+    def decide(self, now: float) -> Decide:
+        """Inputs of the decisions at ``now``; node loads come from the memo while provably unchanged."""
+        informer, recent = self.informer, self.recent
+
+        views = self._views
+
+        def resolve(name: str) -> NodeView | None:
+            node = informer.cache.get(name) if informer is not None else None
+            if node is None:
+                return None
+            seen = views.get(name)
+            if seen is not None and seen[0] is node:  # the informer stores a new object on every change
+                return seen[1]
+            view = node_view(node)
+            if informer is not None and len(views) > 2 * len(informer.cache) + 100:
+                views.clear()  # deleted nodes: forget them now and then
+            views[name] = (node, view)
+            return view
+
+        def recent_of(name: str) -> tuple[RecentBinding, ...]:
+            return recent.for_node(name, now) if recent is not None else ()
+
+        at = datetime.fromtimestamp(now, UTC)
+        return Decide(self.args, at, resolve, recent_of, self.memo.loader(self.args, at, recent_of))
+
+    def answer(self, verb: Verb, body: bytes) -> tuple[Any, str]:
+        """The response body for one request and its result label; never raises."""
+        try:
+            req = parse_args(body)
+            self._check_cache(req)
+            if self.recent is not None:
+                self.recent.remember(req.pod)
+            decide = self.decide(self.clock())
+            if verb == "prioritize":
+                return prioritize_nodes(req, decide), "ok"
+            result = filter_nodes(req, decide)
+            self._count_verdicts(req, result)
+            return result, "ok"
+        except MalformedRequest as err:
+            self.metrics.malformed.labels(err.kind).inc()
+            self._once.warning(f"malformed:{err.kind}", "malformed extender request", verb=verb, error=str(err))
+            return self._failure(verb, f"crane extender: malformed {verb} request: {err}"), "malformed"
+        except Unavailable as err:
+            self._once.warning(
+                f"unavailable:{err.kind}", "extender request cannot be answered", verb=verb, error=str(err)
+            )
+            return self._failure(verb, f"crane extender: {err}"), "unavailable"
+        except Exception as err:  # a bug must cost one decision (the scheduler skips us), not a 500
+            self._once.warning(f"error:{type(err).__name__}", "extender request failed", verb=verb, exc_info=True)
+            return self._failure(verb, f"crane extender: internal error: {type(err).__name__}: {err}"), "error"
+
+    def _check_cache(self, req: ExtenderArgs) -> None:
+        if req.nodes is not None:
+            return
+        if self.informer is None:
+            raise Unavailable(
+                "no-node-cache",
+                "this extender runs without a node cache and needs Nodes: set "
+                "nodeCacheCapable: false in the scheduler's extender config, or start the "
+                "extender with --node-cache",
+            )
+        if not self.informer.synced.is_set():
+            raise Unavailable("cache-not-synced", "node cache not synced yet")
+
+    def _count_verdicts(self, req: ExtenderArgs, result: dict[str, Any]) -> None:
+        failed, unknown = len(result["FailedNodes"]), len(result["FailedAndUnresolvableNodes"])
+        verdicts = self.metrics.verdicts
+        verdicts.labels("passed").inc(max(0, len(req.names) - failed - unknown))
+        verdicts.labels("failed").inc(failed)
+        verdicts.labels("unknown").inc(unknown)
+
+    @staticmethod
+    def _failure(verb: Verb, message: str) -> Any:
+        return filter_error(message) if verb == "filter" else []
+
+    async def handle(self, request: web.Request, verb: Verb) -> web.Response:
+        started = time.perf_counter()
+        try:
+            body = await _read_body(request, self.max_request_bytes)
+        except _TooLarge as err:
+            self.metrics.malformed.labels("too-large").inc()
+            self._once.warning("malformed:too-large", "extender request too large", verb=verb, error=str(err))
+            result: Any = self._failure(verb, f"crane extender: {err}")
+            outcome = "malformed"
+        else:
+            result, outcome = self.answer(verb, body)
+        response = web.json_response(result, dumps=_dumps)
+        self.metrics.requests.labels(verb, outcome).inc()
+        self.metrics.duration.labels(verb).observe(time.perf_counter() - started)
+        return response
+
+
+def _dumps(obj: Any) -> str:
+    """Compact JSON: without a node cache the filter answer echoes every passing node object."""
+    return json.dumps(obj, separators=(",", ":"), check_circular=False)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(1 << 20):
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge(f"request body larger than {limit} bytes (--max-request-bytes)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _filter(request: web.Request) -> web.Response:
+    return await request.app[EXTENDER].handle(request, "filter")
+
+
+async def _prioritize(request: web.Request) -> web.Response:
+    return await request.app[EXTENDER].handle(request, "prioritize")
+
+
+def make_app(extender: Extender) -> web.Application:
+    """A sub-application with ``POST /filter`` and ``POST /prioritize``; mount it under the urlPrefix path."""
+    app = web.Application()
+    app[EXTENDER] = extender
+    app.router.add_post("/filter", _filter)
+    app.router.add_post("/prioritize", _prioritize)
+    return app

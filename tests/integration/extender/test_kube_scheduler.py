@@ -1,0 +1,248 @@
+"""The stock kube-scheduler (the real v1.35 binary) configured with our extender avoids the overloaded node.
+
+Both wire modes: ``nodeCacheCapable: false`` (node objects in every request; extender in-process) and ``true``
+(names only; the extender runs as its own process, ``python -m crane_scheduler.extender --node-cache``, and
+watches nodes). The test pods select this test's three nodes by label and use a scheduler name of their own, so
+other tests' nodes and pods on the shared cluster do not interfere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp import web
+from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry
+
+from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.fleet import make_fleet
+from crane_sandbox.pod_follower import create_nodes
+from crane_sandbox.procs import ManagedProcess, free_port
+from crane_scheduler.extender.server import Extender, ExtenderMetrics, make_app
+from crane_scheduler.loadaware.dynamic import DynamicArgs
+from crane_shared.annotations import encode_usage
+from crane_shared.policy import default_policy
+
+METRICS = (
+    "cpu_usage_avg_5m",
+    "cpu_usage_max_avg_1h",
+    "cpu_usage_max_avg_1d",
+    "mem_usage_avg_5m",
+    "mem_usage_max_avg_1h",
+    "mem_usage_max_avg_1d",
+)
+HOT_REASON = "node(s) had cpu_usage_avg_5m above 0.65"
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[Any]], timeout: float, what: str, alive: Callable[[], None] = lambda: None
+) -> Any:
+    """Poll ``probe`` until it returns something truthy; ``alive`` raises when a process we need has died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive()
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def annotate(kube: client.ApiClient, node: str, cpu_5m: float) -> None:
+    """What the annotator writes: every metric of the default policy, stamped now (one merge patch)."""
+    now = datetime.now(UTC)
+    values = dict.fromkeys(METRICS, 0.2) | {"cpu_usage_avg_5m": cpu_5m}
+    body = {"metadata": {"annotations": {m: encode_usage(v, now) for m, v in values.items()}}}
+    await client.CoreV1Api(kube).patch_node(node, body, _content_type="application/merge-patch+json")
+
+
+@contextlib.asynccontextmanager
+async def extender_in_process(registry: CollectorRegistry) -> AsyncIterator[str]:
+    """The extender as an aiohttp sub-app on a free port, without node cache; yields the urlPrefix."""
+    app = web.Application()
+    app.add_subapp(
+        "/extender", make_app(Extender(DynamicArgs(default_policy()), metrics=ExtenderMetrics.create(registry)))
+    )
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}/extender"
+    finally:
+        await runner.cleanup()
+
+
+async def _get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as s, s.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+        return r.status, await r.text()
+
+
+@contextlib.asynccontextmanager
+async def extender_process(cluster: LocalCluster, run_dir: Path) -> AsyncIterator[str]:
+    """``python -m crane_scheduler.extender --node-cache`` as a child process, ready (node cache synced)."""
+    port = free_port()
+    proc = ManagedProcess(
+        "crane-extender",
+        [
+            sys.executable,
+            "-m",
+            "crane_scheduler.extender",
+            "--node-cache",
+            "--port",
+            str(port),
+            "--listen-address",
+            "127.0.0.1",
+            "--kubeconfig",
+            str(cluster.kubeconfig_path),
+            "--log-level",
+            "debug",
+        ],
+        run_dir / "logs" / f"crane-extender-{port}.log",
+    )
+    await proc.start()
+    try:
+
+        async def ready() -> bool:
+            return (await _get(f"http://127.0.0.1:{port}/readyz"))[0] == 200
+
+        await proc.wait_ready(ready, timeout=30)
+        yield f"http://127.0.0.1:{port}/extender"
+    finally:
+        await proc.stop()
+
+
+@contextlib.asynccontextmanager
+async def kube_scheduler(
+    cluster: LocalCluster, run_dir: Path, tmp_path: Path, url_prefix: str, *, node_cache: bool, scheduler_name: str
+) -> AsyncIterator[ManagedProcess]:
+    """The real kube-scheduler with one profile and our extender, exactly as the README configures it."""
+    assert cluster.binaries is not None
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(cluster.kubeconfig_path)},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": scheduler_name}],
+        "extenders": [
+            {
+                "urlPrefix": url_prefix,
+                "filterVerb": "filter",
+                "prioritizeVerb": "prioritize",
+                "weight": 1,
+                "nodeCacheCapable": node_cache,
+                "ignorable": False,  # here an extender failure must show, not be skipped
+                "httpTimeout": "5s",
+            }
+        ],
+    }
+    path = tmp_path / "kube-scheduler.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = ManagedProcess(
+        "kube-scheduler",
+        [str(cluster.binaries.scheduler), f"--config={path}", "--secure-port=0", "--v=2"],
+        run_dir / "logs" / f"kube-scheduler-{scheduler_name}.log",
+    )
+    await proc.start()
+    try:
+        yield proc
+    finally:
+        await proc.stop()
+
+
+def _pod(name: str, scheduler_name: str, tag: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": scheduler_name,
+            "nodeSelector": {"crane-extender-e2e": tag},
+            "containers": [
+                {"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize("node_cache", [False, True], ids=["nodeCacheCapable-false", "nodeCacheCapable-true"])
+async def test_stock_kube_scheduler_with_the_extender_avoids_the_overloaded_node(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, run_dir: Path, tmp_path: Path, node_cache: bool
+) -> None:
+    v1 = client.CoreV1Api(kube)
+    tag = f"ext{'cache' if node_cache else 'list'}-{uuid.uuid4().hex[:6]}"
+    scheduler_name = f"crane-e2e-{tag}"
+    fleet = make_fleet(3, prefix=f"{tag}-", labels={"crane-extender-e2e": tag})
+    await create_nodes(kube, fleet)
+    for sim in fleet:  # the API's TaintNodesByCondition adds not-ready; no node controller here removes it
+        await v1.patch_node(sim.name, {"spec": {"taints": None}}, _content_type="application/merge-patch+json")
+    hot, cool = fleet[0].name, {n.name for n in fleet[1:]}
+    await annotate(kube, hot, 0.9)
+    for name in cool:
+        await annotate(kube, name, 0.2)
+
+    registry = CollectorRegistry()
+    extender = extender_process(cluster, run_dir) if node_cache else extender_in_process(registry)
+    async with (
+        extender as url_prefix,
+        kube_scheduler(
+            cluster, run_dir, tmp_path, url_prefix, node_cache=node_cache, scheduler_name=scheduler_name
+        ) as sched,
+    ):
+
+        def alive() -> None:
+            assert sched.running, f"kube-scheduler exited:\n{sched.tail()}"
+
+        names = [f"p{i}" for i in range(6)]
+        for name in names:
+            await v1.create_namespaced_pod(namespace, _pod(name, scheduler_name, tag))
+
+        async def placed() -> dict[str, str] | None:
+            pods = (await v1.list_namespaced_pod(namespace)).items
+            where = {p.metadata.name: p.spec.node_name for p in pods if p.spec.node_name}
+            return where if len(where) == len(names) else None
+
+        where = await eventually(placed, 60, "all pods bound", alive)
+        assert set(where.values()) <= cool, f"pods landed on the overloaded node {hot}: {where}"
+
+        # Now every node is overloaded: the pod stays pending, and the scheduler's message groups our reason.
+        for name in cool:
+            await annotate(kube, name, 0.95)
+        if node_cache:  # the extender's node watch must have seen the patches before the scheduler asks
+
+            async def extender_sees_them_hot() -> bool:
+                args = {"Pod": _pod("probe", scheduler_name, tag), "NodeNames": sorted(cool)}
+                async with aiohttp.ClientSession() as s, s.post(f"{url_prefix}/filter", json=args) as r:
+                    return set((await r.json())["FailedNodes"]) == cool
+
+            await eventually(extender_sees_them_hot, 10, "the extender's node cache to see the new annotations")
+        await v1.create_namespaced_pod(namespace, _pod("late", scheduler_name, tag))
+
+        async def unschedulable_message() -> str | None:
+            pod = await v1.read_namespaced_pod("late", namespace)
+            for cond in pod.status.conditions or ():
+                if cond.type == "PodScheduled" and cond.status == "False" and HOT_REASON in (cond.message or ""):
+                    return str(cond.message)
+            assert not pod.spec.node_name, f"pod bound to {pod.spec.node_name} although every node is overloaded"
+            return None
+
+        message = await eventually(unschedulable_message, 60, "the pod to be reported unschedulable", alive)
+        assert f"3 {HOT_REASON}" in message, message
+
+        if node_cache:
+            _, metrics = await _get(url_prefix.removesuffix("/extender") + "/metrics")
+            assert 'crane_extender_requests_total{result="ok",verb="filter"}' in metrics
+        else:
+            assert (
+                registry.get_sample_value("crane_extender_requests_total", {"verb": "filter", "result": "ok"}) or 0
+            ) >= len(names) + 1

@@ -1,0 +1,155 @@
+"""The extender over HTTP, mounted on a ServiceRuntime app: always a 200 kube-scheduler can decode."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry
+
+from crane_scheduler.extender.server import Extender, ExtenderMetrics, make_app
+from crane_scheduler.loadaware.dynamic import DynamicArgs
+from crane_shared.informer import Informer
+from crane_shared.logs import LogOnce
+from crane_shared.policy import default_policy
+from crane_shared.service import ServiceRuntime
+from tests.unit.extender.builders import names_args, node, nodes_args, pod, usage
+
+
+@dataclass
+class Recorder:
+    """Stands in for a structlog logger: records warnings."""
+
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self.events.append((event, fields))
+
+
+@dataclass
+class Served:
+    client: TestClient  # type: ignore[type-arg]
+    extender: Extender
+    registry: CollectorRegistry
+    log: Recorder
+
+    async def post(self, verb: str, body: Any) -> Any:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        resp = await self.client.post(f"/extender/{verb}", data=data, headers={"Content-Type": "application/json"})
+        assert resp.status == 200, await resp.text()
+        return await resp.json()
+
+    def count(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+
+async def _never(**kw: Any) -> Any:
+    raise AssertionError("the test fills the cache itself")
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[Served]:
+    runtime = ServiceRuntime("test-extender", registry=CollectorRegistry())
+    informer = Informer("nodes", _never)
+    extender = Extender(
+        DynamicArgs(default_policy()),
+        informer=informer,
+        metrics=ExtenderMetrics.create(runtime.registry),
+        max_request_bytes=64 * 2**20,
+    )
+    log = Recorder()
+    extender._once = LogOnce(log)  # type: ignore[arg-type]
+    runtime.app.add_subapp("/extender", make_app(extender))
+    client = TestClient(TestServer(runtime.app))
+    await client.start_server()
+    yield Served(client, extender, runtime.registry, log)
+    await client.close()
+
+
+FLEET = [node("cool", usage(0.1)), node("hot", usage({"cpu_usage_avg_5m": 0.9}))]
+
+
+def fresh(fleet: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fleet with timestamps of now (the server uses the real clock)."""
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC)
+    out = []
+    for n in fleet:
+        values = {k: float(v.split(",")[0]) for k, v in n["metadata"]["annotations"].items()}
+        out.append(node(n["metadata"]["name"], usage(values, now=now)))
+    return out
+
+
+async def test_filter_and_prioritize_are_served_under_the_url_prefix(served: Served) -> None:
+    fleet = fresh(FLEET)
+    result = await served.post("filter", nodes_args(pod(), fleet))
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["cool"]
+    assert result["FailedNodes"] == {"hot": "node(s) had cpu_usage_avg_5m above 0.65"}
+    scores = await served.post("prioritize", nodes_args(pod(), fleet))
+    assert [h["Host"] for h in scores] == ["cool", "hot"]
+    assert served.count("crane_extender_requests_total", verb="filter", result="ok") == 1
+    assert served.count("crane_extender_filter_nodes_total", verdict="failed") == 1
+    metrics = await (await served.client.get("/metrics")).text()
+    assert 'crane_extender_requests_total{result="ok",verb="prioritize"} 1.0' in metrics
+    assert "crane_extender_request_duration_seconds_bucket" in metrics
+
+
+async def test_cache_mode_reads_the_informer_once_synced(served: Served) -> None:
+    informer = served.extender.informer
+    assert informer is not None
+    informer.cache.update({n["metadata"]["name"]: n for n in fresh(FLEET)})
+    early = await served.post("filter", names_args(pod(), ["cool", "hot"]))
+    assert early["Error"] == "crane extender: node cache not synced yet"
+    informer.synced.set()
+    result = await served.post("filter", names_args(pod(), ["cool", "hot", "gone"]))
+    assert result["NodeNames"] == ["cool"]
+    assert set(result["FailedNodes"]) == {"hot"} and set(result["FailedAndUnresolvableNodes"]) == {"gone"}
+    assert served.count("crane_extender_requests_total", verb="filter", result="unavailable") == 1
+
+
+async def test_names_without_a_node_cache_explain_the_configuration_fix(served: Served) -> None:
+    served.extender.informer = None
+    result = await served.post("filter", names_args(pod(), ["a"]))
+    assert "nodeCacheCapable: false" in result["Error"] and "--node-cache" in result["Error"]
+    assert await served.post("prioritize", names_args(pod(), ["a"])) == []
+
+
+async def test_malformed_requests_get_error_not_500_counted_and_logged_once(served: Served) -> None:
+    for _ in range(3):
+        result = await served.post("filter", b"{not json")
+        assert result["Error"].startswith("crane extender: malformed filter request: request body is not JSON")
+        assert result["Nodes"] is None and result["NodeNames"] is None
+    assert await served.post("prioritize", {"Pod": {}}) == []
+    assert served.count("crane_extender_malformed_requests_total", kind="not-json") == 3
+    assert served.count("crane_extender_requests_total", verb="filter", result="malformed") == 3
+    assert served.count("crane_extender_requests_total", verb="prioritize", result="malformed") == 1
+    assert [f["kind"] for _, f in served.log.events] == ["malformed:not-json", "malformed:no-nodes"]
+
+
+async def test_an_internal_failure_is_an_error_answer_not_a_stack_trace(served: Served) -> None:
+    served.extender.args = None  # type: ignore[assignment]
+    result = await served.post("filter", nodes_args(pod(), FLEET))
+    assert result["Error"].startswith("crane extender: internal error: AttributeError")
+    assert "Traceback" not in result["Error"]
+    assert await served.post("prioritize", nodes_args(pod(), FLEET)) == []
+    assert served.count("crane_extender_requests_total", verb="filter", result="error") == 1
+
+
+async def test_bodies_beyond_aiohttps_default_limit_are_read(served: Served) -> None:
+    fleet = [node(f"n{i:04d}", usage(0.2)) for i in range(2000)]
+    body = json.dumps(nodes_args(pod(), fleet)).encode()
+    assert len(body) > 2**20  # aiohttp's default client_max_size
+    scores = await served.post("prioritize", body)
+    assert len(scores) == 2000
+
+
+async def test_a_body_over_the_configured_limit_is_refused_cleanly(served: Served) -> None:
+    served.extender.max_request_bytes = 1000
+    result = await served.post("filter", nodes_args(pod(), fresh(FLEET)))
+    assert "larger than 1000 bytes" in result["Error"]
+    assert served.count("crane_extender_malformed_requests_total", kind="too-large") == 1
