@@ -21,7 +21,8 @@ def main() -> None:
     for svc in (MEMORY_HEAVY, CPU_HEAVY):
         print(f"\n{svc.name}: real {svc.real_cpu:g} CPU / {svc.real_mem_gi:g}Gi, "
               f"requests {svc.req_cpu:g} CPU / {svc.req_mem_gi:g}Gi per replica")
-        print(f"  {'strategy':10} {'placed':>6} {'overload after':>14} {'peak use':>8} {'spread':>6}  per node  final use")
+        header = f"{'strategy':10} {'placed':>6} {'overload after':>14} {'peak use':>8} {'spread':>6}"
+        print(f"  {header}  per node  final use")
         outcomes: list[Outcome] = [run(s, svc, replicas=args.replicas, interval=args.interval)
                                    for s in ("requests", "upstream", "ours")]
         for o in outcomes:
@@ -31,8 +32,8 @@ def main() -> None:
                   f"{'/'.join(map(str, o.per_node)):8}  {' '.join(f'{u:.2f}' for u in used)}")
         ref = outcomes[0]
         for o in outcomes[1:]:
-            print(f"  {o.strategy} vs requests-only: spread {o.spread / ref.spread:.2f}x, peak {o.peak / ref.peak:.2f}x, "
-                  f"placed {o.placed / ref.placed:.2f}x")
+            print(f"  {o.strategy} vs requests-only: spread {o.spread / ref.spread:.2f}x, "
+                  f"peak {o.peak / ref.peak:.2f}x, placed {o.placed / ref.placed:.2f}x")
 
 
 if __name__ == "__main__":

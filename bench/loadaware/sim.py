@@ -86,9 +86,10 @@ def _node_obj(n: SimNode, annotations: dict[str, str]) -> dict[str, Any]:
 
 
 def _pod_obj(name: str, cpu: float, mem_gi: float, node: str = "") -> dict[str, Any]:
+    requests = {"cpu": str(cpu), "memory": f"{mem_gi}Gi"}
     return {"metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}"},
-            "spec": {"schedulerName": "crane-scheduler", "nodeName": node or None, "containers": [
-                {"name": "c", "image": "stress", "resources": {"requests": {"cpu": str(cpu), "memory": f"{mem_gi}Gi"}}}]}}
+            "spec": {"schedulerName": "crane-scheduler", "nodeName": node or None,
+                     "containers": [{"name": "c", "image": "stress", "resources": {"requests": requests}}]}}
 
 
 @dataclass

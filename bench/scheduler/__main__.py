@@ -1,0 +1,410 @@
+"""SchedulingBasic, on the real API server: crane-scheduler against kube-scheduler, and the bind ceiling.
+
+For each node count: a fresh local cluster (etcd + kube-apiserver), N nodes (4 cpu, 32Gi, 110 pods, as
+scheduler_perf's node template), then three runs one after the other, each on P pre-created pending pods
+(100m / 500Mi, as scheduler_perf's pod template) in a fresh namespace, deleted afterwards so every run starts
+from empty nodes:
+
+1. crane-scheduler (the real command, a child process);
+2. kube-scheduler built from the same pinned Kubernetes release, same client QPS/burst;
+3. binds alone: the same P pods bound round-robin by a plain client at the same concurrency, the API server's
+   ceiling on this machine for the one write every scheduler must make per pod.
+
+Throughput is pods / (last bind - first bind), observed through a watch. Our per-pod decision latency comes from
+the scheduler's own ``scheduler_scheduling_algorithm_duration_seconds`` histogram (interpolated percentiles).
+
+    .venv/bin/python -m bench.scheduler                       # 1,000 and 5,000 nodes, 10,000 pods
+    .venv/bin/python -m bench.scheduler --nodes 500 --pods 2000   # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from kubernetes_asyncio import client
+
+from crane_sandbox.cluster import LocalCluster, new_run_dir
+from crane_sandbox.kubebin import ensure_binaries
+from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
+from crane_scheduler.informers import Informer
+from crane_scheduler.kubeclient import skip_per_request_env_lookups
+from crane_shared.kube import api_client_from_dict, bind_pod
+
+NODE_RESOURCES = {"cpu": "4", "memory": "32Gi", "pods": "110"}
+POD_REQUESTS = {"cpu": "100m", "memory": "500Mi"}
+
+
+@dataclass
+class Run:
+    label: str
+    pods: int
+    bound: int
+    seconds: float  # first bind .. last bind
+    total_seconds: float  # process start (or first call) .. last bind
+    events_at_last_bind: int = -1  # Scheduled events already written when the last pod was bound
+    events_done: float = float("nan")  # seconds from the first bind until every Scheduled event was written
+
+    @property
+    def rate(self) -> float:
+        return self.bound / self.seconds if self.seconds > 0 else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------- cluster objects
+
+
+async def gather_limited(coros: list[Any], limit: int) -> None:
+    sem = asyncio.Semaphore(limit)
+
+    async def one(c: Any) -> None:
+        async with sem:
+            await c
+
+    await asyncio.gather(*(one(c) for c in coros))
+
+
+async def create_nodes(api: client.ApiClient, n: int) -> None:
+    v1 = client.CoreV1Api(api)
+
+    async def one(i: int) -> None:
+        name = f"node-{i:05d}"
+        body = {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "bench": "true"}}}
+        (await v1.create_node(body, _preload_content=False)).release()
+        (
+            await v1.patch_node_status(
+                name, {"status": {"capacity": NODE_RESOURCES, "allocatable": NODE_RESOURCES}}, _preload_content=False
+            )
+        ).release()
+        # No node lifecycle controller runs to lift the not-ready taint the API server adds.
+        (
+            await v1.patch_node(
+                name, {"spec": {"taints": None}}, _content_type="application/merge-patch+json", _preload_content=False
+            )
+        ).release()
+
+    await gather_limited([one(i) for i in range(n)], 100)
+
+
+async def create_pods(api: client.ApiClient, namespace: str, n: int, scheduler: str) -> None:
+    v1 = client.CoreV1Api(api)
+    resources = {"requests": POD_REQUESTS, "limits": POD_REQUESTS}
+
+    async def one(i: int) -> None:
+        body = {
+            "metadata": {"name": f"pod-{i:05d}"},
+            "spec": {
+                "schedulerName": scheduler,
+                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10", "resources": resources}],
+            },
+        }
+        (await v1.create_namespaced_pod(namespace, body, _preload_content=False)).release()
+
+    await gather_limited([one(i) for i in range(n)], 100)
+
+
+async def fresh_namespace(api: client.ApiClient, name: str) -> str:
+    (await client.CoreV1Api(api).create_namespace({"metadata": {"name": name}}, _preload_content=False)).release()
+    return name
+
+
+async def delete_pods(api: client.ApiClient, namespace: str) -> None:
+    (
+        await client.CoreV1Api(api).delete_collection_namespaced_pod(
+            namespace, grace_period_seconds=0, _preload_content=False
+        )
+    ).release()
+
+
+class BindWatch:
+    """Records when each pod of a namespace is first seen bound (a watch, so observing costs little)."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, expected: int) -> None:
+        self.times: dict[str, float] = {}
+        self.expected = expected
+        self.done = asyncio.Event()
+        core = client.CoreV1Api(api)
+
+        async def list_fn(**kw: Any) -> Any:
+            return await core.list_namespaced_pod(namespace, **kw)
+
+        self.informer = Informer("bench-pods", list_fn, self)
+
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        for obj in items:
+            self.upsert(obj)
+
+    def upsert(self, obj: dict[str, Any]) -> None:
+        if obj["spec"].get("nodeName") and obj["metadata"]["uid"] not in self.times:
+            self.times[obj["metadata"]["uid"]] = time.monotonic()
+            if len(self.times) >= self.expected:
+                self.done.set()
+
+    def delete(self, obj: dict[str, Any]) -> None:
+        pass
+
+
+async def measure(
+    api: client.ApiClient, namespace: str, pods: int, label: str, start: Any, timeout: float, expect_events: bool = True
+) -> Run:
+    """Run ``start()`` (a coroutine starting the scheduler or the binder) and time the binds it causes."""
+    watch = BindWatch(api, namespace, pods)
+    stopping = asyncio.Event()
+    watcher = asyncio.create_task(watch.informer.run(stopping))
+    await watch.informer.synced.wait()
+    t0 = time.monotonic()
+    await start()
+    try:
+        await asyncio.wait_for(watch.done.wait(), timeout)
+    except TimeoutError:
+        print(f"  {label}: only {len(watch.times)}/{pods} bound after {timeout:.0f}s", file=sys.stderr)
+    stopping.set()
+    watcher.cancel()
+    times = sorted(watch.times.values())
+    if not times:
+        return Run(label, pods, 0, 0.0, 0.0)
+    run = Run(label, pods, len(times), times[-1] - times[0], times[-1] - t0, await scheduled_events(api, namespace))
+    if expect_events:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:  # polling: events have no cheaper completion signal here
+            if await scheduled_events(api, namespace) >= len(times):
+                break
+            await asyncio.sleep(0.2)
+        run.events_done = time.monotonic() - times[0]
+    return run
+
+
+async def scheduled_events(api: client.ApiClient, namespace: str) -> int:
+    resp = await client.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector="reason=Scheduled", _preload_content=False
+    )
+    count = len(json.loads(await resp.read())["items"])
+    resp.release()
+    return count
+
+
+# ---------------------------------------------------------------------------------------------- the contenders
+
+
+async def run_ours(
+    cluster: LocalCluster, api: client.ApiClient, args: argparse.Namespace, run_dir: Path, namespace: str
+) -> tuple[Run, dict[str, float]]:
+    name = "crane-bench"
+    cfg = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"qps": args.qps, "burst": args.burst},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": name}],
+    }
+    path = run_dir / "crane-scheduler.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    port = free_port()
+    proc = ManagedProcess(
+        "crane-scheduler",
+        [
+            sys.executable,
+            "-m",
+            "crane_scheduler",
+            "--config",
+            str(path),
+            "--kubeconfig",
+            str(cluster.kubeconfig_path),
+            "--port",
+            str(port),
+            "--listen-address",
+            "127.0.0.1",
+            "--bind-concurrency",
+            str(args.concurrency),
+            "--event-concurrency",
+            str(args.event_concurrency),
+            "--log-level",
+            "warning",
+        ],
+        run_dir / "logs" / "crane-scheduler.log",
+    )
+    await create_pods(api, namespace, args.pods, name)
+    try:
+        run = await measure(api, namespace, args.pods, "crane-scheduler", proc.start, args.timeout)
+        latency = await decision_latency(port, name)
+    finally:
+        await proc.stop()
+    return run, latency
+
+
+async def run_kube(
+    cluster: LocalCluster, api: client.ApiClient, args: argparse.Namespace, run_dir: Path, namespace: str
+) -> Run:
+    name = "kube-bench"
+    cfg = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(cluster.kubeconfig_path), "qps": args.qps, "burst": args.burst},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": name}],
+    }
+    path = run_dir / "kube-scheduler.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    port = free_port()
+    proc = ManagedProcess(
+        "kube-scheduler",
+        [
+            str(ensure_binaries().scheduler),
+            f"--config={path}",
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+            "--v=1",
+        ],
+        run_dir / "logs" / "kube-scheduler.log",
+    )
+    await create_pods(api, namespace, args.pods, name)
+
+    async def start() -> None:
+        await proc.start()
+        await proc.wait_ready(lambda: tcp_open("127.0.0.1", port), timeout=60)
+
+    try:
+        return await measure(api, namespace, args.pods, "kube-scheduler", start, args.timeout)
+    finally:
+        await proc.stop()
+
+
+async def run_binds(cluster: LocalCluster, api: client.ApiClient, args: argparse.Namespace, namespace: str) -> Run:
+    await create_pods(api, namespace, args.pods, "nobody")
+    binder = await api_client_from_dict(cluster.kubeconfig_dict(), qps=args.qps, burst=args.burst)
+    skip_per_request_env_lookups(binder)  # as crane-scheduler does
+    resp = await client.CoreV1Api(api).list_namespaced_pod(namespace, _preload_content=False)
+    pods = [(p["metadata"]["name"], p["metadata"]["uid"]) for p in json.loads(await resp.read())["items"]]
+    resp.release()
+
+    async def start() -> None:
+        async def bind_all() -> None:
+            await gather_limited(
+                [
+                    bind_pod(binder, namespace, name, uid, f"node-{i % args.nodes_now:05d}")
+                    for i, (name, uid) in enumerate(pods)
+                ],
+                args.concurrency,
+            )
+
+        asyncio.get_running_loop().create_task(bind_all())
+
+    try:
+        return await measure(api, namespace, args.pods, "binds alone", start, args.timeout, expect_events=False)
+    finally:
+        await binder.close()
+
+
+async def decision_latency(port: int, profile: str) -> dict[str, float]:
+    """p50/p99 of our decision latency from the Prometheus histogram (linear interpolation in a bucket)."""
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/metrics") as r:
+        text = await r.text()
+    buckets: list[tuple[float, float]] = []
+    prefix = "scheduler_scheduling_algorithm_duration_seconds_bucket{"
+    for line in text.splitlines():
+        if line.startswith(prefix) and f'profile="{profile}"' in line:
+            le = line.split('le="')[1].split('"')[0]
+            buckets.append((float("inf") if le == "+Inf" else float(le), float(line.rsplit(" ", 1)[1])))
+    buckets.sort()
+    total = buckets[-1][1] if buckets else 0.0
+
+    def pct(q: float) -> float:
+        target, prev_le, prev_count = q * total, 0.0, 0.0
+        for le, count in buckets:
+            if count >= target:
+                if le == float("inf"):
+                    return prev_le
+                return prev_le + (le - prev_le) * (target - prev_count) / max(count - prev_count, 1e-9)
+            prev_le, prev_count = le, count
+        return float("nan")
+
+    return {"p50": pct(0.5), "p99": pct(0.99), "count": total}
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+async def bench_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
+    run_dir = new_run_dir(f"bench-scheduler-{nodes}")
+    async with LocalCluster(run_dir) as cluster:
+        api = await api_client_from_dict(cluster.kubeconfig_dict(), qps=0, burst=500)
+        try:
+            t = time.monotonic()
+            await create_nodes(api, nodes)
+            print(f"{nodes} nodes created in {time.monotonic() - t:.1f}s", file=sys.stderr)
+            args.nodes_now = nodes
+            results: dict[str, Any] = {"nodes": nodes, "pods": args.pods}
+            ns = await fresh_namespace(api, "bench-crane")
+            results["ours"], results["latency"] = await run_ours(cluster, api, args, run_dir, ns)
+            await delete_pods(api, ns)
+            if not args.skip_kube:
+                ns = await fresh_namespace(api, "bench-kube")
+                results["kube"] = await run_kube(cluster, api, args, run_dir, ns)
+                await delete_pods(api, ns)
+            ns = await fresh_namespace(api, "bench-binds")
+            results["binds"] = await run_binds(cluster, api, args, ns)
+            return results
+        finally:
+            await api.close()
+
+
+def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print(
+        f"\nSchedulingBasic on the real API server; client QPS {args.qps:g} / burst {args.burst}, "
+        f"bind concurrency {args.concurrency}, event writers {args.event_concurrency}"
+    )
+    header = (
+        f"{'nodes':>6} {'pods':>6} | {'crane pods/s':>12} {'kube pods/s':>12} {'ratio':>6} | "
+        f"{'decision p50':>12} {'p99':>8} | {'bind ceiling/s':>14} {'crane/ceiling':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        ours, binds, lat = r["ours"], r["binds"], r["latency"]
+        kube = r.get("kube")
+        ratio = f"{ours.rate / kube.rate:6.2f}" if kube and kube.rate > 0 else "     -"
+        print(
+            f"{r['nodes']:>6} {r['pods']:>6} | {ours.rate:>12.0f} {(kube.rate if kube else float('nan')):>12.0f} "
+            f"{ratio} | {lat['p50'] * 1e3:>10.2f}ms {lat['p99'] * 1e3:>6.2f}ms | {binds.rate:>14.0f} "
+            f"{ours.rate / binds.rate if binds.rate else float('nan'):>13.2f}"
+        )
+        for run in (ours, kube):
+            if run is not None:
+                print(
+                    f"       {run.label}: {run.bound}/{run.pods} bound in {run.seconds:.1f}s "
+                    f"({run.total_seconds:.1f}s from process start); Scheduled events: "
+                    f"{run.events_at_last_bind} written by the last bind, all {run.events_done:.1f}s after the "
+                    "first bind"
+                )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.scheduler", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", default="1000,5000", help="comma-separated node counts")
+    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument("--qps", type=float, default=5000, help="client QPS of both schedulers and the binder")
+    parser.add_argument("--burst", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=1024, help="our bind concurrency, and the binder's")
+    parser.add_argument("--event-concurrency", type=int, default=32, help="our event writers")
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--skip-kube", action="store_true", help="only crane-scheduler and the bind ceiling")
+    args = parser.parse_args()
+    sizes = [int(x) for x in args.nodes.split(",") if x]
+
+    async def all_sizes() -> list[dict[str, Any]]:
+        return [await bench_size(args, n) for n in sizes]
+
+    report(asyncio.run(all_sizes()), args)
+
+
+if __name__ == "__main__":
+    main()
