@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_sandbox.fleet import BoundPod, FleetState, SimNode, node_manifest, node_status, pod_uid
+from crane_shared.kube import raw_json
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class PodFollower:
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            page = await _json(
+            page = await raw_json(
                 self.v1.list_pod_for_all_namespaces(
                     limit=self.page_size, _continue=token, _preload_content=False, _request_timeout=60
                 )
@@ -129,19 +129,6 @@ def _warn_annotation(bound: BoundPod) -> None:
         log.warning("pod %s: %s; using the default usage", bound.name, bound.annotation_error)
 
 
-async def _json(request: Any) -> dict[str, Any]:
-    """Body of a ``_preload_content=False`` call; such calls do not raise on error statuses, so check here."""
-    resp = await request
-    try:
-        body = await resp.read()
-        if not 200 <= resp.status < 300:
-            raise ApiException(status=resp.status, reason=body.decode(errors="replace")[:500])
-        result: dict[str, Any] = json.loads(body)
-        return result
-    finally:
-        resp.release()
-
-
 async def create_nodes(api_client: client.ApiClient, nodes: Sequence[SimNode], concurrency: int = 16) -> None:
     """Create (or update) the Node objects of a simulated fleet and mark them Ready with their capacity.
 
@@ -155,13 +142,18 @@ async def create_nodes(api_client: client.ApiClient, nodes: Sequence[SimNode], c
         manifest = node_manifest(node)
         async with gate:
             try:
-                await _json(v1.create_node(manifest, _preload_content=False))
+                await raw_json(v1.create_node(manifest, _preload_content=False))
             except ApiException as e:
                 if e.status != 409:
                     raise
                 labels = {"metadata": {"labels": manifest["metadata"]["labels"]}}
-                await _json(v1.patch_node(node.name, labels, _preload_content=False))
-            await _json(v1.patch_node_status(node.name, node_status(node, time.time()), _preload_content=False))
+                await raw_json(v1.patch_node(node.name, labels, _preload_content=False))
+            await raw_json(v1.patch_node_status(node.name, node_status(node, time.time()), _preload_content=False))
+            # The TaintNodesByCondition admission plugin taints every new node not-ready; without a node
+            # lifecycle controller nothing would ever remove it, and every scheduler would refuse the node.
+            untaint = {"spec": {"taints": None}}
+            await raw_json(v1.patch_node(node.name, untaint, _preload_content=False,
+                                         _content_type="application/merge-patch+json"))
 
     async with asyncio.TaskGroup() as group:
         for node in nodes:
