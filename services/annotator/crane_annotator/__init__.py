@@ -1,0 +1,1 @@
+"""crane-annotator: node load (Prometheus) and hot value (Redis) as node annotations; see README.md."""

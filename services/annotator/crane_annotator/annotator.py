@@ -1,0 +1,150 @@
+"""The annotator assembled from its parts, given its adapters (API client, Redis, Prometheus client).
+
+Separate from ``app`` (flags, process, signals) so tests and the benchmark can run the real thing in-process.
+Everyone watches nodes (for readiness, metrics and the debug endpoint); only the Lease holder runs the loops
+that write: metric rounds, the periodic hot-value refresh and the binding-stream follower.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry
+
+from crane_annotator.debug import WriteLog
+from crane_annotator.hot import HotValues
+from crane_annotator.hotloop import HotValueLoops
+from crane_annotator.limiter import PriorityLimiter
+from crane_annotator.matching import NodeAddresses
+from crane_annotator.metrics import AgeCollector, AnnotatorMetrics
+from crane_annotator.nodes import NodeCache
+from crane_annotator.patches import DEFAULT_STAMP, Stamp
+from crane_annotator.prometheus import PrometheusClient
+from crane_annotator.rounds import MetricRounds, MetricSpec
+from crane_annotator.writer import NodePatcher, Outcome
+from crane_shared.annotations import HOT_VALUE_KEY, annotation_key
+from crane_shared.binding_store import BindingStore
+from crane_shared.bindings import BindingSchema
+from crane_shared.logs import get_logger
+from crane_shared.policy import DynamicSchedulerPolicy
+
+log = get_logger("crane.annotator")
+
+
+def metric_specs(policy: DynamicSchedulerPolicy) -> list[MetricSpec]:
+    """Every synced metric with its annotation key (names with ``:`` mapped, see ``annotation_key``)."""
+    return [MetricSpec(s.name, annotation_key(s.name), s.period.total_seconds()) for s in policy.sync_policy]
+
+
+class Annotator:
+    def __init__(
+        self,
+        *,
+        policy: DynamicSchedulerPolicy,
+        api: client.ApiClient,
+        redis: aioredis.Redis,
+        prometheus: PrometheusClient,
+        registry: CollectorRegistry,
+        instance_label: str = "instance",
+        node_selector: str | None = None,
+        stamp: Stamp = DEFAULT_STAMP,
+        redis_prefix: str = "crane",
+        patch_qps: float = 50.0,
+        patch_burst: int = 100,
+        patch_concurrency: int = 32,
+        hot_value_interval: float = 15.0,
+        hot_value_debounce: float = 0.25,
+        hot_value_max_age: float = 120.0,
+        retry_base: float = 5.0,
+    ) -> None:
+        self.specs = metric_specs(policy)
+        keys = [s.key for s in self.specs] + [HOT_VALUE_KEY]
+        self.metrics = AnnotatorMetrics(registry)
+        self.cache = NodeCache(api, keys, stamp.legacy_zone, node_selector)
+        self.store = BindingStore(redis, BindingSchema(redis_prefix))
+        self.hot = HotValues(self.store, policy.hot_value, stamp)
+        self.written = WriteLog()
+        self.patcher = NodePatcher(
+            api, PriorityLimiter(patch_qps, patch_burst), concurrency=patch_concurrency, on_sent=self._on_sent
+        )
+        self.rounds = MetricRounds(
+            self.specs,
+            prometheus,
+            self._addresses,
+            self.patcher,
+            self.metrics,
+            hot=self.hot.annotation,
+            refresh_hot=self.hot.refresh,
+            instance_label=instance_label,
+            stamp=stamp,
+            retry_base=retry_base,
+        )
+        self.hot_loops = HotValueLoops(
+            self.hot,
+            self.store,
+            redis,
+            lambda: self.cache.nodes.keys(),
+            self.patcher,
+            self.metrics,
+            interval=hot_value_interval,
+            debounce=hot_value_debounce,
+            max_age=hot_value_max_age,
+        )
+        registry.register(
+            AgeCollector(lambda: self.cache.nodes, keys, lambda: self.rounds.last_success, started=time.time())
+        )
+        self.leading = False
+
+    def _addresses(self) -> Mapping[str, NodeAddresses]:
+        return {name: info.addresses for name, info in self.cache.nodes.items()}
+
+    def _on_sent(self, node: str, annotations: Mapping[str, str], outcome: Outcome) -> None:
+        if outcome != "ok":
+            return
+        self.written.record(node, annotations, time.time())
+        if HOT_VALUE_KEY in annotations:
+            self.hot.mark_written(node, annotations[HOT_VALUE_KEY])
+
+    def on_leadership(self, leading: bool) -> None:
+        self.leading = leading
+        self.metrics.is_leader.set(1 if leading else 0)
+
+    async def close(self) -> None:
+        await self.patcher.close()
+
+    async def watch_nodes(self) -> None:
+        await self.cache.run()
+
+    async def lead(self) -> None:
+        """The writing loops, run while this instance holds the Lease (cancelled when it is lost)."""
+        try:
+            await self.cache.synced.wait()
+            self._seed_written()
+            await _all(
+                self.rounds.loop(),
+                self.hot_loops.periodic(after=self.rounds.first_round_done),
+                self.hot_loops.follow_stream(),
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("writing loop failed; giving up the lease to restart it")
+            raise
+
+    def _seed_written(self) -> None:
+        """Start from the hot values already on the nodes, so an unchanged value is not rewritten at once."""
+        for name, info in self.cache.nodes.items():
+            if HOT_VALUE_KEY in info.stamps:
+                self.hot.written[name] = (int(info.values[HOT_VALUE_KEY]), info.stamps[HOT_VALUE_KEY])
+
+
+async def _all(*coros: Coroutine[Any, Any, None]) -> None:
+    """Run loops together; if one fails, cancel the others and raise."""
+    async with asyncio.TaskGroup() as group:
+        for coro in coros:
+            group.create_task(coro)

@@ -1,0 +1,119 @@
+"""The annotator process: flags in, servers and leader election up, loops running until SIGTERM.
+
+Serves ``/healthz``, ``/readyz`` (ready once the node list is synced), ``/metrics`` and ``/debug/nodes[/{name}]``.
+The Kubernetes client is built without its shared rate limiter: ``--kube-api-qps``/``--kube-api-burst`` limit
+node patches (see ``limiter``), so Lease renewals never queue behind a round's patches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Coroutine
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from crane_annotator import debug
+from crane_annotator.annotator import Annotator
+from crane_annotator.config import AnnotatorConfig
+from crane_annotator.prometheus import PrometheusClient
+from crane_shared.kube import make_api_client
+from crane_shared.leader import LeaderElector, LeaseConfig
+from crane_shared.logs import get_logger
+from crane_shared.redisconn import make_redis, redacted
+from crane_shared.service import ServiceRuntime
+
+log = get_logger("crane.annotator")
+
+
+async def run(config: AnnotatorConfig) -> int:
+    common = config.common
+    registry = CollectorRegistry()
+    runtime = ServiceRuntime("crane-annotator", common.listen_host, common.listen_port, registry)
+    api = await make_api_client(dataclasses.replace(common.kube, qps=0))
+    redis = make_redis(config.redis_url, password_file=config.redis_password_file, ca_file=config.redis_ca_file)
+    prometheus = PrometheusClient(config.prometheus)
+    annotator: Annotator | None = None
+    try:
+        annotator = Annotator(
+            policy=config.policy,
+            api=api,
+            redis=redis,
+            prometheus=prometheus,
+            registry=registry,
+            instance_label=config.instance_label,
+            node_selector=config.node_selector,
+            stamp=config.stamp,
+            redis_prefix=config.redis_prefix,
+            patch_qps=common.kube.qps,
+            patch_burst=common.kube.burst,
+            patch_concurrency=config.patch_concurrency,
+            hot_value_interval=config.hot_value_interval,
+            hot_value_debounce=config.hot_value_debounce,
+            hot_value_max_age=config.hot_value_max_age,
+            retry_base=config.retry_base,
+        )
+        elector = LeaderElector(
+            api,
+            LeaseConfig(
+                namespace=config.lease_namespace,
+                name=config.lease_name,
+                identity=config.identity,
+                lease_duration=config.lease_duration,
+                renew_deadline=config.renew_deadline,
+                retry_period=config.retry_period,
+            ),
+        )
+
+        def on_change(leading: bool) -> None:
+            annotator.on_leadership(leading)
+            runtime.leadership = "leader" if leading else "standby"
+
+        elector.on_change = on_change
+        runtime.leadership = "standby"
+        runtime.add_readiness_check("nodes-synced", annotator.cache.synced.is_set)
+        debug.add_routes(
+            runtime.app,
+            lambda: annotator.cache.nodes,
+            annotator.rounds,
+            annotator.hot,
+            annotator.written,
+            lambda: annotator.leading,
+        )
+        log.info(
+            "starting",
+            policy=config.policy_source,
+            metrics={s.name: s.period_label for s in annotator.specs},
+            prometheus=config.prometheus.url,
+            redis=redacted(config.redis_url),
+            lease=f"{config.lease_namespace}/{config.lease_name}",
+            identity=config.identity,
+        )
+        return await runtime.run(
+            until_stopped(annotator.watch_nodes(), runtime.stopping),
+            elector.run(annotator.lead, runtime.stopping),
+        )
+    finally:
+        if annotator is not None:
+            await annotator.close()
+        with contextlib.suppress(Exception):
+            await prometheus.close()
+        with contextlib.suppress(Exception):
+            await redis.aclose()
+        with contextlib.suppress(Exception):
+            await api.close()
+
+
+async def until_stopped(work: Coroutine[Any, Any, None], stopping: asyncio.Event) -> None:
+    """Run a loop that has no notion of stopping (the node watch) until ``stopping`` is set; its errors propagate."""
+    task = asyncio.create_task(work)
+    waiter = asyncio.create_task(stopping.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

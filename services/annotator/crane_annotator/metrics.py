@@ -1,0 +1,138 @@
+"""The annotator's own metrics, all prefixed ``crane_annotator_``, in a registry per instance.
+
+A registry per instance (not prometheus-client's global one) lets tests run several annotators in one process.
+Annotation age and staleness are computed at scrape time from the node cache and the last successful query, so
+they grow while Prometheus is down even though no round completes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from crane_annotator.nodes import NodeInfo
+
+P = "crane_annotator_"
+_ROUND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class AnnotatorMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.round_duration = Histogram(
+            P + "round_duration_seconds",
+            "Wall time of a metric round, per sync period it served.",
+            ["period"],
+            buckets=_ROUND_BUCKETS,
+            registry=r,
+        )
+        self.round_queries = Gauge(
+            P + "round_queries",
+            "PromQL requests (retries included) of the last round, per sync period.",
+            ["period"],
+            registry=r,
+        )
+        self.round_patches = Gauge(
+            P + "round_patches", "Node patches sent by the last round, per sync period.", ["period"], registry=r
+        )
+        self.queries = Counter(P + "queries_total", "PromQL requests sent, retries included.", ["metric"], registry=r)
+        self.patches = Counter(
+            P + "patches_total",
+            "Node patches sent, by cause (metrics, hot_value) and outcome.",
+            ["cause", "outcome"],
+            registry=r,
+        )
+        self.nodes_matched = Gauge(
+            P + "nodes_matched", "Nodes that got a series in the last query of a metric.", ["metric"], registry=r
+        )
+        self.nodes_unmatched = Gauge(
+            P + "nodes_unmatched", "Nodes without a series in the last query of a metric.", ["metric"], registry=r
+        )
+        self.series_unmatched = Gauge(
+            P + "series_unmatched", "Series of the last query of a metric that matched no node.", ["metric"], registry=r
+        )
+        self.values_dropped = Counter(
+            P + "values_dropped_total",
+            "Values refused (non-finite, negative, unparseable), not written.",
+            ["metric", "reason"],
+            registry=r,
+        )
+        self.prometheus_errors = Counter(
+            P + "prometheus_errors_total", "Failed PromQL requests, by kind.", ["metric", "kind"], registry=r
+        )
+        self.prometheus_up = Gauge(
+            P + "prometheus_up", "1 when the last query of the last round succeeded, else 0.", registry=r
+        )
+        self.last_success = Gauge(
+            P + "metric_last_success_timestamp_seconds",
+            "When a metric was last queried successfully.",
+            ["metric"],
+            registry=r,
+        )
+        self.hot_refreshes = Counter(
+            P + "hot_value_refreshes_total",
+            "Hot-value computations from Redis, by trigger and outcome.",
+            ["trigger", "outcome"],
+            registry=r,
+        )
+        self.hot_refresh_duration = Histogram(
+            P + "hot_value_refresh_duration_seconds",
+            "Time to count bindings in Redis for a refresh.",
+            ["trigger"],
+            registry=r,
+        )
+        self.hot_last_success = Gauge(
+            P + "hot_value_last_success_timestamp_seconds",
+            "When hot values were last computed for all nodes.",
+            registry=r,
+        )
+        self.bindings_seen = Counter(
+            P + "binding_notifications_total", "New bindings announced on the Redis stream.", registry=r
+        )
+        self.is_leader = Gauge(P + "is_leader", "1 while this instance holds the lease and writes.", registry=r)
+
+
+class AgeCollector(Collector):
+    """``annotation_age_seconds{key}`` (oldest over nodes), ``nodes_missing_annotation{key}``, and
+    ``metric_staleness_seconds{metric}`` (time since the last successful query), computed at scrape time."""
+
+    def __init__(
+        self,
+        nodes: Callable[[], Mapping[str, NodeInfo]],
+        keys: Iterable[str],
+        last_success: Callable[[], Mapping[str, float]],
+        started: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._nodes = nodes
+        self._keys = tuple(keys)
+        self._last_success = last_success
+        self._started = started
+        self._clock = clock
+
+    def collect(self) -> Iterable[Metric]:
+        now = self._clock()
+        age = GaugeMetricFamily(
+            P + "annotation_age_seconds", "Age of the oldest annotation of this key over all nodes.", labels=["key"]
+        )
+        missing = GaugeMetricFamily(
+            P + "nodes_missing_annotation", "Nodes without a readable annotation of this key.", labels=["key"]
+        )
+        nodes = list(self._nodes().values())
+        for key in self._keys:
+            stamps = [info.stamps[key] for info in nodes if key in info.stamps]
+            if stamps:
+                age.add_metric([key], max(0.0, now - min(stamps)))
+            missing.add_metric([key], len(nodes) - len(stamps))
+        staleness = GaugeMetricFamily(
+            P + "metric_staleness_seconds",
+            "Seconds since the metric was last queried successfully (since start when never).",
+            labels=["metric"],
+        )
+        for metric, at in self._last_success().items():
+            staleness.add_metric([metric], max(0.0, now - (at or self._started)))
+        return [age, missing, staleness]

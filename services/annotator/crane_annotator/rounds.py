@@ -1,0 +1,252 @@
+"""Metric rounds: one instant query per due metric for all nodes, one merge patch per node.
+
+Upstream queried per node and per metric (up to three queries each: IP, IP:port, name) with one worker; at 1000
+nodes a round outlasted the sync period. Here a round costs one PromQL request per due metric however many nodes
+there are, the answer is mapped to nodes in memory (``matching``), and each node gets one patch carrying every
+due metric plus its current hot value. Rounds run one after another (``schedule``), so they never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from crane_annotator import schedule
+from crane_annotator.matching import (
+    AddressIndex,
+    MatchResult,
+    NodeAddresses,
+    Series,
+    address_index,
+    match_series,
+)
+from crane_annotator.metrics import AnnotatorMetrics
+from crane_annotator.patches import DEFAULT_STAMP, Stamp, metric_annotations
+from crane_annotator.prometheus import PrometheusError, QueryClient
+from crane_annotator.values import DropReason, convert
+from crane_annotator.writer import HotSupplier, Patcher, PatchReport
+from crane_shared.durations import format_duration
+from crane_shared.logs import LogOnce, get_logger
+
+log = get_logger("crane.annotator.rounds")
+
+LOGGED_NAMES = 20
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    """metric name in Prometheus (also the PromQL query)"""
+    key: str
+    """annotation key it is written under"""
+    period: float
+    """sync period, seconds"""
+
+    @property
+    def period_label(self) -> str:
+        return format_duration(timedelta(seconds=self.period))
+
+
+@dataclass
+class RoundReport:
+    metrics: tuple[str, ...]
+    succeeded: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    queries: int = 0
+    patches: PatchReport = field(default_factory=PatchReport)
+    duration: float = 0.0
+    query_seconds: float = 0.0
+    patch_seconds: float = 0.0
+    matched: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class MetricView:
+    """What the last query of a metric gave, kept for the debug endpoint and the unmatched log."""
+
+    result: MatchResult
+    dropped: dict[str, DropReason]
+    at: float
+
+
+class MetricRounds:
+    def __init__(
+        self,
+        specs: Sequence[MetricSpec],
+        prometheus: QueryClient,
+        nodes: Callable[[], Mapping[str, NodeAddresses]],
+        patcher: Patcher,
+        metrics: AnnotatorMetrics,
+        *,
+        hot: HotSupplier | None = None,
+        refresh_hot: Callable[[Sequence[str]], Awaitable[object]] | None = None,
+        instance_label: str = "instance",
+        stamp: Stamp = DEFAULT_STAMP,
+        retry_base: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.specs = {s.name: s for s in specs}
+        self._prometheus = prometheus
+        self._nodes = nodes
+        self._patcher = patcher
+        self._metrics = metrics
+        self._hot = hot
+        self._refresh_hot = refresh_hot
+        self._label = instance_label
+        self._stamp = stamp
+        self._retry_base = retry_base
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._index: tuple[frozenset[NodeAddresses], AddressIndex] | None = None
+        self._log_once = LogOnce(log)
+        self.views: dict[str, MetricView] = {}
+        self.last_success: dict[str, float] = dict.fromkeys(self.specs, 0.0)
+        self.first_round_done = asyncio.Event()
+        """set after the first round, which wrote every node's hot value along with its metrics"""
+
+    async def loop(self) -> None:
+        """Rounds forever, each with the metrics due at its start (see ``schedule``)."""
+        plan = schedule.start({s.name: s.period for s in self.specs.values()}, self._clock())
+        while True:
+            now = self._clock()
+            due = schedule.due(plan, now)
+            if not due:
+                await asyncio.sleep(max(0.0, schedule.wake_at(plan) - now))
+                continue
+            report = await self.run_round(due)
+            plan = schedule.after_round(
+                plan, now, self._clock(), report.succeeded, report.failed, retry_base=self._retry_base
+            )
+
+    async def run_round(self, due: Sequence[str]) -> RoundReport:
+        started = self._clock()
+        report = RoundReport(tuple(due))
+        results = await asyncio.gather(*(self._query(name, report) for name in due))
+        report.query_seconds = self._clock() - started
+        at = self._wall_clock()
+        nodes = self._nodes()
+        index = self._address_index(nodes)
+        values: dict[str, dict[str, float]] = {}
+        for name, series in zip(due, results, strict=True):
+            if series is None:
+                report.failed.append(name)
+                continue
+            report.succeeded.append(name)
+            self.last_success[name] = at
+            values[self.specs[name].key] = self._digest(name, series, index, nodes, at, report)
+        self._metrics.prometheus_up.set(1 if results and all(r is not None for r in results) else 0)
+        patches = metric_annotations(values, datetime.fromtimestamp(at, UTC), self._stamp)
+        if patches and self._refresh_hot is not None:
+            await _best_effort(self._refresh_hot(list(patches)))
+        patching = self._clock()
+        report.patches = await self._patcher.patch_many(patches, hot=self._hot)
+        report.patch_seconds = self._clock() - patching
+        report.duration = self._clock() - started
+        self._record(report)
+        self.first_round_done.set()
+        return report
+
+    async def _query(self, name: str, report: RoundReport) -> list[Series] | None:
+        try:
+            result = await self._prometheus.query(name)
+        except PrometheusError as err:
+            report.queries += err.attempts
+            self._metrics.queries.labels(name).inc(err.attempts)
+            self._metrics.prometheus_errors.labels(name, err.kind).inc(err.attempts)
+            self._log_once.warning(
+                f"query-{name}-{err.kind}", "query failed", metric=name, error_kind=err.kind, error=str(err)
+            )
+            return None
+        report.queries += result.attempts
+        self._metrics.queries.labels(name).inc(result.attempts)
+        if result.attempts > 1:
+            self._metrics.prometheus_errors.labels(name, "retried").inc(result.attempts - 1)
+        return result.series
+
+    def _address_index(self, nodes: Mapping[str, NodeAddresses]) -> AddressIndex:
+        key = frozenset(nodes.values())
+        if self._index is None or self._index[0] != key:
+            self._index = (key, address_index(nodes.values()))
+        return self._index[1]
+
+    def _digest(
+        self,
+        name: str,
+        series: Sequence[Series],
+        index: AddressIndex,
+        nodes: Mapping[str, NodeAddresses],
+        at: float,
+        report: RoundReport,
+    ) -> dict[str, float]:
+        result = match_series(series, index, self._label)
+        chosen = {n: m for n, m in result.chosen.items() if n in nodes}
+        converted = convert(chosen)
+        self.views[name] = MetricView(result, converted.dropped, at)
+        for reason in converted.dropped.values():
+            self._metrics.values_dropped.labels(name, reason).inc()
+        unmatched_nodes = sorted(set(nodes) - set(chosen))
+        report.matched[name] = len(chosen)
+        self._metrics.nodes_matched.labels(name).set(len(chosen))
+        self._metrics.nodes_unmatched.labels(name).set(len(unmatched_nodes))
+        self._metrics.series_unmatched.labels(name).set(len(result.unmatched_instances))
+        if not series:
+            self._log_once.warning(
+                f"no-series:{name}",
+                "Prometheus has no series for this metric: are the recording rules loaded?",
+                metric=name,
+            )
+        elif unmatched_nodes:
+            self._log_unmatched(name, unmatched_nodes, result, series)
+        return converted.fractions
+
+    def _log_unmatched(
+        self, name: str, unmatched_nodes: list[str], result: MatchResult, series: Sequence[Series]
+    ) -> None:
+        seen = result.unmatched_instances or tuple(sorted({s.labels.get(self._label, "") for s in series}))
+        self._log_once.warning(
+            "unmatched-nodes",
+            "nodes without a Prometheus series: their load is not annotated. The series' "
+            f"'{self._label}' label must be the node's InternalIP, IP:port, hostname or node name "
+            "(see --instance-label)",
+            metric=name,
+            unmatched_nodes=unmatched_nodes[:LOGGED_NAMES],
+            unmatched_count=len(unmatched_nodes),
+            instance_labels_seen=list(seen[:LOGGED_NAMES]),
+            instance_labels_unmatched=len(result.unmatched_instances),
+            series_without_label=result.without_label,
+        )
+
+    def _record(self, report: RoundReport) -> None:
+        patches = self._metrics.patches
+        patches.labels("metrics", "ok").inc(len(report.patches.ok))
+        patches.labels("metrics", "missing").inc(len(report.patches.missing))
+        patches.labels("metrics", "error").inc(len(report.patches.failed))
+        for period in sorted({self.specs[m].period_label for m in report.metrics}):
+            self._metrics.round_duration.labels(period).observe(report.duration)
+            self._metrics.round_queries.labels(period).set(report.queries)
+            self._metrics.round_patches.labels(period).set(report.patches.sent)
+        for name in report.succeeded:
+            self._metrics.last_success.labels(name).set(self.last_success[name])
+        log.info(
+            "round done",
+            metrics=list(report.metrics),
+            failed=report.failed,
+            queries=report.queries,
+            patches=report.patches.sent,
+            patch_errors=len(report.patches.failed),
+            seconds=round(report.duration, 3),
+            query_seconds=round(report.query_seconds, 3),
+            patch_seconds=round(report.patch_seconds, 3),
+        )
+
+
+async def _best_effort(awaitable: Awaitable[object]) -> None:
+    """Await a refresh whose failure must not stop the round (the writer then uses the last known value)."""
+    try:
+        await awaitable
+    except Exception as err:
+        log.warning("hot value refresh before patching failed; using the last known values", error=str(err))

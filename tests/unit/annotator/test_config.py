@@ -1,0 +1,70 @@
+"""Flags and environment: what operators type, and refusing to start on bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crane_annotator.config import parse_config
+from crane_shared.annotations import TimestampStyle
+from crane_shared.policy import default_policy
+
+
+def test_defaults_use_the_shipped_policy_and_upstream_compatible_names() -> None:
+    config = parse_config([])
+    assert config.policy == default_policy()
+    assert config.lease_name == "crane-annotator"
+    assert config.instance_label == "instance"
+    assert config.hot_value_interval == 15.0
+    assert config.stamp.style is TimestampStyle.RFC3339
+
+
+def test_durations_accept_go_syntax_and_env_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRANE_HOT_VALUE_INTERVAL", "1m30s")
+    config = parse_config(
+        [
+            "--prometheus-timeout",
+            "500ms",
+            "--hot-value-debounce",
+            "0.1",
+            "--lease-name",
+            "annotator-b",
+            "--instance-label",
+            "node",
+        ]
+    )
+    assert config.hot_value_interval == 90.0
+    assert config.prometheus.timeout == 0.5
+    assert config.hot_value_debounce == 0.1
+    assert (config.lease_name, config.instance_label) == ("annotator-b", "node")
+
+
+def test_a_bad_policy_file_refuses_to_start_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "apiVersion: scheduler.policy.crane.io/v1alpha1\nkind: DynamicSchedulerPolicy\n"
+        "spec:\n  syncPolicy:\n    - {name: cpu_usage_avg_5m, period: 0s}\n"
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        parse_config(["--policy", str(policy)])
+    assert exit_info.value.code == 2
+    assert "syncPolicy[0].period" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--hot-value-interval", "0s"],
+        ["--prometheus-timeout", "1d"],
+        ["--legacy-timezone", "Mars/Base"],
+        ["--renew-deadline", "20s"],
+        ["--patch-concurrency", "0"],
+    ],
+)
+def test_bad_flags_refuse_to_start(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_config(argv)
+    assert exit_info.value.code == 2

@@ -1,0 +1,130 @@
+"""A metric round with stand-in Prometheus and API server: request counts and what each node receives."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from crane_annotator.matching import NodeAddresses, Series
+from crane_annotator.metrics import AnnotatorMetrics
+from crane_annotator.prometheus import PrometheusError, QueryResult
+from crane_annotator.rounds import MetricRounds, MetricSpec
+from crane_annotator.writer import HotSupplier, PatchReport
+
+NODES = {f"n{i}": NodeAddresses(f"n{i}", (f"10.0.0.{i}",)) for i in range(1, 201)}
+SPECS = [
+    MetricSpec("cpu_usage_avg_5m", "cpu_usage_avg_5m", 180),
+    MetricSpec("mem_usage_avg_5m", "mem_usage_avg_5m", 180),
+    MetricSpec("instance:cpu:max_1h", "instance_cpu_max_1h", 900),
+]
+
+
+class FakePrometheus:
+    def __init__(self, answers: Mapping[str, list[Series] | PrometheusError]) -> None:
+        self.answers = answers
+        self.queries: list[str] = []
+
+    async def query(self, promql: str) -> QueryResult:
+        self.queries.append(promql)
+        answer = self.answers[promql]
+        if isinstance(answer, PrometheusError):
+            raise answer
+        return QueryResult(answer, 1)
+
+
+class FakePatcher:
+    def __init__(self) -> None:
+        self.sent: dict[str, list[dict[str, str]]] = {}
+
+    async def patch_many(
+        self, patches: Mapping[str, Mapping[str, str]], *, hot: HotSupplier | None = None, urgent: bool = False
+    ) -> PatchReport:
+        report = PatchReport()
+        for node, body in patches.items():
+            self.sent.setdefault(node, []).append({**body, **(hot(node) if hot else {})})
+            report.ok.append(node)
+        return report
+
+
+def series(metric: str, value: float, nodes: Mapping[str, NodeAddresses] = NODES) -> list[Series]:
+    return [Series({"__name__": metric, "instance": f"{a.internal_ips[0]}:9100"}, str(value)) for a in nodes.values()]
+
+
+def make_rounds(answers: Mapping[str, list[Series] | PrometheusError]):
+    registry = CollectorRegistry()
+    prom, patcher = FakePrometheus(answers), FakePatcher()
+    rounds = MetricRounds(
+        SPECS,
+        prom,
+        lambda: NODES,
+        patcher,
+        AnnotatorMetrics(registry),
+        hot=lambda node: {"node_hot_value": f"1,{node}"},
+    )
+    return rounds, prom, patcher, registry
+
+
+async def test_one_query_per_metric_and_one_patch_per_node_carrying_all_due_metrics_and_hot() -> None:
+    answers = {s.name: series(s.name, 40.0 + i) for i, s in enumerate(SPECS)}
+    rounds, prom, patcher, registry = make_rounds(answers)
+    report = await rounds.run_round([s.name for s in SPECS])
+    assert sorted(prom.queries) == sorted(s.name for s in SPECS)
+    assert report.queries == 3 and report.patches.sent == len(NODES)
+    assert all(len(patches) == 1 for patches in patcher.sent.values())
+    patch = patcher.sent["n7"][0]
+    assert set(patch) == {"cpu_usage_avg_5m", "mem_usage_avg_5m", "instance_cpu_max_1h", "node_hot_value"}
+    assert patch["mem_usage_avg_5m"].startswith("0.41000,")
+    assert registry.get_sample_value("crane_annotator_round_queries", {"period": "3m"}) == 3
+    assert registry.get_sample_value("crane_annotator_round_patches", {"period": "15m"}) == 200
+    assert registry.get_sample_value("crane_annotator_nodes_matched", {"metric": "cpu_usage_avg_5m"}) == 200
+
+
+async def test_a_failed_metric_is_not_written_and_the_others_are() -> None:
+    answers: dict[str, list[Series] | PrometheusError] = {s.name: series(s.name, 10.0) for s in SPECS}
+    answers["mem_usage_avg_5m"] = PrometheusError("timeout", "slow", attempts=3)
+    rounds, _, patcher, registry = make_rounds(answers)
+    report = await rounds.run_round([s.name for s in SPECS])
+    assert report.failed == ["mem_usage_avg_5m"] and report.queries == 5
+    assert "mem_usage_avg_5m" not in patcher.sent["n1"][0]
+    assert (
+        registry.get_sample_value(
+            "crane_annotator_prometheus_errors_total", {"metric": "mem_usage_avg_5m", "kind": "timeout"}
+        )
+        == 3
+    )
+    assert registry.get_sample_value("crane_annotator_prometheus_up") == 0
+
+
+async def test_prometheus_down_means_no_metric_patches_at_all() -> None:
+    down = PrometheusError("connection", "refused", attempts=1)
+    rounds, _, patcher, _ = make_rounds({s.name: down for s in SPECS})
+    report = await rounds.run_round([s.name for s in SPECS])
+    assert report.failed == [s.name for s in SPECS] and patcher.sent == {}
+
+
+async def test_refused_values_and_unmatched_nodes_are_counted_and_logged_once() -> None:
+    half = dict(list(NODES.items())[:100])
+    cpu = [*series("cpu_usage_avg_5m", 50.0, half), Series({"instance": "ghost:9100"}, "1")]
+    cpu[0] = Series(cpu[0].labels, "NaN")
+    answers = {"cpu_usage_avg_5m": cpu, "mem_usage_avg_5m": [], "instance:cpu:max_1h": series("x", 1.0)}
+    rounds, _, patcher, registry = make_rounds(answers)
+    with capture_logs() as logs:
+        await rounds.run_round([s.name for s in SPECS])
+        await rounds.run_round([s.name for s in SPECS])
+    assert "cpu_usage_avg_5m" not in patcher.sent["n1"][0]  # NaN: refused
+    assert patcher.sent["n2"][0]["cpu_usage_avg_5m"].startswith("0.50000,")
+    assert "cpu_usage_avg_5m" not in patcher.sent["n150"][0]
+    assert (
+        registry.get_sample_value(
+            "crane_annotator_values_dropped_total", {"metric": "cpu_usage_avg_5m", "reason": "non-finite"}
+        )
+        == 2
+    )
+    assert registry.get_sample_value("crane_annotator_nodes_unmatched", {"metric": "cpu_usage_avg_5m"}) == 100
+    assert registry.get_sample_value("crane_annotator_series_unmatched", {"metric": "cpu_usage_avg_5m"}) == 1
+    unmatched = [e for e in logs if e.get("kind") == "unmatched-nodes"]
+    assert len(unmatched) == 1
+    assert unmatched[0]["unmatched_count"] == 100 and unmatched[0]["instance_labels_seen"] == ["ghost:9100"]
+    assert [e["metric"] for e in logs if str(e.get("kind", "")).startswith("no-series")] == ["mem_usage_avg_5m"]
