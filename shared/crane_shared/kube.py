@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -53,8 +55,21 @@ class TokenBucket:
             self._tokens -= 1
 
 
-def _rate_limit(api: client.ApiClient, bucket: TokenBucket) -> client.ApiClient:
+def _proxy_env() -> bool:
+    return any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY"))
+
+
+async def _rate_limit(api: client.ApiClient, bucket: TokenBucket) -> client.ApiClient:
     rest = api.rest_client
+    if not _proxy_env():
+        # kubernetes-asyncio opens its session with trust_env=True, which looks up proxy settings and .netrc on
+        # every request: about half the client CPU of a small PATCH. Without proxy variables it buys nothing.
+        old = rest.pool_manager
+        rest.pool_manager = aiohttp.ClientSession(
+            connector=old.connector, connector_owner=True, trust_env=False, read_bufsize=2**21
+        )
+        old._connector_owner = False
+        await old.close()  # the connector stays open: the new session owns it
     original = rest.request
 
     async def request(*args: Any, **kwargs: Any) -> Any:
@@ -75,7 +90,7 @@ async def make_api_client(settings: KubeSettings) -> client.ApiClient:
     else:
         config.load_incluster_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, settings.burst)
-    return _rate_limit(client.ApiClient(configuration=configuration), TokenBucket(settings.qps, settings.burst))
+    return await _rate_limit(client.ApiClient(configuration=configuration), TokenBucket(settings.qps, settings.burst))
 
 
 async def api_client_from_dict(config_dict: dict[str, Any], qps: float = 0, burst: int = 100) -> client.ApiClient:
@@ -83,7 +98,7 @@ async def api_client_from_dict(config_dict: dict[str, Any], qps: float = 0, burs
     configuration = client.Configuration()
     await config.load_kube_config_from_dict(config_dict=config_dict, client_configuration=configuration)
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, burst)
-    return _rate_limit(client.ApiClient(configuration=configuration), TokenBucket(qps, burst))
+    return await _rate_limit(client.ApiClient(configuration=configuration), TokenBucket(qps, burst))
 
 
 def micro_time(ts: float) -> str:
