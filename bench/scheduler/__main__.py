@@ -36,7 +36,6 @@ from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
 from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
 from crane_scheduler.informers import Informer
-from crane_scheduler.kubeclient import skip_per_request_env_lookups
 from crane_shared.kube import api_client_from_dict, bind_pod
 
 NODE_RESOURCES = {"cpu": "4", "memory": "32Gi", "pods": "110"}
@@ -279,7 +278,6 @@ async def run_kube(
 async def run_binds(cluster: LocalCluster, api: client.ApiClient, args: argparse.Namespace, namespace: str) -> Run:
     await create_pods(api, namespace, args.pods, "nobody")
     binder = await api_client_from_dict(cluster.kubeconfig_dict(), qps=args.qps, burst=args.burst)
-    skip_per_request_env_lookups(binder)  # as crane-scheduler does
     resp = await client.CoreV1Api(api).list_namespaced_pod(namespace, _preload_content=False)
     pods = [(p["metadata"]["name"], p["metadata"]["uid"]) for p in json.loads(await resp.read())["items"]]
     resp.release()

@@ -18,7 +18,7 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.exporter import FleetExporter
-from crane_sandbox.fleet import FleetState, make_fleet
+from crane_sandbox.fleet import FleetState, SimNode, make_fleet
 from crane_sandbox.pod_follower import PodFollower, create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port
 from crane_sandbox.prometheus import PrometheusServer
@@ -55,6 +55,22 @@ spec:
 """
 
 
+SCHEDULER_CONFIG = """\
+# crane-scheduler's configuration in the sandbox: kube-scheduler's default plugins plus Dynamic (the default
+# profile), reading the sandbox policy. The lease lives in the sandbox's default namespace.
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  resourceNamespace: default
+profiles:
+  - schedulerName: crane-scheduler
+    pluginConfig:
+      - name: Dynamic
+        args:
+          policyConfigPath: {policy}
+"""
+
+
 @dataclass(frozen=True)
 class ServiceSpec:
     name: str
@@ -67,6 +83,10 @@ class ServiceSpec:
 class Sandbox:
     nodes: int = 10
     run_dir: Path = field(default_factory=lambda: new_run_dir("sandbox"))
+    fleet: list[SimNode] | None = None
+    """the simulated nodes; default: ``nodes`` identical ones, instance labels cycling through every style"""
+    scheduler_config: str | None = None
+    """KubeSchedulerConfiguration text; ``{policy}`` is replaced by the policy file's path"""
     services: tuple[str, ...] = ("event-recorder", "annotator", "scheduler")
     cluster: LocalCluster | None = None
     prometheus: PrometheusServer | None = None
@@ -76,18 +96,25 @@ class Sandbox:
     skipped: list[str] = field(default_factory=list)
     _api: client.ApiClient | None = None
     _follower: PodFollower | None = None
+    state: FleetState | None = None
 
     @property
     def policy_path(self) -> Path:
         return self.run_dir / "policy.yaml"
+
+    @property
+    def scheduler_config_path(self) -> Path:
+        return self.run_dir / "scheduler-config.yaml"
 
     async def start(self) -> None:
         try:
             self.cluster = LocalCluster(self.run_dir)
             await self.cluster.start()
             self._api = await api_client_from_dict(self.cluster.kubeconfig_dict())
-            fleet = make_fleet(self.nodes, instance_styles=("ip:port", "ip", "name"))
+            fleet = self.fleet or make_fleet(self.nodes, instance_styles=("ip:port", "ip", "name"))
+            self.nodes = len(fleet)
             state = FleetState(fleet)
+            self.state = state
             self.exporter = FleetExporter(state)
             await self.exporter.start()
             self.prometheus = PrometheusServer(self.run_dir, self.exporter.targets(), rules="fast")
@@ -95,6 +122,8 @@ class Sandbox:
             self._follower = PodFollower(self._api, state)
             self._follower.start()
             self.policy_path.write_text(SANDBOX_POLICY)
+            config = (self.scheduler_config or SCHEDULER_CONFIG).replace("{policy}", str(self.policy_path))
+            self.scheduler_config_path.write_text(config)
             await asyncio.gather(*(self._start_service(spec) for spec in self._service_specs()))
         except BaseException:
             await self.stop()
@@ -111,7 +140,7 @@ class Sandbox:
                 "crane_annotator", [*kube, *redis, "--prometheus-url", self.prometheus.url,
                                     "--policy", str(self.policy_path), "--lease-namespace", "default"]),
             "scheduler": (
-                "crane_scheduler", [*kube, "--policy", str(self.policy_path), "--lease-namespace", "default"]),
+                "crane_scheduler", [*kube, "--config", str(self.scheduler_config_path)]),
         }
         out = []
         for name in self.services:

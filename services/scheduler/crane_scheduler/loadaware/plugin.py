@@ -191,8 +191,32 @@ class Dynamic:
         info = table.nodes[table.rows[node]]
         assert info is not None
         recent = [b for _, b in self.recent.get(node, ())]
-        return node_load(node, info.annotations, self.args, datetime.fromtimestamp(now, UTC), recent,
-                         self._capacity(node))
+        return node_load(
+            node, info.annotations, self.args, datetime.fromtimestamp(now, UTC), recent, self._capacity(node)
+        )
+
+    def explain_load(self, info: NodeInfo, at: float) -> dict[str, Any]:
+        """The load inputs of one node as the policy saw them at ``at`` (for ``explain``)."""
+        capacity = NodeCapacity(info.allocatable.get(CPU, 0) / 1000, float(info.allocatable.get(MEMORY, 0)))
+        recent = [b for _, b in self.recent.get(info.name, ()) if b.bound_at <= at]
+        load = node_load(info.name, info.annotations, self.args, datetime.fromtimestamp(at, UTC), recent, capacity)
+        limits = {p.name: p.max_limit_percent for p in self.args.policy.predicate}
+        return {
+            "metrics": {
+                r.metric: {
+                    "state": r.state,
+                    "annotated": r.annotated,
+                    "estimate": round(r.estimate, 5),
+                    "usage": r.usage,
+                    "threshold": limits.get(r.metric),
+                    "timestamp": r.timestamp.isoformat() if r.timestamp else None,
+                }
+                for r in load.readings.values()
+            },
+            "hotValue": {"annotated": load.annotated_hot, "ownBindings": load.own_hot, "total": load.hot},
+            "dynamicScore": score(load, self.args),
+            "filter": filter_reason(load, self.args) or "passed",
+        }
 
     # -- extension points ---------------------------------------------------------------------------------------
 
@@ -214,8 +238,11 @@ class Dynamic:
                 continue
             for mask in masks.values():
                 mask[row] = False
-            reason = filter_reason(self.node_load(node, now), self.args,
-                                   incoming=incoming_fraction(self.args.estimate, cpu, memory, self._capacity(node)))
+            reason = filter_reason(
+                self.node_load(node, now),
+                self.args,
+                incoming=incoming_fraction(self.args.estimate, cpu, memory, self._capacity(node)),
+            )
             if reason is not None:
                 masks.setdefault(reason, np.zeros(table.n_rows, dtype=bool))[row] = True
         rejections = []

@@ -1,0 +1,200 @@
+"""crane-scheduler: a second Kubernetes scheduler for pods with ``spec.schedulerName: crane-scheduler``.
+
+It honours what kube-scheduler honours (resources, taints, affinity, host ports, priority, backoff) so pods never
+land where the kubelet would reject them, reports like kube-scheduler (events, PodScheduled condition, metrics)
+and is configured with a KubeSchedulerConfiguration file. Load-aware plugins plug into the same framework.
+
+Reading order: this file wires things up; ``scheduler.py`` is the service (informers, loop, binds);
+``algorithm.py`` one decision; ``plugins/`` the built-in plugins; ``nodetable.py`` and ``queue.py`` the state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import os
+import socket
+import sys
+import time
+import uuid
+
+from crane_scheduler import explain
+from crane_scheduler.config import ConfigError, SchedulerConfig, load_config
+from crane_scheduler.framework import Handle, Registry
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.plugins import builtin_registry
+from crane_scheduler.profile import Profile, build_profiles
+from crane_scheduler.reporting import Reporter
+from crane_scheduler.scheduler import Scheduler
+from crane_shared.kube import KubeSettings, make_api_client
+from crane_shared.leader import LeaderElector, LeaseConfig
+from crane_shared.logs import configure_logging, get_logger
+from crane_shared.service import ServiceRuntime
+from crane_shared.settings import EnvArgumentParser, add_common_flags, common_settings
+
+DEFAULT_PORT = 10261
+log = get_logger("crane.scheduler")
+
+
+def build_parser() -> EnvArgumentParser:
+    parser = EnvArgumentParser(
+        prog="crane-scheduler",
+        description="A Kubernetes scheduler with kube-scheduler's semantics and a pluggable framework; pods opt in "
+        "with spec.schedulerName. Without --config it runs one profile, 'crane-scheduler', with "
+        "kube-scheduler's default plugins and weights.",
+    )
+    parser.add_argument(
+        "--config",
+        env="CRANE_SCHEDULER_CONFIG",
+        default=None,
+        help="KubeSchedulerConfiguration YAML (kubescheduler.config.k8s.io/v1): profiles, plugins, "
+        "pluginConfig, percentageOfNodesToScore, backoff, clientConnection, leaderElection",
+    )
+    parser.add_argument(
+        "--check-config",
+        action="store_true",
+        help="validate the configuration (including plugin args), print the problems, and exit",
+    )
+    parser.add_argument(
+        "--bind-concurrency",
+        env="CRANE_SCHEDULER_BIND_CONCURRENCY",
+        type=int,
+        default=1024,
+        help="binding cycles (Permit, PreBind, Bind) in flight at once; the client QPS is the "
+        "real limit, this only bounds memory (kube-scheduler does not bound it at all)",
+    )
+    parser.add_argument(
+        "--event-concurrency",
+        env="CRANE_SCHEDULER_EVENT_CONCURRENCY",
+        type=int,
+        default=32,
+        help="event and pod-status writes in flight at once (they have their own client and rate "
+        "limit, as in kube-scheduler)",
+    )
+    parser.add_argument(
+        "--node-selector",
+        env="CRANE_SCHEDULER_NODE_SELECTOR",
+        default=None,
+        help="label selector: consider only these nodes (shard a fleet between schedulers)",
+    )
+    parser.add_argument(
+        "--identity",
+        env="CRANE_SCHEDULER_IDENTITY",
+        default=None,
+        help="leader-election identity (default: <hostname>_<random>)",
+    )
+    add_common_flags(parser, default_port=DEFAULT_PORT)
+    return parser
+
+
+def plugin_registry() -> Registry:
+    """The built-in plugins plus out-of-tree ones: every installed ``crane_scheduler.plugins`` entry point names a
+    ``register(registry)`` function (e.g. ``loadaware = "crane_scheduler.loadaware.plugin:register"``)."""
+    registry = builtin_registry()
+    for entry in importlib.metadata.entry_points(group="crane_scheduler.plugins"):
+        entry.load()(registry)
+    return registry
+
+
+def load(args: argparse.Namespace, registry: Registry) -> tuple[SchedulerConfig, dict[str, Profile], NodeTable]:
+    """Configuration and profiles, validated together; raises ``ConfigError`` listing every problem."""
+    config = load_config(args.config)
+    table = NodeTable()
+    profiles = build_profiles(config, registry, lambda name: Handle(table, None, time.monotonic, name))
+    return config, profiles, table
+
+
+def main(argv: list[str] | None = None, registry: Registry | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    common = common_settings(args)
+    configure_logging(common.log_level, common.log_format)
+    registry = registry or plugin_registry()
+    try:
+        load(args, registry)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    if args.check_config:
+        print("configuration is valid")
+        return 0
+    return asyncio.run(serve(args, registry))
+
+
+async def serve(args: argparse.Namespace, registry: Registry) -> int:
+    common = common_settings(args)
+    config, _, table = load(args, registry)
+    kube = KubeSettings(
+        kubeconfig=config.kubeconfig or common.kube.kubeconfig,
+        context=common.kube.context,
+        qps=config.qps if config.qps is not None else common.kube.qps,
+        burst=config.burst if config.burst is not None else common.kube.burst,
+    )
+    api = await make_api_client(kube)
+    events_api = await make_api_client(kube)  # its own rate limit, as kube-scheduler's event client
+    # Plugins get the real API client now (they were validated above with none).
+    profiles = build_profiles(config, registry, lambda name: Handle(table, api, time.monotonic, name))
+    identity = args.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
+    runtime = ServiceRuntime("crane-scheduler", common.listen_host, common.listen_port)
+    reporter = Reporter(events_api, api, identity, workers=args.event_concurrency)
+    scheduler = Scheduler(
+        config=config,
+        profiles=profiles,
+        table=table,
+        reporter=reporter,
+        api=api,
+        bind_concurrency=args.bind_concurrency,
+        node_selector=args.node_selector,
+    )
+    runtime.add_readiness_check("caches-synced", scheduler.synced.is_set)
+    explain.add_routes(
+        runtime.app, scheduler.decisions,
+        lambda name: getattr(profiles[name].plugins.get("Dynamic"), "explain_load", None) if name in profiles else None,
+    )
+    le = config.leader_election
+    log.info(
+        "starting",
+        identity=identity,
+        profiles=sorted(profiles),
+        qps=kube.qps,
+        burst=kube.burst,
+        lease=f"{le.resource_namespace}/{le.resource_name}" if le.leader_elect else None,
+        pid=os.getpid(),
+    )
+
+    async def schedule() -> None:
+        try:
+            await lead_or_wait()
+        finally:
+            reporter.close()  # binds are drained: the reporter may finish once its queue is written
+
+    async def lead_or_wait() -> None:
+        if not le.leader_elect:
+            runtime.leadership = "leader"
+            await scheduler.run(runtime.stopping)
+            return
+        elector = LeaderElector(
+            api,
+            LeaseConfig(
+                le.resource_namespace, le.resource_name, identity, le.lease_duration, le.renew_deadline, le.retry_period
+            ),
+        )
+
+        def on_change(leading: bool) -> None:
+            runtime.leadership = "leader" if leading else "standby"
+
+        elector.on_change = on_change
+        runtime.leadership = "standby"
+        await elector.run(lambda: scheduler.run(runtime.stopping), runtime.stopping)
+
+    try:
+        return await runtime.run(
+            scheduler.run_informers(runtime.stopping), reporter.run(runtime.stopping), schedule(), grace=20.0
+        )
+    finally:
+        await api.close()
+        await events_api.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

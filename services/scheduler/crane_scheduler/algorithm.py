@@ -1,0 +1,237 @@
+"""One scheduling decision: PreFilter, Filter, node sampling, PreScore, Score, NormalizeScore, select.
+
+Same results as kube-scheduler's ``schedulePod``, computed differently: each Filter plugin answers for every node
+at once, and a node's status is the first plugin (in profile order) that rejects it, as kube's per-node loop
+would have it. Sampling then takes the first ``numFeasibleNodesToFind`` feasible nodes in rotation order from
+``next_start``, exactly the nodes kube-scheduler's parallel search would have accepted, and advances the start
+by the number of nodes that search would have examined.
+
+When nothing fits, the ``Diagnosis`` carries the histogram of rejection reasons that becomes the
+``0/N nodes are available: ...`` message, and the plugins that rejected nodes (they decide which cluster events
+requeue the pod).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from crane_scheduler.framework import MAX_NODE_SCORE, Code, CycleState, Rejection, Rows, Status
+from crane_scheduler.nodetable import IntArray, Mask, NodeTable
+from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.profile import Profile
+
+MIN_FEASIBLE_NODES_TO_FIND = 100
+MIN_FEASIBLE_NODES_PERCENTAGE = 5
+NO_NODES_MESSAGE = "no nodes available to schedule pods"
+NOTE_LENGTH_LIMIT = 1024
+
+Observe = Callable[[str, str, float], None]  # (extension point, status, seconds)
+EXPLAIN_FILTERS = "explain.filters"
+"""CycleState key: [(filter plugin, its rejections, rows alive before it)] of the last decision."""
+EXPLAIN_SCORES = "explain.scores"
+"""CycleState key: (scored rows, [(score plugin, weight, normalised scores)]) of the last decision."""
+
+
+@dataclass
+class Diagnosis:
+    num_all_nodes: int
+    reasons: Counter[str] = field(default_factory=Counter)
+    rejectors: set[str] = field(default_factory=set)
+    pre_filter_msg: str = ""
+    post_filter_msg: str = ""
+
+    @property
+    def message(self) -> str:
+        return fit_error_message(self)
+
+
+@dataclass
+class ScheduleResult:
+    node: str
+    evaluated: int
+    feasible: int
+
+
+def fit_error_message(d: Diagnosis) -> str:
+    """kube-scheduler's ``FitError.Error()``: ``0/N nodes are available: <count> <reason>, ... .``
+
+    The histogram is sorted as strings ("10 x" sorts before "2 y", as in Go), joined by ", ", ended with "."."""
+    if d.num_all_nodes == 0 and not d.pre_filter_msg:
+        return NO_NODES_MESSAGE
+    msg = f"0/{d.num_all_nodes} nodes are available:"
+    if d.pre_filter_msg:
+        msg += f" {d.pre_filter_msg}."
+    else:
+        items = sorted(f"{count} {reason}" for reason, count in d.reasons.items())
+        if items:
+            msg += f" {', '.join(items)}."
+    if d.post_filter_msg:
+        msg += f" {d.post_filter_msg}"
+    return msg
+
+
+def truncate_note(message: str) -> str:
+    """Event notes are cut at 1024 characters, ending in " ..." (kube's ``truncateMessage``)."""
+    if len(message) <= NOTE_LENGTH_LIMIT:
+        return message
+    return message[: NOTE_LENGTH_LIMIT - 4] + " ..."
+
+
+def num_feasible_nodes_to_find(percentage: int, num_nodes: int) -> int:
+    """kube's ``numFeasibleNodesToFind``: all below 100 nodes; else ``percentage`` % (adaptive when 0:
+    50 - N/125, at least 5 %), and never fewer than 100."""
+    if num_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_nodes
+    if percentage == 0:
+        percentage = max(50 - num_nodes // 125, MIN_FEASIBLE_NODES_PERCENTAGE)
+    return max(num_nodes * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
+
+
+def sample_feasible(candidates: Rows, feasible: Mask, start: int, want: int) -> tuple[Rows, int]:
+    """The first ``want`` feasible rows of ``candidates`` rotated to begin at ``start``, and how many candidates
+    a sequential search would have examined to find them."""
+    if len(candidates) == 0:
+        return candidates, 0
+    order = np.roll(candidates, -(start % len(candidates)))
+    hits = np.flatnonzero(feasible[order])
+    if len(hits) > want:
+        return order[hits[:want]], int(hits[want - 1]) + 1
+    return order[hits], len(order)
+
+
+def _ignore(point: str, status: str, seconds: float) -> None:
+    pass
+
+
+class Algorithm:
+    """The decision for one pod at a time; keeps kube's rotating start index between pods."""
+
+    def __init__(
+        self, table: NodeTable, percentage_of_nodes_to_score: int = 0, rng: random.Random | None = None
+    ) -> None:
+        self.table = table
+        self.percentage = percentage_of_nodes_to_score
+        self.rng = rng or random.Random()
+        self.next_start = 0
+
+    def schedule(
+        self, profile: Profile, pod: PodInfo, state: CycleState, observe: Observe | None = None
+    ) -> ScheduleResult | Diagnosis | Status:
+        """A node, or a Diagnosis when none fits, or an error Status (plugin failure). ``observe`` receives
+        each extension point's duration (for the metrics)."""
+        table = self.table
+        self._observe = observe or _ignore
+        if table.num_nodes == 0:
+            return Diagnosis(0)
+        t0 = time.perf_counter()
+        skipped: set[str] = set()
+        allowed: frozenset[str] | None = None
+        restricting: list[str] = []
+        for pl in profile.pre_filter:
+            res = pl.pre_filter(state, pod, table)
+            if res.status.code is Code.SKIP:
+                skipped.add(pl.name)
+            elif res.status.rejected:
+                self._observe("PreFilter", res.status.code.value, time.perf_counter() - t0)
+                return Diagnosis(table.num_nodes, rejectors={pl.name}, pre_filter_msg=res.status.message)
+            elif not res.status.success:
+                self._observe("PreFilter", "Error", time.perf_counter() - t0)
+                return Status(Code.ERROR, res.status.reasons, pl.name)
+            if res.node_names is not None:
+                restricting.append(pl.name)
+                allowed = res.node_names if allowed is None else allowed & res.node_names
+                if not allowed:
+                    msg = (
+                        f"node(s) didn't satisfy plugin {pl.name}"
+                        if len(restricting) == 1
+                        else f"node(s) didn't satisfy plugin(s) [{' '.join(restricting)}] simultaneously"
+                    )
+                    return Diagnosis(table.num_nodes, rejectors=set(restricting), pre_filter_msg=msg)
+        t1 = time.perf_counter()
+        self._observe("PreFilter", "Success", t1 - t0)
+
+        candidates = table.live.copy()
+        excluded_by: list[str] = []
+        if allowed is not None:
+            pinned = np.zeros(table.n_rows, dtype=bool)
+            pinned[[table.rows[n] for n in allowed if n in table.rows]] = True
+            candidates &= pinned
+            excluded_by = sorted(restricting)
+        alive = candidates.copy()
+        rejected: list[tuple[str, list[Rejection], Mask]] = []
+        for flt in profile.filter:
+            if flt.name in skipped:
+                continue
+            rejections = flt.filter(state, pod, table)
+            if not rejections:
+                continue
+            before = alive.copy()
+            for r in rejections:
+                alive &= ~r.mask
+            rejected.append((flt.name, rejections, before))
+        state[EXPLAIN_FILTERS] = rejected  # references only: kept for explain, costs nothing per node
+        cand_rows = np.flatnonzero(candidates)
+        want = num_feasible_nodes_to_find(
+            profile.percentage_of_nodes_to_score
+            if profile.percentage_of_nodes_to_score is not None
+            else self.percentage,
+            len(cand_rows),
+        )
+        rows, processed = sample_feasible(cand_rows, alive, self.next_start, want)
+        self.next_start = (self.next_start + processed) % table.num_nodes
+        t2 = time.perf_counter()
+        self._observe("Filter", "Success", t2 - t1)
+
+        if len(rows) == 0:
+            diagnosis = Diagnosis(table.num_nodes)
+            for name, rejections, before in rejected:
+                for r in rejections:
+                    count = int(np.count_nonzero(r.mask & before))
+                    if count:
+                        diagnosis.reasons[r.reason] += count
+                        diagnosis.rejectors.add(name)
+            outside = table.num_nodes - len(cand_rows)
+            if outside:
+                diagnosis.reasons[f"node(s) didn't satisfy plugin(s) [{' '.join(excluded_by)}]"] += outside
+                diagnosis.rejectors.update(excluded_by)
+            return diagnosis
+        if len(rows) == 1:
+            return ScheduleResult(table.names[int(rows[0])], processed, 1)
+
+        scored = self._score(profile, pod, state, rows)
+        if isinstance(scored, Status):
+            return scored
+        self._observe("Score", "Success", time.perf_counter() - t2)
+        best = np.flatnonzero(scored == scored.max())
+        pick = int(best[self.rng.randrange(len(best))]) if len(best) > 1 else int(best[0])
+        return ScheduleResult(table.names[int(rows[pick])], processed, len(rows))
+
+    def _score(self, profile: Profile, pod: PodInfo, state: CycleState, rows: Rows) -> IntArray | Status:
+        skipped = set()
+        for pre in profile.pre_score:
+            status = pre.pre_score(state, pod, self.table, rows)
+            if status.code is Code.SKIP:
+                skipped.add(pre.name)
+            elif not status.success:
+                return Status(Code.ERROR, status.reasons, pre.name)
+        total = np.zeros(len(rows), dtype=np.int64)
+        explained: list[tuple[str, int, IntArray]] = []
+        for pl, weight in profile.score:
+            if pl.name in skipped:
+                continue
+            scores = pl.score(state, pod, self.table, rows)
+            normalize = getattr(pl, "normalize_score", None)  # NormalizeScorePlugin; isinstance() is slow
+            if normalize is not None:
+                scores = normalize(state, pod, scores)
+            if len(scores) and (scores.min() < 0 or scores.max() > MAX_NODE_SCORE):
+                return Status(Code.ERROR, (f"plugin {pl.name} returned a score outside [0, 100]",), pl.name)
+            total += scores * weight
+            explained.append((pl.name, weight, scores))
+        state[EXPLAIN_SCORES] = (rows, explained)
+        return total

@@ -1,0 +1,133 @@
+"""Decision records: why a pod went where it did, or why it is still pending.
+
+The algorithm leaves a ``Decision`` in the pod's cycle state: references to arrays it computed anyway (each Filter
+plugin's rejections, each Score plugin's scores over the scored rows) and the node objects it decided on, so
+recording costs almost nothing per pod. Turning a record into per-node JSON happens only when someone asks
+(``GET /debug/explain/{namespace}/{name}``, ``cranectl explain``); Dynamic's load inputs (annotated usage,
+estimates, hot value) are recomputed then from the node objects as they were at decision time, with the
+decision's time, so the answer is the one the scheduler acted on.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+
+from crane_scheduler.algorithm import EXPLAIN_FILTERS, EXPLAIN_SCORES
+from crane_scheduler.framework import Rejection, Rows
+from crane_scheduler.nodetable import IntArray, Mask, NodeTable
+from crane_scheduler.podinfo import NodeInfo, PodInfo
+
+
+@dataclass
+class Decision:
+    pod: str
+    uid: str
+    at: float
+    """wall-clock time of the decision (unix seconds)"""
+    names: list[str]
+    nodes: list[NodeInfo | None]
+    filters: list[tuple[str, list[Rejection], Mask]] = field(default_factory=list)
+    """(plugin, its rejections, the rows still alive before it ran)"""
+    scored_rows: Rows | None = None
+    scores: list[tuple[str, int, IntArray]] = field(default_factory=list)
+    """(plugin, weight, normalised scores over ``scored_rows``)"""
+    node: str | None = None
+    message: str = ""
+    profile: str = ""
+
+    @classmethod
+    def from_state(cls, pod: PodInfo, at: float, table: NodeTable, state: Mapping[str, Any],
+                   node: str | None, message: str) -> Decision:
+        """What the algorithm left in the cycle state, plus the node objects it saw (a shallow copy)."""
+        rows, scores = state.get(EXPLAIN_SCORES, (None, []))
+        return cls(pod.key, pod.uid, at, list(table.names), list(table.nodes), list(state.get(EXPLAIN_FILTERS, [])),
+                   rows, list(scores), node, message, pod.scheduler_name)
+
+    def verdicts(self) -> dict[str, dict[str, Any]]:
+        """Per node: the first plugin that rejected it and why, else its scores (when scoring ran)."""
+        out: dict[str, dict[str, Any]] = {}
+        for plugin, rejections, before in self.filters:
+            for r in rejections:
+                for row in np.flatnonzero(r.mask & before).tolist():
+                    name = self.names[row]
+                    if name not in out and self.nodes[row] is not None:
+                        out[name] = {"filter": {"plugin": plugin, "reason": r.reason}}
+        if self.scored_rows is not None:
+            for i, row in enumerate(self.scored_rows.tolist()):
+                per_plugin = {plugin: int(scores[i]) for plugin, _, scores in self.scores}
+                total = sum(int(scores[i]) * weight for _, weight, scores in self.scores)
+                out[self.names[row]] = {"filter": "passed", "scores": per_plugin, "total": total}
+        if self.node is not None and self.node not in out:
+            out[self.node] = {"filter": "passed", "total": 0}  # the only feasible node: nothing to score
+        return out
+
+
+LoadExplainer = Callable[[NodeInfo, float], Mapping[str, Any]]
+
+
+def render(decision: Decision, explain_load: LoadExplainer | None = None, limit: int = 50) -> dict[str, Any]:
+    """JSON for one decision: the outcome, then the chosen and best-scored nodes, then the rejected ones."""
+    verdicts = decision.verdicts()
+    passed = sorted(((n, v) for n, v in verdicts.items() if v["filter"] == "passed"), key=lambda nv: -nv[1]["total"])
+    rejected = sorted((n, v) for n, v in verdicts.items() if v["filter"] != "passed")
+    rows = {name: row for row, name in enumerate(decision.names)}
+    nodes: list[dict[str, Any]] = []
+    for name, verdict in [*passed, *rejected][:limit]:
+        entry = {"node": name, **verdict}
+        info = decision.nodes[rows[name]]
+        if explain_load is not None and info is not None:
+            entry["load"] = dict(explain_load(info, decision.at))
+        nodes.append(entry)
+    reasons: dict[str, int] = {}
+    for _, verdict in rejected:
+        reasons[verdict["filter"]["reason"]] = reasons.get(verdict["filter"]["reason"], 0) + 1
+    return {
+        "pod": decision.pod,
+        "uid": decision.uid,
+        "decidedAt": decision.at,
+        "result": {"node": decision.node} if decision.node else {"pending": decision.message},
+        "feasibleNodes": len(passed),
+        "rejectedByReason": reasons,
+        "nodes": nodes,
+    }
+
+
+class DecisionLog:
+    """The latest decision of the most recent pods (bounded)."""
+
+    def __init__(self, size: int = 2000) -> None:
+        self.size = size
+        self._by_pod: OrderedDict[str, Decision] = OrderedDict()
+
+    def add(self, decision: Decision) -> None:
+        self._by_pod.pop(decision.pod, None)
+        self._by_pod[decision.pod] = decision
+        while len(self._by_pod) > self.size:
+            self._by_pod.popitem(last=False)
+
+    def get(self, pod: str) -> Decision | None:
+        return self._by_pod.get(pod)
+
+
+def add_routes(app: web.Application, decisions: DecisionLog, load_explainer: Callable[[str], LoadExplainer | None]
+               ) -> None:
+    """``GET /debug/explain/{namespace}/{name}``: the pod's latest decision as JSON (404 when none is kept).
+
+    ``load_explainer(scheduler_name)`` gives the profile's Dynamic plugin's explainer, if it has one."""
+
+    async def explain(request: web.Request) -> web.Response:
+        key = f"{request.match_info['namespace']}/{request.match_info['name']}"
+        decision = decisions.get(key)
+        if decision is None:
+            raise web.HTTPNotFound(text=f"no recent scheduling decision for pod {key} (kept: the last "
+                                   f"{decisions.size} pods this scheduler tried)")
+        limit = int(request.query.get("limit", "50"))
+        return web.json_response(render(decision, load_explainer(decision.profile), limit))
+
+    app.router.add_get("/debug/explain/{namespace}/{name}", explain)

@@ -1,0 +1,426 @@
+"""The node table: every node's scheduling state as numpy columns, so plugins answer for all nodes at once.
+
+kube-scheduler calls each Filter and Score plugin once per node; in Python that loop would cost more than the
+API calls it feeds. Here a node is a row: allocatable and requested resources are int64 matrices (one column per
+resource, extended resources added on first sight), labels are dictionary-encoded per key (a requirement is
+evaluated once per distinct value, then broadcast with one array lookup), and taint lists are interned into
+groups (tolerations are checked once per distinct taint list, not once per node).
+
+The table is also the scheduler cache: bound pods are accounted against their node's row, and a pod the
+scheduler has just chosen a node for is *assumed* there until the informer confirms the binding (or the bind
+fails and the assumption is forgotten). Deleted nodes leave a dead row that the next new node reuses, so rows
+never move and plugin caches keyed by row stay valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from crane_scheduler.podinfo import (
+    CPU,
+    EPHEMERAL,
+    MEMORY,
+    PODS,
+    HostPort,
+    NodeInfo,
+    PodInfo,
+    Requirement,
+    Taint,
+    parse_int,
+)
+
+Mask = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+FIXED_RESOURCES = (CPU, MEMORY, EPHEMERAL, PODS)
+
+
+@dataclass(slots=True)
+class PodRecord:
+    """A pod counted against a node: bound (seen by the informer) or assumed (our bind is in flight)."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    requests: dict[str, int]
+    nonzero_cpu: int
+    nonzero_memory: int
+    host_ports: tuple[HostPort, ...]
+    scheduler_name: str
+    scheduled_at: str | None
+    assumed: bool = False
+
+    @classmethod
+    def of(cls, pod: PodInfo, node: str, *, assumed: bool = False) -> PodRecord:
+        return cls(
+            pod.uid,
+            pod.namespace,
+            pod.name,
+            node,
+            pod.requests,
+            pod.nonzero_cpu,
+            pod.nonzero_memory,
+            pod.host_ports,
+            pod.scheduler_name,
+            pod.scheduled_at,
+            assumed,
+        )
+
+
+class _LabelColumn:
+    """One label key: per-row code into ``values`` (-1 = the node has no such label)."""
+
+    __slots__ = ("codes", "index", "values")
+
+    def __init__(self, capacity: int) -> None:
+        self.codes: npt.NDArray[np.int32] = np.full(capacity, -1, dtype=np.int32)
+        self.values: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def code(self, value: str) -> int:
+        code = self.index.get(value)
+        if code is None:
+            code = self.index[value] = len(self.values)
+            self.values.append(value)
+        return code
+
+
+@dataclass(slots=True)
+class _Column:
+    array: npt.NDArray[Any]
+    default: Any
+    extract: Callable[[NodeInfo], Any]
+
+
+class NodeTable:
+    """Rows of node state plus the pod accounting that feeds them. Single-threaded: the event loop owns it."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._cap = capacity
+        self.n_rows = 0  # rows in use (live or dead); arrays are meaningful on [:n_rows]
+        self.num_nodes = 0
+        self.version = 0  # bumped on every change; plugins key their caches on it
+        self.labels_version = 0
+        self.taints_version = 0
+        self.names: list[str] = []
+        self.nodes: list[NodeInfo | None] = []
+        self.rows: dict[str, int] = {}
+        self._free: list[int] = []
+        self.resources: dict[str, int] = {r: i for i, r in enumerate(FIXED_RESOURCES)}
+        self._live = np.zeros(capacity, dtype=bool)
+        self._alloc = np.zeros((capacity, len(FIXED_RESOURCES)), dtype=np.int64)
+        self._requested = np.zeros((capacity, len(FIXED_RESOURCES)), dtype=np.int64)
+        self._nonzero = np.zeros((capacity, 2), dtype=np.int64)  # cpu, memory with scoring defaults
+        self._pod_count = np.zeros(capacity, dtype=np.int64)
+        self._unschedulable = np.zeros(capacity, dtype=bool)
+        self._taint_group = np.zeros(capacity, dtype=np.int32)
+        self.taint_sets: list[tuple[Taint, ...]] = [()]
+        self._taint_index: dict[tuple[Taint, ...], int] = {(): 0}
+        self._labels: dict[str, _LabelColumn] = {}
+        self._columns: dict[str, _Column] = {}
+        self.ports: dict[int, list[HostPort]] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self._pods_by_node: dict[str, set[str]] = {}
+        self.unschedulable_count = 0
+
+    # ------------------------------------------------------------------------------------------ views
+
+    @property
+    def live(self) -> Mask:
+        return self._live[: self.n_rows]
+
+    @property
+    def alloc(self) -> IntArray:
+        return self._alloc[: self.n_rows]
+
+    @property
+    def requested(self) -> IntArray:
+        return self._requested[: self.n_rows]
+
+    @property
+    def nonzero_requested(self) -> IntArray:
+        return self._nonzero[: self.n_rows]
+
+    @property
+    def pod_count(self) -> IntArray:
+        return self._pod_count[: self.n_rows]
+
+    @property
+    def unschedulable(self) -> Mask:
+        return self._unschedulable[: self.n_rows]
+
+    @property
+    def taint_group(self) -> npt.NDArray[np.int32]:
+        return self._taint_group[: self.n_rows]
+
+    def column(self, name: str) -> npt.NDArray[Any]:
+        """A plugin-registered per-node column (see ``register_column``)."""
+        return self._columns[name].array[: self.n_rows]
+
+    def live_rows(self) -> npt.NDArray[np.intp]:
+        return np.flatnonzero(self.live)
+
+    # ------------------------------------------------------------------------------------------ nodes
+
+    def register_column(
+        self, name: str, extract: Callable[[NodeInfo], Any], dtype: npt.DTypeLike = np.float64, default: Any = 0
+    ) -> None:
+        """Keep ``extract(node)`` for every node in an array (e.g. a load annotation parsed once per update)."""
+        array = np.full(self._cap, default, dtype=dtype)
+        for row, node in enumerate(self.nodes):
+            if node is not None:
+                array[row] = extract(node)
+        self._columns[name] = _Column(array, default, extract)
+
+    def upsert_node(self, node: NodeInfo) -> str | None:
+        """Add or update a node; returns "add", "update", or None when nothing the scheduler reads changed."""
+        row = self.rows.get(node.name)
+        if row is not None:
+            old = self.nodes[row]
+            assert old is not None
+            if (old.allocatable, old.labels, old.taints, old.unschedulable, old.annotations) == (
+                node.allocatable,
+                node.labels,
+                node.taints,
+                node.unschedulable,
+                node.annotations,
+            ):
+                self.nodes[row] = node
+                return None
+            kind = "update"
+        else:
+            row = self._new_row(node.name)
+            old = None
+            kind = "add"
+        self.nodes[row] = node
+        self._alloc[row] = 0
+        for res, value in node.allocatable.items():
+            col = self._resource(res)  # may widen the matrices: look the column up first
+            self._alloc[row, col] = value
+        if bool(self._unschedulable[row]) != node.unschedulable:
+            self.unschedulable_count += 1 if node.unschedulable else -1
+        self._unschedulable[row] = node.unschedulable
+        if old is None or old.taints != node.taints:
+            self._taint_group[row] = self._taint_group_of(node.taints)
+            self.taints_version += 1
+        if old is None or old.labels != node.labels:
+            self._set_labels(row, old.labels if old else {}, node.labels)
+        for extra in self._columns.values():
+            extra.array[row] = extra.extract(node)
+        if old is None:
+            for uid in self._pods_by_node.get(node.name, ()):
+                self._apply(self.pods[uid], +1)
+        self.version += 1
+        return kind
+
+    def remove_node(self, name: str) -> bool:
+        row = self.rows.pop(name, None)
+        if row is None:
+            return False
+        old = self.nodes[row]
+        if old is not None:
+            self._set_labels(row, old.labels, {})
+        if self._unschedulable[row]:
+            self.unschedulable_count -= 1
+        self.nodes[row] = None
+        self.names[row] = ""
+        self._live[row] = False
+        for arr in (self._alloc, self._requested, self._nonzero):
+            arr[row] = 0
+        self._pod_count[row] = 0
+        self._unschedulable[row] = False
+        self._taint_group[row] = 0
+        for col in self._columns.values():
+            col.array[row] = col.default
+        self.ports.pop(row, None)
+        self._free.append(row)
+        self.num_nodes -= 1
+        self.version += 1
+        return True
+
+    def node_names(self) -> set[str]:
+        return set(self.rows)
+
+    def _new_row(self, name: str) -> int:
+        if self._free:
+            row = self._free.pop()
+        else:
+            if self.n_rows == self._cap:
+                self._grow(self._cap * 2)
+            row = self.n_rows
+            self.n_rows += 1
+            self.names.append("")
+            self.nodes.append(None)
+        self.names[row] = name
+        self.rows[name] = row
+        self._live[row] = True
+        self.num_nodes += 1
+        return row
+
+    def _grow(self, cap: int) -> None:
+        def grown(a: npt.NDArray[Any], fill: Any = 0) -> npt.NDArray[Any]:
+            out = np.full((cap, *a.shape[1:]), fill, dtype=a.dtype)
+            out[: self._cap] = a
+            return out
+
+        self._live, self._alloc, self._requested = grown(self._live), grown(self._alloc), grown(self._requested)
+        self._nonzero, self._pod_count = grown(self._nonzero), grown(self._pod_count)
+        self._unschedulable, self._taint_group = grown(self._unschedulable), grown(self._taint_group)
+        for lc in self._labels.values():
+            lc.codes = grown(lc.codes, -1)
+        for col in self._columns.values():
+            col.array = grown(col.array, col.default)
+        self._cap = cap
+
+    def _resource(self, name: str) -> int:
+        col = self.resources.get(name)
+        if col is None:
+            col = self.resources[name] = len(self.resources)
+            pad = ((0, 0), (0, 1))
+            self._alloc = np.pad(self._alloc, pad)
+            self._requested = np.pad(self._requested, pad)
+        return col
+
+    def _taint_group_of(self, taints: tuple[Taint, ...]) -> int:
+        group = self._taint_index.get(taints)
+        if group is None:
+            group = self._taint_index[taints] = len(self.taint_sets)
+            self.taint_sets.append(taints)
+        return group
+
+    def _set_labels(self, row: int, old: Any, new: Any) -> None:
+        for key in old.keys() - new.keys():
+            self._labels[key].codes[row] = -1
+        for key, value in new.items():
+            lc = self._labels.get(key)
+            if lc is None:
+                lc = self._labels[key] = _LabelColumn(self._cap)
+            lc.codes[row] = lc.code(value)
+        self.labels_version += 1
+
+    # ------------------------------------------------------------------------------------------ labels
+
+    def label_mask(self, req: Requirement) -> Mask:
+        """Rows whose labels (or name, for a ``metadata.name`` field requirement) satisfy ``req``."""
+        n = self.n_rows
+        if req.field:
+            hit = np.zeros(n, dtype=bool)
+            row = self.rows.get(req.values[0]) if req.values else None
+            if row is not None:
+                hit[row] = True
+            return hit if req.operator == "In" else ~hit
+        lc = self._labels.get(req.key)
+        op = req.operator
+        if lc is None:  # no node has this key
+            return np.full(n, op in ("NotIn", "DoesNotExist"), dtype=bool)
+        codes = lc.codes[:n]
+        if op == "Exists":
+            return codes >= 0
+        if op == "DoesNotExist":
+            return codes < 0
+        if op in ("In", "NotIn"):
+            wanted = [c for v in req.values if (c := lc.index.get(v)) is not None]
+            if not wanted:
+                hit = np.zeros(n, dtype=bool)
+            elif len(wanted) == 1:
+                hit = codes == wanted[0]
+            else:
+                hit = np.isin(codes, wanted)
+            return hit if op == "In" else ~hit
+        if op in ("Gt", "Lt"):
+            bound = parse_int(req.values[0]) if len(req.values) == 1 else None
+            if bound is None:
+                return np.zeros(n, dtype=bool)
+            ok = np.zeros(len(lc.values) + 1, dtype=bool)  # last slot: label missing (code -1)
+            for code, value in enumerate(lc.values):
+                num = parse_int(value)
+                ok[code] = num is not None and (num > bound if op == "Gt" else num < bound)
+            return ok[codes]
+        return np.zeros(n, dtype=bool)
+
+    # ------------------------------------------------------------------------------------------ pods
+
+    def add_pod(self, pod: PodInfo) -> bool:
+        """A bound pod seen by the informer; confirms our assumption if we made one. True when the accounted
+        usage changed (a new pod, or one that moved or was resized)."""
+        old = self.pods.get(pod.uid)
+        record = PodRecord.of(pod, pod.node_name)
+        if old is not None:
+            if (old.node, old.requests, old.nonzero_cpu, old.nonzero_memory, old.host_ports) == (
+                record.node,
+                record.requests,
+                record.nonzero_cpu,
+                record.nonzero_memory,
+                record.host_ports,
+            ):
+                old.assumed = False
+                old.scheduled_at = record.scheduled_at
+                return False
+            self.remove_pod(pod.uid)
+        self._insert(record)
+        return True
+
+    def assume(self, pod: PodInfo, node: str) -> None:
+        """Count ``pod`` against ``node`` now, before the bind lands, so the next decision sees it."""
+        if pod.uid in self.pods:
+            self.remove_pod(pod.uid)
+        self._insert(PodRecord.of(pod, node, assumed=True))
+
+    def forget(self, uid: str) -> bool:
+        """Undo an assumption whose bind failed; a binding the informer already confirmed is kept."""
+        record = self.pods.get(uid)
+        if record is None or not record.assumed:
+            return False
+        self.remove_pod(uid)
+        return True
+
+    def is_assumed(self, uid: str) -> bool:
+        record = self.pods.get(uid)
+        return record is not None and record.assumed
+
+    def remove_pod(self, uid: str) -> PodRecord | None:
+        record = self.pods.pop(uid, None)
+        if record is None:
+            return None
+        on_node = self._pods_by_node.get(record.node)
+        if on_node is not None:
+            on_node.discard(uid)
+            if not on_node:
+                del self._pods_by_node[record.node]
+        self._apply(record, -1)
+        self.version += 1
+        return record
+
+    def pods_on(self, node: str) -> Iterable[PodRecord]:
+        return (self.pods[uid] for uid in self._pods_by_node.get(node, ()))
+
+    def _insert(self, record: PodRecord) -> None:
+        self.pods[record.uid] = record
+        self._pods_by_node.setdefault(record.node, set()).add(record.uid)
+        self._apply(record, +1)
+        self.version += 1
+
+    def _apply(self, record: PodRecord, sign: int) -> None:
+        row = self.rows.get(record.node)
+        if row is None:  # pod on a node we do not (yet) know: counted when the node arrives
+            return
+        for res, value in record.requests.items():
+            col = self._resource(res)
+            self._requested[row, col] += sign * value
+        self._nonzero[row, 0] += sign * record.nonzero_cpu
+        self._nonzero[row, 1] += sign * record.nonzero_memory
+        self._pod_count[row] += sign
+        if record.host_ports:
+            used = self.ports.setdefault(row, [])
+            for hp in record.host_ports:
+                if sign > 0:
+                    used.append(hp)
+                else:
+                    used.remove(hp)
+            if not used:
+                del self.ports[row]

@@ -1,0 +1,51 @@
+"""Built-in plugins with kube-scheduler 1.35 semantics, under kube-scheduler's names.
+
+``builtin_registry()`` returns a fresh ``Registry`` holding them; add your own with ``registry.register``.
+``DEFAULT_MULTIPOINT`` is kube-scheduler's default profile restricted to the plugins implemented here, with the
+same order and score weights (TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1,
+NodeResourcesBalancedAllocation 1).
+"""
+
+from __future__ import annotations
+
+from crane_scheduler.framework import Registry
+from crane_scheduler.plugins import (
+    defaultbinder,
+    nodeaffinity,
+    nodename,
+    nodeports,
+    noderesources,
+    nodeunschedulable,
+    queuesort,
+    tainttoleration,
+)
+
+DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
+    ("PrioritySort", None),
+    ("NodeUnschedulable", None),
+    ("NodeName", None),
+    ("TaintToleration", 3),
+    ("NodeAffinity", 2),
+    ("NodePorts", None),
+    ("NodeResourcesFit", 1),
+    ("NodeResourcesBalancedAllocation", 1),
+    ("DefaultBinder", None),
+)
+
+
+def builtin_registry() -> Registry:
+    return Registry(
+        defaults=DEFAULT_MULTIPOINT,
+        factories={
+            "PrioritySort": queuesort.new,
+            "NodeUnschedulable": nodeunschedulable.new,
+            "NodeName": nodename.new,
+            "TaintToleration": tainttoleration.new,
+            "NodeAffinity": nodeaffinity.new,
+            "NodePorts": nodeports.new,
+            "NodeResourcesFit": noderesources.new_fit,
+            "NodeResourcesBalancedAllocation": noderesources.new_balanced_allocation,
+            "DefaultBinder": defaultbinder.new,
+        },
+    )
+

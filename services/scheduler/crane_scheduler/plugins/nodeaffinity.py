@@ -1,0 +1,118 @@
+"""NodeAffinity: ``nodeSelector`` and required node affinity filter; preferred terms score by weight.
+
+Label requirements are evaluated on the table's dictionary-encoded label columns (once per distinct value of the
+key), and a pod's whole selector is cached until any node's labels change, so the replicas of one Deployment
+pay for it once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from crane_scheduler.framework import (
+    SKIP,
+    SUCCESS,
+    ClusterEvent,
+    CycleState,
+    Handle,
+    PreFilterResult,
+    Rejection,
+    Rows,
+    Status,
+    default_normalize,
+    no_args,
+    unschedulable,
+)
+from crane_scheduler.nodetable import IntArray, Mask, NodeTable
+from crane_scheduler.podinfo import PodInfo, Requirement, SelectorTerm
+
+REASON = "node(s) didn't match Pod's node affinity/selector"
+REASON_CONFLICT = "pod affinity terms conflict"
+
+
+def term_mask(table: NodeTable, term: SelectorTerm) -> Mask:
+    """Rows matching every requirement of ``term``; an unparsable term matches nothing (kube semantics)."""
+    if not term.valid:
+        return np.zeros(table.n_rows, dtype=bool)
+    mask = np.ones(table.n_rows, dtype=bool)
+    for req in term.requirements:
+        mask &= table.label_mask(req)
+    return mask
+
+
+def required_mask(table: NodeTable, pod: PodInfo) -> Mask:
+    mask = np.ones(table.n_rows, dtype=bool)
+    for key, value in pod.node_selector.items():
+        mask &= table.label_mask(Requirement(key, "In", (value,)))
+    if pod.required_terms is not None:
+        any_term = np.zeros(table.n_rows, dtype=bool)
+        for term in pod.required_terms:
+            any_term |= term_mask(table, term)
+        mask &= any_term
+    return mask
+
+
+class NodeAffinity:
+    name = "NodeAffinity"
+
+    def __init__(self) -> None:
+        self._cache: dict[Any, Mask] = {}
+        self._cache_version = (-1, -1)
+
+    def _cached(self, table: NodeTable, key: Any, compute: Any) -> Mask:
+        if self._cache_version != (table.labels_version, table.n_rows):
+            self._cache.clear()
+            self._cache_version = (table.labels_version, table.n_rows)
+        mask = self._cache.get(key)
+        if mask is None:
+            if len(self._cache) > 4096:  # many distinct selectors and no label change for a while
+                self._cache.clear()
+            mask = self._cache[key] = compute()
+        return mask
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
+        if pod.required_terms is None and not pod.node_selector:
+            return PreFilterResult(SKIP)
+        if not pod.required_terms:
+            return PreFilterResult()
+        # A term that pins metadata.name limits the nodes worth filtering (kube's PreFilterResult).
+        names: set[str] = set()
+        for term in pod.required_terms:
+            pinned = [set(r.values) for r in term.requirements if r.field and r.operator == "In"]
+            if not pinned:
+                return PreFilterResult()
+            names |= set.intersection(*pinned)
+        if not names:
+            return PreFilterResult(unschedulable(REASON_CONFLICT, unresolvable=True))
+        return PreFilterResult(node_names=frozenset(names))
+
+    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+        if pod.required_terms is None and not pod.node_selector:
+            return []
+        key = ("required", tuple(sorted(pod.node_selector.items())), pod.required_terms)
+        mask = self._cached(table, key, lambda: required_mask(table, pod))
+        return [Rejection(REASON, ~mask, unresolvable=True)]
+
+    def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
+        return SUCCESS if pod.preferred_terms else SKIP
+
+    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+        total = np.zeros(len(rows), dtype=np.int64)
+        for pref in pod.preferred_terms:
+            mask = self._cached(table, ("preferred", pref.term), lambda t=pref.term: term_mask(table, t))
+            total += np.where(mask[rows], pref.weight, 0)
+        return total
+
+    def normalize_score(self, state: CycleState, pod: PodInfo, scores: IntArray) -> IntArray:
+        return default_normalize(scores)
+
+    def events_to_register(self) -> ClusterEvent:
+        return ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> NodeAffinity:
+    no_args(NodeAffinity.name)(args)
+    return NodeAffinity()

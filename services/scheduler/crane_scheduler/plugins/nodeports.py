@@ -1,0 +1,45 @@
+"""NodePorts: a pod's host ports must be free on the node (same protocol and port, overlapping host IP)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from crane_scheduler.framework import (
+    SKIP,
+    ClusterEvent,
+    CycleState,
+    Handle,
+    PreFilterResult,
+    Rejection,
+    no_args,
+)
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.podinfo import PodInfo
+
+REASON = "node(s) didn't have free ports for the requested pod ports"
+
+
+class NodePorts:
+    name = "NodePorts"
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
+        return PreFilterResult() if pod.host_ports else PreFilterResult(SKIP)
+
+    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+        if not pod.host_ports or not table.ports:
+            return []
+        mask = np.zeros(table.n_rows, dtype=bool)
+        for row, used in table.ports.items():  # sparse: only nodes that have any host port in use
+            mask[row] = any(want.conflicts(u) for want in pod.host_ports for u in used)
+        return [Rejection(REASON, mask)] if mask.any() else []
+
+    def events_to_register(self) -> ClusterEvent:
+        return ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE | ClusterEvent.POD_DELETE
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> NodePorts:
+    no_args(NodePorts.name)(args)
+    return NodePorts()

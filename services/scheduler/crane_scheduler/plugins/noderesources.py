@@ -1,0 +1,243 @@
+"""NodeResourcesFit and NodeResourcesBalancedAllocation, vectorised over the node table.
+
+Fit filters on *requests* (allocatable - requested, per resource, plus the pod-count limit) and scores with
+LeastAllocated (default) or MostAllocated. Scoring counts a container without cpu/memory requests as
+100m / 200Mi, on the node and for the pod, so best-effort pods still spread; the filter never does.
+BalancedAllocation favours nodes whose cpu and memory fractions stay close, on plain requests, and skips
+best-effort pods (kube-scheduler >= 1.32). Integer arithmetic matches kube-scheduler's exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from crane_scheduler.framework import (
+    MAX_NODE_SCORE,
+    SKIP,
+    SUCCESS,
+    ArgsError,
+    ClusterEvent,
+    CycleState,
+    Handle,
+    Rejection,
+    Rows,
+    Status,
+)
+from crane_scheduler.nodetable import IntArray, NodeTable
+from crane_scheduler.podinfo import CPU, MEMORY, PODS, PodInfo, is_scalar_resource
+
+STRATEGIES = ("LeastAllocated", "MostAllocated")
+DEFAULT_RESOURCES = ((CPU, 1), (MEMORY, 1))
+
+
+def is_extended_resource(name: str) -> bool:
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
+def parse_resources(
+    raw: Any, path: str, problems: list[tuple[str, str]], *, weight_one: bool = False
+) -> tuple[tuple[str, int], ...]:
+    if raw is None:
+        return DEFAULT_RESOURCES
+    if not isinstance(raw, list):
+        problems.append((path, "must be a list of {name, weight}"))
+        return DEFAULT_RESOURCES
+    out: list[tuple[str, int]] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        name = item.get("name") if isinstance(item, dict) else None
+        weight = item.get("weight", 1) if isinstance(item, dict) else None
+        if not isinstance(name, str) or not name:
+            problems.append((f"{path}[{i}].name", "required"))
+            continue
+        if name in seen:
+            problems.append((f"{path}[{i}].name", f"duplicate resource {name!r}"))
+        seen.add(name)
+        if weight_one and weight != 1:
+            problems.append((f"{path}[{i}].weight", "must be 1"))
+        elif not isinstance(weight, int) or isinstance(weight, bool) or not 0 < weight <= 100:
+            problems.append((f"{path}[{i}].weight", f"resource weight of {name} not in valid range (0, 100]"))
+        out.append((name, weight if isinstance(weight, int) else 1))
+    return tuple(out)
+
+
+def _unknown(args: Mapping[str, Any], known: set[str], prefix: str = "") -> list[tuple[str, str]]:
+    return [(f"{prefix}{k}", "unknown field") for k in args if k not in known]
+
+
+@dataclass(frozen=True)
+class FitArgs:
+    strategy: str = "LeastAllocated"
+    resources: tuple[tuple[str, int], ...] = DEFAULT_RESOURCES
+    ignored_resources: frozenset[str] = frozenset()
+    ignored_groups: frozenset[str] = frozenset()
+
+    @classmethod
+    def parse(cls, args: Mapping[str, Any]) -> FitArgs:
+        problems = _unknown(args, {"scoringStrategy", "ignoredResources", "ignoredResourceGroups"})
+        strategy_raw = args.get("scoringStrategy") or {}
+        problems += _unknown(strategy_raw, {"type", "resources"}, "scoringStrategy.")
+        strategy = strategy_raw.get("type", "LeastAllocated")
+        if strategy not in STRATEGIES:
+            problems.append(
+                ("scoringStrategy.type", f"unsupported value {strategy!r}: supported " + ", ".join(STRATEGIES))
+            )
+        resources = parse_resources(strategy_raw.get("resources"), "scoringStrategy.resources", problems)
+        groups = list(args.get("ignoredResourceGroups") or ())
+        for i, g in enumerate(groups):
+            if "/" in str(g):
+                problems.append((f"ignoredResourceGroups[{i}]", "resource group name can't contain '/'"))
+        if problems:
+            raise ArgsError(problems)
+        return cls(strategy, resources, frozenset(args.get("ignoredResources") or ()), frozenset(groups))
+
+
+def _pod_request(pod: PodInfo, res: str, nonzero: bool) -> int:
+    if nonzero and res == CPU:
+        return pod.nonzero_cpu
+    if nonzero and res == MEMORY:
+        return pod.nonzero_memory
+    return pod.requests.get(res, 0)
+
+
+class _Rows:
+    """The scored rows' allocatable and requested matrices, gathered once per Score call."""
+
+    __slots__ = ("alloc", "nonzero", "requested", "table")
+
+    def __init__(self, table: NodeTable, rows: Rows) -> None:
+        self.table = table
+        self.alloc = table.alloc[rows]
+        self.requested = table.requested[rows]
+        self.nonzero = table.nonzero_requested[rows]
+
+    def pair(self, pod: PodInfo, res: str, nonzero: bool) -> tuple[IntArray, IntArray] | None:
+        """(allocatable, requested including this pod) per row; None when the resource does not score
+        (kube's ``calculateResourceAllocatableRequest`` returning 0, 0)."""
+        pod_req = _pod_request(pod, res, nonzero)
+        if pod_req == 0 and is_scalar_resource(res):
+            return None
+        col = self.table.resources.get(res)
+        if col is None:
+            return None
+        nonzero_col = {CPU: 0, MEMORY: 1}.get(res) if nonzero else None
+        used = self.requested[:, col] if nonzero_col is None else self.nonzero[:, nonzero_col]
+        return self.alloc[:, col], used + pod_req
+
+
+class NodeResourcesFit:
+    name = "NodeResourcesFit"
+
+    def __init__(self, args: FitArgs) -> None:
+        self.args = args
+
+    def _ignored(self, res: str) -> bool:
+        return is_extended_resource(res) and (
+            res in self.args.ignored_resources or res.split("/", 1)[0] in self.args.ignored_groups
+        )
+
+    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+        out: list[Rejection] = []
+        too_many = table.pod_count + 1 > table.alloc[:, table.resources[PODS]]
+        if too_many.any():
+            out.append(Rejection("Too many pods", too_many))
+        for res, want in pod.requests.items():
+            if want <= 0 or res == PODS or self._ignored(res):
+                continue
+            col = table.resources.get(res)
+            if col is None:
+                mask = np.ones(table.n_rows, dtype=bool)
+            else:
+                mask = want > table.alloc[:, col] - table.requested[:, col]
+            if mask.any():
+                out.append(Rejection(f"Insufficient {res}", mask))
+        return out
+
+    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+        gathered = _Rows(table, rows)
+        total = np.zeros(len(rows), dtype=np.int64)
+        weights = np.zeros(len(rows), dtype=np.int64)
+        least = self.args.strategy == "LeastAllocated"
+        for res, weight in self.args.resources:
+            pair = gathered.pair(pod, res, nonzero=True)
+            if pair is None:
+                continue
+            alloc, req = pair
+            valid = alloc > 0
+            safe = np.where(valid, alloc, 1)
+            if least:
+                s = np.where(req > alloc, 0, (alloc - req) * MAX_NODE_SCORE // safe)
+            else:
+                s = np.minimum(req, alloc) * MAX_NODE_SCORE // safe
+            if valid.all():
+                total += s * weight
+                weights += weight
+            else:
+                total += np.where(valid, s * weight, 0)
+                weights += np.where(valid, weight, 0)
+        return np.where(weights > 0, total // np.maximum(weights, 1), 0)
+
+    def events_to_register(self) -> ClusterEvent:
+        return ClusterEvent.ALL
+
+
+class BalancedAllocation:
+    name = "NodeResourcesBalancedAllocation"
+
+    def __init__(self, resources: tuple[tuple[str, int], ...]) -> None:
+        self.resources = resources
+
+    def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
+        if all(_pod_request(pod, res, nonzero=False) == 0 for res, _ in self.resources):
+            return SKIP  # best-effort pods would all pile onto one node otherwise (kubernetes#129138)
+        return SUCCESS
+
+    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+        gathered = _Rows(table, rows)
+        fractions: list[npt.NDArray[np.float64]] = []
+        valids: list[npt.NDArray[np.bool_]] = []
+        for res, _ in self.resources:
+            pair = gathered.pair(pod, res, nonzero=False)
+            if pair is None:
+                continue
+            alloc, req = pair
+            valid = alloc > 0
+            fractions.append(np.minimum(req / np.where(valid, alloc, 1), 1.0))
+            valids.append(valid)
+        if not fractions:
+            return np.full(len(rows), MAX_NODE_SCORE, dtype=np.int64)
+        if len(fractions) == 2:  # the default (cpu, memory): kube's |a - b| / 2
+            both = valids[0] & valids[1]
+            std = np.where(both, np.abs((fractions[0] - fractions[1]) / 2), 0.0)
+        else:
+            f, v = np.stack(fractions), np.stack(valids)
+            count = v.sum(axis=0)
+            hi = np.where(v, f, -np.inf).max(axis=0)
+            lo = np.where(v, f, np.inf).min(axis=0)
+            std = np.where(count == 2, (hi - lo) / 2, 0.0)  # max - min is the same float as |a - b|
+            safe_count = np.maximum(count, 1)
+            mean = np.where(v, f, 0.0).sum(axis=0) / safe_count
+            var = np.where(v, (f - mean) ** 2, 0.0).sum(axis=0) / safe_count
+            std = np.where(count > 2, np.sqrt(var), std)
+        result: IntArray = ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+        return result
+
+    def events_to_register(self) -> ClusterEvent:
+        return ClusterEvent.ALL
+
+
+def new_fit(args: Mapping[str, Any], handle: Handle) -> NodeResourcesFit:
+    return NodeResourcesFit(FitArgs.parse(args))
+
+
+def new_balanced_allocation(args: Mapping[str, Any], handle: Handle) -> BalancedAllocation:
+    problems = _unknown(args, {"resources"})
+    resources = parse_resources(args.get("resources"), "resources", problems, weight_one=True)
+    if problems:
+        raise ArgsError(problems)
+    return BalancedAllocation(resources)

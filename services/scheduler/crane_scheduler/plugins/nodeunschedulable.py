@@ -1,0 +1,30 @@
+"""NodeUnschedulable: a cordoned node (``spec.unschedulable``) only takes pods tolerating its taint."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from crane_scheduler.framework import ClusterEvent, CycleState, Handle, Rejection, no_args
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.podinfo import PodInfo, Taint, tolerated
+
+REASON = "node(s) were unschedulable"
+_UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+
+
+class NodeUnschedulable:
+    name = "NodeUnschedulable"
+
+    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+        if table.unschedulable_count == 0 or tolerated(pod.tolerations, _UNSCHEDULABLE_TAINT):
+            return []
+        return [Rejection(REASON, table.unschedulable.copy(), unresolvable=True)]
+
+    def events_to_register(self) -> ClusterEvent:
+        return ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> NodeUnschedulable:
+    no_args(NodeUnschedulable.name)(args)
+    return NodeUnschedulable()

@@ -1,0 +1,23 @@
+"""PrioritySort: higher ``spec.priority`` first, then earlier arrival in the queue."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from crane_scheduler.framework import Handle, no_args
+
+if TYPE_CHECKING:
+    from crane_scheduler.queue import QueuedPod
+
+
+class PrioritySort:
+    name = "PrioritySort"
+
+    def sort_key(self, qp: QueuedPod) -> tuple[Any, ...]:
+        return (-qp.pod.priority, qp.timestamp)
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> PrioritySort:
+    no_args(PrioritySort.name)(args)
+    return PrioritySort()

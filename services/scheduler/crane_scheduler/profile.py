@@ -1,0 +1,192 @@
+"""A profile: the plugins of one ``schedulerName``, instantiated and ordered per extension point.
+
+Plugin lists are resolved exactly as kube-scheduler does it. The defaults (``registry.defaults``: kube-scheduler's
+default plugins, plus any registered ``enabled_by_default``) live in ``multiPoint``; a profile's
+``multiPoint`` merges over them (``disabled: [{name: "*"}]`` drops them all, a default named again in
+``enabled`` is reconfigured in place, others are appended). Each multiPoint plugin then lands on every extension
+point it implements unless disabled there; a plugin also listed at a specific extension point keeps that entry
+(and its score weight), ordered first. Score weight: the specific one, else multiPoint's, else 1.
+
+Each plugin is instantiated once per profile, with its ``pluginConfig`` args.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from crane_scheduler.config import ConfigError, PluginRef, PluginSet, ProfileConfig, SchedulerConfig
+from crane_scheduler.framework import (
+    EXTENSION_POINTS,
+    ArgsError,
+    BindPlugin,
+    ClusterEvent,
+    EnqueueExtensions,
+    FilterPlugin,
+    Handle,
+    PermitPlugin,
+    PostBindPlugin,
+    PostFilterPlugin,
+    PreBindPlugin,
+    PreFilterPlugin,
+    PreScorePlugin,
+    QueueSortPlugin,
+    Registry,
+    ReservePlugin,
+    ScorePlugin,
+)
+
+
+@dataclass
+class Profile:
+    name: str
+    queue_sort: QueueSortPlugin
+    pre_filter: list[PreFilterPlugin] = field(default_factory=list)
+    filter: list[FilterPlugin] = field(default_factory=list)
+    post_filter: list[PostFilterPlugin] = field(default_factory=list)
+    pre_score: list[PreScorePlugin] = field(default_factory=list)
+    score: list[tuple[ScorePlugin, int]] = field(default_factory=list)
+    reserve: list[ReservePlugin] = field(default_factory=list)
+    permit: list[PermitPlugin] = field(default_factory=list)
+    pre_bind: list[PreBindPlugin] = field(default_factory=list)
+    bind: list[BindPlugin] = field(default_factory=list)
+    post_bind: list[PostBindPlugin] = field(default_factory=list)
+    percentage_of_nodes_to_score: int | None = None
+    plugins: dict[str, Any] = field(default_factory=dict)
+
+    def events_of(self, plugin: str) -> ClusterEvent:
+        instance = self.plugins.get(plugin)
+        if isinstance(instance, EnqueueExtensions):
+            return instance.events_to_register()
+        return ClusterEvent.ALL
+
+
+def merge_plugin_set(default: list[PluginRef], custom: PluginSet | None) -> list[PluginRef]:
+    """kube-scheduler's ``mergePluginSet`` for the multiPoint defaults."""
+    if custom is None:
+        return list(default)
+    disabled = set(custom.disabled)
+    by_name = {ref.name: ref for ref in custom.enabled}
+    merged: list[PluginRef] = []
+    replaced: set[str] = set()
+    if "*" not in disabled:
+        for ref in default:
+            if ref.name in disabled:
+                continue
+            if ref.name in by_name:
+                ref = by_name[ref.name]
+                replaced.add(ref.name)
+            merged.append(ref)
+    merged += [ref for ref in custom.enabled if ref.name not in replaced]
+    return merged
+
+
+def build_profiles(
+    config: SchedulerConfig, registry: Registry, handle_for: Callable[[str], Handle]
+) -> dict[str, Profile]:
+    """Instantiate every profile; raises ``ConfigError`` with all plugin problems (names, points, args)."""
+    problems: list[str] = []
+    profiles: dict[str, Profile] = {}
+    for i, pc in enumerate(config.profiles):
+        profile = _build(pc, f"profiles[{i}]", registry, handle_for(pc.scheduler_name), problems)
+        if profile is not None:
+            profiles[pc.scheduler_name] = profile
+    sorts = {type(p.queue_sort).__name__ for p in profiles.values()}
+    if len(sorts) > 1:
+        problems.append("profiles: all profiles must use the same queueSort plugin (they share one queue)")
+    if problems:
+        raise ConfigError(problems)
+    return profiles
+
+
+def _build(pc: ProfileConfig, p: str, registry: Registry, handle: Handle, problems: list[str]) -> Profile | None:
+    defaults = [PluginRef(name, weight) for name, weight in registry.defaults]
+    multipoint = merge_plugin_set(defaults, pc.plugins.get("multiPoint"))
+
+    # Every plugin named anywhere, instantiated once with its args.
+    wanted: dict[str, str] = {}  # name -> config path where it is first enabled
+    for k, ref in enumerate(pc.plugins.get("multiPoint", PluginSet()).enabled):
+        wanted.setdefault(ref.name, f"{p}.plugins.multiPoint.enabled[{k}].name")
+    for ref in multipoint:
+        wanted.setdefault(ref.name, f"{p}.plugins.multiPoint")
+    for point in EXTENSION_POINTS:
+        for k, ref in enumerate(pc.plugins.get(point, PluginSet()).enabled):
+            wanted.setdefault(ref.name, f"{p}.plugins.{point}.enabled[{k}].name")
+    instances: dict[str, Any] = {}
+    for name, where in wanted.items():
+        if name not in registry:
+            problems.append(f"{where}: unknown plugin {name!r} (available: {', '.join(sorted(registry))})")
+            continue
+        index, args = pc.plugin_config.get(name, (-1, {}))
+        try:
+            instances[name] = registry.create(name, args, handle)
+        except ArgsError as err:
+            problems += [
+                f"{p}.pluginConfig[{index}].args" + (f".{path}" if path else "") + f": {msg}"
+                for path, msg in err.problems
+            ]
+    for name, (index, _) in pc.plugin_config.items():
+        if name not in wanted:
+            problems.append(f"{p}.pluginConfig[{index}].name: plugin {name!r} is not enabled in this profile")
+
+    lists: dict[str, list[tuple[Any, int | None]]] = {}
+    for point, protocol in EXTENSION_POINTS.items():
+        specific = pc.plugins.get(point, PluginSet())
+        for k, ref in enumerate(specific.enabled):
+            inst = instances.get(ref.name)
+            if inst is not None and not isinstance(inst, protocol):
+                problems.append(
+                    f"{p}.plugins.{point}.enabled[{k}].name: plugin {ref.name!r} does not implement {point}"
+                )
+        lists[point] = _expand(point, protocol, specific, multipoint, instances)
+    if len(lists["queueSort"]) != 1:
+        problems.append(
+            f"{p}.plugins.queueSort: exactly one queueSort plugin must be enabled, got {len(lists['queueSort'])}"
+        )
+    if not lists["bind"]:
+        problems.append(f"{p}.plugins.bind: at least one bind plugin is needed")
+    if any(x.startswith(p + ".") for x in problems):
+        return None
+    return Profile(
+        name=pc.scheduler_name,
+        queue_sort=lists["queueSort"][0][0],
+        pre_filter=[x for x, _ in lists["preFilter"]],
+        filter=[x for x, _ in lists["filter"]],
+        post_filter=[x for x, _ in lists["postFilter"]],
+        pre_score=[x for x, _ in lists["preScore"]],
+        score=[(x, w if w else 1) for x, w in lists["score"]],
+        reserve=[x for x, _ in lists["reserve"]],
+        permit=[x for x, _ in lists["permit"]],
+        pre_bind=[x for x, _ in lists["preBind"]],
+        bind=[x for x, _ in lists["bind"]],
+        post_bind=[x for x, _ in lists["postBind"]],
+        percentage_of_nodes_to_score=pc.percentage_of_nodes_to_score,
+        plugins=instances,
+    )
+
+
+def _expand(
+    point: str, protocol: type, specific: PluginSet, multipoint: list[PluginRef], instances: dict[str, Any]
+) -> list[tuple[Any, int | None]]:
+    """kube-scheduler's ``expandMultiPointPlugins`` for one extension point: overrides, then multiPoint
+    plugins, then the other specific ones."""
+    enabled = [ref for ref in specific.enabled if ref.name in instances]
+    disabled = set(specific.disabled)
+    if "*" in disabled:
+        return [(instances[ref.name], ref.weight) for ref in enabled]
+    specific_names = {ref.name for ref in enabled}
+    mp_weight = {ref.name: ref.weight for ref in multipoint}
+    from_multipoint = [
+        ref
+        for ref in multipoint
+        if ref.name in instances and isinstance(instances[ref.name], protocol) and ref.name not in disabled
+    ]
+    overrides = [ref for ref in enabled if ref.name in {m.name for m in from_multipoint}]
+    ordered = overrides + [ref for ref in from_multipoint if ref.name not in specific_names]
+    ordered += [ref for ref in enabled if ref not in overrides]
+    return [
+        (instances[ref.name], ref.weight if ref.weight is not None else mp_weight.get(ref.name))
+        for ref in ordered
+        if isinstance(instances[ref.name], protocol)
+    ]

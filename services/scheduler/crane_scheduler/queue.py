@@ -1,0 +1,209 @@
+"""The scheduling queue: activeQ, backoffQ and unschedulable pods, as kube-scheduler's PriorityQueue.
+
+- activeQ is a heap ordered by the QueueSort plugin's key (PrioritySort: priority, then arrival).
+- A pod that failed with an error waits in backoffQ: 1 s after the first attempt, doubling, capped at 10 s.
+- A pod no node fits waits among the unschedulable pods until a cluster event that could help it (one of the
+  events registered by the plugins that rejected it) or 5 minutes at the latest; it then goes back to activeQ,
+  or to backoffQ if its backoff has not expired yet.
+
+Pure and single-threaded: time is always an argument, so tests drive it without sleeping. Events are coalesced
+and applied on the next ``pop``/``flush``, so a burst of node updates costs one pass over the unschedulable pods.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from crane_scheduler.framework import ClusterEvent
+from crane_scheduler.podinfo import PodInfo
+
+DEFAULT_INITIAL_BACKOFF = 1.0
+DEFAULT_MAX_BACKOFF = 10.0
+MAX_UNSCHEDULABLE_DURATION = 300.0
+
+
+@dataclass(slots=True)
+class QueuedPod:
+    pod: PodInfo
+    timestamp: float  # when it (re-)entered the queue; the tie-breaker after priority
+    initial_attempt: float | None = None
+    attempts: int = 0
+    rejectors: frozenset[str] = field(default_factory=frozenset)  # plugins that rejected it last time
+    unschedulable_since: float = 0.0
+
+
+class SchedulingQueue:
+    def __init__(
+        self,
+        sort_key: Callable[[QueuedPod], tuple[Any, ...]],
+        *,
+        initial_backoff: float = DEFAULT_INITIAL_BACKOFF,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        max_unschedulable: float = MAX_UNSCHEDULABLE_DURATION,
+        events_of: Callable[[str], ClusterEvent] = lambda plugin: ClusterEvent.ALL,
+    ) -> None:
+        self._sort_key = sort_key
+        self.initial_backoff = initial_backoff
+        self.max_backoff = max_backoff
+        self.max_unschedulable = max_unschedulable
+        self._events_of = events_of
+        self._seq = itertools.count()
+        self._active_heap: list[tuple[tuple[Any, ...], int, str]] = []
+        self._active: dict[str, tuple[int, QueuedPod]] = {}  # uid -> (heap entry seq, pod)
+        self._backoff_heap: list[tuple[float, int, str]] = []
+        self._backoff: dict[str, tuple[int, QueuedPod]] = {}
+        self.unschedulable: dict[str, QueuedPod] = {}
+        self._pending_events = ClusterEvent(0)
+
+    # ------------------------------------------------------------------------------------------ sizes
+
+    @property
+    def active_len(self) -> int:
+        return len(self._active)
+
+    @property
+    def backoff_len(self) -> int:
+        return len(self._backoff)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._active or uid in self._backoff or uid in self.unschedulable
+
+    def __len__(self) -> int:
+        return len(self._active) + len(self._backoff) + len(self.unschedulable)
+
+    # ------------------------------------------------------------------------------------------ informer side
+
+    def add(self, pod: PodInfo, now: float) -> None:
+        """A new pending pod goes straight to activeQ."""
+        if pod.uid in self:
+            self.update(pod, now)
+            return
+        self._push_active(QueuedPod(pod, timestamp=now))
+
+    def update(self, pod: PodInfo, now: float) -> None:
+        """The pending pod changed: refresh it in place; an unschedulable pod whose spec changed is retried."""
+        if (entry := self._active.get(pod.uid)) is not None:
+            qp = entry[1]
+            changed_order = qp.pod.priority != pod.priority
+            qp.pod = pod
+            if changed_order:
+                self._push_active(qp)
+        elif (entry := self._backoff.get(pod.uid)) is not None:
+            entry[1].pod = pod
+        elif (qp_u := self.unschedulable.get(pod.uid)) is not None:
+            changed = not qp_u.pod.spec_equal(pod)
+            qp_u.pod = pod
+            if changed:
+                del self.unschedulable[pod.uid]
+                self._requeue(qp_u, now)
+        else:
+            self.add(pod, now)
+
+    def delete(self, uid: str) -> None:
+        self._active.pop(uid, None)
+        self._backoff.pop(uid, None)
+        self.unschedulable.pop(uid, None)
+
+    def on_event(self, event: ClusterEvent) -> None:
+        """Remember a cluster event; unschedulable pods it may help move on the next pop/flush."""
+        if self.unschedulable:
+            self._pending_events |= event
+
+    # ------------------------------------------------------------------------------------------ scheduler side
+
+    def pop(self, now: float) -> QueuedPod | None:
+        """The next pod to schedule (its attempt counted), or None when activeQ is empty."""
+        self.flush_backoff(now)
+        self._apply_events(now)
+        while self._active_heap:
+            _, seq, uid = heapq.heappop(self._active_heap)
+            entry = self._active.get(uid)
+            if entry is None or entry[0] != seq:
+                continue  # stale heap entry (deleted or re-pushed)
+            del self._active[uid]
+            qp = entry[1]
+            qp.attempts += 1
+            if qp.initial_attempt is None:
+                qp.initial_attempt = now
+            return qp
+        return None
+
+    def add_unschedulable(self, qp: QueuedPod, rejectors: frozenset[str], now: float) -> None:
+        """No node fits: wait for an event registered by one of ``rejectors`` (or 5 minutes)."""
+        qp.rejectors = rejectors
+        qp.timestamp = now
+        qp.unschedulable_since = now
+        self.unschedulable[qp.pod.uid] = qp
+
+    def add_backoff(self, qp: QueuedPod, now: float) -> None:
+        """An error (bind failure, plugin error): retry after the pod's backoff."""
+        qp.timestamp = now
+        self._requeue(qp, now)
+
+    def backoff_duration(self, attempts: int) -> float:
+        if attempts <= 0:
+            return 0.0
+        return min(self.initial_backoff * 2.0 ** (attempts - 1), self.max_backoff)
+
+    def backoff_expiry(self, qp: QueuedPod) -> float:
+        return qp.timestamp + self.backoff_duration(qp.attempts)
+
+    def flush_backoff(self, now: float) -> None:
+        while self._backoff_heap and self._backoff_heap[0][0] <= now:
+            _, seq, uid = heapq.heappop(self._backoff_heap)
+            entry = self._backoff.get(uid)
+            if entry is None or entry[0] != seq:
+                continue
+            del self._backoff[uid]
+            self._push_active(entry[1])
+
+    def flush_unschedulable(self, now: float) -> None:
+        """Pods unschedulable for longer than 5 minutes are retried regardless of events."""
+        expired = [qp for qp in self.unschedulable.values() if now - qp.unschedulable_since > self.max_unschedulable]
+        for qp in expired:
+            del self.unschedulable[qp.pod.uid]
+            self._requeue(qp, now)
+
+    def next_backoff_expiry(self) -> float | None:
+        while self._backoff_heap:
+            expiry, seq, uid = self._backoff_heap[0]
+            entry = self._backoff.get(uid)
+            if entry is not None and entry[0] == seq:
+                return float(expiry)
+            heapq.heappop(self._backoff_heap)
+        return None
+
+    # ------------------------------------------------------------------------------------------ internals
+
+    def _push_active(self, qp: QueuedPod) -> None:
+        seq = next(self._seq)
+        self._active[qp.pod.uid] = (seq, qp)
+        heapq.heappush(self._active_heap, (self._sort_key(qp), seq, qp.pod.uid))
+
+    def _requeue(self, qp: QueuedPod, now: float) -> None:
+        """Back to activeQ, or to backoffQ while the pod's backoff lasts."""
+        expiry = self.backoff_expiry(qp)
+        if expiry <= now:
+            self._push_active(qp)
+            return
+        seq = next(self._seq)
+        self._backoff[qp.pod.uid] = (seq, qp)
+        heapq.heappush(self._backoff_heap, (expiry, seq, qp.pod.uid))
+
+    def _apply_events(self, now: float) -> None:
+        events, self._pending_events = self._pending_events, ClusterEvent(0)
+        if not events:
+            return
+        moved = [qp for qp in self.unschedulable.values() if self._helps(qp, events)]
+        for qp in moved:
+            del self.unschedulable[qp.pod.uid]
+            self._requeue(qp, now)
+
+    def _helps(self, qp: QueuedPod, events: ClusterEvent) -> bool:
+        if not qp.rejectors:  # e.g. no nodes at all: anything may help
+            return True
+        return any(self._events_of(plugin) & events for plugin in qp.rejectors)

@@ -1,0 +1,248 @@
+"""What users see: ``Scheduled`` and ``FailedScheduling`` events and the PodScheduled condition.
+
+All writes go through a small worker pool on their own API client (kube-scheduler also gives events a separate
+client and rate limiter), so reporting never delays a decision or a bind.
+
+- ``Scheduled`` is written exactly once per pod UID, also across crashes and failovers: the event name is derived
+  from the UID (a second create is a harmless 409), and a new leader writes the ones a crashed leader bound but
+  did not get to report (pods bound recently for our profiles without a ``Scheduled`` event). The
+  event-recorder counts these events for hot values, so a missing or doubled one would skew placement.
+- ``FailedScheduling`` (Warning) and PodScheduled=False carry kube-scheduler's message. The condition is only
+  patched when it changes; an unchanged message is repeated as an event at most once per ``repeat_after``
+  seconds per pod, so a stuck pod retried on every cluster event does not flood the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from crane_scheduler import metrics
+from crane_scheduler.algorithm import truncate_note
+from crane_scheduler.nodetable import PodRecord
+from crane_scheduler.podinfo import PodInfo
+from crane_shared.events import SCHEDULED_REASON, event_body, scheduled_event
+from crane_shared.logs import LogOnce, get_logger
+
+log = get_logger("crane.scheduler.reporting")
+RECOVERY_WINDOW = timedelta(minutes=10)
+
+
+def scheduled_event_name(pod: str, uid: str) -> str:
+    """One name per pod UID, so the event can only be created once."""
+    return f"{pod[:220]}.{uid.replace('-', '')}"
+
+
+class Reporter:
+    def __init__(
+        self,
+        events_api: client.ApiClient | None,
+        api: client.ApiClient | None,
+        instance: str,
+        *,
+        workers: int = 32,
+        repeat_after: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._events_api = events_api
+        self._api = api
+        self.instance = instance
+        self._workers = workers
+        self.repeat_after = repeat_after
+        self._clock = clock
+        self._jobs: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+        self._last_failure: dict[str, tuple[str, float]] = {}
+        self._closed = asyncio.Event()
+        self._log_once = LogOnce(log)
+
+    # ------------------------------------------------------------------------------------------ callers
+
+    def scheduled(self, namespace: str, pod: str, uid: str, node: str, scheduler: str) -> None:
+        self._last_failure.pop(uid, None)
+        body = scheduled_event(
+            namespace=namespace, pod=pod, pod_uid=uid, node=node, scheduler=scheduler, instance=self.instance
+        )
+        body["metadata"]["name"] = scheduled_event_name(pod, uid)
+        self._jobs.put_nowait(lambda: self._create_event(namespace, body, "scheduled"))
+
+    def failed(self, pod: PodInfo, message: str, reason: str, scheduler: str) -> bool:
+        """Report a failed attempt, unless the same message went out for this pod less than
+        ``repeat_after`` seconds ago. Returns whether anything was written."""
+        now = self._clock()
+        last = self._last_failure.get(pod.uid)
+        if last is not None and last[0] == message and now - last[1] < self.repeat_after:
+            return False
+        self._last_failure[pod.uid] = (message, now)
+        body = event_body(
+            namespace=pod.namespace,
+            pod=pod.name,
+            pod_uid=pod.uid,
+            reason="FailedScheduling",
+            action="Scheduling",
+            type_="Warning",
+            note=truncate_note(message),
+            scheduler=scheduler,
+            instance=self.instance,
+        )
+        self._jobs.put_nowait(lambda: self._create_event(pod.namespace, body, "failed"))
+        if pod.scheduled_condition != ("False", reason, message):
+            self._jobs.put_nowait(lambda: self._patch_condition(pod, reason, message))
+        return True
+
+    def already_bound(self, pod: PodInfo, scheduler: str) -> None:
+        """Our bind got 409: whoever bound it, make sure the pod has its one Scheduled event."""
+        self._jobs.put_nowait(lambda: self._ensure_scheduled(pod, scheduler))
+
+    def forget(self, uid: str) -> None:
+        self._last_failure.pop(uid, None)
+
+    @property
+    def backlog(self) -> int:
+        return self._jobs.qsize()
+
+    # ------------------------------------------------------------------------------------------ workers
+
+    def close(self) -> None:
+        """No more reports will be queued (the scheduling loop has drained its binds)."""
+        self._closed.set()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Write until ``stopping`` and ``close()``; then finish what is queued (the runtime's grace period
+        bounds it), so binds completed during shutdown still get their events."""
+        workers = [asyncio.create_task(self._worker()) for _ in range(self._workers)]
+        try:
+            await stopping.wait()
+            await self._closed.wait()
+            await self._jobs.join()
+        finally:
+            for w in workers:
+                w.cancel()
+            for w in workers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await w
+
+    async def drain(self) -> None:
+        await self._jobs.join()
+
+    async def _worker(self) -> None:
+        while True:
+            job = await self._jobs.get()
+            try:
+                await job()
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                self._log_once.warning(type(err).__name__, "report failed", error=repr(err))
+            finally:
+                self._jobs.task_done()
+
+    async def _create_event(self, namespace: str, body: dict[str, Any], kind: str) -> None:
+        try:
+            resp = await client.EventsV1Api(self._events_api).create_namespaced_event(
+                namespace, body, _preload_content=False, _request_timeout=30
+            )
+            resp.release()
+            metrics.REPORTS.labels(kind, "ok").inc()
+        except ApiException as err:
+            if err.status == 409:  # the one Scheduled event for this UID exists already
+                metrics.REPORTS.labels(kind, "exists").inc()
+                return
+            if err.status == 404:  # namespace gone
+                return
+            metrics.REPORTS.labels(kind, "error").inc()
+            raise
+
+    async def _patch_condition(self, pod: PodInfo, reason: str, message: str) -> None:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastProbeTime": None,
+            "lastTransitionTime": now,
+            "observedGeneration": pod.generation or None,
+        }
+        try:
+            resp = await client.CoreV1Api(self._api).patch_namespaced_pod_status(
+                pod.name,
+                pod.namespace,
+                {"status": {"conditions": [condition]}},
+                _preload_content=False,
+                _request_timeout=30,
+            )
+            resp.release()
+            metrics.REPORTS.labels("condition", "ok").inc()
+        except ApiException as err:
+            if err.status != 404:
+                metrics.REPORTS.labels("condition", "error").inc()
+                raise
+
+    async def _ensure_scheduled(self, pod: PodInfo, scheduler: str) -> None:
+        try:
+            resp = await client.CoreV1Api(self._api).read_namespaced_pod(
+                pod.name, pod.namespace, _preload_content=False, _request_timeout=30
+            )
+            live = json.loads(await resp.read())
+            resp.release()
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise
+        node = (live.get("spec") or {}).get("nodeName")
+        if node and (live.get("metadata") or {}).get("uid") == pod.uid:
+            self.scheduled(pod.namespace, pod.name, pod.uid, node, scheduler)
+
+    # ------------------------------------------------------------------------------------------ recovery
+
+    async def recover_scheduled_events(self, bound: Iterable[PodRecord], schedulers: set[str]) -> int:
+        """Write the ``Scheduled`` events a previous leader bound but never reported. Returns how many."""
+        horizon = datetime.now(UTC) - RECOVERY_WINDOW
+        recent = [
+            r
+            for r in bound
+            if r.scheduler_name in schedulers
+            and not r.assumed
+            and r.scheduled_at
+            and _parse_time(r.scheduled_at) >= horizon
+        ]
+        if not recent:
+            return 0
+        reported = await self._scheduled_event_uids()
+        missing = [r for r in recent if r.uid not in reported]
+        for r in missing:
+            self.scheduled(r.namespace, r.name, r.uid, r.node, r.scheduler_name)
+        if missing:
+            log.info("writing Scheduled events a previous leader did not", count=len(missing))
+        return len(missing)
+
+    async def _scheduled_event_uids(self) -> set[str]:
+        uids: set[str] = set()
+        cont: str | None = None
+        core = client.CoreV1Api(self._events_api)
+        while True:
+            kwargs: dict[str, Any] = {"field_selector": f"reason={SCHEDULED_REASON}", "limit": 1000}
+            if cont:
+                kwargs["_continue"] = cont
+            resp = await core.list_event_for_all_namespaces(**kwargs, _preload_content=False, _request_timeout=120)
+            page = json.loads(await resp.read())
+            resp.release()
+            uids.update((e.get("involvedObject") or {}).get("uid", "") for e in page.get("items") or ())
+            cont = (page.get("metadata") or {}).get("continue")
+            if not cont:
+                return uids
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)

@@ -1,0 +1,423 @@
+"""The scheduler: informers feed the node table and the queue; one loop decides; binds run concurrently.
+
+Life of a pod (kube-scheduler's scheduleOne, in asyncio):
+
+1. The pod informer sees a pending pod of one of our profiles; it enters activeQ.
+2. The scheduling loop pops it and decides synchronously (no await between reading the node table and assuming
+   the result, so every decision sees every earlier one). The chosen node is *assumed*: the pod counts against
+   it at once. Reserve plugins run.
+3. A binding task runs Permit, PreBind, Bind, PostBind; at most ``bind_concurrency`` run at a time, and the loop
+   waits for a free slot before taking the next pod (backpressure instead of an unbounded pile of binds).
+4. Success: the ``Scheduled`` event is queued; the informer later confirms the binding. Failure: Unreserve,
+   forget the assumption, back to the queue with backoff. A 409 means the pod is bound already (by another
+   replica before a failover, or by us before a crash): someone else's success, not a retry.
+
+A pod no node fits waits among the unschedulable pods and gets a ``FailedScheduling`` event and
+PodScheduled=False condition. Informers run on every replica (a standby has a warm cache); only the leader runs
+the loop. A pod never gets two binds: it is either queued or assumed, never both, and a bound pod is never
+pending (after a restart the informer's list says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from crane_scheduler import metrics
+from crane_scheduler.algorithm import Algorithm, Diagnosis, ScheduleResult
+from crane_scheduler.config import SchedulerConfig
+from crane_scheduler.explain import Decision, DecisionLog
+from crane_scheduler.framework import ClusterEvent, Code, CycleState, Status
+from crane_scheduler.informers import Informer
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
+from crane_scheduler.profile import Profile
+from crane_scheduler.queue import QueuedPod, SchedulingQueue
+from crane_scheduler.reporting import Reporter
+from crane_shared.kube import BindConflict
+from crane_shared.logs import get_logger
+
+log = get_logger("crane.scheduler")
+UNSCHEDULABLE_FLUSH_PERIOD = 30.0
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        config: SchedulerConfig,
+        profiles: dict[str, Profile],
+        table: NodeTable,
+        reporter: Reporter,
+        api: client.ApiClient | None = None,
+        bind_concurrency: int = 256,
+        node_selector: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.profiles = profiles
+        self.table = table
+        self.reporter = reporter
+        self.api = api
+        self.clock = clock
+        self.node_selector = node_selector
+        sort_plugin = next(iter(profiles.values())).queue_sort
+        self.queue = SchedulingQueue(
+            sort_plugin.sort_key,
+            initial_backoff=config.pod_initial_backoff,
+            max_backoff=config.pod_max_backoff,
+            events_of=self._events_of,
+        )
+        self._observers: dict[str, Callable[[str, str, float], None]] = {name: _observer(name) for name in profiles}
+        self.algorithm = Algorithm(table, config.percentage_of_nodes_to_score)
+        self.decisions = DecisionLog()
+        self.pending: dict[str, PodInfo] = {}  # pending pods of our profiles, latest version
+        self.synced = asyncio.Event()
+        self._wakeup = asyncio.Event()
+        self._slots = asyncio.Semaphore(bind_concurrency)
+        self._binds: set[asyncio.Task[None]] = set()
+
+    def _events_of(self, plugin: str) -> ClusterEvent:
+        events = ClusterEvent(0)
+        for profile in self.profiles.values():
+            events |= profile.events_of(plugin)
+        return events
+
+    # ------------------------------------------------------------------------------------------ informers
+
+    async def run_informers(self, stopping: asyncio.Event) -> None:
+        """Nodes and all non-terminal pods (bound ones for accounting, pending ones of our profiles to
+        schedule). One pod watch, not two, so a pod's bind and its leaving the pending set arrive in order."""
+        core = client.CoreV1Api(self.api)
+        nodes = Informer("nodes", core.list_node, _NodeHandler(self), label_selector=self.node_selector)
+        pods = Informer(
+            "pods",
+            core.list_pod_for_all_namespaces,
+            _PodHandler(self),
+            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+        )
+        tasks = [asyncio.create_task(nodes.run(stopping)), asyncio.create_task(pods.run(stopping))]
+        try:
+            await nodes.synced.wait()
+            await pods.synced.wait()
+            self.synced.set()
+            gc.freeze()  # the initial lists are long-lived: keep the collector from rescanning them (p99 latency)
+            log.info("caches synced", nodes=self.table.num_nodes, pods=len(self.table.pods), pending=len(self.pending))
+            await stopping.wait()
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+
+    def on_node(self, raw: dict[str, Any]) -> None:
+        kind = self.table.upsert_node(parse_node(raw))
+        if kind is not None:
+            self.queue.on_event(ClusterEvent.NODE_ADD if kind == "add" else ClusterEvent.NODE_UPDATE)
+            self._wake()
+
+    def on_node_deleted(self, raw: dict[str, Any]) -> None:
+        self.table.remove_node((raw.get("metadata") or {}).get("name", ""))
+
+    def on_pod(self, raw: dict[str, Any]) -> None:
+        spec = raw.get("spec") or {}
+        if not spec.get("nodeName") and spec.get("schedulerName", "default-scheduler") not in self.profiles:
+            return  # another scheduler's pending pod: nothing to account, nothing to schedule
+        pod = parse_pod(raw)
+        if pod.node_name:
+            if self.pending.pop(pod.uid, None) is not None:
+                self.queue.delete(pod.uid)
+            known = pod.uid in self.table.pods
+            if self.table.add_pod(pod) and known:
+                self.queue.on_event(ClusterEvent.POD_UPDATE)
+            self.reporter.forget(pod.uid)
+            return
+        if pod.scheduler_name not in self.profiles:
+            return
+        if self.table.is_assumed(pod.uid):  # our bind is in flight: keep the latest version, do not queue
+            self.pending[pod.uid] = pod
+            return
+        if pod.deleting or pod.gated:
+            self.pending.pop(pod.uid, None)
+            self.queue.delete(pod.uid)
+            return
+        self.pending[pod.uid] = pod
+        self.queue.add(pod, self.clock())  # add() updates in place when the pod is already queued
+        self._wake()
+
+    def on_pod_deleted(self, raw: dict[str, Any]) -> None:
+        uid = (raw.get("metadata") or {}).get("uid", "")
+        self.pending.pop(uid, None)
+        self.queue.delete(uid)
+        self.reporter.forget(uid)
+        record = self.table.remove_pod(uid)
+        if record is not None:
+            self.queue.on_event(ClusterEvent.POD_DELETE)
+            self._wake()
+
+    # ------------------------------------------------------------------------------------------ the loop
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Schedule until ``stopping`` (or until cancelled on losing leadership); in-flight binds finish."""
+        await self.synced.wait()
+        try:
+            await self.reporter.recover_scheduled_events(list(self.table.pods.values()), set(self.profiles))
+        except Exception as err:  # reporting must never keep the leader from scheduling
+            log.warning("could not check for unreported bindings", error=repr(err))
+        flusher = asyncio.create_task(self._flush_loop(stopping))
+        log.info("scheduling", profiles=sorted(self.profiles))
+        try:
+            while not stopping.is_set():
+                await self._slots.acquire()
+                qp = await self._next_pod(stopping)
+                if qp is None:
+                    self._slots.release()
+                    break
+                self.schedule_one(qp)
+                await asyncio.sleep(0)  # let informers and binds run between decisions
+        finally:
+            flusher.cancel()
+            await self.drain()
+
+    async def drain(self) -> None:
+        """Wait for in-flight binding cycles (shutdown, leadership loss)."""
+        while self._binds:
+            await asyncio.gather(*list(self._binds), return_exceptions=True)
+
+    async def _next_pod(self, stopping: asyncio.Event) -> QueuedPod | None:
+        while not stopping.is_set():
+            self._wakeup.clear()
+            qp = self.queue.pop(self.clock())
+            if qp is not None:
+                return qp
+            expiry = self.queue.next_backoff_expiry()
+            timeout = 1.0 if expiry is None else max(0.0, min(1.0, expiry - self.clock()))
+            waiters = [asyncio.ensure_future(self._wakeup.wait()), asyncio.ensure_future(stopping.wait())]
+            try:
+                await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()
+        return None
+
+    async def _flush_loop(self, stopping: asyncio.Event) -> None:
+        last_unschedulable_flush = self.clock()
+        while not stopping.is_set():
+            await asyncio.sleep(1.0)
+            now = self.clock()
+            if now - last_unschedulable_flush >= UNSCHEDULABLE_FLUSH_PERIOD:
+                self.queue.flush_unschedulable(now)
+                last_unschedulable_flush = now
+            self.queue.flush_backoff(now)
+            if self.queue.active_len:
+                self._wake()
+            self.update_gauges()
+
+    def update_gauges(self) -> None:
+        metrics.PENDING_PODS.labels("active").set(self.queue.active_len)
+        metrics.PENDING_PODS.labels("backoff").set(self.queue.backoff_len)
+        metrics.PENDING_PODS.labels("unschedulable").set(len(self.queue.unschedulable))
+        metrics.CACHE_SIZE.labels("nodes").set(self.table.num_nodes)
+        metrics.CACHE_SIZE.labels("pods").set(len(self.table.pods))
+        metrics.CACHE_SIZE.labels("assumed_pods").set(sum(1 for r in self.table.pods.values() if r.assumed))
+
+    # ------------------------------------------------------------------------------------------ one pod
+
+    def schedule_one(self, qp: QueuedPod) -> None:
+        """Scheduling cycle for one popped pod; hands a chosen node to a binding task. Holds one bind slot,
+        released here unless a binding task takes it over."""
+        pod = self.pending.get(qp.pod.uid)
+        profile = self.profiles.get(pod.scheduler_name) if pod else None
+        if pod is None or profile is None or self.table.is_assumed(pod.uid):
+            self._slots.release()  # deleted, bound by someone else, or already on its way
+            return
+        qp.pod = pod
+        start = time.perf_counter()
+        state: CycleState = {}
+        try:
+            result = self.algorithm.schedule(profile, pod, state, self._observers[profile.name])
+        except Exception as err:
+            log.exception("scheduling failed", pod=pod.key)
+            result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))
+        metrics.ALGORITHM_DURATION.labels(profile.name).observe(time.perf_counter() - start)
+        self.decisions.add(Decision.from_state(
+            pod, time.time(), self.table, state,
+            result.node if isinstance(result, ScheduleResult) else None,
+            result.message if isinstance(result, Diagnosis | Status) else "",
+        ))
+        if isinstance(result, Diagnosis):
+            for pf in profile.post_filter:
+                status = pf.post_filter(state, pod, result)
+                if status.reasons:
+                    result.post_filter_msg = status.message
+                    break
+            self._unschedulable(profile, qp, frozenset(result.rejectors), result.message, start)
+            self._slots.release()
+            return
+        if isinstance(result, Status):
+            self._error(profile, qp, result.message, start)
+            self._slots.release()
+            return
+        self._assume_and_bind(profile, qp, state, result, start)
+
+    def _assume_and_bind(
+        self, profile: Profile, qp: QueuedPod, state: CycleState, result: ScheduleResult, start: float
+    ) -> None:
+        pod, node = qp.pod, result.node
+        self.table.assume(pod, node)
+        for i, pl in enumerate(profile.reserve):
+            status = pl.reserve(state, pod, node)
+            if not status.success:
+                for undo in reversed(profile.reserve[: i + 1]):
+                    undo.unreserve(state, pod, node)
+                self.table.forget(pod.uid)
+                self._failed(profile, qp, status, start)
+                self._slots.release()
+                return
+        task = asyncio.create_task(self._binding_cycle(profile, qp, state, node, start))
+        self._binds.add(task)
+        task.add_done_callback(self._binds.discard)
+
+    async def _binding_cycle(self, profile: Profile, qp: QueuedPod, state: CycleState, node: str, start: float) -> None:
+        pod = qp.pod
+        metrics.BINDS_IN_FLIGHT.inc()
+        bind_start = time.perf_counter()
+        try:
+            status = await self._bind_extension_points(profile, state, pod, node)
+        except BindConflict:
+            self.table.forget(pod.uid)  # the informer will account the real binding
+            self.reporter.already_bound(pod, profile.name)
+            metrics.BIND_DURATION.labels("conflict").observe(time.perf_counter() - bind_start)
+            return
+        except Exception as err:
+            status = Status(Code.ERROR, (f"binding pod to {node}: {err!r}",))
+        finally:
+            metrics.BINDS_IN_FLIGHT.dec()
+            self._slots.release()
+        if not status.success:
+            metrics.BIND_DURATION.labels("error").observe(time.perf_counter() - bind_start)
+            for pl in reversed(profile.reserve):
+                pl.unreserve(state, pod, node)
+            self.table.forget(pod.uid)
+            self._failed(profile, qp, status, start)
+            return
+        metrics.BIND_DURATION.labels("bound").observe(time.perf_counter() - bind_start)
+        for post in profile.post_bind:
+            with contextlib.suppress(Exception):
+                post.post_bind(state, pod, node)
+        self.reporter.scheduled(pod.namespace, pod.name, pod.uid, node, profile.name)
+        metrics.SCHEDULE_ATTEMPTS.labels("scheduled", profile.name).inc()
+        metrics.ATTEMPT_DURATION.labels("scheduled", profile.name).observe(time.perf_counter() - start)
+
+    async def _bind_extension_points(self, profile: Profile, state: CycleState, pod: PodInfo, node: str) -> Status:
+        observe = self._observers[profile.name]
+        t0 = time.perf_counter()
+        for permit in profile.permit:
+            status = await permit.permit(state, pod, node)
+            if not status.success:
+                observe("Permit", status.code.value, time.perf_counter() - t0)
+                return Status(status.code, status.reasons, permit.name)
+        t1 = time.perf_counter()
+        for pre in profile.pre_bind:
+            status = await pre.pre_bind(state, pod, node)
+            if not status.success:
+                observe("PreBind", status.code.value, time.perf_counter() - t1)
+                return Status(status.code, status.reasons, pre.name)
+        t2 = time.perf_counter()
+        for binder in profile.bind:
+            status = await binder.bind(state, pod, node)
+            if status.code is Code.SKIP:
+                continue
+            observe("Bind", status.code.value, time.perf_counter() - t2)
+            return status
+        return Status(Code.ERROR, ("no bind plugin bound the pod",))
+
+    # ------------------------------------------------------------------------------------------ failures
+
+    def _failed(self, profile: Profile, qp: QueuedPod, status: Status, start: float) -> None:
+        if status.rejected:
+            self._unschedulable(profile, qp, frozenset({status.plugin} - {""}), status.message, start)
+        else:
+            self._error(profile, qp, status.message, start)
+
+    def _unschedulable(
+        self, profile: Profile, qp: QueuedPod, rejectors: frozenset[str], message: str, start: float
+    ) -> None:
+        metrics.SCHEDULE_ATTEMPTS.labels("unschedulable", profile.name).inc()
+        metrics.ATTEMPT_DURATION.labels("unschedulable", profile.name).observe(time.perf_counter() - start)
+        if qp.pod.uid in self.pending:  # still pending (not deleted, not bound meanwhile)
+            self.queue.add_unschedulable(qp, rejectors, self.clock())
+            self.reporter.failed(self.pending[qp.pod.uid], message, "Unschedulable", profile.name)
+
+    def _error(self, profile: Profile, qp: QueuedPod, message: str, start: float) -> None:
+        metrics.SCHEDULE_ATTEMPTS.labels("error", profile.name).inc()
+        metrics.ATTEMPT_DURATION.labels("error", profile.name).observe(time.perf_counter() - start)
+        log.warning("scheduling attempt failed, retrying with backoff", pod=qp.pod.key, error=message)
+        if qp.pod.uid in self.pending:
+            self.queue.add_backoff(qp, self.clock())
+            self.reporter.failed(self.pending[qp.pod.uid], message, "SchedulerError", profile.name)
+            self._wake()
+
+
+def _observer(profile: str) -> Callable[[str, str, float], None]:
+    children: dict[tuple[str, str], Any] = {}
+
+    def observe(point: str, status: str, seconds: float) -> None:
+        child = children.get((point, status))
+        if child is None:
+            child = children[(point, status)] = metrics.EXTENSION_POINT_DURATION.labels(point, status, profile)
+        child.observe(seconds)
+
+    return observe
+
+
+class _NodeHandler:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        names = set()
+        for raw in items:
+            self.s.on_node(raw)
+            names.add((raw.get("metadata") or {}).get("name"))
+        for gone in self.s.table.node_names() - names:
+            self.s.table.remove_node(gone)
+
+    def upsert(self, obj: dict[str, Any]) -> None:
+        self.s.on_node(obj)
+
+    def delete(self, obj: dict[str, Any]) -> None:
+        self.s.on_node_deleted(obj)
+
+
+class _PodHandler:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+
+    def replace(self, items: list[dict[str, Any]]) -> None:
+        seen = set()
+        for raw in items:
+            self.s.on_pod(raw)
+            seen.add((raw.get("metadata") or {}).get("uid"))
+        for uid in set(self.s.pending) - seen:
+            if not self.s.table.is_assumed(uid):
+                self.s.on_pod_deleted({"metadata": {"uid": uid}})
+        for uid, record in list(self.s.table.pods.items()):
+            if uid not in seen and not record.assumed:
+                self.s.on_pod_deleted({"metadata": {"uid": uid}})
+
+    def upsert(self, obj: dict[str, Any]) -> None:
+        self.s.on_pod(obj)
+
+    def delete(self, obj: dict[str, Any]) -> None:
+        self.s.on_pod_deleted(obj)

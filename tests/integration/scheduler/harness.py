@@ -1,0 +1,217 @@
+"""Run crane-scheduler against the real API server: in-process (asyncio tasks) or as a child process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio import client
+
+from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.procs import ManagedProcess, free_port
+from crane_scheduler.config import parse_config
+from crane_scheduler.framework import Handle
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.plugins import builtin_registry
+from crane_scheduler.profile import build_profiles
+from crane_scheduler.reporting import Reporter
+from crane_scheduler.scheduler import Scheduler
+from crane_shared.kube import api_client_from_dict
+
+
+async def wait_for(
+    condition: Callable[[], Awaitable[Any]], timeout: float = 20.0, interval: float = 0.1, what: str = "condition"
+) -> Any:
+    """Poll until ``condition()`` is truthy; its value is returned. Fails with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last value {value!r}")
+        await asyncio.sleep(interval)
+
+
+def config_for(scheduler_name: str, **extra: Any) -> dict[str, Any]:
+    profile = {"schedulerName": scheduler_name, **extra.pop("profile", {})}
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "profiles": [profile],
+        **extra,
+    }
+
+
+@contextlib.asynccontextmanager
+async def in_process(cluster: LocalCluster, config: dict[str, Any], node_selector: str) -> AsyncIterator[Scheduler]:
+    """The scheduler as asyncio tasks of this test's event loop; stopped (binds drained) on exit."""
+    api = await api_client_from_dict(cluster.kubeconfig_dict(), qps=0, burst=200)
+    events_api = await api_client_from_dict(cluster.kubeconfig_dict(), qps=0, burst=200)
+    cfg = parse_config(config)
+    table = NodeTable()
+    profiles = build_profiles(cfg, builtin_registry(), lambda name: Handle(table, api, time.monotonic, name))
+    reporter = Reporter(events_api, api, "test")
+    scheduler = Scheduler(
+        config=cfg, profiles=profiles, table=table, reporter=reporter, api=api, node_selector=node_selector
+    )
+    stopping = asyncio.Event()
+
+    async def schedule() -> None:
+        try:
+            await scheduler.run(stopping)
+        finally:
+            reporter.close()
+
+    tasks = [asyncio.create_task(c) for c in (scheduler.run_informers(stopping), reporter.run(stopping), schedule())]
+    try:
+        await asyncio.wait_for(scheduler.synced.wait(), 30)
+        yield scheduler
+    finally:
+        stopping.set()
+        await asyncio.wait(tasks, timeout=20)
+        for t in tasks:
+            t.cancel()
+        await api.close()
+        await events_api.close()
+
+
+def child_process(
+    cluster: LocalCluster, config: dict[str, Any], node_selector: str, name: str, workdir: Path, *extra_args: str
+) -> tuple[ManagedProcess, int]:
+    """The real ``crane-scheduler`` command as a child process (for kill -9); returns it and its HTTP port."""
+    path = workdir / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "crane_scheduler",
+        "--config",
+        str(path),
+        "--kubeconfig",
+        str(cluster.kubeconfig_path),
+        "--node-selector",
+        node_selector,
+        "--port",
+        str(port),
+        "--listen-address",
+        "127.0.0.1",
+        "--identity",
+        name,
+        *extra_args,
+    ]
+    return ManagedProcess(name, argv, cluster.run_dir / "logs" / f"{name}.log"), port
+
+
+# ------------------------------------------------------------------------------------------ objects
+
+
+async def create_nodes(kube: client.ApiClient, nodes: list[dict[str, Any]]) -> None:
+    """Nodes with allocatable set on the status subresource (there are no kubelets to report it)."""
+    v1 = client.CoreV1Api(kube)
+
+    async def one(n: dict[str, Any]) -> None:
+        status = n.pop("status")
+        name = n["metadata"]["name"]
+        await v1.create_node(n)
+        await v1.patch_node_status(name, {"status": status})
+        # The API server's TaintNodesByCondition admission adds node.kubernetes.io/not-ready; no node
+        # lifecycle controller runs here to lift it once "kubelet" is ready, so set the taints we want.
+        await v1.patch_node(
+            name, {"spec": {"taints": n["spec"].get("taints") or None}}, _content_type="application/merge-patch+json"
+        )
+
+    await asyncio.gather(*(one(json.loads(json.dumps(n))) for n in nodes))
+
+
+def node(
+    name: str,
+    group: str,
+    cpu: str = "4",
+    memory: str = "16Gi",
+    pods: int = 110,
+    *,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+    unschedulable: bool = False,
+) -> dict[str, Any]:
+    resources = {"cpu": cpu, "memory": memory, "pods": str(pods)}
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "crane.test/group": group, **(labels or {})},
+        },
+        "spec": {"taints": taints or [], "unschedulable": unschedulable},
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+def pod(
+    name: str,
+    scheduler: str,
+    cpu: str = "100m",
+    memory: str = "64Mi",
+    *,
+    node_name: str | None = None,
+    spec: dict[str, Any] | None = None,
+    ports: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "c",
+        "image": "pause",
+        "resources": {"requests": {"cpu": cpu, "memory": memory}},
+    }
+    if ports:
+        container["ports"] = ports
+    body: dict[str, Any] = {
+        "metadata": {"name": name},
+        "spec": {"schedulerName": scheduler, "containers": [container], **(spec or {})},
+    }
+    if node_name:
+        body["spec"]["nodeName"] = node_name
+    return body
+
+
+async def create_pods(
+    kube: client.ApiClient, namespace: str, pods: list[dict[str, Any]], concurrency: int = 50
+) -> None:
+    v1 = client.CoreV1Api(kube)
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(p: dict[str, Any]) -> None:
+        async with sem:
+            resp = await v1.create_namespaced_pod(namespace, p, _preload_content=False)
+            resp.release()
+
+    await asyncio.gather(*(one(p) for p in pods))
+
+
+async def pods_json(kube: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    resp = await client.CoreV1Api(kube).list_namespaced_pod(namespace, _preload_content=False)
+    items: list[dict[str, Any]] = json.loads(await resp.read())["items"]
+    resp.release()
+    return items
+
+
+async def node_of(kube: client.ApiClient, namespace: str, name: str) -> str | None:
+    resp = await client.CoreV1Api(kube).read_namespaced_pod(name, namespace, _preload_content=False)
+    pod_ = json.loads(await resp.read())
+    resp.release()
+    node_name: str | None = pod_["spec"].get("nodeName")
+    return node_name
+
+
+async def events(kube: client.ApiClient, namespace: str, reason: str | None = None) -> list[dict[str, Any]]:
+    resp = await client.EventsV1Api(kube).list_namespaced_event(namespace, _preload_content=False)
+    items: list[dict[str, Any]] = json.loads(await resp.read())["items"]
+    resp.release()
+    return [e for e in items if reason is None or e.get("reason") == reason]

@@ -1,0 +1,61 @@
+"""Decision records answer "why this node" and "why still pending" with the inputs the scheduler used."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crane_scheduler.algorithm import ScheduleResult
+from crane_scheduler.explain import Decision, DecisionLog, render
+from crane_scheduler.podinfo import parse_pod
+from tests.unit.loadaware.test_plugin import NOW, Setup, loaded
+from tests.unit.scheduler.builders import node, pod
+
+
+def decide(s: Setup, raw: dict[str, Any]) -> dict[str, Any]:
+    info = parse_pod(raw)
+    state: dict[str, Any] = {}
+    result = s.algorithm.schedule(s.profile, info, state)
+    chosen = result.node if isinstance(result, ScheduleResult) else None
+    decision = Decision.from_state(info, NOW, s.table, state, chosen, getattr(result, "message", ""))
+    return render(decision, s.plugin.explain_load)
+
+
+def test_why_this_node_shows_every_plugin_score_and_the_load_inputs() -> None:
+    s = Setup(loaded("busy", 0.9), loaded("calm", 0.2), loaded("mid", 0.5))
+    out = decide(s, pod("p"))
+    assert out["result"] == {"node": "calm"}
+    best = out["nodes"][0]
+    assert best["node"] == "calm" and best["filter"] == "passed"
+    assert set(best["scores"]) >= {"Dynamic", "NodeResourcesFit", "NodeResourcesBalancedAllocation"}
+    assert best["scores"]["Dynamic"] == 80
+    assert best["load"]["metrics"]["cpu_usage_avg_5m"]["annotated"] == 0.2
+    busy = next(n for n in out["nodes"] if n["node"] == "busy")
+    assert busy["filter"] == {"plugin": "Dynamic", "reason": "node(s) had cpu_usage_avg_5m above 0.65"}
+    assert out["rejectedByReason"] == {"node(s) had cpu_usage_avg_5m above 0.65": 1}
+
+
+def test_why_still_pending_lists_each_node_with_the_plugin_that_refused_it() -> None:
+    s = Setup(loaded("busy", 0.9), node("tiny", cpu="100m"))
+    out = decide(s, pod("p", cpu="1"))
+    assert out["result"]["pending"].startswith("0/2 nodes are available")
+    assert {n["node"]: n["filter"]["plugin"] for n in out["nodes"]} == {"busy": "Dynamic", "tiny": "NodeResourcesFit"}
+
+
+def test_the_log_keeps_the_latest_decision_of_the_most_recent_pods() -> None:
+    log = DecisionLog(size=2)
+    for name in ("a", "b", "a", "c"):
+        log.add(Decision(f"ns/{name}", name, 0.0, [], [], message=name))
+    assert log.get("ns/b") is None
+    assert log.get("ns/a") is not None and log.get("ns/c") is not None
+
+
+def test_cranectl_renders_the_decision_for_a_person() -> None:
+    from cranectl.__main__ import render_explain
+
+    s = Setup(loaded("busy", 0.9), loaded("calm", 0.2))
+    text = render_explain(decide(s, pod("p")))
+    lines = text.splitlines()
+    assert lines[0] == "ns/p: scheduled to calm"
+    assert lines[2].split()[:3] == ["calm", "total", str(decide(s, pod("q"))["nodes"][0]["total"])]
+    assert "busy" in lines[3] and "refused by Dynamic: node(s) had cpu_usage_avg_5m above 0.65" in lines[3]
+    assert "cpu_usage_avg_5m=0.20" in lines[2]

@@ -1,0 +1,111 @@
+"""Pod and node API objects (as JSON dicts) for the scheduler's unit tests."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from crane_scheduler.algorithm import Algorithm, Diagnosis, ScheduleResult
+from crane_scheduler.config import SchedulerConfig, parse_config
+from crane_scheduler.framework import Handle, Status
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.plugins import builtin_registry
+from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
+from crane_scheduler.profile import Profile, build_profiles
+
+_uids = itertools.count(1)
+
+
+def node(
+    name: str,
+    cpu: str = "4",
+    memory: str = "8Gi",
+    pods: int = 110,
+    *,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+    unschedulable: bool = False,
+    extra: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": taints or [], "unschedulable": unschedulable},
+        "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": str(pods), **(extra or {})}},
+    }
+
+
+def container(
+    cpu: str | None = None,
+    memory: str | None = None,
+    *,
+    name: str = "c",
+    extra: dict[str, str] | None = None,
+    ports: list[dict[str, Any]] | None = None,
+    restart: str | None = None,
+) -> dict[str, Any]:
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None} | (extra or {})
+    c: dict[str, Any] = {"name": name, "image": "pause", "resources": {"requests": requests}}
+    if ports:
+        c["ports"] = ports
+    if restart:
+        c["restartPolicy"] = restart
+    return c
+
+
+def pod(
+    name: str = "p",
+    cpu: str | None = "100m",
+    memory: str | None = "100Mi",
+    *,
+    priority: int = 0,
+    node_name: str = "",
+    scheduler: str = "crane-scheduler",
+    spec: dict[str, Any] | None = None,
+    containers: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}-{next(_uids)}"},
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeName": node_name or None,
+            "priority": priority,
+            "containers": containers if containers is not None else [container(cpu, memory)],
+            **(spec or {}),
+        },
+    }
+
+
+def table(*nodes: dict[str, Any], bound: list[dict[str, Any]] | None = None) -> NodeTable:
+    t = NodeTable(capacity=2)
+    for n in nodes:
+        t.upsert_node(parse_node(n))
+    for p in bound or ():
+        t.add_pod(parse_pod(p))
+    return t
+
+
+def profile(t: NodeTable, config: dict[str, Any] | None = None) -> Profile:
+    cfg = parse_config(config) if config is not None else SchedulerConfig()
+    profiles = build_profiles(cfg, builtin_registry(), lambda name: Handle(t, profile=name))
+    return next(iter(profiles.values()))
+
+
+def decide(
+    t: NodeTable, p: dict[str, Any] | PodInfo, config: dict[str, Any] | None = None, seed: int = 0
+) -> ScheduleResult | Diagnosis | Status:
+    import random
+
+    info = p if isinstance(p, PodInfo) else parse_pod(p)
+    return Algorithm(t, rng=random.Random(seed)).schedule(profile(t, config), info, {})
+
+
+def chosen(t: NodeTable, p: dict[str, Any], config: dict[str, Any] | None = None) -> str:
+    result = decide(t, p, config)
+    assert isinstance(result, ScheduleResult), result
+    return result.node
+
+
+def failure(t: NodeTable, p: dict[str, Any], config: dict[str, Any] | None = None) -> str:
+    result = decide(t, p, config)
+    assert isinstance(result, Diagnosis), result
+    return result.message

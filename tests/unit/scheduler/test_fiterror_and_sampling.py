@@ -1,0 +1,81 @@
+"""FitError message formatting and node sampling (percentageOfNodesToScore), as kube-scheduler 1.35."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from crane_scheduler.algorithm import (
+    Algorithm,
+    Diagnosis,
+    ScheduleResult,
+    fit_error_message,
+    num_feasible_nodes_to_find,
+    sample_feasible,
+    truncate_note,
+)
+from crane_scheduler.podinfo import parse_pod
+from tests.unit.scheduler.builders import node, pod, profile, table
+
+
+def test_histogram_is_sorted_as_strings_joined_and_ended_with_a_period() -> None:
+    d = Diagnosis(13, Counter({"node(s) had untolerated taint(s)": 2, "Insufficient cpu": 10, "Too many pods": 1}))
+    # Go sorts "10 ..." before "2 ..." (string order), and so do we.
+    assert fit_error_message(d) == (
+        "0/13 nodes are available: 1 Too many pods, 10 Insufficient cpu, 2 node(s) had untolerated taint(s)."
+    )
+
+
+def test_prefilter_message_replaces_the_histogram_and_postfilter_is_appended() -> None:
+    d = Diagnosis(3, Counter({"x": 3}), pre_filter_msg="pod affinity terms conflict", post_filter_msg="preemption: no")
+    assert fit_error_message(d) == "0/3 nodes are available: pod affinity terms conflict. preemption: no"
+
+
+def test_no_nodes_at_all() -> None:
+    assert fit_error_message(Diagnosis(0)) == "no nodes available to schedule pods"
+
+
+def test_notes_are_cut_at_1024_characters() -> None:
+    assert truncate_note("x" * 1024) == "x" * 1024
+    cut = truncate_note("y" * 2000)
+    assert len(cut) == 1024 and cut.endswith("y ...")
+
+
+@pytest.mark.parametrize(
+    ("pct", "nodes", "expected"),
+    [
+        (0, 50, 50),  # fewer than 100: all
+        (0, 99, 99),
+        (0, 1000, 420),  # 50 - 1000/125 = 42 %
+        (0, 5000, 500),  # 50 - 40 = 10 %
+        (0, 6000, 300),  # 50 - 48 = 2 % -> floor 5 %
+        (0, 150, 100),  # 49 % of 150 = 73 -> at least 100
+        (30, 1000, 300),
+        (100, 1000, 1000),
+    ],
+)
+def test_num_feasible_nodes_to_find(pct: int, nodes: int, expected: int) -> None:
+    assert num_feasible_nodes_to_find(pct, nodes) == expected
+
+
+def test_sampling_rotates_and_reports_the_nodes_examined() -> None:
+    candidates = np.arange(10)
+    feasible = np.array([True, False, True, True, False, True, True, True, False, True])
+    rows, processed = sample_feasible(candidates, feasible, start=3, want=3)
+    assert rows.tolist() == [3, 5, 6] and processed == 4  # examined 3, 4, 5, 6
+    rows, processed = sample_feasible(candidates, feasible, start=8, want=100)
+    assert sorted(rows.tolist()) == [0, 2, 3, 5, 6, 7, 9] and processed == 10
+
+
+def test_successive_pods_are_scored_over_rotating_windows_of_nodes() -> None:
+    t = table(*(node(f"n{i:03d}") for i in range(200)))  # 200 nodes: 48 % -> 100 nodes scored
+    algo = Algorithm(t)
+    prof = profile(t)
+    first = algo.schedule(prof, parse_pod(pod("a")), {})
+    assert isinstance(first, ScheduleResult) and first.feasible == 100 and first.evaluated == 100
+    assert algo.next_start == 100
+    second = algo.schedule(prof, parse_pod(pod("b")), {})
+    assert isinstance(second, ScheduleResult) and int(second.node[1:]) >= 100
+    assert algo.next_start == 0

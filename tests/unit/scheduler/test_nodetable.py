@@ -1,0 +1,101 @@
+"""The node table as the scheduler cache: assume, confirm, forget, and nodes coming and going."""
+
+from __future__ import annotations
+
+import pytest
+
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.podinfo import Requirement, parse_node, parse_pod, quantity
+from tests.unit.scheduler.builders import node, pod, table
+
+
+def cpu_requested(t: NodeTable, name: str) -> int:
+    return int(t.requested[t.rows[name], t.resources["cpu"]])
+
+
+def test_assume_counts_at_once_and_forget_undoes_it() -> None:
+    t = table(node("a"))
+    p = parse_pod(pod(cpu="1"))
+    t.assume(p, "a")
+    assert cpu_requested(t, "a") == 1000 and int(t.pod_count[0]) == 1
+    assert t.forget(p.uid)
+    assert cpu_requested(t, "a") == 0 and int(t.pod_count[0]) == 0
+
+
+def test_a_confirmed_binding_is_not_forgotten_and_not_counted_twice() -> None:
+    t = table(node("a"))
+    raw = pod(cpu="1")
+    t.assume(parse_pod(raw), "a")
+    bound = parse_pod({**raw, "spec": {**raw["spec"], "nodeName": "a"}})
+    assert t.add_pod(bound) is False  # same node, same requests: nothing changes
+    assert not t.forget(bound.uid)
+    assert cpu_requested(t, "a") == 1000
+
+
+def test_binding_observed_on_another_node_moves_the_accounting() -> None:
+    t = table(node("a"), node("b"))
+    raw = pod(cpu="1")
+    t.assume(parse_pod(raw), "a")
+    t.add_pod(parse_pod({**raw, "spec": {**raw["spec"], "nodeName": "b"}}))
+    assert (cpu_requested(t, "a"), cpu_requested(t, "b")) == (0, 1000)
+
+
+def test_pods_on_a_node_seen_before_the_node_are_counted_when_it_arrives() -> None:
+    t = table(bound=[pod("x", cpu="2", node_name="late")])
+    t.upsert_node(parse_node(node("late")))
+    assert cpu_requested(t, "late") == 2000
+
+
+def test_removed_node_row_is_reused_clean() -> None:
+    t = table(node("a", labels={"zone": "x"}), node("b"), bound=[pod("x", cpu="2", node_name="a")])
+    assert t.remove_node("a") and t.num_nodes == 1
+    t.upsert_node(parse_node(node("c")))
+    assert t.rows["c"] == 0 and cpu_requested(t, "c") == 0
+    assert not t.label_mask(Requirement("zone", "Exists", ())).any()
+
+
+def test_update_without_scheduling_relevant_change_is_ignored() -> None:
+    t = table(node("a"))
+    raw = node("a")
+    raw["metadata"]["resourceVersion"] = "99"
+    assert t.upsert_node(parse_node(raw)) is None
+    raw["metadata"]["annotations"] = {"cpu_usage_avg_5m": "0.5,2026-01-01T00:00:00Z"}
+    assert t.upsert_node(parse_node(raw)) == "update"
+
+
+def test_plugin_columns_follow_node_updates() -> None:
+    t = table(node("a"), node("b"))
+    t.register_column("load", lambda n: float(n.annotations.get("load", "nan")))
+    raw = node("b")
+    raw["metadata"]["annotations"] = {"load": "0.7"}
+    t.upsert_node(parse_node(raw))
+    col = t.column("load")
+    assert col[t.rows["b"]] == pytest.approx(0.7) and col[t.rows["a"]] != col[t.rows["a"]]  # NaN
+
+
+def test_table_grows_past_its_capacity() -> None:
+    t = table(*(node(f"n{i}", extra={"example.com/gpu": "1"}) for i in range(40)))
+    assert t.num_nodes == 40 and int(t.alloc[39, t.resources["example.com/gpu"]]) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "milli", "value"),
+    [
+        ("100m", True, 100),
+        ("1", True, 1000),
+        ("0.5", True, 500),
+        ("1.5Gi", False, 1610612736),
+        ("1e3", False, 1000),
+        ("1k", False, 1000),
+        ("1Ki", False, 1024),
+        ("1m", False, 1),
+        ("250u", True, 1),
+    ],
+)
+def test_quantities_round_up_like_kubernetes(text: str, milli: bool, value: int) -> None:
+    assert quantity(text, milli) == value
+
+
+def test_bad_quantity_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        quantity("12 apples")

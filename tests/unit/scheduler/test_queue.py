@@ -1,0 +1,117 @@
+"""Scheduling queue: priority order, backoff, unschedulable pods and the events that move them."""
+
+from __future__ import annotations
+
+from crane_scheduler.framework import ClusterEvent
+from crane_scheduler.plugins.queuesort import PrioritySort
+from crane_scheduler.podinfo import parse_pod
+from crane_scheduler.queue import SchedulingQueue
+from tests.unit.scheduler.builders import pod
+
+
+def queue(**kw: object) -> SchedulingQueue:
+    return SchedulingQueue(PrioritySort().sort_key, **kw)  # type: ignore[arg-type]
+
+
+def names(q: SchedulingQueue, now: float) -> list[str]:
+    out = []
+    while (qp := q.pop(now)) is not None:
+        out.append(qp.pod.name)
+    return out
+
+
+def test_higher_priority_first_then_arrival_order() -> None:
+    q = queue()
+    q.add(parse_pod(pod("low-early", priority=0)), now=1)
+    q.add(parse_pod(pod("high", priority=100)), now=2)
+    q.add(parse_pod(pod("low-late", priority=0)), now=3)
+    q.add(parse_pod(pod("mid", priority=10)), now=4)
+    assert names(q, now=5) == ["high", "mid", "low-early", "low-late"]
+
+
+def test_backoff_doubles_from_one_second_and_caps_at_ten() -> None:
+    q = queue()
+    assert [q.backoff_duration(a) for a in range(1, 7)] == [1, 2, 4, 8, 10, 10]
+
+
+def test_failed_pod_waits_out_its_backoff() -> None:
+    q = queue()
+    q.add(parse_pod(pod("p")), now=0)
+    qp = q.pop(now=0)
+    assert qp is not None and qp.attempts == 1
+    q.add_backoff(qp, now=10)
+    assert q.pop(now=10.9) is None
+    again = q.pop(now=11)
+    assert again is not None and again.attempts == 2
+    q.add_backoff(again, now=20)
+    assert q.pop(now=21.5) is None and q.pop(now=22) is not None
+
+
+def test_unschedulable_pod_moves_only_on_an_event_its_rejector_registered() -> None:
+    events = {"TaintToleration": ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE, "NodeResourcesFit": ClusterEvent.ALL}
+    q = queue(events_of=lambda plugin: events[plugin])
+    q.add(parse_pod(pod("tainted")), now=0)
+    q.add(parse_pod(pod("full")), now=0)
+    first, second = q.pop(0), q.pop(0)
+    assert first and second
+    q.add_unschedulable(first, frozenset({"TaintToleration"}), now=0)
+    q.add_unschedulable(second, frozenset({"NodeResourcesFit"}), now=0)
+    q.on_event(ClusterEvent.POD_DELETE)
+    assert names(q, now=5) == ["full"]  # backoff (1 s) is over
+    q.on_event(ClusterEvent.NODE_ADD)
+    assert names(q, now=5) == ["tainted"]
+
+
+def test_unschedulable_pod_moved_during_its_backoff_waits_in_backoffq() -> None:
+    q = queue()
+    q.add(parse_pod(pod("p")), now=0)
+    qp = q.pop(0)
+    assert qp
+    q.add_unschedulable(qp, frozenset({"X"}), now=10)
+    q.on_event(ClusterEvent.NODE_ADD)
+    assert q.pop(now=10.5) is None
+    assert q.backoff_len == 1
+    assert names(q, now=11) == ["p"]
+
+
+def test_unschedulable_pods_are_retried_after_five_minutes_without_events() -> None:
+    q = queue()
+    q.add(parse_pod(pod("p")), now=0)
+    qp = q.pop(0)
+    assert qp
+    q.add_unschedulable(qp, frozenset({"X"}), now=0)
+    q.flush_unschedulable(now=299)
+    assert q.pop(299) is None
+    q.flush_unschedulable(now=301)
+    assert names(q, now=301) == ["p"]
+
+
+def test_updated_unschedulable_pod_is_retried_but_status_only_updates_are_not() -> None:
+    q = queue()
+    raw = pod("p")
+    q.add(parse_pod(raw), now=0)
+    qp = q.pop(0)
+    assert qp
+    q.add_unschedulable(qp, frozenset({"X"}), now=0)
+    q.update(parse_pod({**raw, "status": {"conditions": [{"type": "PodScheduled", "status": "False"}]}}), now=5)
+    assert q.pop(5) is None
+    q.update(parse_pod({**raw, "spec": {**raw["spec"], "tolerations": [{"operator": "Exists"}]}}), now=6)
+    popped = q.pop(6)
+    assert popped is not None and popped.pod.tolerations
+
+
+def test_deleted_pod_leaves_every_queue() -> None:
+    q = queue()
+    p = parse_pod(pod("p"))
+    q.add(p, now=0)
+    q.delete(p.uid)
+    assert q.pop(0) is None and len(q) == 0
+
+
+def test_priority_change_reorders_the_active_queue() -> None:
+    q = queue()
+    a, b = pod("a"), pod("b")
+    q.add(parse_pod(a), now=0)
+    q.add(parse_pod(b), now=1)
+    q.update(parse_pod({**b, "spec": {**b["spec"], "priority": 5}}), now=2)
+    assert names(q, now=3) == ["b", "a"]

@@ -1,0 +1,179 @@
+"""The scheduling and binding cycles without an API server: assume, bind, conflict, failure, reporting limits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from crane_scheduler.config import SchedulerConfig
+from crane_scheduler.framework import SUCCESS, CycleState, Handle, Registry, Status
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.plugins import builtin_registry
+from crane_scheduler.podinfo import PodInfo, parse_pod
+from crane_scheduler.profile import build_profiles
+from crane_scheduler.reporting import Reporter
+from crane_scheduler.scheduler import Scheduler
+from crane_shared.kube import BindConflict
+from tests.unit.scheduler.builders import node, pod
+
+
+class FakeBinder:
+    """Binds when told to: ``outcome`` is set per pod name before releasing ``gate``."""
+
+    name = "DefaultBinder"
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.outcome: dict[str, str] = {}
+        self.calls: list[tuple[str, str]] = []
+
+    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        self.calls.append((pod.name, node))
+        await self.gate.wait()
+        outcome = self.outcome.get(pod.name, "ok")
+        if outcome == "conflict":
+            raise BindConflict(pod.name)
+        if outcome == "error":
+            raise RuntimeError("connection reset")
+        return SUCCESS
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(binder: FakeBinder, clock: Clock) -> Scheduler:
+    registry = builtin_registry()
+    factories: dict[str, Any] = {name: (lambda a, h, n=name: registry.create(n, a, h)) for name in registry}
+    factories["DefaultBinder"] = lambda args, handle: binder
+    table = NodeTable()
+    profiles = build_profiles(SchedulerConfig(), Registry(factories, registry.defaults), lambda name: Handle(table))
+    reporter = Reporter(None, None, "test", clock=clock)
+    return Scheduler(config=SchedulerConfig(), profiles=profiles, table=table, reporter=reporter, clock=clock)
+
+
+async def step(s: Scheduler) -> None:
+    """One turn of the loop: pop, decide, start the bind."""
+    await s._slots.acquire()
+    qp = s.queue.pop(s.clock())
+    assert qp is not None
+    s.schedule_one(qp)
+    await asyncio.sleep(0)
+
+
+def bound(raw: dict[str, Any], node_name: str) -> dict[str, Any]:
+    return {**raw, "spec": {**raw["spec"], "nodeName": node_name}}
+
+
+async def test_assumed_pod_counts_at_once_and_is_not_queued_again_while_binding() -> None:
+    binder, clock = FakeBinder(), Clock()
+    s = make(binder, clock)
+    s.on_node(node("n1", cpu="1"))
+    first, second = pod("first", cpu="700m"), pod("second", cpu="700m")
+    s.on_pod(first)
+    await step(s)
+    assert binder.calls == [("first", "n1")]
+    s.on_pod(first)  # an informer update while our bind is in flight
+    assert len(s.queue) == 0
+    s.on_pod(second)  # the assumed pod already uses 700m of the 1 core
+    await step(s)
+    assert len(s.queue.unschedulable) == 1 and binder.calls == [("first", "n1")]
+    binder.gate.set()
+    await s.drain()
+    s.on_pod(bound(first, "n1"))  # the informer confirms
+    assert not s.table.is_assumed(parse_pod(first).uid)
+    assert s.reporter.backlog >= 2  # Scheduled for first, FailedScheduling (+ condition) for second
+
+
+async def test_bind_error_forgets_the_assumption_and_retries_after_backoff() -> None:
+    binder, clock = FakeBinder(), Clock()
+    s = make(binder, clock)
+    s.on_node(node("n1"))
+    raw = pod("p", cpu="2")
+    s.on_pod(raw)
+    await step(s)
+    binder.outcome["p"] = "error"
+    binder.gate.set()
+    await s.drain()
+    assert int(s.table.requested[0, s.table.resources["cpu"]]) == 0
+    assert s.queue.backoff_len == 1 and s.queue.pop(clock.now) is None
+    clock.now += 1.0
+    assert s.queue.pop(clock.now) is not None
+
+
+async def test_conflict_is_someone_elses_success_not_a_retry() -> None:
+    binder, clock = FakeBinder(), Clock()
+    s = make(binder, clock)
+    s.on_node(node("n1"))
+    raw = pod("p")
+    s.on_pod(raw)
+    await step(s)
+    binder.outcome["p"] = "conflict"
+    binder.gate.set()
+    await s.drain()
+    assert len(s.queue) == 0 and not s.table.pods
+    s.on_pod(bound(raw, "n1"))  # the binding someone else made arrives
+    assert parse_pod(raw).uid in s.table.pods and len(s.queue) == 0
+
+
+async def test_deleted_pod_is_dropped_even_if_its_bind_fails() -> None:
+    binder, clock = FakeBinder(), Clock()
+    s = make(binder, clock)
+    s.on_node(node("n1"))
+    raw = pod("p")
+    s.on_pod(raw)
+    await step(s)
+    s.on_pod_deleted(raw)
+    binder.outcome["p"] = "error"
+    binder.gate.set()
+    await s.drain()
+    assert len(s.queue) == 0 and not s.pending
+
+
+@pytest.mark.parametrize(("gap", "same_message", "written"), [(10, True, False), (61, True, True), (1, False, True)])
+def test_failed_scheduling_is_rate_limited_per_pod(gap: float, same_message: bool, written: bool) -> None:
+    clock = Clock()
+    reporter = Reporter(None, None, "test", clock=clock)
+    info = parse_pod(pod("stuck"))
+    assert reporter.failed(info, "0/1 nodes are available: 1 Insufficient cpu.", "Unschedulable", "s")
+    clock.now += gap
+    message = "0/1 nodes are available: 1 Insufficient cpu." if same_message else "0/2 nodes are available: ..."
+    assert reporter.failed(info, message, "Unschedulable", "s") is written
+
+
+def test_factories_receive_args_and_handle() -> None:
+    seen: list[Mapping[str, Any]] = []
+
+    def factory(args: Mapping[str, Any], handle: Handle) -> _Probe:
+        seen.append(args)
+        return _Probe()
+
+    registry = builtin_registry()
+    registry.register("Probe", factory)
+    config = {
+        "profiles": [
+            {
+                "schedulerName": "s",
+                "plugins": {"filter": {"enabled": [{"name": "Probe"}]}},
+                "pluginConfig": [{"name": "Probe", "args": {"threshold": 0.65}}],
+            }
+        ]
+    }
+    from crane_scheduler.config import parse_config
+
+    build_profiles(parse_config(config), registry, lambda name: Handle(NodeTable()))
+    assert seen == [{"threshold": 0.65}]
+
+
+class _Probe:
+    name = "Probe"
+
+    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Any]:
+        return []
