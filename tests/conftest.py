@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from kubernetes_asyncio import client
+
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_shared.kube import api_client_from_dict
-from kubernetes_asyncio import client
 
 _db_numbers = itertools.cycle(range(1, 16))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import STREAM_FIELD, BindingRecord, BindingSchema, pack
 

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import yaml
+from kubernetes_asyncio import client
+
 from crane_sandbox.exporter import FleetExporter
 from crane_sandbox.fleet import GI, FleetState, make_fleet
 from crane_sandbox.pod_follower import PodFollower, create_nodes
 from crane_sandbox.prometheus import PrometheusServer, Sample, backfill, check_rules, rules_path
-from kubernetes_asyncio import client
 
 TOLERANCE = 1.0  # percentage points
 

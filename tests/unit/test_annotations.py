@@ -4,6 +4,9 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from crane_shared.annotations import (
     HOT_VALUE_FRESHNESS,
     HOT_VALUE_KEY,
@@ -20,8 +23,6 @@ from crane_shared.annotations import (
     metric_freshness_window,
 )
 from crane_shared.policy import default_policy
-from hypothesis import given
-from hypothesis import strategies as st
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 AT = datetime(2023, 10, 17, 15, 4, 32, 987654, tzinfo=UTC)

@@ -2,9 +2,10 @@ import contextlib
 
 import msgpack
 import pytest
-from crane_shared.bindings import BindingRecord, BindingSchema, RecordError, pack, unpack
 from hypothesis import given
 from hypothesis import strategies as st
+
+from crane_shared.bindings import BindingRecord, BindingSchema, RecordError, pack, unpack
 
 RECORD = BindingRecord(
     uid="0b1c2d3e-aaaa-bbbb-cccc-1234567890ab",

@@ -1,9 +1,10 @@
 from datetime import timedelta
 
 import pytest
-from crane_shared.durations import DurationError, format_duration, parse_duration
 from hypothesis import given
 from hypothesis import strategies as st
+
+from crane_shared.durations import DurationError, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

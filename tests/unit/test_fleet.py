@@ -5,6 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kubernetes_asyncio.client import (
+    V1Container,
+    V1ObjectMeta,
+    V1Pod,
+    V1PodSpec,
+    V1ResourceRequirements,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
 from crane_sandbox.exporter import render, shard_of
 from crane_sandbox.fleet import (
     DEFAULT_USAGE_FRACTION,
@@ -20,16 +31,6 @@ from crane_sandbox.fleet import (
     parse_memory,
     parse_usage,
 )
-from hypothesis import given
-from hypothesis import strategies as st
-from kubernetes_asyncio.client import (
-    V1Container,
-    V1ObjectMeta,
-    V1Pod,
-    V1PodSpec,
-    V1ResourceRequirements,
-)
-from prometheus_client.parser import text_string_to_metric_families
 
 MI = 1024**2
 T0 = 1_700_000_000.0

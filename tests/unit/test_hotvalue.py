@@ -1,6 +1,7 @@
 from datetime import timedelta
 
 import pytest
+
 from crane_shared.hotvalue import hot_value, window_starts, windows
 from crane_shared.policy import HotValuePolicy, default_policy
 

@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from crane_shared.policy import (
     DynamicSchedulerPolicy,
     HotValuePolicy,
