@@ -174,3 +174,19 @@ def test_bad_args_name_the_field(args: dict[str, Any], path: str) -> None:
     with pytest.raises(ArgsError) as err:
         parse_args(args)
     assert path in [p for p, _ in err.value.problems]
+
+
+def test_every_profile_has_its_own_view_of_node_load() -> None:
+    table = NodeTable(capacity=2)
+    registry = builtin_registry()
+    from crane_scheduler.loadaware import register
+
+    register(registry)
+    config = parse_config({"profiles": [{"schedulerName": "a"}, {"schedulerName": "b"}]})
+    profiles = build_profiles(config, registry, lambda name: Handle(table, profile=name))
+    table.upsert_node(parse_node(loaded("busy", 0.9)))
+    for name in ("a", "b"):
+        dynamic = profiles[name].plugins["Dynamic"]
+        dynamic.wall_clock = lambda: NOW
+        [rejection] = dynamic.filter({}, parse_pod(pod()), table)
+        assert rejection.reason == "node(s) had cpu_usage_avg_5m above 0.65"

@@ -126,7 +126,9 @@ class Dynamic:
         self._log_once = LogOnce(log)
         self._next_reload_check = 0.0
         self.columns = LoadColumns(self.args)
-        handle.table.register_column("Dynamic.malformed", self._decode_node, dtype=np.int64)
+        # One column per plugin instance: every profile has its own Dynamic (own args, own recent bindings).
+        column = f"Dynamic.malformed.{handle.profile}.{id(self)}"
+        handle.table.register_column(column, self._decode_node, dtype=np.int64)
 
     # -- node annotations -> columns ------------------------------------------------------------------------------
 
