@@ -67,8 +67,10 @@ class SimNode:
 
     def real(self, svc: Service) -> tuple[float, float]:
         n = len(self.replicas)
-        return (min(1.0, self.base_cpu + n * svc.real_cpu / self.cpu),
-                min(1.0, self.base_mem + n * svc.real_mem_gi / self.mem_gi))
+        return (
+            min(1.0, self.base_cpu + n * svc.real_cpu / self.cpu),
+            min(1.0, self.base_mem + n * svc.real_mem_gi / self.mem_gi),
+        )
 
 
 def three_nodes() -> list[SimNode]:
@@ -81,15 +83,23 @@ def three_nodes() -> list[SimNode]:
 
 
 def _node_obj(n: SimNode, annotations: dict[str, str]) -> dict[str, Any]:
-    return {"metadata": {"name": n.name, "labels": {"kubernetes.io/hostname": n.name}, "annotations": annotations},
-            "spec": {}, "status": {"allocatable": {"cpu": str(n.cpu), "memory": f"{int(n.mem_gi)}Gi", "pods": "110"}}}
+    return {
+        "metadata": {"name": n.name, "labels": {"kubernetes.io/hostname": n.name}, "annotations": annotations},
+        "spec": {},
+        "status": {"allocatable": {"cpu": str(n.cpu), "memory": f"{int(n.mem_gi)}Gi", "pods": "110"}},
+    }
 
 
 def _pod_obj(name: str, cpu: float, mem_gi: float, node: str = "") -> dict[str, Any]:
     requests = {"cpu": str(cpu), "memory": f"{mem_gi}Gi"}
-    return {"metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}"},
-            "spec": {"schedulerName": "crane-scheduler", "nodeName": node or None,
-                     "containers": [{"name": "c", "image": "stress", "resources": {"requests": requests}}]}}
+    return {
+        "metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}"},
+        "spec": {
+            "schedulerName": "crane-scheduler",
+            "nodeName": node or None,
+            "containers": [{"name": "c", "image": "stress", "resources": {"requests": requests}}],
+        },
+    }
 
 
 @dataclass
@@ -119,8 +129,9 @@ class Outcome:
         return statistics.pstdev(used)
 
 
-def run(strategy: str, svc: Service, *, replicas: int = 20, interval: float = 60.0, settle: float = 1800.0,
-        seed: int = 0) -> Outcome:
+def run(
+    strategy: str, svc: Service, *, replicas: int = 20, interval: float = 60.0, settle: float = 1800.0, seed: int = 0
+) -> Outcome:
     """Scale a Deployment to ``replicas``, one more every ``interval`` seconds (as the experiment did); pending
     replicas are retried every interval until ``settle`` seconds after the last one was created."""
     nodes = three_nodes()
@@ -138,9 +149,17 @@ def run(strategy: str, svc: Service, *, replicas: int = 20, interval: float = 60
     registry.register("Dynamic", factory)
     enabled = [{"name": "Dynamic", "weight": 3}] if strategy != "requests" else []
     args = {} if own else {"ownBindingsInHotValue": False, "estimate": {"enabled": False}}
-    config = parse_config({"profiles": [{"schedulerName": "crane-scheduler",
-                                         "plugins": {"multiPoint": {"enabled": enabled}},
-                                         "pluginConfig": [{"name": "Dynamic", "args": args}] if enabled else []}]})
+    config = parse_config(
+        {
+            "profiles": [
+                {
+                    "schedulerName": "crane-scheduler",
+                    "plugins": {"multiPoint": {"enabled": enabled}},
+                    "pluginConfig": [{"name": "Dynamic", "args": args}] if enabled else [],
+                }
+            ]
+        }
+    )
     profile = next(iter(build_profiles(config, registry, lambda name: Handle(table)).values()))
     algorithm = Algorithm(table, rng=random.Random(seed))
     for i, n in enumerate(nodes):
@@ -169,9 +188,12 @@ def run(strategy: str, svc: Service, *, replicas: int = 20, interval: float = 60
             last_hot = now
             changed = True
             for n in nodes:
-                counts = {r.time_range: sum(1 for t, node in bindings
-                                            if node == n.name and t > now - r.time_range.total_seconds())
-                          for r in POLICY.hot_value}
+                counts = {
+                    r.time_range: sum(
+                        1 for t, node in bindings if node == n.name and t > now - r.time_range.total_seconds()
+                    )
+                    for r in POLICY.hot_value
+                }
                 annotations[n.name]["node_hot_value"] = encode_hot_value(hot_value(counts, POLICY.hot_value), stamp)
         if changed:
             for n in nodes:
@@ -216,8 +238,16 @@ def run(strategy: str, svc: Service, *, replicas: int = 20, interval: float = 60
                 before_overload = placed - 1
         step(interval)
     final = [n.real(svc) for n in nodes]
-    return Outcome(strategy, svc.name, placed, before_overload, [c for c, _ in final], [m for _, m in final],
-                   [len(n.replicas) for n in nodes], first_fail)
+    return Outcome(
+        strategy,
+        svc.name,
+        placed,
+        before_overload,
+        [c for c, _ in final],
+        [m for _, m in final],
+        [len(n.replicas) for n in nodes],
+        first_fail,
+    )
 
 
 def _metric(n: SimNode, name: str, now: float) -> float:
@@ -234,5 +264,3 @@ def _metric(n: SimNode, name: str, now: float) -> float:
         points = [h[0] for h in n.history if h[0] > now - span][::4]  # every minute is plenty
         return max((avg_at(t) for t in points), default=avg_at(now))
     return avg_at(now)
-
-

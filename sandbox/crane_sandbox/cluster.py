@@ -73,8 +73,19 @@ class RedisServer:
         data.mkdir(parents=True, exist_ok=True)
         self.process = ManagedProcess(
             "redis",
-            [require("redis-server", "redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(data)],
+            [
+                require("redis-server", "redis-server"),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(data),
+            ],
             self.run_dir / "logs" / "redis.log",
         )
         await self.process.start()
@@ -100,11 +111,28 @@ class Etcd:
         peer = f"http://127.0.0.1:{self.peer_port}"
         self.process = ManagedProcess(
             "etcd",
-            [require("etcd", "etcd-server"), "--name", "sandbox", "--data-dir", str(self.run_dir / "etcd"),
-             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
-             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", f"sandbox={peer}", "--unsafe-no-fsync",
-             "--quota-backend-bytes", str(8 * 1024**3), "--log-level", "warn"],
+            [
+                require("etcd", "etcd-server"),
+                "--name",
+                "sandbox",
+                "--data-dir",
+                str(self.run_dir / "etcd"),
+                "--listen-client-urls",
+                self.url,
+                "--advertise-client-urls",
+                self.url,
+                "--listen-peer-urls",
+                peer,
+                "--initial-advertise-peer-urls",
+                peer,
+                "--initial-cluster",
+                f"sandbox={peer}",
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes",
+                str(8 * 1024**3),
+                "--log-level",
+                "warn",
+            ],
             self.run_dir / "logs" / "etcd.log",
             env={"ETCD_UNSUPPORTED_ARCH": "", "ETCD_LOGGER": "zap"},
         )
@@ -134,21 +162,29 @@ class KubeApiServer:
     async def start(self) -> None:
         self.process = ManagedProcess(
             "kube-apiserver",
-            [str(self.binaries.apiserver),
-             f"--etcd-servers={self.etcd_url}",
-             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
-             f"--tls-cert-file={self.pki.serving_cert}", f"--tls-private-key-file={self.pki.serving_key}",
-             f"--client-ca-file={self.pki.ca_cert}", f"--token-auth-file={self.pki.token_file}",
-             "--authorization-mode=RBAC",
-             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-             f"--service-account-key-file={self.pki.sa_pub}",
-             f"--service-account-signing-key-file={self.pki.sa_key}",
-             "--service-cluster-ip-range=10.96.0.0/16",
-             # No controller-manager runs here, so nothing creates each namespace's "default" ServiceAccount.
-             "--disable-admission-plugins=ServiceAccount",
-             "--max-requests-inflight=3000", "--max-mutating-requests-inflight=1000",
-             "--enable-priority-and-fairness=false",
-             "--profiling=false", "--v=1"],
+            [
+                str(self.binaries.apiserver),
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                f"--tls-cert-file={self.pki.serving_cert}",
+                f"--tls-private-key-file={self.pki.serving_key}",
+                f"--client-ca-file={self.pki.ca_cert}",
+                f"--token-auth-file={self.pki.token_file}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={self.pki.sa_pub}",
+                f"--service-account-signing-key-file={self.pki.sa_key}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                # No controller-manager runs here, so nothing creates each namespace's "default" ServiceAccount.
+                "--disable-admission-plugins=ServiceAccount",
+                "--max-requests-inflight=3000",
+                "--max-mutating-requests-inflight=1000",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "--v=1",
+            ],
             self.run_dir / "logs" / "kube-apiserver.log",
         )
         await self.process.start()
@@ -157,9 +193,10 @@ class KubeApiServer:
     async def _ready(self) -> bool:
         ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
         headers = {"Authorization": f"Bearer {self.pki.admin_token}"}
-        async with aiohttp.ClientSession() as s, s.get(
-            f"{self.url}/readyz", ssl=ctx, headers=headers, timeout=aiohttp.ClientTimeout(total=2)
-        ) as r:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(f"{self.url}/readyz", ssl=ctx, headers=headers, timeout=aiohttp.ClientTimeout(total=2)) as r,
+        ):
             return r.status == 200
 
     async def stop(self) -> None:
@@ -230,8 +267,9 @@ class LocalCluster:
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "sandbox", "cluster": {
-                "server": self.api_url, "certificate-authority": str(self.pki.ca_cert)}}],
+            "clusters": [
+                {"name": "sandbox", "cluster": {"server": self.api_url, "certificate-authority": str(self.pki.ca_cert)}}
+            ],
             "users": [{"name": user, "user": {"token": token or self.pki.admin_token}}],
             "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": user}}],
             "current-context": "sandbox",

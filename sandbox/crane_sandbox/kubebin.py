@@ -70,12 +70,17 @@ def ensure_binaries(module_dir: Path = MODULE_DIR, *, quiet: bool = False) -> Ku
             return result
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root()))
         if not quiet:
-            print(f"building kube-apiserver and kube-scheduler {result.version} (first time: minutes)...",
-                  file=sys.stderr, flush=True)
+            print(
+                f"building kube-apiserver and kube-scheduler {result.version} (first time: minutes)...",
+                file=sys.stderr,
+                flush=True,
+            )
         env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false"}
         subprocess.run(
             [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(staging) + "/", "./cmd/..."],
-            cwd=module_dir, env=env, check=True,
+            cwd=module_dir,
+            env=env,
+            check=True,
         )
         staging.rename(target)
     return result

@@ -32,17 +32,55 @@ def make_pki(directory: Path) -> Pki:
     """Write a CA, a serving certificate for 127.0.0.1/localhost, a service-account key pair and a token file."""
     directory.mkdir(parents=True, exist_ok=True)
     d = directory
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30", "-subj", "/CN=crane-sandbox-ca",
-             "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"))
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "30",
+        "-subj",
+        "/CN=crane-sandbox-ca",
+        "-keyout",
+        str(d / "ca.key"),
+        "-out",
+        str(d / "ca.crt"),
+    )
     ext = d / "serving.ext"
     ext.write_text(
         "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
         "DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n"
     )
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
-             "-keyout", str(d / "serving.key"), "-out", str(d / "serving.csr"))
-    _openssl("x509", "-req", "-in", str(d / "serving.csr"), "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"),
-             "-CAcreateserial", "-days", "30", "-extfile", str(ext), "-out", str(d / "serving.crt"))
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=kube-apiserver",
+        "-keyout",
+        str(d / "serving.key"),
+        "-out",
+        str(d / "serving.csr"),
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(d / "serving.csr"),
+        "-CA",
+        str(d / "ca.crt"),
+        "-CAkey",
+        str(d / "ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "30",
+        "-extfile",
+        str(ext),
+        "-out",
+        str(d / "serving.crt"),
+    )
     _openssl("genrsa", "-out", str(d / "sa.key"), "2048")
     _openssl("rsa", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub"))
     token = secrets.token_hex(24)

@@ -152,8 +152,9 @@ async def create_nodes(api_client: client.ApiClient, nodes: Sequence[SimNode], c
             # The TaintNodesByCondition admission plugin taints every new node not-ready; without a node
             # lifecycle controller nothing would ever remove it, and every scheduler would refuse the node.
             untaint = {"spec": {"taints": None}}
-            await raw_json(v1.patch_node(node.name, untaint, _preload_content=False,
-                                         _content_type="application/merge-patch+json"))
+            await raw_json(
+                v1.patch_node(node.name, untaint, _preload_content=False, _content_type="application/merge-patch+json")
+            )
 
     async with asyncio.TaskGroup() as group:
         for node in nodes:

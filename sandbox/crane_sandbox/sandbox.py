@@ -134,13 +134,21 @@ class Sandbox:
         kube = ["--kubeconfig", str(self.cluster.kubeconfig_path), "--listen-address", "127.0.0.1"]
         redis = ["--redis-url", self.cluster.redis_url]
         specs = {
-            "event-recorder": (
-                "crane_event_recorder", [*kube, *redis]),
+            "event-recorder": ("crane_event_recorder", [*kube, *redis]),
             "annotator": (
-                "crane_annotator", [*kube, *redis, "--prometheus-url", self.prometheus.url,
-                                    "--policy", str(self.policy_path), "--lease-namespace", "default"]),
-            "scheduler": (
-                "crane_scheduler", [*kube, "--config", str(self.scheduler_config_path)]),
+                "crane_annotator",
+                [
+                    *kube,
+                    *redis,
+                    "--prometheus-url",
+                    self.prometheus.url,
+                    "--policy",
+                    str(self.policy_path),
+                    "--lease-namespace",
+                    "default",
+                ],
+            ),
+            "scheduler": ("crane_scheduler", [*kube, "--config", str(self.scheduler_config_path)]),
         }
         out = []
         for name in self.services:
@@ -153,8 +161,9 @@ class Sandbox:
         if importlib.util.find_spec(f"{spec.module}.__main__") is None:
             self.skipped.append(spec.name)
             return
-        process = ManagedProcess(spec.name, [sys.executable, "-m", spec.module, *spec.args],
-                                 self.run_dir / "logs" / f"{spec.name}.log")
+        process = ManagedProcess(
+            spec.name, [sys.executable, "-m", spec.module, *spec.args], self.run_dir / "logs" / f"{spec.name}.log"
+        )
         self.processes[spec.name] = process
         self.ports[spec.name] = spec.port
         await process.start()
@@ -186,7 +195,7 @@ class Sandbox:
             "  kubectl get nodes -o custom-columns=NAME:.metadata.name,CPU5M:.metadata.annotations.cpu_usage_avg_5m,"
             "HOT:.metadata.annotations.node_hot_value",
             "  kubectl run demo --image=pause --restart=Never "
-            "--overrides='{\"spec\":{\"schedulerName\":\"crane-scheduler\"}}'",
+            '--overrides=\'{"spec":{"schedulerName":"crane-scheduler"}}\'',
             "  kubectl get pods -o wide; kubectl get events --field-selector reason=Scheduled",
             "",
             f"  Prometheus:  {self.prometheus.url}",

@@ -33,14 +33,31 @@ def scheduled_event(
 ) -> dict[str, Any]:
     """An events.k8s.io/v1 Event body exactly as kube-scheduler writes it for a successful binding."""
     return event_body(
-        namespace=namespace, pod=pod, pod_uid=pod_uid, reason=SCHEDULED_REASON, action="Binding",
-        type_="Normal", note=scheduled_note(namespace, pod, node), scheduler=scheduler, instance=instance, at=at,
+        namespace=namespace,
+        pod=pod,
+        pod_uid=pod_uid,
+        reason=SCHEDULED_REASON,
+        action="Binding",
+        type_="Normal",
+        note=scheduled_note(namespace, pod, node),
+        scheduler=scheduler,
+        instance=instance,
+        at=at,
     )
 
 
 def event_body(
-    *, namespace: str, pod: str, pod_uid: str, reason: str, action: str, type_: str, note: str,
-    scheduler: str, instance: str, at: float | None = None,
+    *,
+    namespace: str,
+    pod: str,
+    pod_uid: str,
+    reason: str,
+    action: str,
+    type_: str,
+    note: str,
+    scheduler: str,
+    instance: str,
+    at: float | None = None,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "events.k8s.io/v1",

@@ -65,19 +65,32 @@ class CommonSettings:
 def add_common_flags(parser: EnvArgumentParser, *, default_port: int) -> None:
     """Flags every service has: Kubernetes client, HTTP listener, logging."""
     g = parser.add_argument_group("kubernetes client")
-    g.add_argument("--kubeconfig", env="KUBECONFIG", default=None,
-                   help="kubeconfig file; without it the in-cluster service account is used")
+    g.add_argument(
+        "--kubeconfig",
+        env="KUBECONFIG",
+        default=None,
+        help="kubeconfig file; without it the in-cluster service account is used",
+    )
     g.add_argument("--kube-context", env="CRANE_KUBE_CONTEXT", default=None, help="kubeconfig context")
-    g.add_argument("--kube-api-qps", env="CRANE_KUBE_API_QPS", type=float, default=50.0,
-                   help="client-side request rate limit (<= 0 disables)")
-    g.add_argument("--kube-api-burst", env="CRANE_KUBE_API_BURST", type=int, default=100,
-                   help="client-side burst above the QPS")
+    g.add_argument(
+        "--kube-api-qps",
+        env="CRANE_KUBE_API_QPS",
+        type=float,
+        default=50.0,
+        help="client-side request rate limit (<= 0 disables)",
+    )
+    g.add_argument(
+        "--kube-api-burst", env="CRANE_KUBE_API_BURST", type=int, default=100, help="client-side burst above the QPS"
+    )
     h = parser.add_argument_group("serving and logging")
-    h.add_argument("--listen-address", env="CRANE_LISTEN_ADDRESS", default="0.0.0.0",
-                   help="address of the /healthz, /readyz and /metrics server")
+    h.add_argument(
+        "--listen-address",
+        env="CRANE_LISTEN_ADDRESS",
+        default="0.0.0.0",
+        help="address of the /healthz, /readyz and /metrics server",
+    )
     h.add_argument("--port", env="CRANE_PORT", type=int, default=default_port, help="port of that server")
-    h.add_argument("--log-level", env="CRANE_LOG_LEVEL", default="info",
-                   choices=["debug", "info", "warning", "error"])
+    h.add_argument("--log-level", env="CRANE_LOG_LEVEL", default="info", choices=["debug", "info", "warning", "error"])
     h.add_argument("--log-format", env="CRANE_LOG_FORMAT", default="text", choices=["text", "json"])
 
 
@@ -93,11 +106,27 @@ def common_settings(args: argparse.Namespace) -> CommonSettings:
 
 def add_redis_flags(parser: EnvArgumentParser) -> None:
     g = parser.add_argument_group("redis")
-    g.add_argument("--redis-url", env="CRANE_REDIS_URL", default="redis://127.0.0.1:6379/0",
-                   help="redis:// or rediss:// (TLS) URL; put the password in --redis-password-file, not here")
-    g.add_argument("--redis-password-file", env="CRANE_REDIS_PASSWORD_FILE", default=None,
-                   help="file holding the Redis password (e.g. a mounted Secret)")
-    g.add_argument("--redis-ca-file", env="CRANE_REDIS_CA_FILE", default=None,
-                   help="CA bundle to verify a rediss:// server (system CAs otherwise)")
-    g.add_argument("--redis-prefix", env="CRANE_REDIS_PREFIX", default="crane",
-                   help="prefix of every Redis key, to share one Redis between installations")
+    g.add_argument(
+        "--redis-url",
+        env="CRANE_REDIS_URL",
+        default="redis://127.0.0.1:6379/0",
+        help="redis:// or rediss:// (TLS) URL; put the password in --redis-password-file, not here",
+    )
+    g.add_argument(
+        "--redis-password-file",
+        env="CRANE_REDIS_PASSWORD_FILE",
+        default=None,
+        help="file holding the Redis password (e.g. a mounted Secret)",
+    )
+    g.add_argument(
+        "--redis-ca-file",
+        env="CRANE_REDIS_CA_FILE",
+        default=None,
+        help="CA bundle to verify a rediss:// server (system CAs otherwise)",
+    )
+    g.add_argument(
+        "--redis-prefix",
+        env="CRANE_REDIS_PREFIX",
+        default="crane",
+        help="prefix of every Redis key, to share one Redis between installations",
+    )

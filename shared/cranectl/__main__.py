@@ -55,14 +55,18 @@ def _explain(args: argparse.Namespace) -> int:
 def render_explain(body: dict[str, Any]) -> str:
     """The decision as a person reads it: the outcome, then one line per node (best first, rejected last)."""
     result = body["result"]
-    head = (f"{body['pod']}: scheduled to {result['node']}" if "node" in result
-            else f"{body['pod']}: pending: {result['pending']}")
+    head = (
+        f"{body['pod']}: scheduled to {result['node']}"
+        if "node" in result
+        else f"{body['pod']}: pending: {result['pending']}"
+    )
     lines = [head, f"feasible nodes: {body['feasibleNodes']}"]
     for n in body["nodes"]:
         load = n.get("load", {})
         metrics = load.get("metrics", {})
-        usage = " ".join(f"{m}={v['usage']:.2f}" for m, v in metrics.items()
-                         if v.get("usage") is not None and m.endswith("avg_5m"))
+        usage = " ".join(
+            f"{m}={v['usage']:.2f}" for m, v in metrics.items() if v.get("usage") is not None and m.endswith("avg_5m")
+        )
         hot = load.get("hotValue", {})
         extra = f"  [{usage}{' hot=' + str(hot.get('total')) if hot else ''}]" if load else ""
         if n["filter"] == "passed":
@@ -81,8 +85,7 @@ def main() -> None:
     sb.set_defaults(func=_sandbox)
     ex = sub.add_parser("explain", help="why a pod was placed where it is, or why it is still pending")
     ex.add_argument("pod", help="NAMESPACE/NAME")
-    ex.add_argument("--scheduler", default="http://127.0.0.1:10261",
-                    help="base URL of the scheduler's HTTP server")
+    ex.add_argument("--scheduler", default="http://127.0.0.1:10261", help="base URL of the scheduler's HTTP server")
     ex.add_argument("-o", "--output", choices=["text", "json"], default="text")
     ex.set_defaults(func=_explain)
     args = parser.parse_args()

@@ -20,10 +20,13 @@ async def _node(kube: client.ApiClient, name: str) -> None:
 
 
 async def _pod(kube: client.ApiClient, namespace: str, name: str) -> client.V1Pod:
-    pod: client.V1Pod = await client.CoreV1Api(kube).create_namespaced_pod(namespace, {
-        "metadata": {"name": name},
-        "spec": {"schedulerName": "crane-scheduler", "containers": [{"name": "c", "image": "pause"}]},
-    })
+    pod: client.V1Pod = await client.CoreV1Api(kube).create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": name},
+            "spec": {"schedulerName": "crane-scheduler", "containers": [{"name": "c", "image": "pause"}]},
+        },
+    )
     return pod
 
 
@@ -31,8 +34,9 @@ async def test_merge_patch_adds_annotations_to_a_node_that_has_none_and_null_del
     v1 = client.CoreV1Api(kube)
     await _node(kube, "patch-node")
     merge = "application/merge-patch+json"
-    await v1.patch_node("patch-node", {"metadata": {"annotations": {"cpu_usage_avg_5m": "0.10000,x", "k": "v"}}},
-                        _content_type=merge)
+    await v1.patch_node(
+        "patch-node", {"metadata": {"annotations": {"cpu_usage_avg_5m": "0.10000,x", "k": "v"}}}, _content_type=merge
+    )
     await v1.patch_node("patch-node", {"metadata": {"annotations": {"k": None}}}, _content_type=merge)
     node = await v1.read_node("patch-node")
     assert node.metadata.annotations == {"cpu_usage_avg_5m": "0.10000,x"}
@@ -61,15 +65,23 @@ async def test_bind_with_a_stale_uid_does_not_bind_the_recreated_pod(kube: clien
 
 async def test_scheduled_event_reads_back_through_both_event_apis(kube: client.ApiClient, namespace: str) -> None:
     pod = await _pod(kube, namespace, "ev")
-    body = scheduled_event(namespace=namespace, pod="ev", pod_uid=pod.metadata.uid, node="n1",
-                           scheduler="crane-scheduler", instance="test-1")
+    body = scheduled_event(
+        namespace=namespace,
+        pod="ev",
+        pod_uid=pod.metadata.uid,
+        node="n1",
+        scheduler="crane-scheduler",
+        instance="test-1",
+    )
     await client.EventsV1Api(kube).create_namespaced_event(namespace, body)
     new = await client.EventsV1Api(kube).list_namespaced_event(namespace)
     assert [(e.reason, e.regarding.uid, parse_scheduled_note(e.note)) for e in new.items] == [
-        ("Scheduled", pod.metadata.uid, (namespace, "ev", "n1"))]
+        ("Scheduled", pod.metadata.uid, (namespace, "ev", "n1"))
+    ]
     old = await client.CoreV1Api(kube).list_namespaced_event(namespace)
     assert [(e.reason, e.involved_object.uid, parse_scheduled_note(e.message)) for e in old.items] == [
-        ("Scheduled", pod.metadata.uid, (namespace, "ev", "n1"))]
+        ("Scheduled", pod.metadata.uid, (namespace, "ev", "n1"))
+    ]
 
 
 async def test_lease_one_candidate_wins_and_the_other_takes_over_on_release(kube: client.ApiClient) -> None:
@@ -104,35 +116,48 @@ async def test_lease_is_taken_over_after_the_holder_stops_renewing(kube: client.
     task_a.cancel()  # a dies without releasing (like kill -9)
     await asyncio.wait_for(b_won.wait(), timeout=10)
     assert led == ["a", "b"]
-    lease = await raw_json(client.CoordinationV1Api(kube).read_namespaced_lease(
-        "lease-expiry", "default", _preload_content=False))
+    lease = await raw_json(
+        client.CoordinationV1Api(kube).read_namespaced_lease("lease-expiry", "default", _preload_content=False)
+    )
     assert lease["spec"]["holderIdentity"] == "b"
     assert lease["spec"]["renewTime"].endswith("Z") and len(lease["spec"]["renewTime"]) == 27
     stop_b.set()
     await task_b
-    lease = await raw_json(client.CoordinationV1Api(kube).read_namespaced_lease(
-        "lease-expiry", "default", _preload_content=False))
+    lease = await raw_json(
+        client.CoordinationV1Api(kube).read_namespaced_lease("lease-expiry", "default", _preload_content=False)
+    )
     assert lease["spec"]["holderIdentity"] == ""  # released on shutdown
 
 
-async def test_rbac_is_enforced_for_service_account_tokens(cluster: LocalCluster, kube: client.ApiClient,
-                                                           namespace: str) -> None:
+async def test_rbac_is_enforced_for_service_account_tokens(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str
+) -> None:
     v1 = client.CoreV1Api(kube)
     await v1.create_namespaced_service_account(namespace, {"metadata": {"name": "reader"}})
-    token = await v1.create_namespaced_service_account_token(
-        "reader", namespace, {"spec": {"expirationSeconds": 600}})
+    token = await v1.create_namespaced_service_account_token("reader", namespace, {"spec": {"expirationSeconds": 600}})
     sa = await api_client_from_dict(cluster.kubeconfig_dict(token.status.token, user="reader"))
     try:
         with pytest.raises(ApiException) as denied:
             await client.CoreV1Api(sa).list_node()
         assert denied.value.status == 403
         rbac = client.RbacAuthorizationV1Api(kube)
-        await rbac.create_cluster_role({"metadata": {"name": f"{namespace}-nodes"},
-                                        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]})
-        await rbac.create_cluster_role_binding({
-            "metadata": {"name": f"{namespace}-nodes"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"{namespace}-nodes"},
-            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]})
+        await rbac.create_cluster_role(
+            {
+                "metadata": {"name": f"{namespace}-nodes"},
+                "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}],
+            }
+        )
+        await rbac.create_cluster_role_binding(
+            {
+                "metadata": {"name": f"{namespace}-nodes"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": f"{namespace}-nodes",
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+            }
+        )
         for _ in range(100):  # the authorizer's cache catches up within milliseconds
             try:
                 await client.CoreV1Api(sa).list_node()

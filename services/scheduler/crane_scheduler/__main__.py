@@ -148,7 +148,8 @@ async def serve(args: argparse.Namespace, registry: Registry) -> int:
     )
     runtime.add_readiness_check("caches-synced", scheduler.synced.is_set)
     explain.add_routes(
-        runtime.app, scheduler.decisions,
+        runtime.app,
+        scheduler.decisions,
         lambda name: getattr(profiles[name].plugins.get("Dynamic"), "explain_load", None) if name in profiles else None,
     )
     le = config.leader_election

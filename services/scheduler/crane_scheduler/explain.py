@@ -42,12 +42,24 @@ class Decision:
     profile: str = ""
 
     @classmethod
-    def from_state(cls, pod: PodInfo, at: float, table: NodeTable, state: Mapping[str, Any],
-                   node: str | None, message: str) -> Decision:
+    def from_state(
+        cls, pod: PodInfo, at: float, table: NodeTable, state: Mapping[str, Any], node: str | None, message: str
+    ) -> Decision:
         """What the algorithm left in the cycle state, plus the node objects it saw (a shallow copy)."""
         rows, scores = state.get(EXPLAIN_SCORES, (None, []))
-        return cls(pod.key, pod.uid, at, list(table.names), list(table.nodes), list(state.get(EXPLAIN_FILTERS, [])),
-                   rows, list(scores), node, message, pod.scheduler_name)
+        return cls(
+            pod.key,
+            pod.uid,
+            at,
+            list(table.names),
+            list(table.nodes),
+            list(state.get(EXPLAIN_FILTERS, [])),
+            rows,
+            list(scores),
+            node,
+            message,
+            pod.scheduler_name,
+        )
 
     def verdicts(self) -> dict[str, dict[str, Any]]:
         """Per node: the first plugin that rejected it and why, else its scores (when scoring ran)."""
@@ -115,8 +127,9 @@ class DecisionLog:
         return self._by_pod.get(pod)
 
 
-def add_routes(app: web.Application, decisions: DecisionLog, load_explainer: Callable[[str], LoadExplainer | None]
-               ) -> None:
+def add_routes(
+    app: web.Application, decisions: DecisionLog, load_explainer: Callable[[str], LoadExplainer | None]
+) -> None:
     """``GET /debug/explain/{namespace}/{name}``: the pod's latest decision as JSON (404 when none is kept).
 
     ``load_explainer(scheduler_name)`` gives the profile's Dynamic plugin's explainer, if it has one."""
@@ -125,8 +138,10 @@ def add_routes(app: web.Application, decisions: DecisionLog, load_explainer: Cal
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"
         decision = decisions.get(key)
         if decision is None:
-            raise web.HTTPNotFound(text=f"no recent scheduling decision for pod {key} (kept: the last "
-                                   f"{decisions.size} pods this scheduler tried)")
+            raise web.HTTPNotFound(
+                text=f"no recent scheduling decision for pod {key} (kept: the last "
+                f"{decisions.size} pods this scheduler tried)"
+            )
         limit = int(request.query.get("limit", "50"))
         return web.json_response(render(decision, load_explainer(decision.profile), limit))
 

@@ -250,11 +250,16 @@ class Scheduler:
             log.exception("scheduling failed", pod=pod.key)
             result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))
         metrics.ALGORITHM_DURATION.labels(profile.name).observe(time.perf_counter() - start)
-        self.decisions.add(Decision.from_state(
-            pod, time.time(), self.table, state,
-            result.node if isinstance(result, ScheduleResult) else None,
-            result.message if isinstance(result, Diagnosis | Status) else "",
-        ))
+        self.decisions.add(
+            Decision.from_state(
+                pod,
+                time.time(),
+                self.table,
+                state,
+                result.node if isinstance(result, ScheduleResult) else None,
+                result.message if isinstance(result, Diagnosis | Status) else "",
+            )
+        )
         if isinstance(result, Diagnosis):
             for pf in profile.post_filter:
                 status = pf.post_filter(state, pod, result)

@@ -45,9 +45,10 @@ def fleet() -> list[Any]:
     graded = []
     for group in ("ours", "upstream"):
         nodes = make_fleet(10, prefix=f"{group}-", labels={"group": group}, base_cpu_fraction=0.1)
-        graded += [replace(n, base_cpu_fraction=0.10 + 0.02 * i,
-                           internal_ip=f"10.{1 if group == 'ours' else 2}.0.{i + 1}")
-                   for i, n in enumerate(nodes)]
+        graded += [
+            replace(n, base_cpu_fraction=0.10 + 0.02 * i, internal_ip=f"10.{1 if group == 'ours' else 2}.0.{i + 1}")
+            for i, n in enumerate(nodes)
+        ]
     return hot + graded
 
 
@@ -83,9 +84,14 @@ async def annotated(api: client.ApiClient, node: str, metric: str = "cpu_usage_a
 
 
 def pod(name: str, scheduler: str, group: str, cpu: str = "100m") -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {
-        "schedulerName": scheduler, "nodeSelector": {"group": group},
-        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeSelector": {"group": group},
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}],
+        },
+    }
 
 
 async def placements(api: client.ApiClient, prefix: str, count: int) -> Counter[str]:
@@ -121,8 +127,10 @@ async def test_fit_error_groups_the_load_reason(stack: tuple[Sandbox, Any]) -> N
         return notes[-1] if notes else None
 
     note = await eventually(failed, 30, "a FailedScheduling event")
-    assert note == (f"0/{24} nodes are available: 1 node(s) had cpu_usage_avg_5m above 0.65, "
-                    "23 node(s) didn't match Pod's node affinity/selector.")
+    assert note == (
+        f"0/{24} nodes are available: 1 node(s) had cpu_usage_avg_5m above 0.65, "
+        "23 node(s) didn't match Pod's node affinity/selector."
+    )
     status = (await v1.read_namespaced_pod("pinned", "e2e")).status
     condition = next(c for c in status.conditions if c.type == "PodScheduled")
     assert (condition.status, condition.reason, condition.message) == ("False", "Unschedulable", note)
@@ -133,10 +141,12 @@ async def test_a_burst_spreads_where_a_stale_hot_value_piles_up(stack: tuple[San
     for node in ("ours-0010", "upstream-0010"):
         await eventually(lambda: annotated(api, node), 90, f"{node} annotated")  # noqa: B023 (awaited at once)
     v1 = client.CoreV1Api(api)
-    await asyncio.gather(*(v1.create_namespaced_pod("e2e", pod(f"burst-ours-{i}", "crane-scheduler", "ours"))
-                           for i in range(30)))
-    await asyncio.gather(*(v1.create_namespaced_pod("e2e", pod(f"burst-up-{i}", "crane-upstream-style", "upstream"))
-                           for i in range(30)))
+    await asyncio.gather(
+        *(v1.create_namespaced_pod("e2e", pod(f"burst-ours-{i}", "crane-scheduler", "ours")) for i in range(30))
+    )
+    await asyncio.gather(
+        *(v1.create_namespaced_pod("e2e", pod(f"burst-up-{i}", "crane-upstream-style", "upstream")) for i in range(30))
+    )
     ours = await placements(api, "burst-ours-", 30)
     upstream = await placements(api, "burst-up-", 30)
     even = 30 / 10

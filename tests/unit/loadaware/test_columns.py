@@ -40,8 +40,11 @@ def node_annotations(draw: st.DrawFn) -> dict[str, str]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(nodes=st.lists(node_annotations(), min_size=1, max_size=8), closed=st.booleans(),
-       incoming=st.one_of(st.none(), st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))))
+@given(
+    nodes=st.lists(node_annotations(), min_size=1, max_size=8),
+    closed=st.booleans(),
+    incoming=st.one_of(st.none(), st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))),
+)
 def test_vectorised_filter_and_score_equal_the_reference(
     nodes: list[dict[str, str]], closed: bool, incoming: tuple[float, float] | None
 ) -> None:
@@ -52,8 +55,11 @@ def test_vectorised_filter_and_score_equal_the_reference(
     rows = np.arange(len(nodes), dtype=np.intp)
     now = NOW.timestamp()
     reasons: list[str | None] = [None] * len(nodes)
-    extra = None if incoming is None else {
-        "cpu": np.full(len(nodes), incoming[0]), "memory": np.full(len(nodes), incoming[1])}
+    extra = (
+        None
+        if incoming is None
+        else {"cpu": np.full(len(nodes), incoming[0]), "memory": np.full(len(nodes), incoming[1])}
+    )
     for reason, mask in cols.filter(rows, now, extra):
         for i in np.flatnonzero(mask).tolist():
             assert reasons[i] is None, "a node gets one reason"

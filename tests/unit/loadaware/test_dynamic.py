@@ -24,12 +24,22 @@ from crane_shared.policy import default_policy, parse_policy
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 ARGS = DynamicArgs(default_policy(), estimate=EstimateArgs(enabled=False))
-METRICS = ("cpu_usage_avg_5m", "cpu_usage_max_avg_1h", "cpu_usage_max_avg_1d",
-           "mem_usage_avg_5m", "mem_usage_max_avg_1h", "mem_usage_max_avg_1d")
+METRICS = (
+    "cpu_usage_avg_5m",
+    "cpu_usage_max_avg_1h",
+    "cpu_usage_max_avg_1d",
+    "mem_usage_avg_5m",
+    "mem_usage_max_avg_1h",
+    "mem_usage_max_avg_1d",
+)
 
 
-def annotated(usage: float | dict[str, float], age: timedelta = timedelta(seconds=10), hot: int | None = None,
-              hot_age: timedelta = timedelta(seconds=10)) -> dict[str, str]:
+def annotated(
+    usage: float | dict[str, float],
+    age: timedelta = timedelta(seconds=10),
+    hot: int | None = None,
+    hot_age: timedelta = timedelta(seconds=10),
+) -> dict[str, str]:
     values = usage if isinstance(usage, dict) else dict.fromkeys(METRICS, usage)
     out = {m: encode_usage(v, NOW - age) for m, v in values.items()}
     if hot is not None:
@@ -42,6 +52,7 @@ def load(annotations: dict[str, str], args: DynamicArgs = ARGS, **kw: Any) -> No
 
 
 # --- contract kept from upstream -------------------------------------------------------------------------------
+
 
 def test_usage_above_threshold_rejects_with_a_node_free_reason() -> None:
     reason = filter_reason(load(annotated({"cpu_usage_avg_5m": 0.66})), ARGS)
@@ -81,10 +92,22 @@ def test_metric_is_fresh_until_period_plus_five_minutes_strictly() -> None:
 
 
 def test_score_is_the_weighted_idle_share_minus_ten_per_hot_value() -> None:
-    values = {"cpu_usage_avg_5m": 0.2, "cpu_usage_max_avg_1h": 0.3, "cpu_usage_max_avg_1d": 0.4,
-              "mem_usage_avg_5m": 0.5, "mem_usage_max_avg_1h": 0.6, "mem_usage_max_avg_1d": 0.7}
-    weights = {"cpu_usage_avg_5m": 0.2, "cpu_usage_max_avg_1h": 0.3, "cpu_usage_max_avg_1d": 0.5,
-               "mem_usage_avg_5m": 0.2, "mem_usage_max_avg_1h": 0.3, "mem_usage_max_avg_1d": 0.5}
+    values = {
+        "cpu_usage_avg_5m": 0.2,
+        "cpu_usage_max_avg_1h": 0.3,
+        "cpu_usage_max_avg_1d": 0.4,
+        "mem_usage_avg_5m": 0.5,
+        "mem_usage_max_avg_1h": 0.6,
+        "mem_usage_max_avg_1d": 0.7,
+    }
+    weights = {
+        "cpu_usage_avg_5m": 0.2,
+        "cpu_usage_max_avg_1h": 0.3,
+        "cpu_usage_max_avg_1d": 0.5,
+        "mem_usage_avg_5m": 0.2,
+        "mem_usage_max_avg_1h": 0.3,
+        "mem_usage_max_avg_1d": 0.5,
+    }
     expected = sum((1 - values[m]) * weights[m] for m in METRICS) * 100 / sum(weights.values())
     assert raw_score(load(annotated(values)), ARGS) == pytest.approx(expected)
     assert score(load(annotated(values, hot=2)), ARGS) == round(expected) - 20
@@ -100,6 +123,7 @@ def test_hot_value_is_fresh_for_five_minutes() -> None:
 
 
 # --- deliberate differences ------------------------------------------------------------------------------------
+
 
 def test_an_unannotated_node_is_neutral_not_worst() -> None:
     busy = score(load(annotated(0.8)), ARGS)
@@ -119,8 +143,10 @@ def test_scores_are_rounded_not_truncated() -> None:
     assert score(load(annotated(0.34001)), ARGS) == 66
 
 
-@pytest.mark.parametrize("text", ["nan,2026-11-22T11:59:50+00:00", "inf,2026-11-22T11:59:50+00:00",
-                                  "-0.5,2026-11-22T11:59:50+00:00", "garbage"])
+@pytest.mark.parametrize(
+    "text",
+    ["nan,2026-11-22T11:59:50+00:00", "inf,2026-11-22T11:59:50+00:00", "-0.5,2026-11-22T11:59:50+00:00", "garbage"],
+)
 def test_malformed_values_are_ignored_and_reported(text: str) -> None:
     loaded = load({**annotated(0.1), "cpu_usage_avg_5m": text})
     assert loaded.malformed == ("cpu_usage_avg_5m",)
@@ -146,6 +172,7 @@ def test_legacy_bare_z_timestamps_are_read_in_the_legacy_zone() -> None:
 
 # --- hot spots: own bindings and estimated usage -----------------------------------------------------------------
 
+
 def test_own_bindings_after_the_hot_annotation_add_to_the_hot_value() -> None:
     stamped = NOW - timedelta(seconds=20)
     ann = annotated(0.1, hot=1, hot_age=timedelta(seconds=20))
@@ -166,8 +193,10 @@ def test_estimate_adds_the_unabsorbed_share_of_recent_pods() -> None:
     stamped_age = timedelta(seconds=10)
     ann = annotated(0.5, age=stamped_age)
     stamped = (NOW - stamped_age).timestamp()
-    recent = [RecentBinding("n1", stamped + 1, cpu=2, memory=10),       # after the stamp: fully added
-              RecentBinding("n1", stamped - 150, cpu=2, memory=10)]     # half absorbed by the 5m average
+    recent = [
+        RecentBinding("n1", stamped + 1, cpu=2, memory=10),  # after the stamp: fully added
+        RecentBinding("n1", stamped - 150, cpu=2, memory=10),
+    ]  # half absorbed by the 5m average
     loaded = load(ann, args, recent=recent, capacity=capacity)
     assert loaded.readings["cpu_usage_avg_5m"].usage == pytest.approx(0.5 + 0.2 + 0.1)
     assert loaded.readings["mem_usage_avg_5m"].usage == pytest.approx(0.5 + 0.1 + 0.05)
@@ -176,8 +205,12 @@ def test_estimate_adds_the_unabsorbed_share_of_recent_pods() -> None:
 
 def test_estimate_is_not_applied_to_stale_readings() -> None:
     args = DynamicArgs(default_policy())
-    loaded = load(annotated(0.5, age=timedelta(hours=5)), args,
-                  recent=[RecentBinding("n1", NOW.timestamp(), cpu=8)], capacity=NodeCapacity(10, 100))
+    loaded = load(
+        annotated(0.5, age=timedelta(hours=5)),
+        args,
+        recent=[RecentBinding("n1", NOW.timestamp(), cpu=8)],
+        capacity=NodeCapacity(10, 100),
+    )
     assert loaded.readings["cpu_usage_avg_5m"].usage is None
 
 

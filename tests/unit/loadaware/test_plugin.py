@@ -26,8 +26,9 @@ NOW = 1_800_000_000.0
 METRICS = [s.name for s in default_policy().sync_policy]
 
 
-def loaded(name: str, usage: float, cpu: str = "16", memory: str = "64Gi", hot: int | None = None,
-           age: float = 10) -> dict[str, Any]:
+def loaded(
+    name: str, usage: float, cpu: str = "16", memory: str = "64Gi", hot: int | None = None, age: float = 10
+) -> dict[str, Any]:
     from datetime import UTC, datetime
 
     stamp = datetime.fromtimestamp(NOW - age, UTC)
@@ -52,11 +53,17 @@ class Setup:
             return p
 
         registry.register("Dynamic", factory)
-        config = parse_config({"profiles": [{
-            "schedulerName": "crane-scheduler",
-            "plugins": {"multiPoint": {"enabled": [{"name": "Dynamic", "weight": 3}]}},
-            "pluginConfig": [{"name": "Dynamic", "args": args or {}}],
-        }]})
+        config = parse_config(
+            {
+                "profiles": [
+                    {
+                        "schedulerName": "crane-scheduler",
+                        "plugins": {"multiPoint": {"enabled": [{"name": "Dynamic", "weight": 3}]}},
+                        "pluginConfig": [{"name": "Dynamic", "args": args or {}}],
+                    }
+                ]
+            }
+        )
         self.profile = next(iter(build_profiles(config, registry, lambda name: Handle(self.table)).values()))
         self.algorithm = Algorithm(self.table, rng=random.Random(0))
 
@@ -86,8 +93,7 @@ def test_fit_error_groups_the_load_reason() -> None:
     s = Setup(loaded("a", 0.9), loaded("b", 0.8), node("small", cpu="100m"))
     result = s.place(pod(cpu="1"))
     assert isinstance(result, Diagnosis)
-    assert result.message == ("0/3 nodes are available: 1 Insufficient cpu, "
-                              "2 node(s) had cpu_usage_avg_5m above 0.65.")
+    assert result.message == ("0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had cpu_usage_avg_5m above 0.65.")
 
 
 def test_the_least_loaded_node_wins_the_score() -> None:
@@ -98,8 +104,9 @@ def test_the_least_loaded_node_wins_the_score() -> None:
 def test_daemonset_pods_ignore_load() -> None:
     s = Setup(loaded("busy", 0.95))
     ds = pod()
-    ds["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "ds", "controller": True, "uid": "x",
-                                          "apiVersion": "apps/v1"}]
+    ds["metadata"]["ownerReferences"] = [
+        {"kind": "DaemonSet", "name": "ds", "controller": True, "uid": "x", "apiVersion": "apps/v1"}
+    ]
     assert s.place(ds) == "busy"
 
 
@@ -120,8 +127,11 @@ def test_without_own_bindings_a_burst_piles_onto_the_idlest_node() -> None:
 
 
 def test_estimated_usage_of_just_bound_pods_stops_overfilling_a_node() -> None:
-    s = Setup(loaded("a", 0.50, cpu="10"), loaded("b", 0.52, cpu="10"),
-              args={"estimate": {"cpuFactor": 1.0}, "ownBindingsInHotValue": False})
+    s = Setup(
+        loaded("a", 0.50, cpu="10"),
+        loaded("b", 0.52, cpu="10"),
+        args={"estimate": {"cpuFactor": 1.0}, "ownBindingsInHotValue": False},
+    )
     assert s.place(pod("p1", cpu="1")) == "a"
     # a now carries 0.50 + 0.1 estimated; this pod's own 0.1 would push it over 0.65: b takes it
     assert s.place(pod("p2", cpu="1")) == "b"
@@ -163,13 +173,16 @@ def test_policy_reload_applies_a_valid_file_and_refuses_an_invalid_one(tmp_path:
     assert s.plugin.args.policy.predicate[0].max_limit_percent == 0.8
 
 
-@pytest.mark.parametrize(("args", "path"), [
-    ({"staleData": "sometimes"}, "staleData"),
-    ({"estimate": {"cpuFactor": -1}}, "estimate.cpuFactor"),
-    ({"estimate": {"window": "1d"}}, "estimate.window"),
-    ({"legacyTimeZone": "Mars/Base"}, "legacyTimeZone"),
-    ({"policyConfigPth": "/x"}, "policyConfigPth"),
-])
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        ({"staleData": "sometimes"}, "staleData"),
+        ({"estimate": {"cpuFactor": -1}}, "estimate.cpuFactor"),
+        ({"estimate": {"window": "1d"}}, "estimate.window"),
+        ({"legacyTimeZone": "Mars/Base"}, "legacyTimeZone"),
+        ({"policyConfigPth": "/x"}, "policyConfigPth"),
+    ],
+)
 def test_bad_args_name_the_field(args: dict[str, Any], path: str) -> None:
     with pytest.raises(ArgsError) as err:
         parse_args(args)

@@ -48,4 +48,3 @@ def builtin_registry() -> Registry:
             "DefaultBinder": defaultbinder.new,
         },
     )
-
