@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import select
-import shutil
-import socket
-import subprocess
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -20,48 +14,6 @@ from crane_shared.bindings import STREAM_FIELD, BindingRecord, BindingSchema, pa
 NOW = 1_700_000_000.0
 MINUTE = timedelta(minutes=1)
 FIVE_MINUTES = timedelta(minutes=5)
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private redis-server for this module (overrides the session cluster's, which needs the whole cluster)."""
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server is not installed")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    workdir: Path = tmp_path_factory.mktemp("redis")
-    process = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        _wait_until_ready(process)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def _wait_until_ready(process: subprocess.Popen[str], timeout: float = 10.0) -> None:
-    """Block on the server's own log line rather than polling the port."""
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout
-    seen: list[str] = []
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([process.stdout], [], [], deadline - time.monotonic())
-        if not ready:
-            break
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if "Ready to accept connections" in line:
-            return
-    raise RuntimeError("redis-server did not start:\n" + "".join(seen))
 
 
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])

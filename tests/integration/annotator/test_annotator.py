@@ -103,7 +103,6 @@ async def test_nodes_labelled_by_ip_ipport_and_name_are_all_matched(
 
 
 async def test_a_node_without_annotations_gets_them(stack: Stack, start_annotator: Callable[..., Any]) -> None:
-    await start_annotator()
     newcomer = make_fleet(
         len(stack.nodes) + 1,
         cpu_cores=8,
@@ -114,6 +113,7 @@ async def test_a_node_without_annotations_gets_them(stack: Stack, start_annotato
     )[-1]
     await stack.add_node(newcomer)
     assert await stack.annotations(newcomer.name) == {}  # no annotations map at all: an `add` patch would fail
+    await start_annotator()  # only now: a running annotator may annotate the node before the check above
     annotations = await eventually(
         lambda: _if(has_all, stack.annotations(newcomer.name)), timeout=30, what="newcomer annotated"
     )
