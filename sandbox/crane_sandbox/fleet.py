@@ -15,8 +15,10 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Literal
+
+from crane_shared.quantity import parse_quantity
 
 InstanceStyle = Literal["ip", "ip:port", "name"]
 
@@ -32,57 +34,21 @@ GI = 1024**3
 
 # ---------------------------------------------------------------------------------------------- quantities
 
-_SUFFIXES: dict[str, Decimal] = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-}
-_QUANTITY = re.compile(r"^\+?(\d+(?:\.\d*)?|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$")
-
-
-def parse_quantity(text: str | int | float) -> Decimal:
-    """A Kubernetes resource quantity (``500m``, ``2``, ``1.5Gi``, ``1e3``) as an exact decimal.
-
-    Negative quantities are refused: no resource in a pod spec can be negative.
-    """
-    if isinstance(text, int | float):
-        if not math.isfinite(text) or text < 0:
-            raise ValueError(f"invalid quantity {text!r}")
-        return Decimal(str(text))
-    match = _QUANTITY.match(text.strip())
-    if match is None:
-        raise ValueError(f"invalid quantity {text!r}")
-    number, exponent, suffix = match.groups()
-    try:
-        value = Decimal(number)
-        if exponent:
-            return value * Decimal(10) ** int(exponent[1:])
-        return value * _SUFFIXES[suffix or ""]
-    except InvalidOperation as e:  # pragma: no cover - the regex admits only valid decimals
-        raise ValueError(f"invalid quantity {text!r}") from e
-
 
 def parse_cpu(text: str | int | float) -> float:
-    """CPU quantity in cores (``500m`` -> 0.5)."""
-    return float(parse_quantity(text))
+    """CPU quantity in cores (``500m`` -> 0.5); negative quantities are refused."""
+    return float(_non_negative(parse_quantity(text), text))
 
 
 def parse_memory(text: str | int | float) -> int:
     """Memory quantity in bytes, rounded up like Kubernetes does (``1Gi``, ``1G``, ``512``)."""
-    return math.ceil(parse_quantity(text))
+    return math.ceil(_non_negative(parse_quantity(text), text))
+
+
+def _non_negative(value: Decimal, text: str | int | float) -> Decimal:
+    if value < 0:
+        raise ValueError(f"invalid quantity {text!r}: resources cannot be negative")
+    return value
 
 
 def parse_usage(text: str) -> tuple[float | None, int | None]:

@@ -11,51 +11,16 @@ ports) is computed here once per pod update, with kube-scheduler's rules:
 
 from __future__ import annotations
 
-import functools
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from crane_shared.quantity import quantity
 
 CPU, MEMORY, EPHEMERAL, PODS = "cpu", "memory", "ephemeral-storage", "pods"
 DEFAULT_MILLI_CPU_REQUEST = 100
 DEFAULT_MEMORY_REQUEST = 200 * 1024 * 1024
-
-_SUFFIX = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-}
-_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$")
-
-
-@functools.lru_cache(maxsize=4096)
-def quantity(text: str | int | float, milli: bool = False) -> int:
-    """A resource quantity as an integer, rounded up like ``Quantity.Value()`` (``MilliValue()`` if milli)."""
-    match = _QUANTITY.match(str(text).strip())
-    if match is None:
-        raise ValueError(f"invalid quantity {text!r}")
-    number, exponent, suffix = match.groups()
-    try:
-        value = Decimal(number) * (Decimal(10) ** int(exponent[1:]) if exponent else _SUFFIX[suffix or ""])
-    except InvalidOperation as err:  # pragma: no cover - the regex admits only valid decimals
-        raise ValueError(f"invalid quantity {text!r}") from err
-    return math.ceil(value * 1000 if milli else value)
 
 
 def resource_value(name: str, text: str | int | float) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.podinfo import Requirement, parse_node, parse_pod, quantity
+from crane_scheduler.podinfo import Requirement, parse_node, parse_pod
+from crane_shared.quantity import quantity
 from tests.unit.scheduler.builders import node, pod, table
 
 

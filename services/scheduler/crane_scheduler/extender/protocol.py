@@ -35,7 +35,8 @@ from crane_scheduler.loadaware.dynamic import (
     node_load,
     score,
 )
-from crane_scheduler.podinfo import CPU, MEMORY, pod_requests, quantity
+from crane_scheduler.podinfo import CPU, MEMORY, pod_requests
+from crane_shared.quantity import quantity
 
 __all__ = [
     "MAX_EXTENDER_PRIORITY",

@@ -37,9 +37,10 @@ from crane_scheduler.loadaware.dynamic import (
     score,
 )
 from crane_scheduler.nodetable import IntArray, NodeTable
-from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo, quantity
+from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo
 from crane_shared.logs import LogOnce, get_logger
 from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, default_policy, load_policy
+from crane_shared.quantity import quantity
 
 NAME = "Dynamic"
 RELOAD_CHECK_INTERVAL = 2.0
