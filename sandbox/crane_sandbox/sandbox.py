@@ -197,6 +197,10 @@ class Sandbox:
             "  kubectl run demo --image=pause --restart=Never "
             '--overrides=\'{"spec":{"schedulerName":"crane-scheduler"}}\'',
             "  kubectl get pods -o wide; kubectl get events --field-selector reason=Scheduled",
+        ]
+        if "scheduler" in self.ports:
+            lines.append(f"  cranectl explain default/demo --scheduler http://127.0.0.1:{self.ports['scheduler']}")
+        lines += [
             "",
             f"  Prometheus:  {self.prometheus.url}",
         ]
