@@ -8,8 +8,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crane_scheduler.loadaware.columns import LoadColumns
-from crane_scheduler.loadaware.dynamic import DynamicArgs, filter_reason, node_load, score
+from crane_scheduler.loadaware.columns import LoadColumns, RecentBindings, recent_effects
+from crane_scheduler.loadaware.dynamic import (
+    DynamicArgs,
+    NodeCapacity,
+    RecentBinding,
+    filter_reason,
+    node_load,
+    score,
+)
 from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.policy import default_policy
 
@@ -70,3 +77,38 @@ def test_vectorised_filter_and_score_equal_the_reference(
         pod = None if incoming is None else {"cpu": incoming[0], "memory": incoming[1]}
         assert reasons[i] == filter_reason(ref, args, incoming=pod)
         assert vector_scores[i] == score(ref, args)
+
+
+bindings = st.lists(
+    st.tuples(st.integers(0, 7), st.integers(-900, 5), st.floats(0, 4), st.floats(0, 8 * 2**30)), max_size=12
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(nodes=st.lists(node_annotations(), min_size=1, max_size=8), recent=bindings)
+def test_recent_bindings_vectorised_equal_the_reference(
+    nodes: list[dict[str, str]], recent: list[tuple[int, int, float, float]]
+) -> None:
+    args = DynamicArgs(POLICY)
+    cols = LoadColumns(args)
+    for row, ann in enumerate(nodes):
+        cols.set_row(row, ann)
+    now = NOW.timestamp()
+    store = RecentBindings(capacity=4)  # also exercises compaction
+    per_node: dict[int, list[RecentBinding]] = {}
+    for i, (row, age, cpu, memory) in enumerate(sorted(recent, key=lambda b: b[1])):
+        row %= len(nodes)
+        store.add(f"uid-{i}", row, now + age, cpu, memory)
+        per_node.setdefault(row, []).append(RecentBinding(f"n{row}", now + age, cpu, memory))
+    alloc_cpu, alloc_mem = np.full(len(nodes), 8.0), np.full(len(nodes), 32.0 * 2**30)
+    extra, own = recent_effects(cols, store, len(nodes), now, alloc_cpu, alloc_mem)
+    rows = np.arange(len(nodes), dtype=np.intp)
+    scores = cols.scores(rows, now, extra, own).tolist()
+    reasons: list[str | None] = [None] * len(nodes)
+    for reason, mask in cols.filter(rows, now, None, extra):
+        for i in np.flatnonzero(mask).tolist():
+            reasons[i] = reason
+    for i, ann in enumerate(nodes):
+        ref = node_load(f"n{i}", ann, args, NOW, per_node.get(i, []), NodeCapacity(8.0, 32.0 * 2**30))
+        assert scores[i] == score(ref, args)
+        assert reasons[i] == filter_reason(ref, args)

@@ -92,11 +92,17 @@ class LoadColumns:
     def clear_row(self, row: int) -> None:
         self.set_row(row, None)
 
-    def usage(self, metric: str, rows: npt.NDArray[np.intp], now: float) -> FloatArray:
-        """Annotated usage where fresh (the window strict, future stamps beyond the skew rejected), else NaN."""
+    def usage(
+        self, metric: str, rows: npt.NDArray[np.intp], now: float, extra: Mapping[str, FloatArray] | None = None
+    ) -> FloatArray:
+        """Annotated usage (plus ``extra[metric]``, the estimate) where fresh, else NaN (the window strict,
+        future stamps beyond the skew rejected)."""
         period = self.args.policy.period_of(metric)
         window = metric_freshness_window(period).total_seconds()
-        return _fresh(self.values[metric][rows], self.stamps[metric][rows], now, window, self.args)
+        usage = _fresh(self.values[metric][rows], self.stamps[metric][rows], now, window, self.args)
+        if extra is not None and metric in extra:
+            usage = usage + extra[metric][rows]
+        return usage
 
     def hot(self, rows: npt.NDArray[np.intp], now: float) -> FloatArray:
         """Annotated hot value where fresh, else 0."""
@@ -110,7 +116,11 @@ class LoadColumns:
         return np.where(np.isnan(hot), 0.0, np.trunc(hot))
 
     def filter(
-        self, rows: npt.NDArray[np.intp], now: float, incoming: Mapping[str, FloatArray] | None = None
+        self,
+        rows: npt.NDArray[np.intp],
+        now: float,
+        incoming: Mapping[str, FloatArray] | None = None,
+        extra: Mapping[str, FloatArray] | None = None,
     ) -> list[tuple[str, Mask]]:
         """(reason, rejected mask over ``rows``) per predicate, in policy order; a node takes the first reason.
 
@@ -120,7 +130,7 @@ class LoadColumns:
         for predicate in self.args.policy.predicate:
             if predicate.max_limit_percent == 0:
                 continue
-            usage = self.usage(predicate.name, rows, now)
+            usage = self.usage(predicate.name, rows, now, extra)
             missing = np.isnan(usage)
             if self.args.stale == "fail-closed":
                 closed = missing & ~taken
@@ -131,29 +141,36 @@ class LoadColumns:
             if over.any():
                 out.append((f"node(s) had {predicate.name} above {predicate.max_limit_percent:g}", over))
             taken |= over
-            extra = incoming.get(resource_of(predicate.name) or "") if incoming else None
-            if extra is not None:
-                pushed = ~missing & (usage + extra > predicate.max_limit_percent) & ~taken
+            pod = incoming.get(resource_of(predicate.name) or "") if incoming else None
+            if pod is not None:
+                pushed = ~missing & (usage + pod[rows] > predicate.max_limit_percent) & ~taken
                 if pushed.any():
                     out.append((f"node(s) would have {predicate.name} above {predicate.max_limit_percent:g}", pushed))
                 taken |= pushed
         return out
 
-    def scores(self, rows: npt.NDArray[np.intp], now: float) -> npt.NDArray[np.int64]:
+    def scores(
+        self,
+        rows: npt.NDArray[np.intp],
+        now: float,
+        extra: Mapping[str, FloatArray] | None = None,
+        own_hot: FloatArray | None = None,
+    ) -> npt.NDArray[np.int64]:
         """Dynamic scores 0..100 for ``rows`` (renormalised over valid metrics, rounded, minus 10 x hot)."""
         weighted = np.zeros(len(rows))
         weights = np.zeros(len(rows))
         for priority in self.args.policy.priority:
             if priority.weight == 0:
                 continue
-            usage = self.usage(priority.name, rows, now)
+            usage = self.usage(priority.name, rows, now, extra)
             valid = ~np.isnan(usage)
             idle = 1.0 - np.clip(np.where(valid, usage, 0.0), 0.0, 1.0)
             weighted += np.where(valid, idle * priority.weight, 0.0)
             weights += np.where(valid, priority.weight, 0.0)
         with np.errstate(invalid="ignore", divide="ignore"):
             raw = np.where(weights > 0, weighted * MAX_SCORE / np.where(weights > 0, weights, 1.0), NEUTRAL_SCORE)
-        value = raw - HOT_VALUE_PENALTY * self.hot(rows, now)
+        hot = self.hot(rows, now) + (own_hot[rows] if own_hot is not None else 0.0)
+        value = raw - HOT_VALUE_PENALTY * hot
         # Python's round() is round-half-even, as is numpy's: both paths agree on .5 cases.
         return np.clip(np.round(value), 0, MAX_SCORE).astype(np.int64)
 
@@ -166,3 +183,115 @@ def _fresh(values: FloatArray, stamps: FloatArray, now: float, window: float, ar
 
 def rows_of(names: Sequence[str], index: Mapping[str, int]) -> npt.NDArray[np.intp]:
     return np.fromiter((index[n] for n in names), dtype=np.intp, count=len(names))
+
+
+@dataclass
+class RecentBindings:
+    """This scheduler's recent bindings as parallel arrays, oldest first (appended in time order).
+
+    A burst of thousands of pods leaves recent bindings on every node, so their effect (estimated usage not yet
+    absorbed, own bindings in the hot value) is computed for all rows at once too: per decision, a few array
+    operations over the bindings still inside the horizon.
+    """
+
+    capacity: int = 1024
+    start: int = 0
+    end: int = 0
+    rows: npt.NDArray[np.intp] = field(init=False)
+    bound_at: FloatArray = field(init=False)
+    cpu: FloatArray = field(init=False)
+    memory: FloatArray = field(init=False)
+    index: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rows = np.full(self.capacity, -1, dtype=np.intp)
+        self.bound_at = np.zeros(self.capacity)
+        self.cpu = np.zeros(self.capacity)
+        self.memory = np.zeros(self.capacity)
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def add(self, uid: str, row: int, bound_at: float, cpu: float, memory: float) -> None:
+        if self.end == self.capacity:
+            self._compact()
+        i = self.end
+        self.rows[i], self.bound_at[i], self.cpu[i], self.memory[i] = row, bound_at, cpu, memory
+        self.index[uid] = i
+        self.end += 1
+
+    def remove(self, uid: str) -> None:
+        i = self.index.pop(uid, None)
+        if i is not None and i >= self.start:
+            self.rows[i] = -1
+
+    def prune(self, before: float) -> None:
+        """Forget bindings at or before ``before`` (they are outside every window)."""
+        live = self.bound_at[self.start : self.end]
+        self.start += int(np.searchsorted(live, before, side="right"))
+        if self.start == self.end:
+            self.start = self.end = 0
+            self.index.clear()
+
+    def _compact(self) -> None:
+        n = self.end - self.start
+        cap = max(1024, 2 * n) if n > self.capacity // 2 else self.capacity
+        keep = slice(self.start, self.end)
+        rows, at, cpu, mem = (
+            self.rows[keep].copy(),
+            self.bound_at[keep].copy(),
+            self.cpu[keep].copy(),
+            self.memory[keep].copy(),
+        )
+        self.capacity = cap
+        self.__post_init__()
+        self.rows[:n], self.bound_at[:n], self.cpu[:n], self.memory[:n] = rows, at, cpu, mem
+        self.index = {uid: i - self.start for uid, i in self.index.items() if i >= self.start}
+        self.start, self.end = 0, n
+
+    def live(self) -> tuple[npt.NDArray[np.intp], FloatArray, FloatArray, FloatArray]:
+        keep = slice(self.start, self.end)
+        rows = self.rows[keep]
+        ok = rows >= 0
+        return rows[ok], self.bound_at[keep][ok], self.cpu[keep][ok], self.memory[keep][ok]
+
+
+def recent_effects(
+    cols: LoadColumns, recent: RecentBindings, n_rows: int, now: float, alloc_cpu: FloatArray, alloc_memory: FloatArray
+) -> tuple[dict[str, FloatArray], FloatArray]:
+    """(estimated usage to add per metric, own bindings' hot value) for every row, as ``dynamic.node_load`` does
+    per node: the unabsorbed share of each recent pod, and bindings after the fresh hot-value annotation."""
+    rows, bound_at, cpu, memory = recent.live()
+    extra: dict[str, FloatArray] = {}
+    est = cols.args.estimate
+    if est.enabled and len(rows):
+        for metric in cols.metrics:
+            resource = resource_of(metric)
+            if resource is None:
+                continue
+            window = est.window_of(metric).total_seconds()
+            stamps = cols.stamps[metric][rows]
+            absorbed = np.clip((stamps - bound_at) / window, 0.0, 1.0) if window > 0 else np.ones(len(rows))
+            total = alloc_cpu if resource == "cpu" else alloc_memory
+            factor = est.cpu_factor if resource == "cpu" else est.memory_factor
+            amount = (cpu if resource == "cpu" else memory) * factor * (1.0 - absorbed)
+            added = np.bincount(rows, weights=np.nan_to_num(amount), minlength=n_rows)[:n_rows]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                extra[metric] = np.where(
+                    total[:n_rows] > 0, added / np.where(total[:n_rows] > 0, total[:n_rows], 1), 0.0
+                )
+    own = np.zeros(n_rows)
+    if cols.args.own_bindings_in_hot_value and len(rows) and cols.args.policy.hot_value:
+        all_rows = np.arange(n_rows, dtype=np.intp)
+        hot = _fresh(
+            cols.values[HOT_VALUE_KEY][all_rows],
+            cols.stamps[HOT_VALUE_KEY][all_rows],
+            now,
+            HOT_VALUE_FRESHNESS.total_seconds(),
+            cols.args,
+        )
+        after = np.where(np.isnan(hot), -np.inf, cols.stamps[HOT_VALUE_KEY][all_rows])[rows]
+        for rule in cols.args.policy.hot_value:
+            counted = (bound_at > after) & (bound_at > now - rule.time_range.total_seconds())
+            own += np.floor(np.bincount(rows[counted], minlength=n_rows)[:n_rows] / rule.count)
+    return extra, own

@@ -12,6 +12,7 @@ applies to the next pod; an invalid one is refused with a logged reason and the 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import defaultdict
@@ -25,14 +26,13 @@ from prometheus_client import Counter
 
 from crane_scheduler.framework import SUCCESS, ClusterEvent, CycleState, Handle, Rejection, Rows, Status
 from crane_scheduler.loadaware.args import PluginArgs, parse_args
-from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
+from crane_scheduler.loadaware.columns import FloatArray, LoadColumns, RecentBindings, recent_effects
 from crane_scheduler.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
     NodeLoad,
     RecentBinding,
     filter_reason,
-    incoming_fraction,
     node_load,
     score,
 )
@@ -123,7 +123,7 @@ class Dynamic:
             own_bindings_in_hot_value=args.own_bindings_in_hot_value,
             estimate=args.estimate,
         )
-        self.recent: dict[str, list[tuple[str, RecentBinding]]] = {}  # node -> [(pod uid, binding)]
+        self.recent = RecentBindings()
         self._log_once = LogOnce(log)
         self._next_reload_check = 0.0
         self.columns = LoadColumns(self.args)
@@ -163,10 +163,19 @@ class Dynamic:
         windows = [r.time_range.total_seconds() for r in self.args.policy.hot_value]
         return max([self.args.estimate.window.total_seconds(), *windows])
 
-    def _prune(self, now: float) -> None:
-        cutoff = now - self._horizon()
-        for node in [n for n, items in self.recent.items() if all(b.bound_at <= cutoff for _, b in items)]:
-            del self.recent[node]
+    def recent_on(self, node: str, until: float = math.inf) -> list[RecentBinding]:
+        """This scheduler's recent bindings to one node (for the reference evaluation and explain)."""
+        row = self.handle.table.rows.get(node)
+        rows, bound_at, cpu, memory = self.recent.live()
+        return [
+            RecentBinding(node, float(t), float(c), float(m))
+            for r, t, c, m in zip(rows.tolist(), bound_at, cpu, memory, strict=True)
+            if r == row and t <= until
+        ]
+
+    def _alloc(self, table: NodeTable) -> tuple[FloatArray, FloatArray]:
+        alloc = table.alloc
+        return alloc[:, table.resources[CPU]] / 1000, alloc[:, table.resources[MEMORY]].astype(np.float64)
 
     def _capacity(self, node: str) -> NodeCapacity:
         table = self.handle.table
@@ -179,10 +188,8 @@ class Dynamic:
         est = self.args.estimate
         if not est.enabled or not est.incoming_pod or not (cpu or memory):
             return None
-        alloc = table.alloc
+        cores, mem = self._alloc(table)
         with np.errstate(divide="ignore", invalid="ignore"):
-            cores = alloc[:, table.resources[CPU]] / 1000
-            mem = alloc[:, table.resources[MEMORY]].astype(np.float64)
             return {
                 "cpu": np.where(cores > 0, est.cpu_factor * cpu / np.where(cores > 0, cores, 1), 0.0),
                 "memory": np.where(mem > 0, est.memory_factor * memory / np.where(mem > 0, mem, 1), 0.0),
@@ -193,7 +200,7 @@ class Dynamic:
         table = self.handle.table
         info = table.nodes[table.rows[node]]
         assert info is not None
-        recent = [b for _, b in self.recent.get(node, ())]
+        recent = self.recent_on(node)
         return node_load(
             node, info.annotations, self.args, datetime.fromtimestamp(now, UTC), recent, self._capacity(node)
         )
@@ -201,7 +208,7 @@ class Dynamic:
     def explain_load(self, info: NodeInfo, at: float) -> dict[str, Any]:
         """The load inputs of one node as the policy saw them at ``at`` (for ``explain``)."""
         capacity = NodeCapacity(info.allocatable.get(CPU, 0) / 1000, float(info.allocatable.get(MEMORY, 0)))
-        recent = [b for _, b in self.recent.get(info.name, ()) if b.bound_at <= at]
+        recent = self.recent_on(info.name, until=at)
         load = node_load(info.name, info.annotations, self.args, datetime.fromtimestamp(at, UTC), recent, capacity)
         limits = {p.name: p.max_limit_percent for p in self.args.policy.predicate}
         return {
@@ -228,26 +235,12 @@ class Dynamic:
         if is_daemonset_pod(pod):
             return []
         now = self.wall_clock()
-        state["Dynamic.now"] = now
-        self._prune(now)
+        self.recent.prune(now - self._horizon())
+        extra, own_hot = recent_effects(self.columns, self.recent, table.n_rows, now, *self._alloc(table))
+        state["Dynamic.inputs"] = (now, extra, own_hot)  # Score uses the same inputs
         rows = np.arange(table.n_rows, dtype=np.intp)
         cpu, memory = estimated_resources(pod)
-        incoming = self._incoming(table, cpu, memory)
-        state["Dynamic.incoming"] = (cpu, memory)
-        masks = {reason: mask for reason, mask in self.columns.filter(rows, now, incoming)}
-        for node in self.recent:  # few nodes: the reference, with estimates and own bindings
-            row = table.rows.get(node)
-            if row is None:
-                continue
-            for mask in masks.values():
-                mask[row] = False
-            reason = filter_reason(
-                self.node_load(node, now),
-                self.args,
-                incoming=incoming_fraction(self.args.estimate, cpu, memory, self._capacity(node)),
-            )
-            if reason is not None:
-                masks.setdefault(reason, np.zeros(table.n_rows, dtype=bool))[row] = True
+        masks = dict(self.columns.filter(rows, now, self._incoming(table, cpu, memory), extra))
         rejections = []
         live = table.live
         for reason, mask in masks.items():
@@ -259,27 +252,20 @@ class Dynamic:
         return rejections
 
     def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
-        now = state.get("Dynamic.now") or self.wall_clock()
-        scores = self.columns.scores(rows, now)
-        if self.recent:
-            position = {int(r): i for i, r in enumerate(rows)}
-            for node in self.recent:
-                row = table.rows.get(node)
-                if row is not None and row in position:
-                    scores[position[row]] = score(self.node_load(node, now), self.args)
-        return scores
+        inputs = state.get("Dynamic.inputs")
+        if inputs is None:  # a DaemonSet pod, or Filter disabled in this profile
+            now = self.wall_clock()
+            inputs = (now, *recent_effects(self.columns, self.recent, table.n_rows, now, *self._alloc(table)))
+        now, extra, own_hot = inputs
+        return self.columns.scores(rows, now, extra, own_hot)
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         cpu, memory = estimated_resources(pod)
-        self.recent.setdefault(node, []).append((pod.uid, RecentBinding(node, self.wall_clock(), cpu, memory)))
+        self.recent.add(pod.uid, self.handle.table.rows[node], self.wall_clock(), cpu, memory)
         return SUCCESS
 
     def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
-        items = [item for item in self.recent.get(node, ()) if item[0] != pod.uid]
-        if items:
-            self.recent[node] = items
-        else:
-            self.recent.pop(node, None)
+        self.recent.remove(pod.uid)
 
     def events_to_register(self) -> ClusterEvent:
         return ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE
