@@ -28,6 +28,12 @@ def parse_scheduled_note(note: str) -> tuple[str, str, str] | None:
     return (m["ns"], m["pod"], m["node"]) if m else None
 
 
+def event_name(pod: str, suffix: str) -> str:
+    """``<pod>.<suffix>`` as a valid object name (DNS subdomain, at most 253 characters) for any pod name."""
+    stem = pod[: 252 - len(suffix)].rstrip("-.")
+    return f"{stem}.{suffix}"
+
+
 def scheduled_event(
     *, namespace: str, pod: str, pod_uid: str, node: str, scheduler: str, instance: str, at: float | None = None
 ) -> dict[str, Any]:
@@ -62,7 +68,7 @@ def event_body(
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {"name": f"{pod}.{secrets.token_hex(8)}", "namespace": namespace},
+        "metadata": {"name": event_name(pod, secrets.token_hex(8)), "namespace": namespace},
         "eventTime": micro_time(time.time() if at is None else at),
         "reportingController": scheduler,
         "reportingInstance": instance,

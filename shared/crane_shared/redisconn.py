@@ -5,19 +5,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 
 
 def redacted(url: str) -> str:
-    """The URL without its password, for logs."""
+    """The URL without its password (in the user info or a ``password`` query parameter), for logs."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + netloc))
+    if parts.password is not None:
+        netloc = parts.netloc.rsplit("@", 1)[1]
+        user = f"{parts.username}:***@" if parts.username else ":***@"
+        parts = parts._replace(netloc=user + netloc)
+    if parts.query:
+        query = [(k, "***" if k.lower() in {"password", "token"} else v) for k, v in parse_qsl(parts.query)]
+        parts = parts._replace(query=urlencode(query, safe="*"))
+    return urlunsplit(parts)
 
 
 def redis_from_args(args: argparse.Namespace, **extra: Any) -> aioredis.Redis:

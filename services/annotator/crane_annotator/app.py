@@ -86,7 +86,7 @@ async def run(config: AnnotatorConfig) -> int:
             "starting",
             policy=config.policy_source,
             metrics={s.name: s.period_label for s in annotator.specs},
-            prometheus=config.prometheus.url,
+            prometheus=redacted(config.prometheus.url),
             redis=redacted(config.redis_url),
             lease=f"{config.lease_namespace}/{config.lease_name}",
             identity=config.identity,

@@ -29,7 +29,7 @@ from crane_scheduler import metrics
 from crane_scheduler.algorithm import truncate_note
 from crane_scheduler.nodetable import PodRecord
 from crane_scheduler.podinfo import PodInfo
-from crane_shared.events import SCHEDULED_REASON, event_body, scheduled_event
+from crane_shared.events import SCHEDULED_REASON, event_body, event_name, scheduled_event
 from crane_shared.logs import LogOnce, get_logger
 
 log = get_logger("crane.scheduler.reporting")
@@ -38,7 +38,7 @@ RECOVERY_WINDOW = timedelta(minutes=10)
 
 def scheduled_event_name(pod: str, uid: str) -> str:
     """One name per pod UID, so the event can only be created once."""
-    return f"{pod[:220]}.{uid.replace('-', '')}"
+    return event_name(pod, uid.replace("-", ""))
 
 
 class Reporter:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from crane_scheduler.algorithm import Algorithm, Diagnosis, ScheduleResult
-from crane_scheduler.config import parse_config
+from crane_scheduler.config import ConfigError, parse_config
 from crane_scheduler.framework import ArgsError, Handle
 from crane_scheduler.loadaware import plugin as dynamic_plugin
 from crane_scheduler.loadaware.args import parse_args
@@ -203,3 +203,15 @@ def test_every_profile_has_its_own_view_of_node_load() -> None:
         dynamic.wall_clock = lambda: NOW
         [rejection] = dynamic.filter({}, parse_pod(pod()), table)
         assert rejection.reason == "node(s) had cpu_usage_avg_5m above 0.65"
+
+
+def test_a_missing_or_invalid_policy_file_is_a_config_error_naming_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "policy.yaml"
+    bad.write_text(
+        "apiVersion: scheduler.policy.crane.io/v1alpha1\nkind: DynamicSchedulerPolicy\n"
+        "spec:\n  hotValue: [{timeRange: 5m, count: 0}]\n"
+    )
+    for path in (str(tmp_path / "missing.yaml"), str(bad)):
+        with pytest.raises(ConfigError) as err:
+            Setup(args={"policyConfigPath": path})
+        assert "profiles[0].pluginConfig[0].args.policyConfigPath: " in str(err.value)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from prometheus_client import Counter
 
-from crane_scheduler.framework import SUCCESS, ClusterEvent, CycleState, Handle, Rejection, Rows, Status
+from crane_scheduler.framework import SUCCESS, ArgsError, ClusterEvent, CycleState, Handle, Rejection, Rows, Status
 from crane_scheduler.loadaware.args import PluginArgs, parse_args
 from crane_scheduler.loadaware.columns import FloatArray, LoadColumns, RecentBindings, recent_effects
 from crane_scheduler.loadaware.dynamic import (
@@ -115,7 +115,10 @@ class Dynamic:
     def __init__(self, args: PluginArgs, handle: Handle, wall_clock: Callable[[], float] = time.time) -> None:
         self.handle = handle
         self.wall_clock = wall_clock
-        self.policy_file = PolicyFile(args.policy_path)
+        try:
+            self.policy_file = PolicyFile(args.policy_path)
+        except PolicyError as err:  # reported with the config's field path, like every other bad arg
+            raise ArgsError([("policyConfigPath", str(err))]) from err
         self.args = DynamicArgs(
             self.policy_file.policy,
             args.legacy_zone,
