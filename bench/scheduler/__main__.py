@@ -192,6 +192,12 @@ async def scheduled_events(api: client.ApiClient, namespace: str) -> int:
 # ---------------------------------------------------------------------------------------------- the contenders
 
 
+PROFILES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "kube": {"plugins": {"multiPoint": {"disabled": [{"name": "Dynamic"}]}}},
+}
+
+
 async def run_ours(
     cluster: LocalCluster, api: client.ApiClient, args: argparse.Namespace, run_dir: Path, namespace: str
 ) -> tuple[Run, dict[str, float]]:
@@ -201,7 +207,7 @@ async def run_ours(
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"qps": args.qps, "burst": args.burst},
         "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": name}],
+        "profiles": [{"schedulerName": name, **PROFILES[args.plugins]}],
     }
     path = run_dir / "crane-scheduler.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -395,6 +401,13 @@ def main() -> None:
     parser.add_argument("--event-concurrency", type=int, default=32, help="our event writers")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--skip-kube", action="store_true", help="only crane-scheduler and the bind ceiling")
+    parser.add_argument(
+        "--plugins",
+        choices=sorted(PROFILES),
+        default="default",
+        help="crane-scheduler's plugin set: its default (kube-scheduler's plugins + Dynamic) or exactly "
+        "kube-scheduler's (Dynamic disabled), for a like-for-like comparison",
+    )
     args = parser.parse_args()
     sizes = [int(x) for x in args.nodes.split(",") if x]
 

@@ -271,11 +271,14 @@ def recent_effects(
                 continue
             window = est.window_of(metric).total_seconds()
             stamps = cols.stamps[metric][rows]
+            fresh = ~np.isnan(stamps)
+            if not fresh.any():
+                continue  # no binding's node has this metric: nothing to add to
             absorbed = np.clip((stamps - bound_at) / window, 0.0, 1.0) if window > 0 else np.ones(len(rows))
             total = alloc_cpu if resource == "cpu" else alloc_memory
             factor = est.cpu_factor if resource == "cpu" else est.memory_factor
             amount = (cpu if resource == "cpu" else memory) * factor * (1.0 - absorbed)
-            added = np.bincount(rows, weights=np.nan_to_num(amount), minlength=n_rows)[:n_rows]
+            added = np.bincount(rows[fresh], weights=amount[fresh], minlength=n_rows)[:n_rows]
             with np.errstate(divide="ignore", invalid="ignore"):
                 extra[metric] = np.where(
                     total[:n_rows] > 0, added / np.where(total[:n_rows] > 0, total[:n_rows], 1), 0.0
