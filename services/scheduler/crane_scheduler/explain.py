@@ -43,16 +43,24 @@ class Decision:
 
     @classmethod
     def from_state(
-        cls, pod: PodInfo, at: float, table: NodeTable, state: Mapping[str, Any], node: str | None, message: str
+        cls,
+        pod: PodInfo,
+        at: float,
+        table: NodeTable,
+        state: Mapping[str, Any],
+        node: str | None,
+        message: str,
+        snapshot: tuple[list[str], list[NodeInfo | None]] | None = None,
     ) -> Decision:
-        """What the algorithm left in the cycle state, plus the node objects it saw (a shallow copy)."""
+        """What the algorithm left in the cycle state, plus the node objects it saw (``snapshot``, else a copy)."""
         rows, scores = state.get(EXPLAIN_SCORES, (None, []))
+        names, nodes = (list(table.names), list(table.nodes)) if snapshot is None else snapshot
         return cls(
             pod.key,
             pod.uid,
             at,
-            list(table.names),
-            list(table.nodes),
+            names,
+            nodes,
             list(state.get(EXPLAIN_FILTERS, [])),
             rows,
             list(scores),
@@ -116,6 +124,17 @@ class DecisionLog:
     def __init__(self, size: int = 2000) -> None:
         self.size = size
         self._by_pod: OrderedDict[str, Decision] = OrderedDict()
+        self._snapshot: tuple[int, list[str], list[NodeInfo | None]] = (-1, [], [])
+
+    def record(
+        self, pod: PodInfo, at: float, table: NodeTable, state: Mapping[str, Any], node: str | None, message: str
+    ) -> None:
+        """Keep this decision. The node objects are shared by every decision until a node changes: thousands of
+        decisions in a burst must not each copy thousands of references."""
+        if self._snapshot[0] != table.nodes_version:
+            self._snapshot = (table.nodes_version, list(table.names), list(table.nodes))
+        _, names, nodes = self._snapshot
+        self.add(Decision.from_state(pod, at, table, state, node, message, (names, nodes)))
 
     def add(self, decision: Decision) -> None:
         self._by_pod.pop(decision.pod, None)

@@ -105,6 +105,7 @@ class NodeTable:
         self.n_rows = 0  # rows in use (live or dead); arrays are meaningful on [:n_rows]
         self.num_nodes = 0
         self.version = 0  # bumped on every change; plugins key their caches on it
+        self.nodes_version = 0  # bumped when a node is added, changed or removed (not on pod accounting)
         self.labels_version = 0
         self.taints_version = 0
         self.names: list[str] = []
@@ -216,6 +217,7 @@ class NodeTable:
             for uid in self._pods_by_node.get(node.name, ()):
                 self._apply(self.pods[uid], +1)
         self.version += 1
+        self.nodes_version += 1
         return kind
 
     def remove_node(self, name: str) -> bool:
@@ -241,6 +243,7 @@ class NodeTable:
         self._free.append(row)
         self.num_nodes -= 1
         self.version += 1
+        self.nodes_version += 1
         return True
 
     def node_names(self) -> set[str]:

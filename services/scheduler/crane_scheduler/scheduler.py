@@ -32,7 +32,7 @@ from kubernetes_asyncio import client
 from crane_scheduler import metrics
 from crane_scheduler.algorithm import Algorithm, Diagnosis, ScheduleResult
 from crane_scheduler.config import SchedulerConfig
-from crane_scheduler.explain import Decision, DecisionLog
+from crane_scheduler.explain import DecisionLog
 from crane_scheduler.framework import ClusterEvent, Code, CycleState, Status
 from crane_scheduler.informers import Informer
 from crane_scheduler.nodetable import NodeTable
@@ -250,15 +250,13 @@ class Scheduler:
             log.exception("scheduling failed", pod=pod.key)
             result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))
         metrics.ALGORITHM_DURATION.labels(profile.name).observe(time.perf_counter() - start)
-        self.decisions.add(
-            Decision.from_state(
-                pod,
-                time.time(),
-                self.table,
-                state,
-                result.node if isinstance(result, ScheduleResult) else None,
-                result.message if isinstance(result, Diagnosis | Status) else "",
-            )
+        self.decisions.record(
+            pod,
+            time.time(),
+            self.table,
+            state,
+            result.node if isinstance(result, ScheduleResult) else None,
+            result.message if isinstance(result, Diagnosis | Status) else "",
         )
         if isinstance(result, Diagnosis):
             for pf in profile.post_filter:

@@ -6,7 +6,7 @@ from typing import Any
 
 from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.explain import Decision, DecisionLog, render
-from crane_scheduler.podinfo import parse_pod
+from crane_scheduler.podinfo import parse_node, parse_pod
 from tests.unit.loadaware.test_plugin import NOW, Setup, loaded
 from tests.unit.scheduler.builders import node, pod
 
@@ -59,3 +59,16 @@ def test_cranectl_renders_the_decision_for_a_person() -> None:
     assert lines[2].split()[:3] == ["calm", "total", str(decide(s, pod("q"))["nodes"][0]["total"])]
     assert "busy" in lines[3] and "refused by Dynamic: node(s) had cpu_usage_avg_5m above 0.65" in lines[3]
     assert "cpu_usage_avg_5m=0.20" in lines[2]
+
+
+def test_decisions_share_the_node_snapshot_until_a_node_changes() -> None:
+    s = Setup(loaded("a", 0.1), loaded("b", 0.2))
+    log = DecisionLog()
+    for name in ("p1", "p2"):
+        log.record(parse_pod(pod(name)), NOW, s.table, {}, None, "")
+    first, second = log.get("ns/p1"), log.get("ns/p2")
+    assert first is not None and second is not None and first.nodes is second.nodes
+    s.table.upsert_node(parse_node(loaded("c", 0.3)))
+    log.record(parse_pod(pod("p3")), NOW, s.table, {}, None, "")
+    third = log.get("ns/p3")
+    assert third is not None and third.nodes is not first.nodes and "c" in third.names
