@@ -242,3 +242,11 @@ def test_a_pod_with_unparseable_resources_is_still_filtered() -> None:
 def test_pod_requests_become_the_estimate_size() -> None:
     req = parse_args(nodes_args(pod(cpu="1500m", memory="2Gi"), []))
     assert (req.pod.cpu, req.pod.memory) == (1.5, 2 * 2**30)
+
+
+def test_a_node_the_pod_would_push_over_the_threshold_fails_as_in_the_scheduler_plugin() -> None:
+    args = DynamicArgs(default_policy(), estimate=EstimateArgs(cpu_factor=1.0))
+    nodes = [node("near", usage(0.60), cpu="10"), node("roomy", usage(0.40), cpu="10")]
+    result = run_filter(nodes_args(pod(cpu="1"), nodes), decide(args=args))
+    assert result["FailedNodes"] == {"near": "node(s) would have cpu_usage_avg_5m above 0.65"}
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == ["roomy"]

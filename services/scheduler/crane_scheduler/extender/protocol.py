@@ -32,6 +32,7 @@ from crane_scheduler.loadaware.dynamic import (
     NodeLoad,
     RecentBinding,
     filter_reason,
+    incoming_fraction,
     node_load,
     score,
 )
@@ -270,7 +271,12 @@ def filter_nodes(req: ExtenderArgs, decide: Decide) -> Obj:
             continue
         reason = None
         if not req.pod.daemonset:  # upstream: DaemonSet pods always pass (also filter_reason's rule)
-            reason = filter_reason(decide.node_load(name, view), decide.args)
+            incoming = (
+                incoming_fraction(decide.args.estimate, req.pod.cpu, req.pod.memory, view.capacity)
+                if view.capacity is not None
+                else None
+            )
+            reason = filter_reason(decide.node_load(name, view), decide.args, incoming=incoming)
         if reason is None:
             passed.append(i)
         else:
