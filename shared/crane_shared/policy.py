@@ -142,6 +142,11 @@ def load_policy(path: str | os.PathLike[str]) -> DynamicSchedulerPolicy:
     return parse_policy(text, source)
 
 
+def policy_or_default(path: str | os.PathLike[str] | None) -> DynamicSchedulerPolicy:
+    """The policy in ``path``, or upstream's default policy when no file is given."""
+    return load_policy(path) if path else default_policy()
+
+
 @functools.cache
 def default_policy() -> DynamicSchedulerPolicy:
     """Upstream's default policy, shipped as ``crane_shared/default-policy.yaml``."""

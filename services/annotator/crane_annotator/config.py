@@ -18,7 +18,7 @@ from crane_annotator.patches import Stamp
 from crane_annotator.prometheus import PrometheusSettings
 from crane_shared.annotations import TimestampStyle
 from crane_shared.durations import DurationError, parse_duration
-from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, default_policy, load_policy
+from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, policy_or_default
 from crane_shared.settings import CommonSettings, EnvArgumentParser, add_common_flags, add_redis_flags, common_settings
 
 DEFAULT_PORT = 8082
@@ -238,7 +238,7 @@ def parse_config(argv: Sequence[str] | None = None) -> AnnotatorConfig:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        policy = load_policy(args.policy) if args.policy else default_policy()
+        policy = policy_or_default(args.policy)
     except PolicyError as err:
         parser.exit(2, f"crane-annotator: refusing to start, bad policy:\n{err}\n")
     if not policy.sync_policy:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from crane_event_recorder.source import EventApi
 from crane_shared.durations import DurationError, parse_duration
-from crane_shared.policy import PolicyError, default_policy, load_policy
+from crane_shared.policy import PolicyError, policy_or_default
 from crane_shared.settings import (
     CommonSettings,
     EnvArgumentParser,
@@ -142,7 +142,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> tuple[CommonSettings, a
     retention = args.retention
     if retention is None:
         try:
-            policy = load_policy(args.policy) if args.policy else default_policy()
+            policy = policy_or_default(args.policy)
         except PolicyError as err:
             parser.error(str(err))
         retention = policy.longest_hot_value_window().total_seconds() + args.retention_margin

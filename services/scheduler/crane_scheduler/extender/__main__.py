@@ -26,7 +26,7 @@ from crane_shared.bindings import BindingSchema
 from crane_shared.informer import Informer
 from crane_shared.kube import make_api_client
 from crane_shared.logs import configure_logging, get_logger
-from crane_shared.policy import PolicyError, default_policy, load_policy
+from crane_shared.policy import PolicyError, policy_or_default
 from crane_shared.redisconn import redacted, redis_from_args
 from crane_shared.service import ServiceRuntime
 from crane_shared.settings import EnvArgumentParser, add_common_flags, add_redis_flags, common_settings
@@ -99,7 +99,7 @@ def build_parser() -> EnvArgumentParser:
 
 def dynamic_args(ns: argparse.Namespace) -> DynamicArgs:
     """The policy and its options from flags; raises PolicyError / ValueError with a message for the operator."""
-    policy = load_policy(ns.policy) if ns.policy else default_policy()
+    policy = policy_or_default(ns.policy)
     try:
         zone = ZoneInfo(ns.legacy_zone)
     except (ZoneInfoNotFoundError, ValueError) as err:

@@ -11,7 +11,7 @@ by the reference instead, since their estimate and own hot value are per pod.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -88,9 +88,6 @@ class LoadColumns:
             self.stamps[name][row] = stamp
             self.malformed[name][row] = broken
         return bad
-
-    def clear_row(self, row: int) -> None:
-        self.set_row(row, None)
 
     def usage(
         self, metric: str, rows: npt.NDArray[np.intp], now: float, extra: Mapping[str, FloatArray] | None = None
@@ -179,10 +176,6 @@ def _fresh(values: FloatArray, stamps: FloatArray, now: float, window: float, ar
     skew = args.max_skew.total_seconds()
     ok = ~np.isnan(stamps) & (stamps <= now + skew) & (now < stamps + window)
     return np.where(ok, values, np.nan)
-
-
-def rows_of(names: Sequence[str], index: Mapping[str, int]) -> npt.NDArray[np.intp]:
-    return np.fromiter((index[n] for n in names), dtype=np.intp, count=len(names))
 
 
 @dataclass

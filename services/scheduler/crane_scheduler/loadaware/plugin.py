@@ -30,7 +30,6 @@ from crane_scheduler.loadaware.columns import FloatArray, LoadColumns, RecentBin
 from crane_scheduler.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
-    NodeLoad,
     RecentBinding,
     filter_reason,
     node_load,
@@ -39,7 +38,7 @@ from crane_scheduler.loadaware.dynamic import (
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo
 from crane_shared.logs import LogOnce, get_logger
-from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, default_policy, load_policy
+from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, load_policy, policy_or_default
 from crane_shared.quantity import quantity
 
 NAME = "Dynamic"
@@ -55,7 +54,7 @@ RELOADS = Counter("crane_scheduler_policy_reloads", "Policy file reloads by resu
 
 def is_daemonset_pod(pod: PodInfo) -> bool:
     owners = pod.raw.get("metadata", {}).get("ownerReferences") or ()
-    return any(o.get("kind") == "DaemonSet" and o.get("controller") for o in owners)
+    return any(o.get("kind") == "DaemonSet" for o in owners)  # upstream: any DaemonSet owner
 
 
 def estimated_resources(pod: PodInfo) -> tuple[float, float]:
@@ -76,7 +75,7 @@ class PolicyFile:
 
     def __init__(self, path: str | None) -> None:
         self.path = path
-        self.policy = load_policy(path) if path else default_policy()
+        self.policy = policy_or_default(path)
         self._signature = self._stat()
         self._refused: tuple[int, int, int] | None = None
 
@@ -180,12 +179,6 @@ class Dynamic:
         alloc = table.alloc
         return alloc[:, table.resources[CPU]] / 1000, alloc[:, table.resources[MEMORY]].astype(np.float64)
 
-    def _capacity(self, node: str) -> NodeCapacity:
-        table = self.handle.table
-        info = table.nodes[table.rows[node]]
-        assert info is not None
-        return NodeCapacity(info.allocatable.get(CPU, 0) / 1000, float(info.allocatable.get(MEMORY, 0)))
-
     def _incoming(self, table: NodeTable, cpu: float, memory: float) -> dict[str, FloatArray] | None:
         """The pod's estimated usage as a fraction of every row's allocatable (see ``incoming_fraction``)."""
         est = self.args.estimate
@@ -197,16 +190,6 @@ class Dynamic:
                 "cpu": np.where(cores > 0, est.cpu_factor * cpu / np.where(cores > 0, cores, 1), 0.0),
                 "memory": np.where(mem > 0, est.memory_factor * memory / np.where(mem > 0, mem, 1), 0.0),
             }
-
-    def node_load(self, node: str, now: float) -> NodeLoad:
-        """The reference evaluation of one node, including this scheduler's recent bindings (also for explain)."""
-        table = self.handle.table
-        info = table.nodes[table.rows[node]]
-        assert info is not None
-        recent = self.recent_on(node)
-        return node_load(
-            node, info.annotations, self.args, datetime.fromtimestamp(now, UTC), recent, self._capacity(node)
-        )
 
     def explain_load(self, info: NodeInfo, at: float) -> dict[str, Any]:
         """The load inputs of one node as the policy saw them at ``at`` (for ``explain``)."""
