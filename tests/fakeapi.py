@@ -2,8 +2,8 @@
 
 Real HTTP, real kubernetes-asyncio client: the informer under test sees the same status codes, Status bodies,
 Retry-After headers and chunked watch streams as against the API server. Each list or watch request takes the
-next scripted reply; with none left, a list answers the last good page set again and a watch stays open and
-silent (as a quiet resource's watch does).
+next scripted reply; with none left, a list answers ``objects`` at ``rv`` (paged by the request's ``limit``) and a
+watch streams what is put in ``feed`` (``None`` ends it), silent in between as a quiet resource's watch is.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +68,9 @@ class FakeApiServer:
     path: str = "/api/v1/nodes"
     lists: list[Page | Status] = field(default_factory=list)
     watches: list[Events | Status] = field(default_factory=list)
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    rv: str = "1"
+    feed: asyncio.Queue[dict[str, Any] | bytes | None] = field(default_factory=asyncio.Queue)
     requests: list[Request] = field(default_factory=list)
     answered: list[tuple[float, bool, int]] = field(default_factory=list)
     """(when, watch, status) of every answer, for measuring the wait before the next request"""
@@ -87,29 +90,44 @@ class FakeApiServer:
         if isinstance(reply, Status):
             return await self._answered(watch, _status(reply))
         if not watch:
-            page = reply if isinstance(reply, Page) else Page([], "1")
+            page = reply if isinstance(reply, Page) else self._page(request.query)
             metadata: dict[str, Any] = {"resourceVersion": page.rv}
             if page.cont:
                 metadata["continue"] = page.cont
             body = {"kind": "NodeList", "apiVersion": "v1", "metadata": metadata, "items": page.items}
             return await self._answered(False, web.json_response(body))
-        stream = reply if isinstance(reply, Events) else Events([], hang=True)
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        for event in stream.events:
-            await resp.write(event if isinstance(event, bytes) else json.dumps(event).encode() + b"\n")
         await self._answered(True, resp)
-        while stream.hang and not self._closing.is_set():
-            # Silent until the client goes away (aiohttp does not cancel handlers on disconnect).
+        if isinstance(reply, Events):
+            for event in reply.events:
+                await resp.write(_line(event))
+        while (reply is None or reply.hang) and not self._closing.is_set():
+            # Silent until fed, or until the client goes away (aiohttp does not cancel handlers on disconnect).
             transport = request.transport
             if transport is None or transport.is_closing():
                 break
+            if reply is None and not self.feed.empty():
+                fed = self.feed.get_nowait()
+                if fed is None:
+                    break
+                await resp.write(_line(fed))
+                continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), 0.05)
+                await asyncio.wait_for(self._closing.wait(), 0.01)
         with contextlib.suppress(ConnectionError):
             await resp.write_eof()
         return resp
+
+    def _page(self, query: Mapping[str, str]) -> Page:
+        start = int(query.get("continue") or 0)
+        end = start + int(query.get("limit") or len(self.objects) or 1)
+        return Page(self.objects[start:end], self.rv, cont=str(end) if end < len(self.objects) else None)
+
+    def send(self, kind: str, obj: dict[str, Any]) -> None:
+        """An event on the current (unscripted) watch."""
+        self.feed.put_nowait({"type": kind, "object": obj})
 
     async def _note(self, request: Request) -> None:
         async with self._changed:
@@ -125,6 +143,10 @@ class FakeApiServer:
     def list_requests(self) -> list[Request]:
         return [r for r in self.requests if not r.watch]
 
+    def lists_started(self) -> int:
+        """Complete lists asked for: first-page requests (no continue token)."""
+        return sum(1 for r in self.list_requests() if "continue" not in r.query)
+
     def watch_requests(self) -> list[Request]:
         return [r for r in self.requests if r.watch]
 
@@ -136,6 +158,10 @@ class FakeApiServer:
 
         async with asyncio.timeout(timeout), self._changed:
             await self._changed.wait_for(reached)
+
+
+def _line(event: dict[str, Any] | bytes) -> bytes:
+    return event if isinstance(event, bytes) else json.dumps(event).encode() + b"\n"
 
 
 def _status(reply: Status) -> web.Response:

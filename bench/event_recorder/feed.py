@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from typing import Any
 
-from crane_event_recorder.source import Page, WatchEvent, parse_watch_line
 from crane_shared.kube import micro_time
 
 
@@ -66,17 +64,37 @@ def watch_line(namespace: str, pod: str, uid: str, node: str, at: float, rv: int
     return json.dumps({"type": "ADDED", "object": obj}, separators=(",", ":")).encode() + b"\n"
 
 
-@dataclass
-class QueueSource:
-    """An ``EventSource`` whose watch replays lines put on ``lines`` (decoded like a real watch stream)."""
+class QueueFeed:
+    """A list function shaped like kubernetes-asyncio's (``_preload_content=False``) whose list is empty and whose
+    watch streams the lines put on ``lines``: the recorder's whole path from watch bytes on, without an API server.
+    """
 
-    name: str = "synthetic"
-    lines: asyncio.Queue[bytes] = field(default_factory=asyncio.Queue)
+    def __init__(self) -> None:
+        self.lines: asyncio.Queue[bytes] = asyncio.Queue()
 
-    async def list(self) -> AsyncIterator[Page]:
-        yield Page([], "1")
+    async def __call__(self, **kwargs: Any) -> _Response:
+        return _Response(self.lines if kwargs.get("watch") else None)
 
-    async def watch(self, resource_version: str) -> AsyncIterator[WatchEvent]:
-        while True:
-            line = await self.lines.get()
-            yield parse_watch_line(line)
+
+class _Response:
+    status = 200
+    reason = "OK"
+
+    def __init__(self, lines: asyncio.Queue[bytes] | None) -> None:
+        self.headers: dict[str, str] = {}
+        self.content = self
+        self._lines = lines
+
+    async def read(self) -> bytes:
+        return b'{"kind": "EventList", "items": [], "metadata": {"resourceVersion": "1"}}'
+
+    async def readany(self) -> bytes:
+        """What a socket read would return: every line queued so far (at least one; waits for it)."""
+        assert self._lines is not None
+        parts = [await self._lines.get()]
+        while not self._lines.empty() and len(parts) < 256:
+            parts.append(self._lines.get_nowait())
+        return b"".join(parts)
+
+    def release(self) -> None:
+        pass

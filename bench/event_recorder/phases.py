@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import json
 import random
 import time
 import uuid
@@ -22,15 +23,16 @@ from crane_event_recorder.metrics import RecorderMetrics
 from crane_event_recorder.parse import parse_event
 from crane_event_recorder.recorder import Recorder
 from crane_event_recorder.settings import RecorderSettings
-from crane_event_recorder.source import EventApi, EventSource, KubeEventSource, parse_watch_line
+from crane_event_recorder.source import EventApi, event_list_function
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingSchema
 from crane_shared.events import scheduled_event
+from crane_shared.informer import ListFn
 from crane_shared.kube import api_client_from_dict
 from crane_shared.redisconn import make_redis
 
-from .feed import QueueSource, watch_line
+from .feed import QueueFeed, watch_line
 
 SCHEMA = BindingSchema("bench")
 
@@ -64,12 +66,14 @@ class Running:
 
 
 @contextlib.asynccontextmanager
-async def recorder(redis_url: str, source: EventSource, **overrides: Any) -> AsyncIterator[Running]:
+async def recorder(redis_url: str, list_fn: ListFn, **overrides: Any) -> AsyncIterator[Running]:
     settings = replace(RecorderSettings(redis_prefix=SCHEMA.prefix, redis_check_interval=1.0), **overrides)
     redis = make_redis(redis_url)
     store = BindingStore(redis, SCHEMA)
     registry = CollectorRegistry()
-    rec = Recorder(store, [source], RecorderMetrics(registry), settings, redis_server_id=lambda: redis_run_id(redis))
+    rec = Recorder(
+        store, {"bench": list_fn}, RecorderMetrics(registry), settings, redis_server_id=lambda: redis_run_id(redis)
+    )
     stopping = asyncio.Event()
     tasks = [asyncio.create_task(w) for w in rec.workers(stopping)]
     try:
@@ -119,15 +123,15 @@ async def synthetic(redis_url: str, events: int, node_count: int) -> SyntheticRe
     ]
     started = time.perf_counter()
     for line in lines:
-        parse_event(parse_watch_line(line).object)
+        parse_event(json.loads(line)["object"])
     parse_rate = events / (time.perf_counter() - started)
 
     await flush(redis_url)
-    source = QueueSource()
-    async with recorder(redis_url, source) as running:
+    feed = QueueFeed()
+    async with recorder(redis_url, feed) as running:
         started = time.perf_counter()
         for line in lines:
-            source.lines.put_nowait(line)
+            feed.lines.put_nowait(line)
         await wait_for(lambda: running.recorded() >= events, 600)
         rate = events / (time.perf_counter() - started)
         return SyntheticResult(events, parse_rate, rate, running.lag_quantile(0.5), running.lag_quantile(0.99))
@@ -202,8 +206,7 @@ async def real_watch(
     try:
         await client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
         await flush(redis_url)
-        source = KubeEventSource(api, EventApi.EVENTS_V1, namespace)
-        async with recorder(redis_url, source) as running:
+        async with recorder(redis_url, event_list_function(api, EventApi.EVENTS_V1, namespace)) as running:
             producer = Producer(api, namespace, nodes(node_count), concurrency)
             started = time.perf_counter()
             await producer.burst(events)
@@ -263,13 +266,13 @@ async def sustain(
     try:
         if api is not None:
             await client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
-            source: EventSource = KubeEventSource(api, EventApi.EVENTS_V1, namespace)
+            list_fn: ListFn = event_list_function(api, EventApi.EVENTS_V1, namespace)
             producer = Producer(api, namespace, names, concurrency)
             fed = producer.created
         else:
-            queue_source = QueueSource()
-            source = queue_source
-        async with recorder(redis_url, source) as running:
+            queue_feed = QueueFeed()
+            list_fn = queue_feed
+        async with recorder(redis_url, list_fn) as running:
             gate = asyncio.Event()
             gate.set()
             in_flight: set[asyncio.Task[None]] = set()
@@ -283,7 +286,7 @@ async def sustain(
                 else:
                     uid, node, at = str(uuid.uuid4()), rng.choice(names), round(time.time(), 6)
                     fed.append((uid, node, at))
-                    queue_source.lines.put_nowait(watch_line("bench", f"p{index}", uid, node, at, 1000 + index))
+                    queue_feed.lines.put_nowait(watch_line("bench", f"p{index}", uid, node, at, 1000 + index))
 
             async def feed() -> int:
                 start = time.monotonic()

@@ -356,7 +356,11 @@ def _parse_event(line: bytes) -> Mapping[str, Any]:
         event = json.loads(line)
     except ValueError as err:
         raise ApiError(None, f"watch line is not JSON: {line[:120]!r}") from err
-    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+    if (
+        not isinstance(event, dict)
+        or not isinstance(event.get("type"), str)
+        or not isinstance(event.get("object"), dict)
+    ):
         raise ApiError(None, f"watch line is not an event: {line[:120]!r}")
     return event
 

@@ -20,6 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_shared.kube import micro_time, raw_json
 from crane_shared.logs import get_logger
+from crane_shared.retry import sleep_unless
 
 log = get_logger("crane.leader")
 
@@ -119,7 +120,7 @@ class LeaderElector:
         """Until ``stopping``: acquire, run ``lead`` while renewing, cancel it when renewal misses its deadline."""
         while not stopping.is_set():
             if not await self.try_acquire_or_renew():
-                await _wait(stopping, self.config.retry_period)
+                await sleep_unless(stopping, self.config.retry_period)
                 continue
             self._set_leader(True)
             task = asyncio.create_task(lead())
@@ -135,7 +136,7 @@ class LeaderElector:
     async def _renew_until_lost(self, task: asyncio.Task[None], stopping: asyncio.Event) -> None:
         last_renew = self._clock()
         while not stopping.is_set() and not task.done():
-            await _wait(stopping, self.config.retry_period, task)
+            await sleep_unless(stopping, self.config.retry_period, until=task)
             if stopping.is_set() or task.done():
                 return
             if await self.try_acquire_or_renew():
@@ -154,13 +155,3 @@ class LeaderElector:
                 await self._api.replace_namespaced_lease(
                     self.config.name, self.config.namespace, self._body(lease, release=True)
                 )
-
-
-async def _wait(stopping: asyncio.Event, timeout: float, task: asyncio.Task[None] | None = None) -> None:
-    waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stopping.wait())]
-    if task is not None:
-        waiters.append(task)
-    _, pending = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    for w in pending:
-        if w is not task:
-            w.cancel()

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from crane_event_recorder.metrics import RecorderMetrics
 from crane_event_recorder.recorder import Recorder
 from crane_event_recorder.settings import RecorderSettings
-from crane_event_recorder.source import KubeEventSource
+from crane_event_recorder.source import event_list_function, scope_name
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingSchema
 from crane_shared.kube import make_api_client
@@ -31,20 +31,12 @@ async def serve(common: CommonSettings, args: Any, settings: RecorderSettings) -
     redis = redis_from_args(args)
     try:
         store = BindingStore(redis, BindingSchema(settings.redis_prefix))
-        scopes: list[str | None] = list(settings.namespaces) or [None]
-        sources = [
-            KubeEventSource(
-                api,
-                settings.event_api,
-                namespace,
-                field_selector=settings.field_selector,
-                page_size=settings.list_page_size,
-                watch_timeout=settings.watch_timeout,
-            )
-            for namespace in scopes
-        ]
+        namespaces: list[str | None] = list(settings.namespaces) or [None]
+        scopes = {
+            scope_name(settings.event_api, ns): event_list_function(api, settings.event_api, ns) for ns in namespaces
+        }
         recorder = Recorder(
-            store, sources, RecorderMetrics(registry), settings, redis_server_id=lambda: redis_run_id(redis)
+            store, scopes, RecorderMetrics(registry), settings, redis_server_id=lambda: redis_run_id(redis)
         )
         runtime.add_readiness_check("first-list-recorded", recorder.ready)
         log.info(

@@ -46,7 +46,7 @@ class RecorderMetrics:
         )
         self.watch_restarts = Counter(
             _PREFIX + "watch_restarts",
-            "Watches restarted with a re-list, by reason",
+            "List/watch restarts, by reason: gone (re-list), error, stalled, or why a re-list was asked for",
             ["reason"],
             registry=registry,
         )

@@ -1,26 +1,28 @@
 """The recorder assembled from its parts, independent of how clients are built (tests inject their own).
 
-    sources --(list, watch)--> Follower --> Ingest (parse) --> RecordBuffer --> Writer --> BindingStore (Redis)
-                                                                      trim_forever --^
+    Events --(shared informer)--> Follower --> Ingest (parse) --> RecordBuffer --> Writer --> BindingStore (Redis)
+                                                                         Trimmer --^
 
-One ``Follower`` per scope (all namespaces, or each configured namespace), one writer, one trimmer.
+One ``Follower`` per scope (all namespaces, or each configured namespace), one writer, one trimmer: each a
+worker with ``run(stopping)``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 from crane_event_recorder.buffer import RecordBuffer
 from crane_event_recorder.follower import Follower
 from crane_event_recorder.ingest import Ingest
 from crane_event_recorder.metrics import RecorderMetrics
-from crane_event_recorder.retry import Backoff
 from crane_event_recorder.settings import RecorderSettings
-from crane_event_recorder.source import EventSource
-from crane_event_recorder.trimmer import Trimmable, trim_forever
+from crane_event_recorder.trimmer import Trimmable, Trimmer
 from crane_event_recorder.writer import BindingSink, Writer
+from crane_shared.informer import ListFn
+from crane_shared.retry import Backoff
+from crane_shared.worker import Worker
 
 __all__ = ["Recorder", "Store"]
 
@@ -33,19 +35,32 @@ class Recorder:
     def __init__(
         self,
         store: Store,
-        sources: Sequence[EventSource],
+        scopes: Mapping[str, ListFn],
         metrics: RecorderMetrics,
         settings: RecorderSettings,
         *,
         redis_server_id: Callable[[], Awaitable[str]] | None = None,
+        follower_backoff: Callable[[], Backoff] = Backoff,
     ) -> None:
+        """``scopes``: name -> list function of the Events to follow (see ``source.event_list_function``)."""
         self.settings = settings
         self.metrics = metrics
         self.buffer = RecordBuffer(settings.buffer_size)
         metrics.buffer_depth.set_function(lambda: self.buffer.depth)
         self.ingest = Ingest(self.buffer, metrics, settings.retention)
-        self.followers = [Follower(source, self.ingest, metrics, Backoff()) for source in sources]
-        self._store = store
+        self.followers = [
+            Follower(
+                name,
+                list_fn,
+                self.ingest,
+                metrics,
+                field_selector=settings.field_selector,
+                page_size=settings.list_page_size,
+                watch_timeout=settings.watch_timeout,
+                backoff=follower_backoff(),
+            )
+            for name, list_fn in scopes.items()
+        ]
         self.writer = Writer(
             store,
             self.buffer,
@@ -57,6 +72,7 @@ class Recorder:
             server_check_interval=settings.redis_check_interval,
             on_records_lost=self.relist,
         )
+        self.trimmer = Trimmer(store, retention=settings.retention, interval=settings.trim_interval, metrics=metrics)
 
     def relist(self, reason: str) -> None:
         for follower in self.followers:
@@ -67,15 +83,9 @@ class Recorder:
         settled = self.buffer.settled
         return all(f.first_list_position is not None and settled >= f.first_list_position for f in self.followers)
 
+    def parts(self) -> list[Worker]:
+        return [*self.followers, self.writer, self.trimmer]
+
     def workers(self, stopping: asyncio.Event) -> list[Coroutine[Any, Any, None]]:
-        return [
-            *(follower.run(stopping) for follower in self.followers),
-            self.writer.run(stopping),
-            trim_forever(
-                self._store,
-                retention=self.settings.retention,
-                interval=self.settings.trim_interval,
-                metrics=self.metrics,
-                stopping=stopping,
-            ),
-        ]
+        """Every part's ``run(stopping)``, for the service runtime to supervise."""
+        return [part.run(stopping) for part in self.parts()]

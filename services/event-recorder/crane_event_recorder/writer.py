@@ -15,9 +15,9 @@ from typing import Protocol
 
 from crane_event_recorder.buffer import RecordBuffer
 from crane_event_recorder.metrics import RecorderMetrics
-from crane_event_recorder.retry import Backoff
 from crane_shared.bindings import BindingRecord
 from crane_shared.logs import get_logger
+from crane_shared.retry import Backoff
 
 __all__ = ["BindingSink", "Writer"]
 

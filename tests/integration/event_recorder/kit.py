@@ -21,11 +21,12 @@ from crane_event_recorder.app import redis_run_id
 from crane_event_recorder.metrics import RecorderMetrics
 from crane_event_recorder.recorder import Recorder
 from crane_event_recorder.settings import RecorderSettings
-from crane_event_recorder.source import EventApi, EventSource, KubeEventSource
+from crane_event_recorder.source import EventApi, event_list_function, scope_name
 from crane_sandbox.procs import ManagedProcess, free_port
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import STREAM_FIELD, BindingSchema, unpack
 from crane_shared.events import scheduled_event
+from crane_shared.informer import ListFn
 from crane_shared.redisconn import make_redis
 
 SCHEMA = BindingSchema("crane")
@@ -163,18 +164,18 @@ async def in_process(
     namespace: str,
     *,
     event_api: EventApi = EventApi.EVENTS_V1,
-    wrap: Callable[[KubeEventSource], EventSource] = lambda source: source,
+    wrap: Callable[[ListFn], ListFn] = lambda list_fn: list_fn,
     **overrides: Any,
 ) -> AsyncIterator[InProcess]:
     settings = replace(
         RecorderSettings(namespaces=(namespace,), event_api=event_api, redis_check_interval=0.2), **overrides
     )
     redis = make_redis(redis_url)
-    source = KubeEventSource(kube, event_api, namespace, field_selector=settings.field_selector)
+    list_fn = event_list_function(kube, event_api, namespace)
     registry = CollectorRegistry()
     recorder = Recorder(
         BindingStore(redis, SCHEMA),
-        [wrap(source)],
+        {scope_name(event_api, namespace): wrap(list_fn)},
         RecorderMetrics(registry),
         settings,
         redis_server_id=lambda: redis_run_id(redis),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -11,8 +10,9 @@ import pytest
 import redis.asyncio as aioredis
 from kubernetes_asyncio import client
 
-from crane_event_recorder.source import EventApi, KubeEventSource, Page, WatchEvent
+from crane_event_recorder.source import EventApi
 from crane_sandbox.cluster import LocalCluster
+from crane_shared.informer import ListFn
 from crane_shared.kube import micro_time
 
 from .kit import (
@@ -102,24 +102,20 @@ async def test_a_watch_from_a_compacted_resource_version_gets_410_and_relists(
     await report_events_v1(kube, listed)
     await _compact_etcd(cluster)
 
-    class StaleFirstWatch:
-        def __init__(self, source: KubeEventSource) -> None:
-            self.name = source.name
-            self.source = source
-            self.watches: list[str] = []
+    def stale_first_watch(list_fn: ListFn) -> ListFn:
+        watches: list[str] = []
 
-        def list(self) -> AsyncIterator[Page]:
-            return self.source.list()
+        async def call(**kwargs: Any) -> Any:
+            if kwargs.get("watch"):
+                watches.append(kwargs["resource_version"])
+                if len(watches) == 1:
+                    await report_events_v1(kube, missed)
+                    kwargs["resource_version"] = "1"
+            return await list_fn(**kwargs)
 
-        async def watch(self, resource_version: str) -> AsyncIterator[WatchEvent]:
-            self.watches.append(resource_version)
-            if len(self.watches) == 1:
-                await report_events_v1(kube, missed)
-                resource_version = "1"
-            async for event in self.source.watch(resource_version):
-                yield event
+        return call
 
-    async with in_process(kube, redis_url, namespace, wrap=StaleFirstWatch) as rec:
+    async with in_process(kube, redis_url, namespace, wrap=stale_first_watch) as rec:
         await eventually(lambda: rec.metric("watch_restarts_total", reason="gone") == 1)
         await eventually(lambda: rec.metric("lists_total") == 2)
         await report_events_v1(kube, later)

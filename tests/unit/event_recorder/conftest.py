@@ -1,17 +1,16 @@
-"""Fakes and helpers for the recorder's unit tests: no network, no real time waits."""
+"""Fakes and helpers for the recorder's unit tests: no real time waits; the API server is ``tests.fakeapi``."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from crane_event_recorder.metrics import RecorderMetrics
-from crane_event_recorder.source import Page, WatchEvent
 from crane_shared.bindings import BindingRecord
 from crane_shared.kube import micro_time
 
@@ -99,36 +98,4 @@ def scheduled(i: int, node: str = "n1", ns: str = "ns", rv: int | None = None) -
     }
 
 
-class FakeSource:
-    """A scripted API server: ``events`` is what a list returns; ``feed`` drives the current watch."""
-
-    name = "fake"
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.resource_version = "100"
-        self.lists = 0
-        self.list_error: Exception | None = None
-        self.watch_versions: list[str] = []
-        self.feed: asyncio.Queue[WatchEvent | Exception | None] = asyncio.Queue()
-
-    async def list(self) -> AsyncIterator[Page]:
-        self.lists += 1
-        if self.list_error is not None:
-            raise self.list_error
-        half = len(self.events) // 2
-        yield Page(self.events[:half], self.resource_version)
-        yield Page(self.events[half:], self.resource_version)
-
-    async def watch(self, resource_version: str) -> AsyncIterator[WatchEvent]:
-        self.watch_versions.append(resource_version)
-        while True:
-            item = await self.feed.get()
-            if item is None:  # the server ended the watch
-                return
-            if isinstance(item, Exception):
-                raise item
-            yield item
-
-    def send(self, kind: str, obj: dict[str, Any]) -> None:
-        self.feed.put_nowait(WatchEvent(kind, obj, obj["metadata"]["resourceVersion"]))
+EVENTS_PATH = "/apis/events.k8s.io/v1/events"

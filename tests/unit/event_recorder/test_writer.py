@@ -10,8 +10,8 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from crane_event_recorder.buffer import RecordBuffer
-from crane_event_recorder.retry import Backoff
 from crane_event_recorder.writer import Writer
+from crane_shared.retry import Backoff
 
 from .conftest import FakeStore, Metrics, rec, wait_until
 
