@@ -76,6 +76,8 @@ class FakeApiServer:
     """(when, watch, status) of every answer, for measuring the wait before the next request"""
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     _closing: asyncio.Event = field(default_factory=asyncio.Event)
+    kubeconfig: dict[str, Any] = field(default_factory=dict)
+    """set while served: a kubeconfig pointing at this server (for child processes)"""
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -194,6 +196,7 @@ async def fake_api(server: FakeApiServer) -> AsyncIterator[client.ApiClient]:
         "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
         "current-context": "fake",
     }
+    server.kubeconfig = kubeconfig
     api = await api_client_from_dict(kubeconfig)
     try:
         yield api

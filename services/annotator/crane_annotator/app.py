@@ -7,11 +7,8 @@ node patches (see ``limiter``), so Lease renewals never queue behind a round's p
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Coroutine
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -91,8 +88,9 @@ async def run(config: AnnotatorConfig) -> int:
             lease=f"{config.lease_namespace}/{config.lease_name}",
             identity=config.identity,
         )
+        annotator.cache.informer.on_restart = lambda reason: annotator.metrics.node_watch_restarts.labels(reason).inc()
         return await runtime.run(
-            until_stopped(annotator.watch_nodes(), runtime.stopping),
+            annotator.cache.run(runtime.stopping),
             elector.run(annotator.lead, runtime.stopping),
         )
     finally:
@@ -104,16 +102,3 @@ async def run(config: AnnotatorConfig) -> int:
             await redis.aclose()
         with contextlib.suppress(Exception):
             await api.close()
-
-
-async def until_stopped(work: Coroutine[Any, Any, None], stopping: asyncio.Event) -> None:
-    """Run a loop that has no notion of stopping (the node watch) until ``stopping`` is set; its errors propagate."""
-    task = asyncio.create_task(work)
-    waiter = asyncio.create_task(stopping.wait())
-    try:
-        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

@@ -93,6 +93,12 @@ class AnnotatorMetrics:
         self.bindings_seen = Counter(
             P + "binding_notifications_total", "New bindings announced on the Redis stream.", registry=r
         )
+        self.node_watch_restarts = Counter(
+            P + "node_watch_restarts_total",
+            "Node list/watch restarts, by reason (gone: re-listed; error, stalled: retried with backoff).",
+            ["reason"],
+            registry=r,
+        )
         self.is_leader = Gauge(P + "is_leader", "1 while this instance holds the lease and writes.", registry=r)
 
 

@@ -1,4 +1,4 @@
-"""The nodes of the cluster, kept current by list + watch: addresses for matching, our annotations for ages.
+"""The nodes of the cluster, kept current by the shared informer: addresses for matching, our annotations for ages.
 
 Reads raw JSON instead of kubernetes-asyncio models: deserialising thousands of ``V1Node`` objects per round
 (every patch we send comes back as a watch event) would cost more than the round itself. Only what the
@@ -10,21 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import aiohttp
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_annotator.matching import NodeAddresses
 from crane_shared.annotations import DEFAULT_LEGACY_ZONE, AnnotationError, decode
+from crane_shared.informer import Informer
 from crane_shared.logs import get_logger
+from crane_shared.retry import Backoff
 
 log = get_logger("crane.annotator.nodes")
 
@@ -76,7 +75,12 @@ def _decode(text: str, legacy_zone: ZoneInfo) -> tuple[float, float]:
 
 
 class NodeCache:
-    """List + watch of nodes; ``synced`` is set after the first full list."""
+    """The annotator's view of the nodes, kept by the shared informer; ``synced`` is set after the first full list.
+
+    Only ``NodeInfo`` is kept per node, not the Node objects. A failing list (503 while the API server restarts,
+    429, 403 while RBAC is being fixed) keeps the previous view and is retried with backoff; it never ends the
+    process, on the leader or the standby.
+    """
 
     def __init__(
         self,
@@ -84,89 +88,48 @@ class NodeCache:
         keys: Collection[str],
         legacy_zone: ZoneInfo = DEFAULT_LEGACY_ZONE,
         selector: str | None = None,
+        *,
+        on_restart: Callable[[str], None] = lambda reason: None,
+        backoff: Backoff | None = None,
     ) -> None:
-        self._core = client.CoreV1Api(api)
-        self._selector = {"label_selector": selector} if selector else {}
         self._keys = frozenset(keys)
         self._legacy_zone = legacy_zone
         self.nodes: dict[str, NodeInfo] = {}
-        self.synced = asyncio.Event()
-
-    def _upsert(self, obj: Mapping[str, Any]) -> None:
-        info = node_info(obj, self._keys, self._legacy_zone)
-        self.nodes[info.addresses.name] = info
-
-    def _delete(self, name: str) -> None:
-        self.nodes.pop(name, None)
-
-    async def run(self) -> None:
-        """List, then watch from the list's resourceVersion; re-list when the watch expires (410). Runs until
-        cancelled; API errors are retried with backoff."""
-        backoff = 1.0
-        while True:
-            try:
-                version = await self._list()
-                self.synced.set()
-                backoff = 1.0
-                while True:
-                    version = await self._watch(version)
-            except _Expired:
-                continue
-            except (ApiException, aiohttp.ClientError, OSError, TimeoutError, ValueError) as err:
-                if isinstance(err, ApiException) and err.status == 410:
-                    continue  # the watch's resourceVersion is too old: list again
-                log.warning("node list/watch failed; retrying", error=str(err)[:300], retry_in=backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
-
-    async def _list(self) -> str:
-        fresh: dict[str, Mapping[str, Any]] = {}
-        cont: str | None = None
-        while True:
-            kwargs: dict[str, Any] = {"limit": LIST_PAGE, "_preload_content": False, **self._selector}
-            if cont:
-                kwargs["_continue"] = cont
-            resp = await self._core.list_node(**kwargs)
-            page = json.loads(await resp.read())
-            for item in page.get("items") or []:
-                fresh[item["metadata"]["name"]] = item
-            cont = (page.get("metadata") or {}).get("continue")
-            if not cont:
-                version: str = page["metadata"]["resourceVersion"]
-                break
-        for name in set(self.nodes) - set(fresh):
-            self._delete(name)
-        for item in fresh.values():
-            self._upsert(item)
-        return version
-
-    async def _watch(self, version: str) -> str:
-        resp = await self._core.list_node(
-            watch=True,
-            resource_version=version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_SECONDS,
-            _preload_content=False,
-            _request_timeout=WATCH_SECONDS + 30,
-            **self._selector,
+        self.informer = Informer(
+            "nodes",
+            client.CoreV1Api(api).list_node,
+            self._on_event,
+            label_selector=selector or None,
+            page_size=LIST_PAGE,
+            watch_timeout=WATCH_SECONDS,
+            on_replace=self._on_list,
+            on_restart=on_restart,
+            keep_cache=False,
+            backoff=backoff,
         )
-        try:
-            while line := await resp.content.readline():
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise _Expired
-                    raise ValueError(f"watch error: {obj.get('message')}")
-                version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                if kind in ("ADDED", "MODIFIED"):
-                    self._upsert(obj)
-                elif kind == "DELETED":
-                    self._delete(obj["metadata"]["name"])
-        finally:
-            resp.release()
-        return version
+        self.synced = self.informer.synced
 
+    def _info(self, obj: Mapping[str, Any]) -> NodeInfo:
+        return node_info(obj, self._keys, self._legacy_zone)
 
-class _Expired(Exception):
-    """The watch's resourceVersion is too old (410 Gone): list again."""
+    def _on_list(self, items: list[dict[str, Any]]) -> None:
+        fresh: dict[str, NodeInfo] = {}
+        for item in items:
+            try:
+                info = self._info(item)
+            except (KeyError, TypeError) as err:  # a node without a name: skip it, keep the rest
+                log.warning("node skipped", error=repr(err))
+                continue
+            fresh[info.addresses.name] = info
+        self.nodes = fresh
+
+    def _on_event(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if kind == "DELETED":
+            self.nodes.pop(str((obj.get("metadata") or {}).get("name")), None)
+        else:
+            info = self._info(obj)
+            self.nodes[info.addresses.name] = info
+
+    async def run(self, stopping: asyncio.Event | None = None) -> None:
+        """List, then watch until ``stopping`` (forever when None: until cancelled); never raises otherwise."""
+        await self.informer.run(stopping)

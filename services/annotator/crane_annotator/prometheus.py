@@ -8,7 +8,6 @@ request so a rotated token or password is picked up without a restart.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import ssl
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any, Literal, Protocol
 import aiohttp
 
 from crane_annotator.matching import Series
+from crane_shared.retry import Backoff, retry
 
 ErrorKind = Literal["timeout", "connection", "http", "query", "bad_response"]
 _RETRYABLE: frozenset[ErrorKind] = frozenset({"timeout", "connection", "http"})
@@ -99,17 +99,25 @@ class PrometheusClient:
         """One instant query, retried on transient failures; raises ``PrometheusError`` when all attempts fail."""
         await self.start()
         attempts = 0
-        delay = self.settings.backoff
-        while True:
+
+        async def once() -> list[Series]:
+            nonlocal attempts
             attempts += 1
             try:
-                return QueryResult(await self._once(promql), attempts)
+                return await self._once(promql)
             except PrometheusError as err:
                 err.attempts = attempts
-                if err.kind not in _RETRYABLE or attempts > self.settings.retries:
-                    raise
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.settings.backoff_max)
+                raise
+
+        series = await retry(
+            once,
+            attempts=self.settings.retries + 1,
+            backoff=Backoff(
+                initial=self.settings.backoff, maximum=max(self.settings.backoff, self.settings.backoff_max)
+            ),
+            retryable=lambda err: isinstance(err, PrometheusError) and err.kind in _RETRYABLE,
+        )
+        return QueryResult(series, attempts)
 
     async def _once(self, promql: str) -> list[Series]:
         assert self._session is not None
