@@ -67,7 +67,7 @@ class Running:
 
 @contextlib.asynccontextmanager
 async def recorder(redis_url: str, list_fn: ListFn, **overrides: Any) -> AsyncIterator[Running]:
-    settings = replace(RecorderSettings(redis_prefix=SCHEMA.prefix, redis_check_interval=1.0), **overrides)
+    settings = replace(RecorderSettings(redis_check_interval=1.0), **overrides)
     redis = make_redis(redis_url)
     store = BindingStore(redis, SCHEMA)
     registry = CollectorRegistry()

@@ -1,4 +1,4 @@
-"""Redis connections from flags: URL, password from a file (never logged), TLS verified by default."""
+"""The one way to a Redis client: URL, password from a file (never logged), TLS verified, bounded timeouts."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
+
+from crane_shared.settings import RedisSettings, redis_settings
 
 
 def redacted(url: str) -> str:
@@ -24,13 +26,20 @@ def redacted(url: str) -> str:
 
 
 def redis_from_args(args: argparse.Namespace, **extra: Any) -> aioredis.Redis:
-    return make_redis(args.redis_url, password_file=args.redis_password_file, ca_file=args.redis_ca_file, **extra)
+    """``make_redis`` from the ``add_redis_flags`` flags (kept for callers that hold the parsed arguments)."""
+    return make_redis(redis_settings(args), **extra)
 
 
 def make_redis(
-    url: str, *, password_file: str | None = None, ca_file: str | None = None, **extra: Any
+    target: RedisSettings | str, *, password_file: str | None = None, ca_file: str | None = None, **extra: Any
 ) -> aioredis.Redis:
-    """A client with bounded timeouts so a dead Redis fails fast into the caller's retry loop."""
+    """A client with bounded timeouts so a dead Redis fails fast into the caller's retry loop.
+
+    ``target`` is the Redis section of the settings, or a bare URL (tests, the sandbox)."""
+    if isinstance(target, RedisSettings):
+        url, password_file, ca_file = target.url, target.password_file, target.ca_file
+    else:
+        url = target
     kwargs: dict[str, Any] = {
         "socket_timeout": 5.0,
         "socket_connect_timeout": 3.0,

@@ -1,17 +1,104 @@
-"""Command-line flags with environment-variable equivalents, the way operators configure containers.
+"""The one settings convention: flags with environment-variable equivalents, parsed into grouped sections.
 
 Every flag can be set as ``--flag`` or through its ``CRANE_*`` variable; ``--help`` shows both and the default.
-argparse does the parsing; this module only adds the environment fallback and the flags every service shares.
+argparse does the parsing; this module adds the environment fallback, the sections every service shares
+(``CommonSettings`` with its ``KubeSettings``, ``RedisSettings``, ``LeaseConfig``), each with its ``add_*_flags``
+and its constructor from the parsed arguments, and the argument converters (durations, positive numbers, time
+zones), written once. A service adds its own group and dataclass the same way; a bad value is refused at start
+with a message naming the flag.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
+import uuid
 from dataclasses import dataclass
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from crane_shared.annotations import DEFAULT_LEGACY_ZONE
+from crane_shared.durations import DurationError, parse_duration
 from crane_shared.kube import KubeSettings
+from crane_shared.leader import LeaseConfig
+
+__all__ = [
+    "CommonSettings",
+    "EnvArgumentParser",
+    "LeaseConfig",
+    "RedisSettings",
+    "add_common_flags",
+    "add_lease_flags",
+    "add_legacy_zone_flag",
+    "add_redis_flags",
+    "common_settings",
+    "duration",
+    "lease_config",
+    "non_negative_duration",
+    "non_negative_int",
+    "positive_duration",
+    "positive_int",
+    "redis_settings",
+    "time_zone",
+]
+
+
+# --- converters (argparse ``type=``) ---------------------------------------------------------------------------
+
+
+def duration(text: str) -> float:
+    """A Go duration (``15s``, ``250ms``, ``1h30m``) or plain seconds, as seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return parse_duration(text).total_seconds()
+    except DurationError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def positive_duration(text: str) -> float:
+    value = duration(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def non_negative_duration(text: str) -> float:
+    value = duration(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = _int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def time_zone(text: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise argparse.ArgumentTypeError(f"unknown time zone {text!r}") from None
 
 
 class EnvArgumentParser(argparse.ArgumentParser):
@@ -104,6 +191,18 @@ def common_settings(args: argparse.Namespace) -> CommonSettings:
     )
 
 
+@dataclass(frozen=True)
+class RedisSettings:
+    url: str = "redis://127.0.0.1:6379/0"
+    password_file: str | None = None
+    ca_file: str | None = None
+    prefix: str = "crane"
+
+
+def redis_settings(args: argparse.Namespace) -> RedisSettings:
+    return RedisSettings(args.redis_url, args.redis_password_file, args.redis_ca_file, args.redis_prefix)
+
+
 def add_redis_flags(parser: EnvArgumentParser) -> None:
     g = parser.add_argument_group("redis")
     g.add_argument(
@@ -129,4 +228,73 @@ def add_redis_flags(parser: EnvArgumentParser) -> None:
         env="CRANE_REDIS_PREFIX",
         default="crane",
         help="prefix of every Redis key, to share one Redis between installations",
+    )
+
+
+def add_legacy_zone_flag(group: Any) -> None:
+    """``--legacy-zone``: the zone of upstream's legacy timestamps (wall clock plus a bare ``Z``).
+
+    ``--legacy-timezone``/``CRANE_LEGACY_TIMEZONE`` (the annotator's former names) are accepted as well."""
+    group.add_argument(
+        "--legacy-zone",
+        "--legacy-timezone",
+        dest="legacy_zone",
+        env="CRANE_LEGACY_ZONE",
+        type=time_zone,
+        default=os.environ.get("CRANE_LEGACY_TIMEZONE", DEFAULT_LEGACY_ZONE.key),
+        help="zone of legacy timestamps: upstream's wall clock with a bare 'Z' (upstream's TZ)",
+    )
+
+
+def add_lease_flags(parser: EnvArgumentParser, *, default_name: str) -> None:
+    """Leader election through a Lease: where it is, who we are, and its timing."""
+    g = parser.add_argument_group("leader election")
+    g.add_argument(
+        "--lease-namespace",
+        env="CRANE_LEASE_NAMESPACE",
+        default=os.environ.get("POD_NAMESPACE", "crane-system"),
+        help="namespace of the Lease (default: $POD_NAMESPACE, else crane-system)",
+    )
+    g.add_argument(
+        "--lease-name", env="CRANE_LEASE_NAME", default=default_name, help="Lease name; give each deployment its own"
+    )
+    g.add_argument(
+        "--identity", env="CRANE_IDENTITY", default=None, help="holder identity (default: hostname + random suffix)"
+    )
+    g.add_argument(
+        "--lease-duration",
+        env="CRANE_LEASE_DURATION",
+        type=positive_duration,
+        default=15.0,
+        help="a standby takes over this long after the leader stopped renewing",
+    )
+    g.add_argument(
+        "--renew-deadline",
+        env="CRANE_RENEW_DEADLINE",
+        type=positive_duration,
+        default=10.0,
+        help="the leader stops writing when it could not renew for this long",
+    )
+    g.add_argument(
+        "--lease-retry-period",
+        env="CRANE_LEASE_RETRY_PERIOD",
+        type=positive_duration,
+        default=2.0,
+        help="interval between Lease attempts",
+    )
+
+
+def lease_config(args: argparse.Namespace) -> LeaseConfig:
+    """The Lease section; raises ``ValueError`` naming the flags when the timing cannot work."""
+    if not args.renew_deadline < args.lease_duration:
+        raise ValueError("--renew-deadline must be shorter than --lease-duration")
+    if not args.lease_retry_period < args.renew_deadline:
+        raise ValueError("--lease-retry-period must be shorter than --renew-deadline")
+    return LeaseConfig(
+        namespace=args.lease_namespace,
+        name=args.lease_name,
+        identity=args.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.lease_retry_period,
     )

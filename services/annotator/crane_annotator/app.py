@@ -17,7 +17,7 @@ from crane_annotator.annotator import Annotator
 from crane_annotator.config import AnnotatorConfig
 from crane_annotator.prometheus import PrometheusClient
 from crane_shared.kube import make_api_client
-from crane_shared.leader import LeaderElector, LeaseConfig
+from crane_shared.leader import LeaderElector
 from crane_shared.logs import get_logger
 from crane_shared.redisconn import make_redis, redacted
 from crane_shared.service import ServiceRuntime
@@ -30,7 +30,7 @@ async def run(config: AnnotatorConfig) -> int:
     registry = CollectorRegistry()
     runtime = ServiceRuntime("crane-annotator", common.listen_host, common.listen_port, registry)
     api = await make_api_client(dataclasses.replace(common.kube, qps=0))
-    redis = make_redis(config.redis_url, password_file=config.redis_password_file, ca_file=config.redis_ca_file)
+    redis = make_redis(config.redis)
     prometheus = PrometheusClient(config.prometheus)
     annotator: Annotator | None = None
     try:
@@ -43,7 +43,7 @@ async def run(config: AnnotatorConfig) -> int:
             instance_label=config.instance_label,
             node_selector=config.node_selector,
             stamp=config.stamp,
-            redis_prefix=config.redis_prefix,
+            redis_prefix=config.redis.prefix,
             patch_qps=common.kube.qps,
             patch_burst=common.kube.burst,
             patch_concurrency=config.patch_concurrency,
@@ -52,17 +52,7 @@ async def run(config: AnnotatorConfig) -> int:
             hot_value_max_age=config.hot_value_max_age,
             retry_base=config.retry_base,
         )
-        elector = LeaderElector(
-            api,
-            LeaseConfig(
-                namespace=config.lease_namespace,
-                name=config.lease_name,
-                identity=config.identity,
-                lease_duration=config.lease_duration,
-                renew_deadline=config.renew_deadline,
-                retry_period=config.retry_period,
-            ),
-        )
+        elector = LeaderElector(api, config.lease)
 
         def on_change(leading: bool) -> None:
             annotator.on_leadership(leading)
@@ -84,9 +74,9 @@ async def run(config: AnnotatorConfig) -> int:
             policy=config.policy_source,
             metrics={s.name: s.period_label for s in annotator.specs},
             prometheus=redacted(config.prometheus.url),
-            redis=redacted(config.redis_url),
-            lease=f"{config.lease_namespace}/{config.lease_name}",
-            identity=config.identity,
+            redis=redacted(config.redis.url),
+            lease=f"{config.lease.namespace}/{config.lease.name}",
+            identity=config.lease.identity,
         )
         annotator.cache.informer.on_restart = lambda reason: annotator.metrics.node_watch_restarts.labels(reason).inc()
         return await runtime.run(

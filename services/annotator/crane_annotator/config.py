@@ -6,61 +6,44 @@ surprise.
 
 from __future__ import annotations
 
-import argparse
-import os
-import socket
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from crane_annotator.patches import Stamp
 from crane_annotator.prometheus import PrometheusSettings
 from crane_shared.annotations import TimestampStyle
-from crane_shared.durations import DurationError, parse_duration
 from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, policy_or_default
-from crane_shared.settings import CommonSettings, EnvArgumentParser, add_common_flags, add_redis_flags, common_settings
+from crane_shared.settings import (
+    CommonSettings,
+    EnvArgumentParser,
+    LeaseConfig,
+    RedisSettings,
+    add_common_flags,
+    add_lease_flags,
+    add_legacy_zone_flag,
+    add_redis_flags,
+    common_settings,
+    lease_config,
+    non_negative_duration,
+    non_negative_int,
+    positive_duration,
+    positive_int,
+    redis_settings,
+)
 
 DEFAULT_PORT = 8082
-
-
-def _seconds(text: str) -> float:
-    """A Go duration (``15s``, ``250ms``, ``1m``) or plain seconds, as seconds."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        return parse_duration(text).total_seconds()
-    except DurationError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _positive(text: str) -> float:
-    value = _seconds(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
-    return value
 
 
 @dataclass(frozen=True)
 class AnnotatorConfig:
     common: CommonSettings
+    redis: RedisSettings
+    lease: LeaseConfig
     policy: DynamicSchedulerPolicy
     policy_source: str
     prometheus: PrometheusSettings
     instance_label: str
     node_selector: str | None
-    redis_url: str
-    redis_password_file: str | None
-    redis_ca_file: str | None
-    redis_prefix: str
-    lease_namespace: str
-    lease_name: str
-    identity: str
-    lease_duration: float
-    renew_deadline: float
-    retry_period: float
     hot_value_interval: float
     hot_value_debounce: float
     hot_value_max_age: float
@@ -94,14 +77,14 @@ def build_parser() -> EnvArgumentParser:
     q.add_argument(
         "--prometheus-timeout",
         env="CRANE_PROMETHEUS_TIMEOUT",
-        type=_positive,
+        type=positive_duration,
         default=10.0,
         help="timeout of one query (Go duration or seconds)",
     )
     q.add_argument(
         "--prometheus-retries",
         env="CRANE_PROMETHEUS_RETRIES",
-        type=int,
+        type=non_negative_int,
         default=2,
         help="retries of a failed query within a round, with exponential backoff",
     )
@@ -139,7 +122,7 @@ def build_parser() -> EnvArgumentParser:
     q.add_argument(
         "--round-retry-base",
         env="CRANE_ROUND_RETRY_BASE",
-        type=_positive,
+        type=positive_duration,
         default=5.0,
         help="after a failed query, retry the metric this soon (doubling up to its sync period)",
     )
@@ -147,14 +130,14 @@ def build_parser() -> EnvArgumentParser:
     h.add_argument(
         "--hot-value-interval",
         env="CRANE_HOT_VALUE_INTERVAL",
-        type=_positive,
+        type=positive_duration,
         default=15.0,
         help="recompute every node's hot value this often, whatever Prometheus does",
     )
     h.add_argument(
         "--hot-value-debounce",
         env="CRANE_HOT_VALUE_DEBOUNCE",
-        type=_seconds,
+        type=non_negative_duration,
         default=0.25,
         help="after a binding is announced, wait this long to absorb the rest of a burst, then update "
         "the node's hot value",
@@ -162,7 +145,7 @@ def build_parser() -> EnvArgumentParser:
     h.add_argument(
         "--hot-value-max-age",
         env="CRANE_HOT_VALUE_MAX_AGE",
-        type=_positive,
+        type=positive_duration,
         default=120.0,
         help="rewrite an unchanged hot value once its annotation is this old (readers drop it at 5m)",
     )
@@ -176,7 +159,7 @@ def build_parser() -> EnvArgumentParser:
     w.add_argument(
         "--patch-concurrency",
         env="CRANE_PATCH_CONCURRENCY",
-        type=int,
+        type=positive_int,
         default=32,
         help="node patches in flight at once (the QPS limit applies on top)",
     )
@@ -186,51 +169,10 @@ def build_parser() -> EnvArgumentParser:
         default="rfc3339",
         choices=[s.value for s in TimestampStyle],
         help="rfc3339: real UTC (2023-10-17T15:04:32+00:00); legacy: upstream's wall clock in "
-        "--legacy-timezone plus a literal Z, for upstream's Go plugin",
+        "--legacy-zone plus a literal Z, for upstream's Go plugin",
     )
-    w.add_argument(
-        "--legacy-timezone",
-        env="CRANE_LEGACY_TIMEZONE",
-        default="Asia/Shanghai",
-        help="zone of legacy timestamps (upstream's TZ)",
-    )
-    le = parser.add_argument_group("leader election")
-    le.add_argument(
-        "--lease-namespace",
-        env="CRANE_LEASE_NAMESPACE",
-        default=os.environ.get("POD_NAMESPACE", "crane-system"),
-        help="namespace of the Lease (default: $POD_NAMESPACE, else crane-system)",
-    )
-    le.add_argument(
-        "--lease-name",
-        env="CRANE_LEASE_NAME",
-        default="crane-annotator",
-        help="Lease name; give each deployment its own",
-    )
-    le.add_argument(
-        "--identity", env="CRANE_IDENTITY", default=None, help="holder identity (default: hostname + random suffix)"
-    )
-    le.add_argument(
-        "--lease-duration",
-        env="CRANE_LEASE_DURATION",
-        type=_positive,
-        default=15.0,
-        help="a standby takes over this long after the leader stopped renewing",
-    )
-    le.add_argument(
-        "--renew-deadline",
-        env="CRANE_RENEW_DEADLINE",
-        type=_positive,
-        default=10.0,
-        help="the leader stops writing when it could not renew for this long",
-    )
-    le.add_argument(
-        "--lease-retry-period",
-        env="CRANE_LEASE_RETRY_PERIOD",
-        type=_positive,
-        default=2.0,
-        help="interval between Lease attempts",
-    )
+    add_legacy_zone_flag(w)
+    add_lease_flags(parser, default_name="crane-annotator")
     return parser
 
 
@@ -243,16 +185,14 @@ def parse_config(argv: Sequence[str] | None = None) -> AnnotatorConfig:
         parser.exit(2, f"crane-annotator: refusing to start, bad policy:\n{err}\n")
     if not policy.sync_policy:
         parser.exit(2, "crane-annotator: the policy has no syncPolicy: nothing to annotate\n")
-    if not args.renew_deadline < args.lease_duration:
-        parser.error("--renew-deadline must be shorter than --lease-duration")
-    if args.patch_concurrency < 1 or args.prometheus_retries < 0 or args.hot_value_debounce < 0:
-        parser.error("--patch-concurrency must be >= 1, --prometheus-retries and --hot-value-debounce >= 0")
     try:
-        zone = ZoneInfo(args.legacy_timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        parser.error(f"--legacy-timezone: unknown zone {args.legacy_timezone!r}")
+        lease = lease_config(args)
+    except ValueError as err:
+        parser.error(str(err))
     return AnnotatorConfig(
         common=common_settings(args),
+        redis=redis_settings(args),
+        lease=lease,
         policy=policy,
         policy_source=args.policy or "default",
         prometheus=PrometheusSettings(
@@ -267,20 +207,10 @@ def parse_config(argv: Sequence[str] | None = None) -> AnnotatorConfig:
         ),
         instance_label=args.instance_label,
         node_selector=args.node_selector or None,
-        redis_url=args.redis_url,
-        redis_password_file=args.redis_password_file,
-        redis_ca_file=args.redis_ca_file,
-        redis_prefix=args.redis_prefix,
-        lease_namespace=args.lease_namespace,
-        lease_name=args.lease_name,
-        identity=args.identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
-        lease_duration=args.lease_duration,
-        renew_deadline=args.renew_deadline,
-        retry_period=args.lease_retry_period,
         hot_value_interval=args.hot_value_interval,
         hot_value_debounce=args.hot_value_debounce,
         hot_value_max_age=args.hot_value_max_age,
         patch_concurrency=args.patch_concurrency,
         retry_base=args.round_retry_base,
-        stamp=Stamp(TimestampStyle(args.timestamp_style), zone),
+        stamp=Stamp(TimestampStyle(args.timestamp_style), args.legacy_zone),
     )

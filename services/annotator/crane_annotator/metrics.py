@@ -10,96 +10,77 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from crane_annotator.nodes import NodeInfo
+from crane_shared.metrics import MetricSet
 
 P = "crane_annotator_"
 _ROUND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
-class AnnotatorMetrics:
+class AnnotatorMetrics(MetricSet):
+    prefix = P
+
     def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
-        self.round_duration = Histogram(
-            P + "round_duration_seconds",
+        super().__init__(registry)
+        self.round_duration = self.histogram(
+            "round_duration_seconds",
             "Wall time of a metric round, per sync period it served.",
             ["period"],
             buckets=_ROUND_BUCKETS,
-            registry=r,
         )
-        self.round_queries = Gauge(
-            P + "round_queries",
-            "PromQL requests (retries included) of the last round, per sync period.",
-            ["period"],
-            registry=r,
+        self.round_queries = self.gauge(
+            "round_queries", "PromQL requests (retries included) of the last round, per sync period.", ["period"]
         )
-        self.round_patches = Gauge(
-            P + "round_patches", "Node patches sent by the last round, per sync period.", ["period"], registry=r
+        self.round_patches = self.gauge(
+            "round_patches", "Node patches sent by the last round, per sync period.", ["period"]
         )
-        self.queries = Counter(P + "queries_total", "PromQL requests sent, retries included.", ["metric"], registry=r)
-        self.patches = Counter(
-            P + "patches_total",
-            "Node patches sent, by cause (metrics, hot_value) and outcome.",
-            ["cause", "outcome"],
-            registry=r,
+        self.queries = self.counter("queries_total", "PromQL requests sent, retries included.", ["metric"])
+        self.patches = self.counter(
+            "patches_total", "Node patches sent, by cause (metrics, hot_value) and outcome.", ["cause", "outcome"]
         )
-        self.nodes_matched = Gauge(
-            P + "nodes_matched", "Nodes that got a series in the last query of a metric.", ["metric"], registry=r
+        self.nodes_matched = self.gauge(
+            "nodes_matched", "Nodes that got a series in the last query of a metric.", ["metric"]
         )
-        self.nodes_unmatched = Gauge(
-            P + "nodes_unmatched", "Nodes without a series in the last query of a metric.", ["metric"], registry=r
+        self.nodes_unmatched = self.gauge(
+            "nodes_unmatched", "Nodes without a series in the last query of a metric.", ["metric"]
         )
-        self.series_unmatched = Gauge(
-            P + "series_unmatched", "Series of the last query of a metric that matched no node.", ["metric"], registry=r
+        self.series_unmatched = self.gauge(
+            "series_unmatched", "Series of the last query of a metric that matched no node.", ["metric"]
         )
-        self.values_dropped = Counter(
-            P + "values_dropped_total",
+        self.values_dropped = self.counter(
+            "values_dropped_total",
             "Values refused (non-finite, negative, unparseable), not written.",
             ["metric", "reason"],
-            registry=r,
         )
-        self.prometheus_errors = Counter(
-            P + "prometheus_errors_total", "Failed PromQL requests, by kind.", ["metric", "kind"], registry=r
+        self.prometheus_errors = self.counter(
+            "prometheus_errors_total", "Failed PromQL requests, by kind.", ["metric", "kind"]
         )
-        self.prometheus_up = Gauge(
-            P + "prometheus_up", "1 when the last query of the last round succeeded, else 0.", registry=r
+        self.prometheus_up = self.gauge("prometheus_up", "1 when the last query of the last round succeeded, else 0.")
+        self.last_success = self.gauge(
+            "metric_last_success_timestamp_seconds", "When a metric was last queried successfully.", ["metric"]
         )
-        self.last_success = Gauge(
-            P + "metric_last_success_timestamp_seconds",
-            "When a metric was last queried successfully.",
-            ["metric"],
-            registry=r,
-        )
-        self.hot_refreshes = Counter(
-            P + "hot_value_refreshes_total",
+        self.hot_refreshes = self.counter(
+            "hot_value_refreshes_total",
             "Hot-value computations from Redis, by trigger and outcome.",
             ["trigger", "outcome"],
-            registry=r,
         )
-        self.hot_refresh_duration = Histogram(
-            P + "hot_value_refresh_duration_seconds",
-            "Time to count bindings in Redis for a refresh.",
-            ["trigger"],
-            registry=r,
+        self.hot_refresh_duration = self.histogram(
+            "hot_value_refresh_duration_seconds", "Time to count bindings in Redis for a refresh.", ["trigger"]
         )
-        self.hot_last_success = Gauge(
-            P + "hot_value_last_success_timestamp_seconds",
-            "When hot values were last computed for all nodes.",
-            registry=r,
+        self.hot_last_success = self.gauge(
+            "hot_value_last_success_timestamp_seconds", "When hot values were last computed for all nodes."
         )
-        self.bindings_seen = Counter(
-            P + "binding_notifications_total", "New bindings announced on the Redis stream.", registry=r
-        )
-        self.node_watch_restarts = Counter(
-            P + "node_watch_restarts_total",
+        self.bindings_seen = self.counter("binding_notifications_total", "New bindings announced on the Redis stream.")
+        self.node_watch_restarts = self.counter(
+            "node_watch_restarts_total",
             "Node list/watch restarts, by reason (gone: re-listed; error, stalled: retried with backoff).",
             ["reason"],
-            registry=r,
         )
-        self.is_leader = Gauge(P + "is_leader", "1 while this instance holds the lease and writes.", registry=r)
+        self.is_leader = self.gauge("is_leader", "1 while this instance holds the lease and writes.")
 
 
 class AgeCollector(Collector):

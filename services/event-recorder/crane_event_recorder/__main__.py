@@ -12,9 +12,9 @@ from crane_shared.logs import configure_logging
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    common, args, settings = parse_settings(argv)
+    common, redis, settings = parse_settings(argv)
     configure_logging(common.log_level, common.log_format)
-    return asyncio.run(serve(common, args, settings))
+    return asyncio.run(serve(common, redis, settings))
 
 
 if __name__ == "__main__":

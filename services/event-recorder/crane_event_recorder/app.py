@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
@@ -15,22 +13,22 @@ from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingSchema
 from crane_shared.kube import make_api_client
 from crane_shared.logs import get_logger
-from crane_shared.redisconn import redacted, redis_from_args
+from crane_shared.redisconn import make_redis, redacted
 from crane_shared.service import ServiceRuntime
-from crane_shared.settings import CommonSettings
+from crane_shared.settings import CommonSettings, RedisSettings
 
 __all__ = ["redis_run_id", "serve"]
 
 log = get_logger("crane.event_recorder")
 
 
-async def serve(common: CommonSettings, args: Any, settings: RecorderSettings) -> int:
+async def serve(common: CommonSettings, redis_section: RedisSettings, settings: RecorderSettings) -> int:
     registry = CollectorRegistry()
     runtime = ServiceRuntime("event-recorder", common.listen_host, common.listen_port, registry)
     api = await make_api_client(common.kube)
-    redis = redis_from_args(args)
+    redis = make_redis(redis_section)
     try:
-        store = BindingStore(redis, BindingSchema(settings.redis_prefix))
+        store = BindingStore(redis, BindingSchema(redis_section.prefix))
         namespaces: list[str | None] = list(settings.namespaces) or [None]
         scopes = {
             scope_name(settings.event_api, ns): event_list_function(api, settings.event_api, ns) for ns in namespaces
@@ -41,8 +39,8 @@ async def serve(common: CommonSettings, args: Any, settings: RecorderSettings) -
         runtime.add_readiness_check("first-list-recorded", recorder.ready)
         log.info(
             "starting",
-            redis=redacted(args.redis_url),
-            prefix=settings.redis_prefix,
+            redis=redacted(redis_section.url),
+            prefix=redis_section.prefix,
             event_api=settings.event_api.value,
             namespaces=list(settings.namespaces) or "all",
             retention_seconds=settings.retention,

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from crane_event_recorder.source import EventApi
-from crane_shared.durations import DurationError, parse_duration
 from crane_shared.policy import PolicyError, policy_or_default
 from crane_shared.settings import (
     CommonSettings,
     EnvArgumentParser,
+    RedisSettings,
     add_common_flags,
     add_redis_flags,
     common_settings,
+    duration,
+    positive_duration,
+    positive_int,
+    redis_settings,
 )
 
 __all__ = ["DEFAULT_PORT", "RecorderSettings", "build_parser", "parse_settings"]
@@ -29,7 +32,6 @@ class RecorderSettings:
     event_api: EventApi = EventApi.EVENTS_V1
     namespaces: tuple[str, ...] = ()  # empty: all namespaces
     field_selector: str = "reason=Scheduled"
-    redis_prefix: str = "crane"
     retention: float = 360.0
     trim_interval: float = 30.0
     stream_maxlen: int = 100_000
@@ -69,12 +71,12 @@ def build_parser() -> EnvArgumentParser:
         help="server-side filter of the list and watch; empty sends none (events are filtered here too)",
     )
     g.add_argument(
-        "--list-page-size", env="CRANE_LIST_PAGE_SIZE", type=_positive_int, default=500, help="events per list page"
+        "--list-page-size", env="CRANE_LIST_PAGE_SIZE", type=positive_int, default=500, help="events per list page"
     )
     g.add_argument(
         "--watch-timeout",
         env="CRANE_WATCH_TIMEOUT",
-        type=_duration,
+        type=positive_duration,
         default="5m",
         help="server-side watch timeout; each watch lasts a random time between this and twice it",
     )
@@ -89,7 +91,7 @@ def build_parser() -> EnvArgumentParser:
     r.add_argument(
         "--retention",
         env="CRANE_RETENTION",
-        type=_duration,
+        type=positive_duration,
         default=None,
         help="keep binding records this long (Go duration); default: longest hotValue timeRange "
         "plus --retention-margin",
@@ -97,46 +99,46 @@ def build_parser() -> EnvArgumentParser:
     r.add_argument(
         "--retention-margin",
         env="CRANE_RETENTION_MARGIN",
-        type=_duration,
+        type=duration,
         default="1m",
         help="added to the longest hotValue timeRange for the default retention",
     )
     r.add_argument(
         "--trim-interval",
         env="CRANE_TRIM_INTERVAL",
-        type=_duration,
+        type=positive_duration,
         default="30s",
         help="how often records older than the retention are deleted",
     )
     r.add_argument(
         "--stream-maxlen",
         env="CRANE_STREAM_MAXLEN",
-        type=_positive_int,
+        type=positive_int,
         default=100_000,
         help="approximate cap on the binding notification stream",
     )
     r.add_argument(
         "--buffer-size",
         env="CRANE_BUFFER_SIZE",
-        type=_positive_int,
+        type=positive_int,
         default=100_000,
         help="bindings held in memory while Redis is unavailable; beyond it the oldest are dropped",
     )
     r.add_argument(
-        "--batch-size", env="CRANE_BATCH_SIZE", type=_positive_int, default=500, help="bindings per Redis round trip"
+        "--batch-size", env="CRANE_BATCH_SIZE", type=positive_int, default=500, help="bindings per Redis round trip"
     )
     r.add_argument(
         "--redis-check-interval",
         env="CRANE_REDIS_CHECK_INTERVAL",
-        type=_duration,
+        type=positive_duration,
         default="5s",
         help="how often to check whether Redis restarted (then everything is re-listed)",
     )
     return parser
 
 
-def parse_settings(argv: Sequence[str] | None = None) -> tuple[CommonSettings, argparse.Namespace, RecorderSettings]:
-    """Common settings, the raw namespace (for Redis connection flags) and the recorder's own settings."""
+def parse_settings(argv: Sequence[str] | None = None) -> tuple[CommonSettings, RedisSettings, RecorderSettings]:
+    """The common and Redis sections, and the recorder's own settings."""
     parser = build_parser()
     args = parser.parse_args(argv)
     retention = args.retention
@@ -148,38 +150,19 @@ def parse_settings(argv: Sequence[str] | None = None) -> tuple[CommonSettings, a
         retention = policy.longest_hot_value_window().total_seconds() + args.retention_margin
     if retention <= 0:
         parser.error("--retention must be positive (the policy has no hotValue rules: set --retention)")
+    if args.watch_timeout < 1:
+        parser.error("--watch-timeout must be at least 1s")
     settings = RecorderSettings(
         event_api=EventApi(args.event_api),
         namespaces=tuple(dict.fromkeys(ns.strip() for ns in args.namespaces.split(",") if ns.strip())),
         field_selector=args.field_selector,
-        redis_prefix=args.redis_prefix,
         retention=retention,
-        trim_interval=_at_least(parser, "--trim-interval", args.trim_interval),
+        trim_interval=args.trim_interval,
         stream_maxlen=args.stream_maxlen,
         buffer_size=args.buffer_size,
         batch_size=args.batch_size,
         list_page_size=args.list_page_size,
-        watch_timeout=_at_least(parser, "--watch-timeout", args.watch_timeout, minimum=1.0),
-        redis_check_interval=_at_least(parser, "--redis-check-interval", args.redis_check_interval),
+        watch_timeout=args.watch_timeout,
+        redis_check_interval=args.redis_check_interval,
     )
-    return common_settings(args), args, settings
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text).total_seconds()
-    except DurationError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def _at_least(parser: argparse.ArgumentParser, flag: str, value: float, minimum: float = 0.001) -> float:
-    if value < minimum:
-        parser.error(f"{flag} must be at least {minimum}s")
-    return value
+    return common_settings(args), redis_settings(args), settings

@@ -14,7 +14,7 @@ from crane_shared.policy import default_policy
 def test_defaults_use_the_shipped_policy_and_upstream_compatible_names() -> None:
     config = parse_config([])
     assert config.policy == default_policy()
-    assert config.lease_name == "crane-annotator"
+    assert config.lease.name == "crane-annotator"
     assert config.instance_label == "instance"
     assert config.hot_value_interval == 15.0
     assert config.stamp.style is TimestampStyle.RFC3339
@@ -37,7 +37,7 @@ def test_durations_accept_go_syntax_and_env_fallback(monkeypatch: pytest.MonkeyP
     assert config.hot_value_interval == 90.0
     assert config.prometheus.timeout == 0.5
     assert config.hot_value_debounce == 0.1
-    assert (config.lease_name, config.instance_label) == ("annotator-b", "node")
+    assert (config.lease.name, config.instance_label) == ("annotator-b", "node")
 
 
 def test_a_bad_policy_file_refuses_to_start_naming_the_field(
@@ -68,3 +68,15 @@ def test_bad_flags_refuse_to_start(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         parse_config(argv)
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("flag", ["--legacy-zone", "--legacy-timezone"])
+def test_the_legacy_zone_has_one_name_and_keeps_the_former_one(flag: str) -> None:
+    assert parse_config([flag, "Europe/Berlin"]).stamp.legacy_zone.key == "Europe/Berlin"
+
+
+def test_the_former_legacy_zone_variable_still_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRANE_LEGACY_TIMEZONE", "Europe/Paris")
+    assert parse_config([]).stamp.legacy_zone.key == "Europe/Paris"
+    monkeypatch.setenv("CRANE_LEGACY_ZONE", "UTC")
+    assert parse_config([]).stamp.legacy_zone.key == "UTC"

@@ -1,0 +1,69 @@
+"""The shared settings convention: converters written once, and the redis and lease sections."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from crane_shared.redisconn import make_redis
+from crane_shared.settings import (
+    EnvArgumentParser,
+    RedisSettings,
+    add_lease_flags,
+    add_redis_flags,
+    duration,
+    lease_config,
+    non_negative_int,
+    positive_duration,
+    positive_int,
+    redis_settings,
+    time_zone,
+)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("15s", 15.0), ("250ms", 0.25), ("1m30s", 90.0), ("2.5", 2.5)])
+def test_durations_are_go_durations_or_plain_seconds(text: str, seconds: float) -> None:
+    assert duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("convert", "text"),
+    [(duration, "1d"), (positive_duration, "0s"), (positive_int, "0"), (non_negative_int, "-1"), (time_zone, "X/Y")],
+)
+def test_bad_values_are_refused_with_a_reason(convert: object, text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=r".+"):
+        convert(text)  # type: ignore[operator]
+
+
+def parser() -> EnvArgumentParser:
+    p = EnvArgumentParser(prog="t")
+    add_redis_flags(p)
+    add_lease_flags(p, default_name="t-lease")
+    return p
+
+
+def test_the_lease_section_from_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRANE_LEASE_DURATION", "30s")
+    lease = lease_config(parser().parse_args(["--renew-deadline", "20s", "--identity", "me"]))
+    assert (lease.name, lease.identity, lease.lease_duration, lease.renew_deadline) == ("t-lease", "me", 30, 20)
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [(["--renew-deadline", "20s"], "--renew-deadline"), (["--lease-retry-period", "12s"], "--lease-retry-period")],
+)
+def test_lease_timing_that_cannot_work_is_refused_naming_the_flag(argv: list[str], flag: str) -> None:
+    with pytest.raises(ValueError, match=flag):
+        lease_config(parser().parse_args(argv))
+
+
+async def test_one_redis_entry_point_from_the_redis_section() -> None:
+    section = redis_settings(parser().parse_args(["--redis-url", "redis://127.0.0.1:1/3", "--redis-prefix", "x"]))
+    assert section == RedisSettings("redis://127.0.0.1:1/3", None, None, "x")
+    client = make_redis(section)
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+        assert (kwargs["db"], kwargs["port"], kwargs["socket_timeout"]) == (3, 1, 5.0)
+    finally:
+        await client.aclose()
