@@ -40,6 +40,7 @@ __all__ = [
     "positive_duration",
     "positive_int",
     "redis_settings",
+    "service_parser",
     "time_zone",
 ]
 
@@ -147,6 +148,15 @@ class CommonSettings:
     listen_port: int
     log_level: str
     log_format: str
+
+
+def service_parser(prog: str, description: str, *, default_port: int, redis: bool = False) -> EnvArgumentParser:
+    """A service's parser with the common section (and the Redis one when it uses Redis) already in it."""
+    parser = EnvArgumentParser(prog=prog, description=description)
+    add_common_flags(parser, default_port=default_port)
+    if redis:
+        add_redis_flags(parser)
+    return parser
 
 
 def add_common_flags(parser: EnvArgumentParser, *, default_port: int) -> None:

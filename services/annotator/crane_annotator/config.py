@@ -18,10 +18,8 @@ from crane_shared.settings import (
     EnvArgumentParser,
     LeaseConfig,
     RedisSettings,
-    add_common_flags,
     add_lease_flags,
     add_legacy_zone_flag,
-    add_redis_flags,
     common_settings,
     lease_config,
     non_negative_duration,
@@ -29,6 +27,7 @@ from crane_shared.settings import (
     positive_duration,
     positive_int,
     redis_settings,
+    service_parser,
 )
 
 DEFAULT_PORT = 8082
@@ -53,13 +52,13 @@ class AnnotatorConfig:
 
 
 def build_parser() -> EnvArgumentParser:
-    parser = EnvArgumentParser(
-        prog="crane-annotator",
-        description="Annotates nodes with their load from Prometheus and their hot value from Redis, for the "
-        "crane load-aware scheduler. Only the Lease holder writes.",
+    parser = service_parser(
+        "crane-annotator",
+        "Annotates nodes with their load from Prometheus and their hot value from Redis, for the crane "
+        "load-aware scheduler. Only the Lease holder writes.",
+        default_port=DEFAULT_PORT,
+        redis=True,
     )
-    add_common_flags(parser, default_port=DEFAULT_PORT)
-    add_redis_flags(parser)
     p = parser.add_argument_group("policy")
     p.add_argument(
         "--policy",

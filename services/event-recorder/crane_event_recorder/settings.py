@@ -11,13 +11,12 @@ from crane_shared.settings import (
     CommonSettings,
     EnvArgumentParser,
     RedisSettings,
-    add_common_flags,
-    add_redis_flags,
     common_settings,
     duration,
     positive_duration,
     positive_int,
     redis_settings,
+    service_parser,
 )
 
 __all__ = ["DEFAULT_PORT", "RecorderSettings", "build_parser", "parse_settings"]
@@ -43,13 +42,13 @@ class RecorderSettings:
 
 
 def build_parser() -> EnvArgumentParser:
-    parser = EnvArgumentParser(
-        prog="crane-event-recorder",
-        description="Record every pod binding reported by a Scheduled event in Redis, exactly once, for the "
-        "hot value. Several replicas may run at once: writes are idempotent, no leader is needed.",
+    parser = service_parser(
+        "crane-event-recorder",
+        "Record every pod binding reported by a Scheduled event in Redis, exactly once, for the hot value. "
+        "Several replicas may run at once: writes are idempotent, no leader is needed.",
+        default_port=DEFAULT_PORT,
+        redis=True,
     )
-    add_common_flags(parser, default_port=DEFAULT_PORT)
-    add_redis_flags(parser)
     g = parser.add_argument_group("events")
     g.add_argument(
         "--event-api",
