@@ -7,7 +7,7 @@ import json
 import uuid
 from typing import Any
 
-from crane_shared.kube import micro_time
+from crane_shared.events import micro_time
 
 
 def watch_line(namespace: str, pod: str, uid: str, node: str, at: float, rv: int) -> bytes:

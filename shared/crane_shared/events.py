@@ -12,7 +12,15 @@ import secrets
 import time
 from typing import Any
 
-from crane_shared.kube import micro_time
+
+def micro_time(ts: float) -> str:
+    """A MicroTime string with exactly six fractional digits (the API rejects other forms for eventTime)."""
+    whole = int(ts)
+    micros = round((ts - whole) * 1_000_000)
+    if micros == 1_000_000:
+        whole, micros = whole + 1, 0
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{micros:06d}Z"
+
 
 SCHEDULED_REASON = "Scheduled"
 _NOTE = re.compile(r"^Successfully assigned (?P<ns>[^/\s]+)/(?P<pod>\S+) to (?P<node>\S+)$")

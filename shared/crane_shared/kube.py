@@ -21,6 +21,20 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from yarl import URL
 
+from crane_shared.events import micro_time
+
+__all__ = [
+    "BindConflict",
+    "KubeSettings",
+    "TokenBucket",
+    "api_client_from_dict",
+    "bind_pod",
+    "make_api_client",
+    "micro_time",
+    "raw_json",
+    "skip_per_request_env_lookups",
+]
+
 
 @dataclass(frozen=True)
 class KubeSettings:
@@ -105,15 +119,6 @@ async def api_client_from_dict(config_dict: dict[str, Any], qps: float = 0, burs
     await config.load_kube_config_from_dict(config_dict=config_dict, client_configuration=configuration)
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, burst)
     return _finish(client.ApiClient(configuration=configuration), TokenBucket(qps, burst))
-
-
-def micro_time(ts: float) -> str:
-    """A MicroTime string with exactly six fractional digits (the API rejects other forms for eventTime)."""
-    whole = int(ts)
-    micros = round((ts - whole) * 1_000_000)
-    if micros == 1_000_000:
-        whole, micros = whole + 1, 0
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{micros:06d}Z"
 
 
 class BindConflict(Exception):

@@ -18,7 +18,8 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from crane_shared.kube import micro_time, raw_json
+from crane_shared.events import micro_time
+from crane_shared.kube import raw_json
 from crane_shared.logs import get_logger
 from crane_shared.retry import sleep_unless
 

@@ -12,8 +12,8 @@ from kubernetes_asyncio import client
 
 from crane_event_recorder.source import EventApi
 from crane_sandbox.cluster import LocalCluster
+from crane_shared.events import micro_time
 from crane_shared.informer import ListFn
-from crane_shared.kube import micro_time
 
 from .kit import (
     Binding,

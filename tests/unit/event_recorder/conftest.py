@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from crane_event_recorder.metrics import RecorderMetrics
 from crane_shared.bindings import BindingRecord
-from crane_shared.kube import micro_time
+from crane_shared.events import micro_time
 
 
 class Metrics(RecorderMetrics):

@@ -6,7 +6,7 @@ import time
 
 from crane_event_recorder.buffer import RecordBuffer
 from crane_event_recorder.ingest import Ingest
-from crane_shared.kube import micro_time
+from crane_shared.events import micro_time
 
 from .conftest import Metrics, scheduled
 

@@ -1,0 +1,88 @@
+"""The layering rule of docs/architecture.md, checked on the source: a violation names the file and the import.
+
+- the load domain (policy, annotations, hot value, bindings, quantities, durations, the event contract) does no
+  I/O and imports no infrastructure (no Kubernetes, Redis, Prometheus or HTTP client, no service runtime);
+- ``crane_shared`` imports no service; services import ``crane_shared``, never each other;
+- the product (``crane_shared``, the services) never imports the sandbox or the benchmarks.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT / "shared" / "crane_shared"
+SERVICES = {
+    "crane_annotator": ROOT / "services" / "annotator" / "crane_annotator",
+    "crane_event_recorder": ROOT / "services" / "event-recorder" / "crane_event_recorder",
+    "crane_scheduler": ROOT / "services" / "scheduler" / "crane_scheduler",
+}
+SERVICES |= {"crane_extender": ROOT / "services" / "extender" / "crane_extender"}  # once it is its own service
+
+DOMAIN = ["annotations", "bindings", "durations", "events", "hotvalue", "policy", "quantity"]
+INFRASTRUCTURE = {
+    "aiohttp",
+    "kubernetes_asyncio",
+    "prometheus_client",
+    "redis",
+    "socket",
+    "crane_shared.binding_store",
+    "crane_shared.informer",
+    "crane_shared.kube",
+    "crane_shared.leader",
+    "crane_shared.metrics",
+    "crane_shared.redisconn",
+    "crane_shared.service",
+    "crane_shared.settings",
+}
+DEV_TOOLS = {"crane_sandbox", "bench", "tests"}
+
+
+def imports(path: Path) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+
+
+def under(module: str, packages: set[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def sources(package: Path) -> list[Path]:
+    return sorted(package.rglob("*.py")) if package.is_dir() else []
+
+
+@pytest.mark.parametrize("module", DOMAIN)
+def test_the_load_domain_imports_no_infrastructure(module: str) -> None:
+    path = SHARED / f"{module}.py"
+    assert [m for m in imports(path) if under(m, INFRASTRUCTURE)] == [], path
+
+
+def test_shared_imports_no_service_and_no_development_tool() -> None:
+    bad = {
+        f"{path.relative_to(ROOT)}: {m}"
+        for path in sources(SHARED)
+        for m in imports(path)
+        if under(m, set(SERVICES) | DEV_TOOLS)
+    }
+    assert bad == set()
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_a_service_imports_shared_but_no_other_service_and_no_development_tool(service: str) -> None:
+    if not SERVICES[service].is_dir():
+        pytest.skip(f"{service} is not in this tree yet")
+    others = set(SERVICES) - {service}
+    bad = {
+        f"{path.relative_to(ROOT)}: {m}"
+        for path in sources(SERVICES[service])
+        for m in imports(path)
+        if under(m, others | DEV_TOOLS)
+    }
+    assert bad == set()
