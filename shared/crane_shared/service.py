@@ -19,6 +19,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
 from crane_shared.logs import get_logger
+from crane_shared.worker import Worker
 
 ReadinessCheck = Callable[[], Awaitable[bool] | bool]
 
@@ -87,6 +88,10 @@ class ServiceRuntime:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
+
+    async def run_workers(self, *workers: Worker, grace: float = 10.0) -> int:
+        """``run`` for objects keeping the worker contract: each one's ``run(self.stopping)``."""
+        return await self.run(*(worker.run(self.stopping) for worker in workers), grace=grace)
 
     async def run(self, *workers: Coroutine[Any, Any, None], grace: float = 10.0) -> int:
         """Serve HTTP and run ``workers`` until SIGTERM or until one of them fails; returns the exit code.

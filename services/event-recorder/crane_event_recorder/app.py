@@ -45,7 +45,7 @@ async def serve(common: CommonSettings, redis_section: RedisSettings, settings: 
             namespaces=list(settings.namespaces) or "all",
             retention_seconds=settings.retention,
         )
-        return await runtime.run(*recorder.workers(runtime.stopping))
+        return await runtime.run_workers(*recorder.parts())
     finally:
         await api.close()
         await redis.aclose()
