@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from crane_event_recorder.metrics import RecorderMetrics
@@ -24,31 +25,23 @@ class Trimmable(Protocol):
     async def trim(self, before: float) -> int: ...
 
 
+@dataclass
 class Trimmer:
     """A worker: every ``interval``, delete records bound more than ``retention`` seconds ago."""
 
-    def __init__(
-        self,
-        store: Trimmable,
-        *,
-        retention: float,
-        interval: float,
-        metrics: RecorderMetrics,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._store = store
-        self._retention = retention
-        self._interval = interval
-        self._metrics = metrics
-        self._clock = clock
-        self._log_once = LogOnce(log)
+    store: Trimmable
+    retention: float
+    interval: float
+    metrics: RecorderMetrics
+    clock: Callable[[], float] = time.time
+    _log_once: LogOnce = field(init=False, default_factory=lambda: LogOnce(log))
 
     async def run(self, stopping: asyncio.Event) -> None:
-        while not await sleep_unless(stopping, self._interval):
+        while not await sleep_unless(stopping, self.interval):
             try:
-                removed = await self._store.trim(self._clock() - self._retention)
+                removed = await self.store.trim(self.clock() - self.retention)
             except Exception as exc:  # Redis down: the writer reports it; try again next interval
-                self._metrics.redis_errors.inc()
+                self.metrics.redis_errors.inc()
                 self._log_once.warning(type(exc).__name__, "trim failed", error=repr(exc))
                 continue
-            self._metrics.trimmed.inc(removed)
+            self.metrics.trimmed.inc(removed)
