@@ -1,8 +1,9 @@
-"""The annotator process keeps running, unready, while the node list answers 503, and becomes ready after.
+"""The annotator process keeps running while the node list answers 503, and becomes ready after.
 
-The process is the real ``crane-annotator``; the API server is ``tests.fakeapi`` answering the node list with
-503s first (as an API server does while it restarts). Before the one informer, an error body was read as a node
-list, raised KeyError and ended the process, leader and standby alike.
+The process is the real ``crane-annotator``. The API server is ``tests.fakeapi`` answering the node list with
+503s first (as an API server does while it restarts), or the real API server behind a proxy that does the same.
+Before the one informer, an error body was read as a node list, raised KeyError and ended the process, leader
+and standby alike.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import json
 import os
 import signal
 import socket
+import ssl
 import sys
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 
+from crane_sandbox.cluster import LocalCluster
 from tests.fakeapi import FakeApiServer, Status, fake_api, item
 
 from .conftest import eventually
@@ -27,6 +31,30 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+async def start_annotator(kubeconfig: Path, port: int, *flags: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "crane_annotator",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--listen-address",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *flags,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+async def stop(process: asyncio.subprocess.Process) -> int:
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+    return await asyncio.wait_for(process.wait(), 30)
 
 
 async def readyz(port: int) -> int:
@@ -56,22 +84,7 @@ async def test_the_annotator_keeps_running_while_the_node_list_answers_503(tmp_p
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(json.dumps(server.kubeconfig))
         port = free_port()
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "crane_annotator",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--listen-address",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--lease-namespace",
-            "test",
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
+        process = await start_annotator(kubeconfig, port, "--lease-namespace", "test")
         try:
             await server.wait_for(lists=3, timeout=30)
             assert process.returncode is None
@@ -81,7 +94,77 @@ async def test_the_annotator_keeps_running_while_the_node_list_answers_503(tmp_p
             restarts = 'crane_annotator_node_watch_restarts_total{reason="error"}'
             assert await metric(port, restarts) == 3
         finally:
-            if process.returncode is None:
-                process.send_signal(signal.SIGTERM)
-            code = await asyncio.wait_for(process.wait(), 30)
+            code = await stop(process)
+    assert code == 0
+
+
+class FailingNodeListProxy:
+    """Plain-HTTP proxy on loopback to the real API server that answers the first ``failures`` node lists with
+    503 (as the API server does while it restarts) and forwards everything else, watches streamed."""
+
+    def __init__(self, cluster: LocalCluster, failures: int) -> None:
+        self.cluster = cluster
+        self.failures = failures
+        self.node_lists = 0
+        self.forwarded_node_lists = 0
+        self._session: aiohttp.ClientSession | None = None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        assert self._session is not None
+        is_node_list = request.path == "/api/v1/nodes" and request.query.get("watch", "").lower() not in ("true", "1")
+        if is_node_list:
+            self.node_lists += 1
+            if self.node_lists <= self.failures:
+                body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 503}
+                return web.json_response(body | {"reason": "ServiceUnavailable", "metadata": {}}, status=503)
+            self.forwarded_node_lists += 1
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        async with self._session.request(
+            request.method, self.cluster.api_url + request.path_qs, headers=headers, data=await request.read()
+        ) as upstream:
+            resp = web.StreamResponse(status=upstream.status, headers={"Content-Type": upstream.content_type})
+            await resp.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+
+    async def __aenter__(self) -> str:
+        assert self.cluster.pki is not None
+        ssl_context = ssl.create_default_context(cafile=str(self.cluster.pki.ca_cert))
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_context))
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._runner.cleanup()
+        assert self._session is not None
+        await self._session.close()
+
+
+async def test_behind_a_proxy_to_the_real_api_server_503s_on_the_node_list_do_not_end_the_annotator(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    proxy = FailingNodeListProxy(cluster, failures=3)
+    async with proxy as url:
+        config = cluster.kubeconfig_dict()
+        config["clusters"][0]["cluster"] = {"server": url}
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(json.dumps(config))
+        port = free_port()
+        # A standby (its Lease namespace does not exist): this is about the node list, which every replica runs.
+        process = await start_annotator(kubeconfig, port, "--lease-namespace", "no-such-namespace")
+        try:
+            await eventually(lambda: proxy.forwarded_node_lists >= 1, timeout=30, what="a node list after the 503s")
+            assert process.returncode is None and proxy.node_lists == 4
+            await eventually(lambda: ready(port), timeout=30, what="/readyz answering 200")
+            restarts = 'crane_annotator_node_watch_restarts_total{reason="error"}'
+            assert await metric(port, restarts) == 3
+        finally:
+            code = await stop(process)
     assert code == 0
