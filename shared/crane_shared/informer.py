@@ -310,9 +310,8 @@ class Informer:
             finally:
                 for task in (cycle, stop, relist):
                     task.cancel()
-                for task in (stop, relist, cycle):
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
+                # Waited for, not awaited one by one: a cancellation of ``run`` itself must propagate.
+                await asyncio.wait({cycle, stop, relist})
             if stopping.is_set():
                 return
             if not cycle.done() or cycle.cancelled():  # relist requested

@@ -9,7 +9,6 @@ waits: a stop request cuts the sleep short, so SIGTERM never waits out a backoff
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -62,9 +61,8 @@ async def sleep_unless(stopping: asyncio.Event, seconds: float, *, until: Awaita
     try:
         await asyncio.wait(waiters, timeout=max(0.0, seconds), return_when=asyncio.FIRST_COMPLETED)
     finally:
+        # Cancelled, not awaited: awaiting it here could swallow a cancellation of the caller.
         waiters[0].cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await waiters[0]
     return stopping.is_set()
 
 

@@ -233,3 +233,14 @@ async def test_stopping_ends_run_during_a_silent_watch() -> None:
     async with running(server) as (informer, _):
         await server.wait_for(watches=1)
     assert informer.synced.is_set()  # the context manager's wait_for(task, 5) returned: run ended on stop
+
+
+async def test_cancelling_run_ends_it_even_mid_watch() -> None:
+    server = FakeApiServer(lists=[Page([], "1")])
+    async with fake_api(server) as api:
+        informer = Informer("nodes", client.CoreV1Api(api).list_node)
+        task = asyncio.create_task(informer.run(asyncio.Event()))
+        await server.wait_for(watches=1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 5)
