@@ -69,6 +69,11 @@ async def ready(port: int) -> bool:
         return False
 
 
+async def ready_after_three_failed_lists(port: int) -> None:
+    await eventually(lambda: ready(port), timeout=30, what="/readyz answering 200")
+    assert await metric(port, 'crane_annotator_node_watch_restarts_total{reason="error"}') == 3
+
+
 async def metric(port: int, name: str) -> float:
     async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as resp:
         text = await resp.text()
@@ -90,9 +95,7 @@ async def test_the_annotator_keeps_running_while_the_node_list_answers_503(tmp_p
             assert process.returncode is None
             await server.wait_for(lists=4, watches=1, timeout=30)  # listed after the 503s, and watching
             assert process.returncode is None
-            await eventually(lambda: ready(port), timeout=30, what="/readyz answering 200")
-            restarts = 'crane_annotator_node_watch_restarts_total{reason="error"}'
-            assert await metric(port, restarts) == 3
+            await ready_after_three_failed_lists(port)
         finally:
             code = await stop(process)
     assert code == 0
@@ -162,9 +165,7 @@ async def test_behind_a_proxy_to_the_real_api_server_503s_on_the_node_list_do_no
         try:
             await eventually(lambda: proxy.forwarded_node_lists >= 1, timeout=30, what="a node list after the 503s")
             assert process.returncode is None and proxy.node_lists == 4
-            await eventually(lambda: ready(port), timeout=30, what="/readyz answering 200")
-            restarts = 'crane_annotator_node_watch_restarts_total{reason="error"}'
-            assert await metric(port, restarts) == 3
+            await ready_after_three_failed_lists(port)
         finally:
             code = await stop(process)
     assert code == 0
