@@ -36,7 +36,8 @@ from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
 from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
 from crane_scheduler.informers import Informer
-from crane_shared.kube import api_client_from_dict, bind_pod
+from crane_scheduler.plugins.defaultbinder import bind_pod
+from crane_shared.kube import api_client_from_dict
 
 NODE_RESOURCES = {"cpu": "4", "memory": "32Gi", "pods": "110"}
 POD_REQUESTS = {"cpu": "100m", "memory": "500Mi"}

@@ -116,29 +116,6 @@ def micro_time(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{micros:06d}Z"
 
 
-class BindConflict(Exception):
-    """409: the pod is already bound (by us earlier, or by someone else): not worth a retry."""
-
-
-async def bind_pod(api: client.ApiClient, namespace: str, name: str, uid: str, node: str) -> None:
-    """POST pods/<name>/binding. kubernetes-asyncio cannot deserialize the Status the API answers (it expects a
-    Binding and raises ValueError after a successful bind), so read the raw response and judge the status code.
-    The UID precondition makes a bind of a deleted-and-recreated pod fail instead of binding the new one."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": {"name": name, "namespace": namespace, "uid": uid},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-    }
-    try:
-        v1 = client.CoreV1Api(api)
-        await raw_json(v1.create_namespaced_pod_binding(name, namespace, body, _preload_content=False))
-    except ApiException as err:
-        if err.status == 409:
-            raise BindConflict(f"pod {namespace}/{name} is already bound") from err
-        raise
-
-
 async def raw_json(call: Awaitable[Any]) -> Any:
     """Await a client call made with ``_preload_content=False`` and decode its JSON body.
 

@@ -26,7 +26,6 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_scheduler import metrics
-from crane_scheduler.algorithm import truncate_note
 from crane_scheduler.nodetable import PodRecord
 from crane_scheduler.podinfo import PodInfo
 from crane_shared.events import SCHEDULED_REASON, event_body, event_name, scheduled_event
@@ -34,6 +33,14 @@ from crane_shared.logs import LogOnce, get_logger
 
 log = get_logger("crane.scheduler.reporting")
 RECOVERY_WINDOW = timedelta(minutes=10)
+NOTE_LENGTH_LIMIT = 1024
+
+
+def truncate_note(message: str) -> str:
+    """Event notes are cut at 1024 characters, ending in " ..." (kube's ``truncateMessage``)."""
+    if len(message) <= NOTE_LENGTH_LIMIT:
+        return message
+    return message[: NOTE_LENGTH_LIMIT - 4] + " ..."
 
 
 def scheduled_event_name(pod: str, uid: str) -> str:

@@ -30,17 +30,16 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from crane_scheduler import metrics
-from crane_scheduler.algorithm import Algorithm, Diagnosis, ScheduleResult
+from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.explain import DecisionLog
-from crane_scheduler.framework import ClusterEvent, Code, CycleState, Status
+from crane_scheduler.framework.runtime import Profile
+from crane_scheduler.framework.types import ClusterEvent, Code, CycleState, Diagnosis, QueuedPod, Status
 from crane_scheduler.informers import Informer
+from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
-from crane_scheduler.profile import Profile
-from crane_scheduler.queue import QueuedPod, SchedulingQueue
 from crane_scheduler.reporting import Reporter
-from crane_shared.kube import BindConflict
 from crane_shared.logs import get_logger
 
 log = get_logger("crane.scheduler")
@@ -259,11 +258,7 @@ class Scheduler:
             result.message if isinstance(result, Diagnosis | Status) else "",
         )
         if isinstance(result, Diagnosis):
-            for pf in profile.post_filter:
-                status = pf.post_filter(state, pod, result)
-                if status.reasons:
-                    result.post_filter_msg = status.message
-                    break
+            profile.run_post_filter(state, pod, result)
             self._unschedulable(profile, qp, frozenset(result.rejectors), result.message, start)
             self._slots.release()
             return
@@ -278,15 +273,12 @@ class Scheduler:
     ) -> None:
         pod, node = qp.pod, result.node
         self.table.assume(pod, node)
-        for i, pl in enumerate(profile.reserve):
-            status = pl.reserve(state, pod, node)
-            if not status.success:
-                for undo in reversed(profile.reserve[: i + 1]):
-                    undo.unreserve(state, pod, node)
-                self.table.forget(pod.uid)
-                self._failed(profile, qp, status, start)
-                self._slots.release()
-                return
+        status = profile.run_reserve(state, pod, node)
+        if not status.success:
+            self.table.forget(pod.uid)
+            self._failed(profile, qp, status, start)
+            self._slots.release()
+            return
         task = asyncio.create_task(self._binding_cycle(profile, qp, state, node, start))
         self._binds.add(task)
         task.add_done_callback(self._binds.discard)
@@ -296,54 +288,26 @@ class Scheduler:
         metrics.BINDS_IN_FLIGHT.inc()
         bind_start = time.perf_counter()
         try:
-            status = await self._bind_extension_points(profile, state, pod, node)
-        except BindConflict:
+            status = await profile.run_binding(state, pod, node, self._observers[profile.name])
+        finally:
+            metrics.BINDS_IN_FLIGHT.dec()
+            self._slots.release()
+        if status.code is Code.ALREADY_BOUND:
             self.table.forget(pod.uid)  # the informer will account the real binding
             self.reporter.already_bound(pod, profile.name)
             metrics.BIND_DURATION.labels("conflict").observe(time.perf_counter() - bind_start)
             return
-        except Exception as err:
-            status = Status(Code.ERROR, (f"binding pod to {node}: {err!r}",))
-        finally:
-            metrics.BINDS_IN_FLIGHT.dec()
-            self._slots.release()
         if not status.success:
             metrics.BIND_DURATION.labels("error").observe(time.perf_counter() - bind_start)
-            for pl in reversed(profile.reserve):
-                pl.unreserve(state, pod, node)
+            profile.run_unreserve(state, pod, node)
             self.table.forget(pod.uid)
             self._failed(profile, qp, status, start)
             return
         metrics.BIND_DURATION.labels("bound").observe(time.perf_counter() - bind_start)
-        for post in profile.post_bind:
-            with contextlib.suppress(Exception):
-                post.post_bind(state, pod, node)
+        profile.run_post_bind(state, pod, node)
         self.reporter.scheduled(pod.namespace, pod.name, pod.uid, node, profile.name)
         metrics.SCHEDULE_ATTEMPTS.labels("scheduled", profile.name).inc()
         metrics.ATTEMPT_DURATION.labels("scheduled", profile.name).observe(time.perf_counter() - start)
-
-    async def _bind_extension_points(self, profile: Profile, state: CycleState, pod: PodInfo, node: str) -> Status:
-        observe = self._observers[profile.name]
-        t0 = time.perf_counter()
-        for permit in profile.permit:
-            status = await permit.permit(state, pod, node)
-            if not status.success:
-                observe("Permit", status.code.value, time.perf_counter() - t0)
-                return Status(status.code, status.reasons, permit.name)
-        t1 = time.perf_counter()
-        for pre in profile.pre_bind:
-            status = await pre.pre_bind(state, pod, node)
-            if not status.success:
-                observe("PreBind", status.code.value, time.perf_counter() - t1)
-                return Status(status.code, status.reasons, pre.name)
-        t2 = time.perf_counter()
-        for binder in profile.bind:
-            status = await binder.bind(state, pod, node)
-            if status.code is Code.SKIP:
-                continue
-            observe("Bind", status.code.value, time.perf_counter() - t2)
-            return status
-        return Status(Code.ERROR, ("no bind plugin bound the pod",))
 
     # ------------------------------------------------------------------------------------------ failures
 
