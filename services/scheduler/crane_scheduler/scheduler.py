@@ -35,10 +35,9 @@ from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.explain import DecisionLog
 from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import ClusterEvent, Code, CycleState, Diagnosis, QueuedPod, Status
-from crane_scheduler.informers import Informer
+from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_shared.logs import get_logger
 
@@ -76,9 +75,12 @@ class Scheduler:
         self._observers: dict[str, Callable[[str, str, float], None]] = {name: _observer(name) for name in profiles}
         self.algorithm = Algorithm(table, config.percentage_of_nodes_to_score)
         self.decisions = DecisionLog()
-        self.pending: dict[str, PodInfo] = {}  # pending pods of our profiles, latest version
         self.synced = asyncio.Event()
         self._wakeup = asyncio.Event()
+        self.cache = Cache(table, self.queue, profiles, clock=clock, forget=reporter.forget, wake=self._wakeup.set)
+        self.pending = self.cache.pending  # pending pods of our profiles, latest version
+        self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted
+        self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
         self._slots = asyncio.Semaphore(bind_concurrency)
         self._binds: set[asyncio.Task[None]] = set()
 
@@ -94,12 +96,11 @@ class Scheduler:
         """Nodes and all non-terminal pods (bound ones for accounting, pending ones of our profiles to
         schedule). One pod watch, not two, so a pod's bind and its leaving the pending set arrive in order."""
         core = client.CoreV1Api(self.api)
-        nodes = Informer("nodes", core.list_node, _NodeHandler(self), label_selector=self.node_selector)
-        pods = Informer(
-            "pods",
-            core.list_pod_for_all_namespaces,
-            _PodHandler(self),
-            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+        nodes = self.cache.node_informer(
+            core.list_node, self.node_selector, lambda cause: metrics.WATCH_RESTARTS.labels("nodes", cause).inc()
+        )
+        pods = self.cache.pod_informer(
+            core.list_pod_for_all_namespaces, lambda cause: metrics.WATCH_RESTARTS.labels("pods", cause).inc()
         )
         tasks = [asyncio.create_task(nodes.run(stopping)), asyncio.create_task(pods.run(stopping))]
         try:
@@ -118,51 +119,6 @@ class Scheduler:
 
     def _wake(self) -> None:
         self._wakeup.set()
-
-    def on_node(self, raw: dict[str, Any]) -> None:
-        kind = self.table.upsert_node(parse_node(raw))
-        if kind is not None:
-            self.queue.on_event(ClusterEvent.NODE_ADD if kind == "add" else ClusterEvent.NODE_UPDATE)
-            self._wake()
-
-    def on_node_deleted(self, raw: dict[str, Any]) -> None:
-        self.table.remove_node((raw.get("metadata") or {}).get("name", ""))
-
-    def on_pod(self, raw: dict[str, Any]) -> None:
-        spec = raw.get("spec") or {}
-        if not spec.get("nodeName") and spec.get("schedulerName", "default-scheduler") not in self.profiles:
-            return  # another scheduler's pending pod: nothing to account, nothing to schedule
-        pod = parse_pod(raw)
-        if pod.node_name:
-            if self.pending.pop(pod.uid, None) is not None:
-                self.queue.delete(pod.uid)
-            known = pod.uid in self.table.pods
-            if self.table.add_pod(pod) and known:
-                self.queue.on_event(ClusterEvent.POD_UPDATE)
-            self.reporter.forget(pod.uid)
-            return
-        if pod.scheduler_name not in self.profiles:
-            return
-        if self.table.is_assumed(pod.uid):  # our bind is in flight: keep the latest version, do not queue
-            self.pending[pod.uid] = pod
-            return
-        if pod.deleting or pod.gated:
-            self.pending.pop(pod.uid, None)
-            self.queue.delete(pod.uid)
-            return
-        self.pending[pod.uid] = pod
-        self.queue.add(pod, self.clock())  # add() updates in place when the pod is already queued
-        self._wake()
-
-    def on_pod_deleted(self, raw: dict[str, Any]) -> None:
-        uid = (raw.get("metadata") or {}).get("uid", "")
-        self.pending.pop(uid, None)
-        self.queue.delete(uid)
-        self.reporter.forget(uid)
-        record = self.table.remove_pod(uid)
-        if record is not None:
-            self.queue.on_event(ClusterEvent.POD_DELETE)
-            self._wake()
 
     # ------------------------------------------------------------------------------------------ the loop
 
@@ -346,45 +302,3 @@ def _observer(profile: str) -> Callable[[str, str, float], None]:
         child.observe(seconds)
 
     return observe
-
-
-class _NodeHandler:
-    def __init__(self, s: Scheduler) -> None:
-        self.s = s
-
-    def replace(self, items: list[dict[str, Any]]) -> None:
-        names = set()
-        for raw in items:
-            self.s.on_node(raw)
-            names.add((raw.get("metadata") or {}).get("name"))
-        for gone in self.s.table.node_names() - names:
-            self.s.table.remove_node(gone)
-
-    def upsert(self, obj: dict[str, Any]) -> None:
-        self.s.on_node(obj)
-
-    def delete(self, obj: dict[str, Any]) -> None:
-        self.s.on_node_deleted(obj)
-
-
-class _PodHandler:
-    def __init__(self, s: Scheduler) -> None:
-        self.s = s
-
-    def replace(self, items: list[dict[str, Any]]) -> None:
-        seen = set()
-        for raw in items:
-            self.s.on_pod(raw)
-            seen.add((raw.get("metadata") or {}).get("uid"))
-        for uid in set(self.s.pending) - seen:
-            if not self.s.table.is_assumed(uid):
-                self.s.on_pod_deleted({"metadata": {"uid": uid}})
-        for uid, record in list(self.s.table.pods.items()):
-            if uid not in seen and not record.assumed:
-                self.s.on_pod_deleted({"metadata": {"uid": uid}})
-
-    def upsert(self, obj: dict[str, Any]) -> None:
-        self.s.on_pod(obj)
-
-    def delete(self, obj: dict[str, Any]) -> None:
-        self.s.on_pod_deleted(obj)
