@@ -27,6 +27,7 @@ from crane_scheduler import explain
 from crane_scheduler.config import ConfigError, SchedulerConfig, load_config
 from crane_scheduler.framework import Handle, PluginMetrics, Registry
 from crane_scheduler.framework.runtime import Profile, build_profiles
+from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.reporting import Reporter
@@ -159,8 +160,9 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
     events_api = await make_api_client(kube)  # its own rate limit, as kube-scheduler's event client
     loaded.connect(api)  # the plugins built (and validated) in main() get the real API client now
     identity = args.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
-    runtime = ServiceRuntime("crane-scheduler", common.listen_host, common.listen_port)
-    reporter = Reporter(events_api, api, identity, workers=args.event_concurrency)
+    runtime = ServiceRuntime("crane-scheduler", common.listen_host, common.listen_port, registry=REGISTRY)
+    metrics = SchedulerMetrics(runtime.registry)
+    reporter = Reporter(events_api, api, identity, workers=args.event_concurrency, metrics=metrics)
     scheduler = Scheduler(
         config=config,
         profiles=profiles,
@@ -169,6 +171,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         api=api,
         bind_concurrency=args.bind_concurrency,
         node_selector=args.node_selector,
+        metrics=metrics,
     )
     runtime.add_readiness_check("caches-synced", scheduler.synced.is_set)
     explain.add_routes(

@@ -29,7 +29,6 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from crane_scheduler import metrics
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.explain import DecisionLog
@@ -37,6 +36,7 @@ from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import ClusterEvent, Code, CycleState, Diagnosis, QueuedPod, Status
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import SchedulingQueue
+from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.reporting import Reporter
 from crane_shared.logs import get_logger
@@ -57,8 +57,10 @@ class Scheduler:
         bind_concurrency: int = 256,
         node_selector: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics or reporter.metrics
         self.profiles = profiles
         self.table = table
         self.reporter = reporter
@@ -72,7 +74,9 @@ class Scheduler:
             max_backoff=config.pod_max_backoff,
             events_of=self._events_of,
         )
-        self._observers: dict[str, Callable[[str, str, float], None]] = {name: _observer(name) for name in profiles}
+        self._observers: dict[str, Callable[[str, str, float], None]] = {
+            name: _observer(self.metrics, name) for name in profiles
+        }
         self.algorithm = Algorithm(table, config.percentage_of_nodes_to_score)
         self.decisions = DecisionLog()
         self.synced = asyncio.Event()
@@ -97,10 +101,10 @@ class Scheduler:
         schedule). One pod watch, not two, so a pod's bind and its leaving the pending set arrive in order."""
         core = client.CoreV1Api(self.api)
         nodes = self.cache.node_informer(
-            core.list_node, self.node_selector, lambda cause: metrics.WATCH_RESTARTS.labels("nodes", cause).inc()
+            core.list_node, self.node_selector, lambda cause: self.metrics.watch_restarts.labels("nodes", cause).inc()
         )
         pods = self.cache.pod_informer(
-            core.list_pod_for_all_namespaces, lambda cause: metrics.WATCH_RESTARTS.labels("pods", cause).inc()
+            core.list_pod_for_all_namespaces, lambda cause: self.metrics.watch_restarts.labels("pods", cause).inc()
         )
         tasks = [asyncio.create_task(nodes.run(stopping)), asyncio.create_task(pods.run(stopping))]
         try:
@@ -179,12 +183,12 @@ class Scheduler:
             self.update_gauges()
 
     def update_gauges(self) -> None:
-        metrics.PENDING_PODS.labels("active").set(self.queue.active_len)
-        metrics.PENDING_PODS.labels("backoff").set(self.queue.backoff_len)
-        metrics.PENDING_PODS.labels("unschedulable").set(len(self.queue.unschedulable))
-        metrics.CACHE_SIZE.labels("nodes").set(self.table.num_nodes)
-        metrics.CACHE_SIZE.labels("pods").set(len(self.table.pods))
-        metrics.CACHE_SIZE.labels("assumed_pods").set(sum(1 for r in self.table.pods.values() if r.assumed))
+        self.metrics.pending_pods.labels("active").set(self.queue.active_len)
+        self.metrics.pending_pods.labels("backoff").set(self.queue.backoff_len)
+        self.metrics.pending_pods.labels("unschedulable").set(len(self.queue.unschedulable))
+        self.metrics.cache_size.labels("nodes").set(self.table.num_nodes)
+        self.metrics.cache_size.labels("pods").set(len(self.table.pods))
+        self.metrics.cache_size.labels("assumed_pods").set(sum(1 for r in self.table.pods.values() if r.assumed))
 
     # ------------------------------------------------------------------------------------------ one pod
 
@@ -204,7 +208,7 @@ class Scheduler:
         except Exception as err:
             log.exception("scheduling failed", pod=pod.key)
             result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))
-        metrics.ALGORITHM_DURATION.labels(profile.name).observe(time.perf_counter() - start)
+        self.metrics.algorithm_duration.labels(profile.name).observe(time.perf_counter() - start)
         self.decisions.record(
             pod,
             time.time(),
@@ -241,29 +245,29 @@ class Scheduler:
 
     async def _binding_cycle(self, profile: Profile, qp: QueuedPod, state: CycleState, node: str, start: float) -> None:
         pod = qp.pod
-        metrics.BINDS_IN_FLIGHT.inc()
+        self.metrics.binds_in_flight.inc()
         bind_start = time.perf_counter()
         try:
             status = await profile.run_binding(state, pod, node, self._observers[profile.name])
         finally:
-            metrics.BINDS_IN_FLIGHT.dec()
+            self.metrics.binds_in_flight.dec()
             self._slots.release()
         if status.code is Code.ALREADY_BOUND:
             self.table.forget(pod.uid)  # the informer will account the real binding
             self.reporter.already_bound(pod, profile.name)
-            metrics.BIND_DURATION.labels("conflict").observe(time.perf_counter() - bind_start)
+            self.metrics.bind_duration.labels("conflict").observe(time.perf_counter() - bind_start)
             return
         if not status.success:
-            metrics.BIND_DURATION.labels("error").observe(time.perf_counter() - bind_start)
+            self.metrics.bind_duration.labels("error").observe(time.perf_counter() - bind_start)
             profile.run_unreserve(state, pod, node)
             self.table.forget(pod.uid)
             self._failed(profile, qp, status, start)
             return
-        metrics.BIND_DURATION.labels("bound").observe(time.perf_counter() - bind_start)
+        self.metrics.bind_duration.labels("bound").observe(time.perf_counter() - bind_start)
         profile.run_post_bind(state, pod, node)
         self.reporter.scheduled(pod.namespace, pod.name, pod.uid, node, profile.name)
-        metrics.SCHEDULE_ATTEMPTS.labels("scheduled", profile.name).inc()
-        metrics.ATTEMPT_DURATION.labels("scheduled", profile.name).observe(time.perf_counter() - start)
+        self.metrics.schedule_attempts.labels("scheduled", profile.name).inc()
+        self.metrics.attempt_duration.labels("scheduled", profile.name).observe(time.perf_counter() - start)
 
     # ------------------------------------------------------------------------------------------ failures
 
@@ -276,15 +280,15 @@ class Scheduler:
     def _unschedulable(
         self, profile: Profile, qp: QueuedPod, rejectors: frozenset[str], message: str, start: float
     ) -> None:
-        metrics.SCHEDULE_ATTEMPTS.labels("unschedulable", profile.name).inc()
-        metrics.ATTEMPT_DURATION.labels("unschedulable", profile.name).observe(time.perf_counter() - start)
+        self.metrics.schedule_attempts.labels("unschedulable", profile.name).inc()
+        self.metrics.attempt_duration.labels("unschedulable", profile.name).observe(time.perf_counter() - start)
         if qp.pod.uid in self.pending:  # still pending (not deleted, not bound meanwhile)
             self.queue.add_unschedulable(qp, rejectors, self.clock())
             self.reporter.failed(self.pending[qp.pod.uid], message, "Unschedulable", profile.name)
 
     def _error(self, profile: Profile, qp: QueuedPod, message: str, start: float) -> None:
-        metrics.SCHEDULE_ATTEMPTS.labels("error", profile.name).inc()
-        metrics.ATTEMPT_DURATION.labels("error", profile.name).observe(time.perf_counter() - start)
+        self.metrics.schedule_attempts.labels("error", profile.name).inc()
+        self.metrics.attempt_duration.labels("error", profile.name).observe(time.perf_counter() - start)
         log.warning("scheduling attempt failed, retrying with backoff", pod=qp.pod.key, error=message)
         if qp.pod.uid in self.pending:
             self.queue.add_backoff(qp, self.clock())
@@ -292,13 +296,13 @@ class Scheduler:
             self._wake()
 
 
-def _observer(profile: str) -> Callable[[str, str, float], None]:
+def _observer(metrics: SchedulerMetrics, profile: str) -> Callable[[str, str, float], None]:
     children: dict[tuple[str, str], Any] = {}
 
     def observe(point: str, status: str, seconds: float) -> None:
         child = children.get((point, status))
         if child is None:
-            child = children[(point, status)] = metrics.EXTENSION_POINT_DURATION.labels(point, status, profile)
+            child = children[(point, status)] = metrics.extension_point_duration.labels(point, status, profile)
         child.observe(seconds)
 
     return observe
