@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -35,7 +34,9 @@ from crane_scheduler.framework.interface import (
 )
 from crane_scheduler.loadaware.args import PluginArgs, parse_args
 from crane_scheduler.loadaware.columns import FloatArray, LoadColumns, RecentBindings, recent_effects
-from crane_scheduler.loadaware.dynamic import (
+from crane_scheduler.nodetable import IntArray, NodeTable
+from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo
+from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
     RecentBinding,
@@ -43,11 +44,9 @@ from crane_scheduler.loadaware.dynamic import (
     node_load,
     score,
 )
-from crane_scheduler.nodetable import IntArray, NodeTable
-from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo
+from crane_shared.loadaware.podsize import is_daemonset_pod, pod_size
 from crane_shared.logs import LogOnce, get_logger
 from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, load_policy, policy_or_default
-from crane_shared.quantity import quantity
 
 NAME = "Dynamic"
 RELOAD_CHECK_INTERVAL = 2.0
@@ -70,22 +69,10 @@ class DynamicMetrics:
         )
 
 
-def is_daemonset_pod(pod: PodInfo) -> bool:
-    owners = pod.raw.get("metadata", {}).get("ownerReferences") or ()
-    return any(o.get("kind") == "DaemonSet" for o in owners)  # upstream: any DaemonSet owner
-
-
 def estimated_resources(pod: PodInfo) -> tuple[float, float]:
-    """(cores, bytes) a pod is expected to use: its requests, else its limits (factors are applied later)."""
-    cpu = pod.requests.get(CPU, 0) / 1000
-    memory = float(pod.requests.get(MEMORY, 0))
-    if cpu and memory:
-        return cpu, memory
-    limits: dict[str, float] = defaultdict(float)
-    for c in pod.raw.get("spec", {}).get("containers") or ():
-        for res, text in ((c.get("resources") or {}).get("limits") or {}).items():
-            limits[res] += quantity(text, milli=res == CPU) / (1000 if res == CPU else 1)
-    return cpu or limits[CPU], memory or limits[MEMORY]
+    """(cores, bytes) a pod is expected to use: the shared pod-sizing rule (``crane_shared.loadaware.podsize``)."""
+    size = pod_size(pod.raw.get("spec"), pod.requests)
+    return size.cpu, size.memory
 
 
 class PolicyFile:
@@ -241,7 +228,7 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
 
     def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
         self._maybe_reload()
-        if is_daemonset_pod(pod):
+        if is_daemonset_pod(pod.raw.get("metadata")):
             return []
         now = self.wall_clock()
         self.recent.prune(now - self._horizon())

@@ -19,8 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from crane_scheduler.extender.protocol import Load, NodeView
-from crane_scheduler.loadaware.dynamic import DynamicArgs, NodeCapacity, NodeLoad, RecentBinding, node_load
+from crane_extender.protocol import Load, NodeView
 from crane_shared.annotations import (
     HOT_VALUE_FRESHNESS,
     HOT_VALUE_KEY,
@@ -29,6 +28,7 @@ from crane_shared.annotations import (
     decode,
     metric_freshness_window,
 )
+from crane_shared.loadaware.dynamic import DynamicArgs, NodeCapacity, NodeLoad, RecentBinding, node_load
 
 __all__ = ["LoadMemo", "valid_until"]
 
