@@ -32,6 +32,27 @@ from crane_scheduler.framework.types import (
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 
+__all__ = [
+    "EXTENSION_POINTS",
+    "BindPlugin",
+    "EnqueueExtensions",
+    "ExplainPlugin",
+    "FilterPlugin",
+    "Handle",
+    "NormalizeScorePlugin",
+    "PermitPlugin",
+    "Plugin",
+    "PluginMetrics",
+    "PostBindPlugin",
+    "PostFilterPlugin",
+    "PreBindPlugin",
+    "PreFilterPlugin",
+    "PreScorePlugin",
+    "QueueSortPlugin",
+    "ReservePlugin",
+    "ScorePlugin",
+]
+
 
 class PluginMetrics:
     """Plugins' metrics in one registry: each family is created on first use and shared by every profile's

@@ -18,6 +18,12 @@ from typing import Any
 from crane_scheduler.framework.interface import Handle, Plugin
 from crane_scheduler.framework.types import ArgsError
 
+__all__ = [
+    "PluginFactory",
+    "Registry",
+    "no_args",
+]
+
 PluginFactory = Callable[[Mapping[str, Any], Handle], Plugin]
 
 

@@ -14,6 +14,7 @@ to Score) run in ``crane_scheduler.algorithm`` over the node table; Reserve to P
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -105,18 +106,17 @@ class Profile:
     async def run_binding(self, state: CycleState, pod: PodInfo, node: str, observe: Observe = _ignore) -> Status:
         """Permit, PreBind, then the first Bind plugin that does not SKIP; the first non-success status wins.
         A plugin that raises is reported as an error status naming it, never as an exception."""
-        t0 = time.perf_counter()
-        for permit in self.permit:
-            status = await _guard(permit.name, permit.permit(state, pod, node))
-            if not status.success:
-                observe("Permit", status.code.value, time.perf_counter() - t0)
-                return Status(status.code, status.reasons, permit.name)
-        t1 = time.perf_counter()
-        for pre in self.pre_bind:
-            status = await _guard(pre.name, pre.pre_bind(state, pod, node))
-            if not status.success:
-                observe("PreBind", status.code.value, time.perf_counter() - t1)
-                return Status(status.code, status.reasons, pre.name)
+        gates: list[tuple[str, list[tuple[str, Callable[[], Awaitable[Status]]]]]] = [
+            ("Permit", [(p.name, functools.partial(p.permit, state, pod, node)) for p in self.permit]),
+            ("PreBind", [(p.name, functools.partial(p.pre_bind, state, pod, node)) for p in self.pre_bind]),
+        ]
+        for point, calls in gates:
+            started = time.perf_counter()
+            for plugin, call in calls:
+                status = await _guard(plugin, call())
+                if not status.success:
+                    observe(point, status.code.value, time.perf_counter() - started)
+                    return Status(status.code, status.reasons, plugin)
         t2 = time.perf_counter()
         for binder in self.bind:
             status = await _guard(binder.name, binder.bind(state, pod, node))

@@ -17,6 +17,29 @@ import numpy.typing as npt
 from crane_scheduler.nodetable import IntArray, Mask
 from crane_scheduler.podinfo import PodInfo
 
+__all__ = [
+    "EXPLAIN_FILTERS",
+    "EXPLAIN_SCORES",
+    "MAX_NODE_SCORE",
+    "NO_NODES_MESSAGE",
+    "SKIP",
+    "SUCCESS",
+    "ArgsError",
+    "ClusterEvent",
+    "Code",
+    "CycleState",
+    "Diagnosis",
+    "PreFilterResult",
+    "QueuedPod",
+    "Rejection",
+    "Rows",
+    "Status",
+    "default_normalize",
+    "error",
+    "fit_error_message",
+    "unschedulable",
+]
+
 MAX_NODE_SCORE = 100
 NO_NODES_MESSAGE = "no nodes available to schedule pods"
 Rows = npt.NDArray[np.intp]
