@@ -14,11 +14,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from bench.extender.workload import fleet
-from crane_scheduler.extender.recent import RecentBindings, retention_for
-from crane_scheduler.extender.server import Extender, ExtenderMetrics, make_app
-from crane_scheduler.loadaware.dynamic import DynamicArgs
+from crane_extender.recent import RecentBindings, retention_for
+from crane_extender.server import Extender, ExtenderMetrics, make_app
 from crane_shared.bindings import BindingRecord
 from crane_shared.informer import Informer
+from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.policy import default_policy
 
 

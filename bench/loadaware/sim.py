@@ -25,12 +25,12 @@ from typing import Any
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import parse_config
 from crane_scheduler.framework import Handle
+from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.loadaware.args import parse_args
 from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import parse_node, parse_pod
-from crane_scheduler.profile import build_profiles
 from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.hotvalue import hot_value
 from crane_shared.policy import default_policy

@@ -35,8 +35,9 @@ from kubernetes_asyncio import client
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
 from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
-from crane_scheduler.informers import Informer
-from crane_shared.kube import api_client_from_dict, bind_pod
+from crane_scheduler.plugins.defaultbinder import bind_pod
+from crane_shared.informer import EventType, Informer
+from crane_shared.kube import api_client_from_dict
 
 NODE_RESOURCES = {"cpu": "4", "memory": "32Gi", "pods": "110"}
 POD_REQUESTS = {"cpu": "100m", "memory": "500Mi"}
@@ -134,20 +135,13 @@ class BindWatch:
         async def list_fn(**kw: Any) -> Any:
             return await core.list_namespaced_pod(namespace, **kw)
 
-        self.informer = Informer("bench-pods", list_fn, self)
+        self.informer = Informer("bench-pods", list_fn, self.seen)
 
-    def replace(self, items: list[dict[str, Any]]) -> None:
-        for obj in items:
-            self.upsert(obj)
-
-    def upsert(self, obj: dict[str, Any]) -> None:
-        if obj["spec"].get("nodeName") and obj["metadata"]["uid"] not in self.times:
+    def seen(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if kind != "DELETED" and obj["spec"].get("nodeName") and obj["metadata"]["uid"] not in self.times:
             self.times[obj["metadata"]["uid"]] = time.monotonic()
             if len(self.times) >= self.expected:
                 self.done.set()
-
-    def delete(self, obj: dict[str, Any]) -> None:
-        pass
 
 
 async def measure(

@@ -24,11 +24,9 @@ from yarl import URL
 from crane_shared.events import micro_time
 
 __all__ = [
-    "BindConflict",
     "KubeSettings",
     "TokenBucket",
     "api_client_from_dict",
-    "bind_pod",
     "make_api_client",
     "micro_time",
     "raw_json",
@@ -119,29 +117,6 @@ async def api_client_from_dict(config_dict: dict[str, Any], qps: float = 0, burs
     await config.load_kube_config_from_dict(config_dict=config_dict, client_configuration=configuration)
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, burst)
     return _finish(client.ApiClient(configuration=configuration), TokenBucket(qps, burst))
-
-
-class BindConflict(Exception):
-    """409: the pod is already bound (by us earlier, or by someone else): not worth a retry."""
-
-
-async def bind_pod(api: client.ApiClient, namespace: str, name: str, uid: str, node: str) -> None:
-    """POST pods/<name>/binding. kubernetes-asyncio cannot deserialize the Status the API answers (it expects a
-    Binding and raises ValueError after a successful bind), so read the raw response and judge the status code.
-    The UID precondition makes a bind of a deleted-and-recreated pod fail instead of binding the new one."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": {"name": name, "namespace": namespace, "uid": uid},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-    }
-    try:
-        v1 = client.CoreV1Api(api)
-        await raw_json(v1.create_namespaced_pod_binding(name, namespace, body, _preload_content=False))
-    except ApiException as err:
-        if err.status == 409:
-            raise BindConflict(f"pod {namespace}/{name} is already bound") from err
-        raise
 
 
 async def raw_json(call: Awaitable[Any]) -> Any:

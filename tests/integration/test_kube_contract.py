@@ -9,8 +9,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_sandbox.cluster import LocalCluster
+from crane_scheduler.plugins.defaultbinder import BindConflict, bind_pod
 from crane_shared.events import parse_scheduled_note, scheduled_event
-from crane_shared.kube import BindConflict, api_client_from_dict, bind_pod, raw_json
+from crane_shared.kube import api_client_from_dict, raw_json
 from crane_shared.leader import LeaderElector, LeaseConfig
 
 

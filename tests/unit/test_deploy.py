@@ -10,10 +10,10 @@ import yaml
 
 from crane_scheduler.config import parse_config
 from crane_scheduler.framework import Handle
+from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.loadaware import register
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
-from crane_scheduler.profile import build_profiles
 from crane_shared.policy import default_policy, load_policy, parse_policy
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -5,7 +5,8 @@ land where the kubelet would reject them, reports like kube-scheduler (events, P
 and is configured with a KubeSchedulerConfiguration file. Load-aware plugins plug into the same framework.
 
 Reading order: this file wires things up; ``scheduler.py`` is the service (informers, loop, binds);
-``algorithm.py`` one decision; ``plugins/`` the built-in plugins; ``nodetable.py`` and ``queue.py`` the state.
+``algorithm.py`` one decision; ``framework/`` the plugin API and the profile runtime; ``plugins/`` the
+built-in plugins; ``nodetable.py`` and ``internal/`` (queue, cache) the state.
 """
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ import socket
 import sys
 import time
 import uuid
+from dataclasses import dataclass, field
+
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from crane_scheduler import explain
 from crane_scheduler.config import ConfigError, SchedulerConfig, load_config
-from crane_scheduler.framework import Handle, Registry
+from crane_scheduler.framework import Handle, PluginMetrics, Registry
+from crane_scheduler.framework.runtime import Profile, build_profiles
+from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
-from crane_scheduler.profile import Profile, build_profiles
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from crane_shared.kube import KubeSettings, make_api_client
@@ -97,12 +102,33 @@ def plugin_registry() -> Registry:
     return registry
 
 
-def load(args: argparse.Namespace, registry: Registry) -> tuple[SchedulerConfig, dict[str, Profile], NodeTable]:
+@dataclass
+class Loaded:
+    """The validated configuration and its profiles, built once: serving uses these very plugin instances (their
+    handles get the API client when it exists), so no plugin registers a column or a metric twice."""
+
+    config: SchedulerConfig
+    profiles: dict[str, Profile]
+    table: NodeTable
+    handles: list[Handle] = field(default_factory=list)
+
+    def connect(self, api: object) -> None:
+        for handle in self.handles:
+            handle.api = api
+
+
+def load(args: argparse.Namespace, registry: Registry, metrics: CollectorRegistry | None = None) -> Loaded:
     """Configuration and profiles, validated together; raises ``ConfigError`` listing every problem."""
     config = load_config(args.config)
     table = NodeTable()
-    profiles = build_profiles(config, registry, lambda name: Handle(table, None, time.monotonic, name))
-    return config, profiles, table
+    plugin_metrics = PluginMetrics(metrics)
+    handles: list[Handle] = []
+
+    def handle_for(name: str) -> Handle:
+        handles.append(Handle(table, None, time.monotonic, name, plugin_metrics))
+        return handles[-1]
+
+    return Loaded(config, build_profiles(config, registry, handle_for), table, handles)
 
 
 def main(argv: list[str] | None = None, registry: Registry | None = None) -> int:
@@ -111,19 +137,19 @@ def main(argv: list[str] | None = None, registry: Registry | None = None) -> int
     configure_logging(common.log_level, common.log_format)
     registry = registry or plugin_registry()
     try:
-        load(args, registry)
+        loaded = load(args, registry, None if args.check_config else REGISTRY)
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 2
     if args.check_config:
         print("configuration is valid")
         return 0
-    return asyncio.run(serve(args, registry))
+    return asyncio.run(serve(args, loaded))
 
 
-async def serve(args: argparse.Namespace, registry: Registry) -> int:
+async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
     common = common_settings(args)
-    config, _, table = load(args, registry)
+    config, profiles, table = loaded.config, loaded.profiles, loaded.table
     kube = KubeSettings(
         kubeconfig=config.kubeconfig or common.kube.kubeconfig,
         context=common.kube.context,
@@ -132,11 +158,11 @@ async def serve(args: argparse.Namespace, registry: Registry) -> int:
     )
     api = await make_api_client(kube)
     events_api = await make_api_client(kube)  # its own rate limit, as kube-scheduler's event client
-    # Plugins get the real API client now (they were validated above with none).
-    profiles = build_profiles(config, registry, lambda name: Handle(table, api, time.monotonic, name))
+    loaded.connect(api)  # the plugins built (and validated) in main() get the real API client now
     identity = args.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
-    runtime = ServiceRuntime("crane-scheduler", common.listen_host, common.listen_port)
-    reporter = Reporter(events_api, api, identity, workers=args.event_concurrency)
+    runtime = ServiceRuntime("crane-scheduler", common.listen_host, common.listen_port, registry=REGISTRY)
+    metrics = SchedulerMetrics(runtime.registry)
+    reporter = Reporter(events_api, api, identity, workers=args.event_concurrency, metrics=metrics)
     scheduler = Scheduler(
         config=config,
         profiles=profiles,
@@ -145,12 +171,11 @@ async def serve(args: argparse.Namespace, registry: Registry) -> int:
         api=api,
         bind_concurrency=args.bind_concurrency,
         node_selector=args.node_selector,
+        metrics=metrics,
     )
     runtime.add_readiness_check("caches-synced", scheduler.synced.is_set)
     explain.add_routes(
-        runtime.app,
-        scheduler.decisions,
-        lambda name: getattr(profiles[name].plugins.get("Dynamic"), "explain_load", None) if name in profiles else None,
+        runtime.app, scheduler.decisions, lambda name: profiles[name].explainers if name in profiles else []
     )
     le = config.leader_election
     log.info(

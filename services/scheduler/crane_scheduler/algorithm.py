@@ -15,40 +15,27 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from crane_scheduler.framework import MAX_NODE_SCORE, Code, CycleState, Rejection, Rows, Status
+from crane_scheduler.framework.runtime import Observe, Profile
+from crane_scheduler.framework.types import (
+    EXPLAIN_FILTERS,
+    EXPLAIN_SCORES,
+    MAX_NODE_SCORE,
+    Code,
+    CycleState,
+    Diagnosis,
+    Rejection,
+    Rows,
+    Status,
+)
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import PodInfo
-from crane_scheduler.profile import Profile
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE = 5
-NO_NODES_MESSAGE = "no nodes available to schedule pods"
-NOTE_LENGTH_LIMIT = 1024
-
-Observe = Callable[[str, str, float], None]  # (extension point, status, seconds)
-EXPLAIN_FILTERS = "explain.filters"
-"""CycleState key: [(filter plugin, its rejections, rows alive before it)] of the last decision."""
-EXPLAIN_SCORES = "explain.scores"
-"""CycleState key: (scored rows, [(score plugin, weight, normalised scores)]) of the last decision."""
-
-
-@dataclass
-class Diagnosis:
-    num_all_nodes: int
-    reasons: Counter[str] = field(default_factory=Counter)
-    rejectors: set[str] = field(default_factory=set)
-    pre_filter_msg: str = ""
-    post_filter_msg: str = ""
-
-    @property
-    def message(self) -> str:
-        return fit_error_message(self)
 
 
 @dataclass
@@ -56,31 +43,6 @@ class ScheduleResult:
     node: str
     evaluated: int
     feasible: int
-
-
-def fit_error_message(d: Diagnosis) -> str:
-    """kube-scheduler's ``FitError.Error()``: ``0/N nodes are available: <count> <reason>, ... .``
-
-    The histogram is sorted as strings ("10 x" sorts before "2 y", as in Go), joined by ", ", ended with "."."""
-    if d.num_all_nodes == 0 and not d.pre_filter_msg:
-        return NO_NODES_MESSAGE
-    msg = f"0/{d.num_all_nodes} nodes are available:"
-    if d.pre_filter_msg:
-        msg += f" {d.pre_filter_msg}."
-    else:
-        items = sorted(f"{count} {reason}" for reason, count in d.reasons.items())
-        if items:
-            msg += f" {', '.join(items)}."
-    if d.post_filter_msg:
-        msg += f" {d.post_filter_msg}"
-    return msg
-
-
-def truncate_note(message: str) -> str:
-    """Event notes are cut at 1024 characters, ending in " ..." (kube's ``truncateMessage``)."""
-    if len(message) <= NOTE_LENGTH_LIMIT:
-        return message
-    return message[: NOTE_LENGTH_LIMIT - 4] + " ..."
 
 
 def num_feasible_nodes_to_find(percentage: int, num_nodes: int) -> int:

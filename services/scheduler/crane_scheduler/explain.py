@@ -3,23 +3,24 @@
 The algorithm leaves a ``Decision`` in the pod's cycle state: references to arrays it computed anyway (each Filter
 plugin's rejections, each Score plugin's scores over the scored rows) and the node objects it decided on, so
 recording costs almost nothing per pod. Turning a record into per-node JSON happens only when someone asks
-(``GET /debug/explain/{namespace}/{name}``, ``cranectl explain``); Dynamic's load inputs (annotated usage,
-estimates, hot value) are recomputed then from the node objects as they were at decision time, with the
-decision's time, so the answer is the one the scheduler acted on.
+(``GET /debug/explain/{namespace}/{name}``, ``cranectl explain``); plugins that implement the optional
+``ExplainPlugin`` interface (Dynamic: annotated usage, estimates, hot value, under ``load``) recompute their
+inputs then from the node objects as they were at decision time, with the decision's time, so the answer is the
+one the scheduler acted on.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from aiohttp import web
 
-from crane_scheduler.algorithm import EXPLAIN_FILTERS, EXPLAIN_SCORES
-from crane_scheduler.framework import Rejection, Rows
+from crane_scheduler.framework.interface import ExplainPlugin
+from crane_scheduler.framework.types import EXPLAIN_FILTERS, EXPLAIN_SCORES, Rejection, Rows
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 
@@ -88,11 +89,9 @@ class Decision:
         return out
 
 
-LoadExplainer = Callable[[NodeInfo, float], Mapping[str, Any]]
-
-
-def render(decision: Decision, explain_load: LoadExplainer | None = None, limit: int = 50) -> dict[str, Any]:
-    """JSON for one decision: the outcome, then the chosen and best-scored nodes, then the rejected ones."""
+def render(decision: Decision, explainers: Sequence[ExplainPlugin] = (), limit: int = 50) -> dict[str, Any]:
+    """JSON for one decision: the outcome, then the chosen and best-scored nodes, then the rejected ones; each
+    explaining plugin adds its section per listed node."""
     verdicts = decision.verdicts()
     passed = sorted(((n, v) for n, v in verdicts.items() if v["filter"] == "passed"), key=lambda nv: -nv[1]["total"])
     rejected = sorted((n, v) for n, v in verdicts.items() if v["filter"] != "passed")
@@ -101,8 +100,9 @@ def render(decision: Decision, explain_load: LoadExplainer | None = None, limit:
     for name, verdict in [*passed, *rejected][:limit]:
         entry = {"node": name, **verdict}
         info = decision.nodes[rows[name]]
-        if explain_load is not None and info is not None:
-            entry["load"] = dict(explain_load(info, decision.at))
+        if info is not None:
+            for plugin in explainers:
+                entry[plugin.explain_section] = dict(plugin.explain_node(info, decision.at))
         nodes.append(entry)
     reasons: dict[str, int] = {}
     for _, verdict in rejected:
@@ -147,11 +147,11 @@ class DecisionLog:
 
 
 def add_routes(
-    app: web.Application, decisions: DecisionLog, load_explainer: Callable[[str], LoadExplainer | None]
+    app: web.Application, decisions: DecisionLog, explainers: Callable[[str], Sequence[ExplainPlugin]]
 ) -> None:
     """``GET /debug/explain/{namespace}/{name}``: the pod's latest decision as JSON (404 when none is kept).
 
-    ``load_explainer(scheduler_name)`` gives the profile's Dynamic plugin's explainer, if it has one."""
+    ``explainers(scheduler_name)`` gives that profile's plugins implementing ``ExplainPlugin``."""
 
     async def explain(request: web.Request) -> web.Response:
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"
@@ -162,6 +162,6 @@ def add_routes(
                 f"{decisions.size} pods this scheduler tried)"
             )
         limit = int(request.query.get("limit", "50"))
-        return web.json_response(render(decision, load_explainer(decision.profile), limit))
+        return web.json_response(render(decision, explainers(decision.profile), limit))
 
     app.router.add_get("/debug/explain/{namespace}/{name}", explain)

@@ -1,53 +1,77 @@
-"""Prometheus metrics, named as kube-scheduler's where one exists, so existing dashboards keep working."""
+"""Prometheus metrics, named as kube-scheduler's where one exists, so existing dashboards keep working.
+
+One ``SchedulerMetrics`` per scheduler, in the registry it is given (the process registry in production, a fresh
+one in tests): nothing is registered at import time. Plugins register theirs through the framework ``Handle``.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _ATTEMPT_BUCKETS = tuple(0.001 * 2**i for i in range(15))  # 1 ms .. 16 s, as kube-scheduler
 _POINT_BUCKETS = tuple(0.0001 * 2**i for i in range(12))  # 0.1 ms .. 0.2 s
 
-SCHEDULE_ATTEMPTS = Counter(
-    "scheduler_schedule_attempts_total",
-    "Number of attempts to schedule pods, by the result: scheduled, unschedulable, error.",
-    ["result", "profile"],
-)
-ATTEMPT_DURATION = Histogram(
-    "scheduler_scheduling_attempt_duration_seconds",
-    "Scheduling attempt latency in seconds (scheduling algorithm + binding).",
-    ["result", "profile"],
-    buckets=_ATTEMPT_BUCKETS,
-)
-EXTENSION_POINT_DURATION = Histogram(
-    "scheduler_framework_extension_point_duration_seconds",
-    "Latency for running all plugins of a specific extension point.",
-    ["extension_point", "status", "profile"],
-    buckets=_POINT_BUCKETS,
-)
-PENDING_PODS = Gauge(
-    "scheduler_pending_pods",
-    "Number of pending pods, by the queue type: active, backoff, unschedulable, gated.",
-    ["queue"],
-)
-CACHE_SIZE = Gauge("scheduler_scheduler_cache_size", "Number of nodes, pods, and assumed pods in the cache.", ["type"])
-BIND_DURATION = Histogram(
-    "crane_scheduler_bind_duration_seconds",
-    "Latency of the binding cycle (Permit, PreBind, Bind) by result: bound, conflict, error.",
-    ["result"],
-    buckets=_ATTEMPT_BUCKETS,
-)
-BINDS_IN_FLIGHT = Gauge("crane_scheduler_binds_in_flight", "Binding cycles running now.")
-REPORTS = Counter(
-    "crane_scheduler_api_writes_total",
-    "Events and pod status patches the scheduler wrote, by kind and result.",
-    ["kind", "result"],
-)
-WATCH_RESTARTS = Counter(
-    "crane_scheduler_watch_restarts_total", "Watches re-opened, by resource and cause.", ["resource", "cause"]
-)
-ALGORITHM_DURATION = Histogram(
-    "scheduler_scheduling_algorithm_duration_seconds",
-    "Decision latency: PreFilter to node selection for one pod, without binding.",
-    ["profile"],
-    buckets=tuple(0.00002 * 1.25**i for i in range(40)),  # 20 µs .. ~150 ms, fine enough for percentiles
-)
+
+class SchedulerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = registry if registry is not None else CollectorRegistry()
+        self.registry = r
+        self.schedule_attempts = Counter(
+            "scheduler_schedule_attempts_total",
+            "Number of attempts to schedule pods, by the result: scheduled, unschedulable, error.",
+            ["result", "profile"],
+            registry=r,
+        )
+        self.attempt_duration = Histogram(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding).",
+            ["result", "profile"],
+            buckets=_ATTEMPT_BUCKETS,
+            registry=r,
+        )
+        self.extension_point_duration = Histogram(
+            "scheduler_framework_extension_point_duration_seconds",
+            "Latency for running all plugins of a specific extension point.",
+            ["extension_point", "status", "profile"],
+            buckets=_POINT_BUCKETS,
+            registry=r,
+        )
+        self.pending_pods = Gauge(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type: active, backoff, unschedulable, gated.",
+            ["queue"],
+            registry=r,
+        )
+        self.cache_size = Gauge(
+            "scheduler_scheduler_cache_size",
+            "Number of nodes, pods, and assumed pods in the cache.",
+            ["type"],
+            registry=r,
+        )
+        self.bind_duration = Histogram(
+            "crane_scheduler_bind_duration_seconds",
+            "Latency of the binding cycle (Permit, PreBind, Bind) by result: bound, conflict, error.",
+            ["result"],
+            buckets=_ATTEMPT_BUCKETS,
+            registry=r,
+        )
+        self.binds_in_flight = Gauge("crane_scheduler_binds_in_flight", "Binding cycles running now.", registry=r)
+        self.reports = Counter(
+            "crane_scheduler_api_writes_total",
+            "Events and pod status patches the scheduler wrote, by kind and result.",
+            ["kind", "result"],
+            registry=r,
+        )
+        self.watch_restarts = Counter(
+            "crane_scheduler_watch_restarts_total",
+            "Watches re-opened, by resource and cause.",
+            ["resource", "cause"],
+            registry=r,
+        )
+        self.algorithm_duration = Histogram(
+            "scheduler_scheduling_algorithm_duration_seconds",
+            "Decision latency: PreFilter to node selection for one pod, without binding.",
+            ["profile"],
+            buckets=tuple(0.00002 * 1.25**i for i in range(40)),  # 20 µs .. ~150 ms, fine enough for percentiles
+            registry=r,
+        )

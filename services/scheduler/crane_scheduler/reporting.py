@@ -25,8 +25,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from crane_scheduler import metrics
-from crane_scheduler.algorithm import truncate_note
+from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import PodRecord
 from crane_scheduler.podinfo import PodInfo
 from crane_shared.events import SCHEDULED_REASON, event_body, event_name, scheduled_event
@@ -34,6 +33,14 @@ from crane_shared.logs import LogOnce, get_logger
 
 log = get_logger("crane.scheduler.reporting")
 RECOVERY_WINDOW = timedelta(minutes=10)
+NOTE_LENGTH_LIMIT = 1024
+
+
+def truncate_note(message: str) -> str:
+    """Event notes are cut at 1024 characters, ending in " ..." (kube's ``truncateMessage``)."""
+    if len(message) <= NOTE_LENGTH_LIMIT:
+        return message
+    return message[: NOTE_LENGTH_LIMIT - 4] + " ..."
 
 
 def scheduled_event_name(pod: str, uid: str) -> str:
@@ -51,7 +58,9 @@ class Reporter:
         workers: int = 32,
         repeat_after: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or SchedulerMetrics()
         self._events_api = events_api
         self._api = api
         self.instance = instance
@@ -150,14 +159,14 @@ class Reporter:
                 namespace, body, _preload_content=False, _request_timeout=30
             )
             resp.release()
-            metrics.REPORTS.labels(kind, "ok").inc()
+            self.metrics.reports.labels(kind, "ok").inc()
         except ApiException as err:
             if err.status == 409:  # the one Scheduled event for this UID exists already
-                metrics.REPORTS.labels(kind, "exists").inc()
+                self.metrics.reports.labels(kind, "exists").inc()
                 return
             if err.status == 404:  # namespace gone
                 return
-            metrics.REPORTS.labels(kind, "error").inc()
+            self.metrics.reports.labels(kind, "error").inc()
             raise
 
     async def _patch_condition(self, pod: PodInfo, reason: str, message: str) -> None:
@@ -180,10 +189,10 @@ class Reporter:
                 _request_timeout=30,
             )
             resp.release()
-            metrics.REPORTS.labels("condition", "ok").inc()
+            self.metrics.reports.labels("condition", "ok").inc()
         except ApiException as err:
             if err.status != 404:
-                metrics.REPORTS.labels("condition", "error").inc()
+                self.metrics.reports.labels("condition", "error").inc()
                 raise
 
     async def _ensure_scheduled(self, pod: PodInfo, scheduler: str) -> None:

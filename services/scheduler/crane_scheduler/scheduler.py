@@ -29,18 +29,16 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from crane_scheduler import metrics
-from crane_scheduler.algorithm import Algorithm, Diagnosis, ScheduleResult
+from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.explain import DecisionLog
-from crane_scheduler.framework import ClusterEvent, Code, CycleState, Status
-from crane_scheduler.informers import Informer
+from crane_scheduler.framework.runtime import Profile
+from crane_scheduler.framework.types import ClusterEvent, Code, CycleState, Diagnosis, QueuedPod, Status
+from crane_scheduler.internal.cache import Cache
+from crane_scheduler.internal.queue import SchedulingQueue
+from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
-from crane_scheduler.profile import Profile
-from crane_scheduler.queue import QueuedPod, SchedulingQueue
 from crane_scheduler.reporting import Reporter
-from crane_shared.kube import BindConflict
 from crane_shared.logs import get_logger
 
 log = get_logger("crane.scheduler")
@@ -59,8 +57,10 @@ class Scheduler:
         bind_concurrency: int = 256,
         node_selector: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics or reporter.metrics
         self.profiles = profiles
         self.table = table
         self.reporter = reporter
@@ -74,12 +74,17 @@ class Scheduler:
             max_backoff=config.pod_max_backoff,
             events_of=self._events_of,
         )
-        self._observers: dict[str, Callable[[str, str, float], None]] = {name: _observer(name) for name in profiles}
+        self._observers: dict[str, Callable[[str, str, float], None]] = {
+            name: _observer(self.metrics, name) for name in profiles
+        }
         self.algorithm = Algorithm(table, config.percentage_of_nodes_to_score)
         self.decisions = DecisionLog()
-        self.pending: dict[str, PodInfo] = {}  # pending pods of our profiles, latest version
         self.synced = asyncio.Event()
         self._wakeup = asyncio.Event()
+        self.cache = Cache(table, self.queue, profiles, clock=clock, forget=reporter.forget, wake=self._wakeup.set)
+        self.pending = self.cache.pending  # pending pods of our profiles, latest version
+        self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted
+        self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
         self._slots = asyncio.Semaphore(bind_concurrency)
         self._binds: set[asyncio.Task[None]] = set()
 
@@ -95,12 +100,11 @@ class Scheduler:
         """Nodes and all non-terminal pods (bound ones for accounting, pending ones of our profiles to
         schedule). One pod watch, not two, so a pod's bind and its leaving the pending set arrive in order."""
         core = client.CoreV1Api(self.api)
-        nodes = Informer("nodes", core.list_node, _NodeHandler(self), label_selector=self.node_selector)
-        pods = Informer(
-            "pods",
-            core.list_pod_for_all_namespaces,
-            _PodHandler(self),
-            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+        nodes = self.cache.node_informer(
+            core.list_node, self.node_selector, lambda cause: self.metrics.watch_restarts.labels("nodes", cause).inc()
+        )
+        pods = self.cache.pod_informer(
+            core.list_pod_for_all_namespaces, lambda cause: self.metrics.watch_restarts.labels("pods", cause).inc()
         )
         tasks = [asyncio.create_task(nodes.run(stopping)), asyncio.create_task(pods.run(stopping))]
         try:
@@ -119,51 +123,6 @@ class Scheduler:
 
     def _wake(self) -> None:
         self._wakeup.set()
-
-    def on_node(self, raw: dict[str, Any]) -> None:
-        kind = self.table.upsert_node(parse_node(raw))
-        if kind is not None:
-            self.queue.on_event(ClusterEvent.NODE_ADD if kind == "add" else ClusterEvent.NODE_UPDATE)
-            self._wake()
-
-    def on_node_deleted(self, raw: dict[str, Any]) -> None:
-        self.table.remove_node((raw.get("metadata") or {}).get("name", ""))
-
-    def on_pod(self, raw: dict[str, Any]) -> None:
-        spec = raw.get("spec") or {}
-        if not spec.get("nodeName") and spec.get("schedulerName", "default-scheduler") not in self.profiles:
-            return  # another scheduler's pending pod: nothing to account, nothing to schedule
-        pod = parse_pod(raw)
-        if pod.node_name:
-            if self.pending.pop(pod.uid, None) is not None:
-                self.queue.delete(pod.uid)
-            known = pod.uid in self.table.pods
-            if self.table.add_pod(pod) and known:
-                self.queue.on_event(ClusterEvent.POD_UPDATE)
-            self.reporter.forget(pod.uid)
-            return
-        if pod.scheduler_name not in self.profiles:
-            return
-        if self.table.is_assumed(pod.uid):  # our bind is in flight: keep the latest version, do not queue
-            self.pending[pod.uid] = pod
-            return
-        if pod.deleting or pod.gated:
-            self.pending.pop(pod.uid, None)
-            self.queue.delete(pod.uid)
-            return
-        self.pending[pod.uid] = pod
-        self.queue.add(pod, self.clock())  # add() updates in place when the pod is already queued
-        self._wake()
-
-    def on_pod_deleted(self, raw: dict[str, Any]) -> None:
-        uid = (raw.get("metadata") or {}).get("uid", "")
-        self.pending.pop(uid, None)
-        self.queue.delete(uid)
-        self.reporter.forget(uid)
-        record = self.table.remove_pod(uid)
-        if record is not None:
-            self.queue.on_event(ClusterEvent.POD_DELETE)
-            self._wake()
 
     # ------------------------------------------------------------------------------------------ the loop
 
@@ -224,12 +183,12 @@ class Scheduler:
             self.update_gauges()
 
     def update_gauges(self) -> None:
-        metrics.PENDING_PODS.labels("active").set(self.queue.active_len)
-        metrics.PENDING_PODS.labels("backoff").set(self.queue.backoff_len)
-        metrics.PENDING_PODS.labels("unschedulable").set(len(self.queue.unschedulable))
-        metrics.CACHE_SIZE.labels("nodes").set(self.table.num_nodes)
-        metrics.CACHE_SIZE.labels("pods").set(len(self.table.pods))
-        metrics.CACHE_SIZE.labels("assumed_pods").set(sum(1 for r in self.table.pods.values() if r.assumed))
+        self.metrics.pending_pods.labels("active").set(self.queue.active_len)
+        self.metrics.pending_pods.labels("backoff").set(self.queue.backoff_len)
+        self.metrics.pending_pods.labels("unschedulable").set(len(self.queue.unschedulable))
+        self.metrics.cache_size.labels("nodes").set(self.table.num_nodes)
+        self.metrics.cache_size.labels("pods").set(len(self.table.pods))
+        self.metrics.cache_size.labels("assumed_pods").set(sum(1 for r in self.table.pods.values() if r.assumed))
 
     # ------------------------------------------------------------------------------------------ one pod
 
@@ -249,7 +208,7 @@ class Scheduler:
         except Exception as err:
             log.exception("scheduling failed", pod=pod.key)
             result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))
-        metrics.ALGORITHM_DURATION.labels(profile.name).observe(time.perf_counter() - start)
+        self.metrics.algorithm_duration.labels(profile.name).observe(time.perf_counter() - start)
         self.decisions.record(
             pod,
             time.time(),
@@ -259,11 +218,7 @@ class Scheduler:
             result.message if isinstance(result, Diagnosis | Status) else "",
         )
         if isinstance(result, Diagnosis):
-            for pf in profile.post_filter:
-                status = pf.post_filter(state, pod, result)
-                if status.reasons:
-                    result.post_filter_msg = status.message
-                    break
+            profile.run_post_filter(state, pod, result)
             self._unschedulable(profile, qp, frozenset(result.rejectors), result.message, start)
             self._slots.release()
             return
@@ -278,72 +233,41 @@ class Scheduler:
     ) -> None:
         pod, node = qp.pod, result.node
         self.table.assume(pod, node)
-        for i, pl in enumerate(profile.reserve):
-            status = pl.reserve(state, pod, node)
-            if not status.success:
-                for undo in reversed(profile.reserve[: i + 1]):
-                    undo.unreserve(state, pod, node)
-                self.table.forget(pod.uid)
-                self._failed(profile, qp, status, start)
-                self._slots.release()
-                return
+        status = profile.run_reserve(state, pod, node)
+        if not status.success:
+            self.table.forget(pod.uid)
+            self._failed(profile, qp, status, start)
+            self._slots.release()
+            return
         task = asyncio.create_task(self._binding_cycle(profile, qp, state, node, start))
         self._binds.add(task)
         task.add_done_callback(self._binds.discard)
 
     async def _binding_cycle(self, profile: Profile, qp: QueuedPod, state: CycleState, node: str, start: float) -> None:
         pod = qp.pod
-        metrics.BINDS_IN_FLIGHT.inc()
+        self.metrics.binds_in_flight.inc()
         bind_start = time.perf_counter()
         try:
-            status = await self._bind_extension_points(profile, state, pod, node)
-        except BindConflict:
+            status = await profile.run_binding(state, pod, node, self._observers[profile.name])
+        finally:
+            self.metrics.binds_in_flight.dec()
+            self._slots.release()
+        if status.code is Code.ALREADY_BOUND:
             self.table.forget(pod.uid)  # the informer will account the real binding
             self.reporter.already_bound(pod, profile.name)
-            metrics.BIND_DURATION.labels("conflict").observe(time.perf_counter() - bind_start)
+            self.metrics.bind_duration.labels("conflict").observe(time.perf_counter() - bind_start)
             return
-        except Exception as err:
-            status = Status(Code.ERROR, (f"binding pod to {node}: {err!r}",))
-        finally:
-            metrics.BINDS_IN_FLIGHT.dec()
-            self._slots.release()
         if not status.success:
-            metrics.BIND_DURATION.labels("error").observe(time.perf_counter() - bind_start)
-            for pl in reversed(profile.reserve):
-                pl.unreserve(state, pod, node)
+            self.metrics.bind_duration.labels("error").observe(time.perf_counter() - bind_start)
+            profile.run_unreserve(state, pod, node)
             self.table.forget(pod.uid)
             self._failed(profile, qp, status, start)
             return
-        metrics.BIND_DURATION.labels("bound").observe(time.perf_counter() - bind_start)
-        for post in profile.post_bind:
-            with contextlib.suppress(Exception):
-                post.post_bind(state, pod, node)
+        self.metrics.bind_duration.labels("bound").observe(time.perf_counter() - bind_start)
+        profile.run_post_bind(state, pod, node)
         self.reporter.scheduled(pod.namespace, pod.name, pod.uid, node, profile.name)
-        metrics.SCHEDULE_ATTEMPTS.labels("scheduled", profile.name).inc()
-        metrics.ATTEMPT_DURATION.labels("scheduled", profile.name).observe(time.perf_counter() - start)
-
-    async def _bind_extension_points(self, profile: Profile, state: CycleState, pod: PodInfo, node: str) -> Status:
-        observe = self._observers[profile.name]
-        t0 = time.perf_counter()
-        for permit in profile.permit:
-            status = await permit.permit(state, pod, node)
-            if not status.success:
-                observe("Permit", status.code.value, time.perf_counter() - t0)
-                return Status(status.code, status.reasons, permit.name)
-        t1 = time.perf_counter()
-        for pre in profile.pre_bind:
-            status = await pre.pre_bind(state, pod, node)
-            if not status.success:
-                observe("PreBind", status.code.value, time.perf_counter() - t1)
-                return Status(status.code, status.reasons, pre.name)
-        t2 = time.perf_counter()
-        for binder in profile.bind:
-            status = await binder.bind(state, pod, node)
-            if status.code is Code.SKIP:
-                continue
-            observe("Bind", status.code.value, time.perf_counter() - t2)
-            return status
-        return Status(Code.ERROR, ("no bind plugin bound the pod",))
+        self.metrics.schedule_attempts.labels("scheduled", profile.name).inc()
+        self.metrics.attempt_duration.labels("scheduled", profile.name).observe(time.perf_counter() - start)
 
     # ------------------------------------------------------------------------------------------ failures
 
@@ -356,15 +280,15 @@ class Scheduler:
     def _unschedulable(
         self, profile: Profile, qp: QueuedPod, rejectors: frozenset[str], message: str, start: float
     ) -> None:
-        metrics.SCHEDULE_ATTEMPTS.labels("unschedulable", profile.name).inc()
-        metrics.ATTEMPT_DURATION.labels("unschedulable", profile.name).observe(time.perf_counter() - start)
+        self.metrics.schedule_attempts.labels("unschedulable", profile.name).inc()
+        self.metrics.attempt_duration.labels("unschedulable", profile.name).observe(time.perf_counter() - start)
         if qp.pod.uid in self.pending:  # still pending (not deleted, not bound meanwhile)
             self.queue.add_unschedulable(qp, rejectors, self.clock())
             self.reporter.failed(self.pending[qp.pod.uid], message, "Unschedulable", profile.name)
 
     def _error(self, profile: Profile, qp: QueuedPod, message: str, start: float) -> None:
-        metrics.SCHEDULE_ATTEMPTS.labels("error", profile.name).inc()
-        metrics.ATTEMPT_DURATION.labels("error", profile.name).observe(time.perf_counter() - start)
+        self.metrics.schedule_attempts.labels("error", profile.name).inc()
+        self.metrics.attempt_duration.labels("error", profile.name).observe(time.perf_counter() - start)
         log.warning("scheduling attempt failed, retrying with backoff", pod=qp.pod.key, error=message)
         if qp.pod.uid in self.pending:
             self.queue.add_backoff(qp, self.clock())
@@ -372,55 +296,13 @@ class Scheduler:
             self._wake()
 
 
-def _observer(profile: str) -> Callable[[str, str, float], None]:
+def _observer(metrics: SchedulerMetrics, profile: str) -> Callable[[str, str, float], None]:
     children: dict[tuple[str, str], Any] = {}
 
     def observe(point: str, status: str, seconds: float) -> None:
         child = children.get((point, status))
         if child is None:
-            child = children[(point, status)] = metrics.EXTENSION_POINT_DURATION.labels(point, status, profile)
+            child = children[(point, status)] = metrics.extension_point_duration.labels(point, status, profile)
         child.observe(seconds)
 
     return observe
-
-
-class _NodeHandler:
-    def __init__(self, s: Scheduler) -> None:
-        self.s = s
-
-    def replace(self, items: list[dict[str, Any]]) -> None:
-        names = set()
-        for raw in items:
-            self.s.on_node(raw)
-            names.add((raw.get("metadata") or {}).get("name"))
-        for gone in self.s.table.node_names() - names:
-            self.s.table.remove_node(gone)
-
-    def upsert(self, obj: dict[str, Any]) -> None:
-        self.s.on_node(obj)
-
-    def delete(self, obj: dict[str, Any]) -> None:
-        self.s.on_node_deleted(obj)
-
-
-class _PodHandler:
-    def __init__(self, s: Scheduler) -> None:
-        self.s = s
-
-    def replace(self, items: list[dict[str, Any]]) -> None:
-        seen = set()
-        for raw in items:
-            self.s.on_pod(raw)
-            seen.add((raw.get("metadata") or {}).get("uid"))
-        for uid in set(self.s.pending) - seen:
-            if not self.s.table.is_assumed(uid):
-                self.s.on_pod_deleted({"metadata": {"uid": uid}})
-        for uid, record in list(self.s.table.pods.items()):
-            if uid not in seen and not record.assumed:
-                self.s.on_pod_deleted({"metadata": {"uid": uid}})
-
-    def upsert(self, obj: dict[str, Any]) -> None:
-        self.s.on_pod(obj)
-
-    def delete(self, obj: dict[str, Any]) -> None:
-        self.s.on_pod_deleted(obj)

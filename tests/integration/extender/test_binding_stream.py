@@ -19,13 +19,13 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from crane_extender.recent import RecentBindings, follow_bindings, retention_for
+from crane_extender.server import Extender, ExtenderMetrics, make_app
 from crane_sandbox.procs import free_port
-from crane_scheduler.extender.recent import RecentBindings, follow_bindings, retention_for
-from crane_scheduler.extender.server import Extender, ExtenderMetrics, make_app
-from crane_scheduler.loadaware.dynamic import DynamicArgs, EstimateArgs
 from crane_shared.annotations import encode_usage
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingRecord
+from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs
 from crane_shared.policy import default_policy
 
 METRICS = (

@@ -1,7 +1,7 @@
 """The stock kube-scheduler (the real v1.35 binary) configured with our extender avoids the overloaded node.
 
 Both wire modes: ``nodeCacheCapable: false`` (node objects in every request; extender in-process) and ``true``
-(names only; the extender runs as its own process, ``python -m crane_scheduler.extender --node-cache``, and
+(names only; the extender runs as its own process, ``python -m crane_extender --node-cache``, and
 watches nodes). The test pods select this test's three nodes by label and use a scheduler name of their own, so
 other tests' nodes and pods on the shared cluster do not interfere.
 """
@@ -25,13 +25,13 @@ from aiohttp import web
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
+from crane_extender.server import Extender, ExtenderMetrics, make_app
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.fleet import make_fleet
 from crane_sandbox.pod_follower import create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port
-from crane_scheduler.extender.server import Extender, ExtenderMetrics, make_app
-from crane_scheduler.loadaware.dynamic import DynamicArgs
 from crane_shared.annotations import encode_usage
+from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.policy import default_policy
 
 METRICS = (
@@ -92,14 +92,14 @@ async def _get(url: str) -> tuple[int, str]:
 
 @contextlib.asynccontextmanager
 async def extender_process(cluster: LocalCluster, run_dir: Path) -> AsyncIterator[str]:
-    """``python -m crane_scheduler.extender --node-cache`` as a child process, ready (node cache synced)."""
+    """``python -m crane_extender --node-cache`` as a child process, ready (node cache synced)."""
     port = free_port()
     proc = ManagedProcess(
         "crane-extender",
         [
             sys.executable,
             "-m",
-            "crane_scheduler.extender",
+            "crane_extender",
             "--node-cache",
             "--port",
             str(port),

@@ -18,9 +18,9 @@ from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess, free_port
 from crane_scheduler.config import parse_config
 from crane_scheduler.framework import Handle
+from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
-from crane_scheduler.profile import build_profiles
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from crane_shared.kube import api_client_from_dict

@@ -9,14 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from crane_scheduler.extender.memo import valid_until
-from crane_scheduler.extender.protocol import Decide, filter_nodes, parse_args, prioritize_nodes
-from crane_scheduler.extender.recent import RecentBindings
-from crane_scheduler.extender.server import Extender, ExtenderMetrics
-from crane_scheduler.loadaware.dynamic import DynamicArgs, NodeCapacity, RecentBinding, node_load
+from crane_extender.protocol import Decide, filter_nodes, parse_args, prioritize_nodes
+from crane_extender.recent import RecentBindings
+from crane_extender.server import Extender, ExtenderMetrics
 from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.bindings import BindingRecord
 from crane_shared.informer import Informer
+from crane_shared.loadaware.dynamic import DynamicArgs, NodeCapacity, RecentBinding, node_load, valid_until
 from crane_shared.policy import default_policy
 from tests.unit.extender.builders import METRICS, names_args, node, nodes_args, pod, usage
 

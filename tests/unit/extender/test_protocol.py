@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crane_scheduler.extender.protocol import (
+from crane_extender.protocol import (
     UNKNOWN_NODE_REASON,
     Decide,
     MalformedRequest,
@@ -21,7 +21,7 @@ from crane_scheduler.extender.protocol import (
     parse_args,
     prioritize_nodes,
 )
-from crane_scheduler.loadaware.dynamic import (
+from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     EstimateArgs,
     NodeCapacity,

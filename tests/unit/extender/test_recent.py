@@ -6,11 +6,11 @@ import asyncio
 import time
 from datetime import timedelta
 
-from crane_scheduler.extender.protocol import PodView
-from crane_scheduler.extender.recent import RecentBindings, follow_bindings, retention_for
-from crane_scheduler.loadaware.dynamic import DynamicArgs, EstimateArgs, RecentBinding
+from crane_extender.protocol import PodView
+from crane_extender.recent import RecentBindings, follow_bindings, retention_for
 from crane_shared.binding_store import SkippedEntry, StreamBatch
 from crane_shared.bindings import BindingRecord
+from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs, RecentBinding
 from crane_shared.policy import default_policy
 
 T = 1_800_000_000.0

@@ -11,9 +11,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from crane_scheduler.extender.server import Extender, ExtenderMetrics, make_app
-from crane_scheduler.loadaware.dynamic import DynamicArgs
+from crane_extender.server import Extender, ExtenderMetrics, make_app
 from crane_shared.informer import Informer
+from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.logs import LogOnce
 from crane_shared.policy import default_policy
 from crane_shared.service import ServiceRuntime

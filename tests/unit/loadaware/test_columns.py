@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crane_scheduler.loadaware.columns import LoadColumns, RecentBindings, recent_effects
-from crane_scheduler.loadaware.dynamic import (
+from crane_shared.annotations import encode_hot_value, encode_usage
+from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
     RecentBinding,
@@ -17,7 +18,6 @@ from crane_scheduler.loadaware.dynamic import (
     node_load,
     score,
 )
-from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.policy import default_policy
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)

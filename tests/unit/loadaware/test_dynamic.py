@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from crane_scheduler.loadaware.dynamic import (
+from crane_shared.annotations import encode_hot_value, encode_usage
+from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     EstimateArgs,
     NodeCapacity,
@@ -19,7 +20,6 @@ from crane_scheduler.loadaware.dynamic import (
     raw_score,
     score,
 )
-from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.policy import default_policy, parse_policy
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)

@@ -17,7 +17,7 @@ def decide(s: Setup, raw: dict[str, Any]) -> dict[str, Any]:
     result = s.algorithm.schedule(s.profile, info, state)
     chosen = result.node if isinstance(result, ScheduleResult) else None
     decision = Decision.from_state(info, NOW, s.table, state, chosen, getattr(result, "message", ""))
-    return render(decision, s.plugin.explain_load)
+    return render(decision, [s.plugin])
 
 
 def test_why_this_node_shows_every_plugin_score_and_the_load_inputs() -> None:

@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from crane_scheduler.algorithm import Algorithm, Diagnosis, ScheduleResult
+from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import ConfigError, parse_config
-from crane_scheduler.framework import ArgsError, Handle
+from crane_scheduler.framework import ArgsError, Diagnosis, Handle
+from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.loadaware import plugin as dynamic_plugin
 from crane_scheduler.loadaware.args import parse_args
 from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import parse_node, parse_pod
-from crane_scheduler.profile import build_profiles
 from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.policy import default_policy
 from tests.unit.scheduler.builders import node, pod
@@ -152,10 +152,9 @@ def test_unreserve_forgets_the_binding() -> None:
 def test_malformed_annotations_are_skipped_and_counted() -> None:
     bad = loaded("bad", 0.1)
     bad["metadata"]["annotations"]["cpu_usage_avg_5m"] = "NaN,2026-01-01T00:00:00+00:00"
-    before = dynamic_plugin.MALFORMED.labels("cpu_usage_avg_5m")._value.get()
     s = Setup(bad)
     assert s.place(pod()) == "bad"
-    assert dynamic_plugin.MALFORMED.labels("cpu_usage_avg_5m")._value.get() == before + 1
+    assert s.plugin.metrics.malformed.labels("cpu_usage_avg_5m")._value.get() == 1
 
 
 def test_policy_reload_applies_a_valid_file_and_refuses_an_invalid_one(tmp_path: Path) -> None:
@@ -200,6 +199,7 @@ def test_every_profile_has_its_own_view_of_node_load() -> None:
     table.upsert_node(parse_node(loaded("busy", 0.9)))
     for name in ("a", "b"):
         dynamic = profiles[name].plugins["Dynamic"]
+        assert isinstance(dynamic, Dynamic)
         dynamic.wall_clock = lambda: NOW
         [rejection] = dynamic.filter({}, parse_pod(pod()), table)
         assert rejection.reason == "node(s) had cpu_usage_avg_5m above 0.65"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from crane_scheduler.algorithm import Algorithm, Diagnosis, ScheduleResult
+from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig, parse_config
-from crane_scheduler.framework import Handle, Status
+from crane_scheduler.framework import Diagnosis, Handle, Status
+from crane_scheduler.framework.runtime import Profile, build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
-from crane_scheduler.profile import Profile, build_profiles
 
 _uids = itertools.count(1)
 

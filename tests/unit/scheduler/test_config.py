@@ -9,9 +9,9 @@ import pytest
 
 from crane_scheduler.config import ConfigError, load_config, parse_config
 from crane_scheduler.framework import Handle
+from crane_scheduler.framework.runtime import Profile, build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
-from crane_scheduler.profile import Profile, build_profiles
 
 
 def problems(data: Any) -> list[str]:

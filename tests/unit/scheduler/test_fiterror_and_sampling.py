@@ -7,16 +7,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from crane_scheduler.algorithm import (
-    Algorithm,
-    Diagnosis,
-    ScheduleResult,
-    fit_error_message,
-    num_feasible_nodes_to_find,
-    sample_feasible,
-    truncate_note,
-)
+from crane_scheduler.algorithm import Algorithm, ScheduleResult, num_feasible_nodes_to_find, sample_feasible
+from crane_scheduler.framework import Diagnosis, fit_error_message
 from crane_scheduler.podinfo import parse_pod
+from crane_scheduler.reporting import truncate_note
 from tests.unit.scheduler.builders import node, pod, profile, table
 
 

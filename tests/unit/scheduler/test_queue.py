@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from crane_scheduler.framework import ClusterEvent
+from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.plugins.queuesort import PrioritySort
 from crane_scheduler.podinfo import parse_pod
-from crane_scheduler.queue import SchedulingQueue
 from tests.unit.scheduler.builders import pod
 
 

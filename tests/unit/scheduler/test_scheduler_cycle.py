@@ -9,14 +9,13 @@ from typing import Any
 import pytest
 
 from crane_scheduler.config import SchedulerConfig
-from crane_scheduler.framework import SUCCESS, CycleState, Handle, Registry, Status
+from crane_scheduler.framework import SUCCESS, Code, CycleState, Handle, Registry, Status
+from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import PodInfo, parse_pod
-from crane_scheduler.profile import build_profiles
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
-from crane_shared.kube import BindConflict
 from tests.unit.scheduler.builders import node, pod
 
 
@@ -35,7 +34,7 @@ class FakeBinder:
         await self.gate.wait()
         outcome = self.outcome.get(pod.name, "ok")
         if outcome == "conflict":
-            raise BindConflict(pod.name)
+            return Status(Code.ALREADY_BOUND, (f"pod {pod.name} is already bound",))
         if outcome == "error":
             raise RuntimeError("connection reset")
         return SUCCESS

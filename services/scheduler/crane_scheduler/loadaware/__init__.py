@@ -6,7 +6,7 @@ upstream crane-scheduler's shipped configuration), so ``crane-scheduler`` is loa
 
 from __future__ import annotations
 
-from crane_scheduler.framework import Registry
+from crane_scheduler.framework.registry import Registry
 
 DYNAMIC_WEIGHT = 3
 

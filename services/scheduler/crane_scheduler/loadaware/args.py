@@ -21,9 +21,9 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from crane_scheduler.framework import ArgsError
-from crane_scheduler.loadaware.dynamic import EstimateArgs, StalePolicy
 from crane_shared.annotations import DEFAULT_LEGACY_ZONE
 from crane_shared.durations import DurationError, parse_duration
+from crane_shared.loadaware.dynamic import EstimateArgs, StalePolicy
 
 _KNOWN = {"policyConfigPath", "staleData", "legacyTimeZone", "ownBindingsInHotValue", "estimate"}
 _ESTIMATE_KNOWN = {"enabled", "incomingPod", "cpuFactor", "memoryFactor", "window"}

@@ -17,13 +17,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from crane_scheduler.loadaware.dynamic import (
-    HOT_VALUE_PENALTY,
-    MAX_SCORE,
-    NEUTRAL_SCORE,
-    DynamicArgs,
-    resource_of,
-)
 from crane_shared.annotations import (
     HOT_VALUE_FRESHNESS,
     HOT_VALUE_KEY,
@@ -31,6 +24,13 @@ from crane_shared.annotations import (
     annotation_key,
     decode,
     metric_freshness_window,
+)
+from crane_shared.loadaware.dynamic import (
+    HOT_VALUE_PENALTY,
+    MAX_SCORE,
+    NEUTRAL_SCORE,
+    DynamicArgs,
+    resource_of,
 )
 
 FloatArray = npt.NDArray[np.float64]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -25,9 +24,19 @@ import numpy as np
 from prometheus_client import Counter
 
 from crane_scheduler.framework import SUCCESS, ArgsError, ClusterEvent, CycleState, Handle, Rejection, Rows, Status
+from crane_scheduler.framework.interface import (
+    EnqueueExtensions,
+    ExplainPlugin,
+    FilterPlugin,
+    PluginMetrics,
+    ReservePlugin,
+    ScorePlugin,
+)
 from crane_scheduler.loadaware.args import PluginArgs, parse_args
 from crane_scheduler.loadaware.columns import FloatArray, LoadColumns, RecentBindings, recent_effects
-from crane_scheduler.loadaware.dynamic import (
+from crane_scheduler.nodetable import IntArray, NodeTable
+from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo
+from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
     RecentBinding,
@@ -35,46 +44,43 @@ from crane_scheduler.loadaware.dynamic import (
     node_load,
     score,
 )
-from crane_scheduler.nodetable import IntArray, NodeTable
-from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo
+from crane_shared.loadaware.podsize import is_daemonset_pod, pod_size
 from crane_shared.logs import LogOnce, get_logger
 from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, load_policy, policy_or_default
-from crane_shared.quantity import quantity
 
 NAME = "Dynamic"
 RELOAD_CHECK_INTERVAL = 2.0
 
 log = get_logger("crane.scheduler.dynamic")
-REJECTIONS = Counter("crane_scheduler_dynamic_rejections", "Nodes the Dynamic filter rejected, by metric", ["metric"])
-MALFORMED = Counter(
-    "crane_scheduler_dynamic_malformed_annotations", "Load annotations that could not be decoded", ["metric"]
-)
-RELOADS = Counter("crane_scheduler_policy_reloads", "Policy file reloads by result", ["result"])
 
 
-def is_daemonset_pod(pod: PodInfo) -> bool:
-    owners = pod.raw.get("metadata", {}).get("ownerReferences") or ()
-    return any(o.get("kind") == "DaemonSet" for o in owners)  # upstream: any DaemonSet owner
+class DynamicMetrics:
+    """The plugin's metrics, in the registry the framework handle gives it (shared by every profile's Dynamic)."""
+
+    def __init__(self, metrics: PluginMetrics) -> None:
+        self.rejections: Counter = metrics.counter(
+            "crane_scheduler_dynamic_rejections", "Nodes the Dynamic filter rejected, by metric", ["metric"]
+        )
+        self.malformed: Counter = metrics.counter(
+            "crane_scheduler_dynamic_malformed_annotations", "Load annotations that could not be decoded", ["metric"]
+        )
+        self.reloads: Counter = metrics.counter(
+            "crane_scheduler_policy_reloads", "Policy file reloads by result", ["result"]
+        )
 
 
 def estimated_resources(pod: PodInfo) -> tuple[float, float]:
-    """(cores, bytes) a pod is expected to use: its requests, else its limits (factors are applied later)."""
-    cpu = pod.requests.get(CPU, 0) / 1000
-    memory = float(pod.requests.get(MEMORY, 0))
-    if cpu and memory:
-        return cpu, memory
-    limits: dict[str, float] = defaultdict(float)
-    for c in pod.raw.get("spec", {}).get("containers") or ():
-        for res, text in ((c.get("resources") or {}).get("limits") or {}).items():
-            limits[res] += quantity(text, milli=res == CPU) / (1000 if res == CPU else 1)
-    return cpu or limits[CPU], memory or limits[MEMORY]
+    """(cores, bytes) a pod is expected to use: the shared pod-sizing rule (``crane_shared.loadaware.podsize``)."""
+    size = pod_size(pod.raw.get("spec"), pod.requests)
+    return size.cpu, size.memory
 
 
 class PolicyFile:
     """The policy file and the stat signature it was loaded at; ``reload`` returns a new valid policy or None."""
 
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, reloads: Counter | None = None) -> None:
         self.path = path
+        self._reloads = reloads
         self.policy = policy_or_default(path)
         self._signature = self._stat()
         self._refused: tuple[int, int, int] | None = None
@@ -96,26 +102,30 @@ class PolicyFile:
             policy = load_policy(self.path)
         except PolicyError as err:
             self._refused = signature
-            RELOADS.labels("invalid").inc()
+            if self._reloads is not None:
+                self._reloads.labels("invalid").inc()
             log.error(
                 "policy file changed but is invalid; keeping the previous policy", path=self.path, problems=str(err)
             )
             return None
         self._signature = signature
         self.policy = policy
-        RELOADS.labels("applied").inc()
+        if self._reloads is not None:
+            self._reloads.labels("applied").inc()
         log.info("policy reloaded", path=self.path)
         return policy
 
 
-class Dynamic:
+class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, ExplainPlugin):
     name = NAME
+    explain_section = "load"
 
     def __init__(self, args: PluginArgs, handle: Handle, wall_clock: Callable[[], float] = time.time) -> None:
         self.handle = handle
         self.wall_clock = wall_clock
+        self.metrics = DynamicMetrics(handle.metrics)
         try:
-            self.policy_file = PolicyFile(args.policy_path)
+            self.policy_file = PolicyFile(args.policy_path, self.metrics.reloads)
         except PolicyError as err:  # reported with the config's field path, like every other bad arg
             raise ArgsError([("policyConfigPath", str(err))]) from err
         self.args = DynamicArgs(
@@ -139,7 +149,7 @@ class Dynamic:
         """Table hook, called when a node is added or changes: decode its load annotations once."""
         bad = self.columns.set_row(self.handle.table.rows[node.name], node.annotations)
         for metric in bad:
-            MALFORMED.labels(metric).inc()
+            self.metrics.malformed.labels(metric).inc()
             self._log_once.warning(
                 f"malformed:{metric}", "malformed load annotation skipped", node=node.name, metric=metric
             )
@@ -191,7 +201,7 @@ class Dynamic:
                 "memory": np.where(mem > 0, est.memory_factor * memory / np.where(mem > 0, mem, 1), 0.0),
             }
 
-    def explain_load(self, info: NodeInfo, at: float) -> dict[str, Any]:
+    def explain_node(self, info: NodeInfo, at: float) -> dict[str, Any]:
         """The load inputs of one node as the policy saw them at ``at`` (for ``explain``)."""
         capacity = NodeCapacity(info.allocatable.get(CPU, 0) / 1000, float(info.allocatable.get(MEMORY, 0)))
         recent = self.recent_on(info.name, until=at)
@@ -218,7 +228,7 @@ class Dynamic:
 
     def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
         self._maybe_reload()
-        if is_daemonset_pod(pod):
+        if is_daemonset_pod(pod.raw.get("metadata")):
             return []
         now = self.wall_clock()
         self.recent.prune(now - self._horizon())
@@ -233,7 +243,7 @@ class Dynamic:
             mask &= live
             count = int(np.count_nonzero(mask))
             if count:
-                REJECTIONS.labels(_metric_of(reason)).inc(count)
+                self.metrics.rejections.labels(_metric_of(reason)).inc(count)
                 rejections.append(Rejection(reason, mask))
         return rejections
 

@@ -8,7 +8,7 @@ NodeResourcesBalancedAllocation 1).
 
 from __future__ import annotations
 
-from crane_scheduler.framework import Registry
+from crane_scheduler.framework.registry import Registry
 from crane_scheduler.plugins import (
     defaultbinder,
     nodeaffinity,

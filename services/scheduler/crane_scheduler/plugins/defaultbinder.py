@@ -1,24 +1,56 @@
-"""DefaultBinder: POST pods/<name>/binding. A 409 (already bound) surfaces as ``BindConflict``, which the
-scheduler treats as someone else's success rather than an error to retry."""
+"""DefaultBinder: POST pods/<name>/binding. A 409 (already bound) is answered with ``Code.ALREADY_BOUND``, which
+the scheduler treats as someone else's success rather than an error to retry; nothing raises across the plugin
+boundary."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from crane_scheduler.framework import SUCCESS, CycleState, Handle, Status, no_args
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from crane_scheduler.framework import SUCCESS, BindPlugin, Code, CycleState, Handle, Status, no_args
 from crane_scheduler.podinfo import PodInfo
-from crane_shared.kube import bind_pod
+from crane_shared.kube import raw_json
 
 
-class DefaultBinder:
+class BindConflict(Exception):
+    """409: the pod is already bound (by us earlier, or by someone else): not worth a retry."""
+
+
+async def bind_pod(api: client.ApiClient, namespace: str, name: str, uid: str, node: str) -> None:
+    """POST pods/<name>/binding. kubernetes-asyncio cannot deserialize the Status the API answers (it expects a
+    Binding and raises ValueError after a successful bind), so read the raw response and judge the status code.
+    The UID precondition makes a bind of a deleted-and-recreated pod fail instead of binding the new one."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    try:
+        v1 = client.CoreV1Api(api)
+        await raw_json(v1.create_namespaced_pod_binding(name, namespace, body, _preload_content=False))
+    except ApiException as err:
+        if err.status == 409:
+            raise BindConflict(f"pod {namespace}/{name} is already bound") from err
+        raise
+
+
+class DefaultBinder(BindPlugin):
     name = "DefaultBinder"
 
     def __init__(self, handle: Handle) -> None:
         self._handle = handle
 
     async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        await bind_pod(self._handle.api, pod.namespace, pod.name, pod.uid, node)
+        try:
+            await bind_pod(self._handle.api, pod.namespace, pod.name, pod.uid, node)
+        except BindConflict as err:
+            return Status(Code.ALREADY_BOUND, (str(err),), self.name)
+        except Exception as err:  # API errors, timeouts, resets: the pod is retried with backoff
+            return Status(Code.ERROR, (f"binding pod to {node}: {err!r}",), self.name)
         return SUCCESS
 
 

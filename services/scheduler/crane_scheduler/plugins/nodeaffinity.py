@@ -26,6 +26,14 @@ from crane_scheduler.framework import (
     no_args,
     unschedulable,
 )
+from crane_scheduler.framework.interface import (
+    EnqueueExtensions,
+    FilterPlugin,
+    NormalizeScorePlugin,
+    PreFilterPlugin,
+    PreScorePlugin,
+    ScorePlugin,
+)
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import PodInfo, Requirement, SelectorTerm
 
@@ -55,7 +63,7 @@ def required_mask(table: NodeTable, pod: PodInfo) -> Mask:
     return mask
 
 
-class NodeAffinity:
+class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, NormalizeScorePlugin, EnqueueExtensions):
     name = "NodeAffinity"
 
     def __init__(self) -> None:

@@ -8,13 +8,14 @@ from typing import Any
 import numpy as np
 
 from crane_scheduler.framework import ClusterEvent, CycleState, Handle, Rejection, no_args
+from crane_scheduler.framework.interface import EnqueueExtensions, FilterPlugin
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PodInfo
 
 REASON = "node(s) didn't match the requested node name"
 
 
-class NodeName:
+class NodeName(FilterPlugin, EnqueueExtensions):
     name = "NodeName"
 
     def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:

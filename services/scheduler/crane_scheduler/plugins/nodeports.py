@@ -16,13 +16,14 @@ from crane_scheduler.framework import (
     Rejection,
     no_args,
 )
+from crane_scheduler.framework.interface import EnqueueExtensions, FilterPlugin, PreFilterPlugin
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PodInfo
 
 REASON = "node(s) didn't have free ports for the requested pod ports"
 
 
-class NodePorts:
+class NodePorts(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
     name = "NodePorts"
 
     def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:

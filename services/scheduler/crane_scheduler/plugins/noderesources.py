@@ -28,6 +28,7 @@ from crane_scheduler.framework import (
     Rows,
     Status,
 )
+from crane_scheduler.framework.interface import EnqueueExtensions, FilterPlugin, PreScorePlugin, ScorePlugin
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import CPU, MEMORY, PODS, PodInfo, is_scalar_resource
 
@@ -130,7 +131,7 @@ class _Rows:
         return self.alloc[:, col], used + pod_req
 
 
-class NodeResourcesFit:
+class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions):
     name = "NodeResourcesFit"
 
     def __init__(self, args: FitArgs) -> None:
@@ -186,7 +187,7 @@ class NodeResourcesFit:
         return ClusterEvent.ALL
 
 
-class BalancedAllocation:
+class BalancedAllocation(PreScorePlugin, ScorePlugin, EnqueueExtensions):
     name = "NodeResourcesBalancedAllocation"
 
     def __init__(self, resources: tuple[tuple[str, int], ...]) -> None:

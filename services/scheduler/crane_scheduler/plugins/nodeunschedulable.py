@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from crane_scheduler.framework import ClusterEvent, CycleState, Handle, Rejection, no_args
+from crane_scheduler.framework.interface import EnqueueExtensions, FilterPlugin
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PodInfo, Taint, tolerated
 
@@ -13,7 +14,7 @@ REASON = "node(s) were unschedulable"
 _UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
 
 
-class NodeUnschedulable:
+class NodeUnschedulable(FilterPlugin, EnqueueExtensions):
     name = "NodeUnschedulable"
 
     def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:

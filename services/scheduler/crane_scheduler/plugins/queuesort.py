@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from crane_scheduler.framework import Handle, no_args
-
-if TYPE_CHECKING:
-    from crane_scheduler.queue import QueuedPod
+from crane_scheduler.framework import Handle, QueuedPod, no_args
+from crane_scheduler.framework.interface import QueueSortPlugin
 
 
-class PrioritySort:
+class PrioritySort(QueueSortPlugin):
     name = "PrioritySort"
 
     def sort_key(self, qp: QueuedPod) -> tuple[Any, ...]:

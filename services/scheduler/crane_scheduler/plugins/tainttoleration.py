@@ -20,13 +20,20 @@ from crane_scheduler.framework import (
     default_normalize,
     no_args,
 )
+from crane_scheduler.framework.interface import (
+    EnqueueExtensions,
+    FilterPlugin,
+    NormalizeScorePlugin,
+    PreScorePlugin,
+    ScorePlugin,
+)
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import PodInfo, Toleration, tolerated
 
 REASON = "node(s) had untolerated taint(s)"  # kube-scheduler >= 1.34 no longer names the taint
 
 
-class TaintToleration:
+class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin, NormalizeScorePlugin, EnqueueExtensions):
     name = "TaintToleration"
 
     def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:

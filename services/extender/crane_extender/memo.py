@@ -7,75 +7,28 @@ fresh for 5 minutes) and through which recent bindings fall inside the hot-value
 function of the node's annotations, capacity and recent bindings. So a load computed at ``t0`` is exactly the
 load at any ``t`` in ``[t0, valid_until)``, where ``valid_until`` is the first of those instants after ``t0``.
 
-The instants are derived from ``loadaware.dynamic``'s documented rules; ``tests/unit/extender/test_memo.py``
-checks them against ``node_load`` itself at random times. (They belong next to ``node_load``; until then they
-live here.)
+The instants come from ``crane_shared.loadaware.dynamic.valid_until``, next to the rules they are derived from;
+``tests/unit/extender/test_memo.py`` checks them against ``node_load`` itself at random times.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from crane_scheduler.extender.protocol import Load, NodeView
-from crane_scheduler.loadaware.dynamic import DynamicArgs, NodeCapacity, NodeLoad, RecentBinding, node_load
-from crane_shared.annotations import (
-    HOT_VALUE_FRESHNESS,
-    HOT_VALUE_KEY,
-    AnnotationError,
-    annotation_key,
-    decode,
-    metric_freshness_window,
+from crane_extender.protocol import Load, NodeView
+from crane_shared.annotations import HOT_VALUE_KEY, annotation_key
+from crane_shared.loadaware.dynamic import (
+    DynamicArgs,
+    NodeCapacity,
+    NodeLoad,
+    RecentBinding,
+    node_load,
+    valid_until,
 )
 
-__all__ = ["LoadMemo", "valid_until"]
-
-
-def _until(ts: datetime, state: str, window_s: float, skew_s: float) -> float:
-    """When a reading in ``state`` stamped ``ts`` next changes state (inf: never, as time only moves on)."""
-    stamp = ts.timestamp()
-    if state == "fresh":
-        return stamp + window_s
-    if state == "future":
-        return stamp - skew_s
-    return math.inf
-
-
-def valid_until(
-    load: NodeLoad,
-    annotations: Mapping[str, str] | None,
-    args: DynamicArgs,
-    recent: Sequence[RecentBinding],
-    computed_at: float,
-) -> float:
-    """The first instant after ``computed_at`` at which ``node_load`` with the same inputs may differ."""
-    skew = args.max_skew.total_seconds()
-    until = math.inf
-    for sync in args.policy.sync_policy:
-        reading = load.readings.get(sync.name)
-        if reading is not None and reading.timestamp is not None:
-            until = min(
-                until,
-                _until(reading.timestamp, reading.state, metric_freshness_window(sync.period).total_seconds(), skew),
-            )
-    hot_text = (annotations or {}).get(HOT_VALUE_KEY)
-    if hot_text is not None and load.hot_state in ("fresh", "future"):
-        try:
-            hot_ts = decode(hot_text, args.legacy_zone).timestamp
-        except AnnotationError:
-            hot_ts = None
-        if hot_ts is not None:
-            until = min(until, _until(hot_ts, load.hot_state, HOT_VALUE_FRESHNESS.total_seconds(), skew))
-    if args.own_bindings_in_hot_value:
-        for rule in args.policy.hot_value:
-            span = rule.time_range.total_seconds()
-            for binding in recent:  # counted while bound_at > now - range
-                end = binding.bound_at + span
-                if end > computed_at:
-                    until = min(until, end)
-    return until
+__all__ = ["LoadMemo"]
 
 
 @dataclass

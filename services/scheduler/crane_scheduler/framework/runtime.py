@@ -1,4 +1,5 @@
-"""A profile: the plugins of one ``schedulerName``, instantiated and ordered per extension point.
+"""The profile runtime (kube-scheduler's ``framework/runtime``): one ``schedulerName``'s plugins, instantiated
+once and ordered per extension point, and the runners of the per-pod extension points.
 
 Plugin lists are resolved exactly as kube-scheduler does it. The defaults (``registry.defaults``: kube-scheduler's
 default plugins, plus any registered ``enabled_by_default``) live in ``multiPoint``; a profile's
@@ -7,35 +8,47 @@ default plugins, plus any registered ``enabled_by_default``) live in ``multiPoin
 point it implements unless disabled there; a plugin also listed at a specific extension point keeps that entry
 (and its score weight), ordered first. Score weight: the specific one, else multiPoint's, else 1.
 
-Each plugin is instantiated once per profile, with its ``pluginConfig`` args.
+Each plugin is instantiated once per profile, with its ``pluginConfig`` args. The decision's points (PreFilter
+to Score) run in ``crane_scheduler.algorithm`` over the node table; Reserve to PostBind run here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from crane_scheduler.config import ConfigError, PluginRef, PluginSet, ProfileConfig, SchedulerConfig
-from crane_scheduler.framework import (
+from crane_scheduler.framework.interface import (
     EXTENSION_POINTS,
-    ArgsError,
     BindPlugin,
-    ClusterEvent,
     EnqueueExtensions,
+    ExplainPlugin,
     FilterPlugin,
     Handle,
     PermitPlugin,
+    Plugin,
     PostBindPlugin,
     PostFilterPlugin,
     PreBindPlugin,
     PreFilterPlugin,
     PreScorePlugin,
     QueueSortPlugin,
-    Registry,
     ReservePlugin,
     ScorePlugin,
 )
+from crane_scheduler.framework.registry import Registry
+from crane_scheduler.framework.types import ArgsError, ClusterEvent, Code, CycleState, Diagnosis, Status
+from crane_scheduler.podinfo import PodInfo
+
+Observe = Callable[[str, str, float], None]
+"""(extension point, status code, seconds): how the runtime reports each point's duration (for the metrics)."""
+
+
+def _ignore(point: str, status: str, seconds: float) -> None:
+    pass
 
 
 @dataclass
@@ -53,13 +66,80 @@ class Profile:
     bind: list[BindPlugin] = field(default_factory=list)
     post_bind: list[PostBindPlugin] = field(default_factory=list)
     percentage_of_nodes_to_score: int | None = None
-    plugins: dict[str, Any] = field(default_factory=dict)
+    plugins: dict[str, Plugin] = field(default_factory=dict)
 
     def events_of(self, plugin: str) -> ClusterEvent:
         instance = self.plugins.get(plugin)
         if isinstance(instance, EnqueueExtensions):
             return instance.events_to_register()
         return ClusterEvent.ALL
+
+    @property
+    def explainers(self) -> list[ExplainPlugin]:
+        """The plugins that can explain their per-node inputs (optional ``ExplainPlugin`` interface)."""
+        return [p for p in self.plugins.values() if isinstance(p, ExplainPlugin)]
+
+    # ------------------------------------------------------------------------------------------ extension points
+
+    def run_post_filter(self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis) -> None:
+        """PostFilter until one has something to say; its message is appended to the FitError."""
+        for pf in self.post_filter:
+            status = pf.post_filter(state, pod, diagnosis)
+            if status.reasons:
+                diagnosis.post_filter_msg = status.message
+                return
+
+    def run_reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """Reserve in order; on the first failure every plugin reserved so far (and the failing one) unreserves."""
+        for i, pl in enumerate(self.reserve):
+            status = pl.reserve(state, pod, node)
+            if not status.success:
+                for undo in reversed(self.reserve[: i + 1]):
+                    undo.unreserve(state, pod, node)
+                return Status(status.code, status.reasons, status.plugin or pl.name)
+        return Status()
+
+    def run_unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        for pl in reversed(self.reserve):
+            pl.unreserve(state, pod, node)
+
+    async def run_binding(self, state: CycleState, pod: PodInfo, node: str, observe: Observe = _ignore) -> Status:
+        """Permit, PreBind, then the first Bind plugin that does not SKIP; the first non-success status wins.
+        A plugin that raises is reported as an error status naming it, never as an exception."""
+        gates: list[tuple[str, list[tuple[str, Callable[[], Awaitable[Status]]]]]] = [
+            ("Permit", [(p.name, functools.partial(p.permit, state, pod, node)) for p in self.permit]),
+            ("PreBind", [(p.name, functools.partial(p.pre_bind, state, pod, node)) for p in self.pre_bind]),
+        ]
+        for point, calls in gates:
+            started = time.perf_counter()
+            for plugin, call in calls:
+                status = await _guard(plugin, call())
+                if not status.success:
+                    observe(point, status.code.value, time.perf_counter() - started)
+                    return Status(status.code, status.reasons, plugin)
+        t2 = time.perf_counter()
+        for binder in self.bind:
+            status = await _guard(binder.name, binder.bind(state, pod, node))
+            if status.code is Code.SKIP:
+                continue
+            observe("Bind", status.code.value, time.perf_counter() - t2)
+            return Status(status.code, status.reasons, binder.name)
+        return Status(Code.ERROR, ("no bind plugin bound the pod",))
+
+    def run_post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        """PostBind is informational (kube ignores its outcome): one failing plugin does not stop the others."""
+        for post in self.post_bind:
+            try:
+                post.post_bind(state, pod, node)
+            except Exception:  # informational extension point
+                continue
+
+
+async def _guard(plugin: str, call: Awaitable[Status]) -> Status:
+    try:
+        return await call
+    except Exception as err:
+        return Status(Code.ERROR, (f"running {plugin}: {err!r}",), plugin)
 
 
 def merge_plugin_set(default: list[PluginRef], custom: PluginSet | None) -> list[PluginRef]:
@@ -113,7 +193,7 @@ def _build(pc: ProfileConfig, p: str, registry: Registry, handle: Handle, proble
     for point in EXTENSION_POINTS:
         for k, ref in enumerate(pc.plugins.get(point, PluginSet()).enabled):
             wanted.setdefault(ref.name, f"{p}.plugins.{point}.enabled[{k}].name")
-    instances: dict[str, Any] = {}
+    instances: dict[str, Plugin] = {}
     for name, where in wanted.items():
         if name not in registry:
             problems.append(f"{where}: unknown plugin {name!r} (available: {', '.join(sorted(registry))})")
@@ -167,7 +247,7 @@ def _build(pc: ProfileConfig, p: str, registry: Registry, handle: Handle, proble
 
 
 def _expand(
-    point: str, protocol: type, specific: PluginSet, multipoint: list[PluginRef], instances: dict[str, Any]
+    point: str, protocol: type, specific: PluginSet, multipoint: list[PluginRef], instances: dict[str, Plugin]
 ) -> list[tuple[Any, int | None]]:
     """kube-scheduler's ``expandMultiPointPlugins`` for one extension point: overrides, then multiPoint
     plugins, then the other specific ones."""

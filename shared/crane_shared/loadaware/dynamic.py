@@ -272,3 +272,48 @@ def score(load: NodeLoad, args: DynamicArgs) -> int:
     """The Dynamic score, 0..100: rounded, clamped, minus ``10 * hot``."""
     value = raw_score(load, args) - HOT_VALUE_PENALTY * load.hot
     return max(0, min(MAX_SCORE, round(value)))
+
+
+def _until(ts: datetime, state: str, window_s: float, skew_s: float) -> float:
+    """When a reading in ``state`` stamped ``ts`` next changes state (inf: never, as time only moves on)."""
+    stamp = ts.timestamp()
+    if state == "fresh":
+        return stamp + window_s
+    if state == "future":
+        return stamp - skew_s
+    return math.inf
+
+
+def valid_until(
+    load: NodeLoad,
+    annotations: Mapping[str, str] | None,
+    args: DynamicArgs,
+    recent: Sequence[RecentBinding],
+    computed_at: float,
+) -> float:
+    """The first instant after ``computed_at`` at which ``node_load`` with the same inputs may differ."""
+    skew = args.max_skew.total_seconds()
+    until = math.inf
+    for sync in args.policy.sync_policy:
+        reading = load.readings.get(sync.name)
+        if reading is not None and reading.timestamp is not None:
+            until = min(
+                until,
+                _until(reading.timestamp, reading.state, metric_freshness_window(sync.period).total_seconds(), skew),
+            )
+    hot_text = (annotations or {}).get(HOT_VALUE_KEY)
+    if hot_text is not None and load.hot_state in ("fresh", "future"):
+        try:
+            hot_ts = decode(hot_text, args.legacy_zone).timestamp
+        except AnnotationError:
+            hot_ts = None
+        if hot_ts is not None:
+            until = min(until, _until(hot_ts, load.hot_state, HOT_VALUE_FRESHNESS.total_seconds(), skew))
+    if args.own_bindings_in_hot_value:
+        for rule in args.policy.hot_value:
+            span = rule.time_range.total_seconds()
+            for binding in recent:  # counted while bound_at > now - range
+                end = binding.bound_at + span
+                if end > computed_at:
+                    until = min(until, end)
+    return until

@@ -20,10 +20,10 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from aiohttp import web
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from crane_scheduler.extender.memo import LoadMemo
-from crane_scheduler.extender.protocol import (
+from crane_extender.memo import LoadMemo
+from crane_extender.protocol import (
     Decide,
     ExtenderArgs,
     MalformedRequest,
@@ -34,9 +34,9 @@ from crane_scheduler.extender.protocol import (
     parse_args,
     prioritize_nodes,
 )
-from crane_scheduler.extender.recent import RecentBindings
-from crane_scheduler.loadaware.dynamic import DynamicArgs, RecentBinding
+from crane_extender.recent import RecentBindings
 from crane_shared.informer import Informer
+from crane_shared.loadaware.dynamic import DynamicArgs, RecentBinding
 from crane_shared.logs import LogOnce, get_logger
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "EXTENDER", "Extender", "ExtenderMetrics", "make_app"]
@@ -65,12 +65,10 @@ class ExtenderMetrics:
     bindings: Counter
 
     @classmethod
-    def create(cls, registry: CollectorRegistry = REGISTRY) -> ExtenderMetrics:
-        """One set per registry (prometheus-client refuses to register a name twice)."""
-        existing = _METRICS.get(id(registry))
-        if existing is not None:
-            return existing
-        metrics = cls(
+    def create(cls, registry: CollectorRegistry | None = None) -> ExtenderMetrics:
+        """The extender's metrics, registered in ``registry`` (a fresh one when None); nothing at import time."""
+        registry = registry if registry is not None else CollectorRegistry()
+        return cls(
             requests=Counter(
                 "crane_extender_requests_total",
                 "Extender requests by verb and result (ok, malformed, unavailable, error)",
@@ -103,11 +101,6 @@ class ExtenderMetrics:
                 registry=registry,
             ),
         )
-        _METRICS[id(registry)] = metrics
-        return metrics
-
-
-_METRICS: dict[int, ExtenderMetrics] = {}
 
 
 class Extender:

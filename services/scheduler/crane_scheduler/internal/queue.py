@@ -15,25 +15,14 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from crane_scheduler.framework import ClusterEvent
+from crane_scheduler.framework.types import ClusterEvent, QueuedPod
 from crane_scheduler.podinfo import PodInfo
 
 DEFAULT_INITIAL_BACKOFF = 1.0
 DEFAULT_MAX_BACKOFF = 10.0
 MAX_UNSCHEDULABLE_DURATION = 300.0
-
-
-@dataclass(slots=True)
-class QueuedPod:
-    pod: PodInfo
-    timestamp: float  # when it (re-)entered the queue; the tie-breaker after priority
-    initial_attempt: float | None = None
-    attempts: int = 0
-    rejectors: frozenset[str] = field(default_factory=frozenset)  # plugins that rejected it last time
-    unschedulable_since: float = 0.0
 
 
 class SchedulingQueue:

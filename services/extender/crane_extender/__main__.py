@@ -1,4 +1,5 @@
-"""``python -m crane_scheduler.extender``: the Dynamic policy as a scheduler extender for the stock kube-scheduler.
+"""``crane-scheduler-extender`` (``python -m crane_extender``): the Dynamic policy as a scheduler extender for
+the stock kube-scheduler.
 
 One process, one port (default 8888): ``POST /extender/filter``, ``POST /extender/prioritize``, and the usual
 ``/healthz``, ``/readyz`` (node cache synced, with ``--node-cache``) and ``/metrics``. ``--node-cache`` watches
@@ -18,13 +19,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from kubernetes_asyncio import client
 
-from crane_scheduler.extender.recent import RecentBindings, follow_bindings, retention_for
-from crane_scheduler.extender.server import DEFAULT_MAX_REQUEST_BYTES, Extender, ExtenderMetrics, make_app
-from crane_scheduler.loadaware.dynamic import DynamicArgs, EstimateArgs
+from crane_extender.recent import RecentBindings, follow_bindings, retention_for
+from crane_extender.server import DEFAULT_MAX_REQUEST_BYTES, Extender, ExtenderMetrics, make_app
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingSchema
 from crane_shared.informer import Informer
 from crane_shared.kube import make_api_client
+from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs
 from crane_shared.logs import configure_logging, get_logger
 from crane_shared.policy import PolicyError, policy_or_default
 from crane_shared.redisconn import redacted, redis_from_args
@@ -41,7 +42,7 @@ def _names(text: str) -> frozenset[str]:
 
 
 def build_parser() -> EnvArgumentParser:
-    parser = EnvArgumentParser(prog="python -m crane_scheduler.extender", description=__doc__)
+    parser = EnvArgumentParser(prog="crane-scheduler-extender", description=__doc__)
     p = parser.add_argument_group("policy")
     p.add_argument(
         "--policy",

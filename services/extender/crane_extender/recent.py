@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
 
-from crane_scheduler.extender.protocol import PodView
-from crane_scheduler.loadaware.dynamic import DynamicArgs, RecentBinding
+from crane_extender.protocol import PodView
 from crane_shared.binding_store import StreamBatch
 from crane_shared.bindings import BindingRecord
+from crane_shared.loadaware.dynamic import DynamicArgs, RecentBinding
 from crane_shared.logs import LogOnce, get_logger
 
 __all__ = ["RecentBindings", "follow_bindings", "retention_for"]

@@ -14,7 +14,7 @@ Rules kube-scheduler imposes (pkg/scheduler/extender.go, schedule_one.go) and th
   an empty list ("no opinion": every node gets the same 0);
 - ``FailedNodes`` are Unschedulable (preemption may help), ``FailedAndUnresolvableNodes`` are not.
 
-The decisions are ``crane_scheduler.loadaware.dynamic`` unchanged: the same annotations, policy, time and recent
+The decisions are ``crane_shared.loadaware.dynamic`` unchanged: the same annotations, policy, time and recent
 bindings give the same verdicts and scores as the in-process plugins (scores scaled from 0..100 to 0..10).
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from crane_scheduler.loadaware.dynamic import (
+from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
     NodeLoad,
@@ -36,7 +36,8 @@ from crane_scheduler.loadaware.dynamic import (
     node_load,
     score,
 )
-from crane_scheduler.podinfo import CPU, MEMORY, pod_requests
+from crane_shared.loadaware.podsize import PodSize, is_daemonset_pod, pod_size
+from crane_shared.podresources import CPU, MEMORY
 from crane_shared.quantity import quantity
 
 __all__ = [
@@ -81,9 +82,9 @@ class PodView:
     name: str
     daemonset: bool
     cpu: float
-    """requested cores (the estimate's factor is applied by the policy)"""
+    """estimated cores (requests, else limits; the estimate's factor is applied by the policy)"""
     memory: float
-    """requested bytes"""
+    """estimated bytes"""
 
     @property
     def key(self) -> str:
@@ -203,24 +204,22 @@ def _kind(value: Any) -> str:
 
 
 def pod_view(pod: Mapping[str, Any]) -> PodView:
-    """The pod's identity, DaemonSet ownership (upstream: any owner of kind DaemonSet) and requests."""
+    """The pod's identity, DaemonSet ownership and estimated size, by the rules the in-process plugin uses
+    (``crane_shared.loadaware.podsize``)."""
     meta = pod.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
-    owners = meta.get("ownerReferences")
-    daemonset = isinstance(owners, list) and any(isinstance(o, dict) and o.get("kind") == "DaemonSet" for o in owners)
     spec = pod.get("spec")
     try:
-        # The API server defaults a missing request to the limit, so requests are what the pod may use.
-        requests = pod_requests(spec) if isinstance(spec, dict) else {}
+        size = pod_size(spec) if isinstance(spec, dict) else PodSize(0.0, 0.0)
     except (ValueError, TypeError, AttributeError):  # unparseable resources: no estimate, still scheduled
-        requests = {}
+        size = PodSize(0.0, 0.0)
     return PodView(
         uid=str(meta.get("uid") or ""),
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
-        daemonset=daemonset,
-        cpu=requests.get(CPU, 0) / 1000,
-        memory=float(requests.get(MEMORY, 0)),
+        daemonset=is_daemonset_pod(meta),
+        cpu=size.cpu,
+        memory=size.memory,
     )
 
 

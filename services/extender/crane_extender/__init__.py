@@ -5,7 +5,7 @@ sends each pod's candidate nodes here (README.md in this folder). ``protocol`` i
 translation, ``server`` the aiohttp handlers, ``recent`` the binding-stream follower, ``__main__`` the process.
 """
 
-from crane_scheduler.extender.protocol import (
+from crane_extender.protocol import (
     Decide,
     ExtenderArgs,
     MalformedRequest,
@@ -13,8 +13,8 @@ from crane_scheduler.extender.protocol import (
     parse_args,
     prioritize_nodes,
 )
-from crane_scheduler.extender.recent import RecentBindings, follow_bindings
-from crane_scheduler.extender.server import Extender, ExtenderMetrics, make_app
+from crane_extender.recent import RecentBindings, follow_bindings
+from crane_extender.server import Extender, ExtenderMetrics, make_app
 
 __all__ = [
     "Decide",

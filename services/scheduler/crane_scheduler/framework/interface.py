@@ -1,0 +1,195 @@
+"""The plugin API: kube-scheduler's extension points, one small Protocol each, and the ``Handle``.
+
+A plugin declares the extension points it implements by subclassing their protocols
+(``class NodeName(FilterPlugin, EnqueueExtensions)``), so mypy checks its method signatures against these; an
+out-of-tree plugin may also just have the methods (the protocols are runtime-checkable and the profile runtime
+finds them by shape, as Go finds interfaces). The one difference from kube-scheduler is deliberate: **Filter,
+PreScore and Score see all candidate nodes at once** as rows of the ``NodeTable`` and answer with numpy arrays,
+because a Python call per node per plugin would cost more than the decision. Everything after the node is chosen
+(Reserve ... PostBind) is per pod, and the binding-cycle points are coroutines, so a plugin may wait (Permit) or
+call the API (PreBind, Bind) without blocking the loop. Plugins never raise across this boundary: failures are
+a ``Status``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from prometheus_client import CollectorRegistry, Counter
+
+from crane_scheduler.framework.types import (
+    ClusterEvent,
+    CycleState,
+    Diagnosis,
+    PreFilterResult,
+    QueuedPod,
+    Rejection,
+    Rows,
+    Status,
+)
+from crane_scheduler.nodetable import IntArray, NodeTable
+from crane_scheduler.podinfo import NodeInfo, PodInfo
+
+__all__ = [
+    "EXTENSION_POINTS",
+    "BindPlugin",
+    "EnqueueExtensions",
+    "ExplainPlugin",
+    "FilterPlugin",
+    "Handle",
+    "NormalizeScorePlugin",
+    "PermitPlugin",
+    "Plugin",
+    "PluginMetrics",
+    "PostBindPlugin",
+    "PostFilterPlugin",
+    "PreBindPlugin",
+    "PreFilterPlugin",
+    "PreScorePlugin",
+    "QueueSortPlugin",
+    "ReservePlugin",
+    "ScorePlugin",
+]
+
+
+class PluginMetrics:
+    """Plugins' metrics in one registry: each family is created on first use and shared by every profile's
+    instance of the plugin (a registry refuses a name twice). Nothing is registered at import time."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._counters: dict[str, Counter] = {}
+
+    def counter(self, name: str, documentation: str, labelnames: Sequence[str] = ()) -> Counter:
+        found = self._counters.get(name)
+        if found is None:
+            found = self._counters[name] = Counter(name, documentation, labelnames, registry=self.registry)
+        return found
+
+
+@dataclass
+class Handle:
+    """What the framework gives a plugin factory: the shared node table, the API client (set before the first
+    binding cycle; None while only validating, and in pure tests), a clock, and the metrics registry."""
+
+    table: NodeTable
+    api: Any = None
+    clock: Callable[[], float] = field(default=lambda: 0.0)
+    profile: str = ""
+    metrics: PluginMetrics = field(default_factory=PluginMetrics)
+
+
+@runtime_checkable
+class Plugin(Protocol):
+    name: str
+
+
+@runtime_checkable
+class QueueSortPlugin(Plugin, Protocol):
+    def sort_key(self, qp: QueuedPod) -> tuple[Any, ...]:
+        """Smaller keys are scheduled first (kube's ``Less`` as a sort key, so the queue can be a heap)."""
+        ...
+
+
+@runtime_checkable
+class PreFilterPlugin(Plugin, Protocol):
+    def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult: ...
+
+
+@runtime_checkable
+class FilterPlugin(Plugin, Protocol):
+    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+        """Rejections over all table rows; an empty list passes every node."""
+        ...
+
+
+@runtime_checkable
+class PostFilterPlugin(Plugin, Protocol):
+    def post_filter(self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis) -> Status:
+        """Runs when no node fits (kube: preemption); the status message is appended to the FitError."""
+        ...
+
+
+@runtime_checkable
+class PreScorePlugin(Plugin, Protocol):
+    def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
+        """SKIP leaves this plugin's Score out for this pod."""
+        ...
+
+
+@runtime_checkable
+class ScorePlugin(Plugin, Protocol):
+    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+        """One score per row in ``rows``; after NormalizeScore each must be within 0..100."""
+        ...
+
+
+@runtime_checkable
+class NormalizeScorePlugin(Plugin, Protocol):
+    def normalize_score(self, state: CycleState, pod: PodInfo, scores: IntArray) -> IntArray: ...
+
+
+@runtime_checkable
+class ReservePlugin(Plugin, Protocol):
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None: ...
+
+
+@runtime_checkable
+class PermitPlugin(Plugin, Protocol):
+    async def permit(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """May await (kube's Wait); UNSCHEDULABLE rejects and the pod is retried after backoff."""
+        ...
+
+
+@runtime_checkable
+class PreBindPlugin(Plugin, Protocol):
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
+
+
+@runtime_checkable
+class BindPlugin(Plugin, Protocol):
+    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """SKIP hands the pod to the next bind plugin; ALREADY_BOUND says the pod is bound already (409)."""
+        ...
+
+
+@runtime_checkable
+class PostBindPlugin(Plugin, Protocol):
+    def post_bind(self, state: CycleState, pod: PodInfo, node: str) -> None: ...
+
+
+@runtime_checkable
+class EnqueueExtensions(Plugin, Protocol):
+    def events_to_register(self) -> ClusterEvent:
+        """Events that may make a pod this plugin rejected schedulable; plugins without it get ALL."""
+        ...
+
+
+@runtime_checkable
+class ExplainPlugin(Plugin, Protocol):
+    """Optional: per-node inputs the plugin decided on, shown by ``GET /debug/explain`` under ``explain_section``."""
+
+    explain_section: str
+
+    def explain_node(self, node: NodeInfo, at: float) -> Mapping[str, Any]:
+        """The plugin's view of ``node`` as it was at wall-clock time ``at`` (the decision's time)."""
+        ...
+
+
+EXTENSION_POINTS: dict[str, type] = {
+    "queueSort": QueueSortPlugin,
+    "preFilter": PreFilterPlugin,
+    "filter": FilterPlugin,
+    "postFilter": PostFilterPlugin,
+    "preScore": PreScorePlugin,
+    "score": ScorePlugin,
+    "reserve": ReservePlugin,
+    "permit": PermitPlugin,
+    "preBind": PreBindPlugin,
+    "bind": BindPlugin,
+    "postBind": PostBindPlugin,
+}

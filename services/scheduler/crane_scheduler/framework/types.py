@@ -1,0 +1,187 @@
+"""The framework's value types (kube-scheduler's ``framework/types.go`` and ``framework/interface.go`` statuses).
+
+Nothing here imports the rest of the scheduler: plugins, the queue, the cache and the runtime all import these
+types, never the reverse, so the package has no import cycles.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from crane_scheduler.nodetable import IntArray, Mask
+from crane_scheduler.podinfo import PodInfo
+
+__all__ = [
+    "EXPLAIN_FILTERS",
+    "EXPLAIN_SCORES",
+    "MAX_NODE_SCORE",
+    "NO_NODES_MESSAGE",
+    "SKIP",
+    "SUCCESS",
+    "ArgsError",
+    "ClusterEvent",
+    "Code",
+    "CycleState",
+    "Diagnosis",
+    "PreFilterResult",
+    "QueuedPod",
+    "Rejection",
+    "Rows",
+    "Status",
+    "default_normalize",
+    "error",
+    "fit_error_message",
+    "unschedulable",
+]
+
+MAX_NODE_SCORE = 100
+NO_NODES_MESSAGE = "no nodes available to schedule pods"
+Rows = npt.NDArray[np.intp]
+CycleState = dict[str, Any]
+"""Per-pod scratch space shared by the plugins of one scheduling attempt (PreFilter results, PreScore data)."""
+
+EXPLAIN_FILTERS = "explain.filters"
+"""CycleState key: [(filter plugin, its rejections, rows alive before it)] of the last decision."""
+EXPLAIN_SCORES = "explain.scores"
+"""CycleState key: (scored rows, [(score plugin, weight, normalised scores)]) of the last decision."""
+
+
+class Code(enum.Enum):
+    SUCCESS = "Success"
+    ERROR = "Error"
+    UNSCHEDULABLE = "Unschedulable"
+    UNSCHEDULABLE_AND_UNRESOLVABLE = "UnschedulableAndUnresolvable"
+    WAIT = "Wait"
+    SKIP = "Skip"
+    ALREADY_BOUND = "AlreadyBound"
+    """Bind only: the pod is bound already (HTTP 409), by us before a crash or by another replica; the binding
+    is someone else's success, not an error to retry (no Go counterpart: kube-scheduler treats it as an error)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    code: Code = Code.SUCCESS
+    reasons: tuple[str, ...] = ()
+    plugin: str = ""
+
+    @property
+    def success(self) -> bool:
+        return self.code is Code.SUCCESS
+
+    @property
+    def rejected(self) -> bool:
+        return self.code in (Code.UNSCHEDULABLE, Code.UNSCHEDULABLE_AND_UNRESOLVABLE)
+
+    @property
+    def message(self) -> str:
+        return ", ".join(self.reasons)
+
+
+SUCCESS = Status()
+SKIP = Status(Code.SKIP)
+
+
+def unschedulable(*reasons: str, unresolvable: bool = False) -> Status:
+    return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE if unresolvable else Code.UNSCHEDULABLE, reasons)
+
+
+def error(message: str) -> Status:
+    return Status(Code.ERROR, (message,))
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Nodes a Filter plugin rejects for one reason: ``mask`` is over table rows, True = rejected.
+
+    The reason must not name the node: kube-scheduler's "0/N nodes are available" message is a histogram of
+    reasons, so a per-node reason would break the grouping (and bloat the event)."""
+
+    reason: str
+    mask: Mask
+    unresolvable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PreFilterResult:
+    """``node_names`` restricts the nodes Filter looks at (None = all); a rejected status fails the pod."""
+
+    status: Status = SUCCESS
+    node_names: frozenset[str] | None = None
+
+
+class ClusterEvent(enum.Flag):
+    """Cluster changes that can make an unschedulable pod schedulable (kube's EventsToRegister, coarse)."""
+
+    NODE_ADD = enum.auto()
+    NODE_UPDATE = enum.auto()
+    POD_DELETE = enum.auto()  # an assigned pod went away (resources, ports freed)
+    POD_UPDATE = enum.auto()  # an assigned pod changed (e.g. resized down)
+    ALL = NODE_ADD | NODE_UPDATE | POD_DELETE | POD_UPDATE
+
+
+@dataclass(slots=True)
+class QueuedPod:
+    """kube's ``QueuedPodInfo``: a pending pod with its queue bookkeeping (what QueueSort compares)."""
+
+    pod: PodInfo
+    timestamp: float  # when it (re-)entered the queue; the tie-breaker after priority
+    initial_attempt: float | None = None
+    attempts: int = 0
+    rejectors: frozenset[str] = field(default_factory=frozenset)  # plugins that rejected it last time
+    unschedulable_since: float = 0.0
+
+
+@dataclass
+class Diagnosis:
+    """Why no node fits (kube's ``Diagnosis`` inside a ``FitError``)."""
+
+    num_all_nodes: int
+    reasons: Counter[str] = field(default_factory=Counter)
+    rejectors: set[str] = field(default_factory=set)
+    pre_filter_msg: str = ""
+    post_filter_msg: str = ""
+
+    @property
+    def message(self) -> str:
+        return fit_error_message(self)
+
+
+def fit_error_message(d: Diagnosis) -> str:
+    """kube-scheduler's ``FitError.Error()``: ``0/N nodes are available: <count> <reason>, ... .``
+
+    The histogram is sorted as strings ("10 x" sorts before "2 y", as in Go), joined by ", ", ended with "."."""
+    if d.num_all_nodes == 0 and not d.pre_filter_msg:
+        return NO_NODES_MESSAGE
+    msg = f"0/{d.num_all_nodes} nodes are available:"
+    if d.pre_filter_msg:
+        msg += f" {d.pre_filter_msg}."
+    else:
+        items = sorted(f"{count} {reason}" for reason, count in d.reasons.items())
+        if items:
+            msg += f" {', '.join(items)}."
+    if d.post_filter_msg:
+        msg += f" {d.post_filter_msg}"
+    return msg
+
+
+class ArgsError(ValueError):
+    """Invalid plugin args: (path inside ``args``, message) pairs, all of them at once."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{p}: {m}" if p else m for p, m in problems))
+        self.problems = problems
+
+
+def default_normalize(scores: IntArray, reverse: bool = False) -> IntArray:
+    """kube's ``DefaultNormalizeScore``: scale to 0..100 by the maximum (integer math), optionally reversed."""
+    top = int(scores.max()) if len(scores) else 0
+    if top == 0:
+        return np.full(len(scores), MAX_NODE_SCORE if reverse else 0, dtype=np.int64)
+    out = MAX_NODE_SCORE * scores // top
+    return MAX_NODE_SCORE - out if reverse else out

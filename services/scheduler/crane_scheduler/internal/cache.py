@@ -1,0 +1,120 @@
+"""The scheduler's cache: the node table and the pending pods kept in step with the API server.
+
+kube-scheduler's cache and event handlers in one small class. Two ``crane_shared.informer.Informer`` instances
+(the one list/watch mechanism of the project) feed it: nodes, and all non-terminal pods (bound ones for the
+accounting, pending ones of our profiles to schedule). One pod watch, not two, so a pod's bind and its leaving the
+pending set arrive in order. The informer reports differences after a re-list as ADDED/MODIFIED/DELETED events
+and keeps its previous view when a list fails, so a failed list can never wipe the node table or the queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container
+from typing import Any
+
+from crane_scheduler.framework.types import ClusterEvent
+from crane_scheduler.internal.queue import SchedulingQueue
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
+from crane_shared.informer import EventType, Informer, ListFn
+
+PAGE_SIZE = 1000
+NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+class Cache:
+    """Applies node and pod events to the table and the queue. ``forget(uid)`` tells the reporter a pod left the
+    pending set; ``wake()`` tells the scheduling loop there may be work."""
+
+    def __init__(
+        self,
+        table: NodeTable,
+        queue: SchedulingQueue,
+        schedulers: Container[str],
+        *,
+        clock: Callable[[], float],
+        forget: Callable[[str], None] = lambda uid: None,
+        wake: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.table = table
+        self.queue = queue
+        self.schedulers = schedulers
+        self.clock = clock
+        self.forget = forget
+        self.wake = wake
+        self.pending: dict[str, PodInfo] = {}  # pending pods of our profiles, latest version
+
+    # ------------------------------------------------------------------------------------------ informers
+
+    def node_informer(
+        self, list_fn: ListFn, label_selector: str | None = None, on_restart: Callable[[str], None] | None = None
+    ) -> Informer:
+        informer = Informer("nodes", list_fn, self.node_event, label_selector=label_selector, page_size=PAGE_SIZE)
+        if on_restart is not None:
+            informer.on_restart = on_restart
+        return informer
+
+    def pod_informer(self, list_fn: ListFn, on_restart: Callable[[str], None] | None = None) -> Informer:
+        informer = Informer("pods", list_fn, self.pod_event, field_selector=NON_TERMINAL_PODS, page_size=PAGE_SIZE)
+        if on_restart is not None:
+            informer.on_restart = on_restart
+        return informer
+
+    def node_event(self, kind: EventType, new: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if kind == "DELETED":
+            self.on_node_deleted(new)
+        else:
+            self.on_node(new)
+
+    def pod_event(self, kind: EventType, new: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if kind == "DELETED":
+            self.on_pod_deleted(new)
+        else:
+            self.on_pod(new)
+
+    # ------------------------------------------------------------------------------------------ events
+
+    def on_node(self, raw: dict[str, Any]) -> None:
+        kind = self.table.upsert_node(parse_node(raw))
+        if kind is not None:
+            self.queue.on_event(ClusterEvent.NODE_ADD if kind == "add" else ClusterEvent.NODE_UPDATE)
+            self.wake()
+
+    def on_node_deleted(self, raw: dict[str, Any]) -> None:
+        self.table.remove_node((raw.get("metadata") or {}).get("name", ""))
+
+    def on_pod(self, raw: dict[str, Any]) -> None:
+        spec = raw.get("spec") or {}
+        if not spec.get("nodeName") and spec.get("schedulerName", "default-scheduler") not in self.schedulers:
+            return  # another scheduler's pending pod: nothing to account, nothing to schedule
+        pod = parse_pod(raw)
+        if pod.node_name:
+            if self.pending.pop(pod.uid, None) is not None:
+                self.queue.delete(pod.uid)
+            known = pod.uid in self.table.pods
+            if self.table.add_pod(pod) and known:
+                self.queue.on_event(ClusterEvent.POD_UPDATE)
+            self.forget(pod.uid)
+            return
+        if pod.scheduler_name not in self.schedulers:
+            return
+        if self.table.is_assumed(pod.uid):  # our bind is in flight: keep the latest version, do not queue
+            self.pending[pod.uid] = pod
+            return
+        if pod.deleting or pod.gated:
+            self.pending.pop(pod.uid, None)
+            self.queue.delete(pod.uid)
+            return
+        self.pending[pod.uid] = pod
+        self.queue.add(pod, self.clock())  # add() updates in place when the pod is already queued
+        self.wake()
+
+    def on_pod_deleted(self, raw: dict[str, Any]) -> None:
+        uid = (raw.get("metadata") or {}).get("uid", "")
+        self.pending.pop(uid, None)
+        self.queue.delete(uid)
+        self.forget(uid)
+        record = self.table.remove_pod(uid)
+        if record is not None:
+            self.queue.on_event(ClusterEvent.POD_DELETE)
+            self.wake()

@@ -1,0 +1,74 @@
+"""The scheduler builds its profiles once: validation and serving share the plugin instances, so a plugin's
+node-table columns are registered once per profile, annotations decoded once and metrics counted once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+
+from crane_scheduler import __main__ as entry
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.podinfo import parse_node
+from tests.unit.scheduler.builders import node
+
+TWO_PROFILES = {
+    "apiVersion": "kubescheduler.config.k8s.io/v1",
+    "kind": "KubeSchedulerConfiguration",
+    "leaderElection": {"leaderElect": False},
+    "profiles": [{"schedulerName": "crane-scheduler"}, {"schedulerName": "crane-scheduler-b"}],
+}
+
+
+@pytest.fixture
+def columns(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every column name any plugin registers, in order."""
+    seen: list[str] = []
+    original = NodeTable.register_column
+
+    def spy(self: NodeTable, name: str, *args: Any, **kwargs: Any) -> None:
+        seen.append(name)
+        original(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(NodeTable, "register_column", spy)
+    return seen
+
+
+def load(tmp_path: Path, registry: CollectorRegistry) -> entry.Loaded:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(TWO_PROFILES))
+    args = entry.build_parser().parse_args(["--config", str(path)])
+    return entry.load(args, entry.plugin_registry(), registry)
+
+
+def test_each_profile_registers_each_plugin_column_once(tmp_path: Path, columns: list[str]) -> None:
+    loaded = load(tmp_path, CollectorRegistry())
+    assert len(columns) == len(set(columns))
+    dynamic = [c for c in columns if c.startswith("Dynamic.")]
+    assert len(dynamic) == len(loaded.profiles) == 2
+    assert {c.split(".")[2] for c in dynamic} == set(loaded.profiles)
+
+
+def test_connecting_the_api_keeps_the_validated_plugins(tmp_path: Path, columns: list[str]) -> None:
+    loaded = load(tmp_path, CollectorRegistry())
+    before = {name: dict(p.plugins) for name, p in loaded.profiles.items()}
+    api = object()
+    loaded.connect(api)
+    assert {name: dict(p.plugins) for name, p in loaded.profiles.items()} == before
+    assert loaded.handles and all(h.api is api for h in loaded.handles)
+    assert len(columns) == 2  # connecting built nothing new
+
+
+def test_a_malformed_annotation_is_decoded_and_counted_once_per_profile(tmp_path: Path, columns: list[str]) -> None:
+    registry = CollectorRegistry()
+    loaded = load(tmp_path, registry)
+    raw = node("n1")
+    raw["metadata"]["annotations"] = {"cpu_usage_avg_5m": "not-a-sample"}
+    loaded.table.upsert_node(parse_node(raw))
+    counted = registry.get_sample_value(
+        "crane_scheduler_dynamic_malformed_annotations_total", {"metric": "cpu_usage_avg_5m"}
+    )
+    assert counted == len(loaded.profiles)
