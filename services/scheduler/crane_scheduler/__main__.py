@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.metadata
+import inspect
 import os
 import socket
 import sys
@@ -188,9 +189,20 @@ async def serve(args: argparse.Namespace, registry: Registry) -> int:
         runtime.leadership = "standby"
         await elector.run(lambda: scheduler.run(runtime.stopping), runtime.stopping)
 
+    # Plugins with their own watches (NodeResourceTopologyMatch's NRT informer) follow the worker contract.
+    plugin_workers = [
+        run(runtime.stopping)
+        for profile in profiles.values()
+        for plugin in profile.plugins.values()
+        if inspect.iscoroutinefunction(run := getattr(plugin, "run", None))
+    ]
     try:
         return await runtime.run(
-            scheduler.run_informers(runtime.stopping), reporter.run(runtime.stopping), schedule(), grace=20.0
+            scheduler.run_informers(runtime.stopping),
+            reporter.run(runtime.stopping),
+            schedule(),
+            *plugin_workers,
+            grace=20.0,
         )
     finally:
         await api.close()
