@@ -152,6 +152,11 @@ async def serve(args: argparse.Namespace, registry: Registry) -> int:
         runtime.app,
         scheduler.decisions,
         lambda name: getattr(profiles[name].plugins.get("Dynamic"), "explain_load", None) if name in profiles else None,
+        lambda name: (
+            getattr(profiles[name].plugins.get("NodeResourceTopologyMatch"), "explain_pod", None)
+            if name in profiles
+            else None
+        ),
     )
     le = config.leader_election
     log.info(

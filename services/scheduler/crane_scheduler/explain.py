@@ -89,9 +89,16 @@ class Decision:
 
 
 LoadExplainer = Callable[[NodeInfo, float], Mapping[str, Any]]
+PodExplainer = Callable[[str], Mapping[str, Any] | None]
+"""pod uid -> what a plugin chose for it beyond the node (NodeResourceTopologyMatch: the NUMA zones)."""
 
 
-def render(decision: Decision, explain_load: LoadExplainer | None = None, limit: int = 50) -> dict[str, Any]:
+def render(
+    decision: Decision,
+    explain_load: LoadExplainer | None = None,
+    limit: int = 50,
+    explain_pod: PodExplainer | None = None,
+) -> dict[str, Any]:
     """JSON for one decision: the outcome, then the chosen and best-scored nodes, then the rejected ones."""
     verdicts = decision.verdicts()
     passed = sorted(((n, v) for n, v in verdicts.items() if v["filter"] == "passed"), key=lambda nv: -nv[1]["total"])
@@ -107,11 +114,15 @@ def render(decision: Decision, explain_load: LoadExplainer | None = None, limit:
     reasons: dict[str, int] = {}
     for _, verdict in rejected:
         reasons[verdict["filter"]["reason"]] = reasons.get(verdict["filter"]["reason"], 0) + 1
+    result: dict[str, Any] = {"node": decision.node} if decision.node else {"pending": decision.message}
+    chosen = explain_pod(decision.uid) if explain_pod is not None and decision.node else None
+    if chosen and chosen.get("node") == decision.node:
+        result["numaZones"] = chosen["zones"]
     return {
         "pod": decision.pod,
         "uid": decision.uid,
         "decidedAt": decision.at,
-        "result": {"node": decision.node} if decision.node else {"pending": decision.message},
+        "result": result,
         "feasibleNodes": len(passed),
         "rejectedByReason": reasons,
         "nodes": nodes,
@@ -147,7 +158,10 @@ class DecisionLog:
 
 
 def add_routes(
-    app: web.Application, decisions: DecisionLog, load_explainer: Callable[[str], LoadExplainer | None]
+    app: web.Application,
+    decisions: DecisionLog,
+    load_explainer: Callable[[str], LoadExplainer | None],
+    pod_explainer: Callable[[str], PodExplainer | None] = lambda profile: None,
 ) -> None:
     """``GET /debug/explain/{namespace}/{name}``: the pod's latest decision as JSON (404 when none is kept).
 
@@ -162,6 +176,8 @@ def add_routes(
                 f"{decisions.size} pods this scheduler tried)"
             )
         limit = int(request.query.get("limit", "50"))
-        return web.json_response(render(decision, load_explainer(decision.profile), limit))
+        return web.json_response(
+            render(decision, load_explainer(decision.profile), limit, pod_explainer(decision.profile))
+        )
 
     app.router.add_get("/debug/explain/{namespace}/{name}", explain)

@@ -233,7 +233,7 @@ async def test_prebind_writes_the_result_with_a_merge_patch(core: type[FakeCore]
     assert PLACEMENTS.labels("SingleNUMANodePodLevel")._value.get() == placed + 1
     assert s.plugin.explain_pod(raw["metadata"]["uid"]) == {
         "node": "n1",
-        "zones": [{"name": "node1", "capacity": {"cpu": 2000}}],
+        "zones": [{"name": "node1", "capacity": {"cpu": "2"}}],
     }
 
 
@@ -329,3 +329,24 @@ async def test_missing_crd_does_not_hold_up_start_and_is_retried(monkeypatch: py
 def test_table_hooks_do_not_fire_for_other_tables() -> None:
     other = NodeTable()
     assert other.pod_added == [] and other.pod_removed == []
+
+
+def test_explain_shows_the_zones_chosen() -> None:
+    from crane_scheduler.algorithm import ScheduleResult
+    from crane_scheduler.explain import Decision, render
+    from cranectl.__main__ import render_explain
+    from tests.unit.nrt.fixtures import decide
+
+    s = Setup("a", "b")
+    s.topology(nrt("a", [("node0", "2"), ("node1", "2")]))
+    s.topology(nrt("b", [("node0", "1"), ("node1", "4")]))
+    raw = guaranteed("4", name="web")
+    result, state = decide(s, raw)
+    assert isinstance(result, ScheduleResult) and result.node == "b"
+    pod = parse_pod(raw)
+    assert s.plugin.reserve(state, pod, "b").success
+    decision = Decision.from_state(pod, NOW, s.table, state, "b", "")
+    body = render(decision, explain_pod=s.plugin.explain_pod)
+    assert body["result"] == {"node": "b", "numaZones": [{"name": "node1", "capacity": {"cpu": "4"}}]}
+    assert body["nodes"][1]["filter"] == {"plugin": "NodeResourceTopologyMatch", "reason": INSUFFICIENT_NUMA}
+    assert "NUMA zones: node1 (cpu=4)" in render_explain(body)

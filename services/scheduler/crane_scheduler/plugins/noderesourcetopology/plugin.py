@@ -51,6 +51,7 @@ from crane_scheduler.plugins.noderesourcetopology.model import (
     decode_result,
     decode_topology,
     encode_result,
+    format_quantity,
 )
 from crane_scheduler.plugins.noderesourcetopology.podspec import NOT_PLACED, PodTopology, classify
 from crane_scheduler.plugins.noderesourcetopology.zones import (
@@ -348,7 +349,13 @@ class NodeResourceTopologyMatch:
         if found is None:
             return None
         node, result = found
-        return {"node": node, "zones": [{"name": e.zone, "capacity": dict(e.capacity)} for e in result]}
+        return {
+            "node": node,
+            "zones": [
+                {"name": e.zone, "capacity": {k: format_quantity(k, v) for k, v in sorted(e.capacity.items())}}
+                for e in result
+            ],
+        }
 
     # -- the NRT watch ------------------------------------------------------------------------------------------
 
