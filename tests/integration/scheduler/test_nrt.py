@@ -1,0 +1,161 @@
+"""NodeResourceTopologyMatch on the real API server: the CRD, NRT objects, the result annotation on the pod."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from crane_sandbox.cluster import LocalCluster
+from crane_scheduler.plugins.noderesourcetopology.model import ANNOTATION_RESULT, GROUP, PLURAL, VERSION
+from crane_scheduler.scheduler import Scheduler
+from tests.integration.scheduler.harness import (
+    config_for,
+    create_nodes,
+    create_pods,
+    events,
+    in_process,
+    node,
+    wait_for,
+)
+
+CRD = Path(__file__).resolve().parents[3] / "deploy" / "crds" / "topology.crane.io_noderesourcetopologies.yaml"
+PLUGIN = "NodeResourceTopologyMatch"
+
+
+async def install_crd(kube: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(kube)
+    try:
+        await ext.create_custom_resource_definition(yaml.safe_load(CRD.read_text()))
+    except ApiException as err:
+        if err.status != 409:
+            raise
+
+    async def established() -> bool:
+        resp = await ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}", _preload_content=False)
+        crd = json.loads(await resp.read())
+        resp.release()
+        conds = crd.get("status", {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+    await wait_for(established, what="the NRT CRD to be established")
+
+
+def topology(name: str, cpus: list[str]) -> dict[str, Any]:
+    """An NRT as crane-agent writes it: one Node zone per NUMA node, named node<ID>."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "NodeResourceTopology",
+        "metadata": {"name": name},
+        "craneManagerPolicy": {"cpuManagerPolicy": "Static", "topologyManagerPolicy": "SingleNUMANodePodLevel"},
+        "reserved": {"cpu": "0", "memory": "0"},
+        "attributes": {"go.crane.io/reserved-system-cpus": ""},
+        "zones": [
+            {
+                "name": f"node{i}",
+                "type": "Node",
+                "costs": [{"name": f"node{j}", "value": 10 if i == j else 21} for j in range(len(cpus))],
+                "resources": {"capacity": {"cpu": c, "memory": "8Gi"}, "allocatable": {"cpu": c, "memory": "8Gi"}},
+            }
+            for i, c in enumerate(cpus)
+        ],
+    }
+
+
+def guaranteed(name: str, scheduler: str, cpu: str) -> dict[str, Any]:
+    resources = {"cpu": cpu, "memory": "256Mi"}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [
+                {"name": "c", "image": "pause", "resources": {"requests": resources, "limits": dict(resources)}}
+            ],
+        },
+    }
+
+
+@contextlib.asynccontextmanager
+async def with_nrt_plugin(cluster: LocalCluster, scheduler_name: str, selector: str) -> AsyncIterator[Scheduler]:
+    """The scheduler with the plugin enabled (weight 2, as upstream ships it) and its NRT watch running."""
+    config = config_for(
+        scheduler_name, profile={"plugins": {"multiPoint": {"enabled": [{"name": PLUGIN, "weight": 2}]}}}
+    )
+    async with in_process(cluster, config, selector) as scheduler:
+        plugin = scheduler.profiles[scheduler_name].plugins[PLUGIN]
+        stopping = asyncio.Event()
+        watch = asyncio.create_task(plugin.run(stopping))
+        try:
+
+            async def synced() -> bool:
+                return bool(plugin.synced)
+
+            await wait_for(synced, what="the NRT list")
+            yield scheduler
+        finally:
+            stopping.set()
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+
+
+async def pod_json(kube: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    resp = await client.CoreV1Api(kube).read_namespaced_pod(name, namespace, _preload_content=False)
+    body: dict[str, Any] = json.loads(await resp.read())
+    resp.release()
+    return body
+
+
+async def test_whole_cpu_pods_get_a_numa_zone_and_never_share_it(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
+) -> None:
+    await install_crd(kube)
+    await create_nodes(kube, [node(f"{group}-{s}", group, cpu="8", memory="32Gi") for s in ("split", "numa", "bare")])
+    crd = client.CustomObjectsApi(kube)
+    # split: 6 free CPUs but no zone with 4; numa: node1 has 4; bare: no NRT at all
+    for name, cpus in ((f"{group}-split", ["3", "3"]), (f"{group}-numa", ["2", "4"])):
+        await crd.create_cluster_custom_object(GROUP, VERSION, PLURAL, topology(name, cpus))
+    expected_pending = (
+        "0/3 nodes are available: 1 node(s) failed to get NRT, 2 node(s) had insufficient resource of NUMA node."
+    )
+
+    async with with_nrt_plugin(cluster, scheduler_name, selector):
+        await create_pods(kube, namespace, [guaranteed("first", scheduler_name, "4")])
+
+        async def bound_first() -> dict[str, Any] | None:
+            p = await pod_json(kube, namespace, "first")
+            return p if p["spec"].get("nodeName") else None
+
+        first = await wait_for(bound_first, what="the first pod to bind")
+        assert first["spec"]["nodeName"] == f"{group}-numa"
+        assert first["metadata"]["annotations"][ANNOTATION_RESULT] == (
+            '[{"name":"node1","type":"Node","resources":{"capacity":{"cpu":"4"}}}]'
+        )
+
+        await create_pods(kube, namespace, [guaranteed("second", scheduler_name, "4")])
+        failed = await wait_for(
+            lambda: events(kube, namespace, "FailedScheduling"), what="the second pod's FailedScheduling"
+        )
+        assert failed[0]["regarding"]["name"] == "second"
+        assert failed[0]["note"] == expected_pending
+
+    # A restarted scheduler rebuilds the zone usage from the result on the bound pod: still no room.
+    async with with_nrt_plugin(cluster, scheduler_name, selector) as restarted:
+        uid = first["metadata"]["uid"]
+        plugin = restarted.profiles[scheduler_name].plugins[PLUGIN]
+        assert plugin.usage.result_of(uid) is not None
+        second = await pod_json(kube, namespace, "second")
+        assert second["spec"].get("nodeName") is None
+
+        async def decided() -> Any:
+            return restarted.decisions.get(f"{namespace}/second")
+
+        decision = await wait_for(decided, what="the restarted scheduler's attempt at the second pod")
+        assert decision.node is None and decision.message == expected_pending
+        assert (await pod_json(kube, namespace, "second"))["spec"].get("nodeName") is None
