@@ -85,6 +85,8 @@ def evaluate(
     free = alloc - used
     whole = valid & np.all(free >= request, axis=2)
     aware_ok = np.any(whole, axis=1)
+    if aware.all():  # the common case: no node lets the pod span zones
+        return aware_ok, aware_ok.astype(np.int64)
     key = np.where(valid, free[:, :, cpu], -(2**62))  # padding zones sort last
     order = np.argsort(-key, axis=1, kind="stable")
     floored = alloc.copy()
