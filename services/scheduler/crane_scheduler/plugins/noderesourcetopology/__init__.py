@@ -15,6 +15,11 @@ Enable it in a profile (upstream ships it with Score weight 2)::
       - name: NodeResourceTopologyMatch
         args: {topologyAwareResources: [cpu]}
 
+Metrics: ``crane_scheduler_nrt_placements_total{policy}`` (results written, by the topology policy applied),
+``crane_scheduler_nrt_rejections_total{reason}`` (nodes rejected), ``crane_scheduler_nrt_malformed_total{kind}``
+(NRT objects / result annotations skipped), ``crane_scheduler_nrt_objects{policy}``. ``cranectl explain`` shows
+the zones chosen for a pod.
+
 Modules: ``model`` (wire formats), ``args``, ``podspec`` (which pods, what they need), ``fit`` (zone choice, per
 node and vectorised), ``zones`` (zone accounting and row tensors), ``plugin`` (the framework adapter).
 

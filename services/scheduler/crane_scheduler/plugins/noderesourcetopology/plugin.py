@@ -323,26 +323,6 @@ class NodeResourceTopologyMatch:
 
     # -- explain ------------------------------------------------------------------------------------------------
 
-    def explain_node(self, info: NodeInfo, at: float) -> dict[str, Any]:
-        """The node's NRT policies and zones (allocatable, used, free per aware resource), as now."""
-        topo = self.topologies.get(info.name)
-        if topo is None:
-            return {"nrt": None}
-        row = self.handle.table.rows.get(info.name)
-        zones = self.zones.zones(row) if row is not None and row < self.zones.cap else []
-        return {
-            "cpuManagerPolicy": topo.cpu_manager_policy,
-            "topologyManagerPolicy": topo.topology_manager_policy,
-            "zones": [
-                {
-                    "name": z.name,
-                    "allocatable": dict(zip(self.args.resources, z.allocatable, strict=True)),
-                    "used": dict(zip(self.args.resources, z.used, strict=True)),
-                }
-                for z in zones
-            ],
-        }
-
     def explain_pod(self, uid: str) -> dict[str, Any] | None:
         """The zones written for a pod this scheduler placed recently (None when it had no result)."""
         found = self.recent.get(uid) or self.usage.result_of(uid)
