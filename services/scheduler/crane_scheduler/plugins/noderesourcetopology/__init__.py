@@ -44,6 +44,11 @@ Differences from upstream, each deliberate (reference: crane-scheduler c2c0533):
   naming the annotation (upstream fell back silently).
 - The assumed-result cache is dropped as soon as the bound pod carries its result (upstream: 30 min TTL);
   results on bound pods count whichever scheduler placed them, so replicas and profiles share the accounting.
+
+Kept as upstream, on purpose: a node without an NRT rejects every pod with targets (fail closed, so a pod is
+never pinned by guesswork); both rejections are plain Unschedulable (preemption may try those nodes);
+kubelet-managed nodes (``cpuManagerPolicy: None``) score 0 against 100 for a one-zone fit; pods with the
+``numa``/``immovable`` cpu-policy count fully against their zones; one NRT watch per profile.
 """
 
 from __future__ import annotations
