@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -16,7 +17,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from crane_sandbox.cluster import LocalCluster
 from crane_scheduler.plugins.noderesourcetopology.model import ANNOTATION_RESULT, GROUP, PLURAL, VERSION
 from crane_scheduler.scheduler import Scheduler
+from cranectl.__main__ import render_explain
 from tests.integration.scheduler.harness import (
+    child_process,
     config_for,
     create_nodes,
     create_pods,
@@ -161,3 +164,47 @@ async def test_whole_cpu_pods_get_a_numa_zone_and_never_share_it(
         decision = await wait_for(decided, what="the restarted scheduler's attempt at the second pod")
         assert decision.node is None
         assert (await pod_json(kube, namespace, "second"))["spec"].get("nodeName") is None
+
+
+async def _http_json(port: int, path: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}{path}") as r:
+        return r.status, json.loads(await r.text()) if r.status == 200 else None
+
+
+async def test_crane_scheduler_process_watches_nrts_and_explains_the_zone(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
+) -> None:
+    """The real command: its NRT watch starts with it, and ``cranectl explain`` names the zone it chose."""
+    await install_crd(kube)
+    await create_nodes(kube, [node(f"{group}-{s}", group, cpu="8", memory="32Gi") for s in ("a", "b")])
+    crd = client.CustomObjectsApi(kube)
+    for name, cpus in ((f"{group}-a", ["2", "2"]), (f"{group}-b", ["1", "4"])):
+        await crd.create_cluster_custom_object(GROUP, VERSION, PLURAL, topology(name, cpus))
+    config = config_for(
+        scheduler_name, profile={"plugins": {"multiPoint": {"enabled": [{"name": PLUGIN, "weight": 2}]}}}
+    )
+    proc, port = child_process(cluster, config, selector, f"{namespace}-nrt", cluster.run_dir)
+    await proc.start()
+    try:
+
+        async def ready() -> bool:
+            return (await _http_json(port, "/readyz"))[0] == 200
+
+        await proc.wait_ready(ready, timeout=30)
+        await create_pods(kube, namespace, [guaranteed("web", scheduler_name, "4")])
+
+        async def bound() -> dict[str, Any] | None:
+            p = await pod_json(kube, namespace, "web")
+            return p if p["spec"].get("nodeName") else None
+
+        web = await wait_for(bound, what="the pod to bind")
+        status, body = await _http_json(port, f"/debug/explain/{namespace}/web")
+    finally:
+        await proc.stop()
+    assert web["spec"]["nodeName"] == f"{group}-b"
+    assert web["metadata"]["annotations"][ANNOTATION_RESULT] == (
+        '[{"name":"node1","type":"Node","resources":{"capacity":{"cpu":"4"}}}]'
+    )
+    assert status == 200
+    assert body["result"] == {"node": f"{group}-b", "numaZones": [{"name": "node1", "capacity": {"cpu": "4"}}]}
+    assert "NUMA zones: node1 (cpu=4)" in render_explain(body)
