@@ -15,7 +15,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_sandbox.cluster import LocalCluster
-from crane_scheduler.plugins.noderesourcetopology.model import ANNOTATION_RESULT, GROUP, PLURAL, VERSION
+from crane_scheduler.plugins.noderesourcetopology.agent import NumaNode, build_topology
+from crane_scheduler.plugins.noderesourcetopology.model import ANNOTATION_RESULT, GROUP, PLURAL
+from crane_scheduler.plugins.noderesourcetopology.publish import publish_topologies
 from crane_scheduler.scheduler import Scheduler
 from cranectl.__main__ import render_explain
 from tests.integration.scheduler.harness import (
@@ -51,25 +53,13 @@ async def install_crd(kube: client.ApiClient) -> None:
     await wait_for(established, what="the NRT CRD to be established")
 
 
-def topology(name: str, cpus: list[str]) -> dict[str, Any]:
-    """An NRT as crane-agent writes it: one Node zone per NUMA node, named node<ID>."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "NodeResourceTopology",
-        "metadata": {"name": name},
-        "craneManagerPolicy": {"cpuManagerPolicy": "Static", "topologyManagerPolicy": "SingleNUMANodePodLevel"},
-        "reserved": {"cpu": "0", "memory": "0"},
-        "attributes": {"go.crane.io/reserved-system-cpus": ""},
-        "zones": [
-            {
-                "name": f"node{i}",
-                "type": "Node",
-                "costs": [{"name": f"node{j}", "value": 10 if i == j else 21} for j in range(len(cpus))],
-                "resources": {"capacity": {"cpu": c, "memory": "8Gi"}, "allocatable": {"cpu": c, "memory": "8Gi"}},
-            }
-            for i, c in enumerate(cpus)
-        ],
-    }
+def topology(name: str, cpus: list[int]) -> dict[str, Any]:
+    """The NRT crane-agent would publish for a node whose NUMA node i has ``cpus[i]`` CPUs and 8Gi."""
+    numa, first = [], 0
+    for i, count in enumerate(cpus):
+        numa.append(NumaNode(i, tuple(range(first, first + count)), 8 * 1024**3))
+        first += count
+    return build_topology(name, numa)
 
 
 def guaranteed(name: str, scheduler: str, cpu: str) -> dict[str, Any]:
@@ -120,15 +110,13 @@ async def test_whole_cpu_pods_get_a_numa_zone_and_never_share_it(
 ) -> None:
     await install_crd(kube)
     await create_nodes(kube, [node(f"{group}-{s}", group, cpu="8", memory="32Gi") for s in ("split", "numa", "bare")])
-    crd = client.CustomObjectsApi(kube)
     # split: 6 free CPUs but no zone with 4; numa: node1 has 4; bare: no NRT at all
-    for name, cpus in ((f"{group}-split", ["3", "3"]), (f"{group}-numa", ["2", "4"])):
-        await crd.create_cluster_custom_object(GROUP, VERSION, PLURAL, topology(name, cpus))
+    await publish_topologies(kube, [topology(f"{group}-split", [3, 3]), topology(f"{group}-numa", [2, 4])])
     expected_pending = (
         "0/3 nodes are available: 1 node(s) failed to get NRT, 2 node(s) had insufficient resource of NUMA node."
     )
 
-    async with with_nrt_plugin(cluster, scheduler_name, selector):
+    async with with_nrt_plugin(cluster, scheduler_name, selector) as scheduler:
         await create_pods(kube, namespace, [guaranteed("first", scheduler_name, "4")])
 
         async def bound_first() -> dict[str, Any] | None:
@@ -147,6 +135,16 @@ async def test_whole_cpu_pods_get_a_numa_zone_and_never_share_it(
         )
         assert failed[0]["regarding"]["name"] == "second"
         assert failed[0]["note"] == expected_pending
+
+        # an NRT update (still no zone with 4 CPUs) reaches the plugin through its watch
+        plugin = scheduler.profiles[scheduler_name].plugins[PLUGIN]
+        await publish_topologies(kube, [topology(f"{group}-split", [3, 2])])
+
+        async def updated() -> bool:
+            topo = plugin.topologies.get(f"{group}-split")
+            return topo is not None and topo.zones[1].allocatable["cpu"] == 2000
+
+        await wait_for(updated, what="the NRT update to reach the plugin")
 
     # A restarted scheduler rebuilds the zone usage from the result on the bound pod: still no room.
     async with with_nrt_plugin(cluster, scheduler_name, selector) as restarted:
@@ -177,9 +175,9 @@ async def test_crane_scheduler_process_watches_nrts_and_explains_the_zone(
     """The real command: its NRT watch starts with it, and ``cranectl explain`` names the zone it chose."""
     await install_crd(kube)
     await create_nodes(kube, [node(f"{group}-{s}", group, cpu="8", memory="32Gi") for s in ("a", "b")])
-    crd = client.CustomObjectsApi(kube)
-    for name, cpus in ((f"{group}-a", ["2", "2"]), (f"{group}-b", ["1", "4"])):
-        await crd.create_cluster_custom_object(GROUP, VERSION, PLURAL, topology(name, cpus))
+    await publish_topologies(kube, [topology(f"{group}-a", [2, 2]), topology(f"{group}-b", [1, 4])])
+    # the agent republishes b with its zones the other way round (a merge patch replacing the zones)
+    await publish_topologies(kube, [topology(f"{group}-b", [4, 1])])
     config = config_for(
         scheduler_name, profile={"plugins": {"multiPoint": {"enabled": [{"name": PLUGIN, "weight": 2}]}}}
     )
@@ -203,8 +201,8 @@ async def test_crane_scheduler_process_watches_nrts_and_explains_the_zone(
         await proc.stop()
     assert web["spec"]["nodeName"] == f"{group}-b"
     assert web["metadata"]["annotations"][ANNOTATION_RESULT] == (
-        '[{"name":"node1","type":"Node","resources":{"capacity":{"cpu":"4"}}}]'
+        '[{"name":"node0","type":"Node","resources":{"capacity":{"cpu":"4"}}}]'
     )
     assert status == 200
-    assert body["result"] == {"node": f"{group}-b", "numaZones": [{"name": "node1", "capacity": {"cpu": "4"}}]}
-    assert "NUMA zones: node1 (cpu=4)" in render_explain(body)
+    assert body["result"] == {"node": f"{group}-b", "numaZones": [{"name": "node0", "capacity": {"cpu": "4"}}]}
+    assert "NUMA zones: node0 (cpu=4)" in render_explain(body)
