@@ -305,3 +305,41 @@ def test_score_prefers_one_zone_over_two() -> None:
     rows, per_plugin = state["explain.scores"]
     scores = dict(zip((s.table.names[r] for r in rows), next(x for n, _, x in per_plugin if n == NAME), strict=True))
     assert scores == {"one": 100, "two": 50}
+
+
+def test_upstreams_shipped_configuration_loads() -> None:
+    """Upstream's deploy: the plugin at all five points, Score weight 2, args with apiVersion/kind."""
+    from crane_scheduler.config import parse_config
+    from crane_scheduler.framework import Handle
+    from crane_scheduler.nodetable import NodeTable
+    from crane_scheduler.plugins import builtin_registry
+    from crane_scheduler.profile import build_profiles
+
+    points = {p: {"enabled": [{"name": NAME}]} for p in ("preFilter", "filter", "reserve", "preBind")}
+    points["score"] = {"enabled": [{"name": NAME, "weight": 2}]}
+    config = parse_config(
+        {
+            "profiles": [
+                {
+                    "schedulerName": "default-scheduler",
+                    "plugins": points,
+                    "pluginConfig": [
+                        {
+                            "name": NAME,
+                            "args": {
+                                "apiVersion": "kubescheduler.config.k8s.io/v1beta2",
+                                "kind": "NodeResourceTopologyMatchArgs",
+                                "topologyAwareResources": ["cpu"],
+                            },
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    profile = build_profiles(config, builtin_registry(), lambda name: Handle(NodeTable(), profile=name))[
+        "default-scheduler"
+    ]
+    assert [w for p, w in profile.score if p.name == NAME] == [2]
+    for point in ("pre_filter", "filter", "reserve", "pre_bind"):
+        assert NAME in [p.name for p in getattr(profile, point)], point
