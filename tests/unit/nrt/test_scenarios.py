@@ -315,7 +315,7 @@ def test_upstreams_shipped_configuration_loads() -> None:
     from crane_scheduler.plugins import builtin_registry
     from crane_scheduler.profile import build_profiles
 
-    points = {p: {"enabled": [{"name": NAME}]} for p in ("preFilter", "filter", "reserve", "preBind")}
+    points: dict[str, Any] = {p: {"enabled": [{"name": NAME}]} for p in ("preFilter", "filter", "reserve", "preBind")}
     points["score"] = {"enabled": [{"name": NAME, "weight": 2}]}
     config = parse_config(
         {
