@@ -350,3 +350,16 @@ def test_explain_shows_the_zones_chosen() -> None:
     assert body["result"] == {"node": "b", "numaZones": [{"name": "node1", "capacity": {"cpu": "4"}}]}
     assert body["nodes"][1]["filter"] == {"plugin": "NodeResourceTopologyMatch", "reason": INSUFFICIENT_NUMA}
     assert "NUMA zones: node1 (cpu=4)" in render_explain(body)
+
+
+def test_nrt_object_gauge_follows_adds_changes_and_deletes() -> None:
+    from crane_scheduler.plugins.noderesourcetopology.plugin import TOPOLOGIES
+
+    s = Setup("n1", "n2")
+    s.topology(nrt("n1", [("node0", "4")]))
+    s.topology(nrt("n2", [("node0", "4")]))
+    assert (TOPOLOGIES.labels("Static")._value.get(), TOPOLOGIES.labels("None")._value.get()) == (2, 0)
+    s.topology(nrt("n2", [("node0", "4")], cpu_policy="None"))
+    assert (TOPOLOGIES.labels("Static")._value.get(), TOPOLOGIES.labels("None")._value.get()) == (1, 1)
+    s.plugin.delete_topology("n1")
+    assert (TOPOLOGIES.labels("Static")._value.get(), TOPOLOGIES.labels("None")._value.get()) == (0, 1)

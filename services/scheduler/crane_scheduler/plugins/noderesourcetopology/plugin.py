@@ -14,15 +14,16 @@ scalars never panic, memory is recorded in bytes, start-up never waits for the N
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
 import numpy as np
+import prometheus_client
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from prometheus_client import Counter, Gauge
+from prometheus_client import Gauge
 
 from crane_scheduler.framework import (
     MAX_NODE_SCORE,
@@ -42,6 +43,7 @@ from crane_scheduler.plugins.noderesourcetopology import fit
 from crane_scheduler.plugins.noderesourcetopology.args import TopologyArgs, parse_args
 from crane_scheduler.plugins.noderesourcetopology.model import (
     ANNOTATION_RESULT,
+    CPU_POLICIES,
     GROUP,
     PLURAL,
     VERSION,
@@ -79,13 +81,15 @@ _ZONES = f"{NAME}.zones"  # per row: zones in the result (0 = none); what Score 
 _RESULT = f"{NAME}.result"  # (node, result) chosen in Reserve; what PreBind writes
 
 log = get_logger("crane.scheduler.nrt")
-PLACEMENTS = Counter(
+PLACEMENTS = prometheus_client.Counter(
     "crane_scheduler_nrt_placements",
     "Pods whose NUMA result was written, by the topology policy applied (SingleNUMANodePodLevel or None)",
     ["policy"],
 )
-REJECTIONS = Counter("crane_scheduler_nrt_rejections", "Nodes the NRT filter rejected, by reason", ["reason"])
-MALFORMED = Counter(
+REJECTIONS = prometheus_client.Counter(
+    "crane_scheduler_nrt_rejections", "Nodes the NRT filter rejected, by reason", ["reason"]
+)
+MALFORMED = prometheus_client.Counter(
     "crane_scheduler_nrt_malformed", "NRT objects and topology-result annotations that could not be decoded", ["kind"]
 )
 TOPOLOGIES = Gauge(
@@ -103,6 +107,7 @@ class NodeResourceTopologyMatch:
         self.zones = ZoneTable(args.resources, capacity=max(64, handle.table.n_rows))
         self.usage = ZoneUsage()
         self.topologies: dict[str, NodeTopology] = {}
+        self._policies: Counter[str] = Counter(dict.fromkeys(CPU_POLICIES, 0))
         self._informer: Informer | None = None
         self._fed = False
         self.sync_problem = "the NodeResourceTopology list has not completed yet"
@@ -123,7 +128,7 @@ class NodeResourceTopologyMatch:
         """Node-table hook (node added or changed): make sure its row holds its NRT and usage."""
         row = self.handle.table.rows[node.name]
         topo = self.topologies.get(node.name)
-        if row < self.zones.cap and self.zones.topology[row] is topo and topo is not None:
+        if row < self.zones.cap and self.zones.topology[row] is topo:  # most node updates: annotations only
             return int(self.zones.code[row])
         return self.zones.write(row, topo, self.usage.totals(node.name))
 
@@ -143,20 +148,26 @@ class NodeResourceTopologyMatch:
         """An NRT object added or changed; a malformed one leaves its node without an NRT (logged, counted)."""
         name = str((obj.get("metadata") or {}).get("name", ""))
         try:
-            topo = decode_topology(obj)
+            topo: NodeTopology | None = decode_topology(obj)
         except TopologyError as err:
             MALFORMED.labels("nrt").inc()
-            self._log_once.warning(f"nrt:{name}", "malformed NodeResourceTopology ignored", node=name, error=str(err))
-            self.topologies.pop(name, None)
-        else:
-            self.topologies[name] = topo
-        self._rewrite(name)
-        self._gauge()
+            self._log_once.warning("nrt", "malformed NodeResourceTopology ignored", node=name, error=str(err))
+            topo = None
+        self._store(name, topo)
 
     def delete_topology(self, name: str) -> None:
-        self.topologies.pop(name, None)
+        self._store(name, None)
+
+    def _store(self, name: str, topo: NodeTopology | None) -> None:
+        old = self.topologies.pop(name, None)
+        if old is not None:
+            self._policies[old.cpu_manager_policy] -= 1
+        if topo is not None:
+            self.topologies[name] = topo
+            self._policies[topo.cpu_manager_policy] += 1
+        for policy, count in self._policies.items():
+            TOPOLOGIES.labels(policy).set(count)
         self._rewrite(name)
-        self._gauge()
 
     def replace_topologies(self, objs: list[Mapping[str, Any]]) -> None:
         names = {str((o.get("metadata") or {}).get("name", "")) for o in objs}
@@ -173,11 +184,6 @@ class NodeResourceTopologyMatch:
             return self._informer.synced.is_set()
         return self._fed or self.handle.api is None
 
-    def _gauge(self) -> None:
-        static = sum(1 for t in self.topologies.values() if t.static)
-        TOPOLOGIES.labels("Static").set(static)
-        TOPOLOGIES.labels("None").set(len(self.topologies) - static)
-
     def _pod_added(self, pod: PodInfo) -> None:
         """Node-table hook: a bound pod; its result annotation (if any) is what it takes from the zones."""
         text = (pod.raw.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_RESULT)
@@ -187,9 +193,7 @@ class NodeResourceTopologyMatch:
                 result = decode_result(text)
             except TopologyError as err:
                 MALFORMED.labels("result").inc()
-                self._log_once.warning(
-                    f"result:{pod.uid}", "malformed topology result ignored", pod=pod.key, error=str(err)
-                )
+                self._log_once.warning("result", "malformed topology result ignored", pod=pod.key, error=str(err))
         if result is None and not self.usage.is_assumed(pod.uid) and self.usage.result_of(pod.uid) is None:
             return  # the common case: a pod that takes nothing from any zone
         self._usage_changed(self.usage.set_bound(pod.uid, pod.node_name, result))
