@@ -60,7 +60,13 @@ def render_explain(body: dict[str, Any]) -> str:
         if "node" in result
         else f"{body['pod']}: pending: {result['pending']}"
     )
-    lines = [head, f"feasible nodes: {body['feasibleNodes']}"]
+    lines = [head]
+    if result.get("numaZones"):
+        zones = ", ".join(
+            f"{z['name']} ({' '.join(f'{k}={v}' for k, v in z['capacity'].items())})" for z in result["numaZones"]
+        )
+        lines.append(f"NUMA zones: {zones}")
+    lines.append(f"feasible nodes: {body['feasibleNodes']}")
     for n in body["nodes"]:
         load = n.get("load", {})
         metrics = load.get("metrics", {})

@@ -175,7 +175,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
     )
     runtime.add_readiness_check("caches-synced", scheduler.synced.is_set)
     explain.add_routes(
-        runtime.app, scheduler.decisions, lambda name: profiles[name].explainers if name in profiles else []
+        runtime.app, scheduler.decisions, lambda name: list(profiles[name].plugins.values()) if name in profiles else []
     )
     le = config.leader_election
     log.info(
@@ -215,7 +215,11 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
 
     try:
         return await runtime.run(
-            scheduler.run_informers(runtime.stopping), reporter.run(runtime.stopping), schedule(), grace=20.0
+            scheduler.run_informers(runtime.stopping),
+            reporter.run(runtime.stopping),
+            schedule(),
+            *(worker.run(runtime.stopping) for profile in profiles.values() for worker in profile.workers),
+            grace=20.0,
         )
     finally:
         await api.close()

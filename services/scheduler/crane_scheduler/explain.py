@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
-from crane_scheduler.framework.interface import ExplainPlugin
+from crane_scheduler.framework.interface import ExplainPlugin, Plugin, PodExplainPlugin
 from crane_scheduler.framework.types import EXPLAIN_FILTERS, EXPLAIN_SCORES, Rejection, Rows
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
@@ -89,9 +89,11 @@ class Decision:
         return out
 
 
-def render(decision: Decision, explainers: Sequence[ExplainPlugin] = (), limit: int = 50) -> dict[str, Any]:
-    """JSON for one decision: the outcome, then the chosen and best-scored nodes, then the rejected ones; each
-    explaining plugin adds its section per listed node."""
+def render(decision: Decision, explainers: Sequence[Plugin] = (), limit: int = 50) -> dict[str, Any]:
+    """JSON for one decision: the outcome, then the chosen and best-scored nodes, then the rejected ones. Each
+    ``ExplainPlugin`` among ``explainers`` adds its section per listed node; each ``PodExplainPlugin`` adds what it
+    chose for the placed pod to the result."""
+    node_explainers = [p for p in explainers if isinstance(p, ExplainPlugin)]
     verdicts = decision.verdicts()
     passed = sorted(((n, v) for n, v in verdicts.items() if v["filter"] == "passed"), key=lambda nv: -nv[1]["total"])
     rejected = sorted((n, v) for n, v in verdicts.items() if v["filter"] != "passed")
@@ -101,17 +103,22 @@ def render(decision: Decision, explainers: Sequence[ExplainPlugin] = (), limit: 
         entry = {"node": name, **verdict}
         info = decision.nodes[rows[name]]
         if info is not None:
-            for plugin in explainers:
+            for plugin in node_explainers:
                 entry[plugin.explain_section] = dict(plugin.explain_node(info, decision.at))
         nodes.append(entry)
     reasons: dict[str, int] = {}
     for _, verdict in rejected:
         reasons[verdict["filter"]["reason"]] = reasons.get(verdict["filter"]["reason"], 0) + 1
+    result: dict[str, Any] = {"node": decision.node} if decision.node else {"pending": decision.message}
+    if decision.node:
+        for explainer in explainers:
+            if isinstance(explainer, PodExplainPlugin):
+                result.update(explainer.explain_pod(decision.uid, decision.node))
     return {
         "pod": decision.pod,
         "uid": decision.uid,
         "decidedAt": decision.at,
-        "result": {"node": decision.node} if decision.node else {"pending": decision.message},
+        "result": result,
         "feasibleNodes": len(passed),
         "rejectedByReason": reasons,
         "nodes": nodes,
@@ -146,12 +153,11 @@ class DecisionLog:
         return self._by_pod.get(pod)
 
 
-def add_routes(
-    app: web.Application, decisions: DecisionLog, explainers: Callable[[str], Sequence[ExplainPlugin]]
-) -> None:
+def add_routes(app: web.Application, decisions: DecisionLog, explainers: Callable[[str], Sequence[Plugin]]) -> None:
     """``GET /debug/explain/{namespace}/{name}``: the pod's latest decision as JSON (404 when none is kept).
 
-    ``explainers(scheduler_name)`` gives that profile's plugins implementing ``ExplainPlugin``."""
+    ``explainers(scheduler_name)`` gives that profile's plugins; those implementing ``ExplainPlugin`` or
+    ``PodExplainPlugin`` add to the answer."""
 
     async def explain(request: web.Request) -> web.Response:
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"

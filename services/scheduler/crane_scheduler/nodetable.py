@@ -128,6 +128,9 @@ class NodeTable:
         self.pods: dict[str, PodRecord] = {}
         self._pods_by_node: dict[str, set[str]] = {}
         self.unschedulable_count = 0
+        # Plugins that account something of their own per bound pod (NRT zone results) listen here.
+        self.pod_added: list[Callable[[PodInfo], None]] = []
+        self.pod_removed: list[Callable[[str], None]] = []
 
     # ------------------------------------------------------------------------------------------ views
 
@@ -363,9 +366,13 @@ class NodeTable:
             ):
                 old.assumed = False
                 old.scheduled_at = record.scheduled_at
+                for added in self.pod_added:
+                    added(pod)
                 return False
             self.remove_pod(pod.uid)
         self._insert(record)
+        for added in self.pod_added:
+            added(pod)
         return True
 
     def assume(self, pod: PodInfo, node: str) -> None:
@@ -397,6 +404,8 @@ class NodeTable:
                 del self._pods_by_node[record.node]
         self._apply(record, -1)
         self.version += 1
+        for removed in self.pod_removed:
+            removed(uid)
         return record
 
     def pods_on(self, node: str) -> Iterable[PodRecord]:

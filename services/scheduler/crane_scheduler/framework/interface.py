@@ -13,6 +13,7 @@ a ``Status``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -43,6 +44,7 @@ __all__ = [
     "PermitPlugin",
     "Plugin",
     "PluginMetrics",
+    "PodExplainPlugin",
     "PostBindPlugin",
     "PostFilterPlugin",
     "PreBindPlugin",
@@ -51,6 +53,7 @@ __all__ = [
     "QueueSortPlugin",
     "ReservePlugin",
     "ScorePlugin",
+    "WorkerPlugin",
 ]
 
 
@@ -178,6 +181,24 @@ class ExplainPlugin(Plugin, Protocol):
     def explain_node(self, node: NodeInfo, at: float) -> Mapping[str, Any]:
         """The plugin's view of ``node`` as it was at wall-clock time ``at`` (the decision's time)."""
         ...
+
+
+@runtime_checkable
+class PodExplainPlugin(Plugin, Protocol):
+    """Optional: what the plugin chose for a placed pod beyond its node (NUMA zones, ...), merged into the
+    explained ``result``."""
+
+    def explain_pod(self, uid: str, node: str) -> Mapping[str, Any]:
+        """Entries to add to the decision's ``result`` for pod ``uid`` placed on ``node`` (empty: nothing)."""
+        ...
+
+
+@runtime_checkable
+class WorkerPlugin(Plugin, Protocol):
+    """Optional: a plugin with a loop of its own (NodeResourceTopologyMatch's NRT watch), run by the scheduler for
+    its whole life under the one worker contract."""
+
+    async def run(self, stopping: asyncio.Event) -> None: ...
 
 
 EXTENSION_POINTS: dict[str, type] = {

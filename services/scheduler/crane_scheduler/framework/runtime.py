@@ -30,6 +30,7 @@ from crane_scheduler.framework.interface import (
     Handle,
     PermitPlugin,
     Plugin,
+    PodExplainPlugin,
     PostBindPlugin,
     PostFilterPlugin,
     PreBindPlugin,
@@ -38,6 +39,7 @@ from crane_scheduler.framework.interface import (
     QueueSortPlugin,
     ReservePlugin,
     ScorePlugin,
+    WorkerPlugin,
 )
 from crane_scheduler.framework.registry import Registry
 from crane_scheduler.framework.types import ArgsError, ClusterEvent, Code, CycleState, Diagnosis, Status
@@ -78,6 +80,16 @@ class Profile:
     def explainers(self) -> list[ExplainPlugin]:
         """The plugins that can explain their per-node inputs (optional ``ExplainPlugin`` interface)."""
         return [p for p in self.plugins.values() if isinstance(p, ExplainPlugin)]
+
+    @property
+    def workers(self) -> list[WorkerPlugin]:
+        """The plugins with a loop of their own (optional ``WorkerPlugin`` interface)."""
+        return [p for p in self.plugins.values() if isinstance(p, WorkerPlugin)]
+
+    @property
+    def pod_explainers(self) -> list[PodExplainPlugin]:
+        """The plugins that add to a placed pod's explained result (optional ``PodExplainPlugin`` interface)."""
+        return [p for p in self.plugins.values() if isinstance(p, PodExplainPlugin)]
 
     # ------------------------------------------------------------------------------------------ extension points
 

@@ -15,6 +15,7 @@ from crane_scheduler.plugins import (
     nodename,
     nodeports,
     noderesources,
+    noderesourcetopology,
     nodeunschedulable,
     queuesort,
     tainttoleration,
@@ -34,7 +35,7 @@ DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
 
 
 def builtin_registry() -> Registry:
-    return Registry(
+    registry = Registry(
         defaults=DEFAULT_MULTIPOINT,
         factories={
             "PrioritySort": queuesort.new,
@@ -48,3 +49,5 @@ def builtin_registry() -> Registry:
             "DefaultBinder": defaultbinder.new,
         },
     )
+    noderesourcetopology.register(registry)  # crane's NUMA placement; not in the default profile
+    return registry
