@@ -1,0 +1,307 @@
+"""The service images, built from deploy/Dockerfile and run as in production.
+
+No registry is reachable here, so the images are built on a local base image made from Debian packages
+(``scripts/container-engine base-image``: debootstrap, Debian's python3 3.11) passed as BASE_IMAGE. Each
+container runs non-root (UID 65532), with a read-only root filesystem, host networking, its production flags, and
+the credentials of its own ServiceAccount from the Helm chart (so the chart's RBAC is exercised by the real
+services): the scheduler binds a pod, the event-recorder records that binding in Redis, the annotator writes the
+node's hot value from it, and the extender answers a filter request from its node cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import redis.asyncio as aioredis
+import yaml
+from kubernetes_asyncio import client
+
+from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.procs import free_port
+from crane_shared.bindings import BindingSchema
+from tests.deploytools import CHART, REPO, helm
+from tests.integration.scheduler.harness import create_nodes, node, pod, wait_for
+
+TARGETS = ("event-recorder", "annotator", "scheduler", "extender")
+NS = "crane-images"
+SCHEDULER = "crane-image-test"
+GROUP = "crane.test/group=images"
+
+
+def engine(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(REPO / "scripts" / "container-engine"), *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def podman(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(["podman", "--runtime", "runc", *args], capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"podman {' '.join(args[:3])}... failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
+    return result
+
+
+@pytest.fixture(scope="module")
+def images() -> Iterator[dict[str, str]]:
+    """Build every target on the local base image; {target: image}. Skips, saying why, when no engine runs."""
+    base = engine("base-image")
+    if base.returncode != 0:
+        pytest.skip(f"no local base image (debootstrap/podman failed): {base.stderr[-2000:]}")
+    check = engine("check")
+    if check.returncode != 0:
+        pytest.skip(f"podman cannot run a container on this machine: {check.stderr[-2000:]}")
+    built: dict[str, str] = {}
+    sizes = []
+    for target in TARGETS:
+        tag = f"localhost/crane-{target}:test"
+        start = time.monotonic()
+        podman(
+            "build",
+            "--network=host",
+            "--layers",
+            "-f",
+            "deploy/Dockerfile",
+            "--target",
+            target,
+            "--build-arg",
+            f"BASE_IMAGE={base.stdout.strip()}",
+            "-t",
+            tag,
+            str(REPO),
+        )
+        size = int(podman("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip())
+        sizes.append(f"{tag}: {size / 1e6:.0f} MB (built in {time.monotonic() - start:.0f} s)")
+        built[target] = tag
+    print("\nimage sizes:\n  " + "\n  ".join(sizes))
+    yield built
+
+
+def test_images_carry_only_the_product(images: dict[str, str]) -> None:
+    """The runtime holds the installed project, not its sources, tests, the sandbox or build tools."""
+    for target, image in images.items():
+        listing = podman(
+            "run",
+            "--rm",
+            "--network=host",
+            "--entrypoint",
+            "sh",
+            image,
+            "-c",
+            "ls /opt/crane/bin; ls /opt/crane/lib/python3*/site-packages; id -u; ls /src 2>&1 || true",
+        ).stdout.split()
+        assert "pip" not in listing and "pytest" not in listing and "ruff" not in listing, (target, listing)
+        assert "crane_shared" in listing and "crane_scheduler" in listing
+        assert "65532" in listing, (target, "not running as UID 65532")
+        assert "tests" not in listing and "bench" not in listing
+
+
+def _kubeconfig(cluster: LocalCluster, token: str, directory: Path, name: str) -> Path:
+    """A kubeconfig with the CA embedded and a ServiceAccount token, readable by the container's user."""
+    assert cluster.pki is not None
+    import base64
+
+    config = cluster.kubeconfig_dict(token, user=name)
+    ca = base64.b64encode(Path(cluster.pki.ca_cert).read_bytes()).decode()
+    config["clusters"][0]["cluster"] = {"server": cluster.api_url, "certificate-authority-data": ca}
+    path = directory / f"{name}.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o644)
+    return path
+
+
+@contextlib.contextmanager
+def container(name: str, image: str, mounts: dict[Path, str], *args: str) -> Iterator[str]:
+    """A detached container as in production: non-root, read-only root, no capabilities, host network."""
+    volumes = [f"--volume={host}:{inside}:ro" for host, inside in mounts.items()]
+    podman("rm", "-f", name, check=False)
+    podman(
+        "run",
+        "--detach",
+        f"--name={name}",
+        "--network=host",
+        "--read-only",
+        "--read-only-tmpfs=false",
+        "--tmpfs=/tmp:rw,size=16m",
+        "--user=65532:65532",
+        "--cap-drop=ALL",
+        "--security-opt=no-new-privileges",
+        *volumes,
+        image,
+        *args,
+    )
+    try:
+        yield name
+    finally:
+        logs = podman("logs", name, check=False)
+        print(f"--- {name} logs (tail)\n{(logs.stdout + logs.stderr)[-1500:]}")
+        podman("rm", "-f", name, check=False)
+
+
+async def _ok(url: str) -> bool:
+    try:
+        async with aiohttp.ClientSession() as s, s.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+            return r.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
+@pytest.fixture
+async def installed(cluster: LocalCluster, kube: client.ApiClient) -> AsyncIterator[dict[str, str]]:
+    """The chart's RBAC and ServiceAccounts; {service: token of its account}."""
+    args = ["--kubeconfig", str(cluster.kubeconfig_path), "--namespace", NS]
+    await asyncio.to_thread(
+        helm,
+        "install",
+        "img",
+        str(CHART),
+        *args,
+        "--create-namespace",
+        "--set",
+        "fullnameOverride=crane,extender.enabled=true,redis.enabled=false,redis.external.url=redis://x:1/0",
+    )
+    core = client.CoreV1Api(kube)
+    tokens = {}
+    for svc in TARGETS:
+        t = await core.create_namespaced_service_account_token(
+            f"crane-{svc}", NS, {"spec": {"expirationSeconds": 3600}}
+        )
+        tokens[svc] = t.status.token
+    yield tokens
+    await asyncio.to_thread(helm, "uninstall", "img", *args, check=False)
+
+
+async def test_each_image_does_its_job_against_the_api_server_and_redis(
+    images: dict[str, str], installed: dict[str, str], cluster: LocalCluster, kube: client.ApiClient, tmp_path: Path
+) -> None:
+    tmp_path.chmod(0o755)  # noqa: ASYNC240 (the containers' user reads the files in it)
+    kubeconfigs = {svc: _kubeconfig(cluster, token, tmp_path, svc) for svc, token in installed.items()}
+    policy = REPO / "deploy" / "policy.yaml"
+    config = tmp_path / "scheduler.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "leaderElection": {"resourceNamespace": NS, "resourceName": "crane-scheduler"},
+                "profiles": [
+                    {
+                        "schedulerName": SCHEDULER,
+                        "pluginConfig": [{"name": "Dynamic", "args": {"policyConfigPath": "/etc/crane/policy.yaml"}}],
+                    }
+                ],
+            }
+        )
+    )
+    config.chmod(0o644)
+    redis_url = cluster.redis_url.rsplit("/", 1)[0] + "/14"
+    r = aioredis.from_url(redis_url)
+    await r.flushdb()
+    ports = {svc: free_port() for svc in TARGETS}
+    common = ["--listen-address=127.0.0.1", "--kubeconfig=/etc/crane/kubeconfig", "--log-format=json"]
+
+    def mounts(svc: str) -> dict[Path, str]:
+        return {
+            kubeconfigs[svc]: "/etc/crane/kubeconfig",
+            policy: "/etc/crane/policy.yaml",
+            config: "/etc/crane/scheduler.yaml",
+        }
+
+    await create_nodes(kube, [node("image-node-1", "images", cpu="8", memory="32Gi")])
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            container(
+                "crane-test-event-recorder",
+                images["event-recorder"],
+                mounts("event-recorder"),
+                *common,
+                f"--port={ports['event-recorder']}",
+                f"--redis-url={redis_url}",
+                "--policy=/etc/crane/policy.yaml",
+            )
+        )
+        stack.enter_context(
+            container(
+                "crane-test-annotator",
+                images["annotator"],
+                mounts("annotator"),
+                *common,
+                f"--port={ports['annotator']}",
+                f"--redis-url={redis_url}",
+                "--policy=/etc/crane/policy.yaml",
+                "--prometheus-url=http://127.0.0.1:9",
+                f"--lease-namespace={NS}",
+                "--lease-name=crane-annotator",
+                f"--node-selector={GROUP}",
+                "--hot-value-interval=1s",
+            )
+        )
+        stack.enter_context(
+            container(
+                "crane-test-scheduler",
+                images["scheduler"],
+                mounts("scheduler"),
+                *common,
+                f"--port={ports['scheduler']}",
+                "--config=/etc/crane/scheduler.yaml",
+                f"--node-selector={GROUP}",
+            )
+        )
+        stack.enter_context(
+            container(
+                "crane-test-extender",
+                images["extender"],
+                mounts("extender"),
+                *common,
+                f"--port={ports['extender']}",
+                "--policy=/etc/crane/policy.yaml",
+                "--node-cache",
+            )
+        )
+        for svc, port in ports.items():
+            url = f"http://127.0.0.1:{port}/readyz"
+            await wait_for(functools.partial(_ok, url), timeout=90, what=f"{svc} ready")
+
+        # scheduler: a pod for it gets bound
+        await client.CoreV1Api(kube).create_namespaced_pod(NS, pod("web", SCHEDULER))
+
+        async def bound() -> str | None:
+            p = await client.CoreV1Api(kube).read_namespaced_pod("web", NS)
+            name: str | None = p.spec.node_name
+            return name
+
+        assert await wait_for(bound, timeout=60, what="the pod bound by the scheduler image") == "image-node-1"
+
+        # event-recorder: the binding is recorded in Redis
+        key = BindingSchema().node_key("image-node-1")
+        assert await wait_for(lambda: r.zcard(key), timeout=60, what="the binding record in Redis") == 1
+
+        # annotator: the node gets its hot value annotation
+        async def hot() -> str | None:
+            n = await client.CoreV1Api(kube).read_node("image-node-1")
+            value: str | None = (n.metadata.annotations or {}).get("node_hot_value")
+            return value
+
+        assert await wait_for(hot, timeout=60, what="node_hot_value written by the annotator image")
+
+        # extender: a filter request answered from its node cache
+        args: dict[str, Any] = {"Pod": pod("p", SCHEDULER), "NodeNames": ["image-node-1"]}
+        args["Pod"]["metadata"]["namespace"] = NS
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(f"http://127.0.0.1:{ports['extender']}/extender/filter", data=json.dumps(args)) as resp,
+        ):
+            body = await resp.json(content_type=None)
+        assert resp.status == 200 and body.get("NodeNames") == ["image-node-1"], body
+    await r.aclose()
