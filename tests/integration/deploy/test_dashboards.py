@@ -144,14 +144,14 @@ async def query_range(prometheus: PrometheusServer, expr: str, minutes: float = 
     return result
 
 
-async def run_workload(api: client.ApiClient) -> None:
+async def run_workload(api: client.ApiClient, scheduler: str) -> None:
     """Pods for crane-scheduler (most fit, one fits nowhere) and one malformed Scheduled event."""
     v1 = client.CoreV1Api(api)
     await v1.create_namespace({"metadata": {"name": "dash"}})
 
     def pod(name: str, cpu: str) -> dict[str, Any]:
         container = {"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}
-        return {"metadata": {"name": name}, "spec": {"schedulerName": "crane-scheduler", "containers": [container]}}
+        return {"metadata": {"name": name}, "spec": {"schedulerName": scheduler, "containers": [container]}}
 
     for i in range(12):
         await v1.create_namespaced_pod("dash", pod(f"web-{i}", "500m"))
@@ -173,7 +173,8 @@ async def run_workload(api: client.ApiClient) -> None:
 
 
 async def test_every_dashboard_panel_returns_data_from_the_real_stack(stack: Stack) -> None:
-    await run_workload(stack.api)
+    # the name crane-scheduler serves in the sandbox ("default-scheduler" where it replaces kube-scheduler)
+    await run_workload(stack.api, getattr(stack.sandbox, "scheduler_name", "crane-scheduler"))
     targets = panels()
     assert len(targets) >= 30
     deadline = time.monotonic() + 120

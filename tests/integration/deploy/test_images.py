@@ -45,7 +45,7 @@ def engine(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]
 
 
 def podman(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(["podman", "--runtime", "runc", *args], capture_output=True, text=True, timeout=timeout)
+    result = engine("podman", *args, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(
             f"podman {' '.join(args[:3])}... failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
