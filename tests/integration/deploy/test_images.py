@@ -5,7 +5,7 @@ No registry is reachable here, so the images are built on a local base image mad
 container runs non-root (UID 65532), with a read-only root filesystem, host networking, its production flags, and
 the credentials of its own ServiceAccount from the Helm chart (so the chart's RBAC is exercised by the real
 services): the scheduler binds a pod, the event-recorder records that binding in Redis, the annotator writes the
-node's hot value from it, and the extender answers a filter request from its node cache.
+node's hot value from it and its load from Prometheus, and the extender answers a filter request from its node cache.
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ import yaml
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.exporter import FleetExporter
+from crane_sandbox.fleet import FleetState, make_fleet
 from crane_sandbox.procs import free_port
+from crane_sandbox.prometheus import PrometheusServer
 from crane_shared.bindings import BindingSchema
 from tests.deploytools import CHART, REPO, helm
 from tests.integration.scheduler.harness import create_nodes, node, pod, wait_for
@@ -36,6 +39,7 @@ TARGETS = ("event-recorder", "annotator", "scheduler", "extender")
 NS = "crane-images"
 SCHEDULER = "crane-image-test"
 GROUP = "crane.test/group=images"
+NODE = "image-node-0001"
 
 
 def engine(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
@@ -189,7 +193,13 @@ async def test_each_image_does_its_job_against_the_api_server_and_redis(
 ) -> None:
     tmp_path.chmod(0o755)  # noqa: ASYNC240 (the containers' user reads the files in it)
     kubeconfigs = {svc: _kubeconfig(cluster, token, tmp_path, svc) for svc, token in installed.items()}
-    policy = REPO / "deploy" / "policy.yaml"
+    # The default policy with sync periods of seconds, so the annotator's rounds follow the test.
+    policy = tmp_path / "policy.yaml"
+    text = (REPO / "deploy" / "policy.yaml").read_text()
+    for period in ("3m", "15m", "3h"):
+        text = text.replace(f"period: {period}", "period: 2s")
+    policy.write_text(text)
+    policy.chmod(0o644)
     config = tmp_path / "scheduler.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -220,90 +230,108 @@ async def test_each_image_does_its_job_against_the_api_server_and_redis(
             config: "/etc/crane/scheduler.yaml",
         }
 
-    await create_nodes(kube, [node("image-node-1", "images", cpu="8", memory="32Gi")])
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(
-            container(
-                "crane-test-event-recorder",
-                images["event-recorder"],
-                mounts("event-recorder"),
-                *common,
-                f"--port={ports['event-recorder']}",
-                f"--redis-url={redis_url}",
-                "--policy=/etc/crane/policy.yaml",
+    await create_nodes(kube, [node(NODE, "images", cpu="8", memory="32Gi")])
+    # node-exporter series for the node (labelled by its name) in a real Prometheus with crane's recording rules
+    fleet = make_fleet(1, prefix="image-node-", instance_styles=("name",), base_cpu_fraction=0.3)
+    exporter = FleetExporter(FleetState(fleet))
+    await exporter.start()
+    prometheus = PrometheusServer(cluster.run_dir / "images-prometheus", exporter.targets(), rules="fast")
+    await prometheus.start()
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(
+                container(
+                    "crane-test-event-recorder",
+                    images["event-recorder"],
+                    mounts("event-recorder"),
+                    *common,
+                    f"--port={ports['event-recorder']}",
+                    f"--redis-url={redis_url}",
+                    "--policy=/etc/crane/policy.yaml",
+                )
             )
-        )
-        stack.enter_context(
-            container(
-                "crane-test-annotator",
-                images["annotator"],
-                mounts("annotator"),
-                *common,
-                f"--port={ports['annotator']}",
-                f"--redis-url={redis_url}",
-                "--policy=/etc/crane/policy.yaml",
-                "--prometheus-url=http://127.0.0.1:9",
-                f"--lease-namespace={NS}",
-                "--lease-name=crane-annotator",
-                f"--node-selector={GROUP}",
-                "--hot-value-interval=1s",
+            stack.enter_context(
+                container(
+                    "crane-test-annotator",
+                    images["annotator"],
+                    mounts("annotator"),
+                    *common,
+                    f"--port={ports['annotator']}",
+                    f"--redis-url={redis_url}",
+                    "--policy=/etc/crane/policy.yaml",
+                    f"--prometheus-url={prometheus.url}",
+                    f"--lease-namespace={NS}",
+                    "--lease-name=crane-annotator",
+                    f"--node-selector={GROUP}",
+                    "--hot-value-interval=1s",
+                )
             )
-        )
-        stack.enter_context(
-            container(
-                "crane-test-scheduler",
-                images["scheduler"],
-                mounts("scheduler"),
-                *common,
-                f"--port={ports['scheduler']}",
-                "--config=/etc/crane/scheduler.yaml",
-                f"--node-selector={GROUP}",
+            stack.enter_context(
+                container(
+                    "crane-test-scheduler",
+                    images["scheduler"],
+                    mounts("scheduler"),
+                    *common,
+                    f"--port={ports['scheduler']}",
+                    "--config=/etc/crane/scheduler.yaml",
+                    f"--node-selector={GROUP}",
+                )
             )
-        )
-        stack.enter_context(
-            container(
-                "crane-test-extender",
-                images["extender"],
-                mounts("extender"),
-                *common,
-                f"--port={ports['extender']}",
-                "--policy=/etc/crane/policy.yaml",
-                "--node-cache",
+            stack.enter_context(
+                container(
+                    "crane-test-extender",
+                    images["extender"],
+                    mounts("extender"),
+                    *common,
+                    f"--port={ports['extender']}",
+                    "--policy=/etc/crane/policy.yaml",
+                    "--node-cache",
+                )
             )
-        )
-        for svc, port in ports.items():
-            url = f"http://127.0.0.1:{port}/readyz"
-            await wait_for(functools.partial(_ok, url), timeout=90, what=f"{svc} ready")
+            for svc, port in ports.items():
+                url = f"http://127.0.0.1:{port}/readyz"
+                await wait_for(functools.partial(_ok, url), timeout=90, what=f"{svc} ready")
 
-        # scheduler: a pod for it gets bound
-        await client.CoreV1Api(kube).create_namespaced_pod(NS, pod("web", SCHEDULER))
+            # scheduler: a pod for it gets bound
+            await client.CoreV1Api(kube).create_namespaced_pod(NS, pod("web", SCHEDULER))
 
-        async def bound() -> str | None:
-            p = await client.CoreV1Api(kube).read_namespaced_pod("web", NS)
-            name: str | None = p.spec.node_name
-            return name
+            async def bound() -> str | None:
+                p = await client.CoreV1Api(kube).read_namespaced_pod("web", NS)
+                name: str | None = p.spec.node_name
+                return name
 
-        assert await wait_for(bound, timeout=60, what="the pod bound by the scheduler image") == "image-node-1"
+            assert await wait_for(bound, timeout=60, what="the pod bound by the scheduler image") == NODE
 
-        # event-recorder: the binding is recorded in Redis
-        key = BindingSchema().node_key("image-node-1")
-        assert await wait_for(lambda: r.zcard(key), timeout=60, what="the binding record in Redis") == 1
+            # event-recorder: the binding is recorded in Redis
+            key = BindingSchema().node_key(NODE)
+            assert await wait_for(lambda: r.zcard(key), timeout=60, what="the binding record in Redis") == 1
 
-        # annotator: the node gets its hot value annotation
-        async def hot() -> str | None:
-            n = await client.CoreV1Api(kube).read_node("image-node-1")
-            value: str | None = (n.metadata.annotations or {}).get("node_hot_value")
-            return value
+            # annotator: the node gets its hot value annotation
+            async def hot() -> str | None:
+                n = await client.CoreV1Api(kube).read_node(NODE)
+                value: str | None = (n.metadata.annotations or {}).get("node_hot_value")
+                return value
 
-        assert await wait_for(hot, timeout=60, what="node_hot_value written by the annotator image")
+            assert await wait_for(hot, timeout=60, what="node_hot_value written by the annotator image")
 
-        # extender: a filter request answered from its node cache
-        args: dict[str, Any] = {"Pod": pod("p", SCHEDULER), "NodeNames": ["image-node-1"]}
-        args["Pod"]["metadata"]["namespace"] = NS
-        async with (
-            aiohttp.ClientSession() as s,
-            s.post(f"http://127.0.0.1:{ports['extender']}/extender/filter", data=json.dumps(args)) as resp,
-        ):
-            body = await resp.json(content_type=None)
-        assert resp.status == 200 and body.get("NodeNames") == ["image-node-1"], body
-    await r.aclose()
+            # annotator: and its load from Prometheus (the fleet's 30 % CPU through the recording rules)
+            async def load() -> float | None:
+                n = await client.CoreV1Api(kube).read_node(NODE)
+                text = (n.metadata.annotations or {}).get("cpu_usage_avg_5m")
+                return float(text.split(",")[0]) if text else None
+
+            assert 0.2 < await wait_for(load, timeout=60, what="cpu_usage_avg_5m written by the annotator image") < 0.5
+
+            # extender: a filter request answered from its node cache
+            args: dict[str, Any] = {"Pod": pod("p", SCHEDULER), "NodeNames": [NODE]}
+            args["Pod"]["metadata"]["namespace"] = NS
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(f"http://127.0.0.1:{ports['extender']}/extender/filter", data=json.dumps(args)) as resp,
+            ):
+                body = await resp.json(content_type=None)
+            assert resp.status == 200 and body.get("NodeNames") == [NODE], body
+    finally:
+        await r.aclose()
+        await prometheus.stop()
+        await exporter.stop()
