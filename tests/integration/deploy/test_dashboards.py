@@ -155,7 +155,9 @@ async def run_workload(api: client.ApiClient, scheduler: str) -> None:
 
     for i in range(12):
         await v1.create_namespaced_pod("dash", pod(f"web-{i}", "500m"))
-    await v1.create_namespaced_pod("dash", pod("too-big", "64"))
+    nowhere = pod("nowhere", "100m")
+    nowhere["spec"]["nodeSelector"] = {"crane.test/no-such-label": "x"}  # unschedulable whatever the capacity
+    await v1.create_namespaced_pod("dash", nowhere)
     await client.EventsV1Api(api).create_namespaced_event(
         "dash",
         {
