@@ -15,6 +15,20 @@ DASHBOARDS = CHART / "files" / "dashboards"
 ALERTS = CHART / "files" / "alerts.yml"
 
 
+def prefetch(*command: str) -> None:
+    """Start a slow, cached preparation (``scripts/tools NAME``, ``scripts/container-engine base-image``) in the
+    background when a test module is collected, so the builds of several modules overlap each other and the tests
+    that run before them; the test that needs the result runs the same command, which waits on the build's lock.
+    Output goes to ~/.cache/crane-tools/prefetch-*.log."""
+    log_dir = Path.home() / ".cache" / "crane-tools"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"prefetch-{'-'.join(Path(c).name for c in command)}.log"
+    with log.open("w") as out:
+        subprocess.Popen(
+            [str(REPO / "scripts" / command[0]), *command[1:]], stdout=out, stderr=out, start_new_session=True
+        )
+
+
 @functools.cache
 def tool(name: str) -> str:
     """Path of a tool built from its Go module (first use builds it into ~/.cache/crane-tools)."""

@@ -32,7 +32,7 @@ from crane_sandbox.fleet import FleetState, make_fleet
 from crane_sandbox.procs import free_port
 from crane_sandbox.prometheus import PrometheusServer
 from crane_shared.bindings import BindingSchema
-from tests.deploytools import CHART, REPO, helm
+from tests.deploytools import CHART, REPO, helm, prefetch
 from tests.integration.scheduler.harness import create_nodes, node, pod, wait_for
 
 TARGETS = ("event-recorder", "annotator", "scheduler", "extender")
@@ -40,6 +40,8 @@ NS = "crane-images"
 SCHEDULER = "crane-image-test"
 GROUP = "crane.test/group=images"
 NODE = "image-node-0001"
+
+prefetch("container-engine", "base-image")
 
 
 def engine(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:

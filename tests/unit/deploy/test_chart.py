@@ -9,7 +9,9 @@ from typing import Any
 
 import yaml
 
-from tests.deploytools import ALERTS, CHART, REPO, by_kind, helm, render
+from tests.deploytools import ALERTS, CHART, REPO, by_kind, helm, prefetch, render
+
+prefetch("tools", "helm")
 
 FULL = [
     "--set",
