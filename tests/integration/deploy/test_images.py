@@ -14,8 +14,6 @@ import asyncio
 import contextlib
 import functools
 import json
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,66 +30,14 @@ from crane_sandbox.fleet import FleetState, make_fleet
 from crane_sandbox.procs import free_port
 from crane_sandbox.prometheus import PrometheusServer
 from crane_shared.bindings import BindingSchema
-from tests.deploytools import CHART, REPO, helm, prefetch
+from tests.deploytools import CHART, REPO, helm
+from tests.integration.deploy.conftest import TARGETS, podman
 from tests.integration.scheduler.harness import create_nodes, node, pod, wait_for
 
-TARGETS = ("event-recorder", "annotator", "scheduler", "extender")
 NS = "crane-images"
 SCHEDULER = "crane-image-test"
 GROUP = "crane.test/group=images"
 NODE = "image-node-0001"
-
-prefetch("container-engine", "base-image")
-
-
-def engine(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(REPO / "scripts" / "container-engine"), *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
-def podman(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = engine("podman", *args, timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(
-            f"podman {' '.join(args[:3])}... failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-        )
-    return result
-
-
-@pytest.fixture(scope="module")
-def images() -> Iterator[dict[str, str]]:
-    """Build every target on the local base image; {target: image}. Skips, saying why, when no engine runs."""
-    base = engine("base-image")
-    if base.returncode != 0:
-        pytest.skip(f"no local base image (debootstrap/podman failed): {base.stderr[-2000:]}")
-    check = engine("check")
-    if check.returncode != 0:
-        pytest.skip(f"podman cannot run a container on this machine: {check.stderr[-2000:]}")
-    built: dict[str, str] = {}
-    sizes = []
-    for target in TARGETS:
-        tag = f"localhost/crane-{target}:test"
-        start = time.monotonic()
-        podman(
-            "build",
-            "--network=host",
-            "--layers",
-            "-f",
-            "deploy/Dockerfile",
-            "--target",
-            target,
-            "--build-arg",
-            f"BASE_IMAGE={base.stdout.strip()}",
-            "-t",
-            tag,
-            str(REPO),
-        )
-        size = int(podman("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip())
-        sizes.append(f"{tag}: {size / 1e6:.0f} MB (built in {time.monotonic() - start:.0f} s)")
-        built[target] = tag
-    print("\nimage sizes:\n  " + "\n  ".join(sizes))
-    yield built
 
 
 def _wheel_packages() -> set[str]:
