@@ -15,6 +15,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from crane_annotator.nodes import NodeInfo
+from crane_shared.annotations import HOT_VALUE_KEY
 from crane_shared.metrics import MetricSet
 
 P = "crane_annotator_"
@@ -85,7 +86,8 @@ class AnnotatorMetrics(MetricSet):
 
 class AgeCollector(Collector):
     """``annotation_age_seconds{key}`` (oldest over nodes), ``nodes_missing_annotation{key}``, and
-    ``metric_staleness_seconds{metric}`` (time since the last successful query), computed at scrape time."""
+    ``metric_staleness_seconds{metric}`` (time since the last successful query) and ``node_hot_value{node}``,
+    computed at scrape time."""
 
     def __init__(
         self,
@@ -122,4 +124,10 @@ class AgeCollector(Collector):
         )
         for metric, at in self._last_success().items():
             staleness.add_metric([metric], max(0.0, now - (at or self._started)))
-        return [age, missing, staleness]
+        # The hot value of each node as written (the usage annotations are Prometheus's own recording rules):
+        # what dashboards show next to the node's load; one series per node, as kube-state-metrics does.
+        hot = GaugeMetricFamily(P + "node_hot_value", "The node_hot_value annotation of each node.", labels=["node"])
+        for info in nodes:
+            if HOT_VALUE_KEY in info.values:
+                hot.add_metric([info.addresses.name], info.values[HOT_VALUE_KEY])
+        return [age, missing, staleness, hot]

@@ -16,8 +16,6 @@ from crane_scheduler.plugins.noderesourcetopology.model import ANNOTATION_RESULT
 from crane_scheduler.plugins.noderesourcetopology.plugin import (
     FAILED_TO_GET_NRT,
     INSUFFICIENT_NUMA,
-    PLACEMENTS,
-    REJECTIONS,
 )
 from crane_scheduler.podinfo import parse_pod
 from tests.unit.nrt.fixtures import NOW, Setup, cpus, guaranteed, nrt
@@ -165,9 +163,15 @@ def test_malformed_result_annotation_is_skipped_and_counted_as_nothing() -> None
 def test_rejections_are_counted() -> None:
     s = Setup("n1", "n2")
     s.topology(nrt("n2", [("node0", "1")]))
-    before = REJECTIONS.labels(FAILED_TO_GET_NRT)._value.get(), REJECTIONS.labels(INSUFFICIENT_NUMA)._value.get()
+    before = (
+        s.plugin.metrics.rejections.labels(FAILED_TO_GET_NRT)._value.get(),
+        s.plugin.metrics.rejections.labels(INSUFFICIENT_NUMA)._value.get(),
+    )
     s.filter(guaranteed("2"))
-    after = REJECTIONS.labels(FAILED_TO_GET_NRT)._value.get(), REJECTIONS.labels(INSUFFICIENT_NUMA)._value.get()
+    after = (
+        s.plugin.metrics.rejections.labels(FAILED_TO_GET_NRT)._value.get(),
+        s.plugin.metrics.rejections.labels(INSUFFICIENT_NUMA)._value.get(),
+    )
     assert (after[0] - before[0], after[1] - before[1]) == (1, 1)
 
 
@@ -219,7 +223,7 @@ async def test_prebind_writes_the_result_with_a_merge_patch(core: type[FakeCore]
     s.plugin.replace_topologies([nrt("n1", [("node0", "4"), ("node1", "8")])])
     raw = guaranteed("2", name="web")
     state = place(s, raw, "n1")
-    placed = PLACEMENTS.labels("SingleNUMANodePodLevel")._value.get()
+    placed = s.plugin.metrics.placements.labels("SingleNUMANodePodLevel")._value.get()
     assert (await s.plugin.pre_bind(state, parse_pod(raw), "n1")).success
     name, ns, body, kw = core.calls[0]
     assert (name, ns) == ("web", "ns")
@@ -230,7 +234,7 @@ async def test_prebind_writes_the_result_with_a_merge_patch(core: type[FakeCore]
         }
     }
     assert kw["_content_type"] == "application/merge-patch+json" and kw["_request_timeout"] > 0
-    assert PLACEMENTS.labels("SingleNUMANodePodLevel")._value.get() == placed + 1
+    assert s.plugin.metrics.placements.labels("SingleNUMANodePodLevel")._value.get() == placed + 1
     assert s.plugin.explain_pod(raw["metadata"]["uid"], "n1") == {
         "numaZones": [{"name": "node1", "capacity": {"cpu": "2"}}],
     }
@@ -353,13 +357,21 @@ def test_explain_shows_the_zones_chosen() -> None:
 
 
 def test_nrt_object_gauge_follows_adds_changes_and_deletes() -> None:
-    from crane_scheduler.plugins.noderesourcetopology.plugin import TOPOLOGIES
 
     s = Setup("n1", "n2")
     s.topology(nrt("n1", [("node0", "4")]))
     s.topology(nrt("n2", [("node0", "4")]))
-    assert (TOPOLOGIES.labels("Static")._value.get(), TOPOLOGIES.labels("None")._value.get()) == (2, 0)
+    assert (
+        s.plugin.metrics.topologies.labels("Static")._value.get(),
+        s.plugin.metrics.topologies.labels("None")._value.get(),
+    ) == (2, 0)
     s.topology(nrt("n2", [("node0", "4")], cpu_policy="None"))
-    assert (TOPOLOGIES.labels("Static")._value.get(), TOPOLOGIES.labels("None")._value.get()) == (1, 1)
+    assert (
+        s.plugin.metrics.topologies.labels("Static")._value.get(),
+        s.plugin.metrics.topologies.labels("None")._value.get(),
+    ) == (1, 1)
     s.plugin.delete_topology("n1")
-    assert (TOPOLOGIES.labels("Static")._value.get(), TOPOLOGIES.labels("None")._value.get()) == (0, 1)
+    assert (
+        s.plugin.metrics.topologies.labels("Static")._value.get(),
+        s.plugin.metrics.topologies.labels("None")._value.get(),
+    ) == (0, 1)

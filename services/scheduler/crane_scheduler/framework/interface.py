@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from crane_scheduler.framework.types import (
     ClusterEvent,
@@ -64,11 +64,18 @@ class PluginMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._counters: dict[str, Counter] = {}
+        self._gauges: dict[str, Gauge] = {}
 
     def counter(self, name: str, documentation: str, labelnames: Sequence[str] = ()) -> Counter:
         found = self._counters.get(name)
         if found is None:
             found = self._counters[name] = Counter(name, documentation, labelnames, registry=self.registry)
+        return found
+
+    def gauge(self, name: str, documentation: str, labelnames: Sequence[str] = ()) -> Gauge:
+        found = self._gauges.get(name)
+        if found is None:
+            found = self._gauges[name] = Gauge(name, documentation, labelnames, registry=self.registry)
         return found
 
 

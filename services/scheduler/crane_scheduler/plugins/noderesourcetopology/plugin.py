@@ -13,6 +13,7 @@ scalars never panic, memory is recorded in bytes, start-up never waits for the N
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
@@ -23,7 +24,6 @@ import numpy as np
 import prometheus_client
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from prometheus_client import Gauge
 
 from crane_scheduler.framework import (
     MAX_NODE_SCORE,
@@ -31,12 +31,22 @@ from crane_scheduler.framework import (
     Code,
     CycleState,
     Handle,
+    PluginMetrics,
     PreFilterResult,
     Rejection,
     Rows,
     Status,
     error,
     unschedulable,
+)
+from crane_scheduler.framework.interface import (
+    FilterPlugin,
+    PodExplainPlugin,
+    PreBindPlugin,
+    PreFilterPlugin,
+    ReservePlugin,
+    ScorePlugin,
+    WorkerPlugin,
 )
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.plugins.noderesourcetopology import fit
@@ -81,28 +91,39 @@ _ZONES = f"{NAME}.zones"  # per row: zones in the result (0 = none); what Score 
 _RESULT = f"{NAME}.result"  # (node, result) chosen in Reserve; what PreBind writes
 
 log = get_logger("crane.scheduler.nrt")
-PLACEMENTS = prometheus_client.Counter(
-    "crane_scheduler_nrt_placements",
-    "Pods whose NUMA result was written, by the topology policy applied (SingleNUMANodePodLevel or None)",
-    ["policy"],
-)
-REJECTIONS = prometheus_client.Counter(
-    "crane_scheduler_nrt_rejections", "Nodes the NRT filter rejected, by reason", ["reason"]
-)
-MALFORMED = prometheus_client.Counter(
-    "crane_scheduler_nrt_malformed", "NRT objects and topology-result annotations that could not be decoded", ["kind"]
-)
-TOPOLOGIES = Gauge(
-    "crane_scheduler_nrt_objects", "Valid NodeResourceTopology objects known, by cpu manager policy", ["policy"]
-)
 
 
-class NodeResourceTopologyMatch:
+class NRTMetrics:
+    """The plugin's metrics, in the registry the framework handle gives it (shared by every profile's instance)."""
+
+    def __init__(self, metrics: PluginMetrics) -> None:
+        self.placements: prometheus_client.Counter = metrics.counter(
+            "crane_scheduler_nrt_placements",
+            "Pods whose NUMA result was written, by the topology policy applied (SingleNUMANodePodLevel or None)",
+            ["policy"],
+        )
+        self.rejections: prometheus_client.Counter = metrics.counter(
+            "crane_scheduler_nrt_rejections", "Nodes the NRT filter rejected, by reason", ["reason"]
+        )
+        self.malformed: prometheus_client.Counter = metrics.counter(
+            "crane_scheduler_nrt_malformed",
+            "NRT objects and topology-result annotations that could not be decoded",
+            ["kind"],
+        )
+        self.topologies: prometheus_client.Gauge = metrics.gauge(
+            "crane_scheduler_nrt_objects", "Valid NodeResourceTopology objects known, by cpu manager policy", ["policy"]
+        )
+
+
+class NodeResourceTopologyMatch(
+    PreFilterPlugin, FilterPlugin, ScorePlugin, ReservePlugin, PreBindPlugin, PodExplainPlugin, WorkerPlugin
+):
     name = NAME
 
     def __init__(self, args: TopologyArgs, handle: Handle, wall_clock: Callable[[], float] = time.time) -> None:
         self.args = args
         self.handle = handle
+        self.metrics = NRTMetrics(handle.metrics)
         self.clock = wall_clock
         self.zones = ZoneTable(args.resources, capacity=max(64, handle.table.n_rows))
         self.usage = ZoneUsage()
@@ -150,7 +171,7 @@ class NodeResourceTopologyMatch:
         try:
             topo: NodeTopology | None = decode_topology(obj)
         except TopologyError as err:
-            MALFORMED.labels("nrt").inc()
+            self.metrics.malformed.labels("nrt").inc()
             self._log_once.warning("nrt", "malformed NodeResourceTopology ignored", node=name, error=str(err))
             topo = None
         self._store(name, topo)
@@ -166,7 +187,7 @@ class NodeResourceTopologyMatch:
             self.topologies[name] = topo
             self._policies[topo.cpu_manager_policy] += 1
         for policy, count in self._policies.items():
-            TOPOLOGIES.labels(policy).set(count)
+            self.metrics.topologies.labels(policy).set(count)
         self._rewrite(name)
 
     def replace_topologies(self, objs: list[Mapping[str, Any]]) -> None:
@@ -192,7 +213,7 @@ class NodeResourceTopologyMatch:
             try:
                 result = decode_result(text)
             except TopologyError as err:
-                MALFORMED.labels("result").inc()
+                self.metrics.malformed.labels("result").inc()
                 self._log_once.warning("result", "malformed topology result ignored", pod=pod.key, error=str(err))
         if result is None and not self.usage.is_assumed(pod.uid) and self.usage.result_of(pod.uid) is None:
             return  # the common case: a pod that takes nothing from any zone
@@ -252,7 +273,7 @@ class NodeResourceTopologyMatch:
                     mask[static[bad]] = True
                     rejections.append(Rejection(reason, mask))
         for r in rejections:
-            REJECTIONS.labels(r.reason).inc(int(np.count_nonzero(r.mask)))
+            self.metrics.rejections.labels(r.reason).inc(int(np.count_nonzero(r.mask)))
         state[_ZONES] = zones_needed
         return rejections
 
@@ -319,7 +340,7 @@ class NodeResourceTopologyMatch:
         except TimeoutError:
             return Status(Code.ERROR, (f"writing {ANNOTATION_RESULT} on pod {pod.key}: timed out",))
         if chosen is not None:
-            PLACEMENTS.labels("SingleNUMANodePodLevel" if chosen[2] else "None").inc()
+            self.metrics.placements.labels("SingleNUMANodePodLevel" if chosen[2] else "None").inc()
             self.recent[pod.uid] = (node, chosen[1])
             while len(self.recent) > EXPLAIN_RESULTS:
                 self.recent.popitem(last=False)
@@ -349,7 +370,7 @@ class NodeResourceTopologyMatch:
         else:
             self.set_topology(obj)
 
-    async def run(self, stopping: Any) -> None:
+    async def run(self, stopping: asyncio.Event) -> None:
         """Watch the NRT objects. A missing CRD (404) or RBAC (403) does not hold up start-up: the informer
         retries with backoff; meanwhile pods with target containers get a retriable error naming the cause
         and every other pod schedules as usual."""

@@ -1,4 +1,4 @@
-"""The shipped deployment files stay valid: manifests parse, configurations and policies load."""
+"""The shipped deployment files stay valid: the rendered manifests parse, configurations and policies load."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_shared.policy import default_policy, load_policy, parse_policy
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 
 
 def manifests() -> list[dict[str, Any]]:
-    return [d for f in sorted((DEPLOY / "kubernetes").glob("[0-9]*.yaml")) for d in yaml.safe_load_all(f.read_text())]
+    """The plain manifests (the chart rendered by scripts/render-manifests)."""
+    return [d for d in yaml.safe_load_all((DEPLOY / "kubernetes" / "crane-scheduler.yaml").read_text()) if d]
 
 
 def configmap(name: str) -> dict[str, str]:

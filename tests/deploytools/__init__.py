@@ -1,0 +1,54 @@
+"""Helpers the deployment tests share: the chart, helm (built from its Go module by scripts/tools), rendering."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "crane-scheduler"
+DASHBOARDS = CHART / "files" / "dashboards"
+ALERTS = CHART / "files" / "alerts.yml"
+
+
+def prefetch(*command: str) -> None:
+    """Start a slow, cached preparation (``scripts/tools NAME``, ``scripts/container-engine base-image``) in the
+    background when a test module is collected, so the builds of several modules overlap each other and the tests
+    that run before them; the test that needs the result runs the same command, which waits on the build's lock.
+    Output goes to ~/.cache/crane-tools/prefetch-*.log."""
+    log_dir = Path.home() / ".cache" / "crane-tools"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"prefetch-{'-'.join(Path(c).name for c in command)}.log"
+    with log.open("w") as out:
+        subprocess.Popen(
+            [str(REPO / "scripts" / command[0]), *command[1:]], stdout=out, stderr=out, start_new_session=True
+        )
+
+
+@functools.cache
+def tool(name: str) -> str:
+    """Path of a tool built from its Go module (first use builds it into ~/.cache/crane-tools)."""
+    out = subprocess.run([str(REPO / "scripts" / "tools"), name], check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def helm(*args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run helm; on failure the error names the command and helm's output."""
+    result = subprocess.run([tool("helm"), *args], capture_output=True, text=True, timeout=300, env=env, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def render(*set_args: str, namespace: str = "crane-system", release: str = "crane") -> list[dict[str, Any]]:
+    """``helm template`` of the chart: its objects (documents that are not empty)."""
+    out = helm("template", release, str(CHART), "--namespace", namespace, *set_args).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}

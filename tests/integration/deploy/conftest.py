@@ -1,0 +1,95 @@
+"""Fixtures of the deployment tests: the service images built on the local Debian base image with podman."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.deploytools import REPO, prefetch
+
+TARGETS = ("event-recorder", "annotator", "scheduler", "extender")
+
+prefetch("container-engine", "base-image")
+
+
+def engine(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(REPO / "scripts" / "container-engine"), *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def podman(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = engine("podman", *args, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"podman {' '.join(args[:3])}... failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
+    return result
+
+
+@pytest.fixture(scope="session")
+def base_image() -> str:
+    """The local Debian base image (built on first use). Skips, saying why, when no container can run here."""
+    base = engine("base-image")
+    if base.returncode != 0:
+        pytest.skip(f"no local base image (debootstrap/podman failed): {base.stderr[-2000:]}")
+    check = engine("check")
+    if check.returncode != 0:
+        pytest.skip(f"podman cannot run a container on this machine: {check.stderr[-2000:]}")
+    return base.stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def images(base_image: str) -> Iterator[dict[str, str]]:
+    """Build every service target on the local base image; {target: image}; sizes are printed."""
+    built: dict[str, str] = {}
+    sizes = []
+    for target in TARGETS:
+        tag = f"localhost/crane-{target}:test"
+        start = time.monotonic()
+        podman(
+            "build",
+            "--network=host",
+            "--layers",
+            "-f",
+            str(REPO / "deploy" / "Dockerfile"),
+            "--target",
+            target,
+            "--build-arg",
+            f"BASE_IMAGE={base_image}",
+            "-t",
+            tag,
+            str(REPO),
+        )
+        size = int(podman("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip())
+        sizes.append(f"{tag}: {size / 1e6:.0f} MB (built in {time.monotonic() - start:.0f} s)")
+        built[target] = tag
+    print("\nimage sizes:\n  " + "\n  ".join(sizes))
+    yield built
+
+
+@pytest.fixture(scope="session")
+def standins(base_image: str) -> dict[str, str]:
+    """Redis and Prometheus images from Debian packages, standing in for the public images compose names."""
+    out = {}
+    for target in ("redis", "prometheus"):
+        tag = f"localhost/crane-standin-{target}:test"
+        podman(
+            "build",
+            "--network=host",
+            "--layers",
+            "-f",
+            str(REPO / "deploy" / "compose" / "standins.Dockerfile"),
+            "--target",
+            target,
+            "--build-arg",
+            f"BASE_IMAGE={base_image}",
+            "-t",
+            tag,
+            str(REPO / "deploy" / "compose"),
+        )
+        out[target] = tag
+    return out

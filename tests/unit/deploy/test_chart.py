@@ -1,0 +1,181 @@
+"""The Helm chart: lint, render, and the properties every rendering keeps (least privilege, non-root, read-only,
+PDBs, NetworkPolicies), plus the rule that deploy/kubernetes/ is the chart rendered, never edited by hand."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import yaml
+
+from tests.deploytools import ALERTS, CHART, REPO, by_kind, helm, prefetch, render
+
+prefetch("tools", "helm")
+
+FULL = [
+    "--set",
+    "extender.enabled=true,serviceMonitor.enabled=true,prometheusRule.enabled=true,dashboards.enabled=true",
+]
+EXTERNAL_REDIS = [
+    "--set",
+    "redis.enabled=false,redis.external.url=rediss://redis.example:6380/2,redis.auth.existingSecret=ext,"
+    "redis.tls.caSecret=redis-ca,prometheus.url=https://prom.example,prometheus.tls.caSecret=prom-ca,"
+    "prometheus.bearerTokenSecret=prom-token",
+]
+SERVICES = ("event-recorder", "annotator", "scheduler", "extender")
+
+
+def test_helm_lint_passes_for_the_default_and_the_full_configuration() -> None:
+    for args in ([], FULL, EXTERNAL_REDIS, ["--strict"]):
+        result = helm("lint", str(CHART), *args)
+        assert "0 chart(s) failed" in result.stdout, result.stdout
+
+
+def test_lint_refuses_external_redis_without_a_url() -> None:
+    result = helm("template", "crane", str(CHART), "--set", "redis.enabled=false", check=False)
+    assert result.returncode != 0
+    assert "redis.external.url is required" in result.stderr
+
+
+def test_committed_plain_manifests_are_the_chart_rendered() -> None:
+    result = subprocess.run(
+        [str(REPO / "scripts" / "render-manifests"), "--check"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_pod_is_non_root_read_only_and_drops_all_capabilities() -> None:
+    for d in by_kind(render(*FULL), "Deployment").values():
+        pod = d["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, d["metadata"]["name"]
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False, c["name"]
+            assert sc["capabilities"]["drop"] == ["ALL"], c["name"]
+            assert c["resources"]["requests"] and c["resources"]["limits"]["memory"], c["name"]
+
+
+def _rules_of(objects: list[dict[str, Any]], subject: str) -> list[dict[str, Any]]:
+    """Every RBAC rule bound to the ServiceAccount ``subject`` (cluster-wide and namespaced)."""
+    roles = {(o["kind"], o["metadata"]["name"]): o for o in objects if o["kind"] in ("ClusterRole", "Role")}
+    rules: list[dict[str, Any]] = []
+    for b in objects:
+        if b["kind"] in ("ClusterRoleBinding", "RoleBinding") and any(s["name"] == subject for s in b["subjects"]):
+            rules += roles[(b["roleRef"]["kind"], b["roleRef"]["name"])]["rules"]
+    return rules
+
+
+def test_rbac_is_least_privilege_per_service() -> None:
+    objects = render(*FULL)
+    allowed = {
+        "crane-event-recorder": {("", "events", "list"), ("", "events", "watch")},
+        "crane-annotator": {("", "nodes", "list"), ("", "nodes", "watch"), ("", "nodes", "patch")},
+        "crane-scheduler": {("", "nodes", "list"), ("", "pods", "get"), ("", "pods/binding", "create")},
+        "crane-extender": {("", "nodes", "list"), ("", "nodes", "watch")},
+        "crane-redis": set(),
+    }
+    for sa, must in allowed.items():
+        granted = {
+            (group, resource, verb)
+            for rule in _rules_of(objects, sa)
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+        assert must <= granted, (sa, must - granted)
+        for group, resource, verb in granted:
+            assert "*" not in (group, resource, verb), (sa, group, resource, verb)
+            assert resource not in ("secrets", "configmaps"), (sa, resource)
+            assert verb not in ("delete", "deletecollection", "escalate", "bind", "impersonate"), (sa, resource, verb)
+    # Lease access: create, then only their own Lease by name.
+    for sa in ("crane-annotator", "crane-scheduler"):
+        lease_rules = [r for r in _rules_of(objects, sa) if r["resources"] == ["leases"]]
+        named = [r for r in lease_rules if "update" in r["verbs"]]
+        assert named and all(r.get("resourceNames") == [sa] for r in named), (sa, lease_rules)
+
+
+def test_each_service_has_its_account_pdb_network_policy_and_metrics_service() -> None:
+    objects = render(*FULL)
+    deployments = by_kind(objects, "Deployment")
+    for svc in SERVICES:
+        name = f"crane-{svc}"
+        pod = deployments[name]["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == name
+        assert name in by_kind(objects, "ServiceAccount")
+        assert by_kind(objects, "PodDisruptionBudget")[name]["spec"]["minAvailable"] == 1
+        policy = by_kind(objects, "NetworkPolicy")[name]
+        assert policy["spec"]["podSelector"]["matchLabels"] == deployments[name]["spec"]["selector"]["matchLabels"]
+        assert by_kind(objects, "Service")[name]["spec"]["ports"][0]["name"] == "http"
+    redis_policy = by_kind(objects, "NetworkPolicy")["crane-redis"]["spec"]["ingress"][0]["from"][0]["podSelector"]
+    assert redis_policy["matchExpressions"][0]["values"] == ["event-recorder", "annotator", "extender"]
+
+
+def test_single_replica_gets_no_pdb_that_would_block_every_drain() -> None:
+    objects = render("--set", "annotator.replicas=1")
+    assert "crane-annotator" not in by_kind(objects, "PodDisruptionBudget")
+    assert "crane-scheduler" in by_kind(objects, "PodDisruptionBudget")
+
+
+def test_redis_in_chart_gets_a_generated_password_kept_across_upgrades() -> None:
+    secret = by_kind(render(), "Secret")["crane-redis-auth"]
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert len(secret["data"]["password"]) > 40
+    env = {
+        e["name"]: e.get("value")
+        for e in by_kind(render(), "Deployment")["crane-event-recorder"]["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+    }
+    assert env["CRANE_REDIS_URL"] == "redis://crane-redis.crane-system.svc:6379/0"
+    assert env["CRANE_REDIS_PASSWORD_FILE"] == "/etc/crane/redis/password"
+
+
+def test_external_redis_and_prometheus_with_tls() -> None:
+    objects = render(*EXTERNAL_REDIS)
+    assert "crane-redis" not in by_kind(objects, "Deployment")
+    assert not by_kind(objects, "Secret")
+    pod = by_kind(objects, "Deployment")["crane-annotator"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["CRANE_REDIS_URL"] == "rediss://redis.example:6380/2"
+    assert env["CRANE_REDIS_CA_FILE"] == "/etc/crane/redis-ca/ca.crt"
+    assert env["CRANE_PROMETHEUS_URL"] == "https://prom.example"
+    assert env["CRANE_PROMETHEUS_CA_FILE"] == "/etc/crane/prometheus-ca/ca.crt"
+    assert env["CRANE_PROMETHEUS_BEARER_TOKEN_FILE"] == "/etc/crane/prometheus-token/token"
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets == {
+        "redis-auth": "ext",
+        "redis-ca": "redis-ca",
+        "prometheus-ca": "prom-ca",
+        "prometheus-token": "prom-token",
+    }
+
+
+def test_scheduler_configuration_from_values() -> None:
+    objects = render("--set", "scheduler.extraConfig.percentageOfNodesToScore=50", release="prod")
+    config = yaml.safe_load(by_kind(objects, "ConfigMap")["prod-scheduler-config"]["data"]["config.yaml"])
+    assert config["leaderElection"] == {"resourceNamespace": "crane-system", "resourceName": "prod-scheduler"}
+    assert config["percentageOfNodesToScore"] == 50
+    assert config["profiles"][0]["schedulerName"] == "crane-scheduler"
+
+
+def test_monitoring_objects_carry_the_shipped_rules_and_dashboards() -> None:
+    objects = render(*FULL)
+    rule = by_kind(objects, "PrometheusRule")["crane"]
+    alerts = yaml.safe_load(ALERTS.read_text())["groups"]
+    recording = yaml.safe_load((CHART / "files" / "recording-rules.yml").read_text())["groups"]
+    assert rule["spec"]["groups"] == recording + alerts
+    monitor = by_kind(objects, "ServiceMonitor")["crane"]
+    assert set(monitor["spec"]["selector"]["matchExpressions"][0]["values"]) == set(SERVICES)
+    dashboards = [o for o in objects if o["kind"] == "ConfigMap" and "-dashboard-" in o["metadata"]["name"]]
+    assert {o["metadata"]["labels"]["grafana_dashboard"] for o in dashboards} == {"1"}
+    shipped = {p.name: json.loads(p.read_text()) for p in (CHART / "files" / "dashboards").glob("*.json")}
+    assert {k: json.loads(v) for o in dashboards for k, v in o["data"].items()} == shipped
+
+
+def test_prometheus_operator_objects_and_dashboards_are_off_by_default() -> None:
+    objects = render()
+    assert not {o["kind"] for o in objects} & {"ServiceMonitor", "PrometheusRule"}
+    assert not [o for o in objects if "-dashboard-" in o["metadata"]["name"]]
+    assert "crane-extender" not in by_kind(objects, "Deployment")
