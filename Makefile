@@ -2,7 +2,7 @@
 .PHONY: sandbox test setup lint unit integration bench
 
 sandbox: setup        ## the local cluster with the three services, until Ctrl-C
-	.venv/bin/cranectl sandbox
+	.venv/bin/python -m crane_sandbox
 
 test: setup lint      ## everything CI runs: lint, types, unit and integration tests
 	.venv/bin/pytest -q
