@@ -92,8 +92,8 @@ def _ensure_built(
     if go is None:
         raise RuntimeError(f"Go is needed to build {what} (https://go.dev/doc/install); 'go' is not on PATH")
     cache_root().mkdir(parents=True, exist_ok=True)
-    with open(cache_root() / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel callers wait for one build
+    with open(cache_root() / f".{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel callers of one pin wait for one build
         if all((target / b).exists() for b in wanted):
             return target
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root()))
