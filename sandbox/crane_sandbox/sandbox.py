@@ -276,7 +276,7 @@ class Sandbox:
             "  kubectl get pods -o wide",
         ]
         scheduler = f" --scheduler http://127.0.0.1:{self.ports['scheduler']}" if "scheduler" in self.ports else ""
-        lines.append("  cranectl nodes --kubeconfig $KUBECONFIG")
+        lines.append(f"  cranectl nodes --policy {self.policy_path}")
         if scheduler:
             lines.append(f"  cranectl explain default/<pod>{scheduler}")
         lines += ["", f"  Prometheus:  {self.prometheus.url}"]
