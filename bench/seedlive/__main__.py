@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,6 +35,8 @@ from crane_sandbox.sandbox import Sandbox
 from crane_shared.kube import api_client_from_dict, raw_json
 
 THRESHOLD = 0.65
+CPU_CORES = 48
+MEMORY_GI = 192
 NAMESPACE = "seed"
 BASE = [(0.10, 0.15), (0.20, 0.25), (0.35, 0.45)]
 OTHER_REQUESTS = [("16", "64Gi"), ("8", "32Gi"), (None, None)]
@@ -85,6 +88,8 @@ class Run:
     counts: list[int] = field(default_factory=list)
     pending: int = 0
     over_with_headroom: bool = False
+    pending_with_headroom: bool = False
+    """replicas left pending at the end although a node could still take one"""
 
     @property
     def group(self) -> str:
@@ -96,7 +101,12 @@ def fleet() -> list[SimNode]:
     for g, (strategy, service) in enumerate((s, v) for s in STRATEGIES for v in SERVICES):
         group = f"{strategy}-{service.key}"
         three = make_fleet(
-            3, cpu_cores=48, memory_bytes=192 * GI, base_loads=BASE, prefix=f"{group}-", labels={"seed": group}
+            3,
+            cpu_cores=CPU_CORES,
+            memory_bytes=MEMORY_GI * GI,
+            base_loads=BASE,
+            prefix=f"{group}-",
+            labels={"seed": group},
         )
         nodes += [replace(n, internal_ip=f"10.{g + 1}.0.{i + 1}") for i, n in enumerate(three)]
     return nodes
@@ -182,9 +192,13 @@ async def experiment(replicas: int, interval: float) -> list[Run]:
                 usage = [state.usage(n)[r.service.main] for n in r.nodes]
                 r.steps.append(usage)
                 r.counts = [counts.get(n, 0) for n in r.nodes]
-                increment = _increment(r.service)
-                if max(usage) > THRESHOLD and min(usage) + increment <= THRESHOLD:
+                if max(usage) > THRESHOLD and any(
+                    has_headroom(r.service, i, r.counts[i], state.usage(n)) for i, n in enumerate(r.nodes)
+                ):
                     r.over_with_headroom = True
+                r.pending_with_headroom = r.pending > 0 and any(
+                    has_headroom(r.service, i, r.counts[i], state.usage(n)) for i, n in enumerate(r.nodes)
+                )
             print(f"step {step}: " + "  ".join(f"{r.group} {r.counts}" for r in runs), flush=True)
         return runs
     finally:
@@ -192,17 +206,27 @@ async def experiment(replicas: int, interval: float) -> list[Run]:
         await sandbox.stop()
 
 
-def _increment(service: Service) -> float:
-    """How much one replica adds to a node's main resource (real usage over the node's capacity)."""
-    cpu, memory = service.usage.split(",")
-    return float(cpu.split("=")[1]) / 48 if service.main == 0 else float(memory.split("=")[1].rstrip("Gi")) / 192
+def _quantity(text: str | None) -> float:
+    return 0.0 if text is None else float(text.removesuffix("Gi"))
+
+
+def has_headroom(service: Service, index: int, replicas: int, usage: tuple[float, float]) -> bool:
+    """Whether node ``index`` could take one more replica: its requests still fit (as any scheduler requires)
+    and its real usage of both resources stays at or under the threshold."""
+    usage_cpu, usage_mem = (float(x.split("=")[1].removesuffix("Gi")) for x in service.usage.split(","))
+    other_cpu, other_mem = (_quantity(x) for x in OTHER_REQUESTS[index])
+    fits = (
+        other_cpu + (replicas + 1) * _quantity(service.cpu) <= CPU_CORES
+        and other_mem + (replicas + 1) * _quantity(service.memory) <= MEMORY_GI
+    )
+    return fits and usage[0] + usage_cpu / CPU_CORES <= THRESHOLD and usage[1] + usage_mem / MEMORY_GI <= THRESHOLD
 
 
 def table(runs: list[Run]) -> str:
     lines = [
         "| service | strategy | replicas per node | real usage per node (main resource) | nodes > 65 % "
-        "| over while another had headroom | spread |",
-        "|---|---|---|---|---|---|---|",
+        "| over while another had headroom | pending while a node had headroom | spread |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for svc in SERVICES:
         for r in (r for r in runs if r.service == svc):
@@ -212,7 +236,8 @@ def table(runs: list[Run]) -> str:
             pending = f" (+{r.pending} pending)" if r.pending else ""
             lines.append(
                 f"| {svc.key}-heavy | {r.strategy} | {r.counts}{pending} | {usage} | {over} "
-                f"| {'yes' if r.over_with_headroom else 'no'} | {max(final) - min(final):.0%} |"
+                f"| {'yes' if r.over_with_headroom else 'no'} | {'yes' if r.pending_with_headroom else 'no'} "
+                f"| {max(final) - min(final):.0%} |"
             )
     return "\n".join(lines)
 
@@ -254,7 +279,19 @@ def main() -> None:
     text = table(runs)
     print(text)
     plot(runs, args.plot)
-    print(f"plot: {args.plot}")
+    args.plot.with_suffix(".md").write_text(text + "\n")
+    args.plot.with_suffix(".json").write_text(
+        json.dumps(
+            [
+                {"strategy": r.strategy, "service": r.service.key, "nodes": r.nodes, "steps": r.steps}
+                | {"replicas": r.counts, "pending": r.pending, "overWithHeadroom": r.over_with_headroom}
+                | {"pendingWithHeadroom": r.pending_with_headroom}
+                for r in runs
+            ],
+            indent=1,
+        )
+    )
+    print(f"plot: {args.plot}; table and per-step data next to it (.md, .json)")
 
 
 if __name__ == "__main__":
