@@ -272,9 +272,14 @@ class Sandbox:
             f"run directory {self.run_dir}",
             "",
             f"  export KUBECONFIG={kubeconfig}",
-            "  kubectl create deployment web --image=nginx --replicas=5",
-            "  kubectl get pods -o wide",
+            "  kubectl create deployment web --image=nginx --replicas=6"
+            + ("" if self.mode == "replace" else "   # placed by kube-scheduler"),
         ]
+        if self.mode == "second":
+            lines.append(
+                '  kubectl run demo --image=nginx --overrides=\'{"spec":{"schedulerName":"crane-scheduler"}}\''
+            )
+        lines.append("  kubectl get pods -o wide")
         scheduler = f" --scheduler http://127.0.0.1:{self.ports['scheduler']}" if "scheduler" in self.ports else ""
         lines.append(f"  cranectl nodes --policy {self.policy_path}")
         if scheduler:
