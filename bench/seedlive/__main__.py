@@ -67,7 +67,8 @@ profiles:
   - schedulerName: crane-scheduler
     pluginConfig:
       - name: Dynamic
-        args: {policyConfigPath: "{policy}"}
+        # A just-bound pod's estimate lasts as long as the fast rules take to absorb it (10 s average, 5 s sync).
+        args: {policyConfigPath: "{policy}", estimate: {window: 15s}}
   - schedulerName: crane-upstream-style
     pluginConfig:
       - name: Dynamic

@@ -68,7 +68,9 @@ Mode = Literal["replace", "second"]
 
 SCHEDULER_CONFIG = """\
 # crane-scheduler's configuration in the sandbox: kube-scheduler's default plugins plus Dynamic, reading the
-# sandbox policy, in the profile {scheduler_name}. The lease lives in the sandbox's default namespace.
+# sandbox policy, in the profile {scheduler_name}. The lease lives in the sandbox's default namespace. The
+# estimate of a just-bound pod lasts as long as the fast rules take to absorb it (a 10 s average, 5 s sync),
+# not the 5 minutes of the upstream rules.
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 leaderElection:
@@ -79,6 +81,7 @@ profiles:
       - name: Dynamic
         args:
           policyConfigPath: {policy}
+          estimate: {window: 15s}
 """
 
 KUBE_SCHEDULER_CONFIG = """\

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -206,3 +207,31 @@ async def test_node_lifecycle_controller_keeps_healthy_nodes_untainted(sandbox: 
         if time.monotonic() - started > GRACE + 10:
             return
         await asyncio.sleep(1)
+
+
+async def test_cranectl_nodes_shows_the_annotated_real_load(sandbox: Sandbox) -> None:
+    """The user's view of the sandbox: every node with a usage from the annotator, its base load (uneven)."""
+    assert sandbox.cluster is not None and sandbox.state is not None
+    argv = [
+        sys.executable,
+        "-m",
+        "cranectl",
+        "nodes",
+        "--kubeconfig",
+        str(sandbox.cluster.kubeconfig_path),
+        "--policy",
+        str(sandbox.policy_path),
+    ]
+
+    async def annotated() -> dict[str, str] | None:
+        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate()
+        assert proc.returncode == 0
+        rows = {line.split()[0]: line.split()[1] for line in out.decode().splitlines()[1:] if line.startswith("node-")}
+        return rows if len(rows) == NODES and "-" not in rows.values() else None
+
+    rows = await eventually(annotated, 60, "cranectl nodes to show every node's cpu_usage_avg_5m")
+    for name, text in rows.items():
+        expected = sandbox.state.usage(name)[0]  # base load plus the Running pods' usage
+        assert float(text.rstrip("!?")) == pytest.approx(expected, abs=0.02), (name, text, expected)
+    assert len({text for text in rows.values()}) == NODES  # uneven: every node its own level
