@@ -2,7 +2,7 @@
 
 Separate from ``app`` (flags, process, signals) so tests and the benchmark can run the real thing in-process.
 Everyone watches nodes (for readiness, metrics and the debug endpoint); only the Lease holder runs the loops
-that write: metric rounds, the periodic hot-value refresh and the binding-stream follower.
+that write: metric rounds, the periodic hot-value refresh, the binding-stream follower and the fall follower.
 """
 
 from __future__ import annotations
@@ -139,6 +139,7 @@ class Annotator:
                 self.rounds.loop(),
                 self.hot_loops.periodic(),
                 self.hot_loops.follow_stream(),
+                self.hot_loops.follow_falls(),
             )
         except asyncio.CancelledError:
             raise

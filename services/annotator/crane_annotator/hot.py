@@ -22,6 +22,7 @@ The value only falls when a binding leaves a window, and when that happens is kn
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import time
 from bisect import bisect_right
@@ -146,6 +147,8 @@ class HotValues:
         self._falls: list[tuple[float, str]] = []
         """heap of (recount time, node); an entry counts only while it matches ``_fall_at``"""
         self._fall_at: dict[str, float] = {}
+        self.falls_changed = asyncio.Event()
+        """set when a refresh schedules a fall earlier than every other (the loop waiting for falls re-plans)"""
         self.latest: dict[str, Hot] = {}
         self.written: dict[str, tuple[int, float]] = {}
         """node -> (value, at) of the hot value last written to it (by us, or seen on the node at start)"""
@@ -169,7 +172,10 @@ class HotValues:
                 self._fall_at.pop(node, None)
             elif self._fall_at.get(node) != at:
                 self._fall_at[node] = at
+                earliest = self.next_fall_at()
                 heapq.heappush(self._falls, (at, node))
+                if earliest is None or at < earliest:
+                    self.falls_changed.set()
         self.latest.update(fresh)
         return fresh
 

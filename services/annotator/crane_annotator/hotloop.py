@@ -17,6 +17,7 @@ held: the round writes every node's hot value anyway, and the pass that follows 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Collection, Sequence
 
@@ -107,9 +108,10 @@ class HotValueLoops:
             try:
                 if last_id is None:
                     last_id = await self._stream_tail()
+                deadline = self._debouncer.next_deadline()
                 wait_ms = STREAM_BLOCK_MS
-                for wait in self._waits():
-                    wait_ms = min(wait_ms, max(1, int(wait * 1000) + 1))
+                if deadline is not None:
+                    wait_ms = min(STREAM_BLOCK_MS, max(1, int((deadline - self._clock()) * 1000) + 1))
                 batch = await self._store.read_stream(last_id, block_ms=wait_ms, count=STREAM_BATCH)
                 backoff = 0.5
             except (RedisError, OSError) as err:
@@ -124,18 +126,21 @@ class HotValueLoops:
                 self._metrics.bindings_seen.inc(len(batch.records))
                 self._debouncer.add((r.node for r in batch.records), self._clock())
             self._start_flush(self._debouncer.take_due(self._clock()), "binding")
-            self._start_flush(self._hot.take_falls(self._wall_clock()), "expiry")
 
-    def _waits(self) -> list[float]:
-        """Seconds until the next debounce window closes and until the next hot value falls."""
-        waits = []
-        deadline = self._debouncer.next_deadline()
-        if deadline is not None:
-            waits.append(deadline - self._clock())
-        fall = self._hot.next_fall_at()
-        if fall is not None:
-            waits.append(fall - self._wall_clock())
-        return waits
+    async def follow_falls(self) -> None:
+        """Recount each node when a binding leaves a window and its value falls (times from ``hot.next_fall``);
+        a refresh that schedules an earlier fall wakes this loop up (``hot.falls_changed``)."""
+        try:
+            while True:
+                self._hot.falls_changed.clear()
+                self._start_flush(self._hot.take_falls(self._wall_clock()), "expiry")
+                fall = self._hot.next_fall_at()
+                timeout = None if fall is None else max(0.0, fall - self._wall_clock())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._hot.falls_changed.wait(), timeout)
+        finally:
+            for task in list(self._flushes):
+                task.cancel()
 
     def _start_flush(self, nodes: Sequence[str], trigger: str) -> None:
         if not nodes:
