@@ -137,8 +137,9 @@ async def hot_annotation(stack: Stack, node: str) -> tuple[int, float] | None:
 async def test_with_no_bindings_each_node_gets_exactly_one_patch_per_period(
     fleet_stack: Stack, start: Callable[..., Any]
 ) -> None:
-    # The hot-value pass runs 8 times per period: it must add nothing when nothing changes.
-    annotator = await start("--hot-value-interval", "0.5s")
+    # The hot-value pass runs 8 times per period, and --hot-value-max-age is shorter than the period (as 2m is
+    # than the default 3m): neither may add a patch when nothing changes.
+    annotator = await start("--hot-value-interval", "0.5s", "--hot-value-max-age", "2s")
     await eventually(lambda: rounds_done(annotator), timeout=30, interval=0.05, what="first round")
     done = await rounds_done(annotator)
     before = await node_patches(fleet_stack.cluster)
@@ -188,18 +189,21 @@ async def test_hot_value_falls_within_a_second_of_the_truth(
 ) -> None:
     node = fleet_stack.nodes[1].name
     store = BindingStore(redis)
-    # Two bindings 52 s ago: the 1m rule gives floor(2 / 2) = 1 until they leave the window, 8 s from now.
-    bound_at = time.time() - 52
+    # Two bindings 45 s ago: the 1m rule gives floor(2 / 2) = 1 until they leave the window, 15 s from now.
+    bound_at = time.time() - 45
     records = [BindingRecord(f"fall-{i}", "default", f"fall-{i}", node, bound_at, "crane-scheduler") for i in (1, 2)]
     await store.record(records, stream_maxlen=10_000)
     truth_falls = bound_at + timedelta(minutes=1).total_seconds()
     # The periodic pass runs once a minute: only the expiry can bring the value down in time.
-    await start("--hot-value-interval", "60s")
-    await eventually(lambda: _hot_is(fleet_stack, node, 1), timeout=7, interval=0.05, what="hot value 1")
+    annotator = await start("--hot-value-interval", "60s")
+    await eventually(lambda: _hot_is(fleet_stack, node, 1), timeout=12, interval=0.05, what="hot value 1")
     assert time.time() < truth_falls - 0.5, "setup too slow: the value must be seen at 1 before it falls"
     await eventually(lambda: _hot_is(fleet_stack, node, 0), timeout=15, interval=0.02, what="hot value 0")
     seen = time.time()
     assert truth_falls <= seen < truth_falls + 1.0, f"fell {seen - truth_falls:+.2f}s after the truth"
+    # Brought down by the fall follower (a round, every 4 s, might have been first by luck): it recounted.
+    recounts = await annotator.metric("crane_annotator_hot_value_refreshes_total", trigger="expiry", outcome="ok")
+    assert recounts is not None and recounts >= 1
 
 
 async def _at_least(value: Any, expected: int) -> bool:
