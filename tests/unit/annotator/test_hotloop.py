@@ -218,4 +218,4 @@ async def test_the_value_falls_when_a_binding_leaves_its_window_not_on_the_next_
     finally:
         follower.cancel()
     assert hot_of(patcher.calls[0][0]["a"]) == 0 and patcher.calls[0][1] is True
-    assert now + 0.3 <= fell_at < now + 0.3 + 0.5
+    assert now + 0.3 <= fell_at < now + 0.3 + 1.0  # within a second of the truth, not on a 15 s tick

@@ -19,8 +19,11 @@ class FakeSendPatcher(NodePatcher):
         self.sent: list[tuple[str, dict[str, str]]] = []
         self.gate = asyncio.Event()
         self.gate.set()
+        self.in_flight = asyncio.Event()
+        """set when a send has started (and waits at the gate when it is closed)"""
 
     async def _send(self, node: str, annotations: Mapping[str, str]) -> Outcome:
+        self.in_flight.set()
         await self.gate.wait()
         self.sent.append((node, dict(annotations)))
         return "missing" if node.startswith("gone") else "ok"
@@ -44,17 +47,21 @@ async def test_each_node_gets_one_patch_with_the_hot_value_current_when_it_is_se
 
 
 async def test_an_urgent_submission_joins_the_queued_patch_and_sends_it_first() -> None:
-    patcher = FakeSendPatcher(qps=200.0, concurrency=1)
+    patcher = FakeSendPatcher(concurrency=1)
+    patcher.gate.clear()
     try:
         round_ = asyncio.create_task(patcher.patch_many({f"n{i}": {"m": str(i)} for i in range(20)}, hot=hot))
-        await asyncio.sleep(0.02)  # a few of the round's patches are out
-        report = await patcher.patch_many({"n19": {}}, hot=hot, urgent=True)
+        await patcher.in_flight.wait()  # n0 is out, the other 19 queued
+        urgent = asyncio.create_task(patcher.patch_many({"n19": {}}, hot=hot, urgent=True))
+        await asyncio.sleep(0)
+        patcher.gate.set()
+        report = await urgent
         await round_
     finally:
         await patcher.close()
     nodes = [node for node, _ in patcher.sent]
     assert sorted(nodes) == sorted(f"n{i}" for i in range(20))  # one patch each: n19's hot value rode along
-    assert nodes.index("n19") < 10  # and it jumped the queue
+    assert nodes[:2] == ["n0", "n19"]  # and it jumped the queue
     assert report.merged == ["n19"] and report.ok == ["n19"]
     assert dict(patcher.sent)["n19"] == {"m": "19", "node_hot_value": "hot-of-n19"}
 
@@ -64,7 +71,7 @@ async def test_merge_only_joins_a_queued_patch_or_is_held() -> None:
     patcher.gate.clear()
     try:
         round_ = asyncio.create_task(patcher.patch_many({"a": {"m": "1"}, "b": {"m": "2"}}, hot=hot))
-        await asyncio.sleep(0.01)  # a is in flight (stuck at the gate), b queued
+        await patcher.in_flight.wait()  # a is in flight (stuck at the gate), b queued
         report = await asyncio.wait_for(
             asyncio.gather(
                 patcher.patch_many({"a": {}, "b": {}, "c": {}}, hot=hot, urgent=True, merge_only=True),
@@ -81,7 +88,7 @@ async def test_merge_only_joins_a_queued_patch_or_is_held() -> None:
 
 
 async def _open_gate_soon(patcher: FakeSendPatcher) -> None:
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # after the merge-only submission was queued
     patcher.gate.set()
 
 
@@ -90,9 +97,10 @@ async def test_a_second_patch_for_a_node_in_flight_waits_for_the_first() -> None
     patcher.gate.clear()
     try:
         first = asyncio.create_task(patcher.patch_many({"a": {"m": "1"}}))
-        await asyncio.sleep(0.01)
+        await patcher.in_flight.wait()
         second = asyncio.create_task(patcher.patch_many({"a": {"m": "2"}}))
-        await asyncio.sleep(0.01)
+        for _ in range(10):  # let every idle worker look for work: none may take a's second patch
+            await asyncio.sleep(0)
         assert patcher.sent == []
         patcher.gate.set()
         await asyncio.gather(first, second)
@@ -106,11 +114,12 @@ async def test_cancelling_the_caller_withdraws_its_queued_patches() -> None:
     patcher.gate.clear()
     try:
         round_ = asyncio.create_task(patcher.patch_many({f"n{i}": {"m": "x"} for i in range(5)}))
-        await asyncio.sleep(0.01)  # n0 in flight, the rest queued
+        await patcher.in_flight.wait()  # n0 in flight, the rest queued
         round_.cancel()
         await asyncio.sleep(0)
         patcher.gate.set()
-        await asyncio.sleep(0.05)
+        for _ in range(10):  # the worker finishes n0 and finds nothing left
+            await asyncio.sleep(0)
     finally:
         await patcher.close()
     assert [node for node, _ in patcher.sent] == ["n0"]  # lost the lease: nothing more leaves
