@@ -4,7 +4,7 @@ A node is recounted when its value can change:
 - rise: the event-recorder announces a binding on the stream; the node is debounced (``debounce``) so a burst
   costs one recount, then recounted and, if changed, patched ahead of routine patches;
 - fall: a binding leaves a policy window; the time is known from the binding times (``hot.next_fall``), and
-  the follower wakes up then, so the written value falls within milliseconds of the truth.
+  the follower wakes up then, so the written value falls within a second of the truth (a recount, a patch).
 The periodic pass (``--hot-value-interval``, 15 s) recounts every node (catching anything missed: a Redis
 restart, a trimmed stream) and refreshes unchanged non-zero values that reach ``max_age``.
 
