@@ -30,6 +30,7 @@ from crane_annotator.metrics import AnnotatorMetrics
 from crane_annotator.writer import Patcher
 from crane_shared.binding_store import BindingStore
 from crane_shared.logs import LogOnce, get_logger
+from crane_shared.retry import Backoff
 
 log = get_logger("crane.annotator.hot")
 
@@ -103,7 +104,7 @@ class HotValueLoops:
 
     async def _follow_stream(self) -> None:
         last_id: str | None = None
-        backoff = 0.5
+        backoff = Backoff(initial=0.5, maximum=10.0)
         while True:
             try:
                 if last_id is None:
@@ -113,11 +114,10 @@ class HotValueLoops:
                 if deadline is not None:
                     wait_ms = min(STREAM_BLOCK_MS, max(1, int((deadline - self._clock()) * 1000) + 1))
                 batch = await self._store.read_stream(last_id, block_ms=wait_ms, count=STREAM_BATCH)
-                backoff = 0.5
+                backoff.reset()
             except (RedisError, OSError) as err:
                 self._log_once.warning("stream", "reading the binding stream failed; retrying", error=str(err))
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                await asyncio.sleep(backoff.next_delay())
                 continue
             last_id = batch.last_id
             if batch.skipped:
