@@ -41,6 +41,7 @@ def main() -> int:
         database=None,
         suppress_health_check=list(HealthCheck),
         print_blob=True,
+        report_multiple_bugs=False,
     )
     @given(case=cases(max_nodes=args.max_nodes, max_pods=args.max_pods))
     def sweep(case: Case) -> None:

@@ -201,9 +201,10 @@ def ours(case: Case, seed: int = 0) -> Json:
     # The decision itself, through the real Algorithm (the scores it left in the cycle state are not used: the
     # plugins are asked again below, on every feasible node, also when only one is feasible).
     decision = Algorithm(table, rng=random.Random(seed)).schedule(profile, pod, {})
-    if isinstance(decision, Status):
-        raise AssertionError(f"our scheduler failed: {decision}")
     out["decision"] = decision
+    if isinstance(decision, Status):  # a plugin error: the attempt fails (kube: the judge's scoreError)
+        out["error"] = f"{decision.plugin}: {decision.message}"
+        return out
     if isinstance(decision, Diagnosis):
         out["message"] = decision.message
         return out
@@ -287,15 +288,23 @@ def compare(kube: Json, mine: Json) -> list[str]:
     kube_feasible = [n["name"] for n in kube["nodes"] if n["feasible"]]
     if kube["feasible"] == 0:
         if not isinstance(decision, Diagnosis):
-            return [f"outcome: kube finds no node ({kube['message']!r}), ours chose {decision.node}"]
+            return [f"outcome: kube finds no node ({kube['message']!r}), ours: {decision}"]
         if decision.message != kube["message"]:
             diffs.append(f"FitError message:\n  kube: {kube['message']}\n  ours: {decision.message}")
         return diffs
+    if kube.get("scoreError") and len(kube_feasible) > 1:  # with one feasible node kube does not score at all
+        if not isinstance(decision, Status):
+            return [f"outcome: kube fails scoring ({kube['scoreError']}), ours: {decision}"]
+        return []  # both fail the attempt; the error texts are each side's own
+    if isinstance(decision, Status):
+        return [f"outcome: kube finds {kube_feasible}, ours failed: {mine['error']}"]
     if not isinstance(decision, ScheduleResult):
         return [f"outcome: kube finds {kube_feasible}, ours is pending: {decision.message!r}"]
     if sorted(mine["feasible"]) != sorted(kube_feasible) or decision.feasible != len(kube_feasible):
         return [f"feasible nodes: kube {kube_feasible}, ours {mine['feasible']} (Algorithm: {decision.feasible})"]
 
+    if kube.get("scoreError"):
+        return diffs  # one feasible node: chosen without scoring on both sides
     kube_skips = {p for p, s in (kube.get("preScore") or {}).items() if s["code"] == "Skip"}
     our_skips = {p for p, s in mine["preScore"].items() if s["code"] == "Skip"}
     if kube_skips != our_skips:

@@ -157,7 +157,8 @@ def _requirement(draw: Any, node_names: list[str]) -> Json:
         pool = (*LABEL_VALUES, *ZONES, *node_names)
         return {"key": key, "operator": op, "values": draw(st.lists(st.sampled_from(pool), min_size=1, max_size=3))}
     if op in ("Gt", "Lt"):
-        return {"key": key, "operator": op, "values": [draw(st.sampled_from(("0", "3", "5", "9", "x")))]}
+        # API validation: exactly one integer value (an unparsable one never reaches a scheduler)
+        return {"key": key, "operator": op, "values": [draw(st.sampled_from(("0", "3", "5", "9", "-5")))]}
     return {"key": key, "operator": op}
 
 

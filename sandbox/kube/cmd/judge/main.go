@@ -122,6 +122,8 @@ type podResult struct {
 	Feasible        int               `json:"feasible"`
 	// Best are the feasible nodes with the highest total score (kube-scheduler picks one of them at random).
 	Best []string `json:"best"`
+	// ScoreError is set when a PreScore plugin failed: kube-scheduler fails the attempt with it (no node chosen).
+	ScoreError string `json:"scoreError,omitempty"`
 	// Message is kube-scheduler's FitError message when no node is feasible.
 	Message string `json:"message,omitempty"`
 }
@@ -399,7 +401,9 @@ func (j *judge) evaluate(pf *profileFramework, nodes []*v1.Node, pod *v1.Pod) (p
 	// Score the feasible nodes: the framework's PreScore decides which Score plugins run (Skip), then each Score
 	// plugin's raw scores, its NormalizeScore, and the framework's weighted totals.
 	if s := fw.RunPreScorePlugins(ctx, state, pod, feasible); !s.IsSuccess() {
-		return res, s.AsError()
+		// kube-scheduler fails the attempt with this error (e.g. an invalid preferred node affinity term).
+		res.ScoreError = s.AsError().Error()
+		return res, nil
 	}
 	skipped := state.GetSkipScorePlugins()
 	res.PreScore = map[string]status{}

