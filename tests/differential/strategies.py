@@ -38,12 +38,12 @@ def _node(i: int, draw: Any) -> Json:
         labels[key] = draw(st.sampled_from(LABEL_VALUES))
     taints = [
         {"key": k, "value": draw(st.sampled_from(TAINT_VALUES)), "effect": draw(st.sampled_from(EFFECTS))}
-        for k in draw(st.lists(st.sampled_from(TAINT_KEYS), max_size=3, unique=True))
+        for k in (draw(st.lists(st.sampled_from(TAINT_KEYS), max_size=2, unique=True)) if draw(st.booleans()) else ())
     ]
     allocatable = {
-        "cpu": draw(st.sampled_from(CPU[2:])),
-        "memory": draw(st.sampled_from(MEMORY[3:])),
-        "pods": str(draw(st.sampled_from((1, 2, 3, 110)))),
+        "cpu": draw(st.sampled_from(CPU[3:])),
+        "memory": draw(st.sampled_from(MEMORY[4:])),
+        "pods": str(draw(st.sampled_from((1, 2, 3, 110, 110, 110, 110, 110, 110)))),
     }
     if draw(st.booleans()):
         allocatable["ephemeral-storage"] = draw(st.sampled_from(EPHEMERAL))
@@ -56,7 +56,7 @@ def _node(i: int, draw: Any) -> Json:
         for img in draw(st.lists(st.sampled_from(IMAGES), max_size=2, unique=True))
     ]
     spec: Json = {"taints": taints} if taints else {}
-    if draw(st.integers(0, 4)) == 0:
+    if draw(st.integers(0, 7)) == 0:
         spec["unschedulable"] = True
     return {
         "apiVersion": "v1",
@@ -75,12 +75,12 @@ def _resources(draw: Any, *, rich: bool) -> Json:
         requests["cpu"] = draw(st.sampled_from(CPU[:6]))
     if draw(st.integers(0, 3)) > 0:
         requests["memory"] = draw(st.sampled_from(MEMORY[:7]))
-    if rich and draw(st.integers(0, 3)) == 0:
+    if rich and draw(st.integers(0, 5)) == 0:
         requests["ephemeral-storage"] = draw(st.sampled_from(EPHEMERAL[:3]))
-    if rich and draw(st.integers(0, 3)) == 0:
+    if rich and draw(st.integers(0, 5)) == 0:
         requests[EXTENDED] = str(draw(st.integers(1, 2)))
         limits[EXTENDED] = requests[EXTENDED]  # extended resources: request must equal limit
-    if rich and draw(st.integers(0, 7)) == 0:
+    if rich and draw(st.integers(0, 9)) == 0:
         requests[HUGEPAGES] = limits[HUGEPAGES] = "2Mi"
     if draw(st.integers(0, 3)) == 0:
         limits["cpu"] = draw(st.sampled_from(CPU[3:]))
@@ -210,14 +210,14 @@ def cases(draw: Any, max_nodes: int = 6, max_pods: int = 8) -> Case:
             }
         )
     spec = _pod_spec(draw, rich=True)
-    if draw(st.integers(0, 2)) == 0:
+    if draw(st.integers(0, 3)) == 0:
         spec["nodeSelector"] = {
             draw(st.sampled_from((*LABEL_KEYS, "topology.kubernetes.io/zone"))): draw(
                 st.sampled_from((*LABEL_VALUES, *ZONES))
             )
         }
     affinity: Json = {}
-    if draw(st.integers(0, 2)) == 0:
+    if draw(st.integers(0, 3)) == 0:
         affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
             "nodeSelectorTerms": [_term(draw, names) for _ in range(draw(st.integers(1, 2)))]
         }

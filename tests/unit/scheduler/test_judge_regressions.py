@@ -91,3 +91,8 @@ def test_node_affinity_prescore_empty_preferred_term_scores_and_invalid_one_erro
     status = NodeAffinity().pre_score({}, parse_pod(_affinity_pod(None, [{"weight": 1, "preference": bad}])), t, rows)
     assert status.code.value == "Error"
     assert "preferredDuringSchedulingIgnoredDuringExecution[0]" in status.message
+    negative = {"matchExpressions": [{"key": "disk", "operator": "Gt", "values": ["-5"]}]}  # not a label value
+    status = NodeAffinity().pre_score(
+        {}, parse_pod(_affinity_pod(None, [{"weight": 1, "preference": negative}])), t, rows
+    )
+    assert status.code.value == "Error"

@@ -39,13 +39,13 @@ _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 
 def parses(term: SelectorTerm) -> bool:
-    """Would kube's label selector parse this term? Beyond ``term.valid`` (operators, value counts), In/NotIn
-    values must be valid label values: API validation does not check them in a pod's node affinity, but kube's
-    selector refuses them (found by the judge)."""
+    """Would kube's label selector parse this term? Beyond ``term.valid`` (operators, value counts), the
+    values (and Gt/Lt's integer, so no negative one) must be valid label values: API validation does not check
+    them in a pod's node affinity, but kube's selector refuses them (found by the judge)."""
     return term.valid and all(
         len(v) <= 63 and _LABEL_VALUE.fullmatch(v) is not None
         for r in term.requirements
-        if not r.field and r.operator in ("In", "NotIn")
+        if not r.field
         for v in r.values
     )
 
