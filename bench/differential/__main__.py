@@ -5,7 +5,7 @@ among its best nodes), on larger clusters. The first difference stops the sweep 
 otherwise it prints what was exercised (how many cases had a node rejected by each plugin, were pending, were
 scored) and the cost per case of each side.
 
-    .venv/bin/python -m bench.differential                  # 5,000 cases, up to 12 nodes and 20 pods
+    .venv/bin/python -m bench.differential                  # 2,000 cases, up to 12 nodes and 20 pods
     .venv/bin/python -m bench.differential --cases 500 --seed 7
 """
 
@@ -25,7 +25,7 @@ from tests.differential.strategies import cases
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", type=int, default=5000)
+    parser.add_argument("--cases", type=int, default=2000)
     parser.add_argument("--max-nodes", type=int, default=12)
     parser.add_argument("--max-pods", type=int, default=20)
     parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")

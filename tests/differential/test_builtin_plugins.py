@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from tests.differential.harness import Case, Judge, check
 from tests.differential.strategies import cases
 
-CI_EXAMPLES = 400
+CI_EXAMPLES = 800
 
 
 @settings(
