@@ -1,4 +1,5 @@
-"""kube-apiserver and kube-scheduler, built from the pinned ``k8s.io/kubernetes`` Go module and cached.
+"""kube-apiserver and kube-scheduler, built from the pinned ``k8s.io/kubernetes`` Go module and cached, with the
+judge (``cmd/judge``: kube-scheduler's own plugins as a JSON oracle for tests/differential) next to them.
 
 No registry ships these binaries, so the sandbox builds them from ``sandbox/kube`` (a tiny Go module pinning
 one Kubernetes release). The cache key hashes that module's files, so binaries are rebuilt only when the pin (or
