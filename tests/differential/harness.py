@@ -316,6 +316,10 @@ def compare(kube: Json, mine: Json) -> list[str]:
             o = mine["scores"].get(plugin, {}).get(node["name"])
             if o is None:
                 diffs.append(f"Score {plugin} on {node['name']}: kube {k}, ours none")
+            # Exact equality, no rounding tolerance: our integer math is kube's (``x * 100 // max``), and
+            # BalancedAllocation's float64 steps (fractions, |a - b| / 2 or the population std, then
+            # int64((1 - std) * 100)) are the same IEEE operations in the same order, so no difference is expected
+            # and none was found in the sweeps.
             elif (k["raw"], k["normalized"], k["weight"]) != (o["raw"], o["normalized"], o["weight"]):
                 diffs.append(f"Score {plugin} on {node['name']}: kube {k}, ours {o}")
         for plugin in sorted(set(mine["scores"]) - set(node["scores"])):
