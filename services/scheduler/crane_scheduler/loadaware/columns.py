@@ -4,8 +4,8 @@
 with thousands of nodes cannot afford a Python call per node per pod, so this module keeps every node's
 decoded annotations as arrays (decoded once per node update, not once per decision) and evaluates freshness,
 the predicates and the score with array operations. It must agree with ``dynamic.py`` for every input; a
-property test holds the two together. Nodes with recent bindings of this scheduler (a handful) are evaluated
-by the reference instead, since their estimate and own hot value are per pod.
+property test holds the two together. The effects of this scheduler's recent bindings come in as per-row arrays
+(``extra``, ``own_hot``) that ``recent.RecentEffects`` keeps up to date.
 """
 
 from __future__ import annotations
@@ -176,118 +176,3 @@ def _fresh(values: FloatArray, stamps: FloatArray, now: float, window: float, ar
     skew = args.max_skew.total_seconds()
     ok = ~np.isnan(stamps) & (stamps <= now + skew) & (now < stamps + window)
     return np.where(ok, values, np.nan)
-
-
-@dataclass
-class RecentBindings:
-    """This scheduler's recent bindings as parallel arrays, oldest first (appended in time order).
-
-    A burst of thousands of pods leaves recent bindings on every node, so their effect (estimated usage not yet
-    absorbed, own bindings in the hot value) is computed for all rows at once too: per decision, a few array
-    operations over the bindings still inside the horizon.
-    """
-
-    capacity: int = 1024
-    start: int = 0
-    end: int = 0
-    rows: npt.NDArray[np.intp] = field(init=False)
-    bound_at: FloatArray = field(init=False)
-    cpu: FloatArray = field(init=False)
-    memory: FloatArray = field(init=False)
-    index: dict[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.rows = np.full(self.capacity, -1, dtype=np.intp)
-        self.bound_at = np.zeros(self.capacity)
-        self.cpu = np.zeros(self.capacity)
-        self.memory = np.zeros(self.capacity)
-
-    def __len__(self) -> int:
-        return self.end - self.start
-
-    def add(self, uid: str, row: int, bound_at: float, cpu: float, memory: float) -> None:
-        if self.end == self.capacity:
-            self._compact()
-        i = self.end
-        self.rows[i], self.bound_at[i], self.cpu[i], self.memory[i] = row, bound_at, cpu, memory
-        self.index[uid] = i
-        self.end += 1
-
-    def remove(self, uid: str) -> None:
-        i = self.index.pop(uid, None)
-        if i is not None and i >= self.start:
-            self.rows[i] = -1
-
-    def prune(self, before: float) -> None:
-        """Forget bindings at or before ``before`` (they are outside every window)."""
-        live = self.bound_at[self.start : self.end]
-        self.start += int(np.searchsorted(live, before, side="right"))
-        if self.start == self.end:
-            self.start = self.end = 0
-            self.index.clear()
-
-    def _compact(self) -> None:
-        n = self.end - self.start
-        cap = max(1024, 2 * n) if n > self.capacity // 2 else self.capacity
-        keep = slice(self.start, self.end)
-        rows, at, cpu, mem = (
-            self.rows[keep].copy(),
-            self.bound_at[keep].copy(),
-            self.cpu[keep].copy(),
-            self.memory[keep].copy(),
-        )
-        self.capacity = cap
-        self.__post_init__()
-        self.rows[:n], self.bound_at[:n], self.cpu[:n], self.memory[:n] = rows, at, cpu, mem
-        self.index = {uid: i - self.start for uid, i in self.index.items() if i >= self.start}
-        self.start, self.end = 0, n
-
-    def live(self) -> tuple[npt.NDArray[np.intp], FloatArray, FloatArray, FloatArray]:
-        keep = slice(self.start, self.end)
-        rows = self.rows[keep]
-        ok = rows >= 0
-        return rows[ok], self.bound_at[keep][ok], self.cpu[keep][ok], self.memory[keep][ok]
-
-
-def recent_effects(
-    cols: LoadColumns, recent: RecentBindings, n_rows: int, now: float, alloc_cpu: FloatArray, alloc_memory: FloatArray
-) -> tuple[dict[str, FloatArray], FloatArray]:
-    """(estimated usage to add per metric, own bindings' hot value) for every row, as ``dynamic.node_load`` does
-    per node: the unabsorbed share of each recent pod, and bindings after the fresh hot-value annotation."""
-    rows, bound_at, cpu, memory = recent.live()
-    extra: dict[str, FloatArray] = {}
-    est = cols.args.estimate
-    if est.enabled and len(rows):
-        for metric in cols.metrics:
-            resource = resource_of(metric)
-            if resource is None:
-                continue
-            window = est.window_of(metric).total_seconds()
-            stamps = cols.stamps[metric][rows]
-            fresh = ~np.isnan(stamps)
-            if not fresh.any():
-                continue  # no binding's node has this metric: nothing to add to
-            absorbed = np.clip((stamps - bound_at) / window, 0.0, 1.0) if window > 0 else np.ones(len(rows))
-            total = alloc_cpu if resource == "cpu" else alloc_memory
-            factor = est.cpu_factor if resource == "cpu" else est.memory_factor
-            amount = (cpu if resource == "cpu" else memory) * factor * (1.0 - absorbed)
-            added = np.bincount(rows[fresh], weights=amount[fresh], minlength=n_rows)[:n_rows]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                extra[metric] = np.where(
-                    total[:n_rows] > 0, added / np.where(total[:n_rows] > 0, total[:n_rows], 1), 0.0
-                )
-    own = np.zeros(n_rows)
-    if cols.args.own_bindings_in_hot_value and len(rows) and cols.args.policy.hot_value:
-        all_rows = np.arange(n_rows, dtype=np.intp)
-        hot = _fresh(
-            cols.values[HOT_VALUE_KEY][all_rows],
-            cols.stamps[HOT_VALUE_KEY][all_rows],
-            now,
-            HOT_VALUE_FRESHNESS.total_seconds(),
-            cols.args,
-        )
-        after = np.where(np.isnan(hot), -np.inf, cols.stamps[HOT_VALUE_KEY][all_rows])[rows]
-        for rule in cols.args.policy.hot_value:
-            counted = (bound_at > after) & (bound_at > now - rule.time_range.total_seconds())
-            own += np.floor(np.bincount(rows[counted], minlength=n_rows)[:n_rows] / rule.count)
-    return extra, own
