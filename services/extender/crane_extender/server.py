@@ -13,6 +13,7 @@ about 20 MB for 5000 nodes.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -152,8 +153,11 @@ class Extender:
         def recent_of(name: str) -> tuple[RecentBinding, ...]:
             return recent.for_node(name, now) if recent is not None else ()
 
+        version_of = recent.version if recent is not None else _no_version
+        retention = recent.retention.total_seconds() if recent is not None else math.inf
         at = datetime.fromtimestamp(now, UTC)
-        return Decide(self.args, at, resolve, recent_of, self.memo.loader(self.args, at, recent_of))
+        verdicts = self.memo.loader(self.args, at, recent_of, version_of, retention)
+        return Decide(self.args, at, resolve, recent_of, verdict=verdicts)
 
     def answer(self, verb: Verb, body: bytes) -> tuple[Any, str]:
         """The response body for one request and its result label; never raises."""
@@ -220,6 +224,10 @@ class Extender:
         self.metrics.requests.labels(verb, outcome).inc()
         self.metrics.duration.labels(verb).observe(time.perf_counter() - started)
         return response
+
+
+def _no_version(name: str) -> int:
+    return 0
 
 
 def _dumps(obj: Any) -> str:
