@@ -40,6 +40,8 @@ __all__ = ["LoadMemo"]
 
 @dataclass
 class _Entry:
+    source: object
+    """the informer's node object the verdict was made from (node cache mode), or None"""
     view: NodeView | None
     key: tuple[object, ...]
     version: int
@@ -101,6 +103,7 @@ class LoadMemo:
             if entry is not None and entry.key == key and entry.version == version and entry.since <= t < entry.until:
                 self.hits += 1
                 entry.view = view
+                entry.source = None
                 return entry.verdict
             self.misses += 1
             recent = tuple(recent_of(name))
@@ -109,7 +112,44 @@ class LoadMemo:
             if recent:
                 until = min(until, min(b.bound_at for b in recent) + retention)
             made = verdict(found, args, capacity)
-            entries[name] = _Entry(view, key, version, made, t, until)
+            entries[name] = _Entry(None, view, key, version, made, t, until)
             return made
 
         return load
+
+    def cached(
+        self,
+        names: Sequence[str],
+        cache: Mapping[str, object],
+        versions: Mapping[str, int],
+        t: float,
+        slow: Callable[[str], Verdict],
+    ) -> tuple[list[Verdict], set[str]]:
+        """Verdicts for ``names`` in node cache mode, and the names the cache lacks; the per-node proof is inlined
+        (this loop is the whole per-node cost of a request): the same informer object, the same bindings version,
+        inside the validity. Anything else goes through ``slow`` (``Decide.verdict_of`` on the resolved node)."""
+        entries_get, cache_get, versions_get = self._entries.get, cache.get, versions.get
+        out: list[Verdict] = []
+        append = out.append
+        unknown: set[str] = set()
+        hits = 0
+        for name in names:
+            entry = entries_get(name)
+            if (
+                entry is not None
+                and entry.source is not None
+                and entry.source is cache_get(name)
+                and entry.version == versions_get(name, 0)
+                and entry.since <= t < entry.until
+            ):
+                hits += 1
+                append(entry.verdict)
+                continue
+            source = cache_get(name)
+            append(slow(name))
+            if source is None:
+                unknown.add(name)
+            elif (entry := entries_get(name)) is not None:
+                entry.source = source
+        self.hits += hits
+        return out, unknown

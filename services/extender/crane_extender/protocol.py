@@ -21,7 +21,7 @@ bindings give the same verdicts and scores as the in-process plugins (scores sca
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -54,10 +54,12 @@ __all__ = [
     "extender_score",
     "filter_error",
     "filter_nodes",
+    "filter_verdicts",
     "node_view",
     "parse_args",
     "pod_view",
     "prioritize_nodes",
+    "prioritize_verdicts",
     "verdict",
 ]
 
@@ -350,6 +352,40 @@ def prioritize_nodes(req: ExtenderArgs, decide: Decide) -> list[Obj]:
     verdict_of = decide.verdict_of
     return [
         {"Host": name, "Score": extender_score(verdict_of(name, view).score)} for name, view in _candidates(req, decide)
+    ]
+
+
+def filter_verdicts(
+    req: ExtenderArgs, verdicts: Sequence[Verdict], unknown: Container[str], estimate: EstimateArgs
+) -> Obj:
+    """``filter_nodes`` in node cache mode from verdicts already looked up; ``unknown``: not in the cache."""
+    pod = req.pod
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for name, found in zip(req.node_names or (), verdicts, strict=True):
+        if unknown and name in unknown:
+            unresolvable[name] = UNKNOWN_NODE_REASON
+            continue
+        reason = None if pod.daemonset else found.reason(pod, estimate)
+        if reason is None:
+            passed.append(name)
+        else:
+            failed[name] = reason
+    return {
+        "Nodes": None,
+        "NodeNames": passed,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": "",
+    }
+
+
+def prioritize_verdicts(req: ExtenderArgs, verdicts: Sequence[Verdict]) -> list[Obj]:
+    """``prioritize_nodes`` in node cache mode from verdicts already looked up."""
+    return [
+        {"Host": name, "Score": extender_score(found.score)}
+        for name, found in zip(req.node_names or (), verdicts, strict=True)
     ]
 
 

@@ -18,7 +18,7 @@ import contextlib
 import random
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
@@ -63,6 +63,11 @@ class RecentBindings:
     def version(self, node: str) -> int:
         """Changes whenever the node's bindings change (not when one merely ages out: ``for_node`` filters)."""
         return self._versions.get(node, 0)
+
+    @property
+    def versions(self) -> Mapping[str, int]:
+        """Every node's bindings version (absent: 0), for lookups in a tight loop."""
+        return self._versions
 
     def _bump(self, node: str) -> None:
         self._version += 1  # global, so a node that lost all its bindings and got new ones never repeats a value
