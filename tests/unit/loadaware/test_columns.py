@@ -168,3 +168,36 @@ def test_a_decision_recomputes_only_nodes_whose_own_hot_value_can_have_changed()
     shortest = min(r.time_range for r in POLICY.hot_value).total_seconds()
     effects.at(start + shortest + 5, 100)
     assert 0 < effects.recomputed - before <= 100, "a range boundary passed: each node recomputed at most once"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    nodes=st.lists(node_annotations(), min_size=1, max_size=6),
+    steps=st.lists(
+        st.tuples(st.floats(-5, 900), st.one_of(st.none(), st.tuples(st.integers(0, 5), node_annotations()))),
+        max_size=8,
+    ),
+)
+def test_cached_freshness_equals_a_fresh_evaluation_at_every_time(
+    nodes: list[dict[str, str]], steps: list[tuple[float, tuple[int, dict[str, str]] | None]]
+) -> None:
+    """Freshness is evaluated once per edge or changed row, not per decision: the cached values equal a full
+    evaluation at any time (the clock may also step back), after any row change."""
+    args = DynamicArgs(POLICY)
+    cols = LoadColumns(args, capacity=2)
+    for row, ann in enumerate(nodes):
+        cols.set_row(row, ann)
+    rows = np.arange(len(nodes), dtype=np.intp)
+    at = NOW.timestamp()
+    for dt, change in steps:
+        at += dt
+        if change is not None:
+            row, ann = change
+            cols.set_row(row % len(nodes), ann)
+            nodes[row % len(nodes)] = ann
+        fresh = LoadColumns(args)
+        for row, ann in enumerate(nodes):
+            fresh.set_row(row, ann)
+        assert cols.scores(rows, at).tolist() == fresh.scores(rows, at).tolist()
+        for metric in METRICS:
+            np.testing.assert_array_equal(cols.usage(metric, rows, at), fresh.usage(metric, rows, at))

@@ -46,12 +46,25 @@ class LoadColumns:
     values: dict[str, FloatArray] = field(default_factory=dict)
     stamps: dict[str, FloatArray] = field(default_factory=dict)
     malformed: dict[str, Mask] = field(default_factory=dict)
+    fresh_values: dict[str, FloatArray] = field(default_factory=dict)
+    """per metric (and the hot value): the value where fresh at the last evaluation, else NaN (see ``_fresh_at``)"""
 
     def __post_init__(self) -> None:
         for name in [*self.metrics, HOT_VALUE_KEY]:
             self.values[name] = np.full(self.capacity, np.nan)
             self.stamps[name] = np.full(self.capacity, np.nan)
             self.malformed[name] = np.zeros(self.capacity, dtype=bool)
+            self.fresh_values[name] = np.full(self.capacity, np.nan)
+        self._windows = {
+            s.name: metric_freshness_window(s.period).total_seconds() for s in self.args.policy.sync_policy
+        }
+        self._windows[HOT_VALUE_KEY] = HOT_VALUE_FRESHNESS.total_seconds()
+        # Freshness is piecewise constant in time: ``fresh_values`` evaluated at ``_evaluated`` hold until the
+        # first stamp crosses an edge (``stamp - max_skew``, ``stamp + window``), ``_next``. A changed row is
+        # re-evaluated alone at the next decision (``_dirty``), adding its own edges to ``_next``.
+        self._evaluated = math.inf  # no evaluation yet: the first decision evaluates every row
+        self._next = -math.inf
+        self._dirty: set[int] = set()
 
     @property
     def metrics(self) -> list[str]:
@@ -64,6 +77,10 @@ class LoadColumns:
                 grown = np.full(cap, fill, dtype=arr.dtype)
                 grown[: len(arr)] = arr
                 table[name] = grown  # type: ignore[assignment]
+        for name, arr in self.fresh_values.items():
+            fresh: FloatArray = np.full(cap, np.nan)
+            fresh[: len(arr)] = arr
+            self.fresh_values[name] = fresh
         self.capacity = cap
 
     def set_row(self, row: int, annotations: Mapping[str, str] | None) -> list[str]:
@@ -87,29 +104,44 @@ class LoadColumns:
             self.values[name][row] = value
             self.stamps[name][row] = stamp
             self.malformed[name][row] = broken
+        self._dirty.add(row)
         return bad
+
+    def evaluate(self, now: float) -> None:
+        """Bring ``fresh_values`` to ``now``: nothing when no edge passed and no row changed (the common case),
+        the changed rows alone, or every row once an edge passed or the clock went back."""
+        if now < self._evaluated or now >= self._next:
+            self._dirty.clear()
+            self._evaluated = now
+            self._next = math.inf
+            for name, window in self._windows.items():
+                self.fresh_values[name] = _fresh(self.values[name], self.stamps[name], now, window, self.args)
+                self._next = min(self._next, _next_edge(self.stamps[name], now, window, self.args))
+            return
+        self._evaluated = now
+        if self._dirty:
+            rows = np.fromiter(self._dirty, dtype=np.intp, count=len(self._dirty))
+            self._dirty.clear()
+            for name, window in self._windows.items():
+                stamps = self.stamps[name][rows]
+                self.fresh_values[name][rows] = _fresh(self.values[name][rows], stamps, now, window, self.args)
+                self._next = min(self._next, _next_edge(stamps, now, window, self.args))
 
     def usage(
         self, metric: str, rows: npt.NDArray[np.intp], now: float, extra: Mapping[str, FloatArray] | None = None
     ) -> FloatArray:
         """Annotated usage (plus ``extra[metric]``, the estimate) where fresh, else NaN (the window strict,
         future stamps beyond the skew rejected)."""
-        period = self.args.policy.period_of(metric)
-        window = metric_freshness_window(period).total_seconds()
-        usage = _fresh(self.values[metric][rows], self.stamps[metric][rows], now, window, self.args)
+        self.evaluate(now)
+        usage = self.fresh_values[metric][rows]
         if extra is not None and metric in extra:
             usage = usage + extra[metric][rows]
         return usage
 
     def hot(self, rows: npt.NDArray[np.intp], now: float) -> FloatArray:
         """Annotated hot value where fresh, else 0."""
-        hot = _fresh(
-            self.values[HOT_VALUE_KEY][rows],
-            self.stamps[HOT_VALUE_KEY][rows],
-            now,
-            HOT_VALUE_FRESHNESS.total_seconds(),
-            self.args,
-        )
+        self.evaluate(now)
+        hot = self.fresh_values[HOT_VALUE_KEY][rows]
         return np.where(np.isnan(hot), 0.0, np.trunc(hot))
 
     def filter(
@@ -170,6 +202,18 @@ class LoadColumns:
         value = raw - HOT_VALUE_PENALTY * hot
         # Python's round() is round-half-even, as is numpy's: both paths agree on .5 cases.
         return np.clip(np.round(value), 0, MAX_SCORE).astype(np.int64)
+
+
+EARLY = 1e-3
+"""Seconds by which a freshness edge is brought forward (float-rounding margin; costs a re-evaluation)."""
+
+
+def _next_edge(stamps: FloatArray, now: float, window: float, args: DynamicArgs) -> float:
+    """The first instant after ``now`` (less ``EARLY``) at which ``_fresh`` of any of ``stamps`` may flip."""
+    skew = args.max_skew.total_seconds()
+    edges = np.concatenate((stamps - skew, stamps + window))
+    upcoming = edges[edges > now - EARLY]  # NaN stamps compare False: no edge
+    return float(upcoming.min()) - EARLY if len(upcoming) else math.inf
 
 
 def _fresh(values: FloatArray, stamps: FloatArray, now: float, window: float, args: DynamicArgs) -> FloatArray:
