@@ -142,6 +142,7 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         self.columns = LoadColumns(self.args)
         self.recent = RecentEffects(self.columns)
         self._incoming_cache: tuple[int, int, FloatArray, FloatArray] | None = None
+        self._horizon_of: tuple[DynamicArgs | None, float] = (None, 0.0)
         # One column per plugin instance: every profile has its own Dynamic (own args, own recent bindings).
         column = f"Dynamic.malformed.{handle.profile}.{id(self)}"
         handle.table.register_column(column, self._decode_node, dtype=np.int64)
@@ -184,9 +185,13 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
     # -- recent bindings of this scheduler ----------------------------------------------------------------------
 
     def _horizon(self) -> float:
-        windows = [r.time_range.total_seconds() for r in self.args.policy.hot_value]
-        est = self.args.estimate
-        return max([est.window.total_seconds(), *(w.total_seconds() for w in est.windows.values()), *windows])
+        """How long a binding can matter (longest hot-value range or estimate window); cached per policy."""
+        if self._horizon_of[0] is not self.args:
+            windows = [r.time_range.total_seconds() for r in self.args.policy.hot_value]
+            est = self.args.estimate
+            longest = max([est.window.total_seconds(), *(w.total_seconds() for w in est.windows.values()), *windows])
+            self._horizon_of = (self.args, longest)
+        return self._horizon_of[1]
 
     def recent_on(self, node: str, until: float = math.inf) -> list[RecentBinding]:
         """This scheduler's recent bindings to one node (for the reference evaluation and explain)."""
@@ -250,6 +255,7 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         state["Dynamic.inputs"] = (now, extra, own_hot)  # Score uses the same inputs
         rows = np.arange(table.n_rows, dtype=np.intp)
         cpu, memory = estimated_resources(pod)
+        state["Dynamic.size"] = (cpu, memory)  # Reserve records the same size
         masks = dict(self.columns.filter(rows, now, self._incoming(table, cpu, memory), extra))
         rejections = []
         live = table.live
@@ -270,7 +276,8 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         return self.columns.scores(rows, now, extra, own_hot)
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        cpu, memory = estimated_resources(pod)
+        size = state.get("Dynamic.size")
+        cpu, memory = size if size is not None else estimated_resources(pod)
         self.recent.add(pod.uid, self.handle.table.rows[node], node, self.wall_clock(), cpu, memory)
         return SUCCESS
 
