@@ -453,7 +453,12 @@ def main() -> None:
     sizes = [int(x) for x in args.nodes.split(",") if x]
 
     async def all_sizes() -> list[dict[str, Any]]:
-        return [await bench_size(args, n) for n in sizes]
+        done = []
+        for n in sizes:
+            done.append(await bench_size(args, n))
+            if len(sizes) > 1:  # each size as soon as it is measured (a long run may be cut short)
+                report(done[-1:], args)
+        return done
 
     results = asyncio.run(all_sizes())
     report(results, args)

@@ -132,26 +132,24 @@ Load = Callable[[str, NodeView | None], NodeLoad]
 class Verdict:
     """A node's load with what both verbs read of it, derived once per load (the server keeps it per node):
     the Dynamic score, the filter reason without the incoming pod (``base``), and the predicates before ``base``
-    that the incoming pod could still push over (``checks``: usage, resource, threshold, reason, in policy
-    order), so a request only adds the pod's share to a few cached numbers."""
+    that the incoming pod could still push over (``checks``: usage, is it cpu, the node's allocatable of that
+    resource, threshold, reason, in policy order; none without a capacity), so a request only adds the pod's
+    share to a few cached numbers."""
 
     load: NodeLoad
     score: int
     base: str | None
-    checks: tuple[tuple[float, str, float, str], ...]
+    checks: tuple[tuple[float, bool, float, float, str], ...]
     capacity: NodeCapacity | None
 
     def reason(self, pod: PodView, estimate: EstimateArgs) -> str | None:
         """``filter_reason(load, incoming=incoming_fraction(pod))``, from the cached parts (same arithmetic)."""
         if pod.daemonset:
             return None
-        cap = self.capacity
-        if self.checks and cap is not None and estimate.enabled and estimate.incoming_pod:
-            for usage, resource, limit, reason in self.checks:
-                if resource == "cpu":
-                    incoming = estimate.cpu_factor * pod.cpu / cap.cpu if cap.cpu > 0 else 0.0
-                else:
-                    incoming = estimate.memory_factor * pod.memory / cap.memory if cap.memory > 0 else 0.0
+        if self.checks and estimate.enabled and estimate.incoming_pod:
+            cpu, memory = estimate.cpu_factor * pod.cpu, estimate.memory_factor * pod.memory
+            for usage, is_cpu, allocatable, limit, reason in self.checks:
+                incoming = (cpu if is_cpu else memory) / allocatable if allocatable > 0 else 0.0
                 if usage + incoming > limit:
                     return reason
         return self.base
@@ -160,7 +158,7 @@ class Verdict:
 def verdict(load: NodeLoad, args: DynamicArgs, capacity: NodeCapacity | None) -> Verdict:
     """The ``Verdict`` of a load: ``filter_reason``'s loop split at the first pod-independent failure."""
     base = filter_reason(load, args)
-    checks: list[tuple[float, str, float, str]] = []
+    checks: list[tuple[float, bool, float, float, str]] = []
     for predicate in args.policy.predicate:
         if predicate.max_limit_percent == 0:
             continue
@@ -173,9 +171,10 @@ def verdict(load: NodeLoad, args: DynamicArgs, capacity: NodeCapacity | None) ->
         if usage > predicate.max_limit_percent:
             break
         resource = resource_of(predicate.name)
-        if resource is not None:
+        if resource is not None and capacity is not None:
             reason = f"node(s) would have {predicate.name} above {predicate.max_limit_percent:g}"
-            checks.append((usage, resource, predicate.max_limit_percent, reason))
+            allocatable = capacity.cpu if resource == "cpu" else capacity.memory
+            checks.append((usage, resource == "cpu", allocatable, predicate.max_limit_percent, reason))
     return Verdict(load, score(load, args), base, tuple(checks), capacity)
 
 
@@ -363,11 +362,22 @@ def filter_verdicts(
     passed: list[str] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
+    # Verdict.reason inlined (the per-node cost of a request): the same arithmetic, incoming_fraction's order.
+    incoming = estimate.enabled and estimate.incoming_pod
+    cpu, memory = estimate.cpu_factor * pod.cpu, estimate.memory_factor * pod.memory
     for name, found in zip(req.node_names or (), verdicts, strict=True):
         if unknown and name in unknown:
             unresolvable[name] = UNKNOWN_NODE_REASON
             continue
-        reason = None if pod.daemonset else found.reason(pod, estimate)
+        if pod.daemonset:
+            reason = None
+        else:
+            reason = found.base
+            if incoming and found.checks:
+                for usage, is_cpu, allocatable, limit, why in found.checks:
+                    if usage + ((cpu if is_cpu else memory) / allocatable if allocatable > 0 else 0.0) > limit:
+                        reason = why
+                        break
         if reason is None:
             passed.append(name)
         else:
