@@ -22,6 +22,10 @@ PAGE_SIZE = 1000
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
+def _labels(pod: PodInfo | None) -> Any:
+    return None if pod is None else (pod.raw.get("metadata") or {}).get("labels")
+
+
 class Cache:
     """Applies node and pod events to the table and the queue. ``forget(uid)`` tells the reporter a pod left the
     pending set; ``wake()`` tells the scheduling loop there may be work."""
@@ -91,8 +95,11 @@ class Cache:
         if pod.node_name:
             if self.pending.pop(pod.uid, None) is not None:
                 self.queue.delete(pod.uid)
-            known = pod.uid in self.table.pods
-            if self.table.add_pod(pod) and known:
+            before = self.table.pods.get(pod.uid)
+            if before is None or before.assumed:
+                self.table.add_pod(pod)
+                self.queue.on_event(ClusterEvent.POD_ADD)  # a new peer (affinity) or count (topology spread)
+            elif self.table.add_pod(pod) or _labels(before.info) != _labels(pod):
                 self.queue.on_event(ClusterEvent.POD_UPDATE)
             self.forget(pod.uid)
             return
