@@ -249,3 +249,13 @@ def test_wakes_on_pod_and_node_events() -> None:
     for e in (ClusterEvent.POD_ADD, ClusterEvent.POD_DELETE, ClusterEvent.POD_UPDATE, ClusterEvent.NODE_UPDATE):
         assert events & e
     assert np is not None
+
+
+def test_namespace_selector_matching_empty_labels_admits_every_namespace_as_kube_does() -> None:
+    # kube 1.35's mergeAffinityTermNamespacesIfNotEmpty takes the term by value, so a selector that matches an
+    # empty label set keeps matching every namespace (found by the differential check against the judge).
+    t = table(node("a"), bound=[labelled(pod("x", node_name="a"), namespace="team-b", app="web")])
+    PodIndex.of(t).set_namespace({"metadata": {"name": "team-b", "labels": {"team": "b"}}})
+    not_b = {"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["b"]}]}
+    spec = affinity("podAntiAffinity", [term(ns_selector=not_b, app="web")])
+    assert failure(t, labelled(pod("y", spec=spec), app="web")).endswith("didn't match pod anti-affinity rules.")

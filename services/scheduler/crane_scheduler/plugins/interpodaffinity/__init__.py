@@ -107,12 +107,16 @@ class InterPodAffinity(
     # -- namespaces -----------------------------------------------------------------------------------------------
 
     def _matcher(self, term: AffinityTerm) -> tuple[frozenset[str] | None, Any]:
-        """The incoming pod's term after kube's ``mergeAffinityTermNamespacesIfNotEmpty``: a namespace selector
-        becomes the namespaces it selects now; an empty one (``{}``) selects every namespace."""
-        if term.ns_selector.everything:
-            return None, term.selector
+        """The incoming pod's term after kube's ``mergeAffinityTermNamespacesIfNotEmpty``: the namespaces its
+        namespace selector selects now join ``namespaces``.
+
+        kube quirk, kept for parity: that function receives the term by value, so its ``NamespaceSelector =
+        Nothing`` is lost and the selector is still matched later against *nil* namespace labels. A selector that
+        matches an empty label set (``{}``, ``NotIn``, ``DoesNotExist``) therefore admits every namespace."""
         if term.ns_selector.nothing:
             return term.namespaces, term.selector
+        if term.ns_selector.matches({}):
+            return None, term.selector
         return term.namespaces | self.index.namespaces_matching(term.ns_selector), term.selector
 
     def _counts(self, *terms: AffinityTerm) -> IntArray:

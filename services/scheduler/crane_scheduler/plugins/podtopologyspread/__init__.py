@@ -356,6 +356,7 @@ class PodTopologySpread(
                 cnt = per_row(row_codes, sums)
             total += np.where(has, cnt * weight + float(c.max_skew - 1), 0.0)
         scores = np.floor(total + 0.5).astype(np.int64)  # math.Round (scores are never negative)
+        scores[ignored] = 0  # kube's Score returns 0 for them before normalising
         state[_SCORE] = (scores, ignored)
         return SUCCESS
 
