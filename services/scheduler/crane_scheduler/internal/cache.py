@@ -96,10 +96,11 @@ class Cache:
             if self.pending.pop(pod.uid, None) is not None:
                 self.queue.delete(pod.uid)
             before = self.table.pods.get(pod.uid)
+            old_labels = _labels(before.info) if before is not None else None
             if before is None or before.assumed:
                 self.table.add_pod(pod)
                 self.queue.on_event(ClusterEvent.POD_ADD)  # a new peer (affinity) or count (topology spread)
-            elif self.table.add_pod(pod) or _labels(before.info) != _labels(pod):
+            elif self.table.add_pod(pod) or old_labels != _labels(pod):
                 self.queue.on_event(ClusterEvent.POD_UPDATE)
             self.forget(pod.uid)
             return
