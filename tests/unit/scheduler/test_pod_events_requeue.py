@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from crane_scheduler.framework import ClusterEvent, Handle, QueuedPod
@@ -49,9 +50,11 @@ def test_a_relabelled_bound_pod_wakes_the_pod_and_a_status_only_update_does_not(
     bound = pod("db", node_name="a", scheduler="nobody")
     cache.on_pod(bound)
     waiting(queue, pod("cache"))
+    bound = copy.deepcopy(bound)  # the informer hands over a new object per event
     bound["status"] = {"phase": "Running"}
     cache.on_pod(bound)
     assert queue.pop(100.0) is None
+    bound = copy.deepcopy(bound)
     bound["metadata"]["labels"] = {"app": "db"}
     cache.on_pod(bound)
     assert queue.pop(100.0) is not None
