@@ -209,6 +209,29 @@ def pod_terms(raw_pod: Mapping[str, Any]) -> PodTerms:
     return PodTerms(**out)
 
 
+_TERMS: dict[str, tuple[Mapping[str, Any], PodTerms | SelectorError]] = {}
+_TERMS_MAX = 8192
+
+
+def terms_of(pod: PodInfo) -> PodTerms:
+    """``pod_terms`` memoised per pod object (PreFilter, PreScore and the index's assume all ask for the same pod);
+    a new version of the pod (a new raw object from the informer) is parsed again."""
+    found = _TERMS.get(pod.uid)
+    if found is not None and found[0] is pod.raw:
+        result = found[1]
+    else:
+        try:
+            result = pod_terms(pod.raw) if (pod.raw.get("spec") or {}).get("affinity") else NO_TERMS
+        except SelectorError as err:
+            result = err
+        if len(_TERMS) >= _TERMS_MAX:
+            _TERMS.clear()
+        _TERMS[pod.uid] = (pod.raw, result)
+    if isinstance(result, SelectorError):
+        raise result
+    return result
+
+
 # ---------------------------------------------------------------------------------------------- the index
 
 
@@ -225,7 +248,7 @@ class PodEntry:
     def of(cls, pod: PodInfo, node: str) -> PodEntry:
         meta = pod.raw.get("metadata") or {}
         try:
-            terms = pod_terms(pod.raw) if (pod.raw.get("spec") or {}).get("affinity") else NO_TERMS
+            terms = terms_of(pod)
         except SelectorError:
             terms = NO_TERMS  # the API server validates selectors; a bound pod with a bad one constrains nothing
         return cls(pod.uid, pod.namespace, dict(meta.get("labels") or {}), node, pod.deleting, terms)

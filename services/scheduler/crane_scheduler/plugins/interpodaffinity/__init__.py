@@ -54,7 +54,7 @@ from crane_scheduler.plugins.podindex import (
     SelectorError,
     domain_sums,
     per_row,
-    pod_terms,
+    terms_of,
 )
 from crane_scheduler.podinfo import PodInfo
 from crane_shared.informer import EventType, Informer
@@ -134,7 +134,7 @@ class InterPodAffinity(
 
     def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
         try:
-            terms = pod_terms(pod.raw)
+            terms = terms_of(pod)
         except SelectorError as err:
             return PreFilterResult(unschedulable(f"parsing pod: {err}", unresolvable=True))
         ns_labels = self.index.namespace_labels.get(pod.namespace)
@@ -197,7 +197,7 @@ class InterPodAffinity(
 
     def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
         try:
-            terms = pod_terms(pod.raw)
+            terms = terms_of(pod)
         except SelectorError as err:
             return error(f"failed to parse pod: {err}")
         has_constraints = bool(terms.preferred_affinity or terms.preferred_anti)
