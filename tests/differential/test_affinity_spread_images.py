@@ -247,7 +247,7 @@ def judge_path() -> Path | None:
 
 
 @pytest.fixture(scope="module")
-def judge() -> Iterator[subprocess.Popen[str]]:
+def judge_process() -> Iterator[subprocess.Popen[str]]:
     path = judge_path()
     if path is None or not path.exists():
         pytest.skip("the judge is not built (sandbox/kube/cmd/judge; or set CRANE_JUDGE)")
@@ -354,8 +354,8 @@ def differences(request: Json, theirs: Json) -> list[Any]:
 
 
 @pytest.mark.parametrize("rtcr", [False, True], ids=["affinity-spread-images", "requested-to-capacity-ratio"])
-def test_plugins_agree_with_kube_scheduler(judge: subprocess.Popen[str], rtcr: bool) -> None:
+def test_plugins_agree_with_kube_scheduler(judge_process: subprocess.Popen[str], rtcr: bool) -> None:
     for seed in range(CASES):
         request = Gen(seed * 2 + int(rtcr)).case(rtcr)
-        found = differences(request, ask(judge, request))
+        found = differences(request, ask(judge_process, request))
         assert not found, f"seed {seed}: {found[:5]}\ncase: {json.dumps(request)}"
