@@ -228,12 +228,12 @@ class PodTopologySpread(
         own = spec.get("topologySpreadConstraints")
         if own:
             return _constraints(own, labels, action, "spec.topologySpreadConstraints")
-        defaults = _constraints(self.args.default_constraints, labels, action, "defaultConstraints")
-        if not defaults:
+        if not self.args.default_constraints:
             return []
-        selector = self.owners.default_selector(pod)
+        selector = self.owners.default_selector(pod)  # first: most pods have no owner with a selector here
         if selector.everything:
             return []
+        defaults = _constraints(self.args.default_constraints, labels, action, "defaultConstraints")
         return [
             Constraint(c.max_skew, c.key, selector, c.min_domains, c.honor_affinity, c.honor_taints) for c in defaults
         ]
