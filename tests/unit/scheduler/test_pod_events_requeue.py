@@ -58,3 +58,19 @@ def test_a_relabelled_bound_pod_wakes_the_pod_and_a_status_only_update_does_not(
     bound["metadata"]["labels"] = {"app": "db"}
     cache.on_pod(bound)
     assert queue.pop(100.0) is not None
+
+
+def test_a_deleted_node_wakes_pods_topology_spread_rejected() -> None:
+    from crane_scheduler.plugins.podtopologyspread import Args as SpreadArgs
+    from crane_scheduler.plugins.podtopologyspread import PodTopologySpread
+
+    table = NodeTable()
+    spread = PodTopologySpread(SpreadArgs(), Handle(table))
+    events = {spread.name: spread.events_to_register()}
+    queue = SchedulingQueue(lambda qp: (qp.timestamp,), events_of=lambda name: events.get(name, ClusterEvent.ALL))
+    cache = Cache(table, queue, {"crane-scheduler"}, clock=lambda: 0.0)
+    cache.on_node(node("a"))
+    cache.on_node(node("b"))
+    queue.add_unschedulable(QueuedPod(parse_pod(pod("w")), 0.0), frozenset({spread.name}), 0.0)
+    cache.on_node_deleted(node("b"))
+    assert queue.pop(100.0) is not None

@@ -85,7 +85,9 @@ class Cache:
             self.wake()
 
     def on_node_deleted(self, raw: dict[str, Any]) -> None:
-        self.table.remove_node((raw.get("metadata") or {}).get("name", ""))
+        if self.table.remove_node((raw.get("metadata") or {}).get("name", "")):
+            self.queue.on_event(ClusterEvent.NODE_DELETE)
+            self.wake()
 
     def on_pod(self, raw: dict[str, Any]) -> None:
         spec = raw.get("spec") or {}

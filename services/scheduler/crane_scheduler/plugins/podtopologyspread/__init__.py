@@ -389,6 +389,7 @@ class PodTopologySpread(
             | ClusterEvent.POD_DELETE
             | ClusterEvent.NODE_ADD
             | ClusterEvent.NODE_UPDATE
+            | ClusterEvent.NODE_DELETE
         )
 
     async def run(self, stopping: asyncio.Event) -> None:
