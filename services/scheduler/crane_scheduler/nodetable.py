@@ -54,7 +54,8 @@ class PodRecord:
     scheduler_name: str
     scheduled_at: str | None
     assumed: bool = False
-    info: PodInfo | None = None  # the parsed pod, for plugins that index more than the accounting (labels, terms)
+    pod: PodInfo | None = None
+    """The pod itself, for plugins that read more than the accounting (volumes, priority, labels)."""
 
     @classmethod
     def of(cls, pod: PodInfo, node: str, *, assumed: bool = False) -> PodRecord:
@@ -376,7 +377,7 @@ class NodeTable:
             ):
                 old.assumed = False
                 old.scheduled_at = record.scheduled_at
-                old.info = pod
+                old.pod = pod
                 for added in self.pod_added:
                     added(pod)
                 return False

@@ -98,7 +98,7 @@ class Cache:
             if self.pending.pop(pod.uid, None) is not None:
                 self.queue.delete(pod.uid)
             before = self.table.pods.get(pod.uid)
-            old_labels = _labels(before.info) if before is not None else None
+            old_labels = _labels(before.pod) if before is not None else None
             if before is None or before.assumed:
                 self.table.add_pod(pod)
                 self.queue.on_event(ClusterEvent.POD_ADD)  # a new peer (affinity) or count (topology spread)

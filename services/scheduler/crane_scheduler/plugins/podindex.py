@@ -320,8 +320,8 @@ class PodIndex:
         table.pod_assumed.append(self._put)
         table.pod_removed.append(self._remove)
         for record in table.pods.values():
-            if record.info is not None:
-                self._put(record.info, record.node)
+            if record.pod is not None:
+                self._put(record.pod, record.node)
 
     @classmethod
     def of(cls, table: NodeTable) -> PodIndex:
