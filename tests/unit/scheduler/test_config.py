@@ -80,8 +80,8 @@ def names(items: list[Any]) -> list[str]:
         ),
         (one({"sideways": {}}), "profiles[0].plugins.sideways: unknown field"),
         (
-            one({"score": {"enabled": [{"name": "InterPodAffinity"}]}}),
-            "profiles[0].plugins.score.enabled[0].name: unknown plugin 'InterPodAffinity'",
+            one({"score": {"enabled": [{"name": "NoSuchPlugin"}]}}),
+            "profiles[0].plugins.score.enabled[0].name: unknown plugin 'NoSuchPlugin'",
         ),
         (
             one({"score": {"enabled": [{"name": "NodePorts"}]}}),
@@ -152,7 +152,10 @@ def test_no_file_is_the_default_crane_scheduler_profile_with_kube_weights() -> N
         ("TaintToleration", 3),
         ("NodeAffinity", 2),
         ("NodeResourcesFit", 1),
+        ("PodTopologySpread", 2),
+        ("InterPodAffinity", 2),
         ("NodeResourcesBalancedAllocation", 1),
+        ("ImageLocality", 1),
     ]
     assert names(prof.filter) == [
         "NodeUnschedulable",
@@ -161,6 +164,8 @@ def test_no_file_is_the_default_crane_scheduler_profile_with_kube_weights() -> N
         "NodeAffinity",
         "NodePorts",
         "NodeResourcesFit",
+        "PodTopologySpread",
+        "InterPodAffinity",
     ]
     assert prof.queue_sort.name == "PrioritySort" and names(prof.bind) == ["DefaultBinder"]
 
@@ -180,6 +185,9 @@ def test_specific_score_weight_overrides_multipoint_and_disabling_removes() -> N
         ("NodeResourcesFit", 5),
         ("TaintToleration", 3),
         ("NodeAffinity", 2),
+        ("PodTopologySpread", 2),
+        ("InterPodAffinity", 2),
+        ("ImageLocality", 1),
     ]
 
 

@@ -121,8 +121,10 @@ class ClusterEvent(enum.Flag):
     NODE_ADD = enum.auto()
     NODE_UPDATE = enum.auto()
     POD_DELETE = enum.auto()  # an assigned pod went away (resources, ports freed)
-    POD_UPDATE = enum.auto()  # an assigned pod changed (e.g. resized down)
-    ALL = NODE_ADD | NODE_UPDATE | POD_DELETE | POD_UPDATE
+    POD_UPDATE = enum.auto()  # an assigned pod changed (e.g. resized down, relabelled)
+    POD_ADD = enum.auto()  # a pod was bound (a peer for pod affinity, a count for topology spread)
+    NODE_DELETE = enum.auto()  # a node went away (a topology domain less: spread skew may drop)
+    ALL = NODE_ADD | NODE_UPDATE | POD_DELETE | POD_UPDATE | POD_ADD | NODE_DELETE
 
 
 @dataclass(slots=True)

@@ -2,8 +2,10 @@
 
 ``builtin_registry()`` returns a fresh ``Registry`` holding them; add your own with ``registry.register``.
 ``DEFAULT_MULTIPOINT`` is kube-scheduler's default profile restricted to the plugins implemented here, with the
-same order and score weights (TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1,
-NodeResourcesBalancedAllocation 1).
+same order and score weights (TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1, PodTopologySpread 2,
+InterPodAffinity 2, NodeResourcesBalancedAllocation 1, ImageLocality 1); Dynamic is added by the load-aware
+package. Not yet here: SchedulingGates (gated pods never reach the queue), the volume plugins and
+DefaultPreemption (issue 13); pods needing them are refused by the unsupported-field gate.
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ from __future__ import annotations
 from crane_scheduler.framework.registry import Registry
 from crane_scheduler.plugins import (
     defaultbinder,
+    imagelocality,
+    interpodaffinity,
     nodeaffinity,
     nodename,
     nodeports,
     noderesources,
     noderesourcetopology,
     nodeunschedulable,
+    podtopologyspread,
     queuesort,
     tainttoleration,
 )
@@ -29,7 +34,10 @@ DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
     ("NodeAffinity", 2),
     ("NodePorts", None),
     ("NodeResourcesFit", 1),
+    ("PodTopologySpread", 2),
+    ("InterPodAffinity", 2),
     ("NodeResourcesBalancedAllocation", 1),
+    ("ImageLocality", 1),
     ("DefaultBinder", None),
 )
 
@@ -46,6 +54,9 @@ def builtin_registry() -> Registry:
             "NodePorts": nodeports.new,
             "NodeResourcesFit": noderesources.new_fit,
             "NodeResourcesBalancedAllocation": noderesources.new_balanced_allocation,
+            "InterPodAffinity": interpodaffinity.new,
+            "PodTopologySpread": podtopologyspread.new,
+            "ImageLocality": imagelocality.new,
             "DefaultBinder": defaultbinder.new,
         },
     )
