@@ -27,6 +27,13 @@ CPU = ("100m", "250m", "500m", "1", "1500m", "2", "3500m", "4", "8")
 MEMORY = ("64Mi", "128Mi", "200Mi", "512Mi", "1Gi", "1500Mi", "2Gi", "4Gi", "8Gi")
 EPHEMERAL = ("100Mi", "1Gi", "5Gi", "10Gi")
 IMAGES = ("registry.local/app:1", "registry.local/db:2", "registry.local/big:3")
+# One size per image name, as on real nodes (a name pulls one digest): kube-scheduler keeps the size of whichever
+# node it saw first, so per-node sizes for one name would make ImageLocality depend on the judge's cache order.
+IMAGE_SIZES = {
+    "registry.local/app:1": 10_000_000,
+    "registry.local/db:2": 300_000_000,
+    "registry.local/big:3": 1_000_000_000,
+}
 
 
 def _node(i: int, draw: Any) -> Json:
@@ -53,7 +60,7 @@ def _node(i: int, draw: Any) -> Json:
     if draw(st.integers(0, 5)) == 0:
         allocatable[HUGEPAGES] = draw(st.sampled_from(("4Mi", "2Mi", "0")))
     images = [
-        {"names": [img], "sizeBytes": draw(st.sampled_from((10_000_000, 300_000_000, 1_000_000_000)))}
+        {"names": [img], "sizeBytes": IMAGE_SIZES[img]}
         for img in draw(st.lists(st.sampled_from(IMAGES), max_size=2, unique=True))
     ]
     spec: Json = {"taints": taints} if taints else {}
