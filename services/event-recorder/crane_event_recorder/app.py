@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -44,7 +45,11 @@ async def serve(common: CommonSettings, args: Any, settings: RecorderSettings) -
             for namespace in scopes
         ]
         recorder = Recorder(
-            store, sources, RecorderMetrics(registry), settings, redis_server_id=lambda: redis_run_id(redis)
+            store,
+            sources,
+            RecorderMetrics(registry),
+            settings,
+            redis_server_id=lambda: redis_run_id(redis, settings.redis_prefix),
         )
         runtime.add_readiness_check("first-list-recorded", recorder.ready)
         log.info(
@@ -61,8 +66,14 @@ async def serve(common: CommonSettings, args: Any, settings: RecorderSettings) -
         await redis.aclose()
 
 
-async def redis_run_id(redis: aioredis.Redis) -> str:
-    """Identity of the Redis server process: changes on every restart and on failover."""
+async def redis_run_id(redis: aioredis.Redis, prefix: str = "crane") -> str:
+    """Identity of the data we wrote: the Redis server process (changes on every restart and on failover) plus an
+    epoch marker key, which disappears with the records when they are lost without a restart (FLUSHALL, FLUSHDB,
+    eviction). ``SET NX`` makes every replica adopt the same new epoch, so each re-lists once."""
     info = await redis.info("server")
     run_id = info["run_id"]
-    return run_id.decode() if isinstance(run_id, bytes) else str(run_id)
+    run = run_id.decode() if isinstance(run_id, bytes) else str(run_id)
+    key = f"{prefix}:recorder-epoch"
+    await redis.set(key, uuid.uuid4().hex, nx=True)
+    epoch = await redis.get(key)
+    return f"{run}/{epoch.decode() if isinstance(epoch, bytes) else epoch}"

@@ -30,6 +30,11 @@ class RecorderMetrics:
             ["reason"],
             registry=registry,
         )
+        self.untrusted = Counter(
+            _PREFIX + "untrusted_events",
+            "Scheduled events skipped because their reporting controller is not in --reporting-controllers",
+            registry=registry,
+        )
         self.expired = Counter(
             _PREFIX + "expired_bindings",
             "Bindings older than the retention when seen (e.g. re-listed): not recorded",

@@ -43,7 +43,7 @@ class Recorder:
         self.metrics = metrics
         self.buffer = RecordBuffer(settings.buffer_size)
         metrics.buffer_depth.set_function(lambda: self.buffer.depth)
-        self.ingest = Ingest(self.buffer, metrics, settings.retention)
+        self.ingest = Ingest(self.buffer, metrics, settings.retention, settings.reporting_controllers)
         self.followers = [Follower(source, self.ingest, metrics, Backoff()) for source in sources]
         self._store = store
         self.writer = Writer(
