@@ -12,6 +12,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +20,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client
 
-from crane_shared.kube import api_client_from_dict
-from crane_shared.leader import LeaderElector, LeaseConfig, Term
+from crane_shared.kube import KubeSettings, api_client_from_dict, make_api_client
+from crane_shared.leader import LeaderElector, LeaseConfig, Term, make_lease_client
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 
@@ -315,3 +316,47 @@ async def test_request_without_timeout_gets_the_default_one() -> None:
     finally:
         await api.close()
         await server.close()
+
+
+async def test_the_lease_client_has_its_own_rate_limit_and_the_lease_timeout(store: Store, tmp_path: Path) -> None:
+    """A service client whose limiter is saturated (binds queued) does not delay lease traffic."""
+    front = Front(store)
+    admin = await front.start()
+    await admin.close()
+    assert front.server is not None
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": str(front.server.make_url(""))}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    settings = KubeSettings(kubeconfig=str(kubeconfig), qps=2, burst=1)
+    lease = LeaseConfig("default", "lease", "me", lease_duration=4, renew_deadline=3, retry_period=0.5)
+    service, lease_api = await make_api_client(settings), await make_lease_client(settings, lease)
+    try:
+        busy = client.CoordinationV1Api(service)
+        queued = [asyncio.create_task(busy.list_namespaced_lease("default")) for _ in range(10)]  # ~5 s of tokens
+        await asyncio.sleep(0.1)
+        elector = LeaderElector(lease_api, lease)
+        started = time.monotonic()
+        assert await elector.try_acquire_or_renew()
+        assert time.monotonic() - started < 1.0, "lease traffic waited behind the service's queue"
+        assert not all(t.done() for t in queued)
+        for t in queued:
+            t.cancel()
+
+        front.mode = "blackhole"
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await client.CoordinationV1Api(lease_api).read_namespaced_lease("lease", "default")
+        assert lease.request_timeout - 0.1 <= time.monotonic() - started < lease.request_timeout + 1
+    finally:
+        front.mode = "ok"
+        await service.close()
+        await lease_api.close()
+        await front.server.close()
