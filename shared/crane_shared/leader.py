@@ -219,15 +219,15 @@ class LeaderElector:
         again from a clean standby."""
         try:
             while not stopping.is_set():
+                attempt_started = self._clock()  # the deadline counts from here: the write happened later
                 if not await self.try_acquire_or_renew():
                     await _wait(stopping, self.config.retry_period)
                     continue
-                acquired_at = self._clock()  # a conservative start: the write happened after the attempt began
                 self._begin_term()
                 task = asyncio.create_task(lead())
                 reason = "lead returned"
                 try:
-                    reason = await self._renew_until_lost(task, stopping, acquired_at)
+                    reason = await self._renew_until_lost(task, stopping, attempt_started)
                 finally:
                     self._end_term(reason)
                     task.cancel()
