@@ -195,9 +195,10 @@ class StatusProxy:
             if "Content-Type" in upstream.headers:
                 resp.content_type = upstream.headers["Content-Type"].split(";")[0]
             await resp.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await resp.write(chunk)
-            await resp.write_eof()
+            with contextlib.suppress(ConnectionResetError):  # the client closed its watch
+                async for chunk in upstream.content.iter_any():
+                    await resp.write(chunk)
+                await resp.write_eof()
             return resp
 
     async def start(self) -> None:
