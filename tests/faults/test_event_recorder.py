@@ -176,3 +176,34 @@ async def test_redis_connection_reset_and_blackholed_lose_nothing(
         await eventually(lambda: audit(redis, made, row), timeout=60, what="all recorded")
         row.recovery = round(time.monotonic() - healed, 2)
     assert row.doubled == 0
+
+
+@pytest.mark.slow_fault
+async def test_kill_9_of_the_event_recorder_mid_stream_loses_and_doubles_nothing(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    redis_url: str,
+    redis: aioredis.Redis,
+    namespace: str,
+    fault_report: FaultReport,
+) -> None:
+    made = bindings(namespace, 90)
+    row = fault_report.row("kill -9 of the event-recorder mid-stream, restarted")
+    proc = child(cluster.kubeconfig_path, redis_url, namespace, cluster.run_dir / "logs")
+    await proc.process.start()
+    try:
+        await proc.process.wait_ready(proc.ready, timeout=30)
+        for b in made[:30]:
+            await report_events_v1(kube, b)
+        await proc.process.kill()
+        for b in made[30:60]:  # while it is dead: only the re-list after the restart can find these
+            await report_events_v1(kube, b)
+        await proc.process.start()
+        restarted = time.monotonic()
+        for b in made[60:]:
+            await report_events_v1(kube, b)
+        await eventually(lambda: audit(redis, made, row), timeout=60, what="all recorded")
+        row.recovery = round(time.monotonic() - restarted, 2)
+    finally:
+        await proc.process.stop()
+    assert row.doubled == 0

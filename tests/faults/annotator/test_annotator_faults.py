@@ -216,3 +216,30 @@ async def _all_annotated(stack: Stack) -> bool:
 async def _stamps_changed(stack: Stack, before: dict[str, str]) -> bool:
     now = await _stamps(stack)
     return all(now[n] != before[n] for n in before)
+
+
+async def test_kill_9_of_the_leading_annotator_the_standby_takes_over_within_the_lease(
+    stack: Stack, start_annotator: Callable[..., Any], fault_report: FaultReport
+) -> None:
+    row = fault_report.row("kill -9 of the leading annotator")
+    a = await start_annotator(*LEASE, name="annotator-a")
+    await eventually(lambda: _is(a, "leader"), what="a leads")
+    b = await start_annotator(*LEASE, name="annotator-b")
+    await eventually(lambda: _all_annotated(stack), timeout=30, what="annotated before the kill")
+    await a.process.kill()
+    killed = time.monotonic()
+    killed_wall = datetime.now(UTC)
+    await eventually(lambda: _is(b, "leader"), timeout=15, what="the standby leads")
+    took_over = time.monotonic() - killed
+    assert took_over < 4 + 2, "the standby took longer than the lease (+ retries) to take over"
+
+    async def fresh() -> bool:
+        for node in stack.nodes:
+            text = (await stack.annotations(node.name)).get("cpu_usage_avg_5m")
+            if text is None or decode(text).timestamp <= killed_wall:
+                return False
+        return True
+
+    await eventually(fresh, timeout=20, what="annotations from the new leader")
+    row.created = row.bound = len(stack.nodes)
+    row.recovery = round(took_over, 2)
