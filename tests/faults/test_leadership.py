@@ -18,8 +18,8 @@ import pytest_asyncio
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
-from crane_shared.kube import api_client_from_dict
-from crane_shared.leader import LeaderElector, LeaseConfig
+from crane_shared.kube import KubeSettings, api_client_from_dict, make_api_client
+from crane_shared.leader import LeaderElector, LeaseConfig, make_lease_client
 from tests.faults.conftest import FaultReport, api_host_port, eventually, kubeconfig_via, restart_apiserver
 
 TIMING = {"lease_duration": 4.0, "renew_deadline": 3.0, "retry_period": 0.5}
@@ -160,3 +160,46 @@ async def test_api_server_restart_never_makes_two_leaders(
     assert a.leading != b.leading
     row.recovery = round(recovery, 2)
     row.note = f"terms: a {len(a.terms)}, b {len(b.terms)}; none overlapping"
+
+
+@pytest.mark.parametrize("lease_client", ["own", pytest.param("shared", marks=pytest.mark.slow_fault)])
+async def test_a_saturated_service_client_costs_the_lease_only_when_lease_traffic_shares_it(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, fault_report: FaultReport, lease_client: str
+) -> None:
+    """The issue's probe in small: the service's limiter holds 20 s of queued requests (as 1,000 pending binds
+    at QPS 50 did) and a standby contends. On its own client the leader keeps the lease (leaseTransitions 0);
+    sharing the service's limiter it loses it, but steps down before the standby leads (the renew deadline is
+    enforced while the renewal waits in the queue)."""
+    row = fault_report.row(f"service client saturated (20 s queue), lease on {lease_client} client")
+    settings = KubeSettings(kubeconfig=str(cluster.kubeconfig_path), qps=5, burst=5)
+    lease = LeaseConfig(namespace, "lease", "a", **TIMING)
+    service = await make_api_client(settings)
+    lease_api = await make_lease_client(settings, lease) if lease_client == "own" else service
+    a = Candidate("a", lease_api, LeaderElector(lease_api, lease))
+    a.start()
+    standby_api = await api_client_from_dict(cluster.kubeconfig_dict())
+    b = Candidate("b", standby_api, LeaderElector(standby_api, LeaseConfig(namespace, "lease", "b", **TIMING)))
+    core = client.CoreV1Api(service)
+    await eventually(lambda: a.leading, what="a leads")
+    queued = [asyncio.create_task(core.list_namespaced_config_map(namespace)) for _ in range(100)]
+    try:
+        b.start()
+        await asyncio.sleep(3 * TIMING["lease_duration"])
+        assert not all(t.done() for t in queued), "the queue drained: the saturation did not cover the test"
+        transitions = (await lease_spec(kube, namespace)).lease_transitions
+        if lease_client == "own":
+            assert len(a.terms) == 1 and a.leading and not b.terms
+            assert transitions == 0
+        else:
+            assert b.leading and not a.leading and transitions >= 1
+        assert not overlaps(a, b), "two leaders at once"
+    finally:
+        for t in queued:
+            t.cancel()
+        await asyncio.gather(*queued, return_exceptions=True)
+        await a.stop()
+        await b.stop()
+        if lease_client == "own":
+            await service.close()
+    row.doubled = len(overlaps(a, b))
+    row.note = f"leaseTransitions {transitions}; terms a {len(a.terms)}, b {len(b.terms)}; none overlapping"
