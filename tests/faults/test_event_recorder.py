@@ -16,7 +16,15 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.kube import api_client_from_dict
-from tests.faults.conftest import FaultReport, FaultRow, StatusProxy, eventually, kubeconfig_via, restart_apiserver
+from tests.faults.conftest import (
+    FaultReport,
+    FaultRow,
+    StatusProxy,
+    api_host_port,
+    eventually,
+    kubeconfig_via,
+    restart_apiserver,
+)
 from tests.integration.event_recorder.kit import (
     Binding,
     child,
@@ -206,4 +214,32 @@ async def test_kill_9_of_the_event_recorder_mid_stream_loses_and_doubles_nothing
         row.recovery = round(time.monotonic() - restarted, 2)
     finally:
         await proc.process.stop()
+    assert row.doubled == 0
+
+
+@pytest.mark.slow_fault
+async def test_added_latency_on_the_api_connection_records_everything_once(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    redis_url: str,
+    redis: aioredis.Redis,
+    namespace: str,
+    proxy_to: Callable[..., Any],
+    fault_report: FaultReport,
+) -> None:
+    proxy = await proxy_to(api_host_port(cluster))
+    api = await api_client_from_dict(kubeconfig_via(cluster, f"https://{proxy.host_port}"))
+    made = bindings(namespace, 40)
+    row = fault_report.row("500 ms latency on the event-recorder's API connection")
+    try:
+        await proxy.latency(500, jitter_ms=200)
+        async with in_process(api, redis_url, namespace) as rec:
+            await eventually(rec.recorder.ready, timeout=30)
+            started = time.monotonic()
+            for b in made:
+                await report_events_v1(kube, b)
+            await eventually(lambda: audit(redis, made, row), timeout=30, what="all recorded")
+            row.recovery = round(time.monotonic() - started, 2)
+    finally:
+        await api.close()
     assert row.doubled == 0

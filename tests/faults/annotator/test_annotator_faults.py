@@ -24,7 +24,7 @@ from aiohttp import web
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import free_port
 from crane_shared.annotations import decode
-from tests.faults.conftest import FaultReport, api_host_port, eventually, kubeconfig_via
+from tests.faults.conftest import FaultReport, api_host_port, eventually, kubeconfig_via, restart_apiserver
 from tests.integration.annotator.conftest import METRICS, AnnotatorProc, Stack
 
 pytestmark = pytest.mark.slow_fault
@@ -243,3 +243,34 @@ async def test_kill_9_of_the_leading_annotator_the_standby_takes_over_within_the
     await eventually(fresh, timeout=20, what="annotations from the new leader")
     row.created = row.bound = len(stack.nodes)
     row.recovery = round(took_over, 2)
+
+
+async def test_api_server_restart_under_two_annotators_leaves_one_writer(
+    stack: Stack, cluster: LocalCluster, start_annotator: Callable[..., Any], fault_report: FaultReport
+) -> None:
+    row = fault_report.row("API server restart (5s down) under two annotators")
+    a = await start_annotator(*LEASE, name="annotator-a")
+    await eventually(lambda: _is(a, "leader"), what="a leads")
+    b = await start_annotator(*LEASE, name="annotator-b")
+    await eventually(lambda: _all_annotated(stack), timeout=30, what="annotated before the restart")
+    await restart_apiserver(cluster, down_for=5.0)
+    back = time.monotonic()
+    back_wall = datetime.now(UTC)
+    await eventually(lambda: _one_leader(a, b), timeout=20, what="exactly one leader")
+
+    async def fresh() -> bool:
+        for node in stack.nodes:
+            text = (await stack.annotations(node.name)).get("cpu_usage_avg_5m")
+            if text is None or decode(text).timestamp <= back_wall:
+                return False
+        return True
+
+    await eventually(fresh, timeout=30, what="annotations after the restart")
+    row.recovery = round(time.monotonic() - back, 2)
+    assert a.process.running and b.process.running, "an annotator died with the API server"
+    assert await _one_leader(a, b)
+    row.created = row.bound = len(stack.nodes)
+
+
+async def _one_leader(a: AnnotatorProc, b: AnnotatorProc) -> bool:
+    return [await _leadership(a), await _leadership(b)].count("leader") == 1
