@@ -79,7 +79,9 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> Non
 
 
 def rec(i: int, node: str = "n1") -> BindingRecord:
-    return BindingRecord(uid=f"u{i}", namespace="ns", name=f"p{i}", node=node, bound_at=1000.0 + i, scheduler="s")
+    return BindingRecord(
+        uid=f"u{i}", namespace="ns", name=f"p{i}", node=node, bound_at=1000.0 + i, scheduler="crane-scheduler"
+    )
 
 
 RECENT = time.time() - 120  # event times within any retention the tests use
@@ -90,7 +92,7 @@ def scheduled(i: int, node: str = "n1", ns: str = "ns", rv: int | None = None) -
     return {
         "metadata": {"name": f"p{i}.ev", "namespace": ns, "resourceVersion": str(rv or i)},
         "eventTime": micro_time(RECENT + i),
-        "reportingController": "s",
+        "reportingController": "crane-scheduler",
         "reason": "Scheduled",
         "type": "Normal",
         "note": f"Successfully assigned {ns}/p{i} to {node}",
