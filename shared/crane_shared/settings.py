@@ -179,6 +179,14 @@ def add_common_flags(parser: EnvArgumentParser, *, default_port: int) -> None:
     g.add_argument(
         "--kube-api-burst", env="CRANE_KUBE_API_BURST", type=int, default=100, help="client-side burst above the QPS"
     )
+    g.add_argument(
+        "--kube-api-timeout",
+        env="CRANE_KUBE_API_TIMEOUT",
+        type=positive_duration,
+        default="30s",
+        help="timeout of every API request that sets none of its own (Go duration); a watch gets it as connect "
+        "timeout plus read gap beyond its server-side timeout. The Lease has its own: half the renew deadline",
+    )
     h = parser.add_argument_group("serving and logging")
     h.add_argument(
         "--listen-address",
@@ -193,7 +201,9 @@ def add_common_flags(parser: EnvArgumentParser, *, default_port: int) -> None:
 
 def common_settings(args: argparse.Namespace) -> CommonSettings:
     return CommonSettings(
-        kube=KubeSettings(args.kubeconfig, args.kube_context, args.kube_api_qps, args.kube_api_burst),
+        kube=KubeSettings(
+            args.kubeconfig, args.kube_context, args.kube_api_qps, args.kube_api_burst, args.kube_api_timeout
+        ),
         listen_host=args.listen_address,
         listen_port=args.port,
         log_level=args.log_level,

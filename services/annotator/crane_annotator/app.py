@@ -2,7 +2,8 @@
 
 Serves ``/healthz``, ``/readyz`` (ready once the node list is synced), ``/metrics`` and ``/debug/nodes[/{name}]``.
 The Kubernetes client is built without its shared rate limiter: ``--kube-api-qps``/``--kube-api-burst`` limit
-node patches (see ``limiter``), so Lease renewals never queue behind a round's patches.
+node patches (see ``limiter``); the Lease has a client of its own (``make_lease_client``: own connection pool,
+rate limiter and request timeout), so renewals never queue behind a round's patches.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from crane_annotator.annotator import Annotator
 from crane_annotator.config import AnnotatorConfig
 from crane_annotator.prometheus import PrometheusClient
 from crane_shared.kube import make_api_client
-from crane_shared.leader import LeaderElector
+from crane_shared.leader import LeaderElector, make_lease_client
 from crane_shared.logs import get_logger
 from crane_shared.redisconn import make_redis, redacted
 from crane_shared.service import ServiceRuntime
@@ -33,6 +34,7 @@ async def run(config: AnnotatorConfig) -> int:
     redis = make_redis(config.redis)
     prometheus = PrometheusClient(config.prometheus)
     annotator: Annotator | None = None
+    lease_api = None
     try:
         annotator = Annotator(
             policy=config.policy,
@@ -52,7 +54,8 @@ async def run(config: AnnotatorConfig) -> int:
             hot_value_max_age=config.hot_value_max_age,
             retry_base=config.retry_base,
         )
-        elector = LeaderElector(api, config.lease)
+        lease_api = await make_lease_client(common.kube, config.lease)
+        elector = LeaderElector(lease_api, config.lease)
 
         def on_change(leading: bool) -> None:
             annotator.on_leadership(leading)
@@ -92,3 +95,6 @@ async def run(config: AnnotatorConfig) -> int:
             await redis.aclose()
         with contextlib.suppress(Exception):
             await api.close()
+        if lease_api is not None:
+            with contextlib.suppress(Exception):
+                await lease_api.close()
