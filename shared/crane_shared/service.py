@@ -26,6 +26,33 @@ ReadinessCheck = Callable[[], Awaitable[bool] | bool]
 log = get_logger("crane.service")
 
 
+def query_params(request: web.Request, allowed: frozenset[str] | set[str] = frozenset()) -> dict[str, str]:
+    """The request's query parameters, refused with 400 naming the parameter when unknown or repeated (a typo
+    must not be silently ignored)."""
+    params: dict[str, str] = {}
+    for key, value in request.query.items():
+        if key not in allowed:
+            raise web.HTTPBadRequest(text=f"unknown query parameter {key!r}; allowed: {sorted(allowed) or 'none'}")
+        if key in params:
+            raise web.HTTPBadRequest(text=f"query parameter {key!r} given more than once")
+        params[key] = value
+    return params
+
+
+def query_int(params: dict[str, str], name: str, default: int, *, minimum: int = 0, maximum: int = 10_000) -> int:
+    """An integer query parameter in [minimum, maximum]; anything else is a 400 naming the parameter."""
+    text = params.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"query parameter {name!r} must be an integer, got {text[:40]!r}") from None
+    if not minimum <= value <= maximum:
+        raise web.HTTPBadRequest(text=f"query parameter {name!r} must be in [{minimum}, {maximum}], got {value}")
+    return value
+
+
 class ServiceRuntime:
     def __init__(
         self, name: str, host: str = "0.0.0.0", port: int = 8080, registry: CollectorRegistry = REGISTRY

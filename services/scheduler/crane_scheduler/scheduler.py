@@ -16,6 +16,13 @@ A pod no node fits waits among the unschedulable pods and gets a ``FailedSchedul
 PodScheduled=False condition. Informers run on every replica (a standby has a warm cache); only the leader runs
 the loop. A pod never gets two binds: it is either queued or assumed, never both, and a bound pod is never
 pending (after a restart the informer's list says so).
+
+Losing the lease (``stop_binding``, called from the elector's ``on_change(False)`` before the loop is cancelled):
+every binding cycle that has not yet sent its bind is cancelled at once (also those waiting for a token of the
+client's rate limiter), its Reserve undone, its assumption forgotten and its pod put back in the queue; the bind
+plugin checks the term (``may_bind``) right before its POST. The process then stays up as a clean standby: the
+informers keep its cache warm, the queue holds every pending pod, and a later term starts from there (a pod the
+new leader bound meanwhile has left the pending set through the informer).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.reporting import Reporter
+from crane_shared.leader import Term
 from crane_shared.logs import get_logger
 
 log = get_logger("crane.scheduler")
@@ -87,6 +95,7 @@ class Scheduler:
         self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
         self._slots = asyncio.Semaphore(bind_concurrency)
         self._binds: set[asyncio.Task[None]] = set()
+        self._term: Term | None = None  # the leadership term the loop runs in; None without leader election
 
     def _events_of(self, plugin: str) -> ClusterEvent:
         events = ClusterEvent(0)
@@ -126,8 +135,25 @@ class Scheduler:
 
     # ------------------------------------------------------------------------------------------ the loop
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        """Schedule until ``stopping`` (or until cancelled on losing leadership); in-flight binds finish."""
+    def may_bind(self) -> bool:
+        """Whether a bind may be sent now: always without leader election, else only while the term holds."""
+        return self._term is None or self._term.held
+
+    def stop_binding(self) -> int:
+        """Leadership is lost: cancel every binding cycle at once (each undoes its Reserve and assumption and
+        requeues its pod, see ``_binding_cycle``). Returns how many were cancelled."""
+        binds = [task for task in self._binds if not task.done()]
+        for task in binds:
+            task.cancel()
+        if binds:
+            log.warning("leadership lost: dropped binds not yet sent", count=len(binds))
+        self.metrics.binds_dropped.inc(len(binds))
+        return len(binds)
+
+    async def run(self, stopping: asyncio.Event, term: Term | None = None) -> None:
+        """Schedule until ``stopping`` (or until cancelled on losing leadership, ``term``); in-flight binds
+        finish, or are dropped by ``stop_binding``."""
+        self._term = term
         await self.synced.wait()
         try:
             await self.reporter.recover_scheduled_events(list(self.table.pods.values()), set(self.profiles))
@@ -232,6 +258,10 @@ class Scheduler:
         self, profile: Profile, qp: QueuedPod, state: CycleState, result: ScheduleResult, start: float
     ) -> None:
         pod, node = qp.pod, result.node
+        if not self.may_bind():  # the term ended during this cycle: leave the pod for the next leader
+            self._requeue_dropped(pod.uid)
+            self._slots.release()
+            return
         self.table.assume(pod, node)
         status = profile.run_reserve(state, pod, node)
         if not status.success:
@@ -249,9 +279,19 @@ class Scheduler:
         bind_start = time.perf_counter()
         try:
             status = await profile.run_binding(state, pod, node, self._observers[profile.name])
+        except asyncio.CancelledError:  # stop_binding (leadership lost) or shutdown: no bind leaves after this
+            profile.run_unreserve(state, pod, node)
+            self.table.forget(pod.uid)
+            self._requeue_dropped(pod.uid)
+            raise
         finally:
             self.metrics.binds_in_flight.dec()
             self._slots.release()
+        if not status.success and status.code is not Code.ALREADY_BOUND and not self.may_bind():
+            profile.run_unreserve(state, pod, node)
+            self.table.forget(pod.uid)
+            self._requeue_dropped(pod.uid)
+            return
         if status.code is Code.ALREADY_BOUND:
             self.table.forget(pod.uid)  # the informer will account the real binding
             self.reporter.already_bound(pod, profile.name)
@@ -268,6 +308,12 @@ class Scheduler:
         self.reporter.scheduled(pod.namespace, pod.name, pod.uid, node, profile.name)
         self.metrics.schedule_attempts.labels("scheduled", profile.name).inc()
         self.metrics.attempt_duration.labels("scheduled", profile.name).observe(time.perf_counter() - start)
+
+    def _requeue_dropped(self, uid: str) -> None:
+        """A pod whose bind was withheld goes back to activeQ quietly (no event: nothing failed), if still pending."""
+        pod = self.pending.get(uid)
+        if pod is not None and not self.table.is_assumed(uid):
+            self.queue.add(pod, self.clock())
 
     # ------------------------------------------------------------------------------------------ failures
 
