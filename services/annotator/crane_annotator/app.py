@@ -56,6 +56,7 @@ async def run(config: AnnotatorConfig) -> int:
         )
         lease_api = await make_lease_client(common.kube, config.lease)
         elector = LeaderElector(lease_api, config.lease)
+        annotator.patcher.may_write = lambda: elector.is_leader  # no PATCH leaves once the term has ended
 
         def on_change(leading: bool) -> None:
             annotator.on_leadership(leading)

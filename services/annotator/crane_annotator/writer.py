@@ -76,6 +76,9 @@ class NodePatcher:
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # node -> (lock, [users])
         self._on_sent = on_sent
         self._log_once = LogOnce(log)
+        # Whether this instance may write now (the leader's term holds); checked right before every PATCH, so a
+        # patch queued before the lease was lost never leaves after it. Set by the service; True by default.
+        self.may_write: Callable[[], bool] = lambda: True
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -120,6 +123,9 @@ class NodePatcher:
         return report
 
     async def _send(self, node: str, annotations: Mapping[str, str]) -> Outcome:
+        if not self.may_write():
+            self._log_once.warning("patch-not-leader", "not patching: leadership lost", node=node)
+            return "error"
         session = self._open()
         headers = {"Content-Type": MERGE_PATCH, "Accept": "application/json"}
         auth = (await self._configuration.auth_settings()).get("BearerToken")
