@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import ssl
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -53,6 +54,33 @@ def query_int(params: dict[str, str], name: str, default: int, *, minimum: int =
     return value
 
 
+def server_tls(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
+    """A serving TLS context (TLS 1.2+). With ``client_ca_file`` every client must present a certificate signed
+    by that CA (client-certificate authentication, as kube-scheduler's extender ``tlsConfig`` can send)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert_file, key_file)
+    if client_ca_file:
+        context.load_verify_locations(cafile=client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def concurrency_limit(limit: int) -> Any:
+    """aiohttp middleware: at most ``limit`` requests handled at once; the rest wait their turn (their bodies are
+    not read yet, so waiting costs a socket, not memory)."""
+    if limit < 1:
+        raise ValueError(f"the concurrency limit must be >= 1, got {limit}")
+    slots = asyncio.Semaphore(limit)
+
+    @web.middleware
+    async def bounded(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Any:
+        async with slots:
+            return await handler(request)
+
+    return bounded
+
+
 class ServiceRuntime:
     def __init__(
         self, name: str, host: str = "0.0.0.0", port: int = 8080, registry: CollectorRegistry = REGISTRY
@@ -63,6 +91,7 @@ class ServiceRuntime:
         self.registry = registry
         self.stopping = asyncio.Event()
         self.leadership = "not-applicable"
+        self.ssl_context: ssl.SSLContext | None = None  # serve HTTPS when set (``server_tls``)
         self._checks: dict[str, ReadinessCheck] = {}
         self._runner: web.AppRunner | None = None
         self.app = web.Application()
@@ -98,13 +127,14 @@ class ServiceRuntime:
     async def start_http(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl_context)
         await site.start()
         if self.port == 0:  # tests ask for any free port
             server = site._server
             assert server is not None and hasattr(server, "sockets")
             self.port = server.sockets[0].getsockname()[1]
-        log.info("serving", service=self.name, address=f"{self.host}:{self.port}")
+        scheme = "https" if self.ssl_context else "http"
+        log.info("serving", service=self.name, address=f"{scheme}://{self.host}:{self.port}")
 
     async def stop_http(self) -> None:
         if self._runner is not None:
