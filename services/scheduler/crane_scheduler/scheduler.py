@@ -45,6 +45,7 @@ from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.reporting import Reporter
 from crane_shared.leader import Term
 from crane_shared.logs import get_logger
@@ -94,7 +95,9 @@ class Scheduler:
         self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted
         self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
         self._slots = asyncio.Semaphore(bind_concurrency)
-        self._binds: set[asyncio.Task[None]] = set()
+        # binding cycles in flight -> what to undo when one is dropped (profile, state, pod, node)
+        self._binds: dict[asyncio.Task[None], tuple[Profile, CycleState, PodInfo, str]] = {}
+        self._dropped: set[asyncio.Task[None]] = set()
         self._term: Term | None = None  # the leadership term the loop runs in; None without leader election
 
     def _events_of(self, plugin: str) -> ClusterEvent:
@@ -140,11 +143,15 @@ class Scheduler:
         return self._term is None or self._term.held
 
     def stop_binding(self) -> int:
-        """Leadership is lost: cancel every binding cycle at once (each undoes its Reserve and assumption and
-        requeues its pod, see ``_binding_cycle``). Returns how many were cancelled."""
-        binds = [task for task in self._binds if not task.done()]
+        """Leadership is lost: cancel every binding cycle and, right here, undo its Reserve, forget its
+        assumption and requeue its pod (also for a cycle whose task has not started yet, which no handler inside
+        it would see). Returns how many were dropped."""
+        binds = [task for task in self._binds if not task.done() and task not in self._dropped]
         for task in binds:
             task.cancel()
+            self._dropped.add(task)
+            profile, state, pod, node = self._binds[task]
+            self._undo(profile, state, pod, node)
         if binds:
             log.warning("leadership lost: dropped binds not yet sent", count=len(binds))
         self.metrics.binds_dropped.inc(len(binds))
@@ -270,8 +277,24 @@ class Scheduler:
             self._slots.release()
             return
         task = asyncio.create_task(self._binding_cycle(profile, qp, state, node, start))
-        self._binds.add(task)
-        task.add_done_callback(self._binds.discard)
+        self._binds[task] = (profile, state, pod, node)
+        task.add_done_callback(self._bind_done)
+
+    def _bind_done(self, task: asyncio.Task[None]) -> None:
+        """Every binding cycle ends here, even one cancelled before it started: its bind slot is freed, and a
+        cycle cancelled by anything but ``stop_binding`` (which undid it already) is undone."""
+        profile, state, pod, node = self._binds.pop(task)
+        self._slots.release()
+        if task in self._dropped:
+            self._dropped.discard(task)
+        elif task.cancelled():
+            self._undo(profile, state, pod, node)
+
+    def _undo(self, profile: Profile, state: CycleState, pod: PodInfo, node: str) -> None:
+        """A bind that will not be sent by us: Unreserve, forget the assumption, requeue the pod quietly."""
+        profile.run_unreserve(state, pod, node)
+        self.table.forget(pod.uid)
+        self._requeue_dropped(pod.uid)
 
     async def _binding_cycle(self, profile: Profile, qp: QueuedPod, state: CycleState, node: str, start: float) -> None:
         pod = qp.pod
@@ -279,14 +302,10 @@ class Scheduler:
         bind_start = time.perf_counter()
         try:
             status = await profile.run_binding(state, pod, node, self._observers[profile.name])
-        except asyncio.CancelledError:  # stop_binding (leadership lost) or shutdown: no bind leaves after this
-            profile.run_unreserve(state, pod, node)
-            self.table.forget(pod.uid)
-            self._requeue_dropped(pod.uid)
-            raise
         finally:
             self.metrics.binds_in_flight.dec()
-            self._slots.release()
+        if asyncio.current_task() in self._dropped:  # dropped (and undone) by stop_binding while finishing
+            return
         if not status.success and status.code is not Code.ALREADY_BOUND and not self.may_bind():
             profile.run_unreserve(state, pod, node)
             self.table.forget(pod.uid)

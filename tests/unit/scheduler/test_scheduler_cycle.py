@@ -210,3 +210,22 @@ async def test_the_default_binder_sends_no_bind_once_the_term_is_lost() -> None:
     term.lost.set()
     status = await binder.bind({}, parse_pod(pod("p")), "n1")  # api=object(): a POST would raise, not return
     assert status.code is Code.ERROR and "leadership lost" in status.message
+
+
+async def test_a_bind_dropped_before_its_task_started_is_undone_and_frees_its_slot() -> None:
+    binder, clock = FakeBinder(), Clock()
+    s = make(binder, clock)
+    s._term = term = Term()
+    s.on_node(node("n1", cpu="4"))
+    s.on_pod(pod("a", cpu="1"))
+    free = s._slots._value
+    await s._slots.acquire()
+    qp = s.queue.pop(clock.now)
+    assert qp is not None
+    s.schedule_one(qp)  # the binding task is created but has not run a single step
+    assert s.table.is_assumed(qp.pod.uid)
+    term.lost.set()
+    assert s.stop_binding() == 1
+    assert not s.table.pods and s.queue.active_len == 1  # undone at once, not when the task runs
+    await s.drain()
+    assert binder.calls == [] and s._slots._value == free
