@@ -90,6 +90,7 @@ class Pair:
         self.cfg = lease_config(scheduler_name, f"sched-{namespace}", namespace, timing)
         self.selector = selector
         self.replicas: dict[str, Replica] = {}
+        self.fault_at = 0.0  # when the fault was injected (monotonic)
         self._watch: asyncio.Task[None] | None = None
 
     def add(self, name: str, *extra: str) -> Replica:
