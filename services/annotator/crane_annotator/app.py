@@ -21,7 +21,7 @@ from crane_shared.kube import make_api_client
 from crane_shared.leader import LeaderElector, make_lease_client
 from crane_shared.logs import get_logger
 from crane_shared.redisconn import make_redis, redacted
-from crane_shared.service import ServiceRuntime
+from crane_shared.service import Access, ServiceRuntime
 
 log = get_logger("crane.annotator")
 
@@ -30,6 +30,7 @@ async def run(config: AnnotatorConfig) -> int:
     common = config.common
     registry = CollectorRegistry()
     runtime = ServiceRuntime("crane-annotator", common.listen_host, common.listen_port, registry)
+    runtime.configure_access(Access(common.metrics_access), Access(common.debug_access), common.kube)
     api = await make_api_client(dataclasses.replace(common.kube, qps=0))
     redis = make_redis(config.redis)
     prometheus = PrometheusClient(config.prometheus)

@@ -16,7 +16,7 @@ from crane_shared.bindings import BindingSchema
 from crane_shared.kube import make_api_client
 from crane_shared.logs import get_logger
 from crane_shared.redisconn import make_redis, redacted
-from crane_shared.service import ServiceRuntime
+from crane_shared.service import Access, ServiceRuntime
 from crane_shared.settings import CommonSettings, RedisSettings
 
 __all__ = ["redis_run_id", "serve"]
@@ -27,6 +27,7 @@ log = get_logger("crane.event_recorder")
 async def serve(common: CommonSettings, redis_section: RedisSettings, settings: RecorderSettings) -> int:
     registry = CollectorRegistry()
     runtime = ServiceRuntime("event-recorder", common.listen_host, common.listen_port, registry)
+    runtime.configure_access(Access(common.metrics_access), Access(common.debug_access), common.kube)
     api = await make_api_client(common.kube)
     redis = make_redis(redis_section)
     try:

@@ -30,7 +30,7 @@ from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs
 from crane_shared.logs import configure_logging, get_logger
 from crane_shared.policy import PolicyError, policy_or_default
 from crane_shared.redisconn import redacted, redis_from_args
-from crane_shared.service import ServiceRuntime, concurrency_limit, server_tls
+from crane_shared.service import Access, ServiceRuntime, concurrency_limit, server_tls
 from crane_shared.settings import (
     EnvArgumentParser,
     add_common_flags,
@@ -157,6 +157,7 @@ def tls_context(ns: argparse.Namespace) -> ssl.SSLContext | None:
 async def serve(ns: argparse.Namespace, args: DynamicArgs, tls: ssl.SSLContext | None = None) -> int:
     settings = common_settings(ns)
     runtime = ServiceRuntime("crane-extender", settings.listen_host, settings.listen_port)
+    runtime.configure_access(Access(settings.metrics_access), Access(settings.debug_access), settings.kube)
     runtime.ssl_context = tls
     metrics = ExtenderMetrics.create(runtime.registry)
     workers: list[Coroutine[Any, Any, None]] = []

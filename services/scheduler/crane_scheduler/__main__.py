@@ -36,7 +36,7 @@ from crane_scheduler.scheduler import Scheduler
 from crane_shared.kube import KubeSettings, make_api_client
 from crane_shared.leader import LeaderElector, LeaseConfig, make_lease_client
 from crane_shared.logs import configure_logging, get_logger
-from crane_shared.service import ServiceRuntime
+from crane_shared.service import Access, ServiceRuntime
 from crane_shared.settings import EnvArgumentParser, add_common_flags, common_settings
 
 DEFAULT_PORT = 10261
@@ -163,6 +163,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
     events_api = await make_api_client(kube)  # its own rate limit, as kube-scheduler's event client
     identity = args.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
     runtime = ServiceRuntime("crane-scheduler", common.listen_host, common.listen_port, registry=REGISTRY)
+    runtime.configure_access(Access(common.metrics_access), Access(common.debug_access), common.kube)
     metrics = SchedulerMetrics(runtime.registry)
     reporter = Reporter(events_api, api, identity, workers=args.event_concurrency, metrics=metrics)
     scheduler = Scheduler(
