@@ -91,6 +91,7 @@ class Pair:
         self.selector = selector
         self.replicas: dict[str, Replica] = {}
         self.fault_at = 0.0  # when the fault was injected (monotonic)
+        self.opened: dict[str, int] = {}  # requests a proxy saw during the fault, by kind
         self._watch: asyncio.Task[None] | None = None
 
     def add(self, name: str, *extra: str) -> Replica:

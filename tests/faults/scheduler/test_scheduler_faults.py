@@ -14,10 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from aiohttp import web
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
-from tests.faults.conftest import FaultReport, api_host_port, kubeconfig_via, restart_apiserver
+from tests.faults.conftest import FaultReport, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
 from tests.faults.scheduler.kit import DEFAULT_TIMING, LEASE_DURATION, RENEW_DEADLINE, Pair, audit, bound_count
 from tests.integration.scheduler.harness import create_nodes, create_pods, node, pod, wait_for
 
@@ -220,3 +221,58 @@ async def test_lease_probe_1000_pending_pods_at_default_qps_the_leader_keeps_its
     finally:
         await pair.stop()
     assert row.doubled == 0 and row.lost == 0 and lag < 10.0
+
+
+def _pods_or_nodes(kind: str) -> Callable[[web.Request], bool]:
+    def match(request: web.Request) -> bool:
+        last = request.path.rstrip("/").rsplit("/", 1)[-1]
+        return last in ("pods", "nodes") and StatusProxy.kind(request) == kind
+
+    return match
+
+
+@pytest.mark.parametrize("status", [429, pytest.param(503, marks=pytest.mark.slow_fault)])
+async def test_429_and_503_on_the_leaders_lists_and_watches_mid_burst_every_pod_bound_once(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    status_proxy: StatusProxy,
+    fault_report: FaultReport,
+    status: int,
+) -> None:
+    """The leader's informers meet the API server's priority-and-fairness answers on their first lists and on
+    the watches they reopen mid-burst (after an API server restart cut them); the standby talks to the API directly."""
+    row = fault_report.row(f"scheduler: HTTP {status} on the leader's pod/node lists and watches, 2 replicas")
+    await _nodes(kube, group)
+    via_proxy = cluster.run_dir / f"{namespace}-a.kubeconfig"
+    kubeconfig_via(cluster, status_proxy.url, via_proxy)
+    status_proxy.fail(status, _pods_or_nodes("list"), 3)
+    pair = Pair(cluster, namespace, selector, scheduler_name)
+    pair.add("a", "--kubeconfig", str(via_proxy), "--kube-api-qps", "30", "--kube-api-burst", "30")
+    pair.add("b")
+
+    async def cut_the_watches() -> None:
+        before = dict(status_proxy.seen)
+        status_proxy.fail(status, _pods_or_nodes("watch"), 3)
+        await restart_apiserver(cluster, 1.0)  # every watch ends; reopening them meets the failures
+        await wait_for(_injected(status_proxy, status, 6), timeout=60, what="every injected failure hit")
+        pair.opened = {k: status_proxy.seen[k] - before[k] for k in before}
+
+    try:
+        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, cut_the_watches)
+    finally:
+        await pair.stop()
+    opened = pair.opened
+    assert opened["list"] + opened["watch"] <= 60, f"a tight retry loop of lists/watches: {opened}"
+    row.note = f"{status_proxy.injected.get(status)} x {status} injected; lists+watches opened after the cut: {opened}"
+    assert row.doubled == 0 and row.lost == 0
+
+
+def _injected(proxy: StatusProxy, status: int, n: int) -> Callable[[], Any]:
+    async def check() -> bool:
+        return proxy.injected.get(status, 0) >= n
+
+    return check
