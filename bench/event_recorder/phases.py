@@ -169,7 +169,7 @@ class Producer:
             pod=f"p{index}",
             pod_uid=uid,
             node=node,
-            scheduler="bench",
+            scheduler="crane-scheduler",
             instance="bench",
             at=at,
         )

@@ -222,7 +222,10 @@ class Informer:
             buffer = bytearray()
             while True:
                 try:
-                    chunk = await asyncio.wait_for(resp.content.readany(), self.watch_liveness)
+                    # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation that arrives as
+                    # the read completes, and run() then waits forever for this cycle (a requested re-list hung).
+                    async with asyncio.timeout(self.watch_liveness):
+                        chunk = await resp.content.readany()
                 except TimeoutError:
                     raise Stalled(f"no data for {self.watch_liveness:g}s") from None
                 if not chunk:

@@ -3,6 +3,13 @@
 kubernetes-asyncio has no client-side rate limiter; without one a burst of binds or patches can swamp the API
 server (and the API server's priority-and-fairness will answer 429s). ``make_api_client`` wraps the REST client
 with a token bucket so every request, including watches being (re)opened, takes a token.
+
+kubernetes-asyncio sends no timeout unless a call passes ``_request_timeout``, so a blackholed connection would
+hang a call for minutes. The same wrapper gives every request that passes none a default one (``request_timeout``,
+as client-go's ``rest.Config.Timeout``): the whole exchange for ordinary requests; for watches, which stream by
+design, the connect time plus a read gap of the watch's own ``timeoutSeconds`` and the default (a watch opened
+without ``timeoutSeconds`` gets the connect timeout only: the API server closes it within its
+``min-request-timeout``).
 """
 
 from __future__ import annotations
@@ -24,9 +31,11 @@ from yarl import URL
 from crane_shared.events import micro_time
 
 __all__ = [
+    "DEFAULT_REQUEST_TIMEOUT",
     "KubeSettings",
     "TokenBucket",
     "api_client_from_dict",
+    "default_timeout",
     "make_api_client",
     "micro_time",
     "raw_json",
@@ -40,6 +49,10 @@ class KubeSettings:
     context: str | None = None
     qps: float = 50.0
     burst: int = 100
+    request_timeout: float = 30.0  # seconds; the default for calls that pass no ``_request_timeout``
+
+
+DEFAULT_REQUEST_TIMEOUT = KubeSettings.request_timeout
 
 
 class TokenBucket:
@@ -85,12 +98,24 @@ def skip_per_request_env_lookups(api: client.ApiClient) -> bool:
     return True
 
 
-def _finish(api: client.ApiClient, bucket: TokenBucket) -> client.ApiClient:
+def default_timeout(query_params: Any, timeout: float) -> aiohttp.ClientTimeout:
+    """The timeout a request gets when its call passed none (see the module docstring)."""
+    params = dict(query_params or [])
+    if str(params.get("watch", "")).lower() not in ("true", "1"):
+        return aiohttp.ClientTimeout(total=timeout)
+    server_side = params.get("timeoutSeconds")
+    sock_read = float(server_side) + timeout if server_side else None
+    return aiohttp.ClientTimeout(total=None, connect=timeout, sock_connect=timeout, sock_read=sock_read)
+
+
+def _finish(api: client.ApiClient, bucket: TokenBucket, request_timeout: float) -> client.ApiClient:
     skip_per_request_env_lookups(api)
     rest = api.rest_client
     original = rest.request
 
     async def request(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("_request_timeout") and request_timeout > 0:
+            kwargs["_request_timeout"] = default_timeout(kwargs.get("query_params"), request_timeout)
         await bucket.acquire()
         return await original(*args, **kwargs)
 
@@ -98,8 +123,9 @@ def _finish(api: client.ApiClient, bucket: TokenBucket) -> client.ApiClient:
     return api
 
 
-async def make_api_client(settings: KubeSettings) -> client.ApiClient:
-    """An ApiClient from the kubeconfig when given, else from the in-cluster service account."""
+async def make_api_client(settings: KubeSettings, *, request_timeout: float | None = None) -> client.ApiClient:
+    """An ApiClient from the kubeconfig when given, else from the in-cluster service account. Each call makes a
+    new client: its own connection pool and rate limiter. ``request_timeout`` overrides the settings' default."""
     configuration = client.Configuration()
     if settings.kubeconfig:
         await config.load_kube_config(
@@ -108,15 +134,18 @@ async def make_api_client(settings: KubeSettings) -> client.ApiClient:
     else:
         config.load_incluster_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, settings.burst)
-    return _finish(client.ApiClient(configuration=configuration), TokenBucket(settings.qps, settings.burst))
+    timeout = settings.request_timeout if request_timeout is None else request_timeout
+    return _finish(client.ApiClient(configuration=configuration), TokenBucket(settings.qps, settings.burst), timeout)
 
 
-async def api_client_from_dict(config_dict: dict[str, Any], qps: float = 0, burst: int = 100) -> client.ApiClient:
+async def api_client_from_dict(
+    config_dict: dict[str, Any], qps: float = 0, burst: int = 100, request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+) -> client.ApiClient:
     """An ApiClient from an in-memory kubeconfig (tests, sandbox)."""
     configuration = client.Configuration()
     await config.load_kube_config_from_dict(config_dict=config_dict, client_configuration=configuration)
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, burst)
-    return _finish(client.ApiClient(configuration=configuration), TokenBucket(qps, burst))
+    return _finish(client.ApiClient(configuration=configuration), TokenBucket(qps, burst), request_timeout)
 
 
 async def raw_json(call: Awaitable[Any]) -> Any:

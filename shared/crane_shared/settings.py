@@ -148,6 +148,8 @@ class CommonSettings:
     listen_port: int
     log_level: str
     log_format: str
+    metrics_access: str = "any"  # crane_shared.service.Access values
+    debug_access: str = "loopback"
 
 
 def service_parser(prog: str, description: str, *, default_port: int, redis: bool = False) -> EnvArgumentParser:
@@ -179,6 +181,14 @@ def add_common_flags(parser: EnvArgumentParser, *, default_port: int) -> None:
     g.add_argument(
         "--kube-api-burst", env="CRANE_KUBE_API_BURST", type=int, default=100, help="client-side burst above the QPS"
     )
+    g.add_argument(
+        "--kube-api-timeout",
+        env="CRANE_KUBE_API_TIMEOUT",
+        type=positive_duration,
+        default="30s",
+        help="timeout of every API request that sets none of its own (Go duration); a watch gets it as connect "
+        "timeout plus read gap beyond its server-side timeout. The Lease has its own: half the renew deadline",
+    )
     h = parser.add_argument_group("serving and logging")
     h.add_argument(
         "--listen-address",
@@ -187,17 +197,37 @@ def add_common_flags(parser: EnvArgumentParser, *, default_port: int) -> None:
         help="address of the /healthz, /readyz and /metrics server",
     )
     h.add_argument("--port", env="CRANE_PORT", type=int, default=default_port, help="port of that server")
+    h.add_argument(
+        "--metrics-access",
+        env="CRANE_METRICS_ACCESS",
+        default="any",
+        choices=["any", "loopback", "delegated"],
+        help="who may read /metrics: anyone who reaches the port (the chart's NetworkPolicy limits that to "
+        "Prometheus), loopback clients only, or callers whose token the API server authenticates and authorizes "
+        "for 'get' on the path (TokenReview + SubjectAccessReview, as kube-scheduler's secure port)",
+    )
+    h.add_argument(
+        "--debug-access",
+        env="CRANE_DEBUG_ACCESS",
+        default="loopback",
+        choices=["any", "loopback", "delegated"],
+        help="who may read /debug/*: by default only loopback clients (kubectl port-forward)",
+    )
     h.add_argument("--log-level", env="CRANE_LOG_LEVEL", default="info", choices=["debug", "info", "warning", "error"])
     h.add_argument("--log-format", env="CRANE_LOG_FORMAT", default="text", choices=["text", "json"])
 
 
 def common_settings(args: argparse.Namespace) -> CommonSettings:
     return CommonSettings(
-        kube=KubeSettings(args.kubeconfig, args.kube_context, args.kube_api_qps, args.kube_api_burst),
+        kube=KubeSettings(
+            args.kubeconfig, args.kube_context, args.kube_api_qps, args.kube_api_burst, args.kube_api_timeout
+        ),
         listen_host=args.listen_address,
         listen_port=args.port,
         log_level=args.log_level,
         log_format=args.log_format,
+        metrics_access=args.metrics_access,
+        debug_access=args.debug_access,
     )
 
 

@@ -67,3 +67,15 @@ async def test_one_redis_entry_point_from_the_redis_section() -> None:
         assert (kwargs["db"], kwargs["port"], kwargs["socket_timeout"]) == (3, 1, 5.0)
     finally:
         await client.aclose()
+
+
+def test_kube_api_timeout_sets_the_default_request_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crane_shared.settings import common_settings, service_parser
+
+    p = service_parser("t", "test", default_port=1)
+    assert common_settings(p.parse_args([])).kube.request_timeout == 30.0
+    assert common_settings(p.parse_args(["--kube-api-timeout", "2500ms"])).kube.request_timeout == 2.5
+    monkeypatch.setenv("CRANE_KUBE_API_TIMEOUT", "1m")
+    assert common_settings(service_parser("t", "test", default_port=1).parse_args([])).kube.request_timeout == 60.0
+    with pytest.raises(SystemExit):
+        p.parse_args(["--kube-api-timeout", "0s"])

@@ -2,7 +2,8 @@
 
 Serves ``/healthz``, ``/readyz`` (ready once the node list is synced), ``/metrics`` and ``/debug/nodes[/{name}]``.
 The Kubernetes client is built without its shared rate limiter: ``--kube-api-qps``/``--kube-api-burst`` limit
-node patches (see ``limiter``), so Lease renewals never queue behind a round's patches.
+node patches (see ``limiter``); the Lease has a client of its own (``make_lease_client``: own connection pool,
+rate limiter and request timeout), so renewals never queue behind a round's patches.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from crane_annotator.annotator import Annotator
 from crane_annotator.config import AnnotatorConfig
 from crane_annotator.prometheus import PrometheusClient
 from crane_shared.kube import make_api_client
-from crane_shared.leader import LeaderElector
+from crane_shared.leader import LeaderElector, make_lease_client
 from crane_shared.logs import get_logger
 from crane_shared.redisconn import make_redis, redacted
-from crane_shared.service import ServiceRuntime
+from crane_shared.service import Access, ServiceRuntime
 
 log = get_logger("crane.annotator")
 
@@ -29,10 +30,12 @@ async def run(config: AnnotatorConfig) -> int:
     common = config.common
     registry = CollectorRegistry()
     runtime = ServiceRuntime("crane-annotator", common.listen_host, common.listen_port, registry)
+    runtime.configure_access(Access(common.metrics_access), Access(common.debug_access), common.kube)
     api = await make_api_client(dataclasses.replace(common.kube, qps=0))
     redis = make_redis(config.redis)
     prometheus = PrometheusClient(config.prometheus)
     annotator: Annotator | None = None
+    lease_api = None
     try:
         annotator = Annotator(
             policy=config.policy,
@@ -52,7 +55,9 @@ async def run(config: AnnotatorConfig) -> int:
             hot_value_max_age=config.hot_value_max_age,
             retry_base=config.retry_base,
         )
-        elector = LeaderElector(api, config.lease)
+        lease_api = await make_lease_client(common.kube, config.lease)
+        elector = LeaderElector(lease_api, config.lease)
+        annotator.patcher.may_write = lambda: elector.is_leader  # no PATCH leaves once the term has ended
 
         def on_change(leading: bool) -> None:
             annotator.on_leadership(leading)
@@ -92,3 +97,6 @@ async def run(config: AnnotatorConfig) -> int:
             await redis.aclose()
         with contextlib.suppress(Exception):
             await api.close()
+        if lease_api is not None:
+            with contextlib.suppress(Exception):
+                await lease_api.close()

@@ -153,6 +153,21 @@ def _parse(status: int, body: Any) -> list[Series]:
         data = body["data"]
         if data["resultType"] != "vector":
             raise PrometheusError("query", f"result type {data['resultType']!r}, expected an instant vector")
-        return [Series(item["metric"], item["value"][1]) for item in data["result"]]
+        result = data["result"]
+        if not isinstance(result, list):
+            raise PrometheusError("bad_response", f"data.result: expected a list, got {type(result).__name__}")
+        return [_series(i, item) for i, item in enumerate(result)]
     except (KeyError, IndexError, TypeError) as err:
         raise PrometheusError("bad_response", f"unexpected response shape: {err!r}") from err
+
+
+def _series(index: int, item: Any) -> Series:
+    """One vector sample, its types checked: labels are strings, the value is ``[time, "string"]``. Prometheus
+    never sends anything else, so a sample that does comes from a broken endpoint: the whole answer is refused
+    (``bad_response``) rather than half-trusted."""
+    metric, value = item["metric"], item["value"]
+    if not isinstance(metric, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metric.items()):
+        raise PrometheusError("bad_response", f"result[{index}].metric: labels must be strings, got {metric!r:.120}")
+    if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], str):
+        raise PrometheusError("bad_response", f'result[{index}].value: expected [time, "number"], got {value!r:.80}')
+    return Series(metric, value[1])

@@ -104,6 +104,9 @@ class NodePatcher:
         self._sending: set[str] = set()
         self._work = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
+        # Whether this instance may write now (the leader's term holds); checked right before every PATCH, so a
+        # patch queued before the lease was lost never leaves after it. Set by the service; True by default.
+        self.may_write: Callable[[], bool] = lambda: True
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -245,6 +248,9 @@ class NodePatcher:
                 entry.done.set_result(outcome)
 
     async def _send(self, node: str, annotations: Mapping[str, str]) -> Outcome:
+        if not self.may_write():
+            self._log_once.warning("patch-not-leader", "not patching: leadership lost", node=node)
+            return "error"
         session = self._open()
         headers = {"Content-Type": MERGE_PATCH, "Accept": "application/json"}
         auth = (await self._configuration.auth_settings()).get("BearerToken")

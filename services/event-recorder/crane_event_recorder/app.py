@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
@@ -14,7 +16,7 @@ from crane_shared.bindings import BindingSchema
 from crane_shared.kube import make_api_client
 from crane_shared.logs import get_logger
 from crane_shared.redisconn import make_redis, redacted
-from crane_shared.service import ServiceRuntime
+from crane_shared.service import Access, ServiceRuntime
 from crane_shared.settings import CommonSettings, RedisSettings
 
 __all__ = ["redis_run_id", "serve"]
@@ -25,6 +27,7 @@ log = get_logger("crane.event_recorder")
 async def serve(common: CommonSettings, redis_section: RedisSettings, settings: RecorderSettings) -> int:
     registry = CollectorRegistry()
     runtime = ServiceRuntime("event-recorder", common.listen_host, common.listen_port, registry)
+    runtime.configure_access(Access(common.metrics_access), Access(common.debug_access), common.kube)
     api = await make_api_client(common.kube)
     redis = make_redis(redis_section)
     try:
@@ -34,7 +37,11 @@ async def serve(common: CommonSettings, redis_section: RedisSettings, settings: 
             scope_name(settings.event_api, ns): event_list_function(api, settings.event_api, ns) for ns in namespaces
         }
         recorder = Recorder(
-            store, scopes, RecorderMetrics(registry), settings, redis_server_id=lambda: redis_run_id(redis)
+            store,
+            scopes,
+            RecorderMetrics(registry),
+            settings,
+            redis_server_id=lambda: redis_run_id(redis, redis_section.prefix),
         )
         runtime.add_readiness_check("first-list-recorded", recorder.ready)
         log.info(
@@ -51,8 +58,14 @@ async def serve(common: CommonSettings, redis_section: RedisSettings, settings: 
         await redis.aclose()
 
 
-async def redis_run_id(redis: aioredis.Redis) -> str:
-    """Identity of the Redis server process: changes on every restart and on failover."""
+async def redis_run_id(redis: aioredis.Redis, prefix: str = "crane") -> str:
+    """Identity of the data we wrote: the Redis server process (changes on every restart and on failover) plus an
+    epoch marker key, which disappears with the records when they are lost without a restart (FLUSHALL, FLUSHDB,
+    eviction). ``SET NX`` makes every replica adopt the same new epoch, so each re-lists once."""
     info = await redis.info("server")
     run_id = info["run_id"]
-    return run_id.decode() if isinstance(run_id, bytes) else str(run_id)
+    run = run_id.decode() if isinstance(run_id, bytes) else str(run_id)
+    key = f"{prefix}:recorder-epoch"
+    await redis.set(key, uuid.uuid4().hex, nx=True)
+    epoch = await redis.get(key)
+    return f"{run}/{epoch.decode() if isinstance(epoch, bytes) else epoch}"

@@ -15,16 +15,27 @@ from crane_event_recorder.metrics import RecorderMetrics
 from crane_event_recorder.parse import Malformed, parse_event
 from crane_shared.logs import LogOnce, get_logger
 
-__all__ = ["Ingest"]
+__all__ = ["DEFAULT_REPORTING_CONTROLLERS", "Ingest"]
+
+# Whose Scheduled events are believed: anyone allowed to create Events could otherwise forge bindings and steer
+# placement through the hot value. kube-scheduler reports as its profile's schedulerName.
+DEFAULT_REPORTING_CONTROLLERS = ("default-scheduler", "crane-scheduler")
 
 log = get_logger("crane.event_recorder.ingest")
 
 
 class Ingest:
-    def __init__(self, buffer: RecordBuffer, metrics: RecorderMetrics, retention: float = float("inf")) -> None:
+    def __init__(
+        self,
+        buffer: RecordBuffer,
+        metrics: RecorderMetrics,
+        retention: float = float("inf"),
+        reporting_controllers: tuple[str, ...] = DEFAULT_REPORTING_CONTROLLERS,
+    ) -> None:
         self.buffer = buffer
         self._metrics = metrics
         self._retention = retention
+        self._reporters = frozenset(reporting_controllers)
         self._log_once = LogOnce(log)
 
     def accept(self, obj: Mapping[str, Any]) -> None:
@@ -43,6 +54,16 @@ class Ingest:
                 detail=result.detail,
                 namespace=metadata.get("namespace"),
                 name=metadata.get("name"),
+            )
+            return
+        if result.scheduler not in self._reporters:
+            self._metrics.untrusted.inc()
+            self._log_once.warning(
+                "untrusted",
+                "skipping Scheduled event from a reporting controller not configured",
+                reporting_controller=result.scheduler,
+                namespace=result.namespace,
+                name=result.name,
             )
             return
         if result.bound_at < now - self._retention:

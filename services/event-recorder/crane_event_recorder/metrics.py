@@ -36,6 +36,10 @@ class RecorderMetrics(MetricSet):
             "List/watch restarts, by reason: gone (re-list), error, stalled, or why a re-list was asked for",
             ["reason"],
         )
+        self.untrusted = self.counter(
+            "untrusted_events",
+            "Scheduled events skipped because their reporting controller is not in --reporting-controllers",
+        )
         self.lists = self.counter("lists", "Complete lists of events recorded")
         self.trimmed = self.counter("trimmed", "Binding records deleted for being older than the retention")
         self.lag = self.histogram(

@@ -47,7 +47,7 @@ class Recorder:
         self.metrics = metrics
         self.buffer = RecordBuffer(settings.buffer_size)
         metrics.buffer_depth.set_function(lambda: self.buffer.depth)
-        self.ingest = Ingest(self.buffer, metrics, settings.retention)
+        self.ingest = Ingest(self.buffer, metrics, settings.retention, settings.reporting_controllers)
         self.followers = [
             Follower(
                 name,

@@ -39,6 +39,7 @@ class RecorderSettings:
     list_page_size: int = 500
     watch_timeout: float = 300.0
     redis_check_interval: float = 5.0
+    reporting_controllers: tuple[str, ...] = ("default-scheduler", "crane-scheduler")
 
 
 def build_parser() -> EnvArgumentParser:
@@ -68,6 +69,13 @@ def build_parser() -> EnvArgumentParser:
         env="CRANE_EVENT_FIELD_SELECTOR",
         default="reason=Scheduled",
         help="server-side filter of the list and watch; empty sends none (events are filtered here too)",
+    )
+    g.add_argument(
+        "--reporting-controllers",
+        env="CRANE_REPORTING_CONTROLLERS",
+        default="default-scheduler,crane-scheduler",
+        help="comma-separated schedulers (an event's reportingController, or its source component) whose "
+        "Scheduled events are recorded; others are counted in untrusted_events and skipped",
     )
     g.add_argument(
         "--list-page-size", env="CRANE_LIST_PAGE_SIZE", type=positive_int, default=500, help="events per list page"
@@ -163,5 +171,10 @@ def parse_settings(argv: Sequence[str] | None = None) -> tuple[CommonSettings, R
         list_page_size=args.list_page_size,
         watch_timeout=args.watch_timeout,
         redis_check_interval=args.redis_check_interval,
+        reporting_controllers=tuple(
+            dict.fromkeys(s.strip() for s in args.reporting_controllers.split(",") if s.strip())
+        ),
     )
+    if not settings.reporting_controllers:
+        parser.error("--reporting-controllers must name at least one scheduler")
     return common_settings(args), redis_settings(args), settings

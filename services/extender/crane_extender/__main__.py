@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import ssl
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
@@ -29,8 +30,14 @@ from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs
 from crane_shared.logs import configure_logging, get_logger
 from crane_shared.policy import PolicyError, policy_or_default
 from crane_shared.redisconn import redacted, redis_from_args
-from crane_shared.service import ServiceRuntime
-from crane_shared.settings import EnvArgumentParser, add_common_flags, add_redis_flags, common_settings
+from crane_shared.service import Access, ServiceRuntime, concurrency_limit, server_tls
+from crane_shared.settings import (
+    EnvArgumentParser,
+    add_common_flags,
+    add_redis_flags,
+    common_settings,
+    positive_int,
+)
 
 log = get_logger("crane.extender")
 
@@ -91,6 +98,28 @@ def build_parser() -> EnvArgumentParser:
         default=DEFAULT_MAX_REQUEST_BYTES,
         help="largest request body accepted (Nodes mode: ~8 KB/node)",
     )
+    e.add_argument(
+        "--max-concurrent-requests",
+        env="CRANE_EXTENDER_MAX_CONCURRENT_REQUESTS",
+        type=positive_int,
+        default=16,
+        help="filter/prioritize requests handled at once; more wait their turn (bounds memory: each may "
+        "carry every node)",
+    )
+    t = parser.add_argument_group("TLS (kube-scheduler's extender enableHTTPS / tlsConfig)")
+    t.add_argument(
+        "--tls-cert-file",
+        env="CRANE_EXTENDER_TLS_CERT_FILE",
+        default=None,
+        help="serving certificate (PEM); with --tls-private-key-file the extender serves HTTPS only",
+    )
+    t.add_argument("--tls-private-key-file", env="CRANE_EXTENDER_TLS_PRIVATE_KEY_FILE", default=None)
+    t.add_argument(
+        "--client-ca-file",
+        env="CRANE_EXTENDER_CLIENT_CA_FILE",
+        default=None,
+        help="require a client certificate signed by this CA (the certFile/keyFile of the extender's tlsConfig)",
+    )
     add_common_flags(parser, default_port=8888)
     add_redis_flags(parser)
     # Redis is optional here: without it the extender decides on annotations only.
@@ -108,9 +137,28 @@ def dynamic_args(ns: argparse.Namespace) -> DynamicArgs:
     return DynamicArgs(policy, legacy_zone=zone, stale=ns.stale, estimate=EstimateArgs(enabled=not ns.no_estimate))
 
 
-async def serve(ns: argparse.Namespace, args: DynamicArgs) -> int:
+def tls_context(ns: argparse.Namespace) -> ssl.SSLContext | None:
+    """HTTPS when a certificate is given; raises ValueError naming the flag when the TLS flags do not fit."""
+    if bool(ns.tls_cert_file) != bool(ns.tls_private_key_file):
+        raise ValueError("--tls-cert-file and --tls-private-key-file go together")
+    if ns.client_ca_file and not ns.tls_cert_file:
+        raise ValueError(
+            "--client-ca-file needs --tls-cert-file and --tls-private-key-file (client certificates "
+            "are only checked over TLS)"
+        )
+    if not ns.tls_cert_file:
+        return None
+    try:
+        return server_tls(ns.tls_cert_file, ns.tls_private_key_file, ns.client_ca_file)
+    except (OSError, ssl.SSLError) as err:
+        raise ValueError(f"--tls-cert-file/--tls-private-key-file/--client-ca-file: {err}") from err
+
+
+async def serve(ns: argparse.Namespace, args: DynamicArgs, tls: ssl.SSLContext | None = None) -> int:
     settings = common_settings(ns)
     runtime = ServiceRuntime("crane-extender", settings.listen_host, settings.listen_port)
+    runtime.configure_access(Access(settings.metrics_access), Access(settings.debug_access), settings.kube)
+    runtime.ssl_context = tls
     metrics = ExtenderMetrics.create(runtime.registry)
     workers: list[Coroutine[Any, Any, None]] = []
     closers: list[Any] = []
@@ -136,7 +184,9 @@ async def serve(ns: argparse.Namespace, args: DynamicArgs) -> int:
         )
 
     extender = Extender(args, informer=informer, recent=recent, metrics=metrics, max_request_bytes=ns.max_request_bytes)
-    runtime.app.add_subapp(URL_PATH, make_app(extender))
+    app = make_app(extender)
+    app.middlewares.append(concurrency_limit(ns.max_concurrent_requests))
+    runtime.app.add_subapp(URL_PATH, app)
     log.info(
         "extender starting",
         url_path=URL_PATH,
@@ -157,10 +207,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(ns.log_level, ns.log_format)
     try:
         args = dynamic_args(ns)
+        tls = tls_context(ns)
     except (PolicyError, ValueError) as err:
         print(f"crane extender: {err}", file=sys.stderr)
         return 2
-    return asyncio.run(serve(ns, args))
+    return asyncio.run(serve(ns, args, tls))
 
 
 if __name__ == "__main__":

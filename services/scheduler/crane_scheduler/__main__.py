@@ -19,6 +19,7 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -33,9 +34,9 @@ from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from crane_shared.kube import KubeSettings, make_api_client
-from crane_shared.leader import LeaderElector, LeaseConfig
+from crane_shared.leader import LeaderElector, LeaseConfig, make_lease_client
 from crane_shared.logs import configure_logging, get_logger
-from crane_shared.service import ServiceRuntime
+from crane_shared.service import Access, ServiceRuntime
 from crane_shared.settings import EnvArgumentParser, add_common_flags, common_settings
 
 DEFAULT_PORT = 10261
@@ -112,9 +113,10 @@ class Loaded:
     table: NodeTable
     handles: list[Handle] = field(default_factory=list)
 
-    def connect(self, api: object) -> None:
+    def connect(self, api: object, may_bind: Callable[[], bool] = lambda: True) -> None:
         for handle in self.handles:
             handle.api = api
+            handle.may_bind = may_bind
 
 
 def load(args: argparse.Namespace, registry: Registry, metrics: CollectorRegistry | None = None) -> Loaded:
@@ -155,12 +157,13 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         context=common.kube.context,
         qps=config.qps if config.qps is not None else common.kube.qps,
         burst=config.burst if config.burst is not None else common.kube.burst,
+        request_timeout=common.kube.request_timeout,
     )
     api = await make_api_client(kube)
     events_api = await make_api_client(kube)  # its own rate limit, as kube-scheduler's event client
-    loaded.connect(api)  # the plugins built (and validated) in main() get the real API client now
     identity = args.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
     runtime = ServiceRuntime("crane-scheduler", common.listen_host, common.listen_port, registry=REGISTRY)
+    runtime.configure_access(Access(common.metrics_access), Access(common.debug_access), common.kube)
     metrics = SchedulerMetrics(runtime.registry)
     reporter = Reporter(events_api, api, identity, workers=args.event_concurrency, metrics=metrics)
     scheduler = Scheduler(
@@ -173,6 +176,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         node_selector=args.node_selector,
         metrics=metrics,
     )
+    loaded.connect(api, scheduler.may_bind)  # the plugins built (and validated) in main() get the API client now
     runtime.add_readiness_check("caches-synced", scheduler.synced.is_set)
     explain.add_routes(
         runtime.app, scheduler.decisions, lambda name: list(profiles[name].plugins.values()) if name in profiles else []
@@ -195,23 +199,30 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
             reporter.close()  # binds are drained: the reporter may finish once its queue is written
 
     async def lead_or_wait() -> None:
+        """Without leader election: schedule. With it: schedule during each term; on losing the lease the binds
+        not yet sent are dropped at once (``stop_binding``), then this replica is a clean standby contending
+        again (kube-scheduler exits instead; our informers stay warm and the queue keeps every pending pod)."""
         if not le.leader_elect:
             runtime.leadership = "leader"
             await scheduler.run(runtime.stopping)
             return
-        elector = LeaderElector(
-            api,
-            LeaseConfig(
-                le.resource_namespace, le.resource_name, identity, le.lease_duration, le.renew_deadline, le.retry_period
-            ),
+        lease = LeaseConfig(
+            le.resource_namespace, le.resource_name, identity, le.lease_duration, le.renew_deadline, le.retry_period
         )
+        lease_api = await make_lease_client(kube, lease)  # own pool, rate limit and timeout, as kube-scheduler
+        try:
+            elector = LeaderElector(lease_api, lease)
 
-        def on_change(leading: bool) -> None:
-            runtime.leadership = "leader" if leading else "standby"
+            def on_change(leading: bool) -> None:
+                runtime.leadership = "leader" if leading else "standby"
+                if not leading:
+                    scheduler.stop_binding()
 
-        elector.on_change = on_change
-        runtime.leadership = "standby"
-        await elector.run(lambda: scheduler.run(runtime.stopping), runtime.stopping)
+            elector.on_change = on_change
+            runtime.leadership = "standby"
+            await elector.run(lambda: scheduler.run(runtime.stopping, elector.term), runtime.stopping)
+        finally:
+            await lease_api.close()
 
     try:
         return await runtime.run(

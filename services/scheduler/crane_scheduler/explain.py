@@ -23,6 +23,7 @@ from crane_scheduler.framework.interface import ExplainPlugin, Plugin, PodExplai
 from crane_scheduler.framework.types import EXPLAIN_FILTERS, EXPLAIN_SCORES, Rejection, Rows
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
+from crane_shared.service import query_int, query_params
 
 
 @dataclass
@@ -160,6 +161,7 @@ def add_routes(app: web.Application, decisions: DecisionLog, explainers: Callabl
     ``PodExplainPlugin`` add to the answer."""
 
     async def explain(request: web.Request) -> web.Response:
+        limit = query_int(query_params(request, {"limit"}), "limit", 50, minimum=0, maximum=100_000)
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"
         decision = decisions.get(key)
         if decision is None:
@@ -167,7 +169,6 @@ def add_routes(app: web.Application, decisions: DecisionLog, explainers: Callabl
                 text=f"no recent scheduling decision for pod {key} (kept: the last "
                 f"{decisions.size} pods this scheduler tried)"
             )
-        limit = int(request.query.get("limit", "50"))
         return web.json_response(render(decision, explainers(decision.profile), limit))
 
     app.router.add_get("/debug/explain/{namespace}/{name}", explain)

@@ -56,6 +56,11 @@ class SchedulerMetrics:
             registry=r,
         )
         self.binds_in_flight = Gauge("crane_scheduler_binds_in_flight", "Binding cycles running now.", registry=r)
+        self.binds_dropped = Counter(
+            "crane_scheduler_binds_dropped",
+            "Binding cycles dropped before their bind because the lease was lost.",
+            registry=r,
+        )
         self.reports = Counter(
             "crane_scheduler_api_writes_total",
             "Events and pod status patches the scheduler wrote, by kind and result.",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
@@ -29,10 +28,13 @@ from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import PodRecord
 from crane_scheduler.podinfo import PodInfo
 from crane_shared.events import SCHEDULED_REASON, event_body, event_name, scheduled_event
+from crane_shared.kube import raw_json
 from crane_shared.logs import LogOnce, get_logger
+from crane_shared.retry import Backoff, retry
 
 log = get_logger("crane.scheduler.reporting")
 RECOVERY_WINDOW = timedelta(minutes=10)
+SCHEDULED_ATTEMPTS = 8  # with backoff 0.5 s .. 8 s: about 40 s, longer than an API server restart
 NOTE_LENGTH_LIMIT = 1024
 
 
@@ -80,7 +82,7 @@ class Reporter:
             namespace=namespace, pod=pod, pod_uid=uid, node=node, scheduler=scheduler, instance=self.instance
         )
         body["metadata"]["name"] = scheduled_event_name(pod, uid)
-        self._jobs.put_nowait(lambda: self._create_event(namespace, body, "scheduled"))
+        self._jobs.put_nowait(lambda: self._create_scheduled(namespace, body))
 
     def failed(self, pod: PodInfo, message: str, reason: str, scheduler: str) -> bool:
         """Report a failed attempt, unless the same message went out for this pod less than
@@ -153,12 +155,25 @@ class Reporter:
             finally:
                 self._jobs.task_done()
 
+    async def _create_scheduled(self, namespace: str, body: dict[str, Any]) -> None:
+        """The one Scheduled event of a pod is retried through transient failures (an API server restart,
+        429/5xx): a new leader writes missing ones, but a leader that keeps its lease never looks again."""
+        await retry(
+            lambda: self._create_event(namespace, body, "scheduled"),
+            attempts=SCHEDULED_ATTEMPTS,
+            backoff=Backoff(initial=0.5, maximum=8.0),
+            retryable=_transient,
+        )
+
     async def _create_event(self, namespace: str, body: dict[str, Any], kind: str) -> None:
         try:
-            resp = await client.EventsV1Api(self._events_api).create_namespaced_event(
-                namespace, body, _preload_content=False, _request_timeout=30
+            # raw_json checks the status: with _preload_content=False kubernetes-asyncio does not, and a 409 or
+            # a 503 would count as written.
+            await raw_json(
+                client.EventsV1Api(self._events_api).create_namespaced_event(
+                    namespace, body, _preload_content=False, _request_timeout=30
+                )
             )
-            resp.release()
             self.metrics.reports.labels(kind, "ok").inc()
         except ApiException as err:
             if err.status == 409:  # the one Scheduled event for this UID exists already
@@ -181,14 +196,15 @@ class Reporter:
             "observedGeneration": pod.generation or None,
         }
         try:
-            resp = await client.CoreV1Api(self._api).patch_namespaced_pod_status(
-                pod.name,
-                pod.namespace,
-                {"status": {"conditions": [condition]}},
-                _preload_content=False,
-                _request_timeout=30,
+            await raw_json(
+                client.CoreV1Api(self._api).patch_namespaced_pod_status(
+                    pod.name,
+                    pod.namespace,
+                    {"status": {"conditions": [condition]}},
+                    _preload_content=False,
+                    _request_timeout=30,
+                )
             )
-            resp.release()
             self.metrics.reports.labels("condition", "ok").inc()
         except ApiException as err:
             if err.status != 404:
@@ -197,11 +213,11 @@ class Reporter:
 
     async def _ensure_scheduled(self, pod: PodInfo, scheduler: str) -> None:
         try:
-            resp = await client.CoreV1Api(self._api).read_namespaced_pod(
-                pod.name, pod.namespace, _preload_content=False, _request_timeout=30
+            live = await raw_json(
+                client.CoreV1Api(self._api).read_namespaced_pod(
+                    pod.name, pod.namespace, _preload_content=False, _request_timeout=30
+                )
             )
-            live = json.loads(await resp.read())
-            resp.release()
         except ApiException as err:
             if err.status == 404:
                 return
@@ -241,13 +257,17 @@ class Reporter:
             kwargs: dict[str, Any] = {"field_selector": f"reason={SCHEDULED_REASON}", "limit": 1000}
             if cont:
                 kwargs["_continue"] = cont
-            resp = await core.list_event_for_all_namespaces(**kwargs, _preload_content=False, _request_timeout=120)
-            page = json.loads(await resp.read())
-            resp.release()
+            page = await raw_json(
+                core.list_event_for_all_namespaces(**kwargs, _preload_content=False, _request_timeout=120)
+            )
             uids.update((e.get("involvedObject") or {}).get("uid", "") for e in page.get("items") or ())
             cont = (page.get("metadata") or {}).get("continue")
             if not cont:
                 return uids
+
+
+def _transient(err: Exception) -> bool:
+    return not isinstance(err, ApiException) or err.status == 429 or (err.status or 0) >= 500
 
 
 def _parse_time(text: str) -> datetime:

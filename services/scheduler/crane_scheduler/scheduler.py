@@ -16,6 +16,13 @@ A pod no node fits waits among the unschedulable pods and gets a ``FailedSchedul
 PodScheduled=False condition. Informers run on every replica (a standby has a warm cache); only the leader runs
 the loop. A pod never gets two binds: it is either queued or assumed, never both, and a bound pod is never
 pending (after a restart the informer's list says so).
+
+Losing the lease (``stop_binding``, called from the elector's ``on_change(False)`` before the loop is cancelled):
+every binding cycle that has not yet sent its bind is cancelled at once (also those waiting for a token of the
+client's rate limiter), its Reserve undone, its assumption forgotten and its pod put back in the queue; the bind
+plugin checks the term (``may_bind``) right before its POST. The process then stays up as a clean standby: the
+informers keep its cache warm, the queue holds every pending pod, and a later term starts from there (a pod the
+new leader bound meanwhile has left the pending set through the informer).
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.reporting import Reporter
+from crane_shared.leader import Term
 from crane_shared.logs import get_logger
 
 log = get_logger("crane.scheduler")
@@ -86,7 +95,10 @@ class Scheduler:
         self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted
         self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
         self._slots = asyncio.Semaphore(bind_concurrency)
-        self._binds: set[asyncio.Task[None]] = set()
+        # binding cycles in flight -> what to undo when one is dropped (profile, state, pod, node)
+        self._binds: dict[asyncio.Task[None], tuple[Profile, CycleState, PodInfo, str]] = {}
+        self._dropped: set[asyncio.Task[None]] = set()
+        self._term: Term | None = None  # the leadership term the loop runs in; None without leader election
 
     def _events_of(self, plugin: str) -> ClusterEvent:
         events = ClusterEvent(0)
@@ -126,8 +138,29 @@ class Scheduler:
 
     # ------------------------------------------------------------------------------------------ the loop
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        """Schedule until ``stopping`` (or until cancelled on losing leadership); in-flight binds finish."""
+    def may_bind(self) -> bool:
+        """Whether a bind may be sent now: always without leader election, else only while the term holds."""
+        return self._term is None or self._term.held
+
+    def stop_binding(self) -> int:
+        """Leadership is lost: cancel every binding cycle and, right here, undo its Reserve, forget its
+        assumption and requeue its pod (also for a cycle whose task has not started yet, which no handler inside
+        it would see). Returns how many were dropped."""
+        binds = [task for task in self._binds if not task.done() and task not in self._dropped]
+        for task in binds:
+            task.cancel()
+            self._dropped.add(task)
+            profile, state, pod, node = self._binds[task]
+            self._undo(profile, state, pod, node)
+        if binds:
+            log.warning("leadership lost: dropped binds not yet sent", count=len(binds))
+        self.metrics.binds_dropped.inc(len(binds))
+        return len(binds)
+
+    async def run(self, stopping: asyncio.Event, term: Term | None = None) -> None:
+        """Schedule until ``stopping`` (or until cancelled on losing leadership, ``term``); in-flight binds
+        finish, or are dropped by ``stop_binding``."""
+        self._term = term
         await self.synced.wait()
         try:
             await self.reporter.recover_scheduled_events(list(self.table.pods.values()), set(self.profiles))
@@ -232,6 +265,10 @@ class Scheduler:
         self, profile: Profile, qp: QueuedPod, state: CycleState, result: ScheduleResult, start: float
     ) -> None:
         pod, node = qp.pod, result.node
+        if not self.may_bind():  # the term ended during this cycle: leave the pod for the next leader
+            self._requeue_dropped(pod.uid)
+            self._slots.release()
+            return
         self.table.assume(pod, node)
         status = profile.run_reserve(state, pod, node)
         if not status.success:
@@ -240,8 +277,24 @@ class Scheduler:
             self._slots.release()
             return
         task = asyncio.create_task(self._binding_cycle(profile, qp, state, node, start))
-        self._binds.add(task)
-        task.add_done_callback(self._binds.discard)
+        self._binds[task] = (profile, state, pod, node)
+        task.add_done_callback(self._bind_done)
+
+    def _bind_done(self, task: asyncio.Task[None]) -> None:
+        """Every binding cycle ends here, even one cancelled before it started: its bind slot is freed, and a
+        cycle cancelled by anything but ``stop_binding`` (which undid it already) is undone."""
+        profile, state, pod, node = self._binds.pop(task)
+        self._slots.release()
+        if task in self._dropped:
+            self._dropped.discard(task)
+        elif task.cancelled():
+            self._undo(profile, state, pod, node)
+
+    def _undo(self, profile: Profile, state: CycleState, pod: PodInfo, node: str) -> None:
+        """A bind that will not be sent by us: Unreserve, forget the assumption, requeue the pod quietly."""
+        profile.run_unreserve(state, pod, node)
+        self.table.forget(pod.uid)
+        self._requeue_dropped(pod.uid)
 
     async def _binding_cycle(self, profile: Profile, qp: QueuedPod, state: CycleState, node: str, start: float) -> None:
         pod = qp.pod
@@ -251,7 +304,13 @@ class Scheduler:
             status = await profile.run_binding(state, pod, node, self._observers[profile.name])
         finally:
             self.metrics.binds_in_flight.dec()
-            self._slots.release()
+        if asyncio.current_task() in self._dropped:  # dropped (and undone) by stop_binding while finishing
+            return
+        if not status.success and status.code is not Code.ALREADY_BOUND and not self.may_bind():
+            profile.run_unreserve(state, pod, node)
+            self.table.forget(pod.uid)
+            self._requeue_dropped(pod.uid)
+            return
         if status.code is Code.ALREADY_BOUND:
             self.table.forget(pod.uid)  # the informer will account the real binding
             self.reporter.already_bound(pod, profile.name)
@@ -268,6 +327,12 @@ class Scheduler:
         self.reporter.scheduled(pod.namespace, pod.name, pod.uid, node, profile.name)
         self.metrics.schedule_attempts.labels("scheduled", profile.name).inc()
         self.metrics.attempt_duration.labels("scheduled", profile.name).observe(time.perf_counter() - start)
+
+    def _requeue_dropped(self, uid: str) -> None:
+        """A pod whose bind was withheld goes back to activeQ quietly (no event: nothing failed), if still pending."""
+        pod = self.pending.get(uid)
+        if pod is not None and not self.table.is_assumed(uid):
+            self.queue.add(pod, self.clock())
 
     # ------------------------------------------------------------------------------------------ failures
 

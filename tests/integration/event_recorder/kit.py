@@ -56,7 +56,7 @@ async def report_events_v1(kube: client.ApiClient, b: Binding) -> dict[str, Any]
         pod=b.pod,
         pod_uid=b.uid,
         node=b.node,
-        scheduler="test-scheduler",
+        scheduler="crane-scheduler",
         instance="test",
         at=b.at,
     )
@@ -81,7 +81,7 @@ async def report_core_v1(kube: client.ApiClient, b: Binding, name: str | None = 
             "firstTimestamp": stamp,
             "lastTimestamp": stamp,
             "count": 1,
-            "source": {"component": "legacy-scheduler"},
+            "source": {"component": "default-scheduler"},
         },
     )
     return name

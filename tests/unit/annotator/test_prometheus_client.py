@@ -162,3 +162,46 @@ async def test_tls_is_verified_against_the_given_ca(tmp_path: Path) -> None:
         assert err.value.kind == "connection"
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("body", "names"),
+    [
+        (b"<html>502 Bad Gateway</html>", "unexpected response shape"),
+        (b'{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}}]}}', "value"),
+        (b'{"status": "success", "data": {"resultType": "vector", "result": {"a": 1}}}', "data.result"),
+        (
+            b'{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {"instance": "a"},'
+            b' "value": [1.0, null]}]}}',
+            "result[0].value",
+        ),
+        (
+            b'{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {"instance": "a"},'
+            b' "value": [1.0, "1"]}, {"metric": {"instance": 10}, "value": [1.0, "2"]}]}}',
+            "result[1].metric",
+        ),
+        (
+            b'{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {"instance": "a"},'
+            b' "value": [1.0, 3.5]}]}}',
+            "result[0].value",
+        ),
+    ],
+)
+async def test_garbage_and_wrong_json_types_are_a_bad_response_never_retried(
+    stub: tuple[Stub, str], body: bytes, names: str
+) -> None:
+    server, url = stub
+
+    async def garbage(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=body, content_type="application/json")
+
+    server.handler = garbage
+    client = PrometheusClient(PrometheusSettings(url, retries=2, backoff=0.01))
+    try:
+        with pytest.raises(PrometheusError) as err:
+            await client.query("cpu_usage_avg_5m")
+    finally:
+        await client.close()
+    assert err.value.kind == "bad_response"
+    assert names in str(err.value)
+    assert len(server.requests) == 1

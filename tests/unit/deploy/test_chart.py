@@ -179,3 +179,20 @@ def test_prometheus_operator_objects_and_dashboards_are_off_by_default() -> None
     assert not {o["kind"] for o in objects} & {"ServiceMonitor", "PrometheusRule"}
     assert not [o for o in objects if "-dashboard-" in o["metadata"]["name"]]
     assert "crane-extender" not in by_kind(objects, "Deployment")
+
+
+def test_no_secret_is_expanded_onto_a_command_line() -> None:
+    """Kubernetes expands ``$(VAR)`` in command/args into the process' argv, readable by every process on the node
+    in /proc/<pid>/cmdline: no container may do that with a variable that comes from a Secret; Redis gets its
+    password through a 0600 config file written by the shell's printf builtin."""
+    for name, deployment in by_kind(render(), "Deployment").items():
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            secret_vars = {
+                e["name"] for e in container.get("env") or () if "secretKeyRef" in (e.get("valueFrom") or {})
+            }
+            argv = " ".join([*(container.get("command") or ()), *(container.get("args") or ())])
+            leaked = [v for v in secret_vars if f"$({v})" in argv]
+            assert not leaked, f"{name}/{container['name']} puts {leaked} on its command line"
+    redis = by_kind(render(), "Deployment")["crane-redis"]["spec"]["template"]["spec"]["containers"][0]
+    assert "printf 'requirepass %s\\n' \"$REDIS_PASSWORD\" > /data/.auth.conf" in redis["args"][0]
+    assert "exec redis-server /data/.auth.conf" in redis["args"][0]

@@ -79,7 +79,9 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> Non
 
 
 def rec(i: int, node: str = "n1") -> BindingRecord:
-    return BindingRecord(uid=f"u{i}", namespace="ns", name=f"p{i}", node=node, bound_at=1000.0 + i, scheduler="s")
+    return BindingRecord(
+        uid=f"u{i}", namespace="ns", name=f"p{i}", node=node, bound_at=1000.0 + i, scheduler="crane-scheduler"
+    )
 
 
 RECENT_AGE = 120.0
@@ -95,7 +97,7 @@ def scheduled(i: int, node: str = "n1", ns: str = "ns", rv: int | None = None) -
     return {
         "metadata": {"name": f"p{i}.ev", "namespace": ns, "resourceVersion": str(rv or i)},
         "eventTime": micro_time(time.time() - RECENT_AGE + i),
-        "reportingController": "s",
+        "reportingController": "crane-scheduler",
         "reason": "Scheduled",
         "type": "Normal",
         "note": f"Successfully assigned {ns}/p{i} to {node}",

@@ -31,3 +31,30 @@ def test_a_full_buffer_counts_what_it_drops(metrics: Metrics) -> None:
         ingest.accept(scheduled(i))
     assert metrics.value("buffer_dropped_total") == 3
     assert [r.uid for r in buffer.take(10)] == ["u3", "u4"]
+
+
+def test_only_configured_reporting_controllers_are_believed(metrics: Metrics) -> None:
+    buffer = RecordBuffer(10)
+    ingest = Ingest(buffer, metrics)  # default: default-scheduler and crane-scheduler
+    ours, kube, forged, legacy, legacy_forged = (scheduled(i) for i in range(5))
+    kube["reportingController"] = "default-scheduler"
+    forged["reportingController"] = "evil-controller"
+    for legacy_event, component in ((legacy, "default-scheduler"), (legacy_forged, "kubectl")):
+        del legacy_event["reportingController"]
+        legacy_event["source"] = {"component": component}  # core/v1 events name the reporter here
+    for event in (ours, kube, forged, legacy, legacy_forged):
+        ingest.accept(event)
+    assert [r.uid for r in buffer.take(10)] == ["u0", "u1", "u3"]
+    assert metrics.value("untrusted_events_total") == 2
+
+
+def test_the_reporting_controllers_are_configurable(metrics: Metrics) -> None:
+    buffer = RecordBuffer(10)
+    ingest = Ingest(buffer, metrics, reporting_controllers=("my-scheduler",))
+    mine, default = scheduled(1), scheduled(2)
+    mine["reportingController"] = "my-scheduler"
+    default["reportingController"] = "default-scheduler"
+    ingest.accept(mine)
+    ingest.accept(default)
+    assert [r.uid for r in buffer.take(10)] == ["u1"]
+    assert metrics.value("untrusted_events_total") == 1

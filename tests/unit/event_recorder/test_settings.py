@@ -40,9 +40,21 @@ def test_namespaces_and_api_from_the_environment(monkeypatch: pytest.MonkeyPatch
     assert settings.trim_interval == 10
 
 
+def test_reporting_controllers_default_to_both_schedulers_and_are_configurable() -> None:
+    assert parse_settings([])[2].reporting_controllers == ("default-scheduler", "crane-scheduler")
+    _, _, settings = parse_settings(["--reporting-controllers", "a, b,,a"])
+    assert settings.reporting_controllers == ("a", "b")
+
+
 @pytest.mark.parametrize(
     "argv",
-    [["--retention", "1d"], ["--buffer-size", "0"], ["--event-api", "v2"], ["--trim-interval", "0"]],
+    [
+        ["--retention", "1d"],
+        ["--buffer-size", "0"],
+        ["--event-api", "v2"],
+        ["--trim-interval", "0"],
+        ["--reporting-controllers", " , "],
+    ],
 )
 def test_invalid_values_refuse_to_start(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):

@@ -16,6 +16,7 @@ from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import PodInfo, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
+from crane_shared.leader import Term
 from tests.unit.scheduler.builders import node, pod
 
 
@@ -176,3 +177,55 @@ class _Probe:
 
     def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Any]:
         return []
+
+
+async def test_losing_the_lease_drops_binds_not_yet_sent_forgets_and_requeues_them() -> None:
+    binder, clock = FakeBinder(), Clock()
+    s = make(binder, clock)
+    term = Term()
+    s._term = term
+    s.on_node(node("n1", cpu="4"))
+    for name in ("a", "b"):
+        s.on_pod(pod(name, cpu="1"))
+        await step(s)
+    assert len(binder.calls) == 2 and sum(r.assumed for r in s.table.pods.values()) == 2
+    term.lost.set()
+    assert s.stop_binding() == 2
+    await s.drain()
+    assert not s.table.pods  # assumptions forgotten: nothing counts against n1
+    assert int(s.table.requested[0, s.table.resources["cpu"]]) == 0
+    assert s.queue.active_len == 2  # back in activeQ for the next term, quietly
+    assert s.reporter.backlog == 0  # no Scheduled, no FailedScheduling written for them
+    # a pod popped after the loss is neither assumed nor bound
+    await step(s)
+    assert len(binder.calls) == 2 and not s.table.pods and s.queue.active_len == 2
+
+
+async def test_the_default_binder_sends_no_bind_once_the_term_is_lost() -> None:
+    from crane_scheduler.plugins.defaultbinder import DefaultBinder
+
+    term = Term()
+    handle = Handle(NodeTable(), api=object(), may_bind=lambda: term.held)
+    binder = DefaultBinder(handle)
+    term.lost.set()
+    status = await binder.bind({}, parse_pod(pod("p")), "n1")  # api=object(): a POST would raise, not return
+    assert status.code is Code.ERROR and "leadership lost" in status.message
+
+
+async def test_a_bind_dropped_before_its_task_started_is_undone_and_frees_its_slot() -> None:
+    binder, clock = FakeBinder(), Clock()
+    s = make(binder, clock)
+    s._term = term = Term()
+    s.on_node(node("n1", cpu="4"))
+    s.on_pod(pod("a", cpu="1"))
+    free = s._slots._value
+    await s._slots.acquire()
+    qp = s.queue.pop(clock.now)
+    assert qp is not None
+    s.schedule_one(qp)  # the binding task is created but has not run a single step
+    assert s.table.is_assumed(qp.pod.uid)
+    term.lost.set()
+    assert s.stop_binding() == 1
+    assert not s.table.pods and s.queue.active_len == 1  # undone at once, not when the task runs
+    await s.drain()
+    assert binder.calls == [] and s._slots._value == free

@@ -89,6 +89,9 @@ class Handle:
     clock: Callable[[], float] = field(default=lambda: 0.0)
     profile: str = ""
     metrics: PluginMetrics = field(default_factory=PluginMetrics)
+    # Whether a bind may be sent now (False once the leader's term ended); bind plugins check it right before
+    # their write. Set by the service; always True without leader election.
+    may_bind: Callable[[], bool] = field(default=lambda: True)
 
 
 @runtime_checkable

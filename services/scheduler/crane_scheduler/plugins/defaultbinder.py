@@ -45,6 +45,8 @@ class DefaultBinder(BindPlugin):
         self._handle = handle
 
     async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        if not self._handle.may_bind():  # the leader's term ended: the next leader binds this pod
+            return Status(Code.ERROR, ("not binding: leadership lost",), self.name)
         try:
             await bind_pod(self._handle.api, pod.namespace, pod.name, pod.uid, node)
         except BindConflict as err:

@@ -1,0 +1,276 @@
+"""The annotator process under faults, on the real API server, Redis and Prometheus (the annotator test stack).
+
+- the leader's API connection blackholed for longer than the lease (Toxiproxy): it stops writing before the
+  standby starts, and stays a standby when the connection heals;
+- Prometheus answering garbage, wrong JSON types, or hanging (a reverse proxy in front of the real one): the
+  annotator skips, counts, logs once per metric and kind, keeps running, and resumes when answers are good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.procs import free_port
+from crane_shared.annotations import decode
+from tests.faults.conftest import FaultReport, api_host_port, eventually, kubeconfig_via, restart_apiserver
+from tests.integration.annotator.conftest import METRICS, AnnotatorProc, Stack
+
+pytestmark = pytest.mark.slow_fault
+
+LEASE = ("--lease-duration", "4s", "--renew-deadline", "3s", "--lease-retry-period", "0.5s")
+
+
+async def _leadership(proc: AnnotatorProc) -> str:
+    try:
+        return await proc.leadership()
+    except (aiohttp.ClientError, OSError):
+        return "unreachable"
+
+
+async def _patches(proc: AnnotatorProc) -> float:
+    metrics = await proc.metrics()
+    return float(sum(v for (name, labels), v in metrics.items() if name == "crane_annotator_patches_total"))
+
+
+async def test_leader_blackholed_longer_than_the_lease_stops_writing_before_the_standby_starts(
+    stack: Stack,
+    cluster: LocalCluster,
+    start_annotator: Callable[..., Any],
+    proxy_to: Callable[..., Any],
+    tmp_path: Path,
+    fault_report: FaultReport,
+) -> None:
+    row = fault_report.row("annotator leader's API connection blackholed (2x lease)")
+    proxy = await proxy_to(api_host_port(cluster))
+    via = tmp_path / "kubeconfig-via-proxy"
+    kubeconfig_via(cluster, f"https://{proxy.host_port}", via)
+    a = await start_annotator(*LEASE, "--kubeconfig", str(via), name="annotator-a")
+    await eventually(lambda: _is(a, "leader"), what="a leads")
+    b = await start_annotator(*LEASE, name="annotator-b")
+
+    samples: list[tuple[float, str, str]] = []
+
+    async def sample() -> None:
+        while True:
+            samples.append((time.monotonic(), await _leadership(a), await _leadership(b)))
+            await asyncio.sleep(0.05)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        await asyncio.sleep(1)
+        await proxy.blackhole()
+        cut = time.monotonic()
+        cut_wall = datetime.now(UTC)
+        await eventually(lambda: _is(b, "leader"), timeout=15, what="the standby leads")
+        took_over = time.monotonic() - cut
+        await asyncio.sleep(max(0.0, 8 - (time.monotonic() - cut)))  # blackholed for twice the lease
+        await proxy.heal()
+        a_patches = await _patches(a)
+        await asyncio.sleep(3)
+        assert await _leadership(a) == "standby", "the old leader took the lease back"
+        assert await _patches(a) == a_patches, "the old leader patched after the partition healed"
+    finally:
+        sampler.cancel()
+    a_last_leading = max(t for t, sa, _ in samples if sa == "leader")
+    b_first_leading = min(t for t, _, sb in samples if sb == "leader")
+    assert a_last_leading < b_first_leading, "two annotators led at once"
+
+    async def fresh() -> bool:  # the new leader writes every node
+        for node in stack.nodes:
+            text = (await stack.annotations(node.name)).get("cpu_usage_avg_5m")
+            if text is None or decode(text).timestamp <= cut_wall:
+                return False
+        return True
+
+    await eventually(fresh, timeout=20, what="annotations from the new leader")
+    row.created = row.bound = len(stack.nodes)
+    row.recovery = round(took_over, 2)
+    row.note = f"old leader stepped down {a_last_leading - cut:.2f}s after the cut; never two writers"
+
+
+async def _is(proc: AnnotatorProc, state: str) -> bool:
+    return await _leadership(proc) == state
+
+
+class PrometheusFaults:
+    """Forwards /api/v1/query to the real Prometheus, or answers with the fault ``mode`` names."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.mode = "pass"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.release = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    async def _query(self, request: web.Request) -> web.StreamResponse:
+        if self.mode == "hang":
+            await self.release.wait()
+        if self.mode == "garbage":
+            return web.Response(text="<html><body>502 Bad Gateway</body></html>", content_type="text/html")
+        assert self._session is not None
+        async with self._session.get(self.upstream + "/api/v1/query", params=request.query) as resp:
+            body: Any = await resp.json(content_type=None)
+            status = resp.status
+        result = body.get("data", {}).get("result") if isinstance(body, dict) else None
+        if result and self.mode == "null":
+            result[0]["value"] = [result[0]["value"][0], None]
+        if result and self.mode == "numeric":
+            result[-1]["metric"]["instance"] = 10
+        return web.Response(text=json.dumps(body), status=status, content_type="application/json")
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/api/v1/query", self._query)
+        self._session = aiohttp.ClientSession()
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        self.release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+
+@pytest_asyncio.fixture
+async def prometheus_faults(stack: Stack) -> AsyncIterator[PrometheusFaults]:
+    faults = PrometheusFaults(stack.prometheus.url)
+    await faults.start()
+    yield faults
+    await faults.stop()
+
+
+async def _errors(proc: AnnotatorProc, kind: str) -> float:
+    metrics = await proc.metrics()
+    return float(
+        sum(
+            v
+            for (name, labels), v in metrics.items()
+            if name == "crane_annotator_prometheus_errors_total" and dict(labels).get("kind") == kind
+        )
+    )
+
+
+async def _stamps(stack: Stack) -> dict[str, str]:
+    return {n.name: (await stack.annotations(n.name)).get("cpu_usage_avg_5m", "") for n in stack.nodes}
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind"),
+    [("garbage", "bad_response"), ("null", "bad_response"), ("numeric", "bad_response"), ("hang", "timeout")],
+)
+async def test_prometheus_garbage_wrong_types_or_hanging_is_skipped_counted_logged_once(
+    stack: Stack,
+    start_annotator: Callable[..., Any],
+    prometheus_faults: PrometheusFaults,
+    fault_report: FaultReport,
+    mode: str,
+    kind: str,
+) -> None:
+    row = fault_report.row(f"Prometheus {mode} ({kind}) under the annotator")
+    proc = await start_annotator(
+        "--prometheus-url", prometheus_faults.url, "--prometheus-timeout", "500ms", "--prometheus-retries", "1"
+    )
+    await eventually(lambda: _is(proc, "leader"), what="leads")
+    await eventually(lambda: _all_annotated(stack), timeout=30, what="annotated before the fault")
+    prometheus_faults.mode = mode
+    await eventually(lambda: _errors_at_least(proc, kind, 2 * len(METRICS)), timeout=30, what=f"{kind} counted")
+    frozen = await _stamps(stack)
+    await asyncio.sleep(3)  # several rounds of every fast metric during the fault
+    assert await _stamps(stack) == frozen, "a value from a bad answer was written"
+    assert proc.process.running and (await proc.get("/healthz"))[0] == 200
+    prometheus_faults.mode = "pass"
+    healed = time.monotonic()
+    await eventually(lambda: _stamps_changed(stack, frozen), timeout=30, what="annotations resume")
+    logged = [line for line in proc.process.log_path.read_text().splitlines() if "query failed" in line]
+    assert 1 <= len(logged) <= len(METRICS), f"not logged once per metric: {len(logged)} lines"
+    row.created = row.bound = len(stack.nodes)
+    row.recovery = round(time.monotonic() - healed, 2)
+    row.note = f"{int(await _errors(proc, kind))} queries skipped and counted; {len(logged)} log lines"
+
+
+async def _errors_at_least(proc: AnnotatorProc, kind: str, count: int) -> bool:
+    return await _errors(proc, kind) >= count
+
+
+async def _all_annotated(stack: Stack) -> bool:
+    return all((await _stamps(stack)).values())
+
+
+async def _stamps_changed(stack: Stack, before: dict[str, str]) -> bool:
+    now = await _stamps(stack)
+    return all(now[n] != before[n] for n in before)
+
+
+async def test_kill_9_of_the_leading_annotator_the_standby_takes_over_within_the_lease(
+    stack: Stack, start_annotator: Callable[..., Any], fault_report: FaultReport
+) -> None:
+    row = fault_report.row("kill -9 of the leading annotator")
+    a = await start_annotator(*LEASE, name="annotator-a")
+    await eventually(lambda: _is(a, "leader"), what="a leads")
+    b = await start_annotator(*LEASE, name="annotator-b")
+    await eventually(lambda: _all_annotated(stack), timeout=30, what="annotated before the kill")
+    await a.process.kill()
+    killed = time.monotonic()
+    killed_wall = datetime.now(UTC)
+    await eventually(lambda: _is(b, "leader"), timeout=15, what="the standby leads")
+    took_over = time.monotonic() - killed
+    assert took_over < 4 + 2, "the standby took longer than the lease (+ retries) to take over"
+
+    async def fresh() -> bool:
+        for node in stack.nodes:
+            text = (await stack.annotations(node.name)).get("cpu_usage_avg_5m")
+            if text is None or decode(text).timestamp <= killed_wall:
+                return False
+        return True
+
+    await eventually(fresh, timeout=20, what="annotations from the new leader")
+    row.created = row.bound = len(stack.nodes)
+    row.recovery = round(took_over, 2)
+
+
+async def test_api_server_restart_under_two_annotators_leaves_one_writer(
+    stack: Stack, cluster: LocalCluster, start_annotator: Callable[..., Any], fault_report: FaultReport
+) -> None:
+    row = fault_report.row("API server restart (5s down) under two annotators")
+    a = await start_annotator(*LEASE, name="annotator-a")
+    await eventually(lambda: _is(a, "leader"), what="a leads")
+    b = await start_annotator(*LEASE, name="annotator-b")
+    await eventually(lambda: _all_annotated(stack), timeout=30, what="annotated before the restart")
+    await restart_apiserver(cluster, down_for=5.0)
+    back = time.monotonic()
+    back_wall = datetime.now(UTC)
+    await eventually(lambda: _one_leader(a, b), timeout=20, what="exactly one leader")
+
+    async def fresh() -> bool:
+        for node in stack.nodes:
+            text = (await stack.annotations(node.name)).get("cpu_usage_avg_5m")
+            if text is None or decode(text).timestamp <= back_wall:
+                return False
+        return True
+
+    await eventually(fresh, timeout=30, what="annotations after the restart")
+    row.recovery = round(time.monotonic() - back, 2)
+    assert a.process.running and b.process.running, "an annotator died with the API server"
+    assert await _one_leader(a, b)
+    row.created = row.bound = len(stack.nodes)
+
+
+async def _one_leader(a: AnnotatorProc, b: AnnotatorProc) -> bool:
+    return [await _leadership(a), await _leadership(b)].count("leader") == 1

@@ -1,0 +1,189 @@
+"""Two real ``crane-scheduler`` replicas on one Lease, and the audit every scheduler fault ends with."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client
+
+from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.procs import ManagedProcess
+from tests.faults.conftest import FaultRow
+from tests.integration.scheduler.harness import child_process, config_for, events, pods_json
+
+TIMING = {"leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "500ms"}
+LEASE_DURATION, RENEW_DEADLINE = 4.0, 3.0
+DEFAULT_TIMING: dict[str, str] = {}  # kube-scheduler's: 15s lease, 10s renew deadline, 2s retry period
+
+
+def lease_config(scheduler_name: str, lease: str, namespace: str, timing: dict[str, str]) -> dict[str, Any]:
+    cfg = config_for(scheduler_name)
+    cfg["leaderElection"] = {
+        "leaderElect": True,
+        "resourceNamespace": namespace,
+        "resourceName": lease,
+        **timing,
+    }
+    return cfg
+
+
+@dataclass
+class Replica:
+    name: str
+    proc: ManagedProcess
+    port: int
+    # leadership transitions seen by polling /readyz: (monotonic time, state)
+    seen: list[tuple[float, str]] = field(default_factory=list)
+
+    async def state(self) -> str:
+        try:
+            timeout = aiohttp.ClientTimeout(total=1)
+            async with aiohttp.ClientSession(timeout=timeout) as s, s.get(f"http://127.0.0.1:{self.port}/readyz") as r:
+                return str(json.loads(await r.text()).get("leadership"))
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return "down"
+
+    async def metric(self, name: str, **labels: str) -> float:
+        """Sum of a metric's samples matching ``labels`` from the replica's /metrics."""
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with aiohttp.ClientSession(timeout=timeout) as s, s.get(f"http://127.0.0.1:{self.port}/metrics") as r:
+            text = await r.text()
+        total = 0.0
+        for line in text.splitlines():
+            if not line.startswith(name):
+                continue
+            head, _, value = line.rpartition(" ")
+            rest = head[len(name) :]
+            if rest and not rest.startswith("{"):
+                continue
+            if all(f'{k}="{v}"' in rest for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def leading_since(self) -> float | None:
+        """When this replica was first seen leading (monotonic), or None."""
+        return next((t for t, s in self.seen if s == "leader"), None)
+
+    def stopped_leading_at(self, after: float) -> float | None:
+        """First time after ``after`` it was seen not leading."""
+        return next((t for t, s in self.seen if t > after and s != "leader"), None)
+
+
+class Pair:
+    """Replicas ``a`` and ``b`` on one Lease; ``a`` may reach the API server through another kubeconfig."""
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        namespace: str,
+        selector: str,
+        scheduler_name: str,
+        timing: dict[str, str] = TIMING,
+    ) -> None:
+        self.cluster, self.namespace = cluster, namespace
+        self.cfg = lease_config(scheduler_name, f"sched-{namespace}", namespace, timing)
+        self.selector = selector
+        self.replicas: dict[str, Replica] = {}
+        self.fault_at = 0.0  # when the fault was injected (monotonic)
+        self.opened: dict[str, int] = {}  # requests a proxy saw during the fault, by kind
+        self._watch: asyncio.Task[None] | None = None
+
+    def add(self, name: str, *extra: str) -> Replica:
+        proc, port = child_process(
+            self.cluster, self.cfg, self.selector, f"{self.namespace}-{name}", self.cluster.run_dir, *extra
+        )
+        self.replicas[name] = Replica(f"{self.namespace}-{name}", proc, port)
+        return self.replicas[name]
+
+    async def start(self) -> None:
+        """Start the first replica, wait until it leads, then the others (so the first one is the leader)."""
+        first, *others = self.replicas.values()
+        await first.proc.start()
+        self._watch = asyncio.create_task(self._poll())
+        deadline = time.monotonic() + 30
+        while not (first.seen and first.seen[-1][1] == "leader"):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{first.name} did not lead within 30s: {first.seen}")
+            await asyncio.sleep(0.05)
+        for r in others:
+            await r.proc.start()
+
+    async def _poll(self) -> None:
+        while True:
+            states = await asyncio.gather(*(r.state() for r in self.replicas.values()))
+            now = time.monotonic()
+            for r, s in zip(self.replicas.values(), states, strict=True):
+                if not r.seen or r.seen[-1][1] != s:
+                    r.seen.append((now, s))
+            await asyncio.sleep(0.02)
+
+    async def leader(self, timeout: float = 30.0) -> Replica:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            leaders = [r for r in self.replicas.values() if r.seen and r.seen[-1][1] == "leader"]
+            if len(leaders) == 1:
+                return leaders[0]
+            await asyncio.sleep(0.05)
+        raise AssertionError(
+            f"no single leader within {timeout}s: {[(r.name, r.seen[-3:]) for r in self.replicas.values()]}"
+        )
+
+    def two_leaders(self) -> bool:
+        """Whether any two replicas were ever seen leading at overlapping times (from the /readyz polls)."""
+        spans: list[list[tuple[float, float]]] = []
+        for r in self.replicas.values():
+            mine, start = [], None
+            for t, state in r.seen:
+                if state == "leader" and start is None:
+                    start = t
+                elif state != "leader" and start is not None:
+                    mine.append((start, t))
+                    start = None
+            if start is not None:
+                mine.append((start, float("inf")))
+            spans.append(mine)
+        return any(
+            x[0] < y[1] and y[0] < x[1] for i, a in enumerate(spans) for b in spans[i + 1 :] for x in a for y in b
+        )
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        for r in self.replicas.values():
+            await r.proc.stop()
+
+    async def lease(self, kube: client.ApiClient) -> Any:
+        return (
+            await client.CoordinationV1Api(kube).read_namespaced_lease(f"sched-{self.namespace}", self.namespace)
+        ).spec
+
+
+async def bound_count(kube: client.ApiClient, namespace: str) -> int:
+    return sum(1 for p in await pods_json(kube, namespace) if p["spec"].get("nodeName"))
+
+
+async def audit(kube: client.ApiClient, namespace: str, created: int, row: FaultRow, timeout: float = 120.0) -> None:
+    """Wait until every pod is bound and has its Scheduled event (or ``timeout``), then fill ``row``: pods bound,
+    Scheduled events doubled, pods lost (unbound or without an event). One binding per pod is the API server's
+    rule (a second bind answers 409); the events are what the event-recorder counts, so those are audited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = await pods_json(kube, namespace)
+        scheduled = await events(kube, namespace, "Scheduled")
+        per_uid = Counter(e["regarding"]["uid"] for e in scheduled)
+        bound = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName")}
+        whole = len(bound) == created and set(per_uid) == set(bound)
+        if whole or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.5)
+    row.created, row.bound = created, len(bound)
+    row.doubled = sum(n - 1 for n in per_uid.values() if n > 1)
+    row.lost = created - len(bound) + len(set(bound) - set(per_uid))
+    wrong = [e for e in scheduled if not e["note"].endswith(f" to {bound.get(e['regarding']['uid'])}")]
+    assert not wrong, f"Scheduled events naming another node than the binding: {wrong[:3]}"

@@ -1,0 +1,278 @@
+"""crane-scheduler under faults, two real replicas on one Lease against the real API server.
+
+Each test files a row of the fault table: pods created, bound, Scheduled events doubled, pods lost, and how long
+the cluster took to be whole again. One binding per pod is enforced by the API server (409 on a second bind);
+what the tests audit is that every pod is bound, has exactly one Scheduled event naming its node, and that a
+replica which lost its lease sent no bind afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from kubernetes_asyncio import client
+
+from crane_sandbox.cluster import LocalCluster
+from tests.faults.conftest import FaultReport, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
+from tests.faults.scheduler.kit import DEFAULT_TIMING, LEASE_DURATION, RENEW_DEADLINE, Pair, audit, bound_count
+from tests.integration.scheduler.harness import create_nodes, create_pods, node, pod, wait_for
+
+
+async def _nodes(kube: client.ApiClient, group: str, count: int = 10) -> None:
+    await create_nodes(kube, [node(f"{group}-{i}", group, cpu="64", memory="256Gi", pods=500) for i in range(count)])
+
+
+async def test_leader_blackholed_longer_than_the_lease_stops_binding_before_the_standby_starts(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    proxy_to: Callable[..., Any],
+    fault_report: FaultReport,
+) -> None:
+    row = fault_report.row("scheduler: leader's API connection blackholed (2x lease) mid-burst, 2 replicas")
+    await _nodes(kube, group)
+    proxy = await proxy_to(api_host_port(cluster))
+    via_proxy = cluster.run_dir / f"{namespace}-a.kubeconfig"
+    kubeconfig_via(cluster, f"https://{proxy.host_port}", via_proxy)
+    pair = Pair(cluster, namespace, selector, scheduler_name)
+    # a: slow client (20 QPS), so a burst leaves hundreds of binds queued on its rate limiter when the cut comes
+    a = pair.add("a", "--kubeconfig", str(via_proxy), "--kube-api-qps", "20", "--kube-api-burst", "20")
+    b = pair.add("b")
+    try:
+        await pair.start()  # a leads, b is the standby
+        await wait_for(lambda: _standby(b), timeout=30, what="b to be a ready standby")
+        created = 300
+        await create_pods(kube, namespace, [pod(f"p-{i:03d}", scheduler_name) for i in range(created)])
+        await wait_for(lambda: _at_least(kube, namespace, 40), timeout=60, what="40 pods bound by a")
+        await proxy.blackhole()
+        cut = time.monotonic()
+        at_cut = await bound_count(kube, namespace)
+        assert at_cut < created - 100, "the burst was nearly over at the cut: nothing was queued"
+        await wait_for(_leads(b), timeout=LEASE_DURATION + 10, what="the standby to lead")
+        a_stopped, b_started = a.stopped_leading_at(cut), b.leading_since()
+        assert a_stopped is not None and b_started is not None
+        assert a_stopped < b_started, f"a stopped {a_stopped - cut:.2f}s after the cut, b led at {b_started - cut:.2f}s"
+        assert a_stopped - cut <= RENEW_DEADLINE + 1.0, "the old leader noticed the lost lease too late"
+        # longer than the lease, then heal: a's dropped binds must not leave now
+        await asyncio.sleep(max(0.0, 2 * LEASE_DURATION - (time.monotonic() - cut)))
+        await proxy.heal()
+        healed = time.monotonic()
+        await audit(kube, namespace, created, row)
+        row.recovery = round(time.monotonic() - healed, 2)
+        await asyncio.sleep(2.0)  # a's metrics after the heal: anything still queued would have left by now
+        assert await a.metric("crane_scheduler_binds_dropped_total") > 0, "no queued bind was dropped: not tested"
+        assert await a.metric("crane_scheduler_bind_duration_seconds_count", result="conflict") == 0, (
+            "the old leader sent binds after losing the lease"
+        )
+        assert a.seen[-1][1] == "standby" and b.seen[-1][1] == "leader"
+        spec = await pair.lease(kube)
+        assert spec.holder_identity == b.name and spec.lease_transitions == 1
+        dropped = await a.metric("crane_scheduler_binds_dropped_total")
+        row.note = (
+            f"a stepped down {a_stopped - cut:.2f}s after the cut, b led at {b_started - cut:.2f}s; "
+            f"a dropped {dropped:.0f} queued binds, sent none after"
+        )
+    finally:
+        await pair.stop()
+    assert row.doubled == 0 and row.lost == 0 and row.bound == created
+
+
+async def _standby(r: Any) -> bool:
+    return bool(await r.state() == "standby")
+
+
+def _leads(r: Any) -> Callable[[], Any]:
+    async def check() -> bool:
+        return bool(r.seen) and r.seen[-1][1] == "leader"
+
+    return check
+
+
+async def _at_least(kube: client.ApiClient, namespace: str, n: int) -> bool:
+    return await bound_count(kube, namespace) >= n
+
+
+async def _burst_with_fault(
+    kube: client.ApiClient,
+    namespace: str,
+    scheduler_name: str,
+    pair: Pair,
+    row: Any,
+    fault: Callable[[], Any],
+    created: int = 300,
+    cut_at: int = 50,
+) -> float:
+    """Create ``created`` pods at once, run ``fault`` once ``cut_at`` are bound, audit; returns when the fault
+    ended (monotonic)."""
+    await pair.start()
+    await create_pods(kube, namespace, [pod(f"p-{i:03d}", scheduler_name) for i in range(created)])
+    await wait_for(lambda: _at_least(kube, namespace, cut_at), timeout=60, what=f"{cut_at} pods bound")
+    assert await bound_count(kube, namespace) < created - 50, "the burst was nearly over: nothing was tested"
+    pair.fault_at = time.monotonic()
+    await fault()
+    ended = time.monotonic()
+    await audit(kube, namespace, created, row)
+    row.recovery = round(time.monotonic() - ended, 2)
+    assert not pair.two_leaders(), [(r.name, r.seen) for r in pair.replicas.values()]
+    return ended
+
+
+@pytest.mark.slow_fault
+async def test_api_server_restart_mid_burst_two_replicas_bind_every_pod_once(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    fault_report: FaultReport,
+) -> None:
+    row = fault_report.row("scheduler: API server restart mid-burst, 2 replicas")
+    await _nodes(kube, group)
+    pair = Pair(cluster, namespace, selector, scheduler_name)
+    pair.add("a", "--kube-api-qps", "30", "--kube-api-burst", "30")
+    pair.add("b")
+    try:
+        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, lambda: restart_apiserver(cluster, 1.0))
+        states = {r.name: r.seen[-1][1] for r in pair.replicas.values()}
+        assert sorted(states.values()) == ["leader", "standby"], states
+        terms = {r.name.rsplit("-", 1)[-1]: sum(s == "leader" for _, s in r.seen) for r in pair.replicas.values()}
+        row.note = f"terms led: {terms}; never two leaders at once"
+    finally:
+        await pair.stop()
+    assert row.doubled == 0 and row.lost == 0
+
+
+@pytest.mark.parametrize("signal", ["SIGTERM", "SIGKILL"])
+@pytest.mark.slow_fault
+async def test_leader_stopped_mid_bind_the_standby_binds_the_rest_once(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    fault_report: FaultReport,
+    signal: str,
+) -> None:
+    row = fault_report.row(f"scheduler: {'SIGTERM' if signal == 'SIGTERM' else 'kill -9'} of the leader mid-bind")
+    await _nodes(kube, group)
+    pair = Pair(cluster, namespace, selector, scheduler_name)
+    a = pair.add("a", "--kube-api-qps", "30", "--kube-api-burst", "30")
+    b = pair.add("b")
+
+    async def stop_leader() -> None:
+        await (a.proc.stop() if signal == "SIGTERM" else a.proc.kill())
+
+    try:
+        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, stop_leader)
+        took_over = (b.leading_since() or float("inf")) - pair.fault_at
+        # SIGTERM releases the lease (standby leads within a retry period); kill -9 costs one lease duration
+        limit = 3.0 if signal == "SIGTERM" else LEASE_DURATION + 3.0
+        assert took_over <= limit, f"the standby took {took_over:.2f}s to lead"
+        row.note = f"standby led {took_over:.2f}s after the signal"
+    finally:
+        await pair.stop()
+    assert row.doubled == 0 and row.lost == 0
+
+
+@pytest.mark.slow_fault
+async def test_lease_probe_1000_pending_pods_at_default_qps_the_leader_keeps_its_lease(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    fault_report: FaultReport,
+) -> None:
+    """The issue's measurement: 1,000 pods pending at once at the default client QPS (50) pushed renewTime 17 s
+    behind when lease traffic shared the binds' rate limiter. With its own client, the leader keeps the lease."""
+    row = fault_report.row("scheduler: 1,000 pods pending at once, default QPS, standby running (lease probe)")
+    await _nodes(kube, group, 20)
+    pair = Pair(cluster, namespace, selector, scheduler_name, DEFAULT_TIMING)
+    pair.add("a")  # default --kube-api-qps 50 / burst 100
+    pair.add("b")
+    created = 1000
+    lag = 0.0
+    try:
+        await pair.start()
+        await create_pods(kube, namespace, [pod(f"p-{i:04d}", scheduler_name) for i in range(created)], concurrency=100)
+        started = time.monotonic()
+        while await bound_count(kube, namespace) < created and time.monotonic() - started < 180:
+            spec = await pair.lease(kube)
+            lag = max(lag, time.time() - spec.renew_time.timestamp())
+            assert spec.lease_transitions == 0, "the leader lost its lease during the burst"
+            await asyncio.sleep(0.5)
+        await audit(kube, namespace, created, row)
+        row.recovery = round(time.monotonic() - started, 2)
+        spec = await pair.lease(kube)
+        assert spec.lease_transitions == 0 and spec.holder_identity == pair.replicas["a"].name
+        assert not pair.two_leaders()
+        row.note = f"leaseTransitions 0; renewTime at most {lag:.1f}s behind (lease 15s); all bound in {row.recovery}s"
+    finally:
+        await pair.stop()
+    assert row.doubled == 0 and row.lost == 0 and lag < 10.0
+
+
+def _pods_or_nodes(kind: str) -> Callable[[web.Request], bool]:
+    def match(request: web.Request) -> bool:
+        last = request.path.rstrip("/").rsplit("/", 1)[-1]
+        return last in ("pods", "nodes") and StatusProxy.kind(request) == kind
+
+    return match
+
+
+@pytest.mark.parametrize("status", [429, pytest.param(503, marks=pytest.mark.slow_fault)])
+async def test_429_and_503_on_the_leaders_lists_and_watches_mid_burst_every_pod_bound_once(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    status_proxy: StatusProxy,
+    fault_report: FaultReport,
+    status: int,
+) -> None:
+    """The leader's informers meet the API server's priority-and-fairness answers on their first lists and on
+    the watches they reopen mid-burst (after an API server restart cut them); the standby talks to the API directly."""
+    row = fault_report.row(f"scheduler: HTTP {status} on the leader's pod/node lists and watches, 2 replicas")
+    await _nodes(kube, group)
+    via_proxy = cluster.run_dir / f"{namespace}-a.kubeconfig"
+    kubeconfig_via(cluster, status_proxy.url, via_proxy)
+    status_proxy.fail(status, _pods_or_nodes("list"), 3)
+    pair = Pair(cluster, namespace, selector, scheduler_name)
+    pair.add("a", "--kubeconfig", str(via_proxy), "--kube-api-qps", "30", "--kube-api-burst", "30")
+    pair.add("b")
+
+    async def cut_the_watches() -> None:
+        before = dict(status_proxy.seen)
+        status_proxy.fail(status, _pods_or_nodes("watch"), 3)
+        await restart_apiserver(cluster, 1.0)  # every watch ends; reopening them meets the failures
+        await wait_for(_injected(status_proxy, status, 6), timeout=60, what="every injected failure hit")
+        pair.opened = {k: status_proxy.seen[k] - before[k] for k in before}
+
+    try:
+        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, cut_the_watches)
+    finally:
+        await pair.stop()
+    opened = pair.opened
+    assert opened["list"] + opened["watch"] <= 60, f"a tight retry loop of lists/watches: {opened}"
+    row.note = f"{status_proxy.injected.get(status)} x {status} injected; lists+watches opened after the cut: {opened}"
+    assert row.doubled == 0 and row.lost == 0
+
+
+def _injected(proxy: StatusProxy, status: int, n: int) -> Callable[[], Any]:
+    async def check() -> bool:
+        return proxy.injected.get(status, 0) >= n
+
+    return check

@@ -1,0 +1,245 @@
+"""The event-recorder under faults, on the real API server and Redis: every binding recorded exactly once.
+
+Audited from Redis: each pod UID on exactly one node's set with its event's time, and once in the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from kubernetes_asyncio import client
+
+from crane_sandbox.cluster import LocalCluster
+from crane_shared.kube import api_client_from_dict
+from tests.faults.conftest import (
+    FaultReport,
+    FaultRow,
+    StatusProxy,
+    api_host_port,
+    eventually,
+    kubeconfig_via,
+    restart_apiserver,
+)
+from tests.integration.event_recorder.kit import (
+    Binding,
+    child,
+    expected,
+    in_process,
+    notified,
+    report_events_v1,
+    stored,
+)
+
+NODES = ("node-a", "node-b", "node-c")
+
+
+def bindings(namespace: str, count: int, start: int = 0) -> list[Binding]:
+    return [
+        Binding.new(namespace, f"p{i}", NODES[i % len(NODES)], time.time() - 60 + i * 0.01)
+        for i in range(start, start + count)
+    ]
+
+
+async def audit(redis: aioredis.Redis, made: Sequence[Binding], row: FaultRow) -> bool:
+    """Fill ``row`` from what Redis holds; True when every binding is there exactly once."""
+    have, want = await stored(redis), expected(made)
+    stream = await notified(redis)
+    row.created = len(want)
+    row.bound = sum(1 for uid, v in want.items() if have.get(uid) == v)
+    row.doubled = len(stream) - len(set(stream))
+    row.lost = len(want) - row.bound
+    return row.lost == 0 and set(have) == set(want)
+
+
+async def test_redis_flushall_is_noticed_and_the_records_restored_by_a_relist(
+    kube: client.ApiClient, redis_url: str, redis: aioredis.Redis, namespace: str, fault_report: FaultReport
+) -> None:
+    """Same server, same run_id: only the epoch marker going away tells the recorder its records are gone."""
+    made = bindings(namespace, 30)
+    row = fault_report.row("Redis FLUSHALL (same server, records lost)")
+    async with in_process(kube, redis_url, namespace) as rec:
+        await eventually(rec.recorder.ready)
+        for b in made:
+            await report_events_v1(kube, b)
+        await eventually(lambda: audit(redis, made, row), what="first recording")
+        run_id = (await redis.info("server"))["run_id"]
+        await redis.flushdb()  # FLUSHALL would wipe the other tests' databases of the shared server
+        flushed = time.monotonic()
+        await eventually(lambda: audit(redis, made, row), timeout=20, what="records restored")
+        row.recovery = round(time.monotonic() - flushed, 2)
+        assert (await redis.info("server"))["run_id"] == run_id
+        assert rec.metric("watch_restarts_total", reason="redis-reset") >= 1
+    assert row.doubled == 0
+
+
+def _lists(request: Any) -> bool:
+    return StatusProxy.kind(request) == "list" and "/events" in request.path
+
+
+def _watches(request: Any) -> bool:
+    return StatusProxy.kind(request) == "watch" and "/events" in request.path
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_429_and_503_on_list_and_watch_are_retried_with_backoff_and_lose_nothing(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    redis_url: str,
+    redis: aioredis.Redis,
+    namespace: str,
+    status_proxy: StatusProxy,
+    fault_report: FaultReport,
+    status: int,
+) -> None:
+    status_proxy.fail(status, _lists, 3)
+    api = await api_client_from_dict(kubeconfig_via(cluster, status_proxy.url))
+    made = bindings(namespace, 40)
+    row = fault_report.row(f"HTTP {status} on the event-recorder's first 3 lists and 3 watches")
+    try:
+        for b in made[:20]:  # before the recorder starts: only a list can find these
+            await report_events_v1(kube, b)
+        async with in_process(api, redis_url, namespace) as rec:
+            started = time.monotonic()
+            await eventually(rec.recorder.ready, timeout=30, what="first list through the 429s/503s")
+            status_proxy.fail(status, _watches, 3)
+            before = dict(status_proxy.seen)
+            rec.recorder.relist("test: reopen the watch into the failures")
+            for b in made[20:]:
+                await report_events_v1(kube, b)
+            await eventually(lambda: status_proxy.injected.get(status) == 6, what="every injected failure hit")
+            await eventually(lambda: audit(redis, made, row), timeout=30, what="all recorded")
+            row.recovery = round(time.monotonic() - started, 2)
+            opened = {k: status_proxy.seen[k] - before[k] for k in before}
+    finally:
+        await api.close()
+    assert opened["watch"] + opened["list"] <= 20, f"a tight retry loop: {opened}"
+    assert row.doubled == 0 and row.lost == 0
+
+
+@pytest.mark.slow_fault
+async def test_api_server_restart_mid_stream_loses_and_doubles_nothing(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    redis_url: str,
+    redis: aioredis.Redis,
+    namespace: str,
+    fault_report: FaultReport,
+) -> None:
+    made = bindings(namespace, 90)
+    row = fault_report.row("API server restart mid-stream (event-recorder process)")
+    proc = child(cluster.kubeconfig_path, redis_url, namespace, cluster.run_dir / "logs")
+    await proc.process.start()
+    try:
+        await proc.process.wait_ready(proc.ready, timeout=30)
+        for b in made[:30]:
+            await report_events_v1(kube, b)
+        restarting = asyncio.create_task(restart_apiserver(cluster, down_for=2.0))
+        await restarting
+        back = time.monotonic()
+        for b in made[30:]:
+            await report_events_v1(kube, b)
+        await eventually(lambda: audit(redis, made, row), timeout=60, what="all recorded")
+        row.recovery = round(time.monotonic() - back, 2)
+        assert proc.process.running, "the recorder died"
+    finally:
+        await proc.process.stop()
+    assert row.doubled == 0
+
+
+@pytest.mark.slow_fault
+async def test_redis_connection_reset_and_blackholed_lose_nothing(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    redis_url: str,
+    redis: aioredis.Redis,
+    namespace: str,
+    proxy_to: Callable[..., Any],
+    fault_report: FaultReport,
+) -> None:
+    proxy = await proxy_to(f"127.0.0.1:{cluster.redis.port}")
+    via_proxy = f"redis://{proxy.host_port}/{redis_url.rsplit('/', 1)[1]}"
+    made = bindings(namespace, 60)
+    row = fault_report.row("Redis connection reset, then blackholed 5s (event-recorder)")
+    async with in_process(kube, via_proxy, namespace) as rec:
+        await eventually(rec.recorder.ready)
+        for b in made[:20]:
+            await report_events_v1(kube, b)
+        await eventually(lambda: rec.metric("bindings_recorded_total") == 20)
+        await proxy.reset_connections()
+        for b in made[20:40]:
+            await report_events_v1(kube, b)
+        await asyncio.sleep(1)
+        await proxy.heal()
+        await proxy.blackhole()
+        for b in made[40:]:
+            await report_events_v1(kube, b)
+        await asyncio.sleep(5)
+        await proxy.heal()
+        healed = time.monotonic()
+        await eventually(lambda: audit(redis, made, row), timeout=60, what="all recorded")
+        row.recovery = round(time.monotonic() - healed, 2)
+    assert row.doubled == 0
+
+
+@pytest.mark.slow_fault
+async def test_kill_9_of_the_event_recorder_mid_stream_loses_and_doubles_nothing(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    redis_url: str,
+    redis: aioredis.Redis,
+    namespace: str,
+    fault_report: FaultReport,
+) -> None:
+    made = bindings(namespace, 90)
+    row = fault_report.row("kill -9 of the event-recorder mid-stream, restarted")
+    proc = child(cluster.kubeconfig_path, redis_url, namespace, cluster.run_dir / "logs")
+    await proc.process.start()
+    try:
+        await proc.process.wait_ready(proc.ready, timeout=30)
+        for b in made[:30]:
+            await report_events_v1(kube, b)
+        await proc.process.kill()
+        for b in made[30:60]:  # while it is dead: only the re-list after the restart can find these
+            await report_events_v1(kube, b)
+        await proc.process.start()
+        restarted = time.monotonic()
+        for b in made[60:]:
+            await report_events_v1(kube, b)
+        await eventually(lambda: audit(redis, made, row), timeout=60, what="all recorded")
+        row.recovery = round(time.monotonic() - restarted, 2)
+    finally:
+        await proc.process.stop()
+    assert row.doubled == 0
+
+
+@pytest.mark.slow_fault
+async def test_added_latency_on_the_api_connection_records_everything_once(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    redis_url: str,
+    redis: aioredis.Redis,
+    namespace: str,
+    proxy_to: Callable[..., Any],
+    fault_report: FaultReport,
+) -> None:
+    proxy = await proxy_to(api_host_port(cluster))
+    api = await api_client_from_dict(kubeconfig_via(cluster, f"https://{proxy.host_port}"))
+    made = bindings(namespace, 40)
+    row = fault_report.row("500 ms latency on the event-recorder's API connection")
+    try:
+        await proxy.latency(500, jitter_ms=200)
+        async with in_process(api, redis_url, namespace) as rec:
+            await eventually(rec.recorder.ready, timeout=30)
+            started = time.monotonic()
+            for b in made:
+                await report_events_v1(kube, b)
+            await eventually(lambda: audit(redis, made, row), timeout=30, what="all recorded")
+            row.recovery = round(time.monotonic() - started, 2)
+    finally:
+        await api.close()
+    assert row.doubled == 0
