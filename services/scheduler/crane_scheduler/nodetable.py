@@ -54,6 +54,8 @@ class PodRecord:
     scheduler_name: str
     scheduled_at: str | None
     assumed: bool = False
+    pod: PodInfo | None = None
+    """The pod itself, for plugins that read more than the accounting (volumes, priority, labels)."""
 
     @classmethod
     def of(cls, pod: PodInfo, node: str, *, assumed: bool = False) -> PodRecord:
@@ -69,6 +71,7 @@ class PodRecord:
             pod.scheduler_name,
             pod.scheduled_at,
             assumed,
+            pod,
         )
 
 
@@ -366,6 +369,7 @@ class NodeTable:
             ):
                 old.assumed = False
                 old.scheduled_at = record.scheduled_at
+                old.pod = pod
                 for added in self.pod_added:
                     added(pod)
                 return False

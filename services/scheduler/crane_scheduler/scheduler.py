@@ -36,6 +36,7 @@ from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import ClusterEvent, Code, CycleState, Diagnosis, QueuedPod, Status
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import SchedulingQueue
+from crane_scheduler.listers import Listers
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.reporting import Reporter
@@ -58,6 +59,7 @@ class Scheduler:
         node_selector: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         metrics: SchedulerMetrics | None = None,
+        listers: Listers | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or reporter.metrics
@@ -81,7 +83,10 @@ class Scheduler:
         self.decisions = DecisionLog()
         self.synced = asyncio.Event()
         self._wakeup = asyncio.Event()
-        self.cache = Cache(table, self.queue, profiles, clock=clock, forget=reporter.forget, wake=self._wakeup.set)
+        self.cache = Cache(
+            table, self.queue, profiles, clock=clock, forget=reporter.forget, wake=self._wakeup.set, listers=listers
+        )
+        self.listers = self.cache.listers
         self.pending = self.cache.pending  # pending pods of our profiles, latest version
         self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted
         self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
@@ -106,10 +111,22 @@ class Scheduler:
         pods = self.cache.pod_informer(
             core.list_pod_for_all_namespaces, lambda cause: self.metrics.watch_restarts.labels("pods", cause).inc()
         )
-        tasks = [asyncio.create_task(nodes.run(stopping)), asyncio.create_task(pods.run(stopping))]
+        storage = client.StorageV1Api(self.api)
+        objects = self.cache.object_informers(
+            {
+                "pvcs": core.list_persistent_volume_claim_for_all_namespaces,
+                "pvs": core.list_persistent_volume,
+                "storageclasses": storage.list_storage_class,
+                "csinodes": storage.list_csi_node,
+                "pdbs": client.PolicyV1Api(self.api).list_pod_disruption_budget_for_all_namespaces,
+            }
+        )
+        for informer in objects:
+            informer.on_restart = self._count_restart(informer.name)
+        tasks = [asyncio.create_task(i.run(stopping)) for i in (nodes, pods, *objects)]
         try:
-            await nodes.synced.wait()
-            await pods.synced.wait()
+            for informer in (nodes, pods, *objects):
+                await informer.synced.wait()
             self.synced.set()
             gc.freeze()  # the initial lists are long-lived: keep the collector from rescanning them (p99 latency)
             log.info("caches synced", nodes=self.table.num_nodes, pods=len(self.table.pods), pending=len(self.pending))
@@ -120,6 +137,9 @@ class Scheduler:
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+
+    def _count_restart(self, kind: str) -> Callable[[str], None]:
+        return lambda cause: self.metrics.watch_restarts.labels(kind, cause).inc()
 
     def _wake(self) -> None:
         self._wakeup.set()

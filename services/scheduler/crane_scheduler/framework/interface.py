@@ -30,6 +30,7 @@ from crane_scheduler.framework.types import (
     Rows,
     Status,
 )
+from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 
@@ -82,13 +83,16 @@ class PluginMetrics:
 @dataclass
 class Handle:
     """What the framework gives a plugin factory: the shared node table, the API client (set before the first
-    binding cycle; None while only validating, and in pure tests), a clock, and the metrics registry."""
+    binding cycle; None while only validating, and in pure tests), a clock, the metrics registry, and the
+    listers of the other API objects plugins read."""
 
     table: NodeTable
     api: Any = None
     clock: Callable[[], float] = field(default=lambda: 0.0)
     profile: str = ""
     metrics: PluginMetrics = field(default_factory=PluginMetrics)
+    listers: Listers = field(default_factory=Listers)
+    """PVCs, PVs, StorageClasses, CSINodes, PDBs (one instance shared by every profile and the cache)."""
 
 
 @runtime_checkable

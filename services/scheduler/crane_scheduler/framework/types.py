@@ -122,7 +122,22 @@ class ClusterEvent(enum.Flag):
     NODE_UPDATE = enum.auto()
     POD_DELETE = enum.auto()  # an assigned pod went away (resources, ports freed)
     POD_UPDATE = enum.auto()  # an assigned pod changed (e.g. resized down)
-    ALL = NODE_ADD | NODE_UPDATE | POD_DELETE | POD_UPDATE
+    PVC_CHANGE = enum.auto()  # a PersistentVolumeClaim was added or updated
+    PV_CHANGE = enum.auto()  # a PersistentVolume was added or updated
+    STORAGE_CLASS_CHANGE = enum.auto()  # a StorageClass was added or updated
+    CSINODE_CHANGE = enum.auto()  # a CSINode was added or updated
+    PDB_CHANGE = enum.auto()  # a PodDisruptionBudget was added, updated or deleted
+    ALL = (
+        NODE_ADD
+        | NODE_UPDATE
+        | POD_DELETE
+        | POD_UPDATE
+        | PVC_CHANGE
+        | PV_CHANGE
+        | STORAGE_CLASS_CHANGE
+        | CSINODE_CHANGE
+        | PDB_CHANGE
+    )
 
 
 @dataclass(slots=True)

@@ -14,11 +14,19 @@ from typing import Any
 
 from crane_scheduler.framework.types import ClusterEvent
 from crane_scheduler.internal.queue import SchedulingQueue
+from crane_scheduler.listers import Kind, Listers, Obj
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
 from crane_shared.informer import EventType, Informer, ListFn
 
 PAGE_SIZE = 1000
+_OBJECT_EVENTS: dict[Kind, ClusterEvent] = {
+    "pvcs": ClusterEvent.PVC_CHANGE,
+    "pvs": ClusterEvent.PV_CHANGE,
+    "storageclasses": ClusterEvent.STORAGE_CLASS_CHANGE,
+    "csinodes": ClusterEvent.CSINODE_CHANGE,
+    "pdbs": ClusterEvent.PDB_CHANGE,
+}
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
@@ -35,7 +43,10 @@ class Cache:
         clock: Callable[[], float],
         forget: Callable[[str], None] = lambda uid: None,
         wake: Callable[[], None] = lambda: None,
+        listers: Listers | None = None,
     ) -> None:
+        self.listers = listers if listers is not None else Listers()
+        self.listers.on_change = self.on_object_change
         self.table = table
         self.queue = queue
         self.schedulers = schedulers
@@ -59,6 +70,18 @@ class Cache:
         if on_restart is not None:
             informer.on_restart = on_restart
         return informer
+
+    def object_informers(self, list_fns: dict[Kind, ListFn]) -> list[Informer]:
+        """PVCs, PVs, StorageClasses, CSINodes, PDBs into the listers (kube's shared informers for them)."""
+        return [self.listers.informer(kind, fn, PAGE_SIZE) for kind, fn in list_fns.items()]
+
+    def on_object_change(self, kind: Kind, new: Obj | None, old: Obj | None) -> None:
+        """kube registers Add/Update of PVCs, PVs, StorageClasses and CSINodes (VolumeBinding, VolumeZone, ...) and
+        every PDB change (DefaultPreemption); deletions of storage objects never make a pod schedulable."""
+        if new is None and kind != "pdbs":
+            return
+        self.queue.on_event(_OBJECT_EVENTS[kind])
+        self.wake()
 
     def node_event(self, kind: EventType, new: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind == "DELETED":

@@ -19,6 +19,7 @@ from crane_scheduler.plugins import (
     nodeunschedulable,
     queuesort,
     tainttoleration,
+    volumebinding,
 )
 
 DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
@@ -29,6 +30,7 @@ DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
     ("NodeAffinity", 2),
     ("NodePorts", None),
     ("NodeResourcesFit", 1),
+    ("VolumeBinding", None),
     ("NodeResourcesBalancedAllocation", 1),
     ("DefaultBinder", None),
 )
@@ -46,6 +48,7 @@ def builtin_registry() -> Registry:
             "NodePorts": nodeports.new,
             "NodeResourcesFit": noderesources.new_fit,
             "NodeResourcesBalancedAllocation": noderesources.new_balanced_allocation,
+            "VolumeBinding": volumebinding.new,
             "DefaultBinder": defaultbinder.new,
         },
     )
