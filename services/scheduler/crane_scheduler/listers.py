@@ -1,6 +1,7 @@
 """The API objects plugins read besides nodes and pods (kube-scheduler's listers), with kube's assume cache.
 
-PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes and PodDisruptionBudgets, each kept by one
+PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes, VolumeAttachments and PodDisruptionBudgets,
+each kept by one
 ``crane_shared.informer.Informer`` (``Cache.object_informers`` starts them). Objects stay raw JSON dicts.
 
 VolumeBinding decides a claim's volume in the scheduling cycle but writes it in the binding cycle, so the decision
@@ -19,8 +20,8 @@ from typing import Any, Literal
 from crane_shared.informer import EventType, Informer, ListFn, object_key
 
 Obj = dict[str, Any]
-Kind = Literal["pvcs", "pvs", "storageclasses", "csinodes", "pdbs"]
-KINDS: tuple[Kind, ...] = ("pvcs", "pvs", "storageclasses", "csinodes", "pdbs")
+Kind = Literal["pvcs", "pvs", "storageclasses", "csinodes", "volumeattachments", "pdbs"]
+KINDS: tuple[Kind, ...] = ("pvcs", "pvs", "storageclasses", "csinodes", "volumeattachments", "pdbs")
 
 
 class Listers:
@@ -62,6 +63,9 @@ class Listers:
 
     def csinode(self, name: str) -> Obj | None:
         return self.objects["csinodes"].get(name)
+
+    def volume_attachments(self) -> list[Obj]:
+        return list(self.objects["volumeattachments"].values())
 
     def pdbs(self) -> list[Obj]:
         return list(self.objects["pdbs"].values())

@@ -118,6 +118,7 @@ class Scheduler:
                 "pvs": core.list_persistent_volume,
                 "storageclasses": storage.list_storage_class,
                 "csinodes": storage.list_csi_node,
+                "volumeattachments": storage.list_volume_attachment,
                 "pdbs": client.PolicyV1Api(self.api).list_pod_disruption_budget_for_all_namespaces,
             }
         )

@@ -161,7 +161,10 @@ def test_no_file_is_the_default_crane_scheduler_profile_with_kube_weights() -> N
         "NodeAffinity",
         "NodePorts",
         "NodeResourcesFit",
+        "VolumeRestrictions",
+        "NodeVolumeLimits",
         "VolumeBinding",
+        "VolumeZone",
     ]
     assert prof.queue_sort.name == "PrioritySort" and names(prof.bind) == ["DefaultBinder"]
 

@@ -28,7 +28,20 @@ def test_missing_claim_stays_pending_with_kube_reason() -> None:
     result = decide(nodes3(), listers(), pod_with_claims("p", "data"))
     assert isinstance(result, Diagnosis)
     assert result.message == '0/3 nodes are available: persistentvolumeclaim "data" not found.'
-    assert result.rejectors == {"VolumeBinding"}
+    # VolumeRestrictions' PreFilter runs first and refuses it with the same message, as in kube-scheduler
+    assert result.rejectors == {"VolumeRestrictions"}
+    only_binding = {
+        "profiles": [
+            {
+                "schedulerName": "crane-scheduler",
+                "plugins": {"multiPoint": {"disabled": [{"name": "VolumeRestrictions"}]}},
+            }
+        ]
+    }
+    t = nodes3()
+    again = decide(t, listers(), pod_with_claims("p", "data"), prof=profile(t, listers(), only_binding))
+    assert isinstance(again, Diagnosis) and again.rejectors == {"VolumeBinding"}
+    assert again.message == result.message
 
 
 def test_deleting_and_lost_claims_are_refused() -> None:
@@ -63,6 +76,15 @@ def test_bound_claim_follows_its_pv_node_affinity() -> None:
 def test_bound_claim_whose_pv_is_gone() -> None:
     ls = listers(pvcs=[pvc("data", volume="pv1", bound=True)])
     result = decide(nodes3(), ls, pod_with_claims("p", "data"))
+    assert isinstance(result, Diagnosis)  # VolumeZone's PreFilter looks the PV up first
+    assert result.message == '0/3 nodes are available: persistentvolume "pv1" not found.'
+    no_zone = {
+        "profiles": [
+            {"schedulerName": "crane-scheduler", "plugins": {"multiPoint": {"disabled": [{"name": "VolumeZone"}]}}}
+        ]
+    }
+    t = nodes3()
+    result = decide(t, ls, pod_with_claims("p", "data"), prof=profile(t, ls, no_zone))
     assert isinstance(result, Diagnosis)
     assert result.message == (
         "0/3 nodes are available: 3 node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)."

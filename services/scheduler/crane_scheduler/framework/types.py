@@ -127,6 +127,7 @@ class ClusterEvent(enum.Flag):
     STORAGE_CLASS_CHANGE = enum.auto()  # a StorageClass was added or updated
     CSINODE_CHANGE = enum.auto()  # a CSINode was added or updated
     PDB_CHANGE = enum.auto()  # a PodDisruptionBudget was added, updated or deleted
+    VOLUME_ATTACHMENT_DELETE = enum.auto()  # a VolumeAttachment went away (an attach slot freed)
     ALL = (
         NODE_ADD
         | NODE_UPDATE
@@ -137,6 +138,7 @@ class ClusterEvent(enum.Flag):
         | STORAGE_CLASS_CHANGE
         | CSINODE_CHANGE
         | PDB_CHANGE
+        | VOLUME_ATTACHMENT_DELETE
     )
 
 

@@ -25,6 +25,7 @@ _OBJECT_EVENTS: dict[Kind, ClusterEvent] = {
     "pvs": ClusterEvent.PV_CHANGE,
     "storageclasses": ClusterEvent.STORAGE_CLASS_CHANGE,
     "csinodes": ClusterEvent.CSINODE_CHANGE,
+    "volumeattachments": ClusterEvent.VOLUME_ATTACHMENT_DELETE,
     "pdbs": ClusterEvent.PDB_CHANGE,
 }
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
@@ -72,13 +73,18 @@ class Cache:
         return informer
 
     def object_informers(self, list_fns: dict[Kind, ListFn]) -> list[Informer]:
-        """PVCs, PVs, StorageClasses, CSINodes, PDBs into the listers (kube's shared informers for them)."""
+        """PVCs, PVs, StorageClasses, CSINodes, VolumeAttachments, PDBs into the listers (kube's shared
+        informers for them)."""
         return [self.listers.informer(kind, fn, PAGE_SIZE) for kind, fn in list_fns.items()]
 
     def on_object_change(self, kind: Kind, new: Obj | None, old: Obj | None) -> None:
         """kube registers Add/Update of PVCs, PVs, StorageClasses and CSINodes (VolumeBinding, VolumeZone, ...) and
-        every PDB change (DefaultPreemption); deletions of storage objects never make a pod schedulable."""
-        if new is None and kind != "pdbs":
+        every PDB change (DefaultPreemption); of VolumeAttachments only deletions (NodeVolumeLimits); deletions of
+        other storage objects never make a pod schedulable."""
+        if kind == "volumeattachments":
+            if new is not None:
+                return
+        elif new is None and kind != "pdbs":
             return
         self.queue.on_event(_OBJECT_EVENTS[kind])
         self.wake()

@@ -17,9 +17,12 @@ from crane_scheduler.plugins import (
     noderesources,
     noderesourcetopology,
     nodeunschedulable,
+    nodevolumelimits,
     queuesort,
     tainttoleration,
     volumebinding,
+    volumerestrictions,
+    volumezone,
 )
 
 DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
@@ -30,7 +33,10 @@ DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
     ("NodeAffinity", 2),
     ("NodePorts", None),
     ("NodeResourcesFit", 1),
+    ("VolumeRestrictions", None),
+    ("NodeVolumeLimits", None),
     ("VolumeBinding", None),
+    ("VolumeZone", None),
     ("NodeResourcesBalancedAllocation", 1),
     ("DefaultBinder", None),
 )
@@ -48,7 +54,10 @@ def builtin_registry() -> Registry:
             "NodePorts": nodeports.new,
             "NodeResourcesFit": noderesources.new_fit,
             "NodeResourcesBalancedAllocation": noderesources.new_balanced_allocation,
+            "VolumeRestrictions": volumerestrictions.new,
+            "NodeVolumeLimits": nodevolumelimits.new,
             "VolumeBinding": volumebinding.new,
+            "VolumeZone": volumezone.new,
             "DefaultBinder": defaultbinder.new,
         },
     )
