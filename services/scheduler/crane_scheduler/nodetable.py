@@ -131,6 +131,9 @@ class NodeTable:
         self.pods: dict[str, PodRecord] = {}
         self._pods_by_node: dict[str, set[str]] = {}
         self.unschedulable_count = 0
+        # Pods nominated to a node by preemption (ours or another scheduler's), not bound yet: uid -> (pod, node).
+        # Filter counts them for pods of equal or lower priority (kube's nominator).
+        self.nominated: dict[str, tuple[PodInfo, str]] = {}
         # Plugins that account something of their own per bound pod (NRT zone results) listen here.
         self.pod_added: list[Callable[[PodInfo], None]] = []
         self.pod_removed: list[Callable[[str], None]] = []
@@ -411,6 +414,25 @@ class NodeTable:
         for removed in self.pod_removed:
             removed(uid)
         return record
+
+    def simulate_remove(self, uids: Iterable[str]) -> list[PodRecord]:
+        """Take pods out of the accounting for a what-if (preemption's dry run); ``simulate_add`` puts them back.
+        Synchronous callers only: nothing else may look at the table in between. Plugin hooks are not called."""
+        removed = []
+        for uid in uids:
+            record = self.pods.pop(uid, None)
+            if record is None:
+                continue
+            self._pods_by_node.get(record.node, set()).discard(uid)
+            self._apply(record, -1)
+            removed.append(record)
+        if removed:
+            self.version += 1
+        return removed
+
+    def simulate_add(self, records: Iterable[PodRecord]) -> None:
+        for record in records:
+            self._insert(record)
 
     def pods_on(self, node: str) -> Iterable[PodRecord]:
         return (self.pods[uid] for uid in self._pods_by_node.get(node, ()))

@@ -92,6 +92,9 @@ class Handle:
     profile: str = ""
     metrics: PluginMetrics = field(default_factory=PluginMetrics)
     listers: Listers = field(default_factory=Listers)
+    framework: Any = None
+    """The plugin's profile (``runtime.Profile``), set once built: what kube's handle offers as
+    ``RunFilterPluginsWithNominatedPods`` (preemption's dry run runs the profile's own filters)."""
     """PVCs, PVs, StorageClasses, CSINodes, PDBs (one instance shared by every profile and the cache)."""
 
 

@@ -163,6 +163,8 @@ class Diagnosis:
     rejectors: set[str] = field(default_factory=set)
     pre_filter_msg: str = ""
     post_filter_msg: str = ""
+    preemptible: Mask | None = None
+    """Rows rejected only with resolvable reasons (kube: status Unschedulable): where preemption may help."""
 
     @property
     def message(self) -> str:

@@ -114,6 +114,7 @@ class Cache:
 
     def on_pod(self, raw: dict[str, Any]) -> None:
         spec = raw.get("spec") or {}
+        self._track_nomination(raw)
         if not spec.get("nodeName") and spec.get("schedulerName", "default-scheduler") not in self.schedulers:
             return  # another scheduler's pending pod: nothing to account, nothing to schedule
         pod = parse_pod(raw)
@@ -138,8 +139,20 @@ class Cache:
         self.queue.add(pod, self.clock())  # add() updates in place when the pod is already queued
         self.wake()
 
+    def _track_nomination(self, raw: dict[str, Any]) -> None:
+        """kube's nominator: a pending pod (of any scheduler) with ``status.nominatedNodeName`` is expected on that
+        node once preemption's victims are gone; Filter counts it there for pods of equal or lower priority."""
+        meta = raw.get("metadata") or {}
+        uid = meta.get("uid", "")
+        node = (raw.get("status") or {}).get("nominatedNodeName")
+        if node and not (raw.get("spec") or {}).get("nodeName") and not meta.get("deletionTimestamp"):
+            self.table.nominated[uid] = (parse_pod(raw), node)
+        else:
+            self.table.nominated.pop(uid, None)
+
     def on_pod_deleted(self, raw: dict[str, Any]) -> None:
         uid = (raw.get("metadata") or {}).get("uid", "")
+        self.table.nominated.pop(uid, None)
         self.pending.pop(uid, None)
         self.queue.delete(uid)
         self.forget(uid)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from crane_scheduler.framework.registry import Registry
 from crane_scheduler.plugins import (
     defaultbinder,
+    defaultpreemption,
     nodeaffinity,
     nodename,
     nodeports,
@@ -37,6 +38,7 @@ DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
     ("NodeVolumeLimits", None),
     ("VolumeBinding", None),
     ("VolumeZone", None),
+    ("DefaultPreemption", None),
     ("NodeResourcesBalancedAllocation", 1),
     ("DefaultBinder", None),
 )
@@ -58,6 +60,7 @@ def builtin_registry() -> Registry:
             "NodeVolumeLimits": nodevolumelimits.new,
             "VolumeBinding": volumebinding.new,
             "VolumeZone": volumezone.new,
+            "DefaultPreemption": defaultpreemption.new,
             "DefaultBinder": defaultbinder.new,
         },
     )
