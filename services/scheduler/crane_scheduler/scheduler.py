@@ -83,6 +83,8 @@ class Scheduler:
         self.decisions = DecisionLog()
         self.synced = asyncio.Event()
         self._wakeup = asyncio.Event()
+        if listers is None:  # the profiles' plugins read the listers their handle holds: feed those
+            listers = next((p.handle.listers for p in profiles.values() if p.handle is not None), None)
         self.cache = Cache(
             table, self.queue, profiles, clock=clock, forget=reporter.forget, wake=self._wakeup.set, listers=listers
         )

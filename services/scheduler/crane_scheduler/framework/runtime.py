@@ -72,6 +72,7 @@ class Profile:
     post_bind: list[PostBindPlugin] = field(default_factory=list)
     percentage_of_nodes_to_score: int | None = None
     plugins: dict[str, Plugin] = field(default_factory=dict)
+    handle: Handle | None = None
 
     def events_of(self, plugin: str) -> ClusterEvent:
         instance = self.plugins.get(plugin)
@@ -315,6 +316,7 @@ def _build(pc: ProfileConfig, p: str, registry: Registry, handle: Handle, proble
         percentage_of_nodes_to_score=pc.percentage_of_nodes_to_score,
         plugins=instances,
     )
+    profile.handle = handle
     handle.framework = profile
     return profile
 
