@@ -1,8 +1,8 @@
 # The two commands of the README, plus the pieces they are made of.
 .PHONY: sandbox test setup lint unit integration bench
 
-sandbox: setup        ## the local cluster with the three services, until Ctrl-C
-	.venv/bin/cranectl sandbox
+sandbox: setup        ## the local cluster with the three services, until Ctrl-C (SANDBOX_ARGS="--mode second")
+	.venv/bin/python -m crane_sandbox $(SANDBOX_ARGS)
 
 test: setup lint      ## everything CI runs: lint, types, unit and integration tests
 	.venv/bin/pytest -q

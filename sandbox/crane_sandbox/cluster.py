@@ -1,8 +1,9 @@
-"""The local cluster: etcd, a real kube-apiserver with RBAC, and redis-server, on free loopback ports.
+"""The local cluster: etcd, a real kube-apiserver with RBAC, redis-server and, on request, a real
+kube-controller-manager, on free loopback ports.
 
-One piece of code serves the pytest fixtures, the benchmarks and ``cranectl sandbox``. Servers start in parallel
-where they can (etcd and Redis together, then the API server), every process logs to its own file under the run
-directory, and ``stop()`` reaps everything even after a failed start.
+One piece of code serves the pytest fixtures, the benchmarks and the sandbox. Servers start in parallel where they
+can (etcd and Redis together, then the API server, then the controller manager), every process logs to its own
+file under the run directory, and ``stop()`` reaps everything even after a failed start.
 """
 
 from __future__ import annotations
@@ -152,6 +153,9 @@ class KubeApiServer:
     etcd_url: str
     binaries: KubeBinaries
     pki: Pki
+    service_account_admission: bool = False
+    """on only when a controller manager creates each namespace's ``default`` ServiceAccount; without one the
+    admission plugin would refuse every pod"""
     port: int = field(default_factory=free_port)
     process: ManagedProcess | None = None
 
@@ -177,8 +181,11 @@ class KubeApiServer:
                 f"--service-account-key-file={self.pki.sa_pub}",
                 f"--service-account-signing-key-file={self.pki.sa_key}",
                 "--service-cluster-ip-range=10.96.0.0/16",
-                # No controller-manager runs here, so nothing creates each namespace's "default" ServiceAccount.
-                "--disable-admission-plugins=ServiceAccount",
+                *([] if self.service_account_admission else ["--disable-admission-plugins=ServiceAccount"]),
+                # Watch-list streams need etcd's watch progress requests (etcd >= 3.4.31), which Debian's etcd 3.4
+                # lacks; with the gate on, the server turns every watch from resourceVersion 0 into one (KWOK's
+                # watches are such) and fails it, and KWOK confirmed deletions only after re-listing, 20 s late.
+                "--feature-gates=WatchList=false",
                 "--max-requests-inflight=3000",
                 "--max-mutating-requests-inflight=1000",
                 "--enable-priority-and-fairness=false",
@@ -204,15 +211,102 @@ class KubeApiServer:
             await self.process.stop()
 
 
-class LocalCluster:
-    """etcd + kube-apiserver + redis-server. Extra components (Prometheus, fleet, services) attach to it."""
+CONTROLLERS = (
+    "deployment-controller",
+    "replicaset-controller",
+    "statefulset-controller",
+    "job-controller",
+    "cronjob-controller",
+    "ttl-after-finished-controller",
+    "daemonset-controller",
+    "garbage-collector-controller",
+    "pod-garbage-collector-controller",
+    "disruption-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolume-protection-controller",
+    "persistentvolumeclaim-protection-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "node-lifecycle-controller",
+    "taint-eviction-controller",
+    "endpointslice-controller",
+    "resourcequota-controller",
+)
+"""The controllers a scheduler relies on: workload controllers that create pods, the ones that clean up after
+them, volume binding, namespaces and service accounts, and node lifecycle (taints for unhealthy nodes)."""
 
-    def __init__(self, run_dir: Path | None = None, *, binaries: KubeBinaries | None = None) -> None:
+
+@dataclass
+class ControllerManager:
+    """The real kube-controller-manager, authenticating as ``system:kube-controller-manager`` (bound by the
+    bootstrap RBAC policy), each controller with its own service-account credentials, signing service-account
+    tokens with the API server's key."""
+
+    run_dir: Path
+    binaries: KubeBinaries
+    pki: Pki
+    kubeconfig: Path
+    controllers: tuple[str, ...] = CONTROLLERS
+    port: int = field(default_factory=free_port)
+    process: ManagedProcess | None = None
+
+    async def start(self) -> None:
+        self.process = ManagedProcess(
+            "kube-controller-manager",
+            [
+                str(self.binaries.controller_manager),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                # The API server's serving certificate names 127.0.0.1, so the health probe verifies it too.
+                f"--tls-cert-file={self.pki.serving_cert}",
+                f"--tls-private-key-file={self.pki.serving_key}",
+                f"--service-account-private-key-file={self.pki.sa_key}",
+                f"--root-ca-file={self.pki.ca_cert}",
+                "--use-service-account-credentials=true",
+                f"--controllers={','.join(self.controllers)}",
+                "--leader-elect=false",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                "--profiling=false",
+                "--v=1",
+            ],
+            self.run_dir / "logs" / "kube-controller-manager.log",
+        )
+        await self.process.start()
+        await self.process.wait_ready(self._ready, timeout=60)
+
+    async def _ready(self) -> bool:
+        ctx = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(f"https://127.0.0.1:{self.port}/healthz", ssl=ctx, timeout=aiohttp.ClientTimeout(total=2)) as r,
+        ):
+            return r.status == 200
+
+    async def stop(self) -> None:
+        if self.process:
+            await self.process.stop()
+
+
+class LocalCluster:
+    """etcd + kube-apiserver + redis-server, plus kube-controller-manager when ``controllers`` is set. Extra
+    components (KWOK, Prometheus, fleet, services) attach to it."""
+
+    def __init__(
+        self, run_dir: Path | None = None, *, binaries: KubeBinaries | None = None, controllers: bool = False
+    ) -> None:
         self.run_dir = run_dir or new_run_dir("cluster")
         self.binaries = binaries
+        self.controllers = controllers
         self.etcd = Etcd(self.run_dir)
         self.redis = RedisServer(self.run_dir)
         self.apiserver: KubeApiServer | None = None
+        self.controller_manager: ControllerManager | None = None
         self.pki: Pki | None = None
 
     async def start(self) -> None:
@@ -224,17 +318,23 @@ class LocalCluster:
                 asyncio.to_thread(make_pki, self.run_dir / "pki"), self.etcd.start(), self.redis.start()
             )
             self.pki = pki
-            self.apiserver = KubeApiServer(self.run_dir, self.etcd.url, binaries, pki)
+            self.apiserver = KubeApiServer(
+                self.run_dir, self.etcd.url, binaries, pki, service_account_admission=self.controllers
+            )
             await self.apiserver.start()
-            self.kubeconfig_path.write_text(yaml.safe_dump(self.kubeconfig_dict()))
-            self.kubeconfig_path.chmod(0o600)
+            self.write_kubeconfig(self.kubeconfig_path, self.kubeconfig_dict())
+            if self.controllers:
+                self.controller_manager = ControllerManager(
+                    self.run_dir, binaries, pki, self.component_kubeconfig("system:kube-controller-manager")
+                )
+                await self.controller_manager.start()
         except BaseException:
             await self.stop()
             raise
 
     async def stop(self) -> None:
         """Stop in reverse order; never raises, so teardown always reaps every process."""
-        for component in (self.apiserver, self.etcd, self.redis):
+        for component in (self.controller_manager, self.apiserver, self.etcd, self.redis):
             if component is not None:
                 with contextlib.suppress(Exception):
                     await component.stop()
@@ -260,6 +360,22 @@ class LocalCluster:
     @property
     def redis_url(self) -> str:
         return self.redis.url
+
+    @staticmethod
+    def write_kubeconfig(path: Path, config: dict[str, Any]) -> Path:
+        """Write a kubeconfig readable by its owner only (it holds a bearer token)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def component_kubeconfig(self, user: str) -> Path:
+        """A kubeconfig file for one of the static-token component users of ``crane_sandbox.pki.USERS``."""
+        assert self.pki is not None, "cluster not started"
+        name = user.removeprefix("system:")
+        return self.write_kubeconfig(
+            self.run_dir / "kubeconfigs" / f"{name}.yaml", self.kubeconfig_dict(self.pki.tokens[user], user)
+        )
 
     def kubeconfig_dict(self, token: str | None = None, user: str = "admin") -> dict[str, Any]:
         """A kubeconfig for the admin, or for any bearer token (e.g. a service account's)."""

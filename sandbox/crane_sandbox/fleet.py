@@ -1,7 +1,7 @@
 """A simulated fleet of nodes whose load follows the pods bound to them.
 
-The sandbox has no kubelets: nodes are API objects only, and their "real" usage is computed here from the pods
-the scheduler binds. The exporter serves these numbers as node-exporter series, so the whole chain
+The sandbox's kubelets are simulated (KWOK): nodes are API objects only, and their "real" usage is computed here
+from the pods that run on them. The exporter serves these numbers as node-exporter series, so the whole chain
 (Prometheus rules, annotator, scheduler) sees load that reacts to scheduling decisions, which is what a
 load-aware scheduler has to be tested against.
 
@@ -21,6 +21,7 @@ from typing import Any, Literal
 from crane_shared.quantity import parse_quantity
 
 InstanceStyle = Literal["ip", "ip:port", "name"]
+LoadShape = Literal["uneven", "even"]
 
 USAGE_ANNOTATION = "sandbox.crane.io/usage"
 """Pod annotation with the pod's simulated usage, e.g. ``cpu=2,memory=20Gi`` (either key may be left out)."""
@@ -115,11 +116,16 @@ def make_fleet(
     instance_styles: Sequence[InstanceStyle] = ("ip",),
     labels: Mapping[str, str] | None = None,
     prefix: str = "node-",
+    base_loads: Sequence[tuple[float, float]] | None = None,
 ) -> list[SimNode]:
-    """``n`` identical nodes ``node-0001``... with IPs 10.0.0.1...; instance styles cycle over
-    ``instance_styles`` so one fleet can exercise every node-to-series mapping."""
+    """``n`` nodes ``node-0001``... with IPs 10.0.0.1...; instance styles cycle over ``instance_styles`` so one
+    fleet can exercise every node-to-series mapping. ``base_loads`` gives each node its own (cpu, memory) base
+    fractions; without it every node has ``base_cpu_fraction``/``base_mem_fraction``."""
     if not instance_styles:
         raise ValueError("instance_styles must not be empty")
+    if base_loads is not None and len(base_loads) != n:
+        raise ValueError(f"base_loads has {len(base_loads)} entries for {n} nodes")
+    loads = base_loads or [(base_cpu_fraction, base_mem_fraction)] * n
     width = max(4, len(str(n)))
     return [
         SimNode(
@@ -127,13 +133,29 @@ def make_fleet(
             internal_ip=sim_ip(i),
             cpu_cores=cpu_cores,
             memory_bytes=memory_bytes,
-            base_cpu_fraction=base_cpu_fraction,
-            base_mem_fraction=base_mem_fraction,
+            base_cpu_fraction=loads[i - 1][0],
+            base_mem_fraction=loads[i - 1][1],
             labels=dict(labels or {}),
             instance_style=instance_styles[(i - 1) % len(instance_styles)],
         )
         for i in range(1, n + 1)
     ]
+
+
+def base_loads(shape: LoadShape, n: int, low: float = 0.10, high: float = 0.55) -> list[tuple[float, float]]:
+    """(cpu, memory) base fractions of ``n`` nodes. "even": all at ``low``. "uneven" (the default of the sandbox,
+    like the seed experiment's nodes at 10/15 %, 20/25 %, 35/45 %): CPU spread evenly from ``low`` to ``high``,
+    memory 5 points above, in a scrambled node order so that name order does not give the answer away; every node
+    stays below the default 65 % threshold."""
+    if n < 1:
+        raise ValueError(f"a fleet needs at least one node, got {n}")
+    if shape == "even":
+        return [(low, round(low + 0.05, 4))] * n
+    if shape != "uneven":
+        raise ValueError(f"unknown load shape {shape!r} (expected 'uneven' or 'even')")
+    step = 3 if math.gcd(3, n) == 1 else 1
+    fractions = [((i * step) % n) / (n - 1) if n > 1 else 0.0 for i in range(n)]
+    return [(round(low + (high - low) * f, 4), round(low + 0.05 + (high - low) * f, 4)) for f in fractions]
 
 
 def node_manifest(node: SimNode) -> dict[str, Any]:
@@ -149,8 +171,9 @@ def node_manifest(node: SimNode) -> dict[str, Any]:
     }
 
 
-def node_status(node: SimNode, now: float) -> dict[str, Any]:
-    """Status patch that makes the node schedulable: capacity, addresses, and a Ready condition."""
+def node_status(node: SimNode, now: float, *, ready: bool = True) -> dict[str, Any]:
+    """Status patch with the node's capacity and addresses, and a Ready condition if ``ready`` (without it the
+    node's kubelet, KWOK, reports the conditions)."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     resources = {
         "cpu": _format_cpu(node.cpu_cores),
@@ -158,26 +181,26 @@ def node_status(node: SimNode, now: float) -> dict[str, Any]:
         "pods": "110",
         "ephemeral-storage": "100Gi",
     }
-    return {
-        "status": {
-            "capacity": resources,
-            "allocatable": resources,
-            "addresses": [
-                {"type": "InternalIP", "address": node.internal_ip},
-                {"type": "Hostname", "address": node.name},
-            ],
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "simulated by crane_sandbox",
-                    "lastHeartbeatTime": stamp,
-                    "lastTransitionTime": stamp,
-                }
-            ],
-        }
+    status: dict[str, Any] = {
+        "capacity": resources,
+        "allocatable": resources,
+        "addresses": [
+            {"type": "InternalIP", "address": node.internal_ip},
+            {"type": "Hostname", "address": node.name},
+        ],
     }
+    if ready:
+        status["conditions"] = [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "simulated by crane_sandbox",
+                "lastHeartbeatTime": stamp,
+                "lastTransitionTime": stamp,
+            }
+        ]
+    return {"status": status}
 
 
 def _format_cpu(cores: float) -> str:
@@ -235,13 +258,14 @@ def pod_requests(pod: Mapping[str, Any] | Any) -> tuple[float, int]:
 
 
 def bound_pod(pod: Mapping[str, Any] | Any) -> BoundPod | None:
-    """The usage a pod puts on its node, or None when it puts none (not bound yet, or finished)."""
+    """The usage a pod puts on its node, or None when it puts none: only a Running pod does (a bound pod its
+    kubelet has not started yet, and a finished one, load nothing)."""
     data = _as_dict(pod)
     meta = _get(data, "metadata") or {}
     spec = _get(data, "spec") or {}
     node = _get(spec, "nodeName")
     phase = _get(_get(data, "status"), "phase")
-    if not node or phase in ("Succeeded", "Failed"):
+    if not node or phase != "Running":
         return None
     req_cpu, req_mem = pod_requests(data)
     cpu, memory = req_cpu * DEFAULT_USAGE_FRACTION, math.ceil(req_mem * DEFAULT_USAGE_FRACTION)

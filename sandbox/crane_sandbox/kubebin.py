@@ -1,8 +1,11 @@
-"""kube-apiserver and kube-scheduler, built from the pinned ``k8s.io/kubernetes`` Go module and cached.
+"""Kubernetes and KWOK binaries, built from pinned Go modules and cached outside the work tree.
 
-No registry ships these binaries, so the sandbox builds them from ``sandbox/kube`` (a tiny Go module pinning
-one Kubernetes release). The cache key hashes that module's files, so binaries are rebuilt only when the pin (or
-the build) changes; a fresh clone on the same machine reuses them. The first build takes several minutes.
+No registry ships these binaries, so the sandbox builds them: kube-apiserver, kube-scheduler and
+kube-controller-manager from ``sandbox/kube`` (a tiny Go module pinning one ``k8s.io/kubernetes`` release), and
+KWOK's controller from ``sandbox/kwok`` (a separate module pinning ``sigs.k8s.io/kwok``, so KWOK's dependency
+versions never move the Kubernetes pin). Each module is one ``go build`` invocation. The cache key hashes the
+module's files, so binaries are rebuilt only when a pin (or a build file) changes; a fresh clone on the same
+machine reuses them. The first build takes several minutes.
 """
 
 from __future__ import annotations
@@ -15,11 +18,26 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-MODULE_DIR = Path(__file__).resolve().parent.parent / "kube"
-BINARIES = ("kube-apiserver", "kube-scheduler")
+SANDBOX_DIR = Path(__file__).resolve().parent.parent
+MODULE_DIR = SANDBOX_DIR / "kube"
+KWOK_MODULE_DIR = SANDBOX_DIR / "kwok"
+BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+KWOK_BINARIES = ("kwok",)
+
+KWOK_STAGES = (
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+)
+"""KWOK's default stages as ``kwokctl`` configures them (node-fast, heartbeat with Lease, pod-fast), copied from
+the pinned module at build time: nodes become Ready and renew their Lease, bound pods go Running with an IP, Job
+pods complete, deletions are confirmed."""
 
 
 @dataclass(frozen=True)
@@ -27,70 +45,112 @@ class KubeBinaries:
     version: str
     apiserver: Path
     scheduler: Path
+    controller_manager: Path
 
 
-def pinned_version(module_dir: Path = MODULE_DIR) -> str:
-    """The ``k8s.io/kubernetes`` release required by the Go module."""
+@dataclass(frozen=True)
+class KwokBinaries:
+    version: str
+    kwok: Path
+    stages: Path
+    """one YAML stream with the stages of ``KWOK_STAGES`` (``kwok --config``)"""
+
+
+def pinned_version(module_dir: Path = MODULE_DIR, module: str = "k8s.io/kubernetes") -> str:
+    """The release of ``module`` required by the Go module in ``module_dir``."""
     for line in (module_dir / "go.mod").read_text().splitlines():
         parts = line.split()
         if parts[:1] == ["require"]:
             parts = parts[1:]
-        if len(parts) >= 2 and parts[0] == "k8s.io/kubernetes":
+        if len(parts) >= 2 and parts[0] == module:
             return parts[1]
-    raise RuntimeError(f"{module_dir / 'go.mod'}: no 'require k8s.io/kubernetes <version>' line")
+    raise RuntimeError(f"{module_dir / 'go.mod'}: no 'require {module} <version>' line")
 
 
 def cache_root() -> Path:
     return Path(os.environ.get("CRANE_KUBEBIN_CACHE", Path.home() / ".cache" / "crane-kubebin"))
 
 
-def _build_key(module_dir: Path) -> str:
+def _build_key(module_dir: Path, version: str, prefix: str = "") -> str:
     digest = hashlib.sha256()
     for path in sorted(module_dir.rglob("*")):
         if path.is_file() and path.suffix in {".go", ".mod", ".sum"}:
             digest.update(path.relative_to(module_dir).as_posix().encode())
             digest.update(path.read_bytes())
-    return f"{pinned_version(module_dir)}-{digest.hexdigest()[:12]}"
+    return f"{prefix}{version}-{digest.hexdigest()[:12]}"
 
 
-def ensure_binaries(module_dir: Path = MODULE_DIR, *, quiet: bool = False) -> KubeBinaries:
-    """Return cached binaries, building them first if this pin was never built on this machine."""
-    key = _build_key(module_dir)
+def _ensure_built(
+    module_dir: Path, key: str, binaries: tuple[str, ...], what: str, *, quiet: bool, extra: tuple[str, ...] = ()
+) -> Path:
+    """The cache directory holding ``binaries`` (and ``extra`` files), after one ``go build`` if needed."""
     target = cache_root() / key
-    result = KubeBinaries(pinned_version(module_dir), target / BINARIES[0], target / BINARIES[1])
-    if all((target / b).exists() for b in BINARIES):
-        return result
+    wanted = (*binaries, *extra)
+    if all((target / b).exists() for b in wanted):
+        return target
     go = shutil.which("go")
     if go is None:
-        raise RuntimeError("Go is needed to build kube-apiserver (https://go.dev/doc/install); 'go' is not on PATH")
+        raise RuntimeError(f"Go is needed to build {what} (https://go.dev/doc/install); 'go' is not on PATH")
     cache_root().mkdir(parents=True, exist_ok=True)
-    with open(cache_root() / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel callers wait for one build
-        if all((target / b).exists() for b in BINARIES):
-            return result
+    with open(cache_root() / f".{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel callers of one pin wait for one build
+        if all((target / b).exists() for b in wanted):
+            return target
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root()))
         if not quiet:
-            print(
-                f"building kube-apiserver and kube-scheduler {result.version} (first time: minutes)...",
-                file=sys.stderr,
-                flush=True,
-            )
+            print(f"building {what} (first time: minutes)...", file=sys.stderr, flush=True)
         env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false"}
+        started = time.monotonic()
         subprocess.run(
             [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(staging) + "/", "./cmd/..."],
             cwd=module_dir,
             env=env,
             check=True,
         )
+        if extra:
+            _write_kwok_stages(go, module_dir, env, staging / extra[0])
         staging.rename(target)
-    return result
+        if not quiet:
+            print(f"built {what} in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+    return target
+
+
+def _write_kwok_stages(go: str, module_dir: Path, env: dict[str, str], out: Path) -> None:
+    source = subprocess.run(
+        [go, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
+        cwd=module_dir,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    docs = [(Path(source) / rel).read_text().strip() for rel in KWOK_STAGES]
+    out.write_text("\n---\n".join(docs) + "\n")
+
+
+def ensure_binaries(module_dir: Path = MODULE_DIR, *, quiet: bool = False) -> KubeBinaries:
+    """Return the cached Kubernetes binaries, building them first if this pin was never built on this machine."""
+    version = pinned_version(module_dir)
+    what = f"{', '.join(BINARIES)} {version}"
+    target = _ensure_built(module_dir, _build_key(module_dir, version), BINARIES, what, quiet=quiet)
+    return KubeBinaries(version, *(target / b for b in BINARIES))
+
+
+def ensure_kwok(module_dir: Path = KWOK_MODULE_DIR, *, quiet: bool = False) -> KwokBinaries:
+    """Return the cached KWOK controller and its stage file, building them first if needed."""
+    version = pinned_version(module_dir, "sigs.k8s.io/kwok")
+    key = _build_key(module_dir, version, prefix="kwok-")
+    stages = "kwok-stages.yaml"
+    target = _ensure_built(module_dir, key, KWOK_BINARIES, f"kwok {version}", quiet=quiet, extra=(stages,))
+    return KwokBinaries(version, target / KWOK_BINARIES[0], target / stages)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.parse_args()
     bins = ensure_binaries()
-    print(f"{bins.version}\n{bins.apiserver}\n{bins.scheduler}")
+    kwok = ensure_kwok()
+    print(f"{bins.version}\n{bins.apiserver}\n{bins.scheduler}\n{bins.controller_manager}\n{kwok.version}\n{kwok.kwok}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,13 @@ class Pki:
     sa_pub: Path
     token_file: Path
     admin_token: str
+    tokens: dict[str, str]
+    """bearer token per user of ``USERS`` (each component authenticates as itself)"""
+
+
+USERS = ("system:kube-controller-manager", "system:kube-scheduler", "kwok-controller")
+"""Static-token users besides the admin: the first two are bound by the API server's bootstrap
+RBAC policy; the sandbox binds ``kwok-controller`` to KWOK's own ClusterRole."""
 
 
 def _openssl(*args: str) -> None:
@@ -84,7 +91,13 @@ def make_pki(directory: Path) -> Pki:
     _openssl("genrsa", "-out", str(d / "sa.key"), "2048")
     _openssl("rsa", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub"))
     token = secrets.token_hex(24)
+    tokens = {user: secrets.token_hex(24) for user in USERS}
     token_file = d / "tokens.csv"
-    token_file.write_text(f'{token},admin,admin-uid,"system:masters"\n')
-    token_file.chmod(0o600)
-    return Pki(d / "ca.crt", d / "serving.crt", d / "serving.key", d / "sa.key", d / "sa.pub", token_file, token)
+    lines = [f'{token},admin,admin-uid,"system:masters"']
+    lines += [f"{tokens[user]},{user},{user}-uid" for user in USERS]
+    # Create the file private: it holds every component's credentials.
+    token_file.touch(mode=0o600)
+    token_file.write_text("\n".join(lines) + "\n")
+    return Pki(
+        d / "ca.crt", d / "serving.crt", d / "serving.key", d / "sa.key", d / "sa.pub", token_file, token, tokens
+    )

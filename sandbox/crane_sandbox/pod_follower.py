@@ -1,8 +1,7 @@
-"""Kubernetes side of the simulated fleet: create the Node objects, and feed bound pods into ``FleetState``.
+"""Kubernetes side of the simulated fleet: create the Node objects, and feed Running pods into ``FleetState``.
 
-Thin adapters over kubernetes_asyncio; all decisions (what a pod weighs, what a node object looks like) live in
-``crane_sandbox.fleet``. Pods are read as plain JSON dicts rather than client models: deserialising tens of
-thousands of pods into models costs seconds of CPU and buys nothing here.
+Thin adapters; all decisions (what a pod weighs, what a node object looks like) live in ``crane_sandbox.fleet``.
+Pods are followed with the one shared informer (``crane_shared.informer``), as plain JSON dicts.
 """
 
 from __future__ import annotations
@@ -12,116 +11,61 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
-from kubernetes_asyncio import client, watch
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_sandbox.fleet import BoundPod, FleetState, SimNode, node_manifest, node_status, pod_uid
+from crane_shared.informer import EventType, Informer, Obj
 from crane_shared.kube import raw_json
 
 log = logging.getLogger(__name__)
 
 
 class PodFollower:
-    """List all pods, then watch from the list's resourceVersion; keeps ``state`` in step with bound pods.
+    """Keeps ``state`` in step with the pods that run on its nodes (all namespaces), through an ``Informer``.
 
-    A 410 (resourceVersion too old, expired continue token) re-lists at once; any other failure backs off
-    exponentially and retries. ``run`` never returns and never raises, except when cancelled. ``synced`` is set
-    after every successful list, so callers can wait for the first one.
+    The informer reports a re-list as ADDED/MODIFIED/DELETED differences, so pods deleted while the watch was
+    down disappear from the state too. ``synced`` is set after the first full list.
     """
 
-    def __init__(
-        self,
-        api_client: client.ApiClient,
-        state: FleetState,
-        *,
-        watch_timeout: int = 300,
-        page_size: int = 500,
-        backoff_initial: float = 0.5,
-        backoff_max: float = 30.0,
-    ) -> None:
-        self.v1 = client.CoreV1Api(api_client)
+    def __init__(self, api_client: client.ApiClient, state: FleetState) -> None:
         self.state = state
-        self.watch_timeout = watch_timeout
-        self.page_size = page_size
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
-        self.synced = asyncio.Event()
+        # Only Running pods load a node; a pod leaving that phase is reported as DELETED by the watch.
+        self.informer = Informer(
+            "sandbox-pods",
+            client.CoreV1Api(api_client).list_pod_for_all_namespaces,
+            handler=self._on_event,
+            field_selector="status.phase=Running",
+        )
+        self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+
+    @property
+    def synced(self) -> asyncio.Event:
+        return self.informer.synced
+
+    def _on_event(self, kind: EventType, new: Obj, old: Obj | None) -> None:
+        if kind == "DELETED":
+            self.state.remove_pod(pod_uid(new))
+            return
+        bound = self.state.on_pod(new)
+        if bound is not None:
+            _warn_annotation(bound)
 
     def start(self) -> asyncio.Task[None]:
         if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self.run(), name="pod-follower")
+            self._stopping.clear()
+            self._task = asyncio.create_task(self.informer.run(self._stopping), name="pod-follower")
         return self._task
 
     async def stop(self) -> None:
         if self._task is not None:
+            self._stopping.set()
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-
-    async def run(self) -> None:
-        backoff = self.backoff_initial
-        while True:
-            try:
-                rv = await self._list()
-                self.synced.set()
-                backoff = self.backoff_initial
-                while True:
-                    rv = await self._watch(rv)
-            except ApiException as e:
-                if e.status == 410:
-                    log.info("pod watch expired (%s); re-listing", e.reason)
-                    continue
-                log.warning("pod follower: API error %s %s; retrying in %.1fs", e.status, e.reason, backoff)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.warning("pod follower: %r; retrying in %.1fs", e, backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self.backoff_max)
-
-    async def _list(self) -> str:
-        """All pods, page by page (one snapshot), replacing the state's pods; returns the resourceVersion."""
-        items: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            page = await raw_json(
-                self.v1.list_pod_for_all_namespaces(
-                    limit=self.page_size, _continue=token, _preload_content=False, _request_timeout=60
-                )
-            )
-            items.extend(page.get("items") or [])
-            meta = page.get("metadata") or {}
-            token = meta.get("continue")
-            if not token:
-                break
-        for bound in self.state.resync(items):
-            _warn_annotation(bound)
-        return str(meta["resourceVersion"])
-
-    async def _watch(self, rv: str) -> str:
-        """One watch request until the server ends it; returns the resourceVersion to continue from."""
-        # return_type "object" keeps events as dicts (no model deserialisation).
-        async with watch.Watch(return_type="object") as w:
-            stream = w.stream(
-                self.v1.list_pod_for_all_namespaces,
-                resource_version=rv,
-                allow_watch_bookmarks=True,
-                timeout_seconds=self.watch_timeout,
-                _request_timeout=self.watch_timeout + 30,
-            )
-            async for event in stream:
-                kind, obj = event["type"], event["raw_object"]
-                if kind in ("ADDED", "MODIFIED"):
-                    bound = self.state.on_pod(obj)
-                    if bound is not None:
-                        _warn_annotation(bound)
-                elif kind == "DELETED":
-                    self.state.remove_pod(pod_uid(obj))
-            return str(w.resource_version or rv)
 
 
 def _warn_annotation(bound: BoundPod) -> None:
@@ -129,32 +73,47 @@ def _warn_annotation(bound: BoundPod) -> None:
         log.warning("pod %s: %s; using the default usage", bound.name, bound.annotation_error)
 
 
-async def create_nodes(api_client: client.ApiClient, nodes: Sequence[SimNode], concurrency: int = 16) -> None:
-    """Create (or update) the Node objects of a simulated fleet and mark them Ready with their capacity.
+async def create_nodes(
+    api_client: client.ApiClient, nodes: Sequence[SimNode], concurrency: int = 16, *, kwok: bool = False
+) -> None:
+    """Create (or update) the Node objects of a simulated fleet with their capacity and addresses.
 
-    Idempotent: an existing node gets its labels and status refreshed, so a sandbox can be restarted on the same
-    etcd. Status is a subresource, hence the separate PATCH.
+    With ``kwok``, the nodes carry KWOK's annotation and KWOK turns them Ready (and the node lifecycle controller
+    lifts the not-ready taint). Without it (a bare cluster with no kubelet and no controllers, as most integration
+    tests use), the nodes are marked Ready here and the taint the TaintNodesByCondition admission plugin puts on
+    every new node is removed, since nothing else would. Idempotent: an existing node gets its labels and status
+    refreshed, so a sandbox can be restarted on the same etcd.
     """
+    from crane_sandbox.kwok import MANAGED_ANNOTATION, MANAGED_VALUE
+
     v1 = client.CoreV1Api(api_client)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(node: SimNode) -> None:
         manifest = node_manifest(node)
+        if kwok:
+            manifest["metadata"]["annotations"] = {MANAGED_ANNOTATION: MANAGED_VALUE}
+        status = node_status(node, time.time(), ready=not kwok)
         async with gate:
             try:
-                await raw_json(v1.create_node(manifest, _preload_content=False))
+                await raw_json(v1.create_node(manifest, _preload_content=False, _request_timeout=30))
             except ApiException as e:
                 if e.status != 409:
                     raise
-                labels = {"metadata": {"labels": manifest["metadata"]["labels"]}}
-                await raw_json(v1.patch_node(node.name, labels, _preload_content=False))
-            await raw_json(v1.patch_node_status(node.name, node_status(node, time.time()), _preload_content=False))
-            # The TaintNodesByCondition admission plugin taints every new node not-ready; without a node
-            # lifecycle controller nothing would ever remove it, and every scheduler would refuse the node.
-            untaint = {"spec": {"taints": None}}
-            await raw_json(
-                v1.patch_node(node.name, untaint, _preload_content=False, _content_type="application/merge-patch+json")
-            )
+                meta = {k: v for k, v in manifest["metadata"].items() if k in ("labels", "annotations")}
+                await raw_json(v1.patch_node(node.name, {"metadata": meta}, _preload_content=False))
+            await raw_json(v1.patch_node_status(node.name, status, _preload_content=False, _request_timeout=30))
+            if not kwok:
+                untaint = {"spec": {"taints": None}}
+                await raw_json(
+                    v1.patch_node(
+                        node.name,
+                        untaint,
+                        _preload_content=False,
+                        _content_type="application/merge-patch+json",
+                        _request_timeout=30,
+                    )
+                )
 
     async with asyncio.TaskGroup() as group:
         for node in nodes:

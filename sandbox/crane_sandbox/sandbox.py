@@ -1,7 +1,8 @@
-"""``cranectl sandbox``: the local cluster plus a simulated fleet, Prometheus and the three services.
+"""The sandbox: the local cluster with kube-controller-manager, KWOK's simulated kubelets, a simulated
+node-exporter fleet with uneven base load, Prometheus and the three services.
 
-Composition only: every part lives in its own module (cluster, fleet, exporter, prometheus, pod_follower) and
-each service runs as its own process with its real command line, exactly as in a container, logging to the run
+Composition only: every part lives in its own module (cluster, kwok, fleet, exporter, prometheus, pod_follower)
+and each service runs as its own process with its real command line, exactly as in a container, logging to the run
 directory. Services whose package has no entry point yet are skipped with a note.
 """
 
@@ -10,19 +11,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import ssl
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
+import aiohttp
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.exporter import FleetExporter
-from crane_sandbox.fleet import FleetState, SimNode, make_fleet
+from crane_sandbox.fleet import FleetState, LoadShape, SimNode, base_loads, make_fleet
+from crane_sandbox.kubebin import ensure_binaries, ensure_kwok
+from crane_sandbox.kwok import USER as KWOK_USER
+from crane_sandbox.kwok import KwokController
+from crane_sandbox.kwok import grant as grant_kwok
 from crane_sandbox.pod_follower import PodFollower, create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port
 from crane_sandbox.prometheus import PrometheusServer
-from crane_shared.kube import api_client_from_dict
+from crane_shared.kube import api_client_from_dict, raw_json
 
 SANDBOX_POLICY = """\
 # The upstream default policy with sync periods short enough to watch the sandbox react (the fast recording
@@ -55,20 +64,43 @@ spec:
 """
 
 
+Mode = Literal["replace", "second"]
+
 SCHEDULER_CONFIG = """\
-# crane-scheduler's configuration in the sandbox: kube-scheduler's default plugins plus Dynamic (the default
-# profile), reading the sandbox policy. The lease lives in the sandbox's default namespace.
+# crane-scheduler's configuration in the sandbox: kube-scheduler's default plugins plus Dynamic, reading the
+# sandbox policy, in the profile {scheduler_name}. The lease lives in the sandbox's default namespace. The
+# estimate of a just-bound pod lasts as long as the fast rules take to absorb it (a 10 s average, 5 s sync),
+# not the 5 minutes of the upstream rules.
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 leaderElection:
   resourceNamespace: default
 profiles:
-  - schedulerName: crane-scheduler
+  - schedulerName: {scheduler_name}
     pluginConfig:
       - name: Dynamic
         args:
           policyConfigPath: {policy}
+          estimate: {window: 15s}
 """
+
+KUBE_SCHEDULER_CONFIG = """\
+# The real kube-scheduler beside crane-scheduler ("second scheduler" mode): it serves default-scheduler.
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: {kubeconfig}
+leaderElection:
+  leaderElect: false
+profiles:
+  - schedulerName: default-scheduler
+"""
+
+
+def crane_scheduler_name(mode: Mode) -> str:
+    """The schedulerName crane-scheduler serves: all pods in mode "replace" (the seed documents' "replace the
+    default scheduler"), only pods that ask for it in mode "second" (beside the real kube-scheduler)."""
+    return "default-scheduler" if mode == "replace" else "crane-scheduler"
 
 
 @dataclass(frozen=True)
@@ -84,11 +116,16 @@ class Sandbox:
     nodes: int = 10
     run_dir: Path = field(default_factory=lambda: new_run_dir("sandbox"))
     fleet: list[SimNode] | None = None
-    """the simulated nodes; default: ``nodes`` identical ones, instance labels cycling through every style"""
+    """the simulated nodes; default: ``nodes`` nodes with uneven base load (``load``), instance labels cycling
+    through every style"""
+    load: LoadShape = "uneven"
+    mode: Mode = "replace"
     scheduler_config: str | None = None
     """KubeSchedulerConfiguration text; ``{policy}`` is replaced by the policy file's path"""
     services: tuple[str, ...] = ("event-recorder", "annotator", "scheduler")
     cluster: LocalCluster | None = None
+    kwok: KwokController | None = None
+    kube_scheduler: ManagedProcess | None = None
     prometheus: PrometheusServer | None = None
     exporter: FleetExporter | None = None
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
@@ -106,28 +143,67 @@ class Sandbox:
     def scheduler_config_path(self) -> Path:
         return self.run_dir / "scheduler-config.yaml"
 
+    @property
+    def scheduler_name(self) -> str:
+        return crane_scheduler_name(self.mode)
+
     async def start(self) -> None:
         try:
-            self.cluster = LocalCluster(self.run_dir)
+            kwok_bins, kube_bins = await asyncio.gather(
+                asyncio.to_thread(ensure_kwok), asyncio.to_thread(ensure_binaries)
+            )
+            self.cluster = LocalCluster(self.run_dir, binaries=kube_bins, controllers=True)
             await self.cluster.start()
             self._api = await api_client_from_dict(self.cluster.kubeconfig_dict())
-            fleet = self.fleet or make_fleet(self.nodes, instance_styles=("ip:port", "ip", "name"))
+            fleet = self.fleet or make_fleet(
+                self.nodes, instance_styles=("ip:port", "ip", "name"), base_loads=base_loads(self.load, self.nodes)
+            )
             self.nodes = len(fleet)
             state = FleetState(fleet)
             self.state = state
             self.exporter = FleetExporter(state)
             await self.exporter.start()
             self.prometheus = PrometheusServer(self.run_dir, self.exporter.targets(), rules="fast")
-            await asyncio.gather(create_nodes(self._api, fleet), self.prometheus.start())
+            await grant_kwok(self._api)
+            self.kwok = KwokController(self.run_dir, kwok_bins, self.cluster.component_kubeconfig(KWOK_USER))
+            await asyncio.gather(create_nodes(self._api, fleet, kwok=True), self.prometheus.start(), self.kwok.start())
             self._follower = PodFollower(self._api, state)
             self._follower.start()
             self.policy_path.write_text(SANDBOX_POLICY)
             config = (self.scheduler_config or SCHEDULER_CONFIG).replace("{policy}", str(self.policy_path))
-            self.scheduler_config_path.write_text(config)
-            await asyncio.gather(*(self._start_service(spec) for spec in self._service_specs()))
+            self.scheduler_config_path.write_text(config.replace("{scheduler_name}", self.scheduler_name))
+            starts = [self._start_service(spec) for spec in self._service_specs()]
+            if self.mode == "second":
+                starts.append(self._start_kube_scheduler())
+            await asyncio.gather(*starts, wait_ready(self._api, fleet))
         except BaseException:
             await self.stop()
             raise
+
+    async def _start_kube_scheduler(self) -> None:
+        assert self.cluster is not None and self.cluster.binaries is not None and self.cluster.pki is not None
+        pki = self.cluster.pki
+        kubeconfig = self.cluster.component_kubeconfig("system:kube-scheduler")
+        config = self.run_dir / "kube-scheduler-config.yaml"
+        config.write_text(KUBE_SCHEDULER_CONFIG.replace("{kubeconfig}", str(kubeconfig)))
+        port = free_port()
+        self.kube_scheduler = ManagedProcess(
+            "kube-scheduler",
+            [
+                str(self.cluster.binaries.scheduler),
+                f"--config={config}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={pki.serving_cert}",
+                f"--tls-private-key-file={pki.serving_key}",
+                "--v=1",
+            ],
+            self.run_dir / "logs" / "kube-scheduler.log",
+        )
+        await self.kube_scheduler.start()
+        await self.kube_scheduler.wait_ready(lambda: _healthy_tls(port, pki.ca_cert), timeout=60)
 
     def _service_specs(self) -> list[ServiceSpec]:
         assert self.cluster is not None and self.prometheus is not None
@@ -170,13 +246,14 @@ class Sandbox:
         await process.wait_ready(lambda: _healthy(spec.port), timeout=60)
 
     async def stop(self) -> None:
-        for process in self.processes.values():
-            with contextlib.suppress(Exception):
-                await process.stop()
+        for process in [*self.processes.values(), self.kube_scheduler]:
+            if process is not None:
+                with contextlib.suppress(Exception):
+                    await process.stop()
         if self._follower is not None:
             with contextlib.suppress(Exception):
                 await self._follower.stop()
-        for part in (self.prometheus, self.exporter):
+        for part in (self.kwok, self.prometheus, self.exporter):
             if part is not None:
                 with contextlib.suppress(Exception):
                     await part.stop()
@@ -188,22 +265,29 @@ class Sandbox:
     def describe(self) -> str:
         assert self.cluster is not None and self.prometheus is not None
         kubeconfig = self.cluster.kubeconfig_path
+        mode = (
+            "crane-scheduler serves default-scheduler (every pod)"
+            if self.mode == "replace"
+            else "crane-scheduler serves schedulerName crane-scheduler; kube-scheduler serves default-scheduler"
+        )
         lines = [
-            f"crane sandbox is up: {self.nodes} simulated nodes, run directory {self.run_dir}",
+            f"crane sandbox is up: {self.nodes} simulated nodes (KWOK), {mode}",
+            f"run directory {self.run_dir}",
             "",
             f"  export KUBECONFIG={kubeconfig}",
-            "  kubectl get nodes -o custom-columns=NAME:.metadata.name,CPU5M:.metadata.annotations.cpu_usage_avg_5m,"
-            "HOT:.metadata.annotations.node_hot_value",
-            "  kubectl run demo --image=pause --restart=Never "
-            '--overrides=\'{"spec":{"schedulerName":"crane-scheduler"}}\'',
-            "  kubectl get pods -o wide; kubectl get events --field-selector reason=Scheduled",
+            "  kubectl create deployment web --image=nginx --replicas=6"
+            + ("" if self.mode == "replace" else "   # placed by kube-scheduler"),
         ]
-        if "scheduler" in self.ports:
-            lines.append(f"  cranectl explain default/demo --scheduler http://127.0.0.1:{self.ports['scheduler']}")
-        lines += [
-            "",
-            f"  Prometheus:  {self.prometheus.url}",
-        ]
+        if self.mode == "second":
+            lines.append(
+                '  kubectl run demo --image=nginx --overrides=\'{"spec":{"schedulerName":"crane-scheduler"}}\''
+            )
+        lines.append("  kubectl get pods -o wide")
+        scheduler = f" --scheduler http://127.0.0.1:{self.ports['scheduler']}" if "scheduler" in self.ports else ""
+        lines.append(f"  cranectl nodes --policy {self.policy_path}")
+        if scheduler:
+            lines.append(f"  cranectl explain default/<pod>{scheduler}")
+        lines += ["", f"  Prometheus:  {self.prometheus.url}"]
         for name, port in self.ports.items():
             lines.append(f"  {name + ':':14} http://127.0.0.1:{port}/metrics   (log: logs/{name}.log)")
         for name in self.skipped:
@@ -212,8 +296,49 @@ class Sandbox:
         return "\n".join(lines)
 
 
-async def _healthy(port: int) -> bool:
-    import aiohttp
+async def wait_ready(api_client: client.ApiClient, fleet: list[SimNode], timeout: float = 120.0) -> None:
+    """Until every simulated node is Ready without a taint (KWOK's heartbeat seen by the node lifecycle
+    controller) and the ``default`` namespace has its ServiceAccount (pods can be created)."""
+    v1 = client.CoreV1Api(api_client)
+    names = {n.name for n in fleet}
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = await raw_json(v1.list_node(_preload_content=False, _request_timeout=30))
+        ready = {n["metadata"]["name"] for n in nodes.get("items", []) if node_is_ready(n)}
+        accounts = await raw_json(
+            v1.list_namespaced_service_account("default", _preload_content=False, _request_timeout=30)
+        )
+        has_default = any(a["metadata"]["name"] == "default" for a in accounts.get("items", []))
+        if names <= ready and has_default:
+            return
+        if time.monotonic() > deadline:
+            missing = sorted(names - ready)
+            raise TimeoutError(
+                f"after {timeout:.0f}s: nodes not Ready/untainted: {missing[:5]}{'...' if len(missing) > 5 else ''}; "
+                f"default ServiceAccount present: {has_default}"
+            )
+        await asyncio.sleep(0.5)
 
-    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/healthz") as r:
+
+def node_is_ready(node: dict[str, Any]) -> bool:
+    """Ready=True and no taint (a fresh node carries node.kubernetes.io/not-ready until the controller lifts it)."""
+    conditions = node.get("status", {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return ready and not node.get("spec", {}).get("taints")
+
+
+async def _healthy_tls(port: int, ca: Path) -> bool:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    async with (
+        aiohttp.ClientSession() as s,
+        s.get(f"https://127.0.0.1:{port}/healthz", ssl=ctx, timeout=aiohttp.ClientTimeout(total=2)) as r,
+    ):
+        return r.status == 200
+
+
+async def _healthy(port: int) -> bool:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.get(f"http://127.0.0.1:{port}/healthz", timeout=aiohttp.ClientTimeout(total=2)) as r,
+    ):
         return r.status == 200

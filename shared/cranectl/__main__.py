@@ -1,39 +1,51 @@
-"""cranectl: the operator's tool. ``cranectl sandbox`` runs the local cluster with the three services;
-``cranectl explain NS/POD`` asks the scheduler why a pod landed where it did, or why it is still pending."""
+"""cranectl: the operator's tool. ``cranectl explain NS/POD`` asks the scheduler why a pod landed where it did,
+or why it is still pending; ``cranectl nodes`` shows each node's real usage, requests, hot value and freshness.
+(The development sandbox is ``python -m crane_sandbox``, not part of this tool.)"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import signal
+import os
 import sys
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from typing import Any
 
 from crane_shared.logs import configure_logging
 
 
-def _sandbox(args: argparse.Namespace) -> int:
-    from crane_sandbox.sandbox import Sandbox
+def _nodes(args: argparse.Namespace) -> int:
+    from kubernetes_asyncio import client
 
-    async def run() -> None:
-        sandbox = Sandbox(nodes=args.nodes)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        print("starting the sandbox (the first run builds kube-apiserver: minutes)...", flush=True)
-        await sandbox.start()
+    from crane_shared.kube import KubeSettings, make_api_client, raw_json
+    from crane_shared.policy import policy_or_default
+    from cranectl.nodes import node_rows, render
+
+    policy = policy_or_default(args.policy)
+
+    async def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        api = await make_api_client(KubeSettings(kubeconfig=args.kubeconfig))
         try:
-            print(sandbox.describe(), flush=True)
-            await stop.wait()
+            v1 = client.CoreV1Api(api)
+            nodes = await raw_json(v1.list_node(_preload_content=False, _request_timeout=30))
+            pods = await raw_json(
+                v1.list_pod_for_all_namespaces(
+                    field_selector="spec.nodeName!=", _preload_content=False, _request_timeout=60
+                )
+            )
+            return nodes.get("items", []), pods.get("items", [])
         finally:
-            print("\nstopping...", flush=True)
-            await sandbox.stop()
+            await api.close()
 
-    asyncio.run(run())
+    try:
+        nodes, pods = asyncio.run(fetch())
+    except Exception as err:  # one line for the user, not a traceback
+        print(f"cannot list nodes and pods: {err}", file=sys.stderr)
+        return 2
+    print(render(node_rows(nodes, pods, policy, datetime.now(UTC)), policy))
     return 0
 
 
@@ -86,9 +98,10 @@ def render_explain(body: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="cranectl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sb = sub.add_parser("sandbox", help="run a local cluster with the three services until Ctrl-C")
-    sb.add_argument("--nodes", type=int, default=10, help="number of simulated nodes")
-    sb.set_defaults(func=_sandbox)
+    nd = sub.add_parser("nodes", help="per node: real usage per policy metric, requests, hot value, freshness")
+    nd.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG")
+    nd.add_argument("--policy", help="DynamicSchedulerPolicy file (default: the upstream default policy)")
+    nd.set_defaults(func=_nodes)
     ex = sub.add_parser("explain", help="why a pod was placed where it is, or why it is still pending")
     ex.add_argument("pod", help="NAMESPACE/NAME")
     ex.add_argument("--scheduler", default="http://127.0.0.1:10261", help="base URL of the scheduler's HTTP server")

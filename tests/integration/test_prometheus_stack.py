@@ -38,8 +38,8 @@ def pod(name: str, node: str, *, usage: str | None = None, cpu: str = "0", memor
 
 
 def seen(body: dict[str, Any]) -> dict[str, Any]:
-    """The same pod as a watch would report it: the API server gave it a uid."""
-    return {**body, "metadata": {**body["metadata"], "uid": body["metadata"]["name"]}}
+    """The same pod as a watch would report it once its kubelet runs it: with a uid, Running."""
+    return {**body, "metadata": {**body["metadata"], "uid": body["metadata"]["name"]}, "status": {"phase": "Running"}}
 
 
 # Nodes have 8 cores, 32 GiB, and a base load of 10 % CPU and 20 % memory. Instance styles cycle
@@ -176,13 +176,21 @@ async def test_sim_nodes_are_ready_in_the_api_and_bound_pods_load_them(kube: cli
     assert [(c.type, c.status) for c in node.status.conditions] == [("Ready", "True")]
 
     state = FleetState(nodes)
-    await v1.create_namespaced_pod(namespace, pod("listed", "sim-0001", usage="cpu=2,memory=8Gi"))
-    follower = PodFollower(kube, state, watch_timeout=30)
+
+    async def run(body: dict[str, Any]) -> None:
+        """Create a pod and report it Running, as its kubelet would (this cluster has none)."""
+        await v1.create_namespaced_pod(namespace, body)
+        name = body["metadata"]["name"]
+        await v1.patch_namespaced_pod_status(name, namespace, {"status": {"phase": "Running"}})
+
+    await run(pod("listed", "sim-0001", usage="cpu=2,memory=8Gi"))
+    await v1.create_namespaced_pod(namespace, pod("pending", "sim-0001", usage="cpu=4"))  # bound, never started
+    follower = PodFollower(kube, state)
     follower.start()
     try:
         await asyncio.wait_for(follower.synced.wait(), 10)
         assert state.usage("sim-0001") == pytest.approx((0.1 + 2 / 8, 0.2 + 8 / 32))
-        await v1.create_namespaced_pod(namespace, pod("watched", "sim-0002", cpu="2", memory="4Gi"))
+        await run(pod("watched", "sim-0002", cpu="2", memory="4Gi"))
         await v1.create_namespaced_pod(namespace, pod("unbound", "", usage="cpu=8"))
         await eventually(lambda: state.usage("sim-0002") == pytest.approx((0.1 + 1 / 8, 0.2 + 2 / 32)))
         await v1.delete_namespaced_pod("listed", namespace, grace_period_seconds=0)

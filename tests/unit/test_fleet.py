@@ -12,6 +12,7 @@ from kubernetes_asyncio.client import (
     V1ObjectMeta,
     V1Pod,
     V1PodSpec,
+    V1PodStatus,
     V1ResourceRequirements,
 )
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,6 +24,7 @@ from crane_sandbox.fleet import (
     USAGE_ANNOTATION,
     FleetState,
     SimNode,
+    base_loads,
     bound_pod,
     make_fleet,
     node_manifest,
@@ -135,6 +137,7 @@ def test_malformed_annotation_falls_back_to_default_and_says_why() -> None:
 
 def test_unbound_and_finished_pods_put_no_load() -> None:
     assert bound_pod(pod("p", node=None, usage="cpu=1")) is None
+    assert bound_pod(pod("p", usage="cpu=1", phase="Pending")) is None  # bound, kubelet has not started it
     assert bound_pod(pod("p", usage="cpu=1", phase="Succeeded")) is None
     assert bound_pod(pod("p", usage="cpu=1", phase="Failed")) is None
 
@@ -146,6 +149,7 @@ def test_client_models_are_accepted_like_api_dicts() -> None:
             node_name="node-0001",
             containers=[V1Container(name="c", resources=V1ResourceRequirements(requests={"cpu": "2"}))],
         ),
+        status=V1PodStatus(phase="Running"),
     )
     bound = bound_pod(model)
     assert bound is not None
@@ -281,3 +285,21 @@ def test_every_node_lands_in_exactly_one_shard() -> None:
     shards = [shard_of(n, 5) for n in names]
     assert set(shards) == {0, 1, 2, 3, 4}
     assert max(shards.count(i) for i in range(5)) < 1100  # roughly even: no shard is twice its share
+
+
+def test_uneven_base_load_spreads_every_node_to_its_own_level_below_the_threshold() -> None:
+    loads = base_loads("uneven", 10)
+    cpus = sorted(cpu for cpu, _ in loads)
+    assert len(set(cpus)) == 10
+    assert cpus[0] == pytest.approx(0.10) and cpus[-1] == pytest.approx(0.55)
+    assert all(mem == pytest.approx(cpu + 0.05) for cpu, mem in loads)
+    assert [cpu for cpu, _ in loads] != cpus  # name order does not give the ranking away
+    assert base_loads("uneven", 1) == [(0.10, 0.15)]
+    assert base_loads("even", 3) == [(0.10, 0.15)] * 3
+
+
+def test_make_fleet_takes_one_base_load_per_node() -> None:
+    fleet = make_fleet(3, base_loads=[(0.1, 0.2), (0.3, 0.4), (0.5, 0.6)])
+    assert [(n.base_cpu_fraction, n.base_mem_fraction) for n in fleet] == [(0.1, 0.2), (0.3, 0.4), (0.5, 0.6)]
+    with pytest.raises(ValueError, match="base_loads has 2 entries for 3 nodes"):
+        make_fleet(3, base_loads=[(0.1, 0.2), (0.3, 0.4)])

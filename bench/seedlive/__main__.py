@@ -1,0 +1,299 @@
+"""The seed experiment (seed 001) run live in the sandbox: ``python -m bench.seedlive [--replicas 10]``.
+
+Two services whose replicas really use much less than they request: memory-heavy (uses 2 CPU / 20Gi, requests
+5 / 40Gi) and CPU-heavy (uses 8 CPU / 8Gi, requests 12 / 12Gi). Each runs on its own three nodes of 48 CPU /
+192Gi with the seed's uneven base load (10/15 %, 20/25 %, 35/45 % CPU/memory), where the busiest node in reality
+carries the fewest requests (other pods request 16/64Gi on the first node, 8/32Gi on the second). The Deployment is
+scaled one replica at a time, once per strategy, all in one sandbox (second-scheduler mode):
+
+- ``crane``: crane-scheduler as shipped (kube-scheduler's plugins plus Dynamic);
+- ``kube``: the real kube-scheduler binary (requests only);
+- ``upstream``: crane-scheduler with upstream crane's Dynamic behaviour (hot value without its own bindings,
+  no estimate of bound-but-unmeasured load).
+
+Real load travels the production path: the simulated node-exporters serve each node's usage (base load plus its
+Running pods), Prometheus computes the fast recording rules, the annotator writes annotations, the scheduler
+reads them. The table reports each node's real usage of the service's main resource after the last step, the
+number of nodes above the 65 % threshold, whether a node went over while another still had headroom, and the
+spread (max - min) of real usage. A PNG plots node usage against replicas, one panel per strategy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from crane_sandbox.fleet import GI, SimNode, make_fleet
+from crane_sandbox.sandbox import Sandbox
+from crane_shared.kube import api_client_from_dict, raw_json
+
+THRESHOLD = 0.65
+CPU_CORES = 48
+MEMORY_GI = 192
+NAMESPACE = "seed"
+BASE = [(0.10, 0.15), (0.20, 0.25), (0.35, 0.45)]
+OTHER_REQUESTS = [("16", "64Gi"), ("8", "32Gi"), (None, None)]
+
+
+@dataclass(frozen=True)
+class Service:
+    key: str
+    usage: str
+    cpu: str
+    memory: str
+    main: int
+    """0: CPU is the resource that runs out, 1: memory"""
+
+
+SERVICES = (
+    Service("mem", "cpu=2,memory=20Gi", "5", "40Gi", main=1),
+    Service("cpu", "cpu=8,memory=8Gi", "12", "12Gi", main=0),
+)
+STRATEGIES = {"crane": "crane-scheduler", "kube": "default-scheduler", "upstream": "crane-upstream-style"}
+
+SCHEDULER_CONFIG = """\
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  resourceNamespace: default
+profiles:
+  - schedulerName: crane-scheduler
+    pluginConfig:
+      - name: Dynamic
+        # A just-bound pod's estimate lasts as long as the fast rules take to absorb it (10 s average, 5 s sync).
+        args: {policyConfigPath: "{policy}", estimate: {window: 15s}}
+  - schedulerName: crane-upstream-style
+    pluginConfig:
+      - name: Dynamic
+        args:
+          policyConfigPath: "{policy}"
+          ownBindingsInHotValue: false
+          estimate: {enabled: false}
+"""
+
+
+@dataclass
+class Run:
+    strategy: str
+    service: Service
+    nodes: list[str]
+    steps: list[list[float]] = field(default_factory=list)
+    """per step, each node's real usage of the main resource"""
+    counts: list[int] = field(default_factory=list)
+    pending: int = 0
+    over_with_headroom: bool = False
+    pending_with_headroom: bool = False
+    """replicas left pending at the end although a node could still take one"""
+
+    @property
+    def group(self) -> str:
+        return f"{self.strategy}-{self.service.key}"
+
+
+def fleet() -> list[SimNode]:
+    nodes: list[SimNode] = []
+    for g, (strategy, service) in enumerate((s, v) for s in STRATEGIES for v in SERVICES):
+        group = f"{strategy}-{service.key}"
+        three = make_fleet(
+            3,
+            cpu_cores=CPU_CORES,
+            memory_bytes=MEMORY_GI * GI,
+            base_loads=BASE,
+            prefix=f"{group}-",
+            labels={"seed": group},
+        )
+        nodes += [replace(n, internal_ip=f"10.{g + 1}.0.{i + 1}") for i, n in enumerate(three)]
+    return nodes
+
+
+def pod_spec(scheduler: str, group: str, cpu: str, memory: str) -> dict[str, Any]:
+    return {
+        "schedulerName": scheduler,
+        "nodeSelector": {"seed": group},
+        "containers": [{"name": "app", "image": "stress", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+    }
+
+
+async def prepare(api: client.ApiClient, runs: list[Run]) -> None:
+    v1 = client.CoreV1Api(api)
+    await v1.create_namespace({"metadata": {"name": NAMESPACE}})
+    deadline = time.monotonic() + 60
+    while not any(a.metadata.name == "default" for a in (await v1.list_namespaced_service_account(NAMESPACE)).items):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no default ServiceAccount in {NAMESPACE}")
+        await asyncio.sleep(0.5)
+    apps = client.AppsV1Api(api)
+    for run in runs:
+        for node, (cpu, memory) in zip(run.nodes, OTHER_REQUESTS, strict=True):
+            if cpu is None or memory is None:
+                continue
+            spec = pod_spec("default-scheduler", run.group, cpu, memory) | {"nodeName": node}
+            meta = {"name": f"other-{node}", "annotations": {"sandbox.crane.io/usage": "cpu=0,memory=0"}}
+            await v1.create_namespaced_pod(NAMESPACE, {"metadata": meta, "spec": spec})
+        labels = {"app": run.group}
+        template = {
+            "metadata": {"labels": labels, "annotations": {"sandbox.crane.io/usage": run.service.usage}},
+            "spec": pod_spec(STRATEGIES[run.strategy], run.group, run.service.cpu, run.service.memory),
+        }
+        body = {
+            "metadata": {"name": run.group},
+            "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": template},
+        }
+        await apps.create_namespaced_deployment(NAMESPACE, body)
+
+
+async def placed(api: client.ApiClient, group: str) -> tuple[dict[str, int], int]:
+    body = await raw_json(
+        client.CoreV1Api(api).list_namespaced_pod(NAMESPACE, label_selector=f"app={group}", _preload_content=False)
+    )
+    counts: dict[str, int] = {}
+    pending = 0
+    for pod in body["items"]:
+        node = pod["spec"].get("nodeName")
+        if node and pod.get("status", {}).get("phase") == "Running":
+            counts[node] = counts.get(node, 0) + 1
+        else:
+            pending += 1
+    return counts, pending
+
+
+async def experiment(replicas: int, interval: float) -> list[Run]:
+    sandbox = Sandbox(fleet=fleet(), mode="second", scheduler_config=SCHEDULER_CONFIG)
+    print("starting the sandbox...", flush=True)
+    await sandbox.start()
+    assert sandbox.cluster is not None and sandbox.state is not None
+    state = sandbox.state
+    api = await api_client_from_dict(sandbox.cluster.kubeconfig_dict())
+    try:
+        runs = [Run(s, svc, [f"{s}-{svc.key}-{i:04d}" for i in range(1, 4)]) for s in STRATEGIES for svc in SERVICES]
+        await prepare(api, runs)
+        print(f"sandbox up ({sandbox.run_dir}); warming up Prometheus and the annotations...", flush=True)
+        await asyncio.sleep(interval)
+        apps = client.AppsV1Api(api)
+        for step in range(1, replicas + 1):
+            started = time.monotonic()
+            await asyncio.gather(
+                *(
+                    apps.patch_namespaced_deployment_scale(r.group, NAMESPACE, {"spec": {"replicas": step}})
+                    for r in runs
+                )
+            )
+            # One replica per interval, as the experiment did: the interval lets the load reach Prometheus and
+            # the annotations before the next decision.
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+            for r in runs:
+                counts, r.pending = await placed(api, r.group)
+                usage = [state.usage(n)[r.service.main] for n in r.nodes]
+                r.steps.append(usage)
+                r.counts = [counts.get(n, 0) for n in r.nodes]
+                if max(usage) > THRESHOLD and any(
+                    has_headroom(r.service, i, r.counts[i], state.usage(n)) for i, n in enumerate(r.nodes)
+                ):
+                    r.over_with_headroom = True
+                r.pending_with_headroom = r.pending > 0 and any(
+                    has_headroom(r.service, i, r.counts[i], state.usage(n)) for i, n in enumerate(r.nodes)
+                )
+            print(f"step {step}: " + "  ".join(f"{r.group} {r.counts}" for r in runs), flush=True)
+        return runs
+    finally:
+        await api.close()
+        await sandbox.stop()
+
+
+def _quantity(text: str | None) -> float:
+    return 0.0 if text is None else float(text.removesuffix("Gi"))
+
+
+def has_headroom(service: Service, index: int, replicas: int, usage: tuple[float, float]) -> bool:
+    """Whether node ``index`` could take one more replica: its requests still fit (as any scheduler requires)
+    and its real usage of both resources stays at or under the threshold."""
+    usage_cpu, usage_mem = (float(x.split("=")[1].removesuffix("Gi")) for x in service.usage.split(","))
+    other_cpu, other_mem = (_quantity(x) for x in OTHER_REQUESTS[index])
+    fits = (
+        other_cpu + (replicas + 1) * _quantity(service.cpu) <= CPU_CORES
+        and other_mem + (replicas + 1) * _quantity(service.memory) <= MEMORY_GI
+    )
+    return fits and usage[0] + usage_cpu / CPU_CORES <= THRESHOLD and usage[1] + usage_mem / MEMORY_GI <= THRESHOLD
+
+
+def table(runs: list[Run]) -> str:
+    lines = [
+        "| service | strategy | replicas per node | real usage per node (main resource) | nodes > 65 % "
+        "| over while another had headroom | pending while a node had headroom | spread |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for svc in SERVICES:
+        for r in (r for r in runs if r.service == svc):
+            final = r.steps[-1]
+            usage = " / ".join(f"{u:.0%}" for u in final)
+            over = sum(u > THRESHOLD for u in final)
+            pending = f" (+{r.pending} pending)" if r.pending else ""
+            lines.append(
+                f"| {svc.key}-heavy | {r.strategy} | {r.counts}{pending} | {usage} | {over} "
+                f"| {'yes' if r.over_with_headroom else 'no'} | {'yes' if r.pending_with_headroom else 'no'} "
+                f"| {max(final) - min(final):.0%} |"
+            )
+    return "\n".join(lines)
+
+
+def plot(runs: list[Run], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(SERVICES), len(STRATEGIES), figsize=(13, 7), sharey=True, squeeze=False)
+    for row, svc in enumerate(SERVICES):
+        for col, strategy in enumerate(STRATEGIES):
+            ax = axes[row][col]
+            r = next(r for r in runs if r.strategy == strategy and r.service == svc)
+            steps = list(range(1, len(r.steps) + 1))
+            for i, node in enumerate(r.nodes):
+                ax.plot(steps, [s[i] * 100 for s in r.steps], marker="o", label=node.rsplit("-", 1)[1])
+            ax.axhline(THRESHOLD * 100, color="red", linestyle="--", linewidth=1)
+            ax.set_title(f"{svc.key}-heavy, {strategy}")
+            ax.set_xlabel("replicas")
+            if col == 0:
+                ax.set_ylabel(f"real {'memory' if svc.main else 'CPU'} usage %")
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.seedlive", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--replicas", type=int, default=10, help="scale each Deployment up to this (default 10)")
+    parser.add_argument("--interval", type=float, default=20.0, help="seconds between replicas (default 20)")
+    parser.add_argument("--plot", type=Path, default=Path("bench/seedlive/results/seedlive.png"))
+    args = parser.parse_args()
+    runs = asyncio.run(experiment(args.replicas, args.interval))
+    text = table(runs)
+    print(text)
+    plot(runs, args.plot)
+    args.plot.with_suffix(".md").write_text(text + "\n")
+    args.plot.with_suffix(".json").write_text(
+        json.dumps(
+            [
+                {"strategy": r.strategy, "service": r.service.key, "nodes": r.nodes, "steps": r.steps}
+                | {"replicas": r.counts, "pending": r.pending, "overWithHeadroom": r.over_with_headroom}
+                | {"pendingWithHeadroom": r.pending_with_headroom}
+                for r in runs
+            ],
+            indent=1,
+        )
+    )
+    print(f"plot: {args.plot}; table and per-step data next to it (.md, .json)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""The sandbox is a real cluster: workloads a platform team runs go through kube-controller-manager, are placed
+by crane-scheduler (serving ``default-scheduler``), and are run by KWOK's simulated kubelets.
+
+One sandbox for the module (its start-up is the expensive part); every test works in its own namespace and
+awaits conditions by polling the API against a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes_asyncio import client
+
+from crane_sandbox.sandbox import Sandbox, node_is_ready
+from crane_shared.kube import api_client_from_dict, raw_json
+
+T = TypeVar("T")
+NODES = 4
+GRACE = 50.0
+"""kube-controller-manager's default --node-monitor-grace-period: a node whose Lease is older is tainted."""
+
+
+@pytest.fixture(scope="module")
+async def sandbox() -> AsyncIterator[Sandbox]:
+    sb = Sandbox(nodes=NODES)
+    await sb.start()
+    try:
+        yield sb
+    finally:
+        await sb.stop()
+
+
+@pytest.fixture(scope="module")
+async def api(sandbox: Sandbox) -> AsyncIterator[client.ApiClient]:
+    assert sandbox.cluster is not None
+    api = await api_client_from_dict(sandbox.cluster.kubeconfig_dict())
+    yield api
+    await api.close()
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = await probe()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(0.25)
+
+
+@pytest.fixture
+async def ns(api: client.ApiClient, request: pytest.FixtureRequest) -> str:
+    """A fresh namespace whose ``default`` ServiceAccount exists (the admission plugin refuses pods before)."""
+    name = str(request.node.name).removeprefix("test_").replace("_", "-")[:50].strip("-")
+    v1 = client.CoreV1Api(api)
+    await v1.create_namespace({"metadata": {"name": name}})
+
+    async def has_account() -> bool:
+        accounts = await v1.list_namespaced_service_account(name)
+        return any(a.metadata.name == "default" for a in accounts.items)
+
+    await eventually(has_account, 30, f"ServiceAccount {name}/default")
+    return name
+
+
+def template(app: str, cpu: str = "100m", memory: str = "64Mi") -> dict[str, Any]:
+    return {
+        "metadata": {"labels": {"app": app}},
+        "spec": {
+            "containers": [{"name": app, "image": "nginx", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]
+        },
+    }
+
+
+async def pods(api: client.ApiClient, ns: str, app: str) -> list[dict[str, Any]]:
+    body = await raw_json(
+        client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=f"app={app}", _preload_content=False)
+    )
+    items: list[dict[str, Any]] = body["items"]
+    return items
+
+
+def running(pod: dict[str, Any]) -> bool:
+    status = pod.get("status", {})
+    return bool(
+        status.get("phase") == "Running"
+        and status.get("podIP")
+        and pod["spec"].get("nodeName")
+        and "deletionTimestamp" not in pod["metadata"]
+    )
+
+
+async def all_running(api: client.ApiClient, ns: str, app: str, count: int, timeout: float) -> list[dict[str, Any]]:
+    async def probe() -> list[dict[str, Any]] | None:
+        items = await pods(api, ns, app)
+        return items if len(items) == count and all(map(running, items)) else None
+
+    return await eventually(probe, timeout, f"{count} pods app={app} Running in {ns}")
+
+
+def explain(sandbox: Sandbox, ns: str, pod: str) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{sandbox.ports['scheduler']}/debug/explain/{ns}/{pod}"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        body: dict[str, Any] = json.load(resp)
+    return body
+
+
+async def test_a_deployment_of_20_replicas_is_scheduled_by_crane_and_runs(
+    sandbox: Sandbox, api: client.ApiClient, ns: str
+) -> None:
+    assert sandbox.kube_scheduler is None  # replace mode: crane-scheduler is the only scheduler
+    spec = {"replicas": 20, "selector": {"matchLabels": {"app": "web"}}, "template": template("web")}
+    await client.AppsV1Api(api).create_namespaced_deployment(ns, {"metadata": {"name": "web"}, "spec": spec})
+    items = await all_running(api, ns, "web", 20, timeout=120)
+    assert {p["spec"]["schedulerName"] for p in items} == {"default-scheduler"}
+    for p in items:  # crane-scheduler made each decision and can explain it
+        decision = await asyncio.to_thread(explain, sandbox, ns, p["metadata"]["name"])
+        assert decision["result"].get("node") == p["spec"]["nodeName"], decision
+    assert len({p["status"]["podIP"] for p in items}) == 20
+    assert len({p["spec"]["nodeName"] for p in items}) > 1
+
+
+async def test_scaling_down_deletes_pods_cleanly(sandbox: Sandbox, api: client.ApiClient, ns: str) -> None:
+    apps = client.AppsV1Api(api)
+    spec = {"replicas": 8, "selector": {"matchLabels": {"app": "shrink"}}, "template": template("shrink")}
+    await apps.create_namespaced_deployment(ns, {"metadata": {"name": "shrink"}, "spec": spec})
+    await all_running(api, ns, "shrink", 8, timeout=90)
+    await apps.patch_namespaced_deployment_scale("shrink", ns, {"spec": {"replicas": 3}})
+    # Without a kubelet confirming, deleted pods would stay Terminating forever.
+    kept = await all_running(api, ns, "shrink", 3, timeout=60)
+    assert sandbox.state is not None
+
+    def loaded() -> set[str]:
+        assert sandbox.state is not None
+        return {p.name for p in sandbox.state.pods.values() if p.name.startswith(f"{ns}/")}
+
+    expected = {f"{ns}/{p['metadata']['name']}" for p in kept}
+
+    async def fleet_follows() -> bool:
+        return loaded() == expected
+
+    await eventually(fleet_follows, 30, "the simulated fleet to drop the deleted pods' load")
+
+
+async def test_a_statefulset_runs_in_order(api: client.ApiClient, ns: str) -> None:
+    spec = {
+        "replicas": 3,
+        "serviceName": "db",
+        "selector": {"matchLabels": {"app": "db"}},
+        "template": template("db", cpu="200m", memory="256Mi"),
+    }
+    await client.AppsV1Api(api).create_namespaced_stateful_set(ns, {"metadata": {"name": "db"}, "spec": spec})
+    items = await all_running(api, ns, "db", 3, timeout=120)
+    assert sorted(p["metadata"]["name"] for p in items) == ["db-0", "db-1", "db-2"]
+
+
+async def test_a_daemonset_runs_one_pod_per_node(api: client.ApiClient, ns: str) -> None:
+    spec = {"selector": {"matchLabels": {"app": "agent"}}, "template": template("agent", cpu="50m")}
+    await client.AppsV1Api(api).create_namespaced_daemon_set(ns, {"metadata": {"name": "agent"}, "spec": spec})
+    items = await all_running(api, ns, "agent", NODES, timeout=90)
+    assert len({p["spec"]["nodeName"] for p in items}) == NODES
+
+
+async def test_a_job_completes(api: client.ApiClient, ns: str) -> None:
+    spec = {
+        "completions": 3,
+        "parallelism": 3,
+        "template": template("batch") | {"spec": {**template("batch")["spec"], "restartPolicy": "Never"}},
+    }
+    batch = client.BatchV1Api(api)
+    await batch.create_namespaced_job(ns, {"metadata": {"name": "batch"}, "spec": spec})
+
+    async def complete() -> dict[str, Any] | None:
+        job = await raw_json(batch.read_namespaced_job_status("batch", ns, _preload_content=False))
+        conditions = {c["type"]: c["status"] for c in job.get("status", {}).get("conditions") or []}
+        return job if conditions.get("Complete") == "True" else None
+
+    job = await eventually(complete, 120, "Job batch Complete")
+    assert job["status"]["succeeded"] == 3
+
+
+async def test_node_lifecycle_controller_keeps_healthy_nodes_untainted(sandbox: Sandbox, api: client.ApiClient) -> None:
+    """Past the grace period, every node is still Ready and untainted: KWOK renews the Leases the node lifecycle
+    controller reads (without them it would mark the nodes unreachable and taint them)."""
+    v1 = client.CoreV1Api(api)
+    started = time.monotonic()
+    names = {f"node-{i:04d}" for i in range(1, NODES + 1)}
+    while True:
+        nodes = await raw_json(v1.list_node(_preload_content=False))
+        ours = [n for n in nodes["items"] if n["metadata"]["name"] in names]
+        assert len(ours) == NODES
+        bad = {n["metadata"]["name"]: n["spec"].get("taints") for n in ours if not node_is_ready(n)}
+        assert not bad, f"nodes tainted or not Ready: {bad}"
+        leases = await raw_json(
+            client.CoordinationV1Api(api).list_namespaced_lease("kube-node-lease", _preload_content=False)
+        )
+        assert names <= {item["metadata"]["name"] for item in leases["items"]}
+        if time.monotonic() - started > GRACE + 10:
+            return
+        await asyncio.sleep(1)
+
+
+async def test_cranectl_nodes_shows_the_annotated_real_load(sandbox: Sandbox) -> None:
+    """The user's view of the sandbox: every node with a usage from the annotator, its base load (uneven)."""
+    assert sandbox.cluster is not None and sandbox.state is not None
+    argv = [
+        sys.executable,
+        "-m",
+        "cranectl",
+        "nodes",
+        "--kubeconfig",
+        str(sandbox.cluster.kubeconfig_path),
+        "--policy",
+        str(sandbox.policy_path),
+    ]
+
+    async def annotated() -> dict[str, str] | None:
+        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate()
+        assert proc.returncode == 0
+        rows = {line.split()[0]: line.split()[1] for line in out.decode().splitlines()[1:] if line.startswith("node-")}
+        return rows if len(rows) == NODES and "-" not in rows.values() else None
+
+    rows = await eventually(annotated, 60, "cranectl nodes to show every node's cpu_usage_avg_5m")
+    for name, text in rows.items():
+        expected = sandbox.state.usage(name)[0]  # base load plus the Running pods' usage
+        assert float(text.rstrip("!?")) == pytest.approx(expected, abs=0.02), (name, text, expected)
+    assert len({text for text in rows.values()}) == NODES  # uneven: every node its own level

@@ -1,0 +1,70 @@
+"""``cranectl nodes``: one row per node with what the load-aware scheduler sees."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from crane_shared.policy import default_policy
+from cranectl.nodes import node_rows, render
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def stamp(age_s: int) -> str:
+    return (NOW - timedelta(seconds=age_s)).strftime("%Y-%m-%dT%H:%M:%S+00:00")
+
+
+def node(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "annotations": annotations},
+        "status": {"allocatable": {"cpu": "8", "memory": "32Gi"}},
+    }
+
+
+def pod(node: str, cpu: str, memory: str, phase: str = "Running") -> dict[str, Any]:
+    return {
+        "spec": {"nodeName": node, "containers": [{"resources": {"requests": {"cpu": cpu, "memory": memory}}}]},
+        "status": {"phase": phase},
+    }
+
+
+def test_rows_show_usage_against_thresholds_requests_hot_value_and_age() -> None:
+    policy = default_policy()
+    nodes = [
+        node(
+            "b-hot",
+            {
+                "cpu_usage_avg_5m": f"0.80000,{stamp(30)}",
+                "mem_usage_avg_5m": f"0.20000,{stamp(10)}",
+                "node_hot_value": f"3,{stamp(5)}",
+            },
+        ),
+        node("a-stale", {"cpu_usage_avg_5m": f"0.10000,{stamp(3600)}", "mem_usage_avg_5m": "garbage"}),
+    ]
+    pods = [pod("b-hot", "500m", "1Gi"), pod("b-hot", "1", "1Gi"), pod("b-hot", "4", "4Gi", phase="Succeeded")]
+    rows = node_rows(nodes, pods, policy, NOW)
+    assert [r.name for r in rows] == ["a-stale", "b-hot"]
+    stale, hot = rows
+    assert hot.usage["cpu_usage_avg_5m"] == "0.80!"  # above the default 0.65 threshold
+    assert hot.usage["mem_usage_avg_5m"] == "0.20"
+    assert hot.usage["cpu_usage_max_avg_1h"] == "-"  # not annotated yet
+    assert (hot.cpu_requested, hot.mem_requested) == (1.5, 2 * 1024**3)  # the finished pod frees its requests
+    assert (hot.hot, hot.age) == ("3", "30s")
+    assert stale.usage["cpu_usage_avg_5m"] == "0.10?"  # older than its sync period plus the grace
+    assert stale.usage["mem_usage_avg_5m"] == "?"
+    assert (stale.cpu_requested, stale.hot) == (0.0, "-")
+    text = render(rows, policy)
+    lines = text.splitlines()
+    assert lines[0].split()[:2] == ["NODE", "cpu_usage_avg_5m"]
+    assert lines[2].startswith("b-hot") and "1.5/8" in lines[2] and "2.0/32Gi" in lines[2]
+    assert "above threshold" in lines[-1]
+
+
+def test_cranectl_does_not_import_the_sandbox() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, cranectl.__main__, cranectl.nodes; print([m for m in sys.modules if 'sandbox' in m])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
