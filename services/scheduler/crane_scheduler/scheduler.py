@@ -232,6 +232,8 @@ class Scheduler:
             log.exception("scheduling failed", pod=pod.key)
             result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))
         self.metrics.algorithm_duration.labels(profile.name).observe(time.perf_counter() - start)
+        if isinstance(result, Diagnosis):  # PostFilter (preemption) first: its message is part of the decision
+            profile.run_post_filter(state, pod, result)
         self.decisions.record(
             pod,
             time.time(),
@@ -241,7 +243,6 @@ class Scheduler:
             result.message if isinstance(result, Diagnosis | Status) else "",
         )
         if isinstance(result, Diagnosis):
-            profile.run_post_filter(state, pod, result)
             self._unschedulable(profile, qp, frozenset(result.rejectors), result.message, start)
             self._slots.release()
             return
