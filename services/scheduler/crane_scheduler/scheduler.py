@@ -89,6 +89,9 @@ class Scheduler:
             table, self.queue, profiles, clock=clock, forget=reporter.forget, wake=self._wakeup.set, listers=listers
         )
         self.listers = self.cache.listers
+        for profile in profiles.values():
+            if profile.handle is not None:
+                profile.handle.activate = self._activate
         self.pending = self.cache.pending  # pending pods of our profiles, latest version
         self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted
         self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
@@ -140,6 +143,10 @@ class Scheduler:
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+
+    def _activate(self, uid: str) -> None:
+        if self.queue.activate(uid):
+            self._wake()
 
     def _count_restart(self, kind: str) -> Callable[[str], None]:
         return lambda cause: self.metrics.watch_restarts.labels(kind, cause).inc()

@@ -92,6 +92,8 @@ class Handle:
     profile: str = ""
     metrics: PluginMetrics = field(default_factory=PluginMetrics)
     listers: Listers = field(default_factory=Listers)
+    activate: Callable[[str], None] = field(default=lambda uid: None)
+    """Move a pending pod (by uid) straight to activeQ (kube's ``Handle.Activate``); set by the scheduler."""
     framework: Any = None
     """The plugin's profile (``runtime.Profile``), set once built: what kube's handle offers as
     ``RunFilterPluginsWithNominatedPods`` (preemption's dry run runs the profile's own filters)."""

@@ -66,6 +66,9 @@ class DefaultPreemption(PostFilterPlugin):
         self.rng = random.Random()
         self.preempting: set[str] = set()  # preemptors whose API calls are still running
         self._tasks: set[asyncio.Task[None]] = set()
+        self._victims: dict[str, str] = {}  # victim uid -> preemptor uid, until the informer sees it gone
+        self._waiting: dict[str, set[str]] = {}  # preemptor uid -> its victims still in the cache
+        handle.table.pod_removed.append(self._pod_removed)
         self.attempts = handle.metrics.counter(
             "crane_scheduler_preemption_attempts_total", "Preemption attempts (PostFilter runs of DefaultPreemption)"
         )
@@ -148,7 +151,22 @@ class DefaultPreemption(PostFilterPlugin):
         self.victims_metric.inc(len(best.victims))
         if self.handle.api is not None:
             self.preempting.add(pod.uid)
+            self._waiting[pod.uid] = {v.uid for v in best.victims}
+            self._victims.update((v.uid, pod.uid) for v in best.victims)
         self._spawn(self._preempt(pod, best, lower))
+
+    def _pod_removed(self, uid: str) -> None:
+        """A victim left the cache: once all of a preemptor's are gone, it is retried at once (kube activates
+        the preemptor when its preemption finishes)."""
+        preemptor = self._victims.pop(uid, None)
+        if preemptor is None:
+            return
+        left = self._waiting.get(preemptor)
+        if left is not None:
+            left.discard(uid)
+            if not left:
+                del self._waiting[preemptor]
+                self.handle.activate(preemptor)
 
     def _spawn(self, coro: Any) -> None:
         if self.handle.api is None:  # validating or pure tests: decide only
@@ -166,6 +184,8 @@ class DefaultPreemption(PostFilterPlugin):
             await asyncio.gather(*(self._evict(pod, v) for v in best.victims if v.pod and not v.pod.deleting))
         except Exception as err:  # the pod retries with backoff; the next attempt decides again
             log.warning("preemption failed", pod=pod.key, node=best.node, error=repr(err))
+            for uid in self._waiting.pop(pod.uid, set()):
+                self._victims.pop(uid, None)
         finally:
             self.preempting.discard(pod.uid)
 
