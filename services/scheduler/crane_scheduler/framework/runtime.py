@@ -104,10 +104,15 @@ class Profile:
         before it). kube's ``RunFilterPluginsWithNominatedPods``: pods nominated to a node (by preemption) with at
         least this pod's priority count there too, so a node passes only if it fits both with and without them."""
         rejected = self._filter_pass(state, pod, table, alive, skipped)
-        nominated = [
+        rows = table.rows
+        nominated = [  # only where they can change the answer: on rows that passed without them
             PodRecord.of(p, node, assumed=True)
             for uid, (p, node) in table.nominated.items()
-            if uid != pod.uid and p.priority >= pod.priority and uid not in table.pods and node in table.rows
+            if node in rows
+            and alive[rows[node]]
+            and uid != pod.uid
+            and p.priority >= pod.priority
+            and uid not in table.pods
         ]
         if nominated and alive.any():
             table.simulate_add(nominated)
