@@ -2,7 +2,7 @@
 
 Separate from ``app`` (flags, process, signals) so tests and the benchmark can run the real thing in-process.
 Everyone watches nodes (for readiness, metrics and the debug endpoint); only the Lease holder runs the loops
-that write: metric rounds, the periodic hot-value refresh and the binding-stream follower.
+that write: metric rounds, the periodic hot-value refresh, the binding-stream follower and the fall follower.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
 from crane_annotator.debug import WriteLog
-from crane_annotator.hot import HotValues
+from crane_annotator.hot import HotValues, RedisBindingTimes
 from crane_annotator.hotloop import HotValueLoops
 from crane_annotator.limiter import PriorityLimiter
 from crane_annotator.matching import NodeAddresses
@@ -59,15 +59,23 @@ class Annotator:
         patch_concurrency: int = 32,
         hot_value_interval: float = 15.0,
         hot_value_debounce: float = 0.25,
-        hot_value_max_age: float = 120.0,
+        hot_value_max_age: float = 240.0,
         retry_base: float = 5.0,
     ) -> None:
         self.specs = metric_specs(policy)
+        shortest = min((s.period for s in self.specs), default=0.0)
+        if policy.hot_value and shortest >= hot_value_max_age:
+            log.warning(
+                "--hot-value-max-age is not longer than the shortest sync period: unchanged non-zero hot values "
+                "will get a patch of their own between rounds (see the annotator README, patch budget)",
+                hot_value_max_age=hot_value_max_age,
+                shortest_period=shortest,
+            )
         keys = [s.key for s in self.specs] + [HOT_VALUE_KEY]
         self.metrics = AnnotatorMetrics(registry)
         self.cache = NodeCache(api, keys, stamp.legacy_zone, node_selector)
         self.store = BindingStore(redis, BindingSchema(redis_prefix))
-        self.hot = HotValues(self.store, policy.hot_value, stamp)
+        self.hot = HotValues(RedisBindingTimes(redis, self.store.schema), policy.hot_value, stamp)
         self.written = WriteLog()
         self.patcher = NodePatcher(
             api, PriorityLimiter(patch_qps, patch_burst), concurrency=patch_concurrency, on_sent=self._on_sent
@@ -91,6 +99,7 @@ class Annotator:
             lambda: self.cache.nodes.keys(),
             self.patcher,
             self.metrics,
+            settled=self.rounds.first_round_done,
             interval=hot_value_interval,
             debounce=hot_value_debounce,
             max_age=hot_value_max_age,
@@ -125,10 +134,12 @@ class Annotator:
         try:
             await self.cache.synced.wait()
             self._seed_written()
+            self.rounds.first_round_done.clear()  # a new term starts with a full round again
             await _all(
                 self.rounds.loop(),
-                self.hot_loops.periodic(after=self.rounds.first_round_done),
+                self.hot_loops.periodic(),
                 self.hot_loops.follow_stream(),
+                self.hot_loops.follow_falls(),
             )
         except asyncio.CancelledError:
             raise

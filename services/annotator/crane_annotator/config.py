@@ -145,8 +145,9 @@ def build_parser() -> EnvArgumentParser:
         "--hot-value-max-age",
         env="CRANE_HOT_VALUE_MAX_AGE",
         type=positive_duration,
-        default=120.0,
-        help="rewrite an unchanged hot value once its annotation is this old (readers drop it at 5m)",
+        default=240.0,
+        help="rewrite an unchanged non-zero hot value once its annotation is this old, if no metric patch "
+        "did (below 5m, when readers drop it; above the sync period, so rounds refresh it first)",
     )
     w = parser.add_argument_group("writing")
     w.add_argument(

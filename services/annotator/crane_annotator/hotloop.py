@@ -1,9 +1,17 @@
-"""Keeping hot values current: a periodic refresh of every node, and a fast path driven by the binding stream.
+"""Keeping hot values current: event-driven recounts, plus a periodic pass over every node as a safety net.
 
-The periodic refresh (``--hot-value-interval``, 15 s) makes values decay as bindings leave the policy windows,
-and rewrites values whose annotation is getting old. The stream path reacts to each new binding the
-event-recorder announces: the node is debounced (``debounce``), recounted, and patched ahead of routine patches,
-so a burst of pods onto one node shows in its hot value within a second. Both run without Prometheus.
+A node is recounted when its value can change:
+- rise: the event-recorder announces a binding on the stream; the node is debounced (``debounce``) so a burst
+  costs one recount, then recounted and, if changed, patched ahead of routine patches;
+- fall: a binding leaves a policy window; the time is known from the binding times (``hot.next_fall``), and
+  the follower wakes up then, so the written value falls within a second of the truth (a recount, a patch).
+The periodic pass (``--hot-value-interval``, 15 s) recounts every node (catching anything missed: a Redis
+restart, a trimmed stream) and refreshes unchanged non-zero values that reach ``max_age``.
+
+Which node gets a patch is ``hot.hot_action``: only a value the scheduler would read differently, or one about
+to go stale. A patch for a node that has a metric patch queued joins it (``writer``). Until the first metric
+round of a leadership term has finished, hot-value patches only join queued round patches and are otherwise
+held: the round writes every node's hot value anyway, and the pass that follows it writes what was held.
 """
 
 from __future__ import annotations
@@ -17,11 +25,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from crane_annotator.debounce import Debouncer
-from crane_annotator.hot import Hot, HotValues, to_write
+from crane_annotator.hot import FRESH_FOR, Hot, HotValues, hot_actions
 from crane_annotator.metrics import AnnotatorMetrics
 from crane_annotator.writer import Patcher
 from crane_shared.binding_store import BindingStore
 from crane_shared.logs import LogOnce, get_logger
+from crane_shared.retry import Backoff
 
 log = get_logger("crane.annotator.hot")
 
@@ -39,13 +48,20 @@ class HotValueLoops:
         patcher: Patcher,
         metrics: AnnotatorMetrics,
         *,
+        settled: asyncio.Event | None = None,
         interval: float = 15.0,
         debounce: float = 0.25,
-        max_age: float = 120.0,
+        max_age: float = 240.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        if not 0 < max_age < FRESH_FOR:
+            raise ValueError(
+                f"--hot-value-max-age must be positive and below {FRESH_FOR:g}s (when schedulers stop reading a "
+                f"hot value), got {max_age:g}s"
+            )
         self._hot = hot
+        self._settled = settled
         self._store = store
         self._redis = redis
         self._nodes = nodes
@@ -59,13 +75,11 @@ class HotValueLoops:
         self._log_once = LogOnce(log)
         self._flushes: set[asyncio.Task[None]] = set()
 
-    async def periodic(self, after: asyncio.Event | None = None) -> None:
-        """Every ``interval``: recount all nodes, patch those changed (urgent) or old (routine). The first pass
-        waits for ``after`` (the first metric round, whose patches carry hot values too) or one interval, so a
-        fresh leader does not patch every node twice."""
-        if after is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(after.wait(), self._interval)
+    async def periodic(self) -> None:
+        """Every ``interval``: recount all nodes and patch those that need it. The first pass waits for the
+        first metric round (``settled``), however long it takes: its patches carry every node's hot value."""
+        if self._settled is not None:
+            await self._settled.wait()
         while True:
             started = self._clock()
             await self.refresh_all()
@@ -90,7 +104,7 @@ class HotValueLoops:
 
     async def _follow_stream(self) -> None:
         last_id: str | None = None
-        backoff = 0.5
+        backoff = Backoff(initial=0.5, maximum=10.0)
         while True:
             try:
                 if last_id is None:
@@ -100,11 +114,10 @@ class HotValueLoops:
                 if deadline is not None:
                     wait_ms = min(STREAM_BLOCK_MS, max(1, int((deadline - self._clock()) * 1000) + 1))
                 batch = await self._store.read_stream(last_id, block_ms=wait_ms, count=STREAM_BATCH)
-                backoff = 0.5
+                backoff.reset()
             except (RedisError, OSError) as err:
                 self._log_once.warning("stream", "reading the binding stream failed; retrying", error=str(err))
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                await asyncio.sleep(backoff.next_delay())
                 continue
             last_id = batch.last_id
             if batch.skipped:
@@ -112,11 +125,29 @@ class HotValueLoops:
             if batch.records:
                 self._metrics.bindings_seen.inc(len(batch.records))
                 self._debouncer.add((r.node for r in batch.records), self._clock())
-            due = self._debouncer.take_due(self._clock())
-            if due:
-                task = asyncio.create_task(self._flush(due))
-                self._flushes.add(task)
-                task.add_done_callback(self._flushes.discard)
+            self._start_flush(self._debouncer.take_due(self._clock()), "binding")
+
+    async def follow_falls(self) -> None:
+        """Recount each node when a binding leaves a window and its value falls (times from ``hot.next_fall``);
+        a refresh that schedules an earlier fall wakes this loop up (``hot.falls_changed``)."""
+        try:
+            while True:
+                self._hot.falls_changed.clear()
+                self._start_flush(self._hot.take_falls(self._wall_clock()), "expiry")
+                fall = self._hot.next_fall_at()
+                timeout = None if fall is None else max(0.0, fall - self._wall_clock())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._hot.falls_changed.wait(), timeout)
+        finally:
+            for task in list(self._flushes):
+                task.cancel()
+
+    def _start_flush(self, nodes: Sequence[str], trigger: str) -> None:
+        if not nodes:
+            return
+        task = asyncio.create_task(self._flush(nodes, trigger))
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
 
     async def _stream_tail(self) -> str:
         """The id of the newest entry (``0-0`` when empty), so nothing added while we are not blocked is missed
@@ -127,10 +158,12 @@ class HotValueLoops:
         raw = newest[0][0]
         return raw.decode() if isinstance(raw, bytes) else str(raw)
 
-    async def _flush(self, nodes: Sequence[str]) -> None:
+    async def _flush(self, nodes: Sequence[str], trigger: str) -> None:
         known = self._nodes()
         nodes = [n for n in nodes if n in known]
-        fresh = await self._refresh(nodes, "binding")
+        if not nodes:
+            return
+        fresh = await self._refresh(nodes, trigger)
         if fresh:
             await self._write(fresh)
 
@@ -147,15 +180,18 @@ class HotValueLoops:
         return fresh
 
     async def _write(self, fresh: dict[str, Hot]) -> None:
-        written = self._hot.written
-        due = to_write(fresh, written, self._wall_clock(), self._max_age)
-        changed = [n for n in due if n not in written or written[n][0] != fresh[n].value]
-        aged = sorted(set(due) - set(changed))
+        actions = hot_actions(fresh, self._hot.written, self._wall_clock(), self._max_age)
+        changed = [n for n, action in actions.items() if action == "change"]
+        aged = [n for n, action in actions.items() if action == "refresh"]
+        merge_only = self._settled is not None and not self._settled.is_set()
         reports = await asyncio.gather(
-            self._patcher.patch_many({n: {} for n in changed}, hot=self._hot.annotation, urgent=True),
-            self._patcher.patch_many({n: {} for n in aged}, hot=self._hot.annotation),
+            self._patcher.patch_many(
+                {n: {} for n in changed}, hot=self._hot.annotation, urgent=True, merge_only=merge_only
+            ),
+            self._patcher.patch_many({n: {} for n in aged}, hot=self._hot.annotation, merge_only=merge_only),
         )
         for report in reports:
-            self._metrics.patches.labels("hot_value", "ok").inc(len(report.ok))
-            self._metrics.patches.labels("hot_value", "missing").inc(len(report.missing))
-            self._metrics.patches.labels("hot_value", "error").inc(len(report.failed))
+            joined = set(report.merged)
+            self._metrics.patches.labels("hot_value", "ok").inc(len(set(report.ok) - joined))
+            self._metrics.patches.labels("hot_value", "missing").inc(len(set(report.missing) - joined))
+            self._metrics.patches.labels("hot_value", "error").inc(len(set(report.failed) - joined))

@@ -1,9 +1,14 @@
-"""Sends node patches: bounded concurrency, the client QPS limit, one patch in flight per node.
+"""Sends node patches: a queue per priority drained by ``concurrency`` workers under the client QPS limit.
+
+At most one patch per node is queued and one in flight. A patch submitted for a node that already has one
+queued joins it (its annotations are merged in), so a hot-value change rides on the metric patch a round has
+queued for the node instead of costing a second patch; if the change is urgent, the joined patch moves to the
+urgent queue and goes with the next token. ``merge_only`` submissions never create a patch: they join a queued
+one or are reported as held (used before the first metric round has finished, see ``hotloop``).
 
 The hot value is added to a patch at the moment it is sent, from the latest computed value, not when the patch
-was built: a metric round's patches can take a minute to drain at a low QPS, and a hot value that was current
-when the round began must not overwrite the fresher one a burst of bindings produced meanwhile. Patches to the
-same node are serialised for the same reason.
+was built: a round's patches can take a minute to drain at a low QPS, and a hot value that was current when the
+round began must not overwrite the fresher one a burst of bindings produced meanwhile.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -32,7 +38,12 @@ HotSupplier = Callable[[str], Mapping[str, str]]
 
 class Patcher(Protocol):
     async def patch_many(
-        self, patches: Mapping[str, Mapping[str, str]], *, hot: HotSupplier | None = None, urgent: bool = False
+        self,
+        patches: Mapping[str, Mapping[str, str]],
+        *,
+        hot: HotSupplier | None = None,
+        urgent: bool = False,
+        merge_only: bool = False,
     ) -> PatchReport: ...
 
 
@@ -42,10 +53,23 @@ class PatchReport:
     missing: list[str] = field(default_factory=list)
     """nodes deleted meanwhile (404)"""
     failed: list[str] = field(default_factory=list)
+    merged: list[str] = field(default_factory=list)
+    """nodes whose submission joined a patch already queued (also listed under its outcome)"""
+    held: list[str] = field(default_factory=list)
+    """``merge_only`` nodes that had no queued patch to join: nothing sent"""
 
     @property
     def sent(self) -> int:
         return len(self.ok) + len(self.missing) + len(self.failed)
+
+
+@dataclass
+class _Queued:
+    annotations: dict[str, str]
+    hot: HotSupplier | None
+    urgent: bool
+    done: asyncio.Future[Outcome]
+    waiters: int = 0
 
 
 class NodePatcher:
@@ -70,12 +94,16 @@ class NodePatcher:
         self._configuration = api.configuration
         self._limiter = limiter
         self._concurrency = max(1, concurrency)
-        self._slots = asyncio.Semaphore(self._concurrency)
         self._timeout = timeout
         self._session: aiohttp.ClientSession | None = None
-        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # node -> (lock, [users])
         self._on_sent = on_sent
         self._log_once = LogOnce(log)
+        self._queued: dict[str, _Queued] = {}
+        self._urgent: deque[str] = deque()
+        self._routine: deque[str] = deque()
+        self._sending: set[str] = set()
+        self._work = asyncio.Event()
+        self._workers: list[asyncio.Task[None]] = []
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -86,38 +114,135 @@ class NodePatcher:
         return self._session
 
     async def close(self) -> None:
+        workers, self._workers = self._workers, []
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        for node in list(self._queued):
+            self._queued.pop(node).done.cancel()
         if self._session is not None:
             await self._session.close()
             self._session = None
 
+    def queued(self, node: str) -> bool:
+        """Whether a patch for ``node`` waits in the queue (a submission now would join it)."""
+        return node in self._queued
+
     async def patch(
         self, node: str, annotations: Mapping[str, str], *, hot: HotSupplier | None = None, urgent: bool = False
     ) -> Outcome:
-        lock, users = self._locks.setdefault(node, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            async with lock, self._slots:
-                await self._limiter.acquire(urgent)
-                body = {**annotations, **(hot(node) if hot else {})}
-                if not body:
-                    return "ok"
-                outcome = await self._send(node, body)
-        finally:
-            users[0] -= 1
-            if users[0] == 0:
-                del self._locks[node]
-        self._on_sent(node, body, outcome)
-        return outcome
+        report = await self.patch_many({node: annotations}, hot=hot, urgent=urgent)
+        return "ok" if report.ok else "missing" if report.missing else "error"
 
     async def patch_many(
-        self, patches: Mapping[str, Mapping[str, str]], *, hot: HotSupplier | None = None, urgent: bool = False
+        self,
+        patches: Mapping[str, Mapping[str, str]],
+        *,
+        hot: HotSupplier | None = None,
+        urgent: bool = False,
+        merge_only: bool = False,
     ) -> PatchReport:
-        nodes = list(patches)
-        outcomes = await asyncio.gather(*(self.patch(n, patches[n], hot=hot, urgent=urgent) for n in nodes))
+        """Queue one patch per node (or join the one queued) and wait until all are sent. Cancelling the caller
+        withdraws the queued patches nobody else waits for: a leader that lost its lease sends nothing more."""
         report = PatchReport()
-        for node, outcome in zip(nodes, outcomes, strict=True):
+        waiting: dict[str, _Queued] = {}
+        for node, body in patches.items():
+            entry, joined = self._submit(node, body, hot, urgent, merge_only)
+            if entry is None:
+                report.held.append(node)
+                continue
+            waiting[node] = entry
+            if joined:
+                report.merged.append(node)
+        if not waiting:
+            return report
+        try:
+            await asyncio.wait([e.done for e in waiting.values()])
+        except asyncio.CancelledError:
+            for node, entry in waiting.items():
+                self._withdraw(node, entry)
+            raise
+        for node, entry in waiting.items():
+            outcome: Outcome = "error" if entry.done.cancelled() or entry.done.exception() else entry.done.result()
             {"ok": report.ok, "missing": report.missing, "error": report.failed}[outcome].append(node)
         return report
+
+    def _submit(
+        self, node: str, annotations: Mapping[str, str], hot: HotSupplier | None, urgent: bool, merge_only: bool
+    ) -> tuple[_Queued | None, bool]:
+        entry = self._queued.get(node)
+        joined = entry is not None
+        if entry is None:
+            if merge_only:
+                return None, False
+            entry = _Queued(dict(annotations), hot, urgent, asyncio.get_running_loop().create_future())
+            self._queued[node] = entry
+            (self._urgent if urgent else self._routine).append(node)
+        else:
+            entry.annotations.update(annotations)
+            entry.hot = entry.hot or hot
+            if urgent and not entry.urgent:
+                entry.urgent = True
+                self._urgent.append(node)
+        entry.waiters += 1
+        self._start_workers()
+        self._work.set()
+        return entry, joined
+
+    def _withdraw(self, node: str, entry: _Queued) -> None:
+        entry.waiters -= 1
+        if entry.waiters <= 0 and self._queued.get(node) is entry:
+            del self._queued[node]
+            entry.done.cancel()
+
+    def _start_workers(self) -> None:
+        if not self._workers:
+            self._workers = [asyncio.create_task(self._worker()) for _ in range(self._concurrency)]
+
+    def _take(self) -> tuple[str, _Queued] | None:
+        """The next patch to send: urgent ones first, each queue in order; nodes with a patch in flight wait
+        (they are queued again when it ends)."""
+        for queue in (self._urgent, self._routine):
+            while queue:
+                node = queue.popleft()
+                entry = self._queued.get(node)
+                if entry is None or node in self._sending or (queue is self._routine and entry.urgent):
+                    continue
+                del self._queued[node]
+                return node, entry
+        return None
+
+    async def _worker(self) -> None:
+        while True:
+            while not (self._urgent or self._routine):
+                self._work.clear()
+                await self._work.wait()
+            await self._limiter.acquire(bool(self._urgent))
+            taken = self._take()
+            if taken is None:
+                continue
+            node, entry = taken
+            self._sending.add(node)
+            body: dict[str, str] = {}
+            try:
+                body = {**entry.annotations, **(entry.hot(node) if entry.hot else {})}
+                outcome: Outcome = await self._send(node, body) if body else "ok"
+            except asyncio.CancelledError:  # closing: whoever waits for this patch must not wait forever
+                entry.done.cancel()
+                raise
+            except Exception as err:  # a bug, not an API answer: fail this patch, keep the worker
+                self._log_once.warning("patch-bug", "node patch failed unexpectedly", node=node, error=repr(err))
+                outcome = "error"
+            finally:
+                self._sending.discard(node)
+                requeued = self._queued.get(node)
+                if requeued is not None:
+                    (self._urgent if requeued.urgent else self._routine).append(node)
+                    self._work.set()
+            if body:
+                self._on_sent(node, body, outcome)
+            if not entry.done.done():
+                entry.done.set_result(outcome)
 
     async def _send(self, node: str, annotations: Mapping[str, str]) -> Outcome:
         session = self._open()

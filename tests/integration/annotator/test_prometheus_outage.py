@@ -44,6 +44,18 @@ def _all_after(stack: Stack, key: str, moment: datetime) -> Callable[[], Any]:
 async def test_prometheus_outage_keeps_hot_values_flowing_and_rounds_resume(
     stack: Stack, start_annotator: Callable[..., Any], redis: aioredis.Redis
 ) -> None:
+    # Every node has two recent bindings (hot value 1 by the 1m/2 rule): a non-zero value must be kept fresh
+    # while no metric patch carries it (an unchanged 0 never needs rewriting: 0 and stale read the same).
+    store = BindingStore(redis)
+    now = time.time()
+    await store.record(
+        [
+            BindingRecord(f"{n.name}-{i}", "default", f"{n.name}-{i}", n.name, now, "crane-scheduler")
+            for n in stack.nodes
+            for i in range(2)
+        ],
+        stream_maxlen=1000,
+    )
     annotator = await start_annotator(
         "--prometheus-timeout",
         "500ms",
@@ -64,7 +76,7 @@ async def test_prometheus_outage_keeps_hot_values_flowing_and_rounds_resume(
     await stack.prometheus.stop()
     down_at = datetime.now(UTC)
     try:
-        # Hot values keep being refreshed, and react to bindings made during the outage.
+        # Non-zero hot values keep being refreshed, and react to bindings made during the outage.
         await eventually(
             lambda: all_after(stack, "node_hot_value", down_at + timedelta(seconds=2)),
             what="hot values refreshed during the outage",
@@ -72,11 +84,11 @@ async def test_prometheus_outage_keeps_hot_values_flowing_and_rounds_resume(
         node = stack.nodes[0].name
         now = time.time()
         burst = [BindingRecord(f"o-{i}", "default", f"o-{i}", node, now, "crane-scheduler") for i in range(4)]
-        await BindingStore(redis).record(burst, stream_maxlen=1000)
+        await store.record(burst, stream_maxlen=1000)
 
         async def hot_of_node() -> bool:
             text = (await stack.annotations(node)).get("node_hot_value", "")
-            return text.startswith("2,")  # floor(4/5) + floor(4/2)
+            return text.startswith("4,")  # floor(6/5) + floor(6/2)
 
         await eventually(hot_of_node, timeout=5, what="hot value from bindings made during the outage")
 

@@ -1,48 +1,141 @@
-"""Hot values: upstream's formula over Redis counts, which nodes need a patch, and per-node debounce."""
+"""Hot values: upstream's formula over binding times, when the value falls, which nodes need a patch, and
+per-node debounce."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
 
+import pytest
+
 from crane_annotator.debounce import Debouncer
-from crane_annotator.hot import Hot, HotValues, to_write
-from crane_shared.policy import default_policy
+from crane_annotator.hot import (
+    FALL_LAG,
+    Hot,
+    HotValues,
+    counts_in_windows,
+    hot_action,
+    hot_actions,
+    next_fall,
+    read_value,
+)
+from crane_shared.hotvalue import hot_value, windows
+from crane_shared.policy import HotValuePolicy, default_policy
 
 M5, M1 = timedelta(minutes=5), timedelta(minutes=1)
 
 
-class FakeStore:
-    def __init__(self, counts: dict[str, dict[timedelta, int]]) -> None:
-        self.counts = counts
-        self.calls: list[tuple[list[str], tuple[timedelta, ...], float]] = []
+class FakeTimes:
+    """Binding times per node, as the Redis sorted sets hold them."""
 
-    async def count_in_windows(
-        self, nodes: Sequence[str], windows: Sequence[timedelta], now: float
-    ) -> dict[str, dict[timedelta, int]]:
-        self.calls.append((list(nodes), tuple(windows), now))
-        return {n: {w: self.counts.get(n, {}).get(w, 0) for w in windows} for n in nodes}
+    def __init__(self, times: dict[str, list[float]]) -> None:
+        self.times = times
+        self.calls: list[tuple[list[str], float]] = []
+
+    async def recent(self, nodes: Sequence[str], since: float) -> dict[str, list[float]]:
+        self.calls.append((list(nodes), since))
+        return {n: sorted(t for t in self.times.get(n, []) if t > since) for n in nodes}
+
+
+RULES = default_policy().hot_value  # 5m / 5 and 1m / 2
 
 
 async def test_refresh_applies_upstream_formula_in_one_call() -> None:
-    store = FakeStore({"a": {M5: 11, M1: 5}, "b": {M5: 4, M1: 1}})
-    hot = HotValues(store, default_policy().hot_value, clock=lambda: 1000.0)  # type: ignore[arg-type]
+    now = 1000.0
+    times = FakeTimes({"a": [now - 200] * 6 + [now - 10] * 5, "b": [now - 100] * 4 + [now - 1]})
+    hot = HotValues(times, RULES, clock=lambda: now)
     fresh = await hot.refresh(["a", "b", "c"])
-    # default rules: floor(5m / 5) + floor(1m / 2)
-    assert {n: h.value for n, h in fresh.items()} == {"a": 2 + 2, "b": 0 + 0, "c": 0}
-    assert len(store.calls) == 1 and set(store.calls[0][1]) == {M5, M1}
+    # floor(11 / 5) + floor(5 / 2) = 4; floor(5 / 5) + floor(1 / 2) = 1
+    assert {n: h.value for n, h in fresh.items()} == {"a": 4, "b": 1, "c": 0}
+    assert fresh["a"].counts == {M5: 11, M1: 5}
+    assert times.calls == [(["a", "b", "c"], now - 300)]  # one read covering the longest window
     assert hot.annotation("a") == {"node_hot_value": "4,1970-01-01T00:16:40+00:00"}
     assert hot.annotation("unknown") == {}
 
 
-def test_nodes_to_write_are_new_changed_or_old() -> None:
-    computed = {n: Hot(v, 100.0, {}) for n, v in {"new": 0, "same": 1, "changed": 3, "old": 0}.items()}
-    written = {"same": (1, 90.0), "changed": (2, 99.0), "old": (0, 100.0 - 120.0)}
-    assert to_write(computed, written, now=100.0, max_age=120.0) == ["changed", "new", "old"]
+def test_counts_are_strictly_after_the_window_start_and_include_later_times() -> None:
+    times = [40.0, 40.5, 99.0, 100.0, 130.0]
+    assert counts_in_windows(times, [M1], now=100.0) == {M1: 4}  # 40.0 is exactly 60 s old: out
+    assert counts_in_windows(times, [M1, M5], now=160.0) == {M1: 1, M5: 5}
+
+
+def test_next_fall_is_when_the_oldest_binding_that_matters_leaves_its_window() -> None:
+    now = 1000.0
+    # 1m rule, 5 bindings: 5 // 2 = 2. One leaving keeps it (4 // 2 = 2); it falls when the second oldest
+    # (5 mod 2 + 1 = 2nd) leaves (3 // 2 = 1), at that binding's time + 60 s.
+    minute = [now - 50, now - 40, now - 30, now - 20, now - 10]
+    assert next_fall(minute, [HotValuePolicy(M1, 2)], now) == now - 40 + 60
+    # Fewer bindings than the count: the rule adds nothing and cannot fall.
+    assert next_fall([now - 10], [HotValuePolicy(M1, 2)], now) is None
+    # Two rules: the earlier of their falls. 5m/5 with 6 bindings falls when 2 have left.
+    times = [now - 290, now - 280, now - 200, now - 100, now - 50, now - 5]
+    assert next_fall(times, RULES, now) == min(now - 280 + 300, now - 50 + 60)
+    # Bindings older than a window do not count for it.
+    assert next_fall([now - 70, now - 65, now - 5], [HotValuePolicy(M1, 2)], now) is None
+
+
+def test_next_fall_matches_a_brute_force_recount() -> None:
+    now = 5000.0
+    times = sorted(now - (i * 37 % 290) - 0.25 for i in range(23))
+    value_now = hot_value(counts_in_windows(times, windows(RULES), now), RULES)
+    fall = next_fall(times, RULES, now)
+    assert fall is not None
+    before = hot_value(counts_in_windows(times, windows(RULES), fall - 0.01), RULES)
+    after = hot_value(counts_in_windows(times, windows(RULES), fall), RULES)
+    assert before == value_now and after < value_now
+
+
+def test_the_scheduler_reads_a_fresh_value_and_nothing_from_a_stale_or_missing_one() -> None:
+    assert read_value((3, 100.0), now=399.9) == 3
+    assert read_value((3, 100.0), now=400.0) == 0  # fresh while now < ts + 5m, as upstream
+    assert read_value(None, now=0.0) == 0
+
+
+def test_a_node_needs_a_hot_patch_only_when_the_value_read_would_change_or_go_stale() -> None:
+    max_age = 240.0
+    # Unchanged 0: never, however old or missing (0, stale and missing read the same).
+    assert hot_action(0, (0, 0.0), now=10_000.0, max_age=max_age) is None
+    assert hot_action(0, None, now=10_000.0, max_age=max_age) is None
+    # A changed value, up or down: at once.
+    assert hot_action(2, (1, 100.0), now=101.0, max_age=max_age) == "change"
+    assert hot_action(0, (1, 100.0), now=101.0, max_age=max_age) == "change"
+    assert hot_action(1, None, now=101.0, max_age=max_age) == "change"
+    # A non-zero value that went stale reads as 0: a change.
+    assert hot_action(2, (2, 100.0), now=400.0, max_age=max_age) == "change"
+    # An unchanged non-zero value: rewritten at max_age, before the scheduler drops it.
+    assert hot_action(2, (2, 100.0), now=339.0, max_age=max_age) is None
+    assert hot_action(2, (2, 100.0), now=340.0, max_age=max_age) == "refresh"
+
+
+def test_hot_actions_lists_only_the_nodes_that_need_a_patch() -> None:
+    computed = {n: Hot(v, 100.0, {}) for n, v in {"new0": 0, "new1": 1, "same": 1, "changed": 3, "old": 2}.items()}
+    written = {"same": (1, 90.0), "changed": (2, 99.0), "old": (2, 100.0 - 240.0)}
+    assert hot_actions(computed, written, now=100.0, max_age=240.0) == {
+        "changed": "change",
+        "new1": "change",
+        "old": "refresh",
+    }
+
+
+async def test_falls_are_scheduled_from_the_counts_and_taken_once() -> None:
+    now = [1000.0]
+    times = FakeTimes({"a": [950.0, 960.0], "b": [990.0, 995.0], "c": [999.0]})
+    hot = HotValues(times, [HotValuePolicy(M1, 2)], clock=lambda: now[0])
+    await hot.refresh(["a", "b", "c"])
+    assert hot.next_fall_at() == pytest.approx(1010.0 + FALL_LAG)  # a's oldest binding leaves at 950 + 60
+    assert hot.take_falls(1009.0) == []
+    assert hot.take_falls(1010.0 + FALL_LAG) == ["a"]
+    assert hot.take_falls(1010.0 + FALL_LAG) == []  # taken: not again until recounted
+    assert hot.next_fall_at() == pytest.approx(1050.0 + FALL_LAG)  # b's
+    now[0] = 1011.0
+    fresh = await hot.refresh(["a"])
+    assert fresh["a"].value == 0 and fresh["a"].next_fall is None
+    hot.forget(["a"])  # b and c deleted
+    assert hot.next_fall_at() is None
 
 
 def test_mark_written_remembers_what_the_node_holds() -> None:
-    hot = HotValues(FakeStore({}), default_policy().hot_value)  # type: ignore[arg-type]
+    hot = HotValues(FakeTimes({}), RULES)
     hot.mark_written("a", "3,1970-01-01T00:16:40+00:00")
     hot.mark_written("b", "garbage")
     assert hot.written == {"a": (3, 1000.0)}

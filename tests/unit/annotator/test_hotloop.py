@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from crane_annotator.hot import HotValues
@@ -18,22 +18,20 @@ from crane_shared.binding_store import StreamBatch
 from crane_shared.bindings import BindingRecord, BindingSchema
 from crane_shared.policy import default_policy
 
-M5, M1 = timedelta(minutes=5), timedelta(minutes=1)
-
 
 class FakeStore:
+    """The binding stream and the binding times per node, as Redis holds them."""
+
     schema = BindingSchema()
 
     def __init__(self) -> None:
-        self.counts: dict[str, dict[timedelta, int]] = {}
+        self.times: dict[str, list[float]] = {}
         self.refreshed: list[list[str]] = []
         self.stream: asyncio.Queue[list[BindingRecord]] = asyncio.Queue()
 
-    async def count_in_windows(
-        self, nodes: Sequence[str], windows: Sequence[timedelta], now: float
-    ) -> dict[str, dict[timedelta, int]]:
+    async def recent(self, nodes: Sequence[str], since: float) -> dict[str, list[float]]:
         self.refreshed.append(list(nodes))
-        return {n: {w: self.counts.get(n, {}).get(w, 0) for w in windows} for n in nodes}
+        return {n: sorted(t for t in self.times.get(n, []) if t > since) for n in nodes}
 
     async def read_stream(self, last_id: str, block_ms: int | None, count: int) -> StreamBatch:
         try:
@@ -49,25 +47,44 @@ class FakeRedis:
 
 
 class RecordingPatcher:
+    """Records hot-value patches; ``queued`` stands for nodes with a metric patch waiting in the writer."""
+
     def __init__(self) -> None:
         self.calls: list[tuple[dict[str, dict[str, str]], bool]] = []
+        self.joined: list[str] = []
+        self.queued: set[str] = set()
         self.called = asyncio.Event()
 
     async def patch_many(
-        self, patches: Mapping[str, Mapping[str, str]], *, hot: HotSupplier | None = None, urgent: bool = False
+        self,
+        patches: Mapping[str, Mapping[str, str]],
+        *,
+        hot: HotSupplier | None = None,
+        urgent: bool = False,
+        merge_only: bool = False,
     ) -> PatchReport:
-        bodies = {n: {**b, **(hot(n) if hot else {})} for n, b in patches.items()}
+        report = PatchReport()
+        bodies = {}
+        for node, body in patches.items():
+            if node in self.queued:
+                self.joined.append(node)
+                report.merged.append(node)
+            elif merge_only:
+                report.held.append(node)
+                continue
+            bodies[node] = {**body, **(hot(node) if hot else {})}
         if bodies:
             self.calls.append((bodies, urgent))
             self.called.set()
-        return PatchReport(ok=list(bodies))
+        report.ok = list(bodies)
+        return report
 
 
 def make(
-    nodes: list[str], max_age: float = 120.0, debounce: float = 0.05
+    nodes: list[str], max_age: float = 240.0, debounce: float = 0.05, settled: asyncio.Event | None = None
 ) -> tuple[HotValueLoops, FakeStore, RecordingPatcher, HotValues]:
     store, patcher = FakeStore(), RecordingPatcher()
-    hot = HotValues(store, default_policy().hot_value)  # type: ignore[arg-type]
+    hot = HotValues(store, default_policy().hot_value)
     loops = HotValueLoops(
         hot,
         store,  # type: ignore[arg-type]
@@ -75,6 +92,7 @@ def make(
         lambda: nodes,
         patcher,
         AnnotatorMetrics(CollectorRegistry()),
+        settled=settled,
         debounce=debounce,
         max_age=max_age,
     )
@@ -88,29 +106,78 @@ def written(patcher: RecordingPatcher, hot: HotValues) -> None:
             hot.mark_written(node, body["node_hot_value"])
 
 
-async def test_periodic_refresh_patches_new_and_changed_nodes_only_changed_ones_urgently() -> None:
+def hot_of(body: Mapping[str, str]) -> int:
+    return int(body["node_hot_value"].split(",")[0])
+
+
+async def test_with_no_bindings_the_periodic_pass_patches_nothing() -> None:
+    loops, _, patcher, _ = make(["a", "b", "c"])
+    for _ in range(3):
+        await loops.refresh_all()
+    assert patcher.calls == []  # 0, missing and stale all read as 0: nothing a scheduler would read changes
+
+
+async def test_periodic_pass_patches_changed_nodes_urgently_and_only_once() -> None:
     loops, store, patcher, hot = make(["a", "b", "c"])
+    now = time.time()
+    store.times["b"] = [now - 10] * 10  # floor(10/5) + floor(10/2) = 7
     await loops.refresh_all()
-    assert [(sorted(b), urgent) for b, urgent in patcher.calls] == [(["a", "b", "c"], True)]
+    assert [(sorted(b), urgent) for b, urgent in patcher.calls] == [(["b"], True)]
+    assert hot_of(patcher.calls[0][0]["b"]) == 7
     written(patcher, hot)
     patcher.calls.clear()
-
     await loops.refresh_all()  # nothing changed, nothing old
     assert patcher.calls == []
 
-    store.counts["b"] = {M5: 10, M1: 0}
-    await loops.refresh_all()
-    assert [(sorted(b), urgent) for b, urgent in patcher.calls] == [(["b"], True)]
-    assert patcher.calls[0][0]["b"]["node_hot_value"].startswith("2,")
 
-
-async def test_unchanged_values_are_rewritten_once_old_without_priority() -> None:
-    loops, _, patcher, hot = make(["a"], max_age=0.0)
+async def test_an_unchanged_non_zero_value_is_rewritten_when_old_without_priority() -> None:
+    loops, store, patcher, hot = make(["a"], max_age=0.001)
+    store.times["a"] = [time.time() - 10] * 5
     await loops.refresh_all()
     written(patcher, hot)
     patcher.calls.clear()
+    await asyncio.sleep(0.01)
     await loops.refresh_all()
     assert [(sorted(b), urgent) for b, urgent in patcher.calls] == [(["a"], False)]
+
+
+def test_a_max_age_the_scheduler_would_not_honour_is_refused() -> None:
+    with pytest.raises(ValueError, match="hot-value-max-age"):
+        make(["a"], max_age=300.0)
+
+
+async def test_a_change_joins_the_metric_patch_queued_for_the_node() -> None:
+    loops, store, patcher, _ = make(["a", "b"])
+    patcher.queued = {"a"}
+    now = time.time()
+    store.times = {"a": [now] * 2, "b": [now] * 2}
+    await loops.refresh_all()
+    assert patcher.joined == ["a"]
+    assert loops._metrics.patches.labels("hot_value", "ok")._value.get() == 1  # b alone; a rode on its patch
+
+
+async def test_before_the_first_round_ends_hot_patches_only_join_queued_round_patches() -> None:
+    settled = asyncio.Event()
+    loops, store, patcher, hot = make(["a", "b", "c"], settled=settled)
+    patcher.queued = {"a"}  # the round has queued a's patch; b's was sent already, c is not in the round
+    now = time.time()
+    store.times = {n: [now] * 2 for n in ("a", "b", "c")}
+    periodic = asyncio.create_task(loops.periodic())
+    try:
+        await loops.refresh_all()  # e.g. a stream flush during the round
+        assert patcher.joined == ["a"] and patcher.calls == [({"a": patcher.calls[0][0]["a"]}, True)]
+        await asyncio.sleep(0.05)
+        assert len(store.refreshed) == 1  # the periodic pass waits for the round, however long it takes
+        written(patcher, hot)  # the round's patch for a went, with a's new value
+        patcher.calls.clear()
+        patcher.called.clear()
+        patcher.queued = set()
+        settled.set()
+        await asyncio.wait_for(patcher.called.wait(), 2)
+        await asyncio.sleep(0)
+    finally:
+        periodic.cancel()
+    assert [(sorted(b), urgent) for b, urgent in patcher.calls] == [(["b", "c"], True)]
 
 
 async def test_a_burst_on_the_stream_costs_one_recount_and_one_patch_per_node() -> None:
@@ -118,15 +185,37 @@ async def test_a_burst_on_the_stream_costs_one_recount_and_one_patch_per_node() 
     loops, store, patcher, _ = make(["a", "b"], debounce=0.3)
     follower = asyncio.create_task(loops.follow_stream())
     try:
-        store.counts["a"] = {M5: 6, M1: 6}
-        burst = [BindingRecord(f"u{i}", "ns", f"p{i}", "a", time.time(), "s") for i in range(6)]
+        now = time.time()
+        store.times["a"] = [now] * 6
+        burst = [BindingRecord(f"u{i}", "ns", f"p{i}", "a", now, "s") for i in range(6)]
         for record in burst:
             await store.stream.put([record])
-        await store.stream.put([BindingRecord("x", "ns", "x", "ghost", time.time(), "s")])  # not a known node
+        await store.stream.put([BindingRecord("x", "ns", "x", "ghost", now, "s")])  # not a known node
         await asyncio.wait_for(patcher.called.wait(), 2)
         await asyncio.sleep(0.4)  # more than a debounce window: nothing else may follow
     finally:
         follower.cancel()
     assert [(sorted(b), urgent) for b, urgent in patcher.calls] == [(["a"], True)]
-    assert patcher.calls[0][0]["a"]["node_hot_value"].startswith("4,")  # floor(6/5) + floor(6/2)
+    assert hot_of(patcher.calls[0][0]["a"]) == 4  # floor(6/5) + floor(6/2)
     assert store.refreshed == [["a"]]
+
+
+async def test_the_value_falls_when_a_binding_leaves_its_window_not_on_the_next_tick() -> None:
+    loops, store, patcher, hot = make(["a"])
+    follower = asyncio.create_task(loops.follow_falls())  # nothing to wait for yet: it must be woken up
+    try:
+        await asyncio.sleep(0.01)
+        now = time.time()
+        # Two bindings in the last minute: 1m/2 gives 1. The older leaves the 1m window 0.3 s from now.
+        store.times["a"] = [now - 59.7, now - 30]
+        await loops.refresh_all()
+        written(patcher, hot)
+        assert hot_of(patcher.calls[0][0]["a"]) == 1
+        patcher.calls.clear()
+        patcher.called.clear()
+        await asyncio.wait_for(patcher.called.wait(), 2)
+        fell_at = time.time()
+    finally:
+        follower.cancel()
+    assert hot_of(patcher.calls[0][0]["a"]) == 0 and patcher.calls[0][1] is True
+    assert now + 0.3 <= fell_at < now + 0.3 + 1.0  # within a second of the truth, not on a 15 s tick

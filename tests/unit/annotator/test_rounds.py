@@ -39,7 +39,12 @@ class FakePatcher:
         self.sent: dict[str, list[dict[str, str]]] = {}
 
     async def patch_many(
-        self, patches: Mapping[str, Mapping[str, str]], *, hot: HotSupplier | None = None, urgent: bool = False
+        self,
+        patches: Mapping[str, Mapping[str, str]],
+        *,
+        hot: HotSupplier | None = None,
+        urgent: bool = False,
+        merge_only: bool = False,
     ) -> PatchReport:
         report = PatchReport()
         for node, body in patches.items():

@@ -1,0 +1,215 @@
+"""The annotator's patch budget, counted by the API server itself (``apiserver_request_total`` at /metrics).
+
+A fleet of its own (more nodes than the shared stack, all metrics on one short period so a period is one round),
+scraped by a real Prometheus; annotators run as child processes with their real command line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+import redis.asyncio as aioredis
+from kubernetes_asyncio import client
+from prometheus_client.parser import text_string_to_metric_families
+
+from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.exporter import FleetExporter
+from crane_sandbox.fleet import FleetState, make_fleet
+from crane_sandbox.pod_follower import create_nodes
+from crane_sandbox.prometheus import PrometheusServer
+from crane_shared.annotations import HOT_VALUE_KEY, decode
+from crane_shared.binding_store import BindingStore
+from crane_shared.bindings import BindingRecord
+
+from .conftest import METRICS, SELECTOR_KEY, AnnotatorProc, Stack, eventually
+
+pytestmark = pytest.mark.integration
+
+N = 30
+PERIOD = 4  # seconds; every metric, so each period is exactly one round
+SYNC = "".join(f"    - {{name: {m}, period: {PERIOD}s}}\n" for m in METRICS)
+POLICY = (
+    "apiVersion: scheduler.policy.crane.io/v1alpha1\n"
+    "kind: DynamicSchedulerPolicy\n"
+    "spec:\n"
+    "  syncPolicy:\n" + SYNC + "  predicate:\n"
+    "    - {name: cpu_usage_avg_5m, maxLimitPecent: 0.65}\n"
+    "  priority:\n"
+    "    - {name: cpu_usage_avg_5m, weight: 1}\n"
+    "  hotValue:\n"
+    "    - {timeRange: 5m, count: 5}\n"
+    "    - {timeRange: 1m, count: 2}\n"
+)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def fleet_stack(cluster: LocalCluster, kube: client.ApiClient, run_dir: Path) -> AsyncIterator[Stack]:
+    label = f"budget{int(time.time()) % 100000}"
+    run_dir = run_dir / f"annotator-{label}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fleet = make_fleet(N, labels={SELECTOR_KEY: label}, prefix=f"bud-{label}-", instance_styles=("ip", "ip:port"))
+    state = FleetState(fleet)
+    exporter = FleetExporter(state, shard_size=16)
+    await exporter.start()
+    prometheus = PrometheusServer(run_dir, exporter.targets(), rules="fast")
+    policy_path = run_dir / "policy.yaml"
+    policy_path.write_text(POLICY)
+    try:
+        await asyncio.gather(prometheus.start(), create_nodes(kube, fleet))
+        for metric in METRICS:  # every metric has a series for every node before any annotator starts
+            await prometheus.wait_for(f"count({metric})", lambda r: bool(r) and r[0].value == N, timeout=90)
+        yield Stack(label, list(fleet), state, exporter, prometheus, cluster, kube, policy_path, run_dir)
+    finally:
+        await prometheus.stop()
+        await exporter.stop()
+        await client.CoreV1Api(kube).delete_collection_node(label_selector=f"{SELECTOR_KEY}={label}")
+
+
+@pytest_asyncio.fixture
+async def start(fleet_stack: Stack, redis_url: str, namespace: str) -> AsyncIterator[Callable[..., Any]]:
+    started: list[AnnotatorProc] = []
+
+    async def start(*extra: str) -> AnnotatorProc:
+        proc = AnnotatorProc(fleet_stack, f"budget-{len(started)}", redis_url, namespace, *extra)
+        started.append(proc)
+        await proc.start()
+        return proc
+
+    yield start
+    for proc in started:
+        await proc.stop()
+
+
+async def node_patches(cluster: LocalCluster) -> int:
+    """Node PATCH requests the API server has served (the object itself, not its status), all codes."""
+    assert cluster.pki is not None
+    context = ssl.create_default_context(cafile=str(cluster.pki.ca_cert))
+    headers = {"Authorization": f"Bearer {cluster.pki.admin_token}"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{cluster.api_url}/metrics", ssl=context, headers=headers) as resp,
+    ):
+        assert resp.status == 200
+        text = await resp.text()
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if (
+                sample.name == "apiserver_request_total"
+                and labels.get("verb") == "PATCH"
+                and labels.get("resource") == "nodes"
+                and not labels.get("subresource")
+            ):
+                total += sample.value
+    return int(total)
+
+
+async def rounds_done(annotator: AnnotatorProc) -> int:
+    return int(await annotator.metric("crane_annotator_round_duration_seconds_count", period=f"{PERIOD}s") or 0)
+
+
+async def strip_annotations(stack: Stack) -> None:
+    """Nodes as new: no load or hot-value annotations (so nothing seeds what the annotator thinks is written)."""
+    body = {"metadata": {"annotations": dict.fromkeys([*METRICS, HOT_VALUE_KEY])}}
+    core = client.CoreV1Api(stack.kube)
+    for node in stack.nodes:
+        await core.patch_node(node.name, body, _content_type="application/merge-patch+json")
+
+
+async def hot_annotation(stack: Stack, node: str) -> tuple[int, float] | None:
+    text = (await stack.annotations(node)).get(HOT_VALUE_KEY)
+    if text is None:
+        return None
+    sample = decode(text)
+    return int(sample.value), sample.timestamp.timestamp()
+
+
+async def test_with_no_bindings_each_node_gets_exactly_one_patch_per_period(
+    fleet_stack: Stack, start: Callable[..., Any]
+) -> None:
+    # The hot-value pass runs 8 times per period, and --hot-value-max-age is shorter than the period (as 2m is
+    # than the default 3m): neither may add a patch when nothing changes.
+    annotator = await start("--hot-value-interval", "0.5s", "--hot-value-max-age", "2s")
+    await eventually(lambda: rounds_done(annotator), timeout=30, interval=0.05, what="first round")
+    done = await rounds_done(annotator)
+    before = await node_patches(fleet_stack.cluster)
+    started = time.time()
+    await eventually(
+        lambda: _at_least(rounds_done(annotator), done + 2), timeout=4 * PERIOD, interval=0.05, what="two rounds"
+    )
+    patched = await node_patches(fleet_stack.cluster) - before
+    assert patched == 2 * N, f"{patched} node patches in two {PERIOD}s periods at {N} nodes"
+    for node in fleet_stack.nodes:  # and each node got its own: every annotation was rewritten
+        stamp = decode((await fleet_stack.annotations(node.name))["cpu_usage_avg_5m"]).timestamp.timestamp()
+        assert stamp >= int(started)
+    hot = await annotator.metric("crane_annotator_patches_total", cause="hot_value", outcome="ok")
+    assert not hot
+
+
+async def test_startup_round_slower_than_the_hot_value_interval_patches_each_node_once(
+    fleet_stack: Stack, start: Callable[..., Any], redis: aioredis.Redis
+) -> None:
+    await strip_annotations(fleet_stack)
+    # Some nodes have recent bindings, so their hot value is not 0 and differs from what they carry (nothing).
+    now = time.time()
+    bound = [n.name for n in fleet_stack.nodes[::5]]
+    store = BindingStore(redis)
+    records = [
+        BindingRecord(f"{node}-{i}", "default", f"{node}-{i}", node, now - 20, "crane-scheduler")
+        for node in bound
+        for i in range(4)
+    ]
+    await store.record(records, stream_maxlen=10_000)
+    before = await node_patches(fleet_stack.cluster)
+    # 4 patches/s, no burst: the first round takes about N / 4 = 7.5 s, 15 hot-value intervals.
+    annotator = await start("--hot-value-interval", "0.5s", "--kube-api-qps", "4", "--kube-api-burst", "1")
+    started = time.monotonic()
+    await eventually(lambda: rounds_done(annotator), timeout=60, interval=0.05, what="first round")
+    took = time.monotonic() - started
+    assert took > 5, f"the first round took only {took:.1f}s: not slower than the hot-value interval"
+    patched = await node_patches(fleet_stack.cluster) - before
+    assert patched == N, f"{patched} node patches before the first round completed, {N} nodes"
+    for node in fleet_stack.nodes:  # the round carried every node's hot value, the bound ones' included
+        hot = await hot_annotation(fleet_stack, node.name)
+        assert hot is not None and hot[0] == (2 if node.name in bound else 0), (node.name, hot)
+
+
+async def test_hot_value_falls_within_a_second_of_the_truth(
+    fleet_stack: Stack, start: Callable[..., Any], redis: aioredis.Redis
+) -> None:
+    node = fleet_stack.nodes[1].name
+    store = BindingStore(redis)
+    # Two bindings 45 s ago: the 1m rule gives floor(2 / 2) = 1 until they leave the window, 15 s from now.
+    bound_at = time.time() - 45
+    records = [BindingRecord(f"fall-{i}", "default", f"fall-{i}", node, bound_at, "crane-scheduler") for i in (1, 2)]
+    await store.record(records, stream_maxlen=10_000)
+    truth_falls = bound_at + timedelta(minutes=1).total_seconds()
+    # The periodic pass runs once a minute: only the expiry can bring the value down in time.
+    annotator = await start("--hot-value-interval", "60s")
+    await eventually(lambda: _hot_is(fleet_stack, node, 1), timeout=12, interval=0.05, what="hot value 1")
+    assert time.time() < truth_falls - 0.5, "setup too slow: the value must be seen at 1 before it falls"
+    await eventually(lambda: _hot_is(fleet_stack, node, 0), timeout=15, interval=0.02, what="hot value 0")
+    seen = time.time()
+    assert truth_falls <= seen < truth_falls + 1.0, f"fell {seen - truth_falls:+.2f}s after the truth"
+    # Brought down by the fall follower (a round, every 4 s, might have been first by luck): it recounted.
+    recounts = await annotator.metric("crane_annotator_hot_value_refreshes_total", trigger="expiry", outcome="ok")
+    assert recounts is not None and recounts >= 1
+
+
+async def _at_least(value: Any, expected: int) -> bool:
+    return bool(await value >= expected)
+
+
+async def _hot_is(stack: Stack, node: str, expected: int) -> bool:
+    hot = await hot_annotation(stack, node)
+    return hot is not None and hot[0] == expected
