@@ -128,16 +128,17 @@ def dry_run(
     rows = rows[offset % len(rows) :] + rows[: offset % len(rows)]
     order = more_important(now)
     queue: dict[int, list[PodRecord]] = {}  # row -> victims to try putting back, in order
+    n_violating: dict[int, set[str]] = {}
     for row in rows:
         lower = [r for r in table.pods_on(table.names[row]) if r.pod is not None and r.pod.priority < pod.priority]
         if not lower:
             out.statuses[NO_VICTIMS] += 1
             continue
         lower.sort(key=order)
-        violating, fine = pdb_split(lower, pdbs)
+        violating, fine = pdb_split(lower, pdbs) if pdbs else ([], lower)
         queue[row] = violating + fine
+        n_violating[row] = {r.uid for r in violating}
     removed: dict[int, list[PodRecord]] = {row: [] for row in queue}
-    n_violating: dict[int, set[str]] = {row: {r.uid for r in pdb_split(queue[row], pdbs)[0]} for row in queue}
     victims: dict[int, list[PodRecord]] = {row: [] for row in queue}
     try:
         for row, records in queue.items():
@@ -182,9 +183,10 @@ def dry_run(
         out.candidates.append(Candidate(table.names[row], found, violations))
     # kube's parallel search stops once enough candidates are found; keep the same prefix of the rotation.
     picked: list[Candidate] = []
+    clean = 0
     for c in out.candidates:
         picked.append(c)
-        clean = sum(1 for p in picked if p.pdb_violations == 0)
+        clean += c.pdb_violations == 0
         if clean > 0 and len(picked) >= wanted:
             break
     out.candidates = [c for c in picked if c.pdb_violations == 0] + [c for c in picked if c.pdb_violations]
