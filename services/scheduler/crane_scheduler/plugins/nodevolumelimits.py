@@ -108,6 +108,33 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
 
     def __init__(self, listers: Listers) -> None:
         self.listers = listers
+        # Per bound pod: its attachable volumes; per node: its CSINode limits. Both depend only on the listers'
+        # objects, so they are kept until any of those changes (claims and CSINodes change rarely).
+        self._version = -1
+        self._pod_volumes: dict[str, dict[str, str]] = {}
+        self._limits: dict[str, dict[str, int]] = {}
+
+    def _fresh(self) -> None:
+        if self._version != self.listers.version:
+            self._version = self.listers.version
+            self._pod_volumes.clear()
+            self._limits.clear()
+
+    def _limits_of(self, node: str) -> dict[str, int]:
+        found = self._limits.get(node)
+        if found is None:
+            found = self._limits[node] = node_limits(self.listers.csinode(node))
+        return found
+
+    def _volumes_of(self, uid: str, raw: Mapping[str, Any]) -> dict[str, str]:
+        found = self._pod_volumes.get(uid)
+        if found is None:
+            try:
+                found = attachable_volumes(raw, self.listers, new_pod=False)
+            except _Refused:
+                found = {}
+            self._pod_volumes[uid] = found
+        return found
 
     def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
         if not _claim_names(pod.raw):
@@ -124,18 +151,16 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
         drivers = set(new.values())
         rejected = np.zeros(table.n_rows, dtype=bool)
         attachments = self.listers.volume_attachments()
+        self._fresh()
         for row in table.live_rows():
             name = table.names[int(row)]
-            limits = node_limits(self.listers.csinode(name))
+            limits = self._limits_of(name)
             if not drivers & limits.keys():
                 continue
             attached: dict[str, str] = {}
             for record in table.pods_on(name):
                 if record.pod is not None and record.uid != pod.uid:
-                    try:
-                        attached.update(attachable_volumes(record.pod.raw, self.listers, new_pod=False))
-                    except _Refused:
-                        continue
+                    attached.update(self._volumes_of(record.uid, record.pod.raw))
             counts: dict[str, int] = {}
             for driver in attached.values():
                 counts[driver] = counts.get(driver, 0) + 1
