@@ -124,3 +124,31 @@ def test_node_volume_limits_counts_volume_attachments_and_unbound_claims() -> No
     result = decide(t, ls, parse_pod(pod_with_claims("p", "new")), prof=profile(t, ls, cfg))
     assert isinstance(result, Diagnosis)
     assert result.message == "0/1 nodes are available: 1 node(s) exceed max volume count."
+
+
+def test_volume_zone_beta_pv_label_matches_the_ga_node_label() -> None:
+    beta = pv("pv1", claim="d", phase="Bound")
+    beta["metadata"]["labels"] = {"failure-domain.beta.kubernetes.io/zone": "z1"}
+    ls = listers(pvcs=[pvc("d", volume="pv1", bound=True)], pvs=[beta])
+    t = table(node("a", labels={ZONE: "z1"}), node("b", labels={ZONE: "z2"}))
+    result = decide(t, ls, pod_with_claims("p", "d"))
+    assert isinstance(result, ScheduleResult) and result.node == "a"
+
+
+def test_generic_ephemeral_claim_must_exist_and_belong_to_the_pod() -> None:
+    raw = pod("web", spec={"volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]})
+    t = table(node("a"))
+    result = decide(t, listers(), raw)
+    assert isinstance(result, Diagnosis)
+    assert result.message == (
+        "0/1 nodes are available: waiting for ephemeral volume controller to create the persistentvolumeclaim "
+        '"web-scratch".'
+    )
+    stranger = pvc("web-scratch", volume="pv1", bound=True)
+    ls = listers(pvcs=[stranger], pvs=[pv("pv1", claim="web-scratch", phase="Bound")])
+    result = decide(t, ls, raw)
+    assert isinstance(result, Diagnosis) and "(pod is not owner)" in result.message
+    owned = pvc("web-scratch", volume="pv1", bound=True)
+    owned["metadata"]["ownerReferences"] = [{"controller": True, "uid": raw["metadata"]["uid"]}]
+    ls = listers(pvcs=[owned], pvs=[pv("pv1", claim="web-scratch", phase="Bound")])
+    assert isinstance(decide(t, ls, raw), ScheduleResult)
