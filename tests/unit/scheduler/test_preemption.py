@@ -190,3 +190,28 @@ async def test_victims_get_the_disruption_condition_and_are_deleted(monkeypatch:
     assert (cond["type"], cond["status"], cond["reason"]) == ("DisruptionTarget", "True", "PreemptionByScheduler")
     assert cond["message"] == "crane-scheduler: preempting to accommodate a higher priority pod"
     assert _FakeCore.calls[2][2] == {"preconditions": {"uid": t.pods[next(iter(t.pods))].uid}}
+
+
+def test_simulated_removal_and_return_leave_the_table_exactly_as_it_was() -> None:
+    ports = [{"containerPort": 80, "hostPort": 8080}]
+    from .builders import container
+
+    bound = [
+        pod("web", node_name="a", containers=[container("250m", "1Gi", ports=ports, extra={"example.com/gpu": "1"})]),
+        pod("db", cpu="1", memory="2Gi", node_name="a"),
+        pod("b1", cpu="500m", node_name="b"),
+    ]
+    t = table(node("a", extra={"example.com/gpu": "2"}), node("b"), bound=bound)
+    before = (
+        t.requested.copy(),
+        t.nonzero_requested.copy(),
+        t.pod_count.copy(),
+        {k: list(v) for k, v in t.ports.items()},
+        set(t.pods),
+    )
+    gone = t.simulate_remove(list(t.pods))
+    assert not t.requested.any() and not t.pod_count.any() and not t.ports
+    t.simulate_add(gone)
+    after = (t.requested, t.nonzero_requested, t.pod_count, t.ports, set(t.pods))
+    assert (before[0] == after[0]).all() and (before[1] == after[1]).all() and (before[2] == after[2]).all()
+    assert before[3] == after[3] and before[4] == after[4]
