@@ -141,8 +141,9 @@ def dry_run(
     removed: dict[int, list[PodRecord]] = {row: [] for row in queue}
     victims: dict[int, list[PodRecord]] = {row: [] for row in queue}
     try:
+        taken = {r.uid for r in table.simulate_remove([r.uid for records in queue.values() for r in records])}
         for row, records in queue.items():
-            removed[row] = table.simulate_remove([r.uid for r in records])
+            removed[row] = [r for r in records if r.uid in taken]
         testing = np.zeros(table.n_rows, dtype=bool)
         testing[list(queue)] = True
         alive = testing.copy()
@@ -173,8 +174,7 @@ def dry_run(
                 victims[row].append(record)
             step += 1
     finally:
-        for records in removed.values():
-            table.simulate_add(records)
+        table.simulate_add([r for records in removed.values() for r in records])
     for row in [r for r in rows if r in queue and victims[r]]:
         found = victims[row]
         violations = sum(1 for r in found if r.uid in n_violating[row])
