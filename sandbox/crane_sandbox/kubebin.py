@@ -5,7 +5,8 @@ kube-controller-manager from ``sandbox/kube`` (a tiny Go module pinning one ``k8
 KWOK's controller from ``sandbox/kwok`` (a separate module pinning ``sigs.k8s.io/kwok``, so KWOK's dependency
 versions never move the Kubernetes pin). Each module is one ``go build`` invocation. The cache key hashes the
 module's files, so binaries are rebuilt only when a pin (or a build file) changes; a fresh clone on the same
-machine reuses them. The first build takes several minutes.
+machine reuses them. The first build takes several minutes. The judge (``cmd/judge``: kube-scheduler's own
+plugins as a JSON oracle for tests/differential) is built next to them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ from pathlib import Path
 SANDBOX_DIR = Path(__file__).resolve().parent.parent
 MODULE_DIR = SANDBOX_DIR / "kube"
 KWOK_MODULE_DIR = SANDBOX_DIR / "kwok"
-BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+BINARIES = (
+    "kube-apiserver",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "judge",
+)  # judge: kube's plugins as a JSON oracle
 KWOK_BINARIES = ("kwok",)
 
 KWOK_STAGES = (
@@ -46,6 +52,7 @@ class KubeBinaries:
     apiserver: Path
     scheduler: Path
     controller_manager: Path
+    judge: Path
 
 
 @dataclass(frozen=True)

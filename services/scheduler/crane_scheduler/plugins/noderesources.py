@@ -152,11 +152,15 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions):
                 continue
             col = table.resources.get(res)
             if col is None:
-                mask = np.ones(table.n_rows, dtype=bool)
+                mask = whole = np.ones(table.n_rows, dtype=bool)
             else:
                 mask = want > table.alloc[:, col] - table.requested[:, col]
-            if mask.any():
-                out.append(Rejection(f"Insufficient {res}", mask))
+                whole = want > table.alloc[:, col]
+            # A request above the node's whole allocatable is UnschedulableAndUnresolvable in kube (preemption
+            # cannot help there), otherwise Unschedulable: one reason, split by that flag (found by the judge).
+            for part, unresolvable in ((mask & ~whole, False), (mask & whole, True)):
+                if part.any():
+                    out.append(Rejection(f"Insufficient {res}", part, unresolvable=unresolvable))
         return out
 
     def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
