@@ -37,6 +37,7 @@ from crane_scheduler.framework import (
     Handle,
     PreFilterResult,
     Rejection,
+    Rows,
     Status,
     unschedulable,
 )
@@ -45,10 +46,12 @@ from crane_scheduler.framework.interface import (
     FilterPlugin,
     PreBindPlugin,
     PreFilterPlugin,
+    PreScorePlugin,
     ReservePlugin,
+    ScorePlugin,
 )
 from crane_scheduler.listers import Obj
-from crane_scheduler.nodetable import Mask, NodeTable
+from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.plugins.volumebinding import binder
 from crane_scheduler.plugins.volumebinding.binder import (
     REASON_BIND_CONFLICT,
@@ -84,7 +87,9 @@ class _State:
     assumed: PodVolumes | None = None
 
 
-class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin, EnqueueExtensions):
+class VolumeBinding(
+    PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, ReservePlugin, PreBindPlugin, EnqueueExtensions
+):
     name = NAME
 
     def __init__(self, handle: Handle, bind_timeout: float = DEFAULT_BIND_TIMEOUT) -> None:
@@ -172,6 +177,13 @@ class VolumeBinding(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin,
         if not provisioner or provisioner == binder.NOT_SUPPORTED_PROVISIONER:
             return np.zeros(table.n_rows, dtype=bool)
         return binder.allowed_topologies_mask(table, cls)
+
+    def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
+        """kube skips its Score unless the StorageCapacityScoring gate (alpha, off) gives it a scorer."""
+        return SKIP
+
+    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+        return np.zeros(len(rows), dtype=np.int64)
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         """``AssumePodVolumes``: the node's static bindings and provisionings, assumed in the listers."""
