@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -28,17 +28,39 @@ class FakeStore:
         self.times: dict[str, list[float]] = {}
         self.refreshed: list[list[str]] = []
         self.stream: asyncio.Queue[list[BindingRecord]] = asyncio.Queue()
+        self.reads = 0  # read_stream calls started
+        self.delivered = 0  # stream entries handed to the reader
 
     async def recent(self, nodes: Sequence[str], since: float) -> dict[str, list[float]]:
         self.refreshed.append(list(nodes))
         return {n: sorted(t for t in self.times.get(n, []) if t > since) for n in nodes}
 
     async def read_stream(self, last_id: str, block_ms: int | None, count: int) -> StreamBatch:
+        self.reads += 1
         try:
             records = await asyncio.wait_for(self.stream.get(), (block_ms or 0) / 1000)
         except TimeoutError:
             return StreamBatch(last_id, ())
+        self.delivered += 1
         return StreamBatch(f"{time.time()}-0", tuple(records))
+
+
+class ManualClock:
+    """A monotonic clock that moves only when the test says, so a debounce window does not depend on load."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(0.001)
 
 
 class FakeRedis:
@@ -81,7 +103,11 @@ class RecordingPatcher:
 
 
 def make(
-    nodes: list[str], max_age: float = 240.0, debounce: float = 0.05, settled: asyncio.Event | None = None
+    nodes: list[str],
+    max_age: float = 240.0,
+    debounce: float = 0.05,
+    settled: asyncio.Event | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[HotValueLoops, FakeStore, RecordingPatcher, HotValues]:
     store, patcher = FakeStore(), RecordingPatcher()
     hot = HotValues(store, default_policy().hot_value)
@@ -95,6 +121,7 @@ def make(
         settled=settled,
         debounce=debounce,
         max_age=max_age,
+        clock=clock,
     )
     return loops, store, patcher, hot
 
@@ -181,8 +208,10 @@ async def test_before_the_first_round_ends_hot_patches_only_join_queued_round_pa
 
 
 async def test_a_burst_on_the_stream_costs_one_recount_and_one_patch_per_node() -> None:
-    # A window long enough that a loaded machine still reads the whole burst inside it.
-    loops, store, patcher, _ = make(["a", "b"], debounce=0.3)
+    # The window is measured on a clock the test moves: on the real one, a loaded machine that took longer than
+    # the window to read the burst split it in two (two recounts, two patches) and the test failed under load.
+    clock = ManualClock()
+    loops, store, patcher, _ = make(["a", "b"], debounce=0.3, clock=clock)
     follower = asyncio.create_task(loops.follow_stream())
     try:
         now = time.time()
@@ -191,8 +220,15 @@ async def test_a_burst_on_the_stream_costs_one_recount_and_one_patch_per_node() 
         for record in burst:
             await store.stream.put([record])
         await store.stream.put([BindingRecord("x", "ns", "x", "ghost", now, "s")])  # not a known node
-        await asyncio.wait_for(patcher.called.wait(), 2)
-        await asyncio.sleep(0.4)  # more than a debounce window: nothing else may follow
+        await wait_until(lambda: store.delivered == 7)  # the whole burst read, one entry at a time
+        assert patcher.calls == []  # still inside the window
+        clock.now += 0.3  # the window closes
+        await asyncio.wait_for(patcher.called.wait(), 10)
+        reads = store.reads
+        clock.now += 10  # long past any further window the burst could have opened...
+        await store.stream.put([])  # ...and the follower wakes up to look
+        await wait_until(lambda: store.reads > reads)
+        await asyncio.gather(*loops._flushes)
     finally:
         follower.cancel()
     assert [(sorted(b), urgent) for b, urgent in patcher.calls] == [(["a"], True)]

@@ -82,14 +82,19 @@ def rec(i: int, node: str = "n1") -> BindingRecord:
     return BindingRecord(uid=f"u{i}", namespace="ns", name=f"p{i}", node=node, bound_at=1000.0 + i, scheduler="s")
 
 
-RECENT = time.time() - 120  # event times within any retention the tests use
+RECENT_AGE = 120.0
+"""Age of a fresh test event: inside every retention the tests use (the default is 360 s)."""
 
 
 def scheduled(i: int, node: str = "n1", ns: str = "ns", rv: int | None = None) -> dict[str, Any]:
-    """An events.k8s.io/v1 Scheduled event for pod p<i> (uid u<i>) as the API server returns it."""
+    """An events.k8s.io/v1 Scheduled event for pod p<i> (uid u<i>) as the API server returns it.
+
+    Its time is taken now, not at import: a timestamp frozen at collection ages with every test that runs before
+    this one, and after a few minutes of integration tests the "recent" events were outside the retention.
+    """
     return {
         "metadata": {"name": f"p{i}.ev", "namespace": ns, "resourceVersion": str(rv or i)},
-        "eventTime": micro_time(RECENT + i),
+        "eventTime": micro_time(time.time() - RECENT_AGE + i),
         "reportingController": "s",
         "reason": "Scheduled",
         "type": "Normal",
