@@ -114,6 +114,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0,
         help="pods per size and mode (default: 200 / 60 / 20 for 100 / 1000 / 5000+ nodes)",
     )
+    p.add_argument(
+        "--modes",
+        type=lambda s: s.split(","),
+        default=["Nodes", "nodeCacheCapable"],
+        help="wire modes, comma-separated: Nodes (node objects in every request), nodeCacheCapable (names only)",
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     return p.parse_args(argv)
 
@@ -139,6 +145,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rows = []
         for nodes in args.sizes:
             for cached in (False, True):
+                if ("nodeCacheCapable" if cached else "Nodes") not in args.modes:
+                    continue
                 row = await measure(base, nodes, cached, _iterations(nodes, args.iterations), all_nodes)
                 rows.append(row)
                 _print_row(row)
@@ -146,7 +154,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         server.terminate()
         server.join(10)
     return {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()[0]},
         "timeout_ms": 1000 * TIMEOUT_S,
         "results": rows,
         "retention": str(timedelta(minutes=5)),

@@ -12,6 +12,9 @@ from empty nodes:
 
 Throughput is pods / (last bind - first bind), observed through a watch. Our per-pod decision latency comes from
 the scheduler's own ``scheduler_scheduling_algorithm_duration_seconds`` histogram (interpolated percentiles).
+Every node carries crane's load annotations (fresh, usage 10-50 %, hot value 0), so Dynamic's filter, score,
+estimate and own-binding paths all do their work (``--no-load`` leaves them out). Resident memory of each
+scheduler (VmRSS after the last bind, VmHWM = peak) is read from ``/proc``. ``--json FILE`` writes the figures.
 
     .venv/bin/python -m bench.scheduler                       # 1,000 and 5,000 nodes, 10,000 pods
     .venv/bin/python -m bench.scheduler --nodes 500 --pods 2000   # a quick run
@@ -22,9 +25,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +42,10 @@ from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
 from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
 from crane_scheduler.plugins.defaultbinder import bind_pod
+from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.informer import EventType, Informer
 from crane_shared.kube import api_client_from_dict
+from crane_shared.policy import default_policy
 
 NODE_RESOURCES = {"cpu": "4", "memory": "32Gi", "pods": "110"}
 POD_REQUESTS = {"cpu": "100m", "memory": "500Mi"}
@@ -52,6 +60,8 @@ class Run:
     total_seconds: float  # process start (or first call) .. last bind
     events_at_last_bind: int = -1  # Scheduled events already written when the last pod was bound
     events_done: float = float("nan")  # seconds from the first bind until every Scheduled event was written
+    rss_mib: float = float("nan")  # resident memory after the last bind
+    peak_rss_mib: float = float("nan")  # VmHWM
 
     @property
     def rate(self) -> float:
@@ -71,12 +81,22 @@ async def gather_limited(coros: list[Any], limit: int) -> None:
     await asyncio.gather(*(one(c) for c in coros))
 
 
-async def create_nodes(api: client.ApiClient, n: int) -> None:
+def load_annotations(i: int) -> dict[str, str]:
+    """Crane's load annotations as the annotator writes them: every metric of the default policy, fresh."""
+    now = datetime.now(UTC)
+    out = {s.name: encode_usage(0.1 + 0.4 * ((i * 7919) % 1000) / 1000, now) for s in default_policy().sync_policy}
+    out["node_hot_value"] = encode_hot_value(0, now)
+    return out
+
+
+async def create_nodes(api: client.ApiClient, n: int, load: bool = True) -> None:
     v1 = client.CoreV1Api(api)
 
     async def one(i: int) -> None:
         name = f"node-{i:05d}"
-        body = {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "bench": "true"}}}
+        body: dict[str, Any] = {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "bench": "true"}}}
+        if load:
+            body["metadata"]["annotations"] = load_annotations(i)
         (await v1.create_node(body, _preload_content=False)).release()
         (
             await v1.patch_node_status(
@@ -144,8 +164,30 @@ class BindWatch:
                 self.done.set()
 
 
+def resident_mib(pid: int | None) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of a process in MiB, NaN when it is gone."""
+    found = {"VmRSS": float("nan"), "VmHWM": float("nan")}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in found:
+                    found[key] = int(rest.split()[0]) / 1024
+    except (OSError, TypeError):
+        pass
+    return found["VmRSS"], found["VmHWM"]
+
+
 async def measure(
-    api: client.ApiClient, namespace: str, pods: int, label: str, start: Any, timeout: float, expect_events: bool = True
+    api: client.ApiClient,
+    namespace: str,
+    pods: int,
+    label: str,
+    start: Any,
+    timeout: float,
+    expect_events: bool = True,
+    pid: Callable[[], int | None] | None = None,
+    events_timeout: float = 120,
 ) -> Run:
     """Run ``start()`` (a coroutine starting the scheduler or the binder) and time the binds it causes."""
     watch = BindWatch(api, namespace, pods)
@@ -164,13 +206,15 @@ async def measure(
     if not times:
         return Run(label, pods, 0, 0.0, 0.0)
     run = Run(label, pods, len(times), times[-1] - times[0], times[-1] - t0, await scheduled_events(api, namespace))
+    if pid is not None:
+        run.rss_mib, run.peak_rss_mib = resident_mib(pid())
     if expect_events:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + events_timeout
         while time.monotonic() < deadline:  # polling: events have no cheaper completion signal here
             if await scheduled_events(api, namespace) >= len(times):
+                run.events_done = time.monotonic() - times[0]
                 break
             await asyncio.sleep(0.2)
-        run.events_done = time.monotonic() - times[0]
     return run
 
 
@@ -231,7 +275,9 @@ async def run_ours(
     )
     await create_pods(api, namespace, args.pods, name)
     try:
-        run = await measure(api, namespace, args.pods, "crane-scheduler", proc.start, args.timeout)
+        run = await measure(
+            api, namespace, args.pods, "crane-scheduler", proc.start, args.timeout, pid=lambda: proc.pid
+        )
         latency = await decision_latency(port, name)
     finally:
         await proc.stop()
@@ -270,7 +316,7 @@ async def run_kube(
         await proc.wait_ready(lambda: tcp_open("127.0.0.1", port), timeout=60)
 
     try:
-        return await measure(api, namespace, args.pods, "kube-scheduler", start, args.timeout)
+        return await measure(api, namespace, args.pods, "kube-scheduler", start, args.timeout, pid=lambda: proc.pid)
     finally:
         await proc.stop()
 
@@ -335,7 +381,7 @@ async def bench_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
         api = await api_client_from_dict(cluster.kubeconfig_dict(), qps=0, burst=500)
         try:
             t = time.monotonic()
-            await create_nodes(api, nodes)
+            await create_nodes(api, nodes, load=not args.no_load)
             print(f"{nodes} nodes created in {time.monotonic() - t:.1f}s", file=sys.stderr)
             args.nodes_now = nodes
             results: dict[str, Any] = {"nodes": nodes, "pods": args.pods}
@@ -379,7 +425,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                     f"       {run.label}: {run.bound}/{run.pods} bound in {run.seconds:.1f}s "
                     f"({run.total_seconds:.1f}s from process start); Scheduled events: "
                     f"{run.events_at_last_bind} written by the last bind, all {run.events_done:.1f}s after the "
-                    "first bind"
+                    f"first bind; resident {run.rss_mib:.0f} MiB (peak {run.peak_rss_mib:.0f} MiB)"
                 )
 
 
@@ -402,13 +448,41 @@ def main() -> None:
         help="crane-scheduler's plugin set: its default (kube-scheduler's plugins + Dynamic) or exactly "
         "kube-scheduler's (Dynamic disabled), for a like-for-like comparison",
     )
+    parser.add_argument("--no-load", action="store_true", help="nodes without crane's load annotations")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file (for bench.check)")
     args = parser.parse_args()
     sizes = [int(x) for x in args.nodes.split(",") if x]
 
     async def all_sizes() -> list[dict[str, Any]]:
-        return [await bench_size(args, n) for n in sizes]
+        done = []
+        for n in sizes:
+            done.append(await bench_size(args, n))
+            if len(sizes) > 1:  # each size as soon as it is measured (a long run may be cut short)
+                report(done[-1:], args)
+        return done
 
-    report(asyncio.run(all_sizes()), args)
+    results = asyncio.run(all_sizes())
+    report(results, args)
+    if args.json:
+        args.json.write_text(json.dumps(figures(results, args), indent=2) + "\n")
+
+
+def figures(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """The machine-readable figures of a run (the shape ``bench.check`` reads from RESULTS.md)."""
+    out: dict[str, Any] = {"profile": args.plugins, "pods": args.pods, "load": os.getloadavg()[0], "sizes": {}}
+    for r in results:
+        ours, kube, binds, lat = r["ours"], r.get("kube"), r["binds"], r["latency"]
+        out["sizes"][str(r["nodes"])] = {
+            "crane_pods_per_s": round(ours.rate, 1),
+            "kube_pods_per_s": round(kube.rate, 1) if kube else None,
+            "ratio_to_kube": round(ours.rate / kube.rate, 3) if kube and kube.rate > 0 else None,
+            "decision_p50_ms": round(lat["p50"] * 1e3, 3),
+            "decision_p99_ms": round(lat["p99"] * 1e3, 3),
+            "bind_ceiling_per_s": round(binds.rate, 1),
+            "crane_rss_mib": round(ours.rss_mib, 1),
+            "kube_rss_mib": round(kube.rss_mib, 1) if kube else None,
+        }
+    return out
 
 
 if __name__ == "__main__":

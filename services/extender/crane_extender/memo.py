@@ -1,4 +1,4 @@
-"""Node loads reused across requests for as long as they provably stay the same.
+"""Node verdicts reused across requests for as long as they provably stay the same.
 
 kube-scheduler asks filter and then prioritize for every pod, each time about the same nodes, and decoding a
 node's load annotations is most of an extender request's cost. ``node_load`` depends on the time only through
@@ -9,20 +9,27 @@ load at any ``t`` in ``[t0, valid_until)``, where ``valid_until`` is the first o
 
 The instants come from ``crane_shared.loadaware.dynamic.valid_until``, next to the rules they are derived from;
 ``tests/unit/extender/test_memo.py`` checks them against ``node_load`` itself at random times.
+
+Each node keeps one ``Verdict`` (the load, its score, its pod-independent filter reason and the few thresholds the
+incoming pod is checked against), so a request costs, per node, a few comparisons that prove the entry still
+holds. With the node cache the proof is by identity: the informer stores a new object on every change and the
+server keeps one ``NodeView`` per object, so an unchanged node is the same view (``is``); the node's recent
+bindings carry a version bumped on every change. Without the cache (nodes in the request) the annotation texts and
+the capacity are compared instead. A binding leaving the retention also ends the entry (``until``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from crane_extender.protocol import Load, NodeView
+from crane_extender.protocol import NodeView, Verdict, verdict
 from crane_shared.annotations import HOT_VALUE_KEY, annotation_key
 from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
-    NodeLoad,
     RecentBinding,
     node_load,
     valid_until,
@@ -33,14 +40,18 @@ __all__ = ["LoadMemo"]
 
 @dataclass
 class _Entry:
+    source: object
+    """the informer's node object the verdict was made from (node cache mode), or None"""
+    view: NodeView | None
     key: tuple[object, ...]
-    load: NodeLoad
+    version: int
+    verdict: Verdict
     since: float
     until: float
 
 
 class LoadMemo:
-    """One remembered load per node name, reused while its inputs are equal and its validity holds.
+    """One remembered verdict per node name, reused while its inputs are equal and its validity holds.
 
     A changed annotation, capacity, binding or policy is a different key and recomputes; memory is one entry
     per node ever asked about (dropped with ``clear``, e.g. when the policy changes).
@@ -56,28 +67,89 @@ class LoadMemo:
     def clear(self) -> None:
         self._entries.clear()
 
-    def loader(self, args: DynamicArgs, now: datetime, recent_of: Callable[[str], Sequence[RecentBinding]]) -> Load:
-        """A ``Decide.load`` for decisions at ``now``."""
+    def loader(
+        self,
+        args: DynamicArgs,
+        now: datetime,
+        recent_of: Callable[[str], Sequence[RecentBinding]],
+        version_of: Callable[[str], int] = lambda name: 0,
+        retention: float = math.inf,
+    ) -> Callable[[str, NodeView | None], Verdict]:
+        """A ``Decide.verdict`` for decisions at ``now``; ``version_of(node)`` changes whenever ``recent_of(node)``
+        may have (other than by bindings leaving the ``retention``, which the entry's validity covers)."""
         if args is not self._args:
             self._args = args
             self._keys = (*(annotation_key(s.name) for s in args.policy.sync_policy), HOT_VALUE_KEY)
             self._entries.clear()
         keys, entries, t = self._keys, self._entries, now.timestamp()
 
-        def load(name: str, view: NodeView | None) -> NodeLoad:
-            recent = tuple(recent_of(name))
+        def load(name: str, view: NodeView | None) -> Verdict:
+            version = version_of(name)
+            entry = entries.get(name)
+            if (
+                entry is not None
+                and entry.view is view
+                and view is not None
+                and entry.version == version
+                and entry.since <= t < entry.until
+            ):
+                self.hits += 1
+                return entry.verdict
             annotations: Mapping[str, str] | None = None
             capacity: NodeCapacity | None = None
             if view is not None:
                 annotations, capacity = view.annotations, view.capacity
-            key = (tuple(annotations.get(k) for k in keys) if annotations is not None else None, capacity, recent)
-            entry = entries.get(name)
-            if entry is not None and entry.key == key and entry.since <= t < entry.until:
+            key = (tuple(annotations.get(k) for k in keys) if annotations is not None else None, capacity)
+            if entry is not None and entry.key == key and entry.version == version and entry.since <= t < entry.until:
                 self.hits += 1
-                return entry.load
+                entry.view = view
+                entry.source = None
+                return entry.verdict
             self.misses += 1
+            recent = tuple(recent_of(name))
             found = node_load(name, annotations, args, now, recent, capacity)
-            entries[name] = _Entry(key, found, t, valid_until(found, annotations, args, recent, t))
-            return found
+            until = valid_until(found, annotations, args, recent, t)
+            if recent:
+                until = min(until, min(b.bound_at for b in recent) + retention)
+            made = verdict(found, args, capacity)
+            entries[name] = _Entry(None, view, key, version, made, t, until)
+            return made
 
         return load
+
+    def cached(
+        self,
+        names: Sequence[str],
+        cache: Mapping[str, object],
+        versions: Mapping[str, int],
+        t: float,
+        slow: Callable[[str], Verdict],
+    ) -> tuple[list[Verdict], set[str]]:
+        """Verdicts for ``names`` in node cache mode, and the names the cache lacks; the per-node proof is inlined
+        (this loop is the whole per-node cost of a request): the same informer object, the same bindings version,
+        inside the validity. Anything else goes through ``slow`` (``Decide.verdict_of`` on the resolved node)."""
+        entries_get, cache_get, versions_get = self._entries.get, cache.get, versions.get
+        out: list[Verdict] = []
+        append = out.append
+        unknown: set[str] = set()
+        hits = 0
+        for name in names:
+            entry = entries_get(name)
+            if (
+                entry is not None
+                and entry.source is not None
+                and entry.source is cache_get(name)
+                and entry.version == versions_get(name, 0)
+                and entry.since <= t < entry.until
+            ):
+                hits += 1
+                append(entry.verdict)
+                continue
+            source = cache_get(name)
+            append(slow(name))
+            if source is None:
+                unknown.add(name)
+            elif (entry := entries_get(name)) is not None:
+                entry.source = source
+        self.hits += hits
+        return out, unknown

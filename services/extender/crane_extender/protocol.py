@@ -21,19 +21,20 @@ bindings give the same verdicts and scores as the in-process plugins (scores sca
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from crane_shared.loadaware.dynamic import (
     DynamicArgs,
+    EstimateArgs,
     NodeCapacity,
     NodeLoad,
     RecentBinding,
     filter_reason,
-    incoming_fraction,
     node_load,
+    resource_of,
     score,
 )
 from crane_shared.loadaware.podsize import PodSize, is_daemonset_pod, pod_size
@@ -49,13 +50,17 @@ __all__ = [
     "MalformedRequest",
     "NodeView",
     "PodView",
+    "Verdict",
     "extender_score",
     "filter_error",
     "filter_nodes",
+    "filter_verdicts",
     "node_view",
     "parse_args",
     "pod_view",
     "prioritize_nodes",
+    "prioritize_verdicts",
+    "verdict",
 ]
 
 MAX_EXTENDER_PRIORITY = 10
@@ -123,6 +128,56 @@ Load = Callable[[str, NodeView | None], NodeLoad]
 """``node_load`` of one node under a ``Decide``'s inputs (the server memoizes it)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A node's load with what both verbs read of it, derived once per load (the server keeps it per node):
+    the Dynamic score, the filter reason without the incoming pod (``base``), and the predicates before ``base``
+    that the incoming pod could still push over (``checks``: usage, is it cpu, the node's allocatable of that
+    resource, threshold, reason, in policy order; none without a capacity), so a request only adds the pod's
+    share to a few cached numbers."""
+
+    load: NodeLoad
+    score: int
+    base: str | None
+    checks: tuple[tuple[float, bool, float, float, str], ...]
+    capacity: NodeCapacity | None
+
+    def reason(self, pod: PodView, estimate: EstimateArgs) -> str | None:
+        """``filter_reason(load, incoming=incoming_fraction(pod))``, from the cached parts (same arithmetic)."""
+        if pod.daemonset:
+            return None
+        if self.checks and estimate.enabled and estimate.incoming_pod:
+            cpu, memory = estimate.cpu_factor * pod.cpu, estimate.memory_factor * pod.memory
+            for usage, is_cpu, allocatable, limit, reason in self.checks:
+                incoming = (cpu if is_cpu else memory) / allocatable if allocatable > 0 else 0.0
+                if usage + incoming > limit:
+                    return reason
+        return self.base
+
+
+def verdict(load: NodeLoad, args: DynamicArgs, capacity: NodeCapacity | None) -> Verdict:
+    """The ``Verdict`` of a load: ``filter_reason``'s loop split at the first pod-independent failure."""
+    base = filter_reason(load, args)
+    checks: list[tuple[float, bool, float, float, str]] = []
+    for predicate in args.policy.predicate:
+        if predicate.max_limit_percent == 0:
+            continue
+        reading = load.readings.get(predicate.name)
+        usage = reading.usage if reading else None
+        if usage is None:
+            if args.stale == "fail-closed":
+                break
+            continue
+        if usage > predicate.max_limit_percent:
+            break
+        resource = resource_of(predicate.name)
+        if resource is not None and capacity is not None:
+            reason = f"node(s) would have {predicate.name} above {predicate.max_limit_percent:g}"
+            allocatable = capacity.cpu if resource == "cpu" else capacity.memory
+            checks.append((usage, resource == "cpu", allocatable, predicate.max_limit_percent, reason))
+    return Verdict(load, score(load, args), base, tuple(checks), capacity)
+
+
 @dataclass(frozen=True)
 class Decide:
     """Everything a decision depends on besides the request: policy, clock, node cache, recent bindings.
@@ -135,6 +190,13 @@ class Decide:
     resolve: Resolve = lambda name: None
     recent: Recent = lambda name: ()
     load: Load | None = None
+    verdict: Callable[[str, NodeView | None], Verdict] | None = None
+    """the server's per-node cache of verdicts (None: derived from ``node_load`` per call)"""
+
+    def verdict_of(self, name: str, view: NodeView | None) -> Verdict:
+        if self.verdict is not None:
+            return self.verdict(name, view)
+        return verdict(self.node_load(name, view), self.args, view.capacity if view is not None else None)
 
     def node_load(self, name: str, view: NodeView | None) -> NodeLoad:
         if self.load is not None:
@@ -264,18 +326,13 @@ def filter_nodes(req: ExtenderArgs, decide: Decide) -> Obj:
     passed: list[int] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
+    pod, estimate, verdict_of = req.pod, decide.args.estimate, decide.verdict_of
     for i, (name, view) in enumerate(candidates):
         if view is None:
             unresolvable[name] = UNKNOWN_NODE_REASON
             continue
-        reason = None
-        if not req.pod.daemonset:  # upstream: DaemonSet pods always pass (also filter_reason's rule)
-            incoming = (
-                incoming_fraction(decide.args.estimate, req.pod.cpu, req.pod.memory, view.capacity)
-                if view.capacity is not None
-                else None
-            )
-            reason = filter_reason(decide.node_load(name, view), decide.args, incoming=incoming)
+        # upstream: DaemonSet pods always pass (also filter_reason's rule)
+        reason = None if pod.daemonset else verdict_of(name, view).reason(pod, estimate)
         if reason is None:
             passed.append(i)
         else:
@@ -291,10 +348,55 @@ def filter_nodes(req: ExtenderArgs, decide: Decide) -> Obj:
 
 def prioritize_nodes(req: ExtenderArgs, decide: Decide) -> list[Obj]:
     """``HostPriorityList`` for every input node, in input order; a node the cache lacks scores as unannotated."""
-    out: list[Obj] = []
-    for name, view in _candidates(req, decide):
-        out.append({"Host": name, "Score": extender_score(score(decide.node_load(name, view), decide.args))})
-    return out
+    verdict_of = decide.verdict_of
+    return [
+        {"Host": name, "Score": extender_score(verdict_of(name, view).score)} for name, view in _candidates(req, decide)
+    ]
+
+
+def filter_verdicts(
+    req: ExtenderArgs, verdicts: Sequence[Verdict], unknown: Container[str], estimate: EstimateArgs
+) -> Obj:
+    """``filter_nodes`` in node cache mode from verdicts already looked up; ``unknown``: not in the cache."""
+    pod = req.pod
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    # Verdict.reason inlined (the per-node cost of a request): the same arithmetic, incoming_fraction's order.
+    incoming = estimate.enabled and estimate.incoming_pod
+    cpu, memory = estimate.cpu_factor * pod.cpu, estimate.memory_factor * pod.memory
+    for name, found in zip(req.node_names or (), verdicts, strict=True):
+        if unknown and name in unknown:
+            unresolvable[name] = UNKNOWN_NODE_REASON
+            continue
+        if pod.daemonset:
+            reason = None
+        else:
+            reason = found.base
+            if incoming and found.checks:
+                for usage, is_cpu, allocatable, limit, why in found.checks:
+                    if usage + ((cpu if is_cpu else memory) / allocatable if allocatable > 0 else 0.0) > limit:
+                        reason = why
+                        break
+        if reason is None:
+            passed.append(name)
+        else:
+            failed[name] = reason
+    return {
+        "Nodes": None,
+        "NodeNames": passed,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": "",
+    }
+
+
+def prioritize_verdicts(req: ExtenderArgs, verdicts: Sequence[Verdict]) -> list[Obj]:
+    """``prioritize_nodes`` in node cache mode from verdicts already looked up."""
+    return [
+        {"Host": name, "Score": extender_score(found.score)}
+        for name, found in zip(req.node_names or (), verdicts, strict=True)
+    ]
 
 
 def extender_score(dynamic_score: int) -> int:

@@ -18,7 +18,7 @@ import contextlib
 import random
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
@@ -57,6 +57,21 @@ class RecentBindings:
     _by_node: dict[str, deque[tuple[str, RecentBinding]]] = field(default_factory=dict)
     _bound: dict[str, float] = field(default_factory=dict)
     _sizes: OrderedDict[str, tuple[float, float]] = field(default_factory=OrderedDict)
+    _versions: dict[str, int] = field(default_factory=dict)
+    _version: int = 0
+
+    def version(self, node: str) -> int:
+        """Changes whenever the node's bindings change (not when one merely ages out: ``for_node`` filters)."""
+        return self._versions.get(node, 0)
+
+    @property
+    def versions(self) -> Mapping[str, int]:
+        """Every node's bindings version (absent: 0), for lookups in a tight loop."""
+        return self._versions
+
+    def _bump(self, node: str) -> None:
+        self._version += 1  # global, so a node that lost all its bindings and got new ones never repeats a value
+        self._versions[node] = self._version
 
     def remember(self, pod: PodView) -> None:
         """Keep the pod's requests until its binding arrives (oldest forgotten beyond ``max_pods``)."""
@@ -78,6 +93,7 @@ class RecentBindings:
             (record.uid, RecentBinding(record.node, record.bound_at, cpu, memory))
         )
         self._bound[record.uid] = record.bound_at
+        self._bump(record.node)
         if len(self._bound) > self.max_pods:
             self.prune(now)
         return True
@@ -103,6 +119,8 @@ class RecentBindings:
                 if binding.bound_at <= cutoff:
                     self._bound.pop(uid, None)
                     removed += 1
+            if len(kept) != len(entries):
+                self._bump(node)
             if kept:
                 self._by_node[node] = kept
             else:

@@ -13,6 +13,7 @@ about 20 MB for 5000 nodes.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,9 +31,11 @@ from crane_extender.protocol import (
     NodeView,
     filter_error,
     filter_nodes,
+    filter_verdicts,
     node_view,
     parse_args,
     prioritize_nodes,
+    prioritize_verdicts,
 )
 from crane_extender.recent import RecentBindings
 from crane_shared.informer import Informer
@@ -152,8 +155,11 @@ class Extender:
         def recent_of(name: str) -> tuple[RecentBinding, ...]:
             return recent.for_node(name, now) if recent is not None else ()
 
+        version_of = recent.version if recent is not None else _no_version
+        retention = recent.retention.total_seconds() if recent is not None else math.inf
         at = datetime.fromtimestamp(now, UTC)
-        return Decide(self.args, at, resolve, recent_of, self.memo.loader(self.args, at, recent_of))
+        verdicts = self.memo.loader(self.args, at, recent_of, version_of, retention)
+        return Decide(self.args, at, resolve, recent_of, verdict=verdicts)
 
     def answer(self, verb: Verb, body: bytes) -> tuple[Any, str]:
         """The response body for one request and its result label; never raises."""
@@ -162,10 +168,25 @@ class Extender:
             self._check_cache(req)
             if self.recent is not None:
                 self.recent.remember(req.pod)
-            decide = self.decide(self.clock())
-            if verb == "prioritize":
+            now = self.clock()
+            decide = self.decide(now)
+            if req.node_names is not None and self.informer is not None:
+                # node cache mode: verdicts proven current per node in one tight loop
+                versions = self.recent.versions if self.recent is not None else _NO_VERSIONS
+                verdicts, unknown = self.memo.cached(
+                    req.node_names,
+                    self.informer.cache,
+                    versions,
+                    now,
+                    lambda name: decide.verdict_of(name, decide.resolve(name)),
+                )
+                if verb == "prioritize":
+                    return prioritize_verdicts(req, verdicts), "ok"
+                result = filter_verdicts(req, verdicts, unknown, self.args.estimate)
+            elif verb == "prioritize":
                 return prioritize_nodes(req, decide), "ok"
-            result = filter_nodes(req, decide)
+            else:
+                result = filter_nodes(req, decide)
             self._count_verdicts(req, result)
             return result, "ok"
         except MalformedRequest as err:
@@ -220,6 +241,13 @@ class Extender:
         self.metrics.requests.labels(verb, outcome).inc()
         self.metrics.duration.labels(verb).observe(time.perf_counter() - started)
         return response
+
+
+def _no_version(name: str) -> int:
+    return 0
+
+
+_NO_VERSIONS: dict[str, int] = {}
 
 
 def _dumps(obj: Any) -> str:

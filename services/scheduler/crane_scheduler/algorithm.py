@@ -32,6 +32,7 @@ from crane_scheduler.framework.types import (
 )
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.unsupported import GATE, refusal, unsupported_field
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE = 5
@@ -94,6 +95,9 @@ class Algorithm:
         self._observe = observe or _ignore
         if table.num_nodes == 0:
             return Diagnosis(0)
+        field = unsupported_field(pod.raw)
+        if field is not None:  # refused, never placed as if the field were absent
+            return Diagnosis(table.num_nodes, rejectors={GATE}, pre_filter_msg=refusal(field))
         t0 = time.perf_counter()
         skipped: set[str] = set()
         allowed: frozenset[str] | None = None

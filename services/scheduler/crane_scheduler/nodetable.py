@@ -137,6 +137,8 @@ class NodeTable:
         # Plugins that account something of their own per bound pod (NRT zone results) listen here.
         self.pod_added: list[Callable[[PodInfo], None]] = []
         self.pod_removed: list[Callable[[str], None]] = []
+        # Plugins that must see a pod as soon as it is assumed (InterPodAffinity, PodTopologySpread): (pod, node).
+        self.pod_assumed: list[Callable[[PodInfo, str], None]] = []
 
     # ------------------------------------------------------------------------------------------ views
 
@@ -172,6 +174,12 @@ class NodeTable:
         """A plugin-registered per-node column (see ``register_column``)."""
         return self._columns[name].array[: self.n_rows]
 
+    def label_codes(self, key: str) -> tuple[npt.NDArray[np.int32], list[str]] | None:
+        """The rows' codes for label ``key`` (-1: no such label) and the distinct values they index; None when no
+        node has ever had the key. Plugins group rows into topology domains with this (``np.bincount``)."""
+        lc = self._labels.get(key)
+        return None if lc is None else (lc.codes[: self.n_rows], lc.values)
+
     def live_rows(self) -> npt.NDArray[np.intp]:
         return np.flatnonzero(self.live)
 
@@ -199,7 +207,7 @@ class NodeTable:
                 node.taints,
                 node.unschedulable,
                 node.annotations,
-            ):
+            ) and (old.raw.get("status") or {}).get("images") == (node.raw.get("status") or {}).get("images"):
                 self.nodes[row] = node
                 return None
             kind = "update"
@@ -387,6 +395,8 @@ class NodeTable:
         if pod.uid in self.pods:
             self.remove_pod(pod.uid)
         self._insert(PodRecord.of(pod, node, assumed=True))
+        for assumed in self.pod_assumed:
+            assumed(pod, node)
 
     def forget(self, uid: str) -> bool:
         """Undo an assumption whose bind failed; a binding the informer already confirmed is kept."""

@@ -123,3 +123,65 @@ def test_a_new_binding_within_the_same_second_is_seen() -> None:
         ext.recent.add(BindingRecord(uid, "ns", uid, "a", T - 1, "default-scheduler"), now=T)
     after = prioritize_nodes(req, ext.decide(clock[0]))[0]["Score"]
     assert after == before - 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    loads=st.lists(st.floats(min_value=0, max_value=0.9), min_size=3, max_size=3),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["bind", "annotate", "wait", "pod"]),
+            st.integers(min_value=0, max_value=2),
+            st.floats(min_value=0, max_value=400),
+        ),
+        max_size=12,
+    ),
+    closed=st.booleans(),
+)
+def test_cached_verdicts_equal_direct_computation_through_changes(
+    loads: list[float], steps: list[tuple[str, int, float]], closed: bool
+) -> None:
+    """Node cache mode: node updates, bindings (hot value, estimate, retention), the clock and pod sizes change
+    between requests; every answer equals the one computed afresh from ``node_load``."""
+    args = DynamicArgs(default_policy(), stale="fail-closed" if closed else "fail-open")
+    start = datetime.fromtimestamp(T, UTC)
+    cache = {f"n{i}": node(f"n{i}", usage(v, now=start, hot=i)) for i, v in enumerate(loads)}
+    clock = [T + 0.5]
+    ext = extender(clock, cache)
+    ext.args = args
+    recent = ext.recent
+    assert recent is not None
+    names = sorted(cache)
+    the_pod = pod(cpu="500m", memory="1Gi")
+    uid = 0
+    for kind, i, amount in steps:
+        if kind == "bind":
+            uid += 1
+            recent.remember(parse_args(names_args(pod(uid=f"u{uid}", cpu="2"), [])).pod)
+            recent.add(BindingRecord(f"u{uid}", "ns", f"p{uid}", names[i], clock[0] - amount / 10, "s"), clock[0])
+        elif kind == "annotate":
+            at = datetime.fromtimestamp(clock[0] - amount, UTC)
+            cache[names[i]] = node(names[i], usage(amount / 450, now=at, age=timedelta(0), hot=i))
+        elif kind == "wait":
+            clock[0] += amount
+        else:
+            the_pod = pod(cpu=f"{int(amount * 10)}m", memory=f"{int(amount)}Gi")
+        req = parse_args(names_args(the_pod, names))
+        direct = Decide(
+            args,
+            datetime.fromtimestamp(clock[0], UTC),
+            ext.decide(clock[0]).resolve,
+            lambda name: recent.for_node(name, clock[0]),
+        )
+        assert filter_nodes(req, ext.decide(clock[0])) == filter_nodes(req, direct)
+        assert prioritize_nodes(req, ext.decide(clock[0])) == prioritize_nodes(req, direct)
+
+
+def test_an_unchanged_node_is_a_hit_by_identity() -> None:
+    clock = [T + 0.25]
+    fleet = fresh_fleet(datetime.fromtimestamp(T, UTC))
+    ext = extender(clock, {n["metadata"]["name"]: n for n in fleet})
+    req = parse_args(names_args(pod(), [n["metadata"]["name"] for n in fleet]))
+    for _ in range(3):
+        filter_nodes(req, ext.decide(clock[0]))
+    assert (ext.memo.misses, ext.memo.hits) == (len(fleet), 2 * len(fleet))

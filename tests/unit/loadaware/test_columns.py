@@ -8,7 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crane_scheduler.loadaware.columns import LoadColumns, RecentBindings, recent_effects
+from crane_scheduler.loadaware.columns import LoadColumns
+from crane_scheduler.loadaware.recent import RecentEffects
 from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.loadaware.dynamic import (
     DynamicArgs,
@@ -82,33 +83,121 @@ def test_vectorised_filter_and_score_equal_the_reference(
 bindings = st.lists(
     st.tuples(st.integers(0, 7), st.integers(-900, 5), st.floats(0, 4), st.floats(0, 8 * 2**30)), max_size=12
 )
+CAPACITY = NodeCapacity(8.0, 32.0 * 2**30)
 
 
-@settings(max_examples=200, deadline=None)
-@given(nodes=st.lists(node_annotations(), min_size=1, max_size=8), recent=bindings)
-def test_recent_bindings_vectorised_equal_the_reference(
-    nodes: list[dict[str, str]], recent: list[tuple[int, int, float, float]]
+def _check_against_reference(
+    cols: LoadColumns, effects: RecentEffects, nodes: list[dict[str, str]], args: DynamicArgs, at: float
 ) -> None:
-    args = DynamicArgs(POLICY)
-    cols = LoadColumns(args)
-    for row, ann in enumerate(nodes):
-        cols.set_row(row, ann)
-    now = NOW.timestamp()
-    store = RecentBindings(capacity=4)  # also exercises compaction
-    per_node: dict[int, list[RecentBinding]] = {}
-    for i, (row, age, cpu, memory) in enumerate(sorted(recent, key=lambda b: b[1])):
-        row %= len(nodes)
-        store.add(f"uid-{i}", row, now + age, cpu, memory)
-        per_node.setdefault(row, []).append(RecentBinding(f"n{row}", now + age, cpu, memory))
-    alloc_cpu, alloc_mem = np.full(len(nodes), 8.0), np.full(len(nodes), 32.0 * 2**30)
-    extra, own = recent_effects(cols, store, len(nodes), now, alloc_cpu, alloc_mem)
+    now = datetime.fromtimestamp(at, UTC)
+    extra, own = effects.at(at, len(nodes))
     rows = np.arange(len(nodes), dtype=np.intp)
-    scores = cols.scores(rows, now, extra, own).tolist()
+    scores = cols.scores(rows, at, extra, own).tolist()
     reasons: list[str | None] = [None] * len(nodes)
-    for reason, mask in cols.filter(rows, now, None, extra):
+    for reason, mask in cols.filter(rows, at, None, extra):
         for i in np.flatnonzero(mask).tolist():
             reasons[i] = reason
     for i, ann in enumerate(nodes):
-        ref = node_load(f"n{i}", ann, args, NOW, per_node.get(i, []), NodeCapacity(8.0, 32.0 * 2**30))
+        recent = [RecentBinding(f"n{i}", t, c, m) for t, c, m in effects.bindings_of(i)]
+        ref = node_load(f"n{i}", ann, args, now, recent, CAPACITY)
+        assert own[i] == ref.own_hot, f"own hot value of n{i} at {at}"
+        for metric, reading in ref.readings.items():
+            if reading.state == "fresh" and metric in extra:
+                assert extra[metric][i] == reading.estimate, f"estimate of {metric} on n{i}"
         assert scores[i] == score(ref, args)
         assert reasons[i] == filter_reason(ref, args)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    nodes=st.lists(node_annotations(), min_size=1, max_size=8),
+    recent=bindings,
+    later=st.lists(st.integers(0, 1200), max_size=5),
+    changed=st.lists(st.tuples(st.integers(0, 7), node_annotations()), max_size=3),
+    removed=st.lists(st.integers(0, 11), max_size=3),
+)
+def test_cached_recent_effects_equal_the_reference_as_time_passes(
+    nodes: list[dict[str, str]],
+    recent: list[tuple[int, int, float, float]],
+    later: list[int],
+    changed: list[tuple[int, dict[str, str]]],
+    removed: list[int],
+) -> None:
+    """Bindings added, unreserved and pruned, annotations changed, the clock moving over the hot-value ranges and
+    the annotations' freshness edges: the per-node cached effects stay equal to ``node_load`` recomputed."""
+    args = DynamicArgs(POLICY)
+    cols = LoadColumns(args, capacity=2)
+    effects = RecentEffects(cols, capacity=2)  # also exercises growth
+    start = NOW.timestamp()
+    for row, ann in enumerate(nodes):
+        cols.set_row(row, ann)
+        effects.node_changed(row, f"n{row}", CAPACITY.cpu, CAPACITY.memory, start)
+    ordered = sorted(recent, key=lambda b: b[1])
+    for i, (row, age, cpu, memory) in enumerate(ordered):
+        effects.add(f"uid-{i}", row % len(nodes), f"n{row % len(nodes)}", start + age, cpu, memory)
+    _check_against_reference(cols, effects, nodes, args, start + 5)
+    for i in removed:
+        effects.remove(f"uid-{i}", start + 5)
+    for row, ann in changed:
+        row %= len(nodes)
+        nodes[row] = ann
+        cols.set_row(row, ann)
+        effects.node_changed(row, f"n{row}", CAPACITY.cpu, CAPACITY.memory, start + 5)
+    _check_against_reference(cols, effects, nodes, args, start + 5)
+    at = start + 5
+    for step in sorted(later):
+        at = start + 5 + step
+        effects.prune(at - 600, at)
+        _check_against_reference(cols, effects, nodes, args, at)
+
+
+def test_a_decision_recomputes_only_nodes_whose_own_hot_value_can_have_changed() -> None:
+    args = DynamicArgs(POLICY)
+    cols = LoadColumns(args)
+    effects = RecentEffects(cols)
+    start = NOW.timestamp()
+    for row in range(100):
+        cols.set_row(row, {})
+        effects.node_changed(row, f"n{row}", 8.0, 32.0 * 2**30, start)
+    for i in range(1000):
+        effects.add(f"uid-{i}", i % 100, f"n{i % 100}", start + i / 100, 1.0, 2**30)
+    before = effects.recomputed
+    for k in range(50):
+        effects.at(start + 11 + k / 1000, 100)
+    assert effects.recomputed == before, "nothing changes between bindings: no per-node work per decision"
+    shortest = min(r.time_range for r in POLICY.hot_value).total_seconds()
+    effects.at(start + shortest + 5, 100)
+    assert 0 < effects.recomputed - before <= 100, "a range boundary passed: each node recomputed at most once"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    nodes=st.lists(node_annotations(), min_size=1, max_size=6),
+    steps=st.lists(
+        st.tuples(st.floats(-5, 900), st.one_of(st.none(), st.tuples(st.integers(0, 5), node_annotations()))),
+        max_size=8,
+    ),
+)
+def test_cached_freshness_equals_a_fresh_evaluation_at_every_time(
+    nodes: list[dict[str, str]], steps: list[tuple[float, tuple[int, dict[str, str]] | None]]
+) -> None:
+    """Freshness is evaluated once per edge or changed row, not per decision: the cached values equal a full
+    evaluation at any time (the clock may also step back), after any row change."""
+    args = DynamicArgs(POLICY)
+    cols = LoadColumns(args, capacity=2)
+    for row, ann in enumerate(nodes):
+        cols.set_row(row, ann)
+    rows = np.arange(len(nodes), dtype=np.intp)
+    at = NOW.timestamp()
+    for dt, change in steps:
+        at += dt
+        if change is not None:
+            row, ann = change
+            cols.set_row(row % len(nodes), ann)
+            nodes[row % len(nodes)] = ann
+        fresh = LoadColumns(args)
+        for row, ann in enumerate(nodes):
+            fresh.set_row(row, ann)
+        assert cols.scores(rows, at).tolist() == fresh.scores(rows, at).tolist()
+        for metric in METRICS:
+            np.testing.assert_array_equal(cols.usage(metric, rows, at), fresh.usage(metric, rows, at))

@@ -80,8 +80,8 @@ def names(items: list[Any]) -> list[str]:
         ),
         (one({"sideways": {}}), "profiles[0].plugins.sideways: unknown field"),
         (
-            one({"score": {"enabled": [{"name": "InterPodAffinity"}]}}),
-            "profiles[0].plugins.score.enabled[0].name: unknown plugin 'InterPodAffinity'",
+            one({"score": {"enabled": [{"name": "NoSuchPlugin"}]}}),
+            "profiles[0].plugins.score.enabled[0].name: unknown plugin 'NoSuchPlugin'",
         ),
         (
             one({"score": {"enabled": [{"name": "NodePorts"}]}}),
@@ -153,7 +153,10 @@ def test_no_file_is_the_default_crane_scheduler_profile_with_kube_weights() -> N
         ("NodeAffinity", 2),
         ("NodeResourcesFit", 1),
         ("VolumeBinding", 1),  # kube's too; its PreScore skips it unless StorageCapacityScoring (alpha) is on
+        ("PodTopologySpread", 2),
+        ("InterPodAffinity", 2),
         ("NodeResourcesBalancedAllocation", 1),
+        ("ImageLocality", 1),
     ]
     assert names(prof.filter) == [
         "NodeUnschedulable",
@@ -166,6 +169,8 @@ def test_no_file_is_the_default_crane_scheduler_profile_with_kube_weights() -> N
         "NodeVolumeLimits",
         "VolumeBinding",
         "VolumeZone",
+        "PodTopologySpread",
+        "InterPodAffinity",
     ]
     assert prof.queue_sort.name == "PrioritySort" and names(prof.bind) == ["DefaultBinder"]
 
@@ -186,6 +191,9 @@ def test_specific_score_weight_overrides_multipoint_and_disabling_removes() -> N
         ("TaintToleration", 3),
         ("NodeAffinity", 2),
         ("VolumeBinding", 1),
+        ("PodTopologySpread", 2),
+        ("InterPodAffinity", 2),
+        ("ImageLocality", 1),
     ]
 
 

@@ -15,7 +15,8 @@ ZONE = "topology.kubernetes.io/zone"
 
 
 def test_same_read_write_disk_conflicts_and_read_only_shares() -> None:
-    disk = {"name": "d", "gcePersistentDisk": {"pdName": "disk-1"}}
+    target = {"iqn": "iqn.2026-01.example:disk-1", "targetPortal": "10.0.0.1", "lun": 0}
+    disk = {"name": "d", "iscsi": target}
     on_a = pod("old", node_name="a", spec={"volumes": [disk]})
     t = table(node("a"), node("b"), bound=[on_a])
     result = decide(t, listers(), pod("new", spec={"volumes": [disk]}))
@@ -24,7 +25,7 @@ def test_same_read_write_disk_conflicts_and_read_only_shares() -> None:
     result = decide(t1, listers(), pod("new", spec={"volumes": [disk]}))
     assert isinstance(result, Diagnosis)
     assert result.message == "0/1 nodes are available: 1 node(s) had no available disk."
-    ro = {"name": "d", "gcePersistentDisk": {"pdName": "disk-1", "readOnly": True}}
+    ro = {"name": "d", "iscsi": {**target, "readOnly": True}}
     t2 = table(node("a"), bound=[pod("old", node_name="a", spec={"volumes": [ro]})])
     assert isinstance(decide(t2, listers(), pod("new", spec={"volumes": [ro]})), ScheduleResult)
 

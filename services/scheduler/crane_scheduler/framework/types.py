@@ -121,7 +121,9 @@ class ClusterEvent(enum.Flag):
     NODE_ADD = enum.auto()
     NODE_UPDATE = enum.auto()
     POD_DELETE = enum.auto()  # an assigned pod went away (resources, ports freed)
-    POD_UPDATE = enum.auto()  # an assigned pod changed (e.g. resized down)
+    POD_UPDATE = enum.auto()  # an assigned pod changed (e.g. resized down, relabelled)
+    POD_ADD = enum.auto()  # a pod was bound (a peer for pod affinity, a count for topology spread)
+    NODE_DELETE = enum.auto()  # a node went away (a topology domain less: spread skew may drop)
     PVC_CHANGE = enum.auto()  # a PersistentVolumeClaim was added or updated
     PV_CHANGE = enum.auto()  # a PersistentVolume was added or updated
     STORAGE_CLASS_CHANGE = enum.auto()  # a StorageClass was added or updated
@@ -133,6 +135,8 @@ class ClusterEvent(enum.Flag):
         | NODE_UPDATE
         | POD_DELETE
         | POD_UPDATE
+        | POD_ADD
+        | NODE_DELETE
         | PVC_CHANGE
         | PV_CHANGE
         | STORAGE_CLASS_CHANGE

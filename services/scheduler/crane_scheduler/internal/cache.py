@@ -31,6 +31,10 @@ _OBJECT_EVENTS: dict[Kind, ClusterEvent] = {
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
+def _labels(pod: PodInfo | None) -> Any:
+    return None if pod is None else (pod.raw.get("metadata") or {}).get("labels")
+
+
 class Cache:
     """Applies node and pod events to the table and the queue. ``forget(uid)`` tells the reporter a pod left the
     pending set; ``wake()`` tells the scheduling loop there may be work."""
@@ -110,7 +114,9 @@ class Cache:
             self.wake()
 
     def on_node_deleted(self, raw: dict[str, Any]) -> None:
-        self.table.remove_node((raw.get("metadata") or {}).get("name", ""))
+        if self.table.remove_node((raw.get("metadata") or {}).get("name", "")):
+            self.queue.on_event(ClusterEvent.NODE_DELETE)
+            self.wake()
 
     def on_pod(self, raw: dict[str, Any]) -> None:
         spec = raw.get("spec") or {}
@@ -121,8 +127,12 @@ class Cache:
         if pod.node_name:
             if self.pending.pop(pod.uid, None) is not None:
                 self.queue.delete(pod.uid)
-            known = pod.uid in self.table.pods
-            if self.table.add_pod(pod) and known:
+            before = self.table.pods.get(pod.uid)
+            old_labels = _labels(before.pod) if before is not None else None
+            if before is None or before.assumed:
+                self.table.add_pod(pod)
+                self.queue.on_event(ClusterEvent.POD_ADD)  # a new peer (affinity) or count (topology spread)
+            elif self.table.add_pod(pod) or old_labels != _labels(pod):
                 self.queue.on_event(ClusterEvent.POD_UPDATE)
             self.forget(pod.uid)
             return

@@ -4,8 +4,8 @@
 with thousands of nodes cannot afford a Python call per node per pod, so this module keeps every node's
 decoded annotations as arrays (decoded once per node update, not once per decision) and evaluates freshness,
 the predicates and the score with array operations. It must agree with ``dynamic.py`` for every input; a
-property test holds the two together. Nodes with recent bindings of this scheduler (a handful) are evaluated
-by the reference instead, since their estimate and own hot value are per pod.
+property test holds the two together. The effects of this scheduler's recent bindings come in as per-row arrays
+(``extra``, ``own_hot``) that ``recent.RecentEffects`` keeps up to date.
 """
 
 from __future__ import annotations
@@ -46,12 +46,25 @@ class LoadColumns:
     values: dict[str, FloatArray] = field(default_factory=dict)
     stamps: dict[str, FloatArray] = field(default_factory=dict)
     malformed: dict[str, Mask] = field(default_factory=dict)
+    fresh_values: dict[str, FloatArray] = field(default_factory=dict)
+    """per metric (and the hot value): the value where fresh at the last evaluation, else NaN (see ``_fresh_at``)"""
 
     def __post_init__(self) -> None:
         for name in [*self.metrics, HOT_VALUE_KEY]:
             self.values[name] = np.full(self.capacity, np.nan)
             self.stamps[name] = np.full(self.capacity, np.nan)
             self.malformed[name] = np.zeros(self.capacity, dtype=bool)
+            self.fresh_values[name] = np.full(self.capacity, np.nan)
+        self._windows = {
+            s.name: metric_freshness_window(s.period).total_seconds() for s in self.args.policy.sync_policy
+        }
+        self._windows[HOT_VALUE_KEY] = HOT_VALUE_FRESHNESS.total_seconds()
+        # Freshness is piecewise constant in time: ``fresh_values`` evaluated at ``_evaluated`` hold until the
+        # first stamp crosses an edge (``stamp - max_skew``, ``stamp + window``), ``_next``. A changed row is
+        # re-evaluated alone at the next decision (``_dirty``), adding its own edges to ``_next``.
+        self._evaluated = math.inf  # no evaluation yet: the first decision evaluates every row
+        self._next = -math.inf
+        self._dirty: set[int] = set()
 
     @property
     def metrics(self) -> list[str]:
@@ -64,6 +77,10 @@ class LoadColumns:
                 grown = np.full(cap, fill, dtype=arr.dtype)
                 grown[: len(arr)] = arr
                 table[name] = grown  # type: ignore[assignment]
+        for name, arr in self.fresh_values.items():
+            fresh: FloatArray = np.full(cap, np.nan)
+            fresh[: len(arr)] = arr
+            self.fresh_values[name] = fresh
         self.capacity = cap
 
     def set_row(self, row: int, annotations: Mapping[str, str] | None) -> list[str]:
@@ -87,29 +104,44 @@ class LoadColumns:
             self.values[name][row] = value
             self.stamps[name][row] = stamp
             self.malformed[name][row] = broken
+        self._dirty.add(row)
         return bad
+
+    def evaluate(self, now: float) -> None:
+        """Bring ``fresh_values`` to ``now``: nothing when no edge passed and no row changed (the common case),
+        the changed rows alone, or every row once an edge passed or the clock went back."""
+        if now < self._evaluated or now >= self._next:
+            self._dirty.clear()
+            self._evaluated = now
+            self._next = math.inf
+            for name, window in self._windows.items():
+                self.fresh_values[name] = _fresh(self.values[name], self.stamps[name], now, window, self.args)
+                self._next = min(self._next, _next_edge(self.stamps[name], now, window, self.args))
+            return
+        self._evaluated = now
+        if self._dirty:
+            rows = np.fromiter(self._dirty, dtype=np.intp, count=len(self._dirty))
+            self._dirty.clear()
+            for name, window in self._windows.items():
+                stamps = self.stamps[name][rows]
+                self.fresh_values[name][rows] = _fresh(self.values[name][rows], stamps, now, window, self.args)
+                self._next = min(self._next, _next_edge(stamps, now, window, self.args))
 
     def usage(
         self, metric: str, rows: npt.NDArray[np.intp], now: float, extra: Mapping[str, FloatArray] | None = None
     ) -> FloatArray:
         """Annotated usage (plus ``extra[metric]``, the estimate) where fresh, else NaN (the window strict,
         future stamps beyond the skew rejected)."""
-        period = self.args.policy.period_of(metric)
-        window = metric_freshness_window(period).total_seconds()
-        usage = _fresh(self.values[metric][rows], self.stamps[metric][rows], now, window, self.args)
+        self.evaluate(now)
+        usage = self.fresh_values[metric][rows]
         if extra is not None and metric in extra:
             usage = usage + extra[metric][rows]
         return usage
 
     def hot(self, rows: npt.NDArray[np.intp], now: float) -> FloatArray:
         """Annotated hot value where fresh, else 0."""
-        hot = _fresh(
-            self.values[HOT_VALUE_KEY][rows],
-            self.stamps[HOT_VALUE_KEY][rows],
-            now,
-            HOT_VALUE_FRESHNESS.total_seconds(),
-            self.args,
-        )
+        self.evaluate(now)
+        hot = self.fresh_values[HOT_VALUE_KEY][rows]
         return np.where(np.isnan(hot), 0.0, np.trunc(hot))
 
     def filter(
@@ -172,122 +204,19 @@ class LoadColumns:
         return np.clip(np.round(value), 0, MAX_SCORE).astype(np.int64)
 
 
+EARLY = 1e-3
+"""Seconds by which a freshness edge is brought forward (float-rounding margin; costs a re-evaluation)."""
+
+
+def _next_edge(stamps: FloatArray, now: float, window: float, args: DynamicArgs) -> float:
+    """The first instant after ``now`` (less ``EARLY``) at which ``_fresh`` of any of ``stamps`` may flip."""
+    skew = args.max_skew.total_seconds()
+    edges = np.concatenate((stamps - skew, stamps + window))
+    upcoming = edges[edges > now - EARLY]  # NaN stamps compare False: no edge
+    return float(upcoming.min()) - EARLY if len(upcoming) else math.inf
+
+
 def _fresh(values: FloatArray, stamps: FloatArray, now: float, window: float, args: DynamicArgs) -> FloatArray:
     skew = args.max_skew.total_seconds()
     ok = ~np.isnan(stamps) & (stamps <= now + skew) & (now < stamps + window)
     return np.where(ok, values, np.nan)
-
-
-@dataclass
-class RecentBindings:
-    """This scheduler's recent bindings as parallel arrays, oldest first (appended in time order).
-
-    A burst of thousands of pods leaves recent bindings on every node, so their effect (estimated usage not yet
-    absorbed, own bindings in the hot value) is computed for all rows at once too: per decision, a few array
-    operations over the bindings still inside the horizon.
-    """
-
-    capacity: int = 1024
-    start: int = 0
-    end: int = 0
-    rows: npt.NDArray[np.intp] = field(init=False)
-    bound_at: FloatArray = field(init=False)
-    cpu: FloatArray = field(init=False)
-    memory: FloatArray = field(init=False)
-    index: dict[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.rows = np.full(self.capacity, -1, dtype=np.intp)
-        self.bound_at = np.zeros(self.capacity)
-        self.cpu = np.zeros(self.capacity)
-        self.memory = np.zeros(self.capacity)
-
-    def __len__(self) -> int:
-        return self.end - self.start
-
-    def add(self, uid: str, row: int, bound_at: float, cpu: float, memory: float) -> None:
-        if self.end == self.capacity:
-            self._compact()
-        i = self.end
-        self.rows[i], self.bound_at[i], self.cpu[i], self.memory[i] = row, bound_at, cpu, memory
-        self.index[uid] = i
-        self.end += 1
-
-    def remove(self, uid: str) -> None:
-        i = self.index.pop(uid, None)
-        if i is not None and i >= self.start:
-            self.rows[i] = -1
-
-    def prune(self, before: float) -> None:
-        """Forget bindings at or before ``before`` (they are outside every window)."""
-        live = self.bound_at[self.start : self.end]
-        self.start += int(np.searchsorted(live, before, side="right"))
-        if self.start == self.end:
-            self.start = self.end = 0
-            self.index.clear()
-
-    def _compact(self) -> None:
-        n = self.end - self.start
-        cap = max(1024, 2 * n) if n > self.capacity // 2 else self.capacity
-        keep = slice(self.start, self.end)
-        rows, at, cpu, mem = (
-            self.rows[keep].copy(),
-            self.bound_at[keep].copy(),
-            self.cpu[keep].copy(),
-            self.memory[keep].copy(),
-        )
-        self.capacity = cap
-        self.__post_init__()
-        self.rows[:n], self.bound_at[:n], self.cpu[:n], self.memory[:n] = rows, at, cpu, mem
-        self.index = {uid: i - self.start for uid, i in self.index.items() if i >= self.start}
-        self.start, self.end = 0, n
-
-    def live(self) -> tuple[npt.NDArray[np.intp], FloatArray, FloatArray, FloatArray]:
-        keep = slice(self.start, self.end)
-        rows = self.rows[keep]
-        ok = rows >= 0
-        return rows[ok], self.bound_at[keep][ok], self.cpu[keep][ok], self.memory[keep][ok]
-
-
-def recent_effects(
-    cols: LoadColumns, recent: RecentBindings, n_rows: int, now: float, alloc_cpu: FloatArray, alloc_memory: FloatArray
-) -> tuple[dict[str, FloatArray], FloatArray]:
-    """(estimated usage to add per metric, own bindings' hot value) for every row, as ``dynamic.node_load`` does
-    per node: the unabsorbed share of each recent pod, and bindings after the fresh hot-value annotation."""
-    rows, bound_at, cpu, memory = recent.live()
-    extra: dict[str, FloatArray] = {}
-    est = cols.args.estimate
-    if est.enabled and len(rows):
-        for metric in cols.metrics:
-            resource = resource_of(metric)
-            if resource is None:
-                continue
-            window = est.window_of(metric).total_seconds()
-            stamps = cols.stamps[metric][rows]
-            fresh = ~np.isnan(stamps)
-            if not fresh.any():
-                continue  # no binding's node has this metric: nothing to add to
-            absorbed = np.clip((stamps - bound_at) / window, 0.0, 1.0) if window > 0 else np.ones(len(rows))
-            total = alloc_cpu if resource == "cpu" else alloc_memory
-            factor = est.cpu_factor if resource == "cpu" else est.memory_factor
-            amount = (cpu if resource == "cpu" else memory) * factor * (1.0 - absorbed)
-            added = np.bincount(rows[fresh], weights=amount[fresh], minlength=n_rows)[:n_rows]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                extra[metric] = np.where(
-                    total[:n_rows] > 0, added / np.where(total[:n_rows] > 0, total[:n_rows], 1), 0.0
-                )
-    own = np.zeros(n_rows)
-    if cols.args.own_bindings_in_hot_value and len(rows) and cols.args.policy.hot_value:
-        all_rows = np.arange(n_rows, dtype=np.intp)
-        hot = _fresh(
-            cols.values[HOT_VALUE_KEY][all_rows],
-            cols.stamps[HOT_VALUE_KEY][all_rows],
-            now,
-            HOT_VALUE_FRESHNESS.total_seconds(),
-            cols.args,
-        )
-        after = np.where(np.isnan(hot), -np.inf, cols.stamps[HOT_VALUE_KEY][all_rows])[rows]
-        for rule in cols.args.policy.hot_value:
-            counted = (bound_at > after) & (bound_at > now - rule.time_range.total_seconds())
-            own += np.floor(np.bincount(rows[counted], minlength=n_rows)[:n_rows] / rule.count)
-    return extra, own

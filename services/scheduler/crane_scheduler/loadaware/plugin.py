@@ -1,9 +1,10 @@
 """The ``Dynamic`` Filter/Score/Reserve plugin: crane's load-aware policy inside our scheduler.
 
 Filter and Score evaluate every node at once over ``LoadColumns`` (decoded when a node's annotations change, not
-per pod). Reserve remembers the pods this scheduler placed; for the few nodes that received one recently the
-reference ``dynamic.node_load`` adds them to the hot value (only bindings after the hot-value annotation's
-timestamp, so none is counted twice) and adds their estimated usage until the averaged metric has absorbed them.
+per pod). Reserve remembers the pods this scheduler placed (``RecentEffects``): they add to their node's hot value
+(only bindings after the hot-value annotation's timestamp, so none is counted twice) and their estimated usage is
+added until the averaged metric has absorbed them. Both effects are cached per node and updated when a binding or
+an annotation changes, so a decision costs a few vector operations however many pods were bound recently.
 A burst of pods therefore spreads instead of piling onto the node that looked idlest a minute ago.
 
 The policy file is re-read when it changes (a ConfigMap update swaps the mounted file): a valid new policy
@@ -33,7 +34,8 @@ from crane_scheduler.framework.interface import (
     ScorePlugin,
 )
 from crane_scheduler.loadaware.args import PluginArgs, parse_args
-from crane_scheduler.loadaware.columns import FloatArray, LoadColumns, RecentBindings, recent_effects
+from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
+from crane_scheduler.loadaware.recent import RecentEffects
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo
 from crane_shared.loadaware.dynamic import (
@@ -135,10 +137,12 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
             own_bindings_in_hot_value=args.own_bindings_in_hot_value,
             estimate=args.estimate,
         )
-        self.recent = RecentBindings()
         self._log_once = LogOnce(log)
         self._next_reload_check = 0.0
         self.columns = LoadColumns(self.args)
+        self.recent = RecentEffects(self.columns)
+        self._incoming_cache: tuple[int, int, FloatArray, FloatArray] | None = None
+        self._horizon_of: tuple[DynamicArgs | None, float] = (None, 0.0)
         # One column per plugin instance: every profile has its own Dynamic (own args, own recent bindings).
         column = f"Dynamic.malformed.{handle.profile}.{id(self)}"
         handle.table.register_column(column, self._decode_node, dtype=np.int64)
@@ -147,7 +151,10 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
 
     def _decode_node(self, node: NodeInfo) -> int:
         """Table hook, called when a node is added or changes: decode its load annotations once."""
-        bad = self.columns.set_row(self.handle.table.rows[node.name], node.annotations)
+        row = self.handle.table.rows[node.name]
+        bad = self.columns.set_row(row, node.annotations)
+        cpu, memory = _capacity(node)
+        self.recent.node_changed(row, node.name, cpu, memory, self.wall_clock())
         for metric in bad:
             self.metrics.malformed.labels(metric).inc()
             self._log_once.warning(
@@ -164,41 +171,53 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         if policy is None:
             return
         self.args = replace(self.args, policy=policy)
+        old = self.recent
         self.columns = LoadColumns(self.args, capacity=max(64, self.handle.table.n_rows))
+        self.recent = RecentEffects(self.columns, capacity=max(64, self.handle.table.n_rows))
+        now = self.wall_clock()
         for row, node in enumerate(self.handle.table.nodes):
             if node is not None:
                 self.columns.set_row(row, node.annotations)
+                self.recent.node_changed(row, node.name, *_capacity(node), now)
+                for uid, bound_at, cpu, memory in old.uids_of(row):
+                    self.recent.add(uid, row, node.name, bound_at, cpu, memory)
 
     # -- recent bindings of this scheduler ----------------------------------------------------------------------
 
     def _horizon(self) -> float:
-        windows = [r.time_range.total_seconds() for r in self.args.policy.hot_value]
-        return max([self.args.estimate.window.total_seconds(), *windows])
+        """How long a binding can matter (longest hot-value range or estimate window); cached per policy."""
+        if self._horizon_of[0] is not self.args:
+            windows = [r.time_range.total_seconds() for r in self.args.policy.hot_value]
+            est = self.args.estimate
+            longest = max([est.window.total_seconds(), *(w.total_seconds() for w in est.windows.values()), *windows])
+            self._horizon_of = (self.args, longest)
+        return self._horizon_of[1]
 
     def recent_on(self, node: str, until: float = math.inf) -> list[RecentBinding]:
         """This scheduler's recent bindings to one node (for the reference evaluation and explain)."""
         row = self.handle.table.rows.get(node)
-        rows, bound_at, cpu, memory = self.recent.live()
-        return [
-            RecentBinding(node, float(t), float(c), float(m))
-            for r, t, c, m in zip(rows.tolist(), bound_at, cpu, memory, strict=True)
-            if r == row and t <= until
-        ]
-
-    def _alloc(self, table: NodeTable) -> tuple[FloatArray, FloatArray]:
-        alloc = table.alloc
-        return alloc[:, table.resources[CPU]] / 1000, alloc[:, table.resources[MEMORY]].astype(np.float64)
+        if row is None:
+            return []
+        return [RecentBinding(node, t, c, m) for t, c, m in self.recent.bindings_of(row) if t <= until]
 
     def _incoming(self, table: NodeTable, cpu: float, memory: float) -> dict[str, FloatArray] | None:
-        """The pod's estimated usage as a fraction of every row's allocatable (see ``incoming_fraction``)."""
+        """The pod's estimated usage as a fraction of every row's allocatable (see ``incoming_fraction``).
+
+        The divisors are cached per node-table change; the arithmetic is ``incoming_fraction``'s, in its order."""
         est = self.args.estimate
         if not est.enabled or not est.incoming_pod or not (cpu or memory):
             return None
-        cores, mem = self._alloc(table)
+        cached = self._incoming_cache
+        if cached is None or cached[:2] != (table.nodes_version, table.n_rows):
+            alloc = table.alloc
+            cores = alloc[:, table.resources[CPU]] / 1000
+            mem = alloc[:, table.resources[MEMORY]].astype(np.float64)
+            cached = self._incoming_cache = (table.nodes_version, table.n_rows, cores, mem)
+        _, _, cores, mem = cached
         with np.errstate(divide="ignore", invalid="ignore"):
             return {
-                "cpu": np.where(cores > 0, est.cpu_factor * cpu / np.where(cores > 0, cores, 1), 0.0),
-                "memory": np.where(mem > 0, est.memory_factor * memory / np.where(mem > 0, mem, 1), 0.0),
+                "cpu": np.where(cores > 0, est.cpu_factor * cpu / cores, 0.0),
+                "memory": np.where(mem > 0, est.memory_factor * memory / mem, 0.0),
             }
 
     def explain_node(self, info: NodeInfo, at: float) -> dict[str, Any]:
@@ -231,11 +250,12 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         if is_daemonset_pod(pod.raw.get("metadata")):
             return []
         now = self.wall_clock()
-        self.recent.prune(now - self._horizon())
-        extra, own_hot = recent_effects(self.columns, self.recent, table.n_rows, now, *self._alloc(table))
+        self.recent.prune(now - self._horizon(), now)
+        extra, own_hot = self.recent.at(now, table.n_rows)
         state["Dynamic.inputs"] = (now, extra, own_hot)  # Score uses the same inputs
         rows = np.arange(table.n_rows, dtype=np.intp)
         cpu, memory = estimated_resources(pod)
+        state["Dynamic.size"] = (cpu, memory)  # Reserve records the same size
         masks = dict(self.columns.filter(rows, now, self._incoming(table, cpu, memory), extra))
         rejections = []
         live = table.live
@@ -251,20 +271,26 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         inputs = state.get("Dynamic.inputs")
         if inputs is None:  # a DaemonSet pod, or Filter disabled in this profile
             now = self.wall_clock()
-            inputs = (now, *recent_effects(self.columns, self.recent, table.n_rows, now, *self._alloc(table)))
+            inputs = (now, *self.recent.at(now, table.n_rows))
         now, extra, own_hot = inputs
         return self.columns.scores(rows, now, extra, own_hot)
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        cpu, memory = estimated_resources(pod)
-        self.recent.add(pod.uid, self.handle.table.rows[node], self.wall_clock(), cpu, memory)
+        size = state.get("Dynamic.size")
+        cpu, memory = size if size is not None else estimated_resources(pod)
+        self.recent.add(pod.uid, self.handle.table.rows[node], node, self.wall_clock(), cpu, memory)
         return SUCCESS
 
     def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
-        self.recent.remove(pod.uid)
+        self.recent.remove(pod.uid, self.wall_clock())
 
     def events_to_register(self) -> ClusterEvent:
         return ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE
+
+
+def _capacity(node: NodeInfo) -> tuple[float, float]:
+    """(cores, bytes) allocatable, as ``NodeCapacity`` and the table's columns give them."""
+    return node.allocatable.get(CPU, 0) / 1000, float(node.allocatable.get(MEMORY, 0))
 
 
 def _metric_of(reason: str) -> str:

@@ -2,8 +2,10 @@
 
 ``builtin_registry()`` returns a fresh ``Registry`` holding them; add your own with ``registry.register``.
 ``DEFAULT_MULTIPOINT`` is kube-scheduler's default profile restricted to the plugins implemented here, with the
-same order and score weights (TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1,
-NodeResourcesBalancedAllocation 1).
+same order and score weights (TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1, PodTopologySpread 2,
+InterPodAffinity 2, NodeResourcesBalancedAllocation 1, ImageLocality 1); Dynamic is added by the load-aware
+package. Not yet here: SchedulingGates (gated pods never reach the queue); in-tree volume sources that kube counts
+against CSI limits through CSI migration are refused by the unsupported-field gate.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from crane_scheduler.framework.registry import Registry
 from crane_scheduler.plugins import (
     defaultbinder,
     defaultpreemption,
+    imagelocality,
+    interpodaffinity,
     nodeaffinity,
     nodename,
     nodeports,
@@ -19,6 +23,7 @@ from crane_scheduler.plugins import (
     noderesourcetopology,
     nodeunschedulable,
     nodevolumelimits,
+    podtopologyspread,
     queuesort,
     tainttoleration,
     volumebinding,
@@ -38,8 +43,11 @@ DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
     ("NodeVolumeLimits", None),
     ("VolumeBinding", None),
     ("VolumeZone", None),
+    ("PodTopologySpread", 2),
+    ("InterPodAffinity", 2),
     ("DefaultPreemption", None),
     ("NodeResourcesBalancedAllocation", 1),
+    ("ImageLocality", 1),
     ("DefaultBinder", None),
 )
 
@@ -61,6 +69,9 @@ def builtin_registry() -> Registry:
             "VolumeBinding": volumebinding.new,
             "VolumeZone": volumezone.new,
             "DefaultPreemption": defaultpreemption.new,
+            "InterPodAffinity": interpodaffinity.new,
+            "PodTopologySpread": podtopologyspread.new,
+            "ImageLocality": imagelocality.new,
             "DefaultBinder": defaultbinder.new,
         },
     )

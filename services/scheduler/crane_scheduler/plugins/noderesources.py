@@ -1,8 +1,9 @@
 """NodeResourcesFit and NodeResourcesBalancedAllocation, vectorised over the node table.
 
 Fit filters on *requests* (allocatable - requested, per resource, plus the pod-count limit) and scores with
-LeastAllocated (default) or MostAllocated. Scoring counts a container without cpu/memory requests as
-100m / 200Mi, on the node and for the pod, so best-effort pods still spread; the filter never does.
+LeastAllocated (default), MostAllocated or RequestedToCapacityRatio (a broken-line function of utilization).
+Scoring counts a container without cpu/memory requests as 100m / 200Mi, on the node and for the pod, so
+best-effort pods still spread; the filter never does.
 BalancedAllocation favours nodes whose cpu and memory fractions stay close, on plain requests, and skips
 best-effort pods (kube-scheduler >= 1.32). Integer arithmetic matches kube-scheduler's exactly.
 """
@@ -32,7 +33,8 @@ from crane_scheduler.framework.interface import EnqueueExtensions, FilterPlugin,
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import CPU, MEMORY, PODS, PodInfo, is_scalar_resource
 
-STRATEGIES = ("LeastAllocated", "MostAllocated")
+STRATEGIES = ("LeastAllocated", "MostAllocated", "RequestedToCapacityRatio")
+MAX_CUSTOM_PRIORITY_SCORE = 10  # shape scores are 0..10, scaled by 10 to node scores
 DEFAULT_RESOURCES = ((CPU, 1), (MEMORY, 1))
 
 
@@ -71,23 +73,74 @@ def _unknown(args: Mapping[str, Any], known: set[str], prefix: str = "") -> list
     return [(f"{prefix}{k}", "unknown field") for k in args if k not in known]
 
 
+def parse_shape(raw: Any, path: str, problems: list[tuple[str, str]]) -> tuple[tuple[int, int], ...]:
+    """``requestedToCapacityRatio.shape`` as kube's ``validateFunctionShape``: at least one point, utilization
+    0..100 strictly increasing, score 0..10. Returned scores are scaled to 0..100."""
+    if not isinstance(raw, list) or not raw:
+        problems.append((path, "at least one point must be specified"))
+        return ()
+    points: list[tuple[int, int]] = []
+    for i, item in enumerate(raw):
+        u = item.get("utilization") if isinstance(item, Mapping) else None
+        sc = item.get("score") if isinstance(item, Mapping) else None
+        if not isinstance(u, int) or isinstance(u, bool) or not 0 <= u <= 100:
+            problems.append((f"{path}[{i}].utilization", f"not in valid range [0, 100], got {u!r}"))
+            continue
+        if not isinstance(sc, int) or isinstance(sc, bool) or not 0 <= sc <= MAX_CUSTOM_PRIORITY_SCORE:
+            problems.append((f"{path}[{i}].score", f"not in valid range [0, {MAX_CUSTOM_PRIORITY_SCORE}], got {sc!r}"))
+            continue
+        points.append((u, sc * (MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE)))
+    for i in range(1, len(points)):
+        if points[i - 1][0] >= points[i][0]:
+            problems.append((f"{path}[{i}].utilization", "values must be sorted in increasing order"))
+            break
+    return tuple(points)
+
+
+def _trunc_div(a: IntArray, b: int) -> IntArray:
+    """Go's integer division (truncates toward zero, also for negative numerators)."""
+    q: IntArray = np.sign(a) * (np.abs(a) // b)
+    return q
+
+
+def broken_linear(shape: tuple[tuple[int, int], ...], p: IntArray) -> IntArray:
+    """kube's ``helper.BuildBrokenLinearFunction`` over an array of utilizations (0..100)."""
+    out = np.full(len(p), shape[-1][1], dtype=np.int64)
+    done = np.zeros(len(p), dtype=bool)
+    for i, (u, score) in enumerate(shape):
+        here = ~done & (p <= u)
+        if i == 0:
+            out[here] = score
+        else:
+            u0, s0 = shape[i - 1]
+            out[here] = s0 + _trunc_div((score - s0) * (p[here] - u0), u - u0)
+        done |= here
+    return out
+
+
 @dataclass(frozen=True)
 class FitArgs:
     strategy: str = "LeastAllocated"
     resources: tuple[tuple[str, int], ...] = DEFAULT_RESOURCES
     ignored_resources: frozenset[str] = frozenset()
     ignored_groups: frozenset[str] = frozenset()
+    shape: tuple[tuple[int, int], ...] = ()  # RequestedToCapacityRatio: (utilization, score 0..100)
 
     @classmethod
     def parse(cls, args: Mapping[str, Any]) -> FitArgs:
         problems = _unknown(args, {"scoringStrategy", "ignoredResources", "ignoredResourceGroups"})
         strategy_raw = args.get("scoringStrategy") or {}
-        problems += _unknown(strategy_raw, {"type", "resources"}, "scoringStrategy.")
+        problems += _unknown(strategy_raw, {"type", "resources", "requestedToCapacityRatio"}, "scoringStrategy.")
         strategy = strategy_raw.get("type", "LeastAllocated")
         if strategy not in STRATEGIES:
             problems.append(
                 ("scoringStrategy.type", f"unsupported value {strategy!r}: supported " + ", ".join(STRATEGIES))
             )
+        shape: tuple[tuple[int, int], ...] = ()
+        if strategy == "RequestedToCapacityRatio":
+            rtcr = strategy_raw.get("requestedToCapacityRatio") or {}
+            problems += _unknown(rtcr, {"shape"}, "scoringStrategy.requestedToCapacityRatio.")
+            shape = parse_shape(rtcr.get("shape"), "scoringStrategy.requestedToCapacityRatio.shape", problems)
         resources = parse_resources(strategy_raw.get("resources"), "scoringStrategy.resources", problems)
         groups = list(args.get("ignoredResourceGroups") or ())
         for i, g in enumerate(groups):
@@ -95,7 +148,7 @@ class FitArgs:
                 problems.append((f"ignoredResourceGroups[{i}]", "resource group name can't contain '/'"))
         if problems:
             raise ArgsError(problems)
-        return cls(strategy, resources, frozenset(args.get("ignoredResources") or ()), frozenset(groups))
+        return cls(strategy, resources, frozenset(args.get("ignoredResources") or ()), frozenset(groups), shape)
 
 
 def _pod_request(pod: PodInfo, res: str, nonzero: bool) -> int:
@@ -168,6 +221,8 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions):
         total = np.zeros(len(rows), dtype=np.int64)
         weights = np.zeros(len(rows), dtype=np.int64)
         least = self.args.strategy == "LeastAllocated"
+        if self.args.strategy == "RequestedToCapacityRatio":
+            return self._requested_to_capacity_ratio(pod, gathered, len(rows))
         for res, weight in self.args.resources:
             pair = gathered.pair(pod, res, nonzero=True)
             if pair is None:
@@ -186,6 +241,26 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions):
                 total += np.where(valid, s * weight, 0)
                 weights += np.where(valid, weight, 0)
         return np.where(weights > 0, total // np.maximum(weights, 1), 0)
+
+    def _requested_to_capacity_ratio(self, pod: PodInfo, gathered: _Rows, n: int) -> IntArray:
+        """kube's ``buildRequestedToCapacityRatioScorerFunction``: the shape at each resource's utilization
+        (100 when over capacity), averaged by weight over the resources scoring above 0, rounded."""
+        total = np.zeros(n, dtype=np.int64)
+        weights = np.zeros(n, dtype=np.int64)
+        for res, weight in self.args.resources:
+            pair = gathered.pair(pod, res, nonzero=True)
+            if pair is None:
+                continue
+            alloc, req = pair
+            valid = alloc > 0
+            utilization = np.where(req > alloc, 100, req * 100 // np.where(valid, alloc, 1))
+            s = broken_linear(self.args.shape, utilization)
+            counted = valid & (s > 0)
+            total += np.where(counted, s * weight, 0)
+            weights += np.where(counted, weight, 0)
+        mean = total / np.maximum(weights, 1)
+        out: IntArray = np.where(weights > 0, np.floor(mean + 0.5), 0).astype(np.int64)  # math.Round, >= 0
+        return out
 
     def events_to_register(self) -> ClusterEvent:
         return ClusterEvent.ALL

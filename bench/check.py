@@ -1,0 +1,115 @@
+"""``python -m bench.check``: fail when a benchmark ratio dropped below the last recorded figures.
+
+Each ``bench/<name>/RESULTS.md`` ends its latest run with a fenced block tagged ``bench-figures`` holding the
+figures as JSON (what ``python -m bench.<name> --json FILE`` writes). This command runs the benchmarks again at
+the recorded sizes (or reads runs you made, ``--scheduler FILE`` / ``--extender FILE``) and compares the ratios
+that are measured against a reference in the same run, so a busier or faster machine does not move them much:
+
+- scheduler: crane-scheduler's pods/s / kube-scheduler's pods/s, per node count (higher is better);
+- extender: JSON-only reference p50 / filter+prioritize p50 with the node cache, per node count (higher is
+  better: the share of a request that is transport and decoding rather than our work).
+
+A ratio more than ``--tolerance`` (default 0.25, i.e. 25 %) below the recorded one fails the check (exit 1).
+The tolerance is wide because the machine is shared: repeated runs of the same code moved the scheduler ratio by
+up to ~20 % under load averages of 4-8. Absolute targets (decision p99, extender p99) are printed, not enforced.
+
+    .venv/bin/python -m bench.check                         # runs both benchmarks (several minutes)
+    .venv/bin/python -m bench.check --scheduler run.json    # compare a run you made with --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+FENCE = re.compile(r"```json bench-figures\n(.*?)\n```", re.S)
+DEFAULT_TOLERANCE = 0.25
+
+
+def recorded(name: str, root: Path | None = None) -> dict[str, Any]:
+    """The last ``bench-figures`` block of ``bench/<name>/RESULTS.md``."""
+    text = ((root or BENCH) / name / "RESULTS.md").read_text()
+    blocks = FENCE.findall(text)
+    if not blocks:
+        raise SystemExit(f"bench/{name}/RESULTS.md has no ```json bench-figures block to compare with")
+    figures: dict[str, Any] = json.loads(blocks[-1])
+    return figures
+
+
+def scheduler_ratios(figures: dict[str, Any]) -> dict[str, float]:
+    return {
+        f"scheduler {size} nodes: crane/kube pods/s": float(row["ratio_to_kube"])
+        for size, row in figures["sizes"].items()
+        if row.get("ratio_to_kube")
+    }
+
+
+def extender_ratios(figures: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for row in figures["results"]:
+        if row["mode"] == "nodeCacheCapable" and row["filter+prioritize"]["p50_ms"] > 0:
+            ratio = row["reference_json_only"]["p50_ms"] / row["filter+prioritize"]["p50_ms"]
+            out[f"extender {row['nodes']} nodes (node cache): JSON-only p50 / ours p50"] = ratio
+    return out
+
+
+def compare(before: dict[str, float], after: dict[str, float], tolerance: float) -> list[str]:
+    """The failures: a recorded ratio missing from the new run, or more than ``tolerance`` below it."""
+    failures = []
+    for key, old in before.items():
+        new = after.get(key)
+        if new is None:
+            failures.append(f"{key}: recorded {old:.3g}, not measured now")
+        elif new < old * (1 - tolerance):
+            failures.append(f"{key}: {new:.3g} is {1 - new / old:.0%} below the recorded {old:.3g}")
+    return failures
+
+
+def _run(module: str, extra: list[str]) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "figures.json"
+        subprocess.run([sys.executable, "-m", module, *extra, "--json", str(out)], check=True)
+        figures: dict[str, Any] = json.loads(out.read_text())
+        return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="allowed relative drop")
+    parser.add_argument("--scheduler", type=Path, help="figures of a bench.scheduler --json run (else: run it)")
+    parser.add_argument("--extender", type=Path, help="figures of a bench.extender --json run (else: run it)")
+    parser.add_argument("--only", choices=["scheduler", "extender"], help="check one benchmark")
+    args = parser.parse_args(argv)
+    failures: list[str] = []
+    for name in ("scheduler", "extender"):
+        if args.only and name != args.only:
+            continue
+        old = recorded(name)
+        given: Path | None = getattr(args, name)
+        if given is not None:
+            new = json.loads(given.read_text())
+        elif name == "scheduler":
+            new = _run("bench.scheduler", ["--nodes", ",".join(old["sizes"]), "--plugins", old["profile"]])
+        else:
+            new = _run("bench.extender", ["--sizes", ",".join(str(r["nodes"]) for r in old["results"])])
+        ratios = scheduler_ratios if name == "scheduler" else extender_ratios
+        before, after = ratios(old), ratios(new)
+        for key, value in after.items():
+            print(f"{key}: {value:.3g} (recorded {before.get(key, float('nan')):.3g})")
+        failures += compare(before, after, args.tolerance)
+    for failure in failures:
+        print(f"REGRESSION {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

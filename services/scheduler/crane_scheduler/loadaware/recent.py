@@ -1,0 +1,238 @@
+"""This scheduler's recent bindings, folded into per-node columns when they change, not per decision.
+
+A recent binding changes a node's load in two ways (``dynamic.node_load`` is the reference):
+
+- estimated usage, per metric: ``Σ factor·request·(1 - clamp((T - bound_at)/W, 0, 1)) / allocatable``, where
+  ``T`` is the metric annotation's timestamp. It depends on the bindings, the annotation and the allocatable, and
+  not on the clock: the decay over the window is measured against the annotation's stamp (what the averaged
+  metric has absorbed), so the value is exact until one of those inputs changes. It is recomputed for one node
+  when a binding to it is added, removed or pruned, or its annotations or allocatable change;
+- own bindings in the hot value: ``Σ_rules floor(#{b : b > after, b > now - range} / count)``, with ``after``
+  the hot-value annotation's stamp while it is fresh. This one depends on the clock, but only in steps: it is
+  piecewise constant and can change only at ``bound_at + range`` of a binding, or when the hot-value annotation
+  turns fresh (``stamp - max_skew``) or stale (``stamp + 5m``). Each node keeps its value and its next possible
+  change time; a decision recomputes only the nodes whose next change time has passed (amortised: each binding
+  causes at most one recomputation per rule), everything else is a vector read.
+
+Per decision the cost is therefore a comparison over the node table, independent of how many pods were bound
+recently. The per-node recomputation repeats the reference's arithmetic in the reference's order (bindings in time
+order, the same float expressions), so the cached values are bit-identical to ``node_load``'s; the property tests
+in ``tests/unit/loadaware/test_columns.py`` hold them equal at random times, bindings and annotation changes.
+Change times are taken ``EARLY`` seconds early, so a float rounding in ``stamp - skew`` can only cause an extra
+recomputation, never a stale value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
+from crane_shared.annotations import HOT_VALUE_FRESHNESS, HOT_VALUE_KEY
+from crane_shared.loadaware.dynamic import resource_of
+
+EARLY = 1e-3
+"""Seconds by which a next-change time is brought forward (float-rounding margin; costs a recomputation)."""
+
+
+@dataclass
+class _Binding:
+    uid: str
+    bound_at: float
+    cpu: float
+    memory: float
+
+
+@dataclass
+class _Node:
+    name: str
+    bindings: list[_Binding] = field(default_factory=list)
+    """oldest first (added in clock order; a rare out-of-order add is inserted in place)"""
+
+
+class RecentEffects:
+    """Recent bindings per node row and their cached effects: ``extra[metric]`` (estimated usage to add, as a
+    fraction of allocatable) and ``own_hot`` (own bindings in the hot value), arrays over the node rows."""
+
+    def __init__(self, cols: LoadColumns, capacity: int = 64) -> None:
+        self.cols = cols
+        self._cap = capacity
+        self.extra: dict[str, FloatArray] = {}
+        for metric in cols.metrics:
+            if resource_of(metric) is not None:
+                self.extra[metric] = np.zeros(capacity)
+        self.own_hot = np.zeros(capacity)
+        self.own_next = np.full(capacity, math.inf)
+        self.alloc_cpu = np.zeros(capacity)
+        self.alloc_memory = np.zeros(capacity)
+        self._nodes: dict[int, _Node] = {}
+        self._where: dict[str, int] = {}
+        self._order: deque[tuple[float, str]] = deque()
+        self.recomputed = 0
+        """rows whose own hot value was recomputed at decision time (a cost counter for tests and benches)"""
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    # -- inputs ---------------------------------------------------------------------------------------------------
+
+    def _ensure(self, row: int) -> None:
+        if row < self._cap:
+            return
+        cap = max(row + 1, 2 * self._cap)
+        for name, arr in self.extra.items():
+            self.extra[name] = _grown(arr, cap, 0.0)
+        self.own_hot = _grown(self.own_hot, cap, 0.0)
+        self.own_next = _grown(self.own_next, cap, math.inf)
+        self.alloc_cpu = _grown(self.alloc_cpu, cap, 0.0)
+        self.alloc_memory = _grown(self.alloc_memory, cap, 0.0)
+        self._cap = cap
+
+    def node_changed(self, row: int, name: str, cpu: float, memory: float, now: float) -> None:
+        """A node's annotations or allocatable changed (``cols`` already decoded): refresh its effects.
+
+        A row reused by another node forgets the previous node's bindings."""
+        self._ensure(row)
+        self.alloc_cpu[row], self.alloc_memory[row] = cpu, memory
+        node = self._nodes.get(row)
+        if node is not None and node.name != name:
+            for b in node.bindings:
+                self._where.pop(b.uid, None)
+            del self._nodes[row]
+        self._refresh(row, now)
+
+    def add(self, uid: str, row: int, name: str, bound_at: float, cpu: float, memory: float) -> None:
+        self._ensure(row)
+        if uid in self._where:
+            self.remove(uid, bound_at)
+        node = self._nodes.get(row)
+        if node is None or node.name != name:
+            node = self._nodes[row] = _Node(name)
+        binding = _Binding(uid, bound_at, cpu, memory)
+        if node.bindings and node.bindings[-1].bound_at > bound_at:
+            i = len(node.bindings)
+            while i > 0 and node.bindings[i - 1].bound_at > bound_at:
+                i -= 1
+            node.bindings.insert(i, binding)
+        else:
+            node.bindings.append(binding)
+        self._where[uid] = row
+        self._order.append((bound_at, uid))
+        self._refresh(row, bound_at)
+
+    def remove(self, uid: str, now: float) -> None:
+        row = self._where.pop(uid, None)
+        if row is None:
+            return
+        node = self._nodes[row]
+        node.bindings = [b for b in node.bindings if b.uid != uid]
+        self._refresh(row, now)
+
+    def prune(self, before: float, now: float) -> None:
+        """Forget bindings at or before ``before`` (outside every window); amortised O(1) per binding."""
+        touched: set[int] = set()
+        order = self._order
+        while order and order[0][0] <= before:
+            bound_at, uid = order.popleft()
+            row = self._where.get(uid)
+            if row is None:
+                continue  # removed (unreserved) meanwhile
+            node = self._nodes[row]
+            kept = [b for b in node.bindings if not (b.uid == uid and b.bound_at == bound_at)]
+            if len(kept) == len(node.bindings):
+                continue  # re-added since: its newer entry is still queued
+            node.bindings = kept
+            del self._where[uid]
+            touched.add(row)
+        for row in touched:
+            self._refresh(row, now)
+
+    def bindings_of(self, row: int) -> list[tuple[float, float, float]]:
+        """(bound_at, cpu, memory) of the row's bindings, oldest first (for explain and the reference)."""
+        node = self._nodes.get(row)
+        return [(b.bound_at, b.cpu, b.memory) for b in node.bindings] if node else []
+
+    def uids_of(self, row: int) -> list[tuple[str, float, float, float]]:
+        """(uid, bound_at, cpu, memory) of the row's bindings, oldest first (to carry them over a policy reload)."""
+        node = self._nodes.get(row)
+        return [(b.uid, b.bound_at, b.cpu, b.memory) for b in node.bindings] if node else []
+
+    # -- per decision ---------------------------------------------------------------------------------------------
+
+    def at(self, now: float, n_rows: int) -> tuple[dict[str, FloatArray], FloatArray]:
+        """(extra usage per metric, own hot value) over rows ``[:n_rows]`` at ``now`` (views, do not modify)."""
+        self._ensure(max(0, n_rows - 1))
+        due = np.flatnonzero(self.own_next[:n_rows] <= now)
+        for row in due.tolist():
+            self._own(row, now)
+        self.recomputed += len(due)
+        return {m: a[:n_rows] for m, a in self.extra.items()}, self.own_hot[:n_rows]
+
+    # -- per node: the reference's arithmetic -----------------------------------------------------------------------
+
+    def _refresh(self, row: int, now: float) -> None:
+        node = self._nodes.get(row)
+        bindings = node.bindings if node else []
+        if node is not None and not bindings:
+            del self._nodes[row]
+        self._estimate(row, bindings)
+        self._own(row, now)
+
+    def _estimate(self, row: int, bindings: list[_Binding]) -> None:
+        est = self.cols.args.estimate
+        for metric, arr in self.extra.items():
+            stamp = float(self.cols.stamps[metric][row]) if row < self.cols.capacity else math.nan
+            if not est.enabled or not bindings or math.isnan(stamp):
+                arr[row] = 0.0
+                continue
+            resource = resource_of(metric)
+            total = float(self.alloc_cpu[row] if resource == "cpu" else self.alloc_memory[row])
+            if total <= 0:
+                arr[row] = 0.0
+                continue
+            window = est.window_of(metric).total_seconds()
+            factor = est.cpu_factor if resource == "cpu" else est.memory_factor
+            added = 0.0
+            for b in bindings:  # dynamic._estimate, term by term
+                absorbed = min(1.0, max(0.0, (stamp - b.bound_at) / window)) if window > 0 else 1.0
+                amount = b.cpu if resource == "cpu" else b.memory
+                added += factor * amount * (1.0 - absorbed)
+            arr[row] = added / total
+
+    def _own(self, row: int, now: float) -> None:
+        args = self.cols.args
+        node = self._nodes.get(row)
+        if not node or not args.own_bindings_in_hot_value or not args.policy.hot_value:
+            self.own_hot[row], self.own_next[row] = 0.0, math.inf
+            return
+        skew, window = args.max_skew.total_seconds(), HOT_VALUE_FRESHNESS.total_seconds()
+        stamp = float(self.cols.stamps[HOT_VALUE_KEY][row]) if row < self.cols.capacity else math.nan
+        fresh = not math.isnan(stamp) and stamp <= now + skew and now < stamp + window  # columns._fresh
+        after = stamp if fresh else -math.inf
+        nxt = math.inf
+        if not math.isnan(stamp):
+            for change in (stamp - skew, stamp + window):
+                if change > now - EARLY:
+                    nxt = min(nxt, change)
+        total = 0
+        for rule in args.policy.hot_value:
+            span = rule.time_range.total_seconds()
+            count = 0
+            for b in node.bindings:
+                if b.bound_at > after and b.bound_at > now - span:
+                    count += 1
+                end = b.bound_at + span
+                if end > now - EARLY:
+                    nxt = min(nxt, end)
+            total += count // rule.count
+        self.own_hot[row] = float(total)
+        self.own_next[row] = nxt - EARLY
+
+
+def _grown(arr: FloatArray, cap: int, fill: float) -> FloatArray:
+    out = np.full(cap, fill)
+    out[: len(arr)] = arr
+    return out

@@ -1,0 +1,287 @@
+"""InterPodAffinity with kube-scheduler 1.35 semantics (``pkg/scheduler/framework/plugins/interpodaffinity``).
+
+Filter: the incoming pod's required affinity (every term's topology domain must hold a pod matching *all* terms;
+the first pod of a group that matches its own terms may start anywhere with the topology keys), its required
+anti-affinity, and existing pods' required anti-affinity against the incoming pod (symmetry). Score: the incoming
+pod's preferred terms over all placed pods, plus existing pods' required affinity (``hardPodAffinityWeight``) and
+preferred terms matching the incoming pod, summed per topology domain, then min-max normalised to 0..100.
+
+Same results as kube's per-node loops, computed per domain: the shared ``PodIndex`` keeps per-node counts of the
+pods each term selects (updated on pod add/remove), ``np.bincount`` folds them into domains, and one lookup per
+row broadcasts the domain's verdict. A term's ``namespaceSelector`` is resolved against the namespaces watched here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from kubernetes_asyncio import client
+
+from crane_scheduler.framework import (
+    MAX_NODE_SCORE,
+    SKIP,
+    SUCCESS,
+    ArgsError,
+    ClusterEvent,
+    CycleState,
+    Handle,
+    PreFilterResult,
+    Rejection,
+    Rows,
+    Status,
+    error,
+    unschedulable,
+)
+from crane_scheduler.framework.interface import (
+    EnqueueExtensions,
+    FilterPlugin,
+    NormalizeScorePlugin,
+    PreFilterPlugin,
+    PreScorePlugin,
+    ScorePlugin,
+    WorkerPlugin,
+)
+from crane_scheduler.nodetable import IntArray, Mask, NodeTable
+from crane_scheduler.plugins.podindex import (
+    AffinityTerm,
+    Matcher,
+    PodIndex,
+    PodTerms,
+    SelectorError,
+    domain_sums,
+    per_row,
+    terms_of,
+)
+from crane_scheduler.podinfo import PodInfo
+from crane_shared.informer import EventType, Informer
+
+NAME = "InterPodAffinity"
+REASON_AFFINITY = "node(s) didn't match pod affinity rules"
+REASON_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
+REASON_EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+_FILTER = "InterPodAffinity.filter"
+_SCORE = "InterPodAffinity.score"
+
+
+@dataclass(frozen=True)
+class Args:
+    hard_pod_affinity_weight: int = 1
+    ignore_preferred_terms_of_existing_pods: bool = False
+
+    @classmethod
+    def parse(cls, args: Mapping[str, Any]) -> Args:
+        problems = [
+            (k, "unknown field")
+            for k in args
+            if k not in ("hardPodAffinityWeight", "ignorePreferredTermsOfExistingPods")
+        ]
+        weight = args.get("hardPodAffinityWeight", 1)
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 0 <= weight <= 100:
+            problems.append(("hardPodAffinityWeight", f"not in valid range [0, 100], got {weight!r}"))
+        ignore = args.get("ignorePreferredTermsOfExistingPods", False)
+        if not isinstance(ignore, bool):
+            problems.append(("ignorePreferredTermsOfExistingPods", f"must be true or false, got {ignore!r}"))
+        if problems:
+            raise ArgsError(problems)
+        return cls(weight, ignore)
+
+
+def _own_labels(pod: PodInfo) -> Mapping[str, str]:
+    return (pod.raw.get("metadata") or {}).get("labels") or {}
+
+
+class InterPodAffinity(
+    PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, NormalizeScorePlugin, EnqueueExtensions, WorkerPlugin
+):
+    name = NAME
+
+    def __init__(self, args: Args, handle: Handle) -> None:
+        self.args = args
+        self.handle = handle
+        self.index = PodIndex.of(handle.table)
+
+    # -- namespaces -----------------------------------------------------------------------------------------------
+
+    def _matcher(self, term: AffinityTerm) -> tuple[frozenset[str] | None, Any]:
+        """The incoming pod's term after kube's ``mergeAffinityTermNamespacesIfNotEmpty``: the namespaces its
+        namespace selector selects now join ``namespaces``.
+
+        kube quirk, kept for parity: that function receives the term by value, so its ``NamespaceSelector =
+        Nothing`` is lost and the selector is still matched later against *nil* namespace labels. A selector that
+        matches an empty label set (``{}``, ``NotIn``, ``DoesNotExist``) therefore admits every namespace."""
+        if term.ns_selector.nothing:
+            return term.namespaces, term.selector
+        if term.ns_selector.matches({}):
+            return None, term.selector
+        return term.namespaces | self.index.namespaces_matching(term.ns_selector), term.selector
+
+    def _counts(self, *terms: AffinityTerm) -> IntArray:
+        return self.index.counts(Matcher(tuple(self._matcher(t) for t in terms)))
+
+    def _self_matches_all(self, pod: PodInfo, terms: tuple[AffinityTerm, ...]) -> bool:
+        labels = _own_labels(pod)
+        for t in terms:
+            ns, sel = self._matcher(t)
+            if not ((ns is None or pod.namespace in ns) and sel.matches(labels)):
+                return False
+        return True
+
+    # -- filter ---------------------------------------------------------------------------------------------------
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
+        try:
+            terms = terms_of(pod)
+        except SelectorError as err:
+            return PreFilterResult(unschedulable(f"parsing pod: {err}", unresolvable=True))
+        ns_labels = self.index.namespace_labels.get(pod.namespace)
+        labels = _own_labels(pod)
+        n = table.n_rows
+        existing = np.zeros(n, dtype=bool)
+        any_existing = False
+        for (_, term, _), counts in self.index.groups_of(("anti",)):
+            if not term.matches(pod.namespace, labels, ns_labels):
+                continue
+            found = domain_sums(table, counts.rows(table), term.topology_key)
+            if found is None:
+                continue
+            codes, sums = found
+            if sums.any():
+                any_existing = True
+                existing |= per_row(codes, sums) > 0
+        if not any_existing and not terms.required_affinity and not terms.required_anti:
+            return PreFilterResult(SKIP)
+        affinity = self._affinity_fails(pod, terms, table) if terms.required_affinity else np.zeros(n, dtype=bool)
+        anti = np.zeros(n, dtype=bool)
+        for term in terms.required_anti:
+            found = domain_sums(table, self._counts(term), term.topology_key)
+            if found is not None:
+                anti |= per_row(found[0], found[1]) > 0
+        anti &= ~affinity
+        existing &= ~(affinity | anti)
+        state[_FILTER] = [
+            Rejection(REASON_AFFINITY, affinity, unresolvable=True),
+            Rejection(REASON_ANTI_AFFINITY, anti),
+            Rejection(REASON_EXISTING_ANTI_AFFINITY, existing),
+        ]
+        return PreFilterResult()
+
+    def _affinity_fails(self, pod: PodInfo, terms: PodTerms, table: NodeTable) -> Mask:
+        """kube's ``satisfyPodAffinity`` for every row at once; True = the node fails."""
+        n = table.n_rows
+        counts = self._counts(*terms.required_affinity)  # pods matching *all* the terms
+        has_keys = np.ones(n, dtype=bool)
+        pods_exist = np.ones(n, dtype=bool)
+        any_count = False
+        for term in terms.required_affinity:
+            found = domain_sums(table, counts, term.topology_key)
+            if found is None:
+                has_keys[:] = False
+                continue
+            codes, sums = found
+            any_count |= bool(sums.any())
+            has_keys &= codes >= 0
+            pods_exist &= per_row(codes, sums) > 0
+        if not any_count and self._self_matches_all(pod, terms.required_affinity):
+            return ~has_keys  # the first pod of a group that matches its own terms
+        return ~(has_keys & pods_exist)
+
+    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+        rejections: list[Rejection] = state.get(_FILTER, [])
+        return [r for r in rejections if r.mask.any()]
+
+    # -- score ----------------------------------------------------------------------------------------------------
+
+    def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
+        try:
+            terms = terms_of(pod)
+        except SelectorError as err:
+            return error(f"failed to parse pod: {err}")
+        has_constraints = bool(terms.preferred_affinity or terms.preferred_anti)
+        if self.args.ignore_preferred_terms_of_existing_pods and not has_constraints:
+            return SKIP
+        scores: dict[str, IntArray] = {}  # topology key -> score per value code
+        any_entry = False
+
+        def add(key: str, per_node: IntArray, weight: int) -> None:
+            nonlocal any_entry
+            found = domain_sums(table, per_node, key)
+            if found is None or not found[1].any():
+                return
+            any_entry = True
+            sums = found[1]
+            current = scores.get(key)
+            if current is None or len(current) < len(sums):
+                grown = np.zeros(len(sums), dtype=np.int64)
+                if current is not None:
+                    grown[: len(current)] = current
+                current = grown
+            current[: len(sums)] += weight * sums
+            scores[key] = current
+
+        for w in terms.preferred_affinity:
+            add(w.term.topology_key, self._counts(w.term), w.weight)
+        for w in terms.preferred_anti:
+            add(w.term.topology_key, self._counts(w.term), -w.weight)
+        ns_labels = self.index.namespace_labels.get(pod.namespace)
+        labels = _own_labels(pod)
+        hard = self.args.hard_pod_affinity_weight
+        for (kind, term, weight), counts in self.index.groups_of(("affinity", "preferred", "preferred-anti")):
+            if kind == "affinity":
+                if hard <= 0:
+                    continue
+                weight = hard
+            elif kind == "preferred-anti":
+                weight = -weight
+            if term.matches(pod.namespace, labels, ns_labels):
+                add(term.topology_key, counts.rows(table), weight)
+        if not any_entry:
+            return SKIP
+        total = np.zeros(len(rows), dtype=np.int64)
+        for key, by_code in scores.items():
+            found = table.label_codes(key)
+            if found is not None:
+                total += per_row(found[0][rows], by_code)
+        state[_SCORE] = total
+        return SUCCESS
+
+    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+        scores: IntArray = state[_SCORE]
+        return scores
+
+    def normalize_score(self, state: CycleState, pod: PodInfo, scores: IntArray) -> IntArray:
+        """Min-max to 0..100 in float64, truncated (kube's ``NormalizeScore``)."""
+        if not len(scores):
+            return scores
+        low, high = int(scores.min()), int(scores.max())
+        if high == low:
+            return np.zeros(len(scores), dtype=np.int64)
+        return (float(MAX_NODE_SCORE) * ((scores - low).astype(np.float64) / float(high - low))).astype(np.int64)
+
+    # -- queueing and the namespace watch -------------------------------------------------------------------------
+
+    def events_to_register(self) -> ClusterEvent:
+        return (
+            ClusterEvent.POD_ADD
+            | ClusterEvent.POD_UPDATE
+            | ClusterEvent.POD_DELETE
+            | ClusterEvent.NODE_ADD
+            | ClusterEvent.NODE_UPDATE
+        )
+
+    def _on_namespace(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self.index.set_namespace(obj, deleted=kind == "DELETED")
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Watch namespaces (their labels resolve ``namespaceSelector``); nothing to do without an API."""
+        if self.handle.api is None:
+            return
+        informer = Informer("namespaces", client.CoreV1Api(self.handle.api).list_namespace, self._on_namespace)
+        await informer.run(stopping)
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> InterPodAffinity:
+    return InterPodAffinity(Args.parse(args), handle)

@@ -1,0 +1,67 @@
+"""The unsupported-field gate: a pod that uses a field no plugin here reads yet is refused, never placed as if the
+field were absent (a PVC-backed pod placed away from its volume's zone, a DRA pod on a node without the device).
+
+``UNSUPPORTED`` is the table: one entry per field, each a predicate over the pod's spec. A plugin that starts
+supporting a field removes its entry (VolumeBinding & co. remove the volume ones). The refusal is
+UnschedulableAndUnresolvable and names the field, e.g. ``0/3 nodes are available: pod uses
+spec.volumes[0].persistentVolumeClaim, which crane-scheduler does not support yet.``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Spec = Mapping[str, Any]
+
+GATE = "UnsupportedFields"
+"""The rejector name the queue sees (no plugin registers events under it, so any cluster event retries)."""
+
+# In-tree volume sources kube-scheduler counts against CSI attach limits through CSI migration (translated to
+# their CSI drivers on nodes whose CSINode says so), which NodeVolumeLimits does not do. PVCs, generic ephemeral
+# volumes, inline CSI, RBD and iSCSI are handled by VolumeBinding, VolumeRestrictions, VolumeZone and
+# NodeVolumeLimits.
+VOLUME_SOURCES: tuple[str, ...] = (
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "azureDisk",
+    "cinder",
+)
+
+
+def _volumes(spec: Spec) -> str | None:
+    for i, volume in enumerate(spec.get("volumes") or ()):
+        for source in VOLUME_SOURCES:
+            if volume.get(source) is not None:
+                return f"spec.volumes[{i}].{source}"
+    return None
+
+
+def _field(path: str) -> Callable[[Spec], str | None]:
+    key = path.removeprefix("spec.")
+
+    def check(spec: Spec) -> str | None:
+        return path if spec.get(key) else None
+
+    return check
+
+
+UNSUPPORTED: dict[str, Callable[[Spec], str | None]] = {
+    "spec.resourceClaims": _field("spec.resourceClaims"),  # DynamicResources (DRA)
+    "spec.volumes": _volumes,
+}
+"""field -> check(spec) returning the offending field path (None: the pod does not use it)."""
+
+
+def unsupported_field(pod_raw: Mapping[str, Any]) -> str | None:
+    """The first field ``pod_raw`` uses that is in ``UNSUPPORTED``, as a path into the pod; None if none."""
+    spec = pod_raw.get("spec") or {}
+    for check in UNSUPPORTED.values():
+        found = check(spec)
+        if found is not None:
+            return found
+    return None
+
+
+def refusal(path: str) -> str:
+    return f"pod uses {path}, which crane-scheduler does not support yet"
