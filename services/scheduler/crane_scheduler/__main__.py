@@ -28,6 +28,7 @@ from crane_scheduler import explain
 from crane_scheduler.config import ConfigError, SchedulerConfig, load_config
 from crane_scheduler.framework import Handle, PluginMetrics, Registry
 from crane_scheduler.framework.runtime import Profile, build_profiles
+from crane_scheduler.listers import Listers
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
@@ -112,6 +113,7 @@ class Loaded:
     profiles: dict[str, Profile]
     table: NodeTable
     handles: list[Handle] = field(default_factory=list)
+    listers: Listers = field(default_factory=Listers)
 
     def connect(self, api: object, may_bind: Callable[[], bool] = lambda: True) -> None:
         for handle in self.handles:
@@ -125,12 +127,13 @@ def load(args: argparse.Namespace, registry: Registry, metrics: CollectorRegistr
     table = NodeTable()
     plugin_metrics = PluginMetrics(metrics)
     handles: list[Handle] = []
+    listers = Listers()
 
     def handle_for(name: str) -> Handle:
-        handles.append(Handle(table, None, time.monotonic, name, plugin_metrics))
+        handles.append(Handle(table, None, time.monotonic, name, plugin_metrics, listers=listers))
         return handles[-1]
 
-    return Loaded(config, build_profiles(config, registry, handle_for), table, handles)
+    return Loaded(config, build_profiles(config, registry, handle_for), table, handles, listers)
 
 
 def main(argv: list[str] | None = None, registry: Registry | None = None) -> int:
@@ -175,6 +178,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         bind_concurrency=args.bind_concurrency,
         node_selector=args.node_selector,
         metrics=metrics,
+        listers=loaded.listers,
     )
     loaded.connect(api, scheduler.may_bind)  # the plugins built (and validated) in main() get the API client now
     runtime.add_readiness_check("caches-synced", scheduler.synced.is_set)

@@ -27,7 +27,6 @@ from crane_scheduler.framework.types import (
     Code,
     CycleState,
     Diagnosis,
-    Rejection,
     Rows,
     Status,
 )
@@ -72,6 +71,10 @@ def _ignore(point: str, status: str, seconds: float) -> None:
     pass
 
 
+def nominated_node(pod: PodInfo) -> str:
+    return str((pod.raw.get("status") or {}).get("nominatedNodeName") or "")
+
+
 class Algorithm:
     """The decision for one pod at a time; keeps kube's rotating start index between pods."""
 
@@ -105,7 +108,13 @@ class Algorithm:
                 skipped.add(pl.name)
             elif res.status.rejected:
                 self._observe("PreFilter", res.status.code.value, time.perf_counter() - t0)
-                return Diagnosis(table.num_nodes, rejectors={pl.name}, pre_filter_msg=res.status.message)
+                resolvable = res.status.code is Code.UNSCHEDULABLE
+                return Diagnosis(
+                    table.num_nodes,
+                    rejectors={pl.name},
+                    pre_filter_msg=res.status.message,
+                    preemptible=table.live.copy() if resolvable else np.zeros(table.n_rows, dtype=bool),
+                )
             elif not res.status.success:
                 self._observe("PreFilter", "Error", time.perf_counter() - t0)
                 return Status(Code.ERROR, res.status.reasons, pl.name)
@@ -130,18 +139,13 @@ class Algorithm:
             candidates &= pinned
             excluded_by = sorted(restricting)
         alive = candidates.copy()
-        rejected: list[tuple[str, list[Rejection], Mask]] = []
-        for flt in profile.filter:
-            if flt.name in skipped:
-                continue
-            rejections = flt.filter(state, pod, table)
-            if not rejections:
-                continue
-            before = alive.copy()
-            for r in rejections:
-                alive &= ~r.mask
-            rejected.append((flt.name, rejections, before))
+        rejected = profile.run_filter_plugins(state, pod, table, alive, skipped)
         state[EXPLAIN_FILTERS] = rejected  # references only: kept for explain, costs nothing per node
+        own = table.nominated.get(pod.uid)
+        nominated_row = table.rows.get(own[1] if own else nominated_node(pod), -1)
+        if nominated_row >= 0 and alive[nominated_row]:  # kube evaluates the pod's nominated node first
+            self._observe("Filter", "Success", time.perf_counter() - t1)
+            return ScheduleResult(table.names[nominated_row], 1, 1)
         cand_rows = np.flatnonzero(candidates)
         want = num_feasible_nodes_to_find(
             profile.percentage_of_nodes_to_score
@@ -166,6 +170,12 @@ class Algorithm:
             if outside:
                 diagnosis.reasons[f"node(s) didn't satisfy plugin(s) [{' '.join(excluded_by)}]"] += outside
                 diagnosis.rejectors.update(excluded_by)
+            unresolvable = np.zeros(table.n_rows, dtype=bool)
+            for _, rejections, before in rejected:
+                for r in rejections:
+                    if r.unresolvable:
+                        unresolvable |= r.mask & before
+            diagnosis.preemptible = candidates & ~unresolvable
             return diagnosis
         if len(rows) == 1:
             return ScheduleResult(table.names[int(rows[0])], processed, 1)

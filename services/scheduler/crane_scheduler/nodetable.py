@@ -131,6 +131,9 @@ class NodeTable:
         self.pods: dict[str, PodRecord] = {}
         self._pods_by_node: dict[str, set[str]] = {}
         self.unschedulable_count = 0
+        # Pods nominated to a node by preemption (ours or another scheduler's), not bound yet: uid -> (pod, node).
+        # Filter counts them for pods of equal or lower priority (kube's nominator).
+        self.nominated: dict[str, tuple[PodInfo, str]] = {}
         # Plugins that account something of their own per bound pod (NRT zone results) listen here.
         self.pod_added: list[Callable[[PodInfo], None]] = []
         self.pod_removed: list[Callable[[str], None]] = []
@@ -421,6 +424,66 @@ class NodeTable:
         for removed in self.pod_removed:
             removed(uid)
         return record
+
+    def simulate_remove(self, uids: Iterable[str]) -> list[PodRecord]:
+        """Take pods out of the accounting for a what-if (preemption's dry run); ``simulate_add`` puts them back.
+        Synchronous callers only: nothing else may look at the table in between. Plugin hooks are not called."""
+        removed = []
+        for uid in uids:
+            record = self.pods.pop(uid, None)
+            if record is None:
+                continue
+            self._pods_by_node.get(record.node, set()).discard(uid)
+            removed.append(record)
+        self._apply_many(removed, -1)
+        return removed
+
+    def simulate_add(self, records: Iterable[PodRecord]) -> None:
+        added = list(records)
+        for record in added:
+            self.pods[record.uid] = record
+            self._pods_by_node.setdefault(record.node, set()).add(record.uid)
+        self._apply_many(added, +1)
+
+    def _apply_many(self, records: list[PodRecord], sign: int) -> None:
+        """``_apply`` for many pods: deltas summed in Python, then one numpy update per touched row (the dry run
+        moves hundreds of pods at a time; a numpy scalar update per resource per pod would dominate it)."""
+        if not records:
+            return
+        for record in records:  # every resource has its column before the widths are fixed
+            for res in record.requests:
+                self._resource(res)
+        deltas: dict[int, list[int]] = {}
+        width = self._requested.shape[1]
+        columns = self.resources
+        for record in records:
+            row = self.rows.get(record.node)
+            if row is None:
+                continue
+            d = deltas.get(row)
+            if d is None:
+                d = deltas[row] = [0] * (width + 3)
+            for res, value in record.requests.items():
+                d[columns[res]] += sign * value
+            d[width] += sign * record.nonzero_cpu
+            d[width + 1] += sign * record.nonzero_memory
+            d[width + 2] += sign
+            if record.host_ports:
+                used = self.ports.setdefault(row, [])
+                for hp in record.host_ports:
+                    if sign > 0:
+                        used.append(hp)
+                    else:
+                        used.remove(hp)
+                if not used:
+                    del self.ports[row]
+        if deltas:
+            rows = np.fromiter(deltas, dtype=np.intp, count=len(deltas))
+            values = np.array(list(deltas.values()), dtype=np.int64)
+            self._requested[rows] += values[:, :width]
+            self._nonzero[rows] += values[:, width : width + 2]
+            self._pod_count[rows] += values[:, width + 2]
+        self.version += 1
 
     def pods_on(self, node: str) -> Iterable[PodRecord]:
         return (self.pods[uid] for uid in self._pods_by_node.get(node, ()))

@@ -43,6 +43,7 @@ from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import ClusterEvent, Code, CycleState, Diagnosis, QueuedPod, Status
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import SchedulingQueue
+from crane_scheduler.listers import Listers
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PodInfo
@@ -67,6 +68,7 @@ class Scheduler:
         node_selector: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         metrics: SchedulerMetrics | None = None,
+        listers: Listers | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or reporter.metrics
@@ -90,7 +92,15 @@ class Scheduler:
         self.decisions = DecisionLog()
         self.synced = asyncio.Event()
         self._wakeup = asyncio.Event()
-        self.cache = Cache(table, self.queue, profiles, clock=clock, forget=reporter.forget, wake=self._wakeup.set)
+        if listers is None:  # the profiles' plugins read the listers their handle holds: feed those
+            listers = next((p.handle.listers for p in profiles.values() if p.handle is not None), None)
+        self.cache = Cache(
+            table, self.queue, profiles, clock=clock, forget=reporter.forget, wake=self._wakeup.set, listers=listers
+        )
+        self.listers = self.cache.listers
+        for profile in profiles.values():
+            if profile.handle is not None:
+                profile.handle.activate = self._activate
         self.pending = self.cache.pending  # pending pods of our profiles, latest version
         self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted
         self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
@@ -118,10 +128,23 @@ class Scheduler:
         pods = self.cache.pod_informer(
             core.list_pod_for_all_namespaces, lambda cause: self.metrics.watch_restarts.labels("pods", cause).inc()
         )
-        tasks = [asyncio.create_task(nodes.run(stopping)), asyncio.create_task(pods.run(stopping))]
+        storage = client.StorageV1Api(self.api)
+        objects = self.cache.object_informers(
+            {
+                "pvcs": core.list_persistent_volume_claim_for_all_namespaces,
+                "pvs": core.list_persistent_volume,
+                "storageclasses": storage.list_storage_class,
+                "csinodes": storage.list_csi_node,
+                "volumeattachments": storage.list_volume_attachment,
+                "pdbs": client.PolicyV1Api(self.api).list_pod_disruption_budget_for_all_namespaces,
+            }
+        )
+        for informer in objects:
+            informer.on_restart = self._count_restart(informer.name)
+        tasks = [asyncio.create_task(i.run(stopping)) for i in (nodes, pods, *objects)]
         try:
-            await nodes.synced.wait()
-            await pods.synced.wait()
+            for informer in (nodes, pods, *objects):
+                await informer.synced.wait()
             self.synced.set()
             gc.freeze()  # the initial lists are long-lived: keep the collector from rescanning them (p99 latency)
             log.info("caches synced", nodes=self.table.num_nodes, pods=len(self.table.pods), pending=len(self.pending))
@@ -132,6 +155,13 @@ class Scheduler:
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+
+    def _activate(self, uid: str) -> None:
+        if self.queue.activate(uid):
+            self._wake()
+
+    def _count_restart(self, kind: str) -> Callable[[str], None]:
+        return lambda cause: self.metrics.watch_restarts.labels(kind, cause).inc()
 
     def _wake(self) -> None:
         self._wakeup.set()
@@ -242,6 +272,8 @@ class Scheduler:
             log.exception("scheduling failed", pod=pod.key)
             result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))
         self.metrics.algorithm_duration.labels(profile.name).observe(time.perf_counter() - start)
+        if isinstance(result, Diagnosis):  # PostFilter (preemption) first: its message is part of the decision
+            profile.run_post_filter(state, pod, result)
         self.decisions.record(
             pod,
             time.time(),
@@ -251,7 +283,6 @@ class Scheduler:
             result.message if isinstance(result, Diagnosis | Status) else "",
         )
         if isinstance(result, Diagnosis):
-            profile.run_post_filter(state, pod, result)
             self._unschedulable(profile, qp, frozenset(result.rejectors), result.message, start)
             self._slots.release()
             return

@@ -17,16 +17,14 @@ Spec = Mapping[str, Any]
 GATE = "UnsupportedFields"
 """The rejector name the queue sees (no plugin registers events under it, so any cluster event retries)."""
 
-# Volume sources that need a volume plugin (VolumeBinding, VolumeRestrictions, VolumeZone, NodeVolumeLimits).
+# In-tree volume sources kube-scheduler counts against CSI attach limits through CSI migration (translated to
+# their CSI drivers on nodes whose CSINode says so), which NodeVolumeLimits does not do. PVCs, generic ephemeral
+# volumes, inline CSI, RBD and iSCSI are handled by VolumeBinding, VolumeRestrictions, VolumeZone and
+# NodeVolumeLimits.
 VOLUME_SOURCES: tuple[str, ...] = (
-    "persistentVolumeClaim",
-    "ephemeral",
-    "csi",
     "gcePersistentDisk",
     "awsElasticBlockStore",
     "azureDisk",
-    "rbd",
-    "iscsi",
     "cinder",
 )
 

@@ -43,7 +43,13 @@ ACCESS: list[tuple[str, str, str, str, str | None, str | None, bool]] = [
     ("scheduler", "get", "", "pods", "default", None, True),
     ("scheduler", "update", "coordination.k8s.io", "leases", NS, "crane-scheduler", True),
     ("scheduler", "update", "coordination.k8s.io", "leases", "kube-system", "kube-scheduler", False),
-    ("scheduler", "delete", "", "pods", "default", None, False),
+    ("scheduler", "delete", "", "pods", "default", None, True),  # preemption's victims
+    ("scheduler", "update", "", "persistentvolumes", None, None, True),  # VolumeBinding's PreBind
+    ("scheduler", "update", "", "persistentvolumeclaims", "default", None, True),
+    ("scheduler", "delete", "", "persistentvolumeclaims", "default", None, False),
+    ("scheduler", "watch", "storage.k8s.io", "csinodes", None, None, True),
+    ("scheduler", "watch", "policy", "poddisruptionbudgets", None, None, True),
+    ("scheduler", "update", "storage.k8s.io", "storageclasses", None, None, False),
     ("scheduler", "patch", "", "nodes", None, None, False),
     ("extender", "watch", "", "nodes", None, None, True),
     ("extender", "patch", "", "nodes", None, None, False),

@@ -72,7 +72,16 @@ def test_rbac_is_least_privilege_per_service() -> None:
     allowed = {
         "crane-event-recorder": {("", "events", "list"), ("", "events", "watch")},
         "crane-annotator": {("", "nodes", "list"), ("", "nodes", "watch"), ("", "nodes", "patch")},
-        "crane-scheduler": {("", "nodes", "list"), ("", "pods", "get"), ("", "pods/binding", "create")},
+        "crane-scheduler": {
+            ("", "nodes", "list"),
+            ("", "pods", "get"),
+            ("", "pods/binding", "create"),
+            ("", "persistentvolumes", "update"),  # VolumeBinding's PreBind
+            ("", "persistentvolumeclaims", "update"),
+            ("storage.k8s.io", "csinodes", "watch"),
+            ("policy", "poddisruptionbudgets", "watch"),
+            ("", "pods", "delete"),  # DefaultPreemption evicts its victims, as kube-scheduler does
+        },
         "crane-extender": {("", "nodes", "list"), ("", "nodes", "watch")},
         "crane-redis": set(),
     }
@@ -88,7 +97,12 @@ def test_rbac_is_least_privilege_per_service() -> None:
         for group, resource, verb in granted:
             assert "*" not in (group, resource, verb), (sa, group, resource, verb)
             assert resource not in ("secrets", "configmaps"), (sa, resource)
-            assert verb not in ("delete", "deletecollection", "escalate", "bind", "impersonate"), (sa, resource, verb)
+            if (sa, resource, verb) != ("crane-scheduler", "pods", "delete"):
+                assert verb not in ("delete", "deletecollection", "escalate", "bind", "impersonate"), (
+                    sa,
+                    resource,
+                    verb,
+                )
     # Lease access: create, then only their own Lease by name.
     for sa in ("crane-annotator", "crane-scheduler"):
         lease_rules = [r for r in _rules_of(objects, sa) if r["resources"] == ["leases"]]

@@ -152,6 +152,7 @@ def test_no_file_is_the_default_crane_scheduler_profile_with_kube_weights() -> N
         ("TaintToleration", 3),
         ("NodeAffinity", 2),
         ("NodeResourcesFit", 1),
+        ("VolumeBinding", 1),  # kube's too; its PreScore skips it unless StorageCapacityScoring (alpha) is on
         ("PodTopologySpread", 2),
         ("InterPodAffinity", 2),
         ("NodeResourcesBalancedAllocation", 1),
@@ -164,6 +165,10 @@ def test_no_file_is_the_default_crane_scheduler_profile_with_kube_weights() -> N
         "NodeAffinity",
         "NodePorts",
         "NodeResourcesFit",
+        "VolumeRestrictions",
+        "NodeVolumeLimits",
+        "VolumeBinding",
+        "VolumeZone",
         "PodTopologySpread",
         "InterPodAffinity",
     ]
@@ -185,6 +190,7 @@ def test_specific_score_weight_overrides_multipoint_and_disabling_removes() -> N
         ("NodeResourcesFit", 5),
         ("TaintToleration", 3),
         ("NodeAffinity", 2),
+        ("VolumeBinding", 1),
         ("PodTopologySpread", 2),
         ("InterPodAffinity", 2),
         ("ImageLocality", 1),

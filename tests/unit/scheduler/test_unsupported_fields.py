@@ -19,13 +19,20 @@ def test_dra_resource_claims_are_refused_naming_the_field() -> None:
     )
 
 
-@pytest.mark.parametrize("source", ["persistentVolumeClaim", "ephemeral", "csi", "gcePersistentDisk"])
-def test_volumes_needing_a_volume_plugin_are_refused(source: str) -> None:
+@pytest.mark.parametrize("source", ["gcePersistentDisk", "awsElasticBlockStore", "azureDisk", "cinder"])
+def test_in_tree_volumes_kube_counts_through_csi_migration_are_refused(source: str) -> None:
     t = table(node("a"))
-    volumes = [{"name": "cfg", "configMap": {"name": "c"}}, {"name": "data", source: {"claimName": "x"}}]
+    volumes = [{"name": "cfg", "configMap": {"name": "c"}}, {"name": "data", source: {"pdName": "x"}}]
     result = decide(t, pod(spec={"volumes": volumes}))
     assert isinstance(result, Diagnosis)
     assert f"pod uses spec.volumes[1].{source}, which crane-scheduler does not support yet" in result.message
+
+
+def test_claims_go_to_the_volume_plugins_not_the_gate() -> None:
+    volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "x"}}]
+    result = decide(table(node("a")), pod(spec={"volumes": volumes}))
+    assert isinstance(result, Diagnosis)
+    assert result.message == '0/1 nodes are available: persistentvolumeclaim "x" not found.'
 
 
 def test_volumes_no_plugin_reads_are_fine() -> None:
@@ -39,5 +46,5 @@ def test_volumes_no_plugin_reads_are_fine() -> None:
 
 def test_the_table_can_shrink_when_a_plugin_supports_a_field(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(unsupported.UNSUPPORTED, "spec.volumes")
-    p = pod(spec={"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "x"}}]})
+    p = pod(spec={"volumes": [{"name": "data", "gcePersistentDisk": {"pdName": "x"}}]})
     assert chosen(table(node("a")), p) == "a"

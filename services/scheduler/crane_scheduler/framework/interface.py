@@ -30,6 +30,7 @@ from crane_scheduler.framework.types import (
     Rows,
     Status,
 )
+from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 
@@ -82,7 +83,8 @@ class PluginMetrics:
 @dataclass
 class Handle:
     """What the framework gives a plugin factory: the shared node table, the API client (set before the first
-    binding cycle; None while only validating, and in pure tests), a clock, and the metrics registry."""
+    binding cycle; None while only validating, and in pure tests), a clock, the metrics registry, and the
+    listers of the other API objects plugins read."""
 
     table: NodeTable
     api: Any = None
@@ -92,6 +94,13 @@ class Handle:
     # Whether a bind may be sent now (False once the leader's term ended); bind plugins check it right before
     # their write. Set by the service; always True without leader election.
     may_bind: Callable[[], bool] = field(default=lambda: True)
+    listers: Listers = field(default_factory=Listers)
+    """PVCs, PVs, StorageClasses, CSINodes, PDBs (one instance shared by every profile and the cache)."""
+    activate: Callable[[str], None] = field(default=lambda uid: None)
+    """Move a pending pod (by uid) straight to activeQ (kube's ``Handle.Activate``); set by the scheduler."""
+    framework: Any = None
+    """The plugin's profile (``runtime.Profile``), set once built: what kube's handle offers as
+    ``RunFilterPluginsWithNominatedPods`` (preemption's dry run runs the profile's own filters)."""
 
 
 @runtime_checkable

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Set
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from crane_scheduler.config import ConfigError, PluginRef, PluginSet, ProfileConfig, SchedulerConfig
 from crane_scheduler.framework.interface import (
@@ -42,7 +44,8 @@ from crane_scheduler.framework.interface import (
     WorkerPlugin,
 )
 from crane_scheduler.framework.registry import Registry
-from crane_scheduler.framework.types import ArgsError, ClusterEvent, Code, CycleState, Diagnosis, Status
+from crane_scheduler.framework.types import ArgsError, ClusterEvent, Code, CycleState, Diagnosis, Rejection, Status
+from crane_scheduler.nodetable import Mask, NodeTable, PodRecord
 from crane_scheduler.podinfo import PodInfo
 
 Observe = Callable[[str, str, float], None]
@@ -69,6 +72,7 @@ class Profile:
     post_bind: list[PostBindPlugin] = field(default_factory=list)
     percentage_of_nodes_to_score: int | None = None
     plugins: dict[str, Plugin] = field(default_factory=dict)
+    handle: Handle | None = None
 
     def events_of(self, plugin: str) -> ClusterEvent:
         instance = self.plugins.get(plugin)
@@ -92,6 +96,67 @@ class Profile:
         return [p for p in self.plugins.values() if isinstance(p, PodExplainPlugin)]
 
     # ------------------------------------------------------------------------------------------ extension points
+
+    def run_filter_plugins(
+        self, state: CycleState, pod: PodInfo, table: NodeTable, alive: Mask, skipped: Set[str] = frozenset()
+    ) -> list[tuple[str, list[Rejection], Mask]]:
+        """Every Filter plugin over all rows, narrowing ``alive`` in place; returns (plugin, rejections, rows alive
+        before it). kube's ``RunFilterPluginsWithNominatedPods``: pods nominated to a node (by preemption) with at
+        least this pod's priority count there too, so a node passes only if it fits both with and without them."""
+        rejected = self._filter_pass(state, pod, table, alive, skipped)
+        rows = table.rows
+        nominated = [  # only where they can change the answer: on rows that passed without them
+            PodRecord.of(p, node, assumed=True)
+            for uid, (p, node) in table.nominated.items()
+            if node in rows
+            and alive[rows[node]]
+            and uid != pod.uid
+            and p.priority >= pod.priority
+            and uid not in table.pods
+        ]
+        if nominated and alive.any():
+            table.simulate_add(nominated)
+            try:
+                rejected += self._filter_pass(state, pod, table, alive, skipped)
+            finally:
+                table.simulate_remove([r.uid for r in nominated])
+        return rejected
+
+    def _filter_pass(
+        self, state: CycleState, pod: PodInfo, table: NodeTable, alive: Mask, skipped: Set[str]
+    ) -> list[tuple[str, list[Rejection], Mask]]:
+        rejected: list[tuple[str, list[Rejection], Mask]] = []
+        for flt in self.filter:
+            if flt.name in skipped:
+                continue
+            rejections = flt.filter(state, pod, table)
+            if not rejections:
+                continue
+            before = alive.copy()
+            for r in rejections:
+                alive &= ~r.mask
+            rejected.append((flt.name, rejections, before))
+        return rejected
+
+    def run_prefilter_and_filter(
+        self, state: CycleState, pod: PodInfo, table: NodeTable, alive: Mask
+    ) -> list[tuple[str, list[Rejection], Mask]]:
+        """PreFilter then Filter on ``alive`` rows (narrowed in place), for what-ifs such as preemption's dry run
+        (kube's handle offers the same to plugins); a PreFilter rejection or node restriction narrows ``alive``."""
+        skipped: set[str] = set()
+        for pl in self.pre_filter:
+            res = pl.pre_filter(state, pod, table)
+            if res.status.code is Code.SKIP:
+                skipped.add(pl.name)
+            elif not res.status.success:
+                before = alive.copy()
+                alive[:] = False
+                return [(pl.name, [Rejection(res.status.message, table.live.copy(), res.status.rejected)], before)]
+            if res.node_names is not None:
+                pinned = np.zeros(table.n_rows, dtype=bool)
+                pinned[[table.rows[n] for n in res.node_names if n in table.rows]] = True
+                alive &= pinned
+        return self.run_filter_plugins(state, pod, table, alive, skipped)
 
     def run_post_filter(self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis) -> None:
         """PostFilter until one has something to say; its message is appended to the FitError."""
@@ -240,7 +305,7 @@ def _build(pc: ProfileConfig, p: str, registry: Registry, handle: Handle, proble
         problems.append(f"{p}.plugins.bind: at least one bind plugin is needed")
     if any(x.startswith(p + ".") for x in problems):
         return None
-    return Profile(
+    profile = Profile(
         name=pc.scheduler_name,
         queue_sort=lists["queueSort"][0][0],
         pre_filter=[x for x, _ in lists["preFilter"]],
@@ -256,6 +321,9 @@ def _build(pc: ProfileConfig, p: str, registry: Registry, handle: Handle, proble
         percentage_of_nodes_to_score=pc.percentage_of_nodes_to_score,
         plugins=instances,
     )
+    profile.handle = handle
+    handle.framework = profile
+    return profile
 
 
 def _expand(

@@ -124,7 +124,26 @@ class ClusterEvent(enum.Flag):
     POD_UPDATE = enum.auto()  # an assigned pod changed (e.g. resized down, relabelled)
     POD_ADD = enum.auto()  # a pod was bound (a peer for pod affinity, a count for topology spread)
     NODE_DELETE = enum.auto()  # a node went away (a topology domain less: spread skew may drop)
-    ALL = NODE_ADD | NODE_UPDATE | POD_DELETE | POD_UPDATE | POD_ADD | NODE_DELETE
+    PVC_CHANGE = enum.auto()  # a PersistentVolumeClaim was added or updated
+    PV_CHANGE = enum.auto()  # a PersistentVolume was added or updated
+    STORAGE_CLASS_CHANGE = enum.auto()  # a StorageClass was added or updated
+    CSINODE_CHANGE = enum.auto()  # a CSINode was added or updated
+    PDB_CHANGE = enum.auto()  # a PodDisruptionBudget was added, updated or deleted
+    VOLUME_ATTACHMENT_DELETE = enum.auto()  # a VolumeAttachment went away (an attach slot freed)
+    ALL = (
+        NODE_ADD
+        | NODE_UPDATE
+        | POD_DELETE
+        | POD_UPDATE
+        | POD_ADD
+        | NODE_DELETE
+        | PVC_CHANGE
+        | PV_CHANGE
+        | STORAGE_CLASS_CHANGE
+        | CSINODE_CHANGE
+        | PDB_CHANGE
+        | VOLUME_ATTACHMENT_DELETE
+    )
 
 
 @dataclass(slots=True)
@@ -148,6 +167,8 @@ class Diagnosis:
     rejectors: set[str] = field(default_factory=set)
     pre_filter_msg: str = ""
     post_filter_msg: str = ""
+    preemptible: Mask | None = None
+    """Rows rejected only with resolvable reasons (kube: status Unschedulable): where preemption may help."""
 
     @property
     def message(self) -> str:

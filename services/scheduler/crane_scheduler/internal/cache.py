@@ -14,11 +14,20 @@ from typing import Any
 
 from crane_scheduler.framework.types import ClusterEvent
 from crane_scheduler.internal.queue import SchedulingQueue
+from crane_scheduler.listers import Kind, Listers, Obj
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
 from crane_shared.informer import EventType, Informer, ListFn
 
 PAGE_SIZE = 1000
+_OBJECT_EVENTS: dict[Kind, ClusterEvent] = {
+    "pvcs": ClusterEvent.PVC_CHANGE,
+    "pvs": ClusterEvent.PV_CHANGE,
+    "storageclasses": ClusterEvent.STORAGE_CLASS_CHANGE,
+    "csinodes": ClusterEvent.CSINODE_CHANGE,
+    "volumeattachments": ClusterEvent.VOLUME_ATTACHMENT_DELETE,
+    "pdbs": ClusterEvent.PDB_CHANGE,
+}
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
@@ -39,7 +48,10 @@ class Cache:
         clock: Callable[[], float],
         forget: Callable[[str], None] = lambda uid: None,
         wake: Callable[[], None] = lambda: None,
+        listers: Listers | None = None,
     ) -> None:
+        self.listers = listers if listers is not None else Listers()
+        self.listers.on_change = self.on_object_change
         self.table = table
         self.queue = queue
         self.schedulers = schedulers
@@ -63,6 +75,23 @@ class Cache:
         if on_restart is not None:
             informer.on_restart = on_restart
         return informer
+
+    def object_informers(self, list_fns: dict[Kind, ListFn]) -> list[Informer]:
+        """PVCs, PVs, StorageClasses, CSINodes, VolumeAttachments, PDBs into the listers (kube's shared
+        informers for them)."""
+        return [self.listers.informer(kind, fn, PAGE_SIZE) for kind, fn in list_fns.items()]
+
+    def on_object_change(self, kind: Kind, new: Obj | None, old: Obj | None) -> None:
+        """kube registers Add/Update of PVCs, PVs, StorageClasses and CSINodes (VolumeBinding, VolumeZone, ...) and
+        every PDB change (DefaultPreemption); of VolumeAttachments only deletions (NodeVolumeLimits); deletions of
+        other storage objects never make a pod schedulable."""
+        if kind == "volumeattachments":
+            if new is not None:
+                return
+        elif new is None and kind != "pdbs":
+            return
+        self.queue.on_event(_OBJECT_EVENTS[kind])
+        self.wake()
 
     def node_event(self, kind: EventType, new: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind == "DELETED":
@@ -91,6 +120,7 @@ class Cache:
 
     def on_pod(self, raw: dict[str, Any]) -> None:
         spec = raw.get("spec") or {}
+        self._track_nomination(raw)
         if not spec.get("nodeName") and spec.get("schedulerName", "default-scheduler") not in self.schedulers:
             return  # another scheduler's pending pod: nothing to account, nothing to schedule
         pod = parse_pod(raw)
@@ -119,8 +149,20 @@ class Cache:
         self.queue.add(pod, self.clock())  # add() updates in place when the pod is already queued
         self.wake()
 
+    def _track_nomination(self, raw: dict[str, Any]) -> None:
+        """kube's nominator: a pending pod (of any scheduler) with ``status.nominatedNodeName`` is expected on that
+        node once preemption's victims are gone; Filter counts it there for pods of equal or lower priority."""
+        meta = raw.get("metadata") or {}
+        uid = meta.get("uid", "")
+        node = (raw.get("status") or {}).get("nominatedNodeName")
+        if node and not (raw.get("spec") or {}).get("nodeName") and not meta.get("deletionTimestamp"):
+            self.table.nominated[uid] = (parse_pod(raw), node)
+        else:
+            self.table.nominated.pop(uid, None)
+
     def on_pod_deleted(self, raw: dict[str, Any]) -> None:
         uid = (raw.get("metadata") or {}).get("uid", "")
+        self.table.nominated.pop(uid, None)
         self.pending.pop(uid, None)
         self.queue.delete(uid)
         self.forget(uid)

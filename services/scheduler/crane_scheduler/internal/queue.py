@@ -157,6 +157,18 @@ class SchedulingQueue:
             del self.unschedulable[qp.pod.uid]
             self._requeue(qp, now)
 
+    def activate(self, uid: str) -> bool:
+        """kube's ``Activate``: an unschedulable or backing-off pod goes straight to activeQ (preemption calls it
+        once the preemptor's victims are gone, so the pod does not sit out a backoff it did not earn)."""
+        qp = self.unschedulable.pop(uid, None)
+        if qp is None:
+            entry = self._backoff.pop(uid, None)
+            qp = entry[1] if entry is not None else None
+        if qp is None:
+            return False
+        self._push_active(qp)
+        return True
+
     def next_backoff_expiry(self) -> float | None:
         while self._backoff_heap:
             expiry, seq, uid = self._backoff_heap[0]

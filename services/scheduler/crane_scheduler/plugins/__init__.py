@@ -4,8 +4,8 @@
 ``DEFAULT_MULTIPOINT`` is kube-scheduler's default profile restricted to the plugins implemented here, with the
 same order and score weights (TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1, PodTopologySpread 2,
 InterPodAffinity 2, NodeResourcesBalancedAllocation 1, ImageLocality 1); Dynamic is added by the load-aware
-package. Not yet here: SchedulingGates (gated pods never reach the queue), the volume plugins and
-DefaultPreemption (issue 13); pods needing them are refused by the unsupported-field gate.
+package. Not yet here: SchedulingGates (gated pods never reach the queue); in-tree volume sources that kube counts
+against CSI limits through CSI migration are refused by the unsupported-field gate.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from crane_scheduler.framework.registry import Registry
 from crane_scheduler.plugins import (
     defaultbinder,
+    defaultpreemption,
     imagelocality,
     interpodaffinity,
     nodeaffinity,
@@ -21,9 +22,13 @@ from crane_scheduler.plugins import (
     noderesources,
     noderesourcetopology,
     nodeunschedulable,
+    nodevolumelimits,
     podtopologyspread,
     queuesort,
     tainttoleration,
+    volumebinding,
+    volumerestrictions,
+    volumezone,
 )
 
 DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
@@ -34,8 +39,13 @@ DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
     ("NodeAffinity", 2),
     ("NodePorts", None),
     ("NodeResourcesFit", 1),
+    ("VolumeRestrictions", None),
+    ("NodeVolumeLimits", None),
+    ("VolumeBinding", None),
+    ("VolumeZone", None),
     ("PodTopologySpread", 2),
     ("InterPodAffinity", 2),
+    ("DefaultPreemption", None),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
     ("DefaultBinder", None),
@@ -54,6 +64,11 @@ def builtin_registry() -> Registry:
             "NodePorts": nodeports.new,
             "NodeResourcesFit": noderesources.new_fit,
             "NodeResourcesBalancedAllocation": noderesources.new_balanced_allocation,
+            "VolumeRestrictions": volumerestrictions.new,
+            "NodeVolumeLimits": nodevolumelimits.new,
+            "VolumeBinding": volumebinding.new,
+            "VolumeZone": volumezone.new,
+            "DefaultPreemption": defaultpreemption.new,
             "InterPodAffinity": interpodaffinity.new,
             "PodTopologySpread": podtopologyspread.new,
             "ImageLocality": imagelocality.new,

@@ -1,0 +1,165 @@
+"""PreemptionBasic (scheduler_perf), scaled to this machine: crane-scheduler against kube-scheduler.
+
+A fresh local cluster (etcd + kube-apiserver), N nodes (4 cpu, 32Gi, 110 pods); for each contender, in fresh
+namespaces: 4 low-priority pods (900m / 500Mi each, as scheduler_perf's low-priority template) bound to every node
+so every node is full, then M high-priority pods of the same size, pending for the contender. Each one can only
+be placed by preempting a victim. The victims have terminationGracePeriodSeconds 0, standing in for the kubelet
+that would confirm their deletion. Throughput is high-priority pods bound / (last bind - first bind).
+
+    .venv/bin/python -m bench.scheduler.preemption                      # 500 nodes, 2,000 victims, 500 preemptors
+    .venv/bin/python -m bench.scheduler.preemption --nodes 100 --pods 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes_asyncio import client
+
+from bench.scheduler.__main__ import Run, create_nodes, fresh_namespace, gather_limited, measure
+from crane_sandbox.cluster import LocalCluster, new_run_dir
+from crane_sandbox.kubebin import ensure_binaries
+from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
+from crane_shared.kube import api_client_from_dict
+
+POD = {"cpu": "900m", "memory": "500Mi"}
+PER_NODE = 4
+
+
+def body(name: str, scheduler: str, priority_class: str, node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "priorityClassName": priority_class,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": POD}}],
+    }
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+async def prepare(api: client.ApiClient, label: str, nodes: int, pods: int, scheduler: str) -> tuple[str, str]:
+    """Victims bound to every node (in their own namespace), then the pending preemptors."""
+    v1 = client.CoreV1Api(api)
+    low = await fresh_namespace(api, f"low-{label}")
+    high = await fresh_namespace(api, f"high-{label}")
+    victims = [body(f"low-{i:05d}", scheduler, "bench-low", f"node-{i % nodes:05d}") for i in range(nodes * PER_NODE)]
+    await gather_limited(
+        [_create(v1, low, v) for v in victims],
+        100,
+    )
+    await gather_limited([_create(v1, high, body(f"high-{i:05d}", scheduler, "bench-high")) for i in range(pods)], 100)
+    return low, high
+
+
+async def _create(v1: client.CoreV1Api, namespace: str, pod: dict[str, Any]) -> None:
+    (await v1.create_namespaced_pod(namespace, pod, _preload_content=False)).release()
+
+
+async def cleanup(api: client.ApiClient, *namespaces: str) -> None:
+    for ns in namespaces:
+        (
+            await client.CoreV1Api(api).delete_collection_namespaced_pod(
+                ns, grace_period_seconds=0, _preload_content=False
+            )
+        ).release()
+
+
+def scheduler_process(label: str, cluster: LocalCluster, run_dir: Path, args: argparse.Namespace) -> ManagedProcess:
+    name = f"{label}-bench"
+    cfg: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"qps": args.qps, "burst": args.burst},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": name}],
+    }
+    path = run_dir / f"{label}.yaml"
+    port = free_port()
+    if label == "kube":
+        cfg["clientConnection"]["kubeconfig"] = str(cluster.kubeconfig_path)
+        path.write_text(yaml.safe_dump(cfg))
+        argv = [
+            str(ensure_binaries().scheduler),
+            f"--config={path}",
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+        ]
+    else:
+        path.write_text(yaml.safe_dump(cfg))
+        argv = [
+            sys.executable,
+            "-m",
+            "crane_scheduler",
+            "--config",
+            str(path),
+            "--kubeconfig",
+            str(cluster.kubeconfig_path),
+            "--port",
+            str(port),
+            "--listen-address",
+            "127.0.0.1",
+            "--log-level",
+            "warning",
+        ]
+    proc = ManagedProcess(f"{label}-scheduler", argv, run_dir / "logs" / f"{label}-scheduler.log")
+    proc.port = port  # type: ignore[attr-defined]
+    return proc
+
+
+async def contender(
+    label: str, cluster: LocalCluster, api: client.ApiClient, run_dir: Path, args: argparse.Namespace
+) -> Run:
+    proc = scheduler_process(label, cluster, run_dir, args)
+    low, high = await prepare(api, label, args.nodes, args.pods, f"{label}-bench")
+
+    async def start() -> None:
+        await proc.start()
+        await proc.wait_ready(lambda: tcp_open("127.0.0.1", proc.port), timeout=60)  # type: ignore[attr-defined]
+
+    try:
+        return await measure(api, high, args.pods, f"{label}-scheduler", start, args.timeout, expect_events=False)
+    finally:
+        await proc.stop()
+        await cleanup(api, low, high)
+
+
+async def run(args: argparse.Namespace) -> list[Run]:
+    run_dir = new_run_dir("bench-preemption")
+    async with LocalCluster(run_dir) as cluster:
+        api = await api_client_from_dict(cluster.kubeconfig_dict())
+        try:
+            scheduling = client.SchedulingV1Api(api)
+            for name, value in (("bench-low", 1), ("bench-high", 1000)):
+                await scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
+            await create_nodes(api, args.nodes)
+            return [await contender(label, cluster, api, run_dir, args) for label in ("crane", "kube")]
+        finally:
+            await api.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="bench.scheduler.preemption", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--pods", type=int, default=500, help="high-priority pods (each needs one victim)")
+    parser.add_argument("--qps", type=float, default=5000)
+    parser.add_argument("--burst", type=int, default=5000)
+    parser.add_argument("--timeout", type=float, default=600)
+    args = parser.parse_args()
+    results = asyncio.run(run(args))
+    print(f"PreemptionBasic: {args.nodes} nodes, {args.nodes * PER_NODE} victims, {args.pods} preemptors")
+    for r in results:
+        rate = r.bound / r.seconds if r.seconds > 0 else float("nan")
+        print(f"  {r.label:16s} bound {r.bound}/{r.pods} in {r.seconds:.2f}s: {rate:.1f} pods/s")
+    if len(results) == 2 and results[1].seconds > 0 and results[0].seconds > 0:
+        ours, kube = (r.bound / r.seconds for r in results)
+        print(f"  ratio crane/kube: {ours / kube:.2f}")
+
+
+if __name__ == "__main__":
+    main()

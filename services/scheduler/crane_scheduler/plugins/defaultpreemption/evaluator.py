@@ -1,0 +1,231 @@
+"""Preemption's decision (kube's ``framework/preemption`` and ``defaultpreemption.SelectVictimsOnNode``), pure
+apart from a what-if on the node table that it always undoes.
+
+kube dry-runs each candidate node alone: remove every lower-priority pod, check the preemptor fits, then put the
+victims back one by one, most important first (PDB-violating ones before the others), keeping each one that
+still lets the preemptor fit ("reprieve"). Here the node table answers Filter for all rows at once, so the
+candidate nodes are dry-run together, in rounds: round 0 removes every candidate's potential victims, round k
+puts back every candidate's k-th victim. Each node's outcome is the one kube's per-node loop gives as long as
+the Filter plugins judge a node by that node's pods only (all built-in ones here except InterPodAffinity and
+PodTopologySpread, which look across nodes; for those the round's removals on other candidates are visible).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from crane_scheduler.framework.types import Code, CycleState, Rejection
+from crane_scheduler.nodetable import Mask, NodeTable, PodRecord
+from crane_scheduler.plugins.volumebinding.binder import _label_selector_matches
+from crane_scheduler.podinfo import PodInfo
+
+NO_VICTIMS = "No preemption victims found for incoming pod"
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+
+RunFilters = Callable[[CycleState, PodInfo, Mask], list[tuple[str, list[Rejection], Mask]]]
+"""(fresh state, pod, rows to test, narrowed in place) -> rejections: the profile's PreFilter and Filter."""
+
+
+@dataclass
+class Candidate:
+    node: str
+    victims: list[PodRecord]
+    pdb_violations: int
+
+
+@dataclass
+class DryRun:
+    candidates: list[Candidate] = field(default_factory=list)
+    statuses: Counter[str] = field(default_factory=Counter)  # reason -> nodes, for nodes that are no candidate
+    tried: int = 0
+
+
+def start_time(record: PodRecord, now: float) -> float:
+    """``GetPodStartTime``: status.startTime, or now for a pod that has not started."""
+    raw = ((record.pod.raw if record.pod else {}).get("status") or {}).get("startTime")
+    if not raw:
+        return now
+    try:
+        return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return now
+
+
+def more_important(now: float) -> Callable[[PodRecord], tuple[int, float]]:
+    """Sort key for ``MoreImportantPod``: higher priority first, then the one that started earlier."""
+
+    def key(r: PodRecord) -> tuple[int, float]:
+        return (-(r.pod.priority if r.pod else 0), start_time(r, now))
+
+    return key
+
+
+def pdb_split(
+    victims: Sequence[PodRecord], pdbs: Sequence[Mapping[str, Any]]
+) -> tuple[list[PodRecord], list[PodRecord]]:
+    """``filterPodsWithPDBViolation``: victims whose eviction would exceed a matching PDB's disruptionsAllowed."""
+    allowed = [int((p.get("status") or {}).get("disruptionsAllowed") or 0) for p in pdbs]
+    violating: list[PodRecord] = []
+    fine: list[PodRecord] = []
+    for record in victims:
+        labels = ((record.pod.raw.get("metadata") or {}).get("labels") if record.pod else None) or {}
+        violated = False
+        if labels:
+            for i, pdb in enumerate(pdbs):
+                meta = pdb.get("metadata") or {}
+                if meta.get("namespace") != record.namespace:
+                    continue
+                selector = (pdb.get("spec") or {}).get("selector")
+                if not selector or not (selector.get("matchLabels") or selector.get("matchExpressions")):
+                    continue  # an empty (or nil) selector selects nothing here, as in kube
+                if not _label_selector_matches(selector, labels):
+                    continue
+                if record.name in ((pdb.get("status") or {}).get("disruptedPods") or {}):
+                    continue
+                allowed[i] -= 1
+                if allowed[i] < 0:
+                    violated = True
+        (violating if violated else fine).append(record)
+    return violating, fine
+
+
+def _first_failure(rejected: list[tuple[str, list[Rejection], Mask]], row: int) -> tuple[Code, list[str]]:
+    for _, rejections, before in rejected:
+        if not before[row]:
+            continue
+        hits = [r for r in rejections if r.mask[row]]
+        if hits:
+            code = Code.UNSCHEDULABLE_AND_UNRESOLVABLE if any(r.unresolvable for r in hits) else Code.UNSCHEDULABLE
+            return code, [r.reason for r in hits]
+    return Code.SUCCESS, []
+
+
+def dry_run(
+    table: NodeTable,
+    pod: PodInfo,
+    potential: Mask,
+    run: RunFilters,
+    pdbs: Sequence[Mapping[str, Any]],
+    offset: int,
+    wanted: int,
+    now: float | None = None,
+) -> DryRun:
+    """Candidates (node, minimal victims, PDB violations) among ``potential`` rows, in kube's order from
+    ``offset``: stops once ``wanted`` are found with at least one that violates no PDB."""
+    now = time.time() if now is None else now
+    out = DryRun()
+    rows = [int(r) for r in np.flatnonzero(potential)]
+    if not rows:
+        return out
+    rows = rows[offset % len(rows) :] + rows[: offset % len(rows)]
+    order = more_important(now)
+    queue: dict[int, list[PodRecord]] = {}  # row -> victims to try putting back, in order
+    n_violating: dict[int, set[str]] = {}
+    for row in rows:
+        lower = [r for r in table.pods_on(table.names[row]) if r.pod is not None and r.pod.priority < pod.priority]
+        if not lower:
+            out.statuses[NO_VICTIMS] += 1
+            continue
+        lower.sort(key=order)
+        violating, fine = pdb_split(lower, pdbs) if pdbs else ([], lower)
+        queue[row] = violating + fine
+        n_violating[row] = {r.uid for r in violating}
+    removed: dict[int, list[PodRecord]] = {row: [] for row in queue}
+    victims: dict[int, list[PodRecord]] = {row: [] for row in queue}
+    try:
+        taken = {r.uid for r in table.simulate_remove([r.uid for records in queue.values() for r in records])}
+        for row, records in queue.items():
+            removed[row] = [r for r in records if r.uid in taken]
+        testing = np.zeros(table.n_rows, dtype=bool)
+        testing[list(queue)] = True
+        alive = testing.copy()
+        rejected = run({}, pod, alive)
+        fitting = []
+        for row in queue:
+            if alive[row]:
+                fitting.append(row)
+                continue
+            _, reasons = _first_failure(rejected, row)
+            for reason in reasons or [NOT_HELPFUL]:
+                out.statuses[reason] += 1
+        step = 0
+        while True:
+            trying = {row: queue[row][step] for row in fitting if step < len(queue[row])}
+            if not trying:
+                break
+            table.simulate_add(trying.values())
+            for row, record in trying.items():
+                removed[row].remove(record)
+            alive = np.zeros(table.n_rows, dtype=bool)
+            alive[list(trying)] = True
+            run({}, pod, alive)
+            back = [(row, record) for row, record in trying.items() if not alive[row]]
+            table.simulate_remove([record.uid for _, record in back])
+            for row, record in back:
+                removed[row].append(record)
+                victims[row].append(record)
+            step += 1
+    finally:
+        table.simulate_add([r for records in removed.values() for r in records])
+    for row in [r for r in rows if r in queue and victims[r]]:
+        found = victims[row]
+        violations = sum(1 for r in found if r.uid in n_violating[row])
+        if violations and len(found) > violations:
+            found.sort(key=order)
+        out.candidates.append(Candidate(table.names[row], found, violations))
+    # kube's parallel search stops once enough candidates are found; keep the same prefix of the rotation.
+    picked: list[Candidate] = []
+    clean = 0
+    for c in out.candidates:
+        picked.append(c)
+        clean += c.pdb_violations == 0
+        if clean > 0 and len(picked) >= wanted:
+            break
+    out.candidates = [c for c in picked if c.pdb_violations == 0] + [c for c in picked if c.pdb_violations]
+    out.tried = len(rows)
+    return out
+
+
+def pick_one(candidates: Sequence[Candidate], now: float | None = None) -> Candidate | None:
+    """``pickOneNodeForPreemption``: fewest PDB violations, then the lowest highest-priority victim, then the
+    lowest priority sum, then fewest victims, then the latest start of the earliest highest-priority victim."""
+    if not candidates:
+        return None
+    now = time.time() if now is None else now
+
+    def highest(c: Candidate) -> int:
+        return c.victims[0].pod.priority if c.victims[0].pod else 0
+
+    def earliest(c: Candidate) -> float:
+        top = max(v.pod.priority if v.pod else 0 for v in c.victims)
+        return min(start_time(v, now) for v in c.victims if (v.pod.priority if v.pod else 0) == top)
+
+    scores: list[Callable[[Candidate], float]] = [
+        lambda c: -c.pdb_violations,
+        lambda c: -highest(c),
+        lambda c: -sum((v.pod.priority if v.pod else 0) + 2**31 for v in c.victims),
+        lambda c: -len(c.victims),
+        earliest,
+    ]
+    remaining = list(candidates)
+    for score in scores:
+        best = -math.inf
+        kept: list[Candidate] = []
+        for c in remaining:
+            s = score(c)
+            if s > best:
+                best, kept = s, [c]
+            elif s == best:
+                kept.append(c)
+        if len(kept) == 1:
+            return kept[0]
+        remaining = kept
+    return remaining[0]

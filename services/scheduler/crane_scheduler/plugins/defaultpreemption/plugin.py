@@ -1,0 +1,266 @@
+"""DefaultPreemption (kube-scheduler 1.35) as the PostFilter: when no node fits, find the node where evicting the
+fewest, least important lower-priority pods (respecting PodDisruptionBudgets as far as possible) makes room,
+nominate the pod there and evict them.
+
+As kube's asynchronous preemption (on by default since 1.33): the decision is made in the scheduling cycle and the
+pod is nominated at once (so Filter reserves the room for it against pods of equal or lower priority); the API
+calls run in a task of their own: the preemptor's ``status.nominatedNodeName``, lower-priority pods nominated to the
+same node lose their nomination, and each victim gets the ``DisruptionTarget`` condition (reason
+``PreemptionByScheduler``) and is deleted. Until that task finishes, the pod does not preempt again; while its
+victims terminate it is "not eligible due to a terminating pod on the nominated node".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from crane_scheduler.framework import (
+    ArgsError,
+    Code,
+    CycleState,
+    Diagnosis,
+    Handle,
+    Status,
+    fit_error_message,
+)
+from crane_scheduler.framework.interface import PostFilterPlugin
+from crane_scheduler.nodetable import Mask, NodeTable, PodRecord
+from crane_scheduler.plugins.defaultpreemption.evaluator import NOT_HELPFUL, Candidate, dry_run, pick_one
+from crane_scheduler.podinfo import PodInfo
+from crane_shared.kube import raw_json
+from crane_shared.logs import get_logger
+
+NAME = "DefaultPreemption"
+REQUEST_TIMEOUT = 30.0
+log = get_logger("crane.scheduler.preemption")
+
+
+def nominated_node_of(pod: PodInfo) -> str:
+    return str((pod.raw.get("status") or {}).get("nominatedNodeName") or "")
+
+
+def terminating_by_preemption(raw: Mapping[str, Any]) -> bool:
+    if not (raw.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    for cond in (raw.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "DisruptionTarget":
+            return bool(cond.get("status") == "True" and cond.get("reason") == "PreemptionByScheduler")
+    return False
+
+
+class DefaultPreemption(PostFilterPlugin):
+    name = NAME
+
+    def __init__(self, handle: Handle, min_percentage: int = 10, min_absolute: int = 100) -> None:
+        self.handle = handle
+        self.min_percentage = min_percentage
+        self.min_absolute = min_absolute
+        self.rng = random.Random()
+        self.preempting: set[str] = set()  # preemptors whose API calls are still running
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._victims: dict[str, str] = {}  # victim uid -> preemptor uid, until the informer sees it gone
+        self._waiting: dict[str, set[str]] = {}  # preemptor uid -> its victims still in the cache
+        handle.table.pod_removed.append(self._pod_removed)
+        self.attempts = handle.metrics.counter(
+            "crane_scheduler_preemption_attempts_total", "Preemption attempts (PostFilter runs of DefaultPreemption)"
+        )
+        self.victims_metric = handle.metrics.counter(
+            "crane_scheduler_preemption_victims_total", "Pods chosen as preemption victims"
+        )
+
+    # ------------------------------------------------------------------------------------------ decision
+
+    def num_candidates(self, n: int) -> int:
+        return min(max(n * self.min_percentage // 100, self.min_absolute), n)
+
+    def eligible(self, pod: PodInfo, diagnosis: Diagnosis) -> str:
+        """``PodEligibleToPreemptOthers``: '' when eligible, else kube's reason."""
+        if (pod.raw.get("spec") or {}).get("preemptionPolicy") == "Never":
+            return "not eligible due to preemptionPolicy=Never."
+        table = self.handle.table
+        node = nominated_node_of(pod) or (table.nominated.get(pod.uid, (None, ""))[1])
+        row = table.rows.get(node) if node else None
+        if row is not None and diagnosis.preemptible is not None and diagnosis.preemptible[row]:
+            for record in table.pods_on(node):
+                victim = record.pod
+                if victim is not None and victim.priority < pod.priority and terminating_by_preemption(victim.raw):
+                    return "not eligible due to a terminating pod on the nominated node."
+        return ""
+
+    def post_filter(self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis) -> Status:
+        self.attempts.inc()
+        if pod.uid in self.preempting:
+            return Status(Code.UNSCHEDULABLE, ("preemption: waiting for the preemption for this pod to be finished",))
+        reason = self.eligible(pod, diagnosis)
+        if reason:
+            return Status(Code.UNSCHEDULABLE, (f"preemption: {reason}",))
+        table = self.handle.table
+        potential: Mask = (
+            diagnosis.preemptible.copy() if diagnosis.preemptible is not None else np.zeros(table.n_rows, dtype=bool)
+        )
+        potential &= table.live
+        n = int(potential.sum())
+        framework = self.handle.framework
+        if n == 0 or framework is None:
+            return self._none(pod, Diagnosis(table.num_nodes))
+
+        def run(st: CycleState, p: PodInfo, alive: Mask) -> Any:
+            return framework.run_prefilter_and_filter(st, p, table, alive)
+
+        result = dry_run(
+            table, pod, potential, run, self.handle.listers.pdbs(), self.rng.randrange(n), self.num_candidates(n)
+        )
+        if not result.candidates:
+            d = Diagnosis(table.num_nodes)
+            d.reasons.update(result.statuses)
+            if table.num_nodes > result.tried:  # nodes not dry-run: their filter failure was unresolvable
+                d.reasons[NOT_HELPFUL] += table.num_nodes - result.tried
+            return self._none(pod, d)
+        best = pick_one(result.candidates)
+        assert best is not None
+        self._nominate(pod, best)
+        return Status(Code.SUCCESS, ())
+
+    def _none(self, pod: PodInfo, d: Diagnosis) -> Status:
+        """No candidate: kube clears the pod's nomination and reports a FitError of the dry run."""
+        table = self.handle.table
+        if table.nominated.pop(pod.uid, None) is not None or nominated_node_of(pod):
+            self._spawn(self._set_nomination(pod, ""))
+        if not d.reasons:
+            d.reasons[NOT_HELPFUL] = table.num_nodes
+        return Status(Code.UNSCHEDULABLE, (f"preemption: {fit_error_message(d)}",))
+
+    # ------------------------------------------------------------------------------------------ actions
+
+    def _nominate(self, pod: PodInfo, best: Candidate) -> None:
+        table: NodeTable = self.handle.table
+        table.nominated[pod.uid] = (pod, best.node)
+        lower = [
+            p for uid, (p, node) in list(table.nominated.items()) if node == best.node and p.priority < pod.priority
+        ]
+        for p in lower:
+            table.nominated.pop(p.uid, None)
+        self.victims_metric.inc(len(best.victims))
+        if self.handle.api is not None:
+            self.preempting.add(pod.uid)
+            self._waiting[pod.uid] = {v.uid for v in best.victims}
+            self._victims.update((v.uid, pod.uid) for v in best.victims)
+        self._spawn(self._preempt(pod, best, lower))
+
+    def _pod_removed(self, uid: str) -> None:
+        """A victim left the cache: once all of a preemptor's are gone, it is retried at once (kube activates
+        the preemptor when its preemption finishes)."""
+        preemptor = self._victims.pop(uid, None)
+        if preemptor is None:
+            return
+        left = self._waiting.get(preemptor)
+        if left is not None:
+            left.discard(uid)
+            if not left:
+                del self._waiting[preemptor]
+                self.handle.activate(preemptor)
+
+    def _spawn(self, coro: Any) -> None:
+        if self.handle.api is None:  # validating or pure tests: decide only
+            coro.close()
+            return
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _preempt(self, pod: PodInfo, best: Candidate, lower: list[PodInfo]) -> None:
+        try:
+            await self._set_nomination(pod, best.node)
+            for p in lower:
+                await self._set_nomination(p, "")
+            await asyncio.gather(*(self._evict(pod, v) for v in best.victims if v.pod and not v.pod.deleting))
+        except Exception as err:  # the pod retries with backoff; the next attempt decides again
+            log.warning("preemption failed", pod=pod.key, node=best.node, error=repr(err))
+            for uid in self._waiting.pop(pod.uid, set()):
+                self._victims.pop(uid, None)
+        finally:
+            self.preempting.discard(pod.uid)
+
+    async def _set_nomination(self, pod: PodInfo, node: str) -> None:
+        core = client.CoreV1Api(self.handle.api)
+        try:
+            await raw_json(
+                core.patch_namespaced_pod_status(
+                    pod.name,
+                    pod.namespace,
+                    {"status": {"nominatedNodeName": node or None}},
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    async def _evict(self, preemptor: PodInfo, victim: PodRecord) -> None:
+        """kube's ``PreemptPod``: the DisruptionTarget condition first (so the pod's owner sees why), then delete."""
+        core = client.CoreV1Api(self.handle.api)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": f"{preemptor.scheduler_name}: preempting to accommodate a higher priority pod",
+            "lastTransitionTime": now,
+        }
+        try:
+            await raw_json(
+                core.patch_namespaced_pod_status(
+                    victim.name,
+                    victim.namespace,
+                    {"status": {"conditions": [condition]}},
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            )
+            await raw_json(
+                core.delete_namespaced_pod(
+                    victim.name,
+                    victim.namespace,
+                    body={"preconditions": {"uid": victim.uid}},
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            )
+        except ApiException as err:
+            if err.status not in (404, 409):  # gone already, or replaced by a new pod of the same name
+                raise
+        log.info("preempted", victim=f"{victim.namespace}/{victim.name}", preemptor=preemptor.key, node=victim.node)
+
+    async def drain(self) -> None:
+        """Wait for running preemptions (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> DefaultPreemption:
+    """DefaultPreemptionArgs: ``minCandidateNodesPercentage`` (0..100, default 10) and
+    ``minCandidateNodesAbsolute`` (>= 0, default 100), not both 0."""
+    problems: list[tuple[str, str]] = []
+    pct = args.get("minCandidateNodesPercentage", 10)
+    absolute = args.get("minCandidateNodesAbsolute", 100)
+    if not isinstance(pct, int) or isinstance(pct, bool) or not 0 <= pct <= 100:
+        problems.append(("minCandidateNodesPercentage", "not in valid range [0, 100]"))
+    if not isinstance(absolute, int) or isinstance(absolute, bool) or absolute < 0:
+        problems.append(("minCandidateNodesAbsolute", "not in valid range [0, inf)"))
+    if pct == 0 and absolute == 0:
+        problems.append(("", "both minCandidateNodesPercentage and minCandidateNodesAbsolute cannot be zero"))
+    for key in args:
+        if key not in ("minCandidateNodesPercentage", "minCandidateNodesAbsolute", "apiVersion", "kind"):
+            problems.append((key, "unknown field"))
+    if problems:
+        raise ArgsError(problems)
+    return DefaultPreemption(handle, int(pct), int(absolute))

@@ -1,0 +1,203 @@
+"""NodeVolumeLimits (kube-scheduler 1.35's CSI limits): a node's CSINode says how many volumes of each CSI driver
+it can attach (``spec.drivers[].allocatable.count``); the pod's new CSI volumes plus those already attached there
+(by its pods, and by VolumeAttachments) must fit.
+
+A volume is ``<driver>/<volume handle>``: a bound claim's PV gives both; an unbound claim counts for its class's
+provisioner with a handle unique to the claim. A claim the pod names but that does not exist is
+UnschedulableAndUnresolvable (kube's Filter error). In-tree volume plugins migrated to CSI are not translated
+(those in-tree plugins are gone from kube's core since 1.31 except a few); their volumes are not counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from crane_scheduler.framework import (
+    SKIP,
+    ClusterEvent,
+    CycleState,
+    Handle,
+    PreFilterResult,
+    Rejection,
+    no_args,
+)
+from crane_scheduler.framework.interface import EnqueueExtensions, FilterPlugin, PreFilterPlugin
+from crane_scheduler.listers import Listers, Obj
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.plugins.volumebinding.binder import claim_class
+from crane_scheduler.podinfo import PodInfo
+
+NAME = "NodeVolumeLimits"
+STATE_KEY = "PreFilter" + NAME
+REASON = "node(s) exceed max volume count"
+_HANDLE_PREFIX = "crane-scheduler"  # kube uses a random prefix: a handle that never equals a real one
+
+
+class _Refused(Exception):
+    pass
+
+
+def node_limits(csinode: Obj | None) -> dict[str, int]:
+    if csinode is None:
+        return {}
+    out: dict[str, int] = {}
+    for d in (csinode.get("spec") or {}).get("drivers") or ():
+        count = (d.get("allocatable") or {}).get("count")
+        if count is not None:
+            out[d.get("name", "")] = int(count)
+    return out
+
+
+def _claim_names(raw: Mapping[str, Any]) -> list[tuple[str, bool]]:
+    name = (raw.get("metadata") or {}).get("name", "")
+    out = []
+    for vol in (raw.get("spec") or {}).get("volumes") or ():
+        if vol.get("persistentVolumeClaim") is not None:
+            out.append((vol["persistentVolumeClaim"].get("claimName") or "", False))
+        elif vol.get("ephemeral") is not None:
+            out.append((f"{name}-{vol.get('name', '')}", True))
+    return out
+
+
+def attachable_volumes(raw: Mapping[str, Any], listers: Listers, new_pod: bool) -> dict[str, str]:
+    """``filterAttachableVolumes``: unique volume name -> CSI driver for a pod's claims. For the pod being
+    scheduled a missing claim is an error; for pods already on the node it is skipped."""
+    meta = raw.get("metadata") or {}
+    namespace, uid = meta.get("namespace", ""), meta.get("uid", "")
+    out: dict[str, str] = {}
+    for claim, ephemeral in _claim_names(raw):
+        if not claim:
+            raise _Refused("PersistentVolumeClaim had no name")
+        pvc = listers.api_pvc(namespace, claim)
+        if pvc is None:
+            if new_pod:
+                raise _Refused(f'looking up PVC {namespace}/{claim}: persistentvolumeclaim "{claim}" not found')
+            continue
+        owners = (pvc.get("metadata") or {}).get("ownerReferences") or ()
+        if ephemeral and not any(r.get("controller") and r.get("uid") == uid for r in owners):
+            pod_key = f"{namespace}/{meta.get('name')}"
+            raise _Refused(f"PVC {namespace}/{claim} was not created for pod {pod_key} (pod is not owner)")
+        driver, handle = _csi_driver_info(pvc, listers)
+        if driver and handle:
+            out[f"{driver}/{handle}"] = driver
+    return out
+
+
+def _csi_driver_info(pvc: Obj, listers: Listers) -> tuple[str, str]:
+    """``getCSIDriverInfo``: the bound PV's CSI source, else (unbound, or PV not found) the class's provisioner."""
+    volume = (pvc.get("spec") or {}).get("volumeName") or ""
+    pv = listers.api_pv(volume) if volume else None
+    if pv is not None:
+        csi = (pv.get("spec") or {}).get("csi")
+        if csi is None:
+            return "", ""
+        return csi.get("driver", ""), csi.get("volumeHandle", "")
+    cls_name = claim_class(pvc)
+    cls = listers.storage_class(cls_name) if cls_name else None
+    if cls is None:
+        return "", ""
+    m = pvc.get("metadata") or {}
+    return cls.get("provisioner", ""), f"{_HANDLE_PREFIX}-{m.get('namespace')}/{m.get('name')}"
+
+
+class NodeVolumeLimits(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
+    name = NAME
+
+    def __init__(self, listers: Listers) -> None:
+        self.listers = listers
+        # Per bound pod: its attachable volumes; per node: its CSINode limits. Both depend only on the listers'
+        # objects, so they are kept until any of those changes (claims and CSINodes change rarely).
+        self._version = -1
+        self._pod_volumes: dict[str, dict[str, str]] = {}
+        self._limits: dict[str, dict[str, int]] = {}
+
+    def _fresh(self) -> None:
+        if self._version != self.listers.version:
+            self._version = self.listers.version
+            self._pod_volumes.clear()
+            self._limits.clear()
+
+    def _limits_of(self, node: str) -> dict[str, int]:
+        found = self._limits.get(node)
+        if found is None:
+            found = self._limits[node] = node_limits(self.listers.csinode(node))
+        return found
+
+    def _volumes_of(self, uid: str, raw: Mapping[str, Any]) -> dict[str, str]:
+        found = self._pod_volumes.get(uid)
+        if found is None:
+            try:
+                found = attachable_volumes(raw, self.listers, new_pod=False)
+            except _Refused:
+                found = {}
+            self._pod_volumes[uid] = found
+        return found
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
+        if not _claim_names(pod.raw):
+            return PreFilterResult(SKIP)
+        return PreFilterResult()
+
+    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+        try:
+            new = attachable_volumes(pod.raw, self.listers, new_pod=True)
+        except _Refused as err:
+            return [Rejection(str(err), table.live.copy(), unresolvable=True)]
+        if not new:
+            return []
+        drivers = set(new.values())
+        rejected = np.zeros(table.n_rows, dtype=bool)
+        attachments = self.listers.volume_attachments()
+        self._fresh()
+        for row in table.live_rows():
+            name = table.names[int(row)]
+            limits = self._limits_of(name)
+            if not drivers & limits.keys():
+                continue
+            attached: dict[str, str] = {}
+            for record in table.pods_on(name):
+                if record.pod is not None and record.uid != pod.uid:
+                    attached.update(self._volumes_of(record.uid, record.pod.raw))
+            counts: dict[str, int] = {}
+            for driver in attached.values():
+                counts[driver] = counts.get(driver, 0) + 1
+            for unique, driver in self._attached_by_volume_attachments(attachments, name).items():
+                if unique not in attached:
+                    counts[driver] = counts.get(driver, 0) + 1
+            wanted: dict[str, int] = {}
+            for unique, driver in new.items():
+                if unique not in attached:
+                    wanted[driver] = wanted.get(driver, 0) + 1
+            if any(d in limits and counts.get(d, 0) + c > limits[d] for d, c in wanted.items()):
+                rejected[row] = True
+        return [Rejection(REASON, rejected)] if rejected.any() else []
+
+    def _attached_by_volume_attachments(self, attachments: list[Obj], node: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for va in attachments:
+            spec = va.get("spec") or {}
+            if spec.get("nodeName") != node or not spec.get("attacher"):
+                continue
+            pv_name = (spec.get("source") or {}).get("persistentVolumeName")
+            pv = self.listers.api_pv(pv_name) if pv_name else None
+            csi = ((pv or {}).get("spec") or {}).get("csi")
+            if csi is None:
+                continue
+            out[f"{spec['attacher']}/{csi.get('volumeHandle', '')}"] = spec["attacher"]
+        return out
+
+    def events_to_register(self) -> ClusterEvent:
+        return (
+            ClusterEvent.CSINODE_CHANGE
+            | ClusterEvent.POD_DELETE
+            | ClusterEvent.PVC_CHANGE
+            | ClusterEvent.VOLUME_ATTACHMENT_DELETE
+        )
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> NodeVolumeLimits:
+    no_args(NAME)(args)
+    return NodeVolumeLimits(handle.listers)

@@ -1,0 +1,349 @@
+"""VolumeBinding (kube-scheduler 1.35): a pod's PersistentVolumeClaims must be bound, or bindable on the node.
+
+- PreFilter: a missing, lost or deleting claim keeps the pod Pending with kube's message
+  (``persistentvolumeclaim "data" not found``), UnschedulableAndUnresolvable; an unbound claim of an Immediate
+  class waits for the PV controller ("pod has unbound immediate PersistentVolumeClaims"); a pod without claims
+  skips the plugin.
+- Filter: bound claims need their PV to exist and its node affinity to match; WaitForFirstConsumer claims need
+  an available PV on the node (static binding) or a provisioner whose class's ``allowedTopologies`` admit it
+  (dynamic provisioning); a claim already given a node (``volume.kubernetes.io/selected-node``) only fits there.
+- Reserve assumes the decision (PV claimRef, claim's selected-node) so the next pod sees it; PreBind writes it
+  through the API and waits for the PV controller to finish the binding (``bindTimeoutSeconds``, default 600);
+  Unreserve drops the assumptions when anything later fails.
+
+Not implemented, and said so at configuration time rather than ignored: storage-capacity scoring (``shape``;
+the StorageCapacityScoring gate is off by default in 1.35, so kube's default profile does not score either).
+CSIStorageCapacity checks are not made (no CSIDriver informer): a provisioner's capacity is assumed sufficient,
+as kube does for drivers without ``storageCapacity: true``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from kubernetes_asyncio import client
+
+from crane_scheduler.framework import (
+    SKIP,
+    SUCCESS,
+    ArgsError,
+    ClusterEvent,
+    Code,
+    CycleState,
+    Handle,
+    PreFilterResult,
+    Rejection,
+    Rows,
+    Status,
+    unschedulable,
+)
+from crane_scheduler.framework.interface import (
+    EnqueueExtensions,
+    FilterPlugin,
+    PreBindPlugin,
+    PreFilterPlugin,
+    PreScorePlugin,
+    ReservePlugin,
+    ScorePlugin,
+)
+from crane_scheduler.listers import Obj
+from crane_scheduler.nodetable import IntArray, Mask, NodeTable
+from crane_scheduler.plugins.volumebinding import binder
+from crane_scheduler.plugins.volumebinding.binder import (
+    REASON_BIND_CONFLICT,
+    REASON_NODE_CONFLICT,
+    REASON_PV_NOT_EXIST,
+    REASON_UNBOUND_IMMEDIATE,
+    ClaimError,
+    meta,
+)
+from crane_scheduler.podinfo import PodInfo
+from crane_shared.kube import raw_json
+
+NAME = "VolumeBinding"
+STATE_KEY = NAME
+DEFAULT_BIND_TIMEOUT = 600.0
+POLL_INTERVAL = 1.0  # kube's wait.PollUntilContextTimeout period in BindPodVolumes
+REQUEST_TIMEOUT = 30.0
+
+
+@dataclass
+class PodVolumes:
+    """What the pod needs on its node: PVs to bind (with the claim) and claims to provision."""
+
+    static: list[tuple[Obj, Obj]] = field(default_factory=list)  # (pv with claimRef set, claim)
+    provision: list[Obj] = field(default_factory=list)
+
+
+@dataclass
+class _State:
+    claims: binder.PodVolumeClaims
+    matches: list[tuple[Obj, list[Obj], Any]] = field(default_factory=list)
+    all_bound: bool = False
+    assumed: PodVolumes | None = None
+
+
+class VolumeBinding(
+    PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, ReservePlugin, PreBindPlugin, EnqueueExtensions
+):
+    name = NAME
+
+    def __init__(self, handle: Handle, bind_timeout: float = DEFAULT_BIND_TIMEOUT) -> None:
+        self.handle = handle
+        self.listers = handle.listers
+        self.bind_timeout = bind_timeout
+
+    # ------------------------------------------------------------------------------------------ scheduling cycle
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
+        if not binder.pod_claim_names(pod):
+            return PreFilterResult(SKIP)
+        try:
+            claims = binder.pod_claims(pod, self.listers)
+        except ClaimError as err:
+            return PreFilterResult(unschedulable(str(err), unresolvable=True))
+        classified = binder.classify_claims(claims, self.listers)
+        if classified.unbound_immediate:
+            return PreFilterResult(unschedulable(REASON_UNBOUND_IMMEDIATE, unresolvable=True))
+        state[STATE_KEY] = _State(classified)
+        return PreFilterResult()
+
+    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+        st: _State | None = state.get(STATE_KEY)
+        if st is None:
+            return []
+        n = table.n_rows
+        node_conflict = np.zeros(n, dtype=bool)
+        pv_missing = np.zeros(n, dtype=bool)
+        done = np.zeros(n, dtype=bool)
+        for pvc in st.claims.bound:  # checkBoundClaims: per node, stops at the first missing or misfit PV
+            pv = self.listers.pv((pvc.get("spec") or {}).get("volumeName", ""))
+            if pv is None:
+                pv_missing |= ~done
+                break
+            misfit = ~binder.pv_affinity_mask(table, pv) & ~done
+            node_conflict |= misfit
+            done |= misfit
+        bind_conflict = np.zeros(n, dtype=bool)
+        if st.claims.unbound_delayed:
+            bind_conflict = self._filter_delayed(st, table)
+        return [
+            Rejection(reason, mask, unresolvable=True)
+            for reason, mask in (
+                (REASON_NODE_CONFLICT, node_conflict),
+                (REASON_BIND_CONFLICT, bind_conflict),
+                (REASON_PV_NOT_EXIST, pv_missing),
+            )
+            if mask.any()
+        ]
+
+    def _filter_delayed(self, st: _State, table: NodeTable) -> Mask:
+        """Rows where some delayed claim can be neither matched to a PV nor provisioned."""
+        n = table.n_rows
+        conflict = np.zeros(n, dtype=bool)
+        to_match: list[Obj] = []
+        selected: list[Obj] = []
+        for pvc in st.claims.unbound_delayed:
+            node = binder.annotations_of(pvc).get(binder.ANN_SELECTED_NODE)
+            if node is None:
+                to_match.append(pvc)
+                continue
+            selected.append(pvc)
+            row = table.rows.get(node)
+            others = np.ones(n, dtype=bool)
+            if row is not None:
+                others[row] = False
+            conflict |= others  # kube: the selected node only (and stops looking on other nodes)
+        if to_match:
+            st.matches = binder.match_volumes(table, to_match, st.claims.pvs_by_class)
+        # Claims to provision per row: the selected-node ones everywhere, unmatched ones where unmatched.
+        provisionable = np.ones(n, dtype=bool)
+        for pvc in selected:
+            provisionable &= self._provision_mask(table, pvc)
+        for pvc, _, chosen in st.matches:
+            provisionable &= self._provision_mask(table, pvc) | (chosen >= 0)
+        return conflict | ~provisionable
+
+    def _provision_mask(self, table: NodeTable, pvc: Obj) -> Mask:
+        """``checkVolumeProvisions`` for one claim: a real provisioner whose class admits the node."""
+        cls = self.listers.storage_class(binder.claim_class(pvc))
+        if cls is None:
+            return np.zeros(table.n_rows, dtype=bool)
+        provisioner = cls.get("provisioner") or ""
+        if not provisioner or provisioner == binder.NOT_SUPPORTED_PROVISIONER:
+            return np.zeros(table.n_rows, dtype=bool)
+        return binder.allowed_topologies_mask(table, cls)
+
+    def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
+        """kube skips its Score unless the StorageCapacityScoring gate (alpha, off) gives it a scorer."""
+        return SKIP
+
+    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+        return np.zeros(len(rows), dtype=np.int64)
+
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """``AssumePodVolumes``: the node's static bindings and provisionings, assumed in the listers."""
+        st: _State | None = state.get(STATE_KEY)
+        if st is None:
+            return SUCCESS
+        if self._all_bound(pod):
+            st.all_bound = True
+            return SUCCESS
+        row = self.handle.table.rows.get(node)
+        volumes = PodVolumes()
+        provision = [pvc for pvc in st.claims.unbound_delayed if binder.ANN_SELECTED_NODE in binder.annotations_of(pvc)]
+        for pvc, pvs, chosen in st.matches:
+            index = int(chosen[row]) if row is not None and row < len(chosen) else -1
+            if index < 0:
+                provision.append(pvc)
+                continue
+            pv, dirty = binder.bind_volume_to_claim(pvs[index], pvc)
+            if dirty:
+                self.listers.assume_pv(pv)
+            volumes.static.append((pv, pvc))
+        for pvc in provision:
+            claim = binder.with_selected_node(pvc, node)
+            self.listers.assume_pvc(claim)
+            volumes.provision.append(claim)
+        st.assumed = volumes
+        return SUCCESS
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        st: _State | None = state.get(STATE_KEY)
+        if st is None or st.assumed is None:
+            return
+        for pv, _ in st.assumed.static:
+            self.listers.restore_pv(meta(pv).get("name", ""))
+        for pvc in st.assumed.provision:
+            self.listers.restore_pvc(meta(pvc).get("namespace", ""), meta(pvc).get("name", ""))
+        st.assumed = None
+
+    def _all_bound(self, pod: PodInfo) -> bool:
+        for name, _ in binder.pod_claim_names(pod):
+            pvc = self.listers.pvc(pod.namespace, name)
+            if pvc is None or not binder.fully_bound(pvc):
+                return False
+        return True
+
+    # ------------------------------------------------------------------------------------------ binding cycle
+
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """``BindPodVolumes``: write the PVs' claimRefs and the claims' selected node, then wait until the PV
+        controller reports every claim bound (or the timeout)."""
+        st: _State | None = state.get(STATE_KEY)
+        if st is None or st.all_bound:
+            return SUCCESS
+        volumes = st.assumed
+        if volumes is None:
+            return Status(Code.ERROR, (f'no pod volume found for node "{node}"',), self.name)
+        try:
+            core = client.CoreV1Api(self.handle.api)
+            for i, (pv, pvc) in enumerate(volumes.static):
+                written = await raw_json(
+                    core.replace_persistent_volume(
+                        meta(pv)["name"], pv, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                    )
+                )
+                volumes.static[i] = (written or pv, pvc)
+            for i, pvc in enumerate(volumes.provision):
+                m = meta(pvc)
+                written = await raw_json(
+                    core.replace_namespaced_persistent_volume_claim(
+                        m["name"], m["namespace"], pvc, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                    )
+                )
+                volumes.provision[i] = written or pvc
+        except Exception as err:
+            return Status(Code.ERROR, (f"binding volumes: {err!r}",), self.name)
+        deadline = time.monotonic() + self.bind_timeout
+        while True:
+            try:
+                if self.check_bindings(pod, node, volumes):
+                    return SUCCESS
+            except ClaimError as err:
+                return Status(Code.ERROR, (f"binding volumes: {err}",), self.name)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return Status(Code.ERROR, ("binding volumes: context deadline exceeded",), self.name)
+            await self.listers.wait_change(min(left, POLL_INTERVAL))
+
+    def check_bindings(self, pod: PodInfo, node: str, volumes: PodVolumes) -> bool:
+        """``checkBindings`` against the API's view: True when all bound; ``ClaimError`` when the binding
+        cannot complete any more (claimRef reset, provisioning given up, node affinity lost)."""
+        table = self.handle.table
+        row = table.rows.get(node)
+        if row is None:
+            raise ClaimError(f'failed to get node "{node}"')
+        for pv, pvc in volumes.static:
+            api_pv = self.listers.api_pv(meta(pv).get("name", ""))
+            m = meta(pvc)
+            api_pvc = self.listers.api_pvc(m.get("namespace", ""), m.get("name", ""))
+            if api_pv is None or api_pvc is None:
+                raise ClaimError("failed to check binding: object not found")
+            if _older(api_pv, pv):
+                return False  # our write has not come back through the informer yet
+            if not binder.pv_affinity_mask(table, api_pv)[row]:
+                raise ClaimError(f'pv "{meta(api_pv).get("name")}" node affinity doesn\'t match node "{node}"')
+            ref = (api_pv.get("spec") or {}).get("claimRef") or {}
+            if not ref.get("uid"):
+                raise ClaimError(f'ClaimRef got reset for pv "{meta(api_pv).get("name")}"')
+            if not binder.fully_bound(api_pvc):
+                return False
+        for pvc in volumes.provision:
+            m = meta(pvc)
+            api_pvc = self.listers.api_pvc(m.get("namespace", ""), m.get("name", ""))
+            if api_pvc is None:
+                raise ClaimError(f'failed to check provisioning pvc: persistentvolumeclaim "{m.get("name")}" not found')
+            if _older(api_pvc, pvc):
+                return False
+            if binder.annotations_of(api_pvc).get(binder.ANN_SELECTED_NODE) != node:
+                raise ClaimError(f'provisioning failed for PVC "{m.get("name")}"')
+            volume = (api_pvc.get("spec") or {}).get("volumeName")
+            if volume:
+                api_pv = self.listers.api_pv(volume)
+                if api_pv is None:
+                    return False
+                if not binder.pv_affinity_mask(table, api_pv)[row]:
+                    raise ClaimError(f'pv "{volume}" node affinity doesn\'t match node "{node}"')
+            if not binder.fully_bound(api_pvc):
+                return False
+        return True
+
+    def events_to_register(self) -> ClusterEvent:
+        return (
+            ClusterEvent.STORAGE_CLASS_CHANGE
+            | ClusterEvent.PVC_CHANGE
+            | ClusterEvent.PV_CHANGE
+            | ClusterEvent.NODE_ADD
+            | ClusterEvent.NODE_UPDATE
+            | ClusterEvent.CSINODE_CHANGE
+        )
+
+
+def _older(seen: Obj, written: Obj) -> bool:
+    """Is the informer's copy older than what we wrote? (kube compares resourceVersions as integers too.)"""
+    try:
+        return int(meta(seen).get("resourceVersion") or 0) < int(meta(written).get("resourceVersion") or 0)
+    except ValueError:
+        return False
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> VolumeBinding:
+    """VolumeBindingArgs: ``bindTimeoutSeconds`` (default 600); ``shape`` needs the StorageCapacityScoring gate,
+    which this scheduler does not implement."""
+    problems: list[tuple[str, str]] = []
+    timeout = args.get("bindTimeoutSeconds", int(DEFAULT_BIND_TIMEOUT))
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 0:
+        problems.append(("bindTimeoutSeconds", "must be a non-negative integer"))
+    if args.get("shape"):
+        problems.append(("shape", "storage capacity scoring (feature StorageCapacityScoring) is not supported"))
+    for key in args:
+        if key not in ("bindTimeoutSeconds", "shape", "apiVersion", "kind"):
+            problems.append((key, "unknown field"))
+    if problems:
+        raise ArgsError(problems)
+    return VolumeBinding(handle, float(timeout))

@@ -1,0 +1,277 @@
+"""Volumes and preemption on the real API server (and, for the StatefulSet, the real persistent-volume controller
+of kube-controller-manager): what a platform team would check before pointing workloads at crane-scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from crane_sandbox.cluster import LocalCluster
+from crane_shared.kube import api_client_from_dict, raw_json
+from tests.integration.scheduler.harness import (
+    config_for,
+    create_nodes,
+    create_pods,
+    in_process,
+    node,
+    pod,
+    wait_for,
+)
+
+
+async def read_pod(kube: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        body: dict[str, Any] = await raw_json(
+            client.CoreV1Api(kube).read_namespaced_pod(name, namespace, _preload_content=False)
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return body
+
+
+def scheduled_condition(p: dict[str, Any] | None) -> dict[str, Any] | None:
+    for c in ((p or {}).get("status") or {}).get("conditions") or ():
+        if c.get("type") == "PodScheduled":
+            return dict(c)
+    return None
+
+
+async def test_pod_whose_claim_is_missing_stays_pending_with_kube_reason(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
+) -> None:
+    await create_nodes(kube, [node(f"{group}-a", group), node(f"{group}-b", group)])
+    volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    async with in_process(cluster, config_for(scheduler_name), selector):
+        await create_pods(kube, namespace, [pod("needs-claim", scheduler_name, spec={"volumes": volumes})])
+
+        async def refused() -> dict[str, Any] | None:
+            cond = scheduled_condition(await read_pod(kube, namespace, "needs-claim"))
+            return cond if cond and cond.get("status") == "False" else None
+
+        cond = await wait_for(refused, what="PodScheduled=False")
+    assert cond["reason"] == "Unschedulable"
+    assert cond["message"] == (
+        '0/2 nodes are available: persistentvolumeclaim "data" not found. '
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    )
+    p = await read_pod(kube, namespace, "needs-claim")
+    assert p is not None and not p["spec"].get("nodeName")
+
+
+@pytest.fixture
+async def priorities(kube: client.ApiClient, namespace: str) -> AsyncIterator[dict[str, str]]:
+    """PriorityClasses low (1), mid (10) and high (100), named after the test (they are cluster-scoped)."""
+    scheduling = client.SchedulingV1Api(kube)
+    names = {level: f"{namespace}-{level}"[:63] for level in ("low", "mid", "high")}
+    for level, value in (("low", 1), ("mid", 10), ("high", 100)):
+        await scheduling.create_priority_class({"metadata": {"name": names[level]}, "value": value})
+    yield names
+    for name in names.values():
+        await scheduling.delete_priority_class(name)
+
+
+async def nominated_nodes(kube: client.ApiClient, namespace: str, name: str) -> list[str]:
+    """Every distinct ``status.nominatedNodeName`` the pod had, watched until it is bound."""
+    seen: list[str] = []
+    w = watch.Watch()
+    pods = client.CoreV1Api(kube).list_namespaced_pod
+    async for event in w.stream(pods, namespace, field_selector=f"metadata.name={name}", timeout_seconds=60):
+        obj = event["object"]
+        nominated = obj.status.nominated_node_name if obj.status else None
+        if nominated and nominated not in seen:
+            seen.append(nominated)
+        if obj.spec.node_name:
+            w.stop()
+    return seen
+
+
+def victim(name: str, scheduler: str, node_name: str, priority_class: str, **kw: Any) -> dict[str, Any]:
+    """A pod already on ``node_name``; grace period 0 stands in for the kubelet confirming the deletion."""
+    body = pod(
+        name,
+        scheduler,
+        cpu="1",
+        node_name=node_name,
+        spec={"priorityClassName": priority_class, "terminationGracePeriodSeconds": 0},
+    )
+    body["metadata"].update(kw)
+    return body
+
+
+async def test_high_priority_pod_preempts_the_lowest_priority_victim(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    priorities: dict[str, str],
+) -> None:
+    a, b = f"{group}-a", f"{group}-b"
+    await create_nodes(kube, [node(a, group, cpu="1"), node(b, group, cpu="1")])
+    await create_pods(
+        kube,
+        namespace,
+        [victim("low", scheduler_name, a, priorities["low"]), victim("mid", scheduler_name, b, priorities["mid"])],
+    )
+    nominations = asyncio.create_task(nominated_nodes(kube, namespace, "vip"))
+    async with in_process(cluster, config_for(scheduler_name), selector):
+        vip = pod("vip", scheduler_name, cpu="1", spec={"priorityClassName": priorities["high"]})
+        await create_pods(kube, namespace, [vip])
+
+        async def bound() -> dict[str, Any] | None:
+            p = await read_pod(kube, namespace, "vip")
+            return p if p and p["spec"].get("nodeName") else None
+
+        placed = await wait_for(bound, timeout=30, what="the preemptor bound")
+    assert placed["spec"]["nodeName"] == a
+    # the API server clears the nomination on binding (ClearingNominatedNodeNameAfterBinding): the watch saw it
+    assert await asyncio.wait_for(nominations, 30) == [a]
+    assert await read_pod(kube, namespace, "low") is None
+    assert await read_pod(kube, namespace, "mid") is not None
+
+
+async def test_pod_disruption_budget_steers_the_victim_choice(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    priorities: dict[str, str],
+) -> None:
+    a, b = f"{group}-a", f"{group}-b"
+    await create_nodes(kube, [node(a, group, cpu="1"), node(b, group, cpu="1")])
+    guarded = victim("guarded", scheduler_name, a, priorities["low"], labels={"app": "db"})
+    await create_pods(kube, namespace, [guarded, victim("free", scheduler_name, b, priorities["low"])])
+    pdb = {"metadata": {"name": "db"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}}
+    await client.PolicyV1Api(kube).create_namespaced_pod_disruption_budget(namespace, pdb)
+    async with in_process(cluster, config_for(scheduler_name), selector):
+        await create_pods(
+            kube, namespace, [pod("vip", scheduler_name, cpu="1", spec={"priorityClassName": priorities["high"]})]
+        )
+
+        async def bound() -> str | None:
+            p = await read_pod(kube, namespace, "vip")
+            return p["spec"].get("nodeName") if p else None
+
+        assert await wait_for(bound, timeout=30, what="the preemptor bound") == b
+    assert await read_pod(kube, namespace, "free") is None
+    assert await read_pod(kube, namespace, "guarded") is not None
+
+
+# ------------------------------------------------------------------------------------------ with the PV controller
+
+
+@pytest.fixture(scope="module")
+async def controlled(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalCluster]:
+    """A cluster with kube-controller-manager (StatefulSet and persistent-volume controllers)."""
+    async with LocalCluster(tmp_path_factory.mktemp("pvcluster"), controllers=True) as c:
+        yield c
+
+
+async def test_statefulset_with_wait_for_first_consumer_lands_where_its_local_pv_is(
+    controlled: LocalCluster, scheduler_name: str
+) -> None:
+    group = "pv"
+    api = await api_client_from_dict(controlled.kubeconfig_dict())
+    try:
+        core, storage = client.CoreV1Api(api), client.StorageV1Api(api)
+        await core.create_namespace({"metadata": {"name": "db"}})
+        await create_nodes(api, [node(f"pv-{i}", group) for i in range(3)])
+        await storage.create_storage_class(
+            {
+                "metadata": {"name": "local-wffc"},
+                "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            }
+        )
+        for i in (1, 2):  # no PV on pv-0: a replica there could never mount its volume
+            await core.create_persistent_volume(
+                {
+                    "metadata": {"name": f"local-{i}"},
+                    "spec": {
+                        "capacity": {"storage": "1Gi"},
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": "local-wffc",
+                        "local": {"path": f"/mnt/disk{i}"},
+                        "nodeAffinity": {
+                            "required": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [f"pv-{i}"]}
+                                        ]
+                                    }
+                                ]
+                            }
+                        },
+                    },
+                }
+            )
+        sts = {
+            "metadata": {"name": "db"},
+            "spec": {
+                "replicas": 2,
+                "podManagementPolicy": "Parallel",  # no kubelet makes pods Ready here
+                "serviceName": "db",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": {
+                    "metadata": {"labels": {"app": "db"}},
+                    "spec": {
+                        "schedulerName": scheduler_name,
+                        "containers": [
+                            {
+                                "name": "db",
+                                "image": "pause",
+                                "resources": {"requests": {"cpu": "100m"}},
+                                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                            }
+                        ],
+                    },
+                },
+                "volumeClaimTemplates": [
+                    {
+                        "metadata": {"name": "data"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": "local-wffc",
+                            "resources": {"requests": {"storage": "1Gi"}},
+                        },
+                    }
+                ],
+            },
+        }
+        await client.AppsV1Api(api).create_namespaced_stateful_set("db", sts)
+        async with in_process(controlled, config_for(scheduler_name), "crane.test/group=pv"):
+
+            async def placed() -> dict[str, str] | None:
+                out = {}
+                for i in range(2):
+                    p = await read_pod(api, "db", f"db-{i}")
+                    if not p or not p["spec"].get("nodeName"):
+                        return None
+                    out[f"db-{i}"] = p["spec"]["nodeName"]
+                return out
+
+            nodes = await wait_for(placed, timeout=60, what="both replicas bound")
+        assert sorted(nodes.values()) == ["pv-1", "pv-2"]
+        for i in range(2):
+            claim = json.loads(
+                await (
+                    await core.read_namespaced_persistent_volume_claim(f"data-db-{i}", "db", _preload_content=False)
+                ).read()
+            )
+            volume = claim["spec"]["volumeName"]
+            assert claim["status"]["phase"] == "Bound"
+            assert volume == f"local-{nodes[f'db-{i}'][-1]}"  # the PV pinned to the replica's node
+    finally:
+        await api.close()

@@ -1,0 +1,217 @@
+"""DefaultPreemption against kube-scheduler 1.35: candidates, minimal victims (reprieve), PDBs, tie-breaking,
+messages, nomination, and the API calls of the eviction."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+import pytest
+
+from crane_scheduler.algorithm import ScheduleResult
+from crane_scheduler.framework import ArgsError, Diagnosis, Handle
+from crane_scheduler.framework.runtime import Profile
+from crane_scheduler.listers import Listers
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.plugins import defaultpreemption
+from crane_scheduler.plugins.defaultpreemption.plugin import DefaultPreemption
+from crane_scheduler.podinfo import PodInfo, parse_pod
+
+from .builders import node, pod, table
+from .volumes import decide, listers, profile
+
+
+def preempt(t: NodeTable, ls: Listers, p: dict[str, Any], prof: Profile | None = None) -> tuple[Diagnosis, PodInfo]:
+    prof = prof or profile(t, ls)
+    info = parse_pod(p)
+    state: dict[str, Any] = {}
+    result = decide(t, ls, info, state, prof)
+    assert isinstance(result, Diagnosis), result
+    prof.run_post_filter(state, info, result)
+    return result, info
+
+
+def victims_of(prof: Profile) -> DefaultPreemption:
+    plugin = prof.plugins["DefaultPreemption"]
+    assert isinstance(plugin, DefaultPreemption)
+    return plugin
+
+
+def test_high_priority_pod_is_nominated_where_the_least_important_victim_runs() -> None:
+    t = table(
+        node("a", cpu="1"),
+        node("b", cpu="1"),
+        bound=[pod("mid", cpu="1", priority=10, node_name="a"), pod("low", cpu="1", priority=5, node_name="b")],
+    )
+    ls = listers()
+    d, info = preempt(t, ls, pod("vip", cpu="1", priority=100))
+    assert t.nominated[info.uid][1] == "b"
+    assert d.message == "0/2 nodes are available: 2 Insufficient cpu."  # success adds no PostFilter message
+    # The nomination reserves b for the preemptor: a lower-priority pod does not get it meanwhile.
+    small = decide(t, ls, pod("other", cpu="1", priority=100))
+    assert isinstance(small, Diagnosis)
+
+
+def test_reprieve_keeps_the_more_important_pods(monkeypatch: pytest.MonkeyPatch) -> None:
+    t = table(
+        node("a", cpu="1"),
+        bound=[
+            pod("p2", cpu="500m", priority=2, node_name="a"),
+            pod("p1", cpu="500m", priority=1, node_name="a"),
+        ],
+    )
+    ls = listers()
+    prof = profile(t, ls)
+    captured: list[Any] = []
+    plugin = victims_of(prof)
+    original = plugin._nominate
+
+    def spy(p: PodInfo, best: Any) -> None:
+        captured.append(best)
+        original(p, best)
+
+    monkeypatch.setattr(plugin, "_nominate", spy)
+    preempt(t, ls, pod("vip", cpu="500m", priority=100), prof)
+    assert [v.name for v in captured[0].victims] == ["p1"]
+    assert len(list(t.pods_on("a"))) == 2  # the dry run left the table as it was
+
+
+def test_pdb_steers_the_victim_choice() -> None:
+    guarded = pod("guarded", cpu="1", priority=1, node_name="a")
+    guarded["metadata"]["labels"] = {"app": "db"}
+    t = table(node("a", cpu="1"), node("b", cpu="1"), bound=[guarded, pod("free", cpu="1", priority=1, node_name="b")])
+    pdb = {
+        "metadata": {"name": "db", "namespace": "ns"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    ls = listers(pdbs=[pdb])
+    for _ in range(5):  # whatever the random offset
+        t.nominated.clear()
+        _, info = preempt(t, ls, pod("vip", cpu="1", priority=100))
+        assert t.nominated[info.uid][1] == "b"
+
+
+def test_preemption_policy_never_is_honoured() -> None:
+    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
+    d, info = preempt(t, listers(), pod("vip", cpu="1", priority=100, spec={"preemptionPolicy": "Never"}))
+    assert d.message == (
+        "0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."
+    )
+    assert info.uid not in t.nominated
+
+
+def test_no_lower_priority_pods_means_no_victims() -> None:
+    t = table(
+        node("a", cpu="1"),
+        node("b", cpu="1", taints=[{"key": "k", "value": "v", "effect": "NoSchedule"}]),
+        bound=[pod("high", cpu="1", priority=1000, node_name="a")],
+    )
+    d, _ = preempt(t, listers(), pod("vip", cpu="1", priority=100))
+    assert d.message == (
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint(s). "
+        "preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, "
+        "1 Preemption is not helpful for scheduling."
+    )
+
+
+def test_tie_breaking_prefers_fewer_victims() -> None:
+    t = table(
+        node("a", cpu="1"),
+        node("b", cpu="1"),
+        bound=[
+            pod("a1", cpu="500m", priority=1, node_name="a"),
+            pod("a2", cpu="500m", priority=1, node_name="a"),
+            pod("b1", cpu="1", priority=1, node_name="b"),
+        ],
+    )
+    for _ in range(5):
+        t.nominated.clear()
+        _, info = preempt(t, listers(), pod("vip", cpu="1", priority=100))
+        assert t.nominated[info.uid][1] == "b"
+
+
+def test_nominated_pods_count_for_equal_or_lower_priority_only() -> None:
+    t = table(node("a", cpu="1"), node("b", cpu="1"), bound=[pod("busy", cpu="1", priority=0, node_name="b")])
+    nominee = parse_pod(pod("nominee", cpu="1", priority=50))
+    t.nominated[nominee.uid] = (nominee, "a")
+    ls = listers()
+    lower = decide(t, ls, pod("lower", cpu="1", priority=50))
+    assert isinstance(lower, Diagnosis) and lower.message == "0/2 nodes are available: 2 Insufficient cpu."
+    higher = decide(t, ls, pod("higher", cpu="1", priority=51))
+    assert isinstance(higher, ScheduleResult) and higher.node == "a"
+
+
+def test_args() -> None:
+    with pytest.raises(ArgsError, match="cannot be zero"):
+        defaultpreemption.new({"minCandidateNodesPercentage": 0, "minCandidateNodesAbsolute": 0}, Handle(table()))
+    with pytest.raises(ArgsError, match="minCandidateNodesPercentage"):
+        defaultpreemption.new({"minCandidateNodesPercentage": 101}, Handle(table()))
+
+
+class _Resp:
+    status, reason = 200, "OK"
+
+    async def read(self) -> bytes:
+        return b"{}"
+
+
+class _FakeCore:
+    calls: ClassVar[list[tuple[str, str, Any]]] = []
+
+    def __init__(self, api: Any) -> None:
+        pass
+
+    async def patch_namespaced_pod_status(self, name: str, ns: str, body: Any, **kw: Any) -> _Resp:
+        self.calls.append(("patch", name, json.loads(json.dumps(body))))
+        return _Resp()
+
+    async def delete_namespaced_pod(self, name: str, ns: str, **kw: Any) -> _Resp:
+        self.calls.append(("delete", name, kw.get("body")))
+        return _Resp()
+
+
+async def test_victims_get_the_disruption_condition_and_are_deleted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("kubernetes_asyncio.client.CoreV1Api", _FakeCore)
+    _FakeCore.calls = []
+    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
+    ls = listers()
+    prof = profile(t, ls, api=object())
+    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
+    plugin = victims_of(prof)
+    assert info.uid in plugin.preempting
+    preempt(t, ls, pod("vip-again", cpu="1", priority=100), prof)
+    await plugin.drain()
+    assert info.uid not in plugin.preempting
+    kinds = [(k, n) for k, n, _ in _FakeCore.calls]
+    assert kinds[:3] == [("patch", "vip"), ("patch", "low"), ("delete", "low")]
+    assert _FakeCore.calls[0][2] == {"status": {"nominatedNodeName": "a"}}
+    cond = _FakeCore.calls[1][2]["status"]["conditions"][0]
+    assert (cond["type"], cond["status"], cond["reason"]) == ("DisruptionTarget", "True", "PreemptionByScheduler")
+    assert cond["message"] == "crane-scheduler: preempting to accommodate a higher priority pod"
+    assert _FakeCore.calls[2][2] == {"preconditions": {"uid": t.pods[next(iter(t.pods))].uid}}
+
+
+def test_simulated_removal_and_return_leave_the_table_exactly_as_it_was() -> None:
+    ports = [{"containerPort": 80, "hostPort": 8080}]
+    from .builders import container
+
+    bound = [
+        pod("web", node_name="a", containers=[container("250m", "1Gi", ports=ports, extra={"example.com/gpu": "1"})]),
+        pod("db", cpu="1", memory="2Gi", node_name="a"),
+        pod("b1", cpu="500m", node_name="b"),
+    ]
+    t = table(node("a", extra={"example.com/gpu": "2"}), node("b"), bound=bound)
+    before = (
+        t.requested.copy(),
+        t.nonzero_requested.copy(),
+        t.pod_count.copy(),
+        {k: list(v) for k, v in t.ports.items()},
+        set(t.pods),
+    )
+    gone = t.simulate_remove(list(t.pods))
+    assert not t.requested.any() and not t.pod_count.any() and not t.ports
+    t.simulate_add(gone)
+    after = (t.requested, t.nonzero_requested, t.pod_count, t.ports, set(t.pods))
+    assert (before[0] == after[0]).all() and (before[1] == after[1]).all() and (before[2] == after[2]).all()
+    assert before[3] == after[3] and before[4] == after[4]
