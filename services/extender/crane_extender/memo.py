@@ -57,7 +57,10 @@ class LoadMemo:
     per node ever asked about (dropped with ``clear``, e.g. when the policy changes).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_malformed: Callable[[str, tuple[str, ...]], None] | None = None) -> None:
+        self._on_malformed = on_malformed
+        """called with a node's undecodable metrics (the hot value as ``node_hot_value``) when a load is computed
+        from annotation texts the node's previous entry did not have: once per change, not per request"""
         self._entries: dict[str, _Entry] = {}
         self._args: DynamicArgs | None = None
         self._keys: tuple[str, ...] = ()
@@ -111,6 +114,10 @@ class LoadMemo:
             until = valid_until(found, annotations, args, recent, t)
             if recent:
                 until = min(until, min(b.bound_at for b in recent) + retention)
+            if self._on_malformed is not None and (entry is None or entry.key[0] != key[0]):
+                bad = (*found.malformed, *((HOT_VALUE_KEY,) if found.hot_state == "malformed" else ()))
+                if bad:
+                    self._on_malformed(name, bad)
             made = verdict(found, args, capacity)
             entries[name] = _Entry(None, view, key, version, made, t, until)
             return made

@@ -51,6 +51,7 @@ __all__ = [
     "NodeView",
     "PodView",
     "Verdict",
+    "daemonset_priorities",
     "extender_score",
     "filter_error",
     "filter_nodes",
@@ -348,6 +349,8 @@ def filter_nodes(req: ExtenderArgs, decide: Decide) -> Obj:
 
 def prioritize_nodes(req: ExtenderArgs, decide: Decide) -> list[Obj]:
     """``HostPriorityList`` for every input node, in input order; a node the cache lacks scores as unannotated."""
+    if req.pod.daemonset:
+        return daemonset_priorities(req)
     verdict_of = decide.verdict_of
     return [
         {"Host": name, "Score": extender_score(verdict_of(name, view).score)} for name, view in _candidates(req, decide)
@@ -393,10 +396,18 @@ def filter_verdicts(
 
 def prioritize_verdicts(req: ExtenderArgs, verdicts: Sequence[Verdict]) -> list[Obj]:
     """``prioritize_nodes`` in node cache mode from verdicts already looked up."""
+    if req.pod.daemonset:
+        return daemonset_priorities(req)
     return [
         {"Host": name, "Score": extender_score(found.score)}
         for name, found in zip(req.node_names or (), verdicts, strict=True)
     ]
+
+
+def daemonset_priorities(req: ExtenderArgs) -> list[Obj]:
+    """A DaemonSet pod skips the Dynamic score as it skips the filter (the plugin's Score gives every node 0): the
+    same 0 for every input node, so the extender does not rank the nodes its daemon must run on."""
+    return [{"Host": name, "Score": 0} for name in req.names]
 
 
 def extender_score(dynamic_score: int) -> int:

@@ -16,7 +16,6 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -41,6 +40,7 @@ from crane_extender.recent import RecentBindings
 from crane_shared.informer import Informer
 from crane_shared.loadaware.dynamic import DynamicArgs, RecentBinding
 from crane_shared.logs import LogOnce, get_logger
+from crane_shared.metrics import MetricSet
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "EXTENDER", "Extender", "ExtenderMetrics", "make_app"]
 
@@ -59,51 +59,48 @@ class Unavailable(Exception):
         super().__init__(message)
 
 
-@dataclass(frozen=True)
-class ExtenderMetrics:
-    requests: Counter
-    duration: Histogram
-    malformed: Counter
-    verdicts: Counter
-    bindings: Counter
+class ExtenderMetrics(MetricSet):
+    """The extender's metrics, registered in the registry it is given; nothing at import time."""
+
+    prefix = "crane_extender_"
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.requests: Counter = self.counter(
+            "requests_total",
+            "Extender requests by verb and result (ok, malformed, unavailable, error)",
+            ["verb", "result"],
+        )
+        self.duration: Histogram = self.histogram(
+            "request_duration_seconds",
+            "Extender request handling time, body read to response",
+            ["verb"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.malformed: Counter = self.counter(
+            "malformed_requests_total",
+            "Requests answered with Error because they are not ExtenderArgs, by kind",
+            ["kind"],
+        )
+        self.verdicts: Counter = self.counter(
+            "filter_nodes_total", "Nodes judged by the filter verb, by verdict (passed, failed, unknown)", ["verdict"]
+        )
+        self.bindings: Counter = self.counter(
+            "binding_records_total",
+            "Binding-stream records, by what became of them (counted, ignored, undecodable, stream-error)",
+            ["result"],
+        )
+        # the same counter as the Dynamic plugin's crane_scheduler_dynamic_malformed_annotations
+        self.malformed_annotations: Counter = self.counter(
+            "malformed_annotations",
+            "Load annotations that could not be decoded, by metric (once per annotation change per node)",
+            ["metric"],
+        )
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> ExtenderMetrics:
-        """The extender's metrics, registered in ``registry`` (a fresh one when None); nothing at import time."""
-        registry = registry if registry is not None else CollectorRegistry()
-        return cls(
-            requests=Counter(
-                "crane_extender_requests_total",
-                "Extender requests by verb and result (ok, malformed, unavailable, error)",
-                ["verb", "result"],
-                registry=registry,
-            ),
-            duration=Histogram(
-                "crane_extender_request_duration_seconds",
-                "Extender request handling time, body read to response",
-                ["verb"],
-                registry=registry,
-                buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-            ),
-            malformed=Counter(
-                "crane_extender_malformed_requests_total",
-                "Requests answered with Error because they are not ExtenderArgs, by kind",
-                ["kind"],
-                registry=registry,
-            ),
-            verdicts=Counter(
-                "crane_extender_filter_nodes_total",
-                "Nodes judged by the filter verb, by verdict (passed, failed, unknown)",
-                ["verdict"],
-                registry=registry,
-            ),
-            bindings=Counter(
-                "crane_extender_binding_records_total",
-                "Binding-stream records, by what became of them (counted, ignored, undecodable, stream-error)",
-                ["result"],
-                registry=registry,
-            ),
-        )
+        """The extender's metrics in ``registry`` (a fresh one when None)."""
+        return cls(registry if registry is not None else CollectorRegistry())
 
 
 class Extender:
@@ -130,8 +127,17 @@ class Extender:
         self.clock = clock
         self.max_request_bytes = max_request_bytes
         self._once = LogOnce(log)
-        self.memo = LoadMemo()
+        self.memo = LoadMemo(self._malformed_annotations)
         self._views: dict[str, tuple[dict[str, Any], NodeView]] = {}
+
+    def _malformed_annotations(self, node: str, metrics: tuple[str, ...]) -> None:
+        """The memo's report of a node's undecodable annotations (once per change): counted and logged once per
+        metric, as the Dynamic plugin does."""
+        for metric in metrics:
+            self.metrics.malformed_annotations.labels(metric).inc()
+            self._once.warning(
+                f"malformed-annotation:{metric}", "malformed load annotation skipped", node=node, metric=metric
+            )
 
     def decide(self, now: float) -> Decide:
         """Inputs of the decisions at ``now``; node loads come from the memo while provably unchanged."""

@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
@@ -215,3 +216,14 @@ def test_a_missing_or_invalid_policy_file_is_a_config_error_naming_the_field(tmp
         with pytest.raises(ConfigError) as err:
             Setup(args={"policyConfigPath": path})
         assert "profiles[0].pluginConfig[0].args.policyConfigPath: " in str(err.value)
+
+
+def test_daemonset_pods_skip_the_dynamic_score_as_they_skip_the_filter() -> None:
+    s = Setup(loaded("idle", 0.05), loaded("busy", 0.6), loaded("hot", 0.3, hot=4))
+    rows = np.arange(s.table.n_rows, dtype=np.intp)
+    ds = pod("ds")
+    ds["metadata"]["ownerReferences"] = [
+        {"kind": "DaemonSet", "name": "ds", "controller": True, "uid": "x", "apiVersion": "apps/v1"}
+    ]
+    assert len(set(s.plugin.score({}, parse_pod(pod()), s.table, rows).tolist())) > 1
+    assert s.plugin.score({}, parse_pod(ds), s.table, rows).tolist() == [0] * len(rows)

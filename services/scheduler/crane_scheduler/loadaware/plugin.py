@@ -268,8 +268,10 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         return rejections
 
     def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+        if is_daemonset_pod(pod.raw.get("metadata")):  # exempt from the score as from the filter: no ranking
+            return np.zeros(len(rows), dtype=np.int64)
         inputs = state.get("Dynamic.inputs")
-        if inputs is None:  # a DaemonSet pod, or Filter disabled in this profile
+        if inputs is None:  # Filter disabled in this profile
             now = self.wall_clock()
             inputs = (now, *self.recent.at(now, table.n_rows))
         now, extra, own_hot = inputs
