@@ -113,3 +113,18 @@ async def test_nodes_publish_their_topology_and_a_whole_cpu_pod_gets_a_zone(
     status, decision = await asyncio.to_thread(explain_status, sandbox, "numa")
     assert status == 200 and decision is not None
     assert f"NUMA zones: {result[0]['name']} (cpu=4)" in render_explain(decision)
+
+
+async def test_a_deleted_node_takes_its_topology_with_it(second: tuple[Sandbox, client.ApiClient]) -> None:
+    """The NRT is owned by its Node: kube-controller-manager's garbage collector deletes it (last test: the fleet
+    loses a node)."""
+    _, api = second
+    crd = client.CustomObjectsApi(api)
+    await raw_json(client.CoreV1Api(api).delete_node("node-0001", _preload_content=False))
+    deadline = time.monotonic() + 120  # the collector notices a CRD installed after it started on its next resync
+    while True:
+        nrts = await raw_json(crd.list_cluster_custom_object(GROUP, VERSION, PLURAL, _preload_content=False))
+        if not nrts["items"]:
+            return
+        assert time.monotonic() < deadline, f"NRTs left after their node was deleted: {nrts['items']}"
+        await asyncio.sleep(0.5)
