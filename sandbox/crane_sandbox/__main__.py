@@ -16,6 +16,7 @@ import time
 
 from crane_sandbox.fleet import LoadShape
 from crane_sandbox.sandbox import Mode, Sandbox
+from crane_sandbox.topology import TopologySpec, parse_node_topology
 from crane_shared.logs import configure_logging
 
 
@@ -36,16 +37,42 @@ def main() -> None:
         default="replace",
         help="replace: crane-scheduler serves default-scheduler (default); second: beside the real kube-scheduler",
     )
+    parser.add_argument(
+        "--numa-zones",
+        type=int,
+        default=2,
+        help="NUMA zones of every node's NodeResourceTopology, splitting its CPUs and memory (default 2; 0: no NRT)",
+    )
+    parser.add_argument(
+        "--reserved-cpus",
+        default="",
+        metavar="CPUSET",
+        help="reservedSystemCPUs of every node, e.g. 0-1 (default none)",
+    )
+    parser.add_argument(
+        "--node-topology",
+        action="append",
+        default=[],
+        metavar="NODE=SPEC",
+        help="one node's topology: ZONES[:reserved=CPUSET] or off, e.g. node-0001=4:reserved=0 (repeatable)",
+    )
     args = parser.parse_args()
     if args.nodes < 1:
         parser.error("--nodes must be at least 1")
+    try:
+        topology = TopologySpec(args.numa_zones, args.reserved_cpus)
+        per_node = dict(parse_node_topology(t) for t in args.node_topology)
+    except ValueError as err:
+        parser.error(str(err))
     configure_logging("warning")
-    asyncio.run(run(args.nodes, args.load, args.mode))
+    asyncio.run(run(args.nodes, args.load, args.mode, topology, per_node))
     sys.exit(0)
 
 
-async def run(nodes: int, load: LoadShape, mode: Mode) -> None:
-    sandbox = Sandbox(nodes=nodes, load=load, mode=mode)
+async def run(
+    nodes: int, load: LoadShape, mode: Mode, topology: TopologySpec, per_node: dict[str, TopologySpec]
+) -> None:
+    sandbox = Sandbox(nodes=nodes, load=load, mode=mode, topology=topology, node_topologies=per_node)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

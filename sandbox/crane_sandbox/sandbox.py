@@ -31,6 +31,7 @@ from crane_sandbox.kwok import grant as grant_kwok
 from crane_sandbox.pod_follower import PodFollower, create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port
 from crane_sandbox.prometheus import PrometheusServer
+from crane_sandbox.topology import TopologySpec, install_crd, publish_fleet
 from crane_shared.kube import api_client_from_dict, raw_json
 
 SANDBOX_POLICY = """\
@@ -68,7 +69,8 @@ Mode = Literal["replace", "second"]
 
 SCHEDULER_CONFIG = """\
 # crane-scheduler's configuration in the sandbox: kube-scheduler's default plugins plus Dynamic, reading the
-# sandbox policy, in the profile {scheduler_name}. The lease lives in the sandbox's default namespace. The
+# sandbox policy, and NodeResourceTopologyMatch (the simulated nodes publish NRTs; upstream's weight 2), in the
+# profile {scheduler_name}. The lease lives in the sandbox's default namespace. The
 # estimate of a just-bound pod lasts as long as the fast rules take to absorb it (a 10 s average, 5 s sync),
 # not the 5 minutes of the upstream rules.
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -77,11 +79,16 @@ leaderElection:
   resourceNamespace: default
 profiles:
   - schedulerName: {scheduler_name}
+    plugins:
+      multiPoint:
+        enabled: [{name: NodeResourceTopologyMatch, weight: 2}]
     pluginConfig:
       - name: Dynamic
         args:
           policyConfigPath: {policy}
           estimate: {window: 15s}
+      - name: NodeResourceTopologyMatch
+        args: {topologyAwareResources: [cpu]}
 """
 
 KUBE_SCHEDULER_CONFIG = """\
@@ -121,6 +128,12 @@ class Sandbox:
     load: LoadShape = "uneven"
     mode: Mode = "replace"
     scheduler_config: str | None = None
+    topology: TopologySpec = field(default_factory=TopologySpec)
+    """the NUMA layout of every simulated node's NRT (default 2 zones); zones 0: no NRT"""
+    node_topologies: dict[str, TopologySpec] = field(default_factory=dict)
+    """per-node overrides of ``topology``, by node name"""
+    topologies: int = 0
+    """NRT objects published"""
     """KubeSchedulerConfiguration text; ``{policy}`` is replaced by the policy file's path"""
     services: tuple[str, ...] = ("event-recorder", "annotator", "scheduler")
     cluster: LocalCluster | None = None
@@ -166,7 +179,13 @@ class Sandbox:
             self.prometheus = PrometheusServer(self.run_dir, self.exporter.targets(), rules="fast")
             await grant_kwok(self._api)
             self.kwok = KwokController(self.run_dir, kwok_bins, self.cluster.component_kubeconfig(KWOK_USER))
-            await asyncio.gather(create_nodes(self._api, fleet, kwok=True), self.prometheus.start(), self.kwok.start())
+            await asyncio.gather(
+                create_nodes(self._api, fleet, kwok=True),
+                install_crd(self._api),
+                self.prometheus.start(),
+                self.kwok.start(),
+            )
+            self.topologies = await publish_fleet(self._api, fleet, self.topology, self.node_topologies)
             self._follower = PodFollower(self._api, state)
             self._follower.start()
             self.policy_path.write_text(SANDBOX_POLICY)
@@ -272,6 +291,7 @@ class Sandbox:
         )
         lines = [
             f"crane sandbox is up: {self.nodes} simulated nodes (KWOK), {mode}",
+            f"{self.topologies} nodes publish a NodeResourceTopology (kubectl get nrt)",
             f"run directory {self.run_dir}",
             "",
             f"  export KUBECONFIG={kubeconfig}",
