@@ -210,3 +210,25 @@ def test_no_secret_is_expanded_onto_a_command_line() -> None:
     redis = by_kind(render(), "Deployment")["crane-redis"]["spec"]["template"]["spec"]["containers"][0]
     assert "printf 'requirepass %s\\n' \"$REDIS_PASSWORD\" > /data/.auth.conf" in redis["args"][0]
     assert "exec redis-server /data/.auth.conf" in redis["args"][0]
+
+
+def test_the_nrt_crd_ships_in_the_chart_and_topology_awareness_grants_only_what_the_plugin_needs() -> None:
+    crd = yaml.safe_load((CHART / "crds" / "topology.crane.io_noderesourcetopologies.yaml").read_text())
+    assert (crd["kind"], crd["spec"]["group"]) == ("CustomResourceDefinition", "topology.crane.io")
+
+    def nrt_verbs(*values: str) -> set[tuple[str, str, str]]:
+        return {
+            (group, resource, verb)
+            for rule in _rules_of(render(*values), "crane-scheduler")
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+            if group == "topology.crane.io" or (verb == "patch" and resource == "pods")
+        }
+
+    assert nrt_verbs() == set()
+    assert nrt_verbs("--set", "scheduler.topologyAware=true") == {
+        ("topology.crane.io", "noderesourcetopologies", "list"),
+        ("topology.crane.io", "noderesourcetopologies", "watch"),
+        ("", "pods", "patch"),
+    }
