@@ -470,15 +470,7 @@ class NodeTable:
             d[width] += sign * record.nonzero_cpu
             d[width + 1] += sign * record.nonzero_memory
             d[width + 2] += sign
-            if record.host_ports:
-                used = self.ports.setdefault(row, [])
-                for hp in record.host_ports:
-                    if sign > 0:
-                        used.append(hp)
-                    else:
-                        used.remove(hp)
-                if not used:
-                    del self.ports[row]
+            self._apply_ports(row, record.host_ports, sign)
         if deltas:
             rows = np.fromiter(deltas, dtype=np.intp, count=len(deltas))
             values = np.array(list(deltas.values()), dtype=np.int64)
@@ -506,12 +498,17 @@ class NodeTable:
         self._nonzero[row, 0] += sign * record.nonzero_cpu
         self._nonzero[row, 1] += sign * record.nonzero_memory
         self._pod_count[row] += sign
-        if record.host_ports:
-            used = self.ports.setdefault(row, [])
-            for hp in record.host_ports:
-                if sign > 0:
-                    used.append(hp)
-                else:
-                    used.remove(hp)
-            if not used:
-                del self.ports[row]
+        self._apply_ports(row, record.host_ports, sign)
+
+    def _apply_ports(self, row: int, host_ports: tuple[HostPort, ...], sign: int) -> None:
+        """Add (sign +1) or remove (-1) a pod's host ports on a row; a row with none in use has no entry."""
+        if not host_ports:
+            return
+        used = self.ports.setdefault(row, [])
+        for hp in host_ports:
+            if sign > 0:
+                used.append(hp)
+            else:
+                used.remove(hp)
+        if not used:
+            del self.ports[row]
