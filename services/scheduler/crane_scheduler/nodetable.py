@@ -101,7 +101,7 @@ class _Column:
     extract: Callable[[NodeInfo], Any]
 
 
-class _Rows(Generic[_S]):
+class _RowView(Generic[_S]):
     """A read-only view of the rows in use of a backing array: ``table.live`` is ``table._live[: table.n_rows]``.
     The backing arrays are replaced when the table grows, so the view is sliced on every access."""
 
@@ -164,13 +164,13 @@ class NodeTable:
 
     # ------------------------------------------------------------------------------------------ views
 
-    live = _Rows[np.bool_]("_live")
-    alloc = _Rows[np.int64]("_alloc")
-    requested = _Rows[np.int64]("_requested")
-    nonzero_requested = _Rows[np.int64]("_nonzero")
-    pod_count = _Rows[np.int64]("_pod_count")
-    unschedulable = _Rows[np.bool_]("_unschedulable")
-    taint_group = _Rows[np.int32]("_taint_group")
+    live = _RowView[np.bool_]("_live")
+    alloc = _RowView[np.int64]("_alloc")
+    requested = _RowView[np.int64]("_requested")
+    nonzero_requested = _RowView[np.int64]("_nonzero")
+    pod_count = _RowView[np.int64]("_pod_count")
+    unschedulable = _RowView[np.bool_]("_unschedulable")
+    taint_group = _RowView[np.int32]("_taint_group")
 
     def column(self, name: str) -> npt.NDArray[Any]:
         """A plugin-registered per-node column (see ``register_column``)."""
