@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Never, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +37,7 @@ from crane_scheduler.podinfo import (
 Mask = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
 FIXED_RESOURCES = (CPU, MEMORY, EPHEMERAL, PODS)
+_S = TypeVar("_S", bound=np.generic)
 
 
 @dataclass(slots=True)
@@ -100,6 +101,27 @@ class _Column:
     extract: Callable[[NodeInfo], Any]
 
 
+class _RowView(Generic[_S]):
+    """A read-only view of the rows in use of a backing array: ``table.live`` is ``table._live[: table.n_rows]``.
+    The backing arrays are replaced when the table grows, so the view is sliced on every access."""
+
+    __slots__ = ("_backing", "_name")
+
+    def __init__(self, backing: str) -> None:
+        self._backing = backing
+        self._name = backing
+
+    def __set_name__(self, owner: type[NodeTable], name: str) -> None:
+        self._name = name
+
+    def __get__(self, table: NodeTable, owner: type[NodeTable] | None = None) -> npt.NDArray[_S]:
+        array: npt.NDArray[_S] = getattr(table, self._backing)
+        return array[: table.n_rows]
+
+    def __set__(self, table: NodeTable, value: Never) -> None:
+        raise AttributeError(f"{self._name} is a read-only view of the table's rows")
+
+
 class NodeTable:
     """Rows of node state plus the pod accounting that feeds them. Single-threaded: the event loop owns it."""
 
@@ -142,33 +164,13 @@ class NodeTable:
 
     # ------------------------------------------------------------------------------------------ views
 
-    @property
-    def live(self) -> Mask:
-        return self._live[: self.n_rows]
-
-    @property
-    def alloc(self) -> IntArray:
-        return self._alloc[: self.n_rows]
-
-    @property
-    def requested(self) -> IntArray:
-        return self._requested[: self.n_rows]
-
-    @property
-    def nonzero_requested(self) -> IntArray:
-        return self._nonzero[: self.n_rows]
-
-    @property
-    def pod_count(self) -> IntArray:
-        return self._pod_count[: self.n_rows]
-
-    @property
-    def unschedulable(self) -> Mask:
-        return self._unschedulable[: self.n_rows]
-
-    @property
-    def taint_group(self) -> npt.NDArray[np.int32]:
-        return self._taint_group[: self.n_rows]
+    live = _RowView[np.bool_]("_live")
+    alloc = _RowView[np.int64]("_alloc")
+    requested = _RowView[np.int64]("_requested")
+    nonzero_requested = _RowView[np.int64]("_nonzero")
+    pod_count = _RowView[np.int64]("_pod_count")
+    unschedulable = _RowView[np.bool_]("_unschedulable")
+    taint_group = _RowView[np.int32]("_taint_group")
 
     def column(self, name: str) -> npt.NDArray[Any]:
         """A plugin-registered per-node column (see ``register_column``)."""
@@ -468,15 +470,7 @@ class NodeTable:
             d[width] += sign * record.nonzero_cpu
             d[width + 1] += sign * record.nonzero_memory
             d[width + 2] += sign
-            if record.host_ports:
-                used = self.ports.setdefault(row, [])
-                for hp in record.host_ports:
-                    if sign > 0:
-                        used.append(hp)
-                    else:
-                        used.remove(hp)
-                if not used:
-                    del self.ports[row]
+            self._apply_ports(row, record.host_ports, sign)
         if deltas:
             rows = np.fromiter(deltas, dtype=np.intp, count=len(deltas))
             values = np.array(list(deltas.values()), dtype=np.int64)
@@ -504,12 +498,17 @@ class NodeTable:
         self._nonzero[row, 0] += sign * record.nonzero_cpu
         self._nonzero[row, 1] += sign * record.nonzero_memory
         self._pod_count[row] += sign
-        if record.host_ports:
-            used = self.ports.setdefault(row, [])
-            for hp in record.host_ports:
-                if sign > 0:
-                    used.append(hp)
-                else:
-                    used.remove(hp)
-            if not used:
-                del self.ports[row]
+        self._apply_ports(row, record.host_ports, sign)
+
+    def _apply_ports(self, row: int, host_ports: tuple[HostPort, ...], sign: int) -> None:
+        """Add (sign +1) or remove (-1) a pod's host ports on a row; a row with none in use has no entry."""
+        if not host_ports:
+            return
+        used = self.ports.setdefault(row, [])
+        for hp in host_ports:
+            if sign > 0:
+                used.append(hp)
+            else:
+                used.remove(hp)
+        if not used:
+            del self.ports[row]

@@ -19,14 +19,13 @@ from crane_scheduler.framework import (
     SKIP,
     ClusterEvent,
     CycleState,
-    Handle,
     PreFilterResult,
     Rejection,
-    no_args,
 )
 from crane_scheduler.framework.interface import EnqueueExtensions, FilterPlugin, PreFilterPlugin
 from crane_scheduler.listers import Listers, Obj
 from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.plugins.storage import StoragePlugin, volumes_of
 from crane_scheduler.plugins.volumebinding.binder import claim_class
 from crane_scheduler.podinfo import PodInfo
 
@@ -54,7 +53,7 @@ def node_limits(csinode: Obj | None) -> dict[str, int]:
 def _claim_names(raw: Mapping[str, Any]) -> list[tuple[str, bool]]:
     name = (raw.get("metadata") or {}).get("name", "")
     out = []
-    for vol in (raw.get("spec") or {}).get("volumes") or ():
+    for vol in volumes_of(raw):
         if vol.get("persistentVolumeClaim") is not None:
             out.append((vol["persistentVolumeClaim"].get("claimName") or "", False))
         elif vol.get("ephemeral") is not None:
@@ -103,11 +102,11 @@ def _csi_driver_info(pvc: Obj, listers: Listers) -> tuple[str, str]:
     return cls.get("provisioner", ""), f"{_HANDLE_PREFIX}-{m.get('namespace')}/{m.get('name')}"
 
 
-class NodeVolumeLimits(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
+class NodeVolumeLimits(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExtensions):
     name = NAME
 
     def __init__(self, listers: Listers) -> None:
-        self.listers = listers
+        super().__init__(listers)
         # Per bound pod: its attachable volumes; per node: its CSINode limits. Both depend only on the listers'
         # objects, so they are kept until any of those changes (claims and CSINodes change rarely).
         self._version = -1
@@ -198,6 +197,4 @@ class NodeVolumeLimits(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
         )
 
 
-def new(args: Mapping[str, Any], handle: Handle) -> NodeVolumeLimits:
-    no_args(NAME)(args)
-    return NodeVolumeLimits(handle.listers)
+new = NodeVolumeLimits.new

@@ -7,8 +7,7 @@ A claim that does not exist is UnschedulableAndUnresolvable in PreFilter, with k
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -16,15 +15,13 @@ from crane_scheduler.framework import (
     SKIP,
     ClusterEvent,
     CycleState,
-    Handle,
     PreFilterResult,
     Rejection,
-    no_args,
     unschedulable,
 )
 from crane_scheduler.framework.interface import EnqueueExtensions, FilterPlugin, PreFilterPlugin
-from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.plugins.storage import StoragePlugin, Volume, volumes_of
 from crane_scheduler.podinfo import PodInfo
 
 NAME = "VolumeRestrictions"
@@ -34,12 +31,6 @@ REASON_RWOP_CONFLICT = (
     "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod"
 )
 _RESTRICTED = ("gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi")
-
-Volume = Mapping[str, Any]
-
-
-def volumes_of(raw: Mapping[str, Any]) -> Sequence[Volume]:
-    return (raw.get("spec") or {}).get("volumes") or ()
 
 
 def needs_check(vol: Volume) -> bool:
@@ -77,11 +68,8 @@ def is_volume_conflict(vol: Volume, existing_volumes: Sequence[Volume]) -> bool:
     return False
 
 
-class VolumeRestrictions(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
+class VolumeRestrictions(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExtensions):
     name = NAME
-
-    def __init__(self, listers: Listers) -> None:
-        self.listers = listers
 
     def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
         vols = volumes_of(pod.raw)
@@ -140,6 +128,4 @@ class VolumeRestrictions(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
         return ClusterEvent.POD_DELETE | ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE | ClusterEvent.PVC_CHANGE
 
 
-def new(args: Mapping[str, Any], handle: Handle) -> VolumeRestrictions:
-    no_args(NAME)(args)
-    return VolumeRestrictions(handle.listers)
+new = VolumeRestrictions.new

@@ -17,15 +17,14 @@ from crane_scheduler.framework import (
     SKIP,
     ClusterEvent,
     CycleState,
-    Handle,
     PreFilterResult,
     Rejection,
-    no_args,
     unschedulable,
 )
 from crane_scheduler.framework.interface import EnqueueExtensions, FilterPlugin, PreFilterPlugin
 from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import Mask, NodeTable
+from crane_scheduler.plugins.storage import StoragePlugin, volumes_of
 from crane_scheduler.plugins.volumebinding.binder import claim_class
 from crane_scheduler.podinfo import PodInfo, Requirement
 
@@ -65,7 +64,7 @@ class _Refused(Exception):
 
 def pod_pv_topologies(pod: PodInfo, listers: Listers) -> list[PVTopology]:
     out: list[PVTopology] = []
-    for vol in (pod.raw.get("spec") or {}).get("volumes") or ():
+    for vol in volumes_of(pod.raw):
         if vol.get("persistentVolumeClaim") is None:
             continue
         name = vol["persistentVolumeClaim"].get("claimName") or ""
@@ -92,11 +91,8 @@ def pod_pv_topologies(pod: PodInfo, listers: Listers) -> list[PVTopology]:
     return out
 
 
-class VolumeZone(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
+class VolumeZone(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExtensions):
     name = NAME
-
-    def __init__(self, listers: Listers) -> None:
-        self.listers = listers
 
     def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
         try:
@@ -136,6 +132,4 @@ class VolumeZone(PreFilterPlugin, FilterPlugin, EnqueueExtensions):
         )
 
 
-def new(args: Mapping[str, Any], handle: Handle) -> VolumeZone:
-    no_args(NAME)(args)
-    return VolumeZone(handle.listers)
+new = VolumeZone.new
