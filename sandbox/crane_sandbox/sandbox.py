@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
+import yaml
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster, new_run_dir
@@ -160,6 +161,13 @@ class Sandbox:
     def scheduler_name(self) -> str:
         return crane_scheduler_name(self.mode)
 
+    def reporting_controllers(self) -> list[str]:
+        """The schedulers whose Scheduled events the event-recorder believes: kube-scheduler and every profile of the
+        sandbox's crane-scheduler (the seed experiment runs an upstream-style profile beside ours)."""
+        config = yaml.safe_load(self.scheduler_config_path.read_text()) or {}
+        names = [p.get("schedulerName", "default-scheduler") for p in config.get("profiles") or []]
+        return list(dict.fromkeys(["default-scheduler", *names]))
+
     async def start(self) -> None:
         try:
             kwok_bins, kube_bins = await asyncio.gather(
@@ -229,7 +237,10 @@ class Sandbox:
         kube = ["--kubeconfig", str(self.cluster.kubeconfig_path), "--listen-address", "127.0.0.1"]
         redis = ["--redis-url", self.cluster.redis_url]
         specs = {
-            "event-recorder": ("crane_event_recorder", [*kube, *redis]),
+            "event-recorder": (
+                "crane_event_recorder",
+                [*kube, *redis, "--reporting-controllers", ",".join(self.reporting_controllers())],
+            ),
             "annotator": (
                 "crane_annotator",
                 [

@@ -196,6 +196,7 @@ async def test_each_image_does_its_job_against_the_api_server_and_redis(
                     f"--port={ports['event-recorder']}",
                     f"--redis-url={redis_url}",
                     "--policy=/etc/crane/policy.yaml",
+                    f"--reporting-controllers={SCHEDULER}",  # only the schedulers it is told to believe
                 )
             )
             stack.enter_context(
