@@ -153,6 +153,11 @@ def main() -> None:
     args = parser.parse_args()
     results = asyncio.run(run(args))
     print(f"PreemptionBasic: {args.nodes} nodes, {args.nodes * PER_NODE} victims, {args.pods} preemptors")
+    print_runs(results)
+
+
+def print_runs(results: list[Run]) -> None:
+    """Each scheduler's pods/s, then crane's ratio to kube-scheduler measured in the same run."""
     for r in results:
         rate = r.bound / r.seconds if r.seconds > 0 else float("nan")
         print(f"  {r.label:16s} bound {r.bound}/{r.pods} in {r.seconds:.2f}s: {rate:.1f} pods/s")

@@ -18,7 +18,7 @@ from pathlib import Path
 from kubernetes_asyncio import client
 
 from bench.scheduler.__main__ import Run, create_nodes, fresh_namespace, gather_limited, measure
-from bench.scheduler.preemption import scheduler_process
+from bench.scheduler.preemption import print_runs, scheduler_process
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.procs import tcp_open
 from crane_shared.kube import api_client_from_dict
@@ -129,12 +129,7 @@ def main() -> None:
     args = parser.parse_args()
     results = asyncio.run(run(args))
     print(f"SchedulingCSIPVs: {args.nodes} nodes, {args.pods} pods with bound CSI volumes")
-    for r in results:
-        rate = r.bound / r.seconds if r.seconds > 0 else float("nan")
-        print(f"  {r.label:16s} bound {r.bound}/{r.pods} in {r.seconds:.2f}s: {rate:.1f} pods/s")
-    if len(results) == 2 and results[1].seconds > 0 and results[0].seconds > 0:
-        ours, kube = (r.bound / r.seconds for r in results)
-        print(f"  ratio crane/kube: {ours / kube:.2f}")
+    print_runs(results)
 
 
 if __name__ == "__main__":
