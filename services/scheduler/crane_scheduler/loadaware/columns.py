@@ -32,6 +32,7 @@ from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     resource_of,
 )
+from crane_shared.policy import PredicatePolicy
 
 FloatArray = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
@@ -65,6 +66,8 @@ class LoadColumns:
         self._evaluated = math.inf  # no evaluation yet: the first decision evaluates every row
         self._next = -math.inf
         self._dirty: set[int] = set()
+        self.changed: set[int] = set()
+        """rows whose ``fresh_values`` changed since the consumer last cleared this (the plugin's per-row caches)"""
 
     @property
     def metrics(self) -> list[str]:
@@ -115,12 +118,16 @@ class LoadColumns:
             self._evaluated = now
             self._next = math.inf
             for name, window in self._windows.items():
-                self.fresh_values[name] = _fresh(self.values[name], self.stamps[name], now, window, self.args)
+                old, new = self.fresh_values[name], _fresh(self.values[name], self.stamps[name], now, window, self.args)
+                moved = (old != new) & ~(np.isnan(old) & np.isnan(new)) if len(old) == len(new) else None
+                self.changed.update(range(len(new)) if moved is None else np.flatnonzero(moved).tolist())
+                self.fresh_values[name] = new
                 self._next = min(self._next, _next_edge(self.stamps[name], now, window, self.args))
             return
         self._evaluated = now
         if self._dirty:
             rows = np.fromiter(self._dirty, dtype=np.intp, count=len(self._dirty))
+            self.changed.update(self._dirty)
             self._dirty.clear()
             for name, window in self._windows.items():
                 stamps = self.stamps[name][rows]
@@ -144,6 +151,20 @@ class LoadColumns:
         hot = self.fresh_values[HOT_VALUE_KEY][rows]
         return np.where(np.isnan(hot), 0.0, np.trunc(hot))
 
+    def reasons(self, predicate: PredicatePolicy) -> tuple[str | None, str, str]:
+        """The predicate's three reasons, in the order ``filter`` applies them: no fresh value (fail-closed
+        only, else None), above the limit, pushed above the limit by the incoming pod."""
+        limit = predicate.max_limit_percent
+        return (
+            f"node(s) had no fresh {predicate.name}" if self.args.stale == "fail-closed" else None,
+            f"node(s) had {predicate.name} above {limit:g}",
+            f"node(s) would have {predicate.name} above {limit:g}",
+        )
+
+    def all_reasons(self) -> list[str]:
+        """Every reason ``filter`` can give, in its order."""
+        return [r for p in self.args.policy.predicate if p.max_limit_percent != 0 for r in self.reasons(p) if r]
+
     def filter(
         self,
         rows: npt.NDArray[np.intp],
@@ -159,22 +180,23 @@ class LoadColumns:
         for predicate in self.args.policy.predicate:
             if predicate.max_limit_percent == 0:
                 continue
+            no_fresh, above, pushed_above = self.reasons(predicate)
             usage = self.usage(predicate.name, rows, now, extra)
             missing = np.isnan(usage)
-            if self.args.stale == "fail-closed":
+            if no_fresh is not None:
                 closed = missing & ~taken
                 if closed.any():
-                    out.append((f"node(s) had no fresh {predicate.name}", closed))
+                    out.append((no_fresh, closed))
                 taken |= closed
             over = ~missing & (usage > predicate.max_limit_percent) & ~taken
             if over.any():
-                out.append((f"node(s) had {predicate.name} above {predicate.max_limit_percent:g}", over))
+                out.append((above, over))
             taken |= over
             pod = incoming.get(resource_of(predicate.name) or "") if incoming else None
             if pod is not None:
                 pushed = ~missing & (usage + pod[rows] > predicate.max_limit_percent) & ~taken
                 if pushed.any():
-                    out.append((f"node(s) would have {predicate.name} above {predicate.max_limit_percent:g}", pushed))
+                    out.append((pushed_above, pushed))
                 taken |= pushed
         return out
 

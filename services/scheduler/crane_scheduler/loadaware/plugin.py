@@ -36,6 +36,7 @@ from crane_scheduler.framework.interface import (
 from crane_scheduler.loadaware.args import PluginArgs, parse_args
 from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
 from crane_scheduler.loadaware.recent import RecentEffects
+from crane_scheduler.loadaware.rowcache import PASS, Codes, FilterCache, RowVersions, ScoreCache
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo
 from crane_shared.loadaware.dynamic import (
@@ -141,6 +142,12 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         self._next_reload_check = 0.0
         self.columns = LoadColumns(self.args)
         self.recent = RecentEffects(self.columns)
+        # Results per node row, refreshed for the rows whose inputs changed (``rowcache``).
+        self.versions = RowVersions()
+        self._scores = ScoreCache(self.versions)
+        self._codes = FilterCache(self.versions)
+        self._reasons = self.columns.all_reasons()
+        self._reason_index = {r: i for i, r in enumerate(self._reasons)}
         self._incoming_cache: tuple[int, int, FloatArray, FloatArray] | None = None
         self._horizon_of: tuple[DynamicArgs | None, float] = (None, 0.0)
         # One column per plugin instance: every profile has its own Dynamic (own args, own recent bindings).
@@ -155,6 +162,7 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         bad = self.columns.set_row(row, node.annotations)
         cpu, memory = _capacity(node)
         self.recent.node_changed(row, node.name, cpu, memory, self.wall_clock())
+        self.versions.touch((row,))  # allocatable may have changed: the incoming pod's fraction too
         for metric in bad:
             self.metrics.malformed.labels(metric).inc()
             self._log_once.warning(
@@ -181,6 +189,10 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
                 self.recent.node_changed(row, node.name, *_capacity(node), now)
                 for uid, bound_at, cpu, memory in old.uids_of(row):
                     self.recent.add(uid, row, node.name, bound_at, cpu, memory)
+        self._reasons = self.columns.all_reasons()
+        self._reason_index = {r: i for i, r in enumerate(self._reasons)}
+        self._codes.clear()
+        self.versions.touch_all()
 
     # -- recent bindings of this scheduler ----------------------------------------------------------------------
 
@@ -199,6 +211,11 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         if row is None:
             return []
         return [RecentBinding(node, t, c, m) for t, c, m in self.recent.bindings_of(row) if t <= until]
+
+    def _size_key(self, cpu: float, memory: float) -> tuple[float, float] | None:
+        """What of the pod the filter depends on: its size, when the incoming pod's estimate is enabled."""
+        est = self.args.estimate
+        return (cpu, memory) if est.enabled and est.incoming_pod and (cpu or memory) else None
 
     def _incoming(self, table: NodeTable, cpu: float, memory: float) -> dict[str, FloatArray] | None:
         """The pod's estimated usage as a fraction of every row's allocatable (see ``incoming_fraction``).
@@ -245,26 +262,47 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
 
     # -- extension points ---------------------------------------------------------------------------------------
 
+    def _sync(self, now: float, n_rows: int) -> tuple[dict[str, FloatArray], FloatArray]:
+        """Bring freshness and the recent bindings' effects to ``now``; mark the rows whose inputs changed.
+        Returns (estimated extra usage per metric, own hot value) over the rows."""
+        self.columns.evaluate(now)
+        self.recent.prune(now - self._horizon(), now)
+        extra, own_hot = self.recent.at(now, n_rows)
+        if self.columns.changed or self.recent.changed:
+            self.versions.touch(self.columns.changed | self.recent.changed)
+            self.columns.changed.clear()
+            self.recent.changed.clear()
+        return extra, own_hot
+
     def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
         self._maybe_reload()
         if is_daemonset_pod(pod.raw.get("metadata")):
             return []
         now = self.wall_clock()
-        self.recent.prune(now - self._horizon(), now)
-        extra, own_hot = self.recent.at(now, table.n_rows)
+        n = table.n_rows
+        extra, own_hot = self._sync(now, n)
         state["Dynamic.inputs"] = (now, extra, own_hot)  # Score uses the same inputs
-        rows = np.arange(table.n_rows, dtype=np.intp)
         cpu, memory = estimated_resources(pod)
         state["Dynamic.size"] = (cpu, memory)  # Reserve records the same size
-        masks = dict(self.columns.filter(rows, now, self._incoming(table, cpu, memory), extra))
-        rejections = []
+        reasons, index = self._reasons, self._reason_index
+
+        def compute(rows: Rows) -> Codes:
+            codes = np.full(len(rows), PASS, dtype=np.int8)
+            for reason, mask in self.columns.filter(rows, now, self._incoming(table, cpu, memory), extra):
+                codes[mask] = index[reason]
+            return codes
+
+        codes = self._codes.get(self._size_key(cpu, memory), n, compute)
         live = table.live
-        for reason, mask in masks.items():
-            mask &= live
-            count = int(np.count_nonzero(mask))
+        rejected = (codes != PASS) & live
+        if not rejected.any():
+            return []
+        rejections = []
+        counts = np.bincount(codes[rejected], minlength=len(reasons)).tolist()
+        for k, count in enumerate(counts):  # the policy's order, as the reference gives them
             if count:
-                self.metrics.rejections.labels(_metric_of(reason)).inc(count)
-                rejections.append(Rejection(reason, mask))
+                self.metrics.rejections.labels(_metric_of(reasons[k])).inc(count)
+                rejections.append(Rejection(reasons[k], rejected & (codes == k)))
         return rejections
 
     def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
@@ -273,9 +311,10 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         inputs = state.get("Dynamic.inputs")
         if inputs is None:  # Filter disabled in this profile
             now = self.wall_clock()
-            inputs = (now, *self.recent.at(now, table.n_rows))
+            inputs = (now, *self._sync(now, table.n_rows))
         now, extra, own_hot = inputs
-        return self.columns.scores(rows, now, extra, own_hot)
+        every = self._scores.get(table.n_rows, lambda changed: self.columns.scores(changed, now, extra, own_hot))
+        return every[rows]
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         size = state.get("Dynamic.size")

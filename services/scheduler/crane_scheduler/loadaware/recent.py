@@ -73,6 +73,8 @@ class RecentEffects:
         self._order: deque[tuple[float, str]] = deque()
         self.recomputed = 0
         """rows whose own hot value was recomputed at decision time (a cost counter for tests and benches)"""
+        self.changed: set[int] = set()
+        """rows whose ``extra`` or ``own_hot`` may have changed since the consumer last cleared this"""
 
     def __len__(self) -> int:
         return len(self._where)
@@ -165,9 +167,10 @@ class RecentEffects:
     def at(self, now: float, n_rows: int) -> tuple[dict[str, FloatArray], FloatArray]:
         """(extra usage per metric, own hot value) over rows ``[:n_rows]`` at ``now`` (views, do not modify)."""
         self._ensure(max(0, n_rows - 1))
-        due = np.flatnonzero(self.own_next[:n_rows] <= now)
-        for row in due.tolist():
+        due = np.flatnonzero(self.own_next[:n_rows] <= now).tolist()
+        for row in due:
             self._own(row, now)
+        self.changed.update(due)
         self.recomputed += len(due)
         return {m: a[:n_rows] for m, a in self.extra.items()}, self.own_hot[:n_rows]
 
@@ -180,6 +183,7 @@ class RecentEffects:
             del self._nodes[row]
         self._estimate(row, bindings)
         self._own(row, now)
+        self.changed.add(row)
 
     def _estimate(self, row: int, bindings: list[_Binding]) -> None:
         est = self.cols.args.estimate

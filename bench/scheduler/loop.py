@@ -1,0 +1,239 @@
+"""``python -m bench.scheduler.loop``: the whole scheduling loop in process, without an API server.
+
+The real ``Scheduler`` (queue, algorithm, assume, Reserve, binding tasks, PostBind, reporting) with its default
+profile (Dynamic on) over N annotated nodes (as ``bench.scheduler`` creates them) and P pending pods; the bind
+answers at once, and the "watch" confirms the bound pods in batches, as the pod informer would. What remains is
+the scheduler's own CPU per pod: the number the API-server bench cannot separate from the API server's share of
+two cores. Reports the decision latency (``Algorithm.schedule``) percentiles, the time per pod of the whole loop
+(decision + assume + Reserve + bind task + informer confirmation), garbage-collector pauses by generation, and
+with ``--cprofile`` the top functions.
+
+    .venv/bin/python -m bench.scheduler.loop --nodes 1000,5000 --pods 10000
+    .venv/bin/python -m bench.scheduler.loop --nodes 5000 --pods 5000 --cprofile 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import pstats
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from crane_scheduler.__main__ import plugin_registry
+from crane_scheduler.config import SchedulerConfig
+from crane_scheduler.framework import SUCCESS, CycleState, Handle, Registry, Status
+from crane_scheduler.framework.runtime import build_profiles
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.reporting import Reporter
+from crane_scheduler.scheduler import Scheduler
+from crane_shared.annotations import encode_hot_value, encode_usage
+from crane_shared.policy import default_policy
+
+NAME = "crane-scheduler"
+CONFIRM_EVERY = 0.005
+"""seconds between batches of bind confirmations (the pod watch delivers chunks, not single events)"""
+
+
+def node(i: int, now: datetime) -> dict[str, Any]:
+    """As ``bench.scheduler`` creates them: 4 cpu / 32Gi / 110 pods, fresh load annotations, hot value 0."""
+    name = f"node-{i:05d}"
+    usage = 0.1 + 0.4 * ((i * 7919) % 1000) / 1000
+    annotations = {s.name: encode_usage(usage, now) for s in default_policy().sync_policy}
+    annotations["node_hot_value"] = encode_hot_value(0, now)
+    resources = {"cpu": "4", "memory": "32Gi", "pods": "110"}
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "labels": {"kubernetes.io/hostname": name, "bench": "true"},
+            "annotations": annotations,
+        },
+        "spec": {},
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+def pod(i: int) -> dict[str, Any]:
+    """As ``bench.scheduler`` creates them (100m / 500Mi requests and limits), with what the API server adds."""
+    resources = {"requests": {"cpu": "100m", "memory": "500Mi"}, "limits": {"cpu": "100m", "memory": "500Mi"}}
+    return {
+        "metadata": {
+            "name": f"pod-{i:05d}",
+            "namespace": "bench",
+            "uid": f"00000000-0000-0000-0000-{i:012d}",
+            "resourceVersion": str(1000 + i),
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "spec": {
+            "schedulerName": NAME,
+            "containers": [
+                {
+                    "name": "pause",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": resources,
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "securityContext": {},
+            "enableServiceLinks": True,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "priority": 0,
+            "tolerations": [
+                {
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+                {
+                    "key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                },
+            ],
+        },
+        "status": {"phase": "Pending", "qosClass": "Guaranteed"},
+    }
+
+
+class Watch:
+    """Instant binds; confirmations delivered to the cache in batches, as the pod watch does."""
+
+    name = "DefaultBinder"
+
+    def __init__(self) -> None:
+        self.raw: dict[str, dict[str, Any]] = {}
+        self.waiting: list[tuple[str, str]] = []
+        self.confirmed = 0
+
+    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        self.waiting.append((pod.uid, node))
+        return SUCCESS
+
+    def deliver(self, s: Scheduler) -> None:
+        batch, self.waiting = self.waiting, []
+        for uid, node_name in batch:
+            raw = self.raw[uid]
+            s.on_pod({**raw, "spec": {**raw["spec"], "nodeName": node_name}})
+        self.confirmed += len(batch)
+
+
+async def run(nodes: int, pods: int, profiler: cProfile.Profile | None) -> dict[str, Any]:
+    watch = Watch()
+    registry = plugin_registry()
+    factories: dict[str, Any] = {n: (lambda a, h, n=n: registry.create(n, a, h)) for n in registry}
+    factories["DefaultBinder"] = lambda args, handle: watch
+    table = NodeTable()
+    config = SchedulerConfig()
+    profiles = build_profiles(config, Registry(factories, registry.defaults), lambda name: Handle(table))
+    s = Scheduler(
+        config=config, profiles=profiles, table=table, reporter=Reporter(None, None, "bench"), bind_concurrency=1024
+    )
+    now = datetime.now(UTC)
+    for i in range(nodes):
+        s.on_node(node(i, now))
+    for i in range(pods):
+        raw = pod(i)
+        watch.raw[raw["metadata"]["uid"]] = raw
+        s.on_pod(raw)
+    gc.collect()
+    gc.freeze()  # as the scheduler does after its initial sync
+
+    decisions: list[float] = []
+    cpu: list[float] = []
+    schedule = s.algorithm.schedule
+
+    def timed(*a: Any, **kw: Any) -> Any:
+        t, c = time.perf_counter(), time.thread_time()
+        try:
+            return schedule(*a, **kw)
+        finally:
+            decisions.append(time.perf_counter() - t)
+            cpu.append(time.thread_time() - c)
+
+    s.algorithm.schedule = timed  # type: ignore[method-assign]
+    pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+    started: list[float] = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses[info["generation"]].append(time.perf_counter() - started[0])
+
+    gc.callbacks.append(on_gc)
+    stopping = asyncio.Event()
+    s.synced.set()
+    t0, c0 = time.perf_counter(), time.process_time()
+    if profiler is not None:
+        profiler.enable()
+    loop = asyncio.create_task(s.run(stopping))
+    while watch.confirmed < pods:
+        await asyncio.sleep(CONFIRM_EVERY)
+        watch.deliver(s)
+    elapsed, cpu_used = time.perf_counter() - t0, time.process_time() - c0
+    if profiler is not None:
+        profiler.disable()
+    gc.callbacks.remove(on_gc)
+    stopping.set()
+    s._wake()
+    await loop
+    gc.unfreeze()
+    d, dc = np.array(decisions) * 1e3, np.array(cpu) * 1e3
+    return {
+        "nodes": nodes,
+        "pods": pods,
+        "pods_per_s": pods / elapsed,
+        "loop_ms_per_pod": elapsed / pods * 1e3,
+        "cpu_ms_per_pod": cpu_used / pods * 1e3,
+        "decision_ms": {q: float(np.percentile(d, q)) for q in (50, 90, 99, 99.9)} | {"max": float(d.max())},
+        "decision_cpu_ms": {q: float(np.percentile(dc, q)) for q in (50, 90, 99, 99.9)} | {"max": float(dc.max())},
+        "gc": {g: (len(p), 1e3 * sum(p), 1e3 * max(p, default=0.0)) for g, p in pauses.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.scheduler.loop", description=__doc__)
+    parser.add_argument("--nodes", default="1000,5000")
+    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument("--cprofile", type=int, default=0, help="print the top N functions by own time")
+    parser.add_argument("--cprofile-out", help="also dump the profile (pstats) to this file")
+    args = parser.parse_args()
+    for n in (int(x) for x in args.nodes.split(",")):
+        profiler = cProfile.Profile(time.process_time) if args.cprofile else None
+        r = asyncio.run(run(n, args.pods, profiler))
+        print(
+            f"{n:>6} nodes, {r['pods']} pods: {r['pods_per_s']:.0f} pods/s ({r['loop_ms_per_pod']:.3f} ms per pod, "
+            f"{r['cpu_ms_per_pod']:.3f} ms CPU per pod)",
+            flush=True,
+        )
+        for what in ("decision_ms", "decision_cpu_ms"):
+            dm = r[what]
+            print(
+                f"        {what}: p50 {dm[50]:.3f} p90 {dm[90]:.3f} p99 {dm[99]:.3f} p99.9 {dm[99.9]:.3f} "
+                f"max {dm['max']:.2f}"
+            )
+        for g, (count, total, worst) in r["gc"].items():
+            print(f"        gc gen{g}: {count} collections, {total:.1f} ms in all, longest {worst:.2f} ms")
+        if profiler is not None:
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(args.cprofile)
+            if args.cprofile_out:
+                profiler.dump_stats(args.cprofile_out)
+
+
+if __name__ == "__main__":
+    main()
