@@ -14,10 +14,13 @@ Throughput is pods / (last bind - first bind), observed through a watch. Our per
 the scheduler's own ``scheduler_scheduling_algorithm_duration_seconds`` histogram (interpolated percentiles).
 Every node carries crane's load annotations (fresh, usage 10-50 %, hot value 0), so Dynamic's filter, score,
 estimate and own-binding paths all do their work (``--no-load`` leaves them out). Resident memory of each
-scheduler (VmRSS after the last bind, VmHWM = peak) is read from ``/proc``. ``--json FILE`` writes the figures.
+scheduler is read from ``/proc``: VmRSS at the first bind (caches synced, before the burst), after the last bind,
+and VmHWM (peak); ``--bound-pods N`` creates N pods already bound before the runs, so both schedulers list and
+account them (memory at 5,000 nodes and 50,000 pods). ``--json FILE`` writes the figures.
 
     .venv/bin/python -m bench.scheduler                       # 1,000 and 5,000 nodes, 10,000 pods
     .venv/bin/python -m bench.scheduler --nodes 500 --pods 2000   # a quick run
+    .venv/bin/python -m bench.scheduler --nodes 5000 --bound-pods 50000   # with memory at scale
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class Run:
     events_done: float = float("nan")  # seconds from the first bind until every Scheduled event was written
     rss_mib: float = float("nan")  # resident memory after the last bind
     peak_rss_mib: float = float("nan")  # VmHWM
+    synced_rss_mib: float = float("nan")  # resident memory at the first bind: caches synced, burst not yet run
 
     @property
     def rate(self) -> float:
@@ -130,6 +134,25 @@ async def create_pods(api: client.ApiClient, namespace: str, n: int, scheduler: 
     await gather_limited([one(i) for i in range(n)], 100)
 
 
+async def create_bound_pods(api: client.ApiClient, namespace: str, n: int, nodes: int) -> None:
+    """``n`` pods already bound (``spec.nodeName`` set at creation), round-robin over the nodes: what both
+    schedulers must list and account before the burst (resident memory at scale)."""
+    v1 = client.CoreV1Api(api)
+    resources = {"requests": POD_REQUESTS, "limits": POD_REQUESTS}
+
+    async def one(i: int) -> None:
+        body = {
+            "metadata": {"name": f"bound-{i:06d}", "labels": {"app": f"bound-{i % 50}"}},
+            "spec": {
+                "nodeName": f"node-{i % nodes:05d}",
+                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10", "resources": resources}],
+            },
+        }
+        (await v1.create_namespaced_pod(namespace, body, _preload_content=False)).release()
+
+    await gather_limited([one(i) for i in range(n)], 100)
+
+
 async def fresh_namespace(api: client.ApiClient, name: str) -> str:
     (await client.CoreV1Api(api).create_namespace({"metadata": {"name": name}}, _preload_content=False)).release()
     return name
@@ -146,10 +169,14 @@ async def delete_pods(api: client.ApiClient, namespace: str) -> None:
 class BindWatch:
     """Records when each pod of a namespace is first seen bound (a watch, so observing costs little)."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, expected: int) -> None:
+    def __init__(
+        self, api: client.ApiClient, namespace: str, expected: int, pid: Callable[[], int | None] | None = None
+    ) -> None:
         self.times: dict[str, float] = {}
         self.expected = expected
         self.done = asyncio.Event()
+        self.pid = pid
+        self.first_rss = float("nan")
         core = client.CoreV1Api(api)
 
         async def list_fn(**kw: Any) -> Any:
@@ -159,6 +186,8 @@ class BindWatch:
 
     def seen(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind != "DELETED" and obj["spec"].get("nodeName") and obj["metadata"]["uid"] not in self.times:
+            if not self.times and self.pid is not None:
+                self.first_rss = resident_mib(self.pid())[0]
             self.times[obj["metadata"]["uid"]] = time.monotonic()
             if len(self.times) >= self.expected:
                 self.done.set()
@@ -190,7 +219,7 @@ async def measure(
     events_timeout: float = 120,
 ) -> Run:
     """Run ``start()`` (a coroutine starting the scheduler or the binder) and time the binds it causes."""
-    watch = BindWatch(api, namespace, pods)
+    watch = BindWatch(api, namespace, pods, pid)
     stopping = asyncio.Event()
     watcher = asyncio.create_task(watch.informer.run(stopping))
     await watch.informer.synced.wait()
@@ -208,6 +237,7 @@ async def measure(
     run = Run(label, pods, len(times), times[-1] - times[0], times[-1] - t0, await scheduled_events(api, namespace))
     if pid is not None:
         run.rss_mib, run.peak_rss_mib = resident_mib(pid())
+        run.synced_rss_mib = watch.first_rss
     if expect_events:
         deadline = time.monotonic() + events_timeout
         while time.monotonic() < deadline:  # polling: events have no cheaper completion signal here
@@ -384,7 +414,11 @@ async def bench_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
             await create_nodes(api, nodes, load=not args.no_load)
             print(f"{nodes} nodes created in {time.monotonic() - t:.1f}s", file=sys.stderr)
             args.nodes_now = nodes
-            results: dict[str, Any] = {"nodes": nodes, "pods": args.pods}
+            if args.bound_pods:
+                t = time.monotonic()
+                await create_bound_pods(api, await fresh_namespace(api, "bench-bound"), args.bound_pods, nodes)
+                print(f"{args.bound_pods} bound pods created in {time.monotonic() - t:.1f}s", file=sys.stderr)
+            results: dict[str, Any] = {"nodes": nodes, "pods": args.pods, "bound_pods": args.bound_pods}
             ns = await fresh_namespace(api, "bench-crane")
             results["ours"], results["latency"] = await run_ours(cluster, api, args, run_dir, ns)
             await delete_pods(api, ns)
@@ -394,6 +428,7 @@ async def bench_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
                 await delete_pods(api, ns)
             ns = await fresh_namespace(api, "bench-binds")
             results["binds"] = await run_binds(cluster, api, args, ns)
+            results["load"] = os.getloadavg()[0]
             return results
         finally:
             await api.close()
@@ -411,6 +446,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
     print(header)
     print("-" * len(header))
     for r in results:
+        print(f"  (1-minute load average at the end of this size's runs: {r.get('load', float('nan')):.1f})")
         ours, binds, lat = r["ours"], r["binds"], r["latency"]
         kube = r.get("kube")
         ratio = f"{ours.rate / kube.rate:6.2f}" if kube and kube.rate > 0 else "     -"
@@ -425,7 +461,8 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                     f"       {run.label}: {run.bound}/{run.pods} bound in {run.seconds:.1f}s "
                     f"({run.total_seconds:.1f}s from process start); Scheduled events: "
                     f"{run.events_at_last_bind} written by the last bind, all {run.events_done:.1f}s after the "
-                    f"first bind; resident {run.rss_mib:.0f} MiB (peak {run.peak_rss_mib:.0f} MiB)"
+                    f"first bind; resident {run.synced_rss_mib:.0f} MiB at the first bind (synced), "
+                    f"{run.rss_mib:.0f} MiB after the last (peak {run.peak_rss_mib:.0f} MiB)"
                 )
 
 
@@ -449,6 +486,13 @@ def main() -> None:
         "kube-scheduler's (Dynamic disabled), for a like-for-like comparison",
     )
     parser.add_argument("--no-load", action="store_true", help="nodes without crane's load annotations")
+    parser.add_argument(
+        "--bound-pods",
+        type=int,
+        default=0,
+        help="pods created already bound before the runs (both schedulers list and account them): resident "
+        "memory at scale, e.g. 50000 at 5000 nodes",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file (for bench.check)")
     args = parser.parse_args()
     sizes = [int(x) for x in args.nodes.split(",") if x]
@@ -469,7 +513,13 @@ def main() -> None:
 
 def figures(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
     """The machine-readable figures of a run (the shape ``bench.check`` reads from RESULTS.md)."""
-    out: dict[str, Any] = {"profile": args.plugins, "pods": args.pods, "load": os.getloadavg()[0], "sizes": {}}
+    out: dict[str, Any] = {
+        "profile": args.plugins,
+        "pods": args.pods,
+        "bound_pods": args.bound_pods,
+        "load": os.getloadavg()[0],
+        "sizes": {},
+    }
     for r in results:
         ours, kube, binds, lat = r["ours"], r.get("kube"), r["binds"], r["latency"]
         out["sizes"][str(r["nodes"])] = {
@@ -481,6 +531,9 @@ def figures(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
             "bind_ceiling_per_s": round(binds.rate, 1),
             "crane_rss_mib": round(ours.rss_mib, 1),
             "kube_rss_mib": round(kube.rss_mib, 1) if kube else None,
+            "crane_synced_rss_mib": round(ours.synced_rss_mib, 1),
+            "kube_synced_rss_mib": round(kube.synced_rss_mib, 1) if kube else None,
+            "load_at_end": round(r.get("load", float("nan")), 1),
         }
     return out
 

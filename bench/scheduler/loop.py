@@ -32,7 +32,7 @@ from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.reporting import Reporter
-from crane_scheduler.scheduler import Scheduler
+from crane_scheduler.scheduler import Scheduler, tune_collector
 from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.policy import default_policy
 
@@ -151,7 +151,8 @@ async def run(nodes: int, pods: int, profiler: cProfile.Profile | None) -> dict[
         watch.raw[raw["metadata"]["uid"]] = raw
         s.on_pod(raw)
     gc.collect()
-    gc.freeze()  # as the scheduler does after its initial sync
+    thresholds = gc.get_threshold()
+    tune_collector()  # as the scheduler does after its initial sync
 
     decisions: list[float] = []
     cpu: list[float] = []
@@ -193,6 +194,7 @@ async def run(nodes: int, pods: int, profiler: cProfile.Profile | None) -> dict[
     s._wake()
     await loop
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
     d, dc = np.array(decisions) * 1e3, np.array(cpu) * 1e3
     return {
         "nodes": nodes,
