@@ -225,6 +225,59 @@ class LoadColumns:
         # Python's round() is round-half-even, as is numpy's: both paths agree on .5 cases.
         return np.clip(np.round(value), 0, MAX_SCORE).astype(np.int64)
 
+    # -- one row at a time: the same arithmetic as ``filter`` and ``scores``, in Python floats (IEEE doubles, the
+    # same operations in the same order, so bit-identical), for the few rows a decision refreshes: a numpy call
+    # per operation costs more than the operation on one row.
+
+    def reason_of(
+        self, row: int, incoming: Mapping[str, FloatArray] | None = None, extra: Mapping[str, FloatArray] | None = None
+    ) -> str | None:
+        """``filter``'s reason for one row (None: passes). ``evaluate`` must have run for the decision's time."""
+        for predicate in self.args.policy.predicate:
+            limit = predicate.max_limit_percent
+            if limit == 0:
+                continue
+            no_fresh, above, pushed_above = self.reasons(predicate)
+            usage = float(self.fresh_values[predicate.name][row])
+            if extra is not None and predicate.name in extra:
+                usage = usage + float(extra[predicate.name][row])
+            if math.isnan(usage):
+                if no_fresh is not None:
+                    return no_fresh
+                continue
+            if usage > limit:
+                return above
+            pod = incoming.get(resource_of(predicate.name) or "") if incoming else None
+            if pod is not None and usage + float(pod[row]) > limit:
+                return pushed_above
+        return None
+
+    def score_of(
+        self, row: int, extra: Mapping[str, FloatArray] | None = None, own_hot: FloatArray | None = None
+    ) -> int:
+        """``scores`` for one row. ``evaluate`` must have run for the decision's time."""
+        weighted = weights = 0.0
+        for priority in self.args.policy.priority:
+            if priority.weight == 0:
+                continue
+            usage = float(self.fresh_values[priority.name][row])
+            if extra is not None and priority.name in extra:
+                usage = usage + float(extra[priority.name][row])
+            if math.isnan(usage):
+                weighted += 0.0
+                weights += 0.0
+                continue
+            idle = 1.0 - min(max(usage, 0.0), 1.0)
+            weighted += idle * priority.weight
+            weights += priority.weight
+        raw = weighted * MAX_SCORE / weights if weights > 0 else NEUTRAL_SCORE
+        annotated = float(self.fresh_values[HOT_VALUE_KEY][row])
+        hot = (0.0 if math.isnan(annotated) else float(math.trunc(annotated))) + (
+            float(own_hot[row]) if own_hot is not None else 0.0
+        )
+        value = raw - HOT_VALUE_PENALTY * hot
+        return min(max(round(value), 0), MAX_SCORE)
+
 
 EARLY = 1e-3
 """Seconds by which a freshness edge is brought forward (float-rounding margin; costs a re-evaluation)."""

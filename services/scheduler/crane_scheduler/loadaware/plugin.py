@@ -53,6 +53,8 @@ from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, load_policy
 
 NAME = "Dynamic"
 RELOAD_CHECK_INTERVAL = 2.0
+ONE_BY_ONE = 16
+"""up to this many changed rows are refreshed one at a time in Python (cheaper than numpy calls on a few rows)"""
 
 log = get_logger("crane.scheduler.dynamic")
 
@@ -149,6 +151,7 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         self._reasons = self.columns.all_reasons()
         self._reason_index = {r: i for i, r in enumerate(self._reasons)}
         self._incoming_cache: tuple[int, int, FloatArray, FloatArray] | None = None
+        self._incoming_of: tuple[tuple[int, int, float, float, float, float], dict[str, FloatArray]] | None = None
         self._horizon_of: tuple[DynamicArgs | None, float] = (None, 0.0)
         # One column per plugin instance: every profile has its own Dynamic (own args, own recent bindings).
         column = f"Dynamic.malformed.{handle.profile}.{id(self)}"
@@ -224,6 +227,9 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         est = self.args.estimate
         if not est.enabled or not est.incoming_pod or not (cpu or memory):
             return None
+        key = (table.nodes_version, table.n_rows, cpu, memory, est.cpu_factor, est.memory_factor)
+        if self._incoming_of is not None and self._incoming_of[0] == key:
+            return self._incoming_of[1]
         cached = self._incoming_cache
         if cached is None or cached[:2] != (table.nodes_version, table.n_rows):
             alloc = table.alloc
@@ -232,10 +238,12 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
             cached = self._incoming_cache = (table.nodes_version, table.n_rows, cores, mem)
         _, _, cores, mem = cached
         with np.errstate(divide="ignore", invalid="ignore"):
-            return {
+            fractions = {
                 "cpu": np.where(cores > 0, est.cpu_factor * cpu / cores, 0.0),
                 "memory": np.where(mem > 0, est.memory_factor * memory / mem, 0.0),
             }
+        self._incoming_of = (key, fractions)  # the last pod size's: a burst of one size computes it once
+        return fractions
 
     def explain_node(self, info: NodeInfo, at: float) -> dict[str, Any]:
         """The load inputs of one node as the policy saw them at ``at`` (for ``explain``)."""
@@ -287,8 +295,12 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         reasons, index = self._reasons, self._reason_index
 
         def compute(rows: Rows) -> Codes:
+            incoming = self._incoming(table, cpu, memory)
+            if len(rows) <= ONE_BY_ONE:
+                found = [self.columns.reason_of(row, incoming, extra) for row in rows.tolist()]
+                return np.array([PASS if r is None else index[r] for r in found], dtype=np.int8)
             codes = np.full(len(rows), PASS, dtype=np.int8)
-            for reason, mask in self.columns.filter(rows, now, self._incoming(table, cpu, memory), extra):
+            for reason, mask in self.columns.filter(rows, now, incoming, extra):
                 codes[mask] = index[reason]
             return codes
 
@@ -313,8 +325,13 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
             now = self.wall_clock()
             inputs = (now, *self._sync(now, table.n_rows))
         now, extra, own_hot = inputs
-        every = self._scores.get(table.n_rows, lambda changed: self.columns.scores(changed, now, extra, own_hot))
-        return every[rows]
+
+        def compute(changed: Rows) -> IntArray:
+            if len(changed) <= ONE_BY_ONE:
+                return np.array([self.columns.score_of(row, extra, own_hot) for row in changed.tolist()], np.int64)
+            return self.columns.scores(changed, now, extra, own_hot)
+
+        return self._scores.get(table.n_rows, compute)[rows]
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         size = state.get("Dynamic.size")
