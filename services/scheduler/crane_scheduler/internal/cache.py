@@ -31,6 +31,15 @@ _OBJECT_EVENTS: dict[Kind, ClusterEvent] = {
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 
+def trim(raw: dict[str, Any]) -> dict[str, Any]:
+    """Drop ``metadata.managedFields`` in place (the informer keeps the same object): no plugin reads it, and it is
+    a large share of a pod's decoded JSON (kube-scheduler's informers trim it too, ``TrimManagedFields``)."""
+    meta = raw.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return raw
+
+
 def _labels(pod: PodInfo | None) -> Any:
     return None if pod is None else (pod.raw.get("metadata") or {}).get("labels")
 
@@ -94,12 +103,14 @@ class Cache:
         self.wake()
 
     def node_event(self, kind: EventType, new: dict[str, Any], old: dict[str, Any] | None) -> None:
+        trim(new)
         if kind == "DELETED":
             self.on_node_deleted(new)
         else:
             self.on_node(new)
 
     def pod_event(self, kind: EventType, new: dict[str, Any], old: dict[str, Any] | None) -> None:
+        trim(new)
         if kind == "DELETED":
             self.on_pod_deleted(new)
         else:
