@@ -159,9 +159,11 @@ async def fresh_namespace(api: client.ApiClient, name: str) -> str:
 
 
 async def delete_pods(api: client.ApiClient, namespace: str) -> None:
+    """Delete a run's pods (so the next run starts from the same nodes); 10,000 deletions can take minutes on a
+    loaded machine, longer than the client's default request timeout."""
     (
         await client.CoreV1Api(api).delete_collection_namespaced_pod(
-            namespace, grace_period_seconds=0, _preload_content=False
+            namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=900
         )
     ).release()
 
@@ -421,10 +423,12 @@ async def bench_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
             results: dict[str, Any] = {"nodes": nodes, "pods": args.pods, "bound_pods": args.bound_pods}
             ns = await fresh_namespace(api, "bench-crane")
             results["ours"], results["latency"] = await run_ours(cluster, api, args, run_dir, ns)
+            print(f"  {nodes} nodes: {_line(results['ours'])}; decision {results['latency']}", file=sys.stderr)
             await delete_pods(api, ns)
             if not args.skip_kube:
                 ns = await fresh_namespace(api, "bench-kube")
                 results["kube"] = await run_kube(cluster, api, args, run_dir, ns)
+                print(f"  {nodes} nodes: {_line(results['kube'])}", file=sys.stderr)
                 await delete_pods(api, ns)
             ns = await fresh_namespace(api, "bench-binds")
             results["binds"] = await run_binds(cluster, api, args, ns)
@@ -457,13 +461,17 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
         )
         for run in (ours, kube):
             if run is not None:
-                print(
-                    f"       {run.label}: {run.bound}/{run.pods} bound in {run.seconds:.1f}s "
-                    f"({run.total_seconds:.1f}s from process start); Scheduled events: "
-                    f"{run.events_at_last_bind} written by the last bind, all {run.events_done:.1f}s after the "
-                    f"first bind; resident {run.synced_rss_mib:.0f} MiB at the first bind (synced), "
-                    f"{run.rss_mib:.0f} MiB after the last (peak {run.peak_rss_mib:.0f} MiB)"
-                )
+                print(f"       {_line(run)}")
+
+
+def _line(run: Run) -> str:
+    return (
+        f"{run.label}: {run.bound}/{run.pods} bound in {run.seconds:.1f}s ({run.rate:.0f}/s; "
+        f"{run.total_seconds:.1f}s from process start); Scheduled events: "
+        f"{run.events_at_last_bind} written by the last bind, all {run.events_done:.1f}s after the "
+        f"first bind; resident {run.synced_rss_mib:.0f} MiB at the first bind (synced), "
+        f"{run.rss_mib:.0f} MiB after the last (peak {run.peak_rss_mib:.0f} MiB); load {os.getloadavg()[0]:.1f}"
+    )
 
 
 def main() -> None:
