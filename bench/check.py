@@ -60,6 +60,20 @@ def extender_ratios(figures: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def scheduler_runs(figures: dict[str, Any]) -> list[list[str]]:
+    """The ``bench.scheduler`` arguments that measure the recorded sizes again, each size with the pods and bound
+    pods it was recorded with (a size's own ``pods``/``bound_pods``, else the run's)."""
+    groups: dict[tuple[int, int], list[str]] = {}
+    for size, row in figures["sizes"].items():
+        pods = int(row.get("pods", figures.get("pods", 10000)))
+        bound = int(row.get("bound_pods", figures.get("bound_pods", 0)))
+        groups.setdefault((pods, bound), []).append(size)
+    return [
+        ["--nodes", ",".join(sizes), "--plugins", figures["profile"], "--pods", str(pods), "--bound-pods", str(bound)]
+        for (pods, bound), sizes in groups.items()
+    ]
+
+
 def compare(before: dict[str, float], after: dict[str, float], tolerance: float) -> list[str]:
     """The failures: a recorded ratio missing from the new run, or more than ``tolerance`` below it."""
     failures = []
@@ -98,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         if given is not None:
             new = json.loads(given.read_text())
         elif name == "scheduler":
-            new = _run("bench.scheduler", ["--nodes", ",".join(old["sizes"]), "--plugins", old["profile"]])
+            new = {"sizes": {}}
+            for run in scheduler_runs(old):
+                new["sizes"].update(_run("bench.scheduler", run)["sizes"])
         else:
             new = _run("bench.extender", ["--sizes", ",".join(str(r["nodes"]) for r in old["results"])])
         ratios = scheduler_ratios if name == "scheduler" else extender_ratios

@@ -531,6 +531,8 @@ def figures(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
     for r in results:
         ours, kube, binds, lat = r["ours"], r.get("kube"), r["binds"], r["latency"]
         out["sizes"][str(r["nodes"])] = {
+            "pods": args.pods,
+            "bound_pods": args.bound_pods,
             "crane_pods_per_s": round(ours.rate, 1),
             "kube_pods_per_s": round(kube.rate, 1) if kube else None,
             "ratio_to_kube": round(ours.rate / kube.rate, 3) if kube and kube.rate > 0 else None,

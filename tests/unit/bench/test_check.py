@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.check import compare, extender_ratios, main, recorded, scheduler_ratios
+from bench.check import compare, extender_ratios, main, recorded, scheduler_ratios, scheduler_runs
 
 FIGURES = {
     "profile": "default",
@@ -59,3 +59,19 @@ def test_the_command_exits_1_on_a_regression(tmp_path: Path, monkeypatch: pytest
     assert main(["--only", "scheduler", "--scheduler", str(run)]) == 1
     run.write_text(json.dumps(FIGURES))
     assert main(["--only", "scheduler", "--scheduler", str(run)]) == 0
+
+
+def test_each_recorded_size_is_measured_again_with_its_own_pods_and_bound_pods() -> None:
+    figures = {
+        "profile": "default",
+        "pods": 10000,
+        "sizes": {
+            "1000": {"ratio_to_kube": 1.0},
+            "2000": {"ratio_to_kube": 1.0},
+            "5000": {"ratio_to_kube": 1.0, "pods": 3000, "bound_pods": 50000},
+        },
+    }
+    assert scheduler_runs(figures) == [
+        ["--nodes", "1000,2000", "--plugins", "default", "--pods", "10000", "--bound-pods", "0"],
+        ["--nodes", "5000", "--plugins", "default", "--pods", "3000", "--bound-pods", "50000"],
+    ]
