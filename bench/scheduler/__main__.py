@@ -158,14 +158,28 @@ async def fresh_namespace(api: client.ApiClient, name: str) -> str:
     return name
 
 
-async def delete_pods(api: client.ApiClient, namespace: str) -> None:
-    """Delete a run's pods (so the next run starts from the same nodes); 10,000 deletions can take minutes on a
-    loaded machine, longer than the client's default request timeout."""
-    (
-        await client.CoreV1Api(api).delete_collection_namespaced_pod(
-            namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=900
-        )
-    ).release()
+async def delete_pods(api: client.ApiClient, namespace: str, deadline: float = 1800) -> None:
+    """Delete a run's pods (so the next run starts from the same nodes). On a loaded machine deleting 10,000 pods
+    takes longer than the API server's own request timeout (it then drops the connection, the deletion goes on),
+    so the collection delete is repeated until a list finds none left."""
+    v1 = client.CoreV1Api(api)
+    give_up = time.monotonic() + deadline
+    while time.monotonic() < give_up:
+        try:
+            (
+                await v1.delete_collection_namespaced_pod(
+                    namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=120
+                )
+            ).release()
+        except (TimeoutError, aiohttp.ClientError) as err:
+            print(f"  deleting pods of {namespace}: {err!r}; checking what is left", file=sys.stderr)
+        resp = await v1.list_namespaced_pod(namespace, limit=1, _preload_content=False, _request_timeout=120)
+        left = json.loads(await resp.read())["items"]
+        resp.release()
+        if not left:
+            return
+        await asyncio.sleep(5)
+    raise TimeoutError(f"pods of {namespace} still there after {deadline:.0f}s")
 
 
 class BindWatch:
