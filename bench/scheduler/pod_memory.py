@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import crane_scheduler.internal.cache as cache_module
-from bench.scheduler.loop import node, plugin_registry, pod
+from bench.scheduler.loop import node, pod
+from crane_scheduler.__main__ import plugin_registry
 from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.framework import Handle
 from crane_scheduler.framework.runtime import build_profiles
