@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster, new_run_dir
+from crane_sandbox.rbac import DEFAULT_NAMESPACE, install_identities
 from crane_shared.kube import api_client_from_dict
 
 _db_numbers = itertools.cycle(range(1, 16))
@@ -33,9 +34,20 @@ def run_dir() -> Iterator[Path]:
     print(f"\nlogs of this test run: {path}")
 
 
+SERVICE_NAMESPACE = DEFAULT_NAMESPACE
+"""where the session's service identities live (``crane_sandbox.rbac.identity(cluster, service)``)"""
+
+
 @pytest.fixture(scope="session")
 async def cluster(run_dir: Path) -> AsyncIterator[LocalCluster]:
+    """The session's cluster, with each service's ServiceAccount under the Helm chart's RBAC: tests run the
+    services with those identities, never the admin's, so they prove the shipped RBAC suffices."""
     async with LocalCluster(run_dir) as c:
+        api = await api_client_from_dict(c.kubeconfig_dict())
+        try:
+            await install_identities(c, api, SERVICE_NAMESPACE)
+        finally:
+            await api.close()
         yield c
 
 

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import free_port
+from crane_sandbox.rbac import ServiceIdentity
 from crane_sandbox.toxiproxy import Proxy, Toxiproxy
 
 REPORT_ENV = "CRANE_FAULT_REPORT"
@@ -121,9 +122,12 @@ def api_host_port(cluster: LocalCluster) -> str:
     return f"127.0.0.1:{cluster.apiserver.port}"
 
 
-def kubeconfig_via(cluster: LocalCluster, server: str, path: Path | None = None) -> dict[str, Any]:
-    """The admin kubeconfig with its server replaced (a proxy); written to ``path`` (mode 0600) when given."""
-    config = cluster.kubeconfig_dict()
+def kubeconfig_via(
+    cluster: LocalCluster, server: str, path: Path | None = None, *, account: ServiceIdentity | None = None
+) -> dict[str, Any]:
+    """The kubeconfig of ``account`` (default: the admin) with its server replaced (a proxy); written to ``path``
+    (mode 0600) when given."""
+    config = cluster.kubeconfig_dict(account.token, account.user) if account else cluster.kubeconfig_dict()
     config["clusters"][0]["cluster"]["server"] = server
     if server.startswith("http://"):
         del config["clusters"][0]["cluster"]["certificate-authority"]

@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.rbac import identity
 from crane_shared.kube import api_client_from_dict
 from tests.faults.conftest import (
     FaultReport,
@@ -97,7 +98,9 @@ async def test_429_and_503_on_list_and_watch_are_retried_with_backoff_and_lose_n
     status: int,
 ) -> None:
     status_proxy.fail(status, _lists, 3)
-    api = await api_client_from_dict(kubeconfig_via(cluster, status_proxy.url))
+    api = await api_client_from_dict(
+        kubeconfig_via(cluster, status_proxy.url, account=identity(cluster, "event-recorder"))
+    )
     made = bindings(namespace, 40)
     row = fault_report.row(f"HTTP {status} on the event-recorder's first 3 lists and 3 watches")
     try:
@@ -132,7 +135,7 @@ async def test_api_server_restart_mid_stream_loses_and_doubles_nothing(
 ) -> None:
     made = bindings(namespace, 90)
     row = fault_report.row("API server restart mid-stream (event-recorder process)")
-    proc = child(cluster.kubeconfig_path, redis_url, namespace, cluster.run_dir / "logs")
+    proc = child(identity(cluster, "event-recorder").kubeconfig, redis_url, namespace, cluster.run_dir / "logs")
     await proc.process.start()
     try:
         await proc.process.wait_ready(proc.ready, timeout=30)
@@ -197,7 +200,7 @@ async def test_kill_9_of_the_event_recorder_mid_stream_loses_and_doubles_nothing
 ) -> None:
     made = bindings(namespace, 90)
     row = fault_report.row("kill -9 of the event-recorder mid-stream, restarted")
-    proc = child(cluster.kubeconfig_path, redis_url, namespace, cluster.run_dir / "logs")
+    proc = child(identity(cluster, "event-recorder").kubeconfig, redis_url, namespace, cluster.run_dir / "logs")
     await proc.process.start()
     try:
         await proc.process.wait_ready(proc.ready, timeout=30)
@@ -228,7 +231,9 @@ async def test_added_latency_on_the_api_connection_records_everything_once(
     fault_report: FaultReport,
 ) -> None:
     proxy = await proxy_to(api_host_port(cluster))
-    api = await api_client_from_dict(kubeconfig_via(cluster, f"https://{proxy.host_port}"))
+    api = await api_client_from_dict(
+        kubeconfig_via(cluster, f"https://{proxy.host_port}", account=identity(cluster, "event-recorder"))
+    )
     made = bindings(namespace, 40)
     row = fault_report.row("500 ms latency on the event-recorder's API connection")
     try:

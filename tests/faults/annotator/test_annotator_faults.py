@@ -23,6 +23,7 @@ from aiohttp import web
 
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import free_port
+from crane_sandbox.rbac import identity
 from crane_shared.annotations import decode
 from tests.faults.conftest import FaultReport, api_host_port, eventually, kubeconfig_via, restart_apiserver
 from tests.integration.annotator.conftest import METRICS, AnnotatorProc, Stack
@@ -51,11 +52,12 @@ async def test_leader_blackholed_longer_than_the_lease_stops_writing_before_the_
     proxy_to: Callable[..., Any],
     tmp_path: Path,
     fault_report: FaultReport,
+    namespace: str,
 ) -> None:
     row = fault_report.row("annotator leader's API connection blackholed (2x lease)")
     proxy = await proxy_to(api_host_port(cluster))
     via = tmp_path / "kubeconfig-via-proxy"
-    kubeconfig_via(cluster, f"https://{proxy.host_port}", via)
+    kubeconfig_via(cluster, f"https://{proxy.host_port}", via, account=identity(cluster, "annotator", namespace))
     a = await start_annotator(*LEASE, "--kubeconfig", str(via), name="annotator-a")
     await eventually(lambda: _is(a, "leader"), what="a leads")
     b = await start_annotator(*LEASE, name="annotator-b")

@@ -14,6 +14,7 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess
+from crane_sandbox.rbac import ServiceIdentity
 from tests.faults.conftest import FaultRow
 from tests.integration.scheduler.harness import child_process, config_for, events, pods_json
 
@@ -22,12 +23,12 @@ LEASE_DURATION, RENEW_DEADLINE = 4.0, 3.0
 DEFAULT_TIMING: dict[str, str] = {}  # kube-scheduler's: 15s lease, 10s renew deadline, 2s retry period
 
 
-def lease_config(scheduler_name: str, lease: str, namespace: str, timing: dict[str, str]) -> dict[str, Any]:
+def lease_config(scheduler_name: str, account: ServiceIdentity, timing: dict[str, str]) -> dict[str, Any]:
     cfg = config_for(scheduler_name)
     cfg["leaderElection"] = {
         "leaderElect": True,
-        "resourceNamespace": namespace,
-        "resourceName": lease,
+        "resourceNamespace": account.namespace,
+        "resourceName": account.lease_name,  # the one Lease the chart lets the account update
         **timing,
     }
     return cfg
@@ -76,18 +77,20 @@ class Replica:
 
 
 class Pair:
-    """Replicas ``a`` and ``b`` on one Lease; ``a`` may reach the API server through another kubeconfig."""
+    """Replicas ``a`` and ``b`` on one Lease, as the chart's scheduler ServiceAccount ``account`` (of this test's
+    namespace: ``service_identity(cluster, "scheduler", namespace)``); ``a`` may reach the API server through
+    another kubeconfig (``kubeconfig_via(..., account=account)``)."""
 
     def __init__(
         self,
         cluster: LocalCluster,
-        namespace: str,
+        account: ServiceIdentity,
         selector: str,
         scheduler_name: str,
         timing: dict[str, str] = TIMING,
     ) -> None:
-        self.cluster, self.namespace = cluster, namespace
-        self.cfg = lease_config(scheduler_name, f"sched-{namespace}", namespace, timing)
+        self.cluster, self.namespace, self.account = cluster, account.namespace, account
+        self.cfg = lease_config(scheduler_name, account, timing)
         self.selector = selector
         self.replicas: dict[str, Replica] = {}
         self.fault_at = 0.0  # when the fault was injected (monotonic)
@@ -96,7 +99,13 @@ class Pair:
 
     def add(self, name: str, *extra: str) -> Replica:
         proc, port = child_process(
-            self.cluster, self.cfg, self.selector, f"{self.namespace}-{name}", self.cluster.run_dir, *extra
+            self.cluster,
+            self.cfg,
+            self.selector,
+            f"{self.namespace}-{name}",
+            self.cluster.run_dir,
+            *extra,
+            kubeconfig=self.account.kubeconfig,
         )
         self.replicas[name] = Replica(f"{self.namespace}-{name}", proc, port)
         return self.replicas[name]
@@ -160,7 +169,7 @@ class Pair:
 
     async def lease(self, kube: client.ApiClient) -> Any:
         return (
-            await client.CoordinationV1Api(kube).read_namespaced_lease(f"sched-{self.namespace}", self.namespace)
+            await client.CoordinationV1Api(kube).read_namespaced_lease(self.account.lease_name, self.namespace)
         ).spec
 
 

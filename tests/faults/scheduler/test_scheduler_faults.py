@@ -18,6 +18,7 @@ from aiohttp import web
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.rbac import service_identity
 from tests.faults.conftest import FaultReport, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
 from tests.faults.scheduler.kit import DEFAULT_TIMING, LEASE_DURATION, RENEW_DEADLINE, Pair, audit, bound_count
 from tests.integration.scheduler.harness import create_nodes, create_pods, node, pod, wait_for
@@ -41,8 +42,9 @@ async def test_leader_blackholed_longer_than_the_lease_stops_binding_before_the_
     await _nodes(kube, group)
     proxy = await proxy_to(api_host_port(cluster))
     via_proxy = cluster.run_dir / f"{namespace}-a.kubeconfig"
-    kubeconfig_via(cluster, f"https://{proxy.host_port}", via_proxy)
-    pair = Pair(cluster, namespace, selector, scheduler_name)
+    account = await service_identity(cluster, "scheduler", namespace)
+    kubeconfig_via(cluster, f"https://{proxy.host_port}", via_proxy, account=account)
+    pair = Pair(cluster, account, selector, scheduler_name)
     # a: slow client (20 QPS), so a burst leaves hundreds of binds queued on its rate limiter when the cut comes
     a = pair.add("a", "--kubeconfig", str(via_proxy), "--kube-api-qps", "20", "--kube-api-burst", "20")
     b = pair.add("b")
@@ -137,7 +139,8 @@ async def test_api_server_restart_mid_burst_two_replicas_bind_every_pod_once(
 ) -> None:
     row = fault_report.row("scheduler: API server restart mid-burst, 2 replicas")
     await _nodes(kube, group)
-    pair = Pair(cluster, namespace, selector, scheduler_name)
+    account = await service_identity(cluster, "scheduler", namespace)
+    pair = Pair(cluster, account, selector, scheduler_name)
     pair.add("a", "--kube-api-qps", "30", "--kube-api-burst", "30")
     pair.add("b")
     try:
@@ -165,7 +168,8 @@ async def test_leader_stopped_mid_bind_the_standby_binds_the_rest_once(
 ) -> None:
     row = fault_report.row(f"scheduler: {'SIGTERM' if signal == 'SIGTERM' else 'kill -9'} of the leader mid-bind")
     await _nodes(kube, group)
-    pair = Pair(cluster, namespace, selector, scheduler_name)
+    account = await service_identity(cluster, "scheduler", namespace)
+    pair = Pair(cluster, account, selector, scheduler_name)
     a = pair.add("a", "--kube-api-qps", "30", "--kube-api-burst", "30")
     b = pair.add("b")
 
@@ -198,7 +202,8 @@ async def test_lease_probe_1000_pending_pods_at_default_qps_the_leader_keeps_its
     behind when lease traffic shared the binds' rate limiter. With its own client, the leader keeps the lease."""
     row = fault_report.row("scheduler: 1,000 pods pending at once, default QPS, standby running (lease probe)")
     await _nodes(kube, group, 20)
-    pair = Pair(cluster, namespace, selector, scheduler_name, DEFAULT_TIMING)
+    account = await service_identity(cluster, "scheduler", namespace)
+    pair = Pair(cluster, account, selector, scheduler_name, DEFAULT_TIMING)
     pair.add("a")  # default --kube-api-qps 50 / burst 100
     pair.add("b")
     created = 1000
@@ -248,9 +253,10 @@ async def test_429_and_503_on_the_leaders_lists_and_watches_mid_burst_every_pod_
     row = fault_report.row(f"scheduler: HTTP {status} on the leader's pod/node lists and watches, 2 replicas")
     await _nodes(kube, group)
     via_proxy = cluster.run_dir / f"{namespace}-a.kubeconfig"
-    kubeconfig_via(cluster, status_proxy.url, via_proxy)
+    account = await service_identity(cluster, "scheduler", namespace)
+    kubeconfig_via(cluster, status_proxy.url, via_proxy, account=account)
     status_proxy.fail(status, _pods_or_nodes("list"), 3)
-    pair = Pair(cluster, namespace, selector, scheduler_name)
+    pair = Pair(cluster, account, selector, scheduler_name)
     pair.add("a", "--kubeconfig", str(via_proxy), "--kube-api-qps", "30", "--kube-api-burst", "30")
     pair.add("b")
 

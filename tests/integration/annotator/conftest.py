@@ -30,6 +30,7 @@ from crane_sandbox.fleet import GI, FleetState, SimNode, make_fleet
 from crane_sandbox.pod_follower import create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port
 from crane_sandbox.prometheus import SCRAPE_JOB, PrometheusServer, backfill
+from crane_sandbox.rbac import ServiceIdentity, service_identity
 
 SELECTOR_KEY = "crane-test/annotator"
 METRICS = (
@@ -174,9 +175,10 @@ async def stack(cluster: LocalCluster, kube: client.ApiClient, run_dir: Path) ->
 
 
 class AnnotatorProc:
-    """``python -m crane_annotator`` with its real flags, plus readers for its HTTP endpoints."""
+    """``python -m crane_annotator`` with its real flags, as the chart's annotator ServiceAccount ``account`` (its
+    Lease: the one the chart grants it), plus readers for its HTTP endpoints."""
 
-    def __init__(self, stack: Stack, name: str, redis_url: str, namespace: str, *extra: str) -> None:
+    def __init__(self, stack: Stack, name: str, redis_url: str, account: ServiceIdentity, *extra: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         argv = [
@@ -184,7 +186,7 @@ class AnnotatorProc:
             "-m",
             "crane_annotator",
             "--kubeconfig",
-            str(stack.cluster.kubeconfig_path),
+            str(account.kubeconfig),
             "--listen-address",
             "127.0.0.1",
             "--port",
@@ -198,7 +200,9 @@ class AnnotatorProc:
             "--node-selector",
             f"{SELECTOR_KEY}={stack.label}",
             "--lease-namespace",
-            namespace,
+            account.namespace,
+            "--lease-name",
+            account.lease_name,
             "--identity",
             name,
             "--kube-api-qps",
@@ -245,9 +249,11 @@ class AnnotatorProc:
 @pytest_asyncio.fixture
 async def start_annotator(stack: Stack, redis_url: str, namespace: str) -> AsyncIterator[Callable[..., Any]]:
     started: list[AnnotatorProc] = []
+    # this test's own annotator ServiceAccount and Lease (``identity(cluster, "annotator", namespace)``)
+    account = await service_identity(stack.cluster, "annotator", namespace)
 
     async def start(*extra: str, name: str | None = None) -> AnnotatorProc:
-        proc = AnnotatorProc(stack, name or f"annotator-{len(started)}", redis_url, namespace, *extra)
+        proc = AnnotatorProc(stack, name or f"annotator-{len(started)}", redis_url, account, *extra)
         started.append(proc)
         await proc.start()
         return proc

@@ -26,6 +26,7 @@ from crane_sandbox.exporter import FleetExporter
 from crane_sandbox.fleet import FleetState, make_fleet
 from crane_sandbox.pod_follower import create_nodes
 from crane_sandbox.prometheus import PrometheusServer
+from crane_sandbox.rbac import service_identity
 from crane_shared.annotations import HOT_VALUE_KEY, decode
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingRecord
@@ -77,9 +78,10 @@ async def fleet_stack(cluster: LocalCluster, kube: client.ApiClient, run_dir: Pa
 @pytest_asyncio.fixture
 async def start(fleet_stack: Stack, redis_url: str, namespace: str) -> AsyncIterator[Callable[..., Any]]:
     started: list[AnnotatorProc] = []
+    account = await service_identity(fleet_stack.cluster, "annotator", namespace)
 
     async def start(*extra: str) -> AnnotatorProc:
-        proc = AnnotatorProc(fleet_stack, f"budget-{len(started)}", redis_url, namespace, *extra)
+        proc = AnnotatorProc(fleet_stack, f"budget-{len(started)}", redis_url, account, *extra)
         started.append(proc)
         await proc.start()
         return proc
