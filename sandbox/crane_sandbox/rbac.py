@@ -34,6 +34,8 @@ CHART_VALUES = (
     "extender.enabled=true",
     "extender.nodeCache=true",
     "scheduler.topologyAware=true",
+    # the ServiceMonitor's scraper account, bound to the metrics-reader role (/metrics under delegated access)
+    "serviceMonitor.enabled=true",
     # Redis is not a Kubernetes object here; the chart only needs a URL to render
     "redis.enabled=false",
     "redis.external.url=redis://unused:6379/0",
@@ -146,15 +148,10 @@ async def install_identities(
     ``SERVICES``, a kubeconfig authenticating as that service's ServiceAccount (a TokenRequest token)."""
     prefix = prefix or chart_prefix(namespace)
     await apply_objects(api, chart_rbac(namespace, prefix))
-    core = client.CoreV1Api(api)
 
     async def one(service: str) -> ServiceIdentity:
         account = f"{prefix}-{service}"
-        request = {"spec": {"expirationSeconds": token_seconds}}
-        answer = await core.create_namespaced_service_account_token(
-            account, namespace, request, _request_timeout=_TIMEOUT
-        )
-        token: str = answer.status.token
+        token = await account_token(api, namespace, account, token_seconds)
         user = f"system:serviceaccount:{namespace}:{account}"
         config = cluster.kubeconfig_dict(token, user)
         path = cluster.write_kubeconfig(kubeconfig_path(cluster, namespace, service), config)
@@ -163,6 +160,15 @@ async def install_identities(
     installed = {i.service: i for i in await asyncio.gather(*(one(s) for s in SERVICES))}
     _installed.setdefault(cluster, {})[namespace] = installed
     return installed
+
+
+async def account_token(api: client.ApiClient, namespace: str, account: str, seconds: int = 3600) -> str:
+    """A bearer token of a ServiceAccount (TokenRequest), e.g. the chart's ``<prefix>-metrics-scraper``."""
+    answer = await client.CoreV1Api(api).create_namespaced_service_account_token(
+        account, namespace, {"spec": {"expirationSeconds": seconds}}, _request_timeout=_TIMEOUT
+    )
+    token: str = answer.status.token
+    return token
 
 
 def kubeconfig_path(cluster: LocalCluster, namespace: str, service: str) -> Path:

@@ -30,6 +30,7 @@ from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.fleet import make_fleet
 from crane_sandbox.pod_follower import create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port
+from crane_sandbox.rbac import identity
 from crane_shared.annotations import encode_usage
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.policy import default_policy
@@ -106,7 +107,7 @@ async def extender_process(cluster: LocalCluster, run_dir: Path) -> AsyncIterato
             "--listen-address",
             "127.0.0.1",
             "--kubeconfig",
-            str(cluster.kubeconfig_path),
+            str(identity(cluster, "extender").kubeconfig),  # the chart's extender ServiceAccount
             "--log-level",
             "debug",
         ],
