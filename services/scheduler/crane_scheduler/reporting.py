@@ -10,6 +10,9 @@ client and rate limiter), so reporting never delays a decision or a bind.
 - ``FailedScheduling`` (Warning) and PodScheduled=False carry kube-scheduler's message. The condition is only
   patched when it changes; an unchanged message is repeated as an event at most once per ``repeat_after``
   seconds per pod, so a stuck pod retried on every cluster event does not flood the API.
+- A report belongs to the leadership term it was queued in (``term``): when that term ends, what is still queued
+  is dropped (``drop_lost``) and a write in progress is not retried, like the binds; counted as
+  ``crane_scheduler_reports_total{result="dropped"}``. The next leader writes the missing ``Scheduled`` events.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,6 +33,7 @@ from crane_scheduler.nodetable import PodRecord
 from crane_scheduler.podinfo import PodInfo
 from crane_shared.events import SCHEDULED_REASON, event_body, event_name, scheduled_event
 from crane_shared.kube import raw_json
+from crane_shared.leader import Term
 from crane_shared.logs import LogOnce, get_logger
 from crane_shared.retry import Backoff, retry
 
@@ -50,6 +55,22 @@ def scheduled_event_name(pod: str, uid: str) -> str:
     return event_name(pod, uid.replace("-", ""))
 
 
+class TermEnded(Exception):
+    """The leadership term a report was queued in has ended: the write must not leave (not retried)."""
+
+
+@dataclass(frozen=True)
+class _Job:
+    kind: str  # the ``reports`` metric's kind: scheduled, failed, condition, ensure
+    term: Term | None  # None without leader election
+    write: Callable[[], Awaitable[None]]
+    failure: tuple[str, str] | None = None  # (pod uid, message) of a FailedScheduling report
+
+    @property
+    def held(self) -> bool:
+        return self.term is None or self.term.held
+
+
 class Reporter:
     def __init__(
         self,
@@ -69,7 +90,9 @@ class Reporter:
         self._workers = workers
         self.repeat_after = repeat_after
         self._clock = clock
-        self._jobs: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+        self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
+        self.term: Term | None = None
+        """the leadership term reports are queued in (set by the scheduler when it starts leading)"""
         self._last_failure: dict[str, tuple[str, float]] = {}
         self._closed = asyncio.Event()
         self._log_once = LogOnce(log)
@@ -82,7 +105,8 @@ class Reporter:
             namespace=namespace, pod=pod, pod_uid=uid, node=node, scheduler=scheduler, instance=self.instance
         )
         body["metadata"]["name"] = scheduled_event_name(pod, uid)
-        self._jobs.put_nowait(lambda: self._create_scheduled(namespace, body))
+        term = self.term
+        self._queue("scheduled", lambda: self._create_scheduled(namespace, body, term))
 
     def failed(self, pod: PodInfo, message: str, reason: str, scheduler: str) -> bool:
         """Report a failed attempt, unless the same message went out for this pod less than
@@ -103,14 +127,44 @@ class Reporter:
             scheduler=scheduler,
             instance=self.instance,
         )
-        self._jobs.put_nowait(lambda: self._create_event(pod.namespace, body, "failed"))
+        failure = (pod.uid, message)
+        self._queue("failed", lambda: self._create_event(pod.namespace, body, "failed"), failure)
         if pod.scheduled_condition != ("False", reason, message):
-            self._jobs.put_nowait(lambda: self._patch_condition(pod, reason, message))
+            self._queue("condition", lambda: self._patch_condition(pod, reason, message), failure)
         return True
 
     def already_bound(self, pod: PodInfo, scheduler: str) -> None:
         """Our bind got 409: whoever bound it, make sure the pod has its one Scheduled event."""
-        self._jobs.put_nowait(lambda: self._ensure_scheduled(pod, scheduler))
+        self._queue("ensure", lambda: self._ensure_scheduled(pod, scheduler))
+
+    def drop_lost(self) -> int:
+        """Leadership is lost: drop every queued report of an ended term, at once. Returns how many."""
+        kept: list[_Job] = []
+        dropped = 0
+        while not self._jobs.empty():
+            job = self._jobs.get_nowait()
+            self._jobs.task_done()
+            if job.held:
+                kept.append(job)
+            else:
+                self._dropped(job)
+                dropped += 1
+        for job in kept:
+            self._jobs.put_nowait(job)
+        if dropped:
+            log.warning("leadership lost: dropped reports not yet written", count=dropped)
+        return dropped
+
+    def _queue(self, kind: str, write: Callable[[], Awaitable[None]], failure: tuple[str, str] | None = None) -> None:
+        self._jobs.put_nowait(_Job(kind, self.term, write, failure))
+
+    def _dropped(self, job: _Job) -> None:
+        self.metrics.reports.labels(job.kind, "dropped").inc()
+        if job.failure is not None:  # never written: the next term reports it again, not after repeat_after
+            uid, message = job.failure
+            last = self._last_failure.get(uid)
+            if last is not None and last[0] == message:
+                del self._last_failure[uid]
 
     def forget(self, uid: str) -> None:
         self._last_failure.pop(uid, None)
@@ -147,19 +201,31 @@ class Reporter:
         while True:
             job = await self._jobs.get()
             try:
-                await job()
+                if not job.held:  # queued in a term that has ended since
+                    self._dropped(job)
+                    continue
+                await job.write()
             except asyncio.CancelledError:
                 raise
+            except TermEnded:
+                self._dropped(job)
             except Exception as err:
                 self._log_once.warning(type(err).__name__, "report failed", error=repr(err))
             finally:
                 self._jobs.task_done()
 
-    async def _create_scheduled(self, namespace: str, body: dict[str, Any]) -> None:
+    async def _create_scheduled(self, namespace: str, body: dict[str, Any], term: Term | None) -> None:
         """The one Scheduled event of a pod is retried through transient failures (an API server restart,
-        429/5xx): a new leader writes missing ones, but a leader that keeps its lease never looks again."""
+        429/5xx): a new leader writes missing ones, but a leader that keeps its lease never looks again. Each
+        attempt first checks the term: a retry never outlives the leadership it was queued in."""
+
+        async def attempt() -> None:
+            if term is not None and not term.held:
+                raise TermEnded
+            await self._create_event(namespace, body, "scheduled")
+
         await retry(
-            lambda: self._create_event(namespace, body, "scheduled"),
+            attempt,
             attempts=SCHEDULED_ATTEMPTS,
             backoff=Backoff(initial=0.5, maximum=8.0),
             retryable=_transient,
@@ -267,6 +333,8 @@ class Reporter:
 
 
 def _transient(err: Exception) -> bool:
+    if isinstance(err, TermEnded):
+        return False
     return not isinstance(err, ApiException) or err.status == 429 or (err.status or 0) >= 500
 
 

@@ -185,12 +185,14 @@ class Scheduler:
         if binds:
             log.warning("leadership lost: dropped binds not yet sent", count=len(binds))
         self.metrics.binds_dropped.inc(len(binds))
+        self.reporter.drop_lost()  # and the events and conditions the lost term queued
         return len(binds)
 
     async def run(self, stopping: asyncio.Event, term: Term | None = None) -> None:
         """Schedule until ``stopping`` (or until cancelled on losing leadership, ``term``); in-flight binds
         finish, or are dropped by ``stop_binding``."""
         self._term = term
+        self.reporter.term = term  # reports queued from now on belong to this term
         await self.synced.wait()
         try:
             await self.reporter.recover_scheduled_events(list(self.table.pods.values()), set(self.profiles))

@@ -54,6 +54,12 @@ ACCESS: list[tuple[str, str, str, str, str | None, str | None, bool]] = [
     ("extender", "watch", "", "nodes", None, None, True),
     ("extender", "patch", "", "nodes", None, None, False),
     ("redis", "list", "", "nodes", None, None, False),
+    # delegated /metrics: each service asks the API server about its scrapers' tokens (system:auth-delegator)
+    ("scheduler", "create", "authentication.k8s.io", "tokenreviews", None, None, True),
+    ("annotator", "create", "authorization.k8s.io", "subjectaccessreviews", None, None, True),
+    ("event-recorder", "create", "authentication.k8s.io", "tokenreviews", None, None, True),
+    ("extender", "create", "authorization.k8s.io", "subjectaccessreviews", None, None, True),
+    ("redis", "create", "authentication.k8s.io", "tokenreviews", None, None, False),
 ]
 
 
