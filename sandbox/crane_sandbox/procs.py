@@ -2,13 +2,15 @@
 
 Every server the sandbox and the tests run (etcd, kube-apiserver, redis-server, prometheus, our services) is a
 ``ManagedProcess``. Logs go to one file per process inside the run directory, so a failed test can be debugged
-after the fact; ``tail()`` is attached to every readiness timeout.
+after the fact; ``tail()`` is attached to every readiness timeout. Each child dies with the process that started
+it (``die_with_parent``), so a SIGTERMed or SIGKILLed pytest or sandbox leaves no server behind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -24,6 +26,26 @@ def free_port(host: str = "127.0.0.1") -> int:
         s.bind((host, 0))
         port: int = s.getsockname()[1]
         return port
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn`` that makes the child get SIGKILL when its parent dies (Linux ``PR_SET_PDEATHSIG``): no
+    orphaned servers when the parent is killed without running its cleanup (SIGTERM's default action, kill -9).
+
+    The kernel sends the signal when the *thread* that forked the child exits, so children are started from the
+    event loop's thread (asyncio does). libc is loaded here, before the fork: the hook itself only calls."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def hook() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the hook ran: nobody will reap us
+            os._exit(1)
+
+    return hook
 
 
 class StartupError(RuntimeError):
@@ -55,6 +77,7 @@ class ManagedProcess:
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,  # our own process group: a kill reaches its children too
+                preexec_fn=die_with_parent(),  # and it dies with us, even when we get no chance to stop it
             )
 
     @property
