@@ -11,17 +11,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from crane_sandbox.cluster import LocalCluster
-from crane_sandbox.rbac import service_identity
+from crane_sandbox.cluster import LocalCluster, RedisServer
+from crane_sandbox.rbac import identity, service_identity
 from tests.faults.conftest import FaultReport, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
 from tests.faults.scheduler.kit import DEFAULT_TIMING, LEASE_DURATION, RENEW_DEADLINE, Pair, audit, bound_count
-from tests.integration.scheduler.harness import create_nodes, create_pods, node, pod, wait_for
+from tests.integration.event_recorder.kit import child as recorder_child
+from tests.integration.event_recorder.kit import stored
+from tests.integration.scheduler.harness import create_nodes, create_pods, node, pod, pods_json, wait_for
 
 
 async def _nodes(kube: client.ApiClient, group: str, count: int = 10) -> None:
@@ -282,3 +286,99 @@ def _injected(proxy: StatusProxy, status: int, n: int) -> Callable[[], Any]:
         return proxy.injected.get(status, 0) >= n
 
     return check
+
+
+@pytest.mark.slow_fault
+async def test_added_latency_on_the_leaders_api_connection_every_pod_bound_once_and_the_lease_kept(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    proxy_to: Callable[..., Any],
+    fault_report: FaultReport,
+) -> None:
+    """300 ms (+-100 ms) on every answer the leader gets from the API server (binds, watches, its Lease renewals)
+    for 8 s mid-burst, Toxiproxy's latency toxic: slower binds, but no failover (renewals still land well within
+    the renew deadline), no pod bound twice, none lost."""
+    row = fault_report.row("scheduler: 300 ms latency on the leader's API connection mid-burst, 2 replicas")
+    await _nodes(kube, group)
+    proxy = await proxy_to(api_host_port(cluster))
+    account = await service_identity(cluster, "scheduler", namespace)
+    via_proxy = cluster.run_dir / f"{namespace}-a.kubeconfig"
+    kubeconfig_via(cluster, f"https://{proxy.host_port}", via_proxy, account=account)
+    pair = Pair(cluster, account, selector, scheduler_name, DEFAULT_TIMING)
+    a = pair.add("a", "--kubeconfig", str(via_proxy), "--kube-api-qps", "30", "--kube-api-burst", "30")
+    pair.add("b")
+
+    async def slow_for_a_while() -> None:
+        await proxy.latency(300, jitter_ms=100)
+        await asyncio.sleep(8.0)  # the fault's duration: what is being injected, not a wait for an outcome
+        await proxy.heal()
+
+    try:
+        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, slow_for_a_while)
+        spec = await pair.lease(kube)
+        assert spec.holder_identity == a.name and not spec.lease_transitions, "the latency cost the leader its lease"
+        assert [s for _, s in a.seen].count("leader") == 1
+        row.note = "the leader kept its lease throughout (leaseTransitions 0)"
+    finally:
+        await pair.stop()
+    assert row.doubled == 0 and row.lost == 0 and row.bound == row.created
+
+
+@pytest.mark.slow_fault
+async def test_redis_restart_mid_burst_two_replicas_every_binding_recorded_once(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    tmp_path: Path,
+    fault_report: FaultReport,
+) -> None:
+    """The whole binding pipeline under a Redis restart (all records lost) in the middle of a burst two scheduler
+    replicas serve: every pod bound once with one Scheduled event, and the event-recorder (its own account) ends
+    with exactly one record per pod on the node it was bound to, the ones Redis lost restored by a re-list."""
+    row = fault_report.row("pipeline: Redis restart mid-burst, 2 scheduler replicas + event-recorder")
+    await _nodes(kube, group)
+    redis_server = RedisServer(tmp_path)
+    await redis_server.start()
+    redis = aioredis.from_url(redis_server.url)
+    recorder = recorder_child(
+        identity(cluster, "event-recorder").kubeconfig,
+        redis_server.url,
+        namespace,
+        cluster.run_dir / "logs",
+        "--reporting-controllers",
+        scheduler_name,
+    )
+    account = await service_identity(cluster, "scheduler", namespace)
+    pair = Pair(cluster, account, selector, scheduler_name)
+    pair.add("a", "--kube-api-qps", "30", "--kube-api-burst", "30")
+    pair.add("b")
+
+    async def restart_redis() -> None:
+        await redis_server.stop()
+        await redis_server.start()  # empty: no persistence
+
+    try:
+        await recorder.process.start()
+        await recorder.process.wait_ready(recorder.ready, timeout=30)
+        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, restart_redis)
+        bound = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in await pods_json(kube, namespace)}
+
+        async def all_recorded() -> bool:
+            return {uid: node for uid, (node, _) in (await stored(redis)).items()} == bound
+
+        await wait_for(all_recorded, timeout=60, what="every binding recorded in Redis once")
+        assert recorder.process.running, "the event-recorder died"
+        row.note = "Redis lost every record mid-burst; the event-recorder re-listed and restored all of them"
+    finally:
+        await pair.stop()
+        await recorder.process.stop()
+        await redis.aclose()
+        await redis_server.stop()
+    assert row.doubled == 0 and row.lost == 0 and row.bound == row.created
