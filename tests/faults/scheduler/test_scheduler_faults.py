@@ -356,7 +356,7 @@ async def test_redis_restart_mid_burst_two_replicas_every_binding_recorded_once(
         scheduler_name,
     )
     account = await service_identity(cluster, "scheduler", namespace)
-    pair = Pair(cluster, account, selector, scheduler_name)
+    pair = Pair(cluster, account, selector, scheduler_name, DEFAULT_TIMING)
     pair.add("a", "--kube-api-qps", "30", "--kube-api-burst", "30")
     pair.add("b")
 

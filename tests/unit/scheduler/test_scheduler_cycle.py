@@ -229,3 +229,22 @@ async def test_a_bind_dropped_before_its_task_started_is_undone_and_frees_its_sl
     assert not s.table.pods and s.queue.active_len == 1  # undone at once, not when the task runs
     await s.drain()
     assert binder.calls == [] and s._slots._value == free
+
+
+async def test_losing_the_lease_also_drops_the_events_and_conditions_the_term_queued() -> None:
+    binder, clock = FakeBinder(), Clock()
+    s = make(binder, clock)
+    s._term = s.reporter.term = term = Term()
+    s.on_node(node("n1", cpu="2"))
+    s.on_pod(pod("fits", cpu="1"))
+    s.on_pod(pod("too-big", cpu="4"))
+    binder.gate.set()
+    for _ in range(2):
+        await step(s)
+    await asyncio.wait_for(s.drain(), 10)
+    assert s.reporter.backlog == 3  # Scheduled for "fits", FailedScheduling and the condition for "too-big"
+    term.lost.set()
+    s.stop_binding()
+    assert s.reporter.backlog == 0
+    assert s.metrics.reports.labels("scheduled", "dropped")._value.get() == 1
+    assert s.metrics.reports.labels("failed", "dropped")._value.get() == 1
