@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,15 @@ from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess
 from crane_sandbox.rbac import ServiceIdentity
 from tests.faults.conftest import FaultRow
-from tests.integration.scheduler.harness import child_process, config_for, events, pods_json
+from tests.integration.scheduler.harness import (
+    child_process,
+    config_for,
+    create_pods,
+    events,
+    pod,
+    pods_json,
+    wait_for,
+)
 
 TIMING = {"leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "500ms"}
 LEASE_DURATION, RENEW_DEADLINE = 4.0, 3.0
@@ -196,3 +205,32 @@ async def audit(kube: client.ApiClient, namespace: str, created: int, row: Fault
     row.lost = created - len(bound) + len(set(bound) - set(per_uid))
     wrong = [e for e in scheduled if not e["note"].endswith(f" to {bound.get(e['regarding']['uid'])}")]
     assert not wrong, f"Scheduled events naming another node than the binding: {wrong[:3]}"
+
+
+async def at_least_bound(kube: client.ApiClient, namespace: str, n: int) -> bool:
+    return await bound_count(kube, namespace) >= n
+
+
+async def burst_with_fault(
+    kube: client.ApiClient,
+    namespace: str,
+    scheduler_name: str,
+    pair: Pair,
+    row: Any,
+    fault: Callable[[], Any],
+    created: int = 300,
+    cut_at: int = 50,
+) -> float:
+    """Create ``created`` pods at once, run ``fault`` once ``cut_at`` are bound, audit; returns when the fault
+    ended (monotonic)."""
+    await pair.start()
+    await create_pods(kube, namespace, [pod(f"p-{i:03d}", scheduler_name) for i in range(created)])
+    await wait_for(lambda: at_least_bound(kube, namespace, cut_at), timeout=60, what=f"{cut_at} pods bound")
+    assert await bound_count(kube, namespace) < created - 50, "the burst was nearly over: nothing was tested"
+    pair.fault_at = time.monotonic()
+    await fault()
+    ended = time.monotonic()
+    await audit(kube, namespace, created, row)
+    row.recovery = round(time.monotonic() - ended, 2)
+    assert not pair.two_leaders(), [(r.name, r.seen) for r in pair.replicas.values()]
+    return ended

@@ -22,7 +22,16 @@ from kubernetes_asyncio import client
 from crane_sandbox.cluster import LocalCluster, RedisServer
 from crane_sandbox.rbac import identity, service_identity
 from tests.faults.conftest import FaultReport, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
-from tests.faults.scheduler.kit import DEFAULT_TIMING, LEASE_DURATION, RENEW_DEADLINE, Pair, audit, bound_count
+from tests.faults.scheduler.kit import (
+    DEFAULT_TIMING,
+    LEASE_DURATION,
+    RENEW_DEADLINE,
+    Pair,
+    at_least_bound,
+    audit,
+    bound_count,
+    burst_with_fault,
+)
 from tests.integration.event_recorder.kit import child as recorder_child
 from tests.integration.event_recorder.kit import stored
 from tests.integration.scheduler.harness import create_nodes, create_pods, node, pod, pods_json, wait_for
@@ -57,7 +66,7 @@ async def test_leader_blackholed_longer_than_the_lease_stops_binding_before_the_
         await wait_for(lambda: _standby(b), timeout=30, what="b to be a ready standby")
         created = 300
         await create_pods(kube, namespace, [pod(f"p-{i:03d}", scheduler_name) for i in range(created)])
-        await wait_for(lambda: _at_least(kube, namespace, 40), timeout=60, what="40 pods bound by a")
+        await wait_for(lambda: at_least_bound(kube, namespace, 40), timeout=60, what="40 pods bound by a")
         await proxy.blackhole()
         cut = time.monotonic()
         at_cut = await bound_count(kube, namespace)
@@ -102,35 +111,6 @@ def _leads(r: Any) -> Callable[[], Any]:
     return check
 
 
-async def _at_least(kube: client.ApiClient, namespace: str, n: int) -> bool:
-    return await bound_count(kube, namespace) >= n
-
-
-async def _burst_with_fault(
-    kube: client.ApiClient,
-    namespace: str,
-    scheduler_name: str,
-    pair: Pair,
-    row: Any,
-    fault: Callable[[], Any],
-    created: int = 300,
-    cut_at: int = 50,
-) -> float:
-    """Create ``created`` pods at once, run ``fault`` once ``cut_at`` are bound, audit; returns when the fault
-    ended (monotonic)."""
-    await pair.start()
-    await create_pods(kube, namespace, [pod(f"p-{i:03d}", scheduler_name) for i in range(created)])
-    await wait_for(lambda: _at_least(kube, namespace, cut_at), timeout=60, what=f"{cut_at} pods bound")
-    assert await bound_count(kube, namespace) < created - 50, "the burst was nearly over: nothing was tested"
-    pair.fault_at = time.monotonic()
-    await fault()
-    ended = time.monotonic()
-    await audit(kube, namespace, created, row)
-    row.recovery = round(time.monotonic() - ended, 2)
-    assert not pair.two_leaders(), [(r.name, r.seen) for r in pair.replicas.values()]
-    return ended
-
-
 @pytest.mark.slow_fault
 async def test_api_server_restart_mid_burst_two_replicas_bind_every_pod_once(
     cluster: LocalCluster,
@@ -148,7 +128,7 @@ async def test_api_server_restart_mid_burst_two_replicas_bind_every_pod_once(
     pair.add("a", "--kube-api-qps", "30", "--kube-api-burst", "30")
     pair.add("b")
     try:
-        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, lambda: restart_apiserver(cluster, 1.0))
+        await burst_with_fault(kube, namespace, scheduler_name, pair, row, lambda: restart_apiserver(cluster, 1.0))
         states = {r.name: r.seen[-1][1] for r in pair.replicas.values()}
         assert sorted(states.values()) == ["leader", "standby"], states
         terms = {r.name.rsplit("-", 1)[-1]: sum(s == "leader" for _, s in r.seen) for r in pair.replicas.values()}
@@ -181,7 +161,7 @@ async def test_leader_stopped_mid_bind_the_standby_binds_the_rest_once(
         await (a.proc.stop() if signal == "SIGTERM" else a.proc.kill())
 
     try:
-        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, stop_leader)
+        await burst_with_fault(kube, namespace, scheduler_name, pair, row, stop_leader)
         took_over = (b.leading_since() or float("inf")) - pair.fault_at
         # SIGTERM releases the lease (standby leads within a retry period); kill -9 costs one lease duration
         limit = 3.0 if signal == "SIGTERM" else LEASE_DURATION + 3.0
@@ -272,7 +252,7 @@ async def test_429_and_503_on_the_leaders_lists_and_watches_mid_burst_every_pod_
         pair.opened = {k: status_proxy.seen[k] - before[k] for k in before}
 
     try:
-        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, cut_the_watches)
+        await burst_with_fault(kube, namespace, scheduler_name, pair, row, cut_the_watches)
     finally:
         await pair.stop()
     opened = pair.opened
@@ -318,7 +298,7 @@ async def test_added_latency_on_the_leaders_api_connection_every_pod_bound_once_
         await proxy.heal()
 
     try:
-        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, slow_for_a_while)
+        await burst_with_fault(kube, namespace, scheduler_name, pair, row, slow_for_a_while)
         spec = await pair.lease(kube)
         assert spec.holder_identity == a.name and not spec.lease_transitions, "the latency cost the leader its lease"
         assert [s for _, s in a.seen].count("leader") == 1
@@ -367,7 +347,7 @@ async def test_redis_restart_mid_burst_two_replicas_every_binding_recorded_once(
     try:
         await recorder.process.start()
         await recorder.process.wait_ready(recorder.ready, timeout=30)
-        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, restart_redis)
+        await burst_with_fault(kube, namespace, scheduler_name, pair, row, restart_redis)
         bound = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in await pods_json(kube, namespace)}
 
         async def all_recorded() -> bool:
