@@ -101,7 +101,8 @@ def _rendered_template() -> str:
 
 def chart_prefix(namespace: str) -> str:
     """The object-name prefix for a namespace, truncated as the chart's ``crane.prefix`` does."""
-    return namespace[:40].rstrip("-")
+    prefix = namespace[:40]
+    return prefix[:-1] if prefix.endswith("-") else prefix
 
 
 def chart_rbac(namespace: str, prefix: str | None = None) -> list[dict[str, Any]]:
