@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from crane_sandbox.exporter import FleetExporter
 from crane_sandbox.fleet import GI, FleetState, make_fleet
 from crane_sandbox.pod_follower import PodFollower, create_nodes
 from crane_sandbox.prometheus import PrometheusServer, Sample, backfill, check_rules, rules_path
+from tests.support.waiting import eventually
 
 TOLERANCE = 1.0  # percentage points
 
@@ -151,13 +152,6 @@ async def test_rules_files_pass_promtool_and_record_the_same_metrics(variant: st
         for res in ("cpu", "mem")
         for m in ("usage_active", "usage_avg_5m", "usage_max_avg_1h", "usage_max_avg_1d")
     }
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 async def test_sim_nodes_are_ready_in_the_api_and_bound_pods_load_them(kube: client.ApiClient, namespace: str):

@@ -29,26 +29,16 @@ from crane_sandbox.prometheus import PrometheusServer
 from crane_shared.annotations import HOT_VALUE_KEY, decode
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingRecord
-
-from .conftest import METRICS, SELECTOR_KEY, AnnotatorProc, Stack, eventually
+from tests.support.annotator import SELECTOR_KEY, AnnotatorProc, Stack
+from tests.support.policy import UPSTREAM_METRICS as METRICS
+from tests.support.policy import fast_policy
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 N = 30
 PERIOD = 4  # seconds; every metric, so each period is exactly one round
-SYNC = "".join(f"    - {{name: {m}, period: {PERIOD}s}}\n" for m in METRICS)
-POLICY = (
-    "apiVersion: scheduler.policy.crane.io/v1alpha1\n"
-    "kind: DynamicSchedulerPolicy\n"
-    "spec:\n"
-    "  syncPolicy:\n" + SYNC + "  predicate:\n"
-    "    - {name: cpu_usage_avg_5m, maxLimitPecent: 0.65}\n"
-    "  priority:\n"
-    "    - {name: cpu_usage_avg_5m, weight: 1}\n"
-    "  hotValue:\n"
-    "    - {timeRange: 5m, count: 5}\n"
-    "    - {timeRange: 1m, count: 2}\n"
-)
+POLICY = fast_policy(dict.fromkeys(METRICS, f"{PERIOD}s"))
 
 
 @pytest_asyncio.fixture(scope="module")

@@ -4,9 +4,8 @@ each a real process, on simulated nodes whose node-exporter series follow the po
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -16,6 +15,7 @@ from kubernetes_asyncio import client
 from crane_sandbox.fleet import make_fleet
 from crane_sandbox.sandbox import Sandbox
 from crane_shared.kube import api_client_from_dict
+from tests.support.waiting import eventually
 
 T = TypeVar("T")
 
@@ -64,17 +64,6 @@ async def stack() -> AsyncIterator[tuple[Sandbox, client.ApiClient]]:
     finally:
         await api.close()
         await sandbox.stop()
-
-
-async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.5)
 
 
 async def annotated(api: client.ApiClient, node: str, metric: str = "cpu_usage_avg_5m") -> float | None:

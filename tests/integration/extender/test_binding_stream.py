@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,15 +27,8 @@ from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingRecord
 from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs
 from crane_shared.policy import default_policy
-
-METRICS = (
-    "cpu_usage_avg_5m",
-    "cpu_usage_max_avg_1h",
-    "cpu_usage_max_avg_1d",
-    "mem_usage_avg_5m",
-    "mem_usage_max_avg_1h",
-    "mem_usage_max_avg_1d",
-)
+from tests.support.policy import UPSTREAM_METRICS as METRICS
+from tests.support.waiting import eventually
 
 
 def node(name: str, cpu_usage: float) -> dict[str, Any]:
@@ -83,15 +76,6 @@ async def post(url: str, body: dict[str, Any]) -> Any:
     async with aiohttp.ClientSession() as s, s.post(url, json=body) as r:
         assert r.status == 200
         return await r.json()
-
-
-async def eventually(probe: Callable[[], Awaitable[Any]], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := await probe()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.02)
-    return value
 
 
 async def bind(store: BindingStore, uid: str, node_name: str) -> None:

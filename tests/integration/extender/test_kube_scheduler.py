@@ -8,12 +8,10 @@ other tests' nodes and pods on the shared cluster do not interfere.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,31 +31,10 @@ from crane_sandbox.procs import ManagedProcess, free_port
 from crane_shared.annotations import encode_usage
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.policy import default_policy
+from tests.support.policy import UPSTREAM_METRICS as METRICS
+from tests.support.waiting import eventually
 
-METRICS = (
-    "cpu_usage_avg_5m",
-    "cpu_usage_max_avg_1h",
-    "cpu_usage_max_avg_1d",
-    "mem_usage_avg_5m",
-    "mem_usage_max_avg_1h",
-    "mem_usage_max_avg_1d",
-)
 HOT_REASON = "node(s) had cpu_usage_avg_5m above 0.65"
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[Any]], timeout: float, what: str, alive: Callable[[], None] = lambda: None
-) -> Any:
-    """Poll ``probe`` until it returns something truthy; ``alive`` raises when a process we need has died."""
-    deadline = time.monotonic() + timeout
-    while True:
-        alive()
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def annotate(kube: client.ApiClient, node: str, cpu_5m: float) -> None:

@@ -12,7 +12,7 @@ import json
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import pytest
@@ -20,6 +20,7 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.sandbox import Sandbox, node_is_ready
 from crane_shared.kube import api_client_from_dict, raw_json
+from tests.support.waiting import eventually
 
 T = TypeVar("T")
 NODES = 4
@@ -43,18 +44,6 @@ async def api(sandbox: Sandbox) -> AsyncIterator[client.ApiClient]:
     api = await api_client_from_dict(sandbox.cluster.kubeconfig_dict())
     yield api
     await api.close()
-
-
-async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while True:
-        last = await probe()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.25)
 
 
 @pytest.fixture
