@@ -8,12 +8,13 @@ styles (IP, IP:port, name); the name-style nodes have no Hostname address, so th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,32 +122,49 @@ async def stack(cluster: LocalCluster, kube: client.ApiClient, run_dir: Path) ->
         dataclasses.replace(n, base_cpu_fraction=0.05 + 0.03 * i, base_mem_fraction=0.1 + 0.02 * i)
         for i, n in enumerate(fleet)
     ]
-    state = FleetState(fleet)
-    exporter = FleetExporter(state, shard_size=4)
-    await exporter.start()
     await backfill(run_dir / "data", history(fleet, time.time() - 60))
-    prometheus = PrometheusServer(run_dir, exporter.targets(), rules="fast", data_dir=run_dir / "data")
-    policy_path = run_dir / "policy.yaml"
-    policy_path.write_text(TEST_POLICY)
-    try:
-        await asyncio.gather(prometheus.start(), create_nodes(kube, fleet))
-        for node in fleet:
-            if node.instance_style == "name":
-                await drop_hostname(kube, node)
-        stack = Stack(label, list(fleet), state, exporter, prometheus, cluster, kube, policy_path, run_dir)
+    async with running_stack(kube, cluster, run_dir, label, fleet, TEST_POLICY, data_dir=run_dir / "data") as stack:
         # Live rule output for every node (not just the backfilled history) before any annotator starts.
         for metric in ("cpu_usage_avg_5m", "mem_usage_avg_5m"):
-            await prometheus.wait_for(
+            await stack.prometheus.wait_for(
                 f"count(count_over_time({metric}[3s]) >= 2)",
                 lambda r: bool(r) and r[0].value == len(fleet),
                 timeout=60,
             )
         yield stack
+
+
+@contextlib.asynccontextmanager
+async def running_stack(
+    kube: client.ApiClient,
+    cluster: LocalCluster,
+    run_dir: Path,
+    label: str,
+    fleet: list[SimNode],
+    policy: str,
+    *,
+    data_dir: Path | None = None,
+    shard_size: int = 4,
+) -> AsyncIterator[Stack]:
+    """The fleet served by exporters and scraped by a real Prometheus (fast rules), its nodes created in the API
+    server (name-style ones without a Hostname address) and ``policy`` written for the annotators; all of it
+    stopped and deleted afterwards."""
+    state = FleetState(fleet)
+    exporter = FleetExporter(state, shard_size=shard_size)
+    await exporter.start()
+    prometheus = PrometheusServer(run_dir, exporter.targets(), rules="fast", data_dir=data_dir)
+    policy_path = run_dir / "policy.yaml"
+    try:
+        await asyncio.gather(prometheus.start(), create_nodes(kube, fleet))  # Prometheus makes run_dir
+        policy_path.write_text(policy)
+        for node in fleet:
+            if node.instance_style == "name":
+                await drop_hostname(kube, node)
+        yield Stack(label, list(fleet), state, exporter, prometheus, cluster, kube, policy_path, run_dir)
     finally:
         await prometheus.stop()
         await exporter.stop()
-        core = client.CoreV1Api(kube)
-        await core.delete_collection_node(label_selector=f"{SELECTOR_KEY}={label}")
+        await client.CoreV1Api(kube).delete_collection_node(label_selector=f"{SELECTOR_KEY}={label}")
 
 
 class AnnotatorProc:
@@ -220,17 +238,29 @@ class AnnotatorProc:
 
 @pytest_asyncio.fixture
 async def start_annotator(stack: Stack, redis_url: str, namespace: str) -> AsyncIterator[Callable[..., Any]]:
+    async with annotators(stack, redis_url, namespace) as start:
+        yield start
+
+
+@contextlib.asynccontextmanager
+async def annotators(
+    stack: Stack, redis_url: str, namespace: str, prefix: str = "annotator"
+) -> AsyncIterator[Callable[..., Awaitable[AnnotatorProc]]]:
+    """``await start(*flags, name=None)`` starts an annotator on ``stack`` (named ``<prefix>-<n>`` unless
+    named); every one started is stopped afterwards."""
     started: list[AnnotatorProc] = []
 
     async def start(*extra: str, name: str | None = None) -> AnnotatorProc:
-        proc = AnnotatorProc(stack, name or f"annotator-{len(started)}", redis_url, namespace, *extra)
+        proc = AnnotatorProc(stack, name or f"{prefix}-{len(started)}", redis_url, namespace, *extra)
         started.append(proc)
         await proc.start()
         return proc
 
-    yield start
-    for proc in started:
-        await proc.stop()
+    try:
+        yield start
+    finally:
+        for proc in started:
+            await proc.stop()
 
 
 def values_of(annotations: Mapping[str, str]) -> dict[str, str]:
