@@ -7,7 +7,6 @@ styles (IP, IP:port, name); the name-style nodes have no Hostname address, so th
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import json
@@ -30,6 +29,7 @@ from crane_sandbox.fleet import GI, FleetState, SimNode, make_fleet
 from crane_sandbox.pod_follower import create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port
 from crane_sandbox.prometheus import SCRAPE_JOB, PrometheusServer, backfill
+from tests.support.fleet import scraped_fleet
 from tests.support.policy import UPSTREAM_METRICS, fast_policy
 
 SELECTOR_KEY = "crane-test/annotator"
@@ -150,20 +150,16 @@ async def running_stack(
     server (name-style ones without a Hostname address) and ``policy`` written for the annotators; all of it
     stopped and deleted afterwards."""
     state = FleetState(fleet)
-    exporter = FleetExporter(state, shard_size=shard_size)
-    await exporter.start()
-    prometheus = PrometheusServer(run_dir, exporter.targets(), rules="fast", data_dir=data_dir)
     policy_path = run_dir / "policy.yaml"
     try:
-        await asyncio.gather(prometheus.start(), create_nodes(kube, fleet))  # Prometheus makes run_dir
-        policy_path.write_text(policy)
-        for node in fleet:
-            if node.instance_style == "name":
-                await drop_hostname(kube, node)
-        yield Stack(label, list(fleet), state, exporter, prometheus, cluster, kube, policy_path, run_dir)
+        async with scraped_fleet(run_dir, state, shard_size=shard_size, data_dir=data_dir) as (exporter, prometheus):
+            await create_nodes(kube, fleet)
+            policy_path.write_text(policy)  # run_dir: made by Prometheus
+            for node in fleet:
+                if node.instance_style == "name":
+                    await drop_hostname(kube, node)
+            yield Stack(label, list(fleet), state, exporter, prometheus, cluster, kube, policy_path, run_dir)
     finally:
-        await prometheus.stop()
-        await exporter.stop()
         await client.CoreV1Api(kube).delete_collection_node(label_selector=f"{SELECTOR_KEY}={label}")
 
 
