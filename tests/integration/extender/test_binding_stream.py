@@ -102,7 +102,7 @@ async def test_a_burst_lowers_the_chosen_nodes_score_before_the_annotator_knows(
         s = await scores()
         return s["a"] < s["b"]
 
-    await eventually(a_is_lower, 5, "the burst to lower a's score")
+    await eventually(a_is_lower, 5, "the burst to lower a's score", interval=0.02)
 
 
 async def test_recently_bound_pods_count_against_the_threshold_until_the_metrics_absorb_them(
@@ -121,4 +121,4 @@ async def test_recently_bound_pods_count_against_the_threshold_until_the_metrics
         result = await post(f"{url}/filter", {"Pod": pod("next"), **nodes})
         return bool(result["FailedNodes"] == {"a": "node(s) had cpu_usage_avg_5m above 0.65"})
 
-    await eventually(a_is_full, 5, "a to fail the filter with the estimate of the pod just bound")
+    await eventually(a_is_full, 5, "a to fail the filter with the estimate of the pod just bound", interval=0.02)

@@ -189,7 +189,7 @@ async def test_stock_kube_scheduler_with_the_extender_avoids_the_overloaded_node
             where = {p.metadata.name: p.spec.node_name for p in pods if p.spec.node_name}
             return where if len(where) == len(names) else None
 
-        where = await eventually(placed, 60, "all pods bound", alive)
+        where = await eventually(placed, 60, "all pods bound", alive, interval=0.1)
         assert set(where.values()) <= cool, f"pods landed on the overloaded node {hot}: {where}"
 
         # Now every node is overloaded: the pod stays pending, and the scheduler's message groups our reason.
@@ -202,7 +202,9 @@ async def test_stock_kube_scheduler_with_the_extender_avoids_the_overloaded_node
                 async with aiohttp.ClientSession() as s, s.post(f"{url_prefix}/filter", json=args) as r:
                     return set((await r.json())["FailedNodes"]) == cool
 
-            await eventually(extender_sees_them_hot, 10, "the extender's node cache to see the new annotations")
+            await eventually(
+                extender_sees_them_hot, 10, "the extender's node cache to see the new annotations", interval=0.1
+            )
         await v1.create_namespaced_pod(namespace, _pod("late", scheduler_name, tag))
 
         async def unschedulable_message() -> str | None:
@@ -213,7 +215,9 @@ async def test_stock_kube_scheduler_with_the_extender_avoids_the_overloaded_node
             assert not pod.spec.node_name, f"pod bound to {pod.spec.node_name} although every node is overloaded"
             return None
 
-        message = await eventually(unschedulable_message, 60, "the pod to be reported unschedulable", alive)
+        message = await eventually(
+            unschedulable_message, 60, "the pod to be reported unschedulable", alive, interval=0.1
+        )
         assert f"3 {HOT_REASON}" in message, message
 
         if node_cache:
