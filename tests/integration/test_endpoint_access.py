@@ -12,7 +12,7 @@ from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.rbac import account_token, chart_prefix, install_identities
 from crane_shared.kube import KubeSettings
 from crane_shared.service import Access, ServiceRuntime
-from tests.integration.event_recorder.kit import child as recorder_child
+from tests.support.event_recorder_cluster import child as recorder_child
 
 
 async def _get(url: str, token: str | None = None) -> int:

@@ -26,10 +26,12 @@ from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import free_port
 from crane_sandbox.rbac import identity, service_identity
 from crane_shared.annotations import decode
-from tests.faults.conftest import FaultReport, api_host_port, eventually, kubeconfig_via, restart_apiserver
-from tests.faults.scheduler.kit import DEFAULT_TIMING, Pair, burst_with_fault
-from tests.integration.annotator.conftest import METRICS, SELECTOR_KEY, AnnotatorProc, Stack
-from tests.integration.scheduler.harness import pods_json
+from tests.support.annotator import SELECTOR_KEY, AnnotatorProc, Stack
+from tests.support.faults import FaultReport, api_host_port, kubeconfig_via, restart_apiserver
+from tests.support.policy import UPSTREAM_METRICS as METRICS
+from tests.support.scheduler_cluster import pods_json
+from tests.support.scheduler_faults import DEFAULT_TIMING, Pair, burst_with_fault
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.slow_fault
 

@@ -21,8 +21,11 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster, RedisServer
 from crane_sandbox.rbac import identity, service_identity
-from tests.faults.conftest import FaultReport, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
-from tests.faults.scheduler.kit import (
+from tests.support.event_recorder_cluster import child as recorder_child
+from tests.support.event_recorder_cluster import stored
+from tests.support.faults import FaultReport, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
+from tests.support.scheduler_cluster import create_nodes, create_pods, node, pod, pods_json, wait_for
+from tests.support.scheduler_faults import (
     DEFAULT_TIMING,
     LEASE_DURATION,
     RENEW_DEADLINE,
@@ -32,9 +35,6 @@ from tests.faults.scheduler.kit import (
     bound_count,
     burst_with_fault,
 )
-from tests.integration.event_recorder.kit import child as recorder_child
-from tests.integration.event_recorder.kit import stored
-from tests.integration.scheduler.harness import create_nodes, create_pods, node, pod, pods_json, wait_for
 
 
 async def _nodes(kube: client.ApiClient, group: str, count: int = 10) -> None:

@@ -12,7 +12,7 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.rbac import ServiceIdentity, install_identities
-from tests.integration.scheduler.harness import (
+from tests.support.scheduler_cluster import (
     child_process,
     config_for,
     create_nodes,

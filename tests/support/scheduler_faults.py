@@ -16,8 +16,8 @@ from kubernetes_asyncio import client
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess
 from crane_sandbox.rbac import ServiceIdentity
-from tests.faults.conftest import FaultRow
-from tests.integration.scheduler.harness import (
+from tests.support.faults import FaultRow
+from tests.support.scheduler_cluster import (
     child_process,
     config_for,
     create_pods,
