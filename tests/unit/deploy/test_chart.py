@@ -272,3 +272,41 @@ def test_metrics_are_delegated_by_default_and_the_service_monitor_scrapes_with_t
     opened = render("--set", "metrics.access=any,serviceMonitor.enabled=true")
     assert "crane-auth-delegator" not in by_kind(opened, "ClusterRoleBinding")
     assert "authorization" not in next(iter(by_kind(opened, "ServiceMonitor").values()))["spec"]["endpoints"][0]
+
+
+def test_the_sandbox_applies_the_charts_own_roles_per_namespace() -> None:
+    """``crane_sandbox.rbac`` (what the tests and the sandbox run the services under) is the chart rendered: the
+    same rules, only the release namespace and name prefix differ, and nothing but accounts, roles, bindings."""
+    from crane_sandbox.rbac import chart_prefix, chart_rbac
+
+    namespace = "t-42-a-test-name-that-is-longer-than-forty-characters"
+    objects = chart_rbac(namespace)
+    prefix = chart_prefix(namespace)
+    assert len(prefix) <= 40 and not prefix.endswith("-")
+    assert {o["kind"] for o in objects} <= {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    }
+    assert "zz-placeholder" not in json.dumps(objects)
+    shipped = render(
+        "--set",
+        "fullnameOverride=crane,extender.enabled=true,scheduler.topologyAware=true,serviceMonitor.enabled=true",
+    )
+    for kind in ("ClusterRole", "Role"):  # the same rules; Lease names carry the prefix
+        ours = {
+            n.removeprefix(prefix): json.dumps(o["rules"]).replace(f'"{prefix}-', '"P-')
+            for n, o in by_kind(objects, kind).items()
+        }
+        theirs = {
+            n.removeprefix("crane"): json.dumps(o["rules"]).replace('"crane-', '"P-')
+            for n, o in by_kind(shipped, kind).items()
+        }
+        assert ours == theirs, kind
+    for service in SERVICES:
+        account = f"{prefix}-{service}"
+        assert by_kind(objects, "ServiceAccount")[account]["metadata"]["namespace"] == namespace
+        assert _rules_of(objects, account), account
