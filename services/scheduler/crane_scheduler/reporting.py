@@ -10,9 +10,11 @@ client and rate limiter), so reporting never delays a decision or a bind.
 - ``FailedScheduling`` (Warning) and PodScheduled=False carry kube-scheduler's message. The condition is only
   patched when it changes; an unchanged message is repeated as an event at most once per ``repeat_after``
   seconds per pod, so a stuck pod retried on every cluster event does not flood the API.
-- A report belongs to the leadership term it was queued in (``term``): when that term ends, what is still queued
-  is dropped (``drop_lost``) and a write in progress is not retried, like the binds; counted as
-  ``crane_scheduler_reports_total{result="dropped"}``. The next leader writes the missing ``Scheduled`` events.
+- ``FailedScheduling`` events and condition patches belong to the leadership term they were queued in
+  (``term``): when it ends, the ones still queued are dropped at once (``drop_lost``), like the binds, counted as
+  ``crane_scheduler_reports_total{result="dropped"}``; the next leader judges those pods itself. A ``Scheduled``
+  event reports a bind that happened: it is still written (idempotent, one name per UID), and the next leader's
+  recovery writes any that did not make it.
 """
 
 from __future__ import annotations
@@ -55,14 +57,10 @@ def scheduled_event_name(pod: str, uid: str) -> str:
     return event_name(pod, uid.replace("-", ""))
 
 
-class TermEnded(Exception):
-    """The leadership term a report was queued in has ended: the write must not leave (not retried)."""
-
-
 @dataclass(frozen=True)
 class _Job:
     kind: str  # the ``reports`` metric's kind: scheduled, failed, condition, ensure
-    term: Term | None  # None without leader election
+    term: Term | None  # None: tied to no term (no leader election, or a Scheduled event: a fact)
     write: Callable[[], Awaitable[None]]
     failure: tuple[str, str] | None = None  # (pod uid, message) of a FailedScheduling report
 
@@ -105,8 +103,7 @@ class Reporter:
             namespace=namespace, pod=pod, pod_uid=uid, node=node, scheduler=scheduler, instance=self.instance
         )
         body["metadata"]["name"] = scheduled_event_name(pod, uid)
-        term = self.term
-        self._queue("scheduled", lambda: self._create_scheduled(namespace, body, term))
+        self._queue("scheduled", lambda: self._create_scheduled(namespace, body), of_term=False)  # a fact: kept
 
     def failed(self, pod: PodInfo, message: str, reason: str, scheduler: str) -> bool:
         """Report a failed attempt, unless the same message went out for this pod less than
@@ -135,7 +132,7 @@ class Reporter:
 
     def already_bound(self, pod: PodInfo, scheduler: str) -> None:
         """Our bind got 409: whoever bound it, make sure the pod has its one Scheduled event."""
-        self._queue("ensure", lambda: self._ensure_scheduled(pod, scheduler))
+        self._queue("ensure", lambda: self._ensure_scheduled(pod, scheduler), of_term=False)
 
     def drop_lost(self) -> int:
         """Leadership is lost: drop every queued report of an ended term, at once. Returns how many."""
@@ -155,8 +152,16 @@ class Reporter:
             log.warning("leadership lost: dropped reports not yet written", count=dropped)
         return dropped
 
-    def _queue(self, kind: str, write: Callable[[], Awaitable[None]], failure: tuple[str, str] | None = None) -> None:
-        self._jobs.put_nowait(_Job(kind, self.term, write, failure))
+    def _queue(
+        self,
+        kind: str,
+        write: Callable[[], Awaitable[None]],
+        failure: tuple[str, str] | None = None,
+        *,
+        of_term: bool = True,
+    ) -> None:
+        """Queue a write; ``of_term``: it belongs to the current term (dropped when it ends)."""
+        self._jobs.put_nowait(_Job(kind, self.term if of_term else None, write, failure))
 
     def _dropped(self, job: _Job) -> None:
         self.metrics.reports.labels(job.kind, "dropped").inc()
@@ -207,25 +212,16 @@ class Reporter:
                 await job.write()
             except asyncio.CancelledError:
                 raise
-            except TermEnded:
-                self._dropped(job)
             except Exception as err:
                 self._log_once.warning(type(err).__name__, "report failed", error=repr(err))
             finally:
                 self._jobs.task_done()
 
-    async def _create_scheduled(self, namespace: str, body: dict[str, Any], term: Term | None) -> None:
+    async def _create_scheduled(self, namespace: str, body: dict[str, Any]) -> None:
         """The one Scheduled event of a pod is retried through transient failures (an API server restart,
-        429/5xx): a new leader writes missing ones, but a leader that keeps its lease never looks again. Each
-        attempt first checks the term: a retry never outlives the leadership it was queued in."""
-
-        async def attempt() -> None:
-            if term is not None and not term.held:
-                raise TermEnded
-            await self._create_event(namespace, body, "scheduled")
-
+        429/5xx): a new leader writes missing ones, but a leader that keeps its lease never looks again."""
         await retry(
-            attempt,
+            lambda: self._create_event(namespace, body, "scheduled"),
             attempts=SCHEDULED_ATTEMPTS,
             backoff=Backoff(initial=0.5, maximum=8.0),
             retryable=_transient,
@@ -333,8 +329,6 @@ class Reporter:
 
 
 def _transient(err: Exception) -> bool:
-    if isinstance(err, TermEnded):
-        return False
     return not isinstance(err, ApiException) or err.status == 429 or (err.status or 0) >= 500
 
 

@@ -50,7 +50,11 @@ from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.reporting import Reporter
 from crane_shared.leader import Term
 from crane_shared.logs import get_logger
+from crane_shared.retry import sleep_unless
 
+RECOVERY_SETTLE = 35.0
+"""seconds into a term before the second look for unreported bindings: a bind the previous term had on the wire
+has landed (or failed) within its request timeout (30 s by default), and the cache has seen it"""
 log = get_logger("crane.scheduler")
 UNSCHEDULABLE_FLUSH_PERIOD = 30.0
 
@@ -194,11 +198,9 @@ class Scheduler:
         self._term = term
         self.reporter.term = term  # reports queued from now on belong to this term
         await self.synced.wait()
-        try:
-            await self.reporter.recover_scheduled_events(list(self.table.pods.values()), set(self.profiles))
-        except Exception as err:  # reporting must never keep the leader from scheduling
-            log.warning("could not check for unreported bindings", error=repr(err))
+        await self._recover_scheduled_events()
         flusher = asyncio.create_task(self._flush_loop(stopping))
+        settled = asyncio.create_task(self._recover_once_settled(stopping))
         log.info("scheduling", profiles=sorted(self.profiles))
         try:
             while not stopping.is_set():
@@ -211,7 +213,21 @@ class Scheduler:
                 await asyncio.sleep(0)  # let informers and binds run between decisions
         finally:
             flusher.cancel()
+            settled.cancel()
             await self.drain()
+
+    async def _recover_scheduled_events(self) -> None:
+        try:
+            await self.reporter.recover_scheduled_events(list(self.table.pods.values()), set(self.profiles))
+        except Exception as err:  # reporting must never keep the leader from scheduling
+            log.warning("could not check for unreported bindings", error=repr(err))
+
+    async def _recover_once_settled(self, stopping: asyncio.Event) -> None:
+        """Look for unreported bindings once more when the previous term's binds have landed: a bind cancelled
+        on a lost lease may have been on the wire already (the pod gets bound, no event), and the cache may not
+        have seen it bound when this term began."""
+        if not await sleep_unless(stopping, RECOVERY_SETTLE) and self.may_bind():
+            await self._recover_scheduled_events()
 
     async def drain(self) -> None:
         """Wait for in-flight binding cycles (shutdown, leadership loss)."""

@@ -1,5 +1,5 @@
-"""Reports belong to the leadership term they were queued in: when it ends, queued events and condition patches
-are dropped at once (like the binds), and a Scheduled event being retried is not retried past the loss."""
+"""FailedScheduling events and condition patches belong to the leadership term they were queued in: when it ends,
+the queued ones are dropped at once (like the binds). A Scheduled event reports a bind that happened: it is kept."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _dropped(metrics: SchedulerMetrics, kind: str) -> float:
     return float(metrics.reports.labels(kind, "dropped")._value.get())
 
 
-async def test_reports_queued_in_a_lost_term_are_dropped_at_once_and_never_written() -> None:
+async def test_failures_queued_in_a_lost_term_are_dropped_at_once_and_never_written() -> None:
     fake = _Api()
     async with TestServer(fake.app) as server:
         api = client.ApiClient(client.Configuration(host=str(server.make_url("")).rstrip("/")))
@@ -58,37 +58,13 @@ async def test_reports_queued_in_a_lost_term_are_dropped_at_once_and_never_writt
         reporter.scheduled("ns", "bound", "uid-bound", "n1", "crane-scheduler")
         assert reporter.backlog == 3  # FailedScheduling, the PodScheduled condition, Scheduled
         term.lost.set()
-        assert reporter.drop_lost() == 3
-        assert reporter.backlog == 0
+        assert reporter.drop_lost() == 2
+        assert reporter.backlog == 1  # the Scheduled event of a bind that happened
         assert (_dropped(metrics, "failed"), _dropped(metrics, "condition"), _dropped(metrics, "scheduled")) == (
             1,
             1,
-            1,
+            0,
         )
-        # the workers run afterwards: nothing left to write
-        stopping = asyncio.Event()
-        run = asyncio.create_task(reporter.run(stopping))
-        stopping.set()
-        reporter.close()
-        await asyncio.wait_for(run, 10)
-        await api.close()
-    assert fake.writes == []
-    # the dropped failure was never written: the next term reports the same message again at once
-    reporter.term = Term()
-    assert reporter.failed(pod, "0/3 nodes are available", "Unschedulable", "crane-scheduler")
-
-
-async def test_a_report_of_the_new_term_is_kept_and_written() -> None:
-    fake = _Api()
-    async with TestServer(fake.app) as server:
-        api = client.ApiClient(client.Configuration(host=str(server.make_url("")).rstrip("/")))
-        reporter = Reporter(api, api, "test")
-        reporter.term = old = Term()
-        reporter.scheduled("ns", "a", "uid-a", "n1", "crane-scheduler")
-        old.lost.set()
-        reporter.term = Term()  # leading again: a new term
-        reporter.scheduled("ns", "b", "uid-b", "n1", "crane-scheduler")
-        assert reporter.drop_lost() == 1 and reporter.backlog == 1
         stopping = asyncio.Event()
         run = asyncio.create_task(reporter.run(stopping))
         await asyncio.wait_for(reporter.drain(), 10)
@@ -96,25 +72,31 @@ async def test_a_report_of_the_new_term_is_kept_and_written() -> None:
         reporter.close()
         await asyncio.wait_for(run, 10)
         await api.close()
-    assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"]
+    assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"]  # the Scheduled event only
+    # the dropped failure was never written: the next term reports the same message again at once
+    reporter.term = Term()
+    assert reporter.failed(pod, "0/3 nodes are available", "Unschedulable", "crane-scheduler")
 
 
-async def test_a_scheduled_event_being_retried_stops_when_the_term_ends() -> None:
-    fake = _Api(answers=[503] * 20)
+async def test_a_failure_of_the_new_term_is_kept_and_written() -> None:
+    fake = _Api()
     async with TestServer(fake.app) as server:
         api = client.ApiClient(client.Configuration(host=str(server.make_url("")).rstrip("/")))
-        metrics = SchedulerMetrics(CollectorRegistry())
-        reporter = Reporter(api, api, "test", metrics=metrics)
-        reporter.term = term = Term()
+        reporter = Reporter(api, api, "test")
+        reporter.term = old = Term()
+        reporter.failed(parse_pod(_pod("a")), "no fit", "Unschedulable", "crane-scheduler")
+        old.lost.set()
+        reporter.term = Term()  # leading again: a new term
+        reporter.failed(parse_pod(_pod("b")), "no fit", "Unschedulable", "crane-scheduler")
+        assert reporter.drop_lost() == 2 and reporter.backlog == 2
         stopping = asyncio.Event()
         run = asyncio.create_task(reporter.run(stopping))
-        reporter.scheduled("ns", "a", "uid-a", "n1", "crane-scheduler")
-        await asyncio.wait_for(fake.written.wait(), 10)  # the first attempt gets its 503, the retry backs off
-        term.lost.set()
-        await asyncio.wait_for(reporter.drain(), 10)  # the retry gives up on its next attempt, unsent
+        await asyncio.wait_for(reporter.drain(), 10)
         stopping.set()
         reporter.close()
         await asyncio.wait_for(run, 10)
         await api.close()
-    assert len(fake.writes) == 1
-    assert _dropped(metrics, "scheduled") == 1
+    assert sorted(fake.writes) == [
+        "PATCH /api/v1/namespaces/ns/pods/b/status",
+        "POST /apis/events.k8s.io/v1/namespaces/ns/events",
+    ]

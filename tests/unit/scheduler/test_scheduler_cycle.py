@@ -231,7 +231,7 @@ async def test_a_bind_dropped_before_its_task_started_is_undone_and_frees_its_sl
     assert binder.calls == [] and s._slots._value == free
 
 
-async def test_losing_the_lease_also_drops_the_events_and_conditions_the_term_queued() -> None:
+async def test_losing_the_lease_also_drops_the_failures_and_conditions_the_term_queued() -> None:
     binder, clock = FakeBinder(), Clock()
     s = make(binder, clock)
     s._term = s.reporter.term = term = Term()
@@ -245,6 +245,30 @@ async def test_losing_the_lease_also_drops_the_events_and_conditions_the_term_qu
     assert s.reporter.backlog == 3  # Scheduled for "fits", FailedScheduling and the condition for "too-big"
     term.lost.set()
     s.stop_binding()
-    assert s.reporter.backlog == 0
-    assert s.metrics.reports.labels("scheduled", "dropped")._value.get() == 1
+    assert s.reporter.backlog == 1  # the Scheduled event of the bind that happened is kept
     assert s.metrics.reports.labels("failed", "dropped")._value.get() == 1
+    assert s.metrics.reports.labels("condition", "dropped")._value.get() == 1
+
+
+async def test_a_term_looks_for_unreported_bindings_again_once_the_previous_terms_binds_have_landed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bind the previous term cancelled on losing its lease may have been on the wire: the pod is bound, the
+    cache sees it only later. The term looks at its start and once more after ``RECOVERY_SETTLE``."""
+    from crane_scheduler import scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "RECOVERY_SETTLE", 0.05)
+    s = make(FakeBinder(), Clock())
+    s.synced.set()
+    stopping = asyncio.Event()
+    looks: list[int] = []
+
+    async def recover(bound: Any, schedulers: set[str]) -> int:
+        looks.append(len(looks))
+        if len(looks) == 2:
+            stopping.set()
+        return 0
+
+    monkeypatch.setattr(s.reporter, "recover_scheduled_events", recover)
+    await asyncio.wait_for(s.run(stopping, Term()), 10)
+    assert looks == [0, 1]
