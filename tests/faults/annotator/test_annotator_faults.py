@@ -310,7 +310,7 @@ async def test_prometheus_faults_under_two_scheduler_replicas_every_pod_bound_on
     pair.cfg["profiles"][0]["pluginConfig"] = [
         {"name": "Dynamic", "args": {"policyConfigPath": str(stack.policy_path)}}
     ]
-    pair.add("a", "--kube-api-qps", "30", "--kube-api-burst", "30")
+    pair.add("a", "--kube-api-qps", "15", "--kube-api-burst", "15")  # a burst of 20 s: the fault lands mid-way
     pair.add("b")
     kind = "bad_response" if mode == "garbage" else "timeout"
 
