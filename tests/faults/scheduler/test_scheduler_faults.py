@@ -337,7 +337,7 @@ async def test_redis_restart_mid_burst_two_replicas_every_binding_recorded_once(
     )
     account = await service_identity(cluster, "scheduler", namespace)
     pair = Pair(cluster, account, selector, scheduler_name, DEFAULT_TIMING)
-    pair.add("a", "--kube-api-qps", "30", "--kube-api-burst", "30")
+    pair.add("a", "--kube-api-qps", "15", "--kube-api-burst", "15")  # a burst of 20 s: the fault lands mid-way
     pair.add("b")
 
     async def restart_redis() -> None:
