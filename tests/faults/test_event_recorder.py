@@ -51,12 +51,17 @@ async def audit(redis: aioredis.Redis, made: Sequence[Binding], row: FaultRow) -
 
 
 async def test_redis_flushall_is_noticed_and_the_records_restored_by_a_relist(
-    kube: client.ApiClient, redis_url: str, redis: aioredis.Redis, namespace: str, fault_report: FaultReport
+    kube: client.ApiClient,
+    recorder_kube: client.ApiClient,
+    redis_url: str,
+    redis: aioredis.Redis,
+    namespace: str,
+    fault_report: FaultReport,
 ) -> None:
     """Same server, same run_id: only the epoch marker going away tells the recorder its records are gone."""
     made = bindings(namespace, 30)
     row = fault_report.row("Redis FLUSHALL (same server, records lost)")
-    async with in_process(kube, redis_url, namespace) as rec:
+    async with in_process(recorder_kube, redis_url, namespace) as rec:
         await eventually(rec.recorder.ready)
         for b in made:
             await report_events_v1(kube, b)
@@ -151,6 +156,7 @@ async def test_api_server_restart_mid_stream_loses_and_doubles_nothing(
 async def test_redis_connection_reset_and_blackholed_lose_nothing(
     cluster: LocalCluster,
     kube: client.ApiClient,
+    recorder_kube: client.ApiClient,
     redis_url: str,
     redis: aioredis.Redis,
     namespace: str,
@@ -161,7 +167,7 @@ async def test_redis_connection_reset_and_blackholed_lose_nothing(
     via_proxy = f"redis://{proxy.host_port}/{redis_url.rsplit('/', 1)[1]}"
     made = bindings(namespace, 60)
     row = fault_report.row("Redis connection reset, then blackholed 5s (event-recorder)")
-    async with in_process(kube, via_proxy, namespace) as rec:
+    async with in_process(recorder_kube, via_proxy, namespace) as rec:
         await eventually(rec.recorder.ready)
         for b in made[:20]:
             await report_events_v1(kube, b)
