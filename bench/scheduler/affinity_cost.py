@@ -4,9 +4,9 @@ workloads, in process (no API server).
 The same pods as ``bench.scheduler.workloads`` (scheduler_perf's templates and 500Nodes/5000Nodes counts) on a
 node table of N nodes (hostname + zone labels, crane's load annotations): the init pods bound round-robin, then
 every measured pod goes through one decision (``Algorithm.schedule``), assume and Reserve, as the scheduling loop
-does; ``SchedulingBasic`` (plain pods) is the baseline. Reports CPU ms per decision (process time, so other processes on a shared machine do not count; mean, p50 and
-p99) per workload; ``--profile`` prints cProfile's top functions, to find
-where a decision's time goes.
+does; ``SchedulingBasic`` (plain pods) is the baseline. Reports CPU ms per decision (process time, so other
+processes on a shared machine do not count; mean, p50 and p99) per workload; ``--profile`` prints cProfile's
+top functions, to find where a decision's time goes.
 
     .venv/bin/python -m bench.scheduler.affinity_cost --nodes 500
     .venv/bin/python -m bench.scheduler.affinity_cost --nodes 5000 --scale 5000Nodes --plugins kube --profile
@@ -68,6 +68,8 @@ def build(nodes: int, plugins: str) -> tuple[NodeTable, Profile]:
 def run(workload: str, nodes: int, scale: str, plugins: str, prof: cProfile.Profile | None) -> dict[str, float]:
     table, profile = build(nodes, plugins)
     namespaces = ["sched-1", "sched-0"]
+    labels: dict[str, str]
+    extra: dict[str, Any]
     if workload == BASIC:  # the plain-pod baseline: as many pods as the spreading workloads measure
         n_init, n_measured = 0, SCALES[scale]["TopologySpreading"][1]
         labels, extra = {}, {}
@@ -96,8 +98,13 @@ def run(workload: str, nodes: int, scale: str, plugins: str, prof: cProfile.Prof
         if prof is not None:
             prof.disable()
     ms = np.array(times) * 1e3
-    return {"mean": float(ms.mean()), "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)),
-            "placed": placed, "pods": n_measured}
+    return {
+        "mean": float(ms.mean()),
+        "p50": float(np.percentile(ms, 50)),
+        "p99": float(np.percentile(ms, 99)),
+        "placed": placed,
+        "pods": n_measured,
+    }
 
 
 def main() -> None:
