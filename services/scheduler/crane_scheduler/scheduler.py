@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from crane_scheduler.explain import DecisionLog
 from crane_scheduler.framework.interface import QueueingHintPlugin
 from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import (
+    ClusterChange,
     ClusterEvent,
     Code,
     CycleState,
@@ -377,6 +379,9 @@ class Scheduler:
             self.metrics.bind_duration.labels("error").observe(time.perf_counter() - bind_start)
             profile.run_unreserve(state, pod, node)
             self.table.forget(pod.uid)
+            # kube's handleBindingCycleError: the resources (and the peer) the assumption held are free again
+            placed = dataclasses.replace(pod, node_name=node)
+            self.queue.on_event(ClusterEvent.POD_DELETE, ClusterChange(ClusterEvent.POD_DELETE, placed))
             self._failed(profile, qp, status, start)
             return
         self.metrics.bind_duration.labels("bound").observe(time.perf_counter() - bind_start)

@@ -113,6 +113,31 @@ def _constraints(raw: Any, labels: Mapping[str, str], action: str, path: str) ->
     return out
 
 
+_OWN: dict[tuple[str, str], tuple[Mapping[str, Any], list[Constraint] | SelectorError]] = {}
+_OWN_MAX = 8192
+
+
+def _own_constraints(pod: PodInfo, labels: Mapping[str, str], action: str) -> list[Constraint]:
+    """The pod's own constraints for ``action``, memoised per pod object (PreFilter, PreScore and the queueing
+    hints ask for the same pod; they depend on the pod alone); a new version of the pod is parsed again."""
+    key = (pod.uid, action)
+    found = _OWN.get(key)
+    if found is not None and found[0] is pod.raw:
+        result = found[1]
+    else:
+        raw = (pod.raw.get("spec") or {}).get("topologySpreadConstraints")
+        try:
+            result = _constraints(raw, labels, action, "spec.topologySpreadConstraints")
+        except SelectorError as err:
+            result = err
+        if len(_OWN) >= _OWN_MAX:
+            _OWN.clear()
+        _OWN[key] = (pod.raw, result)
+    if isinstance(result, SelectorError):
+        raise result
+    return result
+
+
 @dataclass(frozen=True)
 class Args:
     default_constraints: tuple[Mapping[str, Any], ...] = SYSTEM_DEFAULTS
@@ -238,7 +263,7 @@ class PodTopologySpread(
         labels = (pod.raw.get("metadata") or {}).get("labels") or {}
         own = spec.get("topologySpreadConstraints")
         if own:
-            return _constraints(own, labels, action, "spec.topologySpreadConstraints")
+            return _own_constraints(pod, labels, action)
         if not self.args.default_constraints:
             return []
         selector = self.owners.default_selector(pod)  # first: most pods have no owner with a selector here
