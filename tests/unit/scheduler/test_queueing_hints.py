@@ -175,6 +175,31 @@ def test_the_cache_hands_the_objects_over_so_an_annotation_update_does_not_wake_
     assert q.pop(100.0) is not None
 
 
+def test_the_cache_hands_over_the_previous_version_of_a_relabelled_bound_pod() -> None:
+    table = NodeTable()
+    plugin = interpodaffinity.InterPodAffinity(interpodaffinity.Args(), Handle(table))
+    q = SchedulingQueue(
+        lambda qp: (qp.timestamp,),
+        events_of=lambda name: plugin.events_to_register(),
+        hints_of=lambda profile, name: plugin.queueing_hints(),
+    )
+    cache = Cache(table, q, {"crane-scheduler"}, clock=lambda: 0.0)
+    cache.on_node(node("a"))
+    bound = labelled(pod("web", node_name="a", scheduler="nobody"), app="web")
+    cache.on_pod(bound)
+    q.add_unschedulable(
+        QueuedPod(P("cache", spec=required("podAffinity", HOST, app="db")), 0.0), frozenset({plugin.name}), 0.0
+    )
+    same = copy.deepcopy(bound)
+    same["status"] = {"phase": "Running"}
+    cache.on_pod(same)
+    assert q.pop(100.0) is None
+    relabelled = copy.deepcopy(same)
+    relabelled["metadata"]["labels"] = {"app": "db"}
+    cache.on_pod(relabelled)  # the same accounting: the table updates its record in place
+    assert q.pop(100.0) is not None
+
+
 # ---------------------------------------------------------------------------------------------- TaintToleration
 
 NO_SCHEDULE = {"key": "k", "value": "v", "effect": "NoSchedule"}

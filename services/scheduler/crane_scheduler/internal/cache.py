@@ -137,12 +137,12 @@ class Cache:
             if self.pending.pop(pod.uid, None) is not None:
                 self.queue.delete(pod.uid)
             before = self.table.pods.get(pod.uid)
-            old_labels = _labels(before.pod) if before is not None else None
+            old = before.pod if before is not None else None  # add_pod may update the record in place
+            old_labels = _labels(old)
             if before is None or before.assumed:
                 self.table.add_pod(pod)  # a new peer (affinity) or count (topology spread)
                 self.queue.on_event(ClusterEvent.POD_ADD, ClusterChange(ClusterEvent.POD_ADD, None, pod))
             elif self.table.add_pod(pod) or old_labels != _labels(pod):
-                old = before.pod
                 change = None if old is None else ClusterChange(ClusterEvent.POD_UPDATE, old, pod)
                 self.queue.on_event(ClusterEvent.POD_UPDATE, change)
             self.forget(pod.uid)
