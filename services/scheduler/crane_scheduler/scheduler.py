@@ -101,6 +101,7 @@ class Scheduler:
             on_hint_skip=lambda plugin: self.metrics.queue_hint_skips.labels(plugin).inc(),
         )
         self._hint_failures: set[str] = set()
+        self._hints: dict[tuple[str, str], QueueingHints] = {}
         self._observers: dict[str, Callable[[str, str, float], None]] = {
             name: _observer(self.metrics, name) for name in profiles
         }
@@ -133,10 +134,15 @@ class Scheduler:
         return events
 
     def _hints_of(self, profile: str, plugin: str) -> QueueingHints:
-        """The queueing hints of ``plugin`` in the pod's profile (none: every registered event requeues)."""
-        found = self.profiles.get(profile)
-        instance = found.plugins.get(plugin) if found is not None else None
-        return instance.queueing_hints() if isinstance(instance, QueueingHintPlugin) else NO_HINTS
+        """The queueing hints of ``plugin`` in the pod's profile (none: every registered event requeues); asked
+        once per pair, as kube reads ``EventsToRegister`` once."""
+        hints = self._hints.get((profile, plugin))
+        if hints is None:
+            found = self.profiles.get(profile)
+            instance = found.plugins.get(plugin) if found is not None else None
+            hints = instance.queueing_hints() if isinstance(instance, QueueingHintPlugin) else NO_HINTS
+            self._hints[(profile, plugin)] = hints
+        return hints
 
     def _hint_error(self, plugin: str, err: BaseException) -> None:
         self.metrics.queue_hint_errors.labels(plugin).inc()
