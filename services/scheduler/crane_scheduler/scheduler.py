@@ -148,7 +148,7 @@ class Scheduler:
         self.metrics.queue_hint_errors.labels(plugin).inc()
         if plugin not in self._hint_failures:  # logged once per plugin, counted always
             self._hint_failures.add(plugin)
-            log.warning("queueing hint of %s failed, requeueing the pod (logged once): %r", plugin, err)
+            log.warning("queueing hint failed, requeueing the pod (logged once)", plugin=plugin, error=repr(err))
 
     # ------------------------------------------------------------------------------------------ informers
 
