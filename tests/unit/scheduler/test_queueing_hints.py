@@ -12,7 +12,14 @@ from crane_scheduler.framework import ClusterChange, ClusterEvent, Handle, Queue
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import interpodaffinity, nodeaffinity, noderesources, podtopologyspread, tainttoleration
+from crane_scheduler.plugins import (
+    interpodaffinity,
+    nodeaffinity,
+    noderesources,
+    nodeunschedulable,
+    podtopologyspread,
+    tainttoleration,
+)
 from crane_scheduler.podinfo import NodeInfo, PodInfo, parse_node, parse_pod
 from tests.unit.scheduler.builders import node, pod
 
@@ -217,6 +224,19 @@ def test_taint_toleration_hint() -> None:
     assert hint(p, update(N(), N(labels={"x": "y"}))) is S  # was tolerated already: nothing new
     prefer = {"key": "k", "value": "v", "effect": "PreferNoSchedule"}
     assert hint(p, update(N(taints=[NO_SCHEDULE]), N(taints=[prefer]))) is Q
+
+
+# ---------------------------------------------------------------------------------------------- NodeUnschedulable
+
+
+def test_node_unschedulable_hint() -> None:
+    hint = nodeunschedulable.after_node_change
+    p = P()
+    assert hint(p, add(N())) is Q
+    assert hint(p, add(N(unschedulable=True))) is S
+    assert hint(p, update(N(unschedulable=True), N())) is Q  # uncordoned
+    assert hint(p, update(N(), N(labels={"x": "y"}))) is S
+    assert hint(p, update(N(unschedulable=True), N(unschedulable=True, labels={"x": "y"}))) is S
 
 
 # ---------------------------------------------------------------------------------------------- NodeAffinity
