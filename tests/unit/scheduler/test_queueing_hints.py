@@ -15,13 +15,14 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import (
     interpodaffinity,
     nodeaffinity,
+    nodeports,
     noderesources,
     nodeunschedulable,
     podtopologyspread,
     tainttoleration,
 )
 from crane_scheduler.podinfo import NodeInfo, PodInfo, parse_node, parse_pod
-from tests.unit.scheduler.builders import node, pod
+from tests.unit.scheduler.builders import container, node, pod
 
 Q, S = QueueingHint.QUEUE, QueueingHint.SKIP
 ZONE = "topology.kubernetes.io/zone"
@@ -224,6 +225,22 @@ def test_taint_toleration_hint() -> None:
     assert hint(p, update(N(), N(labels={"x": "y"}))) is S  # was tolerated already: nothing new
     prefer = {"key": "k", "value": "v", "effect": "PreferNoSchedule"}
     assert hint(p, update(N(taints=[NO_SCHEDULE]), N(taints=[prefer]))) is Q
+
+
+# ---------------------------------------------------------------------------------------------- NodePorts
+
+
+def test_node_ports_hint() -> None:
+    hint = nodeports.after_pod_deleted
+
+    def with_port(name: str, port: int, node_name: str = "") -> PodInfo:
+        c = container("100m", "100Mi", ports=[{"containerPort": port, "hostPort": port, "protocol": "TCP"}])
+        return parse_pod(labelled(pod(name, node_name=node_name, containers=[c])))
+
+    p = with_port("p", 8080)
+    assert hint(p, delete(with_port("holder", 8080, node_name="a"))) is Q
+    assert hint(p, delete(with_port("other", 9090, node_name="a"))) is S
+    assert hint(p, delete(P("plain", node_name="a"))) is S
 
 
 # ---------------------------------------------------------------------------------------------- NodeUnschedulable
