@@ -26,6 +26,7 @@ from crane_scheduler.framework.types import (
     Diagnosis,
     PreFilterResult,
     QueuedPod,
+    QueueingHints,
     Rejection,
     Rows,
     Status,
@@ -52,6 +53,7 @@ __all__ = [
     "PreFilterPlugin",
     "PreScorePlugin",
     "QueueSortPlugin",
+    "QueueingHintPlugin",
     "ReservePlugin",
     "ScorePlugin",
     "WorkerPlugin",
@@ -189,6 +191,15 @@ class EnqueueExtensions(Plugin, Protocol):
     def events_to_register(self) -> ClusterEvent:
         """Events that may make a pod this plugin rejected schedulable; plugins without it get ALL."""
         ...
+
+
+@runtime_checkable
+class QueueingHintPlugin(Plugin, Protocol):
+    """Optional, with ``EnqueueExtensions``: kube's per-object ``QueueingHintFn``s. For a pod this plugin rejected,
+    a change of a registered event kind requeues it only when the hint keyed by that kind answers QUEUE (a kind
+    without a hint always requeues, as does a hint that raises)."""
+
+    def queueing_hints(self) -> QueueingHints: ...
 
 
 @runtime_checkable

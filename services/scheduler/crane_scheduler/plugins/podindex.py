@@ -244,6 +244,16 @@ class PodEntry:
     deleting: bool
     terms: PodTerms
 
+    def same_placement(self, other: PodEntry) -> bool:
+        """Equal for every matcher and term group (uid aside)."""
+        return (
+            self.node == other.node
+            and self.namespace == other.namespace
+            and self.deleting == other.deleting
+            and self.labels == other.labels
+            and (self.terms is other.terms or self.terms == other.terms)
+        )
+
     @classmethod
     def of(cls, pod: PodInfo, node: str) -> PodEntry:
         meta = pod.raw.get("metadata") or {}
@@ -366,8 +376,14 @@ class PodIndex:
     # -- maintenance ----------------------------------------------------------------------------------------------
 
     def _put(self, pod: PodInfo, node: str) -> None:
-        self._remove(pod.uid)
+        """Index a placed pod; a new version that changes nothing the index reads (our assumption confirmed by
+        the informer, a status update) costs no pass over the matchers."""
         entry = PodEntry.of(pod, node)
+        old = self.entries.get(pod.uid)
+        if old is not None and old.same_placement(entry):
+            self.entries[pod.uid] = entry
+            return
+        self._remove(pod.uid)
         self.entries[pod.uid] = entry
         self._apply(entry, +1)
 
