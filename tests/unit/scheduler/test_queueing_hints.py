@@ -22,7 +22,7 @@ from crane_scheduler.plugins import (
     tainttoleration,
 )
 from crane_scheduler.podinfo import NodeInfo, PodInfo, parse_node, parse_pod
-from tests.unit.scheduler.builders import container, node, pod
+from tests.support.scheduler import container, node, pod
 
 Q, S = QueueingHint.QUEUE, QueueingHint.SKIP
 ZONE = "topology.kubernetes.io/zone"
