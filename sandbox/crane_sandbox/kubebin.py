@@ -154,10 +154,20 @@ def ensure_kwok(module_dir: Path = KWOK_MODULE_DIR, *, quiet: bool = False) -> K
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.parse_args()
-    bins = ensure_binaries()
-    kwok = ensure_kwok()
-    print(f"{bins.version}\n{bins.apiserver}\n{bins.scheduler}\n{bins.controller_manager}\n{kwok.version}\n{kwok.kwok}")
+    parser.add_argument(
+        "modules",
+        nargs="*",
+        choices=("kube", "kwok"),
+        default=["kube", "kwok"],
+        help="which module to build (default both); scripts/setup builds kube first and KWOK in the background",
+    )
+    args = parser.parse_args()
+    if "kube" in args.modules:
+        bins = ensure_binaries()
+        print(f"{bins.version}\n{bins.apiserver}\n{bins.scheduler}\n{bins.controller_manager}\n{bins.judge}")
+    if "kwok" in args.modules:
+        kwok = ensure_kwok()
+        print(f"{kwok.version}\n{kwok.kwok}")
 
 
 if __name__ == "__main__":
