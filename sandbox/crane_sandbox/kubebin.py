@@ -100,7 +100,12 @@ def _ensure_built(
         raise RuntimeError(f"Go is needed to build {what} (https://go.dev/doc/install); 'go' is not on PATH")
     cache_root().mkdir(parents=True, exist_ok=True)
     with open(cache_root() / f".{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel callers of one pin wait for one build
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # parallel callers of one pin wait for one build (scripts/setup's, in the background)
+            if not quiet:
+                print(f"waiting for another build of {what} (first time: minutes)...", file=sys.stderr, flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
         if all((target / b).exists() for b in wanted):
             return target
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root()))
