@@ -123,7 +123,7 @@ def test_cluster_load_dashboard_shows_what_the_product_is_for() -> None:
         "crane_annotator_node_hot_value",
         "kube_pod_info",
         "scheduler_pending_pods",
-        "cpu_usage_avg_5m > bool 65",
+        "crane_scheduler_dynamic_policy_threshold",
     ):
         assert needle in exprs, needle
 
