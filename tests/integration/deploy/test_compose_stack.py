@@ -31,9 +31,12 @@ from kubernetes_asyncio import client
 from crane_sandbox.procs import ManagedProcess, tcp_open
 from crane_shared.bindings import BindingSchema
 from crane_shared.kube import api_client_from_dict
-from tests.deploytools import REPO
+from tests.deploytools import REPO, prefetch
 from tests.integration.deploy.conftest import podman
 from tests.integration.scheduler.harness import wait_for
+
+prefetch("tools", "kwokctl")
+prefetch("tools", "kubectl")
 
 PROJECT = "cranestacktest"
 STARTED = ("kwok", "fleet", "redis", "prometheus", "event-recorder", "annotator", "scheduler")
