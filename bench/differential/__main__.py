@@ -19,8 +19,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, seed, settings
 
-from tests.differential.harness import Case, Judge, compare, judge_binary, ours
-from tests.differential.strategies import cases
+from tests.support.judge import Case, Judge, compare, judge_binary, ours
+from tests.support.judge_cases import cases
 
 
 def main() -> int:

@@ -31,9 +31,8 @@ from kubernetes_asyncio import client
 from crane_sandbox.procs import ManagedProcess, tcp_open
 from crane_shared.bindings import BindingSchema
 from crane_shared.kube import api_client_from_dict
-from tests.deploytools import REPO, prefetch
-from tests.integration.deploy.conftest import podman
-from tests.integration.scheduler.harness import wait_for
+from tests.support.deploy import REPO, podman, prefetch
+from tests.support.scheduler_cluster import wait_for
 
 prefetch("tools", "kwokctl")
 prefetch("tools", "kubectl")

@@ -30,7 +30,7 @@ from crane_sandbox.prometheus import PrometheusServer, rules_path
 from crane_sandbox.sandbox import Sandbox
 from crane_shared.kube import api_client_from_dict
 from crane_shared.policy import default_policy
-from tests.deploytools import ALERTS, DASHBOARDS, REPO, prefetch, tool
+from tests.support.deploy import ALERTS, DASHBOARDS, REPO, prefetch, tool
 
 prefetch("tools", "kube-state-metrics")
 prefetch("tools", "grafanaquery")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
@@ -148,3 +149,16 @@ async def test_a_metric_that_matched_no_node_is_retried_soon_like_a_failed_one()
     synced, retried = report.outcome()
     assert synced == ["cpu_usage_avg_5m"]
     assert sorted(retried) == ["instance:cpu:max_1h", "mem_usage_avg_5m"]
+
+
+async def test_run_writes_a_first_round_then_returns_when_stopping_is_set() -> None:
+    """The worker contract: ``run(stopping)`` starts with every metric due, then waits for the next due time
+    (minutes away here) and returns as soon as ``stopping`` is set."""
+    rounds, prom, patcher, _ = make_rounds({s.name: series(s.name, 20.0) for s in SPECS})
+    stopping = asyncio.Event()
+    worker = asyncio.create_task(rounds.run(stopping))
+    await asyncio.wait_for(rounds.first_round_done.wait(), 5)
+    stopping.set()
+    await asyncio.wait_for(worker, 5)
+    assert sorted(prom.queries) == sorted(s.name for s in SPECS)  # one round: the next is 3 minutes away
+    assert len(patcher.sent) == len(NODES)
