@@ -161,6 +161,9 @@ class NodeTable:
         self.pod_removed: list[Callable[[str], None]] = []
         # Plugins that must see a pod as soon as it is assumed (InterPodAffinity, PodTopologySpread): (pod, node).
         self.pod_assumed: list[Callable[[PodInfo, str], None]] = []
+        # What-ifs that must be seen by plugins reading other nodes' pods (preemption's per-node dry run, kube's
+        # PreFilterExtensions RemovePod/AddPod): (records, -1 taken out / +1 put back), with ``notify=True`` only.
+        self.pod_simulated: list[Callable[[list[PodRecord], int], None]] = []
 
     # ------------------------------------------------------------------------------------------ views
 
@@ -427,9 +430,10 @@ class NodeTable:
             removed(uid)
         return record
 
-    def simulate_remove(self, uids: Iterable[str]) -> list[PodRecord]:
+    def simulate_remove(self, uids: Iterable[str], *, notify: bool = False) -> list[PodRecord]:
         """Take pods out of the accounting for a what-if (preemption's dry run); ``simulate_add`` puts them back.
-        Synchronous callers only: nothing else may look at the table in between. Plugin hooks are not called."""
+        Synchronous callers only: nothing else may look at the table in between. The pod hooks are not called;
+        with ``notify`` the ``pod_simulated`` hooks are (the pod index follows the what-if)."""
         removed = []
         for uid in uids:
             record = self.pods.pop(uid, None)
@@ -438,14 +442,20 @@ class NodeTable:
             self._pods_by_node.get(record.node, set()).discard(uid)
             removed.append(record)
         self._apply_many(removed, -1)
+        if notify:
+            for hook in self.pod_simulated:
+                hook(removed, -1)
         return removed
 
-    def simulate_add(self, records: Iterable[PodRecord]) -> None:
+    def simulate_add(self, records: Iterable[PodRecord], *, notify: bool = False) -> None:
         added = list(records)
         for record in added:
             self.pods[record.uid] = record
             self._pods_by_node.setdefault(record.node, set()).add(record.uid)
         self._apply_many(added, +1)
+        if notify:
+            for hook in self.pod_simulated:
+                hook(added, +1)
 
     def _apply_many(self, records: list[PodRecord], sign: int) -> None:
         """``_apply`` for many pods: deltas summed in Python, then one numpy update per touched row (the dry run

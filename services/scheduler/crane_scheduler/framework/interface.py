@@ -37,6 +37,7 @@ from crane_scheduler.podinfo import NodeInfo, PodInfo
 __all__ = [
     "EXTENSION_POINTS",
     "BindPlugin",
+    "CrossNodeFilterPlugin",
     "EnqueueExtensions",
     "ExplainPlugin",
     "FilterPlugin",
@@ -210,6 +211,16 @@ class PodExplainPlugin(Plugin, Protocol):
     def explain_pod(self, uid: str, node: str) -> Mapping[str, Any]:
         """Entries to add to the decision's ``result`` for pod ``uid`` placed on ``node`` (empty: nothing)."""
         ...
+
+
+@runtime_checkable
+class CrossNodeFilterPlugin(Plugin, Protocol):
+    """Optional marker: the plugin's PreFilter/Filter verdict on a node may depend on pods placed on *other* nodes
+    (InterPodAffinity, PodTopologySpread: kube's plugins with ``PreFilterExtensions``). Unless its PreFilter
+    answers SKIP for the pod, preemption's dry run then evaluates candidate nodes one at a time, as kube does,
+    with the what-if visible through the node table's ``pod_simulated`` hooks."""
+
+    reads_other_nodes: bool
 
 
 @runtime_checkable

@@ -116,7 +116,14 @@ class DefaultPreemption(PostFilterPlugin):
             return framework.run_prefilter_and_filter(st, p, table, alive)
 
         result = dry_run(
-            table, pod, potential, run, self.handle.listers.pdbs(), self.rng.randrange(n), self.num_candidates(n)
+            table,
+            pod,
+            potential,
+            run,
+            self.handle.listers.pdbs(),
+            self.rng.randrange(n),
+            self.num_candidates(n),
+            per_node=self._reads_other_nodes(framework, pod),
         )
         if not result.candidates:
             d = Diagnosis(table.num_nodes)
@@ -128,6 +135,17 @@ class DefaultPreemption(PostFilterPlugin):
         assert best is not None
         self._nominate(pod, best)
         return Status(Code.SUCCESS, ())
+
+    def _reads_other_nodes(self, framework: Any, pod: PodInfo) -> bool:
+        """Whether a ``CrossNodeFilterPlugin`` of the profile has something to say about ``pod`` (its PreFilter
+        does not SKIP it): then victims elsewhere change a node's verdict, and the dry run goes node by node."""
+        filters = {pl.name for pl in framework.filter}
+        return any(
+            getattr(pl, "reads_other_nodes", False)
+            and pl.name in filters
+            and pl.pre_filter({}, pod, self.handle.table).status.code is not Code.SKIP
+            for pl in framework.pre_filter
+        )
 
     def _none(self, pod: PodInfo, d: Diagnosis) -> Status:
         """No candidate: kube clears the pod's nomination and reports a FitError of the dry run."""

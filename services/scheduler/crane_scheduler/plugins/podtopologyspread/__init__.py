@@ -215,6 +215,7 @@ class PodTopologySpread(
     PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, NormalizeScorePlugin, EnqueueExtensions, WorkerPlugin
 ):
     name = NAME
+    reads_other_nodes = True  # CrossNodeFilterPlugin: preemption dry-runs such pods node by node
 
     def __init__(self, args: Args, handle: Handle) -> None:
         self.args = args
