@@ -177,6 +177,9 @@ async def test_victims_get_the_disruption_condition_and_are_deleted(monkeypatch:
     t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
     ls = listers()
     prof = profile(t, ls, api=object())
+    events: list[tuple[Any, ...]] = []
+    assert prof.handle is not None
+    prof.handle.record_event = lambda *event: events.append(event)
     _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
     plugin = victims_of(prof)
     assert info.uid in plugin.preempting
@@ -189,7 +192,18 @@ async def test_victims_get_the_disruption_condition_and_are_deleted(monkeypatch:
     cond = _FakeCore.calls[1][2]["status"]["conditions"][0]
     assert (cond["type"], cond["status"], cond["reason"]) == ("DisruptionTarget", "True", "PreemptionByScheduler")
     assert cond["message"] == "crane-scheduler: preempting to accommodate a higher priority pod"
-    assert _FakeCore.calls[2][2] == {"preconditions": {"uid": t.pods[next(iter(t.pods))].uid}}
+    victim_uid = t.pods[next(iter(t.pods))].uid
+    assert _FakeCore.calls[2][2] == {"preconditions": {"uid": victim_uid}}
+    assert events == [
+        (
+            {"namespace": "ns", "name": "low", "uid": victim_uid},
+            {"namespace": "ns", "name": "vip", "uid": info.uid},
+            "Normal",
+            "Preempted",
+            "Preempting",
+            f"Preempted by pod {info.uid} on node a",
+        )
+    ]
 
 
 def test_simulated_removal_and_return_leave_the_table_exactly_as_it_was() -> None:

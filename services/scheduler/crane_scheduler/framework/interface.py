@@ -99,6 +99,11 @@ class Handle:
     """PVCs, PVs, StorageClasses, CSINodes, PDBs (one instance shared by every profile and the cache)."""
     activate: Callable[[str], None] = field(default=lambda uid: None)
     """Move a pending pod (by uid) straight to activeQ (kube's ``Handle.Activate``); set by the scheduler."""
+    record_event: Callable[[Mapping[str, Any], Mapping[str, Any] | None, str, str, str, str], None] = field(
+        default=lambda regarding, related, type_, reason, action, note: None
+    )
+    """kube's ``EventRecorder().Eventf(regarding, related, type, reason, action, note)`` for pods: references as
+    {namespace, name, uid}; set by the scheduler to its reporter (this profile's name as reportingController)."""
     framework: Any = None
     """The plugin's profile (``runtime.Profile``), set once built: what kube's handle offers as
     ``RunFilterPluginsWithNominatedPods`` (preemption's dry run runs the profile's own filters)."""

@@ -199,7 +199,9 @@ class DefaultPreemption(PostFilterPlugin):
             await self._set_nomination(pod, best.node)
             for p in lower:
                 await self._set_nomination(p, "")
-            await asyncio.gather(*(self._evict(pod, v) for v in best.victims if v.pod and not v.pod.deleting))
+            await asyncio.gather(
+                *(self._evict(pod, v, best.node) for v in best.victims if v.pod and not v.pod.deleting)
+            )
         except Exception as err:  # the pod retries with backoff; the next attempt decides again
             log.warning("preemption failed", pod=pod.key, node=best.node, error=repr(err))
             for uid in self._waiting.pop(pod.uid, set()):
@@ -223,8 +225,9 @@ class DefaultPreemption(PostFilterPlugin):
             if err.status != 404:
                 raise
 
-    async def _evict(self, preemptor: PodInfo, victim: PodRecord) -> None:
-        """kube's ``PreemptPod``: the DisruptionTarget condition first (so the pod's owner sees why), then delete."""
+    async def _evict(self, preemptor: PodInfo, victim: PodRecord, node: str) -> None:
+        """kube's ``PreemptPod``: the DisruptionTarget condition first (so the pod's owner sees why), then delete,
+        then the ``Preempted`` event on the victim (related: the preemptor), as kube-scheduler writes it."""
         core = client.CoreV1Api(self.handle.api)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         condition = {
@@ -256,7 +259,16 @@ class DefaultPreemption(PostFilterPlugin):
         except ApiException as err:
             if err.status not in (404, 409):  # gone already, or replaced by a new pod of the same name
                 raise
+            return  # kube reports nothing for a victim that was already gone
         log.info("preempted", victim=f"{victim.namespace}/{victim.name}", preemptor=preemptor.key, node=victim.node)
+        self.handle.record_event(
+            {"namespace": victim.namespace, "name": victim.name, "uid": victim.uid},
+            {"namespace": preemptor.namespace, "name": preemptor.name, "uid": preemptor.uid},
+            "Normal",
+            "Preempted",
+            "Preempting",
+            f"Preempted by pod {preemptor.uid} on node {node}",
+        )
 
     async def drain(self) -> None:
         """Wait for running preemptions (tests, shutdown)."""
