@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +55,17 @@ def terminating_by_preemption(raw: Mapping[str, Any]) -> bool:
         if cond.get("type") == "DisruptionTarget":
             return bool(cond.get("status") == "True" and cond.get("reason") == "PreemptionByScheduler")
     return False
+
+
+@dataclass
+class Choice:
+    """What preemption decides for a pod: the PostFilter message when it cannot help, else the candidates found
+    and the chosen one."""
+
+    message: str
+    candidates: list[Candidate] = field(default_factory=list)
+    best: Candidate | None = None
+    clear_nomination: bool = False
 
 
 class DefaultPreemption(PostFilterPlugin):
@@ -99,9 +111,22 @@ class DefaultPreemption(PostFilterPlugin):
         self.attempts.inc()
         if pod.uid in self.preempting:
             return Status(Code.UNSCHEDULABLE, ("preemption: waiting for the preemption for this pod to be finished",))
+        choice = self.select(pod, diagnosis)
+        if choice.best is None:
+            if choice.clear_nomination:  # kube clears the pod's nomination when preemption cannot help
+                table = self.handle.table
+                if table.nominated.pop(pod.uid, None) is not None or nominated_node_of(pod):
+                    self._spawn(self._set_nomination(pod, ""))
+            return Status(Code.UNSCHEDULABLE, (choice.message,))
+        self._nominate(pod, choice.best)
+        return Status(Code.SUCCESS, ())
+
+    def select(self, pod: PodInfo, diagnosis: Diagnosis) -> Choice:
+        """``Evaluator.Preempt`` up to the choice, without side effects: eligibility, the dry run, the candidate
+        kube's ``SelectCandidate`` picks (ties: the first found)."""
         reason = self.eligible(pod, diagnosis)
         if reason:
-            return Status(Code.UNSCHEDULABLE, (f"preemption: {reason}",))
+            return Choice(f"preemption: {reason}")
         table = self.handle.table
         potential: Mask = (
             diagnosis.preemptible.copy() if diagnosis.preemptible is not None else np.zeros(table.n_rows, dtype=bool)
@@ -110,7 +135,7 @@ class DefaultPreemption(PostFilterPlugin):
         n = int(potential.sum())
         framework = self.handle.framework
         if n == 0 or framework is None:
-            return self._none(pod, Diagnosis(table.num_nodes))
+            return self._none(Diagnosis(table.num_nodes))
 
         def run(st: CycleState, p: PodInfo, alive: Mask) -> Any:
             return framework.run_prefilter_and_filter(st, p, table, alive)
@@ -130,11 +155,8 @@ class DefaultPreemption(PostFilterPlugin):
             d.reasons.update(result.statuses)
             if table.num_nodes > result.tried:  # nodes not dry-run: their filter failure was unresolvable
                 d.reasons[NOT_HELPFUL] += table.num_nodes - result.tried
-            return self._none(pod, d)
-        best = pick_one(result.candidates)
-        assert best is not None
-        self._nominate(pod, best)
-        return Status(Code.SUCCESS, ())
+            return self._none(d)
+        return Choice("", result.candidates, pick_one(result.candidates))
 
     def _reads_other_nodes(self, framework: Any, pod: PodInfo) -> bool:
         """Whether a ``CrossNodeFilterPlugin`` of the profile has something to say about ``pod`` (its PreFilter
@@ -147,14 +169,11 @@ class DefaultPreemption(PostFilterPlugin):
             for pl in framework.pre_filter
         )
 
-    def _none(self, pod: PodInfo, d: Diagnosis) -> Status:
-        """No candidate: kube clears the pod's nomination and reports a FitError of the dry run."""
-        table = self.handle.table
-        if table.nominated.pop(pod.uid, None) is not None or nominated_node_of(pod):
-            self._spawn(self._set_nomination(pod, ""))
+    def _none(self, d: Diagnosis) -> Choice:
+        """No candidate: kube reports a FitError of the dry run (and clears the pod's nomination)."""
         if not d.reasons:
-            d.reasons[NOT_HELPFUL] = table.num_nodes
-        return Status(Code.UNSCHEDULABLE, (f"preemption: {fit_error_message(d)}",))
+            d.reasons[NOT_HELPFUL] = self.handle.table.num_nodes
+        return Choice(f"preemption: {fit_error_message(d)}", clear_nomination=True)
 
     # ------------------------------------------------------------------------------------------ actions
 
