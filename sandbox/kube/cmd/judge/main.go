@@ -16,6 +16,12 @@
 // counted on their nodes, incoming the pods to evaluate. Incoming pods are evaluated independently against the
 // same snapshot (nothing is assumed). The answer is {"id", "results": [...]} or {"id", "error"}.
 //
+// Optional: "pvcs", "pvs", "storageClasses", "csiNodes", "csiDrivers", "csiStorageCapacities",
+// "volumeAttachments", "pdbs" are served to the plugins' listers (VolumeBinding, VolumeRestrictions, VolumeZone,
+// NodeVolumeLimits, DefaultPreemption) from a fake clientset made for the request; with "preempt": true, an
+// incoming pod no node fits also gets "preemption": DefaultPreemption's message, or its dry-run candidates (node,
+// victims, PDB violations) and the ones pickOneNodeForPreemption may choose.
+//
 // Unlike kube-scheduler, the judge does not stop at a node's first failing Filter plugin: "filter" holds every
 // plugin's own verdict on every node (its PreFilter state permitting), while "status" is the framework's verdict
 // (first failure, PreFilterResult restrictions applied), and only the framework's feasible nodes are scored. All
@@ -60,6 +66,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
@@ -307,6 +314,7 @@ func (j *judge) build(ctx context.Context, raw []byte, client clientset.Interfac
 			frameworkruntime.WithSnapshotSharedLister(pf.lister),
 			frameworkruntime.WithParallelism(int(cfg.Parallelism)),
 			frameworkruntime.WithPodNominator(noNominator{}),
+			frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(informerFactory.Storage().V1().CSINodes().Lister())),
 		)
 		if err != nil {
 			return nil, nil, fmt.Errorf("profile %q: %w", prof.SchedulerName, err)
