@@ -149,17 +149,17 @@ def storage_cases(draw: Any, max_nodes: int = 4) -> Case:
     for pv in pvs:  # some PVs are bound already (by the PV controller), to a claim of their own
         if draw(st.integers(0, 2)) == 0:
             name = f"claim-{pv['metadata']['name']}"
-            spec = pv["spec"]
+            pv_spec = pv["spec"]
             claims.append(
                 _claim(
                     name,
-                    spec["storageClassName"],
-                    spec["capacity"]["storage"],
-                    spec["accessModes"],
+                    pv_spec["storageClassName"],
+                    pv_spec["capacity"]["storage"],
+                    pv_spec["accessModes"],
                     pv["metadata"]["name"],
                 )
             )
-            spec["claimRef"] = {
+            pv_spec["claimRef"] = {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
                 "namespace": "default",
