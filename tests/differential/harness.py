@@ -78,6 +78,8 @@ LISTER_KINDS = {
     "csiNodes": "csinodes",
     "volumeAttachments": "volumeattachments",
     "pdbs": "pdbs",
+    "csiDrivers": "csidrivers",
+    "csiStorageCapacities": "csistoragecapacities",
 }
 
 
@@ -88,7 +90,8 @@ class Case:
     incoming: Json
     config: Json
     objects: dict[str, list[Json]] = field(default_factory=dict)
-    """PVCs, PVs, StorageClasses, CSINodes, VolumeAttachments, PDBs by the judge's field name (``LISTER_KINDS``)."""
+    """PVCs, PVs, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities, VolumeAttachments, PDBs by the
+    judge's field name (``LISTER_KINDS``)."""
     preempt: bool = False
     """Also compare DefaultPreemption's decision when no node fits."""
 

@@ -140,6 +140,44 @@ def _volumes(claims: list[str]) -> list[Json]:
     return [{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
 
 
+def _capacities(draw: Any, names: list[str]) -> dict[str, list[Json]]:
+    """The driver's CSIDriver (storage capacity tracking on or off, or none) and CSIStorageCapacities per zone,
+    per node or for every node, with room for some claim sizes only."""
+    tracking = draw(st.sampled_from((True, True, False, None)))
+    if tracking is None:
+        return {}
+    driver = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSIDriver",
+        "metadata": {"name": DRIVER},
+        "spec": {"storageCapacity": tracking, "attachRequired": True},
+    }
+    capacities = []
+    for k in range(draw(st.integers(0, 3))):
+        scope = draw(st.sampled_from(("zone", "node", "all", "none")))
+        topology: Json | None = {}
+        if scope == "zone":
+            topology = {"matchLabels": {ZONE: draw(st.sampled_from(ZONES))}}
+        elif scope == "node":
+            host = draw(st.sampled_from(names))
+            topology = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [host]}]}
+        elif scope == "none":
+            topology = None
+        capacity: Json = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSIStorageCapacity",
+            "metadata": {"name": f"cap-{k}", "namespace": draw(st.sampled_from(("kube-system", "default")))},
+            "storageClassName": draw(st.sampled_from(("csi-wffc", "csi-wffc", "csi-immediate"))),
+            "capacity": draw(st.sampled_from(("1Gi", "3Gi", "10Gi"))),
+        }
+        if topology is not None:
+            capacity["nodeTopology"] = topology
+        if draw(st.booleans()):
+            capacity["maximumVolumeSize"] = draw(st.sampled_from(("1Gi", "2Gi", "5Gi")))
+        capacities.append(capacity)
+    return {"csiDrivers": [driver], "csiStorageCapacities": capacities}
+
+
 @st.composite
 def storage_cases(draw: Any, max_nodes: int = 4) -> Case:
     nodes = [_node(i, draw) for i in range(draw(st.integers(1, max_nodes)))]
@@ -204,6 +242,7 @@ def storage_cases(draw: Any, max_nodes: int = 4) -> Case:
         "pvs": pvs,
         "storageClasses": list(CLASSES),
         "csiNodes": csi_nodes,
+        **_capacities(draw, names),
     }
     return Case(nodes, pods, _pod("incoming", spec), config_for(), objects)
 

@@ -139,6 +139,8 @@ class Scheduler:
                 "csinodes": storage.list_csi_node,
                 "volumeattachments": storage.list_volume_attachment,
                 "pdbs": client.PolicyV1Api(self.api).list_pod_disruption_budget_for_all_namespaces,
+                "csidrivers": storage.list_csi_driver,
+                "csistoragecapacities": storage.list_csi_storage_capacity_for_all_namespaces,
             }
         )
         for informer in objects:
