@@ -57,6 +57,9 @@ class PodRecord:
     assumed: bool = False
     pod: PodInfo | None = None
     """The pod itself, for plugins that read more than the accounting (volumes, priority, labels)."""
+    seq: int = 0
+    """Order in which the table first counted the pod (kept across what-ifs): kube's NodeInfo lists a node's pods
+    in the order they were added, and preemption breaks exact ties between victims by it."""
 
     @classmethod
     def of(cls, pod: PodInfo, node: str, *, assumed: bool = False) -> PodRecord:
@@ -153,6 +156,7 @@ class NodeTable:
         self.pods: dict[str, PodRecord] = {}
         self._pods_by_node: dict[str, set[str]] = {}
         self.unschedulable_count = 0
+        self._seq = 0
         # Pods nominated to a node by preemption (ours or another scheduler's), not bound yet: uid -> (pod, node).
         # Filter counts them for pods of equal or lower priority (kube's nominator).
         self.nominated: dict[str, tuple[PodInfo, str]] = {}
@@ -493,6 +497,8 @@ class NodeTable:
         return (self.pods[uid] for uid in self._pods_by_node.get(node, ()))
 
     def _insert(self, record: PodRecord) -> None:
+        self._seq += 1
+        record.seq = self._seq
         self.pods[record.uid] = record
         self._pods_by_node.setdefault(record.node, set()).add(record.uid)
         self._apply(record, +1)

@@ -353,3 +353,20 @@ def test_spread_reprieve_puts_the_more_important_pod_back_into_the_counts(monkey
     )
     assert t.nominated[info.uid][1] == "a"
     assert [v.name for v in captured[0].victims] == ["web-go"]
+
+
+def test_exact_ties_keep_the_nodes_pod_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Equal priority and start time: kube sorts its NodeInfo's pods (in the order they were added), so the first
+    added is reprieved first and the later one is the victim, however often the dry run has run before."""
+    started = {"startTime": "2026-01-01T00:00:00Z"}
+    first = pod("first", cpu="500m", priority=0, node_name="a")
+    second = pod("second", cpu="500m", priority=0, node_name="a")
+    first["status"] = second["status"] = started
+    t = table(node("a", cpu="1"), bound=[first, second])
+    ls = listers()
+    prof = profile(t, ls)
+    captured = nominated_victims(monkeypatch, prof)
+    for i in range(4):
+        t.nominated.clear()  # each attempt alone (a nominated preemptor would count against the next)
+        preempt(t, ls, pod(f"vip-{i}", cpu="500m", priority=5), prof)
+        assert [v.name for v in captured[-1].victims] == ["second"]

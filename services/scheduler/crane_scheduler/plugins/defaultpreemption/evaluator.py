@@ -60,11 +60,12 @@ def start_time(record: PodRecord, now: float) -> float:
         return now
 
 
-def more_important(now: float) -> Callable[[PodRecord], tuple[int, float]]:
-    """Sort key for ``MoreImportantPod``: higher priority first, then the one that started earlier."""
+def more_important(now: float) -> Callable[[PodRecord], tuple[int, float, int]]:
+    """Sort key for ``MoreImportantPod``: higher priority first, then the one that started earlier; exact ties
+    keep the node's pod order (kube sorts its NodeInfo's pods, listed in the order they were added)."""
 
-    def key(r: PodRecord) -> tuple[int, float]:
-        return (-(r.pod.priority if r.pod else 0), start_time(r, now))
+    def key(r: PodRecord) -> tuple[int, float, int]:
+        return (-(r.pod.priority if r.pod else 0), start_time(r, now), r.seq)
 
     return key
 
