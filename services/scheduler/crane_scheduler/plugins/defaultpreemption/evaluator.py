@@ -13,6 +13,7 @@ candidates are dry-run one by one instead, as kube does, and the pod index follo
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import Counter
@@ -52,12 +53,17 @@ class DryRun:
 def start_time(record: PodRecord, now: float) -> float:
     """``GetPodStartTime``: status.startTime, or now for a pod that has not started."""
     raw = ((record.pod.raw if record.pod else {}).get("status") or {}).get("startTime")
-    if not raw:
-        return now
+    parsed = _parse_time(str(raw)) if raw else None
+    return now if parsed is None else parsed
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_time(raw: str) -> float | None:
+    """RFC 3339 to seconds; pods of one workload share few distinct start times, and every dry run sorts by them."""
     try:
-        return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
+        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
     except ValueError:
-        return now
+        return None
 
 
 def more_important(now: float) -> Callable[[PodRecord], tuple[int, float, int]]:
@@ -148,8 +154,20 @@ def dry_run(
         n_violating[row] = {r.uid for r in violating}
     if per_node:
         victims = _one_by_one(table, pod, rows, queue, n_violating, run, out, wanted)
-    else:
-        victims = _batched(table, pod, queue, run, out)
+    else:  # chunks of ``wanted`` rows in rotation order, until enough candidates (kube cancels its search there)
+        victims = {}
+        order_rows = [row for row in rows if row in queue]
+        n_found = n_clean = 0
+        for start in range(0, len(order_rows), max(wanted, 1)):
+            chunk = order_rows[start : start + max(wanted, 1)]
+            got = _batched(table, pod, {row: queue[row] for row in chunk}, run, out)
+            victims.update(got)
+            for row in chunk:
+                if got.get(row):
+                    n_found += 1
+                    n_clean += not any(r.uid in n_violating[row] for r in got[row])
+            if n_clean > 0 and n_found >= wanted:
+                break
     for row in [r for r in rows if r in queue and victims.get(r)]:
         found = victims[row]
         violations = sum(1 for r in found if r.uid in n_violating[row])
