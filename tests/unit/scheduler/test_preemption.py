@@ -370,3 +370,21 @@ def test_exact_ties_keep_the_nodes_pod_order(monkeypatch: pytest.MonkeyPatch) ->
         t.nominated.clear()  # each attempt alone (a nominated preemptor would count against the next)
         preempt(t, ls, pod(f"vip-{i}", cpu="500m", priority=5), prof)
         assert [v.name for v in captured[-1].victims] == ["second"]
+
+
+def test_nominated_pods_count_for_inter_pod_anti_affinity() -> None:
+    """kube's RunFilterPluginsWithNominatedPods adds a nominated pod of at least the pod's priority through
+    AddPod, so InterPodAffinity counts it in its zone: the zone is refused while the nomination stands."""
+    t = table(node("a", labels={ZONE: "z1"}), node("c", cpu="50m", labels={ZONE: "z2"}))
+    nominee = parse_pod(labelled(pod("nominee", priority=100), app="web"))
+    t.nominated[nominee.uid] = (nominee, "a")
+    ls = listers()
+    refused = decide(t, ls, anti_web("incoming", 50))
+    assert isinstance(refused, Diagnosis)
+    assert refused.message == (
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match pod anti-affinity rules."
+    )
+    lower = parse_pod(labelled(pod("lower", priority=10), app="web"))
+    t.nominated = {lower.uid: (lower, "a")}  # a nominee of lower priority does not count
+    placed = decide(t, ls, anti_web("incoming", 50))
+    assert isinstance(placed, ScheduleResult) and placed.node == "a"
