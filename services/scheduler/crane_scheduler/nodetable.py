@@ -157,6 +157,10 @@ class NodeTable:
         self._pods_by_node: dict[str, set[str]] = {}
         self.unschedulable_count = 0
         self._seq = 0
+        # Per node, a number that changes whenever the node's pods change (also in what-ifs): plugins that
+        # aggregate a node's pods cache the aggregate under it.
+        self.pods_version: dict[str, int] = {}
+        self._touches = 0
         # Pods nominated to a node by preemption (ours or another scheduler's), not bound yet: uid -> (pod, node).
         # Filter counts them for pods of equal or lower priority (kube's nominator).
         self.nominated: dict[str, tuple[PodInfo, str]] = {}
@@ -423,6 +427,7 @@ class NodeTable:
         record = self.pods.pop(uid, None)
         if record is None:
             return None
+        self._touch(record.node)
         on_node = self._pods_by_node.get(record.node)
         if on_node is not None:
             on_node.discard(uid)
@@ -444,6 +449,7 @@ class NodeTable:
             if record is None:
                 continue
             self._pods_by_node.get(record.node, set()).discard(uid)
+            self._touch(record.node)
             removed.append(record)
         self._apply_many(removed, -1)
         if notify:
@@ -456,6 +462,7 @@ class NodeTable:
         for record in added:
             self.pods[record.uid] = record
             self._pods_by_node.setdefault(record.node, set()).add(record.uid)
+            self._touch(record.node)
         self._apply_many(added, +1)
         if notify:
             for hook in self.pod_simulated:
@@ -496,9 +503,14 @@ class NodeTable:
     def pods_on(self, node: str) -> Iterable[PodRecord]:
         return (self.pods[uid] for uid in self._pods_by_node.get(node, ()))
 
+    def _touch(self, node: str) -> None:
+        self._touches += 1
+        self.pods_version[node] = self._touches
+
     def _insert(self, record: PodRecord) -> None:
         self._seq += 1
         record.seq = self._seq
+        self._touch(record.node)
         self.pods[record.uid] = record
         self._pods_by_node.setdefault(record.node, set()).add(record.uid)
         self._apply(record, +1)
