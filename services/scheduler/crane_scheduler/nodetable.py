@@ -57,6 +57,9 @@ class PodRecord:
     assumed: bool = False
     pod: PodInfo | None = None
     """The pod itself, for plugins that read more than the accounting (volumes, priority, labels)."""
+    delta: Any = None
+    """The record's accounting as one int64 row (requests by column, non-zero cpu and memory, 1 pod), built by
+    the table's batch updates on first use."""
     seq: int = 0
     """Order in which the table first counted the pod (kept across what-ifs): kube's NodeInfo lists a node's pods
     in the order they were added, and preemption breaks exact ties between victims by it."""
@@ -469,36 +472,51 @@ class NodeTable:
                 hook(added, +1)
 
     def _apply_many(self, records: list[PodRecord], sign: int) -> None:
-        """``_apply`` for many pods: deltas summed in Python, then one numpy update per touched row (the dry run
-        moves hundreds of pods at a time; a numpy scalar update per resource per pod would dominate it)."""
+        """``_apply`` for many pods: each record's delta row (requests, non-zero cpu/memory, 1 pod) is built once
+        and kept on the record, then the rows are summed per node with numpy (the dry run moves hundreds of pods
+        at a time; Python arithmetic per resource per pod would dominate it)."""
         if not records:
             return
         for record in records:  # every resource has its column before the widths are fixed
             for res in record.requests:
-                self._resource(res)
-        deltas: dict[int, list[int]] = {}
+                if res not in self.resources:
+                    self._resource(res)
         width = self._requested.shape[1]
-        columns = self.resources
+        rows: list[int] = []
+        vectors: list[IntArray] = []
+        rows_of = self.rows
         for record in records:
-            row = self.rows.get(record.node)
+            row = rows_of.get(record.node)
             if row is None:
                 continue
-            d = deltas.get(row)
-            if d is None:
-                d = deltas[row] = [0] * (width + 3)
-            for res, value in record.requests.items():
-                d[columns[res]] += sign * value
-            d[width] += sign * record.nonzero_cpu
-            d[width + 1] += sign * record.nonzero_memory
-            d[width + 2] += sign
-            self._apply_ports(row, record.host_ports, sign)
-        if deltas:
-            rows = np.fromiter(deltas, dtype=np.intp, count=len(deltas))
-            values = np.array(list(deltas.values()), dtype=np.int64)
-            self._requested[rows] += values[:, :width]
-            self._nonzero[rows] += values[:, width : width + 2]
-            self._pod_count[rows] += values[:, width + 2]
+            vector = record.delta
+            if vector is None or len(vector) != width + 3:
+                vector = record.delta = self._delta_of(record, width)
+            rows.append(row)
+            vectors.append(vector)
+            if record.host_ports:
+                self._apply_ports(row, record.host_ports, sign)
+        if rows:
+            index = np.asarray(rows, dtype=np.intp)
+            matrix = np.stack(vectors)
+            order = np.argsort(index, kind="stable")
+            touched, starts = np.unique(index[order], return_index=True)
+            sums = np.add.reduceat(matrix[order], starts, axis=0)
+            if sign < 0:
+                sums = -sums
+            self._requested[touched] += sums[:, :width]
+            self._nonzero[touched] += sums[:, width : width + 2]
+            self._pod_count[touched] += sums[:, width + 2]
         self.version += 1
+
+    def _delta_of(self, record: PodRecord, width: int) -> IntArray:
+        vector = np.zeros(width + 3, dtype=np.int64)
+        for res, value in record.requests.items():
+            vector[self.resources[res]] += value
+        vector[width] = record.nonzero_cpu
+        vector[width + 1] = record.nonzero_memory
+        vector[width + 2] = 1
+        return vector
 
     def pods_on(self, node: str) -> Iterable[PodRecord]:
         return (self.pods[uid] for uid in self._pods_by_node.get(node, ()))
