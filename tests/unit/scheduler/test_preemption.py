@@ -18,7 +18,7 @@ from crane_scheduler.plugins.defaultpreemption.plugin import DefaultPreemption
 from crane_scheduler.podinfo import PodInfo, parse_pod
 
 from .builders import node, pod, table
-from .volumes import decide, listers, profile
+from .volumes import decide, listers, profile, pv, pvc, storage_class
 
 
 def preempt(t: NodeTable, ls: Listers, p: dict[str, Any], prof: Profile | None = None) -> tuple[Diagnosis, PodInfo]:
@@ -388,3 +388,27 @@ def test_nominated_pods_count_for_inter_pod_anti_affinity() -> None:
     t.nominated = {lower.uid: (lower, "a")}  # a nominee of lower priority does not count
     placed = decide(t, ls, anti_web("incoming", 50))
     assert isinstance(placed, ScheduleResult) and placed.node == "a"
+
+
+def test_read_write_once_pod_claim_is_freed_only_by_evicting_its_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    """VolumeRestrictions counts a ReadWriteOncePod claim's users across nodes (kube's PreFilter state with
+    RemovePod): evicting the user on node a frees the claim there; evicting b's pods does not."""
+    claim = pvc("data", volume="pv-data", bound=True, modes=("ReadWriteOncePod",))
+    volume = pv("pv-data", claim="data", phase="Bound", modes=("ReadWriteOncePod",))
+    volumes = [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
+    t = table(
+        node("a"),
+        node("b"),
+        bound=[
+            pod("user", priority=1, node_name="a", spec={"volumes": volumes}),
+            pod("bystander", priority=1, node_name="b"),
+        ],
+    )
+    ls = listers(pvcs=[claim], pvs=[volume], storageclasses=[storage_class("local")])
+    prof = profile(t, ls)
+    captured = nominated_victims(monkeypatch, prof)
+    for i in range(4):  # whatever the random offset
+        t.nominated.clear()
+        _, info = preempt(t, ls, pod(f"vip-{i}", priority=100, spec={"volumes": volumes}), prof)
+        assert t.nominated[info.uid][1] == "a"
+        assert [v.name for v in captured[-1].victims] == ["user"]
