@@ -305,7 +305,26 @@ def preemption_cases(draw: Any, max_nodes: int = 4, max_pods: int = 8) -> Case:
                 "labelSelector": {"matchLabels": {"app": "web"}},
             }
         ]
+    objects: dict[str, list[Json]] = {"pdbs": pdbs}
+    if pods and draw(st.integers(0, 4)) == 0:  # a ReadWriteOncePod claim in use by a bound pod, wanted too
+        pv = _pv(0, draw, names)
+        pv["spec"].update(accessModes=["ReadWriteOncePod"], storageClassName="csi-immediate")
+        pv["spec"].pop("local", None)
+        pv["spec"].pop("nodeAffinity", None)
+        pv["spec"]["csi"] = {"driver": DRIVER, "volumeHandle": "handle-0"}
+        pv["spec"]["claimRef"] = {
+            "kind": "PersistentVolumeClaim",
+            "namespace": "default",
+            "name": "data",
+            "uid": "uid-data",
+        }
+        pv["status"] = {"phase": "Bound"}
+        claim = _claim("data", "csi-immediate", pv["spec"]["capacity"]["storage"], ["ReadWriteOncePod"], "pv-0")
+        user = draw(st.sampled_from(pods))
+        user["spec"]["volumes"] = _volumes(["data"])
+        spec["volumes"] = _volumes(["data"])
+        objects.update(pvcs=[claim], pvs=[pv], storageClasses=list(CLASSES))
     incoming = _pod("incoming", spec, priority=draw(st.sampled_from((5, 10, 100))))
     if labels:
         incoming["metadata"]["labels"] = labels
-    return Case(nodes, pods, incoming, config_for(), {"pdbs": pdbs}, preempt=True)
+    return Case(nodes, pods, incoming, config_for(), objects, preempt=True)
