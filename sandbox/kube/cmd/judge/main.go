@@ -98,28 +98,18 @@ type request struct {
 
 func (r *request) objects() []runtime.Object {
 	var out []runtime.Object
-	for _, o := range r.PVCs {
-		out = append(out, o)
-	}
-	for _, o := range r.PVs {
-		out = append(out, o)
-	}
-	for _, o := range r.StorageClasses {
-		out = append(out, o)
-	}
-	for _, o := range r.CSINodes {
-		out = append(out, o)
-	}
-	for _, o := range r.CSIDrivers {
-		out = append(out, o)
-	}
-	for _, o := range r.CSIStorageCapacities {
-		out = append(out, o)
-	}
-	for _, o := range r.VolumeAttachments {
-		out = append(out, o)
-	}
-	for _, o := range r.PDBs {
+	out = appendObjects(out, r.PVCs)
+	out = appendObjects(out, r.PVs)
+	out = appendObjects(out, r.StorageClasses)
+	out = appendObjects(out, r.CSINodes)
+	out = appendObjects(out, r.CSIDrivers)
+	out = appendObjects(out, r.CSIStorageCapacities)
+	out = appendObjects(out, r.VolumeAttachments)
+	return appendObjects(out, r.PDBs)
+}
+
+func appendObjects[T runtime.Object](out []runtime.Object, items []T) []runtime.Object {
+	for _, o := range items {
 		out = append(out, o)
 	}
 	return out
@@ -360,12 +350,7 @@ func (j *judge) handle(req *request) ([]podResult, error) {
 	var names []string
 	var err error
 	if objs := req.objects(); len(objs) > 0 {
-		for _, n := range req.Nodes {
-			objs = append(objs, n)
-		}
-		for _, p := range req.Pods {
-			objs = append(objs, p)
-		}
+		objs = appendObjects(appendObjects(objs, req.Nodes), req.Pods)
 		ctx, cancel := context.WithCancel(j.ctx)
 		defer cancel() // stops this request's informers
 		fws, names, err = j.build(ctx, req.Config, fake.NewClientset(objs...))
