@@ -1,7 +1,9 @@
 """Differential testing against kube-scheduler's own plugins: the judge process, our side, and the comparison.
 
-A *case* is a cluster (nodes, assigned pods), one incoming pod and a KubeSchedulerConfiguration (the same dict
-for both sides). ``Judge`` keeps one ``judge --serve`` process (sandbox/kube/cmd/judge, built from the pinned
+A *case* is a cluster (nodes, assigned pods, and the objects plugins read through listers: PVCs, PVs,
+StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities, VolumeAttachments, PDBs), one incoming pod and a
+KubeSchedulerConfiguration (the same dict for both sides); with ``preempt``, DefaultPreemption's decision for a
+pod no node fits is compared too (``compare_preemption``). ``Judge`` keeps one ``judge --serve`` process (sandbox/kube/cmd/judge, built from the pinned
 Kubernetes release by kubebin) and asks it what kube-scheduler's framework decides; ``ours`` asks crane-scheduler's
 framework the same questions, plugin by plugin; ``compare`` lists every difference:
 
