@@ -3,9 +3,10 @@
 A *case* is a cluster (nodes, assigned pods, and the objects plugins read through listers: PVCs, PVs,
 StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities, VolumeAttachments, PDBs), one incoming pod and a
 KubeSchedulerConfiguration (the same dict for both sides); with ``preempt``, DefaultPreemption's decision for a
-pod no node fits is compared too (``compare_preemption``). ``Judge`` keeps one ``judge --serve`` process (sandbox/kube/cmd/judge, built from the pinned
-Kubernetes release by kubebin) and asks it what kube-scheduler's framework decides; ``ours`` asks crane-scheduler's
-framework the same questions, plugin by plugin; ``compare`` lists every difference:
+pod no node fits is compared too (``compare_preemption``). ``Judge`` keeps one ``judge --serve`` process
+(sandbox/kube/cmd/judge, built from the pinned Kubernetes release by kubebin) and asks it what kube-scheduler's
+framework decides; ``ours`` asks crane-scheduler's framework the same questions, plugin by plugin; ``compare``
+lists every difference:
 
 - each PreFilter plugin's status (code, reasons) and PreFilterResult node set;
 - every Filter plugin's own verdict on every node (code and reasons), not only the first rejection per node;
