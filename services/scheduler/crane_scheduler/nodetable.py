@@ -452,8 +452,9 @@ class NodeTable:
             if record is None:
                 continue
             self._pods_by_node.get(record.node, set()).discard(uid)
-            self._touch(record.node)
             removed.append(record)
+        for node in {record.node for record in removed}:
+            self._touch(node)
         self._apply_many(removed, -1)
         if notify:
             for hook in self.pod_simulated:
@@ -465,7 +466,8 @@ class NodeTable:
         for record in added:
             self.pods[record.uid] = record
             self._pods_by_node.setdefault(record.node, set()).add(record.uid)
-            self._touch(record.node)
+        for node in {record.node for record in added}:
+            self._touch(node)
         self._apply_many(added, +1)
         if notify:
             for hook in self.pod_simulated:
@@ -498,7 +500,7 @@ class NodeTable:
                 self._apply_ports(row, record.host_ports, sign)
         if rows:
             index = np.asarray(rows, dtype=np.intp)
-            matrix = np.stack(vectors)
+            matrix = np.array(vectors)
             order = np.argsort(index, kind="stable")
             touched, starts = np.unique(index[order], return_index=True)
             sums = np.add.reduceat(matrix[order], starts, axis=0)
