@@ -21,9 +21,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, seed, settings
 
-from tests.differential.harness import Case, Judge, compare, judge_binary, ours
-from tests.differential.strategies import cases
-from tests.differential.strategies_storage import preemption_cases, storage_cases
+from tests.support.judge import Case, Judge, compare, judge_binary, ours
+from tests.support.judge_cases import cases
+from tests.support.judge_storage_cases import preemption_cases, storage_cases
 
 
 def main() -> int:

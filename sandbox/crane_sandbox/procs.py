@@ -16,6 +16,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -28,6 +30,25 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 class StartupError(RuntimeError):
     """A child process did not become ready; the message carries the end of its log."""
+
+
+class Server:
+    """A component with ``start()`` and ``stop()``, usable as ``async with``: stopped however the block ends."""
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
 
 
 @dataclass

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 
-from tests.differential.harness import Case, Judge, check
-from tests.differential.strategies_storage import preemption_cases, storage_cases
+from tests.support.judge import Case, Judge, check
+from tests.support.judge_storage_cases import preemption_cases, storage_cases
 
 CI_EXAMPLES = 150
 

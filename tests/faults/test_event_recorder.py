@@ -16,16 +16,7 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.kube import api_client_from_dict
-from tests.faults.conftest import (
-    FaultReport,
-    FaultRow,
-    StatusProxy,
-    api_host_port,
-    eventually,
-    kubeconfig_via,
-    restart_apiserver,
-)
-from tests.integration.event_recorder.kit import (
+from tests.support.event_recorder_cluster import (
     Binding,
     child,
     expected,
@@ -34,6 +25,8 @@ from tests.integration.event_recorder.kit import (
     report_events_v1,
     stored,
 )
+from tests.support.faults import FaultReport, FaultRow, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
+from tests.support.waiting import eventually
 
 NODES = ("node-a", "node-b", "node-c")
 

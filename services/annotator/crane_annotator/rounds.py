@@ -30,6 +30,7 @@ from crane_annotator.values import DropReason, convert
 from crane_annotator.writer import HotSupplier, Patcher, PatchReport
 from crane_shared.durations import format_duration
 from crane_shared.logs import LogOnce, get_logger
+from crane_shared.retry import sleep_unless
 
 log = get_logger("crane.annotator.rounds")
 
@@ -108,14 +109,15 @@ class MetricRounds:
         self.first_round_done = asyncio.Event()
         """set after the first round, which wrote every node's hot value along with its metrics"""
 
-    async def loop(self) -> None:
-        """Rounds forever, each with the metrics due at its start (see ``schedule``)."""
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Rounds until ``stopping``, each with the metrics due at its start (see ``schedule``); a round under
+        way finishes first (its patches stop at the writer once the term is over)."""
         plan = schedule.start({s.name: s.period for s in self.specs.values()}, self._clock())
-        while True:
+        while not stopping.is_set():
             now = self._clock()
             due = schedule.due(plan, now)
             if not due:
-                await asyncio.sleep(max(0.0, schedule.wake_at(plan) - now))
+                await sleep_unless(stopping, schedule.wake_at(plan) - now)
                 continue
             report = await self.run_round(due)
             plan = schedule.after_round(

@@ -24,8 +24,10 @@ from aiohttp import web
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import free_port
 from crane_shared.annotations import decode
-from tests.faults.conftest import FaultReport, api_host_port, eventually, kubeconfig_via, restart_apiserver
-from tests.integration.annotator.conftest import METRICS, AnnotatorProc, Stack
+from tests.support.annotator import AnnotatorProc, Stack
+from tests.support.faults import FaultReport, api_host_port, kubeconfig_via, restart_apiserver
+from tests.support.policy import UPSTREAM_METRICS as METRICS
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.slow_fault
 

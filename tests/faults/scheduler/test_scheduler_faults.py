@@ -18,9 +18,9 @@ from aiohttp import web
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
-from tests.faults.conftest import FaultReport, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
-from tests.faults.scheduler.kit import DEFAULT_TIMING, LEASE_DURATION, RENEW_DEADLINE, Pair, audit, bound_count
-from tests.integration.scheduler.harness import create_nodes, create_pods, node, pod, wait_for
+from tests.support.faults import FaultReport, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
+from tests.support.scheduler_cluster import create_nodes, create_pods, node, pod, wait_for
+from tests.support.scheduler_faults import DEFAULT_TIMING, LEASE_DURATION, RENEW_DEADLINE, Pair, audit, bound_count
 
 
 async def _nodes(kube: client.ApiClient, group: str, count: int = 10) -> None:

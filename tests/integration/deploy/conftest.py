@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.deploytools import REPO, prefetch
-
-TARGETS = ("event-recorder", "annotator", "scheduler", "extender")
+from tests.support.deploy import REPO, TARGETS, engine, podman, prefetch
 
 prefetch("container-engine", "base-image")
-
-
-def engine(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(REPO / "scripts" / "container-engine"), *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
-def podman(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = engine("podman", *args, timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(
-            f"podman {' '.join(args[:3])}... failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-        )
-    return result
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.kube import api_client_from_dict
-from tests.deploytools import CHART, helm
+from tests.support.deploy import CHART, helm
 
 NS = "crane-helm"
 RELEASE = "crane"

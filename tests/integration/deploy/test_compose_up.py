@@ -24,9 +24,8 @@ from kubernetes_asyncio import client
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess, tcp_open
 from crane_shared.bindings import BindingSchema
-from tests.deploytools import REPO
-from tests.integration.deploy.conftest import podman
-from tests.integration.scheduler.harness import create_nodes, node, pod, wait_for
+from tests.support.deploy import REPO, podman
+from tests.support.scheduler_cluster import create_nodes, node, pod, wait_for
 
 PROJECT = "cranecomposetest"
 ENDPOINTS = {

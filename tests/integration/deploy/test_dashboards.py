@@ -28,7 +28,7 @@ from crane_sandbox.procs import ManagedProcess, free_port
 from crane_sandbox.prometheus import PrometheusServer, rules_path
 from crane_sandbox.sandbox import Sandbox
 from crane_shared.kube import api_client_from_dict
-from tests.deploytools import ALERTS, DASHBOARDS, prefetch, tool
+from tests.support.deploy import ALERTS, DASHBOARDS, prefetch, tool
 
 prefetch("tools", "kube-state-metrics")
 

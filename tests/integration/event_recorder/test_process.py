@@ -12,9 +12,9 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster, RedisServer
 from crane_sandbox.procs import free_port
-
-from .kit import Binding, Child, eventually, expected, notified, report_events_v1, stored
-from .kit import child as recorder_child
+from tests.support.event_recorder_cluster import Binding, Child, expected, notified, report_events_v1, stored
+from tests.support.event_recorder_cluster import child as recorder_child
+from tests.support.waiting import eventually
 
 NODES = [f"node-{i}" for i in range(5)]
 

@@ -14,10 +14,8 @@ from crane_event_recorder.source import EventApi
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.events import micro_time
 from crane_shared.informer import ListFn
-
-from .kit import (
+from tests.support.event_recorder_cluster import (
     Binding,
-    eventually,
     expected,
     in_process,
     notified,
@@ -26,6 +24,7 @@ from .kit import (
     stored,
     whole_second,
 )
+from tests.support.waiting import eventually
 
 
 @pytest.mark.parametrize("event_api", [EventApi.EVENTS_V1, EventApi.CORE_V1])

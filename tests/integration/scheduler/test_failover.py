@@ -11,7 +11,7 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
-from tests.integration.scheduler.harness import (
+from tests.support.scheduler_cluster import (
     child_process,
     config_for,
     create_nodes,

@@ -14,7 +14,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.kube import api_client_from_dict, raw_json
-from tests.integration.scheduler.harness import (
+from tests.support.scheduler_cluster import (
     config_for,
     create_nodes,
     create_pods,

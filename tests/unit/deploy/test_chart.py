@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tests.deploytools import ALERTS, CHART, REPO, by_kind, helm, prefetch, render
+from tests.support.deploy import ALERTS, CHART, REPO, by_kind, helm, prefetch, render
 
 prefetch("tools", "helm")
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploytools import ALERTS, CHART, DASHBOARDS, REPO
+from tests.support.deploy import ALERTS, CHART, DASHBOARDS, REPO
 
 SERVICES = {"event-recorder", "annotator", "scheduler"}
 

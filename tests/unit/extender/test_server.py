@@ -17,7 +17,7 @@ from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.logs import LogOnce
 from crane_shared.policy import default_policy
 from crane_shared.service import ServiceRuntime
-from tests.unit.extender.builders import names_args, node, nodes_args, pod, usage
+from tests.support.extender import names_args, node, nodes_args, pod, usage
 
 
 @dataclass

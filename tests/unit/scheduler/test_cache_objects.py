@@ -8,9 +8,8 @@ from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.plugins.queuesort import PrioritySort
 from crane_scheduler.podinfo import parse_pod
-
-from .builders import node, pod, table
-from .volumes import pv, pvc
+from tests.support.scheduler import node, pod, table
+from tests.support.volumes import pv, pvc
 
 
 def make(events: dict[str, ClusterEvent]) -> Cache:

@@ -12,7 +12,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.interpodaffinity import Args, InterPodAffinity
 from crane_scheduler.plugins.podindex import PodIndex
 from crane_scheduler.podinfo import parse_pod
-from tests.unit.scheduler.builders import chosen, decide, failure, node, pod, table
+from tests.support.scheduler import chosen, decide, failure, node, pod, table
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -55,7 +55,7 @@ def zoned(name: str, zone: str) -> dict[str, Any]:
 def scores(t: NodeTable, p: dict[str, Any], plugin: str = "InterPodAffinity") -> dict[str, int]:
     state: dict[str, Any] = {}
     from crane_scheduler.algorithm import Algorithm
-    from tests.unit.scheduler.builders import profile
+    from tests.support.scheduler import profile
 
     result = Algorithm(t).schedule(profile(t), parse_pod(p), state)
     assert isinstance(result, ScheduleResult), result

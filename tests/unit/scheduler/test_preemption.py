@@ -16,9 +16,8 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import defaultpreemption
 from crane_scheduler.plugins.defaultpreemption.plugin import DefaultPreemption
 from crane_scheduler.podinfo import PodInfo, parse_pod
-
-from .builders import node, pod, table
-from .volumes import decide, listers, profile, pv, pvc, storage_class
+from tests.support.scheduler import node, pod, table
+from tests.support.volumes import decide, listers, profile, pv, pvc, storage_class
 
 
 def preempt(t: NodeTable, ls: Listers, p: dict[str, Any], prof: Profile | None = None) -> tuple[Diagnosis, PodInfo]:
@@ -208,7 +207,7 @@ async def test_victims_get_the_disruption_condition_and_are_deleted(monkeypatch:
 
 def test_simulated_removal_and_return_leave_the_table_exactly_as_it_was() -> None:
     ports = [{"containerPort": 80, "hostPort": 8080}]
-    from .builders import container
+    from tests.support.scheduler import container
 
     bound = [
         pod("web", node_name="a", containers=[container("250m", "1Gi", ports=ports, extra={"example.com/gpu": "1"})]),

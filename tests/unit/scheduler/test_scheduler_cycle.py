@@ -17,7 +17,7 @@ from crane_scheduler.podinfo import PodInfo, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from crane_shared.leader import Term
-from tests.unit.scheduler.builders import node, pod
+from tests.support.scheduler import node, pod
 
 
 class FakeBinder:

@@ -13,9 +13,8 @@ from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.framework import Diagnosis
 from crane_scheduler.plugins.volumebinding import plugin as vb_plugin
 from crane_scheduler.podinfo import parse_pod
-
-from .builders import node, table
-from .volumes import decide, listers, pod_with_claims, profile, pv, pvc, storage_class
+from tests.support.scheduler import node, table
+from tests.support.volumes import decide, listers, pod_with_claims, profile, pv, pvc, storage_class
 
 ZONE = "topology.kubernetes.io/zone"
 

@@ -10,7 +10,7 @@ best-effort pods (kube-scheduler >= 1.32). Integer arithmetic matches kube-sched
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,6 +183,14 @@ class _Rows:
         used = self.requested[:, col] if nonzero_col is None else self.nonzero[:, nonzero_col]
         return self.alloc[:, col], used + pod_req
 
+    def scored(self, pod: PodInfo, resources: tuple[tuple[str, int], ...]) -> Iterator[tuple[int, IntArray, IntArray]]:
+        """(weight, allocatable, requested) of each weighted resource that scores, with non-zero requests (the
+        loop head of kube's ``resourceAllocationScorer``)."""
+        for res, weight in resources:
+            pair = self.pair(pod, res, nonzero=True)
+            if pair is not None:
+                yield weight, *pair
+
 
 class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions):
     name = "NodeResourcesFit"
@@ -223,11 +231,7 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions):
         least = self.args.strategy == "LeastAllocated"
         if self.args.strategy == "RequestedToCapacityRatio":
             return self._requested_to_capacity_ratio(pod, gathered, len(rows))
-        for res, weight in self.args.resources:
-            pair = gathered.pair(pod, res, nonzero=True)
-            if pair is None:
-                continue
-            alloc, req = pair
+        for weight, alloc, req in gathered.scored(pod, self.args.resources):
             valid = alloc > 0
             safe = np.where(valid, alloc, 1)
             if least:
@@ -247,11 +251,7 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions):
         (100 when over capacity), averaged by weight over the resources scoring above 0, rounded."""
         total = np.zeros(n, dtype=np.int64)
         weights = np.zeros(n, dtype=np.int64)
-        for res, weight in self.args.resources:
-            pair = gathered.pair(pod, res, nonzero=True)
-            if pair is None:
-                continue
-            alloc, req = pair
+        for weight, alloc, req in gathered.scored(pod, self.args.resources):
             valid = alloc > 0
             utilization = np.where(req > alloc, 100, req * 100 // np.where(valid, alloc, 1))
             s = broken_linear(self.args.shape, utilization)

@@ -14,8 +14,8 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess
-from tests.faults.conftest import FaultRow
-from tests.integration.scheduler.harness import child_process, config_for, events, pods_json
+from tests.support.faults import FaultRow
+from tests.support.scheduler_cluster import child_process, config_for, events, pods_json
 
 TIMING = {"leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "500ms"}
 LEASE_DURATION, RENEW_DEADLINE = 4.0, 3.0

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes_asyncio import client
 
@@ -215,3 +216,19 @@ async def events(kube: client.ApiClient, namespace: str, reason: str | None = No
     items: list[dict[str, Any]] = json.loads(await resp.read())["items"]
     resp.release()
     return [e for e in items if reason is None or e.get("reason") == reason]
+
+
+@pytest.fixture
+def group(namespace: str) -> str:
+    """Label value of this test's nodes (the scheduler runs with --node-selector crane.test/group=<group>)."""
+    return namespace
+
+
+@pytest.fixture
+def selector(group: str) -> str:
+    return f"crane.test/group={group}"
+
+
+@pytest.fixture
+def scheduler_name(namespace: str) -> str:
+    return f"crane-{namespace}"[:63].rstrip("-")
