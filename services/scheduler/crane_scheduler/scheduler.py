@@ -30,9 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -118,6 +119,7 @@ class Scheduler:
         for profile in profiles.values():
             if profile.handle is not None:
                 profile.handle.activate = self._activate
+                profile.handle.record_event = functools.partial(self._record_event, profile.name)
         self.pending = self.cache.pending  # pending pods of our profiles, latest version
         self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted
         self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
@@ -171,6 +173,8 @@ class Scheduler:
                 "csinodes": storage.list_csi_node,
                 "volumeattachments": storage.list_volume_attachment,
                 "pdbs": client.PolicyV1Api(self.api).list_pod_disruption_budget_for_all_namespaces,
+                "csidrivers": storage.list_csi_driver,
+                "csistoragecapacities": storage.list_csi_storage_capacity_for_all_namespaces,
             }
         )
         for informer in objects:
@@ -193,6 +197,19 @@ class Scheduler:
     def _activate(self, uid: str) -> None:
         if self.queue.activate(uid):
             self._wake()
+
+    def _record_event(
+        self,
+        scheduler: str,
+        regarding: Mapping[str, Any],
+        related: Mapping[str, Any] | None,
+        type_: str,
+        reason: str,
+        action: str,
+        note: str,
+    ) -> None:
+        """A plugin's event (``Handle.record_event``), written by the reporter like ours."""
+        self.reporter.event(regarding, related, type_, reason, action, note, scheduler)
 
     def _count_restart(self, kind: str) -> Callable[[str], None]:
         return lambda cause: self.metrics.watch_restarts.labels(kind, cause).inc()

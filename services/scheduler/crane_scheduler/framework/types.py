@@ -135,6 +135,8 @@ class ClusterEvent(enum.Flag):
     CSINODE_CHANGE = enum.auto()  # a CSINode was added or updated
     PDB_CHANGE = enum.auto()  # a PodDisruptionBudget was added, updated or deleted
     VOLUME_ATTACHMENT_DELETE = enum.auto()  # a VolumeAttachment went away (an attach slot freed)
+    CSIDRIVER_UPDATE = enum.auto()  # a CSIDriver changed (e.g. storageCapacity turned off)
+    CSI_STORAGE_CAPACITY_CHANGE = enum.auto()  # a CSIStorageCapacity was added or updated (more free storage)
     ALL = (
         NODE_ADD
         | NODE_UPDATE
@@ -148,6 +150,8 @@ class ClusterEvent(enum.Flag):
         | CSINODE_CHANGE
         | PDB_CHANGE
         | VOLUME_ATTACHMENT_DELETE
+        | CSIDRIVER_UPDATE
+        | CSI_STORAGE_CAPACITY_CHANGE
     )
 
 

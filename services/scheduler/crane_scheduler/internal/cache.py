@@ -27,6 +27,8 @@ _OBJECT_EVENTS: dict[Kind, ClusterEvent] = {
     "csinodes": ClusterEvent.CSINODE_CHANGE,
     "volumeattachments": ClusterEvent.VOLUME_ATTACHMENT_DELETE,
     "pdbs": ClusterEvent.PDB_CHANGE,
+    "csidrivers": ClusterEvent.CSIDRIVER_UPDATE,
+    "csistoragecapacities": ClusterEvent.CSI_STORAGE_CAPACITY_CHANGE,
 }
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -82,11 +84,14 @@ class Cache:
         return [self.listers.informer(kind, fn, PAGE_SIZE) for kind, fn in list_fns.items()]
 
     def on_object_change(self, kind: Kind, new: Obj | None, old: Obj | None) -> None:
-        """kube registers Add/Update of PVCs, PVs, StorageClasses and CSINodes (VolumeBinding, VolumeZone, ...) and
-        every PDB change (DefaultPreemption); of VolumeAttachments only deletions (NodeVolumeLimits); deletions of
-        other storage objects never make a pod schedulable."""
+        """kube registers Add/Update of PVCs, PVs, StorageClasses, CSINodes and CSIStorageCapacities (VolumeBinding,
+        VolumeZone, ...), CSIDriver updates, every PDB change (DefaultPreemption) and of VolumeAttachments only
+        deletions (NodeVolumeLimits); deletions of other storage objects never make a pod schedulable."""
         if kind == "volumeattachments":
             if new is not None:
+                return
+        elif kind == "csidrivers":
+            if new is None or old is None:  # kube registers CSIDriver updates only
                 return
         elif new is None and kind != "pdbs":
             return

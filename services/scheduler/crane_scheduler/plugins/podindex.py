@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from crane_scheduler.nodetable import IntArray, NodeTable
+from crane_scheduler.nodetable import IntArray, NodeTable, PodRecord
 from crane_scheduler.podinfo import PodInfo
 
 __all__ = [
@@ -329,6 +329,7 @@ class PodIndex:
         table.pod_added.append(lambda pod: self._put(pod, pod.node_name))
         table.pod_assumed.append(self._put)
         table.pod_removed.append(self._remove)
+        table.pod_simulated.append(self._simulated)
         for record in table.pods.values():
             if record.pod is not None:
                 self._put(record.pod, record.node)
@@ -391,6 +392,14 @@ class PodIndex:
         entry = self.entries.pop(uid, None)
         if entry is not None:
             self._apply(entry, -1)
+
+    def _simulated(self, records: list[PodRecord], sign: int) -> None:
+        """A what-if on the table (preemption's dry run) took pods out (-1) or put them back (+1)."""
+        for record in records:
+            if sign < 0:
+                self._remove(record.uid)
+            elif record.pod is not None:
+                self._put(record.pod, record.node)
 
     def _apply(self, entry: PodEntry, delta: int) -> None:
         table = self.table

@@ -251,6 +251,7 @@ class PodTopologySpread(
     WorkerPlugin,
 ):
     name = NAME
+    reads_other_nodes = True  # CrossNodeFilterPlugin: preemption dry-runs such pods node by node
 
     def __init__(self, args: Args, handle: Handle) -> None:
         self.args = args
