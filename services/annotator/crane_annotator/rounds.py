@@ -63,6 +63,14 @@ class RoundReport:
     patch_seconds: float = 0.0
     matched: dict[str, int] = field(default_factory=dict)
 
+    def outcome(self) -> tuple[list[str], list[str]]:
+        """(synced, to retry soon): a metric whose query matched no node wrote nothing, like a failed one, so it is
+        retried before its period. That is the case of a stack that has just started (Prometheus's recording rules
+        not evaluated yet, nodes not registered yet): without it the first annotations would wait a whole period
+        (3 h for the 1-day metrics of the default policy)."""
+        synced = [m for m in self.succeeded if self.matched.get(m, 0) > 0]
+        return synced, [*self.failed, *(m for m in self.succeeded if self.matched.get(m, 0) == 0)]
+
 
 @dataclass
 class MetricView:
@@ -120,9 +128,8 @@ class MetricRounds:
                 await sleep_unless(stopping, schedule.wake_at(plan) - now)
                 continue
             report = await self.run_round(due)
-            plan = schedule.after_round(
-                plan, now, self._clock(), report.succeeded, report.failed, retry_base=self._retry_base
-            )
+            synced, retried = report.outcome()
+            plan = schedule.after_round(plan, now, self._clock(), synced, retried, retry_base=self._retry_base)
 
     async def run_round(self, due: Sequence[str]) -> RoundReport:
         started = self._clock()

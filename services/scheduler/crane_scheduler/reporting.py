@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -129,6 +129,34 @@ class Reporter:
         if pod.scheduled_condition != ("False", reason, message):
             self._queue("condition", lambda: self._patch_condition(pod, reason, message), failure)
         return True
+
+    def event(
+        self,
+        regarding: Mapping[str, Any],
+        related: Mapping[str, Any] | None,
+        type_: str,
+        reason: str,
+        action: str,
+        note: str,
+        scheduler: str,
+    ) -> None:
+        """Any other event a plugin reports (kube's ``EventRecorder().Eventf``), e.g. ``Preempted`` on a victim;
+        ``regarding`` and ``related`` are pod references (namespace, name, uid)."""
+        namespace = str(regarding.get("namespace") or "")
+        body = event_body(
+            namespace=namespace,
+            pod=str(regarding.get("name") or ""),
+            pod_uid=str(regarding.get("uid") or ""),
+            reason=reason,
+            action=action,
+            type_=type_,
+            note=truncate_note(note),
+            scheduler=scheduler,
+            instance=self.instance,
+            related=None if related is None else {"apiVersion": "v1", "kind": "Pod", **related},
+        )
+        # what it reports has happened (e.g. the victim was deleted): written even if the term ends meanwhile
+        self._queue(reason.lower(), lambda: self._create_event(namespace, body, reason.lower()), of_term=False)
 
     def already_bound(self, pod: PodInfo, scheduler: str) -> None:
         """Our bind got 409: whoever bound it, make sure the pod has its one Scheduled event."""

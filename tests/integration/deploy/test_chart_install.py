@@ -48,6 +48,8 @@ ACCESS: list[tuple[str, str, str, str, str | None, str | None, bool]] = [
     ("scheduler", "update", "", "persistentvolumeclaims", "default", None, True),
     ("scheduler", "delete", "", "persistentvolumeclaims", "default", None, False),
     ("scheduler", "watch", "storage.k8s.io", "csinodes", None, None, True),
+    ("scheduler", "watch", "storage.k8s.io", "csistoragecapacities", None, None, True),
+    ("scheduler", "list", "storage.k8s.io", "csidrivers", None, None, True),
     ("scheduler", "watch", "policy", "poddisruptionbudgets", None, None, True),
     ("scheduler", "update", "storage.k8s.io", "storageclasses", None, None, False),
     ("scheduler", "patch", "", "nodes", None, None, False),

@@ -136,6 +136,21 @@ async def test_refused_values_and_unmatched_nodes_are_counted_and_logged_once() 
     assert [e["metric"] for e in logs if str(e.get("kind", "")).startswith("no-series")] == ["mem_usage_avg_5m"]
 
 
+async def test_a_metric_that_matched_no_node_is_retried_soon_like_a_failed_one() -> None:
+    down = PrometheusError("connection", "refused", attempts=1)
+    rounds, _, _, _ = make_rounds(
+        {
+            "cpu_usage_avg_5m": series("cpu_usage_avg_5m", 0.5),
+            "mem_usage_avg_5m": [],  # recording rule not evaluated yet
+            "instance:cpu:max_1h": down,
+        }
+    )
+    report = await rounds.run_round([s.name for s in SPECS])
+    synced, retried = report.outcome()
+    assert synced == ["cpu_usage_avg_5m"]
+    assert sorted(retried) == ["instance:cpu:max_1h", "mem_usage_avg_5m"]
+
+
 async def test_run_writes_a_first_round_then_returns_when_stopping_is_set() -> None:
     """The worker contract: ``run(stopping)`` starts with every metric due, then waits for the next due time
     (minutes away here) and returns as soon as ``stopping`` is set."""

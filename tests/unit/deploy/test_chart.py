@@ -87,6 +87,8 @@ def test_rbac_is_least_privilege_per_service() -> None:
             ("", "persistentvolumes", "update"),  # VolumeBinding's PreBind
             ("", "persistentvolumeclaims", "update"),
             ("storage.k8s.io", "csinodes", "watch"),
+            ("storage.k8s.io", "csistoragecapacities", "watch"),  # VolumeBinding's capacity check
+            ("storage.k8s.io", "csidrivers", "list"),
             ("policy", "poddisruptionbudgets", "watch"),
             ("", "pods", "delete"),  # DefaultPreemption evicts its victims, as kube-scheduler does
         },

@@ -110,6 +110,34 @@ def test_policy_reload_applies_a_valid_file_and_refuses_an_invalid_one(tmp_path:
     assert s.plugin.args.policy.predicate[0].max_limit_percent == 0.8
 
 
+def test_the_loaded_policys_thresholds_are_exported_and_follow_a_reload(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    text = (Path(dynamic_plugin.__file__).parents[3].parent / "shared/crane_shared/default-policy.yaml").read_text()
+    path.write_text(text)
+    s = Setup(loaded("a", 0.1), args={"policyConfigPath": str(path)})
+    registry = s.plugin.handle.metrics.registry
+
+    def thresholds() -> dict[str, float]:
+        return {
+            sample.labels["metric"]: sample.value
+            for family in registry.collect()
+            if family.name == "crane_scheduler_dynamic_policy_threshold"
+            for sample in family.samples
+        }
+
+    want = {"cpu_usage_avg_5m": 0.65, "cpu_usage_max_avg_1h": 0.75, "mem_usage_avg_5m": 0.65}
+    assert thresholds() == want | {"mem_usage_max_avg_1h": 0.75}
+    # a new file: one limit moved, one disabled (0: no series, the panel must not count nodes against it)
+    path.write_text(text.replace("maxLimitPecent: 0.65", "maxLimitPecent: 0.8", 1).replace("0.75\n", "0\n", 2))
+    s.plugin._next_reload_check = 0
+    s.place(pod("p1"))
+    assert thresholds() == {"cpu_usage_avg_5m": 0.8, "mem_usage_avg_5m": 0.65}
+    path.write_text(text.replace("count: 5", "count: 0"))  # invalid: refused, the gauge keeps the policy in force
+    s.plugin._next_reload_check = 0
+    s.place(pod("p2"))
+    assert thresholds() == {"cpu_usage_avg_5m": 0.8, "mem_usage_avg_5m": 0.65}
+
+
 @pytest.mark.parametrize(
     ("args", "path"),
     [

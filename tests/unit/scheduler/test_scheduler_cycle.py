@@ -108,6 +108,26 @@ async def test_bind_error_forgets_the_assumption_and_retries_after_backoff() -> 
     assert s.queue.pop(clock.now) is not None
 
 
+async def test_a_failed_bind_frees_its_resources_for_a_pod_noderesourcesfit_rejected() -> None:
+    """kube's handleBindingCycleError: the forgotten assumption is an assigned-pod deletion for the queue, so
+    NodeResourcesFit's hint moves the pod that did not fit next to it (not after the 5-minute flush)."""
+    binder, clock = FakeBinder(), Clock()
+    s = make(binder, clock)
+    s.on_node(node("n1", cpu="1"))
+    first, second = pod("first", cpu="700m"), pod("second", cpu="700m")
+    s.on_pod(first)
+    await step(s)
+    s.on_pod(second)
+    await step(s)
+    assert [qp.pod.name for qp in s.queue.unschedulable.values()] == ["second"]
+    binder.outcome["first"] = "error"
+    binder.gate.set()
+    await s.drain()
+    clock.now += 10.0  # both backoffs over, far from the 5-minute flush
+    popped = [s.queue.pop(clock.now), s.queue.pop(clock.now)]
+    assert sorted(qp.pod.name for qp in popped if qp is not None) == ["first", "second"]
+
+
 async def test_conflict_is_someone_elses_success_not_a_retry() -> None:
     binder, clock = FakeBinder(), Clock()
     s = make(binder, clock)
