@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import cProfile
 import json
 import os
@@ -72,7 +71,8 @@ async def our_rounds(
         patch_burst=max(100, concurrency),
         patch_concurrency=concurrency,
     )
-    watch = asyncio.create_task(annotator.watch_nodes())
+    stopping = asyncio.Event()
+    watch = asyncio.create_task(annotator.cache.run(stopping))
     try:
         started = time.monotonic()
         await annotator.cache.synced.wait()
@@ -92,9 +92,8 @@ async def our_rounds(
             profiler.dump_stats(profile)
         return Ours(reports, cpu, synced, len(annotator.cache.nodes))
     finally:
-        watch.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watch
+        stopping.set()
+        await watch
         await annotator.close()
         await prometheus.close()
         await redis.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
@@ -133,3 +134,31 @@ async def test_refused_values_and_unmatched_nodes_are_counted_and_logged_once() 
     assert len(unmatched) == 1
     assert unmatched[0]["unmatched_count"] == 100 and unmatched[0]["instance_labels_seen"] == ["ghost:9100"]
     assert [e["metric"] for e in logs if str(e.get("kind", "")).startswith("no-series")] == ["mem_usage_avg_5m"]
+
+
+async def test_a_metric_that_matched_no_node_is_retried_soon_like_a_failed_one() -> None:
+    down = PrometheusError("connection", "refused", attempts=1)
+    rounds, _, _, _ = make_rounds(
+        {
+            "cpu_usage_avg_5m": series("cpu_usage_avg_5m", 0.5),
+            "mem_usage_avg_5m": [],  # recording rule not evaluated yet
+            "instance:cpu:max_1h": down,
+        }
+    )
+    report = await rounds.run_round([s.name for s in SPECS])
+    synced, retried = report.outcome()
+    assert synced == ["cpu_usage_avg_5m"]
+    assert sorted(retried) == ["instance:cpu:max_1h", "mem_usage_avg_5m"]
+
+
+async def test_run_writes_a_first_round_then_returns_when_stopping_is_set() -> None:
+    """The worker contract: ``run(stopping)`` starts with every metric due, then waits for the next due time
+    (minutes away here) and returns as soon as ``stopping`` is set."""
+    rounds, prom, patcher, _ = make_rounds({s.name: series(s.name, 20.0) for s in SPECS})
+    stopping = asyncio.Event()
+    worker = asyncio.create_task(rounds.run(stopping))
+    await asyncio.wait_for(rounds.first_round_done.wait(), 5)
+    stopping.set()
+    await asyncio.wait_for(worker, 5)
+    assert sorted(prom.queries) == sorted(s.name for s in SPECS)  # one round: the next is 3 minutes away
+    assert len(patcher.sent) == len(NODES)

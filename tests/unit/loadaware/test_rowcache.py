@@ -17,7 +17,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import parse_node, parse_pod
 from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.policy import default_policy
-from tests.unit.scheduler.builders import node, pod
+from tests.support.scheduler import node, pod
 
 NOW = 1_800_000_000.0
 METRICS = [s.name for s in default_policy().sync_policy]

@@ -1,16 +1,51 @@
-"""When the garbage collector runs: never inside a decision, the old generation not by allocation count."""
+"""Memory and pauses of the scheduler process: the cache keeps no ``managedFields``; the garbage collector never
+runs inside a decision and does not collect the old generation by allocation count."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from crane_scheduler.scheduler import OLD_GENERATION_THRESHOLD, tune_collector
-from tests.unit.scheduler.builders import node, pod
-from tests.unit.scheduler.test_scheduler_cycle import Clock, FakeBinder, make, step
+from crane_scheduler.config import SchedulerConfig
+from crane_scheduler.framework import SUCCESS, CycleState, Handle, Registry, Status
+from crane_scheduler.framework.runtime import build_profiles
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.plugins import builtin_registry
+from crane_scheduler.podinfo import PodInfo, parse_pod
+from crane_scheduler.reporting import Reporter
+from crane_scheduler.scheduler import OLD_GENERATION_THRESHOLD, Scheduler, tune_collector
+from tests.support.scheduler import node, pod
+
+MANAGED = [{"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
+
+
+class InstantBinder:
+    name = "DefaultBinder"
+
+    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        return SUCCESS
+
+
+def scheduler() -> Scheduler:
+    registry = builtin_registry()
+    factories: dict[str, Any] = {name: (lambda a, h, n=name: registry.create(n, a, h)) for name in registry}
+    factories["DefaultBinder"] = lambda args, handle: InstantBinder()
+    table = NodeTable()
+    profiles = build_profiles(SchedulerConfig(), Registry(factories, registry.defaults), lambda name: Handle(table))
+    reporter = Reporter(None, None, "test", clock=lambda: 1000.0)
+    return Scheduler(config=SchedulerConfig(), profiles=profiles, table=table, reporter=reporter, clock=lambda: 1000.0)
+
+
+async def one_turn(s: Scheduler) -> None:
+    await s._slots.acquire()
+    qp = s.queue.pop(s.clock())
+    assert qp is not None
+    s.schedule_one(qp)
+    await asyncio.sleep(0)
 
 
 @pytest.fixture
@@ -25,8 +60,7 @@ def collector() -> Iterator[None]:
 
 
 async def test_a_decision_runs_with_the_collector_paused_and_resumes_it_after(collector: None) -> None:
-    binder, clock = FakeBinder(), Clock()
-    s = make(binder, clock)
+    s = scheduler()
     s.on_node(node("n1"))
     s.on_pod(pod("p"))
     seen: list[bool] = []
@@ -38,16 +72,14 @@ async def test_a_decision_runs_with_the_collector_paused_and_resumes_it_after(co
 
     s.algorithm.schedule = spy  # type: ignore[method-assign]
     gc.enable()
-    await step(s)
+    await one_turn(s)
     assert seen == [False], "no collection can start inside the decision"
     assert gc.isenabled(), "collections resume right after it"
-    binder.gate.set()
     await s.drain()
 
 
 async def test_a_failing_decision_still_resumes_the_collector(collector: None) -> None:
-    binder, clock = FakeBinder(), Clock()
-    s = make(binder, clock)
+    s = scheduler()
     s.on_node(node("n1"))
     s.on_pod(pod("p"))
 
@@ -56,7 +88,7 @@ async def test_a_failing_decision_still_resumes_the_collector(collector: None) -
 
     s.algorithm.schedule = broken  # type: ignore[method-assign]
     gc.enable()
-    await step(s)
+    await one_turn(s)
     assert gc.isenabled()
     assert s.queue.backoff_len == 1, "the error is an ordinary failed attempt"
 
@@ -66,3 +98,21 @@ def test_after_sync_the_old_generation_is_left_to_the_idle_collection(collector:
     tune_collector()
     assert gc.get_threshold() == (young, middle, OLD_GENERATION_THRESHOLD)
     assert gc.get_freeze_count() > 0, "the synced caches are frozen"
+
+
+def test_pods_and_nodes_are_kept_without_managed_fields() -> None:
+    s = scheduler()
+    raw_node = node("n1")
+    raw_node["metadata"]["managedFields"] = list(MANAGED)
+    s.cache.node_event("ADDED", raw_node, None)
+    pending, placed = pod("pending"), pod("placed")
+    placed["spec"]["nodeName"] = "n1"
+    for raw in (pending, placed):
+        raw["metadata"]["managedFields"] = list(MANAGED)
+        s.cache.pod_event("ADDED", raw, None)
+    assert "managedFields" not in s.pending[parse_pod(pending).uid].raw["metadata"]
+    record = s.table.pods[parse_pod(placed).uid]
+    assert record.pod is not None and "managedFields" not in record.pod.raw["metadata"]
+    stored = s.table.nodes[s.table.rows["n1"]]
+    assert stored is not None and "managedFields" not in stored.raw["metadata"]
+    assert "managedFields" not in pending["metadata"], "trimmed in place: the informer's copy is the same object"
