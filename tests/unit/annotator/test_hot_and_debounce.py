@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -19,6 +20,8 @@ from crane_annotator.hot import (
     next_fall,
     read_value,
 )
+from crane_annotator.patches import Stamp
+from crane_shared.annotations import TimestampStyle, decode
 from crane_shared.hotvalue import hot_value, windows
 from crane_shared.policy import HotValuePolicy, default_policy
 
@@ -139,6 +142,19 @@ def test_mark_written_remembers_what_the_node_holds() -> None:
     hot.mark_written("a", "3,1970-01-01T00:16:40+00:00")
     hot.mark_written("b", "garbage")
     assert hot.written == {"a": (3, 1000.0)}
+
+
+@pytest.mark.parametrize("style", list(TimestampStyle))
+@pytest.mark.parametrize("now", [1000.0, 1000.9999999, 1_700_000_000.5, 1_700_000_000.9999996])
+async def test_our_own_annotation_is_remembered_as_decoding_it_would(style: TimestampStyle, now: float) -> None:
+    stamp = Stamp(style, ZoneInfo("Asia/Shanghai"))
+    hot = HotValues(FakeTimes({"a": [now - 10] * 2}), RULES, stamp, clock=lambda: now)
+    await hot.refresh(["a"])
+    text = hot.annotation("a")["node_hot_value"]
+    assert hot.annotation("a")["node_hot_value"] is text  # encoded once per count
+    hot.mark_written("a", text)
+    sample = decode(text, stamp.legacy_zone)
+    assert hot.written["a"] == (int(sample.value), sample.timestamp.timestamp()) == (1, hot.written["a"][1])
 
 
 def test_burst_on_one_node_is_flushed_once_after_the_delay() -> None:
