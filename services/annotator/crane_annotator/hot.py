@@ -150,6 +150,8 @@ class HotValues:
         self.falls_changed = asyncio.Event()
         """set when a refresh schedules a fall earlier than every other (the loop waiting for falls re-plans)"""
         self.latest: dict[str, Hot] = {}
+        self._last_stamp: tuple[float, str, float] = (-1.0, "", 0.0)
+        """(count time, its ",<timestamp>" text, the whole second it holds) of the last text encoded"""
         self._texts: dict[str, tuple[Hot, str, float]] = {}
         """node -> (the count, its annotation text, the time that text holds): encoded once per count, not once
         per patch, and not parsed back when the patch carrying it succeeds"""
@@ -219,9 +221,11 @@ class HotValues:
             return {}
         cached = self._texts.get(node)
         if cached is None or cached[0] is not hot:
-            at = datetime.fromtimestamp(hot.at, UTC).replace(microsecond=0)  # annotations hold whole seconds
-            text = hot_value_annotation(hot.value, at, self._stamp)[HOT_VALUE_KEY]
-            cached = self._texts[node] = (hot, text, at.timestamp())
+            if self._last_stamp[0] != hot.at:  # a refresh counts many nodes at one time: one timestamp for all
+                at = datetime.fromtimestamp(hot.at, UTC).replace(microsecond=0)  # annotations hold whole seconds
+                suffix = hot_value_annotation(0, at, self._stamp)[HOT_VALUE_KEY].partition(",")[1:]
+                self._last_stamp = (hot.at, "".join(suffix), at.timestamp())
+            cached = self._texts[node] = (hot, f"{hot.value}{self._last_stamp[1]}", self._last_stamp[2])
         return {HOT_VALUE_KEY: cached[1]}
 
     def mark_written(self, node: str, annotation_value: str) -> None:

@@ -4,7 +4,7 @@ per-node debounce."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -20,7 +20,7 @@ from crane_annotator.hot import (
     next_fall,
     read_value,
 )
-from crane_annotator.patches import Stamp
+from crane_annotator.patches import Stamp, hot_value_annotation
 from crane_shared.annotations import TimestampStyle, decode
 from crane_shared.hotvalue import hot_value, windows
 from crane_shared.policy import HotValuePolicy, default_policy
@@ -148,9 +148,12 @@ def test_mark_written_remembers_what_the_node_holds() -> None:
 @pytest.mark.parametrize("now", [1000.0, 1000.9999999, 1_700_000_000.5, 1_700_000_000.9999996])
 async def test_our_own_annotation_is_remembered_as_decoding_it_would(style: TimestampStyle, now: float) -> None:
     stamp = Stamp(style, ZoneInfo("Asia/Shanghai"))
-    hot = HotValues(FakeTimes({"a": [now - 10] * 2}), RULES, stamp, clock=lambda: now)
-    await hot.refresh(["a"])
+    hot = HotValues(FakeTimes({"a": [now - 10] * 2, "b": [now - 10] * 7}), RULES, stamp, clock=lambda: now)
+    await hot.refresh(["a", "b"])
+    at = datetime.fromtimestamp(now, UTC)
+    assert hot.annotation("b") == hot_value_annotation(4, at, stamp)  # floor(7 / 5) + floor(7 / 2)
     text = hot.annotation("a")["node_hot_value"]
+    assert text == hot_value_annotation(1, at, stamp)["node_hot_value"]
     assert hot.annotation("a")["node_hot_value"] is text  # encoded once per count
     hot.mark_written("a", text)
     sample = decode(text, stamp.legacy_zone)
