@@ -7,8 +7,11 @@ six default-policy metrics for every node. Then:
 0. patch budget (``bench.annotator.budget``): the real annotator leading at the default client QPS (50), no
    bindings, node PATCHes counted by the API server: the first round (start-up) and ``--budget-periods`` more
    periods; target exactly N per period and N before the first round completes;
-1. ours: the real annotator assembled in-process (node watch, Redis hot values, Prometheus client, patcher);
-   ``--rounds`` full rounds with every metric due, each timed from the first query to the last patch;
+1. ours against the bare node-patch ceiling (``bench.annotator.ceiling``): ``--rounds`` full rounds of the real
+   annotator assembled in-process (node watch, Redis hot values with its hot-value pass, Prometheus client,
+   patcher), every metric due, each timed from the first query to the last patch, interleaved with bare runs of
+   the same patches (same client, concurrency, rate limit, keys and value formats; strict: no watch open,
+   watched: the annotator's node watch open); each round is divided by the watched runs either side of it;
 2. upstream-style (``bench.annotator.upstream``): one worker, per node and per metric up to three queries and two
    JSON patches, stopped after ``--upstream-seconds`` (it would take far longer) and projected to the full
    round from the keys it completed, which cycle over all three instance styles.
@@ -230,9 +233,11 @@ def main() -> None:
         "--kube-api-qps",
         type=float,
         default=0.0,
-        help="our patch rate limit (0: unlimited, to measure the round itself)",
+        help="patch rate limit of our rounds and of the bare runs alike (0: unlimited, to measure the round)",
     )
-    parser.add_argument("--patch-concurrency", type=int, default=64, help="our patches in flight")
+    parser.add_argument(
+        "--patch-concurrency", type=int, default=64, help="patches in flight, ours and the bare runs alike"
+    )
     parser.add_argument(
         "--budget-periods", type=int, default=2, help="periods to count after the first round (0: skip the budget)"
     )
