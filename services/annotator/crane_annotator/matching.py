@@ -114,7 +114,7 @@ def split_instance(instance: str) -> tuple[str, bool]:
     (``fd00::1``, True); a bare IPv6 address (several colons, no brackets) has no port.
 
     Cached: every round brings back the same instance labels (one per node and metric), and parsing them as IP
-    addresses was most of a round's matching time (~0.25 ms per series at 5,000 nodes)."""
+    addresses was most of a round's matching time (~0.1 ms per series profiled, 30,000 series at 5,000 nodes)."""
     text = instance.strip()
     if text.startswith("["):
         host, bracket, rest = text[1:].partition("]")
