@@ -181,3 +181,16 @@ def test_a_steady_stream_cannot_postpone_a_node_forever() -> None:
     # Each window closes 0.25 s after it opened; this loop only looks every 0.1 s, hence up to 0.4 s apart.
     gaps = [b - a for a, b in zip([0.0, *flushed], flushed, strict=False)]
     assert len(flushed) == 5 and max(gaps) <= 0.4 + 1e-9
+
+
+async def test_a_round_recounts_only_the_nodes_the_loops_have_not_counted_lately() -> None:
+    now = [1000.0]
+    times = FakeTimes({"a": [990.0] * 2})
+    hot = HotValues(times, RULES, clock=lambda: now[0])
+    assert set(await hot.refresh_stale(["a", "b"], older_than=30)) == {"a", "b"}  # nothing counted yet: all
+    now[0] = 1020.0
+    await hot.refresh(["b"])  # the loops counted b at 1020
+    now[0] = 1040.0
+    assert set(await hot.refresh_stale(["a", "b", "c"], older_than=30)) == {"a", "c"}  # a: 40 s old; c: new
+    assert await hot.refresh_stale(["a", "b", "c"], older_than=30) == {}
+    assert [nodes for nodes, _ in times.calls] == [["a", "b"], ["b"], ["a", "c"]]
