@@ -4,8 +4,8 @@
 sandbox: setup        ## the local cluster with the three services, until Ctrl-C (SANDBOX_ARGS="--mode second")
 	.venv/bin/python -m crane_sandbox $(SANDBOX_ARGS)
 
-test: setup lint      ## everything CI runs: lint, types, unit and integration tests
-	.venv/bin/pytest -q
+test: setup lint      ## everything CI runs: lint, types, unit and integration tests (and the 25 slowest)
+	.venv/bin/pytest -q --durations=25
 
 setup:
 	@scripts/setup

@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster, new_run_dir
+from crane_sandbox.rbac import DEFAULT_NAMESPACE, install_identities, service_identity
 from crane_shared.kube import api_client_from_dict
 
 _db_numbers = itertools.cycle(range(1, 16))
@@ -33,9 +34,20 @@ def run_dir() -> Iterator[Path]:
     print(f"\nlogs of this test run: {path}")
 
 
+SERVICE_NAMESPACE = DEFAULT_NAMESPACE
+"""where the session's service identities live (``crane_sandbox.rbac.identity(cluster, service)``)"""
+
+
 @pytest.fixture(scope="session")
 async def cluster(run_dir: Path) -> AsyncIterator[LocalCluster]:
+    """The session's cluster, with each service's ServiceAccount under the Helm chart's RBAC: tests run the
+    services with those identities, never the admin's, so they prove the shipped RBAC suffices."""
     async with LocalCluster(run_dir) as c:
+        api = await api_client_from_dict(c.kubeconfig_dict())
+        try:
+            await install_identities(c, api, SERVICE_NAMESPACE)
+        finally:
+            await api.close()
         yield c
 
 
@@ -43,6 +55,14 @@ async def cluster(run_dir: Path) -> AsyncIterator[LocalCluster]:
 async def kube(cluster: LocalCluster) -> AsyncIterator[client.ApiClient]:
     """An admin ApiClient (no client-side rate limit)."""
     api = await api_client_from_dict(cluster.kubeconfig_dict())
+    yield api
+    await api.close()
+
+
+@pytest.fixture
+async def recorder_kube(cluster: LocalCluster) -> AsyncIterator[client.ApiClient]:
+    """An ApiClient as the chart's event-recorder ServiceAccount (for the recorder run in the test's process)."""
+    api = await api_client_from_dict((await service_identity(cluster, "event-recorder")).kubeconfig_dict())
     yield api
     await api.close()
 

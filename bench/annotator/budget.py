@@ -8,7 +8,6 @@ patches per following period. Target: exactly one patch per node per period, non
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 import time
 from collections import Counter
@@ -120,13 +119,14 @@ async def patch_budget(
         return report
 
     setattr(annotator.rounds, "run_round", recorded)  # noqa: B010 (instance attribute over the method)
-    watch = asyncio.create_task(annotator.watch_nodes())
+    stopping = asyncio.Event()
+    watch = asyncio.create_task(annotator.cache.run(stopping))
     lead: asyncio.Task[None] | None = None
     try:
         await annotator.cache.synced.wait()
         before = await node_patches(cluster)
         started = time.monotonic()
-        lead = asyncio.create_task(annotator.lead())
+        lead = asyncio.create_task(annotator.lead(stopping))
         await annotator.rounds.first_round_done.wait()
         result.first_round_seconds = time.monotonic() - started
         result.startup_patches = await node_patches(cluster) - before
@@ -148,11 +148,8 @@ async def patch_budget(
             print(f"  period {len(result.per_period)}: {result.per_period[-1]} node patches", flush=True)
         return result
     finally:
-        for task in (lead, watch):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        stopping.set()  # the worker contract: both return soon after
+        await asyncio.gather(*(task for task in (lead, watch) if task is not None), return_exceptions=True)
         await annotator.close()
         await prometheus.close()
         await redis.aclose()

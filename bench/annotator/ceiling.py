@@ -21,7 +21,6 @@ event that the API server encodes and the annotator decodes):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import cProfile
 import statistics
 import time
@@ -142,13 +141,14 @@ async def measure(
     )
     # The annotator as it runs when leading, minus its own round schedule (rounds are started here): the node
     # watch, and the hot-value pass that keeps every node's count current (it starts after the first round).
-    tasks = [asyncio.create_task(annotator.watch_nodes())]
+    stopping = asyncio.Event()
+    tasks = [asyncio.create_task(annotator.cache.run(stopping))]
     profiler = cProfile.Profile() if profile else None
     try:
         started = time.monotonic()
         await annotator.cache.synced.wait()
         result.synced = time.monotonic() - started
-        tasks.append(asyncio.create_task(annotator.hot_loops.periodic()))
+        tasks.append(asyncio.create_task(annotator.hot_loops.periodic(stopping)))
         result.watched.append(say("bare, watch open", await bare_patches(cluster, nodes, settings)))
         for _ in range(rounds):
             cpu = time.process_time()
@@ -164,10 +164,8 @@ async def measure(
         if profiler and profile:
             profiler.dump_stats(profile)
     finally:
-        for task in tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        stopping.set()  # the worker contract: both return soon after
+        await asyncio.gather(*tasks, return_exceptions=True)
         await annotator.close()
         await prometheus.close()
         await redis.aclose()

@@ -7,6 +7,8 @@ scored) and the cost per case of each side.
 
     .venv/bin/python -m bench.differential                  # 2,000 cases, up to 12 nodes and 20 pods
     .venv/bin/python -m bench.differential --cases 500 --seed 7
+    .venv/bin/python -m bench.differential --suite storage     # volume plugins with PVs, claims, CSINodes
+    .venv/bin/python -m bench.differential --suite preemption  # DefaultPreemption's candidates and choice
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, seed, settings
 
-from tests.differential.harness import Case, Judge, compare, judge_binary, ours
-from tests.differential.strategies import cases
+from tests.support.judge import Case, Judge, compare, judge_binary, ours
+from tests.support.judge_cases import cases
+from tests.support.judge_storage_cases import preemption_cases, storage_cases
 
 
 def main() -> int:
@@ -29,7 +32,13 @@ def main() -> int:
     parser.add_argument("--max-nodes", type=int, default=12)
     parser.add_argument("--max-pods", type=int, default=20)
     parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
+    parser.add_argument("--suite", choices=("builtin", "storage", "preemption"), default="builtin")
     args = parser.parse_args()
+    strategy = {
+        "builtin": cases(max_nodes=args.max_nodes, max_pods=args.max_pods),
+        "storage": storage_cases(max_nodes=args.max_nodes),
+        "preemption": preemption_cases(max_nodes=args.max_nodes, max_pods=args.max_pods),
+    }[args.suite]
 
     judge = Judge(judge_binary())
     seen: Counter[str] = Counter()
@@ -43,7 +52,7 @@ def main() -> int:
         print_blob=True,
         report_multiple_bugs=False,
     )
-    @given(case=cases(max_nodes=args.max_nodes, max_pods=args.max_pods))
+    @given(case=strategy)
     def sweep(case: Case) -> None:
         t0 = time.perf_counter()
         kube = judge.ask(case.request())[0]
@@ -100,6 +109,14 @@ def _tally(seen: Counter[str], kube: dict[str, Any]) -> None:
     }
     for plugin in varied:
         seen[f"Score differs across nodes: {plugin}"] += 1
+    preemption = kube.get("preemption")
+    if preemption is not None:
+        if preemption.get("message"):
+            seen["preemption cannot help"] += 1
+        else:
+            seen["preemption finds candidates"] += 1
+            seen["preemption: a candidate violates a PDB"] += any(c["pdbViolations"] for c in preemption["candidates"])
+            seen["preemption: several best candidates (tie)"] += len(preemption["best"]) > 1
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import aiohttp
 import yaml
 from kubernetes_asyncio import client
 
+from bench.scheduler.spy import Spy, render
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
 from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
@@ -274,10 +275,18 @@ async def run_ours(
         run_dir / "logs" / "crane-scheduler.log",
     )
     await create_pods(api, namespace, args.pods, name)
+    spies: list[Spy] = []
+
+    async def start() -> None:
+        await proc.start()
+        if getattr(args, "py_spy", False) and proc.pid is not None:
+            spy = await Spy.attach(proc.pid, run_dir / f"py-spy-{namespace}.txt")
+            spies.extend([spy] if spy is not None else [])
+
     try:
-        run = await measure(
-            api, namespace, args.pods, "crane-scheduler", proc.start, args.timeout, pid=lambda: proc.pid
-        )
+        run = await measure(api, namespace, args.pods, "crane-scheduler", start, args.timeout, pid=lambda: proc.pid)
+        for spy in spies:
+            print(f"  crane-scheduler's CPU samples by part ({spy.out}):\n{render(await spy.stop())}", file=sys.stderr)
         latency = await decision_latency(port, name)
     finally:
         await proc.stop()
@@ -449,6 +458,9 @@ def main() -> None:
         "kube-scheduler's (Dynamic disabled), for a like-for-like comparison",
     )
     parser.add_argument("--no-load", action="store_true", help="nodes without crane's load annotations")
+    parser.add_argument(
+        "--py-spy", action="store_true", help="sample crane-scheduler with py-spy (bench/scheduler/spy.py)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file (for bench.check)")
     args = parser.parse_args()
     sizes = [int(x) for x in args.nodes.split(",") if x]

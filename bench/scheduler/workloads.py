@@ -222,6 +222,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--skip-kube", action="store_true")
     parser.add_argument("--plugins", choices=sorted(base.PROFILES), default="default")
+    parser.add_argument(
+        "--py-spy", action="store_true", help="sample crane-scheduler with py-spy (bench/scheduler/spy.py)"
+    )
     args = parser.parse_args()
     results = asyncio.run(bench(args))
     print(

@@ -11,18 +11,36 @@ import argparse
 import asyncio
 import signal
 
+from kubernetes_asyncio.client import ApiClient
+
 from crane_sandbox.exporter import FleetExporter
 from crane_sandbox.fleet import FleetState, base_loads, make_fleet
 from crane_sandbox.pod_follower import PodFollower, create_nodes
 from crane_shared.kube import KubeSettings, make_api_client
+from crane_shared.retry import Backoff, retry
+
+STARTUP_ATTEMPTS = 30
+"""the cluster may still be starting when the fleet does (compose starts them together): ~2 minutes of retries"""
 
 
 async def run(args: argparse.Namespace) -> None:
     api = await make_api_client(KubeSettings(args.kubeconfig, None, 0.0, 100))
+    try:
+        await serve(args, api)
+    finally:
+        await api.close()
+
+
+async def serve(args: argparse.Namespace, api: ApiClient) -> None:
     fleet = make_fleet(
         args.nodes, instance_styles=("ip:port", "ip", "name"), base_loads=base_loads("uneven", args.nodes)
     )
-    await create_nodes(api, fleet, kwok=True)
+    await retry(
+        lambda: create_nodes(api, fleet, kwok=True),
+        attempts=STARTUP_ATTEMPTS,
+        backoff=Backoff(initial=0.5, maximum=5.0),
+        on_retry=lambda err, delay: print(f"fleet: cluster not ready ({err!s:.200}); retrying", flush=True),
+    )
     state = FleetState(fleet)
     exporter = FleetExporter(state, host=args.host, port=args.port, shards=1)
     follower = PodFollower(api, state)
@@ -37,7 +55,6 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         await follower.stop()
         await exporter.stop()
-        await api.close()
 
 
 def main() -> None:

@@ -16,7 +16,6 @@ import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import aiohttp
@@ -24,7 +23,7 @@ import yaml
 
 from crane_sandbox.kubebin import KubeBinaries, ensure_binaries
 from crane_sandbox.pki import Pki, make_pki
-from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
+from crane_sandbox.procs import ManagedProcess, Server, free_port, tcp_open
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -293,7 +292,7 @@ class ControllerManager:
             await self.process.stop()
 
 
-class LocalCluster:
+class LocalCluster(Server):
     """etcd + kube-apiserver + redis-server, plus kube-controller-manager when ``controllers`` is set. Extra
     components (KWOK, Prometheus, fleet, services) attach to it."""
 
@@ -338,15 +337,6 @@ class LocalCluster:
             if component is not None:
                 with contextlib.suppress(Exception):
                     await component.stop()
-
-    async def __aenter__(self) -> LocalCluster:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     @property
     def api_url(self) -> str:

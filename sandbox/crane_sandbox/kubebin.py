@@ -100,7 +100,12 @@ def _ensure_built(
         raise RuntimeError(f"Go is needed to build {what} (https://go.dev/doc/install); 'go' is not on PATH")
     cache_root().mkdir(parents=True, exist_ok=True)
     with open(cache_root() / f".{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel callers of one pin wait for one build
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # parallel callers of one pin wait for one build (scripts/setup's, in the background)
+            if not quiet:
+                print(f"waiting for another build of {what} (first time: minutes)...", file=sys.stderr, flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
         if all((target / b).exists() for b in wanted):
             return target
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root()))
@@ -154,10 +159,20 @@ def ensure_kwok(module_dir: Path = KWOK_MODULE_DIR, *, quiet: bool = False) -> K
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.parse_args()
-    bins = ensure_binaries()
-    kwok = ensure_kwok()
-    print(f"{bins.version}\n{bins.apiserver}\n{bins.scheduler}\n{bins.controller_manager}\n{kwok.version}\n{kwok.kwok}")
+    parser.add_argument(
+        "modules",
+        nargs="*",
+        choices=("kube", "kwok"),
+        default=["kube", "kwok"],
+        help="which module to build (default both); scripts/setup builds kube first and KWOK in the background",
+    )
+    args = parser.parse_args()
+    if "kube" in args.modules:
+        bins = ensure_binaries()
+        print(f"{bins.version}\n{bins.apiserver}\n{bins.scheduler}\n{bins.controller_manager}\n{bins.judge}")
+    if "kwok" in args.modules:
+        kwok = ensure_kwok()
+        print(f"{kwok.version}\n{kwok.kwok}")
 
 
 if __name__ == "__main__":

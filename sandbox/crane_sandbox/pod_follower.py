@@ -96,12 +96,17 @@ async def create_nodes(
         status = node_status(node, time.time(), ready=not kwok)
         async with gate:
             try:
-                await raw_json(v1.create_node(manifest, _preload_content=False, _request_timeout=30))
+                # Created with its status, as a kubelet registers its node: KWOK's node-initialize stage must
+                # see the addresses from the first event, or it fills in its own InternalIP, and a patch it
+                # computed before ours landed would replace ours (the node then matches no series).
+                await raw_json(v1.create_node({**manifest, **status}, _preload_content=False, _request_timeout=30))
             except ApiException as e:
                 if e.status != 409:
                     raise
                 meta = {k: v for k, v in manifest["metadata"].items() if k in ("labels", "annotations")}
-                await raw_json(v1.patch_node(node.name, {"metadata": meta}, _preload_content=False))
+                await raw_json(
+                    v1.patch_node(node.name, {"metadata": meta}, _preload_content=False, _request_timeout=30)
+                )
             await raw_json(v1.patch_node_status(node.name, status, _preload_content=False, _request_timeout=30))
             if not kwok:
                 untaint = {"spec": {"taints": None}}

@@ -2,13 +2,15 @@
 
 Every server the sandbox and the tests run (etcd, kube-apiserver, redis-server, prometheus, our services) is a
 ``ManagedProcess``. Logs go to one file per process inside the run directory, so a failed test can be debugged
-after the fact; ``tail()`` is attached to every readiness timeout.
+after the fact; ``tail()`` is attached to every readiness timeout. Each child dies with the process that started
+it (``die_with_parent``), so a SIGTERMed or SIGKILLed pytest or sandbox leaves no server behind.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -16,6 +18,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -26,8 +30,47 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn`` that makes the child get SIGKILL when its parent dies (Linux ``PR_SET_PDEATHSIG``): no
+    orphaned servers when the parent is killed without running its cleanup (SIGTERM's default action, kill -9).
+
+    The kernel sends the signal when the *thread* that forked the child exits, so children are started from the
+    event loop's thread (asyncio does). libc is loaded here, before the fork: the hook itself only calls."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def hook() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the hook ran: nobody will reap us
+            os._exit(1)
+
+    return hook
+
+
 class StartupError(RuntimeError):
     """A child process did not become ready; the message carries the end of its log."""
+
+
+class Server:
+    """A component with ``start()`` and ``stop()``, usable as ``async with``: stopped however the block ends."""
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
 
 
 @dataclass
@@ -55,6 +98,7 @@ class ManagedProcess:
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,  # our own process group: a kill reaches its children too
+                preexec_fn=die_with_parent(),  # and it dies with us, even when we get no chance to stop it
             )
 
     @property

@@ -13,13 +13,12 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal, NamedTuple
 
 import aiohttp
 import yaml
 
-from crane_sandbox.procs import ManagedProcess, StartupError, free_port
+from crane_sandbox.procs import ManagedProcess, Server, StartupError, free_port
 
 RulesVariant = Literal["upstream", "fast"]
 PROMETHEUS_BIN = "/usr/bin/prometheus"
@@ -80,7 +79,7 @@ def render_config(
     }
 
 
-class PrometheusServer:
+class PrometheusServer(Server):
     """One Prometheus process on a free loopback port, logging into ``run_dir``."""
 
     def __init__(
@@ -143,15 +142,6 @@ class PrometheusServer:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-    async def __aenter__(self) -> PrometheusServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     async def set_targets(self, targets: Sequence[tuple[str, str]]) -> None:
         """Rewrite the config and hot-reload it (the fleet grew, an exporter moved)."""

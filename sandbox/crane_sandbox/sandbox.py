@@ -32,6 +32,7 @@ from crane_sandbox.kwok import grant as grant_kwok
 from crane_sandbox.pod_follower import PodFollower, create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port
 from crane_sandbox.prometheus import PrometheusServer
+from crane_sandbox.rbac import ServiceIdentity, install_identities
 from crane_sandbox.topology import TopologySpec, install_crd, publish_fleet
 from crane_shared.kube import api_client_from_dict, raw_json
 
@@ -145,6 +146,8 @@ class Sandbox:
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    identities: dict[str, ServiceIdentity] = field(default_factory=dict)
+    """each service's ServiceAccount under the chart's RBAC, in the scheduler's lease namespace"""
     _api: client.ApiClient | None = None
     _follower: PodFollower | None = None
     state: FleetState | None = None
@@ -167,6 +170,12 @@ class Sandbox:
         config = yaml.safe_load(self.scheduler_config_path.read_text()) or {}
         names = [p.get("schedulerName", "default-scheduler") for p in config.get("profiles") or []]
         return list(dict.fromkeys(["default-scheduler", *names]))
+
+    def lease_namespace(self) -> str:
+        """Where the scheduler's Lease lives (its configuration's ``leaderElection.resourceNamespace``); the
+        services' ServiceAccounts and the annotator's Lease go there too, as the chart puts them in one namespace."""
+        config = yaml.safe_load(self.scheduler_config_path.read_text()) or {}
+        return str((config.get("leaderElection") or {}).get("resourceNamespace", "kube-system"))
 
     async def start(self) -> None:
         try:
@@ -199,6 +208,10 @@ class Sandbox:
             self.policy_path.write_text(SANDBOX_POLICY)
             config = (self.scheduler_config or SCHEDULER_CONFIG).replace("{policy}", str(self.policy_path))
             self.scheduler_config_path.write_text(config.replace("{scheduler_name}", self.scheduler_name))
+            if self.services:
+                self.identities = await install_identities(
+                    self.cluster, self._api, self.lease_namespace(), prefix="crane"
+                )
             starts = [self._start_service(spec) for spec in self._service_specs()]
             if self.mode == "second":
                 starts.append(self._start_kube_scheduler())
@@ -234,33 +247,36 @@ class Sandbox:
 
     def _service_specs(self) -> list[ServiceSpec]:
         assert self.cluster is not None and self.prometheus is not None
-        kube = ["--kubeconfig", str(self.cluster.kubeconfig_path), "--listen-address", "127.0.0.1"]
         redis = ["--redis-url", self.cluster.redis_url]
+        annotator = self.identities["annotator"]
         specs = {
             "event-recorder": (
                 "crane_event_recorder",
-                [*kube, *redis, "--reporting-controllers", ",".join(self.reporting_controllers())],
+                [*redis, "--reporting-controllers", ",".join(self.reporting_controllers())],
             ),
             "annotator": (
                 "crane_annotator",
                 [
-                    *kube,
                     *redis,
                     "--prometheus-url",
                     self.prometheus.url,
                     "--policy",
                     str(self.policy_path),
                     "--lease-namespace",
-                    "default",
+                    annotator.namespace,
+                    "--lease-name",
+                    annotator.lease_name,
                 ],
             ),
-            "scheduler": ("crane_scheduler", [*kube, "--config", str(self.scheduler_config_path)]),
+            "scheduler": ("crane_scheduler", ["--config", str(self.scheduler_config_path)]),
         }
         out = []
         for name in self.services:
             module, args = specs[name]
             port = free_port()
-            out.append(ServiceSpec(name, module, [*args, "--port", str(port)], port))
+            # each service as its own ServiceAccount, under the chart's RBAC
+            kube = ["--kubeconfig", str(self.identities[name].kubeconfig), "--listen-address", "127.0.0.1"]
+            out.append(ServiceSpec(name, module, [*kube, *args, "--port", str(port)], port))
         return out
 
     async def _start_service(self, spec: ServiceSpec) -> None:

@@ -12,12 +12,11 @@ import asyncio
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import aiohttp
 
-from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
+from crane_sandbox.procs import ManagedProcess, Server, free_port, tcp_open
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +78,7 @@ class Proxy:
 
 
 @dataclass
-class Toxiproxy:
+class Toxiproxy(Server):
     """A toxiproxy-server on loopback (API on ``port``) and its proxies."""
 
     log_file: Path
@@ -104,15 +103,6 @@ class Toxiproxy:
             self._session = None
         if self.process is not None:
             await self.process.stop()
-
-    async def __aenter__(self) -> Toxiproxy:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     async def call(self, method: str, path: str, body: Any = None) -> Any:
         assert self._session is not None, "toxiproxy not started"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -72,8 +73,11 @@ def event_body(
     scheduler: str,
     instance: str,
     at: float | None = None,
+    related: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    return {
+    """An events.k8s.io/v1 Event regarding a pod; ``related`` is a second object reference (kube's ``Eventf``
+    related object, e.g. the preemptor of a ``Preempted`` victim)."""
+    body: dict[str, Any] = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
         "metadata": {"name": event_name(pod, secrets.token_hex(8)), "namespace": namespace},
@@ -86,3 +90,6 @@ def event_body(
         "note": note[:1024],
         "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod, "uid": pod_uid},
     }
+    if related is not None:
+        body["related"] = dict(related)
+    return body

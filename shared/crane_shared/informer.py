@@ -298,9 +298,8 @@ class Informer:
         elif self.clock() - started < _MIN_WATCH_SECONDS:
             raise ApiError(200, "watch ended at once with no events")
 
-    async def run(self, stopping: asyncio.Event | None = None) -> None:
+    async def run(self, stopping: asyncio.Event) -> None:
         """List, then watch until ``stopping``; re-list on 410 or on request, back off on every other failure."""
-        stopping = stopping if stopping is not None else asyncio.Event()
         assert self.backoff is not None
         gone_in_a_row = 0
         while not stopping.is_set():

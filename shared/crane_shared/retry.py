@@ -49,20 +49,29 @@ class Backoff:
         self._attempt = 0
 
 
-async def sleep_unless(stopping: asyncio.Event, seconds: float, *, until: Awaitable[object] | None = None) -> bool:
-    """Sleep ``seconds`` or until ``stopping`` is set (or ``until`` finishes), whichever is first.
+async def sleep_unless(
+    stopping: asyncio.Event, seconds: float | None, *, until: Awaitable[object] | None = None
+) -> bool:
+    """Sleep ``seconds`` (``None``: no limit) or until ``stopping`` is set (or ``until`` finishes), whichever
+    is first.
 
-    Returns True when ``stopping`` is set. ``until`` (e.g. a task being supervised) is never cancelled here."""
+    Returns True when ``stopping`` is set. A task given as ``until`` (e.g. one being supervised) is never
+    cancelled here; a coroutine (e.g. ``event.wait()``) is started here and cancelled here."""
     if stopping.is_set():
         return True
     waiters: list[asyncio.Future[object]] = [asyncio.ensure_future(stopping.wait())]
+    owned = waiters[:]
     if until is not None:
         waiters.append(asyncio.ensure_future(until))
+        if waiters[-1] is not until:
+            owned.append(waiters[-1])
     try:
-        await asyncio.wait(waiters, timeout=max(0.0, seconds), return_when=asyncio.FIRST_COMPLETED)
+        timeout = None if seconds is None else max(0.0, seconds)
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        # Cancelled, not awaited: awaiting it here could swallow a cancellation of the caller.
-        waiters[0].cancel()
+        # Cancelled, not awaited: awaiting them here could swallow a cancellation of the caller.
+        for waiter in owned:
+            waiter.cancel()
     return stopping.is_set()
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.differential.harness import Judge, go_available, judge_binary
+from tests.support.judge import Judge, go_available, judge_binary
 
 
 @pytest.fixture(scope="session")

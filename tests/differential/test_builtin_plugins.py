@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 
-from tests.differential.harness import Case, Judge, check
-from tests.differential.strategies import cases
+from tests.support.judge import Case, Judge, check
+from tests.support.judge_cases import cases
 
 CI_EXAMPLES = 800
 

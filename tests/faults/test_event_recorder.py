@@ -15,17 +15,9 @@ import redis.asyncio as aioredis
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.rbac import identity
 from crane_shared.kube import api_client_from_dict
-from tests.faults.conftest import (
-    FaultReport,
-    FaultRow,
-    StatusProxy,
-    api_host_port,
-    eventually,
-    kubeconfig_via,
-    restart_apiserver,
-)
-from tests.integration.event_recorder.kit import (
+from tests.support.event_recorder_cluster import (
     Binding,
     child,
     expected,
@@ -34,6 +26,8 @@ from tests.integration.event_recorder.kit import (
     report_events_v1,
     stored,
 )
+from tests.support.faults import FaultReport, FaultRow, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
+from tests.support.waiting import eventually
 
 NODES = ("node-a", "node-b", "node-c")
 
@@ -57,12 +51,17 @@ async def audit(redis: aioredis.Redis, made: Sequence[Binding], row: FaultRow) -
 
 
 async def test_redis_flushall_is_noticed_and_the_records_restored_by_a_relist(
-    kube: client.ApiClient, redis_url: str, redis: aioredis.Redis, namespace: str, fault_report: FaultReport
+    kube: client.ApiClient,
+    recorder_kube: client.ApiClient,
+    redis_url: str,
+    redis: aioredis.Redis,
+    namespace: str,
+    fault_report: FaultReport,
 ) -> None:
     """Same server, same run_id: only the epoch marker going away tells the recorder its records are gone."""
     made = bindings(namespace, 30)
     row = fault_report.row("Redis FLUSHALL (same server, records lost)")
-    async with in_process(kube, redis_url, namespace) as rec:
+    async with in_process(recorder_kube, redis_url, namespace) as rec:
         await eventually(rec.recorder.ready)
         for b in made:
             await report_events_v1(kube, b)
@@ -97,7 +96,9 @@ async def test_429_and_503_on_list_and_watch_are_retried_with_backoff_and_lose_n
     status: int,
 ) -> None:
     status_proxy.fail(status, _lists, 3)
-    api = await api_client_from_dict(kubeconfig_via(cluster, status_proxy.url))
+    api = await api_client_from_dict(
+        kubeconfig_via(cluster, status_proxy.url, account=identity(cluster, "event-recorder"))
+    )
     made = bindings(namespace, 40)
     row = fault_report.row(f"HTTP {status} on the event-recorder's first 3 lists and 3 watches")
     try:
@@ -132,7 +133,7 @@ async def test_api_server_restart_mid_stream_loses_and_doubles_nothing(
 ) -> None:
     made = bindings(namespace, 90)
     row = fault_report.row("API server restart mid-stream (event-recorder process)")
-    proc = child(cluster.kubeconfig_path, redis_url, namespace, cluster.run_dir / "logs")
+    proc = child(identity(cluster, "event-recorder").kubeconfig, redis_url, namespace, cluster.run_dir / "logs")
     await proc.process.start()
     try:
         await proc.process.wait_ready(proc.ready, timeout=30)
@@ -155,6 +156,7 @@ async def test_api_server_restart_mid_stream_loses_and_doubles_nothing(
 async def test_redis_connection_reset_and_blackholed_lose_nothing(
     cluster: LocalCluster,
     kube: client.ApiClient,
+    recorder_kube: client.ApiClient,
     redis_url: str,
     redis: aioredis.Redis,
     namespace: str,
@@ -165,7 +167,7 @@ async def test_redis_connection_reset_and_blackholed_lose_nothing(
     via_proxy = f"redis://{proxy.host_port}/{redis_url.rsplit('/', 1)[1]}"
     made = bindings(namespace, 60)
     row = fault_report.row("Redis connection reset, then blackholed 5s (event-recorder)")
-    async with in_process(kube, via_proxy, namespace) as rec:
+    async with in_process(recorder_kube, via_proxy, namespace) as rec:
         await eventually(rec.recorder.ready)
         for b in made[:20]:
             await report_events_v1(kube, b)
@@ -197,7 +199,7 @@ async def test_kill_9_of_the_event_recorder_mid_stream_loses_and_doubles_nothing
 ) -> None:
     made = bindings(namespace, 90)
     row = fault_report.row("kill -9 of the event-recorder mid-stream, restarted")
-    proc = child(cluster.kubeconfig_path, redis_url, namespace, cluster.run_dir / "logs")
+    proc = child(identity(cluster, "event-recorder").kubeconfig, redis_url, namespace, cluster.run_dir / "logs")
     await proc.process.start()
     try:
         await proc.process.wait_ready(proc.ready, timeout=30)
@@ -228,7 +230,9 @@ async def test_added_latency_on_the_api_connection_records_everything_once(
     fault_report: FaultReport,
 ) -> None:
     proxy = await proxy_to(api_host_port(cluster))
-    api = await api_client_from_dict(kubeconfig_via(cluster, f"https://{proxy.host_port}"))
+    api = await api_client_from_dict(
+        kubeconfig_via(cluster, f"https://{proxy.host_port}", account=identity(cluster, "event-recorder"))
+    )
     made = bindings(namespace, 40)
     row = fault_report.row("500 ms latency on the event-recorder's API connection")
     try:

@@ -20,7 +20,8 @@ from kubernetes_asyncio import client
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.kube import KubeSettings, api_client_from_dict, make_api_client
 from crane_shared.leader import LeaderElector, LeaseConfig, make_lease_client
-from tests.faults.conftest import FaultReport, api_host_port, eventually, kubeconfig_via, restart_apiserver
+from tests.support.faults import FaultReport, api_host_port, kubeconfig_via, restart_apiserver
+from tests.support.waiting import eventually
 
 TIMING = {"lease_duration": 4.0, "renew_deadline": 3.0, "retry_period": 0.5}
 

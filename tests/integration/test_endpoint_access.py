@@ -9,8 +9,10 @@ from aiohttp import web
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.rbac import account_token, chart_prefix, install_identities
 from crane_shared.kube import KubeSettings
 from crane_shared.service import Access, ServiceRuntime
+from tests.support.event_recorder_cluster import child as recorder_child
 
 
 async def _get(url: str, token: str | None = None) -> int:
@@ -63,3 +65,36 @@ async def test_delegated_access_needs_a_token_the_api_server_authenticates_and_a
             await rbac.delete_cluster_role(role)
     finally:
         await runtime.stop_http()
+
+
+async def test_the_charts_rbac_locks_a_services_metrics_to_the_metrics_reader_role(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, redis_url: str
+) -> None:
+    """A real service as the chart deploys it (``--metrics-access delegated``, its own ServiceAccount bound to
+    system:auth-delegator by the chart) answers /metrics to the chart's scraper account (the ServiceMonitor's
+    identity, bound to the metrics-reader ClusterRole) and refuses every other token: the chart's RBAC both lets
+    the service ask the API server and keeps other callers out."""
+    accounts = await install_identities(cluster, kube, namespace)
+    prefix = chart_prefix(namespace)
+    scraper = await account_token(kube, namespace, f"{prefix}-metrics-scraper")
+    recorder = recorder_child(
+        accounts["event-recorder"].kubeconfig,
+        redis_url,
+        namespace,
+        cluster.run_dir / "logs",
+        "--metrics-access",
+        "delegated",
+    )
+    await recorder.process.start()
+    base = f"http://127.0.0.1:{recorder.port}"
+    try:
+        await recorder.process.wait_ready(lambda: _ok(f"{base}/healthz"), timeout=30)
+        assert await _get(f"{base}/metrics") == 401
+        assert await _get(f"{base}/metrics", accounts["annotator"].token) == 403  # a service, not a reader
+        assert await _get(f"{base}/metrics", scraper) == 200
+    finally:
+        await recorder.process.stop()
+
+
+async def _ok(url: str) -> bool:
+    return await _get(url) == 200

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,8 @@ from crane_sandbox.exporter import FleetExporter
 from crane_sandbox.fleet import GI, FleetState, make_fleet
 from crane_sandbox.pod_follower import PodFollower, create_nodes
 from crane_sandbox.prometheus import PrometheusServer, Sample, backfill, check_rules, rules_path
+from tests.support.fleet import scraped_fleet
+from tests.support.waiting import eventually
 
 TOLERANCE = 1.0  # percentage points
 
@@ -81,17 +83,11 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         for p in pods:
             state.on_pod(seen(p))
     state.on_pod(seen(pod("leaving", "node-0006", usage="cpu=4,memory=16Gi")))
-    exporter = FleetExporter(state, shard_size=2)  # 3 shards: exercises the sharded scrape config
-    await exporter.start()
     # History must end before "now": the live head starts where the blocks end.
     await backfill(run_dir / "data", history(time.time() - 60))
-    prometheus = PrometheusServer(run_dir, exporter.targets(), rules="fast", data_dir=run_dir / "data")
-    try:
-        await prometheus.start()
+    # 3 shards: exercises the sharded scrape config
+    async with scraped_fleet(run_dir, state, shard_size=2, data_dir=run_dir / "data") as (exporter, prometheus):
         yield Stack(state, exporter, prometheus)
-    finally:
-        await prometheus.stop()
-        await exporter.stop()
 
 
 def value_of(instance: str, expected: float) -> object:
@@ -151,13 +147,6 @@ async def test_rules_files_pass_promtool_and_record_the_same_metrics(variant: st
         for res in ("cpu", "mem")
         for m in ("usage_active", "usage_avg_5m", "usage_max_avg_1h", "usage_max_avg_1d")
     }
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 async def test_sim_nodes_are_ready_in_the_api_and_bound_pods_load_them(kube: client.ApiClient, namespace: str):

@@ -13,7 +13,7 @@ from kubernetes_asyncio import client
 
 from crane_shared.informer import Informer
 from crane_shared.retry import Backoff
-from tests.fakeapi import Events, FakeApiServer, Page, Status, fake_api, item
+from tests.support.fakeapi import Events, FakeApiServer, Page, Status, fake_api, item
 
 # Every retry waits between 0.15 and 0.3 s: long enough to tell from an immediate retry, short for a test.
 BACKOFF = 0.3

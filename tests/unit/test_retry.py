@@ -56,3 +56,22 @@ async def test_sleep_unless_returns_at_the_stop_and_never_swallows_a_cancellatio
 async def test_sleep_unless_wakes_when_the_watched_task_ends() -> None:
     done = asyncio.create_task(asyncio.sleep(0))
     assert await asyncio.wait_for(sleep_unless(asyncio.Event(), 60, until=done), 5) is False
+
+
+async def test_sleep_unless_without_a_limit_waits_for_an_event_and_cleans_up_its_waiter() -> None:
+    """``seconds=None`` waits only for ``stopping`` or ``until``; a coroutine given as ``until`` was started by
+    ``sleep_unless`` and is cancelled by it (no task left pending), a task given is left alone."""
+    stopping, woken = asyncio.Event(), asyncio.Event()
+    before = asyncio.all_tasks()
+    sleeper = asyncio.create_task(sleep_unless(stopping, None, until=woken.wait()))
+    await asyncio.sleep(0.01)
+    assert not sleeper.done()
+    stopping.set()
+    assert await asyncio.wait_for(sleeper, 5) is True
+    await asyncio.sleep(0)
+    assert asyncio.all_tasks() == before  # the waiter on ``woken`` is gone
+    supervised = asyncio.create_task(woken.wait())
+    assert await sleep_unless(asyncio.Event(), 0.01, until=supervised) is False
+    assert not supervised.done()  # not ours to cancel
+    woken.set()
+    await asyncio.wait_for(supervised, 5)

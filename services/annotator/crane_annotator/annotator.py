@@ -1,16 +1,16 @@
 """The annotator assembled from its parts, given its adapters (API client, Redis, Prometheus client).
 
 Separate from ``app`` (flags, process, signals) so tests and the benchmark can run the real thing in-process.
-Everyone watches nodes (for readiness, metrics and the debug endpoint); only the Lease holder runs the loops
-that write: metric rounds, the periodic hot-value refresh, the binding-stream follower and the fall follower.
+Everyone watches nodes (``cache.run(stopping)``: readiness, metrics and the debug endpoint); only the Lease
+holder runs the workers that write (``lead(stopping)``): metric rounds, and the hot-value loops (the periodic
+refresh, the binding-stream follower and the fall follower).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 import redis.asyncio as aioredis
 from kubernetes_asyncio import client
@@ -32,6 +32,7 @@ from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingSchema
 from crane_shared.logs import get_logger
 from crane_shared.policy import DynamicSchedulerPolicy
+from crane_shared.retry import sleep_unless
 
 log = get_logger("crane.annotator")
 
@@ -131,21 +132,18 @@ class Annotator:
     async def close(self) -> None:
         await self.patcher.close()
 
-    async def watch_nodes(self) -> None:
-        await self.cache.run()
-
-    async def lead(self) -> None:
-        """The writing loops, run while this instance holds the Lease (cancelled when it is lost)."""
+    async def lead(self, stopping: asyncio.Event) -> None:
+        """The writing loops (a worker: ``run(stopping)`` for one term), run while this instance holds the Lease;
+        ``stopping`` is the term's end (``Term.lost``: lease lost or shutdown). If one loop fails, the others are
+        cancelled and the error raised, so the lease is given up and a new term starts them afresh."""
         try:
-            await self.cache.synced.wait()
+            if await sleep_unless(stopping, None, until=self.cache.synced.wait()):
+                return
             self._seed_written()
             self.rounds.first_round_done.clear()  # a new term starts with a full round again
-            await _all(
-                self.rounds.loop(),
-                self.hot_loops.periodic(),
-                self.hot_loops.follow_stream(),
-                self.hot_loops.follow_falls(),
-            )
+            async with asyncio.TaskGroup() as group:
+                for worker in (self.rounds, self.hot_loops):
+                    group.create_task(worker.run(stopping))
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -157,10 +155,3 @@ class Annotator:
         for name, info in self.cache.nodes.items():
             if HOT_VALUE_KEY in info.stamps:
                 self.hot.written[name] = (int(info.values[HOT_VALUE_KEY]), info.stamps[HOT_VALUE_KEY])
-
-
-async def _all(*coros: Coroutine[Any, Any, None]) -> None:
-    """Run loops together; if one fails, cancel the others and raise."""
-    async with asyncio.TaskGroup() as group:
-        for coro in coros:
-            group.create_task(coro)

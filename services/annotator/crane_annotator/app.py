@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Coroutine
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -64,6 +66,13 @@ async def run(config: AnnotatorConfig) -> int:
             runtime.leadership = "leader" if leading else "standby"
 
         elector.on_change = on_change
+
+        def lead() -> Coroutine[Any, Any, None]:
+            """Called by the elector as a term begins: the writing workers stop when that term ends."""
+            term = elector.term
+            assert term is not None, "the elector begins the term before it calls lead"
+            return annotator.lead(term.lost)
+
         runtime.leadership = "standby"
         runtime.add_readiness_check("nodes-synced", annotator.cache.synced.is_set)
         debug.add_routes(
@@ -86,7 +95,7 @@ async def run(config: AnnotatorConfig) -> int:
         annotator.cache.informer.on_restart = lambda reason: annotator.metrics.node_watch_restarts.labels(reason).inc()
         return await runtime.run(
             annotator.cache.run(runtime.stopping),
-            elector.run(annotator.lead, runtime.stopping),
+            elector.run(lead, runtime.stopping),
         )
     finally:
         if annotator is not None:

@@ -17,7 +17,6 @@ held: the round writes every node's hot value anyway, and the pass that follows 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Collection, Sequence
 
@@ -30,7 +29,7 @@ from crane_annotator.metrics import AnnotatorMetrics
 from crane_annotator.writer import Patcher
 from crane_shared.binding_store import BindingStore
 from crane_shared.logs import LogOnce, get_logger
-from crane_shared.retry import Backoff
+from crane_shared.retry import Backoff, sleep_unless
 
 log = get_logger("crane.annotator.hot")
 
@@ -75,15 +74,23 @@ class HotValueLoops:
         self._log_once = LogOnce(log)
         self._flushes: set[asyncio.Task[None]] = set()
 
-    async def periodic(self) -> None:
-        """Every ``interval``: recount all nodes and patch those that need it. The first pass waits for the
-        first metric round (``settled``), however long it takes: its patches carry every node's hot value."""
-        if self._settled is not None:
-            await self._settled.wait()
-        while True:
+    async def run(self, stopping: asyncio.Event) -> None:
+        """The periodic pass and both followers until ``stopping`` (the worker contract); if one fails, the
+        others are cancelled and the error raised."""
+        async with asyncio.TaskGroup() as group:
+            for loop in (self.periodic, self.follow_stream, self.follow_falls):
+                group.create_task(loop(stopping))
+
+    async def periodic(self, stopping: asyncio.Event) -> None:
+        """Every ``interval`` until ``stopping``: recount all nodes and patch those that need it. The first pass
+        waits for the first metric round (``settled``), however long it takes: its patches carry every node's
+        hot value."""
+        if self._settled is not None and await sleep_unless(stopping, None, until=self._settled.wait()):
+            return
+        while not stopping.is_set():
             started = self._clock()
             await self.refresh_all()
-            await asyncio.sleep(max(0.0, started + self._interval - self._clock()))
+            await sleep_unless(stopping, started + self._interval - self._clock())
 
     async def refresh_all(self) -> None:
         nodes = sorted(self._nodes())
@@ -94,18 +101,19 @@ class HotValueLoops:
         self._metrics.hot_last_success.set(self._wall_clock())
         await self._write(fresh)
 
-    async def follow_stream(self) -> None:
-        """Read new bindings from the stream; recount a node ``debounce`` after its first new binding."""
+    async def follow_stream(self, stopping: asyncio.Event) -> None:
+        """Read new bindings from the stream until ``stopping``; recount a node ``debounce`` after its first new
+        binding."""
         try:
-            await self._follow_stream()
+            await self._follow_stream(stopping)
         finally:  # leadership lost or shutting down: no patch may leave after this
             for task in list(self._flushes):
                 task.cancel()
 
-    async def _follow_stream(self) -> None:
+    async def _follow_stream(self, stopping: asyncio.Event) -> None:
         last_id: str | None = None
         backoff = Backoff(initial=0.5, maximum=10.0)
-        while True:
+        while not stopping.is_set():
             try:
                 if last_id is None:
                     last_id = await self._stream_tail()
@@ -117,7 +125,7 @@ class HotValueLoops:
                 backoff.reset()
             except (RedisError, OSError) as err:
                 self._log_once.warning("stream", "reading the binding stream failed; retrying", error=str(err))
-                await asyncio.sleep(backoff.next_delay())
+                await sleep_unless(stopping, backoff.next_delay())
                 continue
             last_id = batch.last_id
             if batch.skipped:
@@ -127,17 +135,16 @@ class HotValueLoops:
                 self._debouncer.add((r.node for r in batch.records), self._clock())
             self._start_flush(self._debouncer.take_due(self._clock()), "binding")
 
-    async def follow_falls(self) -> None:
-        """Recount each node when a binding leaves a window and its value falls (times from ``hot.next_fall``);
-        a refresh that schedules an earlier fall wakes this loop up (``hot.falls_changed``)."""
+    async def follow_falls(self, stopping: asyncio.Event) -> None:
+        """Until ``stopping``: recount each node when a binding leaves a window and its value falls (times from
+        ``hot.next_fall``); a refresh that schedules an earlier fall wakes this loop up (``hot.falls_changed``)."""
         try:
-            while True:
+            while not stopping.is_set():
                 self._hot.falls_changed.clear()
                 self._start_flush(self._hot.take_falls(self._wall_clock()), "expiry")
                 fall = self._hot.next_fall_at()
-                timeout = None if fall is None else max(0.0, fall - self._wall_clock())
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._hot.falls_changed.wait(), timeout)
+                timeout = None if fall is None else fall - self._wall_clock()
+                await sleep_unless(stopping, timeout, until=self._hot.falls_changed.wait())
         finally:
             for task in list(self._flushes):
                 task.cancel()

@@ -130,6 +130,6 @@ class NodeCache:
             info = self._info(obj)
             self.nodes[info.addresses.name] = info
 
-    async def run(self, stopping: asyncio.Event | None = None) -> None:
-        """List, then watch until ``stopping`` (forever when None: until cancelled); never raises otherwise."""
+    async def run(self, stopping: asyncio.Event) -> None:
+        """List, then watch until ``stopping``; never raises."""
         await self.informer.run(stopping)

@@ -30,6 +30,7 @@ from crane_annotator.values import Converted, DropReason, convert
 from crane_annotator.writer import HotSupplier, Patcher, PatchReport
 from crane_shared.durations import format_duration
 from crane_shared.logs import LogOnce, get_logger
+from crane_shared.retry import sleep_unless
 
 log = get_logger("crane.annotator.rounds")
 
@@ -61,6 +62,14 @@ class RoundReport:
     query_seconds: float = 0.0
     patch_seconds: float = 0.0
     matched: dict[str, int] = field(default_factory=dict)
+
+    def outcome(self) -> tuple[list[str], list[str]]:
+        """(synced, to retry soon): a metric whose query matched no node wrote nothing, like a failed one, so it is
+        retried before its period. That is the case of a stack that has just started (Prometheus's recording rules
+        not evaluated yet, nodes not registered yet): without it the first annotations would wait a whole period
+        (3 h for the 1-day metrics of the default policy)."""
+        synced = [m for m in self.succeeded if self.matched.get(m, 0) > 0]
+        return synced, [*self.failed, *(m for m in self.succeeded if self.matched.get(m, 0) == 0)]
 
 
 @dataclass
@@ -108,19 +117,19 @@ class MetricRounds:
         self.first_round_done = asyncio.Event()
         """set after the first round, which wrote every node's hot value along with its metrics"""
 
-    async def loop(self) -> None:
-        """Rounds forever, each with the metrics due at its start (see ``schedule``)."""
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Rounds until ``stopping``, each with the metrics due at its start (see ``schedule``); a round under
+        way finishes first (its patches stop at the writer once the term is over)."""
         plan = schedule.start({s.name: s.period for s in self.specs.values()}, self._clock())
-        while True:
+        while not stopping.is_set():
             now = self._clock()
             due = schedule.due(plan, now)
             if not due:
-                await asyncio.sleep(max(0.0, schedule.wake_at(plan) - now))
+                await sleep_unless(stopping, schedule.wake_at(plan) - now)
                 continue
             report = await self.run_round(due)
-            plan = schedule.after_round(
-                plan, now, self._clock(), report.succeeded, report.failed, retry_base=self._retry_base
-            )
+            synced, retried = report.outcome()
+            plan = schedule.after_round(plan, now, self._clock(), synced, retried, retry_base=self._retry_base)
 
     async def run_round(self, due: Sequence[str]) -> RoundReport:
         """Query, match, patch. Off the patch path: each metric's answer is matched as soon as it arrives (while

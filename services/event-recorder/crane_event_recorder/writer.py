@@ -17,7 +17,7 @@ from crane_event_recorder.buffer import RecordBuffer
 from crane_event_recorder.metrics import RecorderMetrics
 from crane_shared.bindings import BindingRecord
 from crane_shared.logs import get_logger
-from crane_shared.retry import Backoff
+from crane_shared.retry import Backoff, sleep_unless
 
 __all__ = ["BindingSink", "Writer"]
 
@@ -84,12 +84,7 @@ class Writer:
                 await self._check_server()
 
     async def _idle(self, stopping: asyncio.Event) -> None:
-        waiters = [asyncio.create_task(self._buffer.not_empty.wait()), asyncio.create_task(stopping.wait())]
-        try:
-            await asyncio.wait(waiters, timeout=self._check_interval, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
+        await sleep_unless(stopping, self._check_interval, until=self._buffer.not_empty.wait())
         if not len(self._buffer) and time.monotonic() - self._last_check >= self._check_interval:
             await self._check_server()
 

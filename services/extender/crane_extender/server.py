@@ -7,11 +7,14 @@ empty priority list (prioritize), is counted, and is logged once per kind, never
 
 Request bodies are read from the stream with our own limit, not aiohttp's ``client_max_size`` (1 MiB by default
 and set by whichever app is mounted on top): without a node cache a request carries every candidate node object,
-about 20 MB for 5000 nodes.
+about 20 MB for 5000 nodes. A body above ``PARSE_OFF_LOOP_BYTES`` is decoded in a worker thread
+(``asyncio.to_thread``), so health probes, scrapes and small requests keep being served meanwhile; the decisions
+themselves run on the loop (they read the node cache the informer updates there).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -48,6 +51,8 @@ log = get_logger("crane.extender")
 
 Verb = Literal["filter", "prioritize"]
 DEFAULT_MAX_REQUEST_BYTES = 256 * 1024 * 1024
+PARSE_OFF_LOOP_BYTES = 256 * 1024
+"""bodies larger than this are decoded off the event loop (a few hundred nodes in Nodes mode)"""
 EXTENDER: web.AppKey[Extender] = web.AppKey("extender")
 
 
@@ -167,10 +172,13 @@ class Extender:
         verdicts = self.memo.loader(self.args, at, recent_of, version_of, retention)
         return Decide(self.args, at, resolve, recent_of, verdict=verdicts)
 
-    def answer(self, verb: Verb, body: bytes) -> tuple[Any, str]:
-        """The response body for one request and its result label; never raises."""
+    def answer(self, verb: Verb, body: bytes | ExtenderArgs | MalformedRequest) -> tuple[Any, str]:
+        """The response body for one request (raw, or as ``parse_off_loop`` decoded it) and its result label;
+        never raises."""
         try:
-            req = parse_args(body)
+            if isinstance(body, MalformedRequest):
+                raise body
+            req = body if isinstance(body, ExtenderArgs) else parse_args(body)
             self._check_cache(req)
             if self.recent is not None:
                 self.recent.remember(req.pod)
@@ -242,11 +250,22 @@ class Extender:
             result: Any = self._failure(verb, f"crane extender: {err}")
             outcome = "malformed"
         else:
-            result, outcome = self.answer(verb, body)
+            result, outcome = self.answer(verb, await parse_off_loop(body))
         response = web.json_response(result, dumps=_dumps)
         self.metrics.requests.labels(verb, outcome).inc()
         self.metrics.duration.labels(verb).observe(time.perf_counter() - started)
         return response
+
+
+async def parse_off_loop(body: bytes) -> bytes | ExtenderArgs | MalformedRequest:
+    """A large body decoded in a worker thread (``parse_args`` is pure); a small one is left to ``answer``, where
+    decoding costs less than the thread hop."""
+    if len(body) <= PARSE_OFF_LOOP_BYTES:
+        return body
+    try:
+        return await asyncio.to_thread(parse_args, body)
+    except MalformedRequest as err:
+        return err
 
 
 def _no_version(name: str) -> int:

@@ -20,8 +20,19 @@ from typing import Any, Literal
 from crane_shared.informer import EventType, Informer, ListFn, object_key
 
 Obj = dict[str, Any]
-Kind = Literal["pvcs", "pvs", "storageclasses", "csinodes", "volumeattachments", "pdbs"]
-KINDS: tuple[Kind, ...] = ("pvcs", "pvs", "storageclasses", "csinodes", "volumeattachments", "pdbs")
+Kind = Literal[
+    "pvcs", "pvs", "storageclasses", "csinodes", "volumeattachments", "pdbs", "csidrivers", "csistoragecapacities"
+]
+KINDS: tuple[Kind, ...] = (
+    "pvcs",
+    "pvs",
+    "storageclasses",
+    "csinodes",
+    "volumeattachments",
+    "pdbs",
+    "csidrivers",
+    "csistoragecapacities",
+)
 
 
 class Listers:
@@ -66,6 +77,13 @@ class Listers:
 
     def volume_attachments(self) -> list[Obj]:
         return list(self.objects["volumeattachments"].values())
+
+    def csi_driver(self, name: str) -> Obj | None:
+        return self.objects["csidrivers"].get(name)
+
+    def storage_capacities(self) -> list[Obj]:
+        """CSIStorageCapacity objects of every namespace (VolumeBinding's capacity check lists them all)."""
+        return list(self.objects["csistoragecapacities"].values())
 
     def pdbs(self) -> list[Obj]:
         return list(self.objects["pdbs"].values())

@@ -73,6 +73,24 @@ class SchedulerMetrics:
             ["resource", "cause"],
             registry=r,
         )
+        self.queue_incoming = Counter(
+            "scheduler_queue_incoming_pods_total",
+            "Unschedulable pods a cluster event moved to the active or backoff queue, by event and queue.",
+            ["event", "queue"],
+            registry=r,
+        )
+        self.queue_hint_skips = Counter(
+            "crane_scheduler_queue_hint_skips_total",
+            "Pairs of an unschedulable pod and a cluster change that a plugin's queueing hint found irrelevant.",
+            ["plugin"],
+            registry=r,
+        )
+        self.queue_hint_errors = Counter(
+            "crane_scheduler_queue_hint_errors_total",
+            "Queueing hints that raised (the pod was requeued, as kube does).",
+            ["plugin"],
+            registry=r,
+        )
         self.algorithm_duration = Histogram(
             "scheduler_scheduling_algorithm_duration_seconds",
             "Decision latency: PreFilter to node selection for one pod, without binding.",

@@ -57,6 +57,12 @@ class PodRecord:
     assumed: bool = False
     pod: PodInfo | None = None
     """The pod itself, for plugins that read more than the accounting (volumes, priority, labels)."""
+    delta: Any = None
+    """The record's accounting as one int64 row (requests by column, non-zero cpu and memory, 1 pod), built by
+    the table's batch updates on first use."""
+    seq: int = 0
+    """Order in which the table first counted the pod (kept across what-ifs): kube's NodeInfo lists a node's pods
+    in the order they were added, and preemption breaks exact ties between victims by it."""
 
     @classmethod
     def of(cls, pod: PodInfo, node: str, *, assumed: bool = False) -> PodRecord:
@@ -153,6 +159,11 @@ class NodeTable:
         self.pods: dict[str, PodRecord] = {}
         self._pods_by_node: dict[str, set[str]] = {}
         self.unschedulable_count = 0
+        self._seq = 0
+        # Per node, a number that changes whenever the node's pods change (also in what-ifs): plugins that
+        # aggregate a node's pods cache the aggregate under it.
+        self.pods_version: dict[str, int] = {}
+        self._touches = 0
         # Pods nominated to a node by preemption (ours or another scheduler's), not bound yet: uid -> (pod, node).
         # Filter counts them for pods of equal or lower priority (kube's nominator).
         self.nominated: dict[str, tuple[PodInfo, str]] = {}
@@ -161,6 +172,9 @@ class NodeTable:
         self.pod_removed: list[Callable[[str], None]] = []
         # Plugins that must see a pod as soon as it is assumed (InterPodAffinity, PodTopologySpread): (pod, node).
         self.pod_assumed: list[Callable[[PodInfo, str], None]] = []
+        # What-ifs that must be seen by plugins reading other nodes' pods (preemption's per-node dry run, kube's
+        # PreFilterExtensions RemovePod/AddPod): (records, -1 taken out / +1 put back), with ``notify=True`` only.
+        self.pod_simulated: list[Callable[[list[PodRecord], int], None]] = []
 
     # ------------------------------------------------------------------------------------------ views
 
@@ -416,6 +430,7 @@ class NodeTable:
         record = self.pods.pop(uid, None)
         if record is None:
             return None
+        self._touch(record.node)
         on_node = self._pods_by_node.get(record.node)
         if on_node is not None:
             on_node.discard(uid)
@@ -427,9 +442,10 @@ class NodeTable:
             removed(uid)
         return record
 
-    def simulate_remove(self, uids: Iterable[str]) -> list[PodRecord]:
+    def simulate_remove(self, uids: Iterable[str], *, notify: bool = False) -> list[PodRecord]:
         """Take pods out of the accounting for a what-if (preemption's dry run); ``simulate_add`` puts them back.
-        Synchronous callers only: nothing else may look at the table in between. Plugin hooks are not called."""
+        Synchronous callers only: nothing else may look at the table in between. The pod hooks are not called;
+        with ``notify`` the ``pod_simulated`` hooks are (the pod index follows the what-if)."""
         removed = []
         for uid in uids:
             record = self.pods.pop(uid, None)
@@ -437,52 +453,84 @@ class NodeTable:
                 continue
             self._pods_by_node.get(record.node, set()).discard(uid)
             removed.append(record)
+        for node in {record.node for record in removed}:
+            self._touch(node)
         self._apply_many(removed, -1)
+        if notify:
+            for hook in self.pod_simulated:
+                hook(removed, -1)
         return removed
 
-    def simulate_add(self, records: Iterable[PodRecord]) -> None:
+    def simulate_add(self, records: Iterable[PodRecord], *, notify: bool = False) -> None:
         added = list(records)
         for record in added:
             self.pods[record.uid] = record
             self._pods_by_node.setdefault(record.node, set()).add(record.uid)
+        for node in {record.node for record in added}:
+            self._touch(node)
         self._apply_many(added, +1)
+        if notify:
+            for hook in self.pod_simulated:
+                hook(added, +1)
 
     def _apply_many(self, records: list[PodRecord], sign: int) -> None:
-        """``_apply`` for many pods: deltas summed in Python, then one numpy update per touched row (the dry run
-        moves hundreds of pods at a time; a numpy scalar update per resource per pod would dominate it)."""
+        """``_apply`` for many pods: each record's delta row (requests, non-zero cpu/memory, 1 pod) is built once
+        and kept on the record, then the rows are summed per node with numpy (the dry run moves hundreds of pods
+        at a time; Python arithmetic per resource per pod would dominate it)."""
         if not records:
             return
         for record in records:  # every resource has its column before the widths are fixed
             for res in record.requests:
-                self._resource(res)
-        deltas: dict[int, list[int]] = {}
+                if res not in self.resources:
+                    self._resource(res)
         width = self._requested.shape[1]
-        columns = self.resources
+        rows: list[int] = []
+        vectors: list[IntArray] = []
+        rows_of = self.rows
         for record in records:
-            row = self.rows.get(record.node)
+            row = rows_of.get(record.node)
             if row is None:
                 continue
-            d = deltas.get(row)
-            if d is None:
-                d = deltas[row] = [0] * (width + 3)
-            for res, value in record.requests.items():
-                d[columns[res]] += sign * value
-            d[width] += sign * record.nonzero_cpu
-            d[width + 1] += sign * record.nonzero_memory
-            d[width + 2] += sign
-            self._apply_ports(row, record.host_ports, sign)
-        if deltas:
-            rows = np.fromiter(deltas, dtype=np.intp, count=len(deltas))
-            values = np.array(list(deltas.values()), dtype=np.int64)
-            self._requested[rows] += values[:, :width]
-            self._nonzero[rows] += values[:, width : width + 2]
-            self._pod_count[rows] += values[:, width + 2]
+            vector = record.delta
+            if vector is None or len(vector) != width + 3:
+                vector = record.delta = self._delta_of(record, width)
+            rows.append(row)
+            vectors.append(vector)
+            if record.host_ports:
+                self._apply_ports(row, record.host_ports, sign)
+        if rows:
+            index = np.asarray(rows, dtype=np.intp)
+            matrix = np.array(vectors)
+            order = np.argsort(index, kind="stable")
+            touched, starts = np.unique(index[order], return_index=True)
+            sums = np.add.reduceat(matrix[order], starts, axis=0)
+            if sign < 0:
+                sums = -sums
+            self._requested[touched] += sums[:, :width]
+            self._nonzero[touched] += sums[:, width : width + 2]
+            self._pod_count[touched] += sums[:, width + 2]
         self.version += 1
+
+    def _delta_of(self, record: PodRecord, width: int) -> IntArray:
+        vector = np.zeros(width + 3, dtype=np.int64)
+        for res, value in record.requests.items():
+            vector[self.resources[res]] += value
+        vector[width] = record.nonzero_cpu
+        vector[width + 1] = record.nonzero_memory
+        vector[width + 2] = 1
+        return vector
 
     def pods_on(self, node: str) -> Iterable[PodRecord]:
         return (self.pods[uid] for uid in self._pods_by_node.get(node, ()))
 
+    def _touch(self, node: str) -> None:
+        self._touches += 1
+        self.pods_version[node] = self._touches
+
     def _insert(self, record: PodRecord) -> None:
+        self._seq += 1
+        record.seq = self._seq
+        self._touch(record.node)
         self.pods[record.uid] = record
         self._pods_by_node.setdefault(record.node, set()).add(record.uid)
         self._apply(record, +1)

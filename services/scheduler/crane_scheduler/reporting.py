@@ -10,6 +10,11 @@ client and rate limiter), so reporting never delays a decision or a bind.
 - ``FailedScheduling`` (Warning) and PodScheduled=False carry kube-scheduler's message. The condition is only
   patched when it changes; an unchanged message is repeated as an event at most once per ``repeat_after``
   seconds per pod, so a stuck pod retried on every cluster event does not flood the API.
+- ``FailedScheduling`` events and condition patches belong to the leadership term they were queued in
+  (``term``): when it ends, the ones still queued are dropped at once (``drop_lost``), like the binds, counted as
+  ``crane_scheduler_reports_total{result="dropped"}``; the next leader judges those pods itself. A ``Scheduled``
+  event reports a bind that happened: it is still written (idempotent, one name per UID), and the next leader's
+  recovery writes any that did not make it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,6 +35,7 @@ from crane_scheduler.nodetable import PodRecord
 from crane_scheduler.podinfo import PodInfo
 from crane_shared.events import SCHEDULED_REASON, event_body, event_name, scheduled_event
 from crane_shared.kube import raw_json
+from crane_shared.leader import Term
 from crane_shared.logs import LogOnce, get_logger
 from crane_shared.retry import Backoff, retry
 
@@ -50,6 +57,18 @@ def scheduled_event_name(pod: str, uid: str) -> str:
     return event_name(pod, uid.replace("-", ""))
 
 
+@dataclass(frozen=True)
+class _Job:
+    kind: str  # the ``reports`` metric's kind: scheduled, failed, condition, ensure
+    term: Term | None  # None: tied to no term (no leader election, or a Scheduled event: a fact)
+    write: Callable[[], Awaitable[None]]
+    failure: tuple[str, str] | None = None  # (pod uid, message) of a FailedScheduling report
+
+    @property
+    def held(self) -> bool:
+        return self.term is None or self.term.held
+
+
 class Reporter:
     def __init__(
         self,
@@ -69,7 +88,9 @@ class Reporter:
         self._workers = workers
         self.repeat_after = repeat_after
         self._clock = clock
-        self._jobs: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
+        self._jobs: asyncio.Queue[_Job] = asyncio.Queue()
+        self.term: Term | None = None
+        """the leadership term reports are queued in (set by the scheduler when it starts leading)"""
         self._last_failure: dict[str, tuple[str, float]] = {}
         self._closed = asyncio.Event()
         self._log_once = LogOnce(log)
@@ -82,7 +103,7 @@ class Reporter:
             namespace=namespace, pod=pod, pod_uid=uid, node=node, scheduler=scheduler, instance=self.instance
         )
         body["metadata"]["name"] = scheduled_event_name(pod, uid)
-        self._jobs.put_nowait(lambda: self._create_scheduled(namespace, body))
+        self._queue("scheduled", lambda: self._create_scheduled(namespace, body), of_term=False)  # a fact: kept
 
     def failed(self, pod: PodInfo, message: str, reason: str, scheduler: str) -> bool:
         """Report a failed attempt, unless the same message went out for this pod less than
@@ -103,14 +124,80 @@ class Reporter:
             scheduler=scheduler,
             instance=self.instance,
         )
-        self._jobs.put_nowait(lambda: self._create_event(pod.namespace, body, "failed"))
+        failure = (pod.uid, message)
+        self._queue("failed", lambda: self._create_event(pod.namespace, body, "failed"), failure)
         if pod.scheduled_condition != ("False", reason, message):
-            self._jobs.put_nowait(lambda: self._patch_condition(pod, reason, message))
+            self._queue("condition", lambda: self._patch_condition(pod, reason, message), failure)
         return True
+
+    def event(
+        self,
+        regarding: Mapping[str, Any],
+        related: Mapping[str, Any] | None,
+        type_: str,
+        reason: str,
+        action: str,
+        note: str,
+        scheduler: str,
+    ) -> None:
+        """Any other event a plugin reports (kube's ``EventRecorder().Eventf``), e.g. ``Preempted`` on a victim;
+        ``regarding`` and ``related`` are pod references (namespace, name, uid)."""
+        namespace = str(regarding.get("namespace") or "")
+        body = event_body(
+            namespace=namespace,
+            pod=str(regarding.get("name") or ""),
+            pod_uid=str(regarding.get("uid") or ""),
+            reason=reason,
+            action=action,
+            type_=type_,
+            note=truncate_note(note),
+            scheduler=scheduler,
+            instance=self.instance,
+            related=None if related is None else {"apiVersion": "v1", "kind": "Pod", **related},
+        )
+        # what it reports has happened (e.g. the victim was deleted): written even if the term ends meanwhile
+        self._queue(reason.lower(), lambda: self._create_event(namespace, body, reason.lower()), of_term=False)
 
     def already_bound(self, pod: PodInfo, scheduler: str) -> None:
         """Our bind got 409: whoever bound it, make sure the pod has its one Scheduled event."""
-        self._jobs.put_nowait(lambda: self._ensure_scheduled(pod, scheduler))
+        self._queue("ensure", lambda: self._ensure_scheduled(pod, scheduler), of_term=False)
+
+    def drop_lost(self) -> int:
+        """Leadership is lost: drop every queued report of an ended term, at once. Returns how many."""
+        kept: list[_Job] = []
+        dropped = 0
+        while not self._jobs.empty():
+            job = self._jobs.get_nowait()
+            self._jobs.task_done()
+            if job.held:
+                kept.append(job)
+            else:
+                self._dropped(job)
+                dropped += 1
+        for job in kept:
+            self._jobs.put_nowait(job)
+        if dropped:
+            log.warning("leadership lost: dropped reports not yet written", count=dropped)
+        return dropped
+
+    def _queue(
+        self,
+        kind: str,
+        write: Callable[[], Awaitable[None]],
+        failure: tuple[str, str] | None = None,
+        *,
+        of_term: bool = True,
+    ) -> None:
+        """Queue a write; ``of_term``: it belongs to the current term (dropped when it ends)."""
+        self._jobs.put_nowait(_Job(kind, self.term if of_term else None, write, failure))
+
+    def _dropped(self, job: _Job) -> None:
+        self.metrics.reports.labels(job.kind, "dropped").inc()
+        if job.failure is not None:  # never written: the next term reports it again, not after repeat_after
+            uid, message = job.failure
+            last = self._last_failure.get(uid)
+            if last is not None and last[0] == message:
+                del self._last_failure[uid]
 
     def forget(self, uid: str) -> None:
         self._last_failure.pop(uid, None)
@@ -147,7 +234,10 @@ class Reporter:
         while True:
             job = await self._jobs.get()
             try:
-                await job()
+                if not job.held:  # queued in a term that has ended since
+                    self._dropped(job)
+                    continue
+                await job.write()
             except asyncio.CancelledError:
                 raise
             except Exception as err:

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -39,10 +41,20 @@ from kubernetes_asyncio import client
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.explain import DecisionLog
+from crane_scheduler.framework.interface import QueueingHintPlugin
 from crane_scheduler.framework.runtime import Profile
-from crane_scheduler.framework.types import ClusterEvent, Code, CycleState, Diagnosis, QueuedPod, Status
+from crane_scheduler.framework.types import (
+    ClusterChange,
+    ClusterEvent,
+    Code,
+    CycleState,
+    Diagnosis,
+    QueuedPod,
+    QueueingHints,
+    Status,
+)
 from crane_scheduler.internal.cache import Cache
-from crane_scheduler.internal.queue import SchedulingQueue
+from crane_scheduler.internal.queue import NO_HINTS, SchedulingQueue
 from crane_scheduler.listers import Listers
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
@@ -50,7 +62,11 @@ from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.reporting import Reporter
 from crane_shared.leader import Term
 from crane_shared.logs import get_logger
+from crane_shared.retry import sleep_unless
 
+RECOVERY_SETTLE = 35.0
+"""seconds into a term before the second look for unreported bindings: a bind the previous term had on the wire
+has landed (or failed) within its request timeout (30 s by default), and the cache has seen it"""
 log = get_logger("crane.scheduler")
 UNSCHEDULABLE_FLUSH_PERIOD = 30.0
 
@@ -84,7 +100,13 @@ class Scheduler:
             initial_backoff=config.pod_initial_backoff,
             max_backoff=config.pod_max_backoff,
             events_of=self._events_of,
+            hints_of=self._hints_of,
+            on_hint_error=self._hint_error,
+            on_incoming=lambda event, queue: self.metrics.queue_incoming.labels(event, queue).inc(),
+            on_hint_skip=lambda plugin: self.metrics.queue_hint_skips.labels(plugin).inc(),
         )
+        self._hint_failures: set[str] = set()
+        self._hints: dict[tuple[str, str], QueueingHints] = {}
         self._observers: dict[str, Callable[[str, str, float], None]] = {
             name: _observer(self.metrics, name) for name in profiles
         }
@@ -101,6 +123,7 @@ class Scheduler:
         for profile in profiles.values():
             if profile.handle is not None:
                 profile.handle.activate = self._activate
+                profile.handle.record_event = functools.partial(self._record_event, profile.name)
         self.pending = self.cache.pending  # pending pods of our profiles, latest version
         self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted
         self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
@@ -115,6 +138,23 @@ class Scheduler:
         for profile in self.profiles.values():
             events |= profile.events_of(plugin)
         return events
+
+    def _hints_of(self, profile: str, plugin: str) -> QueueingHints:
+        """The queueing hints of ``plugin`` in the pod's profile (none: every registered event requeues); asked
+        once per pair, as kube reads ``EventsToRegister`` once."""
+        hints = self._hints.get((profile, plugin))
+        if hints is None:
+            found = self.profiles.get(profile)
+            instance = found.plugins.get(plugin) if found is not None else None
+            hints = instance.queueing_hints() if isinstance(instance, QueueingHintPlugin) else NO_HINTS
+            self._hints[(profile, plugin)] = hints
+        return hints
+
+    def _hint_error(self, plugin: str, err: BaseException) -> None:
+        self.metrics.queue_hint_errors.labels(plugin).inc()
+        if plugin not in self._hint_failures:  # logged once per plugin, counted always
+            self._hint_failures.add(plugin)
+            log.warning("queueing hint failed, requeueing the pod (logged once)", plugin=plugin, error=repr(err))
 
     # ------------------------------------------------------------------------------------------ informers
 
@@ -137,6 +177,8 @@ class Scheduler:
                 "csinodes": storage.list_csi_node,
                 "volumeattachments": storage.list_volume_attachment,
                 "pdbs": client.PolicyV1Api(self.api).list_pod_disruption_budget_for_all_namespaces,
+                "csidrivers": storage.list_csi_driver,
+                "csistoragecapacities": storage.list_csi_storage_capacity_for_all_namespaces,
             }
         )
         for informer in objects:
@@ -159,6 +201,19 @@ class Scheduler:
     def _activate(self, uid: str) -> None:
         if self.queue.activate(uid):
             self._wake()
+
+    def _record_event(
+        self,
+        scheduler: str,
+        regarding: Mapping[str, Any],
+        related: Mapping[str, Any] | None,
+        type_: str,
+        reason: str,
+        action: str,
+        note: str,
+    ) -> None:
+        """A plugin's event (``Handle.record_event``), written by the reporter like ours."""
+        self.reporter.event(regarding, related, type_, reason, action, note, scheduler)
 
     def _count_restart(self, kind: str) -> Callable[[str], None]:
         return lambda cause: self.metrics.watch_restarts.labels(kind, cause).inc()
@@ -185,18 +240,18 @@ class Scheduler:
         if binds:
             log.warning("leadership lost: dropped binds not yet sent", count=len(binds))
         self.metrics.binds_dropped.inc(len(binds))
+        self.reporter.drop_lost()  # and the events and conditions the lost term queued
         return len(binds)
 
     async def run(self, stopping: asyncio.Event, term: Term | None = None) -> None:
         """Schedule until ``stopping`` (or until cancelled on losing leadership, ``term``); in-flight binds
         finish, or are dropped by ``stop_binding``."""
         self._term = term
+        self.reporter.term = term  # reports queued from now on belong to this term
         await self.synced.wait()
-        try:
-            await self.reporter.recover_scheduled_events(list(self.table.pods.values()), set(self.profiles))
-        except Exception as err:  # reporting must never keep the leader from scheduling
-            log.warning("could not check for unreported bindings", error=repr(err))
+        await self._recover_scheduled_events()
         flusher = asyncio.create_task(self._flush_loop(stopping))
+        settled = asyncio.create_task(self._recover_once_settled(stopping))
         log.info("scheduling", profiles=sorted(self.profiles))
         try:
             while not stopping.is_set():
@@ -209,7 +264,21 @@ class Scheduler:
                 await asyncio.sleep(0)  # let informers and binds run between decisions
         finally:
             flusher.cancel()
+            settled.cancel()
             await self.drain()
+
+    async def _recover_scheduled_events(self) -> None:
+        try:
+            await self.reporter.recover_scheduled_events(list(self.table.pods.values()), set(self.profiles))
+        except Exception as err:  # reporting must never keep the leader from scheduling
+            log.warning("could not check for unreported bindings", error=repr(err))
+
+    async def _recover_once_settled(self, stopping: asyncio.Event) -> None:
+        """Look for unreported bindings once more when the previous term's binds have landed: a bind cancelled
+        on a lost lease may have been on the wire already (the pod gets bound, no event), and the cache may not
+        have seen it bound when this term began."""
+        if not await sleep_unless(stopping, RECOVERY_SETTLE) and self.may_bind():
+            await self._recover_scheduled_events()
 
     async def drain(self) -> None:
         """Wait for in-flight binding cycles (shutdown, leadership loss)."""
@@ -351,6 +420,9 @@ class Scheduler:
             self.metrics.bind_duration.labels("error").observe(time.perf_counter() - bind_start)
             profile.run_unreserve(state, pod, node)
             self.table.forget(pod.uid)
+            # kube's handleBindingCycleError: the resources (and the peer) the assumption held are free again
+            placed = dataclasses.replace(pod, node_name=node)
+            self.queue.on_event(ClusterEvent.POD_DELETE, ClusterChange(ClusterEvent.POD_DELETE, placed))
             self._failed(profile, qp, status, start)
             return
         self.metrics.bind_duration.labels("bound").observe(time.perf_counter() - bind_start)

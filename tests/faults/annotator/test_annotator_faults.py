@@ -20,12 +20,18 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp import web
+from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import free_port
+from crane_sandbox.rbac import identity, service_identity
 from crane_shared.annotations import decode
-from tests.faults.conftest import FaultReport, api_host_port, eventually, kubeconfig_via, restart_apiserver
-from tests.integration.annotator.conftest import METRICS, AnnotatorProc, Stack
+from tests.support.annotator import SELECTOR_KEY, AnnotatorProc, Stack
+from tests.support.faults import FaultReport, api_host_port, kubeconfig_via, restart_apiserver
+from tests.support.policy import UPSTREAM_METRICS as METRICS
+from tests.support.scheduler_cluster import pods_json
+from tests.support.scheduler_faults import DEFAULT_TIMING, Pair, burst_with_fault
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.slow_fault
 
@@ -51,11 +57,12 @@ async def test_leader_blackholed_longer_than_the_lease_stops_writing_before_the_
     proxy_to: Callable[..., Any],
     tmp_path: Path,
     fault_report: FaultReport,
+    namespace: str,
 ) -> None:
     row = fault_report.row("annotator leader's API connection blackholed (2x lease)")
     proxy = await proxy_to(api_host_port(cluster))
     via = tmp_path / "kubeconfig-via-proxy"
-    kubeconfig_via(cluster, f"https://{proxy.host_port}", via)
+    kubeconfig_via(cluster, f"https://{proxy.host_port}", via, account=identity(cluster, "annotator", namespace))
     a = await start_annotator(*LEASE, "--kubeconfig", str(via), name="annotator-a")
     await eventually(lambda: _is(a, "leader"), what="a leads")
     b = await start_annotator(*LEASE, name="annotator-b")
@@ -205,7 +212,7 @@ async def test_prometheus_garbage_wrong_types_or_hanging_is_skipped_counted_logg
     row.note = f"{int(await _errors(proc, kind))} queries skipped and counted; {len(logged)} log lines"
 
 
-async def _errors_at_least(proc: AnnotatorProc, kind: str, count: int) -> bool:
+async def _errors_at_least(proc: AnnotatorProc, kind: str, count: float) -> bool:
     return await _errors(proc, kind) >= count
 
 
@@ -274,3 +281,56 @@ async def test_api_server_restart_under_two_annotators_leaves_one_writer(
 
 async def _one_leader(a: AnnotatorProc, b: AnnotatorProc) -> bool:
     return [await _leadership(a), await _leadership(b)].count("leader") == 1
+
+
+@pytest.mark.parametrize("mode", ["garbage", "hang"])
+@pytest.mark.slow_fault
+async def test_prometheus_faults_under_two_scheduler_replicas_every_pod_bound_once(
+    stack: Stack,
+    start_annotator: Callable[..., Any],
+    prometheus_faults: PrometheusFaults,
+    cluster: LocalCluster,
+    kube: Any,
+    namespace: str,
+    fault_report: FaultReport,
+    mode: str,
+) -> None:
+    """The annotator's Prometheus answers garbage (or hangs) in the middle of a burst two crane-scheduler replicas
+    serve with the Dynamic plugin on the annotated nodes: the annotations stay as they were (no value from a bad
+    answer), scheduling goes on from them, every pod is bound once with one Scheduled event, none is lost."""
+    row = fault_report.row(f"Prometheus {mode} mid-burst under the annotator, 2 scheduler replicas")
+    proc = await start_annotator(
+        "--prometheus-url", prometheus_faults.url, "--prometheus-timeout", "500ms", "--prometheus-retries", "1"
+    )
+    await eventually(lambda: _is(proc, "leader"), what="leads")
+    await eventually(lambda: _all_annotated(stack), timeout=30, what="annotated before the fault")
+    scheduler_name = f"crane-{namespace}"[:63].rstrip("-")
+    account = await service_identity(cluster, "scheduler", namespace)
+    pair = Pair(cluster, account, f"{SELECTOR_KEY}={stack.label}", scheduler_name, DEFAULT_TIMING)
+    pair.cfg["profiles"][0]["pluginConfig"] = [
+        {"name": "Dynamic", "args": {"policyConfigPath": str(stack.policy_path)}}
+    ]
+    pair.add("a", "--kube-api-qps", "15", "--kube-api-burst", "15")  # a burst of 20 s: the fault lands mid-way
+    pair.add("b")
+    kind = "bad_response" if mode == "garbage" else "timeout"
+
+    async def prometheus_fault() -> None:
+        before = await _errors(proc, kind)
+        prometheus_faults.mode = mode
+        await eventually(
+            lambda: _errors_at_least(proc, kind, before + 2 * len(METRICS)), timeout=30, what=f"{kind} counted"
+        )
+        prometheus_faults.mode = "pass"
+        prometheus_faults.release.set()  # a hanging query answers now
+        prometheus_faults.release = asyncio.Event()
+
+    try:
+        await burst_with_fault(kube, namespace, scheduler_name, pair, row, prometheus_fault)
+        assert proc.process.running and (await proc.get("/healthz"))[0] == 200
+        on_stack = {p["spec"]["nodeName"] for p in await pods_json(kube, namespace)}
+        assert on_stack <= {n.name for n in stack.nodes}
+        row.note = f"pods spread over {len(on_stack)} of {len(stack.nodes)} annotated nodes"
+    finally:
+        await pair.stop()
+        await client.CoreV1Api(kube).delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    assert row.doubled == 0 and row.lost == 0 and row.bound == row.created

@@ -11,16 +11,30 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from crane_sandbox.cluster import LocalCluster
-from tests.faults.conftest import FaultReport, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
-from tests.faults.scheduler.kit import DEFAULT_TIMING, LEASE_DURATION, RENEW_DEADLINE, Pair, audit, bound_count
-from tests.integration.scheduler.harness import create_nodes, create_pods, node, pod, wait_for
+from crane_sandbox.cluster import LocalCluster, RedisServer
+from crane_sandbox.rbac import identity, service_identity
+from tests.support.event_recorder_cluster import child as recorder_child
+from tests.support.event_recorder_cluster import stored
+from tests.support.faults import FaultReport, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
+from tests.support.scheduler_cluster import create_nodes, create_pods, node, pod, pods_json, wait_for
+from tests.support.scheduler_faults import (
+    DEFAULT_TIMING,
+    LEASE_DURATION,
+    RENEW_DEADLINE,
+    Pair,
+    at_least_bound,
+    audit,
+    bound_count,
+    burst_with_fault,
+)
 
 
 async def _nodes(kube: client.ApiClient, group: str, count: int = 10) -> None:
@@ -41,8 +55,9 @@ async def test_leader_blackholed_longer_than_the_lease_stops_binding_before_the_
     await _nodes(kube, group)
     proxy = await proxy_to(api_host_port(cluster))
     via_proxy = cluster.run_dir / f"{namespace}-a.kubeconfig"
-    kubeconfig_via(cluster, f"https://{proxy.host_port}", via_proxy)
-    pair = Pair(cluster, namespace, selector, scheduler_name)
+    account = await service_identity(cluster, "scheduler", namespace)
+    kubeconfig_via(cluster, f"https://{proxy.host_port}", via_proxy, account=account)
+    pair = Pair(cluster, account, selector, scheduler_name)
     # a: slow client (20 QPS), so a burst leaves hundreds of binds queued on its rate limiter when the cut comes
     a = pair.add("a", "--kubeconfig", str(via_proxy), "--kube-api-qps", "20", "--kube-api-burst", "20")
     b = pair.add("b")
@@ -51,7 +66,7 @@ async def test_leader_blackholed_longer_than_the_lease_stops_binding_before_the_
         await wait_for(lambda: _standby(b), timeout=30, what="b to be a ready standby")
         created = 300
         await create_pods(kube, namespace, [pod(f"p-{i:03d}", scheduler_name) for i in range(created)])
-        await wait_for(lambda: _at_least(kube, namespace, 40), timeout=60, what="40 pods bound by a")
+        await wait_for(lambda: at_least_bound(kube, namespace, 40), timeout=60, what="40 pods bound by a")
         await proxy.blackhole()
         cut = time.monotonic()
         at_cut = await bound_count(kube, namespace)
@@ -96,35 +111,6 @@ def _leads(r: Any) -> Callable[[], Any]:
     return check
 
 
-async def _at_least(kube: client.ApiClient, namespace: str, n: int) -> bool:
-    return await bound_count(kube, namespace) >= n
-
-
-async def _burst_with_fault(
-    kube: client.ApiClient,
-    namespace: str,
-    scheduler_name: str,
-    pair: Pair,
-    row: Any,
-    fault: Callable[[], Any],
-    created: int = 300,
-    cut_at: int = 50,
-) -> float:
-    """Create ``created`` pods at once, run ``fault`` once ``cut_at`` are bound, audit; returns when the fault
-    ended (monotonic)."""
-    await pair.start()
-    await create_pods(kube, namespace, [pod(f"p-{i:03d}", scheduler_name) for i in range(created)])
-    await wait_for(lambda: _at_least(kube, namespace, cut_at), timeout=60, what=f"{cut_at} pods bound")
-    assert await bound_count(kube, namespace) < created - 50, "the burst was nearly over: nothing was tested"
-    pair.fault_at = time.monotonic()
-    await fault()
-    ended = time.monotonic()
-    await audit(kube, namespace, created, row)
-    row.recovery = round(time.monotonic() - ended, 2)
-    assert not pair.two_leaders(), [(r.name, r.seen) for r in pair.replicas.values()]
-    return ended
-
-
 @pytest.mark.slow_fault
 async def test_api_server_restart_mid_burst_two_replicas_bind_every_pod_once(
     cluster: LocalCluster,
@@ -137,11 +123,12 @@ async def test_api_server_restart_mid_burst_two_replicas_bind_every_pod_once(
 ) -> None:
     row = fault_report.row("scheduler: API server restart mid-burst, 2 replicas")
     await _nodes(kube, group)
-    pair = Pair(cluster, namespace, selector, scheduler_name)
+    account = await service_identity(cluster, "scheduler", namespace)
+    pair = Pair(cluster, account, selector, scheduler_name)
     pair.add("a", "--kube-api-qps", "30", "--kube-api-burst", "30")
     pair.add("b")
     try:
-        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, lambda: restart_apiserver(cluster, 1.0))
+        await burst_with_fault(kube, namespace, scheduler_name, pair, row, lambda: restart_apiserver(cluster, 1.0))
         states = {r.name: r.seen[-1][1] for r in pair.replicas.values()}
         assert sorted(states.values()) == ["leader", "standby"], states
         terms = {r.name.rsplit("-", 1)[-1]: sum(s == "leader" for _, s in r.seen) for r in pair.replicas.values()}
@@ -165,7 +152,8 @@ async def test_leader_stopped_mid_bind_the_standby_binds_the_rest_once(
 ) -> None:
     row = fault_report.row(f"scheduler: {'SIGTERM' if signal == 'SIGTERM' else 'kill -9'} of the leader mid-bind")
     await _nodes(kube, group)
-    pair = Pair(cluster, namespace, selector, scheduler_name)
+    account = await service_identity(cluster, "scheduler", namespace)
+    pair = Pair(cluster, account, selector, scheduler_name)
     a = pair.add("a", "--kube-api-qps", "30", "--kube-api-burst", "30")
     b = pair.add("b")
 
@@ -173,7 +161,7 @@ async def test_leader_stopped_mid_bind_the_standby_binds_the_rest_once(
         await (a.proc.stop() if signal == "SIGTERM" else a.proc.kill())
 
     try:
-        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, stop_leader)
+        await burst_with_fault(kube, namespace, scheduler_name, pair, row, stop_leader)
         took_over = (b.leading_since() or float("inf")) - pair.fault_at
         # SIGTERM releases the lease (standby leads within a retry period); kill -9 costs one lease duration
         limit = 3.0 if signal == "SIGTERM" else LEASE_DURATION + 3.0
@@ -198,7 +186,8 @@ async def test_lease_probe_1000_pending_pods_at_default_qps_the_leader_keeps_its
     behind when lease traffic shared the binds' rate limiter. With its own client, the leader keeps the lease."""
     row = fault_report.row("scheduler: 1,000 pods pending at once, default QPS, standby running (lease probe)")
     await _nodes(kube, group, 20)
-    pair = Pair(cluster, namespace, selector, scheduler_name, DEFAULT_TIMING)
+    account = await service_identity(cluster, "scheduler", namespace)
+    pair = Pair(cluster, account, selector, scheduler_name, DEFAULT_TIMING)
     pair.add("a")  # default --kube-api-qps 50 / burst 100
     pair.add("b")
     created = 1000
@@ -248,9 +237,10 @@ async def test_429_and_503_on_the_leaders_lists_and_watches_mid_burst_every_pod_
     row = fault_report.row(f"scheduler: HTTP {status} on the leader's pod/node lists and watches, 2 replicas")
     await _nodes(kube, group)
     via_proxy = cluster.run_dir / f"{namespace}-a.kubeconfig"
-    kubeconfig_via(cluster, status_proxy.url, via_proxy)
+    account = await service_identity(cluster, "scheduler", namespace)
+    kubeconfig_via(cluster, status_proxy.url, via_proxy, account=account)
     status_proxy.fail(status, _pods_or_nodes("list"), 3)
-    pair = Pair(cluster, namespace, selector, scheduler_name)
+    pair = Pair(cluster, account, selector, scheduler_name)
     pair.add("a", "--kubeconfig", str(via_proxy), "--kube-api-qps", "30", "--kube-api-burst", "30")
     pair.add("b")
 
@@ -262,7 +252,7 @@ async def test_429_and_503_on_the_leaders_lists_and_watches_mid_burst_every_pod_
         pair.opened = {k: status_proxy.seen[k] - before[k] for k in before}
 
     try:
-        await _burst_with_fault(kube, namespace, scheduler_name, pair, row, cut_the_watches)
+        await burst_with_fault(kube, namespace, scheduler_name, pair, row, cut_the_watches)
     finally:
         await pair.stop()
     opened = pair.opened
@@ -276,3 +266,99 @@ def _injected(proxy: StatusProxy, status: int, n: int) -> Callable[[], Any]:
         return proxy.injected.get(status, 0) >= n
 
     return check
+
+
+@pytest.mark.slow_fault
+async def test_added_latency_on_the_leaders_api_connection_every_pod_bound_once_and_the_lease_kept(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    proxy_to: Callable[..., Any],
+    fault_report: FaultReport,
+) -> None:
+    """300 ms (+-100 ms) on every answer the leader gets from the API server (binds, watches, its Lease renewals)
+    for 8 s mid-burst, Toxiproxy's latency toxic: slower binds, but no failover (renewals still land well within
+    the renew deadline), no pod bound twice, none lost."""
+    row = fault_report.row("scheduler: 300 ms latency on the leader's API connection mid-burst, 2 replicas")
+    await _nodes(kube, group)
+    proxy = await proxy_to(api_host_port(cluster))
+    account = await service_identity(cluster, "scheduler", namespace)
+    via_proxy = cluster.run_dir / f"{namespace}-a.kubeconfig"
+    kubeconfig_via(cluster, f"https://{proxy.host_port}", via_proxy, account=account)
+    pair = Pair(cluster, account, selector, scheduler_name, DEFAULT_TIMING)
+    a = pair.add("a", "--kubeconfig", str(via_proxy), "--kube-api-qps", "30", "--kube-api-burst", "30")
+    pair.add("b")
+
+    async def slow_for_a_while() -> None:
+        await proxy.latency(300, jitter_ms=100)
+        await asyncio.sleep(8.0)  # the fault's duration: what is being injected, not a wait for an outcome
+        await proxy.heal()
+
+    try:
+        await burst_with_fault(kube, namespace, scheduler_name, pair, row, slow_for_a_while)
+        spec = await pair.lease(kube)
+        assert spec.holder_identity == a.name and not spec.lease_transitions, "the latency cost the leader its lease"
+        assert [s for _, s in a.seen].count("leader") == 1
+        row.note = "the leader kept its lease throughout (leaseTransitions 0)"
+    finally:
+        await pair.stop()
+    assert row.doubled == 0 and row.lost == 0 and row.bound == row.created
+
+
+@pytest.mark.slow_fault
+async def test_redis_restart_mid_burst_two_replicas_every_binding_recorded_once(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    tmp_path: Path,
+    fault_report: FaultReport,
+) -> None:
+    """The whole binding pipeline under a Redis restart (all records lost) in the middle of a burst two scheduler
+    replicas serve: every pod bound once with one Scheduled event, and the event-recorder (its own account) ends
+    with exactly one record per pod on the node it was bound to, the ones Redis lost restored by a re-list."""
+    row = fault_report.row("pipeline: Redis restart mid-burst, 2 scheduler replicas + event-recorder")
+    await _nodes(kube, group)
+    redis_server = RedisServer(tmp_path)
+    await redis_server.start()
+    redis = aioredis.from_url(redis_server.url)
+    recorder = recorder_child(
+        identity(cluster, "event-recorder").kubeconfig,
+        redis_server.url,
+        namespace,
+        cluster.run_dir / "logs",
+        "--reporting-controllers",
+        scheduler_name,
+    )
+    account = await service_identity(cluster, "scheduler", namespace)
+    pair = Pair(cluster, account, selector, scheduler_name, DEFAULT_TIMING)
+    pair.add("a", "--kube-api-qps", "15", "--kube-api-burst", "15")  # a burst of 20 s: the fault lands mid-way
+    pair.add("b")
+
+    async def restart_redis() -> None:
+        await redis_server.stop()
+        await redis_server.start()  # empty: no persistence
+
+    try:
+        await recorder.process.start()
+        await recorder.process.wait_ready(recorder.ready, timeout=30)
+        await burst_with_fault(kube, namespace, scheduler_name, pair, row, restart_redis)
+        bound = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in await pods_json(kube, namespace)}
+
+        async def all_recorded() -> bool:
+            return {uid: node for uid, (node, _) in (await stored(redis)).items()} == bound
+
+        await wait_for(all_recorded, timeout=60, what="every binding recorded in Redis once")
+        assert recorder.process.running, "the event-recorder died"
+        row.note = "Redis lost every record mid-burst; the event-recorder re-listed and restored all of them"
+    finally:
+        await pair.stop()
+        await recorder.process.stop()
+        await redis.aclose()
+        await redis_server.stop()
+    assert row.doubled == 0 and row.lost == 0 and row.bound == row.created

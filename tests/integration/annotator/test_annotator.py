@@ -17,8 +17,9 @@ from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingRecord
 from crane_shared.hotvalue import hot_value
 from crane_shared.policy import HotValuePolicy
-
-from .conftest import METRICS, SELECTOR_KEY, Stack, eventually, peaks
+from tests.support.annotator import SELECTOR_KEY, Stack, peaks
+from tests.support.policy import UPSTREAM_METRICS as METRICS
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

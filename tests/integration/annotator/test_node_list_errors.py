@@ -1,6 +1,6 @@
 """The annotator process keeps running while the node list answers 503, and becomes ready after.
 
-The process is the real ``crane-annotator``. The API server is ``tests.fakeapi`` answering the node list with
+The process is the real ``crane-annotator``. The API server is ``tests.support.fakeapi`` answering the node list with
 503s first (as an API server does while it restarts), or the real API server behind a proxy that does the same.
 Before the one informer, an error body was read as a node list, raised KeyError and ended the process, leader
 and standby alike.
@@ -21,9 +21,8 @@ import aiohttp
 from aiohttp import web
 
 from crane_sandbox.cluster import LocalCluster
-from tests.fakeapi import FakeApiServer, Status, fake_api, item
-
-from .conftest import eventually
+from tests.support.fakeapi import FakeApiServer, Status, fake_api, item
+from tests.support.waiting import eventually
 
 
 def free_port() -> int:

@@ -6,112 +6,50 @@ scraped by a real Prometheus; annotators run as child processes with their real 
 
 from __future__ import annotations
 
-import asyncio
-import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import pytest_asyncio
 import redis.asyncio as aioredis
 from kubernetes_asyncio import client
-from prometheus_client.parser import text_string_to_metric_families
 
+from bench.annotator.budget import node_patches
 from crane_sandbox.cluster import LocalCluster
-from crane_sandbox.exporter import FleetExporter
-from crane_sandbox.fleet import FleetState, make_fleet
-from crane_sandbox.pod_follower import create_nodes
-from crane_sandbox.prometheus import PrometheusServer
+from crane_sandbox.fleet import make_fleet
 from crane_shared.annotations import HOT_VALUE_KEY, decode
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingRecord
-
-from .conftest import METRICS, SELECTOR_KEY, AnnotatorProc, Stack, eventually
+from tests.support.annotator import SELECTOR_KEY, AnnotatorProc, Stack, annotators, running_stack
+from tests.support.policy import UPSTREAM_METRICS as METRICS
+from tests.support.policy import fast_policy
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
 N = 30
 PERIOD = 4  # seconds; every metric, so each period is exactly one round
-SYNC = "".join(f"    - {{name: {m}, period: {PERIOD}s}}\n" for m in METRICS)
-POLICY = (
-    "apiVersion: scheduler.policy.crane.io/v1alpha1\n"
-    "kind: DynamicSchedulerPolicy\n"
-    "spec:\n"
-    "  syncPolicy:\n" + SYNC + "  predicate:\n"
-    "    - {name: cpu_usage_avg_5m, maxLimitPecent: 0.65}\n"
-    "  priority:\n"
-    "    - {name: cpu_usage_avg_5m, weight: 1}\n"
-    "  hotValue:\n"
-    "    - {timeRange: 5m, count: 5}\n"
-    "    - {timeRange: 1m, count: 2}\n"
-)
+POLICY = fast_policy(dict.fromkeys(METRICS, f"{PERIOD}s"))
 
 
 @pytest_asyncio.fixture(scope="module")
 async def fleet_stack(cluster: LocalCluster, kube: client.ApiClient, run_dir: Path) -> AsyncIterator[Stack]:
     label = f"budget{int(time.time()) % 100000}"
     run_dir = run_dir / f"annotator-{label}"
-    run_dir.mkdir(parents=True, exist_ok=True)
     fleet = make_fleet(N, labels={SELECTOR_KEY: label}, prefix=f"bud-{label}-", instance_styles=("ip", "ip:port"))
-    state = FleetState(fleet)
-    exporter = FleetExporter(state, shard_size=16)
-    await exporter.start()
-    prometheus = PrometheusServer(run_dir, exporter.targets(), rules="fast")
-    policy_path = run_dir / "policy.yaml"
-    policy_path.write_text(POLICY)
-    try:
-        await asyncio.gather(prometheus.start(), create_nodes(kube, fleet))
+    async with running_stack(kube, cluster, run_dir, label, fleet, POLICY, shard_size=16) as stack:
         for metric in METRICS:  # every metric has a series for every node before any annotator starts
-            await prometheus.wait_for(f"count({metric})", lambda r: bool(r) and r[0].value == N, timeout=90)
-        yield Stack(label, list(fleet), state, exporter, prometheus, cluster, kube, policy_path, run_dir)
-    finally:
-        await prometheus.stop()
-        await exporter.stop()
-        await client.CoreV1Api(kube).delete_collection_node(label_selector=f"{SELECTOR_KEY}={label}")
+            await stack.prometheus.wait_for(f"count({metric})", lambda r: bool(r) and r[0].value == N, timeout=90)
+        yield stack
 
 
 @pytest_asyncio.fixture
 async def start(fleet_stack: Stack, redis_url: str, namespace: str) -> AsyncIterator[Callable[..., Any]]:
-    started: list[AnnotatorProc] = []
-
-    async def start(*extra: str) -> AnnotatorProc:
-        proc = AnnotatorProc(fleet_stack, f"budget-{len(started)}", redis_url, namespace, *extra)
-        started.append(proc)
-        await proc.start()
-        return proc
-
-    yield start
-    for proc in started:
-        await proc.stop()
-
-
-async def node_patches(cluster: LocalCluster) -> int:
-    """Node PATCH requests the API server has served (the object itself, not its status), all codes."""
-    assert cluster.pki is not None
-    context = ssl.create_default_context(cafile=str(cluster.pki.ca_cert))
-    headers = {"Authorization": f"Bearer {cluster.pki.admin_token}"}
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(f"{cluster.api_url}/metrics", ssl=context, headers=headers) as resp,
-    ):
-        assert resp.status == 200
-        text = await resp.text()
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = sample.labels
-            if (
-                sample.name == "apiserver_request_total"
-                and labels.get("verb") == "PATCH"
-                and labels.get("resource") == "nodes"
-                and not labels.get("subresource")
-            ):
-                total += sample.value
-    return int(total)
+    async with annotators(fleet_stack, redis_url, namespace, prefix="budget") as start:
+        yield start
 
 
 async def rounds_done(annotator: AnnotatorProc) -> int:

@@ -16,8 +16,9 @@ import redis.asyncio as aioredis
 from crane_shared.annotations import decode
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingRecord
-
-from .conftest import METRICS, Stack, eventually
+from tests.support.annotator import Stack
+from tests.support.policy import UPSTREAM_METRICS as METRICS
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 

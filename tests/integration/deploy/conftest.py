@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.deploytools import REPO, prefetch
-
-TARGETS = ("event-recorder", "annotator", "scheduler", "extender")
+from tests.support.deploy import REPO, TARGETS, engine, podman, prefetch, tool
 
 prefetch("container-engine", "base-image")
-
-
-def engine(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(REPO / "scripts" / "container-engine"), *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
-def podman(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = engine("podman", *args, timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(
-            f"podman {' '.join(args[:3])}... failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-        )
-    return result
 
 
 @pytest.fixture(scope="session")
@@ -93,3 +79,69 @@ def standins(base_image: str) -> dict[str, str]:
         )
         out[target] = tag
     return out
+
+
+@pytest.fixture(scope="session")
+def kwok_cluster(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The local equivalent of KWOK's cluster image (deploy/compose/kwok-cluster.Dockerfile): KWOK's recipe and
+    entry point with the sandbox's pinned Kubernetes and KWOK binaries, kwokctl and kubectl from scripts/tools."""
+    from crane_sandbox.kubebin import ensure_binaries, ensure_kwok
+
+    kube, kwok = ensure_binaries(quiet=True), ensure_kwok(quiet=True)
+    context = tmp_path_factory.mktemp("kwok-cluster")
+    (context / "bin").mkdir()
+    binaries = {
+        "kube-apiserver": kube.apiserver,
+        "kube-controller-manager": kube.controller_manager,
+        "kube-scheduler": kube.scheduler,
+        "kwok": kwok.kwok,
+        "kwokctl": Path(tool("kwokctl")),
+        "kubectl": Path(tool("kubectl")),
+    }
+    for name, path in binaries.items():
+        shutil.copy(path, context / "bin" / name)
+    module = subprocess.run(
+        ["go", "mod", "download", "-json", f"sigs.k8s.io/kwok@{kwok.version}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    shutil.copy(Path(json.loads(module.stdout)["Dir"]) / "images" / "cluster" / "entrypoint.sh", context)
+    tag = "localhost/crane-kwok-cluster:test"
+    start = time.monotonic()
+    podman(
+        "build",
+        "--network=host",
+        "--layers",
+        "-f",
+        str(REPO / "deploy" / "compose" / "kwok-cluster.Dockerfile"),
+        "--build-arg",
+        f"BASE_IMAGE={base_image}",
+        "--build-arg",
+        f"KUBE_VERSION={kube.version}",
+        "-t",
+        tag,
+        str(context),
+    )
+    size = int(podman("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip())
+    print(f"\n{tag}: {size / 1e6:.0f} MB (built in {time.monotonic() - start:.0f} s)")
+    return tag
+
+
+@pytest.fixture(scope="session")
+def fleet_image(base_image: str) -> str:
+    """The docker-compose stack's simulated node-exporter fleet (deploy/compose/fleet.Dockerfile)."""
+    tag = "localhost/crane-fleet:test"
+    podman(
+        "build",
+        "--network=host",
+        "--layers",
+        "-f",
+        str(REPO / "deploy" / "compose" / "fleet.Dockerfile"),
+        "--build-arg",
+        f"BASE_IMAGE={base_image}",
+        "-t",
+        tag,
+        str(REPO),
+    )
+    return tag

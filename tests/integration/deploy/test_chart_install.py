@@ -16,7 +16,7 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.kube import api_client_from_dict
-from tests.deploytools import CHART, helm
+from tests.support.deploy import CHART, helm
 
 NS = "crane-helm"
 RELEASE = "crane"
@@ -48,12 +48,20 @@ ACCESS: list[tuple[str, str, str, str, str | None, str | None, bool]] = [
     ("scheduler", "update", "", "persistentvolumeclaims", "default", None, True),
     ("scheduler", "delete", "", "persistentvolumeclaims", "default", None, False),
     ("scheduler", "watch", "storage.k8s.io", "csinodes", None, None, True),
+    ("scheduler", "watch", "storage.k8s.io", "csistoragecapacities", None, None, True),
+    ("scheduler", "list", "storage.k8s.io", "csidrivers", None, None, True),
     ("scheduler", "watch", "policy", "poddisruptionbudgets", None, None, True),
     ("scheduler", "update", "storage.k8s.io", "storageclasses", None, None, False),
     ("scheduler", "patch", "", "nodes", None, None, False),
     ("extender", "watch", "", "nodes", None, None, True),
     ("extender", "patch", "", "nodes", None, None, False),
     ("redis", "list", "", "nodes", None, None, False),
+    # delegated /metrics: each service asks the API server about its scrapers' tokens (system:auth-delegator)
+    ("scheduler", "create", "authentication.k8s.io", "tokenreviews", None, None, True),
+    ("annotator", "create", "authorization.k8s.io", "subjectaccessreviews", None, None, True),
+    ("event-recorder", "create", "authentication.k8s.io", "tokenreviews", None, None, True),
+    ("extender", "create", "authorization.k8s.io", "subjectaccessreviews", None, None, True),
+    ("redis", "create", "authentication.k8s.io", "tokenreviews", None, None, False),
 ]
 
 

@@ -16,7 +16,7 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.sandbox import Sandbox
 from crane_shared.kube import api_client_from_dict
-from tests.deploytools import CHART, helm
+from tests.support.deploy import CHART, helm
 
 pytest.importorskip("crane_sandbox.kwok", reason="the sandbox on this tree has no KWOK (simulated kubelets)")
 

@@ -15,8 +15,8 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess, free_port
-from tests.deploytools import REPO
-from tests.integration.scheduler.harness import wait_for
+from tests.support.deploy import REPO
+from tests.support.scheduler_cluster import wait_for
 
 pytest.importorskip("crane_sandbox.kwok", reason="the sandbox on this tree has no KWOK (the fleet's nodes are KWOK's)")
 

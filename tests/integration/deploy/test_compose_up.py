@@ -3,8 +3,7 @@ docker-compose.cluster.yml, the "against your own cluster" file, against the san
 
 The public images it names (redis, prom/prometheus) cannot be pulled here: an override file swaps in stand-ins
 built from Debian's packages and the service images built from deploy/Dockerfile. The whole local stack
-(docker-compose.yml) also needs KWOK's cluster image and Grafana, neither of which exists without a registry (no
-Debian package either), so that file is validated offline only (tests/unit/deploy/test_compose_and_monitoring.py).
+(docker-compose.yml) is started by test_compose_stack.py.
 """
 
 from __future__ import annotations
@@ -24,9 +23,8 @@ from kubernetes_asyncio import client
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess, tcp_open
 from crane_shared.bindings import BindingSchema
-from tests.deploytools import REPO
-from tests.integration.deploy.conftest import podman
-from tests.integration.scheduler.harness import create_nodes, node, pod, wait_for
+from tests.support.deploy import REPO, podman
+from tests.support.scheduler_cluster import create_nodes, node, pod, wait_for
 
 PROJECT = "cranecomposetest"
 ENDPOINTS = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -28,9 +29,11 @@ from crane_sandbox.procs import ManagedProcess, free_port
 from crane_sandbox.prometheus import PrometheusServer, rules_path
 from crane_sandbox.sandbox import Sandbox
 from crane_shared.kube import api_client_from_dict
-from tests.deploytools import ALERTS, DASHBOARDS, prefetch, tool
+from crane_shared.policy import default_policy
+from tests.support.deploy import ALERTS, DASHBOARDS, REPO, prefetch, tool
 
 prefetch("tools", "kube-state-metrics")
+prefetch("tools", "grafanaquery")
 
 SERVICES = ("event-recorder", "annotator", "scheduler")
 
@@ -181,10 +184,18 @@ async def test_every_dashboard_panel_returns_data_from_the_real_stack(stack: Sta
     await run_workload(stack.api, getattr(stack.sandbox, "scheduler_name", "crane-scheduler"))
     targets = panels()
     assert len(targets) >= 30
+    # The threshold panel draws the limits the scheduler has loaded (its gauge): one series per enabled predicate
+    # once each recorded metric exists, and the node the fleet keeps at 90 % CPU is over cpu_usage_avg_5m's 65 %.
+    [threshold] = [t for _, title, t in targets if title.startswith("Nodes over each threshold")]
+    predicates = {p.name for p in default_policy().predicate if p.max_limit_percent > 0}
     deadline = time.monotonic() + 120
     while True:
         counts = [len(await query_range(stack.prometheus, t["expr"])) for _, _, t in targets]
-        if all(counts) or time.monotonic() > deadline:
+        over = {
+            r["metric"]["metric"]: float(r["values"][-1][1])
+            for r in await query_range(stack.prometheus, threshold["expr"])
+        }
+        if (all(counts) and set(over) == predicates and over["cpu_usage_avg_5m"] >= 1) or time.monotonic() > deadline:
             break
         await asyncio.sleep(2)
     lines = [
@@ -196,6 +207,67 @@ async def test_every_dashboard_panel_returns_data_from_the_real_stack(stack: Sta
     print("\n" + "\n".join(lines))
     empty = [line for line, n in zip(lines, counts, strict=True) if n == 0]
     assert not empty, "panels without data:\n" + "\n".join(empty)
+
+    assert set(over) == predicates, over
+    assert over["cpu_usage_avg_5m"] >= 1, over
+
+
+def grafana_query(url: str, queries: list[dict[str, Any]], minutes: float = 3) -> dict[str, dict[str, Any]]:
+    """One panel's queries through Grafana's Prometheus datasource backend (``scripts/tools grafanaquery``), as
+    Grafana's frontend posts them to /api/ds/query: the dashboard's query models with the datasource variable
+    resolved, an interval and a point budget; the datasource's settings as deploy/compose provisions them."""
+    provisioned = yaml.safe_load((REPO / "deploy/compose/grafana/datasources/prometheus.yml").read_text())
+    [datasource] = provisioned["datasources"]
+    assert datasource["type"] == "prometheus" and datasource["access"] == "proxy"
+    end = int(time.time() * 1000)
+    body = {
+        "url": url,
+        "jsonData": datasource.get("jsonData", {}),
+        "from": end - int(minutes * 60_000),
+        "to": end,
+        "queries": [
+            q | {"datasource": {"type": "prometheus", "uid": "prometheus"}, "intervalMs": 5000, "maxDataPoints": 500}
+            for q in queries
+        ],
+    }
+    out = subprocess.run(
+        [tool("grafanaquery")], input=json.dumps(body), capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    result: dict[str, dict[str, Any]] = json.loads(out.stdout)
+    return result
+
+
+async def test_every_panel_query_evaluates_through_grafanas_prometheus_backend(stack: Stack) -> None:
+    """What Grafana's /api/ds/query answers for each panel: no error, and data frames with points for every query.
+    (No Grafana server can be built here; this is its Prometheus backend, github.com/grafana/grafana/pkg/promlib.)"""
+    await asyncio.to_thread(tool, "grafanaquery")
+    by_panel: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for dash, title, target in panels():
+        by_panel.setdefault((dash, title), []).append(target)
+    deadline = time.monotonic() + 120
+    while True:
+        answers = {
+            key: await asyncio.to_thread(grafana_query, stack.prometheus.url, targets)
+            for key, targets in by_panel.items()
+        }
+        missing = [
+            f"{dash} / {title} [{ref}]: {answer.get(ref)}"
+            for (dash, title), answer in answers.items()
+            for ref in (t["refId"] for t in by_panel[(dash, title)])
+            if ref not in answer or answer[ref].get("error") or not answer[ref]["points"]
+        ]
+        if not missing or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(2)
+    lines = [
+        f"{a[t['refId']]['series']:4d} series {a[t['refId']]['points']:6d} points  {dash:26} {title} [{t['refId']}]"
+        for (dash, title), a in answers.items()
+        for t in by_panel[(dash, title)]
+        if t["refId"] in a
+    ]
+    print("\nthrough Grafana's Prometheus backend:\n" + "\n".join(lines))
+    assert not missing, "panels Grafana would show empty or failing:\n" + "\n".join(missing)
 
 
 async def test_alert_rules_load_and_evaluate_on_the_real_stack(stack: Stack) -> None:

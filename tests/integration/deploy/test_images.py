@@ -30,9 +30,8 @@ from crane_sandbox.fleet import FleetState, make_fleet
 from crane_sandbox.procs import free_port
 from crane_sandbox.prometheus import PrometheusServer
 from crane_shared.bindings import BindingSchema
-from tests.deploytools import CHART, REPO, helm
-from tests.integration.deploy.conftest import TARGETS, podman
-from tests.integration.scheduler.harness import create_nodes, node, pod, wait_for
+from tests.support.deploy import CHART, REPO, TARGETS, helm, podman
+from tests.support.scheduler_cluster import create_nodes, node, pod, wait_for
 
 NS = "crane-images"
 SCHEDULER = "crane-image-test"

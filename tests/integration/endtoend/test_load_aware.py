@@ -4,9 +4,8 @@ each a real process, on simulated nodes whose node-exporter series follow the po
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -16,6 +15,7 @@ from kubernetes_asyncio import client
 from crane_sandbox.fleet import make_fleet
 from crane_sandbox.sandbox import Sandbox
 from crane_shared.kube import api_client_from_dict
+from tests.support.waiting import eventually
 
 T = TypeVar("T")
 
@@ -66,17 +66,6 @@ async def stack() -> AsyncIterator[tuple[Sandbox, client.ApiClient]]:
         await sandbox.stop()
 
 
-async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.5)
-
-
 async def annotated(api: client.ApiClient, node: str, metric: str = "cpu_usage_avg_5m") -> float | None:
     n = await client.CoreV1Api(api).read_node(node)
     value = (n.metadata.annotations or {}).get(metric)
@@ -100,12 +89,12 @@ async def placements(api: client.ApiClient, prefix: str, count: int) -> Counter[
         nodes = [p.spec.node_name for p in pods.items if p.metadata.name.startswith(prefix) and p.spec.node_name]
         return Counter(nodes) if len(nodes) == count else None
 
-    return await eventually(all_bound, 60, f"{count} pods {prefix}* bound")
+    return await eventually(all_bound, 60, f"{count} pods {prefix}* bound", interval=0.5)
 
 
 async def test_a_pod_avoids_a_node_whose_real_load_is_above_threshold(stack: tuple[Sandbox, Any]) -> None:
     _, api = stack
-    await eventually(lambda: _over(api, "hot-0001", 0.65), 90, "hot-0001 annotated above 0.65")
+    await eventually(lambda: _over(api, "hot-0001", 0.65), 90, "hot-0001 annotated above 0.65", interval=0.5)
     v1 = client.CoreV1Api(api)
     for i in range(6):
         await v1.create_namespaced_pod("e2e", pod(f"avoid-{i}", "crane-scheduler", "hot"))
@@ -115,7 +104,7 @@ async def test_a_pod_avoids_a_node_whose_real_load_is_above_threshold(stack: tup
 
 async def test_fit_error_groups_the_load_reason(stack: tuple[Sandbox, Any]) -> None:
     _, api = stack
-    await eventually(lambda: _over(api, "hot-0001", 0.65), 90, "hot-0001 annotated above 0.65")
+    await eventually(lambda: _over(api, "hot-0001", 0.65), 90, "hot-0001 annotated above 0.65", interval=0.5)
     v1 = client.CoreV1Api(api)
     body = pod("pinned", "crane-scheduler", "hot")
     body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "hot-0001"}
@@ -126,7 +115,7 @@ async def test_fit_error_groups_the_load_reason(stack: tuple[Sandbox, Any]) -> N
         notes = [e.note for e in events.items if e.regarding.name == "pinned" and e.reason == "FailedScheduling"]
         return notes[-1] if notes else None
 
-    note = await eventually(failed, 30, "a FailedScheduling event")
+    note = await eventually(failed, 30, "a FailedScheduling event", interval=0.5)
     assert note == (
         f"0/{24} nodes are available: 1 node(s) had cpu_usage_avg_5m above 0.65, "
         "23 node(s) didn't match Pod's node affinity/selector. "
@@ -142,7 +131,7 @@ async def test_fit_error_groups_the_load_reason(stack: tuple[Sandbox, Any]) -> N
 async def test_a_burst_spreads_where_a_stale_hot_value_piles_up(stack: tuple[Sandbox, Any]) -> None:
     _, api = stack
     for node in ("ours-0010", "upstream-0010"):
-        await eventually(lambda: annotated(api, node), 90, f"{node} annotated")  # noqa: B023 (awaited at once)
+        await eventually(lambda: annotated(api, node), 90, f"{node} annotated", interval=0.5)  # noqa: B023 (awaited at once)
     v1 = client.CoreV1Api(api)
     await asyncio.gather(
         *(v1.create_namespaced_pod("e2e", pod(f"burst-ours-{i}", "crane-scheduler", "ours")) for i in range(30))

@@ -12,9 +12,10 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster, RedisServer
 from crane_sandbox.procs import free_port
-
-from .kit import Binding, Child, eventually, expected, notified, report_events_v1, stored
-from .kit import child as recorder_child
+from crane_sandbox.rbac import identity
+from tests.support.event_recorder_cluster import Binding, Child, expected, notified, report_events_v1, stored
+from tests.support.event_recorder_cluster import child as recorder_child
+from tests.support.waiting import eventually
 
 NODES = [f"node-{i}" for i in range(5)]
 
@@ -24,7 +25,9 @@ async def test_kill_9_mid_stream_and_restart_loses_nothing_and_duplicates_nothin
 ) -> None:
     total = 400
     bindings = [Binding.new(namespace, f"p{i}", NODES[i % 5], time.time() - 120 + i * 0.1) for i in range(total)]
-    recorder = recorder_child(cluster.kubeconfig_path, redis_url, namespace, cluster.run_dir / "logs")
+    recorder = recorder_child(
+        identity(cluster, "event-recorder").kubeconfig, redis_url, namespace, cluster.run_dir / "logs"
+    )
     await recorder.process.start()
     try:
         await recorder.process.wait_ready(recorder.ready)
@@ -51,7 +54,9 @@ async def test_not_ready_until_the_first_list_is_in_redis_and_buffered_bindings_
     watched = [Binding.new(namespace, f"watched{i}", NODES[i % 5]) for i in range(5)]
     for b in listed:
         await report_events_v1(kube, b)
-    recorder = recorder_child(cluster.kubeconfig_path, f"redis://127.0.0.1:{port}/0", namespace, tmp_path)
+    recorder = recorder_child(
+        identity(cluster, "event-recorder").kubeconfig, f"redis://127.0.0.1:{port}/0", namespace, tmp_path
+    )
     await recorder.process.start()
     late_redis = RedisServer(tmp_path, port=port)
     try:

@@ -14,10 +14,8 @@ from crane_event_recorder.source import EventApi
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.events import micro_time
 from crane_shared.informer import ListFn
-
-from .kit import (
+from tests.support.event_recorder_cluster import (
     Binding,
-    eventually,
     expected,
     in_process,
     notified,
@@ -26,18 +24,24 @@ from .kit import (
     stored,
     whole_second,
 )
+from tests.support.waiting import eventually
 
 
 @pytest.mark.parametrize("event_api", [EventApi.EVENTS_V1, EventApi.CORE_V1])
 async def test_events_written_through_either_api_are_recorded_once_by_one_watch(
-    kube: client.ApiClient, redis: aioredis.Redis, redis_url: str, namespace: str, event_api: EventApi
+    kube: client.ApiClient,
+    recorder_kube: client.ApiClient,
+    redis: aioredis.Redis,
+    redis_url: str,
+    namespace: str,
+    event_api: EventApi,
 ) -> None:
     t = whole_second() - 30
     before = [Binding.new(namespace, "listed-new", "node-a", t), Binding.new(namespace, "listed-old", "node-b", t + 1)]
     after = [Binding.new(namespace, "watched-new", "node-a"), Binding.new(namespace, "watched-old", "node-b", t + 2)]
     await report_events_v1(kube, before[0])
     await report_core_v1(kube, before[1])
-    async with in_process(kube, redis_url, namespace, event_api=event_api) as rec:
+    async with in_process(recorder_kube, redis_url, namespace, event_api=event_api) as rec:
         await eventually(rec.recorder.ready)
         await report_events_v1(kube, after[0])
         await report_core_v1(kube, after[1])
@@ -49,11 +53,11 @@ async def test_events_written_through_either_api_are_recorded_once_by_one_watch(
 
 
 async def test_an_event_updated_five_times_counts_once(
-    kube: client.ApiClient, redis: aioredis.Redis, redis_url: str, namespace: str
+    kube: client.ApiClient, recorder_kube: client.ApiClient, redis: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:
     new_api = Binding.new(namespace, "p-new", "node-a")
     legacy = Binding.new(namespace, "p-old", "node-b", whole_second() - 10)
-    async with in_process(kube, redis_url, namespace) as rec:
+    async with in_process(recorder_kube, redis_url, namespace) as rec:
         await eventually(rec.recorder.ready)
         event = await report_events_v1(kube, new_api)
         legacy_name = await report_core_v1(kube, legacy)
@@ -71,11 +75,11 @@ async def test_an_event_updated_five_times_counts_once(
 
 
 async def test_a_pod_recreated_with_the_same_name_counts_twice(
-    kube: client.ApiClient, redis: aioredis.Redis, redis_url: str, namespace: str
+    kube: client.ApiClient, recorder_kube: client.ApiClient, redis: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:
     v1 = client.CoreV1Api(kube)
     pod = {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c", "image": "pause"}]}}
-    async with in_process(kube, redis_url, namespace) as rec:
+    async with in_process(recorder_kube, redis_url, namespace) as rec:
         await eventually(rec.recorder.ready)
         first = await v1.create_namespaced_pod(namespace, pod)
         one = Binding(namespace, "web", first.metadata.uid, "node-a", round(time.time(), 6))
@@ -90,7 +94,12 @@ async def test_a_pod_recreated_with_the_same_name_counts_twice(
 
 
 async def test_a_watch_from_a_compacted_resource_version_gets_410_and_relists(
-    cluster: LocalCluster, kube: client.ApiClient, redis: aioredis.Redis, redis_url: str, namespace: str
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    recorder_kube: client.ApiClient,
+    redis: aioredis.Redis,
+    redis_url: str,
+    namespace: str,
 ) -> None:
     """The first watch starts from resourceVersion 1 after etcd compaction: a real 410 from the API server.
 
@@ -115,7 +124,7 @@ async def test_a_watch_from_a_compacted_resource_version_gets_410_and_relists(
 
         return call
 
-    async with in_process(kube, redis_url, namespace, wrap=stale_first_watch) as rec:
+    async with in_process(recorder_kube, redis_url, namespace, wrap=stale_first_watch) as rec:
         await eventually(lambda: rec.metric("watch_restarts_total", reason="gone") == 1)
         await eventually(lambda: rec.metric("lists_total") == 2)
         await report_events_v1(kube, later)
@@ -124,13 +133,13 @@ async def test_a_watch_from_a_compacted_resource_version_gets_410_and_relists(
 
 
 async def test_redis_restarted_mid_stream_loses_nothing(
-    cluster: LocalCluster, kube: client.ApiClient, redis_url: str, namespace: str
+    cluster: LocalCluster, kube: client.ApiClient, recorder_kube: client.ApiClient, redis_url: str, namespace: str
 ) -> None:
     """Redis here keeps no data across a restart: bindings from the outage come from the buffer, the ones it
     forgot come back through the re-list the recorder does when it sees a new Redis server."""
     nodes = ["node-a", "node-b", "node-c"]
     bindings = [Binding.new(namespace, f"p{i}", nodes[i % 3], time.time() - 60 + i * 0.5) for i in range(60)]
-    async with in_process(kube, redis_url, namespace) as rec:
+    async with in_process(recorder_kube, redis_url, namespace) as rec:
         await eventually(rec.recorder.ready)
         for b in bindings[:20]:
             await report_events_v1(kube, b)
@@ -187,11 +196,11 @@ async def _json(resp: Any) -> dict[str, Any]:
 
 
 async def test_records_older_than_the_retention_are_trimmed(
-    kube: client.ApiClient, redis: aioredis.Redis, redis_url: str, namespace: str
+    kube: client.ApiClient, recorder_kube: client.ApiClient, redis: aioredis.Redis, redis_url: str, namespace: str
 ) -> None:
     ageing = Binding.new(namespace, "ageing", "node-a", time.time() - 6)  # within a 10 s retention, for 4 s
     fresh = Binding.new(namespace, "fresh", "node-b")
-    async with in_process(kube, redis_url, namespace, retention=10.0, trim_interval=0.1) as rec:
+    async with in_process(recorder_kube, redis_url, namespace, retention=10.0, trim_interval=0.1) as rec:
         await eventually(rec.recorder.ready)
         await report_events_v1(kube, ageing)
         await report_events_v1(kube, fresh)

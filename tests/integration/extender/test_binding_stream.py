@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,15 +27,8 @@ from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingRecord
 from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs
 from crane_shared.policy import default_policy
-
-METRICS = (
-    "cpu_usage_avg_5m",
-    "cpu_usage_max_avg_1h",
-    "cpu_usage_max_avg_1d",
-    "mem_usage_avg_5m",
-    "mem_usage_max_avg_1h",
-    "mem_usage_max_avg_1d",
-)
+from tests.support.policy import UPSTREAM_METRICS as METRICS
+from tests.support.waiting import eventually
 
 
 def node(name: str, cpu_usage: float) -> dict[str, Any]:
@@ -85,15 +78,6 @@ async def post(url: str, body: dict[str, Any]) -> Any:
         return await r.json()
 
 
-async def eventually(probe: Callable[[], Awaitable[Any]], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := await probe()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.02)
-    return value
-
-
 async def bind(store: BindingStore, uid: str, node_name: str) -> None:
     await store.record(
         [BindingRecord(uid, "default", f"pod-{uid}", node_name, time.time(), "default-scheduler")], stream_maxlen=10_000
@@ -118,7 +102,7 @@ async def test_a_burst_lowers_the_chosen_nodes_score_before_the_annotator_knows(
         s = await scores()
         return s["a"] < s["b"]
 
-    await eventually(a_is_lower, 5, "the burst to lower a's score")
+    await eventually(a_is_lower, 5, "the burst to lower a's score", interval=0.02)
 
 
 async def test_recently_bound_pods_count_against_the_threshold_until_the_metrics_absorb_them(
@@ -137,4 +121,4 @@ async def test_recently_bound_pods_count_against_the_threshold_until_the_metrics
         result = await post(f"{url}/filter", {"Pod": pod("next"), **nodes})
         return bool(result["FailedNodes"] == {"a": "node(s) had cpu_usage_avg_5m above 0.65"})
 
-    await eventually(a_is_full, 5, "a to fail the filter with the estimate of the pod just bound")
+    await eventually(a_is_full, 5, "a to fail the filter with the estimate of the pod just bound", interval=0.02)

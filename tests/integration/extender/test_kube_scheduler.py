@@ -8,12 +8,10 @@ other tests' nodes and pods on the shared cluster do not interfere.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,34 +28,14 @@ from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.fleet import make_fleet
 from crane_sandbox.pod_follower import create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port
+from crane_sandbox.rbac import identity
 from crane_shared.annotations import encode_usage
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.policy import default_policy
+from tests.support.policy import UPSTREAM_METRICS as METRICS
+from tests.support.waiting import eventually
 
-METRICS = (
-    "cpu_usage_avg_5m",
-    "cpu_usage_max_avg_1h",
-    "cpu_usage_max_avg_1d",
-    "mem_usage_avg_5m",
-    "mem_usage_max_avg_1h",
-    "mem_usage_max_avg_1d",
-)
 HOT_REASON = "node(s) had cpu_usage_avg_5m above 0.65"
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[Any]], timeout: float, what: str, alive: Callable[[], None] = lambda: None
-) -> Any:
-    """Poll ``probe`` until it returns something truthy; ``alive`` raises when a process we need has died."""
-    deadline = time.monotonic() + timeout
-    while True:
-        alive()
-        value = await probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def annotate(kube: client.ApiClient, node: str, cpu_5m: float) -> None:
@@ -106,7 +84,7 @@ async def extender_process(cluster: LocalCluster, run_dir: Path) -> AsyncIterato
             "--listen-address",
             "127.0.0.1",
             "--kubeconfig",
-            str(cluster.kubeconfig_path),
+            str(identity(cluster, "extender").kubeconfig),  # the chart's extender ServiceAccount
             "--log-level",
             "debug",
         ],
@@ -212,7 +190,7 @@ async def test_stock_kube_scheduler_with_the_extender_avoids_the_overloaded_node
             where = {p.metadata.name: p.spec.node_name for p in pods if p.spec.node_name}
             return where if len(where) == len(names) else None
 
-        where = await eventually(placed, 60, "all pods bound", alive)
+        where = await eventually(placed, 60, "all pods bound", alive, interval=0.1)
         assert set(where.values()) <= cool, f"pods landed on the overloaded node {hot}: {where}"
 
         # Now every node is overloaded: the pod stays pending, and the scheduler's message groups our reason.
@@ -225,7 +203,9 @@ async def test_stock_kube_scheduler_with_the_extender_avoids_the_overloaded_node
                 async with aiohttp.ClientSession() as s, s.post(f"{url_prefix}/filter", json=args) as r:
                     return set((await r.json())["FailedNodes"]) == cool
 
-            await eventually(extender_sees_them_hot, 10, "the extender's node cache to see the new annotations")
+            await eventually(
+                extender_sees_them_hot, 10, "the extender's node cache to see the new annotations", interval=0.1
+            )
         await v1.create_namespaced_pod(namespace, _pod("late", scheduler_name, tag))
 
         async def unschedulable_message() -> str | None:
@@ -236,7 +216,9 @@ async def test_stock_kube_scheduler_with_the_extender_avoids_the_overloaded_node
             assert not pod.spec.node_name, f"pod bound to {pod.spec.node_name} although every node is overloaded"
             return None
 
-        message = await eventually(unschedulable_message, 60, "the pod to be reported unschedulable", alive)
+        message = await eventually(
+            unschedulable_message, 60, "the pod to be reported unschedulable", alive, interval=0.1
+        )
         assert f"3 {HOT_REASON}" in message, message
 
         if node_cache:

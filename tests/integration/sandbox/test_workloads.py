@@ -12,7 +12,7 @@ import json
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import pytest
@@ -20,6 +20,7 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.sandbox import Sandbox, node_is_ready
 from crane_shared.kube import api_client_from_dict, raw_json
+from tests.support.waiting import eventually
 
 T = TypeVar("T")
 NODES = 4
@@ -45,18 +46,6 @@ async def api(sandbox: Sandbox) -> AsyncIterator[client.ApiClient]:
     await api.close()
 
 
-async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while True:
-        last = await probe()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.25)
-
-
 @pytest.fixture
 async def ns(api: client.ApiClient, request: pytest.FixtureRequest) -> str:
     """A fresh namespace whose ``default`` ServiceAccount exists (the admission plugin refuses pods before)."""
@@ -68,7 +57,7 @@ async def ns(api: client.ApiClient, request: pytest.FixtureRequest) -> str:
         accounts = await v1.list_namespaced_service_account(name)
         return any(a.metadata.name == "default" for a in accounts.items)
 
-    await eventually(has_account, 30, f"ServiceAccount {name}/default")
+    await eventually(has_account, 30, f"ServiceAccount {name}/default", interval=0.25)
     return name
 
 
@@ -104,7 +93,7 @@ async def all_running(api: client.ApiClient, ns: str, app: str, count: int, time
         items = await pods(api, ns, app)
         return items if len(items) == count and all(map(running, items)) else None
 
-    return await eventually(probe, timeout, f"{count} pods app={app} Running in {ns}")
+    return await eventually(probe, timeout, f"{count} pods app={app} Running in {ns}", interval=0.25)
 
 
 def explain(sandbox: Sandbox, ns: str, pod: str) -> dict[str, Any]:
@@ -148,7 +137,7 @@ async def test_scaling_down_deletes_pods_cleanly(sandbox: Sandbox, api: client.A
     async def fleet_follows() -> bool:
         return loaded() == expected
 
-    await eventually(fleet_follows, 30, "the simulated fleet to drop the deleted pods' load")
+    await eventually(fleet_follows, 30, "the simulated fleet to drop the deleted pods' load", interval=0.25)
 
 
 async def test_a_statefulset_runs_in_order(api: client.ApiClient, ns: str) -> None:
@@ -184,7 +173,7 @@ async def test_a_job_completes(api: client.ApiClient, ns: str) -> None:
         conditions = {c["type"]: c["status"] for c in job.get("status", {}).get("conditions") or []}
         return job if conditions.get("Complete") == "True" else None
 
-    job = await eventually(complete, 120, "Job batch Complete")
+    job = await eventually(complete, 120, "Job batch Complete", interval=0.25)
     assert job["status"]["succeeded"] == 3
 
 
@@ -230,7 +219,7 @@ async def test_cranectl_nodes_shows_the_annotated_real_load(sandbox: Sandbox) ->
         rows = {line.split()[0]: line.split()[1] for line in out.decode().splitlines()[1:] if line.startswith("node-")}
         return rows if len(rows) == NODES and "-" not in rows.values() else None
 
-    rows = await eventually(annotated, 60, "cranectl nodes to show every node's cpu_usage_avg_5m")
+    rows = await eventually(annotated, 60, "cranectl nodes to show every node's cpu_usage_avg_5m", interval=0.25)
     for name, text in rows.items():
         expected = sandbox.state.usage(name)[0]  # base load plus the Running pods' usage
         assert float(text.rstrip("!?")) == pytest.approx(expected, abs=0.02), (name, text, expected)

@@ -11,7 +11,8 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
-from tests.integration.scheduler.harness import (
+from crane_sandbox.rbac import ServiceIdentity, install_identities
+from tests.support.scheduler_cluster import (
     child_process,
     config_for,
     create_nodes,
@@ -24,12 +25,17 @@ from tests.integration.scheduler.harness import (
 )
 
 
-def _lease_config(scheduler_name: str, lease: str) -> dict[str, Any]:
+async def _account(cluster: LocalCluster, kube: client.ApiClient, namespace: str) -> ServiceIdentity:
+    """The chart's scheduler ServiceAccount for this test: its own Lease (the chart grants only that one)."""
+    return (await install_identities(cluster, kube, namespace))["scheduler"]
+
+
+def _lease_config(scheduler_name: str, account: ServiceIdentity) -> dict[str, Any]:
     cfg = config_for(scheduler_name)
     cfg["leaderElection"] = {
         "leaderElect": True,
-        "resourceNamespace": "default",
-        "resourceName": lease,
+        "resourceNamespace": account.namespace,
+        "resourceName": account.lease_name,
         "leaseDuration": "4s",
         "renewDeadline": "3s",
         "retryPeriod": "500ms",
@@ -63,9 +69,19 @@ async def test_kill_9_mid_burst_then_restart_binds_every_pod_exactly_once(
     scheduler_name: str,
 ) -> None:
     await create_nodes(kube, [node(f"{group}-{i}", group, cpu="16") for i in range(10)])
-    cfg = _lease_config(scheduler_name, f"lease-{namespace}")
+    account = await _account(cluster, kube, namespace)
+    cfg = _lease_config(scheduler_name, account)
     proc, port = child_process(
-        cluster, cfg, selector, f"{namespace}-a", cluster.run_dir, "--kube-api-qps", "100", "--kube-api-burst", "100"
+        cluster,
+        cfg,
+        selector,
+        f"{namespace}-a",
+        cluster.run_dir,
+        "--kube-api-qps",
+        "100",
+        "--kube-api-burst",
+        "100",
+        kubeconfig=account.kubeconfig,
     )
     await proc.start()
     try:
@@ -114,9 +130,10 @@ async def test_two_replicas_one_leads_and_the_other_takes_over_when_it_is_killed
     scheduler_name: str,
 ) -> None:
     await create_nodes(kube, [node(f"{group}-{i}", group) for i in range(3)])
-    cfg = _lease_config(scheduler_name, f"lease-{namespace}")
+    account = await _account(cluster, kube, namespace)
+    cfg = _lease_config(scheduler_name, account)
     replicas = {
-        name: child_process(cluster, cfg, selector, name, cluster.run_dir)
+        name: child_process(cluster, cfg, selector, name, cluster.run_dir, kubeconfig=account.kubeconfig)
         for name in (f"{namespace}-a", f"{namespace}-b")
     }
     for proc, _ in replicas.values():
@@ -139,7 +156,7 @@ async def test_two_replicas_one_leads_and_the_other_takes_over_when_it_is_killed
         await replicas[leader][0].kill()
         await create_pods(kube, namespace, [pod(f"second-{i}", scheduler_name) for i in range(10)])
         await wait_for(lambda: _count_at_least(kube, namespace, 20), timeout=30, what="the standby to take over")
-        lease = await client.CoordinationV1Api(kube).read_namespaced_lease(f"lease-{namespace}", "default")
+        lease = await client.CoordinationV1Api(kube).read_namespaced_lease(account.lease_name, account.namespace)
         assert lease.spec.holder_identity == standby
         assert (await _readyz(replicas[standby][1])).get("leadership") == "leader"
         evs = await wait_for(lambda: _events_at_least(kube, namespace, 20), what="events of the second pods")

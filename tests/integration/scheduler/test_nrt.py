@@ -21,7 +21,7 @@ from crane_scheduler.plugins.noderesourcetopology.plugin import NodeResourceTopo
 from crane_scheduler.plugins.noderesourcetopology.publish import publish_topologies
 from crane_scheduler.scheduler import Scheduler
 from cranectl.__main__ import render_explain
-from tests.integration.scheduler.harness import (
+from tests.support.scheduler_cluster import (
     child_process,
     config_for,
     create_nodes,

@@ -8,7 +8,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
-from tests.integration.scheduler.harness import (
+from tests.support.scheduler_cluster import (
     config_for,
     create_nodes,
     create_pods,

@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
-from tests.integration.scheduler.harness import (
+from tests.support.scheduler_cluster import (
     config_for,
     create_nodes,
     create_pods,
@@ -124,3 +124,37 @@ async def test_required_affinity_lands_next_to_its_peer_and_waits_for_one(
 
 async def _unschedulable(scheduler: Any) -> bool:
     return len(scheduler.queue.unschedulable) == 1
+
+
+def _sample(scheduler: Any, name: str, labels: dict[str, str]) -> float:
+    return scheduler.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_an_unrelated_bound_pod_does_not_wake_a_pod_waiting_for_its_peer_but_the_peer_does(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
+) -> None:
+    """InterPodAffinity's queueing hint (kube's ``isSchedulableAfterPodChange``) judges each added pod: one its
+    terms do not select leaves the waiting pod where it is, the peer moves it (the queue's metrics show which)."""
+    await create_nodes(kube, [node(f"{group}-{i}", group) for i in range(2)])
+    spec = required("podAffinity", HOST, app="db")
+    async with in_process(cluster, config_for(scheduler_name), selector) as scheduler:
+        await create_pods(kube, namespace, [labelled(pod("cache", scheduler_name, spec=spec), app="cache")])
+        await wait_for(lambda: _unschedulable(scheduler), what="the pod to wait among the unschedulable")
+        attempts = next(iter(scheduler.queue.unschedulable.values())).attempts
+        await create_pods(kube, namespace, [labelled(pod("web", "nobody", node_name=f"{group}-0"), app="web")])
+
+        async def skipped() -> bool:
+            return _sample(scheduler, "crane_scheduler_queue_hint_skips_total", {"plugin": "InterPodAffinity"}) > 0
+
+        await wait_for(skipped, what="InterPodAffinity's hint to judge the unrelated pod")
+        waiting = list(scheduler.queue.unschedulable.values())
+        assert [qp.pod.name for qp in waiting] == ["cache"] and waiting[0].attempts == attempts
+        assert _sample(scheduler, "scheduler_queue_incoming_pods_total", {"event": "POD_ADD", "queue": "active"}) == 0
+        await create_pods(kube, namespace, [labelled(pod("db", "nobody", node_name=f"{group}-1"), app="db")])
+        landed = await wait_for(lambda: node_of(kube, namespace, "cache"), interval=0.05, what="the pod to bind")
+        moved = sum(
+            _sample(scheduler, "scheduler_queue_incoming_pods_total", {"event": "POD_ADD", "queue": q})
+            for q in ("active", "backoff")
+        )
+    assert landed == f"{group}-1"
+    assert moved == 1

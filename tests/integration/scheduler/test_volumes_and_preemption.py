@@ -14,7 +14,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.kube import api_client_from_dict, raw_json
-from tests.integration.scheduler.harness import (
+from tests.support.scheduler_cluster import (
     config_for,
     create_nodes,
     create_pods,
@@ -122,6 +122,8 @@ async def test_high_priority_pod_preempts_the_lowest_priority_victim(
         namespace,
         [victim("low", scheduler_name, a, priorities["low"]), victim("mid", scheduler_name, b, priorities["mid"])],
     )
+    low = await read_pod(kube, namespace, "low")
+    assert low is not None
     nominations = asyncio.create_task(nominated_nodes(kube, namespace, "vip"))
     async with in_process(cluster, config_for(scheduler_name), selector):
         vip = pod("vip", scheduler_name, cpu="1", spec={"priorityClassName": priorities["high"]})
@@ -132,7 +134,24 @@ async def test_high_priority_pod_preempts_the_lowest_priority_victim(
             return p if p and p["spec"].get("nodeName") else None
 
         placed = await wait_for(bound, timeout=30, what="the preemptor bound")
+
+        async def preempted() -> list[dict[str, Any]] | None:
+            found = await raw_json(
+                client.EventsV1Api(kube).list_namespaced_event(
+                    namespace, field_selector="reason=Preempted", _preload_content=False
+                )
+            )
+            return list(found["items"]) or None
+
+        events = await wait_for(preempted, timeout=30, what="the victim's Preempted event")
     assert placed["spec"]["nodeName"] == a
+    # kube-scheduler's Eventf(victim, preemptor, Normal, "Preempted", "Preempting", "Preempted by pod <uid> on node")
+    [event] = events
+    assert (event["type"], event["reason"], event["action"]) == ("Normal", "Preempted", "Preempting")
+    assert event["note"] == f"Preempted by pod {placed['metadata']['uid']} on node {a}"
+    assert event["regarding"]["name"] == "low" and event["regarding"]["uid"] == low["metadata"]["uid"]
+    assert event["related"]["name"] == "vip" and event["related"]["uid"] == placed["metadata"]["uid"]
+    assert event["reportingController"] == scheduler_name
     # the API server clears the nomination on binding (ClearingNominatedNodeNameAfterBinding): the watch saw it
     assert await asyncio.wait_for(nominations, 30) == [a]
     assert await read_pod(kube, namespace, "low") is None

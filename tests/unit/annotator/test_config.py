@@ -9,6 +9,7 @@ import pytest
 from crane_annotator.config import parse_config
 from crane_shared.annotations import TimestampStyle
 from crane_shared.policy import default_policy
+from tests.support.policy import write_policy
 
 
 def test_defaults_use_the_shipped_policy_and_upstream_compatible_names() -> None:
@@ -43,11 +44,7 @@ def test_durations_accept_go_syntax_and_env_fallback(monkeypatch: pytest.MonkeyP
 def test_a_bad_policy_file_refuses_to_start_naming_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(
-        "apiVersion: scheduler.policy.crane.io/v1alpha1\nkind: DynamicSchedulerPolicy\n"
-        "spec:\n  syncPolicy:\n    - {name: cpu_usage_avg_5m, period: 0s}\n"
-    )
+    policy = write_policy(tmp_path / "policy.yaml", {"syncPolicy": [{"name": "cpu_usage_avg_5m", "period": "0s"}]})
     with pytest.raises(SystemExit) as exit_info:
         parse_config(["--policy", str(policy)])
     assert exit_info.value.code == 2

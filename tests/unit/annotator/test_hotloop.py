@@ -189,7 +189,8 @@ async def test_before_the_first_round_ends_hot_patches_only_join_queued_round_pa
     patcher.queued = {"a"}  # the round has queued a's patch; b's was sent already, c is not in the round
     now = time.time()
     store.times = {n: [now] * 2 for n in ("a", "b", "c")}
-    periodic = asyncio.create_task(loops.periodic())
+    stopping = asyncio.Event()
+    periodic = asyncio.create_task(loops.periodic(stopping))
     try:
         await loops.refresh_all()  # e.g. a stream flush during the round
         assert patcher.joined == ["a"] and patcher.calls == [({"a": patcher.calls[0][0]["a"]}, True)]
@@ -203,7 +204,8 @@ async def test_before_the_first_round_ends_hot_patches_only_join_queued_round_pa
         await asyncio.wait_for(patcher.called.wait(), 2)
         await asyncio.sleep(0)
     finally:
-        periodic.cancel()
+        stopping.set()
+        await asyncio.wait_for(periodic, 5)
     assert [(sorted(b), urgent) for b, urgent in patcher.calls] == [(["b", "c"], True)]
 
 
@@ -212,7 +214,8 @@ async def test_a_burst_on_the_stream_costs_one_recount_and_one_patch_per_node() 
     # the window to read the burst split it in two (two recounts, two patches) and the test failed under load.
     clock = ManualClock()
     loops, store, patcher, _ = make(["a", "b"], debounce=0.3, clock=clock)
-    follower = asyncio.create_task(loops.follow_stream())
+    stopping = asyncio.Event()
+    follower = asyncio.create_task(loops.follow_stream(stopping))
     try:
         now = time.time()
         store.times["a"] = [now] * 6
@@ -230,7 +233,8 @@ async def test_a_burst_on_the_stream_costs_one_recount_and_one_patch_per_node() 
         await wait_until(lambda: store.reads > reads)
         await asyncio.gather(*loops._flushes)
     finally:
-        follower.cancel()
+        stopping.set()
+        await asyncio.wait_for(follower, 5)
     assert [(sorted(b), urgent) for b, urgent in patcher.calls] == [(["a"], True)]
     assert hot_of(patcher.calls[0][0]["a"]) == 4  # floor(6/5) + floor(6/2)
     assert store.refreshed == [["a"]]
@@ -238,7 +242,8 @@ async def test_a_burst_on_the_stream_costs_one_recount_and_one_patch_per_node() 
 
 async def test_the_value_falls_when_a_binding_leaves_its_window_not_on_the_next_tick() -> None:
     loops, store, patcher, hot = make(["a"])
-    follower = asyncio.create_task(loops.follow_falls())  # nothing to wait for yet: it must be woken up
+    stopping = asyncio.Event()
+    follower = asyncio.create_task(loops.follow_falls(stopping))  # nothing to wait for yet: it must be woken up
     try:
         await asyncio.sleep(0.01)
         now = time.time()
@@ -252,6 +257,20 @@ async def test_the_value_falls_when_a_binding_leaves_its_window_not_on_the_next_
         await asyncio.wait_for(patcher.called.wait(), 2)
         fell_at = time.time()
     finally:
-        follower.cancel()
+        stopping.set()
+        await asyncio.wait_for(follower, 5)
     assert hot_of(patcher.calls[0][0]["a"]) == 0 and patcher.calls[0][1] is True
     assert now + 0.3 <= fell_at < now + 0.3 + 1.0  # within a second of the truth, not on a 15 s tick
+
+
+async def test_the_loops_return_when_stopping_is_set_wherever_they_wait() -> None:
+    """The worker contract: the pass still waiting for the first round, the stream follower blocked on Redis and
+    the fall follower with no fall to wait for all return once ``stopping`` is set; no flush outlives them."""
+    loops, store, _, _ = make(["a"], settled=asyncio.Event())
+    stopping = asyncio.Event()
+    worker = asyncio.create_task(loops.run(stopping))
+    await wait_until(lambda: store.reads > 0)
+    stopping.set()
+    await asyncio.wait_for(worker, 5)
+    assert worker.exception() is None and not loops._flushes
+    assert store.refreshed == []  # the periodic pass never ran: the first round had not ended

@@ -11,7 +11,7 @@ import pytest
 from crane_annotator.nodes import NodeCache, node_info
 from crane_shared.annotations import decode
 from crane_shared.retry import Backoff
-from tests.fakeapi import Events, FakeApiServer, Page, Status, fake_api
+from tests.support.fakeapi import Events, FakeApiServer, Page, Status, fake_api
 
 KEYS = {"cpu_usage_avg_5m", "node_hot_value", "mem_usage_avg_5m"}
 

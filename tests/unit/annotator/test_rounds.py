@@ -168,3 +168,31 @@ async def test_hot_values_are_counted_while_the_queries_are_out_and_before_the_f
     report = await asyncio.wait_for(rounds.run_round([s.name for s in SPECS]), 5)
     assert report.patches.sent == len(NODES)
     assert order == [f"hot {len(NODES)}", "patch"]
+
+
+async def test_a_metric_that_matched_no_node_is_retried_soon_like_a_failed_one() -> None:
+    down = PrometheusError("connection", "refused", attempts=1)
+    rounds, _, _, _ = make_rounds(
+        {
+            "cpu_usage_avg_5m": series("cpu_usage_avg_5m", 0.5),
+            "mem_usage_avg_5m": [],  # recording rule not evaluated yet
+            "instance:cpu:max_1h": down,
+        }
+    )
+    report = await rounds.run_round([s.name for s in SPECS])
+    synced, retried = report.outcome()
+    assert synced == ["cpu_usage_avg_5m"]
+    assert sorted(retried) == ["instance:cpu:max_1h", "mem_usage_avg_5m"]
+
+
+async def test_run_writes_a_first_round_then_returns_when_stopping_is_set() -> None:
+    """The worker contract: ``run(stopping)`` starts with every metric due, then waits for the next due time
+    (minutes away here) and returns as soon as ``stopping`` is set."""
+    rounds, prom, patcher, _ = make_rounds({s.name: series(s.name, 20.0) for s in SPECS})
+    stopping = asyncio.Event()
+    worker = asyncio.create_task(rounds.run(stopping))
+    await asyncio.wait_for(rounds.first_round_done.wait(), 5)
+    stopping.set()
+    await asyncio.wait_for(worker, 5)
+    assert sorted(prom.queries) == sorted(s.name for s in SPECS)  # one round: the next is 3 minutes away
+    assert len(patcher.sent) == len(NODES)

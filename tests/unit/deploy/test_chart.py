@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tests.deploytools import ALERTS, CHART, REPO, by_kind, helm, prefetch, render
+from tests.support.deploy import ALERTS, CHART, REPO, by_kind, helm, prefetch, render
 
 prefetch("tools", "helm")
 
@@ -57,13 +57,21 @@ def test_every_pod_is_non_root_read_only_and_drops_all_capabilities() -> None:
             assert c["resources"]["requests"] and c["resources"]["limits"]["memory"], c["name"]
 
 
+# The one built-in role the chart binds: delegated /metrics access (TokenReview + SubjectAccessReview create).
+AUTH_DELEGATOR = [
+    {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+    {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+]
+
+
 def _rules_of(objects: list[dict[str, Any]], subject: str) -> list[dict[str, Any]]:
     """Every RBAC rule bound to the ServiceAccount ``subject`` (cluster-wide and namespaced)."""
-    roles = {(o["kind"], o["metadata"]["name"]): o for o in objects if o["kind"] in ("ClusterRole", "Role")}
+    roles = {(o["kind"], o["metadata"]["name"]): o["rules"] for o in objects if o["kind"] in ("ClusterRole", "Role")}
+    roles[("ClusterRole", "system:auth-delegator")] = AUTH_DELEGATOR
     rules: list[dict[str, Any]] = []
     for b in objects:
         if b["kind"] in ("ClusterRoleBinding", "RoleBinding") and any(s["name"] == subject for s in b["subjects"]):
-            rules += roles[(b["roleRef"]["kind"], b["roleRef"]["name"])]["rules"]
+            rules += roles[(b["roleRef"]["kind"], b["roleRef"]["name"])]
     return rules
 
 
@@ -79,6 +87,8 @@ def test_rbac_is_least_privilege_per_service() -> None:
             ("", "persistentvolumes", "update"),  # VolumeBinding's PreBind
             ("", "persistentvolumeclaims", "update"),
             ("storage.k8s.io", "csinodes", "watch"),
+            ("storage.k8s.io", "csistoragecapacities", "watch"),  # VolumeBinding's capacity check
+            ("storage.k8s.io", "csidrivers", "list"),
             ("policy", "poddisruptionbudgets", "watch"),
             ("", "pods", "delete"),  # DefaultPreemption evicts its victims, as kube-scheduler does
         },
@@ -86,6 +96,8 @@ def test_rbac_is_least_privilege_per_service() -> None:
         "crane-redis": set(),
     }
     for sa, must in allowed.items():
+        if sa != "crane-redis":  # delegated /metrics: each service asks the API server about its scrapers
+            must = must | {("authentication.k8s.io", "tokenreviews", "create")}
         granted = {
             (group, resource, verb)
             for rule in _rules_of(objects, sa)
@@ -232,3 +244,71 @@ def test_the_nrt_crd_ships_in_the_chart_and_topology_awareness_grants_only_what_
         ("topology.crane.io", "noderesourcetopologies", "watch"),
         ("", "pods", "patch"),
     }
+
+
+def test_metrics_are_delegated_by_default_and_the_service_monitor_scrapes_with_the_reader_account() -> None:
+    objects = render(*FULL)
+    for name, d in by_kind(objects, "Deployment").items():
+        if name == "crane-redis":
+            continue
+        container = d["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["CRANE_METRICS_ACCESS"] == "delegated", name
+        assert d["spec"]["template"]["spec"].get("automountServiceAccountToken", True) is True, name
+    delegator = by_kind(objects, "ClusterRoleBinding")["crane-auth-delegator"]
+    assert {s["name"] for s in delegator["subjects"]} == {f"crane-{s}" for s in SERVICES}
+    assert by_kind(objects, "ClusterRole")["crane-metrics-reader"]["rules"] == [
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]}
+    ]
+    readers = by_kind(objects, "ClusterRoleBinding")["crane-metrics-reader"]["subjects"]
+    assert readers == [{"kind": "ServiceAccount", "name": "crane-metrics-scraper", "namespace": "crane-system"}]
+    assert _rules_of(objects, "crane-metrics-scraper") == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    endpoint = next(iter(by_kind(objects, "ServiceMonitor").values()))["spec"]["endpoints"][0]
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "crane-metrics-scraper", "key": "token"},
+    }
+    secret = by_kind(objects, "Secret")["crane-metrics-scraper"]
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    # "any" is still there for clusters whose Prometheus cannot send a token (the NetworkPolicy then limits it)
+    opened = render("--set", "metrics.access=any,serviceMonitor.enabled=true")
+    assert "crane-auth-delegator" not in by_kind(opened, "ClusterRoleBinding")
+    assert "authorization" not in next(iter(by_kind(opened, "ServiceMonitor").values()))["spec"]["endpoints"][0]
+
+
+def test_the_sandbox_applies_the_charts_own_roles_per_namespace() -> None:
+    """``crane_sandbox.rbac`` (what the tests and the sandbox run the services under) is the chart rendered: the
+    same rules, only the release namespace and name prefix differ, and nothing but accounts, roles, bindings."""
+    from crane_sandbox.rbac import chart_prefix, chart_rbac
+
+    namespace = "t-42-a-test-name-that-is-longer-than-forty-characters"
+    objects = chart_rbac(namespace)
+    prefix = chart_prefix(namespace)
+    assert len(prefix) <= 40 and not prefix.endswith("-")
+    assert {o["kind"] for o in objects} <= {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    }
+    assert "zz-placeholder" not in json.dumps(objects)
+    shipped = render(
+        "--set",
+        "fullnameOverride=crane,extender.enabled=true,scheduler.topologyAware=true,serviceMonitor.enabled=true",
+    )
+    for kind in ("ClusterRole", "Role"):  # the same rules; Lease names carry the prefix
+        ours = {
+            n.removeprefix(prefix): json.dumps(o["rules"]).replace(f'"{prefix}-', '"P-')
+            for n, o in by_kind(objects, kind).items()
+        }
+        theirs = {
+            n.removeprefix("crane"): json.dumps(o["rules"]).replace('"crane-', '"P-')
+            for n, o in by_kind(shipped, kind).items()
+        }
+        assert ours == theirs, kind
+    for service in SERVICES:
+        account = f"{prefix}-{service}"
+        assert by_kind(objects, "ServiceAccount")[account]["metadata"]["namespace"] == namespace
+        assert _rules_of(objects, account), account

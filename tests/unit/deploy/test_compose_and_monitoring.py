@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploytools import ALERTS, CHART, DASHBOARDS, REPO
+from tests.support.deploy import ALERTS, CHART, DASHBOARDS, REPO
 
 SERVICES = {"event-recorder", "annotator", "scheduler"}
 
@@ -49,6 +49,19 @@ def test_compose_file_is_valid_and_runs_the_services_locked_down(file: str, expe
             assert svc["read_only"] is True and not svc["user"].startswith("0:"), name
             assert svc["environment"]["CRANE_LISTEN_ADDRESS"] == "127.0.0.1", name
             assert svc["build"]["dockerfile"].endswith("deploy/Dockerfile") and svc["build"]["target"] == name
+
+
+def test_the_local_cluster_listens_on_loopback_only() -> None:
+    """Host networking and an API without authentication: kwokctl must bind 127.0.0.1, not its default 0.0.0.0."""
+    kwok = compose_config("docker-compose.yml")["services"]["kwok"]
+    target = kwok["command"][kwok["command"].index("--config") + 1]
+    mounts = [v.split(":")[:2] if isinstance(v, str) else [v["source"], v["target"]] for v in kwok["volumes"]]
+    [source] = [src for src, dst in mounts if dst == target]
+    config = yaml.safe_load(Path(source).read_text())
+    assert config["kind"] == "KwokctlConfiguration" and config["options"]["bindAddress"] == "127.0.0.1"
+    assert yaml.safe_load((REPO / "deploy/compose/kubeconfig").read_text())["clusters"][0]["cluster"]["server"] == (
+        "http://127.0.0.1:8080"
+    )
 
 
 def _check_prometheus_config(path: Path, tmp_path: Path) -> None:
@@ -123,7 +136,7 @@ def test_cluster_load_dashboard_shows_what_the_product_is_for() -> None:
         "crane_annotator_node_hot_value",
         "kube_pod_info",
         "scheduler_pending_pods",
-        "cpu_usage_avg_5m > bool 65",
+        "crane_scheduler_dynamic_policy_threshold",
     ):
         assert needle in exprs, needle
 

@@ -1,6 +1,6 @@
 """List-then-watch of one scope of Events: resume points, re-lists on 410 and on request, prompt stop.
 
-Against a real HTTP server speaking the API server's list and watch protocol (``tests.fakeapi``)."""
+Against a real HTTP server speaking the API server's list and watch protocol (``tests.support.fakeapi``)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from crane_event_recorder.buffer import RecordBuffer
 from crane_event_recorder.follower import Follower
 from crane_event_recorder.ingest import Ingest
 from crane_shared.retry import Backoff
-from tests.fakeapi import FakeApiServer, Status, fake_api
-
-from .conftest import EVENTS_PATH, Metrics, scheduled, wait_until
+from tests.support.event_recorder import EVENTS_PATH, Metrics, scheduled, wait_until
+from tests.support.fakeapi import FakeApiServer, Status, fake_api
 
 
 class Harness:

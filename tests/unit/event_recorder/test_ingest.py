@@ -7,8 +7,7 @@ import time
 from crane_event_recorder.buffer import RecordBuffer
 from crane_event_recorder.ingest import Ingest
 from crane_shared.events import micro_time
-
-from .conftest import Metrics, scheduled
+from tests.support.event_recorder import Metrics, scheduled
 
 
 def test_bindings_older_than_the_retention_are_not_recorded_again(metrics: Metrics) -> None:

@@ -11,9 +11,8 @@ from crane_event_recorder.recorder import Recorder
 from crane_event_recorder.settings import RecorderSettings
 from crane_event_recorder.trimmer import Trimmer
 from crane_shared.informer import ListFn
-from tests.fakeapi import FakeApiServer, fake_api
-
-from .conftest import EVENTS_PATH, FakeStore, Metrics, rec, scheduled, wait_until
+from tests.support.event_recorder import EVENTS_PATH, FakeStore, Metrics, rec, scheduled, wait_until
+from tests.support.fakeapi import FakeApiServer, fake_api
 
 
 async def test_ready_only_once_the_first_list_is_in_redis_and_redis_wipes_are_refilled(metrics: Metrics) -> None:

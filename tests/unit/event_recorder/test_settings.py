@@ -8,6 +8,7 @@ import pytest
 
 from crane_event_recorder.settings import parse_settings
 from crane_event_recorder.source import EventApi
+from tests.support.policy import write_policy
 
 
 def test_defaults_watch_all_namespaces_through_events_v1_and_keep_the_longest_window_plus_margin() -> None:
@@ -19,11 +20,7 @@ def test_defaults_watch_all_namespaces_through_events_v1_and_keep_the_longest_wi
 
 
 def test_retention_follows_the_policy_file_and_the_margin(tmp_path: Path) -> None:
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(
-        "apiVersion: scheduler.policy.crane.io/v1alpha1\nkind: DynamicSchedulerPolicy\n"
-        "spec:\n  hotValue:\n  - timeRange: 15m\n    count: 5\n"
-    )
+    policy = write_policy(tmp_path / "policy.yaml", {"hotValue": [{"timeRange": "15m", "count": 5}]})
     _, _, settings = parse_settings(["--policy", str(policy), "--retention-margin", "30s"])
     assert settings.retention == 15 * 60 + 30
     _, _, explicit = parse_settings(["--policy", str(policy), "--retention", "2h"])

@@ -12,8 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from crane_event_recorder.buffer import RecordBuffer
 from crane_event_recorder.writer import Writer
 from crane_shared.retry import Backoff
-
-from .conftest import FakeStore, Metrics, rec, wait_until
+from tests.support.event_recorder import FakeStore, Metrics, rec, wait_until
 
 
 class Harness:

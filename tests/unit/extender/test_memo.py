@@ -17,7 +17,8 @@ from crane_shared.bindings import BindingRecord
 from crane_shared.informer import Informer
 from crane_shared.loadaware.dynamic import DynamicArgs, NodeCapacity, RecentBinding, node_load, valid_until
 from crane_shared.policy import default_policy
-from tests.unit.extender.builders import METRICS, names_args, node, nodes_args, pod, usage
+from tests.support.extender import names_args, node, nodes_args, pod, usage
+from tests.support.policy import UPSTREAM_METRICS as METRICS
 
 ARGS = DynamicArgs(default_policy())
 T = 1_800_000_000  # a whole second

@@ -16,7 +16,7 @@ from crane_shared.informer import Informer
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.logs import LogOnce
 from crane_shared.policy import default_policy
-from tests.unit.extender.builders import names_args, node, nodes_args, pod, usage
+from tests.support.extender import names_args, node, nodes_args, pod, usage
 
 T = 1_800_000_000
 NOW = datetime.fromtimestamp(T, UTC)

@@ -31,7 +31,8 @@ from crane_shared.loadaware.dynamic import (
     score,
 )
 from crane_shared.policy import default_policy
-from tests.unit.extender.builders import METRICS, NOW, names_args, node, nodes_args, pod, usage
+from tests.support.extender import NOW, names_args, node, nodes_args, pod, usage
+from tests.support.policy import UPSTREAM_METRICS as METRICS
 
 ARGS = DynamicArgs(default_policy(), estimate=EstimateArgs(enabled=False))
 HOT_REASON = "node(s) had cpu_usage_avg_5m above 0.65"

@@ -17,7 +17,7 @@ from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.logs import LogOnce
 from crane_shared.policy import default_policy
 from crane_shared.service import ServiceRuntime
-from tests.unit.extender.builders import names_args, node, nodes_args, pod, usage
+from tests.support.extender import names_args, node, nodes_args, pod, usage
 
 
 @dataclass
@@ -153,3 +153,53 @@ async def test_a_body_over_the_configured_limit_is_refused_cleanly(served: Serve
     result = await served.post("filter", nodes_args(pod(), fresh(FLEET)))
     assert "larger than 1000 bytes" in result["Error"]
     assert served.count("crane_extender_malformed_requests_total", kind="too-large") == 1
+
+
+async def test_a_large_body_is_decoded_off_the_event_loop_which_keeps_serving(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a Nodes-mode body of 2000 nodes is being decoded (held here until /healthz has answered), the loop
+    serves other requests; had the decoding run on the loop, /healthz could not answer and the test would time
+    out. A small body is decoded inline."""
+    import asyncio
+    import threading
+
+    from crane_extender import server as server_module
+
+    loop_thread, loop = threading.get_ident(), asyncio.get_running_loop()
+    release, decoding = threading.Event(), asyncio.Event()
+    decoded_in: list[tuple[int, bool]] = []  # (body size, decoded on the loop's thread)
+    from crane_extender.protocol import parse_args as real
+
+    def parse(body: Any) -> Any:
+        on_loop = threading.get_ident() == loop_thread
+        decoded_in.append((len(body), on_loop))
+        if not on_loop:
+            loop.call_soon_threadsafe(decoding.set)
+            assert release.wait(30), "the test never released the decoding"
+        return real(body)
+
+    monkeypatch.setattr(server_module, "parse_args", parse)
+    fleet = [node(f"n{i:04d}", usage(0.2)) for i in range(2000)]
+    body = json.dumps(nodes_args(pod(), fleet)).encode()
+    assert len(body) > server_module.PARSE_OFF_LOOP_BYTES
+    large = asyncio.create_task(served.post("prioritize", body))
+    try:
+        await asyncio.wait_for(decoding.wait(), 30)  # the handler has handed the body to a worker thread
+        health = await asyncio.wait_for(served.client.get("/healthz"), 10)
+        assert health.status == 200
+        assert not large.done()
+    finally:
+        release.set()
+    assert len(await asyncio.wait_for(large, 30)) == 2000
+    assert await served.post("prioritize", nodes_args(pod(), fresh(FLEET)))  # small: inline
+    assert decoded_in == [(len(body), False), (decoded_in[1][0], True)]
+
+
+async def test_a_large_malformed_body_is_an_error_answer_from_the_worker_thread(served: Served) -> None:
+    from crane_extender.server import PARSE_OFF_LOOP_BYTES
+
+    body = b'{"Pod": {}, "Nodes": {"items": [' + b"1," * PARSE_OFF_LOOP_BYTES + b"}"
+    result = await served.post("filter", body)
+    assert result["Error"].startswith("crane extender: malformed filter request: request body is not JSON")
+    assert served.count("crane_extender_malformed_requests_total", kind="not-json") == 1

@@ -20,10 +20,10 @@ from crane_shared.loadaware.dynamic import (
     score,
 )
 from crane_shared.policy import default_policy
+from tests.support.policy import UPSTREAM_METRICS as METRICS
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 POLICY = default_policy()
-METRICS = [s.name for s in POLICY.sync_policy]
 
 ages = st.one_of(
     st.integers(min_value=-3600, max_value=4 * 3600),  # future (beyond skew), fresh, stale

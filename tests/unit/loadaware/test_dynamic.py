@@ -21,17 +21,11 @@ from crane_shared.loadaware.dynamic import (
     score,
 )
 from crane_shared.policy import default_policy, parse_policy
+from tests.support.policy import UPSTREAM_METRICS as METRICS
+from tests.support.policy import policy_yaml
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 ARGS = DynamicArgs(default_policy(), estimate=EstimateArgs(enabled=False))
-METRICS = (
-    "cpu_usage_avg_5m",
-    "cpu_usage_max_avg_1h",
-    "cpu_usage_max_avg_1d",
-    "mem_usage_avg_5m",
-    "mem_usage_max_avg_1h",
-    "mem_usage_max_avg_1d",
-)
 
 
 def annotated(
@@ -65,15 +59,16 @@ def test_threshold_comparison_is_strict() -> None:
 
 
 def test_threshold_zero_disables_the_predicate() -> None:
-    policy = parse_policy("""
-apiVersion: scheduler.policy.crane.io/v1alpha1
-kind: DynamicSchedulerPolicy
-spec:
-  syncPolicy: [{name: cpu_usage_avg_5m, period: 3m}]
-  predicate: [{name: cpu_usage_avg_5m, maxLimitPecent: 0}]
-  priority: [{name: cpu_usage_avg_5m, weight: 1}]
-  hotValue: [{timeRange: 5m, count: 5}]
-""")
+    policy = parse_policy(
+        policy_yaml(
+            {
+                "syncPolicy": [{"name": "cpu_usage_avg_5m", "period": "3m"}],
+                "predicate": [{"name": "cpu_usage_avg_5m", "maxLimitPecent": 0}],
+                "priority": [{"name": "cpu_usage_avg_5m", "weight": 1}],
+                "hotValue": [{"timeRange": "5m", "count": 5}],
+            }
+        )
+    )
     args = DynamicArgs(policy)
     assert filter_reason(load(annotated({"cpu_usage_avg_5m": 0.99}), args), args) is None
 

@@ -7,8 +7,8 @@ from typing import Any
 from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.explain import Decision, DecisionLog, render
 from crane_scheduler.podinfo import parse_node, parse_pod
-from tests.unit.loadaware.test_plugin import NOW, Setup, loaded
-from tests.unit.scheduler.builders import node, pod
+from tests.support.loadaware import NOW, Setup, loaded
+from tests.support.scheduler import node, pod
 
 
 def decide(s: Setup, raw: dict[str, Any]) -> dict[str, Any]:

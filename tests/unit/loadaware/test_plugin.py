@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import ConfigError, parse_config
 from crane_scheduler.framework import ArgsError, Diagnosis, Handle
 from crane_scheduler.framework.runtime import build_profiles
@@ -19,70 +17,9 @@ from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import parse_node, parse_pod
-from crane_shared.annotations import encode_hot_value, encode_usage
-from crane_shared.policy import default_policy
-from tests.unit.scheduler.builders import node, pod
-
-NOW = 1_800_000_000.0
-METRICS = [s.name for s in default_policy().sync_policy]
-
-
-def loaded(
-    name: str, usage: float, cpu: str = "16", memory: str = "64Gi", hot: int | None = None, age: float = 10
-) -> dict[str, Any]:
-    from datetime import UTC, datetime
-
-    stamp = datetime.fromtimestamp(NOW - age, UTC)
-    n = node(name, cpu=cpu, memory=memory)
-    n["metadata"]["annotations"] = {m: encode_usage(usage, stamp) for m in METRICS}
-    if hot is not None:
-        n["metadata"]["annotations"]["node_hot_value"] = encode_hot_value(hot, stamp)
-    return n
-
-
-class Setup:
-    def __init__(self, *nodes: dict[str, Any], args: dict[str, Any] | None = None) -> None:
-        self.table = NodeTable(capacity=2)
-        for n in nodes:
-            self.table.upsert_node(parse_node(n))
-        registry = builtin_registry()
-        self.plugins: list[Dynamic] = []
-
-        def factory(raw: Any, handle: Handle) -> Dynamic:
-            p = Dynamic(parse_args(raw), handle, wall_clock=lambda: NOW)
-            self.plugins.append(p)
-            return p
-
-        registry.register("Dynamic", factory)
-        config = parse_config(
-            {
-                "profiles": [
-                    {
-                        "schedulerName": "crane-scheduler",
-                        "plugins": {"multiPoint": {"enabled": [{"name": "Dynamic", "weight": 3}]}},
-                        "pluginConfig": [{"name": "Dynamic", "args": args or {}}],
-                    }
-                ]
-            }
-        )
-        self.profile = next(iter(build_profiles(config, registry, lambda name: Handle(self.table)).values()))
-        self.algorithm = Algorithm(self.table, rng=random.Random(0))
-
-    @property
-    def plugin(self) -> Dynamic:
-        return self.plugins[0]
-
-    def place(self, raw_pod: dict[str, Any]) -> str | Diagnosis:
-        info = parse_pod(raw_pod)
-        state: dict[str, Any] = {}
-        result = self.algorithm.schedule(self.profile, info, state)
-        if isinstance(result, ScheduleResult):
-            for pl in self.profile.reserve:
-                pl.reserve(state, info, result.node)
-            self.table.assume(info, result.node)
-            return result.node
-        assert isinstance(result, Diagnosis), result
-        return result
+from tests.support.loadaware import NOW, Setup, loaded
+from tests.support.policy import write_policy
+from tests.support.scheduler import node, pod
 
 
 def test_a_node_whose_real_load_is_above_threshold_is_avoided_though_its_requests_are_free() -> None:
@@ -173,6 +110,34 @@ def test_policy_reload_applies_a_valid_file_and_refuses_an_invalid_one(tmp_path:
     assert s.plugin.args.policy.predicate[0].max_limit_percent == 0.8
 
 
+def test_the_loaded_policys_thresholds_are_exported_and_follow_a_reload(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    text = (Path(dynamic_plugin.__file__).parents[3].parent / "shared/crane_shared/default-policy.yaml").read_text()
+    path.write_text(text)
+    s = Setup(loaded("a", 0.1), args={"policyConfigPath": str(path)})
+    registry = s.plugin.handle.metrics.registry
+
+    def thresholds() -> dict[str, float]:
+        return {
+            sample.labels["metric"]: sample.value
+            for family in registry.collect()
+            if family.name == "crane_scheduler_dynamic_policy_threshold"
+            for sample in family.samples
+        }
+
+    want = {"cpu_usage_avg_5m": 0.65, "cpu_usage_max_avg_1h": 0.75, "mem_usage_avg_5m": 0.65}
+    assert thresholds() == want | {"mem_usage_max_avg_1h": 0.75}
+    # a new file: one limit moved, one disabled (0: no series, the panel must not count nodes against it)
+    path.write_text(text.replace("maxLimitPecent: 0.65", "maxLimitPecent: 0.8", 1).replace("0.75\n", "0\n", 2))
+    s.plugin._next_reload_check = 0
+    s.place(pod("p1"))
+    assert thresholds() == {"cpu_usage_avg_5m": 0.8, "mem_usage_avg_5m": 0.65}
+    path.write_text(text.replace("count: 5", "count: 0"))  # invalid: refused, the gauge keeps the policy in force
+    s.plugin._next_reload_check = 0
+    s.place(pod("p2"))
+    assert thresholds() == {"cpu_usage_avg_5m": 0.8, "mem_usage_avg_5m": 0.65}
+
+
 @pytest.mark.parametrize(
     ("args", "path"),
     [
@@ -207,11 +172,7 @@ def test_every_profile_has_its_own_view_of_node_load() -> None:
 
 
 def test_a_missing_or_invalid_policy_file_is_a_config_error_naming_the_field(tmp_path: Path) -> None:
-    bad = tmp_path / "policy.yaml"
-    bad.write_text(
-        "apiVersion: scheduler.policy.crane.io/v1alpha1\nkind: DynamicSchedulerPolicy\n"
-        "spec:\n  hotValue: [{timeRange: 5m, count: 0}]\n"
-    )
+    bad = write_policy(tmp_path / "policy.yaml", {"hotValue": [{"timeRange": "5m", "count": 0}]})
     for path in (str(tmp_path / "missing.yaml"), str(bad)):
         with pytest.raises(ConfigError) as err:
             Setup(args={"policyConfigPath": path})

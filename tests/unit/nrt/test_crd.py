@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from crane_scheduler.plugins.noderesourcetopology.model import GROUP, KIND, PLURAL, VERSION
-from tests.unit.nrt.fixtures import nrt
+from tests.support.nrt import nrt
 
 CRDS = Path(__file__).resolve().parents[3] / "deploy" / "crds"
 

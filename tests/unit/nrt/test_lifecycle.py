@@ -18,7 +18,7 @@ from crane_scheduler.plugins.noderesourcetopology.plugin import (
     INSUFFICIENT_NUMA,
 )
 from crane_scheduler.podinfo import parse_pod
-from tests.unit.nrt.fixtures import NOW, Setup, cpus, guaranteed, nrt
+from tests.support.nrt import NOW, Setup, cpus, guaranteed, nrt
 
 
 def two_zone_node(s: Setup, name: str = "n1") -> None:
@@ -339,7 +339,7 @@ def test_explain_shows_the_zones_chosen() -> None:
     from crane_scheduler.algorithm import ScheduleResult
     from crane_scheduler.explain import Decision, render
     from cranectl.__main__ import render_explain
-    from tests.unit.nrt.fixtures import decide
+    from tests.support.nrt import decide
 
     s = Setup("a", "b")
     s.topology(nrt("a", [("node0", "2"), ("node1", "2")]))

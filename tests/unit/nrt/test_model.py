@@ -15,7 +15,7 @@ from crane_scheduler.plugins.noderesourcetopology.model import (
     format_quantity,
     parse_go_bool,
 )
-from tests.unit.nrt.fixtures import nrt
+from tests.support.nrt import nrt
 
 
 @pytest.mark.parametrize(

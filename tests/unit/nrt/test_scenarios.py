@@ -21,7 +21,7 @@ from crane_scheduler.plugins.noderesourcetopology.plugin import (
     NAME,
 )
 from crane_scheduler.podinfo import parse_pod
-from tests.unit.nrt.fixtures import F_ZONES, NOW, Setup, cpus, decide, guaranteed, nrt
+from tests.support.nrt import F_ZONES, NOW, Setup, cpus, decide, guaranteed, nrt
 
 
 def used(setup: Setup, node: str, *results: list[tuple[str, dict[str, int]]], assumed: bool = False) -> None:

@@ -8,9 +8,8 @@ from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.plugins.queuesort import PrioritySort
 from crane_scheduler.podinfo import parse_pod
-
-from .builders import node, pod, table
-from .volumes import pv, pvc
+from tests.support.scheduler import node, pod, table
+from tests.support.volumes import pv, pvc
 
 
 def make(events: dict[str, ClusterEvent]) -> Cache:
@@ -48,6 +47,25 @@ def test_storage_deletions_do_not_requeue_but_pdb_and_attachment_deletions_do() 
     cache.listers.apply("volumeattachments", "ADDED", {"metadata": {"name": "va"}, "spec": {}})
     assert cache.queue.pop(200.0) is None
     cache.listers.apply("volumeattachments", "DELETED", {"metadata": {"name": "va"}, "spec": {}})
+    assert cache.queue.pop(300.0) is not None
+
+
+def test_storage_capacity_changes_and_csidriver_updates_requeue() -> None:
+    """kube's VolumeBinding registers CSIStorageCapacity Add/Update and CSIDriver Update."""
+    cache = make({"X": ClusterEvent.CSI_STORAGE_CAPACITY_CHANGE | ClusterEvent.CSIDRIVER_UPDATE})
+    p = parse_pod(pod("p"))
+    cache.queue.add(p, 0.0)
+    qp = cache.queue.pop(0.0)
+    assert qp is not None
+    cache.queue.add_unschedulable(qp, frozenset({"X"}), 0.0)
+    driver = {"metadata": {"name": "d"}, "spec": {"storageCapacity": True}}
+    cache.listers.apply("csidrivers", "ADDED", driver)  # a new driver: not registered by kube
+    assert cache.queue.pop(100.0) is None
+    cache.listers.apply("csidrivers", "MODIFIED", {**driver, "spec": {}}, driver)
+    assert cache.queue.pop(200.0) is not None
+    cache.queue.add_unschedulable(qp, frozenset({"X"}), 200.0)
+    cap = {"metadata": {"name": "c", "namespace": "ns"}, "storageClassName": "csi", "capacity": "1Gi"}
+    cache.listers.apply("csistoragecapacities", "ADDED", cap)
     assert cache.queue.pop(300.0) is not None
 
 

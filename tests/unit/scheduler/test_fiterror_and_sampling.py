@@ -11,7 +11,7 @@ from crane_scheduler.algorithm import Algorithm, ScheduleResult, num_feasible_no
 from crane_scheduler.framework import Diagnosis, fit_error_message
 from crane_scheduler.podinfo import parse_pod
 from crane_scheduler.reporting import truncate_note
-from tests.unit.scheduler.builders import node, pod, profile, table
+from tests.support.scheduler import node, pod, profile, table
 
 
 def test_histogram_is_sorted_as_strings_joined_and_ended_with_a_period() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from crane_scheduler.plugins.imagelocality import ImageLocality, normalized_image_name
 from crane_scheduler.podinfo import parse_node, parse_pod
-from tests.unit.scheduler.builders import node, pod, table
+from tests.support.scheduler import node, pod, table
 
 MB = 1024 * 1024
 

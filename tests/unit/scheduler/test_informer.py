@@ -11,7 +11,7 @@ from typing import Any
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.nodetable import NodeTable
-from tests.unit.scheduler.builders import node, pod
+from tests.support.scheduler import node, pod
 
 
 class FakeResponse:

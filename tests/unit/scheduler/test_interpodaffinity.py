@@ -12,7 +12,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.interpodaffinity import Args, InterPodAffinity
 from crane_scheduler.plugins.podindex import PodIndex
 from crane_scheduler.podinfo import parse_pod
-from tests.unit.scheduler.builders import chosen, decide, failure, node, pod, table
+from tests.support.scheduler import chosen, decide, failure, node, pod, table
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -55,7 +55,7 @@ def zoned(name: str, zone: str) -> dict[str, Any]:
 def scores(t: NodeTable, p: dict[str, Any], plugin: str = "InterPodAffinity") -> dict[str, int]:
     state: dict[str, Any] = {}
     from crane_scheduler.algorithm import Algorithm
-    from tests.unit.scheduler.builders import profile
+    from tests.support.scheduler import profile
 
     result = Algorithm(t).schedule(profile(t), parse_pod(p), state)
     assert isinstance(result, ScheduleResult), result
@@ -259,3 +259,29 @@ def test_namespace_selector_matching_empty_labels_admits_every_namespace_as_kube
     not_b = {"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["b"]}]}
     spec = affinity("podAntiAffinity", [term(ns_selector=not_b, app="web")])
     assert failure(t, labelled(pod("y", spec=spec), app="web")).endswith("didn't match pod anti-affinity rules.")
+
+
+def test_the_pod_index_follows_assume_confirm_relabel_and_move_of_one_pod() -> None:
+    from crane_scheduler.plugins.podindex import Matcher, parse_selector
+
+    t = table(node("a"), node("b"))
+    index = PodIndex.of(t)
+    web = Matcher(((frozenset({"ns"}), parse_selector({"matchLabels": {"app": "web"}})),))
+    assert list(index.counts(web)) == [0, 0]
+    raw = labelled(pod("x"), app="web")
+    t.assume(parse_pod(raw), "a")
+    assert list(index.counts(web)) == [1, 0]
+    confirmed = labelled(pod("x", node_name="a"), app="web")
+    confirmed["metadata"]["uid"] = raw["metadata"]["uid"]
+    t.add_pod(parse_pod(confirmed))  # the informer confirms: same placement, nothing moves
+    confirmed = {**confirmed, "status": {"phase": "Running"}}
+    t.add_pod(parse_pod(confirmed))
+    assert list(index.counts(web)) == [1, 0]
+    relabelled = {**confirmed, "metadata": {**confirmed["metadata"], "labels": {"app": "db"}}}
+    t.add_pod(parse_pod(relabelled))
+    assert list(index.counts(web)) == [0, 0]
+    moved = {**confirmed, "spec": {**confirmed["spec"], "nodeName": "b"}}
+    t.add_pod(parse_pod(moved))
+    assert list(index.counts(web)) == [0, 1]
+    t.remove_pod(raw["metadata"]["uid"])
+    assert list(index.counts(web)) == [0, 0]

@@ -7,7 +7,7 @@ from typing import Any
 from crane_scheduler.plugins.nodeaffinity import NodeAffinity
 from crane_scheduler.plugins.noderesources import FitArgs, NodeResourcesFit
 from crane_scheduler.podinfo import parse_pod
-from tests.unit.scheduler.builders import container, node, pod, table
+from tests.support.scheduler import container, node, pod, table
 
 
 def test_fit_request_above_whole_allocatable_is_unresolvable() -> None:

@@ -7,7 +7,7 @@ import pytest
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import Requirement, parse_node, parse_pod
 from crane_shared.quantity import quantity
-from tests.unit.scheduler.builders import node, pod, table
+from tests.support.scheduler import node, pod, table
 
 
 def cpu_requested(t: NodeTable, name: str) -> int:

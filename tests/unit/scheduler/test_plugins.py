@@ -12,7 +12,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.noderesources import BalancedAllocation, FitArgs, NodeResourcesFit
 from crane_scheduler.plugins.tainttoleration import TaintToleration
 from crane_scheduler.podinfo import parse_pod
-from tests.unit.scheduler.builders import chosen, container, decide, failure, node, pod, table
+from tests.support.scheduler import chosen, container, decide, failure, node, pod, table
 
 # --- NodeResourcesFit: filter ------------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.interpodaffinity import Args, InterPodAffinity
 from crane_scheduler.podinfo import parse_pod
-from tests.unit.scheduler.builders import node, pod
+from tests.support.scheduler import node, pod
 
 
 def setup() -> tuple[Cache, SchedulingQueue, NodeTable]:

@@ -11,7 +11,7 @@ from crane_scheduler.framework import EXPLAIN_SCORES, ArgsError, Handle
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.podtopologyspread import Args, PodTopologySpread
 from crane_scheduler.podinfo import parse_pod
-from tests.unit.scheduler.builders import chosen, failure, node, pod, profile, table
+from tests.support.scheduler import chosen, failure, node, pod, profile, table
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"

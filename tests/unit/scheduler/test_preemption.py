@@ -16,9 +16,8 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import defaultpreemption
 from crane_scheduler.plugins.defaultpreemption.plugin import DefaultPreemption
 from crane_scheduler.podinfo import PodInfo, parse_pod
-
-from .builders import node, pod, table
-from .volumes import decide, listers, profile
+from tests.support.scheduler import node, pod, table
+from tests.support.volumes import decide, listers, profile, pv, pvc, storage_class
 
 
 def preempt(t: NodeTable, ls: Listers, p: dict[str, Any], prof: Profile | None = None) -> tuple[Diagnosis, PodInfo]:
@@ -177,6 +176,9 @@ async def test_victims_get_the_disruption_condition_and_are_deleted(monkeypatch:
     t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
     ls = listers()
     prof = profile(t, ls, api=object())
+    events: list[tuple[Any, ...]] = []
+    assert prof.handle is not None
+    prof.handle.record_event = lambda *event: events.append(event)
     _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
     plugin = victims_of(prof)
     assert info.uid in plugin.preempting
@@ -189,12 +191,23 @@ async def test_victims_get_the_disruption_condition_and_are_deleted(monkeypatch:
     cond = _FakeCore.calls[1][2]["status"]["conditions"][0]
     assert (cond["type"], cond["status"], cond["reason"]) == ("DisruptionTarget", "True", "PreemptionByScheduler")
     assert cond["message"] == "crane-scheduler: preempting to accommodate a higher priority pod"
-    assert _FakeCore.calls[2][2] == {"preconditions": {"uid": t.pods[next(iter(t.pods))].uid}}
+    victim_uid = t.pods[next(iter(t.pods))].uid
+    assert _FakeCore.calls[2][2] == {"preconditions": {"uid": victim_uid}}
+    assert events == [
+        (
+            {"namespace": "ns", "name": "low", "uid": victim_uid},
+            {"namespace": "ns", "name": "vip", "uid": info.uid},
+            "Normal",
+            "Preempted",
+            "Preempting",
+            f"Preempted by pod {info.uid} on node a",
+        )
+    ]
 
 
 def test_simulated_removal_and_return_leave_the_table_exactly_as_it_was() -> None:
     ports = [{"containerPort": 80, "hostPort": 8080}]
-    from .builders import container
+    from tests.support.scheduler import container
 
     bound = [
         pod("web", node_name="a", containers=[container("250m", "1Gi", ports=ports, extra={"example.com/gpu": "1"})]),
@@ -215,3 +228,186 @@ def test_simulated_removal_and_return_leave_the_table_exactly_as_it_was() -> Non
     after = (t.requested, t.nonzero_requested, t.pod_count, t.ports, set(t.pods))
     assert (before[0] == after[0]).all() and (before[1] == after[1]).all() and (before[2] == after[2]).all()
     assert before[3] == after[3] and before[4] == after[4]
+
+
+# ---------------------------------------------------------------------------------------------- cross-node filters
+# kube's SelectVictimsOnNode tells InterPodAffinity and PodTopologySpread of every removal and reprieve
+# (PreFilterExtensions RemovePod/AddPod), one node at a time. These pods are only placeable by evicting a pod the
+# incoming pod's (anti-)affinity or spread constraint counts.
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def labelled(p: dict[str, Any], **labels: str) -> dict[str, Any]:
+    p["metadata"]["labels"] = labels
+    return p
+
+
+def anti_web(name: str, priority: int) -> dict[str, Any]:
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": ZONE}
+    spec = {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}
+    return pod(name, priority=priority, spec=spec)
+
+
+def spread_web(name: str, priority: int, max_skew: int) -> dict[str, Any]:
+    constraint = {
+        "maxSkew": max_skew,
+        "topologyKey": ZONE,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}},
+    }
+    return labelled(pod(name, priority=priority, spec={"topologySpreadConstraints": [constraint]}), app="web")
+
+
+def nominated_victims(monkeypatch: pytest.MonkeyPatch, prof: Profile) -> list[Any]:
+    captured: list[Any] = []
+    plugin = victims_of(prof)
+    original = plugin._nominate
+
+    def spy(p: PodInfo, best: Any) -> None:
+        captured.append(best)
+        original(p, best)
+
+    monkeypatch.setattr(plugin, "_nominate", spy)
+    return captured
+
+
+def test_evicting_the_pod_an_anti_affinity_term_counts_frees_its_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    t = table(
+        node("a", labels={ZONE: "z1"}),
+        node("b", labels={ZONE: "z2"}),
+        bound=[
+            labelled(pod("low-web", priority=1, node_name="a"), app="web"),
+            labelled(pod("high-web", priority=1000, node_name="b"), app="web"),
+        ],
+    )
+    ls = listers()
+    prof = profile(t, ls)
+    captured = nominated_victims(monkeypatch, prof)
+    d, info = preempt(t, ls, anti_web("vip", 100), prof)
+    assert d.message == "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules."
+    assert t.nominated[info.uid][1] == "a"
+    assert [v.name for v in captured[0].victims] == ["low-web"]
+    # The dry run left the pod index as it was: the zone still holds both web pods.
+    again = decide(t, ls, anti_web("other", 0))
+    assert isinstance(again, Diagnosis)
+    assert again.message == "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules."
+
+
+def test_a_victim_elsewhere_in_the_zone_does_not_count_for_this_node() -> None:
+    """Both nodes of zone z1 hold a low-priority web pod: evicting either alone leaves the other in the zone, so
+    no node is a candidate (kube dry-runs each node alone; evicting both at once is not a candidate)."""
+    t = table(
+        node("a1", labels={ZONE: "z1"}),
+        node("a2", labels={ZONE: "z1"}),
+        node("b", labels={ZONE: "z2"}),
+        bound=[
+            labelled(pod("web-1", priority=1, node_name="a1"), app="web"),
+            labelled(pod("web-2", priority=1, node_name="a2"), app="web"),
+            labelled(pod("web-3", priority=1000, node_name="b"), app="web"),
+        ],
+    )
+    d, info = preempt(t, listers(), anti_web("vip", 100))
+    assert info.uid not in t.nominated
+    assert d.post_filter_msg == (
+        "preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, "
+        "2 node(s) didn't match pod anti-affinity rules."
+    )
+
+
+def test_existing_pods_anti_affinity_is_lifted_by_evicting_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    term = {"labelSelector": {"matchLabels": {"app": "vip"}}, "topologyKey": "kubernetes.io/hostname"}
+    spec = {"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}}
+    t = table(
+        node("a"),
+        node("b", cpu="100m"),
+        bound=[pod("shy", priority=1, node_name="a", spec=spec), pod("full", cpu="100m", priority=1, node_name="b")],
+    )
+    ls = listers()
+    prof = profile(t, ls)
+    captured = nominated_victims(monkeypatch, prof)
+    _, info = preempt(t, ls, labelled(pod("vip", cpu="200m", priority=100), app="vip"), prof)
+    assert t.nominated[info.uid][1] == "a"
+    assert [v.name for v in captured[0].victims] == ["shy"]
+
+
+def test_spread_reprieve_puts_the_more_important_pod_back_into_the_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """maxSkew 2: zone z1 holds two web pods, z2 none (its node is full with a more important pod). Evicting
+    both fits, reprieving the more important one still fits (1 + 1 - 0 = 2), the other must go."""
+    t = table(
+        node("a", labels={ZONE: "z1"}),
+        node("b", cpu="1", labels={ZONE: "z2"}),
+        bound=[
+            labelled(pod("web-keep", priority=5, node_name="a"), app="web"),
+            labelled(pod("web-go", priority=1, node_name="a"), app="web"),
+            pod("hog", cpu="1", priority=1000, node_name="b"),
+        ],
+    )
+    ls = listers()
+    prof = profile(t, ls)
+    captured = nominated_victims(monkeypatch, prof)
+    d, info = preempt(t, ls, spread_web("vip", 100, max_skew=2), prof)
+    assert d.message == (
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match pod topology spread constraints."
+    )
+    assert t.nominated[info.uid][1] == "a"
+    assert [v.name for v in captured[0].victims] == ["web-go"]
+
+
+def test_exact_ties_keep_the_nodes_pod_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Equal priority and start time: kube sorts its NodeInfo's pods (in the order they were added), so the first
+    added is reprieved first and the later one is the victim, however often the dry run has run before."""
+    started = {"startTime": "2026-01-01T00:00:00Z"}
+    first = pod("first", cpu="500m", priority=0, node_name="a")
+    second = pod("second", cpu="500m", priority=0, node_name="a")
+    first["status"] = second["status"] = started
+    t = table(node("a", cpu="1"), bound=[first, second])
+    ls = listers()
+    prof = profile(t, ls)
+    captured = nominated_victims(monkeypatch, prof)
+    for i in range(4):
+        t.nominated.clear()  # each attempt alone (a nominated preemptor would count against the next)
+        preempt(t, ls, pod(f"vip-{i}", cpu="500m", priority=5), prof)
+        assert [v.name for v in captured[-1].victims] == ["second"]
+
+
+def test_nominated_pods_count_for_inter_pod_anti_affinity() -> None:
+    """kube's RunFilterPluginsWithNominatedPods adds a nominated pod of at least the pod's priority through
+    AddPod, so InterPodAffinity counts it in its zone: the zone is refused while the nomination stands."""
+    t = table(node("a", labels={ZONE: "z1"}), node("c", cpu="50m", labels={ZONE: "z2"}))
+    nominee = parse_pod(labelled(pod("nominee", priority=100), app="web"))
+    t.nominated[nominee.uid] = (nominee, "a")
+    ls = listers()
+    refused = decide(t, ls, anti_web("incoming", 50))
+    assert isinstance(refused, Diagnosis)
+    assert refused.message == (
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match pod anti-affinity rules."
+    )
+    lower = parse_pod(labelled(pod("lower", priority=10), app="web"))
+    t.nominated = {lower.uid: (lower, "a")}  # a nominee of lower priority does not count
+    placed = decide(t, ls, anti_web("incoming", 50))
+    assert isinstance(placed, ScheduleResult) and placed.node == "a"
+
+
+def test_read_write_once_pod_claim_is_freed_only_by_evicting_its_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    """VolumeRestrictions counts a ReadWriteOncePod claim's users across nodes (kube's PreFilter state with
+    RemovePod): evicting the user on node a frees the claim there; evicting b's pods does not."""
+    claim = pvc("data", volume="pv-data", bound=True, modes=("ReadWriteOncePod",))
+    volume = pv("pv-data", claim="data", phase="Bound", modes=("ReadWriteOncePod",))
+    volumes = [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
+    t = table(
+        node("a"),
+        node("b"),
+        bound=[
+            pod("user", priority=1, node_name="a", spec={"volumes": volumes}),
+            pod("bystander", priority=1, node_name="b"),
+        ],
+    )
+    ls = listers(pvcs=[claim], pvs=[volume], storageclasses=[storage_class("local")])
+    prof = profile(t, ls)
+    captured = nominated_victims(monkeypatch, prof)
+    for i in range(4):  # whatever the random offset
+        t.nominated.clear()
+        _, info = preempt(t, ls, pod(f"vip-{i}", priority=100, spec={"volumes": volumes}), prof)
+        assert t.nominated[info.uid][1] == "a"
+        assert [v.name for v in captured[-1].victims] == ["user"]

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from crane_scheduler import __main__ as entry
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import parse_node
-from tests.unit.scheduler.builders import node
+from tests.support.scheduler import node
 
 TWO_PROFILES = {
     "apiVersion": "kubescheduler.config.k8s.io/v1",

@@ -6,7 +6,7 @@ from crane_scheduler.framework import ClusterEvent
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.plugins.queuesort import PrioritySort
 from crane_scheduler.podinfo import parse_pod
-from tests.unit.scheduler.builders import pod
+from tests.support.scheduler import pod
 
 
 def queue(**kw: object) -> SchedulingQueue:

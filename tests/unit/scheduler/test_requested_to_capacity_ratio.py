@@ -10,7 +10,7 @@ import pytest
 from crane_scheduler.framework import ArgsError
 from crane_scheduler.plugins.noderesources import FitArgs, NodeResourcesFit, broken_linear
 from crane_scheduler.podinfo import parse_pod
-from tests.unit.scheduler.builders import chosen, node, pod, table
+from tests.support.scheduler import chosen, node, pod, table
 
 
 def rtcr(shape: list[dict[str, int]], resources: list[dict[str, Any]] | None = None) -> dict[str, Any]:

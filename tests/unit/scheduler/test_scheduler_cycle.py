@@ -17,7 +17,7 @@ from crane_scheduler.podinfo import PodInfo, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from crane_shared.leader import Term
-from tests.unit.scheduler.builders import node, pod
+from tests.support.scheduler import node, pod
 
 
 class FakeBinder:
@@ -106,6 +106,26 @@ async def test_bind_error_forgets_the_assumption_and_retries_after_backoff() -> 
     assert s.queue.backoff_len == 1 and s.queue.pop(clock.now) is None
     clock.now += 1.0
     assert s.queue.pop(clock.now) is not None
+
+
+async def test_a_failed_bind_frees_its_resources_for_a_pod_noderesourcesfit_rejected() -> None:
+    """kube's handleBindingCycleError: the forgotten assumption is an assigned-pod deletion for the queue, so
+    NodeResourcesFit's hint moves the pod that did not fit next to it (not after the 5-minute flush)."""
+    binder, clock = FakeBinder(), Clock()
+    s = make(binder, clock)
+    s.on_node(node("n1", cpu="1"))
+    first, second = pod("first", cpu="700m"), pod("second", cpu="700m")
+    s.on_pod(first)
+    await step(s)
+    s.on_pod(second)
+    await step(s)
+    assert [qp.pod.name for qp in s.queue.unschedulable.values()] == ["second"]
+    binder.outcome["first"] = "error"
+    binder.gate.set()
+    await s.drain()
+    clock.now += 10.0  # both backoffs over, far from the 5-minute flush
+    popped = [s.queue.pop(clock.now), s.queue.pop(clock.now)]
+    assert sorted(qp.pod.name for qp in popped if qp is not None) == ["first", "second"]
 
 
 async def test_conflict_is_someone_elses_success_not_a_retry() -> None:
@@ -229,3 +249,46 @@ async def test_a_bind_dropped_before_its_task_started_is_undone_and_frees_its_sl
     assert not s.table.pods and s.queue.active_len == 1  # undone at once, not when the task runs
     await s.drain()
     assert binder.calls == [] and s._slots._value == free
+
+
+async def test_losing_the_lease_also_drops_the_failures_and_conditions_the_term_queued() -> None:
+    binder, clock = FakeBinder(), Clock()
+    s = make(binder, clock)
+    s._term = s.reporter.term = term = Term()
+    s.on_node(node("n1", cpu="2"))
+    s.on_pod(pod("fits", cpu="1"))
+    s.on_pod(pod("too-big", cpu="4"))
+    binder.gate.set()
+    for _ in range(2):
+        await step(s)
+    await asyncio.wait_for(s.drain(), 10)
+    assert s.reporter.backlog == 3  # Scheduled for "fits", FailedScheduling and the condition for "too-big"
+    term.lost.set()
+    s.stop_binding()
+    assert s.reporter.backlog == 1  # the Scheduled event of the bind that happened is kept
+    assert s.metrics.reports.labels("failed", "dropped")._value.get() == 1
+    assert s.metrics.reports.labels("condition", "dropped")._value.get() == 1
+
+
+async def test_a_term_looks_for_unreported_bindings_again_once_the_previous_terms_binds_have_landed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bind the previous term cancelled on losing its lease may have been on the wire: the pod is bound, the
+    cache sees it only later. The term looks at its start and once more after ``RECOVERY_SETTLE``."""
+    from crane_scheduler import scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "RECOVERY_SETTLE", 0.05)
+    s = make(FakeBinder(), Clock())
+    s.synced.set()
+    stopping = asyncio.Event()
+    looks: list[int] = []
+
+    async def recover(bound: Any, schedulers: set[str]) -> int:
+        looks.append(len(looks))
+        if len(looks) == 2:
+            stopping.set()
+        return 0
+
+    monkeypatch.setattr(s.reporter, "recover_scheduled_events", recover)
+    await asyncio.wait_for(s.run(stopping, Term()), 10)
+    assert looks == [0, 1]

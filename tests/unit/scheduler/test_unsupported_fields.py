@@ -6,7 +6,7 @@ import pytest
 
 from crane_scheduler import unsupported
 from crane_scheduler.framework import Diagnosis
-from tests.unit.scheduler.builders import chosen, decide, node, pod, table
+from tests.support.scheduler import chosen, decide, node, pod, table
 
 
 def test_dra_resource_claims_are_refused_naming_the_field() -> None:

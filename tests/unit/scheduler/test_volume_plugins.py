@@ -7,9 +7,8 @@ from typing import Any
 from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.framework import Diagnosis
 from crane_scheduler.podinfo import parse_pod
-
-from .builders import node, pod, table
-from .volumes import decide, listers, pod_with_claims, profile, pv, pvc, storage_class
+from tests.support.scheduler import node, pod, table
+from tests.support.volumes import decide, listers, pod_with_claims, profile, pv, pvc, storage_class
 
 ZONE = "topology.kubernetes.io/zone"
 

@@ -13,9 +13,8 @@ from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.framework import Diagnosis
 from crane_scheduler.plugins.volumebinding import plugin as vb_plugin
 from crane_scheduler.podinfo import parse_pod
-
-from .builders import node, table
-from .volumes import decide, listers, pod_with_claims, profile, pv, pvc, storage_class
+from tests.support.scheduler import node, table
+from tests.support.volumes import decide, listers, pod_with_claims, profile, pv, pvc, storage_class
 
 ZONE = "topology.kubernetes.io/zone"
 
@@ -156,6 +155,40 @@ def test_dynamic_provisioning_respects_allowed_topologies_and_selected_node() ->
     )
     result = decide(t, ls2, pod_with_claims("p", "d"))
     assert isinstance(result, ScheduleResult) and result.node == "b"
+
+
+def test_provisioning_needs_storage_capacity_when_the_csi_driver_tracks_it() -> None:
+    """kube's hasEnoughCapacity: a driver with ``storageCapacity: true`` provisions only where a CSIStorageCapacity
+    of the class reaches the node with room for the claim (maximumVolumeSize before capacity)."""
+    driver = {"metadata": {"name": "csi.example.com"}, "spec": {"storageCapacity": True}}
+
+    def capacity(name: str, zone: str | None, size: str, max_size: str | None = None) -> dict[str, Any]:
+        cap: dict[str, Any] = {"metadata": {"name": name, "namespace": "kube-system"}, "storageClassName": "csi"}
+        cap["capacity"] = size
+        if zone is not None:
+            cap["nodeTopology"] = {"matchLabels": {ZONE: zone}}
+        if max_size is not None:
+            cap["maximumVolumeSize"] = max_size
+        return cap
+
+    caps = [capacity("z1", "z1", "1Gi"), capacity("z2", "z2", "10Gi", max_size="1Gi"), capacity("x", None, "9Gi")]
+    ls = listers(
+        storageclasses=[storage_class("csi", provisioner="csi.example.com")],
+        pvcs=[pvc("d", cls="csi", size="2Gi")],
+        csidrivers=[driver],
+        csistoragecapacities=caps,
+    )
+    result = decide(nodes3(), ls, pod_with_claims("p", "d"))
+    assert isinstance(result, Diagnosis)
+    assert result.message == "0/3 nodes are available: 3 node(s) did not have enough free storage."
+    ls.apply("csistoragecapacities", "ADDED", capacity("z2-big", "z2", "5Gi"))
+    result = decide(nodes3(), ls, pod_with_claims("p", "d"))
+    assert isinstance(result, ScheduleResult) and result.node == "c"
+    # Without capacity tracking the driver's capacity is not checked.
+    ls.apply("csidrivers", "MODIFIED", {**driver, "spec": {"storageCapacity": False}}, driver)
+    ls.apply("csistoragecapacities", "DELETED", capacity("z2-big", "z2", "5Gi"))
+    result = decide(nodes3(), ls, pod_with_claims("p", "d"))
+    assert isinstance(result, ScheduleResult)
 
 
 def test_no_provisioner_and_no_pv_is_a_bind_conflict() -> None:

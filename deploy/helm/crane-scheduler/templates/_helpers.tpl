@@ -79,6 +79,7 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- define "crane.commonEnv" -}}
 - {name: CRANE_LOG_FORMAT, value: {{ .Values.logFormat | quote }}}
 - {name: CRANE_LOG_LEVEL, value: {{ .Values.logLevel | quote }}}
+- {name: CRANE_METRICS_ACCESS, value: {{ .Values.metrics.access | quote }}}
 {{- end -}}
 
 {{/* Pod-level fields every Deployment shares: service account, security context, scheduling constraints. */}}

@@ -16,6 +16,12 @@
 // counted on their nodes, incoming the pods to evaluate. Incoming pods are evaluated independently against the
 // same snapshot (nothing is assumed). The answer is {"id", "results": [...]} or {"id", "error"}.
 //
+// Optional: "pvcs", "pvs", "storageClasses", "csiNodes", "csiDrivers", "csiStorageCapacities",
+// "volumeAttachments", "pdbs" are served to the plugins' listers (VolumeBinding, VolumeRestrictions, VolumeZone,
+// NodeVolumeLimits, DefaultPreemption) from a fake clientset made for the request; with "preempt": true, an
+// incoming pod no node fits also gets "preemption": DefaultPreemption's message, or its dry-run candidates (node,
+// victims, PDB violations) and the ones pickOneNodeForPreemption may choose.
+//
 // Unlike kube-scheduler, the judge does not stop at a node's first failing Filter plugin: "filter" holds every
 // plugin's own verdict on every node (its PreFilter state permitting), while "status" is the framework's verdict
 // (first failure, PreFilterResult restrictions applied), and only the framework's feasible nodes are scored. All
@@ -31,12 +37,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -44,8 +53,11 @@ import (
 	"k8s.io/client-go/informers"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
@@ -53,8 +65,11 @@ import (
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
+	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 )
 
 // ---------------------------------------------------------------------------------------------- wire types
@@ -66,6 +81,38 @@ type request struct {
 	Nodes    []*v1.Node      `json:"nodes"`
 	Pods     []*v1.Pod       `json:"pods"`
 	Incoming []*v1.Pod       `json:"incoming"`
+	// The API objects the volume plugins and preemption read through their listers. A request with any of them
+	// gets frameworks of its own, built on a fake clientset holding them (and the nodes and pods).
+	PVCs                 []*v1.PersistentVolumeClaim     `json:"pvcs,omitempty"`
+	PVs                  []*v1.PersistentVolume          `json:"pvs,omitempty"`
+	StorageClasses       []*storagev1.StorageClass       `json:"storageClasses,omitempty"`
+	CSINodes             []*storagev1.CSINode            `json:"csiNodes,omitempty"`
+	CSIDrivers           []*storagev1.CSIDriver          `json:"csiDrivers,omitempty"`
+	CSIStorageCapacities []*storagev1.CSIStorageCapacity `json:"csiStorageCapacities,omitempty"`
+	VolumeAttachments    []*storagev1.VolumeAttachment   `json:"volumeAttachments,omitempty"`
+	PDBs                 []*policyv1.PodDisruptionBudget `json:"pdbs,omitempty"`
+	// Preempt: for an incoming pod no node fits, also run DefaultPreemption's decision (eligibility, the
+	// evaluator's dry run on every potential node, the candidates pickOneNodeForPreemption may choose).
+	Preempt bool `json:"preempt,omitempty"`
+}
+
+func (r *request) objects() []runtime.Object {
+	var out []runtime.Object
+	out = appendObjects(out, r.PVCs)
+	out = appendObjects(out, r.PVs)
+	out = appendObjects(out, r.StorageClasses)
+	out = appendObjects(out, r.CSINodes)
+	out = appendObjects(out, r.CSIDrivers)
+	out = appendObjects(out, r.CSIStorageCapacities)
+	out = appendObjects(out, r.VolumeAttachments)
+	return appendObjects(out, r.PDBs)
+}
+
+func appendObjects[T runtime.Object](out []runtime.Object, items []T) []runtime.Object {
+	for _, o := range items {
+		out = append(out, o)
+	}
+	return out
 }
 
 type response struct {
@@ -126,7 +173,34 @@ type podResult struct {
 	ScoreError string `json:"scoreError,omitempty"`
 	// Message is kube-scheduler's FitError message when no node is feasible.
 	Message string `json:"message,omitempty"`
+	// Preemption is DefaultPreemption's answer (request.preempt, no feasible node).
+	Preemption *preemptionResult `json:"preemption,omitempty"`
 }
+
+type preemptionCandidate struct {
+	Node string `json:"node"`
+	// Victims as namespace/name, most important first (kube's order).
+	Victims       []string `json:"victims"`
+	PDBViolations int64    `json:"pdbViolations"`
+}
+
+type preemptionResult struct {
+	// Message is the PostFilter status message ("preemption: ..."); empty when a candidate is nominated.
+	Message    string                `json:"message,omitempty"`
+	Candidates []preemptionCandidate `json:"candidates"`
+	// Best are the candidates pickOneNodeForPreemption may return: its criteria tie between them (kube takes the
+	// first in map order, i.e. at random).
+	Best []string `json:"best"`
+}
+
+// noNominator: the judge's snapshots have no nominated pods (the framework needs a PodNominator for
+// RunFilterPluginsWithNominatedPods, which preemption's dry run calls).
+type noNominator struct{}
+
+func (noNominator) AddNominatedPod(klog.Logger, fwk.PodInfo, *fwk.NominatingInfo) {}
+func (noNominator) DeleteNominatedPodIfExists(*v1.Pod)                            {}
+func (noNominator) UpdateNominatedPod(klog.Logger, *v1.Pod, fwk.PodInfo)          {}
+func (noNominator) NominatedPodsForNode(string) []fwk.PodInfo                     { return nil }
 
 // ---------------------------------------------------------------------------------------------- frameworks
 
@@ -191,6 +265,19 @@ func (j *judge) frameworks(raw []byte) (map[string]*profileFramework, []string, 
 	if fws, ok := j.cache[key]; ok {
 		return fws, j.order[key], nil
 	}
+	fws, names, err := j.build(j.ctx, raw, j.client)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(j.cache) > 64 { // many distinct configurations: keep memory bounded
+		j.cache, j.order = map[string]map[string]*profileFramework{}, map[string][]string{}
+	}
+	j.cache[key], j.order[key] = fws, names
+	return fws, names, nil
+}
+
+// build makes one framework per profile of the configuration, its informers on client (started and synced).
+func (j *judge) build(ctx context.Context, raw []byte, client clientset.Interface) (map[string]*profileFramework, []string, error) {
 	cfg, err := loadConfig(raw)
 	if err != nil {
 		return nil, nil, err
@@ -210,26 +297,38 @@ func (j *judge) frameworks(raw []byte) (map[string]*profileFramework, []string, 
 				return p, err
 			}
 		}
-		informerFactory := informers.NewSharedInformerFactory(j.client, 0)
-		fw, err := frameworkruntime.NewFramework(j.ctx, registry, prof,
-			frameworkruntime.WithClientSet(j.client),
+		informerFactory := informers.NewSharedInformerFactory(client, 0)
+		fw, err := frameworkruntime.NewFramework(ctx, registry, prof,
+			frameworkruntime.WithClientSet(client),
 			frameworkruntime.WithInformerFactory(informerFactory),
 			frameworkruntime.WithSnapshotSharedLister(pf.lister),
 			frameworkruntime.WithParallelism(int(cfg.Parallelism)),
+			frameworkruntime.WithPodNominator(noNominator{}),
+			frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(informerFactory.Storage().V1().CSINodes().Lister())),
 		)
 		if err != nil {
 			return nil, nil, fmt.Errorf("profile %q: %w", prof.SchedulerName, err)
 		}
-		informerFactory.Start(j.ctx.Done())
-		informerFactory.WaitForCacheSync(j.ctx.Done())
+		// VolumeBinding's assume caches are informer event handlers: a handler of ours, registered after
+		// theirs, is synced once every listed object has been handed to every handler.
+		var synced []toolscache.InformerSynced
+		for _, inf := range []toolscache.SharedIndexInformer{
+			informerFactory.Core().V1().PersistentVolumes().Informer(),
+			informerFactory.Core().V1().PersistentVolumeClaims().Informer(),
+		} {
+			reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{})
+			if err != nil {
+				return nil, nil, err
+			}
+			synced = append(synced, reg.HasSynced)
+		}
+		informerFactory.Start(ctx.Done())
+		informerFactory.WaitForCacheSync(ctx.Done())
+		toolscache.WaitForCacheSync(ctx.Done(), synced...)
 		pf.fw = fw
 		fws[prof.SchedulerName] = pf
 		names = append(names, prof.SchedulerName)
 	}
-	if len(j.cache) > 64 { // many distinct configurations: keep memory bounded
-		j.cache, j.order = map[string]map[string]*profileFramework{}, map[string][]string{}
-	}
-	j.cache[key], j.order[key] = fws, names
 	return fws, names, nil
 }
 
@@ -247,7 +346,17 @@ func toStatus(s *fwk.Status) status {
 }
 
 func (j *judge) handle(req *request) ([]podResult, error) {
-	fws, names, err := j.frameworks(req.Config)
+	var fws map[string]*profileFramework
+	var names []string
+	var err error
+	if objs := req.objects(); len(objs) > 0 {
+		objs = appendObjects(appendObjects(objs, req.Nodes), req.Pods)
+		ctx, cancel := context.WithCancel(j.ctx)
+		defer cancel() // stops this request's informers
+		fws, names, err = j.build(ctx, req.Config, fake.NewClientset(objs...))
+	} else {
+		fws, names, err = j.frameworks(req.Config)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +393,7 @@ func (j *judge) handle(req *request) ([]podResult, error) {
 			return nil, fmt.Errorf("profile %q is not in the configuration (profiles: %s)", name, strings.Join(names, ", "))
 		}
 		pf.lister.snap = snap
-		res, err := j.evaluate(pf, req.Nodes, pod)
+		res, err := j.evaluate(pf, req, pod)
 		if err != nil {
 			return nil, fmt.Errorf("incoming[%d] %s/%s: %w", i, pod.Namespace, pod.Name, err)
 		}
@@ -294,8 +403,9 @@ func (j *judge) handle(req *request) ([]podResult, error) {
 	return out, nil
 }
 
-func (j *judge) evaluate(pf *profileFramework, nodes []*v1.Node, pod *v1.Pod) (podResult, error) {
+func (j *judge) evaluate(pf *profileFramework, req *request, pod *v1.Pod) (podResult, error) {
 	ctx := j.ctx
+	nodes := req.Nodes
 	fw := pf.fw
 	listed := fw.ListPlugins()
 	res := podResult{
@@ -395,6 +505,15 @@ func (j *judge) evaluate(pf *profileFramework, nodes []*v1.Node, pod *v1.Pod) (p
 	res.Feasible = len(feasible)
 	if len(feasible) == 0 {
 		res.Message = (&framework.FitError{Pod: pod, NumAllNodes: len(allNodes), Diagnosis: diagnosis}).Error()
+		if req.Preempt {
+			if dp, ok := pf.plugins[defaultpreemption.Name].(*defaultpreemption.DefaultPreemption); ok {
+				p, err := preempt(ctx, dp, state, pod, allNodes, pf.lister, diagnosis, req.PDBs)
+				if err != nil {
+					return res, fmt.Errorf("preemption: %w", err)
+				}
+				res.Preemption = p
+			}
+		}
 		return res, nil
 	}
 
@@ -470,6 +589,103 @@ func (j *judge) evaluate(pf *profileFramework, nodes []*v1.Node, pod *v1.Pod) (p
 	}
 	sort.Strings(res.Best)
 	return res, nil
+}
+
+// preempt is DefaultPreemption's PostFilter (Evaluator.Preempt) up to the choice, without its API calls: the
+// eligibility check, the dry run on every potential node (offset 0; kube's random offset only changes which
+// candidates are found when fewer than all are wanted), and every candidate the choice can return.
+func preempt(ctx context.Context, dp *defaultpreemption.DefaultPreemption, state fwk.CycleState, pod *v1.Pod,
+	allNodes []fwk.NodeInfo, lister *swappableLister, diagnosis framework.Diagnosis, pdbs []*policyv1.PodDisruptionBudget) (*preemptionResult, error) {
+	out := &preemptionResult{Candidates: []preemptionCandidate{}, Best: []string{}}
+	if ok, msg := dp.PodEligibleToPreemptOthers(ctx, pod, diagnosis.NodeToStatus.Get(pod.Status.NominatedNodeName)); !ok {
+		out.Message = "preemption: " + msg
+		return out, nil
+	}
+	potential, err := diagnosis.NodeToStatus.NodesForStatusCode(lister.NodeInfos(), fwk.Unschedulable)
+	if err != nil {
+		return nil, err
+	}
+	statuses := framework.NewDefaultNodeToStatus()
+	var candidates []interface {
+		Victims() *extenderv1.Victims
+		Name() string
+	}
+	if len(potential) > 0 {
+		_, num := dp.GetOffsetAndNumCandidates(int32(len(potential)))
+		found, st, err := dp.Evaluator.DryRunPreemption(ctx, state, pod, potential, pdbs, 0, num)
+		if err != nil && len(found) == 0 {
+			return nil, err
+		}
+		statuses = st
+		for _, c := range found {
+			candidates = append(candidates, c)
+		}
+	}
+	if len(candidates) == 0 {
+		fe := &framework.FitError{Pod: pod, NumAllNodes: len(allNodes), Diagnosis: framework.Diagnosis{NodeToStatus: statuses}}
+		fe.Diagnosis.NodeToStatus.SetAbsentNodesStatus(fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "Preemption is not helpful for scheduling"))
+		out.Message = "preemption: " + fe.Error()
+		return out, nil
+	}
+	victims := map[string]*extenderv1.Victims{}
+	for _, c := range candidates {
+		pc := preemptionCandidate{Node: c.Name(), Victims: []string{}, PDBViolations: c.Victims().NumPDBViolations}
+		for _, v := range c.Victims().Pods {
+			pc.Victims = append(pc.Victims, v.Namespace+"/"+v.Name)
+		}
+		out.Candidates = append(out.Candidates, pc)
+		victims[c.Name()] = c.Victims()
+	}
+	sort.Slice(out.Candidates, func(a, b int) bool { return out.Candidates[a].Node < out.Candidates[b].Node })
+	out.Best = tiedForPreemption(victims)
+	return out, nil
+}
+
+// tiedForPreemption is pickOneNodeForPreemption's criteria (kube's default score functions, in its order) without
+// its last step: every node still tied, sorted.
+func tiedForPreemption(nodesToVictims map[string]*extenderv1.Victims) []string {
+	scoreFuncs := []func(string) int64{
+		func(node string) int64 { return -nodesToVictims[node].NumPDBViolations },
+		func(node string) int64 { return -int64(corev1helpers.PodPriority(nodesToVictims[node].Pods[0])) },
+		func(node string) int64 {
+			var sum int64
+			for _, p := range nodesToVictims[node].Pods {
+				sum += int64(corev1helpers.PodPriority(p)) + int64(math.MaxInt32+1)
+			}
+			return -sum
+		},
+		func(node string) int64 { return -int64(len(nodesToVictims[node].Pods)) },
+		func(node string) int64 {
+			earliest := schedutil.GetEarliestPodStartTime(nodesToVictims[node])
+			if earliest == nil {
+				return math.MinInt64
+			}
+			return earliest.UnixNano()
+		},
+	}
+	var all []string
+	for node := range nodesToVictims {
+		all = append(all, node)
+	}
+	for _, f := range scoreFuncs {
+		best := int64(math.MinInt64)
+		var kept []string
+		for _, node := range all {
+			score := f(node)
+			if score > best {
+				best, kept = score, nil
+			}
+			if score == best {
+				kept = append(kept, node)
+			}
+		}
+		all = kept
+		if len(all) == 1 {
+			break
+		}
+	}
+	sort.Strings(all)
+	return all
 }
 
 // ---------------------------------------------------------------------------------------------- main

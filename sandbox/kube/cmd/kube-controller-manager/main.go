@@ -4,16 +4,12 @@
 package main
 
 import (
-	"os"
 	_ "time/tzdata"
 
-	"k8s.io/component-base/cli"
-	_ "k8s.io/component-base/logs/json/register"
-	_ "k8s.io/component-base/metrics/prometheus/clientgo"
-	_ "k8s.io/component-base/metrics/prometheus/version"
+	"crane.local/kubebin/internal/component"
 	"k8s.io/kubernetes/cmd/kube-controller-manager/app"
 )
 
 func main() {
-	os.Exit(cli.Run(app.NewControllerManagerCommand()))
+	component.Main(app.NewControllerManagerCommand())
 }

@@ -2,15 +2,10 @@
 package main
 
 import (
-	"os"
-
-	"k8s.io/component-base/cli"
-	_ "k8s.io/component-base/logs/json/register"
-	_ "k8s.io/component-base/metrics/prometheus/clientgo"
-	_ "k8s.io/component-base/metrics/prometheus/version"
+	"crane.local/kubebin/internal/component"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
 func main() {
-	os.Exit(cli.Run(app.NewSchedulerCommand()))
+	component.Main(app.NewSchedulerCommand())
 }

@@ -26,6 +26,7 @@ from crane_scheduler.framework.types import (
     Diagnosis,
     PreFilterResult,
     QueuedPod,
+    QueueingHints,
     Rejection,
     Rows,
     Status,
@@ -37,6 +38,7 @@ from crane_scheduler.podinfo import NodeInfo, PodInfo
 __all__ = [
     "EXTENSION_POINTS",
     "BindPlugin",
+    "CrossNodeFilterPlugin",
     "EnqueueExtensions",
     "ExplainPlugin",
     "FilterPlugin",
@@ -52,6 +54,7 @@ __all__ = [
     "PreFilterPlugin",
     "PreScorePlugin",
     "QueueSortPlugin",
+    "QueueingHintPlugin",
     "ReservePlugin",
     "ScorePlugin",
     "WorkerPlugin",
@@ -98,6 +101,11 @@ class Handle:
     """PVCs, PVs, StorageClasses, CSINodes, PDBs (one instance shared by every profile and the cache)."""
     activate: Callable[[str], None] = field(default=lambda uid: None)
     """Move a pending pod (by uid) straight to activeQ (kube's ``Handle.Activate``); set by the scheduler."""
+    record_event: Callable[[Mapping[str, Any], Mapping[str, Any] | None, str, str, str, str], None] = field(
+        default=lambda regarding, related, type_, reason, action, note: None
+    )
+    """kube's ``EventRecorder().Eventf(regarding, related, type, reason, action, note)`` for pods: references as
+    {namespace, name, uid}; set by the scheduler to its reporter (this profile's name as reportingController)."""
     framework: Any = None
     """The plugin's profile (``runtime.Profile``), set once built: what kube's handle offers as
     ``RunFilterPluginsWithNominatedPods`` (preemption's dry run runs the profile's own filters)."""
@@ -192,6 +200,15 @@ class EnqueueExtensions(Plugin, Protocol):
 
 
 @runtime_checkable
+class QueueingHintPlugin(Plugin, Protocol):
+    """Optional, with ``EnqueueExtensions``: kube's per-object ``QueueingHintFn``s. For a pod this plugin rejected,
+    a change of a registered event kind requeues it only when the hint keyed by that kind answers QUEUE (a kind
+    without a hint always requeues, as does a hint that raises)."""
+
+    def queueing_hints(self) -> QueueingHints: ...
+
+
+@runtime_checkable
 class ExplainPlugin(Plugin, Protocol):
     """Optional: per-node inputs the plugin decided on, shown by ``GET /debug/explain`` under ``explain_section``."""
 
@@ -210,6 +227,16 @@ class PodExplainPlugin(Plugin, Protocol):
     def explain_pod(self, uid: str, node: str) -> Mapping[str, Any]:
         """Entries to add to the decision's ``result`` for pod ``uid`` placed on ``node`` (empty: nothing)."""
         ...
+
+
+@runtime_checkable
+class CrossNodeFilterPlugin(Plugin, Protocol):
+    """Optional marker: the plugin's PreFilter/Filter verdict on a node may depend on pods placed on *other* nodes
+    (InterPodAffinity, PodTopologySpread: kube's plugins with ``PreFilterExtensions``). Unless its PreFilter
+    answers SKIP for the pod, preemption's dry run then evaluates candidate nodes one at a time, as kube does,
+    with the what-if visible through the node table's ``pod_simulated`` hooks."""
+
+    reads_other_nodes: bool
 
 
 @runtime_checkable

@@ -115,11 +115,17 @@ class Profile:
             and uid not in table.pods
         ]
         if nominated and alive.any():
-            table.simulate_add(nominated)
+            table.simulate_add(nominated, notify=True)
             try:
-                rejected += self._filter_pass(state, pod, table, alive, skipped)
+                # Plugins counting pods across nodes decide in PreFilter: count the nominated pods too (kube's
+                # AddPod on a cloned state), in a state of their own.
+                nominated_state = dict(state)
+                for pl in self.pre_filter:
+                    if getattr(pl, "reads_other_nodes", False) and pl.name not in skipped:
+                        pl.pre_filter(nominated_state, pod, table)
+                rejected += self._filter_pass(nominated_state, pod, table, alive, skipped)
             finally:
-                table.simulate_remove([r.uid for r in nominated])
+                table.simulate_remove([r.uid for r in nominated], notify=True)
         return rejected
 
     def _filter_pass(

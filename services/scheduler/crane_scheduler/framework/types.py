@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from crane_scheduler.nodetable import IntArray, Mask
-from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.podinfo import NodeInfo, PodInfo
 
 __all__ = [
     "EXPLAIN_FILTERS",
@@ -25,12 +26,16 @@ __all__ = [
     "SKIP",
     "SUCCESS",
     "ArgsError",
+    "ClusterChange",
     "ClusterEvent",
     "Code",
     "CycleState",
     "Diagnosis",
     "PreFilterResult",
     "QueuedPod",
+    "QueueingHint",
+    "QueueingHintFn",
+    "QueueingHints",
     "Rejection",
     "Rows",
     "Status",
@@ -130,6 +135,8 @@ class ClusterEvent(enum.Flag):
     CSINODE_CHANGE = enum.auto()  # a CSINode was added or updated
     PDB_CHANGE = enum.auto()  # a PodDisruptionBudget was added, updated or deleted
     VOLUME_ATTACHMENT_DELETE = enum.auto()  # a VolumeAttachment went away (an attach slot freed)
+    CSIDRIVER_UPDATE = enum.auto()  # a CSIDriver changed (e.g. storageCapacity turned off)
+    CSI_STORAGE_CAPACITY_CHANGE = enum.auto()  # a CSIStorageCapacity was added or updated (more free storage)
     ALL = (
         NODE_ADD
         | NODE_UPDATE
@@ -143,7 +150,34 @@ class ClusterEvent(enum.Flag):
         | CSINODE_CHANGE
         | PDB_CHANGE
         | VOLUME_ATTACHMENT_DELETE
+        | CSIDRIVER_UPDATE
+        | CSI_STORAGE_CAPACITY_CHANGE
     )
+
+
+class QueueingHint(enum.Enum):
+    """kube's ``QueueingHint``: whether a cluster change may make a pod a plugin rejected schedulable."""
+
+    QUEUE = "Queue"
+    SKIP = "QueueSkip"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterChange:
+    """One cluster event with its objects (kube's ``oldObj``/``newObj`` of a ``QueueingHintFn``): ``old`` is None
+    for an add, ``new`` None for a delete. Pods are ``PodInfo``, nodes ``NodeInfo``; other kinds carry none."""
+
+    event: ClusterEvent
+    old: PodInfo | NodeInfo | None = None
+    new: PodInfo | NodeInfo | None = None
+
+
+QueueingHintFn = Callable[[PodInfo, ClusterChange], QueueingHint]
+"""kube's ``QueueingHintFn``: (the unschedulable pod, the change) -> QUEUE or SKIP. It must be cheap and pure: the
+queue calls it for every unschedulable pod the plugin rejected and every change of the event kinds it is keyed by."""
+
+QueueingHints = Mapping[ClusterEvent, QueueingHintFn]
+"""Per registered event kind(s), the hint deciding it; a registered kind without a hint always queues."""
 
 
 @dataclass(slots=True)

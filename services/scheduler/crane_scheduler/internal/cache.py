@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Container
 from typing import Any
 
-from crane_scheduler.framework.types import ClusterEvent
+from crane_scheduler.framework.types import ClusterChange, ClusterEvent
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.listers import Kind, Listers, Obj
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
+from crane_scheduler.podinfo import NodeInfo, PodInfo, parse_node, parse_pod
 from crane_shared.informer import EventType, Informer, ListFn
 
 PAGE_SIZE = 1000
@@ -27,6 +27,8 @@ _OBJECT_EVENTS: dict[Kind, ClusterEvent] = {
     "csinodes": ClusterEvent.CSINODE_CHANGE,
     "volumeattachments": ClusterEvent.VOLUME_ATTACHMENT_DELETE,
     "pdbs": ClusterEvent.PDB_CHANGE,
+    "csidrivers": ClusterEvent.CSIDRIVER_UPDATE,
+    "csistoragecapacities": ClusterEvent.CSI_STORAGE_CAPACITY_CHANGE,
 }
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -82,11 +84,14 @@ class Cache:
         return [self.listers.informer(kind, fn, PAGE_SIZE) for kind, fn in list_fns.items()]
 
     def on_object_change(self, kind: Kind, new: Obj | None, old: Obj | None) -> None:
-        """kube registers Add/Update of PVCs, PVs, StorageClasses and CSINodes (VolumeBinding, VolumeZone, ...) and
-        every PDB change (DefaultPreemption); of VolumeAttachments only deletions (NodeVolumeLimits); deletions of
-        other storage objects never make a pod schedulable."""
+        """kube registers Add/Update of PVCs, PVs, StorageClasses, CSINodes and CSIStorageCapacities (VolumeBinding,
+        VolumeZone, ...), CSIDriver updates, every PDB change (DefaultPreemption) and of VolumeAttachments only
+        deletions (NodeVolumeLimits); deletions of other storage objects never make a pod schedulable."""
         if kind == "volumeattachments":
             if new is not None:
+                return
+        elif kind == "csidrivers":
+            if new is None or old is None:  # kube registers CSIDriver updates only
                 return
         elif new is None and kind != "pdbs":
             return
@@ -107,15 +112,24 @@ class Cache:
 
     # ------------------------------------------------------------------------------------------ events
 
+    def _node(self, name: str) -> NodeInfo | None:
+        row = self.table.rows.get(name)
+        return None if row is None else self.table.nodes[row]
+
     def on_node(self, raw: dict[str, Any]) -> None:
-        kind = self.table.upsert_node(parse_node(raw))
+        node = parse_node(raw)
+        old = self._node(node.name)
+        kind = self.table.upsert_node(node)
         if kind is not None:
-            self.queue.on_event(ClusterEvent.NODE_ADD if kind == "add" else ClusterEvent.NODE_UPDATE)
+            event = ClusterEvent.NODE_ADD if kind == "add" else ClusterEvent.NODE_UPDATE
+            self.queue.on_event(event, ClusterChange(event, old if kind == "update" else None, node))
             self.wake()
 
     def on_node_deleted(self, raw: dict[str, Any]) -> None:
-        if self.table.remove_node((raw.get("metadata") or {}).get("name", "")):
-            self.queue.on_event(ClusterEvent.NODE_DELETE)
+        name = (raw.get("metadata") or {}).get("name", "")
+        old = self._node(name)
+        if self.table.remove_node(name):
+            self.queue.on_event(ClusterEvent.NODE_DELETE, ClusterChange(ClusterEvent.NODE_DELETE, old))
             self.wake()
 
     def on_pod(self, raw: dict[str, Any]) -> None:
@@ -128,12 +142,14 @@ class Cache:
             if self.pending.pop(pod.uid, None) is not None:
                 self.queue.delete(pod.uid)
             before = self.table.pods.get(pod.uid)
-            old_labels = _labels(before.pod) if before is not None else None
+            old = before.pod if before is not None else None  # add_pod may update the record in place
+            old_labels = _labels(old)
             if before is None or before.assumed:
-                self.table.add_pod(pod)
-                self.queue.on_event(ClusterEvent.POD_ADD)  # a new peer (affinity) or count (topology spread)
+                self.table.add_pod(pod)  # a new peer (affinity) or count (topology spread)
+                self.queue.on_event(ClusterEvent.POD_ADD, ClusterChange(ClusterEvent.POD_ADD, None, pod))
             elif self.table.add_pod(pod) or old_labels != _labels(pod):
-                self.queue.on_event(ClusterEvent.POD_UPDATE)
+                change = None if old is None else ClusterChange(ClusterEvent.POD_UPDATE, old, pod)
+                self.queue.on_event(ClusterEvent.POD_UPDATE, change)
             self.forget(pod.uid)
             return
         if pod.scheduler_name not in self.schedulers:
@@ -168,5 +184,6 @@ class Cache:
         self.forget(uid)
         record = self.table.remove_pod(uid)
         if record is not None:
-            self.queue.on_event(ClusterEvent.POD_DELETE)
+            change = None if record.pod is None else ClusterChange(ClusterEvent.POD_DELETE, record.pod)
+            self.queue.on_event(ClusterEvent.POD_DELETE, change)
             self.wake()

@@ -3,11 +3,15 @@
 - activeQ is a heap ordered by the QueueSort plugin's key (PrioritySort: priority, then arrival).
 - A pod that failed with an error waits in backoffQ: 1 s after the first attempt, doubling, capped at 10 s.
 - A pod no node fits waits among the unschedulable pods until a cluster event that could help it (one of the
-  events registered by the plugins that rejected it) or 5 minutes at the latest; it then goes back to activeQ,
-  or to backoffQ if its backoff has not expired yet.
+  events registered by the plugins that rejected it, and, per object, their queueing hint answers QUEUE: kube's
+  ``QueueingHintFn``) or 5 minutes at the latest; it then goes back to activeQ, or to backoffQ if its backoff has
+  not expired yet.
 
-Pure and single-threaded: time is always an argument, so tests drive it without sleeping. Events are coalesced
+Pure and single-threaded: time is always an argument, so tests drive it without sleeping. Changes are collected
 and applied on the next ``pop``/``flush``, so a burst of node updates costs one pass over the unschedulable pods.
+When a pass would cost more than ``hint_budget`` hint calls (many unschedulable pods times many changes), or a
+change came without its objects, the kinds concerned wake every pod that registered them, as before hints: more
+wake-ups than kube, never fewer.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from crane_scheduler.framework.types import ClusterEvent, QueuedPod
+from crane_scheduler.framework.types import ClusterChange, ClusterEvent, QueuedPod, QueueingHint, QueueingHints
 from crane_scheduler.podinfo import PodInfo
 
 DEFAULT_INITIAL_BACKOFF = 1.0
 DEFAULT_MAX_BACKOFF = 10.0
 MAX_UNSCHEDULABLE_DURATION = 300.0
+HINT_BUDGET = 5_000  # hint calls per pass (a few µs each) before the pass falls back to per-kind wake-ups
+NO_HINTS: QueueingHints = {}
 
 
 class SchedulingQueue:
@@ -34,19 +40,31 @@ class SchedulingQueue:
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         max_unschedulable: float = MAX_UNSCHEDULABLE_DURATION,
         events_of: Callable[[str], ClusterEvent] = lambda plugin: ClusterEvent.ALL,
+        hints_of: Callable[[str, str], QueueingHints] = lambda profile, plugin: NO_HINTS,
+        hint_budget: int = HINT_BUDGET,
+        on_hint_error: Callable[[str, BaseException], None] = lambda plugin, err: None,
+        on_incoming: Callable[[str, str], None] = lambda event, queue: None,
+        on_hint_skip: Callable[[str], None] = lambda plugin: None,
     ) -> None:
         self._sort_key = sort_key
         self.initial_backoff = initial_backoff
         self.max_backoff = max_backoff
         self.max_unschedulable = max_unschedulable
         self._events_of = events_of
+        self._hints_of = hints_of
+        self.hint_budget = hint_budget
+        self._on_hint_error = on_hint_error
+        self._on_incoming = on_incoming
+        self._on_hint_skip = on_hint_skip
         self._seq = itertools.count()
         self._active_heap: list[tuple[tuple[Any, ...], int, str]] = []
         self._active: dict[str, tuple[int, QueuedPod]] = {}  # uid -> (heap entry seq, pod)
         self._backoff_heap: list[tuple[float, int, str]] = []
         self._backoff: dict[str, tuple[int, QueuedPod]] = {}
         self.unschedulable: dict[str, QueuedPod] = {}
-        self._pending_events = ClusterEvent(0)
+        self._pending_events = ClusterEvent(0)  # every kind seen since the last pass
+        self._coarse_events = ClusterEvent(0)  # kinds seen without their objects: no hint can judge them
+        self._pending_changes: list[ClusterChange] = []
 
     # ------------------------------------------------------------------------------------------ sizes
 
@@ -97,10 +115,16 @@ class SchedulingQueue:
         self._backoff.pop(uid, None)
         self.unschedulable.pop(uid, None)
 
-    def on_event(self, event: ClusterEvent) -> None:
-        """Remember a cluster event; unschedulable pods it may help move on the next pop/flush."""
-        if self.unschedulable:
-            self._pending_events |= event
+    def on_event(self, event: ClusterEvent, change: ClusterChange | None = None) -> None:
+        """Remember a cluster event (with its objects when ``change`` is given, for the plugins' queueing hints);
+        unschedulable pods it may help move on the next pop/flush."""
+        if not self.unschedulable:
+            return
+        self._pending_events |= event
+        if change is None:
+            self._coarse_events |= event
+        elif not self._coarse_events & event:
+            self._pending_changes.append(change)
 
     # ------------------------------------------------------------------------------------------ scheduler side
 
@@ -185,26 +209,67 @@ class SchedulingQueue:
         self._active[qp.pod.uid] = (seq, qp)
         heapq.heappush(self._active_heap, (self._sort_key(qp), seq, qp.pod.uid))
 
-    def _requeue(self, qp: QueuedPod, now: float) -> None:
-        """Back to activeQ, or to backoffQ while the pod's backoff lasts."""
+    def _requeue(self, qp: QueuedPod, now: float) -> str:
+        """Back to activeQ, or to backoffQ while the pod's backoff lasts; returns which."""
         expiry = self.backoff_expiry(qp)
         if expiry <= now:
             self._push_active(qp)
-            return
+            return "active"
         seq = next(self._seq)
         self._backoff[qp.pod.uid] = (seq, qp)
         heapq.heappush(self._backoff_heap, (expiry, seq, qp.pod.uid))
+        return "backoff"
 
     def _apply_events(self, now: float) -> None:
         events, self._pending_events = self._pending_events, ClusterEvent(0)
+        coarse, self._coarse_events = self._coarse_events, ClusterEvent(0)
+        changes, self._pending_changes = self._pending_changes, []
         if not events:
             return
-        moved = [qp for qp in self.unschedulable.values() if self._helps(qp, events)]
-        for qp in moved:
+        if len(changes) * len(self.unschedulable) > self.hint_budget:
+            coarse = events
+        changes = [c for c in changes if not c.event & coarse]
+        moved: list[tuple[QueuedPod, ClusterEvent]] = []
+        for qp in self.unschedulable.values():
+            event = self._helps(qp, events, coarse, changes)
+            if event:
+                moved.append((qp, event))
+        for qp, event in moved:
             del self.unschedulable[qp.pod.uid]
-            self._requeue(qp, now)
+            self._on_incoming(_event_name(event), self._requeue(qp, now))
 
-    def _helps(self, qp: QueuedPod, events: ClusterEvent) -> bool:
+    def _helps(
+        self, qp: QueuedPod, events: ClusterEvent, coarse: ClusterEvent, changes: list[ClusterChange]
+    ) -> ClusterEvent:
+        """kube's ``isPodWorthRequeuing``: some rejector registered one of the events and, for a change with its
+        objects, that rejector's hint for it answers QUEUE (a hint that raises counts as QUEUE, as in kube).
+        Returns the event that moves the pod, or an empty flag."""
         if not qp.rejectors:  # e.g. no nodes at all: anything may help
-            return True
-        return any(self._events_of(plugin) & events for plugin in qp.rejectors)
+            return events
+        for plugin in qp.rejectors:
+            registered = self._events_of(plugin)
+            if not registered & events:
+                continue
+            if registered & coarse:
+                return registered & coarse
+            hints = self._hints_of(qp.pod.scheduler_name, plugin)
+            for change in changes:
+                if not registered & change.event:
+                    continue
+                hint = next((fn for kinds, fn in hints.items() if kinds & change.event), None)
+                if hint is None:
+                    return change.event
+                try:
+                    answer = hint(qp.pod, change)
+                except Exception as err:  # a broken hint must not strand the pod (kube: Queue)
+                    self._on_hint_error(plugin, err)
+                    return change.event
+                if answer is QueueingHint.QUEUE:
+                    return change.event
+                self._on_hint_skip(plugin)
+        return ClusterEvent(0)
+
+
+def _event_name(event: ClusterEvent) -> str:
+    """A metric label: the event's name, or its kinds joined by ``|`` when several moved the pod at once."""
+    return event.name or "|".join(e.name or "" for e in ClusterEvent if e in event and e is not ClusterEvent.ALL)

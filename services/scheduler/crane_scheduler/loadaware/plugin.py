@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from crane_scheduler.framework import SUCCESS, ArgsError, ClusterEvent, CycleState, Handle, Rejection, Rows, Status
 from crane_scheduler.framework.interface import (
@@ -69,6 +69,23 @@ class DynamicMetrics:
         self.reloads: Counter = metrics.counter(
             "crane_scheduler_policy_reloads", "Policy file reloads by result", ["result"]
         )
+        self.thresholds: Gauge = metrics.gauge(
+            "crane_scheduler_dynamic_policy_threshold",
+            "The loaded policy's Filter threshold per metric (maxLimitPecent, a ratio; disabled ones absent)",
+            ["profile", "metric"],
+        )
+
+
+def export_thresholds(gauge: Gauge, profile: str, policy: DynamicSchedulerPolicy, exported: set[str]) -> set[str]:
+    """Set ``gauge`` to ``policy``'s enabled thresholds for ``profile``, dropping the series of ``exported`` (the
+    previous policy's metrics) it no longer has, so dashboards draw the limits actually in force. Returns the
+    metrics now exported."""
+    now = {p.name: p.max_limit_percent for p in policy.predicate if p.max_limit_percent > 0}
+    for metric in exported - now.keys():
+        gauge.remove(profile, metric)
+    for metric, limit in now.items():
+        gauge.labels(profile, metric).set(limit)
+    return set(now)
 
 
 def estimated_resources(pod: PodInfo) -> tuple[float, float]:
@@ -130,6 +147,7 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
             self.policy_file = PolicyFile(args.policy_path, self.metrics.reloads)
         except PolicyError as err:  # reported with the config's field path, like every other bad arg
             raise ArgsError([("policyConfigPath", str(err))]) from err
+        self._thresholds = export_thresholds(self.metrics.thresholds, handle.profile, self.policy_file.policy, set())
         self.args = DynamicArgs(
             self.policy_file.policy,
             args.legacy_zone,
@@ -171,6 +189,7 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         if policy is None:
             return
         self.args = replace(self.args, policy=policy)
+        self._thresholds = export_thresholds(self.metrics.thresholds, self.handle.profile, policy, self._thresholds)
         old = self.recent
         self.columns = LoadColumns(self.args, capacity=max(64, self.handle.table.n_rows))
         self.recent = RecentEffects(self.columns, capacity=max(64, self.handle.table.n_rows))

@@ -16,10 +16,13 @@ import numpy as np
 from crane_scheduler.framework import (
     SKIP,
     SUCCESS,
+    ClusterChange,
     ClusterEvent,
     CycleState,
     Handle,
     PreFilterResult,
+    QueueingHint,
+    QueueingHints,
     Rejection,
     Rows,
     Status,
@@ -34,10 +37,11 @@ from crane_scheduler.framework.interface import (
     NormalizeScorePlugin,
     PreFilterPlugin,
     PreScorePlugin,
+    QueueingHintPlugin,
     ScorePlugin,
 )
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
-from crane_scheduler.podinfo import PodInfo, Requirement, SelectorTerm, parse_term
+from crane_scheduler.podinfo import NodeInfo, PodInfo, Requirement, SelectorTerm, parse_int, parse_term
 
 REASON = "node(s) didn't match Pod's node affinity/selector"
 REASON_CONFLICT = "pod affinity terms conflict"
@@ -93,7 +97,60 @@ def _raw_preferred_terms(pod: PodInfo) -> list[Any]:
     return list(_raw_node_affinity(pod).get("preferredDuringSchedulingIgnoredDuringExecution") or ())
 
 
-class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, NormalizeScorePlugin, EnqueueExtensions):
+def requirement_matches(node: NodeInfo, req: Requirement) -> bool:
+    """``NodeTable.label_mask`` for one node (the queueing hint judges a single changed node)."""
+    if req.field:
+        hit = bool(req.values) and node.name == req.values[0]
+        return hit if req.operator == "In" else not hit
+    value = node.labels.get(req.key)
+    op = req.operator
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("In", "NotIn"):
+        hit = value is not None and value in req.values
+        return hit if op == "In" else not hit
+    if op in ("Gt", "Lt"):
+        bound = parse_int(req.values[0]) if len(req.values) == 1 else None
+        num = parse_int(value) if value is not None else None
+        if bound is None or num is None:
+            return False
+        return num > bound if op == "Gt" else num < bound
+    return False
+
+
+def node_matches(pod: PodInfo, node: NodeInfo) -> bool:
+    """``required_mask`` for one node: the pod's nodeSelector and required node affinity."""
+    if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
+        return False
+    if pod.required_terms is None:
+        return True
+    return any(parses(t) and all(requirement_matches(node, r) for r in t.requirements) for t in pod.required_terms)
+
+
+def after_node_change(pod: PodInfo, change: ClusterChange) -> QueueingHint:
+    """kube's ``isSchedulableAfterNodeChange``: an added node that matches the pod's required node affinity, or
+    an updated one that did not match before and does now."""
+    old, new = change.old, change.new
+    if not isinstance(new, NodeInfo):
+        return QueueingHint.QUEUE
+    if not node_matches(pod, new):
+        return QueueingHint.SKIP
+    if isinstance(old, NodeInfo) and node_matches(pod, old):
+        return QueueingHint.SKIP
+    return QueueingHint.QUEUE
+
+
+class NodeAffinity(
+    PreFilterPlugin,
+    FilterPlugin,
+    PreScorePlugin,
+    ScorePlugin,
+    NormalizeScorePlugin,
+    EnqueueExtensions,
+    QueueingHintPlugin,
+):
     name = "NodeAffinity"
 
     def __init__(self) -> None:
@@ -165,6 +222,9 @@ class NodeAffinity(PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, N
 
     def events_to_register(self) -> ClusterEvent:
         return ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE
+
+    def queueing_hints(self) -> QueueingHints:
+        return {ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE: after_node_change}
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> NodeAffinity:

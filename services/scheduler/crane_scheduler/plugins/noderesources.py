@@ -10,7 +10,7 @@ best-effort pods (kube-scheduler >= 1.32). Integer arithmetic matches kube-sched
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,16 +22,25 @@ from crane_scheduler.framework import (
     SKIP,
     SUCCESS,
     ArgsError,
+    ClusterChange,
     ClusterEvent,
     CycleState,
     Handle,
+    QueueingHint,
+    QueueingHints,
     Rejection,
     Rows,
     Status,
 )
-from crane_scheduler.framework.interface import EnqueueExtensions, FilterPlugin, PreScorePlugin, ScorePlugin
+from crane_scheduler.framework.interface import (
+    EnqueueExtensions,
+    FilterPlugin,
+    PreScorePlugin,
+    QueueingHintPlugin,
+    ScorePlugin,
+)
 from crane_scheduler.nodetable import IntArray, NodeTable
-from crane_scheduler.podinfo import CPU, MEMORY, PODS, PodInfo, is_scalar_resource
+from crane_scheduler.podinfo import CPU, MEMORY, PODS, NodeInfo, PodInfo, is_scalar_resource
 
 STRATEGIES = ("LeastAllocated", "MostAllocated", "RequestedToCapacityRatio")
 MAX_CUSTOM_PRIORITY_SCORE = 10  # shape scores are 0..10, scaled by 10 to node scores
@@ -183,8 +192,16 @@ class _Rows:
         used = self.requested[:, col] if nonzero_col is None else self.nonzero[:, nonzero_col]
         return self.alloc[:, col], used + pod_req
 
+    def scored(self, pod: PodInfo, resources: tuple[tuple[str, int], ...]) -> Iterator[tuple[int, IntArray, IntArray]]:
+        """(weight, allocatable, requested) of each weighted resource that scores, with non-zero requests (the
+        loop head of kube's ``resourceAllocationScorer``)."""
+        for res, weight in resources:
+            pair = self.pair(pod, res, nonzero=True)
+            if pair is not None:
+                yield weight, *pair
 
-class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions):
+
+class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions, QueueingHintPlugin):
     name = "NodeResourcesFit"
 
     def __init__(self, args: FitArgs) -> None:
@@ -223,11 +240,7 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions):
         least = self.args.strategy == "LeastAllocated"
         if self.args.strategy == "RequestedToCapacityRatio":
             return self._requested_to_capacity_ratio(pod, gathered, len(rows))
-        for res, weight in self.args.resources:
-            pair = gathered.pair(pod, res, nonzero=True)
-            if pair is None:
-                continue
-            alloc, req = pair
+        for weight, alloc, req in gathered.scored(pod, self.args.resources):
             valid = alloc > 0
             safe = np.where(valid, alloc, 1)
             if least:
@@ -247,11 +260,7 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions):
         (100 when over capacity), averaged by weight over the resources scoring above 0, rounded."""
         total = np.zeros(n, dtype=np.int64)
         weights = np.zeros(n, dtype=np.int64)
-        for res, weight in self.args.resources:
-            pair = gathered.pair(pod, res, nonzero=True)
-            if pair is None:
-                continue
-            alloc, req = pair
+        for weight, alloc, req in gathered.scored(pod, self.args.resources):
             valid = alloc > 0
             utilization = np.where(req > alloc, 100, req * 100 // np.where(valid, alloc, 1))
             s = broken_linear(self.args.shape, utilization)
@@ -263,7 +272,53 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions):
         return out
 
     def events_to_register(self) -> ClusterEvent:
-        return ClusterEvent.ALL
+        """kube's: an assigned pod deleted or scaled down, a node added or its allocatable changed."""
+        return ClusterEvent.POD_DELETE | ClusterEvent.POD_UPDATE | ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE
+
+    def queueing_hints(self) -> QueueingHints:
+        return {
+            ClusterEvent.POD_DELETE | ClusterEvent.POD_UPDATE: after_pod_event,
+            ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE: after_node_change,
+        }
+
+
+def after_pod_event(pod: PodInfo, change: ClusterChange) -> QueueingHint:
+    """kube's ``isSchedulableAfterPodEvent``: a placed pod deleted (the cache reports only placed and assumed
+    pods' deletions, so always), or scaled down in a resource the pod requests."""
+    old, new = change.old, change.new
+    if not isinstance(new, PodInfo) or not isinstance(old, PodInfo):
+        return QueueingHint.QUEUE
+    if new.uid == pod.uid:
+        return QueueingHint.QUEUE
+    if not new.node_name:
+        return QueueingHint.SKIP
+    shrunk = any(want > 0 and old.requests.get(r, 0) > new.requests.get(r, 0) for r, want in pod.requests.items())
+    return QueueingHint.QUEUE if shrunk else QueueingHint.SKIP
+
+
+def _fits_empty(pod: PodInfo, node: NodeInfo) -> bool:
+    """kube's ``isFit``: the pod fits the node with nothing on it."""
+    alloc = node.allocatable
+    if alloc.get(PODS, 0) < 1:
+        return False
+    return all(want <= 0 or r == PODS or want <= alloc.get(r, 0) for r, want in pod.requests.items())
+
+
+def after_node_change(pod: PodInfo, change: ClusterChange) -> QueueingHint:
+    """kube's ``isSchedulableAfterNodeChange``: the (new or updated) node could hold the pod when empty and, for
+    an update, its allowed pod number or the allocatable of a resource the pod requests grew."""
+    old, new = change.old, change.new
+    if not isinstance(new, NodeInfo):
+        return QueueingHint.QUEUE
+    if not _fits_empty(pod, new):
+        return QueueingHint.SKIP
+    if not isinstance(old, NodeInfo):
+        return QueueingHint.QUEUE
+    before, after = old.allocatable, new.allocatable
+    if after.get(PODS, 0) > before.get(PODS, 0):
+        return QueueingHint.QUEUE
+    grew = any(want > 0 and r != PODS and after.get(r, 0) > before.get(r, 0) for r, want in pod.requests.items())
+    return QueueingHint.QUEUE if grew else QueueingHint.SKIP
 
 
 class BalancedAllocation(PreScorePlugin, ScorePlugin, EnqueueExtensions):

@@ -112,12 +112,35 @@ class NodeVolumeLimits(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExte
         self._version = -1
         self._pod_volumes: dict[str, dict[str, str]] = {}
         self._limits: dict[str, dict[str, int]] = {}
+        # Per node: (the table's pods_version, its pods' attachable volumes, their count per driver).
+        self._on_node: dict[str, tuple[int, dict[str, str], dict[str, int]]] = {}
+        self._by_attachments: dict[str, dict[str, str]] | None = None
 
     def _fresh(self) -> None:
         if self._version != self.listers.version:
             self._version = self.listers.version
             self._pod_volumes.clear()
             self._limits.clear()
+            self._on_node.clear()
+            self._by_attachments = None
+
+    def _attached_on(self, table: NodeTable, name: str, exclude: str) -> tuple[dict[str, str], dict[str, int]]:
+        """The volumes the node's pods (but ``exclude``) attach, and their count per driver; cached until the
+        node's pods change (``NodeTable.pods_version``), so a decision does not walk every pod of every node."""
+        version = table.pods_version.get(name, 0)
+        found = self._on_node.get(name)
+        if found is not None and found[0] == version and exclude not in table.pods:
+            return found[1], found[2]
+        attached: dict[str, str] = {}
+        for record in table.pods_on(name):
+            if record.pod is not None and record.uid != exclude:
+                attached.update(self._volumes_of(record.uid, record.pod.raw))
+        counts: dict[str, int] = {}
+        for driver in attached.values():
+            counts[driver] = counts.get(driver, 0) + 1
+        if exclude not in table.pods:
+            self._on_node[name] = (version, attached, counts)
+        return attached, counts
 
     def _limits_of(self, node: str) -> dict[str, int]:
         found = self._limits.get(node)
@@ -149,21 +172,17 @@ class NodeVolumeLimits(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExte
             return []
         drivers = set(new.values())
         rejected = np.zeros(table.n_rows, dtype=bool)
-        attachments = self.listers.volume_attachments()
         self._fresh()
+        if self._by_attachments is None:
+            self._by_attachments = self._attached_by_volume_attachments(self.listers.volume_attachments())
         for row in table.live_rows():
             name = table.names[int(row)]
             limits = self._limits_of(name)
             if not drivers & limits.keys():
                 continue
-            attached: dict[str, str] = {}
-            for record in table.pods_on(name):
-                if record.pod is not None and record.uid != pod.uid:
-                    attached.update(self._volumes_of(record.uid, record.pod.raw))
-            counts: dict[str, int] = {}
-            for driver in attached.values():
-                counts[driver] = counts.get(driver, 0) + 1
-            for unique, driver in self._attached_by_volume_attachments(attachments, name).items():
+            attached, by_pods = self._attached_on(table, name, pod.uid)
+            counts = dict(by_pods)
+            for unique, driver in self._by_attachments.get(name, {}).items():
                 if unique not in attached:
                     counts[driver] = counts.get(driver, 0) + 1
             wanted: dict[str, int] = {}
@@ -174,18 +193,20 @@ class NodeVolumeLimits(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExte
                 rejected[row] = True
         return [Rejection(REASON, rejected)] if rejected.any() else []
 
-    def _attached_by_volume_attachments(self, attachments: list[Obj], node: str) -> dict[str, str]:
-        out: dict[str, str] = {}
+    def _attached_by_volume_attachments(self, attachments: list[Obj]) -> dict[str, dict[str, str]]:
+        """Per node: the CSI volumes VolumeAttachments say are attached there (unique name -> driver)."""
+        out: dict[str, dict[str, str]] = {}
         for va in attachments:
             spec = va.get("spec") or {}
-            if spec.get("nodeName") != node or not spec.get("attacher"):
+            if not spec.get("nodeName") or not spec.get("attacher"):
                 continue
             pv_name = (spec.get("source") or {}).get("persistentVolumeName")
             pv = self.listers.api_pv(pv_name) if pv_name else None
             csi = ((pv or {}).get("spec") or {}).get("csi")
             if csi is None:
                 continue
-            out[f"{spec['attacher']}/{csi.get('volumeHandle', '')}"] = spec["attacher"]
+            unique = f"{spec['attacher']}/{csi.get('volumeHandle', '')}"
+            out.setdefault(spec["nodeName"], {})[unique] = spec["attacher"]
         return out
 
     def events_to_register(self) -> ClusterEvent:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from crane_scheduler.nodetable import IntArray, NodeTable
+from crane_scheduler.nodetable import IntArray, NodeTable, PodRecord
 from crane_scheduler.podinfo import PodInfo
 
 __all__ = [
@@ -244,6 +244,16 @@ class PodEntry:
     deleting: bool
     terms: PodTerms
 
+    def same_placement(self, other: PodEntry) -> bool:
+        """Equal for every matcher and term group (uid aside)."""
+        return (
+            self.node == other.node
+            and self.namespace == other.namespace
+            and self.deleting == other.deleting
+            and self.labels == other.labels
+            and (self.terms is other.terms or self.terms == other.terms)
+        )
+
     @classmethod
     def of(cls, pod: PodInfo, node: str) -> PodEntry:
         meta = pod.raw.get("metadata") or {}
@@ -319,6 +329,7 @@ class PodIndex:
         table.pod_added.append(lambda pod: self._put(pod, pod.node_name))
         table.pod_assumed.append(self._put)
         table.pod_removed.append(self._remove)
+        table.pod_simulated.append(self._simulated)
         for record in table.pods.values():
             if record.pod is not None:
                 self._put(record.pod, record.node)
@@ -366,8 +377,14 @@ class PodIndex:
     # -- maintenance ----------------------------------------------------------------------------------------------
 
     def _put(self, pod: PodInfo, node: str) -> None:
-        self._remove(pod.uid)
+        """Index a placed pod; a new version that changes nothing the index reads (our assumption confirmed by
+        the informer, a status update) costs no pass over the matchers."""
         entry = PodEntry.of(pod, node)
+        old = self.entries.get(pod.uid)
+        if old is not None and old.same_placement(entry):
+            self.entries[pod.uid] = entry
+            return
+        self._remove(pod.uid)
         self.entries[pod.uid] = entry
         self._apply(entry, +1)
 
@@ -375,6 +392,14 @@ class PodIndex:
         entry = self.entries.pop(uid, None)
         if entry is not None:
             self._apply(entry, -1)
+
+    def _simulated(self, records: list[PodRecord], sign: int) -> None:
+        """A what-if on the table (preemption's dry run) took pods out (-1) or put them back (+1)."""
+        for record in records:
+            if sign < 0:
+                self._remove(record.uid)
+            elif record.pod is not None:
+                self._put(record.pod, record.node)
 
     def _apply(self, entry: PodEntry, delta: int) -> None:
         table = self.table

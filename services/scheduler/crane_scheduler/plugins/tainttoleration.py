@@ -11,9 +11,12 @@ import numpy.typing as npt
 
 from crane_scheduler.framework import (
     SUCCESS,
+    ClusterChange,
     ClusterEvent,
     CycleState,
     Handle,
+    QueueingHint,
+    QueueingHints,
     Rejection,
     Rows,
     Status,
@@ -25,15 +28,18 @@ from crane_scheduler.framework.interface import (
     FilterPlugin,
     NormalizeScorePlugin,
     PreScorePlugin,
+    QueueingHintPlugin,
     ScorePlugin,
 )
 from crane_scheduler.nodetable import IntArray, NodeTable
-from crane_scheduler.podinfo import PodInfo, Toleration, tolerated
+from crane_scheduler.podinfo import NodeInfo, PodInfo, Toleration, tolerated
 
 REASON = "node(s) had untolerated taint(s)"  # kube-scheduler >= 1.34 no longer names the taint
 
 
-class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin, NormalizeScorePlugin, EnqueueExtensions):
+class TaintToleration(
+    FilterPlugin, PreScorePlugin, ScorePlugin, NormalizeScorePlugin, EnqueueExtensions, QueueingHintPlugin
+):
     name = "TaintToleration"
 
     def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
@@ -73,6 +79,23 @@ class TaintToleration(FilterPlugin, PreScorePlugin, ScorePlugin, NormalizeScoreP
 
     def events_to_register(self) -> ClusterEvent:
         return ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE
+
+    def queueing_hints(self) -> QueueingHints:
+        return {ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE: after_node_change}
+
+
+def _untolerated(pod: PodInfo, node: NodeInfo) -> bool:
+    return any(t.effect in ("NoSchedule", "NoExecute") and not tolerated(pod.tolerations, t) for t in node.taints)
+
+
+def after_node_change(pod: PodInfo, change: ClusterChange) -> QueueingHint:
+    """kube's ``isSchedulableAfterNodeChange``: the node (added, or updated) went from having an untolerated
+    NoSchedule/NoExecute taint to having none."""
+    old, new = change.old, change.new
+    if not isinstance(new, NodeInfo):
+        return QueueingHint.QUEUE
+    was = _untolerated(pod, old) if isinstance(old, NodeInfo) else True
+    return QueueingHint.QUEUE if was and not _untolerated(pod, new) else QueueingHint.SKIP
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> TaintToleration:

@@ -70,6 +70,9 @@ def is_volume_conflict(vol: Volume, existing_volumes: Sequence[Volume]) -> bool:
 
 class VolumeRestrictions(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExtensions):
     name = NAME
+    # CrossNodeFilterPlugin: the ReadWriteOncePod check counts the claim's users on every node (kube keeps that
+    # count in its PreFilter state, adjusted by AddPod/RemovePod), so preemption dry-runs such pods node by node.
+    reads_other_nodes = True
 
     def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
         vols = volumes_of(pod.raw)

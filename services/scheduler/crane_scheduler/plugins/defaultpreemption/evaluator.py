@@ -6,12 +6,14 @@ victims back one by one, most important first (PDB-violating ones before the oth
 still lets the preemptor fit ("reprieve"). Here the node table answers Filter for all rows at once, so the
 candidate nodes are dry-run together, in rounds: round 0 removes every candidate's potential victims, round k
 puts back every candidate's k-th victim. Each node's outcome is the one kube's per-node loop gives as long as
-the Filter plugins judge a node by that node's pods only (all built-in ones here except InterPodAffinity and
-PodTopologySpread, which look across nodes; for those the round's removals on other candidates are visible).
+the Filter plugins judge a node by that node's pods only. When a plugin that looks across nodes
+(``CrossNodeFilterPlugin``: InterPodAffinity, PodTopologySpread) has something to say about the pod, the
+candidates are dry-run one by one instead, as kube does, and the pod index follows each removal and reprieve.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import Counter
@@ -51,19 +53,25 @@ class DryRun:
 def start_time(record: PodRecord, now: float) -> float:
     """``GetPodStartTime``: status.startTime, or now for a pod that has not started."""
     raw = ((record.pod.raw if record.pod else {}).get("status") or {}).get("startTime")
-    if not raw:
-        return now
+    parsed = _parse_time(str(raw)) if raw else None
+    return now if parsed is None else parsed
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_time(raw: str) -> float | None:
+    """RFC 3339 to seconds; pods of one workload share few distinct start times, and every dry run sorts by them."""
     try:
-        return datetime.fromisoformat(str(raw).replace("Z", "+00:00")).timestamp()
+        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
     except ValueError:
-        return now
+        return None
 
 
-def more_important(now: float) -> Callable[[PodRecord], tuple[int, float]]:
-    """Sort key for ``MoreImportantPod``: higher priority first, then the one that started earlier."""
+def more_important(now: float) -> Callable[[PodRecord], tuple[int, float, int]]:
+    """Sort key for ``MoreImportantPod``: higher priority first, then the one that started earlier; exact ties
+    keep the node's pod order (kube sorts its NodeInfo's pods, listed in the order they were added)."""
 
-    def key(r: PodRecord) -> tuple[int, float]:
-        return (-(r.pod.priority if r.pod else 0), start_time(r, now))
+    def key(r: PodRecord) -> tuple[int, float, int]:
+        return (-(r.pod.priority if r.pod else 0), start_time(r, now), r.seq)
 
     return key
 
@@ -117,9 +125,15 @@ def dry_run(
     offset: int,
     wanted: int,
     now: float | None = None,
+    *,
+    per_node: bool = False,
 ) -> DryRun:
     """Candidates (node, minimal victims, PDB violations) among ``potential`` rows, in kube's order from
-    ``offset``: stops once ``wanted`` are found with at least one that violates no PDB."""
+    ``offset``: stops once ``wanted`` are found with at least one that violates no PDB.
+
+    ``per_node``: the pod's Filter verdicts depend on other nodes' pods (a ``CrossNodeFilterPlugin`` did not skip
+    it), so candidates are dry-run one at a time, as kube's ``SelectVictimsOnNode``, with the table's
+    ``pod_simulated`` hooks told of every removal and reprieve (kube's ``RemovePod``/``AddPod``)."""
     now = time.time() if now is None else now
     out = DryRun()
     rows = [int(r) for r in np.flatnonzero(potential)]
@@ -138,24 +152,68 @@ def dry_run(
         violating, fine = pdb_split(lower, pdbs) if pdbs else ([], lower)
         queue[row] = violating + fine
         n_violating[row] = {r.uid for r in violating}
+    if per_node:
+        victims = _one_by_one(table, pod, rows, queue, n_violating, run, out, wanted)
+    else:  # chunks of ``wanted`` rows in rotation order, until enough candidates (kube cancels its search there)
+        victims = {}
+        order_rows = [row for row in rows if row in queue]
+        n_found = n_clean = 0
+        for start in range(0, len(order_rows), max(wanted, 1)):
+            chunk = order_rows[start : start + max(wanted, 1)]
+            got = _batched(table, pod, {row: queue[row] for row in chunk}, run, out)
+            victims.update(got)
+            for row in chunk:
+                if got.get(row):
+                    n_found += 1
+                    n_clean += not any(r.uid in n_violating[row] for r in got[row])
+            if n_clean > 0 and n_found >= wanted:
+                break
+    for row in [r for r in rows if r in queue and victims.get(r)]:
+        found = victims[row]
+        violations = sum(1 for r in found if r.uid in n_violating[row])
+        if violations and len(found) > violations:
+            found.sort(key=order)
+        out.candidates.append(Candidate(table.names[row], found, violations))
+    # kube's parallel search stops once enough candidates are found; keep the same prefix of the rotation.
+    picked: list[Candidate] = []
+    clean = 0
+    for c in out.candidates:
+        picked.append(c)
+        clean += c.pdb_violations == 0
+        if clean > 0 and len(picked) >= wanted:
+            break
+    out.candidates = [c for c in picked if c.pdb_violations == 0] + [c for c in picked if c.pdb_violations]
+    out.tried = len(rows)
+    return out
+
+
+def _not_fitting(out: DryRun, rejected: list[tuple[str, list[Rejection], Mask]], row: int) -> None:
+    _, reasons = _first_failure(rejected, row)
+    for reason in reasons or [NOT_HELPFUL]:
+        out.statuses[reason] += 1
+
+
+def _batched(
+    table: NodeTable, pod: PodInfo, queue: dict[int, list[PodRecord]], run: RunFilters, out: DryRun
+) -> dict[int, list[PodRecord]]:
+    """All candidate rows at once: round 0 takes out every candidate's potential victims, round k puts every
+    candidate's k-th one back (kept where the pod still fits). Exact when each row's verdict depends on that
+    row's pods only."""
     removed: dict[int, list[PodRecord]] = {row: [] for row in queue}
     victims: dict[int, list[PodRecord]] = {row: [] for row in queue}
     try:
         taken = {r.uid for r in table.simulate_remove([r.uid for records in queue.values() for r in records])}
         for row, records in queue.items():
             removed[row] = [r for r in records if r.uid in taken]
-        testing = np.zeros(table.n_rows, dtype=bool)
-        testing[list(queue)] = True
-        alive = testing.copy()
+        alive = np.zeros(table.n_rows, dtype=bool)
+        alive[list(queue)] = True
         rejected = run({}, pod, alive)
         fitting = []
         for row in queue:
             if alive[row]:
                 fitting.append(row)
-                continue
-            _, reasons = _first_failure(rejected, row)
-            for reason in reasons or [NOT_HELPFUL]:
-                out.statuses[reason] += 1
+            else:
+                _not_fitting(out, rejected, row)
         step = 0
         while True:
             trying = {row: queue[row][step] for row in fitting if step < len(queue[row])}
@@ -175,23 +233,55 @@ def dry_run(
             step += 1
     finally:
         table.simulate_add([r for records in removed.values() for r in records])
-    for row in [r for r in rows if r in queue and victims[r]]:
-        found = victims[row]
-        violations = sum(1 for r in found if r.uid in n_violating[row])
-        if violations and len(found) > violations:
-            found.sort(key=order)
-        out.candidates.append(Candidate(table.names[row], found, violations))
-    # kube's parallel search stops once enough candidates are found; keep the same prefix of the rotation.
-    picked: list[Candidate] = []
-    clean = 0
-    for c in out.candidates:
-        picked.append(c)
-        clean += c.pdb_violations == 0
-        if clean > 0 and len(picked) >= wanted:
+    return victims
+
+
+def _one_by_one(
+    table: NodeTable,
+    pod: PodInfo,
+    rows: list[int],
+    queue: dict[int, list[PodRecord]],
+    n_violating: dict[int, set[str]],
+    run: RunFilters,
+    out: DryRun,
+    wanted: int,
+) -> dict[int, list[PodRecord]]:
+    """kube's loop: one candidate at a time, its victims taken out (and reprieved) with the hooks notified, so
+    plugins counting pods across nodes see this node's removals only. Stops once ``wanted`` candidates are
+    found, one of them violating no PDB (kube cancels its parallel search there)."""
+    victims: dict[int, list[PodRecord]] = {}
+    clean = found = 0
+    for row in rows:
+        records = queue.get(row)
+        if records is None:
+            continue
+        removed = table.simulate_remove([r.uid for r in records], notify=True)
+        try:
+            alive = np.zeros(table.n_rows, dtype=bool)
+            alive[row] = True
+            rejected = run({}, pod, alive)
+            if not alive[row]:
+                _not_fitting(out, rejected, row)
+                continue
+            chosen: list[PodRecord] = []
+            taken = {r.uid for r in removed}
+            for record in [r for r in records if r.uid in taken]:
+                table.simulate_add([record], notify=True)
+                removed.remove(record)
+                alive[row] = True
+                run({}, pod, alive)
+                if not alive[row]:
+                    table.simulate_remove([record.uid], notify=True)
+                    removed.append(record)
+                    chosen.append(record)
+        finally:
+            table.simulate_add(removed, notify=True)
+        victims[row] = chosen
+        found += 1
+        clean += not any(r.uid in n_violating[row] for r in chosen)
+        if clean > 0 and found >= wanted:
             break
-    out.candidates = [c for c in picked if c.pdb_violations == 0] + [c for c in picked if c.pdb_violations]
-    out.tried = len(rows)
-    return out
+    return victims
 
 
 def pick_one(candidates: Sequence[Candidate], now: float | None = None) -> Candidate | None:

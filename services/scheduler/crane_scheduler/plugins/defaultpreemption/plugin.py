@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,6 +55,17 @@ def terminating_by_preemption(raw: Mapping[str, Any]) -> bool:
         if cond.get("type") == "DisruptionTarget":
             return bool(cond.get("status") == "True" and cond.get("reason") == "PreemptionByScheduler")
     return False
+
+
+@dataclass
+class Choice:
+    """What preemption decides for a pod: the PostFilter message when it cannot help, else the candidates found
+    and the chosen one."""
+
+    message: str
+    candidates: list[Candidate] = field(default_factory=list)
+    best: Candidate | None = None
+    clear_nomination: bool = False
 
 
 class DefaultPreemption(PostFilterPlugin):
@@ -99,9 +111,22 @@ class DefaultPreemption(PostFilterPlugin):
         self.attempts.inc()
         if pod.uid in self.preempting:
             return Status(Code.UNSCHEDULABLE, ("preemption: waiting for the preemption for this pod to be finished",))
+        choice = self.select(pod, diagnosis)
+        if choice.best is None:
+            if choice.clear_nomination:  # kube clears the pod's nomination when preemption cannot help
+                table = self.handle.table
+                if table.nominated.pop(pod.uid, None) is not None or nominated_node_of(pod):
+                    self._spawn(self._set_nomination(pod, ""))
+            return Status(Code.UNSCHEDULABLE, (choice.message,))
+        self._nominate(pod, choice.best)
+        return Status(Code.SUCCESS, ())
+
+    def select(self, pod: PodInfo, diagnosis: Diagnosis) -> Choice:
+        """``Evaluator.Preempt`` up to the choice, without side effects: eligibility, the dry run, the candidate
+        kube's ``SelectCandidate`` picks (ties: the first found)."""
         reason = self.eligible(pod, diagnosis)
         if reason:
-            return Status(Code.UNSCHEDULABLE, (f"preemption: {reason}",))
+            return Choice(f"preemption: {reason}")
         table = self.handle.table
         potential: Mask = (
             diagnosis.preemptible.copy() if diagnosis.preemptible is not None else np.zeros(table.n_rows, dtype=bool)
@@ -110,33 +135,45 @@ class DefaultPreemption(PostFilterPlugin):
         n = int(potential.sum())
         framework = self.handle.framework
         if n == 0 or framework is None:
-            return self._none(pod, Diagnosis(table.num_nodes))
+            return self._none(Diagnosis(table.num_nodes))
 
         def run(st: CycleState, p: PodInfo, alive: Mask) -> Any:
             return framework.run_prefilter_and_filter(st, p, table, alive)
 
         result = dry_run(
-            table, pod, potential, run, self.handle.listers.pdbs(), self.rng.randrange(n), self.num_candidates(n)
+            table,
+            pod,
+            potential,
+            run,
+            self.handle.listers.pdbs(),
+            self.rng.randrange(n),
+            self.num_candidates(n),
+            per_node=self._reads_other_nodes(framework, pod),
         )
         if not result.candidates:
             d = Diagnosis(table.num_nodes)
             d.reasons.update(result.statuses)
             if table.num_nodes > result.tried:  # nodes not dry-run: their filter failure was unresolvable
                 d.reasons[NOT_HELPFUL] += table.num_nodes - result.tried
-            return self._none(pod, d)
-        best = pick_one(result.candidates)
-        assert best is not None
-        self._nominate(pod, best)
-        return Status(Code.SUCCESS, ())
+            return self._none(d)
+        return Choice("", result.candidates, pick_one(result.candidates))
 
-    def _none(self, pod: PodInfo, d: Diagnosis) -> Status:
-        """No candidate: kube clears the pod's nomination and reports a FitError of the dry run."""
-        table = self.handle.table
-        if table.nominated.pop(pod.uid, None) is not None or nominated_node_of(pod):
-            self._spawn(self._set_nomination(pod, ""))
+    def _reads_other_nodes(self, framework: Any, pod: PodInfo) -> bool:
+        """Whether a ``CrossNodeFilterPlugin`` of the profile has something to say about ``pod`` (its PreFilter
+        does not SKIP it): then victims elsewhere change a node's verdict, and the dry run goes node by node."""
+        filters = {pl.name for pl in framework.filter}
+        return any(
+            getattr(pl, "reads_other_nodes", False)
+            and pl.name in filters
+            and pl.pre_filter({}, pod, self.handle.table).status.code is not Code.SKIP
+            for pl in framework.pre_filter
+        )
+
+    def _none(self, d: Diagnosis) -> Choice:
+        """No candidate: kube reports a FitError of the dry run (and clears the pod's nomination)."""
         if not d.reasons:
-            d.reasons[NOT_HELPFUL] = table.num_nodes
-        return Status(Code.UNSCHEDULABLE, (f"preemption: {fit_error_message(d)}",))
+            d.reasons[NOT_HELPFUL] = self.handle.table.num_nodes
+        return Choice(f"preemption: {fit_error_message(d)}", clear_nomination=True)
 
     # ------------------------------------------------------------------------------------------ actions
 
@@ -181,7 +218,9 @@ class DefaultPreemption(PostFilterPlugin):
             await self._set_nomination(pod, best.node)
             for p in lower:
                 await self._set_nomination(p, "")
-            await asyncio.gather(*(self._evict(pod, v) for v in best.victims if v.pod and not v.pod.deleting))
+            await asyncio.gather(
+                *(self._evict(pod, v, best.node) for v in best.victims if v.pod and not v.pod.deleting)
+            )
         except Exception as err:  # the pod retries with backoff; the next attempt decides again
             log.warning("preemption failed", pod=pod.key, node=best.node, error=repr(err))
             for uid in self._waiting.pop(pod.uid, set()):
@@ -205,8 +244,9 @@ class DefaultPreemption(PostFilterPlugin):
             if err.status != 404:
                 raise
 
-    async def _evict(self, preemptor: PodInfo, victim: PodRecord) -> None:
-        """kube's ``PreemptPod``: the DisruptionTarget condition first (so the pod's owner sees why), then delete."""
+    async def _evict(self, preemptor: PodInfo, victim: PodRecord, node: str) -> None:
+        """kube's ``PreemptPod``: the DisruptionTarget condition first (so the pod's owner sees why), then delete,
+        then the ``Preempted`` event on the victim (related: the preemptor), as kube-scheduler writes it."""
         core = client.CoreV1Api(self.handle.api)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         condition = {
@@ -238,7 +278,16 @@ class DefaultPreemption(PostFilterPlugin):
         except ApiException as err:
             if err.status not in (404, 409):  # gone already, or replaced by a new pod of the same name
                 raise
+            return  # kube reports nothing for a victim that was already gone
         log.info("preempted", victim=f"{victim.namespace}/{victim.name}", preemptor=preemptor.key, node=victim.node)
+        self.handle.record_event(
+            {"namespace": victim.namespace, "name": victim.name, "uid": victim.uid},
+            {"namespace": preemptor.namespace, "name": preemptor.name, "uid": preemptor.uid},
+            "Normal",
+            "Preempted",
+            "Preempting",
+            f"Preempted by pod {preemptor.uid} on node {node}",
+        )
 
     async def drain(self) -> None:
         """Wait for running preemptions (tests, shutdown)."""

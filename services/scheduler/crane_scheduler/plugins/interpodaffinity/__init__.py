@@ -26,10 +26,13 @@ from crane_scheduler.framework import (
     SKIP,
     SUCCESS,
     ArgsError,
+    ClusterChange,
     ClusterEvent,
     CycleState,
     Handle,
     PreFilterResult,
+    QueueingHint,
+    QueueingHints,
     Rejection,
     Rows,
     Status,
@@ -42,6 +45,7 @@ from crane_scheduler.framework.interface import (
     NormalizeScorePlugin,
     PreFilterPlugin,
     PreScorePlugin,
+    QueueingHintPlugin,
     ScorePlugin,
     WorkerPlugin,
 )
@@ -56,7 +60,7 @@ from crane_scheduler.plugins.podindex import (
     per_row,
     terms_of,
 )
-from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.podinfo import NodeInfo, PodInfo
 from crane_shared.informer import EventType, Informer
 
 NAME = "InterPodAffinity"
@@ -95,9 +99,17 @@ def _own_labels(pod: PodInfo) -> Mapping[str, str]:
 
 
 class InterPodAffinity(
-    PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, NormalizeScorePlugin, EnqueueExtensions, WorkerPlugin
+    PreFilterPlugin,
+    FilterPlugin,
+    PreScorePlugin,
+    ScorePlugin,
+    NormalizeScorePlugin,
+    EnqueueExtensions,
+    QueueingHintPlugin,
+    WorkerPlugin,
 ):
     name = NAME
+    reads_other_nodes = True  # CrossNodeFilterPlugin: preemption dry-runs such pods node by node
 
     def __init__(self, args: Args, handle: Handle) -> None:
         self.args = args
@@ -272,6 +284,44 @@ class InterPodAffinity(
             | ClusterEvent.NODE_UPDATE
         )
 
+    def queueing_hints(self) -> QueueingHints:
+        return {
+            ClusterEvent.POD_ADD | ClusterEvent.POD_UPDATE | ClusterEvent.POD_DELETE: self.after_pod_change,
+            ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE: after_node_change,
+        }
+
+    def after_pod_change(self, pod: PodInfo, change: ClusterChange) -> QueueingHint:
+        """kube's ``isSchedulableAfterPodChange``: a placed pod added that matches all the pod's required affinity
+        terms, updated to match them or to stop matching all its anti-affinity terms, or deleted while matching
+        all its anti-affinity terms. One addition: a placed pod deleted whose own required anti-affinity selected
+        the pod (the symmetric rejection, "existing pods anti-affinity rules") also requeues it; kube's hint
+        skips that deletion, leaving the pod to the 5-minute flush (a wake-up more than kube, never one fewer)."""
+        old, new = change.old, change.new
+        if (isinstance(new, PodInfo) and not new.node_name) or (isinstance(old, PodInfo) and not old.node_name):
+            return QueueingHint.SKIP
+        terms = terms_of(pod)  # a bad selector raises: the queue requeues the pod, as kube on an error
+        affinity, anti = terms.required_affinity, terms.required_anti
+        if isinstance(old, PodInfo) and isinstance(new, PodInfo):
+            if not _matches_all(affinity, old) and _matches_all(affinity, new):
+                return QueueingHint.QUEUE
+            if _matches_all(anti, old) and not _matches_all(anti, new):
+                return QueueingHint.QUEUE
+            return QueueingHint.SKIP
+        if isinstance(new, PodInfo):
+            return QueueingHint.QUEUE if _matches_all(affinity, new) else QueueingHint.SKIP
+        if not isinstance(old, PodInfo):
+            return QueueingHint.QUEUE
+        if _matches_all(anti, old):
+            return QueueingHint.QUEUE
+        ns_labels = self.index.namespace_labels.get(pod.namespace)
+        labels = _own_labels(pod)
+        try:
+            theirs = terms_of(old).required_anti
+        except SelectorError:
+            return QueueingHint.SKIP  # a placed pod with a bad selector constrains nothing (PodEntry.of)
+        hated = any(t.matches(pod.namespace, labels, ns_labels) for t in theirs)
+        return QueueingHint.QUEUE if hated else QueueingHint.SKIP
+
     def _on_namespace(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         self.index.set_namespace(obj, deleted=kind == "DELETED")
 
@@ -281,6 +331,41 @@ class InterPodAffinity(
             return
         informer = Informer("namespaces", client.CoreV1Api(self.handle.api).list_namespace, self._on_namespace)
         await informer.run(stopping)
+
+
+def _matches_all(terms: tuple[AffinityTerm, ...], other: PodInfo) -> bool:
+    """kube's ``podMatchesAllAffinityTerms``: false without terms; the incoming pod's namespace selector is
+    matched against no labels there (kube passes nil namespace labels)."""
+    if not terms:
+        return False
+    labels = _own_labels(other)
+    return all(t.matches(other.namespace, labels, None) for t in terms)
+
+
+def after_node_change(pod: PodInfo, change: ClusterChange) -> QueueingHint:
+    """kube's ``isSchedulableAfterNodeChange``: for a required affinity term, a node added with its topology key,
+    or updated to get the key or a different value; for a required anti-affinity term, any added node, or one
+    updated to lose the key or change its value."""
+    old, new = change.old, change.new
+    if not isinstance(new, NodeInfo):
+        return QueueingHint.QUEUE
+    terms = terms_of(pod)
+    before = old.labels if isinstance(old, NodeInfo) else None
+    for t in terms.required_affinity:
+        key = t.topology_key
+        if before is None:
+            if key in new.labels:
+                return QueueingHint.QUEUE
+            continue
+        if key in new.labels and (key not in before or before[key] != new.labels[key]):
+            return QueueingHint.QUEUE
+    for t in terms.required_anti:
+        key = t.topology_key
+        if before is None:
+            return QueueingHint.QUEUE
+        if key in before and (key not in new.labels or before[key] != new.labels[key]):
+            return QueueingHint.QUEUE
+    return QueueingHint.SKIP
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> InterPodAffinity:

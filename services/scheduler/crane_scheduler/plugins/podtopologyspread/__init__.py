@@ -28,10 +28,13 @@ from crane_scheduler.framework import (
     SKIP,
     SUCCESS,
     ArgsError,
+    ClusterChange,
     ClusterEvent,
     CycleState,
     Handle,
     PreFilterResult,
+    QueueingHint,
+    QueueingHints,
     Rejection,
     Rows,
     Status,
@@ -43,6 +46,7 @@ from crane_scheduler.framework.interface import (
     NormalizeScorePlugin,
     PreFilterPlugin,
     PreScorePlugin,
+    QueueingHintPlugin,
     ScorePlugin,
     WorkerPlugin,
 )
@@ -57,7 +61,7 @@ from crane_scheduler.plugins.podindex import (
     per_row,
     selector_from_set,
 )
-from crane_scheduler.podinfo import PodInfo, tolerated
+from crane_scheduler.podinfo import NodeInfo, PodInfo, tolerated
 from crane_shared.informer import EventType, Informer
 
 NAME = "PodTopologySpread"
@@ -107,6 +111,31 @@ def _constraints(raw: Any, labels: Mapping[str, str], action: str, path: str) ->
             )
         )
     return out
+
+
+_OWN: dict[tuple[str, str], tuple[Mapping[str, Any], list[Constraint] | SelectorError]] = {}
+_OWN_MAX = 8192
+
+
+def _own_constraints(pod: PodInfo, labels: Mapping[str, str], action: str) -> list[Constraint]:
+    """The pod's own constraints for ``action``, memoised per pod object (PreFilter, PreScore and the queueing
+    hints ask for the same pod; they depend on the pod alone); a new version of the pod is parsed again."""
+    key = (pod.uid, action)
+    found = _OWN.get(key)
+    if found is not None and found[0] is pod.raw:
+        result = found[1]
+    else:
+        raw = (pod.raw.get("spec") or {}).get("topologySpreadConstraints")
+        try:
+            result = _constraints(raw, labels, action, "spec.topologySpreadConstraints")
+        except SelectorError as err:
+            result = err
+        if len(_OWN) >= _OWN_MAX:
+            _OWN.clear()
+        _OWN[key] = (pod.raw, result)
+    if isinstance(result, SelectorError):
+        raise result
+    return result
 
 
 @dataclass(frozen=True)
@@ -212,9 +241,17 @@ class Owners:
 
 
 class PodTopologySpread(
-    PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, NormalizeScorePlugin, EnqueueExtensions, WorkerPlugin
+    PreFilterPlugin,
+    FilterPlugin,
+    PreScorePlugin,
+    ScorePlugin,
+    NormalizeScorePlugin,
+    EnqueueExtensions,
+    QueueingHintPlugin,
+    WorkerPlugin,
 ):
     name = NAME
+    reads_other_nodes = True  # CrossNodeFilterPlugin: preemption dry-runs such pods node by node
 
     def __init__(self, args: Args, handle: Handle) -> None:
         self.args = args
@@ -227,7 +264,7 @@ class PodTopologySpread(
         labels = (pod.raw.get("metadata") or {}).get("labels") or {}
         own = spec.get("topologySpreadConstraints")
         if own:
-            return _constraints(own, labels, action, "spec.topologySpreadConstraints")
+            return _own_constraints(pod, labels, action)
         if not self.args.default_constraints:
             return []
         selector = self.owners.default_selector(pod)  # first: most pods have no owner with a selector here
@@ -392,6 +429,49 @@ class PodTopologySpread(
             | ClusterEvent.NODE_DELETE
         )
 
+    def queueing_hints(self) -> QueueingHints:
+        return {
+            ClusterEvent.POD_ADD | ClusterEvent.POD_UPDATE | ClusterEvent.POD_DELETE: self.after_pod_change,
+            ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE | ClusterEvent.NODE_DELETE: self.after_node_change,
+        }
+
+    def after_pod_change(self, pod: PodInfo, change: ClusterChange) -> QueueingHint:
+        """kube's ``isSchedulableAfterPodChange``: a placed pod of the pod's namespace added or deleted that one of
+        its DoNotSchedule constraints selects, or updated so that some constraint's selector flips on it."""
+        old, new = change.old, change.new
+        for other in (old, new):
+            if isinstance(other, PodInfo) and not _involved(other, pod):
+                return QueueingHint.SKIP
+        constraints = self.constraints(pod, "DoNotSchedule")  # a bad selector raises: the queue requeues the pod
+        if isinstance(old, PodInfo) and isinstance(new, PodInfo):
+            before, after = _labels_of(old), _labels_of(new)
+            if before == after:
+                return QueueingHint.SKIP
+            flips = any(c.selector.matches(before) != c.selector.matches(after) for c in constraints)
+            return QueueingHint.QUEUE if flips else QueueingHint.SKIP
+        other = new if isinstance(new, PodInfo) else old
+        if not isinstance(other, PodInfo):
+            return QueueingHint.QUEUE
+        labels = _labels_of(other)
+        return QueueingHint.QUEUE if any(c.selector.matches(labels) for c in constraints) else QueueingHint.SKIP
+
+    def after_node_change(self, pod: PodInfo, change: ClusterChange) -> QueueingHint:
+        """kube's ``isSchedulableAfterNodeChange``: a node with all the constraints' topology keys added or deleted;
+        an update that gives or takes one of them, or, on a node with all of them, changes a key's value or the
+        taints."""
+        old, new = change.old, change.new
+        if not isinstance(old, NodeInfo) and not isinstance(new, NodeInfo):
+            return QueueingHint.QUEUE
+        keys = [c.key for c in self.constraints(pod, "DoNotSchedule")]
+        was = isinstance(old, NodeInfo) and all(k in old.labels for k in keys)
+        now = isinstance(new, NodeInfo) and all(k in new.labels for k in keys)
+        if isinstance(old, NodeInfo) and isinstance(new, NodeInfo):
+            if was != now:
+                return QueueingHint.QUEUE
+            moved = any(old.labels.get(k) != new.labels.get(k) for k in keys)
+            return QueueingHint.QUEUE if now and (moved or old.taints != new.taints) else QueueingHint.SKIP
+        return QueueingHint.QUEUE if was or now else QueueingHint.SKIP
+
     async def run(self, stopping: asyncio.Event) -> None:
         """Watch the owners' selectors while default constraints are configured (kube sets its listers then)."""
         if self.handle.api is None or not self.args.default_constraints:
@@ -409,6 +489,16 @@ class PodTopologySpread(
 
         informers = [Informer(resource, list_fn, handler(kind)) for kind, resource, list_fn in sources]
         await asyncio.gather(*(i.run(stopping) for i in informers))
+
+
+def _labels_of(pod: PodInfo) -> Mapping[str, str]:
+    labels: Mapping[str, str] = (pod.raw.get("metadata") or {}).get("labels") or {}
+    return labels
+
+
+def _involved(other: PodInfo, pod: PodInfo) -> bool:
+    """kube's ``involvedInTopologySpreading``: the pod itself, or a placed pod of its namespace."""
+    return other.uid == pod.uid or (bool(other.node_name) and other.namespace == pod.namespace)
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> PodTopologySpread:

@@ -182,6 +182,50 @@ def allowed_topologies_mask(table: NodeTable, cls: Mapping[str, Any]) -> Mask:
     return mask
 
 
+def label_selector_mask(table: NodeTable, selector: Mapping[str, Any] | None) -> Mask:
+    """Rows whose node labels match a ``metav1.LabelSelector``: None matches no node here (a CSIStorageCapacity
+    without ``nodeTopology`` is unavailable), an empty one every node, an invalid one none (kube logs and
+    refuses it)."""
+    n = table.n_rows
+    if selector is None:
+        return np.zeros(n, dtype=bool)
+    reqs = [Requirement(str(k), "In", (str(v),)) for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or ():
+        op = expr.get("operator", "")
+        values = tuple(str(v) for v in expr.get("values") or ())
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist") or (op in ("In", "NotIn")) != bool(values):
+            return np.zeros(n, dtype=bool)
+        reqs.append(Requirement(str(expr.get("key", "")), op, values))
+    if not reqs:
+        return table.live.copy()
+    return term_mask(table, SelectorTerm(tuple(reqs)))
+
+
+def capacity_mask(table: NodeTable, pvc: Mapping[str, Any], cls: Mapping[str, Any], listers: Listers) -> Mask:
+    """``hasEnoughCapacity``: rows where the claim's class can provision its size. Checked only for a CSI driver
+    that opts in (``CSIDriver.spec.storageCapacity``) and a claim that requests storage: some CSIStorageCapacity
+    of the class (any namespace) must reach the node (``nodeTopology``) with ``maximumVolumeSize`` (else
+    ``capacity``) at least the request."""
+    n = table.n_rows
+    requests = ((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}
+    driver = listers.csi_driver(str(cls.get("provisioner") or ""))
+    if "storage" not in requests or driver is None or not (driver.get("spec") or {}).get("storageCapacity"):
+        return np.ones(n, dtype=bool)
+    size = quantity(requests["storage"])
+    name = meta(cls).get("name")
+    mask = np.zeros(n, dtype=bool)
+    for capacity in listers.storage_capacities():
+        if capacity.get("storageClassName") != name:
+            continue
+        limit = capacity.get("maximumVolumeSize")
+        if limit is None:
+            limit = capacity.get("capacity")
+        if limit is None or quantity(limit) < size:
+            continue
+        mask |= label_selector_mask(table, capacity.get("nodeTopology"))
+    return mask
+
+
 # ---------------------------------------------------------------------------------------------- static matching
 
 

@@ -13,8 +13,9 @@
 
 Not implemented, and said so at configuration time rather than ignored: storage-capacity scoring (``shape``;
 the StorageCapacityScoring gate is off by default in 1.35, so kube's default profile does not score either).
-CSIStorageCapacity checks are not made (no CSIDriver informer): a provisioner's capacity is assumed sufficient,
-as kube does for drivers without ``storageCapacity: true``.
+Dynamic provisioning through a CSI driver whose CSIDriver says ``storageCapacity: true`` needs a
+CSIStorageCapacity of the class, reaching the node, with room for the claim ("node(s) did not have enough free
+storage"), as kube's ``hasEnoughCapacity``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from crane_scheduler.plugins.volumebinding import binder
 from crane_scheduler.plugins.volumebinding.binder import (
     REASON_BIND_CONFLICT,
     REASON_NODE_CONFLICT,
+    REASON_NOT_ENOUGH_SPACE,
     REASON_PV_NOT_EXIST,
     REASON_UNBOUND_IMMEDIATE,
     ClaimError,
@@ -129,20 +131,24 @@ class VolumeBinding(
             node_conflict |= misfit
             done |= misfit
         bind_conflict = np.zeros(n, dtype=bool)
+        no_space = np.zeros(n, dtype=bool)
         if st.claims.unbound_delayed:
-            bind_conflict = self._filter_delayed(st, table)
+            bind_conflict, no_space = self._filter_delayed(st, table)
         return [
             Rejection(reason, mask, unresolvable=True)
             for reason, mask in (
                 (REASON_NODE_CONFLICT, node_conflict),
                 (REASON_BIND_CONFLICT, bind_conflict),
+                (REASON_NOT_ENOUGH_SPACE, no_space),
                 (REASON_PV_NOT_EXIST, pv_missing),
             )
             if mask.any()
         ]
 
-    def _filter_delayed(self, st: _State, table: NodeTable) -> Mask:
-        """Rows where some delayed claim can be neither matched to a PV nor provisioned."""
+    def _filter_delayed(self, st: _State, table: NodeTable) -> tuple[Mask, Mask]:
+        """Rows where some delayed claim can be neither matched to a PV nor provisioned (bind conflict), and rows
+        where provisioning lacks storage capacity; per row the first claim to provision that fails decides, as
+        kube's ``checkVolumeProvisions`` returns at it."""
         n = table.n_rows
         conflict = np.zeros(n, dtype=bool)
         to_match: list[Obj] = []
@@ -161,22 +167,28 @@ class VolumeBinding(
         if to_match:
             st.matches = binder.match_volumes(table, to_match, st.claims.pvs_by_class)
         # Claims to provision per row: the selected-node ones everywhere, unmatched ones where unmatched.
-        provisionable = np.ones(n, dtype=bool)
-        for pvc in selected:
-            provisionable &= self._provision_mask(table, pvc)
-        for pvc, _, chosen in st.matches:
-            provisionable &= self._provision_mask(table, pvc) | (chosen >= 0)
-        return conflict | ~provisionable
+        not_provisionable = np.zeros(n, dtype=bool)
+        no_space = np.zeros(n, dtype=bool)
+        claims = [(pvc, np.ones(n, dtype=bool)) for pvc in selected]
+        claims += [(pvc, chosen < 0) for pvc, _, chosen in st.matches]
+        for pvc, needs in claims:
+            undecided = needs & ~(not_provisionable | no_space)
+            provisionable, sufficient = self._provision_masks(table, pvc)
+            not_provisionable |= undecided & ~provisionable
+            no_space |= undecided & provisionable & ~sufficient
+        return conflict | not_provisionable, no_space & ~conflict
 
-    def _provision_mask(self, table: NodeTable, pvc: Obj) -> Mask:
-        """``checkVolumeProvisions`` for one claim: a real provisioner whose class admits the node."""
+    def _provision_masks(self, table: NodeTable, pvc: Obj) -> tuple[Mask, Mask]:
+        """``checkVolumeProvisions`` for one claim: (a real provisioner whose class admits the node, enough
+        CSIStorageCapacity there)."""
+        n = table.n_rows
         cls = self.listers.storage_class(binder.claim_class(pvc))
         if cls is None:
-            return np.zeros(table.n_rows, dtype=bool)
+            return np.zeros(n, dtype=bool), np.ones(n, dtype=bool)
         provisioner = cls.get("provisioner") or ""
         if not provisioner or provisioner == binder.NOT_SUPPORTED_PROVISIONER:
-            return np.zeros(table.n_rows, dtype=bool)
-        return binder.allowed_topologies_mask(table, cls)
+            return np.zeros(n, dtype=bool), np.ones(n, dtype=bool)
+        return binder.allowed_topologies_mask(table, cls), binder.capacity_mask(table, pvc, cls, self.listers)
 
     def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
         """kube skips its Score unless the StorageCapacityScoring gate (alpha, off) gives it a scorer."""
@@ -321,6 +333,8 @@ class VolumeBinding(
             | ClusterEvent.NODE_ADD
             | ClusterEvent.NODE_UPDATE
             | ClusterEvent.CSINODE_CHANGE
+            | ClusterEvent.CSIDRIVER_UPDATE
+            | ClusterEvent.CSI_STORAGE_CAPACITY_CHANGE
         )
 
 

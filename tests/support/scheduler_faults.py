@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,20 +15,29 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess
-from tests.faults.conftest import FaultRow
-from tests.integration.scheduler.harness import child_process, config_for, events, pods_json
+from crane_sandbox.rbac import ServiceIdentity
+from tests.support.faults import FaultRow
+from tests.support.scheduler_cluster import (
+    child_process,
+    config_for,
+    create_pods,
+    events,
+    pod,
+    pods_json,
+    wait_for,
+)
 
 TIMING = {"leaseDuration": "4s", "renewDeadline": "3s", "retryPeriod": "500ms"}
 LEASE_DURATION, RENEW_DEADLINE = 4.0, 3.0
 DEFAULT_TIMING: dict[str, str] = {}  # kube-scheduler's: 15s lease, 10s renew deadline, 2s retry period
 
 
-def lease_config(scheduler_name: str, lease: str, namespace: str, timing: dict[str, str]) -> dict[str, Any]:
+def lease_config(scheduler_name: str, account: ServiceIdentity, timing: dict[str, str]) -> dict[str, Any]:
     cfg = config_for(scheduler_name)
     cfg["leaderElection"] = {
         "leaderElect": True,
-        "resourceNamespace": namespace,
-        "resourceName": lease,
+        "resourceNamespace": account.namespace,
+        "resourceName": account.lease_name,  # the one Lease the chart lets the account update
         **timing,
     }
     return cfg
@@ -76,18 +86,20 @@ class Replica:
 
 
 class Pair:
-    """Replicas ``a`` and ``b`` on one Lease; ``a`` may reach the API server through another kubeconfig."""
+    """Replicas ``a`` and ``b`` on one Lease, as the chart's scheduler ServiceAccount ``account`` (of this test's
+    namespace: ``service_identity(cluster, "scheduler", namespace)``); ``a`` may reach the API server through
+    another kubeconfig (``kubeconfig_via(..., account=account)``)."""
 
     def __init__(
         self,
         cluster: LocalCluster,
-        namespace: str,
+        account: ServiceIdentity,
         selector: str,
         scheduler_name: str,
         timing: dict[str, str] = TIMING,
     ) -> None:
-        self.cluster, self.namespace = cluster, namespace
-        self.cfg = lease_config(scheduler_name, f"sched-{namespace}", namespace, timing)
+        self.cluster, self.namespace, self.account = cluster, account.namespace, account
+        self.cfg = lease_config(scheduler_name, account, timing)
         self.selector = selector
         self.replicas: dict[str, Replica] = {}
         self.fault_at = 0.0  # when the fault was injected (monotonic)
@@ -96,7 +108,13 @@ class Pair:
 
     def add(self, name: str, *extra: str) -> Replica:
         proc, port = child_process(
-            self.cluster, self.cfg, self.selector, f"{self.namespace}-{name}", self.cluster.run_dir, *extra
+            self.cluster,
+            self.cfg,
+            self.selector,
+            f"{self.namespace}-{name}",
+            self.cluster.run_dir,
+            *extra,
+            kubeconfig=self.account.kubeconfig,
         )
         self.replicas[name] = Replica(f"{self.namespace}-{name}", proc, port)
         return self.replicas[name]
@@ -160,7 +178,7 @@ class Pair:
 
     async def lease(self, kube: client.ApiClient) -> Any:
         return (
-            await client.CoordinationV1Api(kube).read_namespaced_lease(f"sched-{self.namespace}", self.namespace)
+            await client.CoordinationV1Api(kube).read_namespaced_lease(self.account.lease_name, self.namespace)
         ).spec
 
 
@@ -187,3 +205,32 @@ async def audit(kube: client.ApiClient, namespace: str, created: int, row: Fault
     row.lost = created - len(bound) + len(set(bound) - set(per_uid))
     wrong = [e for e in scheduled if not e["note"].endswith(f" to {bound.get(e['regarding']['uid'])}")]
     assert not wrong, f"Scheduled events naming another node than the binding: {wrong[:3]}"
+
+
+async def at_least_bound(kube: client.ApiClient, namespace: str, n: int) -> bool:
+    return await bound_count(kube, namespace) >= n
+
+
+async def burst_with_fault(
+    kube: client.ApiClient,
+    namespace: str,
+    scheduler_name: str,
+    pair: Pair,
+    row: Any,
+    fault: Callable[[], Any],
+    created: int = 300,
+    cut_at: int = 50,
+) -> float:
+    """Create ``created`` pods at once, run ``fault`` once ``cut_at`` are bound, audit; returns when the fault
+    ended (monotonic)."""
+    await pair.start()
+    await create_pods(kube, namespace, [pod(f"p-{i:03d}", scheduler_name) for i in range(created)])
+    await wait_for(lambda: at_least_bound(kube, namespace, cut_at), timeout=60, what=f"{cut_at} pods bound")
+    assert await bound_count(kube, namespace) < created - 50, "the burst was nearly over: nothing was tested"
+    pair.fault_at = time.monotonic()
+    await fault()
+    ended = time.monotonic()
+    await audit(kube, namespace, created, row)
+    row.recovery = round(time.monotonic() - ended, 2)
+    assert not pair.two_leaders(), [(r.name, r.seen) for r in pair.replicas.values()]
+    return ended

@@ -117,20 +117,6 @@ def expected(bindings: Sequence[Binding]) -> dict[str, tuple[str, float]]:
     return {b.uid: (b.node, b.at) for b in bindings}
 
 
-async def eventually(check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:
-    """Await ``check()`` (sync or async) until it is truthy; returns its value, or fails at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout}s: {getattr(check, '__name__', check)}")
-        await asyncio.sleep(interval)
-
-
 # --- the recorder in this process (observable, injectable) ------------------------------------------------------
 
 

@@ -24,7 +24,7 @@ from crane_scheduler.plugins.noderesourcetopology.model import (
 )
 from crane_scheduler.plugins.noderesourcetopology.plugin import NAME, NodeResourceTopologyMatch
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
-from tests.unit.scheduler.builders import node
+from tests.support.scheduler import node
 
 NOW = 1_800_000_000.0
 _uids = itertools.count(1)

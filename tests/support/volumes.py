@@ -13,8 +13,7 @@ from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import PodInfo, parse_pod
-
-from .builders import pod
+from tests.support.scheduler import pod
 
 
 def storage_class(

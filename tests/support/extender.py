@@ -6,16 +6,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from crane_shared.annotations import encode_hot_value, encode_usage
+from tests.support.policy import UPSTREAM_METRICS as METRICS
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
-METRICS = (
-    "cpu_usage_avg_5m",
-    "cpu_usage_max_avg_1h",
-    "cpu_usage_max_avg_1d",
-    "mem_usage_avg_5m",
-    "mem_usage_max_avg_1h",
-    "mem_usage_max_avg_1d",
-)
 
 
 def usage(

@@ -13,7 +13,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from tests.differential.harness import Case, Json, config_for
+from tests.support.judge import Case, Json, config_for
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 LABEL_KEYS = ("disk", "tier", "gpu-count", "example.com/rack")

@@ -52,3 +52,21 @@ def render(*set_args: str, namespace: str = "crane-system", release: str = "cran
 
 def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
     return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+TARGETS = ("event-recorder", "annotator", "scheduler", "extender")
+
+
+def engine(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(REPO / "scripts" / "container-engine"), *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def podman(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = engine("podman", *args, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"podman {' '.join(args[:3])}... failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
+    return result

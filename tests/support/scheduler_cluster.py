@@ -11,11 +11,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess, free_port
+from crane_sandbox.rbac import identity, service_identity
 from crane_scheduler.config import parse_config
 from crane_scheduler.framework import Handle
 from crane_scheduler.framework.runtime import build_profiles
@@ -53,9 +55,11 @@ def config_for(scheduler_name: str, **extra: Any) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def in_process(cluster: LocalCluster, config: dict[str, Any], node_selector: str) -> AsyncIterator[Scheduler]:
-    """The scheduler as asyncio tasks of this test's event loop; stopped (binds drained) on exit."""
-    api = await api_client_from_dict(cluster.kubeconfig_dict(), qps=0, burst=200)
-    events_api = await api_client_from_dict(cluster.kubeconfig_dict(), qps=0, burst=200)
+    """The scheduler as asyncio tasks of this test's event loop, as the chart's scheduler ServiceAccount; stopped
+    (binds drained) on exit."""
+    account = (await service_identity(cluster, "scheduler")).kubeconfig_dict()
+    api = await api_client_from_dict(account, qps=0, burst=200)
+    events_api = await api_client_from_dict(account, qps=0, burst=200)
     cfg = parse_config(config)
     table = NodeTable()
     profiles = build_profiles(cfg, builtin_registry(), lambda name: Handle(table, api, time.monotonic, name))
@@ -85,9 +89,19 @@ async def in_process(cluster: LocalCluster, config: dict[str, Any], node_selecto
 
 
 def child_process(
-    cluster: LocalCluster, config: dict[str, Any], node_selector: str, name: str, workdir: Path, *extra_args: str
+    cluster: LocalCluster,
+    config: dict[str, Any],
+    node_selector: str,
+    name: str,
+    workdir: Path,
+    *extra_args: str,
+    kubeconfig: Path | None = None,
 ) -> tuple[ManagedProcess, int]:
-    """The real ``crane-scheduler`` command as a child process (for kill -9); returns it and its HTTP port."""
+    """The real ``crane-scheduler`` command as a child process (for kill -9), as the chart's scheduler
+    ServiceAccount (``kubeconfig`` of a ``ServiceIdentity``, default: the session's); returns it and its HTTP
+    port. A leader-elected config must name the identity's ``lease_name`` in its namespace: the chart grants no
+    other Lease."""
+    kubeconfig = kubeconfig or identity(cluster, "scheduler").kubeconfig
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     port = free_port()
@@ -98,7 +112,7 @@ def child_process(
         "--config",
         str(path),
         "--kubeconfig",
-        str(cluster.kubeconfig_path),
+        str(kubeconfig),
         "--node-selector",
         node_selector,
         "--port",
@@ -215,3 +229,19 @@ async def events(kube: client.ApiClient, namespace: str, reason: str | None = No
     items: list[dict[str, Any]] = json.loads(await resp.read())["items"]
     resp.release()
     return [e for e in items if reason is None or e.get("reason") == reason]
+
+
+@pytest.fixture
+def group(namespace: str) -> str:
+    """Label value of this test's nodes (the scheduler runs with --node-selector crane.test/group=<group>)."""
+    return namespace
+
+
+@pytest.fixture
+def selector(group: str) -> str:
+    return f"crane.test/group={group}"
+
+
+@pytest.fixture
+def scheduler_name(namespace: str) -> str:
+    return f"crane-{namespace}"[:63].rstrip("-")

@@ -1,9 +1,12 @@
 """Differential testing against kube-scheduler's own plugins: the judge process, our side, and the comparison.
 
-A *case* is a cluster (nodes, assigned pods), one incoming pod and a KubeSchedulerConfiguration (the same dict
-for both sides). ``Judge`` keeps one ``judge --serve`` process (sandbox/kube/cmd/judge, built from the pinned
-Kubernetes release by kubebin) and asks it what kube-scheduler's framework decides; ``ours`` asks crane-scheduler's
-framework the same questions, plugin by plugin; ``compare`` lists every difference:
+A *case* is a cluster (nodes, assigned pods, and the objects plugins read through listers: PVCs, PVs,
+StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities, VolumeAttachments, PDBs), one incoming pod and a
+KubeSchedulerConfiguration (the same dict for both sides); with ``preempt``, DefaultPreemption's decision for a
+pod no node fits is compared too (``compare_preemption``). ``Judge`` keeps one ``judge --serve`` process
+(sandbox/kube/cmd/judge, built from the pinned Kubernetes release by kubebin) and asks it what kube-scheduler's
+framework decides; ``ours`` asks crane-scheduler's framework the same questions, plugin by plugin; ``compare``
+lists every difference:
 
 - each PreFilter plugin's status (code, reasons) and PreFilterResult node set;
 - every Filter plugin's own verdict on every node (code and reasons), not only the first rejection per node;
@@ -25,7 +28,7 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +38,10 @@ from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import parse_config
 from crane_scheduler.framework import Code, Diagnosis, Handle, Status
 from crane_scheduler.framework.runtime import Profile, build_profiles
+from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import DEFAULT_MULTIPOINT, builtin_registry
+from crane_scheduler.plugins.defaultpreemption.plugin import Choice, DefaultPreemption
 from crane_scheduler.podinfo import parse_node, parse_pod
 
 Json = dict[str, Any]
@@ -68,15 +73,37 @@ def config_for(plugin_config: list[Json] | None = None) -> Json:
     }
 
 
+# The judge's request fields for the objects plugins read through listers, and our Listers' kind for each.
+LISTER_KINDS = {
+    "pvcs": "pvcs",
+    "pvs": "pvs",
+    "storageClasses": "storageclasses",
+    "csiNodes": "csinodes",
+    "volumeAttachments": "volumeattachments",
+    "pdbs": "pdbs",
+    "csiDrivers": "csidrivers",
+    "csiStorageCapacities": "csistoragecapacities",
+}
+
+
 @dataclass
 class Case:
     nodes: list[Json]
     pods: list[Json]
     incoming: Json
     config: Json
+    objects: dict[str, list[Json]] = field(default_factory=dict)
+    """PVCs, PVs, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities, VolumeAttachments, PDBs by the
+    judge's field name (``LISTER_KINDS``)."""
+    preempt: bool = False
+    """Also compare DefaultPreemption's decision when no node fits."""
 
     def request(self) -> Json:
-        return {"config": self.config, "nodes": self.nodes, "pods": self.pods, "incoming": [self.incoming]}
+        req: Json = {"config": self.config, "nodes": self.nodes, "pods": self.pods, "incoming": [self.incoming]}
+        req.update({k: v for k, v in self.objects.items() if v})
+        if self.preempt:
+            req["preempt"] = True
+        return req
 
     def dump(self) -> str:
         """The case as JSON a human can paste into ``judge --snapshot`` (the request format)."""
@@ -153,8 +180,11 @@ def _status(code: Code | str, reasons: tuple[str, ...] | list[str] = ()) -> Json
     return out
 
 
-def _profile(table: NodeTable, config: Json) -> Profile:
-    profiles = build_profiles(parse_config(config), builtin_registry(), lambda name: Handle(table, profile=name))
+def _profile(table: NodeTable, config: Json, listers: Listers | None = None) -> Profile:
+    ls = listers or Listers()
+    profiles = build_profiles(
+        parse_config(config), builtin_registry(), lambda name: Handle(table, profile=name, listers=ls)
+    )
     return profiles[SCHEDULER_NAME]
 
 
@@ -166,7 +196,11 @@ def ours(case: Case, seed: int = 0) -> Json:
     for p in case.pods:
         table.add_pod(parse_pod(p))
     pod = parse_pod(case.incoming)
-    profile = _profile(table, case.config)
+    listers = Listers()
+    for field_name, kind in LISTER_KINDS.items():
+        for obj in case.objects.get(field_name, ()):
+            listers.apply(kind, "ADDED", obj)  # type: ignore[arg-type]
+    profile = _profile(table, case.config, listers)
 
     out: Json = {"preFilter": {}, "nodes": [], "preScore": {}}
     state: dict[str, Any] = {}
@@ -207,6 +241,9 @@ def ours(case: Case, seed: int = 0) -> Json:
         return out
     if isinstance(decision, Diagnosis):
         out["message"] = decision.message
+        preemption = profile.plugins.get("DefaultPreemption")
+        if case.preempt and isinstance(preemption, DefaultPreemption):
+            out["preemption"] = preemption.select(pod, decision)
         return out
     feasible = _feasible(profile, table, pod, out)
     rows = np.array([table.rows[n] for n in feasible], dtype=np.intp)
@@ -291,6 +328,8 @@ def compare(kube: Json, mine: Json) -> list[str]:
             return [f"outcome: kube finds no node ({kube['message']!r}), ours: {decision}"]
         if decision.message != kube["message"]:
             diffs.append(f"FitError message:\n  kube: {kube['message']}\n  ours: {decision.message}")
+        if kube.get("preemption") is not None:
+            diffs += compare_preemption(kube["preemption"], mine.get("preemption"))
         return diffs
     if kube.get("scoreError") and len(kube_feasible) > 1:  # with one feasible node kube does not score at all
         if not isinstance(decision, Status):
@@ -327,6 +366,24 @@ def compare(kube: Json, mine: Json) -> list[str]:
     if not diffs and decision.node not in kube["best"]:
         diffs.append(f"choice: ours {decision.node}, kube's best {kube['best']}")
     return diffs
+
+
+def compare_preemption(kube: Json, mine: Choice | None) -> list[str]:
+    """DefaultPreemption: the PostFilter message when preemption cannot help; else the candidates (node, victim
+    set, PDB violations) and our choice among the ones kube's pickOneNodeForPreemption may return."""
+    if mine is None:
+        return [f"preemption: kube {kube}, ours did not run"]
+    if kube.get("message") or mine.message:
+        if kube.get("message") != mine.message:
+            return [f"preemption message:\n  kube: {kube.get('message')}\n  ours: {mine.message}"]
+        return []
+    theirs = {c["node"]: (sorted(c["victims"]), c["pdbViolations"]) for c in kube["candidates"]}
+    ours_ = {c.node: (sorted(f"{v.namespace}/{v.name}" for v in c.victims), c.pdb_violations) for c in mine.candidates}
+    if theirs != ours_:
+        return [f"preemption candidates:\n  kube: {theirs}\n  ours: {ours_}"]
+    if mine.best is None or mine.best.node not in kube["best"]:
+        return [f"preemption choice: ours {mine.best and mine.best.node}, kube's {kube['best']}"]
+    return []
 
 
 def check(judge: Judge, case: Case) -> tuple[Json, Json]:

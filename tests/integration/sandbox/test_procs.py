@@ -1,0 +1,63 @@
+"""A server started by ``ManagedProcess`` dies with the process that started it, also when that process is
+SIGTERMed or SIGKILLed and runs none of its cleanup (what happens to pytest killed by CI's timeout)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+STARTER = """
+import asyncio, sys
+from pathlib import Path
+from crane_sandbox.procs import ManagedProcess
+
+async def main() -> None:
+    server = ManagedProcess("server", ["sleep", "600"], Path(sys.argv[1]))
+    await server.start()
+    print(server.pid, flush=True)
+    await asyncio.Event().wait()  # until killed; never stops the server itself
+
+asyncio.run(main())
+"""
+
+
+async def _exited(pid: int, timeout: float) -> bool:
+    """Wait for ``pid`` (not our child) to exit, through a pidfd: readable once the process has terminated."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    loop.add_reader(fd, done.set)
+    try:
+        await asyncio.wait_for(done.wait(), timeout)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+async def test_the_server_dies_when_the_process_that_started_it_is_killed(sig: signal.Signals, tmp_path: Path) -> None:
+    starter = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", STARTER, str(tmp_path / "server.log"), stdout=asyncio.subprocess.PIPE
+    )
+    assert starter.stdout is not None
+    server = int((await asyncio.wait_for(starter.stdout.readline(), 30)).decode())
+    try:
+        assert not await _exited(server, 0.2), "the server did not start"
+        starter.send_signal(sig)
+        await asyncio.wait_for(starter.wait(), 10)
+        assert await _exited(server, 10), f"the server (pid {server}) outlived its parent killed with {sig.name}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server, signal.SIGKILL)

@@ -1,0 +1,102 @@
+"""FailedScheduling events and condition patches belong to the leadership term they were queued in: when it ends,
+the queued ones are dropped at once (like the binds). A Scheduled event reports a bind that happened: it is kept."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry
+
+from crane_scheduler.metrics import SchedulerMetrics
+from crane_scheduler.podinfo import parse_pod
+from crane_scheduler.reporting import Reporter
+from crane_shared.leader import Term
+
+
+def _pod(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
+        "spec": {"schedulerName": "crane-scheduler", "containers": [{"name": "c", "image": "pause"}]},
+    }
+
+
+class _Api:
+    """An API server that records every write and answers each with the next status of ``answers`` (201 after)."""
+
+    def __init__(self, answers: list[int] | None = None) -> None:
+        self.writes: list[str] = []
+        self.written = asyncio.Event()
+        self.answers = answers or []
+        self.app = web.Application()
+        self.app.router.add_post("/apis/events.k8s.io/v1/namespaces/{ns}/events", self._write)
+        self.app.router.add_patch("/api/v1/namespaces/{ns}/pods/{name}/status", self._write)
+
+    async def _write(self, request: web.Request) -> web.Response:
+        self.writes.append(f"{request.method} {request.path}")
+        self.written.set()
+        status = self.answers.pop(0) if self.answers else 201
+        return web.json_response({"kind": "Status", "code": status, "metadata": {}}, status=status)
+
+
+def _dropped(metrics: SchedulerMetrics, kind: str) -> float:
+    return float(metrics.reports.labels(kind, "dropped")._value.get())
+
+
+async def test_failures_queued_in_a_lost_term_are_dropped_at_once_and_never_written() -> None:
+    fake = _Api()
+    async with TestServer(fake.app) as server:
+        api = client.ApiClient(client.Configuration(host=str(server.make_url("")).rstrip("/")))
+        metrics = SchedulerMetrics(CollectorRegistry())
+        reporter = Reporter(api, api, "test", metrics=metrics)
+        reporter.term = term = Term()
+        pod = parse_pod(_pod("stuck"))
+        assert reporter.failed(pod, "0/3 nodes are available", "Unschedulable", "crane-scheduler")
+        reporter.scheduled("ns", "bound", "uid-bound", "n1", "crane-scheduler")
+        assert reporter.backlog == 3  # FailedScheduling, the PodScheduled condition, Scheduled
+        term.lost.set()
+        assert reporter.drop_lost() == 2
+        assert reporter.backlog == 1  # the Scheduled event of a bind that happened
+        assert (_dropped(metrics, "failed"), _dropped(metrics, "condition"), _dropped(metrics, "scheduled")) == (
+            1,
+            1,
+            0,
+        )
+        stopping = asyncio.Event()
+        run = asyncio.create_task(reporter.run(stopping))
+        await asyncio.wait_for(reporter.drain(), 10)
+        stopping.set()
+        reporter.close()
+        await asyncio.wait_for(run, 10)
+        await api.close()
+    assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"]  # the Scheduled event only
+    # the dropped failure was never written: the next term reports the same message again at once
+    reporter.term = Term()
+    assert reporter.failed(pod, "0/3 nodes are available", "Unschedulable", "crane-scheduler")
+
+
+async def test_a_failure_of_the_new_term_is_kept_and_written() -> None:
+    fake = _Api()
+    async with TestServer(fake.app) as server:
+        api = client.ApiClient(client.Configuration(host=str(server.make_url("")).rstrip("/")))
+        reporter = Reporter(api, api, "test")
+        reporter.term = old = Term()
+        reporter.failed(parse_pod(_pod("a")), "no fit", "Unschedulable", "crane-scheduler")
+        old.lost.set()
+        reporter.term = Term()  # leading again: a new term
+        reporter.failed(parse_pod(_pod("b")), "no fit", "Unschedulable", "crane-scheduler")
+        assert reporter.drop_lost() == 2 and reporter.backlog == 2
+        stopping = asyncio.Event()
+        run = asyncio.create_task(reporter.run(stopping))
+        await asyncio.wait_for(reporter.drain(), 10)
+        stopping.set()
+        reporter.close()
+        await asyncio.wait_for(run, 10)
+        await api.close()
+    assert sorted(fake.writes) == [
+        "PATCH /api/v1/namespaces/ns/pods/b/status",
+        "POST /apis/events.k8s.io/v1/namespaces/ns/events",
+    ]
