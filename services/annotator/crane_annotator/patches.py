@@ -8,6 +8,7 @@ Every due metric is written even when its value is unchanged: the timestamp is h
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,7 +19,7 @@ from crane_shared.annotations import (
     HOT_VALUE_KEY,
     TimestampStyle,
     encode_hot_value,
-    encode_usage,
+    format_timestamp,
 )
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -38,13 +39,17 @@ DEFAULT_STAMP = Stamp()
 def metric_annotations(
     values: Mapping[str, Mapping[str, float]], at: datetime, stamp: Stamp = DEFAULT_STAMP
 ) -> dict[str, dict[str, str]]:
-    """``{annotation key: {node: fraction}}`` -> ``{node: {annotation key: "0.63012,<ts>"}}``."""
+    """``{annotation key: {node: fraction}}`` -> ``{node: {annotation key: "0.63012,<ts>"}}``.
+
+    ``encode_usage``'s format, with the timestamp, the same for the whole round, formatted once rather than
+    for each of the round's (nodes x metrics) values; the values were validated by ``values.convert``."""
+    suffix = "," + format_timestamp(at, stamp.style, stamp.legacy_zone)
     per_node: dict[str, dict[str, str]] = {}
     for key, by_node in values.items():
         for node, fraction in by_node.items():
-            per_node.setdefault(node, {})[key] = encode_usage(
-                fraction, at, style=stamp.style, legacy_zone=stamp.legacy_zone
-            )
+            if not (math.isfinite(fraction) and fraction >= 0):
+                raise ValueError(f"usage must be a finite, non-negative number, got {fraction!r} for {node}")
+            per_node.setdefault(node, {})[key] = f"{fraction:.5f}{suffix}"
     return per_node
 
 

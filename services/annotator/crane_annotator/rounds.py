@@ -26,7 +26,7 @@ from crane_annotator.matching import (
 from crane_annotator.metrics import AnnotatorMetrics
 from crane_annotator.patches import DEFAULT_STAMP, Stamp, metric_annotations
 from crane_annotator.prometheus import PrometheusError, QueryClient
-from crane_annotator.values import DropReason, convert
+from crane_annotator.values import Converted, DropReason, convert
 from crane_annotator.writer import HotSupplier, Patcher, PatchReport
 from crane_shared.durations import format_duration
 from crane_shared.logs import LogOnce, get_logger
@@ -132,25 +132,34 @@ class MetricRounds:
             plan = schedule.after_round(plan, now, self._clock(), synced, retried, retry_base=self._retry_base)
 
     async def run_round(self, due: Sequence[str]) -> RoundReport:
+        """Query, match, patch. Off the patch path: each metric's answer is matched as soon as it arrives (while
+        the other queries are still out), and hot values the writer lacks are counted meanwhile too."""
         started = self._clock()
         report = RoundReport(tuple(due))
-        results = await asyncio.gather(*(self._query(name, report) for name in due))
-        report.query_seconds = self._clock() - started
-        at = self._wall_clock()
         nodes = self._nodes()
         index = self._address_index(nodes)
+        hot = asyncio.ensure_future(_best_effort(self._refresh_hot(list(nodes)))) if self._refresh_hot else None
+        try:
+            results = await asyncio.gather(*(self._query_and_match(name, index, nodes, report) for name in due))
+        except BaseException:
+            if hot is not None:
+                hot.cancel()
+            raise
+        if hot is not None:
+            await hot
+        report.query_seconds = self._clock() - started
+        at = self._wall_clock()
         values: dict[str, dict[str, float]] = {}
-        for name, series in zip(due, results, strict=True):
-            if series is None:
+        for name, result in zip(due, results, strict=True):
+            if result is None:
                 report.failed.append(name)
                 continue
             report.succeeded.append(name)
             self.last_success[name] = at
-            values[self.specs[name].key] = self._digest(name, series, index, nodes, at, report)
+            self.views[name] = MetricView(result[0], result[1].dropped, at)
+            values[self.specs[name].key] = result[1].fractions
         self._metrics.prometheus_up.set(1 if results and all(r is not None for r in results) else 0)
         patches = metric_annotations(values, datetime.fromtimestamp(at, UTC), self._stamp)
-        if patches and self._refresh_hot is not None:
-            await _best_effort(self._refresh_hot(list(patches)))
         patching = self._clock()
         report.patches = await self._patcher.patch_many(patches, hot=self._hot)
         report.patch_seconds = self._clock() - patching
@@ -158,6 +167,12 @@ class MetricRounds:
         self._record(report)
         self.first_round_done.set()
         return report
+
+    async def _query_and_match(
+        self, name: str, index: AddressIndex, nodes: Mapping[str, NodeAddresses], report: RoundReport
+    ) -> tuple[MatchResult, Converted] | None:
+        series = await self._query(name, report)
+        return None if series is None else self._digest(name, series, index, nodes, report)
 
     async def _query(self, name: str, report: RoundReport) -> list[Series] | None:
         try:
@@ -188,13 +203,11 @@ class MetricRounds:
         series: Sequence[Series],
         index: AddressIndex,
         nodes: Mapping[str, NodeAddresses],
-        at: float,
         report: RoundReport,
-    ) -> dict[str, float]:
+    ) -> tuple[MatchResult, Converted]:
         result = match_series(series, index, self._label)
         chosen = {n: m for n, m in result.chosen.items() if n in nodes}
         converted = convert(chosen)
-        self.views[name] = MetricView(result, converted.dropped, at)
         for reason in converted.dropped.values():
             self._metrics.values_dropped.labels(name, reason).inc()
         unmatched_nodes = sorted(set(nodes) - set(chosen))
@@ -210,7 +223,7 @@ class MetricRounds:
             )
         elif unmatched_nodes:
             self._log_unmatched(name, unmatched_nodes, result, series)
-        return converted.fractions
+        return result, converted
 
     def _log_unmatched(
         self, name: str, unmatched_nodes: list[str], result: MatchResult, series: Sequence[Series]

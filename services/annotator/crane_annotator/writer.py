@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio import client
+from yarl import URL
 
 from crane_annotator.limiter import PriorityLimiter
 from crane_annotator.patches import MERGE_PATCH, merge_patch
@@ -32,6 +33,9 @@ from crane_shared.logs import LogOnce, get_logger
 log = get_logger("crane.annotator.writer")
 
 Outcome = Literal["ok", "missing", "error"]
+ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
+"""Only the node's metadata back: the API server encodes (and we receive) a fraction of the Node, whose status
+(images, conditions) is most of its size; plain JSON from a server that cannot transform."""
 HotSupplier = Callable[[str], Mapping[str, str]]
 """node -> the hot-value annotation to add to its patch now (empty when unknown)"""
 
@@ -80,6 +84,11 @@ class NodePatcher:
     proxy settings and ``.netrc`` on every request and doubled the client CPU per patch (measured 1.4 ms vs
     0.6 ms), and its generated ``patch_node`` adds serialisation we do not need. Proxies from the environment
     are therefore not used for patches.
+
+    Per patch the client does only what the request needs: the URL and headers are built once (again when the
+    token changes), the body is compact JSON, the answer is the node's metadata only (``ACCEPT``) and is read
+    in full so the connection is kept (an unread body makes aiohttp close it: a new TLS handshake for the next
+    patch on both sides). Every request is status-checked and bounded by ``timeout``.
     """
 
     def __init__(
@@ -92,6 +101,10 @@ class NodePatcher:
         on_sent: Callable[[str, Mapping[str, str], Outcome], None] = lambda node, annotations, outcome: None,
     ) -> None:
         self._configuration = api.configuration
+        self._host = str(api.configuration.host).rstrip("/")
+        self._urls: dict[str, URL] = {}
+        self._token: str | None = None
+        self._header_cache: dict[str, str] | None = None
         self._limiter = limiter
         self._concurrency = max(1, concurrency)
         self._timeout = timeout
@@ -252,24 +265,44 @@ class NodePatcher:
             self._log_once.warning("patch-not-leader", "not patching: leadership lost", node=node)
             return "error"
         session = self._open()
-        headers = {"Content-Type": MERGE_PATCH, "Accept": "application/json"}
-        auth = (await self._configuration.auth_settings()).get("BearerToken")
-        if auth and auth.get("value"):
-            headers["Authorization"] = auth["value"]
-        url = f"{self._configuration.host}/api/v1/nodes/{quote(node, safe='')}"
+        body = json.dumps(merge_patch(annotations), separators=(",", ":")).encode()
         try:
-            async with session.patch(url, data=json.dumps(merge_patch(annotations)), headers=headers) as resp:
+            async with session.patch(self._url(node), data=body, headers=await self._headers()) as resp:
                 status = resp.status
-                text = "" if status < 300 else (await resp.text())[:300]
+                # Read in full: aiohttp closes a connection whose response body was left unread, and the next
+                # patch on it pays a new TLS handshake (measured: about 1 patch in 100 at 5,000 nodes).
+                payload = await resp.read()
         except (aiohttp.ClientError, OSError, TimeoutError) as err:
             self._log_once.warning("patch-connection", "node patch failed", node=node, error=str(err) or repr(err))
             return "error"
         if status < 300:
             return "ok"
         if status == 404:
+            self._urls.pop(node, None)
             return "missing"
+        text = payload[:300].decode(errors="replace")
         self._log_once.warning(f"patch-{status}", "node patch failed", node=node, status=status, body=text)
         return "error"
+
+    def _url(self, node: str) -> URL:
+        """The node's URL, parsed and encoded once (aiohttp would otherwise re-parse the string every patch)."""
+        url = self._urls.get(node)
+        if url is None:
+            url = self._urls[node] = URL(f"{self._host}/api/v1/nodes/{quote(node, safe='')}", encoded=True)
+        return url
+
+    async def _headers(self) -> Mapping[str, str]:
+        """Request headers, rebuilt only when the bearer token changes (its refresh hook still runs per patch,
+        as for any kubernetes-asyncio request)."""
+        token = None
+        if "BearerToken" in self._configuration.api_key:
+            token = await self._configuration.get_api_key_with_prefix("BearerToken")
+        if token != self._token or self._header_cache is None:
+            self._token = token
+            self._header_cache = {"Content-Type": MERGE_PATCH, "Accept": ACCEPT}
+            if token:
+                self._header_cache["Authorization"] = token
+        return self._header_cache
 
 
 def _ssl_context(configuration: Any) -> ssl.SSLContext | bool:

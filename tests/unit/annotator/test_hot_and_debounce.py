@@ -4,7 +4,8 @@ per-node debounce."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -19,6 +20,8 @@ from crane_annotator.hot import (
     next_fall,
     read_value,
 )
+from crane_annotator.patches import Stamp, hot_value_annotation
+from crane_shared.annotations import TimestampStyle, decode
 from crane_shared.hotvalue import hot_value, windows
 from crane_shared.policy import HotValuePolicy, default_policy
 
@@ -141,6 +144,22 @@ def test_mark_written_remembers_what_the_node_holds() -> None:
     assert hot.written == {"a": (3, 1000.0)}
 
 
+@pytest.mark.parametrize("style", list(TimestampStyle))
+@pytest.mark.parametrize("now", [1000.0, 1000.9999999, 1_700_000_000.5, 1_700_000_000.9999996])
+async def test_our_own_annotation_is_remembered_as_decoding_it_would(style: TimestampStyle, now: float) -> None:
+    stamp = Stamp(style, ZoneInfo("Asia/Shanghai"))
+    hot = HotValues(FakeTimes({"a": [now - 10] * 2, "b": [now - 10] * 7}), RULES, stamp, clock=lambda: now)
+    await hot.refresh(["a", "b"])
+    at = datetime.fromtimestamp(now, UTC)
+    assert hot.annotation("b") == hot_value_annotation(4, at, stamp)  # floor(7 / 5) + floor(7 / 2)
+    text = hot.annotation("a")["node_hot_value"]
+    assert text == hot_value_annotation(1, at, stamp)["node_hot_value"]
+    assert hot.annotation("a")["node_hot_value"] is text  # encoded once per count
+    hot.mark_written("a", text)
+    sample = decode(text, stamp.legacy_zone)
+    assert hot.written["a"] == (int(sample.value), sample.timestamp.timestamp()) == (1, hot.written["a"][1])
+
+
 def test_burst_on_one_node_is_flushed_once_after_the_delay() -> None:
     d = Debouncer(0.25)
     d.add(["a"], now=10.0)
@@ -162,3 +181,16 @@ def test_a_steady_stream_cannot_postpone_a_node_forever() -> None:
     # Each window closes 0.25 s after it opened; this loop only looks every 0.1 s, hence up to 0.4 s apart.
     gaps = [b - a for a, b in zip([0.0, *flushed], flushed, strict=False)]
     assert len(flushed) == 5 and max(gaps) <= 0.4 + 1e-9
+
+
+async def test_a_round_recounts_only_the_nodes_the_loops_have_not_counted_lately() -> None:
+    now = [1000.0]
+    times = FakeTimes({"a": [990.0] * 2})
+    hot = HotValues(times, RULES, clock=lambda: now[0])
+    assert set(await hot.refresh_stale(["a", "b"], older_than=30)) == {"a", "b"}  # nothing counted yet: all
+    now[0] = 1020.0
+    await hot.refresh(["b"])  # the loops counted b at 1020
+    now[0] = 1040.0
+    assert set(await hot.refresh_stale(["a", "b", "c"], older_than=30)) == {"a", "c"}  # a: 40 s old; c: new
+    assert await hot.refresh_stale(["a", "b", "c"], older_than=30) == {}
+    assert [nodes for nodes, _ in times.calls] == [["a", "b"], ["b"], ["a", "c"]]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
@@ -134,6 +135,39 @@ async def test_refused_values_and_unmatched_nodes_are_counted_and_logged_once() 
     assert len(unmatched) == 1
     assert unmatched[0]["unmatched_count"] == 100 and unmatched[0]["instance_labels_seen"] == ["ghost:9100"]
     assert [e["metric"] for e in logs if str(e.get("kind", "")).startswith("no-series")] == ["mem_usage_avg_5m"]
+
+
+async def test_hot_values_are_counted_while_the_queries_are_out_and_before_the_first_patch() -> None:
+    answers = {s.name: series(s.name, 10.0) for s in SPECS}
+    counted = asyncio.Event()
+    order: list[str] = []
+
+    class SlowPrometheus(FakePrometheus):
+        async def query(self, promql: str) -> QueryResult:
+            await counted.wait()  # answers only once the hot values were counted: they must not wait for us
+            return await super().query(promql)
+
+    class Patcher(FakePatcher):
+        async def patch_many(self, patches: Mapping[str, Mapping[str, str]], **kw: Any) -> PatchReport:
+            order.append("patch")
+            return await super().patch_many(patches, **kw)
+
+    async def refresh_hot(nodes: Sequence[str]) -> None:
+        order.append(f"hot {len(nodes)}")
+        await asyncio.sleep(0)
+        counted.set()
+
+    rounds = MetricRounds(
+        SPECS,
+        SlowPrometheus(answers),
+        lambda: NODES,
+        Patcher(),
+        AnnotatorMetrics(CollectorRegistry()),
+        refresh_hot=refresh_hot,
+    )
+    report = await asyncio.wait_for(rounds.run_round([s.name for s in SPECS]), 5)
+    assert report.patches.sent == len(NODES)
+    assert order == [f"hot {len(NODES)}", "patch"]
 
 
 async def test_a_metric_that_matched_no_node_is_retried_soon_like_a_failed_one() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -10,7 +11,7 @@ import pytest
 from crane_annotator.matching import Match, MatchKind
 from crane_annotator.patches import Stamp, hot_value_annotation, merge_patch, metric_annotations
 from crane_annotator.values import convert, percent_to_fraction
-from crane_shared.annotations import TimestampStyle, decode
+from crane_shared.annotations import TimestampStyle, decode, encode_usage
 
 AT = datetime(2023, 10, 17, 7, 4, 32, 900_000, tzinfo=UTC)
 
@@ -56,6 +57,23 @@ def test_one_patch_per_node_with_every_metric_at_five_decimals_in_utc() -> None:
         "b": {"cpu_usage_avg_5m": "0.10000,2023-10-17T07:04:32+00:00"},
     }
     assert decode(per_node["a"]["cpu_usage_avg_5m"]).value == 0.63012
+
+
+@pytest.mark.parametrize("style", list(TimestampStyle))
+def test_round_annotations_are_exactly_what_encode_usage_writes(style: TimestampStyle) -> None:
+    stamp = Stamp(style, ZoneInfo("Asia/Shanghai"))
+    fractions = [0.0, 1e-7, 0.000005, 0.123455, 0.630123456, 0.999999, 1.0, 1.205, 37.0]
+    values = {"k": {f"n{i}": f for i, f in enumerate(fractions)}}
+    per_node = metric_annotations(values, AT, stamp)
+    assert per_node == {
+        f"n{i}": {"k": encode_usage(f, AT, style=style, legacy_zone=stamp.legacy_zone)} for i, f in enumerate(fractions)
+    }
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -0.5])
+def test_round_annotations_refuse_what_encode_usage_refuses(bad: float) -> None:
+    with pytest.raises(ValueError, match="finite, non-negative"):
+        metric_annotations({"k": {"a": 0.5, "b": bad}}, AT)
 
 
 def test_legacy_stamp_writes_upstreams_wall_clock_with_z() -> None:
