@@ -247,6 +247,8 @@ class Sandbox:
 
     def _service_specs(self) -> list[ServiceSpec]:
         assert self.cluster is not None and self.prometheus is not None
+        if not self.services:  # a bare cluster (e.g. for a helm install): no identities were made
+            return []
         redis = ["--redis-url", self.cluster.redis_url]
         annotator = self.identities["annotator"]
         specs = {
