@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import ssl
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,7 +84,9 @@ class StatusProxy:
 
     ``fail(status, match, count)`` answers the next ``count`` requests that ``match`` with ``status`` (and
     ``Retry-After: 1`` as the API server's priority-and-fairness does); everything else is forwarded, watches
-    streamed. ``seen`` counts requests per kind (list, watch, other) to catch tight retry loops."""
+    streamed. ``seen`` counts requests per kind (list, watch, other) and ``opened`` lists and watches per resource
+    path, to catch tight retry loops (a client with many informers reopens each after a restart, a tight loop
+    reopens one many times)."""
 
     def __init__(self, cluster: LocalCluster) -> None:
         assert cluster.pki is not None
@@ -93,6 +96,7 @@ class StatusProxy:
         self.url = f"http://127.0.0.1:{self.port}"
         self._rules: list[tuple[int, Callable[[web.Request], bool], list[int]]] = []
         self.seen: dict[str, int] = {"list": 0, "watch": 0, "other": 0}
+        self.opened: Counter[str] = Counter()
         self.injected: dict[int, int] = {}
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -109,7 +113,10 @@ class StatusProxy:
         self._rules.append((status, match, [count]))
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        self.seen[self.kind(request)] += 1
+        kind = self.kind(request)
+        self.seen[kind] += 1
+        if kind != "other":
+            self.opened[request.path] += 1
         for status, match, left in self._rules:
             if left[0] > 0 and match(request):
                 left[0] -= 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -244,20 +245,29 @@ async def test_429_and_503_on_the_leaders_lists_and_watches_mid_burst_every_pod_
     pair.add("a", "--kubeconfig", str(via_proxy), "--kube-api-qps", "30", "--kube-api-burst", "30")
     pair.add("b")
 
+    per_resource: Counter[str] = Counter()
+
     async def cut_the_watches() -> None:
-        before = dict(status_proxy.seen)
+        before, before_paths = dict(status_proxy.seen), Counter(status_proxy.opened)
         status_proxy.fail(status, _pods_or_nodes("watch"), 3)
         await restart_apiserver(cluster, 1.0)  # every watch ends; reopening them meets the failures
         await wait_for(_injected(status_proxy, status, 6), timeout=60, what="every injected failure hit")
         pair.opened = {k: status_proxy.seen[k] - before[k] for k in before}
+        per_resource.update(status_proxy.opened - before_paths)
 
     try:
         await burst_with_fault(kube, namespace, scheduler_name, pair, row, cut_the_watches)
     finally:
         await pair.stop()
     opened = pair.opened
-    assert opened["list"] + opened["watch"] <= 60, f"a tight retry loop of lists/watches: {opened}"
-    row.note = f"{status_proxy.injected.get(status)} x {status} injected; lists+watches opened after the cut: {opened}"
+    # Every informer (pods, nodes, volumes, PDBs, owners, ...) reopens its list/watch after the restart, and the
+    # pod and node ones meet the injected failures: a few opens per resource. A tight loop reopens one many times.
+    (busiest, most), *_ = per_resource.most_common(1)
+    assert most <= 10, f"a tight retry loop: {busiest} opened {most} times ({dict(per_resource)})"
+    row.note = (
+        f"{status_proxy.injected.get(status)} x {status} injected; lists+watches opened after the cut: {opened} "
+        f"over {len(per_resource)} resources, at most {most} for one ({busiest})"
+    )
     assert row.doubled == 0 and row.lost == 0
 
 
