@@ -123,9 +123,12 @@ def _finish(api: client.ApiClient, bucket: TokenBucket, request_timeout: float) 
     return api
 
 
-async def make_api_client(settings: KubeSettings, *, request_timeout: float | None = None) -> client.ApiClient:
+async def make_api_client(
+    settings: KubeSettings, *, request_timeout: float | None = None, connections: int | None = None
+) -> client.ApiClient:
     """An ApiClient from the kubeconfig when given, else from the in-cluster service account. Each call makes a
-    new client: its own connection pool and rate limiter. ``request_timeout`` overrides the settings' default."""
+    new client: its own connection pool and rate limiter. ``request_timeout`` overrides the settings' default;
+    ``connections`` bounds the pool (default: the burst)."""
     configuration = client.Configuration()
     if settings.kubeconfig:
         await config.load_kube_config(
@@ -133,18 +136,22 @@ async def make_api_client(settings: KubeSettings, *, request_timeout: float | No
         )
     else:
         config.load_incluster_config(client_configuration=configuration)
-    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, settings.burst)
+    configuration.connection_pool_maxsize = connections or max(configuration.connection_pool_maxsize, settings.burst)
     timeout = settings.request_timeout if request_timeout is None else request_timeout
     return _finish(client.ApiClient(configuration=configuration), TokenBucket(settings.qps, settings.burst), timeout)
 
 
 async def api_client_from_dict(
-    config_dict: dict[str, Any], qps: float = 0, burst: int = 100, request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    config_dict: dict[str, Any],
+    qps: float = 0,
+    burst: int = 100,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    connections: int | None = None,
 ) -> client.ApiClient:
     """An ApiClient from an in-memory kubeconfig (tests, sandbox)."""
     configuration = client.Configuration()
     await config.load_kube_config_from_dict(config_dict=config_dict, client_configuration=configuration)
-    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, burst)
+    configuration.connection_pool_maxsize = connections or max(configuration.connection_pool_maxsize, burst)
     return _finish(client.ApiClient(configuration=configuration), TokenBucket(qps, burst), request_timeout)
 
 

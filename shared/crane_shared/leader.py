@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -80,6 +81,10 @@ class Term:
 
     number: int = field(default_factory=lambda: next(_term_numbers))
     lost: asyncio.Event = field(default_factory=asyncio.Event)
+    deadline: float = math.inf
+    """``time.monotonic()`` instant by which the term ends unless the lease is renewed (the last successful renewal
+    attempt's start + the renew deadline): a writer in another process of this host, which cannot see ``lost``,
+    refuses a write after it (CLOCK_MONOTONIC is one clock for the host)."""
 
     @property
     def held(self) -> bool:
@@ -201,8 +206,8 @@ class LeaderElector:
     def _held_by_other(self) -> bool:
         return self._observed is not None and self._observed[0] not in ("", self.config.identity)
 
-    def _begin_term(self) -> Term:
-        self.term = Term()
+    def _begin_term(self, renewed_at: float) -> Term:
+        self.term = Term(deadline=renewed_at + self.config.renew_deadline)
         log.info("leadership acquired", lease=self.config.name, identity=self.config.identity, term=self.term.number)
         self.on_change(True)
         return self.term
@@ -225,7 +230,7 @@ class LeaderElector:
                 if not await self.try_acquire_or_renew():
                     await sleep_unless(stopping, self.config.retry_period)
                     continue
-                self._begin_term()
+                self._begin_term(attempt_started)
                 task = asyncio.create_task(lead())
                 reason = "lead returned"
                 try:
@@ -256,6 +261,8 @@ class LeaderElector:
                 started = self._clock()
                 if await self.try_acquire_or_renew(min(remaining, self.config.request_timeout)):
                     renewed_at = started
+                    if self.term is not None:
+                        self.term.deadline = renewed_at + self.config.renew_deadline
                     break
                 if self._held_by_other():
                     log.warning("leadership lost: lease held by another", lease=self.config.name)

@@ -180,6 +180,18 @@ def _status(reply: Status) -> web.Response:
     return web.json_response(body, status=reply.code, headers=headers)
 
 
+def kubeconfig_for(url: str) -> dict[str, Any]:
+    """A kubeconfig dict for a plain-HTTP test server at ``url`` (token auth)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": url.rstrip("/")}}],
+        "users": [{"name": "fake", "user": {"token": "fake"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+        "current-context": "fake",
+    }
+
+
 @asynccontextmanager
 async def fake_api(server: FakeApiServer) -> AsyncIterator[client.ApiClient]:
     """Serve ``server`` on a free loopback port; yields a real ApiClient pointed at it."""
@@ -188,14 +200,7 @@ async def fake_api(server: FakeApiServer) -> AsyncIterator[client.ApiClient]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-        "users": [{"name": "fake", "user": {"token": "fake"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-        "current-context": "fake",
-    }
+    kubeconfig = kubeconfig_for(f"http://127.0.0.1:{port}")
     server.kubeconfig = kubeconfig
     api = await api_client_from_dict(kubeconfig)
     try:

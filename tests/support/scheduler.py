@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
@@ -12,6 +14,8 @@ from crane_scheduler.framework.runtime import Profile, build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
+from crane_scheduler.writer import ApiWriter, Connection
+from tests.support.fakeapi import kubeconfig_for
 
 _uids = itertools.count(1)
 
@@ -109,3 +113,10 @@ def failure(t: NodeTable, p: dict[str, Any], config: dict[str, Any] | None = Non
     result = decide(t, p, config)
     assert isinstance(result, Diagnosis), result
     return result.message
+
+
+@asynccontextmanager
+async def api_writer(url: str) -> AsyncIterator[ApiWriter]:
+    """The scheduler's API writer process, writing to the test server at ``url``; closed on exit."""
+    async with ApiWriter(Connection(kubeconfig_dict=kubeconfig_for(url), qps=0)) as writer:
+        yield writer

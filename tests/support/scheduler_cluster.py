@@ -25,6 +25,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
+from crane_scheduler.writer import ApiWriter, Connection
 from crane_shared.kube import api_client_from_dict
 
 
@@ -59,13 +60,22 @@ async def in_process(cluster: LocalCluster, config: dict[str, Any], node_selecto
     (binds drained) on exit."""
     account = (await service_identity(cluster, "scheduler")).kubeconfig_dict()
     api = await api_client_from_dict(account, qps=0, burst=200)
-    events_api = await api_client_from_dict(account, qps=0, burst=200)
+    writer = ApiWriter(Connection(kubeconfig_dict=account, qps=0))
+    await writer.start()
     cfg = parse_config(config)
     table = NodeTable()
-    profiles = build_profiles(cfg, builtin_registry(), lambda name: Handle(table, api, time.monotonic, name))
-    reporter = Reporter(events_api, api, "test")
+    profiles = build_profiles(
+        cfg, builtin_registry(), lambda name: Handle(table, api, time.monotonic, name, writer=writer)
+    )
+    reporter = Reporter(writer, api, "test")
     scheduler = Scheduler(
-        config=cfg, profiles=profiles, table=table, reporter=reporter, api=api, node_selector=node_selector
+        config=cfg,
+        profiles=profiles,
+        table=table,
+        reporter=reporter,
+        api=api,
+        node_selector=node_selector,
+        writer=writer,
     )
     stopping = asyncio.Event()
 
@@ -84,8 +94,8 @@ async def in_process(cluster: LocalCluster, config: dict[str, Any], node_selecto
         await asyncio.wait(tasks, timeout=20)
         for t in tasks:
             t.cancel()
+        await writer.close()
         await api.close()
-        await events_api.close()
 
 
 def child_process(

@@ -34,6 +34,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
+from crane_scheduler.writer import ApiWriter, Connection
 from crane_shared.kube import KubeSettings, make_api_client
 from crane_shared.leader import LeaderElector, LeaseConfig, make_lease_client
 from crane_shared.logs import configure_logging, get_logger
@@ -80,6 +81,14 @@ def build_parser() -> EnvArgumentParser:
         "limit, as in kube-scheduler)",
     )
     parser.add_argument(
+        "--writer-connections",
+        env="CRANE_SCHEDULER_WRITER_CONNECTIONS",
+        type=int,
+        default=64,
+        help="API writes (binds, events, status patches) in flight at once in the writer process: that many "
+        "keep-alive connections, so a burst does not open (and TLS-handshake) one per bind",
+    )
+    parser.add_argument(
         "--node-selector",
         env="CRANE_SCHEDULER_NODE_SELECTOR",
         default=None,
@@ -115,9 +124,10 @@ class Loaded:
     handles: list[Handle] = field(default_factory=list)
     listers: Listers = field(default_factory=Listers)
 
-    def connect(self, api: object, may_bind: Callable[[], bool] = lambda: True) -> None:
+    def connect(self, api: object, writer: ApiWriter, may_bind: Callable[[], bool] = lambda: True) -> None:
         for handle in self.handles:
             handle.api = api
+            handle.writer = writer
             handle.may_bind = may_bind
 
 
@@ -163,12 +173,26 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         request_timeout=common.kube.request_timeout,
     )
     api = await make_api_client(kube)
-    events_api = await make_api_client(kube)  # its own rate limit, as kube-scheduler's event client
     identity = args.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
     runtime = ServiceRuntime("crane-scheduler", common.listen_host, common.listen_port, registry=REGISTRY)
     runtime.configure_access(Access(common.metrics_access), Access(common.debug_access), common.kube)
     metrics = SchedulerMetrics(runtime.registry)
-    reporter = Reporter(events_api, api, identity, workers=args.event_concurrency, metrics=metrics)
+    # Binds, events and status patches leave through the writer process: its own connections, rate limit (as
+    # kube-scheduler's event client) and core; the scheduler's client keeps the informers and the reads.
+    writer = ApiWriter(
+        Connection(
+            kubeconfig=kube.kubeconfig,
+            context=kube.context,
+            qps=kube.qps,
+            burst=kube.burst,
+            request_timeout=kube.request_timeout,
+            connections=args.writer_connections,
+        ),
+        log_level=common.log_level,
+        log_format=common.log_format,
+        on_restart=metrics.writer_restarts.inc,
+    )
+    reporter = Reporter(writer, api, identity, workers=args.event_concurrency, metrics=metrics)
     scheduler = Scheduler(
         config=config,
         profiles=profiles,
@@ -179,9 +203,13 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         node_selector=args.node_selector,
         metrics=metrics,
         listers=loaded.listers,
+        writer=writer,
     )
-    loaded.connect(api, scheduler.may_bind)  # the plugins built (and validated) in main() get the API client now
+    loaded.connect(
+        api, writer, scheduler.may_bind
+    )  # the plugins built (and validated) in main() get the API client now
     runtime.add_readiness_check("caches-synced", scheduler.synced.is_set)
+    runtime.add_readiness_check("api-writer", lambda: writer.alive)
     explain.add_routes(
         runtime.app, scheduler.decisions, lambda name: list(profiles[name].plugins.values()) if name in profiles else []
     )
@@ -228,6 +256,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         finally:
             await lease_api.close()
 
+    await writer.start()
     try:
         return await runtime.run(
             scheduler.run_informers(runtime.stopping),
@@ -237,8 +266,8 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
             grace=20.0,
         )
     finally:
+        await writer.close()  # after the reporter: the events of the last binds are written
         await api.close()
-        await events_api.close()
 
 
 if __name__ == "__main__":

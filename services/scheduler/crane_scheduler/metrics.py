@@ -61,6 +61,11 @@ class SchedulerMetrics:
             "Binding cycles dropped before their bind because the lease was lost.",
             registry=r,
         )
+        self.writer_restarts = Counter(
+            "crane_scheduler_api_writer_restarts",
+            "Times the API writer process (binds, events) exited unexpectedly and was restarted.",
+            registry=r,
+        )
         self.reports = Counter(
             "crane_scheduler_api_writes_total",
             "Events and pod status patches the scheduler wrote, by kind and result.",

@@ -1,7 +1,8 @@
 """What users see: ``Scheduled`` and ``FailedScheduling`` events and the PodScheduled condition.
 
-All writes go through a small worker pool on their own API client (kube-scheduler also gives events a separate
-client and rate limiter), so reporting never delays a decision or a bind.
+All writes go through a small worker pool to the API writer process (``crane_scheduler.writer``, with its own
+connections and rate limit, as kube-scheduler gives events a separate client), so reporting never delays a
+decision or a bind; reads (the pod behind a 409, the recovery list) use the scheduler's client.
 
 - ``Scheduled`` is written exactly once per pod UID, also across crashes and failovers: the event name is derived
   from the UID (a second create is a harmless 409), and a new leader writes the ones a crashed leader bound but
@@ -33,6 +34,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import PodRecord
 from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.writer import ApiWriter, Reply
+from crane_scheduler.writer.protocol import STRATEGIC_MERGE_PATCH, UNSENT
 from crane_shared.events import SCHEDULED_REASON, event_body, event_name, scheduled_event
 from crane_shared.kube import raw_json
 from crane_shared.leader import Term
@@ -72,7 +75,7 @@ class _Job:
 class Reporter:
     def __init__(
         self,
-        events_api: client.ApiClient | None,
+        writer: ApiWriter | None,
         api: client.ApiClient | None,
         instance: str,
         *,
@@ -82,7 +85,7 @@ class Reporter:
         metrics: SchedulerMetrics | None = None,
     ) -> None:
         self.metrics = metrics or SchedulerMetrics()
-        self._events_api = events_api
+        self._writer = writer
         self._api = api
         self.instance = instance
         self._workers = workers
@@ -124,10 +127,10 @@ class Reporter:
             scheduler=scheduler,
             instance=self.instance,
         )
-        failure = (pod.uid, message)
-        self._queue("failed", lambda: self._create_event(pod.namespace, body, "failed"), failure)
+        failure, term = (pod.uid, message), self.term
+        self._queue("failed", lambda: self._create_event(pod.namespace, body, "failed", term), failure)
         if pod.scheduled_condition != ("False", reason, message):
-            self._queue("condition", lambda: self._patch_condition(pod, reason, message), failure)
+            self._queue("condition", lambda: self._patch_condition(pod, reason, message, term), failure)
         return True
 
     def event(
@@ -255,26 +258,26 @@ class Reporter:
             retryable=_transient,
         )
 
-    async def _create_event(self, namespace: str, body: dict[str, Any], kind: str) -> None:
-        try:
-            # raw_json checks the status: with _preload_content=False kubernetes-asyncio does not, and a 409 or
-            # a 503 would count as written.
-            await raw_json(
-                client.EventsV1Api(self._events_api).create_namespaced_event(
-                    namespace, body, _preload_content=False, _request_timeout=30
-                )
-            )
-            self.metrics.reports.labels(kind, "ok").inc()
-        except ApiException as err:
-            if err.status == 409:  # the one Scheduled event for this UID exists already
-                self.metrics.reports.labels(kind, "exists").inc()
-                return
-            if err.status == 404:  # namespace gone
-                return
-            self.metrics.reports.labels(kind, "error").inc()
-            raise
+    async def _write(self, method: str, path: str, body: Any, term: Term | None, content_type: str = "") -> Reply:
+        if self._writer is None:
+            raise WriteFailed("no API writer")
+        if content_type:
+            return await self._writer.write(method, path, body, term, content_type)
+        return await self._writer.write(method, path, body, term)
 
-    async def _patch_condition(self, pod: PodInfo, reason: str, message: str) -> None:
+    async def _create_event(self, namespace: str, body: dict[str, Any], kind: str, term: Term | None = None) -> None:
+        reply = await self._write("POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body, term)
+        if reply.ok:
+            self.metrics.reports.labels(kind, "ok").inc()
+        elif reply.status == 409:  # the one Scheduled event for this UID exists already
+            self.metrics.reports.labels(kind, "exists").inc()
+        elif reply.refused:  # its term ended before it left
+            self.metrics.reports.labels(kind, "dropped").inc()
+        elif reply.status != 404:  # 404: namespace gone
+            self.metrics.reports.labels(kind, "error").inc()
+            raise _failure(reply)
+
+    async def _patch_condition(self, pod: PodInfo, reason: str, message: str, term: Term | None = None) -> None:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         condition = {
             "type": "PodScheduled",
@@ -285,21 +288,16 @@ class Reporter:
             "lastTransitionTime": now,
             "observedGeneration": pod.generation or None,
         }
-        try:
-            await raw_json(
-                client.CoreV1Api(self._api).patch_namespaced_pod_status(
-                    pod.name,
-                    pod.namespace,
-                    {"status": {"conditions": [condition]}},
-                    _preload_content=False,
-                    _request_timeout=30,
-                )
-            )
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        body = {"status": {"conditions": [condition]}}  # strategic merge: conditions merge by type
+        reply = await self._write("PATCH", path, body, term, STRATEGIC_MERGE_PATCH)
+        if reply.ok:
             self.metrics.reports.labels("condition", "ok").inc()
-        except ApiException as err:
-            if err.status != 404:
-                self.metrics.reports.labels("condition", "error").inc()
-                raise
+        elif reply.refused:
+            self.metrics.reports.labels("condition", "dropped").inc()
+        elif reply.status != 404:
+            self.metrics.reports.labels("condition", "error").inc()
+            raise _failure(reply)
 
     async def _ensure_scheduled(self, pod: PodInfo, scheduler: str) -> None:
         try:
@@ -342,7 +340,7 @@ class Reporter:
     async def _scheduled_event_uids(self) -> set[str]:
         uids: set[str] = set()
         cont: str | None = None
-        core = client.CoreV1Api(self._events_api)
+        core = client.CoreV1Api(self._api)
         while True:
             kwargs: dict[str, Any] = {"field_selector": f"reason={SCHEDULED_REASON}", "limit": 1000}
             if cont:
@@ -354,6 +352,18 @@ class Reporter:
             cont = (page.get("metadata") or {}).get("continue")
             if not cont:
                 return uids
+
+
+class WriteFailed(Exception):
+    """A write the API writer could not send (transport error, process gone): transient, retried."""
+
+
+def _failure(reply: Reply) -> Exception:
+    if reply.status == UNSENT:
+        return WriteFailed(reply.text)
+    err = ApiException(status=reply.status, reason=reply.text[:300])
+    err.body = reply.text.encode()
+    return err
 
 
 def _transient(err: Exception) -> bool:

@@ -20,7 +20,9 @@ pending (after a restart the informer's list says so).
 Losing the lease (``stop_binding``, called from the elector's ``on_change(False)`` before the loop is cancelled):
 every binding cycle that has not yet sent its bind is cancelled at once (also those waiting for a token of the
 client's rate limiter), its Reserve undone, its assumption forgotten and its pod put back in the queue; the bind
-plugin checks the term (``may_bind``) right before its POST. The process then stays up as a clean standby: the
+plugin checks the term (``may_bind``) before handing its POST to the API writer process, which is told at once
+that the term ended (``end_term``: it refuses that term's writes not yet sent, and a write past the term's
+deadline in any case). The process then stays up as a clean standby: the
 informers keep its cache warm, the queue holds every pending pod, and a later term starts from there (a pod the
 new leader bound meanwhile has left the pending set through the informer).
 """
@@ -60,6 +62,7 @@ from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.reporting import Reporter
+from crane_scheduler.writer import ApiWriter
 from crane_shared.leader import Term
 from crane_shared.logs import get_logger
 from crane_shared.retry import sleep_unless
@@ -99,6 +102,7 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         metrics: SchedulerMetrics | None = None,
         listers: Listers | None = None,
+        writer: ApiWriter | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or reporter.metrics
@@ -106,6 +110,7 @@ class Scheduler:
         self.table = table
         self.reporter = reporter
         self.api = api
+        self.writer = writer
         self.clock = clock
         self.node_selector = node_selector
         sort_plugin = next(iter(profiles.values())).queue_sort
@@ -245,6 +250,8 @@ class Scheduler:
         """Leadership is lost: cancel every binding cycle and, right here, undo its Reserve, forget its
         assumption and requeue its pod (also for a cycle whose task has not started yet, which no handler inside
         it would see). Returns how many were dropped."""
+        if self.writer is not None and self._term is not None:
+            self.writer.end_term(self._term)  # first: the writer refuses this term's binds not yet sent
         binds = [task for task in self._binds if not task.done() and task not in self._dropped]
         for task in binds:
             task.cancel()
@@ -262,6 +269,8 @@ class Scheduler:
         finish, or are dropped by ``stop_binding``."""
         self._term = term
         self.reporter.term = term  # reports queued from now on belong to this term
+        if self.writer is not None:
+            self.writer.term = term  # and binds
         await self.synced.wait()
         await self._recover_scheduled_events()
         flusher = asyncio.create_task(self._flush_loop(stopping))

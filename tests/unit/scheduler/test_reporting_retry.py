@@ -6,10 +6,10 @@ import asyncio
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from kubernetes_asyncio import client
 
 from crane_scheduler import reporting
 from crane_scheduler.reporting import Reporter
+from tests.support.scheduler import api_writer
 
 
 async def test_scheduled_event_is_retried_through_503s_and_written_once() -> None:
@@ -24,9 +24,8 @@ async def test_scheduled_event_is_retried_through_503s_and_written_once() -> Non
 
     app = web.Application()
     app.router.add_post("/apis/events.k8s.io/v1/namespaces/{ns}/events", create)
-    async with TestServer(app) as server:
-        api = client.ApiClient(client.Configuration(host=str(server.make_url("")).rstrip("/")))
-        reporter = Reporter(api, api, "test")
+    async with TestServer(app) as server, api_writer(str(server.make_url(""))) as writer:
+        reporter = Reporter(writer, None, "test")
         stopping = asyncio.Event()
         run = asyncio.create_task(reporter.run(stopping))
         try:
@@ -36,6 +35,5 @@ async def test_scheduled_event_is_retried_through_503s_and_written_once() -> Non
             stopping.set()
             reporter.close()
             await run
-            await api.close()
     assert answers == [], answers
     assert created == [reporting.scheduled_event_name("p", "uid-1")]

@@ -8,13 +8,13 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.podinfo import parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_shared.leader import Term
+from tests.support.scheduler import api_writer
 
 
 def _pod(name: str) -> dict[str, Any]:
@@ -48,10 +48,9 @@ def _dropped(metrics: SchedulerMetrics, kind: str) -> float:
 
 async def test_failures_queued_in_a_lost_term_are_dropped_at_once_and_never_written() -> None:
     fake = _Api()
-    async with TestServer(fake.app) as server:
-        api = client.ApiClient(client.Configuration(host=str(server.make_url("")).rstrip("/")))
+    async with TestServer(fake.app) as server, api_writer(str(server.make_url(""))) as writer:
         metrics = SchedulerMetrics(CollectorRegistry())
-        reporter = Reporter(api, api, "test", metrics=metrics)
+        reporter = Reporter(writer, None, "test", metrics=metrics)
         reporter.term = term = Term()
         pod = parse_pod(_pod("stuck"))
         assert reporter.failed(pod, "0/3 nodes are available", "Unschedulable", "crane-scheduler")
@@ -71,7 +70,6 @@ async def test_failures_queued_in_a_lost_term_are_dropped_at_once_and_never_writ
         stopping.set()
         reporter.close()
         await asyncio.wait_for(run, 10)
-        await api.close()
     assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"]  # the Scheduled event only
     # the dropped failure was never written: the next term reports the same message again at once
     reporter.term = Term()
@@ -80,9 +78,8 @@ async def test_failures_queued_in_a_lost_term_are_dropped_at_once_and_never_writ
 
 async def test_a_failure_of_the_new_term_is_kept_and_written() -> None:
     fake = _Api()
-    async with TestServer(fake.app) as server:
-        api = client.ApiClient(client.Configuration(host=str(server.make_url("")).rstrip("/")))
-        reporter = Reporter(api, api, "test")
+    async with TestServer(fake.app) as server, api_writer(str(server.make_url(""))) as writer:
+        reporter = Reporter(writer, None, "test")
         reporter.term = old = Term()
         reporter.failed(parse_pod(_pod("a")), "no fit", "Unschedulable", "crane-scheduler")
         old.lost.set()
@@ -95,7 +92,6 @@ async def test_a_failure_of_the_new_term_is_kept_and_written() -> None:
         stopping.set()
         reporter.close()
         await asyncio.wait_for(run, 10)
-        await api.close()
     assert sorted(fake.writes) == [
         "PATCH /api/v1/namespaces/ns/pods/b/status",
         "POST /apis/events.k8s.io/v1/namespaces/ns/events",

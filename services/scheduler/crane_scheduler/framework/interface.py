@@ -34,6 +34,7 @@ from crane_scheduler.framework.types import (
 from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
+from crane_scheduler.writer import ApiWriter
 
 __all__ = [
     "EXTENSION_POINTS",
@@ -97,6 +98,8 @@ class Handle:
     # Whether a bind may be sent now (False once the leader's term ended); bind plugins check it right before
     # their write. Set by the service; always True without leader election.
     may_bind: Callable[[], bool] = field(default=lambda: True)
+    writer: ApiWriter | None = None
+    """The API writer process's client: bind plugins send their write through it (set by the service)."""
     listers: Listers = field(default_factory=Listers)
     """PVCs, PVs, StorageClasses, CSINodes, PDBs (one instance shared by every profile and the cache)."""
     activate: Callable[[str], None] = field(default=lambda uid: None)

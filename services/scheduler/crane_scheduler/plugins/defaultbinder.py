@@ -1,6 +1,6 @@
-"""DefaultBinder: POST pods/<name>/binding. A 409 (already bound) is answered with ``Code.ALREADY_BOUND``, which
-the scheduler treats as someone else's success rather than an error to retry; nothing raises across the plugin
-boundary."""
+"""DefaultBinder: POST pods/<name>/binding through the API writer process (``crane_scheduler.writer``). A 409
+(already bound) is answered with ``Code.ALREADY_BOUND``, which the scheduler treats as someone else's success
+rather than an error to retry; nothing raises across the plugin boundary."""
 
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ class BindConflict(Exception):
 
 
 async def bind_pod(api: client.ApiClient, namespace: str, name: str, uid: str, node: str) -> None:
-    """POST pods/<name>/binding. kubernetes-asyncio cannot deserialize the Status the API answers (it expects a
-    Binding and raises ValueError after a successful bind), so read the raw response and judge the status code.
+    """POST pods/<name>/binding with an ApiClient of this process (the benchmarks' bind ceiling, the API contract
+    test; the scheduler binds through its writer process). kubernetes-asyncio cannot deserialize the Status the
+    API answers (it expects a Binding and raises ValueError after a successful bind), so read the raw response and
+    judge the status code.
     The UID precondition makes a bind of a deleted-and-recreated pod fail instead of binding the new one."""
     body = {
         "apiVersion": "v1",
@@ -47,13 +49,16 @@ class DefaultBinder(BindPlugin):
     async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         if not self._handle.may_bind():  # the leader's term ended: the next leader binds this pod
             return Status(Code.ERROR, ("not binding: leadership lost",), self.name)
-        try:
-            await bind_pod(self._handle.api, pod.namespace, pod.name, pod.uid, node)
-        except BindConflict as err:
-            return Status(Code.ALREADY_BOUND, (str(err),), self.name)
-        except Exception as err:  # API errors, timeouts, resets: the pod is retried with backoff
-            return Status(Code.ERROR, (f"binding pod to {node}: {err!r}",), self.name)
-        return SUCCESS
+        writer = self._handle.writer
+        if writer is None:
+            return Status(Code.ERROR, ("not binding: no API writer",), self.name)
+        reply = await writer.bind(pod.namespace, pod.name, pod.uid, node)
+        if reply.ok:
+            return SUCCESS
+        if reply.status == 409:
+            return Status(Code.ALREADY_BOUND, (f"pod {pod.namespace}/{pod.name} is already bound",), self.name)
+        # API errors, timeouts, resets, a refusal after the term ended: the pod is retried with backoff
+        return Status(Code.ERROR, (f"binding pod to {node}: {reply.describe()}",), self.name)
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> DefaultBinder:

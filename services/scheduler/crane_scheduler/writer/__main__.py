@@ -1,0 +1,7 @@
+"""``python -m crane_scheduler.writer``: the writer process (started by ``ApiWriter``, not by hand)."""
+
+import sys
+
+from crane_scheduler.writer.process import main
+
+sys.exit(main())

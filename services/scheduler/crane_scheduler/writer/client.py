@@ -1,0 +1,190 @@
+"""The scheduler's side of the writer process (``process``): THE path of its API writes (binds, events,
+pod-status patches). Reads (informers, recovery lists) stay on the scheduler's own client.
+
+A write is packed and buffered; the buffer goes down the pipe once per event-loop turn, so a burst of binds costs
+one pipe write per turn. Each write carries its term (``Term.number``) and the term's deadline (``Term.deadline``,
+monotonic); ``end_term`` tells the writer at once, unbuffered, that a term is over. A caller that is cancelled
+(``stop_binding`` cancels its binding cycles) cancels its request in the writer too. If the process dies, the
+writes in flight answer ``UNSENT`` (a bind is retried with backoff, an event is retried) and it is restarted with
+backoff; ``alive`` is a readiness check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+
+from crane_scheduler.writer.protocol import (
+    CANCEL,
+    END_TERM,
+    JSON,
+    NO_DEADLINE,
+    REQUEST,
+    UNSENT,
+    Connection,
+    Reply,
+)
+from crane_shared.leader import Term
+from crane_shared.logs import get_logger
+from crane_shared.retry import Backoff
+
+log = get_logger("crane.scheduler.writer")
+STOP_TIMEOUT = 40.0
+"""seconds the process gets to finish its requests once its stdin is closed (a request times out after 30 s)"""
+
+
+class ApiWriter:
+    def __init__(
+        self,
+        connection: Connection,
+        *,
+        log_level: str = "info",
+        log_format: str = "text",
+        on_restart: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.connection = connection
+        self.term: Term | None = None
+        """the term binds are sent in (set by the scheduler when it starts leading)"""
+        self._argv = [sys.executable, "-m", "crane_scheduler.writer", str(os.getpid()), log_level, log_format]
+        self._on_restart = on_restart
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Reply]] = {}
+        self._out: list[bytes] = []
+        self._packer = msgpack.Packer()
+        self._proc: asyncio.subprocess.Process | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._closing = False
+        self._started = asyncio.Event()
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None and not self._closing
+
+    async def start(self) -> None:
+        """Start the process (and keep restarting it until ``close``); returns once the first one runs."""
+        self._supervisor = asyncio.create_task(self._supervise())
+        await self._started.wait()
+
+    async def __aenter__(self) -> ApiWriter:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _spawn(self) -> asyncio.subprocess.Process:
+        proc = await asyncio.create_subprocess_exec(
+            *self._argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 20
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(self._packer.pack(self.connection.to_wire()))
+        return proc
+
+    async def _supervise(self) -> None:
+        backoff = Backoff(initial=0.5, maximum=10.0)
+        while not self._closing:
+            try:
+                proc = await self._spawn()
+            except Exception as err:
+                log.error("could not start the API writer process", error=repr(err))
+                self._started.set()
+                await asyncio.sleep(backoff.next_delay())
+                continue
+            self._proc = proc
+            self._started.set()
+            await self._read(proc)
+            code = await proc.wait()
+            self._fail_pending("the API writer process exited")
+            if self._closing:
+                return
+            log.error("the API writer process exited; restarting it", code=code)
+            self._on_restart()
+            await asyncio.sleep(backoff.next_delay())
+
+    async def close(self) -> None:
+        """Let the process finish what it has (it exits when its stdin closes), then stop supervising it."""
+        self._closing = True
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            self.flush()
+            assert proc.stdin is not None
+            proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        if self._supervisor is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+        self._fail_pending("the API writer is closed")
+
+    async def _read(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        unpacker = msgpack.Unpacker(raw=False)
+        while chunk := await proc.stdout.read(1 << 16):
+            unpacker.feed(chunk)
+            for rid, status, text in unpacker:
+                future = self._pending.pop(rid, None)
+                if future is not None and not future.done():
+                    future.set_result(Reply(status, text))
+
+    def _fail_pending(self, why: str) -> None:
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_result(Reply(UNSENT, why))
+
+    # ------------------------------------------------------------------------------------------ writes
+
+    async def write(self, method: str, path: str, body: Any, term: Term | None, content_type: str = JSON) -> Reply:
+        """Send one write through the process; ``term``: the leadership term it belongs to (None: none)."""
+        if not self.alive:
+            return Reply(UNSENT, "the API writer process is not running")
+        rid = next(self._ids)
+        number, deadline = (0, NO_DEADLINE) if term is None else (term.number, term.deadline)
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        self._buffer((REQUEST, rid, method, path, body, content_type, number, deadline))
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if self._pending.pop(rid, None) is not None:
+                self._buffer((CANCEL, rid))
+            raise
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> Reply:
+        """POST pods/<name>/binding in the current term. The UID precondition makes a bind of a deleted-and-
+        recreated pod fail instead of binding the new one."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        return await self.write("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", body, self.term)
+
+    def end_term(self, term: Term) -> None:
+        """The term is over: the process refuses its writes not yet sent, from now on (sent unbuffered)."""
+        self._buffer((END_TERM, term.number))
+        self.flush()
+
+    def _buffer(self, message: tuple[Any, ...]) -> None:
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._out.append(self._packer.pack(message))
+
+    def flush(self) -> None:
+        data, self._out = b"".join(self._out), []
+        proc = self._proc
+        if data and proc is not None and proc.stdin is not None and not proc.stdin.is_closing():
+            proc.stdin.write(data)

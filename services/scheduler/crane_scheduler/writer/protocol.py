@@ -1,0 +1,78 @@
+"""The scheduler <-> writer wire format: msgpack objects back to back on the child's stdin / stdout.
+
+Scheduler -> writer: first a map, the ``Connection`` (how to reach the API server; on the pipe, so no token or
+kubeconfig appears on a command line), then arrays:
+
+- ``[REQUEST, id, method, path, body, content_type, term, deadline]``: write ``body`` as JSON. ``term`` is the
+  leadership term's number (0: tied to no term) and ``deadline`` a ``time.monotonic()`` instant (CLOCK_MONOTONIC is
+  one clock for every process of the host) after which the request must not leave: the writer refuses it then;
+- ``[CANCEL, id]``: the caller gave up (its binding cycle was dropped); not sent if not sent yet;
+- ``[END_TERM, term]``: the term ended; every request of it not yet sent is refused, at once.
+
+Writer -> scheduler: ``[id, status, text]``: the HTTP status, ``UNSENT`` for a transport error (``text`` says
+which), ``REFUSED`` when it was not sent (term ended, deadline passed, cancelled); ``text`` is the error body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+REQUEST, CANCEL, END_TERM = 0, 1, 2
+UNSENT = 0
+REFUSED = -1
+JSON = "application/json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+NO_DEADLINE = float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    text: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status <= 299
+
+    @property
+    def refused(self) -> bool:
+        return self.status == REFUSED
+
+    def describe(self) -> str:
+        if self.status == REFUSED:
+            return f"not sent: {self.text}"
+        if self.status == UNSENT:
+            return f"request failed: {self.text}"
+        return f"HTTP {self.status}: {self.text[:300]}"
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How the writer reaches the API server: a kubeconfig file (or in-cluster config when none), or an in-memory
+    kubeconfig (tests, sandbox); its own client-side rate limit (kube-scheduler's binds and events go through
+    rate-limited clients too) and request timeout; at most ``connections`` requests in flight, so a burst reuses
+    that many keep-alive connections instead of opening (and TLS-handshaking) one per bind."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    kubeconfig_dict: dict[str, object] | None = None
+    qps: float = 50.0
+    burst: int = 100
+    request_timeout: float = 30.0
+    connections: int = 64
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "kubeconfig": self.kubeconfig,
+            "context": self.context,
+            "kubeconfig_dict": self.kubeconfig_dict,
+            "qps": self.qps,
+            "burst": self.burst,
+            "request_timeout": self.request_timeout,
+            "connections": self.connections,
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, object]) -> Connection:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)  # type: ignore[arg-type]
