@@ -1,0 +1,125 @@
+"""The API writer process: the scheduler's writes reach the API server from a child process, and never after
+their leadership term ended or its deadline passed; a dead writer is restarted and its writes answer UNSENT."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from crane_scheduler.writer import ApiWriter, Connection
+from crane_scheduler.writer.protocol import REFUSED, UNSENT
+from crane_shared.leader import Term
+from tests.support.fakeapi import kubeconfig_for
+from tests.support.scheduler import api_writer
+from tests.support.waiting import eventually
+
+
+class _Api:
+    """Records every request; answers ``status`` (or holds the request until ``release`` is set)."""
+
+    def __init__(self, status: int = 201) -> None:
+        self.seen: list[tuple[str, str, str, str, Any]] = []
+        self.status = status
+        self.arrived = asyncio.Event()
+        self.release: asyncio.Event | None = None
+        self.app = web.Application()
+        self.app.router.add_route("*", "/{tail:.*}", self._handle)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        self.seen.append(
+            (
+                request.method,
+                request.path,
+                request.headers.get("Authorization", ""),
+                request.headers.get("Content-Type", ""),
+                await request.json(),
+            )
+        )
+        self.arrived.set()
+        if self.release is not None:
+            await self.release.wait()
+        return web.json_response({"kind": "Status", "code": self.status}, status=self.status)
+
+
+async def test_a_bind_reaches_the_api_server_from_the_writer_process_with_the_token() -> None:
+    fake, conflict = _Api(), _Api(status=409)
+    async with TestServer(fake.app) as server, api_writer(str(server.make_url(""))) as writer:
+        reply = await writer.bind("ns", "p", "uid-1", "n1")
+    assert reply.ok and reply.status == 201
+    assert fake.seen == [
+        (
+            "POST",
+            "/api/v1/namespaces/ns/pods/p/binding",
+            "Bearer fake",
+            "application/json",
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
+            },
+        )
+    ]
+    async with TestServer(conflict.app) as server, api_writer(str(server.make_url(""))) as writer:
+        reply = await writer.write("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", {"a": 1}, None)
+    assert reply.status == 409 and not reply.ok and '"code": 409' in reply.text
+
+
+async def test_a_write_of_an_ended_term_or_past_its_deadline_is_refused_and_never_sent() -> None:
+    fake = _Api()
+    async with TestServer(fake.app) as server, api_writer(str(server.make_url(""))) as writer:
+        writer.term = late = Term(deadline=time.monotonic() - 0.001)
+        assert (await writer.bind("ns", "late", "u", "n1")).status == REFUSED
+        writer.term = ended = Term()
+        writer.end_term(ended)
+        assert (await writer.bind("ns", "ended", "u", "n1")).status == REFUSED
+        writer.term = current = Term(deadline=time.monotonic() + 60)
+        assert (await writer.bind("ns", "current", "u", "n1")).ok
+        assert late.held and current.held  # the writer judged by deadline and END_TERM alone
+    assert [s[1] for s in fake.seen] == ["/api/v1/namespaces/ns/pods/current/binding"]
+
+
+async def test_ending_the_term_refuses_its_writes_waiting_for_a_rate_limit_token() -> None:
+    fake = _Api()
+    async with TestServer(fake.app) as server:
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0.5, burst=1)
+        async with ApiWriter(conn) as writer:
+            writer.term = term = Term()
+            first = await writer.bind("ns", "first", "u", "n1")  # takes the one token
+            waiting = [asyncio.create_task(writer.bind("ns", f"w{i}", "u", "n1")) for i in range(3)]
+            await asyncio.sleep(0.2)  # they reach the writer and wait ~2 s for tokens
+            writer.end_term(term)
+            replies = await asyncio.wait_for(asyncio.gather(*waiting), 1.5)  # at once, not after the tokens
+            # a cancelled caller (stop_binding cancels its binding cycles) withdraws its write too
+            writer.term = Term()
+            cancelled = asyncio.create_task(writer.bind("ns", "cancelled", "u", "n1"))
+            await asyncio.sleep(0.2)
+            cancelled.cancel()
+            await asyncio.sleep(2.5)  # past the next token: had it stayed queued, it would have been sent
+    assert first.ok and [r.status for r in replies] == [REFUSED] * 3
+    assert [s[1] for s in fake.seen] == ["/api/v1/namespaces/ns/pods/first/binding"]
+
+
+async def test_a_dead_writer_answers_unsent_and_is_restarted() -> None:
+    fake = _Api()
+    fake.release = asyncio.Event()
+    restarts: list[int] = []
+    async with TestServer(fake.app) as server:
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0)
+        async with ApiWriter(conn, on_restart=lambda: restarts.append(1)) as writer:
+            held = asyncio.create_task(writer.bind("ns", "held", "u", "n1"))
+            await asyncio.wait_for(fake.arrived.wait(), 10)
+            assert writer.alive and writer._proc is not None
+            writer._proc.kill()
+            reply = await asyncio.wait_for(held, 10)
+            assert reply.status == UNSENT and "exited" in reply.text
+            fake.release.set()
+            await eventually(lambda: writer.alive, 30, "the writer process restarted")
+            assert restarts == [1]
+            assert (await writer.bind("ns", "after", "u", "n1")).ok
+        assert not writer.alive
+        assert (await writer.bind("ns", "closed", "u", "n1")).status == UNSENT
