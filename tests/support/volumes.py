@@ -108,9 +108,13 @@ def listers(**objects: list[dict[str, Any]]) -> Listers:
     return out
 
 
-def profile(t: NodeTable, ls: Listers, config: dict[str, Any] | None = None, api: Any = None) -> Profile:
+def profile(
+    t: NodeTable, ls: Listers, config: dict[str, Any] | None = None, api: Any = None, writer: Any = None
+) -> Profile:
     cfg = parse_config(config) if config is not None else SchedulerConfig()
-    profiles = build_profiles(cfg, builtin_registry(), lambda name: Handle(t, api, profile=name, listers=ls))
+    profiles = build_profiles(
+        cfg, builtin_registry(), lambda name: Handle(t, api, profile=name, listers=ls, writer=writer)
+    )
     return next(iter(profiles.values()))
 
 

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from crane_scheduler import __main__ as entry
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import parse_node
+from crane_scheduler.writer import ApiWriter, Connection
 from tests.support.scheduler import node
 
 TWO_PROFILES = {
@@ -56,9 +57,10 @@ def test_connecting_the_api_keeps_the_validated_plugins(tmp_path: Path, columns:
     loaded = load(tmp_path, CollectorRegistry())
     before = {name: dict(p.plugins) for name, p in loaded.profiles.items()}
     api = object()
-    loaded.connect(api)
+    writer = ApiWriter(Connection())  # not started: connecting only hands it to the plugins
+    loaded.connect(api, writer)
     assert {name: dict(p.plugins) for name, p in loaded.profiles.items()} == before
-    assert loaded.handles and all(h.api is api for h in loaded.handles)
+    assert loaded.handles and all(h.api is api and h.writer is writer for h in loaded.handles)
     assert len(columns) == 2  # connecting built nothing new
 
 

@@ -13,6 +13,7 @@ from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.framework import Diagnosis
 from crane_scheduler.plugins.volumebinding import plugin as vb_plugin
 from crane_scheduler.podinfo import parse_pod
+from crane_scheduler.writer import Reply
 from tests.support.scheduler import node, table
 from tests.support.volumes import decide, listers, pod_with_claims, profile, pv, pvc, storage_class
 
@@ -239,9 +240,13 @@ class _FakeCore:
         self.writes.append(("pvc", out))
         return _Resp(out)
 
-    async def create_namespaced_pod_binding(self, name: str, ns: str, body: dict[str, Any], **kw: Any) -> _Resp:
-        self.writes.append(("binding", body))
-        return _Resp({})
+
+class _FakeWriter:
+    """The API writer's bind, recorded beside the PV/PVC writes (the order is what the test checks)."""
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> Reply:
+        _FakeCore.writes.append(("binding", {"name": name, "node": node}))
+        return Reply(201)
 
 
 async def test_pre_bind_writes_the_binding_and_waits_for_the_controller(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -249,7 +254,7 @@ async def test_pre_bind_writes_the_binding_and_waits_for_the_controller(monkeypa
     _FakeCore.writes, _FakeCore.wrote = [], asyncio.Event()
     t = nodes3()
     ls = listers(storageclasses=[storage_class("local")], pvcs=[pvc("d")], pvs=[pv("only", node="c")])
-    prof = profile(t, ls, api=object())
+    prof = profile(t, ls, api=object(), writer=_FakeWriter())
     p = parse_pod(pod_with_claims("p", "d"))
     state: dict[str, Any] = {}
     result = decide(t, ls, p, state, prof)
