@@ -24,6 +24,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("binding cycle (bind request)", ("Scheduler._binding_cycle",)),
     ("event writer (Scheduled events)", ("Reporter._worker",)),
     ("informers (watch decode, cache, pod index)", ("Informer.",)),
+    ("API writer pipe (pack, flush, replies)", ("ApiWriter.",)),
     ("request bodies written (socket send)", ("ClientRequest.write_bytes",)),
     ("responses read (socket receive, TLS)", ("_SelectorSocketTransport._read_ready",)),
 )

@@ -36,8 +36,9 @@ from crane_shared.logs import get_logger
 from crane_shared.retry import Backoff
 
 log = get_logger("crane.scheduler.writer")
-STOP_TIMEOUT = 40.0
-"""seconds the process gets to finish its requests once its stdin is closed (a request times out after 30 s)"""
+STOP_TIMEOUT = 10.0
+"""seconds the process gets to finish its requests once its stdin is closed: by then the reporter is done and the
+binding cycles are drained, so only writes whose callers gave up are left"""
 
 
 class ApiWriter:
