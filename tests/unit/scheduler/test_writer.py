@@ -4,6 +4,7 @@ their leadership term ended or its deadline passed; a dead writer is restarted a
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from typing import Any
 
@@ -123,3 +124,43 @@ async def test_a_dead_writer_answers_unsent_and_is_restarted() -> None:
             assert (await writer.bind("ns", "after", "u", "n1")).ok
         assert not writer.alive
         assert (await writer.bind("ns", "closed", "u", "n1")).status == UNSENT
+
+
+async def test_the_writer_process_dies_with_the_scheduler_even_with_a_write_in_flight() -> None:
+    """kill -9 of the scheduler leaves no writer behind to send writes of a term nobody holds (PR_SET_PDEATHSIG;
+    a closed stdin alone would let it finish the write it holds first)."""
+    script = (
+        "import asyncio, sys\n"
+        "from crane_scheduler.writer import ApiWriter, Connection\n"
+        "from tests.support.fakeapi import kubeconfig_for\n"
+        "async def main():\n"
+        "    w = ApiWriter(Connection(kubeconfig_dict=kubeconfig_for(sys.argv[1]), qps=0))\n"
+        "    await w.start()\n"
+        "    bind = asyncio.create_task(w.bind('ns', 'p', 'u', 'n1'))\n"
+        "    print(w._proc.pid, flush=True)\n"
+        "    await bind\n"
+        "asyncio.run(main())\n"
+    )
+    fake = _Api()
+    fake.release = asyncio.Event()  # the bind is held by the API server until the end
+    async with TestServer(fake.app) as server:
+        scheduler = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", script, str(server.make_url("")), stdout=asyncio.subprocess.PIPE
+        )
+        assert scheduler.stdout is not None
+        writer_pid = int(await asyncio.wait_for(scheduler.stdout.readline(), 60))
+        await asyncio.wait_for(fake.arrived.wait(), 30)
+        assert _running(writer_pid)
+        scheduler.kill()
+        await scheduler.wait()
+        await eventually(lambda: not _running(writer_pid), 10, "the writer process to be gone")
+        fake.release.set()
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan is reaped by init, so a killed writer leaves no entry behind for long)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
