@@ -37,6 +37,8 @@ from crane_shared.logs import configure_logging, get_logger
 log = get_logger("crane.scheduler.writer")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 ERROR_TEXT_LIMIT = 2048
+REPLY_DELAY = 0.002
+"""seconds a reply may wait for others before the pipe write that wakes the scheduler"""
 
 
 def die_with_parent(parent: int) -> None:
@@ -72,6 +74,7 @@ class Writer:
         self.timeout = aiohttp.ClientTimeout(total=conn.request_timeout)
         self.out = out
         self.replies: list[bytes] = []
+        self.flush_timer: asyncio.TimerHandle | None = None
         self.packer = msgpack.Packer()
         self.tasks: dict[int, tuple[asyncio.Task[None], int]] = {}
         self.ended: set[int] = set()
@@ -129,11 +132,14 @@ class Writer:
             self.reply(rid, UNSENT, repr(err))
 
     def reply(self, rid: int, status: int, text: str) -> None:
-        if not self.replies:  # one pipe write per event-loop turn, however many replies it carries
-            asyncio.get_running_loop().call_soon(self.flush)
+        if not self.replies:  # one pipe write (one wake-up of the scheduler) per REPLY_DELAY, however many replies
+            self.flush_timer = asyncio.get_running_loop().call_later(REPLY_DELAY, self.flush)
         self.replies.append(self.packer.pack((rid, status, text)))
 
     def flush(self) -> None:
+        if self.flush_timer is not None:
+            self.flush_timer.cancel()
+            self.flush_timer = None
         data, self.replies = b"".join(self.replies), []
         if data and not self.out.is_closing():
             self.out.write(data)
