@@ -35,7 +35,7 @@ from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import PodRecord
 from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.writer import ApiWriter, Reply
-from crane_scheduler.writer.protocol import STRATEGIC_MERGE_PATCH, UNSENT
+from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH, UNSENT
 from crane_shared.events import SCHEDULED_REASON, event_body, event_name, scheduled_event
 from crane_shared.kube import raw_json
 from crane_shared.leader import Term
@@ -258,12 +258,10 @@ class Reporter:
             retryable=_transient,
         )
 
-    async def _write(self, method: str, path: str, body: Any, term: Term | None, content_type: str = "") -> Reply:
+    async def _write(self, method: str, path: str, body: Any, term: Term | None, content_type: str = JSON) -> Reply:
         if self._writer is None:
             raise WriteFailed("no API writer")
-        if content_type:
-            return await self._writer.write(method, path, body, term, content_type)
-        return await self._writer.write(method, path, body, term)
+        return await self._writer.write(method, path, body, term, content_type)
 
     async def _create_event(self, namespace: str, body: dict[str, Any], kind: str, term: Term | None = None) -> None:
         reply = await self._write("POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body, term)

@@ -1,5 +1,6 @@
-"""The scheduler's side of the writer process (``process``): THE path of its API writes (binds, events,
-pod-status patches). Reads (informers, recovery lists) stay on the scheduler's own client.
+"""The scheduler's side of the writer process (``process``): THE path of its per-pod API writes (binds, events,
+pod-status patches). Reads (informers, recovery lists) and the plugins' own writes (VolumeBinding's PV/PVC
+updates, preemption's evictions) stay on the scheduler's own client.
 
 A write is packed and buffered; the buffer goes down the pipe after ``FLUSH_DELAY`` (or at ``FLUSH_BATCH``
 messages), so a burst of binds costs one pipe write (and one wake-up of the writer) per few milliseconds. Each
