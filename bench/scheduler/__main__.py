@@ -67,6 +67,8 @@ class Run:
     rss_mib: float = float("nan")  # resident memory after the last bind
     peak_rss_mib: float = float("nan")  # VmHWM
     synced_rss_mib: float = float("nan")  # resident memory at the first bind: caches synced, burst not yet run
+    cpu_s: float = float("nan")  # CPU seconds (user + system) of the scheduler's process, first .. last bind
+    children_cpu_s: float = float("nan")  # the same for its child processes (crane's API writer)
 
     @property
     def rate(self) -> float:
@@ -194,6 +196,7 @@ class BindWatch:
         self.done = asyncio.Event()
         self.pid = pid
         self.first_rss = float("nan")
+        self.first_cpu = (float("nan"), float("nan"))
         core = client.CoreV1Api(api)
 
         async def list_fn(**kw: Any) -> Any:
@@ -205,9 +208,34 @@ class BindWatch:
         if kind != "DELETED" and obj["spec"].get("nodeName") and obj["metadata"]["uid"] not in self.times:
             if not self.times and self.pid is not None:
                 self.first_rss = resident_mib(self.pid())[0]
+                self.first_cpu = cpu_seconds(self.pid())
             self.times[obj["metadata"]["uid"]] = time.monotonic()
             if len(self.times) >= self.expected:
                 self.done.set()
+
+
+def cpu_seconds(pid: int | None) -> tuple[float, float]:
+    """(user + system CPU seconds of a process, the same summed over its live child processes), NaN when gone."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def of(stat: str) -> tuple[int, float]:
+        fields = stat.rsplit(")", 1)[1].split()
+        return int(fields[1]), (int(fields[11]) + int(fields[12])) / tick  # ppid, utime + stime
+
+    own, children = float("nan"), 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid, cpu = of(f.read())
+        except OSError:
+            continue
+        if int(entry) == pid:
+            own = cpu
+        elif ppid == pid:
+            children += cpu
+    return own, children
 
 
 def resident_mib(pid: int | None) -> tuple[float, float]:
@@ -255,6 +283,8 @@ async def measure(
     if pid is not None:
         run.rss_mib, run.peak_rss_mib = resident_mib(pid())
         run.synced_rss_mib = watch.first_rss
+        own, children = cpu_seconds(pid())
+        run.cpu_s, run.children_cpu_s = own - watch.first_cpu[0], children - watch.first_cpu[1]
     if expect_events:
         deadline = time.monotonic() + events_timeout
         while time.monotonic() < deadline:  # polling: events have no cheaper completion signal here
@@ -493,7 +523,9 @@ def _line(run: Run) -> str:
         f"{run.total_seconds:.1f}s from process start); Scheduled events: "
         f"{run.events_at_last_bind} written by the last bind, all {run.events_done:.1f}s after the "
         f"first bind; resident {run.synced_rss_mib:.0f} MiB at the first bind (synced), "
-        f"{run.rss_mib:.0f} MiB after the last (peak {run.peak_rss_mib:.0f} MiB); load {os.getloadavg()[0]:.1f}"
+        f"{run.rss_mib:.0f} MiB after the last (peak {run.peak_rss_mib:.0f} MiB); CPU per pod during the burst "
+        f"{1e3 * run.cpu_s / max(run.bound, 1):.2f} ms (+ {1e3 * run.children_cpu_s / max(run.bound, 1):.2f} ms in "
+        f"child processes); load {os.getloadavg()[0]:.1f}"
     )
 
 

@@ -202,8 +202,15 @@ def summary(r: dict[str, Any]) -> str:
     return (
         f"{r['workload']:<31} init {r['init']:>5} measured {r['pods']:>5} | crane {ours.rate:>6.0f} "
         f"({ours.bound}/{ours.pods}) | kube {kube_rate:>14} | ratio {ratio:>5} | "
-        f"decision p50 {r['latency']['p50'] * 1e3:.2f} ms p99 {r['latency']['p99'] * 1e3:.2f} ms"
+        f"decision p50 {r['latency']['p50'] * 1e3:.2f} ms p99 {r['latency']['p99'] * 1e3:.2f} ms | "
+        f"CPU ms/pod crane {_cpu(ours)}, kube {_cpu(kube) if kube is not None else '-'}"
     )
+
+
+def _cpu(run: Any) -> str:
+    """The scheduler process's CPU per bound pod during the burst, + its child processes' (crane's API writer)."""
+    n = max(run.bound, 1)
+    return f"{1e3 * run.cpu_s / n:.2f}+{1e3 * run.children_cpu_s / n:.2f}"
 
 
 def main() -> None:
