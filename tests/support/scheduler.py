@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig, parse_config
@@ -14,7 +14,8 @@ from crane_scheduler.framework.runtime import Profile, build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
-from crane_scheduler.writer import ApiWriter, Connection
+from crane_scheduler.writer import ApiWriter, Connection, Reply
+from crane_scheduler.writer.protocol import JSON
 from tests.support.fakeapi import kubeconfig_for
 
 _uids = itertools.count(1)
@@ -120,3 +121,22 @@ async def api_writer(url: str) -> AsyncIterator[ApiWriter]:
     """The scheduler's API writer process, writing to the test server at ``url``; closed on exit."""
     async with ApiWriter(Connection(kubeconfig_dict=kubeconfig_for(url), qps=0)) as writer:
         yield writer
+
+
+class FakeWriter:
+    """The API writer's interface in process (pure tests of its callers): records each write as "METHOD path" and
+    its body, and answers the next status of ``answers`` (201 after)."""
+
+    def __init__(self, answers: list[int] | None = None) -> None:
+        self.writes: list[str] = []
+        self.bodies: list[Any] = []
+        self.answers = list(answers or [])
+        self.term: Any = None
+
+    async def write(self, method: str, path: str, body: Any, term: Any, content_type: str = JSON) -> Reply:
+        self.writes.append(f"{method} {path}")
+        self.bodies.append(body)
+        return Reply(self.answers.pop(0) if self.answers else 201)
+
+    def as_writer(self) -> ApiWriter:
+        return cast(ApiWriter, self)

@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.podinfo import parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_shared.leader import Term
-from tests.support.scheduler import api_writer
+from tests.support.scheduler import FakeWriter
 
 
 def _pod(name: str) -> dict[str, Any]:
@@ -24,52 +22,34 @@ def _pod(name: str) -> dict[str, Any]:
     }
 
 
-class _Api:
-    """An API server that records every write and answers each with the next status of ``answers`` (201 after)."""
-
-    def __init__(self, answers: list[int] | None = None) -> None:
-        self.writes: list[str] = []
-        self.written = asyncio.Event()
-        self.answers = answers or []
-        self.app = web.Application()
-        self.app.router.add_post("/apis/events.k8s.io/v1/namespaces/{ns}/events", self._write)
-        self.app.router.add_patch("/api/v1/namespaces/{ns}/pods/{name}/status", self._write)
-
-    async def _write(self, request: web.Request) -> web.Response:
-        self.writes.append(f"{request.method} {request.path}")
-        self.written.set()
-        status = self.answers.pop(0) if self.answers else 201
-        return web.json_response({"kind": "Status", "code": status, "metadata": {}}, status=status)
-
-
 def _dropped(metrics: SchedulerMetrics, kind: str) -> float:
     return float(metrics.reports.labels(kind, "dropped")._value.get())
 
 
 async def test_failures_queued_in_a_lost_term_are_dropped_at_once_and_never_written() -> None:
-    fake = _Api()
-    async with TestServer(fake.app) as server, api_writer(str(server.make_url(""))) as writer:
-        metrics = SchedulerMetrics(CollectorRegistry())
-        reporter = Reporter(writer, None, "test", metrics=metrics)
-        reporter.term = term = Term()
-        pod = parse_pod(_pod("stuck"))
-        assert reporter.failed(pod, "0/3 nodes are available", "Unschedulable", "crane-scheduler")
-        reporter.scheduled("ns", "bound", "uid-bound", "n1", "crane-scheduler")
-        assert reporter.backlog == 3  # FailedScheduling, the PodScheduled condition, Scheduled
-        term.lost.set()
-        assert reporter.drop_lost() == 2
-        assert reporter.backlog == 1  # the Scheduled event of a bind that happened
-        assert (_dropped(metrics, "failed"), _dropped(metrics, "condition"), _dropped(metrics, "scheduled")) == (
-            1,
-            1,
-            0,
-        )
-        stopping = asyncio.Event()
-        run = asyncio.create_task(reporter.run(stopping))
-        await asyncio.wait_for(reporter.drain(), 10)
-        stopping.set()
-        reporter.close()
-        await asyncio.wait_for(run, 10)
+    fake = FakeWriter()
+    writer = fake.as_writer()
+    metrics = SchedulerMetrics(CollectorRegistry())
+    reporter = Reporter(writer, None, "test", metrics=metrics)
+    reporter.term = term = Term()
+    pod = parse_pod(_pod("stuck"))
+    assert reporter.failed(pod, "0/3 nodes are available", "Unschedulable", "crane-scheduler")
+    reporter.scheduled("ns", "bound", "uid-bound", "n1", "crane-scheduler")
+    assert reporter.backlog == 3  # FailedScheduling, the PodScheduled condition, Scheduled
+    term.lost.set()
+    assert reporter.drop_lost() == 2
+    assert reporter.backlog == 1  # the Scheduled event of a bind that happened
+    assert (_dropped(metrics, "failed"), _dropped(metrics, "condition"), _dropped(metrics, "scheduled")) == (
+        1,
+        1,
+        0,
+    )
+    stopping = asyncio.Event()
+    run = asyncio.create_task(reporter.run(stopping))
+    await asyncio.wait_for(reporter.drain(), 10)
+    stopping.set()
+    reporter.close()
+    await asyncio.wait_for(run, 10)
     assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"]  # the Scheduled event only
     # the dropped failure was never written: the next term reports the same message again at once
     reporter.term = Term()
@@ -77,22 +57,38 @@ async def test_failures_queued_in_a_lost_term_are_dropped_at_once_and_never_writ
 
 
 async def test_a_failure_of_the_new_term_is_kept_and_written() -> None:
-    fake = _Api()
-    async with TestServer(fake.app) as server, api_writer(str(server.make_url(""))) as writer:
-        reporter = Reporter(writer, None, "test")
-        reporter.term = old = Term()
-        reporter.failed(parse_pod(_pod("a")), "no fit", "Unschedulable", "crane-scheduler")
-        old.lost.set()
-        reporter.term = Term()  # leading again: a new term
-        reporter.failed(parse_pod(_pod("b")), "no fit", "Unschedulable", "crane-scheduler")
-        assert reporter.drop_lost() == 2 and reporter.backlog == 2
-        stopping = asyncio.Event()
-        run = asyncio.create_task(reporter.run(stopping))
-        await asyncio.wait_for(reporter.drain(), 10)
-        stopping.set()
-        reporter.close()
-        await asyncio.wait_for(run, 10)
+    fake = FakeWriter()
+    writer = fake.as_writer()
+    reporter = Reporter(writer, None, "test")
+    reporter.term = old = Term()
+    reporter.failed(parse_pod(_pod("a")), "no fit", "Unschedulable", "crane-scheduler")
+    old.lost.set()
+    reporter.term = Term()  # leading again: a new term
+    reporter.failed(parse_pod(_pod("b")), "no fit", "Unschedulable", "crane-scheduler")
+    assert reporter.drop_lost() == 2 and reporter.backlog == 2
+    stopping = asyncio.Event()
+    run = asyncio.create_task(reporter.run(stopping))
+    await asyncio.wait_for(reporter.drain(), 10)
+    stopping.set()
+    reporter.close()
+    await asyncio.wait_for(run, 10)
     assert sorted(fake.writes) == [
         "PATCH /api/v1/namespaces/ns/pods/b/status",
         "POST /apis/events.k8s.io/v1/namespaces/ns/events",
     ]
+
+
+async def test_a_failure_the_writer_refused_after_its_term_ended_counts_as_dropped() -> None:
+    fake = FakeWriter(answers=[-1, -1])  # REFUSED: the term ended while the writes were in the writer
+    metrics = SchedulerMetrics(CollectorRegistry())
+    reporter = Reporter(fake.as_writer(), None, "test", metrics=metrics)
+    reporter.term = Term()
+    reporter.failed(parse_pod(_pod("late")), "no fit", "Unschedulable", "crane-scheduler")
+    stopping = asyncio.Event()
+    run = asyncio.create_task(reporter.run(stopping))
+    await asyncio.wait_for(reporter.drain(), 10)
+    stopping.set()
+    reporter.close()
+    await asyncio.wait_for(run, 10)
+    assert len(fake.writes) == 2  # tried once each, not retried
+    assert (_dropped(metrics, "failed"), _dropped(metrics, "condition")) == (1, 1)
