@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from kubernetes_asyncio import client
 from bench.scheduler.__main__ import Run, create_nodes, fresh_namespace, gather_limited, measure
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
-from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
+from crane_sandbox.procs import ManagedProcess, free_port, service_argv, tcp_open
 from crane_shared.kube import api_client_from_dict
 
 POD = {"cpu": "900m", "memory": "500Mi"}
@@ -92,21 +91,9 @@ def scheduler_process(label: str, cluster: LocalCluster, run_dir: Path, args: ar
         ]
     else:
         path.write_text(yaml.safe_dump(cfg))
-        argv = [
-            sys.executable,
-            "-m",
-            "crane_scheduler",
-            "--config",
-            str(path),
-            "--kubeconfig",
-            str(cluster.kubeconfig_path),
-            "--port",
-            str(port),
-            "--listen-address",
-            "127.0.0.1",
-            "--log-level",
-            "warning",
-        ]
+        argv = service_argv(
+            "crane_scheduler", cluster.kubeconfig_path, port, "--config", str(path), "--log-level", "warning"
+        )
     proc = ManagedProcess(f"{label}-scheduler", argv, run_dir / "logs" / f"{label}-scheduler.log")
     proc.port = port  # type: ignore[attr-defined]
     return proc

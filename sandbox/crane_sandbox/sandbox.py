@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import importlib.util
 import ssl
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from crane_sandbox.kwok import USER as KWOK_USER
 from crane_sandbox.kwok import KwokController
 from crane_sandbox.kwok import grant as grant_kwok
 from crane_sandbox.pod_follower import PodFollower, create_nodes
-from crane_sandbox.procs import ManagedProcess, free_port
+from crane_sandbox.procs import ManagedProcess, free_port, service_argv
 from crane_sandbox.prometheus import PrometheusServer
 from crane_sandbox.rbac import ServiceIdentity, install_identities
 from crane_sandbox.topology import TopologySpec, install_crd, publish_fleet
@@ -116,7 +115,7 @@ def crane_scheduler_name(mode: Mode) -> str:
 class ServiceSpec:
     name: str
     module: str
-    args: list[str]
+    argv: list[str]
     port: int
 
 
@@ -277,17 +276,16 @@ class Sandbox:
             module, args = specs[name]
             port = free_port()
             # each service as its own ServiceAccount, under the chart's RBAC
-            kube = ["--kubeconfig", str(self.identities[name].kubeconfig), "--listen-address", "127.0.0.1"]
-            out.append(ServiceSpec(name, module, [*kube, *args, "--port", str(port)], port))
+            out.append(
+                ServiceSpec(name, module, service_argv(module, self.identities[name].kubeconfig, port, *args), port)
+            )
         return out
 
     async def _start_service(self, spec: ServiceSpec) -> None:
         if importlib.util.find_spec(f"{spec.module}.__main__") is None:
             self.skipped.append(spec.name)
             return
-        process = ManagedProcess(
-            spec.name, [sys.executable, "-m", spec.module, *spec.args], self.run_dir / "logs" / f"{spec.name}.log"
-        )
+        process = ManagedProcess(spec.name, spec.argv, self.run_dir / "logs" / f"{spec.name}.log")
         self.processes[spec.name] = process
         self.ports[spec.name] = spec.port
         await process.start()

@@ -132,16 +132,17 @@ class Reporter:
 
     def event(
         self,
+        scheduler: str,
         regarding: Mapping[str, Any],
         related: Mapping[str, Any] | None,
         type_: str,
         reason: str,
         action: str,
         note: str,
-        scheduler: str,
     ) -> None:
-        """Any other event a plugin reports (kube's ``EventRecorder().Eventf``), e.g. ``Preempted`` on a victim;
-        ``regarding`` and ``related`` are pod references (namespace, name, uid)."""
+        """Any other event a plugin reports (kube's ``EventRecorder().Eventf``, the profile's ``Handle.record_event``
+        with ``scheduler`` bound), e.g. ``Preempted`` on a victim; ``regarding`` and ``related`` are pod references
+        (namespace, name, uid)."""
         namespace = str(regarding.get("namespace") or "")
         body = event_body(
             namespace=namespace,

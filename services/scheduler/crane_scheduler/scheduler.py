@@ -33,7 +33,7 @@ import dataclasses
 import functools
 import gc
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -137,7 +137,7 @@ class Scheduler:
         for profile in profiles.values():
             if profile.handle is not None:
                 profile.handle.activate = self._activate
-                profile.handle.record_event = functools.partial(self._record_event, profile.name)
+                profile.handle.record_event = functools.partial(self.reporter.event, profile.name)
         self.pending = self.cache.pending  # pending pods of our profiles, latest version
         self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted
         self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
@@ -215,19 +215,6 @@ class Scheduler:
     def _activate(self, uid: str) -> None:
         if self.queue.activate(uid):
             self._wake()
-
-    def _record_event(
-        self,
-        scheduler: str,
-        regarding: Mapping[str, Any],
-        related: Mapping[str, Any] | None,
-        type_: str,
-        reason: str,
-        action: str,
-        note: str,
-    ) -> None:
-        """A plugin's event (``Handle.record_event``), written by the reporter like ours."""
-        self.reporter.event(regarding, related, type_, reason, action, note, scheduler)
 
     def _count_restart(self, kind: str) -> Callable[[str], None]:
         return lambda cause: self.metrics.watch_restarts.labels(kind, cause).inc()

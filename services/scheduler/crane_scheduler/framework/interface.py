@@ -1,7 +1,7 @@
 """The plugin API: kube-scheduler's extension points, one small Protocol each, and the ``Handle``.
 
 A plugin declares the extension points it implements by subclassing their protocols
-(``class NodeName(FilterPlugin, EnqueueExtensions)``), so mypy checks its method signatures against these; an
+(``class NodeName(fwk.FilterPlugin, fwk.EnqueueExtensions)``), so mypy checks its method signatures against these; an
 out-of-tree plugin may also just have the methods (the protocols are runtime-checkable and the profile runtime
 finds them by shape, as Go finds interfaces). The one difference from kube-scheduler is deliberate: **Filter,
 PreScore and Score see all candidate nodes at once** as rows of the ``NodeTable`` and answer with numpy arrays,
@@ -157,7 +157,9 @@ class ScorePlugin(Plugin, Protocol):
 
 
 @runtime_checkable
-class NormalizeScorePlugin(Plugin, Protocol):
+class NormalizeScorePlugin(ScorePlugin, Protocol):
+    """A Score plugin that rescales its own scores (kube's ``ScoreExtensions``, which belong to a ScorePlugin)."""
+
     def normalize_score(self, state: CycleState, pod: PodInfo, scores: IntArray) -> IntArray: ...
 
 
@@ -200,10 +202,10 @@ class EnqueueExtensions(Plugin, Protocol):
 
 
 @runtime_checkable
-class QueueingHintPlugin(Plugin, Protocol):
-    """Optional, with ``EnqueueExtensions``: kube's per-object ``QueueingHintFn``s. For a pod this plugin rejected,
-    a change of a registered event kind requeues it only when the hint keyed by that kind answers QUEUE (a kind
-    without a hint always requeues, as does a hint that raises)."""
+class QueueingHintPlugin(EnqueueExtensions, Protocol):
+    """Optional, on top of ``EnqueueExtensions`` (kube registers each event with its hint): kube's per-object
+    ``QueueingHintFn``s. For a pod this plugin rejected, a change of a registered event kind requeues it only when
+    the hint keyed by that kind answers QUEUE (a kind without a hint always requeues, as does a hint that raises)."""
 
     def queueing_hints(self) -> QueueingHints: ...
 
