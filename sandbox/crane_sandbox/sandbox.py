@@ -92,6 +92,29 @@ profiles:
         args: {topologyAwareResources: [cpu]}
 """
 
+UPSTREAM_STYLE = "crane-upstream-style"
+
+
+def comparison_config(**ours: Any) -> str:
+    """crane-scheduler's configuration for comparing it with upstream's behaviour on one cluster (the seed
+    experiment): profile ``crane-scheduler`` runs Dynamic on the sandbox policy with ``ours`` as further args,
+    profile ``crane-upstream-style`` the same policy as upstream does, without this scheduler's own bindings in the
+    hot value and without the estimate of just-bound pods. The lease lives in the sandbox's default namespace."""
+    policy = {"policyConfigPath": "{policy}"}
+    upstream = {**policy, "ownBindingsInHotValue": False, "estimate": {"enabled": False}}
+    profiles = [
+        {"schedulerName": "crane-scheduler", "pluginConfig": [{"name": "Dynamic", "args": {**policy, **ours}}]},
+        {"schedulerName": UPSTREAM_STYLE, "pluginConfig": [{"name": "Dynamic", "args": upstream}]},
+    ]
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"resourceNamespace": "default"},
+        "profiles": profiles,
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
 KUBE_SCHEDULER_CONFIG = """\
 # The real kube-scheduler beside crane-scheduler ("second scheduler" mode): it serves default-scheduler.
 apiVersion: kubescheduler.config.k8s.io/v1

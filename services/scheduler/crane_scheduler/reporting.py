@@ -20,7 +20,6 @@ client and rate limiter), so reporting never delays a decision or a bind.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from crane_shared.kube import raw_json
 from crane_shared.leader import Term
 from crane_shared.logs import LogOnce, get_logger
 from crane_shared.retry import Backoff, retry
+from crane_shared.worker import cancel_and_wait
 
 log = get_logger("crane.scheduler.reporting")
 RECOVERY_WINDOW = timedelta(minutes=10)
@@ -222,11 +222,7 @@ class Reporter:
             await self._closed.wait()
             await self._jobs.join()
         finally:
-            for w in workers:
-                w.cancel()
-            for w in workers:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await w
+            await cancel_and_wait(workers)
 
     async def drain(self) -> None:
         await self._jobs.join()

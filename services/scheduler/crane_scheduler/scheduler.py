@@ -28,7 +28,6 @@ new leader bound meanwhile has left the pending set through the informer).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import gc
@@ -63,6 +62,7 @@ from crane_scheduler.reporting import Reporter
 from crane_shared.leader import Term
 from crane_shared.logs import get_logger
 from crane_shared.retry import sleep_unless
+from crane_shared.worker import cancel_and_wait
 
 RECOVERY_SETTLE = 35.0
 """seconds into a term before the second look for unreported bindings: a bind the previous term had on the wire
@@ -206,11 +206,7 @@ class Scheduler:
             log.info("caches synced", nodes=self.table.num_nodes, pods=len(self.table.pods), pending=len(self.pending))
             await stopping.wait()
         finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+            await cancel_and_wait(tasks)
 
     def _activate(self, uid: str) -> None:
         if self.queue.activate(uid):

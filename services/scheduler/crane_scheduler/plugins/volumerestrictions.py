@@ -23,6 +23,8 @@ REASON_RWOP_CONFLICT = (
     "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod"
 )
 _RESTRICTED = ("gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi")
+_SHARED_READ_ONLY = (("gcePersistentDisk", "pdName"), ("iscsi", "iqn"))
+"""(volume kind, the field naming its disk): the same disk conflicts unless both mount it read-only"""
 
 
 def needs_check(vol: Volume) -> bool:
@@ -32,24 +34,14 @@ def needs_check(vol: Volume) -> bool:
 def is_volume_conflict(vol: Volume, existing_volumes: Sequence[Volume]) -> bool:
     """kube's ``isVolumeConflict`` between one volume of the pod and the volumes of a pod on the node."""
     for ev in existing_volumes:
-        a, b = vol.get("gcePersistentDisk"), ev.get("gcePersistentDisk")
-        if (
-            a is not None
-            and b is not None
-            and a.get("pdName") == b.get("pdName")
-            and not (a.get("readOnly") and b.get("readOnly"))
-        ):
-            return True
+        for kind, disk in _SHARED_READ_ONLY:
+            a, b = vol.get(kind), ev.get(kind)
+            if a is None or b is None or a.get(disk) != b.get(disk):
+                continue
+            if not (a.get("readOnly") and b.get("readOnly")):
+                return True
         a, b = vol.get("awsElasticBlockStore"), ev.get("awsElasticBlockStore")
         if a is not None and b is not None and a.get("volumeID") == b.get("volumeID"):
-            return True
-        a, b = vol.get("iscsi"), ev.get("iscsi")
-        if (
-            a is not None
-            and b is not None
-            and a.get("iqn") == b.get("iqn")
-            and not (a.get("readOnly") and b.get("readOnly"))
-        ):
             return True
         a, b = vol.get("rbd"), ev.get("rbd")
         if a is not None and b is not None:
