@@ -68,6 +68,17 @@ async def step(s: Scheduler) -> None:
     await asyncio.sleep(0)
 
 
+async def bind_held(cpu: str = "100m") -> tuple[Scheduler, FakeBinder, Clock, dict[str, Any]]:
+    """Pod ``p`` placed on node ``n1``, its bind waiting at the binder's gate (its outcome still to be set)."""
+    binder, clock = FakeBinder(), Clock()
+    s = make(binder, clock)
+    s.on_node(node("n1"))
+    raw = pod("p", cpu=cpu)
+    s.on_pod(raw)
+    await step(s)
+    return s, binder, clock, raw
+
+
 def bound(raw: dict[str, Any], node_name: str) -> dict[str, Any]:
     return {**raw, "spec": {**raw["spec"], "nodeName": node_name}}
 
@@ -93,12 +104,7 @@ async def test_assumed_pod_counts_at_once_and_is_not_queued_again_while_binding(
 
 
 async def test_bind_error_forgets_the_assumption_and_retries_after_backoff() -> None:
-    binder, clock = FakeBinder(), Clock()
-    s = make(binder, clock)
-    s.on_node(node("n1"))
-    raw = pod("p", cpu="2")
-    s.on_pod(raw)
-    await step(s)
+    s, binder, clock, _ = await bind_held(cpu="2")
     binder.outcome["p"] = "error"
     binder.gate.set()
     await s.drain()
@@ -129,12 +135,7 @@ async def test_a_failed_bind_frees_its_resources_for_a_pod_noderesourcesfit_reje
 
 
 async def test_conflict_is_someone_elses_success_not_a_retry() -> None:
-    binder, clock = FakeBinder(), Clock()
-    s = make(binder, clock)
-    s.on_node(node("n1"))
-    raw = pod("p")
-    s.on_pod(raw)
-    await step(s)
+    s, binder, _, raw = await bind_held()
     binder.outcome["p"] = "conflict"
     binder.gate.set()
     await s.drain()
@@ -144,12 +145,7 @@ async def test_conflict_is_someone_elses_success_not_a_retry() -> None:
 
 
 async def test_deleted_pod_is_dropped_even_if_its_bind_fails() -> None:
-    binder, clock = FakeBinder(), Clock()
-    s = make(binder, clock)
-    s.on_node(node("n1"))
-    raw = pod("p")
-    s.on_pod(raw)
-    await step(s)
+    s, binder, _, raw = await bind_held()
     s.on_pod_deleted(raw)
     binder.outcome["p"] = "error"
     binder.gate.set()
