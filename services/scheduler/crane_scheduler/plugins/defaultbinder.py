@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from crane_scheduler import framework as fwk
+from crane_scheduler.framework import SUCCESS, BindPlugin, Code, CycleState, Handle, Status, no_args
 from crane_scheduler.podinfo import PodInfo
 from crane_shared.kube import raw_json
 
@@ -38,24 +38,24 @@ async def bind_pod(api: client.ApiClient, namespace: str, name: str, uid: str, n
         raise
 
 
-class DefaultBinder(fwk.BindPlugin):
+class DefaultBinder(BindPlugin):
     name = "DefaultBinder"
 
-    def __init__(self, handle: fwk.Handle) -> None:
+    def __init__(self, handle: Handle) -> None:
         self._handle = handle
 
-    async def bind(self, state: fwk.CycleState, pod: PodInfo, node: str) -> fwk.Status:
+    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         if not self._handle.may_bind():  # the leader's term ended: the next leader binds this pod
-            return fwk.Status(fwk.Code.ERROR, ("not binding: leadership lost",), self.name)
+            return Status(Code.ERROR, ("not binding: leadership lost",), self.name)
         try:
             await bind_pod(self._handle.api, pod.namespace, pod.name, pod.uid, node)
         except BindConflict as err:
-            return fwk.Status(fwk.Code.ALREADY_BOUND, (str(err),), self.name)
+            return Status(Code.ALREADY_BOUND, (str(err),), self.name)
         except Exception as err:  # API errors, timeouts, resets: the pod is retried with backoff
-            return fwk.Status(fwk.Code.ERROR, (f"binding pod to {node}: {err!r}",), self.name)
-        return fwk.SUCCESS
+            return Status(Code.ERROR, (f"binding pod to {node}: {err!r}",), self.name)
+        return SUCCESS
 
 
-def new(args: Mapping[str, Any], handle: fwk.Handle) -> DefaultBinder:
-    fwk.no_args(DefaultBinder.name)(args)
+def new(args: Mapping[str, Any], handle: Handle) -> DefaultBinder:
+    no_args(DefaultBinder.name)(args)
     return DefaultBinder(handle)
