@@ -22,17 +22,9 @@ from crane_scheduler.plugins import (
     tainttoleration,
 )
 from crane_scheduler.podinfo import NodeInfo, PodInfo, parse_node, parse_pod
-from tests.support.scheduler import container, node, pod
+from tests.support.scheduler import HOST, ZONE, container, labelled, node, pod
 
 Q, S = QueueingHint.QUEUE, QueueingHint.SKIP
-ZONE = "topology.kubernetes.io/zone"
-HOST = "kubernetes.io/hostname"
-
-
-def labelled(raw: dict[str, Any], namespace: str = "ns", **labels: str) -> dict[str, Any]:
-    raw["metadata"]["labels"] = labels
-    raw["metadata"]["namespace"] = namespace
-    return raw
 
 
 def P(name: str = "p", *, node_name: str = "", namespace: str = "ns", spec: Any = None, **labels: str) -> PodInfo:
