@@ -17,10 +17,9 @@ from pathlib import Path
 
 from kubernetes_asyncio import client
 
-from bench.scheduler.__main__ import Run, create_nodes, fresh_namespace, gather_limited, measure
-from bench.scheduler.preemption import print_runs, scheduler_process
+from bench.scheduler.__main__ import Run, create_nodes, fresh_namespace, gather_limited
+from bench.scheduler.preemption import add_py_spy, measure_spied, print_runs, scheduler_process
 from crane_sandbox.cluster import LocalCluster, new_run_dir
-from crane_sandbox.procs import tcp_open
 from crane_shared.kube import api_client_from_dict
 
 DRIVER = "csi.bench.example.com"
@@ -91,13 +90,8 @@ async def contender(
     proc = scheduler_process(label, cluster, run_dir, args)
     namespace = await fresh_namespace(api, f"pv-{label}")
     await create_workload(api, namespace, args.pods, f"{label}-bench")
-
-    async def start() -> None:
-        await proc.start()
-        await proc.wait_ready(lambda: tcp_open("127.0.0.1", proc.port), timeout=60)  # type: ignore[attr-defined]
-
     try:
-        return await measure(api, namespace, args.pods, f"{label}-scheduler", start, args.timeout, expect_events=False)
+        return await measure_spied(label, proc, api, namespace, run_dir, args)
     finally:
         await proc.stop()
         (
@@ -126,6 +120,7 @@ def main() -> None:
     parser.add_argument("--qps", type=float, default=5000)
     parser.add_argument("--burst", type=int, default=5000)
     parser.add_argument("--timeout", type=float, default=600)
+    add_py_spy(parser)
     args = parser.parse_args()
     results = asyncio.run(run(args))
     print(f"SchedulingCSIPVs: {args.nodes} nodes, {args.pods} pods with bound CSI volumes")

@@ -140,6 +140,8 @@ class PolicyFile:
 
 class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, ExplainPlugin):
     name = NAME
+    # PodBlindFilterPlugin: annotations and own recent bindings, not the pod accounting a what-if moves
+    reads_node_pods = False
     explain_section = "load"
 
     def __init__(self, args: PluginArgs, handle: Handle, wall_clock: Callable[[], float] = time.time) -> None:

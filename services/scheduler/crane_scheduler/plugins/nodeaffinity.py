@@ -152,6 +152,7 @@ class NodeAffinity(
     QueueingHintPlugin,
 ):
     name = "NodeAffinity"
+    reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
     def __init__(self) -> None:
         self._cache: dict[Any, Mask] = {}

@@ -17,6 +17,7 @@ REASON = "node(s) didn't match the requested node name"
 
 class NodeName(FilterPlugin, EnqueueExtensions):
     name = "NodeName"
+    reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
     def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
         if not pod.node_name:

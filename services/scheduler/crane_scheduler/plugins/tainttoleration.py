@@ -41,6 +41,7 @@ class TaintToleration(
     FilterPlugin, PreScorePlugin, ScorePlugin, NormalizeScorePlugin, EnqueueExtensions, QueueingHintPlugin
 ):
     name = "TaintToleration"
+    reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
     def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
         if len(table.taint_sets) == 1:  # no node has ever had a taint

@@ -93,6 +93,7 @@ def pod_pv_topologies(pod: PodInfo, listers: Listers) -> list[PVTopology]:
 
 class VolumeZone(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExtensions):
     name = NAME
+    reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
     def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
         try:

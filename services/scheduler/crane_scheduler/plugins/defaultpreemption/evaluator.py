@@ -9,6 +9,11 @@ puts back every candidate's k-th victim. Each node's outcome is the one kube's p
 the Filter plugins judge a node by that node's pods only. When a plugin that looks across nodes
 (``CrossNodeFilterPlugin``: InterPodAffinity, PodTopologySpread) has something to say about the pod, the
 candidates are dry-run one by one instead, as kube does, and the pod index follows each removal and reprieve.
+
+When NodeResourcesFit is the only Filter plugin with something to say about the pod that reads pods (the others
+are ``PodBlindFilterPlugin``s or skip the pod), a returning victim can change no other verdict, so the reprieve
+rounds after round 0 are NodeResourcesFit's own comparison done as arithmetic on the candidates' free
+allocatable (``ResourceReprieve``), without moving pods in the table or running the plugins again.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from crane_scheduler.framework.runtime import nominated_records
 from crane_scheduler.framework.types import Code, CycleState, Rejection
 from crane_scheduler.nodetable import Mask, NodeTable, PodRecord
 from crane_scheduler.plugins.volumebinding.binder import _label_selector_matches
-from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.podinfo import PODS, PodInfo
 
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
@@ -41,6 +47,14 @@ class Candidate:
     node: str
     victims: list[PodRecord]
     pdb_violations: int
+
+
+@dataclass(frozen=True)
+class ResourceReprieve:
+    """The reprieve rounds as arithmetic: NodeResourcesFit is the only Filter verdict a returning victim can change,
+    and it holds ``requests`` (resource, amount) and one more pod against each node's free allocatable."""
+
+    requests: tuple[tuple[str, int], ...]
 
 
 @dataclass
@@ -127,13 +141,15 @@ def dry_run(
     now: float | None = None,
     *,
     per_node: bool = False,
+    reprieve: ResourceReprieve | None = None,
 ) -> DryRun:
     """Candidates (node, minimal victims, PDB violations) among ``potential`` rows, in kube's order from
     ``offset``: stops once ``wanted`` are found with at least one that violates no PDB.
 
     ``per_node``: the pod's Filter verdicts depend on other nodes' pods (a ``CrossNodeFilterPlugin`` did not skip
     it), so candidates are dry-run one at a time, as kube's ``SelectVictimsOnNode``, with the table's
-    ``pod_simulated`` hooks told of every removal and reprieve (kube's ``RemovePod``/``AddPod``)."""
+    ``pod_simulated`` hooks told of every removal and reprieve (kube's ``RemovePod``/``AddPod``). ``reprieve``:
+    the reprieve rounds are NodeResourcesFit's arithmetic (see the module's docstring)."""
     now = time.time() if now is None else now
     out = DryRun()
     rows = [int(r) for r in np.flatnonzero(potential)]
@@ -160,7 +176,7 @@ def dry_run(
         n_found = n_clean = 0
         for start in range(0, len(order_rows), max(wanted, 1)):
             chunk = order_rows[start : start + max(wanted, 1)]
-            got = _batched(table, pod, {row: queue[row] for row in chunk}, run, out)
+            got = _batched(table, pod, {row: queue[row] for row in chunk}, run, out, reprieve)
             victims.update(got)
             for row in chunk:
                 if got.get(row):
@@ -194,11 +210,16 @@ def _not_fitting(out: DryRun, rejected: list[tuple[str, list[Rejection], Mask]],
 
 
 def _batched(
-    table: NodeTable, pod: PodInfo, queue: dict[int, list[PodRecord]], run: RunFilters, out: DryRun
+    table: NodeTable,
+    pod: PodInfo,
+    queue: dict[int, list[PodRecord]],
+    run: RunFilters,
+    out: DryRun,
+    reprieve: ResourceReprieve | None = None,
 ) -> dict[int, list[PodRecord]]:
     """All candidate rows at once: round 0 takes out every candidate's potential victims, round k puts every
     candidate's k-th one back (kept where the pod still fits). Exact when each row's verdict depends on that
-    row's pods only."""
+    row's pods only. With ``reprieve``, rounds 1.. are arithmetic on the free allocatable left by round 0."""
     removed: dict[int, list[PodRecord]] = {row: [] for row in queue}
     victims: dict[int, list[PodRecord]] = {row: [] for row in queue}
     try:
@@ -214,6 +235,8 @@ def _batched(
                 fitting.append(row)
             else:
                 _not_fitting(out, rejected, row)
+        if reprieve is not None and _reprieve_by_arithmetic(table, pod, reprieve, fitting, queue, victims):
+            return victims
         step = 0
         while True:
             trying = {row: queue[row][step] for row in fitting if step < len(queue[row])}
@@ -234,6 +257,56 @@ def _batched(
     finally:
         table.simulate_add([r for records in removed.values() for r in records])
     return victims
+
+
+def _reprieve_by_arithmetic(
+    table: NodeTable,
+    pod: PodInfo,
+    reprieve: ResourceReprieve,
+    fitting: list[int],
+    queue: dict[int, list[PodRecord]],
+    victims: dict[int, list[PodRecord]],
+) -> bool:
+    """Rounds 1.. of ``_batched`` on the table as round 0 left it (every candidate's victims out): NodeResourcesFit's
+    comparison per row, with the pods nominated there counted as its Filter counts them (kube's
+    ``RunFilterPluginsWithNominatedPods``; adding pods only lowers the free room, so with them is the binding
+    check). A victim is put back where its requests and one pod fit in the room left over the preemptor's own;
+    else it stays a victim. False when a requested resource has no column (nothing fits; the generic rounds
+    report it)."""
+    if not fitting:
+        return True
+    found = [table.resources.get(res) for res, _ in reprieve.requests]
+    cols = [c for c in found if c is not None]
+    if len(cols) != len(found):
+        return False
+    rows = np.asarray(fitting, dtype=np.intp)
+    resources = [res for res, _ in reprieve.requests]
+    width = len(resources) + 1  # the requested resources, then the pod count
+    room = np.empty((len(rows), width), dtype=np.int64)
+    room[:, :-1] = table.alloc[rows][:, cols] - table.requested[rows][:, cols]
+    room[:, -1] = table.alloc[rows, table.resources[PODS]] - table.pod_count[rows]
+    room -= np.array([want for _, want in reprieve.requests] + [1], dtype=np.int64)
+    at = {row: i for i, row in enumerate(fitting)}
+    mask = np.zeros(table.n_rows, dtype=bool)
+    mask[rows] = True
+    for record in nominated_records(table, pod, mask):
+        i = at[table.rows[record.node]]
+        for j, res in enumerate(resources):
+            room[i, j] -= record.requests.get(res, 0)
+        room[i, -1] -= 1
+    step = 0
+    while True:
+        trying = [(i, queue[row][step]) for i, row in enumerate(fitting) if step < len(queue[row])]
+        if not trying:
+            return True
+        index = np.fromiter((i for i, _ in trying), dtype=np.intp, count=len(trying))
+        back = np.array([[record.requests.get(res, 0) for res in resources] + [1] for _, record in trying])
+        fits: Mask = np.asarray((back <= room[index]).all(axis=1), dtype=bool)
+        room[index[fits]] -= back[fits]
+        for (i, record), kept in zip(trying, fits.tolist(), strict=True):
+            if not kept:
+                victims[fitting[i]].append(record)
+        step += 1
 
 
 def _one_by_one(
