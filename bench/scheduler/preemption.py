@@ -23,7 +23,7 @@ import aiohttp
 import yaml
 from kubernetes_asyncio import client
 
-from bench.scheduler.__main__ import Run, create_nodes, fresh_namespace, gather_limited, measure
+from bench.scheduler.__main__ import Run, create_nodes, decision_latency, fresh_namespace, gather_limited, measure
 from bench.scheduler.spy import Spy, render
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
@@ -149,7 +149,13 @@ async def measure_spied(
     for spy in spies:
         print(f"  crane-scheduler's CPU samples by part ({spy.out}):\n{render(await spy.stop())}", file=sys.stderr)
     if label == "crane":
-        print(f"  crane-scheduler's attempts: {await attempts(proc.port)}", file=sys.stderr)  # type: ignore[attr-defined]
+        port = proc.port  # type: ignore[attr-defined]
+        latency = await decision_latency(port, f"{label}-bench")
+        print(
+            f"  crane-scheduler's attempts: {await attempts(port)}; decision p50 {latency['p50'] * 1e3:.2f} ms, "
+            f"p99 {latency['p99'] * 1e3:.2f} ms (wall, scheduling algorithm only)",
+            file=sys.stderr,
+        )
     return run
 
 

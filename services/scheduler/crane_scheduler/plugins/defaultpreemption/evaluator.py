@@ -219,7 +219,11 @@ def _batched(
 ) -> dict[int, list[PodRecord]]:
     """All candidate rows at once: round 0 takes out every candidate's potential victims, round k puts every
     candidate's k-th one back (kept where the pod still fits). Exact when each row's verdict depends on that
-    row's pods only. With ``reprieve``, rounds 1.. are arithmetic on the free allocatable left by round 0."""
+    row's pods only. With ``reprieve``, see ``_batched_arithmetic``."""
+    if reprieve is not None:
+        found = _batched_arithmetic(table, pod, queue, run, out, reprieve)
+        if found is not None:
+            return found
     removed: dict[int, list[PodRecord]] = {row: [] for row in queue}
     victims: dict[int, list[PodRecord]] = {row: [] for row in queue}
     try:
@@ -235,8 +239,6 @@ def _batched(
                 fitting.append(row)
             else:
                 _not_fitting(out, rejected, row)
-        if reprieve is not None and _reprieve_by_arithmetic(table, pod, reprieve, fitting, queue, victims):
-            return victims
         step = 0
         while True:
             trying = {row: queue[row][step] for row in fitting if step < len(queue[row])}
@@ -259,36 +261,71 @@ def _batched(
     return victims
 
 
-def _reprieve_by_arithmetic(
+def _batched_arithmetic(
     table: NodeTable,
     pod: PodInfo,
-    reprieve: ResourceReprieve,
-    fitting: list[int],
     queue: dict[int, list[PodRecord]],
-    victims: dict[int, list[PodRecord]],
-) -> bool:
-    """Rounds 1.. of ``_batched`` on the table as round 0 left it (every candidate's victims out): NodeResourcesFit's
-    comparison per row, with the pods nominated there counted as its Filter counts them (kube's
-    ``RunFilterPluginsWithNominatedPods``; adding pods only lowers the free room, so with them is the binding
-    check). A victim is put back where its requests and one pod fit in the room left over the preemptor's own;
-    else it stays a victim. False when a requested resource has no column (nothing fits; the generic rounds
-    report it)."""
-    if not fitting:
-        return True
+    run: RunFilters,
+    out: DryRun,
+    reprieve: ResourceReprieve,
+) -> dict[int, list[PodRecord]] | None:
+    """``_batched`` when NodeResourcesFit is the only plugin with a say that reads pods: round 0 takes the
+    candidates' victims out of the columns NodeResourcesFit reads (the pod's requested resources and the pod
+    count) and runs the profile's filters once, for the same verdicts and reasons; the reprieve rounds are then
+    NodeResourcesFit's comparison per row, on the room round 0 left over the preemptor's requests and the pods
+    nominated there (counted as its Filter counts them, kube's ``RunFilterPluginsWithNominatedPods``: adding pods
+    only lowers the room, so with them is the binding check). A victim is put back where its requests and one
+    pod fit in that room; else it stays a victim. No pod moves in the table. None when a requested resource has
+    no column (nothing fits; the generic rounds report it)."""
     found = [table.resources.get(res) for res, _ in reprieve.requests]
     cols = [c for c in found if c is not None]
     if len(cols) != len(found):
-        return False
-    rows = np.asarray(fitting, dtype=np.intp)
+        return None
     resources = [res for res, _ in reprieve.requests]
+    rows = list(queue)
+    index = np.asarray(rows, dtype=np.intp)
     width = len(resources) + 1  # the requested resources, then the pod count
-    room = np.empty((len(rows), width), dtype=np.int64)
-    room[:, :-1] = table.alloc[rows][:, cols] - table.requested[rows][:, cols]
-    room[:, -1] = table.alloc[rows, table.resources[PODS]] - table.pod_count[rows]
+    # every victim's requests and 1 pod, one matrix row each, the candidates' victims one after the other
+    matrix = np.array(
+        [[r.requests.get(res, 0) for res in resources] + [1] for row in rows for r in queue[row]], dtype=np.int64
+    ).reshape(-1, width)
+    first = {row: 0 for row in rows}
+    offset = 0
+    for row in rows:
+        first[row] = offset
+        offset += len(queue[row])
+    taken = np.add.reduceat(matrix, np.fromiter(first.values(), dtype=np.intp, count=len(rows)), axis=0)
+    requested, pod_count = table.requested, table.pod_count
+    victims: dict[int, list[PodRecord]] = {row: [] for row in queue}
+    columns = np.asarray(cols, dtype=np.intp)
+    grid = np.ix_(index, columns)
+    requested[grid] -= taken[:, :-1]
+    pod_count[index] -= taken[:, -1]
+    table.version += 1
+    try:
+        alive = np.zeros(table.n_rows, dtype=bool)
+        alive[index] = True
+        rejected = run({}, pod, alive)
+        fitting: list[int] = []
+        for row in rows:
+            if alive[row]:
+                fitting.append(row)
+            else:
+                _not_fitting(out, rejected, row)
+        if not fitting:
+            return victims
+        at = {row: i for i, row in enumerate(fitting)}
+        where = np.asarray(fitting, dtype=np.intp)
+        room = np.empty((len(fitting), width), dtype=np.int64)
+        room[:, :-1] = table.alloc[np.ix_(where, columns)] - requested[np.ix_(where, columns)]
+        room[:, -1] = table.alloc[where, table.resources[PODS]] - pod_count[where]
+    finally:
+        requested[grid] += taken[:, :-1]
+        pod_count[index] += taken[:, -1]
+        table.version += 1
     room -= np.array([want for _, want in reprieve.requests] + [1], dtype=np.int64)
-    at = {row: i for i, row in enumerate(fitting)}
     mask = np.zeros(table.n_rows, dtype=bool)
-    mask[rows] = True
+    mask[where] = True
     for record in nominated_records(table, pod, mask):
         i = at[table.rows[record.node]]
         for j, res in enumerate(resources):
@@ -296,16 +333,16 @@ def _reprieve_by_arithmetic(
         room[i, -1] -= 1
     step = 0
     while True:
-        trying = [(i, queue[row][step]) for i, row in enumerate(fitting) if step < len(queue[row])]
+        trying = [(i, row) for i, row in enumerate(fitting) if step < len(queue[row])]
         if not trying:
-            return True
-        index = np.fromiter((i for i, _ in trying), dtype=np.intp, count=len(trying))
-        back = np.array([[record.requests.get(res, 0) for res in resources] + [1] for _, record in trying])
-        fits: Mask = np.asarray((back <= room[index]).all(axis=1), dtype=bool)
-        room[index[fits]] -= back[fits]
-        for (i, record), kept in zip(trying, fits.tolist(), strict=True):
+            return victims
+        slots = np.fromiter((i for i, _ in trying), dtype=np.intp, count=len(trying))
+        back = matrix[np.fromiter((first[row] + step for _, row in trying), dtype=np.intp, count=len(trying))]
+        fits: Mask = np.asarray((back <= room[slots]).all(axis=1), dtype=bool)
+        room[slots[fits]] -= back[fits]
+        for (_, row), kept in zip(trying, fits.tolist(), strict=True):
             if not kept:
-                victims[fitting[i]].append(record)
+                victims[row].append(queue[row][step])
         step += 1
 
 
