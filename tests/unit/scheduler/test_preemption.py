@@ -3,6 +3,7 @@ messages, nomination, and the API calls of the eviction."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from typing import Any, ClassVar
@@ -506,3 +507,42 @@ def test_a_preemptor_is_gated_until_its_victims_left_the_cache(monkeypatch: pyte
     t.remove_pod(victim.uid)  # the informer saw it deleted
     assert not plugin.pre_enqueue(info)
     assert activated == [info.uid]
+
+
+def test_a_victim_being_preempted_on_the_nominated_node_counts_as_terminating(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two preemptors nominated to one node, the second's victim not gone yet: the first, retried, waits for it
+    (kube's "terminating pod on the nominated node") instead of evicting a second pod, and is retried once the
+    victim has left the cache."""
+    t = table(
+        node("a", cpu="2"),
+        bound=[pod("low1", cpu="1", priority=1, node_name="a"), pod("low2", cpu="1", priority=1, node_name="a")],
+    )
+    ls = listers()
+    prof = profile(t, ls, api=object())
+    plugin = victims_of(prof)
+    assert prof.handle is not None
+    activated: list[str] = []
+    prof.handle.activate = activated.append
+    monkeypatch.setattr(plugin, "_spawn", lambda coro: coro.close())
+    _, first = preempt(t, ls, pod("first", cpu="1", priority=100), prof)
+    plugin.preempting.discard(first.uid)
+    gone = next(uid for uid in plugin._waiting[first.uid])
+    t.remove_pod(gone)  # the first's victim is gone: it is activated
+    assert activated == [first.uid]
+    _, second = preempt(t, ls, pod("second", cpu="1", priority=100), prof)
+    plugin.preempting.discard(second.uid)
+    assert t.nominated[second.uid][1] == "a"
+    retried = parse_pod(pod("first", cpu="1", priority=100))
+    retried = dataclasses.replace(
+        retried, uid=first.uid, raw={**retried.raw, "metadata": {**retried.raw["metadata"], "uid": first.uid}}
+    )
+    result = decide(t, ls, retried, {}, prof)
+    assert isinstance(result, Diagnosis)  # the second's nomination holds the room its victim still fills
+    victims_before = dict(plugin._victims)
+    choice = plugin.select(retried, result)
+    assert choice.best is None and "terminating pod on the nominated node" in choice.message
+    assert plugin._victims == victims_before  # nobody else evicted
+    t.remove_pod(next(uid for uid in plugin._waiting[second.uid]))
+    assert first.uid in activated[1:]

@@ -87,6 +87,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         self._tasks: set[asyncio.Task[None]] = set()
         self._victims: dict[str, str] = {}  # victim uid -> preemptor uid, until the informer sees it gone
         self._waiting: dict[str, set[str]] = {}  # preemptor uid -> its victims still in the cache
+        self._blocked: dict[str, set[str]] = {}  # victim uid -> pods not eligible until it is gone (``eligible``)
         handle.table.pod_removed.append(self._pod_removed)
         self.attempts = handle.metrics.counter(
             "crane_scheduler_preemption_attempts_total", "Preemption attempts (PostFilter runs of DefaultPreemption)"
@@ -110,7 +111,16 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         if row is not None and diagnosis.preemptible is not None and diagnosis.preemptible[row]:
             for record in table.pods_on(node):
                 victim = record.pod
-                if victim is not None and victim.priority < pod.priority and terminating_by_preemption(victim.raw):
+                if victim is None or victim.priority >= pod.priority:
+                    continue
+                if terminating_by_preemption(victim.raw):
+                    return "not eligible due to a terminating pod on the nominated node."
+                if record.uid in self._victims:
+                    # A victim of one of our preemptions whose deletion the informer has not shown yet is
+                    # terminating too: its DisruptionTarget condition and delete are on their way (with a grace
+                    # period kube would see it terminating). Preempting again would evict a second pod for room
+                    # that is about to be free; the pod is retried as soon as that victim is gone.
+                    self._blocked.setdefault(record.uid, set()).add(pod.uid)
                     return "not eligible due to a terminating pod on the nominated node."
         return ""
 
@@ -226,6 +236,8 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
     def _pod_removed(self, uid: str) -> None:
         """A victim left the cache: once all of a preemptor's are gone (and its API calls are done), it is retried
         at once (kube activates the preemptor when its preemption finishes)."""
+        for blocked in self._blocked.pop(uid, ()):
+            self.handle.activate(blocked)
         preemptor = self._victims.pop(uid, None)
         if preemptor is None:
             return
@@ -257,6 +269,8 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             log.warning("preemption failed", pod=pod.key, node=best.node, error=repr(err))
             for uid in self._waiting.pop(pod.uid, set()):
                 self._victims.pop(uid, None)
+                for blocked in self._blocked.pop(uid, ()):
+                    self.handle.activate(blocked)
         finally:
             self.preempting.discard(pod.uid)
             if pod.uid not in self._waiting:  # the victims are gone already (or the preemption failed)
