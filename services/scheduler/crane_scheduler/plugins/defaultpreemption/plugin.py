@@ -259,11 +259,12 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
 
     async def _preempt(self, pod: PodInfo, best: Candidate, lower: list[PodInfo]) -> None:
         try:
-            await self._set_nomination(pod, best.node)
-            for p in lower:
-                await self._set_nomination(p, "")
+            # All at once: kube writes the nomination with the attempt's status update while its preemption
+            # goroutine clears lower nominations and evicts, so the victims' deletions wait for no other call.
             await asyncio.gather(
-                *(self._evict(pod, v, best.node) for v in best.victims if v.pod and not v.pod.deleting)
+                self._set_nomination(pod, best.node),
+                *(self._set_nomination(p, "") for p in lower),
+                *(self._evict(pod, v, best.node) for v in best.victims if v.pod and not v.pod.deleting),
             )
         except Exception as err:  # the pod is retried at once (kube activates it); the next attempt decides again
             log.warning("preemption failed", pod=pod.key, node=best.node, error=repr(err))
