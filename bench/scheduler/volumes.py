@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from kubernetes_asyncio import client
 
@@ -39,46 +40,52 @@ async def create_csinodes(api: client.ApiClient, nodes: int) -> None:
     await gather_limited([one(i) for i in range(nodes)], 100)
 
 
+def workload_objects(namespace: str, i: int, scheduler: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The i-th PV, its claim (bound to it, as the PV controller leaves them) and the pod mounting it."""
+    claim, volume = f"data-{i:05d}", f"{namespace}-pv-{i:05d}"
+    pv = {
+        "metadata": {"name": volume},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "csi": {"driver": DRIVER, "volumeHandle": volume},
+            "claimRef": {"namespace": namespace, "name": claim},
+        },
+    }
+    pvc = {
+        "metadata": {"name": claim, "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "volumeName": volume,
+            "storageClassName": "",
+        },
+    }
+    pod = {
+        "metadata": {"name": f"pod-{i:05d}"},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [
+                {
+                    "name": "pause",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "100m", "memory": "500Mi"}},
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }
+    return pv, pvc, pod
+
+
 async def create_workload(api: client.ApiClient, namespace: str, pods: int, scheduler: str) -> None:
     core = client.CoreV1Api(api)
 
     async def one(i: int) -> None:
-        claim, volume = f"data-{i:05d}", f"{namespace}-pv-{i:05d}"
-        pv = {
-            "metadata": {"name": volume},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "csi": {"driver": DRIVER, "volumeHandle": volume},
-                "claimRef": {"namespace": namespace, "name": claim},
-            },
-        }
+        pv, pvc, pod = workload_objects(namespace, i, scheduler)
         (await core.create_persistent_volume(pv, _preload_content=False)).release()
-        pvc = {
-            "metadata": {"name": claim, "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": "1Gi"}},
-                "volumeName": volume,
-                "storageClassName": "",
-            },
-        }
         (await core.create_namespaced_persistent_volume_claim(namespace, pvc, _preload_content=False)).release()
-        pod = {
-            "metadata": {"name": f"pod-{i:05d}"},
-            "spec": {
-                "schedulerName": scheduler,
-                "containers": [
-                    {
-                        "name": "pause",
-                        "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": "100m", "memory": "500Mi"}},
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                    }
-                ],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-            },
-        }
         (await core.create_namespaced_pod(namespace, pod, _preload_content=False)).release()
 
     await gather_limited([one(i) for i in range(pods)], 100)

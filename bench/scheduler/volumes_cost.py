@@ -14,15 +14,11 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import time
 from typing import Any
 
-import numpy as np
-
 from bench.scheduler import __main__ as base
-from bench.scheduler.affinity_cost import node_json
-from bench.scheduler.volumes import DRIVER
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
+from bench.scheduler.affinity_cost import node_json, timed_decisions
+from bench.scheduler.volumes import DRIVER, workload_objects
 from crane_scheduler.config import parse_config
 from crane_scheduler.framework import Handle
 from crane_scheduler.framework.runtime import build_profiles
@@ -36,51 +32,14 @@ NAMESPACE = "pv-crane"
 
 
 def objects(i: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """The i-th pod, its claim and its PV, as ``bench.scheduler.volumes`` creates them (plus what the API server
-    adds that the plugins read)."""
-    claim, volume = f"data-{i:05d}", f"{NAMESPACE}-pv-{i:05d}"
-    pv = {
-        "metadata": {"name": volume, "uid": volume, "resourceVersion": "1"},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "csi": {"driver": DRIVER, "volumeHandle": volume},
-            "claimRef": {"namespace": NAMESPACE, "name": claim},
-            "persistentVolumeReclaimPolicy": "Retain",
-        },
-        "status": {"phase": "Bound"},
-    }
-    pvc = {
-        "metadata": {
-            "name": claim,
-            "namespace": NAMESPACE,
-            "uid": claim,
-            "resourceVersion": "1",
-            "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
-        },
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": "1Gi"}},
-            "volumeName": volume,
-            "storageClassName": "",
-        },
-        "status": {"phase": "Bound"},
-    }
-    pod = {
-        "metadata": {"name": f"pod-{i:05d}", "namespace": NAMESPACE, "uid": f"{NAMESPACE}/pod-{i:05d}"},
-        "spec": {
-            "schedulerName": SCHEDULER,
-            "containers": [
-                {
-                    "name": "pause",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": {"cpu": "100m", "memory": "500Mi"}},
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                }
-            ],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-        },
-    }
+    """The i-th pod, its claim and its PV, as ``bench.scheduler.volumes`` creates them, with what the API server
+    and the PV controller add that the plugins read (uids, phases)."""
+    pv, pvc, pod = workload_objects(NAMESPACE, i, SCHEDULER)
+    pv["metadata"].update(uid=pv["metadata"]["name"], resourceVersion="1")
+    pv["status"] = {"phase": "Bound"}
+    pvc["metadata"].update(namespace=NAMESPACE, uid=pvc["metadata"]["name"], resourceVersion="1")
+    pvc["status"] = {"phase": "Bound"}
+    pod["metadata"].update(namespace=NAMESPACE, uid=f"{NAMESPACE}/{pod['metadata']['name']}")
     return pod, pvc, pv
 
 
@@ -108,31 +67,7 @@ def run(nodes: int, pods: int, plugins: str, prof: cProfile.Profile | None) -> d
     profiles = build_profiles(
         parse_config(config), builtin_registry(), lambda name: Handle(table, profile=name, listers=listers)
     )
-    profile = profiles[SCHEDULER]
-    algorithm = Algorithm(table, 0)
-    times = []
-    placed = 0
-    for body in bodies:
-        info = parse_pod(body)
-        state: dict[str, Any] = {}
-        if prof is not None:
-            prof.enable()
-        t = time.process_time()
-        result = algorithm.schedule(profile, info, state)
-        if isinstance(result, ScheduleResult):
-            table.assume(info, result.node)
-            profile.run_reserve(state, info, result.node)
-            placed += 1
-        times.append(time.process_time() - t)
-        if prof is not None:
-            prof.disable()
-    ms = np.array(times) * 1e3
-    return {
-        "mean": float(ms.mean()),
-        "p50": float(np.percentile(ms, 50)),
-        "p99": float(np.percentile(ms, 99)),
-        "placed": placed,
-    }
+    return timed_decisions(table, profiles[SCHEDULER], (parse_pod(body) for body in bodies), prof)
 
 
 def main() -> None:
