@@ -28,6 +28,7 @@ DEFAULT_SCHEDULER_NAME = "crane-scheduler"
 PLUGIN_SET_KEYS = (
     "multiPoint",
     "queueSort",
+    "preEnqueue",
     "preFilter",
     "filter",
     "postFilter",

@@ -118,6 +118,7 @@ class Scheduler:
             on_hint_error=self._hint_error,
             on_incoming=lambda event, queue: self.metrics.queue_incoming.labels(event, queue).inc(),
             on_hint_skip=lambda plugin: self.metrics.queue_hint_skips.labels(plugin).inc(),
+            gated=self._gated,
         )
         self._hint_failures: set[str] = set()
         self._hints: dict[tuple[str, str], QueueingHints] = {}
@@ -146,6 +147,11 @@ class Scheduler:
         self._binds: dict[asyncio.Task[None], tuple[Profile, CycleState, PodInfo, str]] = {}
         self._dropped: set[asyncio.Task[None]] = set()
         self._term: Term | None = None  # the leadership term the loop runs in; None without leader election
+
+    def _gated(self, pod: PodInfo) -> bool:
+        """kube's PreEnqueue: a plugin of the pod's profile holds it back (a preemptor whose victims are not gone)."""
+        profile = self.profiles.get(pod.scheduler_name)
+        return profile is not None and any(pl.pre_enqueue(pod) for pl in profile.pre_enqueue)
 
     def _events_of(self, plugin: str) -> ClusterEvent:
         events = ClusterEvent(0)

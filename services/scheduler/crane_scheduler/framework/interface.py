@@ -47,10 +47,12 @@ __all__ = [
     "PermitPlugin",
     "Plugin",
     "PluginMetrics",
+    "PodBlindFilterPlugin",
     "PodExplainPlugin",
     "PostBindPlugin",
     "PostFilterPlugin",
     "PreBindPlugin",
+    "PreEnqueuePlugin",
     "PreFilterPlugin",
     "PreScorePlugin",
     "QueueSortPlugin",
@@ -211,6 +213,14 @@ class QueueingHintPlugin(EnqueueExtensions, Protocol):
 
 
 @runtime_checkable
+class PreEnqueuePlugin(Plugin, Protocol):
+    """Optional: kube's ``PreEnqueue``. A pod it gates (True) does not leave the unschedulable pods for activeQ,
+    whatever the cluster events, until the plugin activates it (``Handle.activate``) or stops gating it."""
+
+    def pre_enqueue(self, pod: PodInfo) -> bool: ...
+
+
+@runtime_checkable
 class ExplainPlugin(Plugin, Protocol):
     """Optional: per-node inputs the plugin decided on, shown by ``GET /debug/explain`` under ``explain_section``."""
 
@@ -242,6 +252,17 @@ class CrossNodeFilterPlugin(Plugin, Protocol):
 
 
 @runtime_checkable
+class PodBlindFilterPlugin(Plugin, Protocol):
+    """Optional marker, ``reads_node_pods = False``: the plugin's Filter verdict on a node never depends on the
+    pods counted on any node (node fields, taints, labels, volumes' topology, load annotations only), so a what-if
+    that moves pods cannot change it. Preemption's dry run then leaves it out of its reprieve rounds, which become
+    NodeResourcesFit's arithmetic when no other plugin that reads pods has something to say about the pod.
+    A plugin without the marker is assumed to read pods."""
+
+    reads_node_pods: bool
+
+
+@runtime_checkable
 class WorkerPlugin(Plugin, Protocol):
     """Optional: a plugin with a loop of its own (NodeResourceTopologyMatch's NRT watch), run by the scheduler for
     its whole life under the one worker contract."""
@@ -251,6 +272,7 @@ class WorkerPlugin(Plugin, Protocol):
 
 EXTENSION_POINTS: dict[str, type] = {
     "queueSort": QueueSortPlugin,
+    "preEnqueue": PreEnqueuePlugin,
     "preFilter": PreFilterPlugin,
     "filter": FilterPlugin,
     "postFilter": PostFilterPlugin,

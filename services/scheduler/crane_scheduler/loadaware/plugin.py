@@ -132,6 +132,8 @@ class PolicyFile:
 
 class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueExtensions, fwk.ExplainPlugin):
     name = NAME
+    # PodBlindFilterPlugin: annotations and own recent bindings, not the pod accounting a what-if moves
+    reads_node_pods = False
     explain_section = "load"
 
     def __init__(self, args: PluginArgs, handle: fwk.Handle, wall_clock: Callable[[], float] = time.time) -> None:

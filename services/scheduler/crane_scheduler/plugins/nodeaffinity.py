@@ -120,6 +120,7 @@ class NodeAffinity(
     fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.PreScorePlugin, fwk.NormalizeScorePlugin, fwk.QueueingHintPlugin
 ):
     name = "NodeAffinity"
+    reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
     def __init__(self) -> None:
         self._cache: dict[Any, Mask] = {}

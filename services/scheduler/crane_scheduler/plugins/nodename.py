@@ -16,6 +16,7 @@ REASON = "node(s) didn't match the requested node name"
 
 class NodeName(fwk.FilterPlugin, fwk.EnqueueExtensions):
     name = "NodeName"
+    reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         if not pod.node_name:

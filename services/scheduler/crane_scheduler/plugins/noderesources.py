@@ -191,14 +191,18 @@ class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin
             res in self.args.ignored_resources or res.split("/", 1)[0] in self.args.ignored_groups
         )
 
+    def checked(self, pod: PodInfo) -> list[tuple[str, int]]:
+        """The (resource, request) pairs Filter holds against each node's free allocatable, besides one more pod."""
+        return [
+            (res, want) for res, want in pod.requests.items() if want > 0 and res != PODS and not self._ignored(res)
+        ]
+
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         out: list[fwk.Rejection] = []
         too_many = table.pod_count + 1 > table.alloc[:, table.resources[PODS]]
         if too_many.any():
             out.append(fwk.Rejection("Too many pods", too_many))
-        for res, want in pod.requests.items():
-            if want <= 0 or res == PODS or self._ignored(res):
-                continue
+        for res, want in self.checked(pod):
             col = table.resources.get(res)
             if col is None:
                 mask = whole = np.ones(table.n_rows, dtype=bool)

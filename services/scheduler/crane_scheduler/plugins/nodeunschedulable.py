@@ -15,6 +15,7 @@ _UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule
 
 class NodeUnschedulable(fwk.FilterPlugin, fwk.QueueingHintPlugin):
     name = "NodeUnschedulable"
+    reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         if table.unschedulable_count == 0 or tolerated(pod.tolerations, _UNSCHEDULABLE_TAINT):

@@ -18,6 +18,7 @@ REASON = "node(s) had untolerated taint(s)"  # kube-scheduler >= 1.34 no longer 
 
 class TaintToleration(fwk.FilterPlugin, fwk.PreScorePlugin, fwk.NormalizeScorePlugin, fwk.QueueingHintPlugin):
     name = "TaintToleration"
+    reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         if len(table.taint_sets) == 1:  # no node has ever had a taint
