@@ -19,15 +19,10 @@ from crane_sandbox.fleet import SimNode, make_fleet
 from crane_sandbox.pod_follower import create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
 from crane_sandbox.prometheus import PrometheusServer
+from crane_shared.policy import default_policy
 
-METRICS = (
-    "cpu_usage_avg_5m",
-    "cpu_usage_max_avg_1h",
-    "cpu_usage_max_avg_1d",
-    "mem_usage_avg_5m",
-    "mem_usage_max_avg_1h",
-    "mem_usage_max_avg_1d",
-)
+METRICS = default_policy().metrics()
+"""upstream's six series, in its policy's order (the shipped default policy)"""
 RULES = """\
 groups:
   - name: bench

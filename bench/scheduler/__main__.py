@@ -44,7 +44,7 @@ from kubernetes_asyncio import client
 from bench.scheduler.spy import Spy, render
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
-from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
+from crane_sandbox.procs import ManagedProcess, free_port, service_argv, tcp_open
 from crane_scheduler.plugins.defaultbinder import bind_pod
 from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.informer import EventType, Informer
@@ -329,25 +329,19 @@ async def run_ours(
     port = free_port()
     proc = ManagedProcess(
         "crane-scheduler",
-        [
-            sys.executable,
-            "-m",
+        service_argv(
             "crane_scheduler",
+            cluster.kubeconfig_path,
+            port,
             "--config",
             str(path),
-            "--kubeconfig",
-            str(cluster.kubeconfig_path),
-            "--port",
-            str(port),
-            "--listen-address",
-            "127.0.0.1",
             "--bind-concurrency",
             str(args.concurrency),
             "--event-concurrency",
             str(args.event_concurrency),
             "--log-level",
             "warning",
-        ],
+        ),
         run_dir / "logs" / "crane-scheduler.log",
     )
     await create_pods(api, namespace, args.pods, name)

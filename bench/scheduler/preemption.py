@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 from kubernetes_asyncio import client
 
-from bench.scheduler.__main__ import Run, create_nodes, fresh_namespace, gather_limited, measure
+from bench.scheduler.__main__ import Run, create_nodes, decision_latency, fresh_namespace, gather_limited, measure
+from bench.scheduler.spy import Spy, render
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
-from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
+from crane_sandbox.procs import ManagedProcess, free_port, service_argv, tcp_open
 from crane_shared.kube import api_client_from_dict
 
 POD = {"cpu": "900m", "memory": "500Mi"}
@@ -92,21 +95,15 @@ def scheduler_process(label: str, cluster: LocalCluster, run_dir: Path, args: ar
         ]
     else:
         path.write_text(yaml.safe_dump(cfg))
-        argv = [
-            sys.executable,
-            "-m",
+        argv = service_argv(
             "crane_scheduler",
+            cluster.kubeconfig_path,
+            port,
             "--config",
             str(path),
-            "--kubeconfig",
-            str(cluster.kubeconfig_path),
-            "--port",
-            str(port),
-            "--listen-address",
-            "127.0.0.1",
             "--log-level",
-            "warning",
-        ]
+            getattr(args, "log_level", "warning"),
+        )
     proc = ManagedProcess(f"{label}-scheduler", argv, run_dir / "logs" / f"{label}-scheduler.log")
     proc.port = port  # type: ignore[attr-defined]
     return proc
@@ -117,16 +114,59 @@ async def contender(
 ) -> Run:
     proc = scheduler_process(label, cluster, run_dir, args)
     low, high = await prepare(api, label, args.nodes, args.pods, f"{label}-bench")
-
-    async def start() -> None:
-        await proc.start()
-        await proc.wait_ready(lambda: tcp_open("127.0.0.1", proc.port), timeout=60)  # type: ignore[attr-defined]
-
     try:
-        return await measure(api, high, args.pods, f"{label}-scheduler", start, args.timeout, expect_events=False)
+        run = await measure_spied(label, proc, api, high, run_dir, args)
+        resp = await client.CoreV1Api(api).list_namespaced_pod(low, _preload_content=False)
+        left = len(json.loads(await resp.read())["items"])
+        resp.release()
+        print(f"  {label}: {args.nodes * PER_NODE - left} victims deleted", file=sys.stderr)
+        return run
     finally:
         await proc.stop()
         await cleanup(api, low, high)
+
+
+async def measure_spied(
+    label: str, proc: ManagedProcess, api: client.ApiClient, namespace: str, run_dir: Path, args: argparse.Namespace
+) -> Run:
+    """``measure`` with the scheduler started by it; with ``--py-spy``, crane-scheduler's CPU samples by part."""
+    spies: list[Spy] = []
+
+    async def start() -> None:
+        await proc.start()
+        if label == "crane" and getattr(args, "py_spy", False) and proc.pid is not None:
+            spy = await Spy.attach(proc.pid, run_dir / f"py-spy-{namespace}.txt")
+            spies.extend([spy] if spy is not None else [])
+        await proc.wait_ready(lambda: tcp_open("127.0.0.1", proc.port), timeout=60)  # type: ignore[attr-defined]
+
+    run = await measure(api, namespace, args.pods, f"{label}-scheduler", start, args.timeout, expect_events=False)
+    for spy in spies:
+        print(f"  crane-scheduler's CPU samples by part ({spy.out}):\n{render(await spy.stop())}", file=sys.stderr)
+    if label == "crane":
+        port = proc.port  # type: ignore[attr-defined]
+        latency = await decision_latency(port, f"{label}-bench")
+        print(
+            f"  crane-scheduler's attempts: {await attempts(port)}; decision p50 {latency['p50'] * 1e3:.2f} ms, "
+            f"p99 {latency['p99'] * 1e3:.2f} ms (wall, scheduling algorithm only)",
+            file=sys.stderr,
+        )
+    return run
+
+
+async def attempts(port: int) -> dict[str, float]:
+    """Scheduling attempts by result and preemption attempts, from the scheduler's metrics: how often a pod was
+    decided again before it was bound."""
+    out: dict[str, float] = {}
+    async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/metrics") as r:
+        for line in (await r.text()).splitlines():
+            if line.startswith("scheduler_schedule_attempts_total{"):
+                result = line.split('result="')[1].split('"')[0]
+                out[result] = out.get(result, 0) + float(line.rsplit(" ", 1)[1])
+            elif line.startswith("crane_scheduler_preemption_attempts_total "):
+                out["preemption"] = float(line.rsplit(" ", 1)[1])
+            elif line.startswith("crane_scheduler_preemption_victims_total "):
+                out["victims"] = float(line.rsplit(" ", 1)[1])
+    return out
 
 
 async def run(args: argparse.Namespace) -> list[Run]:
@@ -150,10 +190,18 @@ def main() -> None:
     parser.add_argument("--qps", type=float, default=5000)
     parser.add_argument("--burst", type=int, default=5000)
     parser.add_argument("--timeout", type=float, default=600)
+    add_py_spy(parser)
     args = parser.parse_args()
     results = asyncio.run(run(args))
     print(f"PreemptionBasic: {args.nodes} nodes, {args.nodes * PER_NODE} victims, {args.pods} preemptors")
     print_runs(results)
+
+
+def add_py_spy(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--py-spy", action="store_true", help="sample crane-scheduler with py-spy (bench/scheduler/spy.py)"
+    )
+    parser.add_argument("--log-level", default="warning", help="crane-scheduler's log level (its log in the run dir)")
 
 
 def print_runs(results: list[Run]) -> None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from kubernetes_asyncio import client
 
-from bench.scheduler.__main__ import Run, create_nodes, fresh_namespace, gather_limited, measure
-from bench.scheduler.preemption import print_runs, scheduler_process
+from bench.scheduler.__main__ import Run, create_nodes, fresh_namespace, gather_limited
+from bench.scheduler.preemption import add_py_spy, measure_spied, print_runs, scheduler_process
 from crane_sandbox.cluster import LocalCluster, new_run_dir
-from crane_sandbox.procs import tcp_open
 from crane_shared.kube import api_client_from_dict
 
 DRIVER = "csi.bench.example.com"
@@ -40,46 +40,52 @@ async def create_csinodes(api: client.ApiClient, nodes: int) -> None:
     await gather_limited([one(i) for i in range(nodes)], 100)
 
 
+def workload_objects(namespace: str, i: int, scheduler: str) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The i-th PV, its claim (bound to it, as the PV controller leaves them) and the pod mounting it."""
+    claim, volume = f"data-{i:05d}", f"{namespace}-pv-{i:05d}"
+    pv = {
+        "metadata": {"name": volume},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "csi": {"driver": DRIVER, "volumeHandle": volume},
+            "claimRef": {"namespace": namespace, "name": claim},
+        },
+    }
+    pvc = {
+        "metadata": {"name": claim, "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "volumeName": volume,
+            "storageClassName": "",
+        },
+    }
+    pod = {
+        "metadata": {"name": f"pod-{i:05d}"},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [
+                {
+                    "name": "pause",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "100m", "memory": "500Mi"}},
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }
+    return pv, pvc, pod
+
+
 async def create_workload(api: client.ApiClient, namespace: str, pods: int, scheduler: str) -> None:
     core = client.CoreV1Api(api)
 
     async def one(i: int) -> None:
-        claim, volume = f"data-{i:05d}", f"{namespace}-pv-{i:05d}"
-        pv = {
-            "metadata": {"name": volume},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "csi": {"driver": DRIVER, "volumeHandle": volume},
-                "claimRef": {"namespace": namespace, "name": claim},
-            },
-        }
+        pv, pvc, pod = workload_objects(namespace, i, scheduler)
         (await core.create_persistent_volume(pv, _preload_content=False)).release()
-        pvc = {
-            "metadata": {"name": claim, "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": "1Gi"}},
-                "volumeName": volume,
-                "storageClassName": "",
-            },
-        }
         (await core.create_namespaced_persistent_volume_claim(namespace, pvc, _preload_content=False)).release()
-        pod = {
-            "metadata": {"name": f"pod-{i:05d}"},
-            "spec": {
-                "schedulerName": scheduler,
-                "containers": [
-                    {
-                        "name": "pause",
-                        "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": "100m", "memory": "500Mi"}},
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                    }
-                ],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-            },
-        }
         (await core.create_namespaced_pod(namespace, pod, _preload_content=False)).release()
 
     await gather_limited([one(i) for i in range(pods)], 100)
@@ -91,13 +97,8 @@ async def contender(
     proc = scheduler_process(label, cluster, run_dir, args)
     namespace = await fresh_namespace(api, f"pv-{label}")
     await create_workload(api, namespace, args.pods, f"{label}-bench")
-
-    async def start() -> None:
-        await proc.start()
-        await proc.wait_ready(lambda: tcp_open("127.0.0.1", proc.port), timeout=60)  # type: ignore[attr-defined]
-
     try:
-        return await measure(api, namespace, args.pods, f"{label}-scheduler", start, args.timeout, expect_events=False)
+        return await measure_spied(label, proc, api, namespace, run_dir, args)
     finally:
         await proc.stop()
         (
@@ -126,6 +127,7 @@ def main() -> None:
     parser.add_argument("--qps", type=float, default=5000)
     parser.add_argument("--burst", type=int, default=5000)
     parser.add_argument("--timeout", type=float, default=600)
+    add_py_spy(parser)
     args = parser.parse_args()
     results = asyncio.run(run(args))
     print(f"SchedulingCSIPVs: {args.nodes} nodes, {args.pods} pods with bound CSI volumes")

@@ -31,7 +31,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from crane_sandbox.fleet import GI, SimNode, make_fleet
-from crane_sandbox.sandbox import Sandbox
+from crane_sandbox.sandbox import UPSTREAM_STYLE, Sandbox, comparison_config
 from crane_shared.kube import api_client_from_dict, raw_json
 
 THRESHOLD = 0.65
@@ -56,27 +56,10 @@ SERVICES = (
     Service("mem", "cpu=2,memory=20Gi", "5", "40Gi", main=1),
     Service("cpu", "cpu=8,memory=8Gi", "12", "12Gi", main=0),
 )
-STRATEGIES = {"crane": "crane-scheduler", "kube": "default-scheduler", "upstream": "crane-upstream-style"}
+STRATEGIES = {"crane": "crane-scheduler", "kube": "default-scheduler", "upstream": UPSTREAM_STYLE}
 
-SCHEDULER_CONFIG = """\
-apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-leaderElection:
-  resourceNamespace: default
-profiles:
-  - schedulerName: crane-scheduler
-    pluginConfig:
-      - name: Dynamic
-        # A just-bound pod's estimate lasts as long as the fast rules take to absorb it (10 s average, 5 s sync).
-        args: {policyConfigPath: "{policy}", estimate: {window: 15s}}
-  - schedulerName: crane-upstream-style
-    pluginConfig:
-      - name: Dynamic
-        args:
-          policyConfigPath: "{policy}"
-          ownBindingsInHotValue: false
-          estimate: {enabled: false}
-"""
+# A just-bound pod's estimate lasts as long as the fast rules take to absorb it (10 s average, 5 s sync).
+SCHEDULER_CONFIG = comparison_config(estimate={"window": "15s"})
 
 
 @dataclass

@@ -14,6 +14,7 @@ import ctypes
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,23 @@ def free_port(host: str = "127.0.0.1") -> int:
         s.bind((host, 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def service_argv(module: str, kubeconfig: Path, port: int, *args: str) -> list[str]:
+    """The command line of one of our services (``python -m <module>``) as the sandbox, the benches and the tests
+    run it: this interpreter, the given kubeconfig, the HTTP surface on loopback ``port``."""
+    return [
+        sys.executable,
+        "-m",
+        module,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--listen-address",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *args,
+    ]
 
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import importlib.util
 import ssl
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from crane_sandbox.kwok import USER as KWOK_USER
 from crane_sandbox.kwok import KwokController
 from crane_sandbox.kwok import grant as grant_kwok
 from crane_sandbox.pod_follower import PodFollower, create_nodes
-from crane_sandbox.procs import ManagedProcess, free_port
+from crane_sandbox.procs import ManagedProcess, free_port, service_argv
 from crane_sandbox.prometheus import PrometheusServer
 from crane_sandbox.rbac import ServiceIdentity, install_identities
 from crane_sandbox.topology import TopologySpec, install_crd, publish_fleet
@@ -93,6 +92,29 @@ profiles:
         args: {topologyAwareResources: [cpu]}
 """
 
+UPSTREAM_STYLE = "crane-upstream-style"
+
+
+def comparison_config(**ours: Any) -> str:
+    """crane-scheduler's configuration for comparing it with upstream's behaviour on one cluster (the seed
+    experiment): profile ``crane-scheduler`` runs Dynamic on the sandbox policy with ``ours`` as further args,
+    profile ``crane-upstream-style`` the same policy as upstream does, without this scheduler's own bindings in the
+    hot value and without the estimate of just-bound pods. The lease lives in the sandbox's default namespace."""
+    policy = {"policyConfigPath": "{policy}"}
+    upstream = {**policy, "ownBindingsInHotValue": False, "estimate": {"enabled": False}}
+    profiles = [
+        {"schedulerName": "crane-scheduler", "pluginConfig": [{"name": "Dynamic", "args": {**policy, **ours}}]},
+        {"schedulerName": UPSTREAM_STYLE, "pluginConfig": [{"name": "Dynamic", "args": upstream}]},
+    ]
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"resourceNamespace": "default"},
+        "profiles": profiles,
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
 KUBE_SCHEDULER_CONFIG = """\
 # The real kube-scheduler beside crane-scheduler ("second scheduler" mode): it serves default-scheduler.
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -116,7 +138,7 @@ def crane_scheduler_name(mode: Mode) -> str:
 class ServiceSpec:
     name: str
     module: str
-    args: list[str]
+    argv: list[str]
     port: int
 
 
@@ -277,17 +299,16 @@ class Sandbox:
             module, args = specs[name]
             port = free_port()
             # each service as its own ServiceAccount, under the chart's RBAC
-            kube = ["--kubeconfig", str(self.identities[name].kubeconfig), "--listen-address", "127.0.0.1"]
-            out.append(ServiceSpec(name, module, [*kube, *args, "--port", str(port)], port))
+            out.append(
+                ServiceSpec(name, module, service_argv(module, self.identities[name].kubeconfig, port, *args), port)
+            )
         return out
 
     async def _start_service(self, spec: ServiceSpec) -> None:
         if importlib.util.find_spec(f"{spec.module}.__main__") is None:
             self.skipped.append(spec.name)
             return
-        process = ManagedProcess(
-            spec.name, [sys.executable, "-m", spec.module, *spec.args], self.run_dir / "logs" / f"{spec.name}.log"
-        )
+        process = ManagedProcess(spec.name, spec.argv, self.run_dir / "logs" / f"{spec.name}.log")
         self.processes[spec.name] = process
         self.ports[spec.name] = spec.port
         await process.start()

@@ -1,9 +1,10 @@
 """``cranectl nodes``: what the load-aware scheduler sees of each node, in one table.
 
-Per node: the real usage of every policy metric (from the annotator's annotations; ``!`` marks a value above
-the policy's threshold, ``?`` one that is stale or unreadable), the CPU and memory requested by the pods bound
-to it against its allocatable, its hot value, and the age of its oldest usage annotation. Rendering is a pure
-function of the API objects, so it is tested without a cluster.
+Per node: the real usage of every policy metric (the annotator's annotations, read by ``node_load`` as the
+Dynamic plugin reads them; ``!`` marks a value above the policy's threshold, ``?`` one that is stale or
+unreadable), the CPU and memory requested by the pods bound to it against its allocatable, its hot value, and the
+age of its oldest usage annotation. Rendering is a pure function of the API objects, so it is tested without a
+cluster.
 """
 
 from __future__ import annotations
@@ -13,15 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from crane_shared.annotations import (
-    HOT_VALUE_KEY,
-    AnnotationError,
-    Freshness,
-    annotation_key,
-    decode,
-    freshness,
-    metric_freshness_window,
-)
+from crane_shared.annotations import HOT_VALUE_KEY, AnnotationError, decode
+from crane_shared.loadaware.dynamic import DynamicArgs, MetricReading, node_load
 from crane_shared.policy import DynamicSchedulerPolicy
 from crane_shared.quantity import parse_quantity
 
@@ -62,29 +56,15 @@ def node_rows(
         before = requested.get(node, (0.0, 0.0))
         requested[node] = (before[0] + cpu, before[1] + mem)
     thresholds = {p.name: p.max_limit_percent for p in policy.predicate}
+    args = DynamicArgs(policy)
     rows = []
     for node in sorted(nodes, key=lambda n: str(n["metadata"]["name"])):
         name = str(node["metadata"]["name"])
         annotations = node["metadata"].get("annotations") or {}
-        usage: dict[str, str] = {}
-        oldest: datetime | None = None
-        for metric in policy.metrics():
-            text = annotations.get(annotation_key(metric))
-            if text is None:
-                usage[metric] = "-"
-                continue
-            try:
-                sample = decode(text)
-            except AnnotationError:
-                usage[metric] = "?"
-                continue
-            mark = ""
-            if freshness(sample.timestamp, now, metric_freshness_window(policy.period_of(metric))) != Freshness.FRESH:
-                mark = "?"
-            elif metric in thresholds and sample.value > thresholds[metric]:
-                mark = "!"
-            usage[metric] = f"{sample.value:.2f}{mark}"
-            oldest = sample.timestamp if oldest is None or sample.timestamp < oldest else oldest
+        readings = node_load(name, annotations, args, now).readings
+        usage = {metric: _usage_cell(reading, thresholds.get(metric)) for metric, reading in readings.items()}
+        stamps = [r.timestamp for r in readings.values() if r.timestamp is not None]
+        oldest = min(stamps, default=None)
         hot = annotations.get(HOT_VALUE_KEY)
         try:
             hot_text = str(int(decode(hot).value)) if hot else "-"
@@ -105,6 +85,17 @@ def node_rows(
             )
         )
     return rows
+
+
+def _usage_cell(reading: MetricReading, threshold: float | None) -> str:
+    """The annotated value as the scheduler reads it: ``-`` missing, ``?`` unreadable or not fresh, ``!`` above
+    the threshold."""
+    if reading.state == "missing":
+        return "-"
+    if reading.annotated is None:
+        return "?"
+    mark = "?" if reading.state != "fresh" else "!" if threshold is not None and reading.annotated > threshold else ""
+    return f"{reading.annotated:.2f}{mark}"
 
 
 def render(rows: list[NodeRow], policy: DynamicSchedulerPolicy) -> str:

@@ -28,26 +28,15 @@ from crane_scheduler.config import parse_config
 from crane_scheduler.framework import Code, Handle, Status
 from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
+from crane_scheduler.plugins import DEFAULT_MULTIPOINT, builtin_registry
 from crane_scheduler.podinfo import parse_node, parse_pod
 
 Json = dict[str, Any]
 CASES = int(os.environ.get("CRANE_DIFF_CASES", "300"))
 COMPARED = ("PodTopologySpread", "InterPodAffinity", "ImageLocality", "NodeResourcesFit")
-PLUGINS: tuple[tuple[str, int | None], ...] = (
-    ("PrioritySort", None),
-    ("NodeUnschedulable", None),
-    ("NodeName", None),
-    ("TaintToleration", 3),
-    ("NodeAffinity", 2),
-    ("NodePorts", None),
-    ("NodeResourcesFit", 1),
-    ("PodTopologySpread", 2),
-    ("InterPodAffinity", 2),
-    ("NodeResourcesBalancedAllocation", 1),
-    ("ImageLocality", 1),
-    ("DefaultBinder", None),
-)
+UNUSED = {"VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "DefaultPreemption"}
+"""No volumes and nothing to preempt in these cases"""
+PLUGINS = tuple((name, weight) for name, weight in DEFAULT_MULTIPOINT if name not in UNUSED)
 ZONE, HOST = "topology.kubernetes.io/zone", "kubernetes.io/hostname"
 KEYS = (HOST, ZONE, "rack")
 APPS = ("web", "db", "cache")

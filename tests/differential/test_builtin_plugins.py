@@ -10,22 +10,15 @@ CI runs a fixed, derandomised set of cases; ``python -m bench.differential`` swe
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
-from tests.support.judge import Case, Judge, check
+from tests.support.judge import Case, Judge, check, ci_settings
 from tests.support.judge_cases import cases
 
 CI_EXAMPLES = 800
 
 
-@settings(
-    max_examples=CI_EXAMPLES,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    report_multiple_bugs=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@ci_settings(CI_EXAMPLES)
 @given(case=cases())
 def test_builtin_plugins_agree_with_kube_scheduler(judge: Judge, case: Case) -> None:
     check(judge, case)

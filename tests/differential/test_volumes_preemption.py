@@ -7,21 +7,14 @@ CI runs a fixed, derandomised set; ``python -m bench.differential --suite storag
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
-from tests.support.judge import Case, Judge, check
+from tests.support.judge import Case, Judge, check, ci_settings
 from tests.support.judge_storage_cases import preemption_cases, storage_cases
 
 CI_EXAMPLES = 150
 
-_settings = settings(
-    max_examples=CI_EXAMPLES,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    report_multiple_bugs=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+_settings = ci_settings(CI_EXAMPLES)
 
 
 @_settings

@@ -19,11 +19,11 @@ from crane_sandbox.rbac import identity
 from crane_shared.kube import api_client_from_dict
 from tests.support.event_recorder_cluster import (
     Binding,
-    child,
     expected,
     in_process,
     notified,
-    report_events_v1,
+    report_all,
+    running_child,
     stored,
 )
 from tests.support.faults import FaultReport, FaultRow, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
@@ -50,6 +50,20 @@ async def audit(redis: aioredis.Redis, made: Sequence[Binding], row: FaultRow) -
     return row.lost == 0 and set(have) == set(want)
 
 
+async def all_recorded(
+    redis: aioredis.Redis,
+    made: Sequence[Binding],
+    row: FaultRow,
+    *,
+    since: float,
+    timeout: float,
+    what: str = "all recorded",
+) -> None:
+    """Wait until Redis holds every binding exactly once; the row's recovery counts from ``since`` (monotonic)."""
+    await eventually(lambda: audit(redis, made, row), timeout=timeout, what=what)
+    row.recovery = round(time.monotonic() - since, 2)
+
+
 async def test_redis_flushall_is_noticed_and_the_records_restored_by_a_relist(
     kube: client.ApiClient,
     recorder_kube: client.ApiClient,
@@ -63,14 +77,11 @@ async def test_redis_flushall_is_noticed_and_the_records_restored_by_a_relist(
     row = fault_report.row("Redis FLUSHALL (same server, records lost)")
     async with in_process(recorder_kube, redis_url, namespace) as rec:
         await eventually(rec.recorder.ready)
-        for b in made:
-            await report_events_v1(kube, b)
+        await report_all(kube, made)
         await eventually(lambda: audit(redis, made, row), what="first recording")
         run_id = (await redis.info("server"))["run_id"]
         await redis.flushdb()  # FLUSHALL would wipe the other tests' databases of the shared server
-        flushed = time.monotonic()
-        await eventually(lambda: audit(redis, made, row), timeout=20, what="records restored")
-        row.recovery = round(time.monotonic() - flushed, 2)
+        await all_recorded(redis, made, row, since=time.monotonic(), timeout=20, what="records restored")
         assert (await redis.info("server"))["run_id"] == run_id
         assert rec.metric("watch_restarts_total", reason="redis-reset") >= 1
     assert row.doubled == 0
@@ -102,19 +113,16 @@ async def test_429_and_503_on_list_and_watch_are_retried_with_backoff_and_lose_n
     made = bindings(namespace, 40)
     row = fault_report.row(f"HTTP {status} on the event-recorder's first 3 lists and 3 watches")
     try:
-        for b in made[:20]:  # before the recorder starts: only a list can find these
-            await report_events_v1(kube, b)
+        await report_all(kube, made[:20])  # before the recorder starts: only a list can find these
         async with in_process(api, redis_url, namespace) as rec:
             started = time.monotonic()
             await eventually(rec.recorder.ready, timeout=30, what="first list through the 429s/503s")
             status_proxy.fail(status, _watches, 3)
             before = dict(status_proxy.seen)
             rec.recorder.relist("test: reopen the watch into the failures")
-            for b in made[20:]:
-                await report_events_v1(kube, b)
+            await report_all(kube, made[20:])
             await eventually(lambda: status_proxy.injected.get(status) == 6, what="every injected failure hit")
-            await eventually(lambda: audit(redis, made, row), timeout=30, what="all recorded")
-            row.recovery = round(time.monotonic() - started, 2)
+            await all_recorded(redis, made, row, since=started, timeout=30)
             opened = {k: status_proxy.seen[k] - before[k] for k in before}
     finally:
         await api.close()
@@ -133,22 +141,14 @@ async def test_api_server_restart_mid_stream_loses_and_doubles_nothing(
 ) -> None:
     made = bindings(namespace, 90)
     row = fault_report.row("API server restart mid-stream (event-recorder process)")
-    proc = child(identity(cluster, "event-recorder").kubeconfig, redis_url, namespace, cluster.run_dir / "logs")
-    await proc.process.start()
-    try:
-        await proc.process.wait_ready(proc.ready, timeout=30)
-        for b in made[:30]:
-            await report_events_v1(kube, b)
+    async with running_child(cluster, redis_url, namespace) as proc:
+        await report_all(kube, made[:30])
         restarting = asyncio.create_task(restart_apiserver(cluster, down_for=2.0))
         await restarting
         back = time.monotonic()
-        for b in made[30:]:
-            await report_events_v1(kube, b)
-        await eventually(lambda: audit(redis, made, row), timeout=60, what="all recorded")
-        row.recovery = round(time.monotonic() - back, 2)
+        await report_all(kube, made[30:])
+        await all_recorded(redis, made, row, since=back, timeout=60)
         assert proc.process.running, "the recorder died"
-    finally:
-        await proc.process.stop()
     assert row.doubled == 0
 
 
@@ -169,22 +169,17 @@ async def test_redis_connection_reset_and_blackholed_lose_nothing(
     row = fault_report.row("Redis connection reset, then blackholed 5s (event-recorder)")
     async with in_process(recorder_kube, via_proxy, namespace) as rec:
         await eventually(rec.recorder.ready)
-        for b in made[:20]:
-            await report_events_v1(kube, b)
+        await report_all(kube, made[:20])
         await eventually(lambda: rec.metric("bindings_recorded_total") == 20)
         await proxy.reset_connections()
-        for b in made[20:40]:
-            await report_events_v1(kube, b)
+        await report_all(kube, made[20:40])
         await asyncio.sleep(1)
         await proxy.heal()
         await proxy.blackhole()
-        for b in made[40:]:
-            await report_events_v1(kube, b)
+        await report_all(kube, made[40:])
         await asyncio.sleep(5)
         await proxy.heal()
-        healed = time.monotonic()
-        await eventually(lambda: audit(redis, made, row), timeout=60, what="all recorded")
-        row.recovery = round(time.monotonic() - healed, 2)
+        await all_recorded(redis, made, row, since=time.monotonic(), timeout=60)
     assert row.doubled == 0
 
 
@@ -199,23 +194,14 @@ async def test_kill_9_of_the_event_recorder_mid_stream_loses_and_doubles_nothing
 ) -> None:
     made = bindings(namespace, 90)
     row = fault_report.row("kill -9 of the event-recorder mid-stream, restarted")
-    proc = child(identity(cluster, "event-recorder").kubeconfig, redis_url, namespace, cluster.run_dir / "logs")
-    await proc.process.start()
-    try:
-        await proc.process.wait_ready(proc.ready, timeout=30)
-        for b in made[:30]:
-            await report_events_v1(kube, b)
+    async with running_child(cluster, redis_url, namespace) as proc:
+        await report_all(kube, made[:30])
         await proc.process.kill()
-        for b in made[30:60]:  # while it is dead: only the re-list after the restart can find these
-            await report_events_v1(kube, b)
+        await report_all(kube, made[30:60])  # while it is dead: only the re-list after the restart can find these
         await proc.process.start()
         restarted = time.monotonic()
-        for b in made[60:]:
-            await report_events_v1(kube, b)
-        await eventually(lambda: audit(redis, made, row), timeout=60, what="all recorded")
-        row.recovery = round(time.monotonic() - restarted, 2)
-    finally:
-        await proc.process.stop()
+        await report_all(kube, made[60:])
+        await all_recorded(redis, made, row, since=restarted, timeout=60)
     assert row.doubled == 0
 
 
@@ -240,10 +226,8 @@ async def test_added_latency_on_the_api_connection_records_everything_once(
         async with in_process(api, redis_url, namespace) as rec:
             await eventually(rec.recorder.ready, timeout=30)
             started = time.monotonic()
-            for b in made:
-                await report_events_v1(kube, b)
-            await eventually(lambda: audit(redis, made, row), timeout=30, what="all recorded")
-            row.recovery = round(time.monotonic() - started, 2)
+            await report_all(kube, made)
+            await all_recorded(redis, made, row, since=started, timeout=30)
     finally:
         await api.close()
     assert row.doubled == 0

@@ -85,6 +85,16 @@ async def lease_spec(kube: client.ApiClient, namespace: str) -> Any:
     return (await client.CoordinationV1Api(kube).read_namespaced_lease("lease", namespace)).spec
 
 
+async def leader_behind_a_proxy(
+    cluster: LocalCluster, proxy_to: Callable[..., Any], contenders: Callable[..., Any]
+) -> tuple[Any, Any, Any]:
+    """(proxy, a, b): ``a`` leading through a Toxiproxy in front of the API server, ``b`` started as its standby."""
+    proxy = await proxy_to(api_host_port(cluster))
+    a = await contenders("a", f"https://{proxy.host_port}")
+    await eventually(lambda: a.leading, what="a leads")
+    return proxy, a, await contenders("b")
+
+
 async def test_leader_blackholed_longer_than_the_lease_stops_before_the_standby_leads(
     cluster: LocalCluster,
     kube: client.ApiClient,
@@ -94,10 +104,7 @@ async def test_leader_blackholed_longer_than_the_lease_stops_before_the_standby_
     fault_report: FaultReport,
 ) -> None:
     row = fault_report.row("API connection of the leader blackholed (2x lease)")
-    proxy = await proxy_to(api_host_port(cluster))
-    a = await contenders("a", f"https://{proxy.host_port}")
-    await eventually(lambda: a.leading, what="a leads")
-    b = await contenders("b")
+    proxy, a, b = await leader_behind_a_proxy(cluster, proxy_to, contenders)
     await asyncio.sleep(2 * TIMING["retry_period"])
     assert not b.leading
 
@@ -129,10 +136,7 @@ async def test_added_latency_keeps_the_lease_where_it_is(
     fault_report: FaultReport,
 ) -> None:
     row = fault_report.row("400 ms latency on the leader's API connection")
-    proxy = await proxy_to(api_host_port(cluster))
-    a = await contenders("a", f"https://{proxy.host_port}")
-    await eventually(lambda: a.leading, what="a leads")
-    b = await contenders("b")
+    proxy, a, b = await leader_behind_a_proxy(cluster, proxy_to, contenders)
     await proxy.latency(400, jitter_ms=100)  # each GET+PUT renewal: about a second, a third of the deadline
     await asyncio.sleep(3 * TIMING["lease_duration"])
     assert len(a.terms) == 1 and a.leading and not b.terms

@@ -7,6 +7,7 @@ styles (IP, IP:port, name); the name-style nodes have no Hostname address, so th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -23,6 +24,7 @@ import pytest_asyncio
 from kubernetes_asyncio import client
 from prometheus_client.parser import text_string_to_metric_families
 
+from crane_annotator.writer import HotSupplier, PatchReport
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.exporter import FleetExporter
 from crane_sandbox.fleet import GI, FleetState, SimNode, make_fleet
@@ -267,3 +269,44 @@ async def annotators(
 
 def values_of(annotations: Mapping[str, str]) -> dict[str, str]:
     return {k: v.split(",")[0] for k, v in annotations.items()}
+
+
+class RecordingPatcher:
+    """A stand-in for the writer (``crane_annotator.writer.Patcher``): records what each call would send, the hot
+    value added as the writer adds it, and answers ok. ``queued`` stands for nodes with a patch waiting in the
+    writer: a submission for one joins it; a ``merge_only`` one for any other node is held."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict[str, dict[str, str]], bool]] = []
+        """per call that sent anything: (node -> body, urgent)"""
+        self.sent: dict[str, list[dict[str, str]]] = {}
+        """per node, the bodies sent, in order"""
+        self.joined: list[str] = []
+        self.queued: set[str] = set()
+        self.called = asyncio.Event()
+
+    async def patch_many(
+        self,
+        patches: Mapping[str, Mapping[str, str]],
+        *,
+        hot: HotSupplier | None = None,
+        urgent: bool = False,
+        merge_only: bool = False,
+    ) -> PatchReport:
+        report = PatchReport()
+        bodies = {}
+        for node, body in patches.items():
+            if node in self.queued:
+                self.joined.append(node)
+                report.merged.append(node)
+            elif merge_only:
+                report.held.append(node)
+                continue
+            bodies[node] = {**body, **(hot(node) if hot else {})}
+        if bodies:
+            self.calls.append((bodies, urgent))
+            for node, body in bodies.items():
+                self.sent.setdefault(node, []).append(body)
+            self.called.set()
+        report.ok = list(bodies)
+        return report

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,9 @@ from crane_event_recorder.metrics import RecorderMetrics
 from crane_event_recorder.recorder import Recorder
 from crane_event_recorder.settings import RecorderSettings
 from crane_event_recorder.source import EventApi, event_list_function, scope_name
-from crane_sandbox.procs import ManagedProcess, free_port
+from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.procs import ManagedProcess, free_port, service_argv
+from crane_sandbox.rbac import identity
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import STREAM_FIELD, BindingSchema, unpack
 from crane_shared.events import scheduled_event
@@ -85,6 +86,12 @@ async def report_core_v1(kube: client.ApiClient, b: Binding, name: str | None = 
         },
     )
     return name
+
+
+async def report_all(kube: client.ApiClient, bindings: Iterable[Binding]) -> None:
+    """``report_events_v1`` for each binding, in order."""
+    for b in bindings:
+        await report_events_v1(kube, b)
 
 
 def whole_second(at: float | None = None) -> float:
@@ -203,22 +210,18 @@ class Child:
 
 def child(kubeconfig: Path, redis_url: str, namespace: str, log_dir: Path, *extra: str) -> Child:
     port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "crane_event_recorder",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--redis-url",
-        redis_url,
-        "--namespaces",
-        namespace,
-        "--listen-address",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--redis-check-interval",
-        "200ms",
-        *extra,
-    ]
+    args = ("--redis-url", redis_url, "--namespaces", namespace, "--redis-check-interval", "200ms", *extra)
+    argv = service_argv("crane_event_recorder", kubeconfig, port, *args)
     return Child(ManagedProcess("event-recorder", argv, log_dir / f"event-recorder-{namespace}.log"), port)
+
+
+@contextlib.asynccontextmanager
+async def running_child(cluster: LocalCluster, redis_url: str, namespace: str) -> AsyncIterator[Child]:
+    """The real ``crane-event-recorder`` as the chart's ServiceAccount, ready; stopped however the block ends."""
+    proc = child(identity(cluster, "event-recorder").kubeconfig, redis_url, namespace, cluster.run_dir / "logs")
+    await proc.process.start()
+    try:
+        await proc.process.wait_ready(proc.ready, timeout=30)
+        yield proc
+    finally:
+        await proc.process.stop()

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from hypothesis import HealthCheck, settings
 
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import parse_config
@@ -111,6 +112,19 @@ class Case:
 
 
 # ---------------------------------------------------------------------------------------------- the judge
+
+
+def ci_settings(examples: int) -> settings:
+    """CI's hypothesis settings for a judge suite: a fixed, derandomised set of ``examples`` cases, no example
+    database, no deadline (the judge answers through a subprocess); ``python -m bench.differential`` sweeps more."""
+    return settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        report_multiple_bugs=False,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 def judge_binary() -> Path:

@@ -1,24 +1,29 @@
-"""Pod and node API objects (as JSON dicts) for the scheduler's unit tests."""
+"""Pod and node API objects (as JSON dicts) for the scheduler's unit tests, and a scheduler to run them through."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig, parse_config
-from crane_scheduler.framework import Diagnosis, Handle, Status
+from crane_scheduler.framework import Diagnosis, Handle, Registry, Status
 from crane_scheduler.framework.runtime import Profile, build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
+from crane_scheduler.reporting import Reporter
+from crane_scheduler.scheduler import Scheduler
 from crane_scheduler.writer import ApiWriter, Connection, Reply
 from crane_scheduler.writer.protocol import JSON
 from tests.support.fakeapi import kubeconfig_for
 
 _uids = itertools.count(1)
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
 
 
 def node(
@@ -78,6 +83,13 @@ def pod(
             **(spec or {}),
         },
     }
+
+
+def labelled(raw: dict[str, Any], namespace: str = "ns", **labels: str) -> dict[str, Any]:
+    """``raw`` (a pod) with exactly these labels, in ``namespace``."""
+    raw["metadata"]["labels"] = labels
+    raw["metadata"]["namespace"] = namespace
+    return raw
 
 
 def table(*nodes: dict[str, Any], bound: list[dict[str, Any]] | None = None) -> NodeTable:
@@ -140,3 +152,24 @@ class FakeWriter:
 
     def as_writer(self) -> ApiWriter:
         return cast(ApiWriter, self)
+
+
+def scheduler_with(binder: Any, clock: Callable[[], float]) -> Scheduler:
+    """A ``Scheduler`` with the default profile on a fresh node table, its DefaultBinder replaced by ``binder``;
+    no API client (reports stay queued)."""
+    registry = builtin_registry()
+    factories: dict[str, Any] = {name: (lambda a, h, n=name: registry.create(n, a, h)) for name in registry}
+    factories["DefaultBinder"] = lambda args, handle: binder
+    t = NodeTable()
+    profiles = build_profiles(SchedulerConfig(), Registry(factories, registry.defaults), lambda name: Handle(t))
+    reporter = Reporter(None, None, "test", clock=clock)
+    return Scheduler(config=SchedulerConfig(), profiles=profiles, table=t, reporter=reporter, clock=clock)
+
+
+async def step(s: Scheduler) -> None:
+    """One turn of the loop: pop, decide, start the bind."""
+    await s._slots.acquire()
+    qp = s.queue.pop(s.clock())
+    assert qp is not None
+    s.schedule_one(qp)
+    await asyncio.sleep(0)

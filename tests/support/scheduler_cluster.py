@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -16,7 +15,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
-from crane_sandbox.procs import ManagedProcess, free_port
+from crane_sandbox.procs import ManagedProcess, free_port, service_argv
 from crane_sandbox.rbac import identity, service_identity
 from crane_scheduler.config import parse_config
 from crane_scheduler.framework import Handle
@@ -115,24 +114,8 @@ def child_process(
     path = workdir / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "crane_scheduler",
-        "--config",
-        str(path),
-        "--kubeconfig",
-        str(kubeconfig),
-        "--node-selector",
-        node_selector,
-        "--port",
-        str(port),
-        "--listen-address",
-        "127.0.0.1",
-        "--identity",
-        name,
-        *extra_args,
-    ]
+    args = ("--config", str(path), "--node-selector", node_selector, "--identity", name, *extra_args)
+    argv = service_argv("crane_scheduler", kubeconfig, port, *args)
     return ManagedProcess(name, argv, cluster.run_dir / "logs" / f"{name}.log"), port
 
 

@@ -8,20 +8,24 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess
-from crane_sandbox.rbac import ServiceIdentity
-from tests.support.faults import FaultRow
+from crane_sandbox.rbac import ServiceIdentity, service_identity
+from tests.support.faults import FaultRow, kubeconfig_via
 from tests.support.scheduler_cluster import (
     child_process,
     config_for,
+    create_nodes,
     create_pods,
     events,
+    node,
     pod,
     pods_json,
     wait_for,
@@ -234,3 +238,41 @@ async def burst_with_fault(
     row.recovery = round(time.monotonic() - ended, 2)
     assert not pair.two_leaders(), [(r.name, r.seen) for r in pair.replicas.values()]
     return ended
+
+
+@dataclass
+class Stage:
+    """One scheduler fault test's slice of the session cluster: its namespace, node group and schedulerName."""
+
+    cluster: LocalCluster
+    kube: client.ApiClient
+    namespace: str
+    group: str
+    selector: str
+    scheduler_name: str
+
+    async def pair(self, timing: dict[str, str] = TIMING, nodes: int = 10) -> Pair:
+        """The group's ``nodes`` nodes (64 cores, 256Gi, 500 pods each) and a ``Pair`` on one Lease as the chart's
+        scheduler ServiceAccount of the namespace (replicas still to be added)."""
+        group = self.group
+        await create_nodes(
+            self.kube, [node(f"{group}-{i}", group, cpu="64", memory="256Gi", pods=500) for i in range(nodes)]
+        )
+        account = await service_identity(self.cluster, "scheduler", self.namespace)
+        return Pair(self.cluster, account, self.selector, self.scheduler_name, timing)
+
+    def kubeconfig_via(self, pair: Pair, server: str) -> Path:
+        """A kubeconfig for replica ``a`` of ``pair`` that reaches the API server at ``server`` (a proxy)."""
+        path = self.cluster.run_dir / f"{self.namespace}-a.kubeconfig"
+        kubeconfig_via(self.cluster, server, path, account=pair.account)
+        return path
+
+    async def burst_with_fault(self, pair: Pair, row: Any, fault: Callable[[], Any]) -> float:
+        return await burst_with_fault(self.kube, self.namespace, self.scheduler_name, pair, row, fault)
+
+
+@pytest.fixture
+def stage(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
+) -> Stage:
+    return Stage(cluster, kube, namespace, group, selector, scheduler_name)

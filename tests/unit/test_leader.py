@@ -176,6 +176,13 @@ async def _make(store: Store, made: list[Candidate], identity: str) -> Candidate
     return c
 
 
+async def _leader_and_standby(store: Store, made: list[Candidate]) -> tuple[Candidate, Term, Candidate]:
+    """``a`` leading (with its term), then ``b`` started as its standby."""
+    a = await _make(store, made, "a")
+    a_term = await a.leading()
+    return a, a_term, await _make(store, made, "b")
+
+
 async def test_blackholed_renewal_ends_the_term_before_the_lease_can_expire(
     store: Store, candidates: list[Candidate]
 ) -> None:
@@ -202,9 +209,7 @@ async def test_blackholed_renewal_ends_the_term_before_the_lease_can_expire(
 async def test_standby_takes_over_only_after_the_partitioned_leader_stopped(
     store: Store, candidates: list[Candidate]
 ) -> None:
-    a = await _make(store, candidates, "a")
-    a_term = await a.leading()
-    b = await _make(store, candidates, "b")
+    a, a_term, b = await _leader_and_standby(store, candidates)
     await asyncio.sleep(4 * CONFIG["retry_period"])
     assert not b.terms, "the standby led while the leader renewed"
 
@@ -253,9 +258,7 @@ async def test_errors_while_leading_end_the_term_at_the_deadline_then_it_is_won_
 async def test_shutdown_releases_the_lease_so_a_standby_takes_over_at_once(
     store: Store, candidates: list[Candidate]
 ) -> None:
-    a = await _make(store, candidates, "a")
-    a_term = await a.leading()
-    b = await _make(store, candidates, "b")
+    a, a_term, b = await _leader_and_standby(store, candidates)
     a.stopping.set()
     assert a.task is not None
     await asyncio.wait_for(a.task, 5)

@@ -13,7 +13,7 @@ the default scheduler's lease stops it (upstream crane's shipped manifest did ex
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ DEFAULT_SCHEDULER_NAME = "crane-scheduler"
 PLUGIN_SET_KEYS = (
     "multiPoint",
     "queueSort",
+    "preEnqueue",
     "preFilter",
     "filter",
     "postFilter",
@@ -119,6 +120,17 @@ class _Checker:
             self.add(path, "must be a list")
             return []
         return value
+
+    def named(self, value: Any, path: str, known: set[str]) -> Iterator[tuple[int, str, Mapping[str, Any]]]:
+        """The entries of a list of mappings with a required ``name``, as (index, name, entry); an entry without
+        a name is a problem and skipped."""
+        for i, item in enumerate(self.sequence(value, path)):
+            entry = self.mapping(item, f"{path}[{i}]", known)
+            name = entry.get("name")
+            if not isinstance(name, str) or not name:
+                self.add(f"{path}[{i}].name", "required")
+                continue
+            yield i, name, entry
 
     def integer(self, value: Any, path: str, lo: int | None = None, hi: int | None = None) -> int | None:
         if value is None:
@@ -284,12 +296,7 @@ def _profile(c: _Checker, raw: Any, p: str) -> ProfileConfig:
         if point in plugins_raw
     }
     plugin_config: dict[str, tuple[int, Mapping[str, Any]]] = {}
-    for j, entry in enumerate(c.sequence(prof.get("pluginConfig"), f"{p}.pluginConfig")):
-        e = c.mapping(entry, f"{p}.pluginConfig[{j}]", {"name", "args"})
-        pname = e.get("name")
-        if not isinstance(pname, str) or not pname:
-            c.add(f"{p}.pluginConfig[{j}].name", "required")
-            continue
+    for j, pname, e in c.named(prof.get("pluginConfig"), f"{p}.pluginConfig", {"name", "args"}):
         if pname in plugin_config:
             c.add(f"{p}.pluginConfig[{j}].name", f"duplicate plugin {pname!r}")
             continue
@@ -305,12 +312,7 @@ def _plugin_set(c: _Checker, raw: Any, p: str, point: str) -> PluginSet:
     ps = c.mapping(raw, p, {"enabled", "disabled"})
     enabled: list[PluginRef] = []
     names: set[str] = set()
-    for k, item in enumerate(c.sequence(ps.get("enabled"), f"{p}.enabled")):
-        e = c.mapping(item, f"{p}.enabled[{k}]", {"name", "weight"})
-        name = e.get("name")
-        if not isinstance(name, str) or not name:
-            c.add(f"{p}.enabled[{k}].name", "required")
-            continue
+    for k, name, e in c.named(ps.get("enabled"), f"{p}.enabled", {"name", "weight"}):
         if name in names:
             c.add(f"{p}.enabled[{k}].name", f"plugin {name!r} enabled twice")
         names.add(name)
@@ -320,15 +322,8 @@ def _plugin_set(c: _Checker, raw: Any, p: str, point: str) -> PluginSet:
                 c.add(f"{p}.enabled[{k}].weight", "only score plugins take a weight")
             weight = c.integer(e["weight"], f"{p}.enabled[{k}].weight", lo=0)
         enabled.append(PluginRef(name, weight))
-    disabled: list[str] = []
-    for k, item in enumerate(c.sequence(ps.get("disabled"), f"{p}.disabled")):
-        e = c.mapping(item, f"{p}.disabled[{k}]", {"name"})
-        name = e.get("name")
-        if not isinstance(name, str) or not name:
-            c.add(f"{p}.disabled[{k}].name", "required")
-            continue
-        disabled.append(name)
-    return PluginSet(tuple(enabled), tuple(disabled))
+    disabled = tuple(name for _, name, _ in c.named(ps.get("disabled"), f"{p}.disabled", {"name"}))
+    return PluginSet(tuple(enabled), disabled)
 
 
 def load_config(path: str | Path | None) -> SchedulerConfig:

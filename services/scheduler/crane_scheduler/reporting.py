@@ -21,7 +21,6 @@ decision or a bind; reads (the pod behind a 409, the recovery list) use the sche
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from crane_shared.kube import raw_json
 from crane_shared.leader import Term
 from crane_shared.logs import LogOnce, get_logger
 from crane_shared.retry import Backoff, retry
+from crane_shared.worker import cancel_and_wait
 
 log = get_logger("crane.scheduler.reporting")
 RECOVERY_WINDOW = timedelta(minutes=10)
@@ -135,16 +135,17 @@ class Reporter:
 
     def event(
         self,
+        scheduler: str,
         regarding: Mapping[str, Any],
         related: Mapping[str, Any] | None,
         type_: str,
         reason: str,
         action: str,
         note: str,
-        scheduler: str,
     ) -> None:
-        """Any other event a plugin reports (kube's ``EventRecorder().Eventf``), e.g. ``Preempted`` on a victim;
-        ``regarding`` and ``related`` are pod references (namespace, name, uid)."""
+        """Any other event a plugin reports (kube's ``EventRecorder().Eventf``, the profile's ``Handle.record_event``
+        with ``scheduler`` bound), e.g. ``Preempted`` on a victim; ``regarding`` and ``related`` are pod references
+        (namespace, name, uid)."""
         namespace = str(regarding.get("namespace") or "")
         body = event_body(
             namespace=namespace,
@@ -224,11 +225,7 @@ class Reporter:
             await self._closed.wait()
             await self._jobs.join()
         finally:
-            for w in workers:
-                w.cancel()
-            for w in workers:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await w
+            await cancel_and_wait(workers)
 
     async def drain(self) -> None:
         await self._jobs.join()

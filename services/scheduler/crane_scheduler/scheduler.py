@@ -30,12 +30,11 @@ new leader bound meanwhile has left the pending set through the informer).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import gc
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -66,6 +65,7 @@ from crane_scheduler.writer import ApiWriter
 from crane_shared.leader import Term
 from crane_shared.logs import get_logger
 from crane_shared.retry import sleep_unless
+from crane_shared.worker import cancel_and_wait
 
 RECOVERY_SETTLE = 35.0
 """seconds into a term before the second look for unreported bindings: a bind the previous term had on the wire
@@ -123,6 +123,7 @@ class Scheduler:
             on_hint_error=self._hint_error,
             on_incoming=lambda event, queue: self.metrics.queue_incoming.labels(event, queue).inc(),
             on_hint_skip=lambda plugin: self.metrics.queue_hint_skips.labels(plugin).inc(),
+            gated=self._gated,
         )
         self._hint_failures: set[str] = set()
         self._hints: dict[tuple[str, str], QueueingHints] = {}
@@ -142,7 +143,7 @@ class Scheduler:
         for profile in profiles.values():
             if profile.handle is not None:
                 profile.handle.activate = self._activate
-                profile.handle.record_event = functools.partial(self._record_event, profile.name)
+                profile.handle.record_event = functools.partial(self.reporter.event, profile.name)
         self.pending = self.cache.pending  # pending pods of our profiles, latest version
         self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted
         self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
@@ -151,6 +152,11 @@ class Scheduler:
         self._binds: dict[asyncio.Task[None], tuple[Profile, CycleState, PodInfo, str]] = {}
         self._dropped: set[asyncio.Task[None]] = set()
         self._term: Term | None = None  # the leadership term the loop runs in; None without leader election
+
+    def _gated(self, pod: PodInfo) -> bool:
+        """kube's PreEnqueue: a plugin of the pod's profile holds it back (a preemptor whose victims are not gone)."""
+        profile = self.profiles.get(pod.scheduler_name)
+        return profile is not None and any(pl.pre_enqueue(pod) for pl in profile.pre_enqueue)
 
     def _events_of(self, plugin: str) -> ClusterEvent:
         events = ClusterEvent(0)
@@ -211,28 +217,11 @@ class Scheduler:
             log.info("caches synced", nodes=self.table.num_nodes, pods=len(self.table.pods), pending=len(self.pending))
             await stopping.wait()
         finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+            await cancel_and_wait(tasks)
 
     def _activate(self, uid: str) -> None:
         if self.queue.activate(uid):
             self._wake()
-
-    def _record_event(
-        self,
-        scheduler: str,
-        regarding: Mapping[str, Any],
-        related: Mapping[str, Any] | None,
-        type_: str,
-        reason: str,
-        action: str,
-        note: str,
-    ) -> None:
-        """A plugin's event (``Handle.record_event``), written by the reporter like ours."""
-        self.reporter.event(regarding, related, type_, reason, action, note, scheduler)
 
     def _count_restart(self, kind: str) -> Callable[[str], None]:
         return lambda cause: self.metrics.watch_restarts.labels(kind, cause).inc()

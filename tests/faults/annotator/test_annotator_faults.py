@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -94,17 +94,23 @@ async def test_leader_blackholed_longer_than_the_lease_stops_writing_before_the_
     b_first_leading = min(t for t, _, sb in samples if sb == "leader")
     assert a_last_leading < b_first_leading, "two annotators led at once"
 
-    async def fresh() -> bool:  # the new leader writes every node
-        for node in stack.nodes:
-            text = (await stack.annotations(node.name)).get("cpu_usage_avg_5m")
-            if text is None or decode(text).timestamp <= cut_wall:
-                return False
-        return True
-
-    await eventually(fresh, timeout=20, what="annotations from the new leader")
+    await eventually(_rewritten_since(stack, cut_wall), timeout=20, what="annotations from the new leader")
     row.created = row.bound = len(stack.nodes)
     row.recovery = round(took_over, 2)
     row.note = f"old leader stepped down {a_last_leading - cut:.2f}s after the cut; never two writers"
+
+
+def _rewritten_since(stack: Stack, since: datetime) -> Callable[[], Awaitable[bool]]:
+    """Whether every node's cpu_usage_avg_5m annotation was written after ``since`` (a leader writes them all)."""
+
+    async def check() -> bool:
+        for node in stack.nodes:
+            text = (await stack.annotations(node.name)).get("cpu_usage_avg_5m")
+            if text is None or decode(text).timestamp <= since:
+                return False
+        return True
+
+    return check
 
 
 async def _is(proc: AnnotatorProc, state: str) -> bool:
@@ -240,14 +246,7 @@ async def test_kill_9_of_the_leading_annotator_the_standby_takes_over_within_the
     took_over = time.monotonic() - killed
     assert took_over < 4 + 2, "the standby took longer than the lease (+ retries) to take over"
 
-    async def fresh() -> bool:
-        for node in stack.nodes:
-            text = (await stack.annotations(node.name)).get("cpu_usage_avg_5m")
-            if text is None or decode(text).timestamp <= killed_wall:
-                return False
-        return True
-
-    await eventually(fresh, timeout=20, what="annotations from the new leader")
+    await eventually(_rewritten_since(stack, killed_wall), timeout=20, what="annotations from the new leader")
     row.created = row.bound = len(stack.nodes)
     row.recovery = round(took_over, 2)
 
@@ -265,14 +264,7 @@ async def test_api_server_restart_under_two_annotators_leaves_one_writer(
     back_wall = datetime.now(UTC)
     await eventually(lambda: _one_leader(a, b), timeout=20, what="exactly one leader")
 
-    async def fresh() -> bool:
-        for node in stack.nodes:
-            text = (await stack.annotations(node.name)).get("cpu_usage_avg_5m")
-            if text is None or decode(text).timestamp <= back_wall:
-                return False
-        return True
-
-    await eventually(fresh, timeout=30, what="annotations after the restart")
+    await eventually(_rewritten_since(stack, back_wall), timeout=30, what="annotations after the restart")
     row.recovery = round(time.monotonic() - back, 2)
     assert a.process.running and b.process.running, "an annotator died with the API server"
     assert await _one_leader(a, b)

@@ -18,47 +18,33 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from aiohttp import web
-from kubernetes_asyncio import client
 
-from crane_sandbox.cluster import LocalCluster, RedisServer
-from crane_sandbox.rbac import identity, service_identity
+from crane_sandbox.cluster import RedisServer
+from crane_sandbox.rbac import identity
 from tests.support.event_recorder_cluster import child as recorder_child
 from tests.support.event_recorder_cluster import stored
-from tests.support.faults import FaultReport, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
-from tests.support.scheduler_cluster import create_nodes, create_pods, node, pod, pods_json, wait_for
+from tests.support.faults import FaultReport, StatusProxy, api_host_port, restart_apiserver
+from tests.support.scheduler_cluster import create_pods, pod, pods_json, wait_for
 from tests.support.scheduler_faults import (
     DEFAULT_TIMING,
     LEASE_DURATION,
     RENEW_DEADLINE,
-    Pair,
+    Stage,
     at_least_bound,
     audit,
     bound_count,
-    burst_with_fault,
 )
 
 
-async def _nodes(kube: client.ApiClient, group: str, count: int = 10) -> None:
-    await create_nodes(kube, [node(f"{group}-{i}", group, cpu="64", memory="256Gi", pods=500) for i in range(count)])
-
-
 async def test_leader_blackholed_longer_than_the_lease_stops_binding_before_the_standby_starts(
-    cluster: LocalCluster,
-    kube: client.ApiClient,
-    namespace: str,
-    group: str,
-    selector: str,
-    scheduler_name: str,
+    stage: Stage,
     proxy_to: Callable[..., Any],
     fault_report: FaultReport,
 ) -> None:
     row = fault_report.row("scheduler: leader's API connection blackholed (2x lease) mid-burst, 2 replicas")
-    await _nodes(kube, group)
-    proxy = await proxy_to(api_host_port(cluster))
-    via_proxy = cluster.run_dir / f"{namespace}-a.kubeconfig"
-    account = await service_identity(cluster, "scheduler", namespace)
-    kubeconfig_via(cluster, f"https://{proxy.host_port}", via_proxy, account=account)
-    pair = Pair(cluster, account, selector, scheduler_name)
+    pair = await stage.pair()
+    proxy = await proxy_to(api_host_port(stage.cluster))
+    via_proxy = stage.kubeconfig_via(pair, f"https://{proxy.host_port}")
     # a: slow client (20 QPS), so a burst leaves hundreds of binds queued on its rate limiter when the cut comes
     a = pair.add("a", "--kubeconfig", str(via_proxy), "--kube-api-qps", "20", "--kube-api-burst", "20")
     b = pair.add("b")
@@ -66,11 +52,13 @@ async def test_leader_blackholed_longer_than_the_lease_stops_binding_before_the_
         await pair.start()  # a leads, b is the standby
         await wait_for(lambda: _standby(b), timeout=30, what="b to be a ready standby")
         created = 300
-        await create_pods(kube, namespace, [pod(f"p-{i:03d}", scheduler_name) for i in range(created)])
-        await wait_for(lambda: at_least_bound(kube, namespace, 40), timeout=60, what="40 pods bound by a")
+        await create_pods(
+            stage.kube, stage.namespace, [pod(f"p-{i:03d}", stage.scheduler_name) for i in range(created)]
+        )
+        await wait_for(lambda: at_least_bound(stage.kube, stage.namespace, 40), timeout=60, what="40 pods bound by a")
         await proxy.blackhole()
         cut = time.monotonic()
-        at_cut = await bound_count(kube, namespace)
+        at_cut = await bound_count(stage.kube, stage.namespace)
         assert at_cut < created - 100, "the burst was nearly over at the cut: nothing was queued"
         await wait_for(_leads(b), timeout=LEASE_DURATION + 10, what="the standby to lead")
         a_stopped, b_started = a.stopped_leading_at(cut), b.leading_since()
@@ -81,7 +69,7 @@ async def test_leader_blackholed_longer_than_the_lease_stops_binding_before_the_
         await asyncio.sleep(max(0.0, 2 * LEASE_DURATION - (time.monotonic() - cut)))
         await proxy.heal()
         healed = time.monotonic()
-        await audit(kube, namespace, created, row)
+        await audit(stage.kube, stage.namespace, created, row)
         row.recovery = round(time.monotonic() - healed, 2)
         await asyncio.sleep(2.0)  # a's metrics after the heal: anything still queued would have left by now
         assert await a.metric("crane_scheduler_binds_dropped_total") > 0, "no queued bind was dropped: not tested"
@@ -89,7 +77,7 @@ async def test_leader_blackholed_longer_than_the_lease_stops_binding_before_the_
             "the old leader sent binds after losing the lease"
         )
         assert a.seen[-1][1] == "standby" and b.seen[-1][1] == "leader"
-        spec = await pair.lease(kube)
+        spec = await pair.lease(stage.kube)
         assert spec.holder_identity == b.name and spec.lease_transitions == 1
         dropped = await a.metric("crane_scheduler_binds_dropped_total")
         row.note = (
@@ -114,22 +102,15 @@ def _leads(r: Any) -> Callable[[], Any]:
 
 @pytest.mark.slow_fault
 async def test_api_server_restart_mid_burst_two_replicas_bind_every_pod_once(
-    cluster: LocalCluster,
-    kube: client.ApiClient,
-    namespace: str,
-    group: str,
-    selector: str,
-    scheduler_name: str,
+    stage: Stage,
     fault_report: FaultReport,
 ) -> None:
     row = fault_report.row("scheduler: API server restart mid-burst, 2 replicas")
-    await _nodes(kube, group)
-    account = await service_identity(cluster, "scheduler", namespace)
-    pair = Pair(cluster, account, selector, scheduler_name)
+    pair = await stage.pair()
     pair.add("a", "--kube-api-qps", "30", "--kube-api-burst", "30")
     pair.add("b")
     try:
-        await burst_with_fault(kube, namespace, scheduler_name, pair, row, lambda: restart_apiserver(cluster, 1.0))
+        await stage.burst_with_fault(pair, row, lambda: restart_apiserver(stage.cluster, 1.0))
         states = {r.name: r.seen[-1][1] for r in pair.replicas.values()}
         assert sorted(states.values()) == ["leader", "standby"], states
         terms = {r.name.rsplit("-", 1)[-1]: sum(s == "leader" for _, s in r.seen) for r in pair.replicas.values()}
@@ -142,19 +123,12 @@ async def test_api_server_restart_mid_burst_two_replicas_bind_every_pod_once(
 @pytest.mark.parametrize("signal", ["SIGTERM", "SIGKILL"])
 @pytest.mark.slow_fault
 async def test_leader_stopped_mid_bind_the_standby_binds_the_rest_once(
-    cluster: LocalCluster,
-    kube: client.ApiClient,
-    namespace: str,
-    group: str,
-    selector: str,
-    scheduler_name: str,
+    stage: Stage,
     fault_report: FaultReport,
     signal: str,
 ) -> None:
     row = fault_report.row(f"scheduler: {'SIGTERM' if signal == 'SIGTERM' else 'kill -9'} of the leader mid-bind")
-    await _nodes(kube, group)
-    account = await service_identity(cluster, "scheduler", namespace)
-    pair = Pair(cluster, account, selector, scheduler_name)
+    pair = await stage.pair()
     a = pair.add("a", "--kube-api-qps", "30", "--kube-api-burst", "30")
     b = pair.add("b")
 
@@ -162,7 +136,7 @@ async def test_leader_stopped_mid_bind_the_standby_binds_the_rest_once(
         await (a.proc.stop() if signal == "SIGTERM" else a.proc.kill())
 
     try:
-        await burst_with_fault(kube, namespace, scheduler_name, pair, row, stop_leader)
+        await stage.burst_with_fault(pair, row, stop_leader)
         took_over = (b.leading_since() or float("inf")) - pair.fault_at
         # SIGTERM releases the lease (standby leads within a retry period); kill -9 costs one lease duration
         limit = 3.0 if signal == "SIGTERM" else LEASE_DURATION + 3.0
@@ -175,36 +149,34 @@ async def test_leader_stopped_mid_bind_the_standby_binds_the_rest_once(
 
 @pytest.mark.slow_fault
 async def test_lease_probe_1000_pending_pods_at_default_qps_the_leader_keeps_its_lease(
-    cluster: LocalCluster,
-    kube: client.ApiClient,
-    namespace: str,
-    group: str,
-    selector: str,
-    scheduler_name: str,
+    stage: Stage,
     fault_report: FaultReport,
 ) -> None:
     """The issue's measurement: 1,000 pods pending at once at the default client QPS (50) pushed renewTime 17 s
     behind when lease traffic shared the binds' rate limiter. With its own client, the leader keeps the lease."""
     row = fault_report.row("scheduler: 1,000 pods pending at once, default QPS, standby running (lease probe)")
-    await _nodes(kube, group, 20)
-    account = await service_identity(cluster, "scheduler", namespace)
-    pair = Pair(cluster, account, selector, scheduler_name, DEFAULT_TIMING)
+    pair = await stage.pair(DEFAULT_TIMING, nodes=20)
     pair.add("a")  # default --kube-api-qps 50 / burst 100
     pair.add("b")
     created = 1000
     lag = 0.0
     try:
         await pair.start()
-        await create_pods(kube, namespace, [pod(f"p-{i:04d}", scheduler_name) for i in range(created)], concurrency=100)
+        await create_pods(
+            stage.kube,
+            stage.namespace,
+            [pod(f"p-{i:04d}", stage.scheduler_name) for i in range(created)],
+            concurrency=100,
+        )
         started = time.monotonic()
-        while await bound_count(kube, namespace) < created and time.monotonic() - started < 180:
-            spec = await pair.lease(kube)
+        while await bound_count(stage.kube, stage.namespace) < created and time.monotonic() - started < 180:
+            spec = await pair.lease(stage.kube)
             lag = max(lag, time.time() - spec.renew_time.timestamp())
             assert spec.lease_transitions == 0, "the leader lost its lease during the burst"
             await asyncio.sleep(0.5)
-        await audit(kube, namespace, created, row)
+        await audit(stage.kube, stage.namespace, created, row)
         row.recovery = round(time.monotonic() - started, 2)
-        spec = await pair.lease(kube)
+        spec = await pair.lease(stage.kube)
         assert spec.lease_transitions == 0 and spec.holder_identity == pair.replicas["a"].name
         assert not pair.two_leaders()
         row.note = f"leaseTransitions 0; renewTime at most {lag:.1f}s behind (lease 15s); all bound in {row.recovery}s"
@@ -223,12 +195,7 @@ def _pods_or_nodes(kind: str) -> Callable[[web.Request], bool]:
 
 @pytest.mark.parametrize("status", [429, pytest.param(503, marks=pytest.mark.slow_fault)])
 async def test_429_and_503_on_the_leaders_lists_and_watches_mid_burst_every_pod_bound_once(
-    cluster: LocalCluster,
-    kube: client.ApiClient,
-    namespace: str,
-    group: str,
-    selector: str,
-    scheduler_name: str,
+    stage: Stage,
     status_proxy: StatusProxy,
     fault_report: FaultReport,
     status: int,
@@ -236,12 +203,9 @@ async def test_429_and_503_on_the_leaders_lists_and_watches_mid_burst_every_pod_
     """The leader's informers meet the API server's priority-and-fairness answers on their first lists and on
     the watches they reopen mid-burst (after an API server restart cut them); the standby talks to the API directly."""
     row = fault_report.row(f"scheduler: HTTP {status} on the leader's pod/node lists and watches, 2 replicas")
-    await _nodes(kube, group)
-    via_proxy = cluster.run_dir / f"{namespace}-a.kubeconfig"
-    account = await service_identity(cluster, "scheduler", namespace)
-    kubeconfig_via(cluster, status_proxy.url, via_proxy, account=account)
+    pair = await stage.pair()
+    via_proxy = stage.kubeconfig_via(pair, status_proxy.url)
     status_proxy.fail(status, _pods_or_nodes("list"), 3)
-    pair = Pair(cluster, account, selector, scheduler_name)
     pair.add("a", "--kubeconfig", str(via_proxy), "--kube-api-qps", "30", "--kube-api-burst", "30")
     pair.add("b")
 
@@ -250,13 +214,13 @@ async def test_429_and_503_on_the_leaders_lists_and_watches_mid_burst_every_pod_
     async def cut_the_watches() -> None:
         before, before_paths = dict(status_proxy.seen), Counter(status_proxy.opened)
         status_proxy.fail(status, _pods_or_nodes("watch"), 3)
-        await restart_apiserver(cluster, 1.0)  # every watch ends; reopening them meets the failures
+        await restart_apiserver(stage.cluster, 1.0)  # every watch ends; reopening them meets the failures
         await wait_for(_injected(status_proxy, status, 6), timeout=60, what="every injected failure hit")
         pair.opened = {k: status_proxy.seen[k] - before[k] for k in before}
         per_resource.update(status_proxy.opened - before_paths)
 
     try:
-        await burst_with_fault(kube, namespace, scheduler_name, pair, row, cut_the_watches)
+        await stage.burst_with_fault(pair, row, cut_the_watches)
     finally:
         await pair.stop()
     opened = pair.opened
@@ -280,12 +244,7 @@ def _injected(proxy: StatusProxy, status: int, n: int) -> Callable[[], Any]:
 
 @pytest.mark.slow_fault
 async def test_added_latency_on_the_leaders_api_connection_every_pod_bound_once_and_the_lease_kept(
-    cluster: LocalCluster,
-    kube: client.ApiClient,
-    namespace: str,
-    group: str,
-    selector: str,
-    scheduler_name: str,
+    stage: Stage,
     proxy_to: Callable[..., Any],
     fault_report: FaultReport,
 ) -> None:
@@ -293,12 +252,9 @@ async def test_added_latency_on_the_leaders_api_connection_every_pod_bound_once_
     for 8 s mid-burst, Toxiproxy's latency toxic: slower binds, but no failover (renewals still land well within
     the renew deadline), no pod bound twice, none lost."""
     row = fault_report.row("scheduler: 300 ms latency on the leader's API connection mid-burst, 2 replicas")
-    await _nodes(kube, group)
-    proxy = await proxy_to(api_host_port(cluster))
-    account = await service_identity(cluster, "scheduler", namespace)
-    via_proxy = cluster.run_dir / f"{namespace}-a.kubeconfig"
-    kubeconfig_via(cluster, f"https://{proxy.host_port}", via_proxy, account=account)
-    pair = Pair(cluster, account, selector, scheduler_name, DEFAULT_TIMING)
+    pair = await stage.pair(DEFAULT_TIMING)
+    proxy = await proxy_to(api_host_port(stage.cluster))
+    via_proxy = stage.kubeconfig_via(pair, f"https://{proxy.host_port}")
     a = pair.add("a", "--kubeconfig", str(via_proxy), "--kube-api-qps", "30", "--kube-api-burst", "30")
     pair.add("b")
 
@@ -308,8 +264,8 @@ async def test_added_latency_on_the_leaders_api_connection_every_pod_bound_once_
         await proxy.heal()
 
     try:
-        await burst_with_fault(kube, namespace, scheduler_name, pair, row, slow_for_a_while)
-        spec = await pair.lease(kube)
+        await stage.burst_with_fault(pair, row, slow_for_a_while)
+        spec = await pair.lease(stage.kube)
         assert spec.holder_identity == a.name and not spec.lease_transitions, "the latency cost the leader its lease"
         assert [s for _, s in a.seen].count("leader") == 1
         row.note = "the leader kept its lease throughout (leaseTransitions 0)"
@@ -320,12 +276,7 @@ async def test_added_latency_on_the_leaders_api_connection_every_pod_bound_once_
 
 @pytest.mark.slow_fault
 async def test_redis_restart_mid_burst_two_replicas_every_binding_recorded_once(
-    cluster: LocalCluster,
-    kube: client.ApiClient,
-    namespace: str,
-    group: str,
-    selector: str,
-    scheduler_name: str,
+    stage: Stage,
     tmp_path: Path,
     fault_report: FaultReport,
 ) -> None:
@@ -333,20 +284,18 @@ async def test_redis_restart_mid_burst_two_replicas_every_binding_recorded_once(
     replicas serve: every pod bound once with one Scheduled event, and the event-recorder (its own account) ends
     with exactly one record per pod on the node it was bound to, the ones Redis lost restored by a re-list."""
     row = fault_report.row("pipeline: Redis restart mid-burst, 2 scheduler replicas + event-recorder")
-    await _nodes(kube, group)
+    pair = await stage.pair(DEFAULT_TIMING)
     redis_server = RedisServer(tmp_path)
     await redis_server.start()
     redis = aioredis.from_url(redis_server.url)
     recorder = recorder_child(
-        identity(cluster, "event-recorder").kubeconfig,
+        identity(stage.cluster, "event-recorder").kubeconfig,
         redis_server.url,
-        namespace,
-        cluster.run_dir / "logs",
+        stage.namespace,
+        stage.cluster.run_dir / "logs",
         "--reporting-controllers",
-        scheduler_name,
+        stage.scheduler_name,
     )
-    account = await service_identity(cluster, "scheduler", namespace)
-    pair = Pair(cluster, account, selector, scheduler_name, DEFAULT_TIMING)
     pair.add("a", "--kube-api-qps", "15", "--kube-api-burst", "15")  # a burst of 20 s: the fault lands mid-way
     pair.add("b")
 
@@ -357,8 +306,8 @@ async def test_redis_restart_mid_burst_two_replicas_every_binding_recorded_once(
     try:
         await recorder.process.start()
         await recorder.process.wait_ready(recorder.ready, timeout=30)
-        await burst_with_fault(kube, namespace, scheduler_name, pair, row, restart_redis)
-        bound = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in await pods_json(kube, namespace)}
+        await stage.burst_with_fault(pair, row, restart_redis)
+        bound = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in await pods_json(stage.kube, stage.namespace)}
 
         async def all_recorded() -> bool:
             return {uid: node for uid, (node, _) in (await stored(redis)).items()} == bound

@@ -12,38 +12,21 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import ssl
-import sys
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
 from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.procs import free_port, service_argv
 from tests.support.fakeapi import FakeApiServer, Status, fake_api, item
 from tests.support.waiting import eventually
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 async def start_annotator(kubeconfig: Path, port: int, *flags: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "crane_annotator",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--listen-address",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        *flags,
+        *service_argv("crane_annotator", kubeconfig, port, *flags),
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,

@@ -13,30 +13,13 @@ import pytest
 from kubernetes_asyncio import client
 
 from crane_sandbox.fleet import make_fleet
-from crane_sandbox.sandbox import Sandbox
+from crane_sandbox.sandbox import Sandbox, comparison_config
 from crane_shared.kube import api_client_from_dict
 from tests.support.waiting import eventually
 
 T = TypeVar("T")
 
-SCHEDULER_CONFIG = """\
-apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-leaderElection:
-  resourceNamespace: default
-profiles:
-  - schedulerName: crane-scheduler
-    pluginConfig:
-      - name: Dynamic
-        args: {policyConfigPath: "{policy}"}
-  - schedulerName: crane-upstream-style
-    pluginConfig:
-      - name: Dynamic
-        args:
-          policyConfigPath: "{policy}"
-          ownBindingsInHotValue: false
-          estimate: {enabled: false}
-"""
+SCHEDULER_CONFIG = comparison_config()
 
 
 def fleet() -> list[Any]:

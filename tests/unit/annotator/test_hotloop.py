@@ -13,10 +13,10 @@ from prometheus_client import CollectorRegistry
 from crane_annotator.hot import HotValues
 from crane_annotator.hotloop import HotValueLoops
 from crane_annotator.metrics import AnnotatorMetrics
-from crane_annotator.writer import HotSupplier, PatchReport
 from crane_shared.binding_store import StreamBatch
 from crane_shared.bindings import BindingRecord, BindingSchema
 from crane_shared.policy import default_policy
+from tests.support.annotator import RecordingPatcher
 
 
 class FakeStore:
@@ -66,40 +66,6 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> No
 class FakeRedis:
     async def xrevrange(self, key: str, count: int) -> list[Any]:
         return []
-
-
-class RecordingPatcher:
-    """Records hot-value patches; ``queued`` stands for nodes with a metric patch waiting in the writer."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[dict[str, dict[str, str]], bool]] = []
-        self.joined: list[str] = []
-        self.queued: set[str] = set()
-        self.called = asyncio.Event()
-
-    async def patch_many(
-        self,
-        patches: Mapping[str, Mapping[str, str]],
-        *,
-        hot: HotSupplier | None = None,
-        urgent: bool = False,
-        merge_only: bool = False,
-    ) -> PatchReport:
-        report = PatchReport()
-        bodies = {}
-        for node, body in patches.items():
-            if node in self.queued:
-                self.joined.append(node)
-                report.merged.append(node)
-            elif merge_only:
-                report.held.append(node)
-                continue
-            bodies[node] = {**body, **(hot(node) if hot else {})}
-        if bodies:
-            self.calls.append((bodies, urgent))
-            self.called.set()
-        report.ok = list(bodies)
-        return report
 
 
 def make(

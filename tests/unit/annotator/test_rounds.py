@@ -13,7 +13,8 @@ from crane_annotator.matching import NodeAddresses, Series
 from crane_annotator.metrics import AnnotatorMetrics
 from crane_annotator.prometheus import PrometheusError, QueryResult
 from crane_annotator.rounds import MetricRounds, MetricSpec
-from crane_annotator.writer import HotSupplier, PatchReport
+from crane_annotator.writer import PatchReport
+from tests.support.annotator import RecordingPatcher
 
 NODES = {f"n{i}": NodeAddresses(f"n{i}", (f"10.0.0.{i}",)) for i in range(1, 201)}
 SPECS = [
@@ -36,32 +37,13 @@ class FakePrometheus:
         return QueryResult(answer, 1)
 
 
-class FakePatcher:
-    def __init__(self) -> None:
-        self.sent: dict[str, list[dict[str, str]]] = {}
-
-    async def patch_many(
-        self,
-        patches: Mapping[str, Mapping[str, str]],
-        *,
-        hot: HotSupplier | None = None,
-        urgent: bool = False,
-        merge_only: bool = False,
-    ) -> PatchReport:
-        report = PatchReport()
-        for node, body in patches.items():
-            self.sent.setdefault(node, []).append({**body, **(hot(node) if hot else {})})
-            report.ok.append(node)
-        return report
-
-
 def series(metric: str, value: float, nodes: Mapping[str, NodeAddresses] = NODES) -> list[Series]:
     return [Series({"__name__": metric, "instance": f"{a.internal_ips[0]}:9100"}, str(value)) for a in nodes.values()]
 
 
 def make_rounds(answers: Mapping[str, list[Series] | PrometheusError]):
     registry = CollectorRegistry()
-    prom, patcher = FakePrometheus(answers), FakePatcher()
+    prom, patcher = FakePrometheus(answers), RecordingPatcher()
     rounds = MetricRounds(
         SPECS,
         prom,
@@ -147,7 +129,7 @@ async def test_hot_values_are_counted_while_the_queries_are_out_and_before_the_f
             await counted.wait()  # answers only once the hot values were counted: they must not wait for us
             return await super().query(promql)
 
-    class Patcher(FakePatcher):
+    class Patcher(RecordingPatcher):
         async def patch_many(self, patches: Mapping[str, Mapping[str, str]], **kw: Any) -> PatchReport:
             order.append("patch")
             return await super().patch_many(patches, **kw)

@@ -97,3 +97,19 @@ def test_nominated_pods_of_any_scheduler_are_tracked_until_bound_or_deleted() ->
     assert ours["metadata"]["uid"] in cache.table.nominated
     cache.on_pod_deleted(ours)
     assert ours["metadata"]["uid"] not in cache.table.nominated
+
+
+def test_an_update_that_does_not_touch_the_nomination_keeps_the_one_made_in_memory() -> None:
+    """kube's UpdateNominatedPod: preemption nominates before its status patch lands; an update in between (the
+    PodScheduled condition) keeps the node reserved, one that clears ``nominatedNodeName`` frees it."""
+    cache = make({})
+    raw = pod("preemptor")
+    cache.on_pod(raw)
+    uid = raw["metadata"]["uid"]
+    cache.table.nominated[uid] = (cache.pending[uid], "a")  # DefaultPreemption's nomination, in memory
+    cache.on_pod({**raw, "status": {"conditions": [{"type": "PodScheduled", "status": "False"}]}})
+    assert cache.table.nominated[uid][1] == "a"
+    cache.on_pod({**raw, "status": {"nominatedNodeName": "a"}})
+    assert cache.table.nominated[uid][1] == "a"
+    cache.on_pod({**raw, "status": {}})  # the nomination cleared through the API
+    assert uid not in cache.table.nominated

@@ -3,22 +3,16 @@ runs inside a decision and does not collect the old generation by allocation cou
 
 from __future__ import annotations
 
-import asyncio
 import gc
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from crane_scheduler.config import SchedulerConfig
-from crane_scheduler.framework import SUCCESS, CycleState, Handle, Registry, Status
-from crane_scheduler.framework.runtime import build_profiles
-from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
+from crane_scheduler.framework import SUCCESS, CycleState, Status
 from crane_scheduler.podinfo import PodInfo, parse_pod
-from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import OLD_GENERATION_THRESHOLD, Scheduler, tune_collector
-from tests.support.scheduler import node, pod
+from tests.support.scheduler import node, pod, scheduler_with, step
 
 MANAGED = [{"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
 
@@ -31,21 +25,7 @@ class InstantBinder:
 
 
 def scheduler() -> Scheduler:
-    registry = builtin_registry()
-    factories: dict[str, Any] = {name: (lambda a, h, n=name: registry.create(n, a, h)) for name in registry}
-    factories["DefaultBinder"] = lambda args, handle: InstantBinder()
-    table = NodeTable()
-    profiles = build_profiles(SchedulerConfig(), Registry(factories, registry.defaults), lambda name: Handle(table))
-    reporter = Reporter(None, None, "test", clock=lambda: 1000.0)
-    return Scheduler(config=SchedulerConfig(), profiles=profiles, table=table, reporter=reporter, clock=lambda: 1000.0)
-
-
-async def one_turn(s: Scheduler) -> None:
-    await s._slots.acquire()
-    qp = s.queue.pop(s.clock())
-    assert qp is not None
-    s.schedule_one(qp)
-    await asyncio.sleep(0)
+    return scheduler_with(InstantBinder(), lambda: 1000.0)
 
 
 @pytest.fixture
@@ -72,7 +52,7 @@ async def test_a_decision_runs_with_the_collector_paused_and_resumes_it_after(co
 
     s.algorithm.schedule = spy  # type: ignore[method-assign]
     gc.enable()
-    await one_turn(s)
+    await step(s)
     assert seen == [False], "no collection can start inside the decision"
     assert gc.isenabled(), "collections resume right after it"
     await s.drain()
@@ -88,7 +68,7 @@ async def test_a_failing_decision_still_resumes_the_collector(collector: None) -
 
     s.algorithm.schedule = broken  # type: ignore[method-assign]
     gc.enable()
-    await one_turn(s)
+    await step(s)
     assert gc.isenabled()
     assert s.queue.backoff_len == 1, "the error is an ordinary failed attempt"
 

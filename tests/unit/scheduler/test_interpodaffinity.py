@@ -12,16 +12,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.interpodaffinity import Args, InterPodAffinity
 from crane_scheduler.plugins.podindex import PodIndex
 from crane_scheduler.podinfo import parse_pod
-from tests.support.scheduler import chosen, decide, failure, node, pod, table
-
-HOST = "kubernetes.io/hostname"
-ZONE = "topology.kubernetes.io/zone"
-
-
-def labelled(p: dict[str, Any], namespace: str = "ns", **labels: str) -> dict[str, Any]:
-    p["metadata"]["labels"] = labels
-    p["metadata"]["namespace"] = namespace
-    return p
+from tests.support.scheduler import HOST, ZONE, chosen, decide, failure, labelled, node, pod, table
 
 
 def term(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from crane_scheduler.framework import ClusterEvent, Handle, QueuedPod
@@ -14,9 +15,12 @@ from crane_scheduler.podinfo import parse_pod
 from tests.support.scheduler import node, pod
 
 
-def setup() -> tuple[Cache, SchedulingQueue, NodeTable]:
+def setup(
+    plugin_of: Callable[[Handle], Any] = lambda handle: InterPodAffinity(Args(), handle),
+) -> tuple[Cache, SchedulingQueue, NodeTable]:
+    """A cache feeding a queue that registers the plugin's events (no hints), over a table with node ``a``."""
     table = NodeTable()
-    plugin = InterPodAffinity(Args(), Handle(table))
+    plugin = plugin_of(Handle(table))
     events = {plugin.name: plugin.events_to_register()}
     queue = SchedulingQueue(lambda qp: (qp.timestamp,), events_of=lambda name: events.get(name, ClusterEvent.ALL))
     cache = Cache(table, queue, {"crane-scheduler"}, clock=lambda: 0.0)
@@ -64,13 +68,8 @@ def test_a_deleted_node_wakes_pods_topology_spread_rejected() -> None:
     from crane_scheduler.plugins.podtopologyspread import Args as SpreadArgs
     from crane_scheduler.plugins.podtopologyspread import PodTopologySpread
 
-    table = NodeTable()
-    spread = PodTopologySpread(SpreadArgs(), Handle(table))
-    events = {spread.name: spread.events_to_register()}
-    queue = SchedulingQueue(lambda qp: (qp.timestamp,), events_of=lambda name: events.get(name, ClusterEvent.ALL))
-    cache = Cache(table, queue, {"crane-scheduler"}, clock=lambda: 0.0)
-    cache.on_node(node("a"))
+    cache, queue, _ = setup(lambda handle: PodTopologySpread(SpreadArgs(), handle))
     cache.on_node(node("b"))
-    queue.add_unschedulable(QueuedPod(parse_pod(pod("w")), 0.0), frozenset({spread.name}), 0.0)
+    queue.add_unschedulable(QueuedPod(parse_pod(pod("w")), 0.0), frozenset({PodTopologySpread.name}), 0.0)
     cache.on_node_deleted(node("b"))
     assert queue.pop(100.0) is not None

@@ -3,7 +3,9 @@ messages, nomination, and the API calls of the eviction."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import random
 from typing import Any, ClassVar
 
 import pytest
@@ -14,6 +16,7 @@ from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import defaultpreemption
+from crane_scheduler.plugins.defaultpreemption.evaluator import dry_run
 from crane_scheduler.plugins.defaultpreemption.plugin import DefaultPreemption
 from crane_scheduler.podinfo import PodInfo, parse_pod
 from tests.support.scheduler import node, pod, table
@@ -411,3 +414,135 @@ def test_read_write_once_pod_claim_is_freed_only_by_evicting_its_user(monkeypatc
         _, info = preempt(t, ls, pod(f"vip-{i}", priority=100, spec={"volumes": volumes}), prof)
         assert t.nominated[info.uid][1] == "a"
         assert [v.name for v in captured[-1].victims] == ["user"]
+
+
+def _dry_runs(seed: int) -> tuple[Any, Any]:
+    """One random cluster, the dry run done both ways: the reprieve as arithmetic and as filter rounds."""
+    rng = random.Random(seed)
+    nodes = [
+        node(f"n{i}", cpu=f"{rng.choice([1, 2, 4])}", memory=f"{rng.choice([1, 2, 4])}Gi", pods=rng.choice([3, 5, 110]))
+        for i in range(rng.randint(1, 8))
+    ]
+    bound = []
+    for i in range(rng.randint(0, 24)):
+        p = pod(
+            f"v{i}",
+            cpu=f"{rng.choice([100, 300, 500, 900])}m",
+            memory=f"{rng.choice([100, 300, 600])}Mi",
+            priority=rng.choice([1, 2, 5, 500]),
+            node_name=f"n{rng.randrange(len(nodes))}",
+        )
+        if rng.random() < 0.3:
+            p["metadata"]["labels"] = {"app": "db"}
+        if rng.random() < 0.3:
+            p["status"] = {"startTime": f"2026-01-01T00:00:{rng.randrange(60):02d}Z"}
+        bound.append(p)
+    t = table(*nodes, bound=bound)
+    preemptor = parse_pod(pod("vip", cpu=f"{rng.choice([300, 900, 1500])}m", memory="200Mi", priority=100))
+    for i in range(rng.randint(0, 3)):  # nominated pods, of higher and lower priority than the preemptor
+        other = parse_pod(pod(f"nom{i}", cpu="300m", memory="100Mi", priority=rng.choice([50, 100, 200])))
+        t.nominated[other.uid] = (other, f"n{rng.randrange(len(nodes))}")
+    pdbs = [
+        {
+            "metadata": {"namespace": "ns", "name": "db"},
+            "spec": {"selector": {"matchLabels": {"app": "db"}}},
+            "status": {"disruptionsAllowed": rng.choice([0, 1])},
+        }
+    ]
+    ls = listers()
+    prof = profile(t, ls)
+    plugin = victims_of(prof)
+    per_node, reprieve = plugin._dry_run_mode(prof, preemptor)
+    assert not per_node and reprieve is not None  # resources only: the arithmetic applies
+
+    def run(st: dict[str, Any], p: PodInfo, alive: Any) -> Any:
+        return prof.run_prefilter_and_filter(st, p, t, alive)
+
+    offset, wanted = rng.randrange(len(nodes)), rng.choice([1, 2, 100])
+    results = []
+    for mode in (reprieve, None):
+        before = {uid: (r.node, r.uid) for uid, r in t.pods.items()}
+        got = dry_run(t, preemptor, t.live.copy(), run, pdbs, offset, wanted, 0.0, reprieve=mode)
+        assert {uid: (r.node, r.uid) for uid, r in t.pods.items()} == before  # the what-if was undone
+        results.append(
+            ([(c.node, [v.name for v in c.victims], c.pdb_violations) for c in got.candidates], dict(got.statuses))
+        )
+    return results[0], results[1]
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_arithmetic_reprieve_finds_what_the_filter_rounds_find(seed: int) -> None:
+    arithmetic, rounds = _dry_runs(seed)
+    assert arithmetic == rounds
+
+
+def test_the_arithmetic_is_used_only_when_no_other_plugin_reading_pods_has_a_say() -> None:
+    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
+    prof = profile(t, listers())
+    plugin = victims_of(prof)
+    plain = parse_pod(pod("vip", cpu="1", priority=100))
+    assert plugin._dry_run_mode(prof, plain)[1] is not None
+    ported = parse_pod(
+        pod("vip2", priority=100, containers=[{"name": "c", "ports": [{"containerPort": 80, "hostPort": 80}]}])
+    )
+    assert plugin._dry_run_mode(prof, ported) == (False, None)  # NodePorts reads the node's pods
+    anti = labelled(anti_web("vip3", 100), app="web")
+    assert plugin._dry_run_mode(prof, parse_pod(anti)) == (True, None)  # InterPodAffinity: node by node
+
+
+def test_a_preemptor_is_gated_until_its_victims_left_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
+    ls = listers()
+    prof = profile(t, ls, api=object())
+    plugin = victims_of(prof)
+    activated: list[str] = []
+    assert prof.handle is not None
+    prof.handle.activate = activated.append
+    monkeypatch.setattr(plugin, "_spawn", lambda coro: coro.close())  # the API calls "ran": not preempting
+    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
+    plugin.preempting.discard(info.uid)
+    assert plugin.pre_enqueue(info)  # the victim is still in the cache, not terminating
+    assert activated == []
+    victim = next(r for r in t.pods.values() if r.name == "low")
+    t.remove_pod(victim.uid)  # the informer saw it deleted
+    assert not plugin.pre_enqueue(info)
+    assert activated == [info.uid]
+
+
+def test_a_victim_being_preempted_on_the_nominated_node_counts_as_terminating(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two preemptors nominated to one node, the second's victim not gone yet: the first, retried, waits for it
+    (kube's "terminating pod on the nominated node") instead of evicting a second pod, and is retried once the
+    victim has left the cache."""
+    t = table(
+        node("a", cpu="2"),
+        bound=[pod("low1", cpu="1", priority=1, node_name="a"), pod("low2", cpu="1", priority=1, node_name="a")],
+    )
+    ls = listers()
+    prof = profile(t, ls, api=object())
+    plugin = victims_of(prof)
+    assert prof.handle is not None
+    activated: list[str] = []
+    prof.handle.activate = activated.append
+    monkeypatch.setattr(plugin, "_spawn", lambda coro: coro.close())
+    _, first = preempt(t, ls, pod("first", cpu="1", priority=100), prof)
+    plugin.preempting.discard(first.uid)
+    gone = next(uid for uid in plugin._waiting[first.uid])
+    t.remove_pod(gone)  # the first's victim is gone: it is activated
+    assert activated == [first.uid]
+    _, second = preempt(t, ls, pod("second", cpu="1", priority=100), prof)
+    plugin.preempting.discard(second.uid)
+    assert t.nominated[second.uid][1] == "a"
+    retried = parse_pod(pod("first", cpu="1", priority=100))
+    retried = dataclasses.replace(
+        retried, uid=first.uid, raw={**retried.raw, "metadata": {**retried.raw["metadata"], "uid": first.uid}}
+    )
+    result = decide(t, ls, retried, {}, prof)
+    assert isinstance(result, Diagnosis)  # the second's nomination holds the room its victim still fills
+    victims_before = dict(plugin._victims)
+    choice = plugin.select(retried, result)
+    assert choice.best is None and "terminating pod on the nominated node" in choice.message
+    assert plugin._victims == victims_before  # nobody else evicted
+    t.remove_pod(next(uid for uid in plugin._waiting[second.uid]))
+    assert first.uid in activated[1:]

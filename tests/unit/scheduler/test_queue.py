@@ -115,3 +115,36 @@ def test_priority_change_reorders_the_active_queue() -> None:
     q.add(parse_pod(b), now=1)
     q.update(parse_pod({**b, "spec": {**b["spec"], "priority": 5}}), now=2)
     assert names(q, now=3) == ["b", "a"]
+
+
+def test_a_gated_pod_stays_unschedulable_until_activated_once_ungated() -> None:
+    """kube's PreEnqueue: events, the backoff and the 5-minute flush do not move a gated pod; ``activate`` of a
+    gated pod leaves it where it is, once ungated it moves."""
+    held: set[str] = set()
+    q = queue(gated=lambda p: p.name in held)
+    q.add(parse_pod(pod("preemptor")), now=0)
+    qp = q.pop(0)
+    assert qp is not None
+    q.add_unschedulable(qp, frozenset({"NodeResourcesFit"}), now=0)
+    held.add("preemptor")
+    q.on_event(ClusterEvent.POD_DELETE)
+    assert q.pop(now=5) is None
+    q.flush_unschedulable(now=1000)
+    assert q.pop(now=1000) is None
+    assert not q.activate(qp.pod.uid)
+    assert "preemptor" in [p.pod.name for p in q.unschedulable.values()]
+    held.clear()
+    assert q.activate(qp.pod.uid)
+    assert names(q, now=1000) == ["preemptor"]
+
+
+def test_a_pod_gated_in_backoff_waits_among_the_unschedulable() -> None:
+    held = {"p"}
+    q = queue(gated=lambda p: p.name in held)
+    q.add(parse_pod(pod("p")), now=0)
+    qp = q.pop(0)
+    assert qp is not None
+    held.clear()
+    q.add_backoff(qp, now=0)
+    held.add("p")
+    assert q.pop(now=5) is None and qp.pod.uid in q.unschedulable

@@ -22,17 +22,9 @@ from crane_scheduler.plugins import (
     tainttoleration,
 )
 from crane_scheduler.podinfo import NodeInfo, PodInfo, parse_node, parse_pod
-from tests.support.scheduler import container, node, pod
+from tests.support.scheduler import HOST, ZONE, container, labelled, node, pod
 
 Q, S = QueueingHint.QUEUE, QueueingHint.SKIP
-ZONE = "topology.kubernetes.io/zone"
-HOST = "kubernetes.io/hostname"
-
-
-def labelled(raw: dict[str, Any], namespace: str = "ns", **labels: str) -> dict[str, Any]:
-    raw["metadata"]["labels"] = labels
-    raw["metadata"]["namespace"] = namespace
-    return raw
 
 
 def P(name: str = "p", *, node_name: str = "", namespace: str = "ns", spec: Any = None, **labels: str) -> PodInfo:
@@ -159,7 +151,8 @@ def test_past_the_hint_budget_a_pass_wakes_per_event_kind() -> None:
     assert q.pop(100.0) is not None
 
 
-def test_the_cache_hands_the_objects_over_so_an_annotation_update_does_not_wake_an_affinity_pod() -> None:
+def _affinity_behind_a_cache() -> tuple[interpodaffinity.InterPodAffinity, SchedulingQueue, Cache]:
+    """An InterPodAffinity plugin's events and hints in a queue, fed by a cache over a fresh node table."""
     table = NodeTable()
     plugin = interpodaffinity.InterPodAffinity(interpodaffinity.Args(), Handle(table))
     q = SchedulingQueue(
@@ -167,7 +160,11 @@ def test_the_cache_hands_the_objects_over_so_an_annotation_update_does_not_wake_
         events_of=lambda name: plugin.events_to_register(),
         hints_of=lambda profile, name: plugin.queueing_hints(),
     )
-    cache = Cache(table, q, {"crane-scheduler"}, clock=lambda: 0.0)
+    return plugin, q, Cache(table, q, {"crane-scheduler"}, clock=lambda: 0.0)
+
+
+def test_the_cache_hands_the_objects_over_so_an_annotation_update_does_not_wake_an_affinity_pod() -> None:
+    plugin, q, cache = _affinity_behind_a_cache()
     cache.on_node(node("a", labels={ZONE: "z1"}))
     q.add_unschedulable(
         QueuedPod(P("cache", spec=required("podAffinity", ZONE, app="db"), app="cache"), 0.0),
@@ -184,14 +181,7 @@ def test_the_cache_hands_the_objects_over_so_an_annotation_update_does_not_wake_
 
 
 def test_the_cache_hands_over_the_previous_version_of_a_relabelled_bound_pod() -> None:
-    table = NodeTable()
-    plugin = interpodaffinity.InterPodAffinity(interpodaffinity.Args(), Handle(table))
-    q = SchedulingQueue(
-        lambda qp: (qp.timestamp,),
-        events_of=lambda name: plugin.events_to_register(),
-        hints_of=lambda profile, name: plugin.queueing_hints(),
-    )
-    cache = Cache(table, q, {"crane-scheduler"}, clock=lambda: 0.0)
+    plugin, q, cache = _affinity_behind_a_cache()
     cache.on_node(node("a"))
     bound = labelled(pod("web", node_name="a", scheduler="nobody"), app="web")
     cache.on_pod(bound)

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from crane_scheduler.config import SchedulerConfig
-from crane_scheduler.framework import SUCCESS, Code, CycleState, Handle, Registry, Status
+from crane_scheduler.framework import SUCCESS, Code, CycleState, Handle, Status
 from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
@@ -17,7 +16,7 @@ from crane_scheduler.podinfo import PodInfo, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from crane_shared.leader import Term
-from tests.support.scheduler import node, pod
+from tests.support.scheduler import node, pod, scheduler_with, step
 
 
 class FakeBinder:
@@ -49,23 +48,17 @@ class Clock:
         return self.now
 
 
-def make(binder: FakeBinder, clock: Clock) -> Scheduler:
-    registry = builtin_registry()
-    factories: dict[str, Any] = {name: (lambda a, h, n=name: registry.create(n, a, h)) for name in registry}
-    factories["DefaultBinder"] = lambda args, handle: binder
-    table = NodeTable()
-    profiles = build_profiles(SchedulerConfig(), Registry(factories, registry.defaults), lambda name: Handle(table))
-    reporter = Reporter(None, None, "test", clock=clock)
-    return Scheduler(config=SchedulerConfig(), profiles=profiles, table=table, reporter=reporter, clock=clock)
-
-
-async def step(s: Scheduler) -> None:
-    """One turn of the loop: pop, decide, start the bind."""
-    await s._slots.acquire()
-    qp = s.queue.pop(s.clock())
-    assert qp is not None
-    s.schedule_one(qp)
-    await asyncio.sleep(0)
+async def bind_held(
+    name: str = "p", cpu: str = "100m", node_cpu: str = "4"
+) -> tuple[Scheduler, FakeBinder, Clock, dict[str, Any]]:
+    """Pod ``name`` placed on node ``n1``, its bind waiting at the binder's gate (its outcome still to be set)."""
+    binder, clock = FakeBinder(), Clock()
+    s = scheduler_with(binder, clock)
+    s.on_node(node("n1", cpu=node_cpu))
+    raw = pod(name, cpu=cpu)
+    s.on_pod(raw)
+    await step(s)
+    return s, binder, clock, raw
 
 
 def bound(raw: dict[str, Any], node_name: str) -> dict[str, Any]:
@@ -73,12 +66,8 @@ def bound(raw: dict[str, Any], node_name: str) -> dict[str, Any]:
 
 
 async def test_assumed_pod_counts_at_once_and_is_not_queued_again_while_binding() -> None:
-    binder, clock = FakeBinder(), Clock()
-    s = make(binder, clock)
-    s.on_node(node("n1", cpu="1"))
-    first, second = pod("first", cpu="700m"), pod("second", cpu="700m")
-    s.on_pod(first)
-    await step(s)
+    s, binder, _, first = await bind_held("first", cpu="700m", node_cpu="1")
+    second = pod("second", cpu="700m")
     assert binder.calls == [("first", "n1")]
     s.on_pod(first)  # an informer update while our bind is in flight
     assert len(s.queue) == 0
@@ -93,12 +82,7 @@ async def test_assumed_pod_counts_at_once_and_is_not_queued_again_while_binding(
 
 
 async def test_bind_error_forgets_the_assumption_and_retries_after_backoff() -> None:
-    binder, clock = FakeBinder(), Clock()
-    s = make(binder, clock)
-    s.on_node(node("n1"))
-    raw = pod("p", cpu="2")
-    s.on_pod(raw)
-    await step(s)
+    s, binder, clock, _ = await bind_held(cpu="2")
     binder.outcome["p"] = "error"
     binder.gate.set()
     await s.drain()
@@ -111,13 +95,8 @@ async def test_bind_error_forgets_the_assumption_and_retries_after_backoff() -> 
 async def test_a_failed_bind_frees_its_resources_for_a_pod_noderesourcesfit_rejected() -> None:
     """kube's handleBindingCycleError: the forgotten assumption is an assigned-pod deletion for the queue, so
     NodeResourcesFit's hint moves the pod that did not fit next to it (not after the 5-minute flush)."""
-    binder, clock = FakeBinder(), Clock()
-    s = make(binder, clock)
-    s.on_node(node("n1", cpu="1"))
-    first, second = pod("first", cpu="700m"), pod("second", cpu="700m")
-    s.on_pod(first)
-    await step(s)
-    s.on_pod(second)
+    s, binder, clock, _ = await bind_held("first", cpu="700m", node_cpu="1")
+    s.on_pod(pod("second", cpu="700m"))
     await step(s)
     assert [qp.pod.name for qp in s.queue.unschedulable.values()] == ["second"]
     binder.outcome["first"] = "error"
@@ -129,12 +108,7 @@ async def test_a_failed_bind_frees_its_resources_for_a_pod_noderesourcesfit_reje
 
 
 async def test_conflict_is_someone_elses_success_not_a_retry() -> None:
-    binder, clock = FakeBinder(), Clock()
-    s = make(binder, clock)
-    s.on_node(node("n1"))
-    raw = pod("p")
-    s.on_pod(raw)
-    await step(s)
+    s, binder, _, raw = await bind_held()
     binder.outcome["p"] = "conflict"
     binder.gate.set()
     await s.drain()
@@ -144,12 +118,7 @@ async def test_conflict_is_someone_elses_success_not_a_retry() -> None:
 
 
 async def test_deleted_pod_is_dropped_even_if_its_bind_fails() -> None:
-    binder, clock = FakeBinder(), Clock()
-    s = make(binder, clock)
-    s.on_node(node("n1"))
-    raw = pod("p")
-    s.on_pod(raw)
-    await step(s)
+    s, binder, _, raw = await bind_held()
     s.on_pod_deleted(raw)
     binder.outcome["p"] = "error"
     binder.gate.set()
@@ -201,7 +170,7 @@ class _Probe:
 
 async def test_losing_the_lease_drops_binds_not_yet_sent_forgets_and_requeues_them() -> None:
     binder, clock = FakeBinder(), Clock()
-    s = make(binder, clock)
+    s = scheduler_with(binder, clock)
     term = Term()
     s._term = term
     s.on_node(node("n1", cpu="4"))
@@ -234,7 +203,7 @@ async def test_the_default_binder_sends_no_bind_once_the_term_is_lost() -> None:
 
 async def test_a_bind_dropped_before_its_task_started_is_undone_and_frees_its_slot() -> None:
     binder, clock = FakeBinder(), Clock()
-    s = make(binder, clock)
+    s = scheduler_with(binder, clock)
     s._term = term = Term()
     s.on_node(node("n1", cpu="4"))
     s.on_pod(pod("a", cpu="1"))
@@ -253,7 +222,7 @@ async def test_a_bind_dropped_before_its_task_started_is_undone_and_frees_its_sl
 
 async def test_losing_the_lease_also_drops_the_failures_and_conditions_the_term_queued() -> None:
     binder, clock = FakeBinder(), Clock()
-    s = make(binder, clock)
+    s = scheduler_with(binder, clock)
     s._term = s.reporter.term = term = Term()
     s.on_node(node("n1", cpu="2"))
     s.on_pod(pod("fits", cpu="1"))
@@ -278,7 +247,7 @@ async def test_a_term_looks_for_unreported_bindings_again_once_the_previous_term
     from crane_scheduler import scheduler as scheduler_module
 
     monkeypatch.setattr(scheduler_module, "RECOVERY_SETTLE", 0.05)
-    s = make(FakeBinder(), Clock())
+    s = scheduler_with(FakeBinder(), Clock())
     s.synced.set()
     stopping = asyncio.Event()
     looks: list[int] = []

@@ -1,7 +1,7 @@
 """The plugin API: kube-scheduler's extension points, one small Protocol each, and the ``Handle``.
 
 A plugin declares the extension points it implements by subclassing their protocols
-(``class NodeName(FilterPlugin, EnqueueExtensions)``), so mypy checks its method signatures against these; an
+(``class NodeName(fwk.FilterPlugin, fwk.EnqueueExtensions)``), so mypy checks its method signatures against these; an
 out-of-tree plugin may also just have the methods (the protocols are runtime-checkable and the profile runtime
 finds them by shape, as Go finds interfaces). The one difference from kube-scheduler is deliberate: **Filter,
 PreScore and Score see all candidate nodes at once** as rows of the ``NodeTable`` and answer with numpy arrays,
@@ -48,10 +48,12 @@ __all__ = [
     "PermitPlugin",
     "Plugin",
     "PluginMetrics",
+    "PodBlindFilterPlugin",
     "PodExplainPlugin",
     "PostBindPlugin",
     "PostFilterPlugin",
     "PreBindPlugin",
+    "PreEnqueuePlugin",
     "PreFilterPlugin",
     "PreScorePlugin",
     "QueueSortPlugin",
@@ -160,7 +162,9 @@ class ScorePlugin(Plugin, Protocol):
 
 
 @runtime_checkable
-class NormalizeScorePlugin(Plugin, Protocol):
+class NormalizeScorePlugin(ScorePlugin, Protocol):
+    """A Score plugin that rescales its own scores (kube's ``ScoreExtensions``, which belong to a ScorePlugin)."""
+
     def normalize_score(self, state: CycleState, pod: PodInfo, scores: IntArray) -> IntArray: ...
 
 
@@ -203,12 +207,20 @@ class EnqueueExtensions(Plugin, Protocol):
 
 
 @runtime_checkable
-class QueueingHintPlugin(Plugin, Protocol):
-    """Optional, with ``EnqueueExtensions``: kube's per-object ``QueueingHintFn``s. For a pod this plugin rejected,
-    a change of a registered event kind requeues it only when the hint keyed by that kind answers QUEUE (a kind
-    without a hint always requeues, as does a hint that raises)."""
+class QueueingHintPlugin(EnqueueExtensions, Protocol):
+    """Optional, on top of ``EnqueueExtensions`` (kube registers each event with its hint): kube's per-object
+    ``QueueingHintFn``s. For a pod this plugin rejected, a change of a registered event kind requeues it only when
+    the hint keyed by that kind answers QUEUE (a kind without a hint always requeues, as does a hint that raises)."""
 
     def queueing_hints(self) -> QueueingHints: ...
+
+
+@runtime_checkable
+class PreEnqueuePlugin(Plugin, Protocol):
+    """Optional: kube's ``PreEnqueue``. A pod it gates (True) does not leave the unschedulable pods for activeQ,
+    whatever the cluster events, until the plugin activates it (``Handle.activate``) or stops gating it."""
+
+    def pre_enqueue(self, pod: PodInfo) -> bool: ...
 
 
 @runtime_checkable
@@ -243,6 +255,17 @@ class CrossNodeFilterPlugin(Plugin, Protocol):
 
 
 @runtime_checkable
+class PodBlindFilterPlugin(Plugin, Protocol):
+    """Optional marker, ``reads_node_pods = False``: the plugin's Filter verdict on a node never depends on the
+    pods counted on any node (node fields, taints, labels, volumes' topology, load annotations only), so a what-if
+    that moves pods cannot change it. Preemption's dry run then leaves it out of its reprieve rounds, which become
+    NodeResourcesFit's arithmetic when no other plugin that reads pods has something to say about the pod.
+    A plugin without the marker is assumed to read pods."""
+
+    reads_node_pods: bool
+
+
+@runtime_checkable
 class WorkerPlugin(Plugin, Protocol):
     """Optional: a plugin with a loop of its own (NodeResourceTopologyMatch's NRT watch), run by the scheduler for
     its whole life under the one worker contract."""
@@ -252,6 +275,7 @@ class WorkerPlugin(Plugin, Protocol):
 
 EXTENSION_POINTS: dict[str, type] = {
     "queueSort": QueueSortPlugin,
+    "preEnqueue": PreEnqueuePlugin,
     "preFilter": PreFilterPlugin,
     "filter": FilterPlugin,
     "postFilter": PostFilterPlugin,

@@ -36,6 +36,7 @@ from crane_scheduler.framework.interface import (
     PostBindPlugin,
     PostFilterPlugin,
     PreBindPlugin,
+    PreEnqueuePlugin,
     PreFilterPlugin,
     PreScorePlugin,
     QueueSortPlugin,
@@ -56,10 +57,26 @@ def _ignore(point: str, status: str, seconds: float) -> None:
     pass
 
 
+def nominated_records(table: NodeTable, pod: PodInfo, rows: Mask) -> list[PodRecord]:
+    """The pods nominated to ``rows`` that Filter counts for ``pod`` (kube's ``addGENominatedPods``): of at least
+    its priority, not the pod itself, not bound yet."""
+    index = table.rows
+    return [
+        PodRecord.of(p, node, assumed=True)
+        for uid, (p, node) in table.nominated.items()
+        if node in index
+        and rows[index[node]]
+        and uid != pod.uid
+        and p.priority >= pod.priority
+        and uid not in table.pods
+    ]
+
+
 @dataclass
 class Profile:
     name: str
     queue_sort: QueueSortPlugin
+    pre_enqueue: list[PreEnqueuePlugin] = field(default_factory=list)
     pre_filter: list[PreFilterPlugin] = field(default_factory=list)
     filter: list[FilterPlugin] = field(default_factory=list)
     post_filter: list[PostFilterPlugin] = field(default_factory=list)
@@ -104,16 +121,7 @@ class Profile:
         before it). kube's ``RunFilterPluginsWithNominatedPods``: pods nominated to a node (by preemption) with at
         least this pod's priority count there too, so a node passes only if it fits both with and without them."""
         rejected = self._filter_pass(state, pod, table, alive, skipped)
-        rows = table.rows
-        nominated = [  # only where they can change the answer: on rows that passed without them
-            PodRecord.of(p, node, assumed=True)
-            for uid, (p, node) in table.nominated.items()
-            if node in rows
-            and alive[rows[node]]
-            and uid != pod.uid
-            and p.priority >= pod.priority
-            and uid not in table.pods
-        ]
+        nominated = nominated_records(table, pod, alive)  # only where they can change the answer
         if nominated and alive.any():
             table.simulate_add(nominated, notify=True)
             try:
@@ -314,6 +322,7 @@ def _build(pc: ProfileConfig, p: str, registry: Registry, handle: Handle, proble
     profile = Profile(
         name=pc.scheduler_name,
         queue_sort=lists["queueSort"][0][0],
+        pre_enqueue=[x for x, _ in lists["preEnqueue"]],
         pre_filter=[x for x, _ in lists["preFilter"]],
         filter=[x for x, _ in lists["filter"]],
         post_filter=[x for x, _ in lists["postFilter"]],

@@ -182,10 +182,21 @@ class Cache:
         meta = raw.get("metadata") or {}
         uid = meta.get("uid", "")
         node = (raw.get("status") or {}).get("nominatedNodeName")
-        if node and not (raw.get("spec") or {}).get("nodeName") and not meta.get("deletionTimestamp"):
+        placed_or_leaving = (raw.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp")
+        if node and not placed_or_leaving:
             self.table.nominated[uid] = (parse_pod(raw), node)
-        else:
-            self.table.nominated.pop(uid, None)
+            return
+        kept = self.table.nominated.get(uid)
+        if kept is not None and not node and not placed_or_leaving:
+            # kube's UpdateNominatedPod: an update that does not touch the nomination (neither the old nor the new
+            # object has one) keeps the one made in memory: preemption nominates before its status patch lands,
+            # and an update in between (the PodScheduled condition) must not free the node for other pods.
+            before = self.pending.get(uid)
+            old = before.raw if before is not None else kept[0].raw
+            if not (old.get("status") or {}).get("nominatedNodeName"):
+                self.table.nominated[uid] = (parse_pod(raw), kept[1])
+                return
+        self.table.nominated.pop(uid, None)
 
     def on_pod_deleted(self, raw: dict[str, Any]) -> None:
         uid = (raw.get("metadata") or {}).get("uid", "")

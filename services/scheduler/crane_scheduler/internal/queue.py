@@ -12,6 +12,9 @@ and applied on the next ``pop``/``flush``, so a burst of node updates costs one 
 When a pass would cost more than ``hint_budget`` hint calls (many unschedulable pods times many changes), or a
 change came without its objects, the kinds concerned wake every pod that registered them, as before hints: more
 wake-ups than kube, never fewer.
+
+``gated`` is kube's PreEnqueue check: a gated pod (a preemptor whose victims are not gone yet) stays among the
+unschedulable pods when an event, its backoff or the 5-minute flush would move it, until it is activated.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class SchedulingQueue:
         on_hint_error: Callable[[str, BaseException], None] = lambda plugin, err: None,
         on_incoming: Callable[[str, str], None] = lambda event, queue: None,
         on_hint_skip: Callable[[str], None] = lambda plugin: None,
+        gated: Callable[[PodInfo], bool] = lambda pod: False,
     ) -> None:
         self._sort_key = sort_key
         self.initial_backoff = initial_backoff
@@ -56,6 +60,7 @@ class SchedulingQueue:
         self._on_hint_error = on_hint_error
         self._on_incoming = on_incoming
         self._on_hint_skip = on_hint_skip
+        self._gated = gated
         self._seq = itertools.count()
         self._active_heap: list[tuple[tuple[Any, ...], int, str]] = []
         self._active: dict[str, tuple[int, QueuedPod]] = {}  # uid -> (heap entry seq, pod)
@@ -172,7 +177,11 @@ class SchedulingQueue:
             if entry is None or entry[0] != seq:
                 continue
             del self._backoff[uid]
-            self._push_active(entry[1])
+            qp = entry[1]
+            if self._gated(qp.pod):
+                self.unschedulable[uid] = qp
+            else:
+                self._push_active(qp)
 
     def flush_unschedulable(self, now: float) -> None:
         """Pods unschedulable for longer than 5 minutes are retried regardless of events."""
@@ -183,13 +192,16 @@ class SchedulingQueue:
 
     def activate(self, uid: str) -> bool:
         """kube's ``Activate``: an unschedulable or backing-off pod goes straight to activeQ (preemption calls it
-        once the preemptor's victims are gone, so the pod does not sit out a backoff it did not earn)."""
-        qp = self.unschedulable.pop(uid, None)
+        once the preemptor's victims are gone, so the pod does not sit out a backoff it did not earn). A gated pod
+        stays where it is."""
+        qp = self.unschedulable.get(uid)
         if qp is None:
-            entry = self._backoff.pop(uid, None)
+            entry = self._backoff.get(uid)
             qp = entry[1] if entry is not None else None
-        if qp is None:
+        if qp is None or self._gated(qp.pod):
             return False
+        self.unschedulable.pop(uid, None)
+        self._backoff.pop(uid, None)
         self._push_active(qp)
         return True
 
@@ -210,7 +222,11 @@ class SchedulingQueue:
         heapq.heappush(self._active_heap, (self._sort_key(qp), seq, qp.pod.uid))
 
     def _requeue(self, qp: QueuedPod, now: float) -> str:
-        """Back to activeQ, or to backoffQ while the pod's backoff lasts; returns which."""
+        """Back to activeQ, or to backoffQ while the pod's backoff lasts, or kept unschedulable while gated;
+        returns which."""
+        if self._gated(qp.pod):
+            self.unschedulable[qp.pod.uid] = qp
+            return "gated"
         expiry = self.backoff_expiry(qp)
         if expiry <= now:
             self._push_active(qp)
@@ -232,7 +248,7 @@ class SchedulingQueue:
         moved: list[tuple[QueuedPod, ClusterEvent]] = []
         for qp in self.unschedulable.values():
             event = self._helps(qp, events, coarse, changes)
-            if event:
+            if event and not self._gated(qp.pod):
                 moved.append((qp, event))
         for qp, event in moved:
             del self.unschedulable[qp.pod.uid]

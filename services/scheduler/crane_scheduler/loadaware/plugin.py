@@ -24,15 +24,7 @@ from typing import Any
 import numpy as np
 from prometheus_client import Counter, Gauge
 
-from crane_scheduler.framework import SUCCESS, ArgsError, ClusterEvent, CycleState, Handle, Rejection, Rows, Status
-from crane_scheduler.framework.interface import (
-    EnqueueExtensions,
-    ExplainPlugin,
-    FilterPlugin,
-    PluginMetrics,
-    ReservePlugin,
-    ScorePlugin,
-)
+from crane_scheduler import framework as fwk
 from crane_scheduler.loadaware.args import PluginArgs, parse_args
 from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
 from crane_scheduler.loadaware.recent import RecentEffects
@@ -62,7 +54,7 @@ log = get_logger("crane.scheduler.dynamic")
 class DynamicMetrics:
     """The plugin's metrics, in the registry the framework handle gives it (shared by every profile's Dynamic)."""
 
-    def __init__(self, metrics: PluginMetrics) -> None:
+    def __init__(self, metrics: fwk.PluginMetrics) -> None:
         self.rejections: Counter = metrics.counter(
             "crane_scheduler_dynamic_rejections", "Nodes the Dynamic filter rejected, by metric", ["metric"]
         )
@@ -138,18 +130,20 @@ class PolicyFile:
         return policy
 
 
-class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, ExplainPlugin):
+class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueExtensions, fwk.ExplainPlugin):
     name = NAME
+    # PodBlindFilterPlugin: annotations and own recent bindings, not the pod accounting a what-if moves
+    reads_node_pods = False
     explain_section = "load"
 
-    def __init__(self, args: PluginArgs, handle: Handle, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, args: PluginArgs, handle: fwk.Handle, wall_clock: Callable[[], float] = time.time) -> None:
         self.handle = handle
         self.wall_clock = wall_clock
         self.metrics = DynamicMetrics(handle.metrics)
         try:
             self.policy_file = PolicyFile(args.policy_path, self.metrics.reloads)
         except PolicyError as err:  # reported with the config's field path, like every other bad arg
-            raise ArgsError([("policyConfigPath", str(err))]) from err
+            raise fwk.ArgsError([("policyConfigPath", str(err))]) from err
         self._thresholds = export_thresholds(self.metrics.thresholds, handle.profile, self.policy_file.policy, set())
         self.args = DynamicArgs(
             self.policy_file.policy,
@@ -301,7 +295,7 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
             self.recent.changed.clear()
         return extra, own_hot
 
-    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+    def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         self._maybe_reload()
         if is_daemonset_pod(pod.raw.get("metadata")):
             return []
@@ -313,7 +307,7 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         state["Dynamic.size"] = (cpu, memory)  # Reserve records the same size
         reasons, index = self._reasons, self._reason_index
 
-        def compute(rows: Rows) -> Codes:
+        def compute(rows: fwk.Rows) -> Codes:
             incoming = self._incoming(table, cpu, memory)
             if len(rows) <= ONE_BY_ONE:
                 found = [self.columns.reason_of(row, incoming, extra) for row in rows.tolist()]
@@ -333,10 +327,10 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
         for k, count in enumerate(counts):  # the policy's order, as the reference gives them
             if count:
                 self.metrics.rejections.labels(_metric_of(reasons[k])).inc(count)
-                rejections.append(Rejection(reasons[k], rejected & (codes == k)))
+                rejections.append(fwk.Rejection(reasons[k], rejected & (codes == k)))
         return rejections
 
-    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+    def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
         if is_daemonset_pod(pod.raw.get("metadata")):  # exempt from the score as from the filter: no ranking
             return np.zeros(len(rows), dtype=np.int64)
         inputs = state.get("Dynamic.inputs")
@@ -345,24 +339,24 @@ class Dynamic(FilterPlugin, ScorePlugin, ReservePlugin, EnqueueExtensions, Expla
             inputs = (now, *self._sync(now, table.n_rows))
         now, extra, own_hot = inputs
 
-        def compute(changed: Rows) -> IntArray:
+        def compute(changed: fwk.Rows) -> IntArray:
             if len(changed) <= ONE_BY_ONE:
                 return np.array([self.columns.score_of(row, extra, own_hot) for row in changed.tolist()], np.int64)
             return self.columns.scores(changed, now, extra, own_hot)
 
         return self._scores.get(table.n_rows, compute)[rows]
 
-    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+    def reserve(self, state: fwk.CycleState, pod: PodInfo, node: str) -> fwk.Status:
         size = state.get("Dynamic.size")
         cpu, memory = size if size is not None else estimated_resources(pod)
         self.recent.add(pod.uid, self.handle.table.rows[node], node, self.wall_clock(), cpu, memory)
-        return SUCCESS
+        return fwk.SUCCESS
 
-    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+    def unreserve(self, state: fwk.CycleState, pod: PodInfo, node: str) -> None:
         self.recent.remove(pod.uid, self.wall_clock())
 
-    def events_to_register(self) -> ClusterEvent:
-        return ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE
+    def events_to_register(self) -> fwk.ClusterEvent:
+        return fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE
 
 
 def _capacity(node: NodeInfo) -> tuple[float, float]:
@@ -376,5 +370,5 @@ def _metric_of(reason: str) -> str:
     return words[-3] if "above" in words else words[-1]
 
 
-def new(args: Mapping[str, Any], handle: Handle) -> Dynamic:
+def new(args: Mapping[str, Any], handle: fwk.Handle) -> Dynamic:
     return Dynamic(parse_args(args), handle)

@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from crane_scheduler.framework import MAX_NODE_SCORE, ClusterEvent, CycleState, Handle, Rows, no_args
-from crane_scheduler.framework.interface import EnqueueExtensions, ScorePlugin
+from crane_scheduler import framework as fwk
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 
@@ -41,10 +40,10 @@ def normalized_image_name(name: str) -> str:
 def calculate_priority(sum_scores: int, num_containers: int) -> int:
     max_threshold = MAX_CONTAINER_THRESHOLD * num_containers
     sum_scores = min(max(sum_scores, MIN_THRESHOLD), max_threshold)
-    return MAX_NODE_SCORE * (sum_scores - MIN_THRESHOLD) // (max_threshold - MIN_THRESHOLD)
+    return fwk.MAX_NODE_SCORE * (sum_scores - MIN_THRESHOLD) // (max_threshold - MIN_THRESHOLD)
 
 
-class ImageLocality(ScorePlugin, EnqueueExtensions):
+class ImageLocality(fwk.ScorePlugin, fwk.EnqueueExtensions):
     name = NAME
 
     def __init__(self) -> None:
@@ -87,7 +86,7 @@ class ImageLocality(ScorePlugin, EnqueueExtensions):
                     if not state[1]:
                         del self._states[name]
 
-    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+    def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
         spec = pod.raw.get("spec") or {}
         containers = list(spec.get("initContainers") or ()) + list(spec.get("containers") or ())
         if not containers:
@@ -104,13 +103,13 @@ class ImageLocality(ScorePlugin, EnqueueExtensions):
             sums[idx] += int(float(size) * (float(len(having)) / float(total_nodes)))
         clamped = np.clip(sums[rows], MIN_THRESHOLD, MAX_CONTAINER_THRESHOLD * len(containers))
         span = MAX_CONTAINER_THRESHOLD * len(containers) - MIN_THRESHOLD
-        out: IntArray = MAX_NODE_SCORE * (clamped - MIN_THRESHOLD) // span
+        out: IntArray = fwk.MAX_NODE_SCORE * (clamped - MIN_THRESHOLD) // span
         return out
 
-    def events_to_register(self) -> ClusterEvent:
-        return ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE
+    def events_to_register(self) -> fwk.ClusterEvent:
+        return fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE
 
 
-def new(args: Mapping[str, Any], handle: Handle) -> ImageLocality:
-    no_args(NAME)(args)
+def new(args: Mapping[str, Any], handle: fwk.Handle) -> ImageLocality:
+    fwk.no_args(NAME)(args)
     return ImageLocality()

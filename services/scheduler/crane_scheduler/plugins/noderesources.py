@@ -17,28 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from crane_scheduler.framework import (
-    MAX_NODE_SCORE,
-    SKIP,
-    SUCCESS,
-    ArgsError,
-    ClusterChange,
-    ClusterEvent,
-    CycleState,
-    Handle,
-    QueueingHint,
-    QueueingHints,
-    Rejection,
-    Rows,
-    Status,
-)
-from crane_scheduler.framework.interface import (
-    EnqueueExtensions,
-    FilterPlugin,
-    PreScorePlugin,
-    QueueingHintPlugin,
-    ScorePlugin,
-)
+from crane_scheduler import framework as fwk
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import CPU, MEMORY, PODS, NodeInfo, PodInfo, is_scalar_resource
 
@@ -98,7 +77,7 @@ def parse_shape(raw: Any, path: str, problems: list[tuple[str, str]]) -> tuple[t
         if not isinstance(sc, int) or isinstance(sc, bool) or not 0 <= sc <= MAX_CUSTOM_PRIORITY_SCORE:
             problems.append((f"{path}[{i}].score", f"not in valid range [0, {MAX_CUSTOM_PRIORITY_SCORE}], got {sc!r}"))
             continue
-        points.append((u, sc * (MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE)))
+        points.append((u, sc * (fwk.MAX_NODE_SCORE // MAX_CUSTOM_PRIORITY_SCORE)))
     for i in range(1, len(points)):
         if points[i - 1][0] >= points[i][0]:
             problems.append((f"{path}[{i}].utilization", "values must be sorted in increasing order"))
@@ -156,7 +135,7 @@ class FitArgs:
             if "/" in str(g):
                 problems.append((f"ignoredResourceGroups[{i}]", "resource group name can't contain '/'"))
         if problems:
-            raise ArgsError(problems)
+            raise fwk.ArgsError(problems)
         return cls(strategy, resources, frozenset(args.get("ignoredResources") or ()), frozenset(groups), shape)
 
 
@@ -173,7 +152,7 @@ class _Rows:
 
     __slots__ = ("alloc", "nonzero", "requested", "table")
 
-    def __init__(self, table: NodeTable, rows: Rows) -> None:
+    def __init__(self, table: NodeTable, rows: fwk.Rows) -> None:
         self.table = table
         self.alloc = table.alloc[rows]
         self.requested = table.requested[rows]
@@ -201,7 +180,7 @@ class _Rows:
                 yield weight, *pair
 
 
-class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions, QueueingHintPlugin):
+class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin):
     name = "NodeResourcesFit"
 
     def __init__(self, args: FitArgs) -> None:
@@ -212,14 +191,18 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions, QueueingHin
             res in self.args.ignored_resources or res.split("/", 1)[0] in self.args.ignored_groups
         )
 
-    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
-        out: list[Rejection] = []
+    def checked(self, pod: PodInfo) -> list[tuple[str, int]]:
+        """The (resource, request) pairs Filter holds against each node's free allocatable, besides one more pod."""
+        return [
+            (res, want) for res, want in pod.requests.items() if want > 0 and res != PODS and not self._ignored(res)
+        ]
+
+    def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
+        out: list[fwk.Rejection] = []
         too_many = table.pod_count + 1 > table.alloc[:, table.resources[PODS]]
         if too_many.any():
-            out.append(Rejection("Too many pods", too_many))
-        for res, want in pod.requests.items():
-            if want <= 0 or res == PODS or self._ignored(res):
-                continue
+            out.append(fwk.Rejection("Too many pods", too_many))
+        for res, want in self.checked(pod):
             col = table.resources.get(res)
             if col is None:
                 mask = whole = np.ones(table.n_rows, dtype=bool)
@@ -230,10 +213,10 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions, QueueingHin
             # cannot help there), otherwise Unschedulable: one reason, split by that flag (found by the judge).
             for part, unresolvable in ((mask & ~whole, False), (mask & whole, True)):
                 if part.any():
-                    out.append(Rejection(f"Insufficient {res}", part, unresolvable=unresolvable))
+                    out.append(fwk.Rejection(f"Insufficient {res}", part, unresolvable=unresolvable))
         return out
 
-    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+    def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
         gathered = _Rows(table, rows)
         total = np.zeros(len(rows), dtype=np.int64)
         weights = np.zeros(len(rows), dtype=np.int64)
@@ -244,9 +227,9 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions, QueueingHin
             valid = alloc > 0
             safe = np.where(valid, alloc, 1)
             if least:
-                s = np.where(req > alloc, 0, (alloc - req) * MAX_NODE_SCORE // safe)
+                s = np.where(req > alloc, 0, (alloc - req) * fwk.MAX_NODE_SCORE // safe)
             else:
-                s = np.minimum(req, alloc) * MAX_NODE_SCORE // safe
+                s = np.minimum(req, alloc) * fwk.MAX_NODE_SCORE // safe
             if valid.all():
                 total += s * weight
                 weights += weight
@@ -271,29 +254,34 @@ class NodeResourcesFit(FilterPlugin, ScorePlugin, EnqueueExtensions, QueueingHin
         out: IntArray = np.where(weights > 0, np.floor(mean + 0.5), 0).astype(np.int64)  # math.Round, >= 0
         return out
 
-    def events_to_register(self) -> ClusterEvent:
+    def events_to_register(self) -> fwk.ClusterEvent:
         """kube's: an assigned pod deleted or scaled down, a node added or its allocatable changed."""
-        return ClusterEvent.POD_DELETE | ClusterEvent.POD_UPDATE | ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE
+        return (
+            fwk.ClusterEvent.POD_DELETE
+            | fwk.ClusterEvent.POD_UPDATE
+            | fwk.ClusterEvent.NODE_ADD
+            | fwk.ClusterEvent.NODE_UPDATE
+        )
 
-    def queueing_hints(self) -> QueueingHints:
+    def queueing_hints(self) -> fwk.QueueingHints:
         return {
-            ClusterEvent.POD_DELETE | ClusterEvent.POD_UPDATE: after_pod_event,
-            ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE: after_node_change,
+            fwk.ClusterEvent.POD_DELETE | fwk.ClusterEvent.POD_UPDATE: after_pod_event,
+            fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE: after_node_change,
         }
 
 
-def after_pod_event(pod: PodInfo, change: ClusterChange) -> QueueingHint:
+def after_pod_event(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
     """kube's ``isSchedulableAfterPodEvent``: a placed pod deleted (the cache reports only placed and assumed
     pods' deletions, so always), or scaled down in a resource the pod requests."""
     old, new = change.old, change.new
     if not isinstance(new, PodInfo) or not isinstance(old, PodInfo):
-        return QueueingHint.QUEUE
+        return fwk.QueueingHint.QUEUE
     if new.uid == pod.uid:
-        return QueueingHint.QUEUE
+        return fwk.QueueingHint.QUEUE
     if not new.node_name:
-        return QueueingHint.SKIP
+        return fwk.QueueingHint.SKIP
     shrunk = any(want > 0 and old.requests.get(r, 0) > new.requests.get(r, 0) for r, want in pod.requests.items())
-    return QueueingHint.QUEUE if shrunk else QueueingHint.SKIP
+    return fwk.QueueingHint.QUEUE if shrunk else fwk.QueueingHint.SKIP
 
 
 def _fits_empty(pod: PodInfo, node: NodeInfo) -> bool:
@@ -304,35 +292,35 @@ def _fits_empty(pod: PodInfo, node: NodeInfo) -> bool:
     return all(want <= 0 or r == PODS or want <= alloc.get(r, 0) for r, want in pod.requests.items())
 
 
-def after_node_change(pod: PodInfo, change: ClusterChange) -> QueueingHint:
+def after_node_change(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
     """kube's ``isSchedulableAfterNodeChange``: the (new or updated) node could hold the pod when empty and, for
     an update, its allowed pod number or the allocatable of a resource the pod requests grew."""
     old, new = change.old, change.new
     if not isinstance(new, NodeInfo):
-        return QueueingHint.QUEUE
+        return fwk.QueueingHint.QUEUE
     if not _fits_empty(pod, new):
-        return QueueingHint.SKIP
+        return fwk.QueueingHint.SKIP
     if not isinstance(old, NodeInfo):
-        return QueueingHint.QUEUE
+        return fwk.QueueingHint.QUEUE
     before, after = old.allocatable, new.allocatable
     if after.get(PODS, 0) > before.get(PODS, 0):
-        return QueueingHint.QUEUE
+        return fwk.QueueingHint.QUEUE
     grew = any(want > 0 and r != PODS and after.get(r, 0) > before.get(r, 0) for r, want in pod.requests.items())
-    return QueueingHint.QUEUE if grew else QueueingHint.SKIP
+    return fwk.QueueingHint.QUEUE if grew else fwk.QueueingHint.SKIP
 
 
-class BalancedAllocation(PreScorePlugin, ScorePlugin, EnqueueExtensions):
+class BalancedAllocation(fwk.PreScorePlugin, fwk.ScorePlugin, fwk.EnqueueExtensions):
     name = "NodeResourcesBalancedAllocation"
 
     def __init__(self, resources: tuple[tuple[str, int], ...]) -> None:
         self.resources = resources
 
-    def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
+    def pre_score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> fwk.Status:
         if all(_pod_request(pod, res, nonzero=False) == 0 for res, _ in self.resources):
-            return SKIP  # best-effort pods would all pile onto one node otherwise (kubernetes#129138)
-        return SUCCESS
+            return fwk.SKIP  # best-effort pods would all pile onto one node otherwise (kubernetes#129138)
+        return fwk.SUCCESS
 
-    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+    def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
         gathered = _Rows(table, rows)
         fractions: list[npt.NDArray[np.float64]] = []
         valids: list[npt.NDArray[np.bool_]] = []
@@ -345,7 +333,7 @@ class BalancedAllocation(PreScorePlugin, ScorePlugin, EnqueueExtensions):
             fractions.append(np.minimum(req / np.where(valid, alloc, 1), 1.0))
             valids.append(valid)
         if not fractions:
-            return np.full(len(rows), MAX_NODE_SCORE, dtype=np.int64)
+            return np.full(len(rows), fwk.MAX_NODE_SCORE, dtype=np.int64)
         if len(fractions) == 2:  # the default (cpu, memory): kube's |a - b| / 2
             both = valids[0] & valids[1]
             std = np.where(both, np.abs((fractions[0] - fractions[1]) / 2), 0.0)
@@ -359,20 +347,20 @@ class BalancedAllocation(PreScorePlugin, ScorePlugin, EnqueueExtensions):
             mean = np.where(v, f, 0.0).sum(axis=0) / safe_count
             var = np.where(v, (f - mean) ** 2, 0.0).sum(axis=0) / safe_count
             std = np.where(count > 2, np.sqrt(var), std)
-        result: IntArray = ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
+        result: IntArray = ((1.0 - std) * fwk.MAX_NODE_SCORE).astype(np.int64)
         return result
 
-    def events_to_register(self) -> ClusterEvent:
-        return ClusterEvent.ALL
+    def events_to_register(self) -> fwk.ClusterEvent:
+        return fwk.ClusterEvent.ALL
 
 
-def new_fit(args: Mapping[str, Any], handle: Handle) -> NodeResourcesFit:
+def new_fit(args: Mapping[str, Any], handle: fwk.Handle) -> NodeResourcesFit:
     return NodeResourcesFit(FitArgs.parse(args))
 
 
-def new_balanced_allocation(args: Mapping[str, Any], handle: Handle) -> BalancedAllocation:
+def new_balanced_allocation(args: Mapping[str, Any], handle: fwk.Handle) -> BalancedAllocation:
     problems = _unknown(args, {"resources"})
     resources = parse_resources(args.get("resources"), "resources", problems, weight_one=True)
     if problems:
-        raise ArgsError(problems)
+        raise fwk.ArgsError(problems)
     return BalancedAllocation(resources)

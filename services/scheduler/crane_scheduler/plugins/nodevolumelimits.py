@@ -15,14 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from crane_scheduler.framework import (
-    SKIP,
-    ClusterEvent,
-    CycleState,
-    PreFilterResult,
-    Rejection,
-)
-from crane_scheduler.framework.interface import EnqueueExtensions, FilterPlugin, PreFilterPlugin
+from crane_scheduler import framework as fwk
 from crane_scheduler.listers import Listers, Obj
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.storage import StoragePlugin, volumes_of
@@ -102,7 +95,7 @@ def _csi_driver_info(pvc: Obj, listers: Listers) -> tuple[str, str]:
     return cls.get("provisioner", ""), f"{_HANDLE_PREFIX}-{m.get('namespace')}/{m.get('name')}"
 
 
-class NodeVolumeLimits(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExtensions):
+class NodeVolumeLimits(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.EnqueueExtensions):
     name = NAME
 
     def __init__(self, listers: Listers) -> None:
@@ -158,16 +151,16 @@ class NodeVolumeLimits(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExte
             self._pod_volumes[uid] = found
         return found
 
-    def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
+    def pre_filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> fwk.PreFilterResult:
         if not _claim_names(pod.raw):
-            return PreFilterResult(SKIP)
-        return PreFilterResult()
+            return fwk.PreFilterResult(fwk.SKIP)
+        return fwk.PreFilterResult()
 
-    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+    def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         try:
             new = attachable_volumes(pod.raw, self.listers, new_pod=True)
         except _Refused as err:
-            return [Rejection(str(err), table.live.copy(), unresolvable=True)]
+            return [fwk.Rejection(str(err), table.live.copy(), unresolvable=True)]
         if not new:
             return []
         drivers = set(new.values())
@@ -191,7 +184,7 @@ class NodeVolumeLimits(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExte
                     wanted[driver] = wanted.get(driver, 0) + 1
             if any(d in limits and counts.get(d, 0) + c > limits[d] for d, c in wanted.items()):
                 rejected[row] = True
-        return [Rejection(REASON, rejected)] if rejected.any() else []
+        return [fwk.Rejection(REASON, rejected)] if rejected.any() else []
 
     def _attached_by_volume_attachments(self, attachments: list[Obj]) -> dict[str, dict[str, str]]:
         """Per node: the CSI volumes VolumeAttachments say are attached there (unique name -> driver)."""
@@ -209,12 +202,12 @@ class NodeVolumeLimits(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExte
             out.setdefault(spec["nodeName"], {})[unique] = spec["attacher"]
         return out
 
-    def events_to_register(self) -> ClusterEvent:
+    def events_to_register(self) -> fwk.ClusterEvent:
         return (
-            ClusterEvent.CSINODE_CHANGE
-            | ClusterEvent.POD_DELETE
-            | ClusterEvent.PVC_CHANGE
-            | ClusterEvent.VOLUME_ATTACHMENT_DELETE
+            fwk.ClusterEvent.CSINODE_CHANGE
+            | fwk.ClusterEvent.POD_DELETE
+            | fwk.ClusterEvent.PVC_CHANGE
+            | fwk.ClusterEvent.VOLUME_ATTACHMENT_DELETE
         )
 
 

@@ -18,13 +18,15 @@ everything; ``NotIn``/``DoesNotExist`` match pods without the key.
 from __future__ import annotations
 
 import weakref
+from abc import abstractmethod
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from crane_scheduler import framework as fwk
 from crane_scheduler.nodetable import IntArray, NodeTable, PodRecord
 from crane_scheduler.podinfo import PodInfo
 
@@ -36,6 +38,7 @@ __all__ = [
     "NodeCounts",
     "PodEntry",
     "PodIndex",
+    "PodIndexPlugin",
     "PodTerms",
     "Selector",
     "SelectorError",
@@ -439,3 +442,41 @@ def domain_sums(table: NodeTable, per_row: IntArray, key: str, eligible: Any = N
 def per_row(codes: Any, by_code: IntArray) -> IntArray:
     """``by_code[codes]`` with 0 for rows without the label (code -1)."""
     return np.where(codes >= 0, by_code[np.maximum(codes, 0)], 0) if len(by_code) else np.zeros(len(codes), np.int64)
+
+
+class PodIndexPlugin(
+    fwk.PreFilterPlugin,
+    fwk.FilterPlugin,
+    fwk.PreScorePlugin,
+    fwk.NormalizeScorePlugin,
+    fwk.QueueingHintPlugin,
+    fwk.WorkerPlugin,
+    fwk.CrossNodeFilterPlugin,
+):
+    """What InterPodAffinity and PodTopologySpread share: their extension points, the node table's one
+    ``PodIndex``, and their Filter verdict on a node depending on pods of other nodes (``CrossNodeFilterPlugin``:
+    preemption dry-runs such pods node by node). Each runs a worker for the objects its selectors resolve against
+    (namespaces; the owners of default spread constraints)."""
+
+    reads_other_nodes = True
+    POD_EVENTS = fwk.ClusterEvent.POD_ADD | fwk.ClusterEvent.POD_UPDATE | fwk.ClusterEvent.POD_DELETE
+    node_events: ClassVar[fwk.ClusterEvent]
+    """The node changes ``after_node_change`` judges."""
+
+    def __init__(self, handle: fwk.Handle) -> None:
+        self.handle = handle
+        self.index = PodIndex.of(handle.table)
+
+    def events_to_register(self) -> fwk.ClusterEvent:
+        return self.POD_EVENTS | self.node_events
+
+    def queueing_hints(self) -> fwk.QueueingHints:
+        return {self.POD_EVENTS: self.after_pod_change, self.node_events: self.after_node_change}
+
+    @abstractmethod
+    def after_pod_change(self, pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
+        """kube's ``isSchedulableAfterPodChange`` for this plugin."""
+
+    @abstractmethod
+    def after_node_change(self, pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
+        """kube's ``isSchedulableAfterNodeChange`` for this plugin."""

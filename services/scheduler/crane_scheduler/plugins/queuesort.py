@@ -5,17 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crane_scheduler.framework import Handle, QueuedPod, no_args
-from crane_scheduler.framework.interface import QueueSortPlugin
+from crane_scheduler import framework as fwk
 
 
-class PrioritySort(QueueSortPlugin):
+class PrioritySort(fwk.QueueSortPlugin):
     name = "PrioritySort"
 
-    def sort_key(self, qp: QueuedPod) -> tuple[Any, ...]:
+    def sort_key(self, qp: fwk.QueuedPod) -> tuple[Any, ...]:
         return (-qp.pod.priority, qp.timestamp)
 
 
-def new(args: Mapping[str, Any], handle: Handle) -> PrioritySort:
-    no_args(PrioritySort.name)(args)
+def new(args: Mapping[str, Any], handle: fwk.Handle) -> PrioritySort:
+    fwk.no_args(PrioritySort.name)(args)
     return PrioritySort()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
-from crane_scheduler.framework import Handle, no_args
+from crane_scheduler import framework as fwk
 from crane_scheduler.listers import Listers
 
 Volume = Mapping[str, Any]
@@ -26,6 +26,6 @@ class StoragePlugin:
         self.listers = listers
 
     @classmethod
-    def new(cls, args: Mapping[str, Any], handle: Handle) -> Self:
-        no_args(cls.name)(args)
+    def new(cls, args: Mapping[str, Any], handle: fwk.Handle) -> Self:
+        fwk.no_args(cls.name)(args)
         return cls(handle.listers)

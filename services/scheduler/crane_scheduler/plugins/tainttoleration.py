@@ -9,40 +9,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from crane_scheduler.framework import (
-    SUCCESS,
-    ClusterChange,
-    ClusterEvent,
-    CycleState,
-    Handle,
-    QueueingHint,
-    QueueingHints,
-    Rejection,
-    Rows,
-    Status,
-    default_normalize,
-    no_args,
-)
-from crane_scheduler.framework.interface import (
-    EnqueueExtensions,
-    FilterPlugin,
-    NormalizeScorePlugin,
-    PreScorePlugin,
-    QueueingHintPlugin,
-    ScorePlugin,
-)
+from crane_scheduler import framework as fwk
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo, Toleration, tolerated
 
 REASON = "node(s) had untolerated taint(s)"  # kube-scheduler >= 1.34 no longer names the taint
 
 
-class TaintToleration(
-    FilterPlugin, PreScorePlugin, ScorePlugin, NormalizeScorePlugin, EnqueueExtensions, QueueingHintPlugin
-):
+class TaintToleration(fwk.FilterPlugin, fwk.PreScorePlugin, fwk.NormalizeScorePlugin, fwk.QueueingHintPlugin):
     name = "TaintToleration"
+    reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
-    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+    def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         if len(table.taint_sets) == 1:  # no node has ever had a taint
             return []
         bad = np.fromiter(
@@ -55,14 +33,14 @@ class TaintToleration(
         )
         if not bad.any():
             return []
-        return [Rejection(REASON, bad[table.taint_group], unresolvable=True)]
+        return [fwk.Rejection(REASON, bad[table.taint_group], unresolvable=True)]
 
-    def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
+    def pre_score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> fwk.Status:
         # Tolerations with an empty effect also tolerate PreferNoSchedule.
         state["TaintToleration.prefer"] = tuple(t for t in pod.tolerations if t.effect in ("", "PreferNoSchedule"))
-        return SUCCESS
+        return fwk.SUCCESS
 
-    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+    def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
         tolerations: tuple[Toleration, ...] = state.get("TaintToleration.prefer", pod.tolerations)
         counts: npt.NDArray[np.int64] = np.fromiter(
             (
@@ -74,30 +52,30 @@ class TaintToleration(
         )
         return counts[table.taint_group[rows]]
 
-    def normalize_score(self, state: CycleState, pod: PodInfo, scores: IntArray) -> IntArray:
-        return default_normalize(scores, reverse=True)
+    def normalize_score(self, state: fwk.CycleState, pod: PodInfo, scores: IntArray) -> IntArray:
+        return fwk.default_normalize(scores, reverse=True)
 
-    def events_to_register(self) -> ClusterEvent:
-        return ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE
+    def events_to_register(self) -> fwk.ClusterEvent:
+        return fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE
 
-    def queueing_hints(self) -> QueueingHints:
-        return {ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE: after_node_change}
+    def queueing_hints(self) -> fwk.QueueingHints:
+        return {fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE: after_node_change}
 
 
 def _untolerated(pod: PodInfo, node: NodeInfo) -> bool:
     return any(t.effect in ("NoSchedule", "NoExecute") and not tolerated(pod.tolerations, t) for t in node.taints)
 
 
-def after_node_change(pod: PodInfo, change: ClusterChange) -> QueueingHint:
+def after_node_change(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
     """kube's ``isSchedulableAfterNodeChange``: the node (added, or updated) went from having an untolerated
     NoSchedule/NoExecute taint to having none."""
     old, new = change.old, change.new
     if not isinstance(new, NodeInfo):
-        return QueueingHint.QUEUE
+        return fwk.QueueingHint.QUEUE
     was = _untolerated(pod, old) if isinstance(old, NodeInfo) else True
-    return QueueingHint.QUEUE if was and not _untolerated(pod, new) else QueueingHint.SKIP
+    return fwk.QueueingHint.QUEUE if was and not _untolerated(pod, new) else fwk.QueueingHint.SKIP
 
 
-def new(args: Mapping[str, Any], handle: Handle) -> TaintToleration:
-    no_args(TaintToleration.name)(args)
+def new(args: Mapping[str, Any], handle: fwk.Handle) -> TaintToleration:
+    fwk.no_args(TaintToleration.name)(args)
     return TaintToleration()

@@ -11,15 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from crane_scheduler.framework import (
-    SKIP,
-    ClusterEvent,
-    CycleState,
-    PreFilterResult,
-    Rejection,
-    unschedulable,
-)
-from crane_scheduler.framework.interface import EnqueueExtensions, FilterPlugin, PreFilterPlugin
+from crane_scheduler import framework as fwk
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.storage import StoragePlugin, Volume, volumes_of
 from crane_scheduler.podinfo import PodInfo
@@ -31,6 +23,8 @@ REASON_RWOP_CONFLICT = (
     "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod"
 )
 _RESTRICTED = ("gcePersistentDisk", "awsElasticBlockStore", "rbd", "iscsi")
+_SHARED_READ_ONLY = (("gcePersistentDisk", "pdName"), ("iscsi", "iqn"))
+"""(volume kind, the field naming its disk): the same disk conflicts unless both mount it read-only"""
 
 
 def needs_check(vol: Volume) -> bool:
@@ -40,24 +34,14 @@ def needs_check(vol: Volume) -> bool:
 def is_volume_conflict(vol: Volume, existing_volumes: Sequence[Volume]) -> bool:
     """kube's ``isVolumeConflict`` between one volume of the pod and the volumes of a pod on the node."""
     for ev in existing_volumes:
-        a, b = vol.get("gcePersistentDisk"), ev.get("gcePersistentDisk")
-        if (
-            a is not None
-            and b is not None
-            and a.get("pdName") == b.get("pdName")
-            and not (a.get("readOnly") and b.get("readOnly"))
-        ):
-            return True
+        for kind, disk in _SHARED_READ_ONLY:
+            a, b = vol.get(kind), ev.get(kind)
+            if a is None or b is None or a.get(disk) != b.get(disk):
+                continue
+            if not (a.get("readOnly") and b.get("readOnly")):
+                return True
         a, b = vol.get("awsElasticBlockStore"), ev.get("awsElasticBlockStore")
         if a is not None and b is not None and a.get("volumeID") == b.get("volumeID"):
-            return True
-        a, b = vol.get("iscsi"), ev.get("iscsi")
-        if (
-            a is not None
-            and b is not None
-            and a.get("iqn") == b.get("iqn")
-            and not (a.get("readOnly") and b.get("readOnly"))
-        ):
             return True
         a, b = vol.get("rbd"), ev.get("rbd")
         if a is not None and b is not None:
@@ -68,13 +52,13 @@ def is_volume_conflict(vol: Volume, existing_volumes: Sequence[Volume]) -> bool:
     return False
 
 
-class VolumeRestrictions(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExtensions):
+class VolumeRestrictions(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.EnqueueExtensions):
     name = NAME
     # CrossNodeFilterPlugin: the ReadWriteOncePod check counts the claim's users on every node (kube keeps that
     # count in its PreFilter state, adjusted by AddPod/RemovePod), so preemption dry-runs such pods node by node.
     reads_other_nodes = True
 
-    def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
+    def pre_filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> fwk.PreFilterResult:
         vols = volumes_of(pod.raw)
         check = any(needs_check(v) for v in vols)
         rwop: set[str] = set()
@@ -85,14 +69,16 @@ class VolumeRestrictions(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueEx
             name = ref.get("claimName", "")
             pvc = self.listers.api_pvc(pod.namespace, name)
             if pvc is None:
-                return PreFilterResult(unschedulable(f'persistentvolumeclaim "{name}" not found', unresolvable=True))
+                return fwk.PreFilterResult(
+                    fwk.unschedulable(f'persistentvolumeclaim "{name}" not found', unresolvable=True)
+                )
             if "ReadWriteOncePod" in ((pvc.get("spec") or {}).get("accessModes") or ()):
                 rwop.add(name)
         conflicts = sum(1 for name in rwop if self._claim_in_use(pod.namespace, name, table, pod.uid))
         if not check and conflicts == 0:
-            return PreFilterResult(SKIP)
+            return fwk.PreFilterResult(fwk.SKIP)
         state[STATE_KEY] = conflicts
-        return PreFilterResult()
+        return fwk.PreFilterResult()
 
     @staticmethod
     def _claim_in_use(namespace: str, claim: str, table: NodeTable, uid: str) -> bool:
@@ -106,8 +92,8 @@ class VolumeRestrictions(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueEx
                     return True
         return False
 
-    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
-        out: list[Rejection] = []
+    def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
+        out: list[fwk.Rejection] = []
         wanted = [v for v in volumes_of(pod.raw) if needs_check(v)]
         if wanted:
             disk = np.zeros(table.n_rows, dtype=bool)
@@ -119,16 +105,21 @@ class VolumeRestrictions(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueEx
                 if existing and any(is_volume_conflict(v, existing) for v in wanted):
                     disk[row] = True
             if disk.any():
-                out.append(Rejection(REASON_DISK_CONFLICT, disk))
+                out.append(fwk.Rejection(REASON_DISK_CONFLICT, disk))
         if state.get(STATE_KEY):
             rest = np.ones(table.n_rows, dtype=bool)
             if out:
                 rest &= ~out[0].mask  # kube reports the disk conflict first on a node
-            out.append(Rejection(REASON_RWOP_CONFLICT, rest))
+            out.append(fwk.Rejection(REASON_RWOP_CONFLICT, rest))
         return out
 
-    def events_to_register(self) -> ClusterEvent:
-        return ClusterEvent.POD_DELETE | ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE | ClusterEvent.PVC_CHANGE
+    def events_to_register(self) -> fwk.ClusterEvent:
+        return (
+            fwk.ClusterEvent.POD_DELETE
+            | fwk.ClusterEvent.NODE_ADD
+            | fwk.ClusterEvent.NODE_UPDATE
+            | fwk.ClusterEvent.PVC_CHANGE
+        )
 
 
 new = VolumeRestrictions.new

@@ -13,15 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from crane_scheduler.framework import (
-    SKIP,
-    ClusterEvent,
-    CycleState,
-    PreFilterResult,
-    Rejection,
-    unschedulable,
-)
-from crane_scheduler.framework.interface import EnqueueExtensions, FilterPlugin, PreFilterPlugin
+from crane_scheduler import framework as fwk
 from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import Mask, NodeTable
 from crane_scheduler.plugins.storage import StoragePlugin, volumes_of
@@ -91,20 +83,21 @@ def pod_pv_topologies(pod: PodInfo, listers: Listers) -> list[PVTopology]:
     return out
 
 
-class VolumeZone(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExtensions):
+class VolumeZone(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.EnqueueExtensions):
     name = NAME
+    reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
-    def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
+    def pre_filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> fwk.PreFilterResult:
         try:
             topologies = pod_pv_topologies(pod, self.listers)
         except _Refused as err:
-            return PreFilterResult(unschedulable(str(err), unresolvable=True))
+            return fwk.PreFilterResult(fwk.unschedulable(str(err), unresolvable=True))
         if not topologies:
-            return PreFilterResult(SKIP)
+            return fwk.PreFilterResult(fwk.SKIP)
         state[STATE_KEY] = topologies
-        return PreFilterResult()
+        return fwk.PreFilterResult()
 
-    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+    def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         topologies: list[PVTopology] = state.get(STATE_KEY) or []
         if not topologies:
             return []
@@ -120,15 +113,15 @@ class VolumeZone(StoragePlugin, PreFilterPlugin, FilterPlugin, EnqueueExtensions
             ok |= ~has_key & table.label_mask(Requirement(ga, "In", values))
             rejected |= ~ok
         rejected &= constrained
-        return [Rejection(REASON, rejected, unresolvable=True)] if rejected.any() else []
+        return [fwk.Rejection(REASON, rejected, unresolvable=True)] if rejected.any() else []
 
-    def events_to_register(self) -> ClusterEvent:
+    def events_to_register(self) -> fwk.ClusterEvent:
         return (
-            ClusterEvent.STORAGE_CLASS_CHANGE
-            | ClusterEvent.NODE_ADD
-            | ClusterEvent.NODE_UPDATE
-            | ClusterEvent.PVC_CHANGE
-            | ClusterEvent.PV_CHANGE
+            fwk.ClusterEvent.STORAGE_CLASS_CHANGE
+            | fwk.ClusterEvent.NODE_ADD
+            | fwk.ClusterEvent.NODE_UPDATE
+            | fwk.ClusterEvent.PVC_CHANGE
+            | fwk.ClusterEvent.PV_CHANGE
         )
 
 

@@ -9,6 +9,11 @@ puts back every candidate's k-th victim. Each node's outcome is the one kube's p
 the Filter plugins judge a node by that node's pods only. When a plugin that looks across nodes
 (``CrossNodeFilterPlugin``: InterPodAffinity, PodTopologySpread) has something to say about the pod, the
 candidates are dry-run one by one instead, as kube does, and the pod index follows each removal and reprieve.
+
+When NodeResourcesFit is the only Filter plugin with something to say about the pod that reads pods (the others
+are ``PodBlindFilterPlugin``s or skip the pod), a returning victim can change no other verdict, so the reprieve
+rounds after round 0 are NodeResourcesFit's own comparison done as arithmetic on the candidates' free
+allocatable (``ResourceReprieve``), without moving pods in the table or running the plugins again.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from crane_scheduler.framework.runtime import nominated_records
 from crane_scheduler.framework.types import Code, CycleState, Rejection
 from crane_scheduler.nodetable import Mask, NodeTable, PodRecord
 from crane_scheduler.plugins.volumebinding.binder import _label_selector_matches
-from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.podinfo import PODS, PodInfo
 
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
@@ -41,6 +47,14 @@ class Candidate:
     node: str
     victims: list[PodRecord]
     pdb_violations: int
+
+
+@dataclass(frozen=True)
+class ResourceReprieve:
+    """The reprieve rounds as arithmetic: NodeResourcesFit is the only Filter verdict a returning victim can change,
+    and it holds ``requests`` (resource, amount) and one more pod against each node's free allocatable."""
+
+    requests: tuple[tuple[str, int], ...]
 
 
 @dataclass
@@ -127,13 +141,15 @@ def dry_run(
     now: float | None = None,
     *,
     per_node: bool = False,
+    reprieve: ResourceReprieve | None = None,
 ) -> DryRun:
     """Candidates (node, minimal victims, PDB violations) among ``potential`` rows, in kube's order from
     ``offset``: stops once ``wanted`` are found with at least one that violates no PDB.
 
     ``per_node``: the pod's Filter verdicts depend on other nodes' pods (a ``CrossNodeFilterPlugin`` did not skip
     it), so candidates are dry-run one at a time, as kube's ``SelectVictimsOnNode``, with the table's
-    ``pod_simulated`` hooks told of every removal and reprieve (kube's ``RemovePod``/``AddPod``)."""
+    ``pod_simulated`` hooks told of every removal and reprieve (kube's ``RemovePod``/``AddPod``). ``reprieve``:
+    the reprieve rounds are NodeResourcesFit's arithmetic (see the module's docstring)."""
     now = time.time() if now is None else now
     out = DryRun()
     rows = [int(r) for r in np.flatnonzero(potential)]
@@ -160,7 +176,7 @@ def dry_run(
         n_found = n_clean = 0
         for start in range(0, len(order_rows), max(wanted, 1)):
             chunk = order_rows[start : start + max(wanted, 1)]
-            got = _batched(table, pod, {row: queue[row] for row in chunk}, run, out)
+            got = _batched(table, pod, {row: queue[row] for row in chunk}, run, out, reprieve)
             victims.update(got)
             for row in chunk:
                 if got.get(row):
@@ -194,11 +210,20 @@ def _not_fitting(out: DryRun, rejected: list[tuple[str, list[Rejection], Mask]],
 
 
 def _batched(
-    table: NodeTable, pod: PodInfo, queue: dict[int, list[PodRecord]], run: RunFilters, out: DryRun
+    table: NodeTable,
+    pod: PodInfo,
+    queue: dict[int, list[PodRecord]],
+    run: RunFilters,
+    out: DryRun,
+    reprieve: ResourceReprieve | None = None,
 ) -> dict[int, list[PodRecord]]:
     """All candidate rows at once: round 0 takes out every candidate's potential victims, round k puts every
     candidate's k-th one back (kept where the pod still fits). Exact when each row's verdict depends on that
-    row's pods only."""
+    row's pods only. With ``reprieve``, see ``_batched_arithmetic``."""
+    if reprieve is not None:
+        found = _batched_arithmetic(table, pod, queue, run, out, reprieve)
+        if found is not None:
+            return found
     removed: dict[int, list[PodRecord]] = {row: [] for row in queue}
     victims: dict[int, list[PodRecord]] = {row: [] for row in queue}
     try:
@@ -234,6 +259,91 @@ def _batched(
     finally:
         table.simulate_add([r for records in removed.values() for r in records])
     return victims
+
+
+def _batched_arithmetic(
+    table: NodeTable,
+    pod: PodInfo,
+    queue: dict[int, list[PodRecord]],
+    run: RunFilters,
+    out: DryRun,
+    reprieve: ResourceReprieve,
+) -> dict[int, list[PodRecord]] | None:
+    """``_batched`` when NodeResourcesFit is the only plugin with a say that reads pods: round 0 takes the
+    candidates' victims out of the columns NodeResourcesFit reads (the pod's requested resources and the pod
+    count) and runs the profile's filters once, for the same verdicts and reasons; the reprieve rounds are then
+    NodeResourcesFit's comparison per row, on the room round 0 left over the preemptor's requests and the pods
+    nominated there (counted as its Filter counts them, kube's ``RunFilterPluginsWithNominatedPods``: adding pods
+    only lowers the room, so with them is the binding check). A victim is put back where its requests and one
+    pod fit in that room; else it stays a victim. No pod moves in the table. None when a requested resource has
+    no column (nothing fits; the generic rounds report it)."""
+    found = [table.resources.get(res) for res, _ in reprieve.requests]
+    cols = [c for c in found if c is not None]
+    if len(cols) != len(found):
+        return None
+    resources = [res for res, _ in reprieve.requests]
+    rows = list(queue)
+    index = np.asarray(rows, dtype=np.intp)
+    width = len(resources) + 1  # the requested resources, then the pod count
+    # every victim's requests and 1 pod, one matrix row each, the candidates' victims one after the other
+    matrix = np.array(
+        [[r.requests.get(res, 0) for res in resources] + [1] for row in rows for r in queue[row]], dtype=np.int64
+    ).reshape(-1, width)
+    first = {row: 0 for row in rows}
+    offset = 0
+    for row in rows:
+        first[row] = offset
+        offset += len(queue[row])
+    taken = np.add.reduceat(matrix, np.fromiter(first.values(), dtype=np.intp, count=len(rows)), axis=0)
+    requested, pod_count = table.requested, table.pod_count
+    victims: dict[int, list[PodRecord]] = {row: [] for row in queue}
+    columns = np.asarray(cols, dtype=np.intp)
+    grid = np.ix_(index, columns)
+    requested[grid] -= taken[:, :-1]
+    pod_count[index] -= taken[:, -1]
+    table.version += 1
+    try:
+        alive = np.zeros(table.n_rows, dtype=bool)
+        alive[index] = True
+        rejected = run({}, pod, alive)
+        fitting: list[int] = []
+        for row in rows:
+            if alive[row]:
+                fitting.append(row)
+            else:
+                _not_fitting(out, rejected, row)
+        if not fitting:
+            return victims
+        at = {row: i for i, row in enumerate(fitting)}
+        where = np.asarray(fitting, dtype=np.intp)
+        room = np.empty((len(fitting), width), dtype=np.int64)
+        room[:, :-1] = table.alloc[np.ix_(where, columns)] - requested[np.ix_(where, columns)]
+        room[:, -1] = table.alloc[where, table.resources[PODS]] - pod_count[where]
+    finally:
+        requested[grid] += taken[:, :-1]
+        pod_count[index] += taken[:, -1]
+        table.version += 1
+    room -= np.array([want for _, want in reprieve.requests] + [1], dtype=np.int64)
+    mask = np.zeros(table.n_rows, dtype=bool)
+    mask[where] = True
+    for record in nominated_records(table, pod, mask):
+        i = at[table.rows[record.node]]
+        for j, res in enumerate(resources):
+            room[i, j] -= record.requests.get(res, 0)
+        room[i, -1] -= 1
+    step = 0
+    while True:
+        trying = [(i, row) for i, row in enumerate(fitting) if step < len(queue[row])]
+        if not trying:
+            return victims
+        slots = np.fromiter((i for i, _ in trying), dtype=np.intp, count=len(trying))
+        back = matrix[np.fromiter((first[row] + step for _, row in trying), dtype=np.intp, count=len(trying))]
+        fits: Mask = np.asarray((back <= room[slots]).all(axis=1), dtype=bool)
+        room[slots[fits]] -= back[fits]
+        for (_, row), kept in zip(trying, fits.tolist(), strict=True):
+            if not kept:
+                victims[row].append(queue[row][step])
+        step += 1
 
 
 def _one_by_one(

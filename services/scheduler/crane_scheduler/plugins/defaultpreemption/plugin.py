@@ -32,9 +32,16 @@ from crane_scheduler.framework import (
     Status,
     fit_error_message,
 )
-from crane_scheduler.framework.interface import PostFilterPlugin
+from crane_scheduler.framework.interface import PostFilterPlugin, PreEnqueuePlugin
 from crane_scheduler.nodetable import Mask, NodeTable, PodRecord
-from crane_scheduler.plugins.defaultpreemption.evaluator import NOT_HELPFUL, Candidate, dry_run, pick_one
+from crane_scheduler.plugins.defaultpreemption.evaluator import (
+    NOT_HELPFUL,
+    Candidate,
+    ResourceReprieve,
+    dry_run,
+    pick_one,
+)
+from crane_scheduler.plugins.noderesources import NodeResourcesFit
 from crane_scheduler.podinfo import PodInfo
 from crane_shared.kube import raw_json
 from crane_shared.logs import get_logger
@@ -68,7 +75,7 @@ class Choice:
     clear_nomination: bool = False
 
 
-class DefaultPreemption(PostFilterPlugin):
+class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
     name = NAME
 
     def __init__(self, handle: Handle, min_percentage: int = 10, min_absolute: int = 100) -> None:
@@ -80,6 +87,7 @@ class DefaultPreemption(PostFilterPlugin):
         self._tasks: set[asyncio.Task[None]] = set()
         self._victims: dict[str, str] = {}  # victim uid -> preemptor uid, until the informer sees it gone
         self._waiting: dict[str, set[str]] = {}  # preemptor uid -> its victims still in the cache
+        self._blocked: dict[str, set[str]] = {}  # victim uid -> pods not eligible until it is gone (``eligible``)
         handle.table.pod_removed.append(self._pod_removed)
         self.attempts = handle.metrics.counter(
             "crane_scheduler_preemption_attempts_total", "Preemption attempts (PostFilter runs of DefaultPreemption)"
@@ -103,7 +111,16 @@ class DefaultPreemption(PostFilterPlugin):
         if row is not None and diagnosis.preemptible is not None and diagnosis.preemptible[row]:
             for record in table.pods_on(node):
                 victim = record.pod
-                if victim is not None and victim.priority < pod.priority and terminating_by_preemption(victim.raw):
+                if victim is None or victim.priority >= pod.priority:
+                    continue
+                if terminating_by_preemption(victim.raw):
+                    return "not eligible due to a terminating pod on the nominated node."
+                if record.uid in self._victims:
+                    # A victim of one of our preemptions whose deletion the informer has not shown yet is
+                    # terminating too: its DisruptionTarget condition and delete are on their way (with a grace
+                    # period kube would see it terminating). Preempting again would evict a second pod for room
+                    # that is about to be free; the pod is retried as soon as that victim is gone.
+                    self._blocked.setdefault(record.uid, set()).add(pod.uid)
                     return "not eligible due to a terminating pod on the nominated node."
         return ""
 
@@ -140,6 +157,7 @@ class DefaultPreemption(PostFilterPlugin):
         def run(st: CycleState, p: PodInfo, alive: Mask) -> Any:
             return framework.run_prefilter_and_filter(st, p, table, alive)
 
+        per_node, reprieve = self._dry_run_mode(framework, pod)
         result = dry_run(
             table,
             pod,
@@ -148,7 +166,8 @@ class DefaultPreemption(PostFilterPlugin):
             self.handle.listers.pdbs(),
             self.rng.randrange(n),
             self.num_candidates(n),
-            per_node=self._reads_other_nodes(framework, pod),
+            per_node=per_node,
+            reprieve=reprieve,
         )
         if not result.candidates:
             d = Diagnosis(table.num_nodes)
@@ -158,16 +177,20 @@ class DefaultPreemption(PostFilterPlugin):
             return self._none(d)
         return Choice("", result.candidates, pick_one(result.candidates))
 
-    def _reads_other_nodes(self, framework: Any, pod: PodInfo) -> bool:
-        """Whether a ``CrossNodeFilterPlugin`` of the profile has something to say about ``pod`` (its PreFilter
-        does not SKIP it): then victims elsewhere change a node's verdict, and the dry run goes node by node."""
-        filters = {pl.name for pl in framework.filter}
-        return any(
-            getattr(pl, "reads_other_nodes", False)
-            and pl.name in filters
-            and pl.pre_filter({}, pod, self.handle.table).status.code is not Code.SKIP
-            for pl in framework.pre_filter
-        )
+    def _dry_run_mode(self, framework: Any, pod: PodInfo) -> tuple[bool, ResourceReprieve | None]:
+        """How the dry run may go for ``pod``, from the Filter plugins with something to say about it (their
+        PreFilter does not SKIP it): node by node when one of them is a ``CrossNodeFilterPlugin`` (victims
+        elsewhere change a node's verdict); with the reprieve as arithmetic when NodeResourcesFit is the only one
+        that reads pods (the others are ``PodBlindFilterPlugin``s)."""
+        table = self.handle.table
+        skipped = {pl.name for pl in framework.pre_filter if pl.pre_filter({}, pod, table).status.code is Code.SKIP}
+        active = [pl for pl in framework.filter if pl.name not in skipped]
+        if any(getattr(pl, "reads_other_nodes", False) for pl in active):
+            return True, None
+        reading = [pl for pl in active if getattr(pl, "reads_node_pods", True)]
+        if len(reading) == 1 and isinstance(reading[0], NodeResourcesFit):
+            return False, ResourceReprieve(tuple(reading[0].checked(pod)))
+        return False, None
 
     def _none(self, d: Diagnosis) -> Choice:
         """No candidate: kube reports a FitError of the dry run (and clears the pod's nomination)."""
@@ -192,9 +215,29 @@ class DefaultPreemption(PostFilterPlugin):
             self._victims.update((v.uid, pod.uid) for v in best.victims)
         self._spawn(self._preempt(pod, best, lower))
 
+    def pre_enqueue(self, pod: PodInfo) -> bool:
+        """kube's PreEnqueue (``IsPodRunningPreemption``): the preemptor is held back while its preemption's API
+        calls run, then until none of its victims is left in the cache un-deleted (kube looks its last victim up
+        in the informer's cache the same way). Held until the cache has seen the deletions, not only until the
+        delete calls returned, so an event in between cannot retry the pod while its victims still fill the
+        node, which would make it preempt a second time."""
+        if pod.uid in self.preempting:
+            return True
+        left = self._waiting.get(pod.uid)
+        if not left:
+            return False
+        pods = self.handle.table.pods
+        for uid in left:
+            record = pods.get(uid)
+            if record is not None and record.pod is not None and not record.pod.deleting:
+                return True
+        return False
+
     def _pod_removed(self, uid: str) -> None:
-        """A victim left the cache: once all of a preemptor's are gone, it is retried at once (kube activates
-        the preemptor when its preemption finishes)."""
+        """A victim left the cache: once all of a preemptor's are gone (and its API calls are done), it is retried
+        at once (kube activates the preemptor when its preemption finishes)."""
+        for blocked in self._blocked.pop(uid, ()):
+            self.handle.activate(blocked)
         preemptor = self._victims.pop(uid, None)
         if preemptor is None:
             return
@@ -203,7 +246,8 @@ class DefaultPreemption(PostFilterPlugin):
             left.discard(uid)
             if not left:
                 del self._waiting[preemptor]
-                self.handle.activate(preemptor)
+                if preemptor not in self.preempting:
+                    self.handle.activate(preemptor)
 
     def _spawn(self, coro: Any) -> None:
         if self.handle.api is None:  # validating or pure tests: decide only
@@ -215,18 +259,23 @@ class DefaultPreemption(PostFilterPlugin):
 
     async def _preempt(self, pod: PodInfo, best: Candidate, lower: list[PodInfo]) -> None:
         try:
-            await self._set_nomination(pod, best.node)
-            for p in lower:
-                await self._set_nomination(p, "")
+            # All at once: kube writes the nomination with the attempt's status update while its preemption
+            # goroutine clears lower nominations and evicts, so the victims' deletions wait for no other call.
             await asyncio.gather(
-                *(self._evict(pod, v, best.node) for v in best.victims if v.pod and not v.pod.deleting)
+                self._set_nomination(pod, best.node),
+                *(self._set_nomination(p, "") for p in lower),
+                *(self._evict(pod, v, best.node) for v in best.victims if v.pod and not v.pod.deleting),
             )
-        except Exception as err:  # the pod retries with backoff; the next attempt decides again
+        except Exception as err:  # the pod is retried at once (kube activates it); the next attempt decides again
             log.warning("preemption failed", pod=pod.key, node=best.node, error=repr(err))
             for uid in self._waiting.pop(pod.uid, set()):
                 self._victims.pop(uid, None)
+                for blocked in self._blocked.pop(uid, ()):
+                    self.handle.activate(blocked)
         finally:
             self.preempting.discard(pod.uid)
+            if pod.uid not in self._waiting:  # the victims are gone already (or the preemption failed)
+                self.handle.activate(pod.uid)
 
     async def _set_nomination(self, pod: PodInfo, node: str) -> None:
         core = client.CoreV1Api(self.handle.api)

@@ -21,39 +21,12 @@ from typing import Any
 import numpy as np
 from kubernetes_asyncio import client
 
-from crane_scheduler.framework import (
-    MAX_NODE_SCORE,
-    SKIP,
-    SUCCESS,
-    ArgsError,
-    ClusterChange,
-    ClusterEvent,
-    CycleState,
-    Handle,
-    PreFilterResult,
-    QueueingHint,
-    QueueingHints,
-    Rejection,
-    Rows,
-    Status,
-    error,
-    unschedulable,
-)
-from crane_scheduler.framework.interface import (
-    EnqueueExtensions,
-    FilterPlugin,
-    NormalizeScorePlugin,
-    PreFilterPlugin,
-    PreScorePlugin,
-    QueueingHintPlugin,
-    ScorePlugin,
-    WorkerPlugin,
-)
+from crane_scheduler import framework as fwk
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.plugins.podindex import (
     AffinityTerm,
     Matcher,
-    PodIndex,
+    PodIndexPlugin,
     PodTerms,
     SelectorError,
     domain_sums,
@@ -90,7 +63,7 @@ class Args:
         if not isinstance(ignore, bool):
             problems.append(("ignorePreferredTermsOfExistingPods", f"must be true or false, got {ignore!r}"))
         if problems:
-            raise ArgsError(problems)
+            raise fwk.ArgsError(problems)
         return cls(weight, ignore)
 
 
@@ -98,23 +71,40 @@ def _own_labels(pod: PodInfo) -> Mapping[str, str]:
     return (pod.raw.get("metadata") or {}).get("labels") or {}
 
 
-class InterPodAffinity(
-    PreFilterPlugin,
-    FilterPlugin,
-    PreScorePlugin,
-    ScorePlugin,
-    NormalizeScorePlugin,
-    EnqueueExtensions,
-    QueueingHintPlugin,
-    WorkerPlugin,
-):
-    name = NAME
-    reads_other_nodes = True  # CrossNodeFilterPlugin: preemption dry-runs such pods node by node
+def after_node_change(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
+    """kube's ``isSchedulableAfterNodeChange``: for a required affinity term, a node added with its topology key,
+    or updated to get the key or a different value; for a required anti-affinity term, any added node, or one
+    updated to lose the key or change its value."""
+    old, new = change.old, change.new
+    if not isinstance(new, NodeInfo):
+        return fwk.QueueingHint.QUEUE
+    terms = terms_of(pod)
+    before = old.labels if isinstance(old, NodeInfo) else None
+    for t in terms.required_affinity:
+        key = t.topology_key
+        if before is None:
+            if key in new.labels:
+                return fwk.QueueingHint.QUEUE
+            continue
+        if key in new.labels and (key not in before or before[key] != new.labels[key]):
+            return fwk.QueueingHint.QUEUE
+    for t in terms.required_anti:
+        key = t.topology_key
+        if before is None:
+            return fwk.QueueingHint.QUEUE
+        if key in before and (key not in new.labels or before[key] != new.labels[key]):
+            return fwk.QueueingHint.QUEUE
+    return fwk.QueueingHint.SKIP
 
-    def __init__(self, args: Args, handle: Handle) -> None:
+
+class InterPodAffinity(PodIndexPlugin):
+    name = NAME
+    node_events = fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE
+    after_node_change = staticmethod(after_node_change)
+
+    def __init__(self, args: Args, handle: fwk.Handle) -> None:
+        super().__init__(handle)
         self.args = args
-        self.handle = handle
-        self.index = PodIndex.of(handle.table)
 
     # -- namespaces -----------------------------------------------------------------------------------------------
 
@@ -144,11 +134,11 @@ class InterPodAffinity(
 
     # -- filter ---------------------------------------------------------------------------------------------------
 
-    def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
+    def pre_filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> fwk.PreFilterResult:
         try:
             terms = terms_of(pod)
         except SelectorError as err:
-            return PreFilterResult(unschedulable(f"parsing pod: {err}", unresolvable=True))
+            return fwk.PreFilterResult(fwk.unschedulable(f"parsing pod: {err}", unresolvable=True))
         ns_labels = self.index.namespace_labels.get(pod.namespace)
         labels = _own_labels(pod)
         n = table.n_rows
@@ -165,7 +155,7 @@ class InterPodAffinity(
                 any_existing = True
                 existing |= per_row(codes, sums) > 0
         if not any_existing and not terms.required_affinity and not terms.required_anti:
-            return PreFilterResult(SKIP)
+            return fwk.PreFilterResult(fwk.SKIP)
         affinity = self._affinity_fails(pod, terms, table) if terms.required_affinity else np.zeros(n, dtype=bool)
         anti = np.zeros(n, dtype=bool)
         for term in terms.required_anti:
@@ -175,11 +165,11 @@ class InterPodAffinity(
         anti &= ~affinity
         existing &= ~(affinity | anti)
         state[_FILTER] = [
-            Rejection(REASON_AFFINITY, affinity, unresolvable=True),
-            Rejection(REASON_ANTI_AFFINITY, anti),
-            Rejection(REASON_EXISTING_ANTI_AFFINITY, existing),
+            fwk.Rejection(REASON_AFFINITY, affinity, unresolvable=True),
+            fwk.Rejection(REASON_ANTI_AFFINITY, anti),
+            fwk.Rejection(REASON_EXISTING_ANTI_AFFINITY, existing),
         ]
-        return PreFilterResult()
+        return fwk.PreFilterResult()
 
     def _affinity_fails(self, pod: PodInfo, terms: PodTerms, table: NodeTable) -> Mask:
         """kube's ``satisfyPodAffinity`` for every row at once; True = the node fails."""
@@ -201,20 +191,20 @@ class InterPodAffinity(
             return ~has_keys  # the first pod of a group that matches its own terms
         return ~(has_keys & pods_exist)
 
-    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
-        rejections: list[Rejection] = state.get(_FILTER, [])
+    def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
+        rejections: list[fwk.Rejection] = state.get(_FILTER, [])
         return [r for r in rejections if r.mask.any()]
 
     # -- score ----------------------------------------------------------------------------------------------------
 
-    def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
+    def pre_score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> fwk.Status:
         try:
             terms = terms_of(pod)
         except SelectorError as err:
-            return error(f"failed to parse pod: {err}")
+            return fwk.error(f"failed to parse pod: {err}")
         has_constraints = bool(terms.preferred_affinity or terms.preferred_anti)
         if self.args.ignore_preferred_terms_of_existing_pods and not has_constraints:
-            return SKIP
+            return fwk.SKIP
         scores: dict[str, IntArray] = {}  # topology key -> score per value code
         any_entry = False
 
@@ -251,46 +241,31 @@ class InterPodAffinity(
             if term.matches(pod.namespace, labels, ns_labels):
                 add(term.topology_key, counts.rows(table), weight)
         if not any_entry:
-            return SKIP
+            return fwk.SKIP
         total = np.zeros(len(rows), dtype=np.int64)
         for key, by_code in scores.items():
             found = table.label_codes(key)
             if found is not None:
                 total += per_row(found[0][rows], by_code)
         state[_SCORE] = total
-        return SUCCESS
+        return fwk.SUCCESS
 
-    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+    def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
         scores: IntArray = state[_SCORE]
         return scores
 
-    def normalize_score(self, state: CycleState, pod: PodInfo, scores: IntArray) -> IntArray:
+    def normalize_score(self, state: fwk.CycleState, pod: PodInfo, scores: IntArray) -> IntArray:
         """Min-max to 0..100 in float64, truncated (kube's ``NormalizeScore``)."""
         if not len(scores):
             return scores
         low, high = int(scores.min()), int(scores.max())
         if high == low:
             return np.zeros(len(scores), dtype=np.int64)
-        return (float(MAX_NODE_SCORE) * ((scores - low).astype(np.float64) / float(high - low))).astype(np.int64)
+        return (float(fwk.MAX_NODE_SCORE) * ((scores - low).astype(np.float64) / float(high - low))).astype(np.int64)
 
     # -- queueing and the namespace watch -------------------------------------------------------------------------
 
-    def events_to_register(self) -> ClusterEvent:
-        return (
-            ClusterEvent.POD_ADD
-            | ClusterEvent.POD_UPDATE
-            | ClusterEvent.POD_DELETE
-            | ClusterEvent.NODE_ADD
-            | ClusterEvent.NODE_UPDATE
-        )
-
-    def queueing_hints(self) -> QueueingHints:
-        return {
-            ClusterEvent.POD_ADD | ClusterEvent.POD_UPDATE | ClusterEvent.POD_DELETE: self.after_pod_change,
-            ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE: after_node_change,
-        }
-
-    def after_pod_change(self, pod: PodInfo, change: ClusterChange) -> QueueingHint:
+    def after_pod_change(self, pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
         """kube's ``isSchedulableAfterPodChange``: a placed pod added that matches all the pod's required affinity
         terms, updated to match them or to stop matching all its anti-affinity terms, or deleted while matching
         all its anti-affinity terms. One addition: a placed pod deleted whose own required anti-affinity selected
@@ -298,29 +273,29 @@ class InterPodAffinity(
         skips that deletion, leaving the pod to the 5-minute flush (a wake-up more than kube, never one fewer)."""
         old, new = change.old, change.new
         if (isinstance(new, PodInfo) and not new.node_name) or (isinstance(old, PodInfo) and not old.node_name):
-            return QueueingHint.SKIP
+            return fwk.QueueingHint.SKIP
         terms = terms_of(pod)  # a bad selector raises: the queue requeues the pod, as kube on an error
         affinity, anti = terms.required_affinity, terms.required_anti
         if isinstance(old, PodInfo) and isinstance(new, PodInfo):
             if not _matches_all(affinity, old) and _matches_all(affinity, new):
-                return QueueingHint.QUEUE
+                return fwk.QueueingHint.QUEUE
             if _matches_all(anti, old) and not _matches_all(anti, new):
-                return QueueingHint.QUEUE
-            return QueueingHint.SKIP
+                return fwk.QueueingHint.QUEUE
+            return fwk.QueueingHint.SKIP
         if isinstance(new, PodInfo):
-            return QueueingHint.QUEUE if _matches_all(affinity, new) else QueueingHint.SKIP
+            return fwk.QueueingHint.QUEUE if _matches_all(affinity, new) else fwk.QueueingHint.SKIP
         if not isinstance(old, PodInfo):
-            return QueueingHint.QUEUE
+            return fwk.QueueingHint.QUEUE
         if _matches_all(anti, old):
-            return QueueingHint.QUEUE
+            return fwk.QueueingHint.QUEUE
         ns_labels = self.index.namespace_labels.get(pod.namespace)
         labels = _own_labels(pod)
         try:
             theirs = terms_of(old).required_anti
         except SelectorError:
-            return QueueingHint.SKIP  # a placed pod with a bad selector constrains nothing (PodEntry.of)
+            return fwk.QueueingHint.SKIP  # a placed pod with a bad selector constrains nothing (PodEntry.of)
         hated = any(t.matches(pod.namespace, labels, ns_labels) for t in theirs)
-        return QueueingHint.QUEUE if hated else QueueingHint.SKIP
+        return fwk.QueueingHint.QUEUE if hated else fwk.QueueingHint.SKIP
 
     def _on_namespace(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         self.index.set_namespace(obj, deleted=kind == "DELETED")
@@ -342,31 +317,5 @@ def _matches_all(terms: tuple[AffinityTerm, ...], other: PodInfo) -> bool:
     return all(t.matches(other.namespace, labels, None) for t in terms)
 
 
-def after_node_change(pod: PodInfo, change: ClusterChange) -> QueueingHint:
-    """kube's ``isSchedulableAfterNodeChange``: for a required affinity term, a node added with its topology key,
-    or updated to get the key or a different value; for a required anti-affinity term, any added node, or one
-    updated to lose the key or change its value."""
-    old, new = change.old, change.new
-    if not isinstance(new, NodeInfo):
-        return QueueingHint.QUEUE
-    terms = terms_of(pod)
-    before = old.labels if isinstance(old, NodeInfo) else None
-    for t in terms.required_affinity:
-        key = t.topology_key
-        if before is None:
-            if key in new.labels:
-                return QueueingHint.QUEUE
-            continue
-        if key in new.labels and (key not in before or before[key] != new.labels[key]):
-            return QueueingHint.QUEUE
-    for t in terms.required_anti:
-        key = t.topology_key
-        if before is None:
-            return QueueingHint.QUEUE
-        if key in before and (key not in new.labels or before[key] != new.labels[key]):
-            return QueueingHint.QUEUE
-    return QueueingHint.SKIP
-
-
-def new(args: Mapping[str, Any], handle: Handle) -> InterPodAffinity:
+def new(args: Mapping[str, Any], handle: fwk.Handle) -> InterPodAffinity:
     return InterPodAffinity(Args.parse(args), handle)

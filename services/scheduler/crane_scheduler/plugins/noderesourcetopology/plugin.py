@@ -25,29 +25,7 @@ import prometheus_client
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from crane_scheduler.framework import (
-    MAX_NODE_SCORE,
-    SUCCESS,
-    Code,
-    CycleState,
-    Handle,
-    PluginMetrics,
-    PreFilterResult,
-    Rejection,
-    Rows,
-    Status,
-    error,
-    unschedulable,
-)
-from crane_scheduler.framework.interface import (
-    FilterPlugin,
-    PodExplainPlugin,
-    PreBindPlugin,
-    PreFilterPlugin,
-    ReservePlugin,
-    ScorePlugin,
-    WorkerPlugin,
-)
+from crane_scheduler import framework as fwk
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.plugins.noderesourcetopology import fit
 from crane_scheduler.plugins.noderesourcetopology.args import TopologyArgs, parse_args
@@ -96,7 +74,7 @@ log = get_logger("crane.scheduler.nrt")
 class NRTMetrics:
     """The plugin's metrics, in the registry the framework handle gives it (shared by every profile's instance)."""
 
-    def __init__(self, metrics: PluginMetrics) -> None:
+    def __init__(self, metrics: fwk.PluginMetrics) -> None:
         self.placements: prometheus_client.Counter = metrics.counter(
             "crane_scheduler_nrt_placements",
             "Pods whose NUMA result was written, by the topology policy applied (SingleNUMANodePodLevel or None)",
@@ -116,11 +94,17 @@ class NRTMetrics:
 
 
 class NodeResourceTopologyMatch(
-    PreFilterPlugin, FilterPlugin, ScorePlugin, ReservePlugin, PreBindPlugin, PodExplainPlugin, WorkerPlugin
+    fwk.PreFilterPlugin,
+    fwk.FilterPlugin,
+    fwk.ScorePlugin,
+    fwk.ReservePlugin,
+    fwk.PreBindPlugin,
+    fwk.PodExplainPlugin,
+    fwk.WorkerPlugin,
 ):
     name = NAME
 
-    def __init__(self, args: TopologyArgs, handle: Handle, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, args: TopologyArgs, handle: fwk.Handle, wall_clock: Callable[[], float] = time.time) -> None:
         self.args = args
         self.handle = handle
         self.metrics = NRTMetrics(handle.metrics)
@@ -231,17 +215,17 @@ class NodeResourceTopologyMatch(
 
     # -- extension points ---------------------------------------------------------------------------------------
 
-    def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
+    def pre_filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> fwk.PreFilterResult:
         try:
             pt = classify(pod.raw, self.args.resources)
         except TopologyError as err:
-            return PreFilterResult(unschedulable(str(err), unresolvable=True))
+            return fwk.PreFilterResult(fwk.unschedulable(str(err), unresolvable=True))
         state[_POD] = pt
         if pt.placed and not self.synced:
-            return PreFilterResult(error(f"{NAME}: {self.sync_problem}"))
-        return PreFilterResult()
+            return fwk.PreFilterResult(fwk.error(f"{NAME}: {self.sync_problem}"))
+        return fwk.PreFilterResult()
 
-    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+    def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         pt: PodTopology = state.get(_POD, NOT_PLACED)
         if not pt.placed:
             return []
@@ -254,7 +238,7 @@ class NodeResourceTopologyMatch(
         rejections = []
         missing = live & (code == NO_NRT)
         if missing.any():
-            rejections.append(Rejection(FAILED_TO_GET_NRT, missing))
+            rejections.append(fwk.Rejection(FAILED_TO_GET_NRT, missing))
         static = np.flatnonzero(live & (code >= STATIC_SPREAD))
         if len(static):
             aware = np.full(len(static), pt.aware) if pt.aware is not None else self.zones.code[static] == STATIC_AWARE
@@ -271,18 +255,18 @@ class NodeResourceTopologyMatch(
                 if bad.any():
                     mask = np.zeros(n, dtype=bool)
                     mask[static[bad]] = True
-                    rejections.append(Rejection(reason, mask))
+                    rejections.append(fwk.Rejection(reason, mask))
         for r in rejections:
             self.metrics.rejections.labels(r.reason).inc(int(np.count_nonzero(r.mask)))
         state[_ZONES] = zones_needed
         return rejections
 
-    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+    def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
         zones = state.get(_ZONES)
         if zones is None:
             return np.zeros(len(rows), dtype=np.int64)
         count = zones[rows]
-        return np.where(count > 0, MAX_NODE_SCORE // np.maximum(count, 1), 0).astype(np.int64)
+        return np.where(count > 0, fwk.MAX_NODE_SCORE // np.maximum(count, 1), 0).astype(np.int64)
 
     def choose(self, pt: PodTopology, node: str) -> tuple[int, Result | None]:
         """The node's code and the zones the pod would take there (None: it does not fit / no result)."""
@@ -295,34 +279,34 @@ class NodeResourceTopologyMatch(
         aware = pt.aware if pt.aware is not None else code == STATIC_AWARE
         return code, fit.assign(self.zones.zones(row), pt.request, aware, self.args.resources)
 
-    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+    def reserve(self, state: fwk.CycleState, pod: PodInfo, node: str) -> fwk.Status:
         pt: PodTopology = state.get(_POD, NOT_PLACED)
         if not pt.placed:
-            return SUCCESS
+            return fwk.SUCCESS
         code, result = self.choose(pt, node)
         if code == KUBELET:
-            return SUCCESS
+            return fwk.SUCCESS
         if code == NO_NRT:
-            return unschedulable(FAILED_TO_GET_NRT)
+            return fwk.unschedulable(FAILED_TO_GET_NRT)
         if not result:  # Filter said it fits; only a change between Filter and Reserve gets here
-            return unschedulable(INSUFFICIENT_NUMA)
+            return fwk.unschedulable(INSUFFICIENT_NUMA)
         aware = pt.aware if pt.aware is not None else code == STATIC_AWARE
         state[_RESULT] = (node, result, aware)
         self._usage_changed(self.usage.assume(pod.uid, node, result, self.clock()))
-        return SUCCESS
+        return fwk.SUCCESS
 
-    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+    def unreserve(self, state: fwk.CycleState, pod: PodInfo, node: str) -> None:
         if state.pop(_RESULT, None) is not None:
             self._usage_changed(self.usage.forget(pod.uid))
 
-    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+    async def pre_bind(self, state: fwk.CycleState, pod: PodInfo, node: str) -> fwk.Status:
         chosen = state.get(_RESULT)
         stale = ANNOTATION_RESULT in (pod.raw.get("metadata", {}).get("annotations") or {})
         if chosen is None and not stale:
-            return SUCCESS
+            return fwk.SUCCESS
         value = encode_result(chosen[1]) if chosen is not None else None  # None clears a stale result
         if self.handle.api is None:
-            return error(f"{NAME}: no API client to write the topology result")
+            return fwk.error(f"{NAME}: no API client to write the topology result")
         body = {"metadata": {"uid": pod.uid, "annotations": {ANNOTATION_RESULT: value}}}
         try:
             await raw_json(
@@ -336,15 +320,17 @@ class NodeResourceTopologyMatch(
                 )
             )
         except ApiException as err:
-            return Status(Code.ERROR, (f"writing {ANNOTATION_RESULT} on pod {pod.key}: {err.status} {err.reason}",))
+            return fwk.Status(
+                fwk.Code.ERROR, (f"writing {ANNOTATION_RESULT} on pod {pod.key}: {err.status} {err.reason}",)
+            )
         except TimeoutError:
-            return Status(Code.ERROR, (f"writing {ANNOTATION_RESULT} on pod {pod.key}: timed out",))
+            return fwk.Status(fwk.Code.ERROR, (f"writing {ANNOTATION_RESULT} on pod {pod.key}: timed out",))
         if chosen is not None:
             self.metrics.placements.labels("SingleNUMANodePodLevel" if chosen[2] else "None").inc()
             self.recent[pod.uid] = (node, chosen[1])
             while len(self.recent) > EXPLAIN_RESULTS:
                 self.recent.popitem(last=False)
-        return SUCCESS
+        return fwk.SUCCESS
 
     # -- explain ------------------------------------------------------------------------------------------------
 
@@ -394,5 +380,5 @@ class NodeResourceTopologyMatch(
         await informer.run(stopping)
 
 
-def new(args: Mapping[str, Any], handle: Handle) -> NodeResourceTopologyMatch:
+def new(args: Mapping[str, Any], handle: fwk.Handle) -> NodeResourceTopologyMatch:
     return NodeResourceTopologyMatch(parse_args(args), handle)

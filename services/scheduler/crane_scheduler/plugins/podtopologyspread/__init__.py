@@ -23,38 +23,12 @@ from typing import Any
 import numpy as np
 from kubernetes_asyncio import client
 
-from crane_scheduler.framework import (
-    MAX_NODE_SCORE,
-    SKIP,
-    SUCCESS,
-    ArgsError,
-    ClusterChange,
-    ClusterEvent,
-    CycleState,
-    Handle,
-    PreFilterResult,
-    QueueingHint,
-    QueueingHints,
-    Rejection,
-    Rows,
-    Status,
-    unschedulable,
-)
-from crane_scheduler.framework.interface import (
-    EnqueueExtensions,
-    FilterPlugin,
-    NormalizeScorePlugin,
-    PreFilterPlugin,
-    PreScorePlugin,
-    QueueingHintPlugin,
-    ScorePlugin,
-    WorkerPlugin,
-)
+from crane_scheduler import framework as fwk
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.plugins.nodeaffinity import required_mask
 from crane_scheduler.plugins.podindex import (
     Matcher,
-    PodIndex,
+    PodIndexPlugin,
     Selector,
     SelectorError,
     parse_selector,
@@ -178,7 +152,7 @@ class Args:
         if kind == "System" and raw:
             problems.append(("defaultingType", 'when .defaultingType is "System", .defaultConstraints must be empty'))
         if problems:
-            raise ArgsError(problems)
+            raise fwk.ArgsError(problems)
         if kind == "System":
             return cls()
         return cls(tuple(raw), False)
@@ -240,23 +214,13 @@ class Owners:
         return result
 
 
-class PodTopologySpread(
-    PreFilterPlugin,
-    FilterPlugin,
-    PreScorePlugin,
-    ScorePlugin,
-    NormalizeScorePlugin,
-    EnqueueExtensions,
-    QueueingHintPlugin,
-    WorkerPlugin,
-):
+class PodTopologySpread(PodIndexPlugin):
     name = NAME
-    reads_other_nodes = True  # CrossNodeFilterPlugin: preemption dry-runs such pods node by node
+    node_events = fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE | fwk.ClusterEvent.NODE_DELETE
 
-    def __init__(self, args: Args, handle: Handle) -> None:
+    def __init__(self, args: Args, handle: fwk.Handle) -> None:
+        super().__init__(handle)
         self.args = args
-        self.handle = handle
-        self.index = PodIndex.of(handle.table)
         self.owners = Owners()
 
     def constraints(self, pod: PodInfo, action: str) -> list[Constraint]:
@@ -312,13 +276,13 @@ class PodTopologySpread(
 
     # -- filter ---------------------------------------------------------------------------------------------------
 
-    def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
+    def pre_filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> fwk.PreFilterResult:
         try:
             constraints = self.constraints(pod, "DoNotSchedule")
         except SelectorError as err:
-            return PreFilterResult(unschedulable(f"parsing pod: {err}", unresolvable=True))
+            return fwk.PreFilterResult(fwk.unschedulable(f"parsing pod: {err}", unresolvable=True))
         if not constraints:
-            return PreFilterResult(SKIP)
+            return fwk.PreFilterResult(fwk.SKIP)
         n = table.n_rows
         codes = [self._codes(table, c.key) for c in constraints]
         has_all = table.live.copy()
@@ -342,24 +306,27 @@ class PodTopologySpread(
             status[missing] = 2
             skewed = undecided & (code >= 0) & (per_row(code, sums) + own - low > c.max_skew)
             status[skewed] = 1
-        state[_FILTER] = [Rejection(REASON, status == 1), Rejection(REASON_LABEL, status == 2, unresolvable=True)]
-        return PreFilterResult()
+        state[_FILTER] = [
+            fwk.Rejection(REASON, status == 1),
+            fwk.Rejection(REASON_LABEL, status == 2, unresolvable=True),
+        ]
+        return fwk.PreFilterResult()
 
-    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
-        rejections: list[Rejection] = state.get(_FILTER, [])
+    def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
+        rejections: list[fwk.Rejection] = state.get(_FILTER, [])
         return [r for r in rejections if r.mask.any()]
 
     # -- score ----------------------------------------------------------------------------------------------------
 
-    def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
+    def pre_score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> fwk.Status:
         if table.num_nodes == 0:
-            return SKIP
+            return fwk.SKIP
         try:
             constraints = self.constraints(pod, "ScheduleAnyway")
         except SelectorError as err:
-            return Status(Status().code.ERROR, (f"calculating preScoreState: {err}",))
+            return fwk.Status(fwk.Status().code.ERROR, (f"calculating preScoreState: {err}",))
         if not constraints:
-            return SKIP
+            return fwk.SKIP
         own = bool((pod.raw.get("spec") or {}).get("topologySpreadConstraints"))
         require_all = own or not self.args.system_defaulted
         codes = [self._codes(table, c.key) for c in constraints]
@@ -395,13 +362,13 @@ class PodTopologySpread(
         scores = np.floor(total + 0.5).astype(np.int64)  # math.Round (scores are never negative)
         scores[ignored] = 0  # kube's Score returns 0 for them before normalising
         state[_SCORE] = (scores, ignored)
-        return SUCCESS
+        return fwk.SUCCESS
 
-    def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
+    def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
         scores: IntArray = state[_SCORE][0]
         return scores
 
-    def normalize_score(self, state: CycleState, pod: PodInfo, scores: IntArray) -> IntArray:
+    def normalize_score(self, state: fwk.CycleState, pod: PodInfo, scores: IntArray) -> IntArray:
         """kube's integer normalisation: ``100 * (max + min - s) / max`` over the non-ignored nodes, 0 for the
         ignored ones, 100 for all when the maximum is 0."""
         ignored: Mask = state[_SCORE][1]
@@ -411,66 +378,50 @@ class PodTopologySpread(
         low = int(valid.min()) if len(valid) else MAX_INT32
         high = max(int(valid.max()), 0) if len(valid) else 0
         if high == 0:
-            out = np.full(len(scores), MAX_NODE_SCORE, dtype=np.int64)
+            out = np.full(len(scores), fwk.MAX_NODE_SCORE, dtype=np.int64)
         else:
-            out = MAX_NODE_SCORE * (high + low - scores) // high
+            out = fwk.MAX_NODE_SCORE * (high + low - scores) // high
         out[ignored] = 0
         return out
 
     # -- queueing and the owner watches ---------------------------------------------------------------------------
 
-    def events_to_register(self) -> ClusterEvent:
-        return (
-            ClusterEvent.POD_ADD
-            | ClusterEvent.POD_UPDATE
-            | ClusterEvent.POD_DELETE
-            | ClusterEvent.NODE_ADD
-            | ClusterEvent.NODE_UPDATE
-            | ClusterEvent.NODE_DELETE
-        )
-
-    def queueing_hints(self) -> QueueingHints:
-        return {
-            ClusterEvent.POD_ADD | ClusterEvent.POD_UPDATE | ClusterEvent.POD_DELETE: self.after_pod_change,
-            ClusterEvent.NODE_ADD | ClusterEvent.NODE_UPDATE | ClusterEvent.NODE_DELETE: self.after_node_change,
-        }
-
-    def after_pod_change(self, pod: PodInfo, change: ClusterChange) -> QueueingHint:
+    def after_pod_change(self, pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
         """kube's ``isSchedulableAfterPodChange``: a placed pod of the pod's namespace added or deleted that one of
         its DoNotSchedule constraints selects, or updated so that some constraint's selector flips on it."""
         old, new = change.old, change.new
         for other in (old, new):
             if isinstance(other, PodInfo) and not _involved(other, pod):
-                return QueueingHint.SKIP
+                return fwk.QueueingHint.SKIP
         constraints = self.constraints(pod, "DoNotSchedule")  # a bad selector raises: the queue requeues the pod
         if isinstance(old, PodInfo) and isinstance(new, PodInfo):
             before, after = _labels_of(old), _labels_of(new)
             if before == after:
-                return QueueingHint.SKIP
+                return fwk.QueueingHint.SKIP
             flips = any(c.selector.matches(before) != c.selector.matches(after) for c in constraints)
-            return QueueingHint.QUEUE if flips else QueueingHint.SKIP
+            return fwk.QueueingHint.QUEUE if flips else fwk.QueueingHint.SKIP
         other = new if isinstance(new, PodInfo) else old
         if not isinstance(other, PodInfo):
-            return QueueingHint.QUEUE
+            return fwk.QueueingHint.QUEUE
         labels = _labels_of(other)
-        return QueueingHint.QUEUE if any(c.selector.matches(labels) for c in constraints) else QueueingHint.SKIP
+        return fwk.QueueingHint.QUEUE if any(c.selector.matches(labels) for c in constraints) else fwk.QueueingHint.SKIP
 
-    def after_node_change(self, pod: PodInfo, change: ClusterChange) -> QueueingHint:
+    def after_node_change(self, pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
         """kube's ``isSchedulableAfterNodeChange``: a node with all the constraints' topology keys added or deleted;
         an update that gives or takes one of them, or, on a node with all of them, changes a key's value or the
         taints."""
         old, new = change.old, change.new
         if not isinstance(old, NodeInfo) and not isinstance(new, NodeInfo):
-            return QueueingHint.QUEUE
+            return fwk.QueueingHint.QUEUE
         keys = [c.key for c in self.constraints(pod, "DoNotSchedule")]
         was = isinstance(old, NodeInfo) and all(k in old.labels for k in keys)
         now = isinstance(new, NodeInfo) and all(k in new.labels for k in keys)
         if isinstance(old, NodeInfo) and isinstance(new, NodeInfo):
             if was != now:
-                return QueueingHint.QUEUE
+                return fwk.QueueingHint.QUEUE
             moved = any(old.labels.get(k) != new.labels.get(k) for k in keys)
-            return QueueingHint.QUEUE if now and (moved or old.taints != new.taints) else QueueingHint.SKIP
-        return QueueingHint.QUEUE if was or now else QueueingHint.SKIP
+            return fwk.QueueingHint.QUEUE if now and (moved or old.taints != new.taints) else fwk.QueueingHint.SKIP
+        return fwk.QueueingHint.QUEUE if was or now else fwk.QueueingHint.SKIP
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Watch the owners' selectors while default constraints are configured (kube sets its listers then)."""
@@ -501,5 +452,5 @@ def _involved(other: PodInfo, pod: PodInfo) -> bool:
     return other.uid == pod.uid or (bool(other.node_name) and other.namespace == pod.namespace)
 
 
-def new(args: Mapping[str, Any], handle: Handle) -> PodTopologySpread:
+def new(args: Mapping[str, Any], handle: fwk.Handle) -> PodTopologySpread:
     return PodTopologySpread(Args.parse(args), handle)

@@ -1,0 +1,109 @@
+"""``python -m bench.scheduler.preemption_cost``: the in-process cost of PreemptionBasic's pod, by phase.
+
+The node table of ``bench.scheduler.preemption`` (N nodes, 4 cpu each, full with 4 low-priority 900m pods per
+node, crane's load annotations) and M high-priority 900m pods. Each pod goes the way it goes in the scheduler:
+a first decision (no node fits), the PostFilter (DefaultPreemption: eligibility, dry run, choice, nomination),
+then its victims leave the table (the informer's deletion events) and a second decision binds it to the
+nominated node (assume + Reserve). Reports CPU ms per pod per phase (process time: other processes on a shared
+machine do not count); ``--profile`` prints cProfile's top functions.
+
+    .venv/bin/python -m bench.scheduler.preemption_cost --nodes 100 --pods 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+from typing import Any
+
+import numpy as np
+
+from bench.scheduler.affinity_cost import build
+from bench.scheduler.preemption import PER_NODE, POD
+from crane_scheduler.algorithm import Algorithm, ScheduleResult
+from crane_scheduler.framework import Diagnosis
+from crane_scheduler.podinfo import PodInfo, parse_pod
+
+SCHEDULER = "crane-bench"
+
+
+def pod(name: str, priority: int, node: str | None = None) -> PodInfo:
+    spec: dict[str, Any] = {
+        "schedulerName": SCHEDULER,
+        "priority": priority,
+        "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": POD}}],
+    }
+    if node:
+        spec["nodeName"] = node
+    namespace = "low" if node else "high"
+    return parse_pod({"metadata": {"name": name, "namespace": namespace, "uid": f"{namespace}/{name}"}, "spec": spec})
+
+
+def run(nodes: int, pods: int, plugins: str, prof: cProfile.Profile | None) -> dict[str, list[float]]:
+    table, profile = build(nodes, plugins)
+    for i in range(nodes * PER_NODE):
+        table.add_pod(pod(f"low-{i:05d}", 1, f"node-{i % nodes:05d}"))
+    algorithm = Algorithm(table, 0)
+    phases: dict[str, list[float]] = {"first decision": [], "post filter": [], "second decision": []}
+    plugin: Any = profile.plugins["DefaultPreemption"]
+    victims: list[str] = []
+    nominate = plugin._nominate
+
+    def spy(p: PodInfo, best: Any) -> None:
+        victims.extend(v.uid for v in best.victims)
+        nominate(p, best)
+
+    plugin._nominate = spy
+    for i in range(pods):
+        preemptor = pod(f"high-{i:05d}", 1000)
+        if prof is not None:
+            prof.enable()
+        state: dict[str, Any] = {}
+        t0 = time.process_time()
+        result = algorithm.schedule(profile, preemptor, state)
+        t1 = time.process_time()
+        assert isinstance(result, Diagnosis), result
+        victims.clear()
+        profile.run_post_filter(state, preemptor, result)
+        t2 = time.process_time()
+        for uid in victims:  # the informer sees the victims deleted
+            table.remove_pod(uid)
+        t3 = time.process_time()
+        state = {}
+        again = algorithm.schedule(profile, preemptor, state)
+        assert isinstance(again, ScheduleResult), again
+        table.assume(preemptor, again.node)
+        profile.run_reserve(state, preemptor, again.node)
+        table.nominated.pop(preemptor.uid, None)
+        t4 = time.process_time()
+        if prof is not None:
+            prof.disable()
+        phases["first decision"].append(t1 - t0)
+        phases["post filter"].append(t2 - t1)
+        phases["second decision"].append(t4 - t3)
+    return phases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.scheduler.preemption_cost", description=__doc__)
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--pods", type=int, default=100)
+    parser.add_argument("--plugins", choices=("default", "kube"), default="default")
+    parser.add_argument("--profile", action="store_true", help="print cProfile's top functions")
+    args = parser.parse_args()
+    prof = cProfile.Profile() if args.profile else None
+    phases = run(args.nodes, args.pods, args.plugins, prof)
+    total = np.sum([np.array(v) for v in phases.values()], axis=0) * 1e3
+    for name, values in phases.items():
+        ms = np.array(values) * 1e3
+        p50, p99 = np.percentile(ms, 50), np.percentile(ms, 99)
+        print(f"{name:<16} mean {ms.mean():7.3f} ms  p50 {p50:7.3f} ms  p99 {p99:7.3f} ms")
+    print(f"{'per pod':<16} mean {total.mean():7.3f} ms  ({args.nodes} nodes, {args.pods} preemptors, {args.plugins})")
+    if prof is not None:
+        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+
+
+if __name__ == "__main__":
+    main()
