@@ -21,10 +21,46 @@ from crane_shared.kube import api_client_from_dict
 _db_numbers = itertools.cycle(range(1, 16))
 
 
+GO_BUILT = frozenset({"cluster", "judge", "toxiproxy"})
+"""Fixtures that need a binary built from a Go module (kube-apiserver and the rest of scripts/setup's Kubernetes
+build, the judge, Toxiproxy): a test using none of them can run while that build is still going."""
+
+KWOK = ("tests/integration/sandbox/", "tests/integration/endtoend/")
+LATE = ("tests/unit/deploy/", "tests/integration/deploy/")
+"""Tests of the tools scripts/setup builds last (helm, kube-state-metrics, grafanaquery, kwokctl, kubectl, the base
+image): they run at the end, so those builds have the rest of the suite's time."""
+
+
+def _stage(item: pytest.Item) -> int:
+    path = Path(str(item.fspath)).resolve().relative_to(Path(__file__).resolve().parent.parent).as_posix()
+    if path.startswith(LATE):
+        return 4
+    if path.startswith(KWOK):
+        return 3
+    if path.startswith("tests/unit/"):
+        return 0
+    if path.startswith(("tests/differential/", "tests/faults/")):  # the judge, Toxiproxy, Kubernetes
+        return 2
+    return 2 if GO_BUILT & set(getattr(item, "fixturenames", ())) else 1
+
+
+def ci_order(items: list[pytest.Item]) -> None:
+    """CI's order (docs/ci.md): `make test` starts the Kubernetes build in the background (``scripts/setup --ci``),
+    so the unit tests run first, then the modules that need no Go-built binary, then those that need Kubernetes
+    (the first waits on the build's lock), then KWOK's sandboxes, then the tests of the tools built last. Whole
+    modules move (their module fixtures start once); only the order changes, every test still runs."""
+    stage: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        stage[module] = max(stage.get(module, 0), _stage(item))
+    items.sort(key=lambda item: stage[item.nodeid.split("::")[0]])  # stable: the order within a stage stays
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+    ci_order(items)
 
 
 @pytest.fixture(scope="session")

@@ -147,7 +147,9 @@ class StatusProxy:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._session = aiohttp.ClientSession()
-        self._runner = web.AppRunner(app, access_log=None)
+        # a watch streamed through the proxy ends only when the API server ends it: stopping cancels it after a
+        # second instead of aiohttp's default 60 s grace
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
 

@@ -120,7 +120,9 @@ class FailingNodeListProxy:
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_context))
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self.handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        # the annotator's node watch ends only when the API server ends it: stopping cancels it after a second
+        # instead of aiohttp's default 60 s grace
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
