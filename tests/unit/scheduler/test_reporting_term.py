@@ -26,6 +26,16 @@ def _dropped(metrics: SchedulerMetrics, kind: str) -> float:
     return float(metrics.reports.labels(kind, "dropped")._value.get())
 
 
+async def _write_backlog(reporter: Reporter) -> None:
+    """Run the reporter until its backlog is written, then stop it."""
+    stopping = asyncio.Event()
+    run = asyncio.create_task(reporter.run(stopping))
+    await asyncio.wait_for(reporter.drain(), 10)
+    stopping.set()
+    reporter.close()
+    await asyncio.wait_for(run, 10)
+
+
 async def test_failures_queued_in_a_lost_term_are_dropped_at_once_and_never_written() -> None:
     fake = FakeWriter()
     writer = fake.as_writer()
@@ -44,12 +54,7 @@ async def test_failures_queued_in_a_lost_term_are_dropped_at_once_and_never_writ
         1,
         0,
     )
-    stopping = asyncio.Event()
-    run = asyncio.create_task(reporter.run(stopping))
-    await asyncio.wait_for(reporter.drain(), 10)
-    stopping.set()
-    reporter.close()
-    await asyncio.wait_for(run, 10)
+    await _write_backlog(reporter)
     assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"]  # the Scheduled event only
     # the dropped failure was never written: the next term reports the same message again at once
     reporter.term = Term()
@@ -66,12 +71,7 @@ async def test_a_failure_of_the_new_term_is_kept_and_written() -> None:
     reporter.term = Term()  # leading again: a new term
     reporter.failed(parse_pod(_pod("b")), "no fit", "Unschedulable", "crane-scheduler")
     assert reporter.drop_lost() == 2 and reporter.backlog == 2
-    stopping = asyncio.Event()
-    run = asyncio.create_task(reporter.run(stopping))
-    await asyncio.wait_for(reporter.drain(), 10)
-    stopping.set()
-    reporter.close()
-    await asyncio.wait_for(run, 10)
+    await _write_backlog(reporter)
     assert sorted(fake.writes) == [
         "PATCH /api/v1/namespaces/ns/pods/b/status",
         "POST /apis/events.k8s.io/v1/namespaces/ns/events",
@@ -84,11 +84,6 @@ async def test_a_failure_the_writer_refused_after_its_term_ended_counts_as_dropp
     reporter = Reporter(fake.as_writer(), None, "test", metrics=metrics)
     reporter.term = Term()
     reporter.failed(parse_pod(_pod("late")), "no fit", "Unschedulable", "crane-scheduler")
-    stopping = asyncio.Event()
-    run = asyncio.create_task(reporter.run(stopping))
-    await asyncio.wait_for(reporter.drain(), 10)
-    stopping.set()
-    reporter.close()
-    await asyncio.wait_for(run, 10)
+    await _write_backlog(reporter)
     assert len(fake.writes) == 2  # tried once each, not retried
     assert (_dropped(metrics, "failed"), _dropped(metrics, "condition")) == (1, 1)
