@@ -8,6 +8,8 @@ are confirmed. It authenticates as ``kwok-controller`` with the permissions of K
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,3 +106,49 @@ class KwokController:
     async def stop(self) -> None:
         if self.process:
             await self.process.stop()
+
+
+WARMUP_POD = "kwok-ip-pool-warmup"
+
+
+async def warm_ip_pool(
+    api_client: client.ApiClient, node: str, namespace: str = "default", timeout: float = 60
+) -> None:
+    """Have KWOK hand out one pod IP, alone, before any workload runs; then delete that pod.
+
+    KWOK v0.8.0 builds its per-CIDR IP pool on first use with a check-then-store (``PodController.ipPool``), so
+    when several pods go Running at once on a fresh KWOK, two pools can be built and two pods get the same IP
+    (seen in CI: 20 replicas, 19 distinct IPs). One pod first builds the one pool; its IP is recycled on delete."""
+    v1 = client.CoreV1Api(api_client)
+    body = {
+        "metadata": {"name": WARMUP_POD},
+        "spec": {
+            "nodeName": node,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    await raw_json(v1.create_namespaced_pod(namespace, body, _preload_content=False, _request_timeout=30))
+    deadline = time.monotonic() + timeout
+    while True:
+        pod = await raw_json(v1.read_namespaced_pod(WARMUP_POD, namespace, _preload_content=False, _request_timeout=30))
+        if pod.get("status", {}).get("podIP"):
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pod {namespace}/{WARMUP_POD} on {node}: KWOK gave it no IP in {timeout:.0f}s")
+        await asyncio.sleep(0.1)
+    await raw_json(
+        v1.delete_namespaced_pod(
+            WARMUP_POD, namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=30
+        )
+    )
+    while True:
+        try:
+            await raw_json(v1.read_namespaced_pod(WARMUP_POD, namespace, _preload_content=False, _request_timeout=30))
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pod {namespace}/{WARMUP_POD} still present {timeout:.0f}s after its delete")
+        await asyncio.sleep(0.1)
