@@ -8,12 +8,14 @@ that are measured against a reference in the same run, so a busier or faster mac
 - scheduler: crane-scheduler's pods/s / kube-scheduler's pods/s, per node count (higher is better);
 - extender: JSON-only reference p50 / filter+prioritize p50 with the node cache, per node count (higher is
   better: the share of a request that is transport and decoding rather than our work).
+- annotator: the bare node-patch ceiling / our full round (the median over rounds of the watched bare runs either
+  side of a round divided by that round; higher is better, 1.0 is the ceiling).
 
 A ratio more than ``--tolerance`` (default 0.25, i.e. 25 %) below the recorded one fails the check (exit 1).
 The tolerance is wide because the machine is shared: repeated runs of the same code moved the scheduler ratio by
 up to ~20 % under load averages of 4-8. Absolute targets (decision p99, extender p99) are printed, not enforced.
 
-    .venv/bin/python -m bench.check                         # runs both benchmarks (several minutes)
+    .venv/bin/python -m bench.check                         # runs the three benchmarks (several minutes)
     .venv/bin/python -m bench.check --scheduler run.json    # compare a run you made with --json
 """
 
@@ -60,6 +62,27 @@ def extender_ratios(figures: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def annotator_ratios(figures: dict[str, Any]) -> dict[str, float]:
+    median = float(figures["round_over_watched_bare_median"])
+    return {f"annotator {figures['nodes']} nodes: bare-patch ceiling / round": 1 / median} if median > 0 else {}
+
+
+def annotator_run(figures: dict[str, Any]) -> list[str]:
+    """The ``bench.annotator`` arguments that time the recorded round again: same fleet, rounds, concurrency and
+    rate limit; no patch budget and only a token upstream-style round (neither is a ratio this check compares)."""
+    settings = figures.get("settings", {})
+    run = ["--nodes", str(figures["nodes"]), "--rounds", str(len(figures["ours"])), "--budget-periods", "0"]
+    run += ["--upstream-seconds", "5"]
+    if "concurrency" in settings:
+        run += ["--patch-concurrency", str(settings["concurrency"])]
+    if "qps" in settings:
+        run += ["--kube-api-qps", str(settings["qps"])]
+    return run
+
+
+RATIOS = {"scheduler": scheduler_ratios, "extender": extender_ratios, "annotator": annotator_ratios}
+
+
 def scheduler_runs(figures: dict[str, Any]) -> list[list[str]]:
     """The ``bench.scheduler`` arguments that measure the recorded sizes again, each size with the pods and bound
     pods it was recorded with (a size's own ``pods``/``bound_pods``, else the run's)."""
@@ -101,10 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="allowed relative drop")
     parser.add_argument("--scheduler", type=Path, help="figures of a bench.scheduler --json run (else: run it)")
     parser.add_argument("--extender", type=Path, help="figures of a bench.extender --json run (else: run it)")
-    parser.add_argument("--only", choices=["scheduler", "extender"], help="check one benchmark")
+    parser.add_argument("--annotator", type=Path, help="figures of a bench.annotator --json run (else: run it)")
+    parser.add_argument("--only", choices=sorted(RATIOS), help="check one benchmark")
     args = parser.parse_args(argv)
     failures: list[str] = []
-    for name in ("scheduler", "extender"):
+    for name in RATIOS:
         if args.only and name != args.only:
             continue
         old = recorded(name)
@@ -115,10 +139,11 @@ def main(argv: list[str] | None = None) -> int:
             new = {"sizes": {}}
             for run in scheduler_runs(old):
                 new["sizes"].update(_run("bench.scheduler", run)["sizes"])
-        else:
+        elif name == "extender":
             new = _run("bench.extender", ["--sizes", ",".join(str(r["nodes"]) for r in old["results"])])
-        ratios = scheduler_ratios if name == "scheduler" else extender_ratios
-        before, after = ratios(old), ratios(new)
+        else:
+            new = _run("bench.annotator", annotator_run(old))
+        before, after = RATIOS[name](old), RATIOS[name](new)
         for key, value in after.items():
             print(f"{key}: {value:.3g} (recorded {before.get(key, float('nan')):.3g})")
         failures += compare(before, after, args.tolerance)

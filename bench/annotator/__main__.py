@@ -29,6 +29,7 @@ import json
 import os
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -208,6 +209,8 @@ async def run(args: argparse.Namespace) -> None:
                 },
             }
             (run_dir / "annotator-bench.json").write_text(json.dumps(results, indent=2))
+            if args.json is not None:
+                args.json.write_text(json.dumps(results, indent=2))
             (run_dir / "annotator-bench.txt").write_text(text + "\n")
         finally:
             if prometheus is not None:
@@ -249,6 +252,7 @@ def main() -> None:
     )
     parser.add_argument("--budget-qps", type=float, default=50.0, help="client QPS of the budget run (default 50)")
     parser.add_argument("--profile", action="store_true", help="cProfile our rounds into <run dir>/ours.prof")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file (for bench.check)")
     asyncio.run(run(parser.parse_args()))
 
 

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.check import compare, extender_ratios, main, recorded, scheduler_ratios, scheduler_runs
+from bench.check import (
+    annotator_ratios,
+    annotator_run,
+    compare,
+    extender_ratios,
+    main,
+    recorded,
+    scheduler_ratios,
+    scheduler_runs,
+)
 
 FIGURES = {
     "profile": "default",
@@ -75,3 +84,25 @@ def test_each_recorded_size_is_measured_again_with_its_own_pods_and_bound_pods()
         ["--nodes", "1000,2000", "--plugins", "default", "--pods", "10000", "--bound-pods", "0"],
         ["--nodes", "5000", "--plugins", "default", "--pods", "3000", "--bound-pods", "50000"],
     ]
+
+
+ANNOTATOR = {
+    "nodes": 5000,
+    "settings": {"concurrency": 64, "qps": 0.0, "burst": 100},
+    "ours": [{"seconds": 60.0}, {"seconds": 59.0}, {"seconds": 61.0}],
+    "round_over_watched_bare_median": 1.25,
+}
+
+
+def test_annotator_ratio_is_the_ceiling_over_our_round() -> None:
+    assert annotator_ratios(ANNOTATOR) == {"annotator 5000 nodes: bare-patch ceiling / round": 0.8}
+    slower = annotator_ratios({**ANNOTATOR, "round_over_watched_bare_median": 1.8})
+    [failure] = compare(annotator_ratios(ANNOTATOR), slower, 0.25)
+    assert "annotator 5000 nodes" in failure
+
+
+def test_the_annotator_round_is_timed_again_at_the_recorded_fleet_and_settings() -> None:
+    run = annotator_run(ANNOTATOR)
+    assert run[:4] == ["--nodes", "5000", "--rounds", "3"]
+    assert run[run.index("--patch-concurrency") + 1] == "64" and run[run.index("--kube-api-qps") + 1] == "0.0"
+    assert run[run.index("--budget-periods") + 1] == "0"
