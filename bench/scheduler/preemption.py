@@ -24,6 +24,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from bench.scheduler.__main__ import Run, create_nodes, decision_latency, fresh_namespace, gather_limited, measure
+from bench.scheduler.preemption_trace import PreemptionTrace
 from bench.scheduler.spy import Spy, render
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
@@ -115,7 +116,13 @@ async def contender(
     proc = scheduler_process(label, cluster, run_dir, args)
     low, high = await prepare(api, label, args.nodes, args.pods, f"{label}-bench")
     try:
-        run = await measure_spied(label, proc, api, high, run_dir, args)
+        if getattr(args, "trace", False):
+            async with PreemptionTrace(api, high, low) as trace:
+                run = await measure_spied(label, proc, api, high, run_dir, args)
+            print(f"  {label}: where the preemptors waited (API server's view):\n{trace.summary()}", file=sys.stderr)
+            trace.dump(run_dir / f"trace-{label}.json")
+        else:
+            run = await measure_spied(label, proc, api, high, run_dir, args)
         resp = await client.CoreV1Api(api).list_namespaced_pod(low, _preload_content=False)
         left = len(json.loads(await resp.read())["items"])
         resp.release()
@@ -139,7 +146,14 @@ async def measure_spied(
             spies.extend([spy] if spy is not None else [])
         await proc.wait_ready(lambda: tcp_open("127.0.0.1", proc.port), timeout=60)  # type: ignore[attr-defined]
 
-    run = await measure(api, namespace, args.pods, f"{label}-scheduler", start, args.timeout, expect_events=False)
+    run = await measure(
+        api, namespace, args.pods, f"{label}-scheduler", start, args.timeout, expect_events=False, pid=lambda: proc.pid
+    )
+    print(
+        f"  {label}-scheduler's CPU from first to last bind: {run.cpu_s:.2f} s (children {run.children_cpu_s:.2f} s) "
+        f"in {run.seconds:.2f} s",
+        file=sys.stderr,
+    )
     for spy in spies:
         print(f"  crane-scheduler's CPU samples by part ({spy.out}):\n{render(await spy.stop())}", file=sys.stderr)
     if label == "crane":
@@ -191,6 +205,9 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=5000)
     parser.add_argument("--timeout", type=float, default=600)
     add_py_spy(parser)
+    parser.add_argument(
+        "--trace", action="store_true", help="time each preemptor's steps through a watch (preemption_trace.py)"
+    )
     args = parser.parse_args()
     results = asyncio.run(run(args))
     print(f"PreemptionBasic: {args.nodes} nodes, {args.nodes * PER_NODE} victims, {args.pods} preemptors")
