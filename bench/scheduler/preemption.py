@@ -169,8 +169,10 @@ async def measure_spied(
 
 async def attempts(port: int) -> dict[str, float]:
     """Scheduling attempts by result and preemption attempts, from the scheduler's metrics: how often a pod was
-    decided again before it was bound."""
+    decided again before it was bound; and the mean time from a preemption's decision to its API calls
+    acknowledged and to its last victim gone from the cache."""
     out: dict[str, float] = {}
+    sums: dict[tuple[str, str], float] = {}
     async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/metrics") as r:
         for line in (await r.text()).splitlines():
             if line.startswith("scheduler_schedule_attempts_total{"):
@@ -180,6 +182,15 @@ async def attempts(port: int) -> dict[str, float]:
                 out["preemption"] = float(line.rsplit(" ", 1)[1])
             elif line.startswith("crane_scheduler_preemption_victims_total "):
                 out["victims"] = float(line.rsplit(" ", 1)[1])
+            elif line.startswith(
+                ("crane_scheduler_preemption_step_seconds_sum{", "crane_scheduler_preemption_step_seconds_count{")
+            ):
+                step = line.split('step="')[1].split('"')[0]
+                part = "sum" if "_sum{" in line else "count"
+                sums[(step, part)] = float(line.rsplit(" ", 1)[1])
+    for step in ("api", "victims_gone"):
+        if sums.get((step, "count")):
+            out[f"{step} mean ms"] = round(sums[(step, "sum")] / sums[(step, "count")] * 1e3, 1)
     return out
 
 
