@@ -3,6 +3,7 @@ messages, nomination, and the API calls of the eviction."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import random
@@ -33,6 +34,12 @@ def preempt(t: NodeTable, ls: Listers, p: dict[str, Any], prof: Profile | None =
     assert isinstance(result, Diagnosis), result
     prof.run_post_filter(state, info, result)
     return result, info
+
+
+def _calls_done(plugin: DefaultPreemption, uid: str) -> None:
+    """The preemption's API calls "ran" (their task was not started)."""
+    plugin.preempting.discard(uid)
+    plugin._nominating.discard(uid)
 
 
 def victims_of(prof: Profile) -> DefaultPreemption:
@@ -227,6 +234,65 @@ async def test_a_failed_eviction_retries_the_preemptor_at_once() -> None:
     assert events == []
     assert activated == [info.uid]
     assert not plugin.pre_enqueue(info)
+
+
+class _SlowDeletes(_Writer):
+    """Answers every write at once except DELETE, which waits for ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def write(self, method: str, path: str, body: Any, term: Any, content_type: str = JSON) -> Reply:
+        if method == "DELETE":
+            await self.release.wait()
+        return await super().write(method, path, body, term, content_type)
+
+
+async def test_the_preemptor_is_retried_once_its_victims_left_the_cache_before_the_delete_replies() -> None:
+    """As kube's ``IsPodRunningPreemption`` (the last victim looked up in the lister): once its nomination is
+    written and the watch showed its victim gone, the preemptor is activated, though the reply to the delete
+    (through the writer process) is not back yet; a retry meanwhile does not preempt a second time."""
+    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
+    ls = listers()
+    writer = _SlowDeletes()
+    prof = profile(t, ls, writer=writer)
+    assert prof.handle is not None
+    activated: list[str] = []
+    prof.handle.activate = activated.append
+    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
+    plugin = victims_of(prof)
+    for _ in range(5):  # the nomination and the condition are written, the delete waits
+        await asyncio.sleep(0)
+    assert "DELETE /api/v1/namespaces/ns/pods/low" not in writer.writes
+    assert info.uid in plugin.preempting and plugin.pre_enqueue(info)  # the victim is still there
+    victim = next(r for r in t.pods.values() if r.name == "low")
+    t.remove_pod(victim.uid)  # the informer saw it deleted
+    assert not plugin.pre_enqueue(info)
+    assert activated == [info.uid]
+    result = decide(t, ls, info, {}, prof)
+    assert isinstance(result, ScheduleResult) and result.node == "a"
+    writer.release.set()
+    await plugin.drain()
+    assert info.uid not in plugin.preempting
+
+
+async def test_a_retry_while_the_calls_run_does_not_preempt_again() -> None:
+    t = table(
+        node("a", cpu="1"),
+        bound=[pod("low", cpu="1", priority=1, node_name="a")],
+    )
+    ls = listers()
+    writer = _SlowDeletes()
+    prof = profile(t, ls, writer=writer)
+    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
+    plugin = victims_of(prof)
+    await asyncio.sleep(0)
+    result, _ = preempt(t, ls, info.raw, prof)
+    assert "waiting for the preemption for this pod to be finished" in result.message
+    assert plugin.victims_metric._value.get() == 1
+    writer.release.set()
+    await plugin.drain()
 
 
 async def test_a_victim_already_gone_is_not_an_error() -> None:
@@ -536,7 +602,7 @@ def test_a_preemptor_is_gated_until_its_victims_left_the_cache(monkeypatch: pyte
     prof.handle.activate = activated.append
     monkeypatch.setattr(plugin, "_spawn", lambda coro: coro.close())  # the API calls "ran": not preempting
     _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
-    plugin.preempting.discard(info.uid)
+    _calls_done(plugin, info.uid)
     assert plugin.pre_enqueue(info)  # the victim is still in the cache, not terminating
     assert activated == []
     victim = next(r for r in t.pods.values() if r.name == "low")
@@ -563,12 +629,12 @@ def test_a_victim_being_preempted_on_the_nominated_node_counts_as_terminating(
     prof.handle.activate = activated.append
     monkeypatch.setattr(plugin, "_spawn", lambda coro: coro.close())
     _, first = preempt(t, ls, pod("first", cpu="1", priority=100), prof)
-    plugin.preempting.discard(first.uid)
+    _calls_done(plugin, first.uid)
     gone = next(uid for uid in plugin._waiting[first.uid])
     t.remove_pod(gone)  # the first's victim is gone: it is activated
     assert activated == [first.uid]
     _, second = preempt(t, ls, pod("second", cpu="1", priority=100), prof)
-    plugin.preempting.discard(second.uid)
+    _calls_done(plugin, second.uid)
     assert t.nominated[second.uid][1] == "a"
     retried = parse_pod(pod("first", cpu="1", priority=100))
     retried = dataclasses.replace(

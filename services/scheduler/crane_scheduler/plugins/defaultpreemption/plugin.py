@@ -89,11 +89,13 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         self.min_absolute = min_absolute
         self.rng = random.Random()
         self.preempting: set[str] = set()  # preemptors whose API calls are still running
+        self._nominating: set[str] = set()  # preemptors whose own nomination is not written yet
         self._tasks: set[asyncio.Task[None]] = set()
         self._victims: dict[str, str] = {}  # victim uid -> preemptor uid, until the informer sees it gone
         self._waiting: dict[str, set[str]] = {}  # preemptor uid -> its victims still in the cache
         self._blocked: dict[str, set[str]] = {}  # victim uid -> pods not eligible until it is gone (``eligible``)
         self._started: dict[str, float] = {}  # preemptor uid -> when its preemption was decided (monotonic)
+        self._started_api: dict[str, float] = {}  # the same, until its API calls are done
         handle.table.pod_removed.append(self._pod_removed)
         self.attempts = handle.metrics.counter(
             "crane_scheduler_preemption_attempts_total", "Preemption attempts (PostFilter runs of DefaultPreemption)"
@@ -223,19 +225,22 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             table.nominated.pop(p.uid, None)
         self.victims_metric.inc(len(best.victims))
         if self.handle.writer is not None:
-            self._started[pod.uid] = time.monotonic()
+            self._started[pod.uid] = self._started_api[pod.uid] = time.monotonic()
             self.preempting.add(pod.uid)
+            self._nominating.add(pod.uid)
             self._waiting[pod.uid] = {v.uid for v in best.victims}
             self._victims.update((v.uid, pod.uid) for v in best.victims)
         self._spawn(self._preempt(pod, best, lower))
 
     def pre_enqueue(self, pod: PodInfo) -> bool:
-        """kube's PreEnqueue (``IsPodRunningPreemption``): the preemptor is held back while its preemption's API
-        calls run, then until none of its victims is left in the cache un-deleted (kube looks its last victim up
-        in the informer's cache the same way). Held until the cache has seen the deletions, not only until the
-        delete calls returned, so an event in between cannot retry the pod while its victims still fill the
-        node, which would make it preempt a second time."""
-        if pod.uid in self.preempting:
+        """kube's PreEnqueue (``IsPodRunningPreemption``): the preemptor is held back until its nomination is
+        written and none of its victims is left in the cache un-deleted (kube looks its last victim up in the
+        informer's cache the same way, without waiting for that delete call to return: the replies come back
+        through the writer process, after the watch has shown the victim gone). Held until the cache has seen
+        the deletions, so an event in between cannot retry the pod while its victims still fill the node, which
+        would make it preempt a second time; a retry while the calls still run does not preempt again
+        (``post_filter``)."""
+        if pod.uid in self._nominating:
             return True
         left = self._waiting.get(pod.uid)
         if not left:
@@ -248,8 +253,8 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         return False
 
     def _pod_removed(self, uid: str) -> None:
-        """A victim left the cache: once all of a preemptor's are gone (and its API calls are done), it is retried
-        at once (kube activates the preemptor when its preemption finishes)."""
+        """A victim left the cache: once all of a preemptor's are gone (and its nomination is written), it is
+        retried at once (kube activates the preemptor when its preemption finishes)."""
         for blocked in self._blocked.pop(uid, ()):
             self.handle.activate(blocked)
         preemptor = self._victims.pop(uid, None)
@@ -263,7 +268,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
                 started = self._started.pop(preemptor, None)
                 if started is not None:
                     self.steps.labels("victims_gone").observe(time.monotonic() - started)
-                if preemptor not in self.preempting:
+                if preemptor not in self._nominating:
                     self.handle.activate(preemptor)
 
     def _spawn(self, coro: Any) -> None:
@@ -279,11 +284,11 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             # All at once: kube writes the nomination with the attempt's status update while its preemption
             # goroutine clears lower nominations and evicts, so the victims' deletions wait for no other call.
             await asyncio.gather(
-                self._set_nomination(pod, best.node),
+                self._nominate_in_api(pod, best.node),
                 *(self._set_nomination(p, "") for p in lower),
                 *(self._evict(pod, v, best.node) for v in best.victims if v.pod and not v.pod.deleting),
             )
-            if (started := self._started.get(pod.uid)) is not None:
+            if (started := self._started_api.get(pod.uid)) is not None:
                 self.steps.labels("api").observe(time.monotonic() - started)
         except Exception as err:  # the pod is retried at once (kube activates it); the next attempt decides again
             log.warning("preemption failed", pod=pod.key, node=best.node, error=repr(err))
@@ -293,9 +298,21 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
                 for blocked in self._blocked.pop(uid, ()):
                     self.handle.activate(blocked)
         finally:
+            self._started_api.pop(pod.uid, None)
             self.preempting.discard(pod.uid)
+            self._nominating.discard(pod.uid)
             if pod.uid not in self._waiting:  # the victims are gone already (or the preemption failed)
                 self.handle.activate(pod.uid)
+
+    async def _nominate_in_api(self, pod: PodInfo, node: str) -> None:
+        """The preemptor's own nomination; once written, the pod may be retried as soon as its victims are gone
+        (``pre_enqueue``), whether or not the replies to the evictions are back."""
+        try:
+            await self._set_nomination(pod, node)
+        finally:
+            self._nominating.discard(pod.uid)
+        if pod.uid not in self._waiting:
+            self.handle.activate(pod.uid)
 
     async def _write(self, method: str, path: str, body: Any, content_type: str = STRATEGIC_MERGE_PATCH) -> Reply:
         """One API write through the writer process (its own connections and core, so an eviction does not wait
