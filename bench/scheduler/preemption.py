@@ -23,7 +23,15 @@ import aiohttp
 import yaml
 from kubernetes_asyncio import client
 
-from bench.scheduler.__main__ import Run, create_nodes, decision_latency, fresh_namespace, gather_limited, measure
+from bench.scheduler.__main__ import (
+    PROFILES,
+    Run,
+    create_nodes,
+    decision_latency,
+    fresh_namespace,
+    gather_limited,
+    measure,
+)
 from bench.scheduler.preemption_trace import PreemptionTrace
 from bench.scheduler.spy import Spy, render
 from crane_sandbox.cluster import LocalCluster, new_run_dir
@@ -95,6 +103,7 @@ def scheduler_process(label: str, cluster: LocalCluster, run_dir: Path, args: ar
             "--bind-address=127.0.0.1",
         ]
     else:
+        cfg["profiles"][0].update(PROFILES[getattr(args, "profile", "default")])
         path.write_text(yaml.safe_dump(cfg))
         argv = service_argv(
             "crane_scheduler",
@@ -218,6 +227,12 @@ def main() -> None:
     add_py_spy(parser)
     parser.add_argument(
         "--trace", action="store_true", help="time each preemptor's steps through a watch (preemption_trace.py)"
+    )
+    parser.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="default",
+        help="crane-scheduler's profile: default (Dynamic on, the issue's target) or kube (Dynamic off)",
     )
     args = parser.parse_args()
     results = asyncio.run(run(args))
