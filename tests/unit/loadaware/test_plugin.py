@@ -78,30 +78,6 @@ def test_estimated_usage_of_just_bound_pods_stops_overfilling_a_node() -> None:
     assert third.message == "0/2 nodes are available: 2 node(s) would have cpu_usage_avg_5m above 0.65."
 
 
-@pytest.mark.parametrize(
-    ("nominated_priority", "incoming", "expected"),
-    [
-        (10, "p2", "b"),  # a pod nominated to a (equal priority) takes a's headroom as if bound: b
-        (1, "p2", "a"),  # a lower-priority nomination does not count (kube's addGENominatedPods)
-        (10, "p1", "a"),  # the nominated pod itself, retried, still fits its node
-    ],
-)
-def test_pods_nominated_by_preemption_count_in_the_load_estimate(
-    nominated_priority: int, incoming: str, expected: str
-) -> None:
-    s = Setup(
-        loaded("a", 0.50, cpu="10"),
-        loaded("b", 0.52, cpu="10"),
-        args={"estimate": {"cpuFactor": 1.0}, "ownBindingsInHotValue": False},
-    )
-    nominated = parse_pod(pod("p1", cpu="1", priority=nominated_priority))
-    s.table.nominated[nominated.uid] = (nominated, "a")
-    raw = pod(incoming, cpu="1", priority=10)
-    if incoming == "p1":
-        raw["metadata"]["uid"] = nominated.uid
-    assert s.place(raw) == expected
-
-
 def test_unreserve_forgets_the_binding() -> None:
     s = Setup(loaded("a", 0.1), loaded("b", 0.1))
     info = parse_pod(pod("p"))

@@ -37,7 +37,6 @@ from crane_shared.loadaware.dynamic import (
     RecentBinding,
     filter_reason,
     node_load,
-    resource_of,
     score,
 )
 from crane_shared.loadaware.podsize import is_daemonset_pod, pod_size
@@ -319,8 +318,6 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
             return codes
 
         codes = self._codes.get(self._size_key(cpu, memory), n, compute)
-        if table.nominated:
-            codes = self._with_nominated(codes, pod, table, extra, self._incoming(table, cpu, memory))
         live = table.live
         rejected = (codes != PASS) & live
         if not rejected.any():
@@ -332,55 +329,6 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
                 self.metrics.rejections.labels(_metric_of(reasons[k])).inc(count)
                 rejections.append(fwk.Rejection(reasons[k], rejected & (codes == k)))
         return rejections
-
-    def _with_nominated(
-        self,
-        codes: Codes,
-        pod: PodInfo,
-        table: NodeTable,
-        extra: dict[str, FloatArray],
-        incoming: dict[str, FloatArray] | None,
-    ) -> Codes:
-        """kube's ``RunFilterPluginsWithNominatedPods`` for the load estimate: a pod nominated to a node (by
-        preemption) with at least this pod's priority counts there as a binding made now, as its Reserve will
-        record it. Without this, two preemptors could be nominated to a node whose load headroom takes one; the
-        one retried second then fails its nominated node and preempts again elsewhere (PreemptionBasic: 14-20 %
-        more victims than preemptors). Only rows that pass without them are looked at again."""
-        est = self.args.estimate
-        if not est.enabled:
-            return codes
-        index = table.rows
-        added: dict[int, tuple[float, float]] = {}
-        for uid, (other, node) in table.nominated.items():
-            row = index.get(node)
-            if row is None or codes[row] != PASS or uid == pod.uid or other.priority < pod.priority:
-                continue
-            if uid in table.pods:  # bound or assumed already: in the recent bindings if ours
-                continue
-            c, m = estimated_resources(other)
-            before = added.get(row, (0.0, 0.0))
-            added[row] = (before[0] + c, before[1] + m)
-        if not added:
-            return codes
-        more = {metric: arr.copy() for metric, arr in extra.items()}
-        stamps = self.columns.stamps
-        for row, (c, m) in added.items():
-            for metric, arr in more.items():  # RecentEffects._estimate's term for a binding at the stamp
-                if row >= min(self.columns.capacity, len(self.recent.alloc_cpu)) or math.isnan(
-                    float(stamps[metric][row])
-                ):
-                    continue
-                cpu_resource = resource_of(metric) == "cpu"
-                total = float(self.recent.alloc_cpu[row] if cpu_resource else self.recent.alloc_memory[row])
-                if total <= 0 or est.window_of(metric).total_seconds() <= 0:
-                    continue
-                factor = est.cpu_factor if cpu_resource else est.memory_factor
-                arr[row] += factor * (c if cpu_resource else m) / total
-        codes = codes.copy()
-        for row in added:
-            reason = self.columns.reason_of(row, incoming, more)
-            codes[row] = PASS if reason is None else self._reason_index[reason]
-        return codes
 
     def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
         if is_daemonset_pod(pod.raw.get("metadata")):  # exempt from the score as from the filter: no ranking
