@@ -21,7 +21,7 @@ from crane_scheduler.plugins.defaultpreemption.evaluator import dry_run
 from crane_scheduler.plugins.defaultpreemption.plugin import DefaultPreemption
 from crane_scheduler.podinfo import PodInfo, parse_pod
 from crane_scheduler.writer import Reply
-from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH
+from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH, UNSENT
 from tests.support.scheduler import FakeWriter, node, pod, table
 from tests.support.volumes import decide, listers, profile, pv, pvc, storage_class
 
@@ -293,6 +293,32 @@ async def test_a_retry_while_the_calls_run_does_not_preempt_again() -> None:
     assert plugin.victims_metric._value.get() == 1
     writer.release.set()
     await plugin.drain()
+
+
+async def test_writes_that_were_not_sent_retry_the_preemptor_after_a_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer process is restarting (UNSENT): no eviction, and the preemptor is not retried at once, which
+    would spin it through PostFilter while nothing can be written, but after ``NOT_SENT_RETRY``."""
+    monkeypatch.setattr("crane_scheduler.plugins.defaultpreemption.plugin.NOT_SENT_RETRY", 0.01)
+    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
+    ls = listers()
+    writer = _Writer(answers=[UNSENT, UNSENT])
+    prof = profile(t, ls, writer=writer)
+    assert prof.handle is not None
+    activated: list[str] = []
+    retried = asyncio.Event()
+
+    def activate(uid: str) -> None:
+        activated.append(uid)
+        retried.set()
+
+    prof.handle.activate = activate
+    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
+    plugin = victims_of(prof)
+    await plugin.drain()
+    assert activated == []
+    assert not any(w.startswith("DELETE") for w in writer.writes)
+    await asyncio.wait_for(retried.wait(), 5)
+    assert activated == [info.uid]
 
 
 async def test_a_victim_already_gone_is_not_an_error() -> None:

@@ -44,10 +44,12 @@ from crane_scheduler.plugins.defaultpreemption.evaluator import (
 from crane_scheduler.plugins.noderesources import NodeResourcesFit
 from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.writer import Reply
-from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH
+from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH, UNSENT
 from crane_shared.logs import get_logger
 
 NAME = "DefaultPreemption"
+NOT_SENT_RETRY = 1.0
+"""seconds before a preemptor whose writes were not sent is retried (kube's initial backoff)"""
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 log = get_logger("crane.scheduler.preemption")
 
@@ -66,7 +68,13 @@ def terminating_by_preemption(raw: Mapping[str, Any]) -> bool:
 
 
 class PreemptionError(Exception):
-    """An API call of a preemption failed (the preemptor is retried at once)."""
+    """An API call of a preemption failed: the preemptor is retried at once after an API error (as kube
+    activates it), after ``NOT_SENT_RETRY`` when the write never left (the writer process restarting, the term
+    over), so a preemptor does not spin through PostFilter while nothing can be written."""
+
+    def __init__(self, message: str, reply: Reply) -> None:
+        super().__init__(message)
+        self.sent = not reply.refused and reply.status != UNSENT
 
 
 @dataclass
@@ -280,6 +288,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         task.add_done_callback(self._tasks.discard)
 
     async def _preempt(self, pod: PodInfo, best: Candidate, lower: list[PodInfo]) -> None:
+        retry_after = 0.0
         try:
             # All at once: kube writes the nomination with the attempt's status update while its preemption
             # goroutine clears lower nominations and evicts, so the victims' deletions wait for no other call.
@@ -292,6 +301,8 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
                 self.steps.labels("api").observe(time.monotonic() - started)
         except Exception as err:  # the pod is retried at once (kube activates it); the next attempt decides again
             log.warning("preemption failed", pod=pod.key, node=best.node, error=repr(err))
+            if isinstance(err, PreemptionError) and not err.sent:
+                retry_after = NOT_SENT_RETRY
             self._started.pop(pod.uid, None)
             for uid in self._waiting.pop(pod.uid, set()):
                 self._victims.pop(uid, None)
@@ -301,7 +312,9 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             self._started_api.pop(pod.uid, None)
             self.preempting.discard(pod.uid)
             self._nominating.discard(pod.uid)
-            if pod.uid not in self._waiting:  # the victims are gone already (or the preemption failed)
+            if pod.uid not in self._waiting and retry_after:
+                asyncio.get_running_loop().call_later(retry_after, self.handle.activate, pod.uid)
+            elif pod.uid not in self._waiting:  # the victims are gone already (or the preemption failed)
                 self.handle.activate(pod.uid)
 
     async def _nominate_in_api(self, pod: PodInfo, node: str) -> None:
@@ -326,7 +339,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
         reply = await self._write("PATCH", path, {"status": {"nominatedNodeName": node or None}})
         if not reply.ok and reply.status != 404:
-            raise PreemptionError(f"setting the nomination of {pod.key}: {reply.describe()}")
+            raise PreemptionError(f"setting the nomination of {pod.key}: {reply.describe()}", reply)
 
     async def _evict(self, preemptor: PodInfo, victim: PodRecord, node: str) -> None:
         """kube's ``PreemptPod``: the DisruptionTarget condition first (so the pod's owner sees why), then delete,
@@ -346,7 +359,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         if reply.status in (404, 409):  # gone already, or replaced by a new pod of the same name
             return  # kube reports nothing for a victim that was already gone
         if not reply.ok:
-            raise PreemptionError(f"evicting {victim.namespace}/{victim.name}: {reply.describe()}")
+            raise PreemptionError(f"evicting {victim.namespace}/{victim.name}: {reply.describe()}", reply)
         log.info("preempted", victim=f"{victim.namespace}/{victim.name}", preemptor=preemptor.key, node=victim.node)
         self.handle.record_event(
             {"namespace": victim.namespace, "name": victim.name, "uid": victim.uid},
