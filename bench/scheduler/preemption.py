@@ -23,7 +23,16 @@ import aiohttp
 import yaml
 from kubernetes_asyncio import client
 
-from bench.scheduler.__main__ import Run, create_nodes, decision_latency, fresh_namespace, gather_limited, measure
+from bench.scheduler.__main__ import (
+    PROFILES,
+    Run,
+    create_nodes,
+    decision_latency,
+    fresh_namespace,
+    gather_limited,
+    measure,
+)
+from bench.scheduler.preemption_trace import PreemptionTrace
 from bench.scheduler.spy import Spy, render
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
@@ -94,6 +103,7 @@ def scheduler_process(label: str, cluster: LocalCluster, run_dir: Path, args: ar
             "--bind-address=127.0.0.1",
         ]
     else:
+        cfg["profiles"][0].update(PROFILES[getattr(args, "profile", "default")])
         path.write_text(yaml.safe_dump(cfg))
         argv = service_argv(
             "crane_scheduler",
@@ -115,7 +125,13 @@ async def contender(
     proc = scheduler_process(label, cluster, run_dir, args)
     low, high = await prepare(api, label, args.nodes, args.pods, f"{label}-bench")
     try:
-        run = await measure_spied(label, proc, api, high, run_dir, args)
+        if getattr(args, "trace", False):
+            async with PreemptionTrace(api, high, low) as trace:
+                run = await measure_spied(label, proc, api, high, run_dir, args)
+            print(f"  {label}: where the preemptors waited (API server's view):\n{trace.summary()}", file=sys.stderr)
+            trace.dump(run_dir / f"trace-{label}.json")
+        else:
+            run = await measure_spied(label, proc, api, high, run_dir, args)
         resp = await client.CoreV1Api(api).list_namespaced_pod(low, _preload_content=False)
         left = len(json.loads(await resp.read())["items"])
         resp.release()
@@ -139,7 +155,14 @@ async def measure_spied(
             spies.extend([spy] if spy is not None else [])
         await proc.wait_ready(lambda: tcp_open("127.0.0.1", proc.port), timeout=60)  # type: ignore[attr-defined]
 
-    run = await measure(api, namespace, args.pods, f"{label}-scheduler", start, args.timeout, expect_events=False)
+    run = await measure(
+        api, namespace, args.pods, f"{label}-scheduler", start, args.timeout, expect_events=False, pid=lambda: proc.pid
+    )
+    print(
+        f"  {label}-scheduler's CPU from first to last bind: {run.cpu_s:.2f} s (children {run.children_cpu_s:.2f} s) "
+        f"in {run.seconds:.2f} s",
+        file=sys.stderr,
+    )
     for spy in spies:
         print(f"  crane-scheduler's CPU samples by part ({spy.out}):\n{render(await spy.stop())}", file=sys.stderr)
     if label == "crane":
@@ -155,8 +178,10 @@ async def measure_spied(
 
 async def attempts(port: int) -> dict[str, float]:
     """Scheduling attempts by result and preemption attempts, from the scheduler's metrics: how often a pod was
-    decided again before it was bound."""
+    decided again before it was bound; and the mean time from a preemption's decision to its API calls
+    acknowledged and to its last victim gone from the cache."""
     out: dict[str, float] = {}
+    sums: dict[tuple[str, str], float] = {}
     async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/metrics") as r:
         for line in (await r.text()).splitlines():
             if line.startswith("scheduler_schedule_attempts_total{"):
@@ -166,6 +191,15 @@ async def attempts(port: int) -> dict[str, float]:
                 out["preemption"] = float(line.rsplit(" ", 1)[1])
             elif line.startswith("crane_scheduler_preemption_victims_total "):
                 out["victims"] = float(line.rsplit(" ", 1)[1])
+            elif line.startswith(
+                ("crane_scheduler_preemption_step_seconds_sum{", "crane_scheduler_preemption_step_seconds_count{")
+            ):
+                step = line.split('step="')[1].split('"')[0]
+                part = "sum" if "_sum{" in line else "count"
+                sums[(step, part)] = float(line.rsplit(" ", 1)[1])
+    for step in ("api", "victims_gone"):
+        if sums.get((step, "count")):
+            out[f"{step} mean ms"] = round(sums[(step, "sum")] / sums[(step, "count")] * 1e3, 1)
     return out
 
 
@@ -191,6 +225,15 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=5000)
     parser.add_argument("--timeout", type=float, default=600)
     add_py_spy(parser)
+    parser.add_argument(
+        "--trace", action="store_true", help="time each preemptor's steps through a watch (preemption_trace.py)"
+    )
+    parser.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="default",
+        help="crane-scheduler's profile: default (Dynamic on, the issue's target) or kube (Dynamic off)",
+    )
     args = parser.parse_args()
     results = asyncio.run(run(args))
     print(f"PreemptionBasic: {args.nodes} nodes, {args.nodes * PER_NODE} victims, {args.pods} preemptors")

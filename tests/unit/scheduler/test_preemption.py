@@ -3,10 +3,11 @@ messages, nomination, and the API calls of the eviction."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import random
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,9 @@ from crane_scheduler.plugins import defaultpreemption
 from crane_scheduler.plugins.defaultpreemption.evaluator import dry_run
 from crane_scheduler.plugins.defaultpreemption.plugin import DefaultPreemption
 from crane_scheduler.podinfo import PodInfo, parse_pod
-from tests.support.scheduler import node, pod, table
+from crane_scheduler.writer import Reply
+from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH, UNSENT
+from tests.support.scheduler import FakeWriter, node, pod, table
 from tests.support.volumes import decide, listers, profile, pv, pvc, storage_class
 
 
@@ -31,6 +34,12 @@ def preempt(t: NodeTable, ls: Listers, p: dict[str, Any], prof: Profile | None =
     assert isinstance(result, Diagnosis), result
     prof.run_post_filter(state, info, result)
     return result, info
+
+
+def _calls_done(plugin: DefaultPreemption, uid: str) -> None:
+    """The preemption's API calls "ran" (their task was not started)."""
+    plugin.preempting.discard(uid)
+    plugin._nominating.discard(uid)
 
 
 def victims_of(prof: Profile) -> DefaultPreemption:
@@ -151,34 +160,24 @@ def test_args() -> None:
         defaultpreemption.new({"minCandidateNodesPercentage": 101}, Handle(table()))
 
 
-class _Resp:
-    status, reason = 200, "OK"
+class _Writer(FakeWriter):
+    """Records the content type and term of each write too."""
 
-    async def read(self) -> bytes:
-        return b"{}"
+    def __init__(self, answers: list[int] | None = None) -> None:
+        super().__init__(answers)
+        self.term = object()
+        self.kinds: list[tuple[str, Any]] = []
 
-
-class _FakeCore:
-    calls: ClassVar[list[tuple[str, str, Any]]] = []
-
-    def __init__(self, api: Any) -> None:
-        pass
-
-    async def patch_namespaced_pod_status(self, name: str, ns: str, body: Any, **kw: Any) -> _Resp:
-        self.calls.append(("patch", name, json.loads(json.dumps(body))))
-        return _Resp()
-
-    async def delete_namespaced_pod(self, name: str, ns: str, **kw: Any) -> _Resp:
-        self.calls.append(("delete", name, kw.get("body")))
-        return _Resp()
+    async def write(self, method: str, path: str, body: Any, term: Any, content_type: str = JSON) -> Reply:
+        self.kinds.append((content_type, term))
+        return await super().write(method, path, json.loads(json.dumps(body)), term, content_type)
 
 
-async def test_victims_get_the_disruption_condition_and_are_deleted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("kubernetes_asyncio.client.CoreV1Api", _FakeCore)
-    _FakeCore.calls = []
+async def test_victims_get_the_disruption_condition_and_are_deleted() -> None:
     t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
     ls = listers()
-    prof = profile(t, ls, api=object())
+    writer = _Writer()
+    prof = profile(t, ls, writer=writer)
     events: list[tuple[Any, ...]] = []
     assert prof.handle is not None
     prof.handle.record_event = lambda *event: events.append(event)
@@ -188,14 +187,19 @@ async def test_victims_get_the_disruption_condition_and_are_deleted(monkeypatch:
     preempt(t, ls, pod("vip-again", cpu="1", priority=100), prof)
     await plugin.drain()
     assert info.uid not in plugin.preempting
-    kinds = [(k, n) for k, n, _ in _FakeCore.calls]
-    assert kinds[:3] == [("patch", "vip"), ("patch", "low"), ("delete", "low")]
-    assert _FakeCore.calls[0][2] == {"status": {"nominatedNodeName": "a"}}
-    cond = _FakeCore.calls[1][2]["status"]["conditions"][0]
+    assert writer.writes[:3] == [
+        "PATCH /api/v1/namespaces/ns/pods/vip/status",
+        "PATCH /api/v1/namespaces/ns/pods/low/status",
+        "DELETE /api/v1/namespaces/ns/pods/low",
+    ]
+    assert [kind for kind, _ in writer.kinds[:3]] == [STRATEGIC_MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON]
+    assert all(term is writer.term for _, term in writer.kinds)  # refused by the writer once the term ended
+    assert writer.bodies[0] == {"status": {"nominatedNodeName": "a"}}
+    cond = writer.bodies[1]["status"]["conditions"][0]
     assert (cond["type"], cond["status"], cond["reason"]) == ("DisruptionTarget", "True", "PreemptionByScheduler")
     assert cond["message"] == "crane-scheduler: preempting to accommodate a higher priority pod"
     victim_uid = t.pods[next(iter(t.pods))].uid
-    assert _FakeCore.calls[2][2] == {"preconditions": {"uid": victim_uid}}
+    assert writer.bodies[2] == {"preconditions": {"uid": victim_uid}}
     assert events == [
         (
             {"namespace": "ns", "name": "low", "uid": victim_uid},
@@ -206,6 +210,130 @@ async def test_victims_get_the_disruption_condition_and_are_deleted(monkeypatch:
             f"Preempted by pod {info.uid} on node a",
         )
     ]
+
+
+async def test_a_failed_eviction_retries_the_preemptor_at_once() -> None:
+    """The condition patch answers 500: no delete, no Preempted event, and the preemptor is activated (kube's
+    Activate after an API error) instead of waiting for a victim that is not going."""
+    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
+    ls = listers()
+    writer = _Writer(answers=[200, 500])
+    prof = profile(t, ls, writer=writer)
+    assert prof.handle is not None
+    events: list[tuple[Any, ...]] = []
+    activated: list[str] = []
+    prof.handle.record_event = lambda *event: events.append(event)
+    prof.handle.activate = activated.append
+    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
+    plugin = victims_of(prof)
+    await plugin.drain()
+    assert writer.writes == [
+        "PATCH /api/v1/namespaces/ns/pods/vip/status",
+        "PATCH /api/v1/namespaces/ns/pods/low/status",
+    ]
+    assert events == []
+    assert activated == [info.uid]
+    assert not plugin.pre_enqueue(info)
+
+
+class _SlowDeletes(_Writer):
+    """Answers every write at once except DELETE, which waits for ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def write(self, method: str, path: str, body: Any, term: Any, content_type: str = JSON) -> Reply:
+        if method == "DELETE":
+            await self.release.wait()
+        return await super().write(method, path, body, term, content_type)
+
+
+async def test_the_preemptor_is_retried_once_its_victims_left_the_cache_before_the_delete_replies() -> None:
+    """As kube's ``IsPodRunningPreemption`` (the last victim looked up in the lister): once its nomination is
+    written and the watch showed its victim gone, the preemptor is activated, though the reply to the delete
+    (through the writer process) is not back yet; a retry meanwhile does not preempt a second time."""
+    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
+    ls = listers()
+    writer = _SlowDeletes()
+    prof = profile(t, ls, writer=writer)
+    assert prof.handle is not None
+    activated: list[str] = []
+    prof.handle.activate = activated.append
+    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
+    plugin = victims_of(prof)
+    for _ in range(5):  # the nomination and the condition are written, the delete waits
+        await asyncio.sleep(0)
+    assert "DELETE /api/v1/namespaces/ns/pods/low" not in writer.writes
+    assert info.uid in plugin.preempting and plugin.pre_enqueue(info)  # the victim is still there
+    victim = next(r for r in t.pods.values() if r.name == "low")
+    t.remove_pod(victim.uid)  # the informer saw it deleted
+    assert not plugin.pre_enqueue(info)
+    assert activated == [info.uid]
+    result = decide(t, ls, info, {}, prof)
+    assert isinstance(result, ScheduleResult) and result.node == "a"
+    writer.release.set()
+    await plugin.drain()
+    assert info.uid not in plugin.preempting
+
+
+async def test_a_retry_while_the_calls_run_does_not_preempt_again() -> None:
+    t = table(
+        node("a", cpu="1"),
+        bound=[pod("low", cpu="1", priority=1, node_name="a")],
+    )
+    ls = listers()
+    writer = _SlowDeletes()
+    prof = profile(t, ls, writer=writer)
+    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
+    plugin = victims_of(prof)
+    await asyncio.sleep(0)
+    result, _ = preempt(t, ls, info.raw, prof)
+    assert "waiting for the preemption for this pod to be finished" in result.message
+    assert plugin.victims_metric._value.get() == 1
+    writer.release.set()
+    await plugin.drain()
+
+
+async def test_writes_that_were_not_sent_retry_the_preemptor_after_a_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer process is restarting (UNSENT): no eviction, and the preemptor is not retried at once, which
+    would spin it through PostFilter while nothing can be written, but after ``NOT_SENT_RETRY``."""
+    monkeypatch.setattr("crane_scheduler.plugins.defaultpreemption.plugin.NOT_SENT_RETRY", 0.01)
+    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
+    ls = listers()
+    writer = _Writer(answers=[UNSENT, UNSENT])
+    prof = profile(t, ls, writer=writer)
+    assert prof.handle is not None
+    activated: list[str] = []
+    retried = asyncio.Event()
+
+    def activate(uid: str) -> None:
+        activated.append(uid)
+        retried.set()
+
+    prof.handle.activate = activate
+    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
+    plugin = victims_of(prof)
+    await plugin.drain()
+    assert activated == []
+    assert not any(w.startswith("DELETE") for w in writer.writes)
+    await asyncio.wait_for(retried.wait(), 5)
+    assert activated == [info.uid]
+
+
+async def test_a_victim_already_gone_is_not_an_error() -> None:
+    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
+    ls = listers()
+    writer = _Writer(answers=[200, 404])
+    prof = profile(t, ls, writer=writer)
+    assert prof.handle is not None
+    activated: list[str] = []
+    prof.handle.activate = activated.append
+    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
+    plugin = victims_of(prof)
+    await plugin.drain()
+    assert plugin.pre_enqueue(info)  # still waits for the cache to see the victim go
+    assert activated == []
 
 
 def test_simulated_removal_and_return_leave_the_table_exactly_as_it_was() -> None:
@@ -493,14 +621,14 @@ def test_the_arithmetic_is_used_only_when_no_other_plugin_reading_pods_has_a_say
 def test_a_preemptor_is_gated_until_its_victims_left_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
     ls = listers()
-    prof = profile(t, ls, api=object())
+    prof = profile(t, ls, writer=FakeWriter())
     plugin = victims_of(prof)
     activated: list[str] = []
     assert prof.handle is not None
     prof.handle.activate = activated.append
     monkeypatch.setattr(plugin, "_spawn", lambda coro: coro.close())  # the API calls "ran": not preempting
     _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
-    plugin.preempting.discard(info.uid)
+    _calls_done(plugin, info.uid)
     assert plugin.pre_enqueue(info)  # the victim is still in the cache, not terminating
     assert activated == []
     victim = next(r for r in t.pods.values() if r.name == "low")
@@ -520,19 +648,19 @@ def test_a_victim_being_preempted_on_the_nominated_node_counts_as_terminating(
         bound=[pod("low1", cpu="1", priority=1, node_name="a"), pod("low2", cpu="1", priority=1, node_name="a")],
     )
     ls = listers()
-    prof = profile(t, ls, api=object())
+    prof = profile(t, ls, writer=FakeWriter())
     plugin = victims_of(prof)
     assert prof.handle is not None
     activated: list[str] = []
     prof.handle.activate = activated.append
     monkeypatch.setattr(plugin, "_spawn", lambda coro: coro.close())
     _, first = preempt(t, ls, pod("first", cpu="1", priority=100), prof)
-    plugin.preempting.discard(first.uid)
+    _calls_done(plugin, first.uid)
     gone = next(uid for uid in plugin._waiting[first.uid])
     t.remove_pod(gone)  # the first's victim is gone: it is activated
     assert activated == [first.uid]
     _, second = preempt(t, ls, pod("second", cpu="1", priority=100), prof)
-    plugin.preempting.discard(second.uid)
+    _calls_done(plugin, second.uid)
     assert t.nominated[second.uid][1] == "a"
     retried = parse_pod(pod("first", cpu="1", priority=100))
     retried = dataclasses.replace(

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from crane_scheduler.framework.types import (
     ClusterEvent,
@@ -72,6 +72,7 @@ class PluginMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._counters: dict[str, Counter] = {}
         self._gauges: dict[str, Gauge] = {}
+        self._histograms: dict[str, Histogram] = {}
 
     def counter(self, name: str, documentation: str, labelnames: Sequence[str] = ()) -> Counter:
         found = self._counters.get(name)
@@ -83,6 +84,15 @@ class PluginMetrics:
         found = self._gauges.get(name)
         if found is None:
             found = self._gauges[name] = Gauge(name, documentation, labelnames, registry=self.registry)
+        return found
+
+    def histogram(
+        self, name: str, documentation: str, labelnames: Sequence[str] = (), buckets: Sequence[float] = ()
+    ) -> Histogram:
+        found = self._histograms.get(name)
+        if found is None:
+            kw: dict[str, Any] = {"buckets": buckets} if buckets else {}
+            found = self._histograms[name] = Histogram(name, documentation, labelnames, registry=self.registry, **kw)
         return found
 
 

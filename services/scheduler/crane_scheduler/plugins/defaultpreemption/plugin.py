@@ -6,7 +6,8 @@ As kube's asynchronous preemption (on by default since 1.33): the decision is ma
 pod is nominated at once (so Filter reserves the room for it against pods of equal or lower priority); the API
 calls run in a task of their own: the preemptor's ``status.nominatedNodeName``, lower-priority pods nominated to the
 same node lose their nomination, and each victim gets the ``DisruptionTarget`` condition (reason
-``PreemptionByScheduler``) and is deleted. Until that task finishes, the pod does not preempt again; while its
+``PreemptionByScheduler``) and is deleted, all through the API writer process (off the scheduling loop's thread,
+refused once the leadership term ended). Until that task finishes, the pod does not preempt again; while its
 victims terminate it is "not eligible due to a terminating pod on the nominated node".
 """
 
@@ -14,14 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_scheduler.framework import (
     ArgsError,
@@ -43,11 +43,14 @@ from crane_scheduler.plugins.defaultpreemption.evaluator import (
 )
 from crane_scheduler.plugins.noderesources import NodeResourcesFit
 from crane_scheduler.podinfo import PodInfo
-from crane_shared.kube import raw_json
+from crane_scheduler.writer import Reply
+from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH, UNSENT
 from crane_shared.logs import get_logger
 
 NAME = "DefaultPreemption"
-REQUEST_TIMEOUT = 30.0
+NOT_SENT_RETRY = 1.0
+"""seconds before a preemptor whose writes were not sent is retried (kube's initial backoff)"""
+STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 log = get_logger("crane.scheduler.preemption")
 
 
@@ -62,6 +65,16 @@ def terminating_by_preemption(raw: Mapping[str, Any]) -> bool:
         if cond.get("type") == "DisruptionTarget":
             return bool(cond.get("status") == "True" and cond.get("reason") == "PreemptionByScheduler")
     return False
+
+
+class PreemptionError(Exception):
+    """An API call of a preemption failed: the preemptor is retried at once after an API error (as kube
+    activates it), after ``NOT_SENT_RETRY`` when the write never left (the writer process restarting, the term
+    over), so a preemptor does not spin through PostFilter while nothing can be written."""
+
+    def __init__(self, message: str, reply: Reply) -> None:
+        super().__init__(message)
+        self.sent = not reply.refused and reply.status != UNSENT
 
 
 @dataclass
@@ -84,16 +97,26 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         self.min_absolute = min_absolute
         self.rng = random.Random()
         self.preempting: set[str] = set()  # preemptors whose API calls are still running
+        self._nominating: set[str] = set()  # preemptors whose own nomination is not written yet
         self._tasks: set[asyncio.Task[None]] = set()
         self._victims: dict[str, str] = {}  # victim uid -> preemptor uid, until the informer sees it gone
         self._waiting: dict[str, set[str]] = {}  # preemptor uid -> its victims still in the cache
         self._blocked: dict[str, set[str]] = {}  # victim uid -> pods not eligible until it is gone (``eligible``)
+        self._started: dict[str, float] = {}  # preemptor uid -> when its preemption was decided (monotonic)
+        self._started_api: dict[str, float] = {}  # the same, until its API calls are done
         handle.table.pod_removed.append(self._pod_removed)
         self.attempts = handle.metrics.counter(
             "crane_scheduler_preemption_attempts_total", "Preemption attempts (PostFilter runs of DefaultPreemption)"
         )
         self.victims_metric = handle.metrics.counter(
             "crane_scheduler_preemption_victims_total", "Pods chosen as preemption victims"
+        )
+        self.steps = handle.metrics.histogram(
+            "crane_scheduler_preemption_step_seconds",
+            "Seconds from a preemption's decision until its API calls were acknowledged (step=api) and until the "
+            "cache saw its last victim go (step=victims_gone): where a preemptor waits between its two attempts",
+            ("step",),
+            STEP_BUCKETS,
         )
 
     # ------------------------------------------------------------------------------------------ decision
@@ -209,19 +232,23 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         for p in lower:
             table.nominated.pop(p.uid, None)
         self.victims_metric.inc(len(best.victims))
-        if self.handle.api is not None:
+        if self.handle.writer is not None:
+            self._started[pod.uid] = self._started_api[pod.uid] = time.monotonic()
             self.preempting.add(pod.uid)
+            self._nominating.add(pod.uid)
             self._waiting[pod.uid] = {v.uid for v in best.victims}
             self._victims.update((v.uid, pod.uid) for v in best.victims)
         self._spawn(self._preempt(pod, best, lower))
 
     def pre_enqueue(self, pod: PodInfo) -> bool:
-        """kube's PreEnqueue (``IsPodRunningPreemption``): the preemptor is held back while its preemption's API
-        calls run, then until none of its victims is left in the cache un-deleted (kube looks its last victim up
-        in the informer's cache the same way). Held until the cache has seen the deletions, not only until the
-        delete calls returned, so an event in between cannot retry the pod while its victims still fill the
-        node, which would make it preempt a second time."""
-        if pod.uid in self.preempting:
+        """kube's PreEnqueue (``IsPodRunningPreemption``): the preemptor is held back until its nomination is
+        written and none of its victims is left in the cache un-deleted (kube looks its last victim up in the
+        informer's cache the same way, without waiting for that delete call to return: the replies come back
+        through the writer process, after the watch has shown the victim gone). Held until the cache has seen
+        the deletions, so an event in between cannot retry the pod while its victims still fill the node, which
+        would make it preempt a second time; a retry while the calls still run does not preempt again
+        (``post_filter``)."""
+        if pod.uid in self._nominating:
             return True
         left = self._waiting.get(pod.uid)
         if not left:
@@ -234,8 +261,8 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         return False
 
     def _pod_removed(self, uid: str) -> None:
-        """A victim left the cache: once all of a preemptor's are gone (and its API calls are done), it is retried
-        at once (kube activates the preemptor when its preemption finishes)."""
+        """A victim left the cache: once all of a preemptor's are gone (and its nomination is written), it is
+        retried at once (kube activates the preemptor when its preemption finishes)."""
         for blocked in self._blocked.pop(uid, ()):
             self.handle.activate(blocked)
         preemptor = self._victims.pop(uid, None)
@@ -246,11 +273,14 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             left.discard(uid)
             if not left:
                 del self._waiting[preemptor]
-                if preemptor not in self.preempting:
+                started = self._started.pop(preemptor, None)
+                if started is not None:
+                    self.steps.labels("victims_gone").observe(time.monotonic() - started)
+                if preemptor not in self._nominating:
                     self.handle.activate(preemptor)
 
     def _spawn(self, coro: Any) -> None:
-        if self.handle.api is None:  # validating or pure tests: decide only
+        if self.handle.writer is None:  # validating or pure tests: decide only
             coro.close()
             return
         task = asyncio.get_running_loop().create_task(coro)
@@ -258,45 +288,62 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         task.add_done_callback(self._tasks.discard)
 
     async def _preempt(self, pod: PodInfo, best: Candidate, lower: list[PodInfo]) -> None:
+        retry_after = 0.0
         try:
             # All at once: kube writes the nomination with the attempt's status update while its preemption
             # goroutine clears lower nominations and evicts, so the victims' deletions wait for no other call.
             await asyncio.gather(
-                self._set_nomination(pod, best.node),
+                self._nominate_in_api(pod, best.node),
                 *(self._set_nomination(p, "") for p in lower),
                 *(self._evict(pod, v, best.node) for v in best.victims if v.pod and not v.pod.deleting),
             )
+            if (started := self._started_api.get(pod.uid)) is not None:
+                self.steps.labels("api").observe(time.monotonic() - started)
         except Exception as err:  # the pod is retried at once (kube activates it); the next attempt decides again
             log.warning("preemption failed", pod=pod.key, node=best.node, error=repr(err))
+            if isinstance(err, PreemptionError) and not err.sent:
+                retry_after = NOT_SENT_RETRY
+            self._started.pop(pod.uid, None)
             for uid in self._waiting.pop(pod.uid, set()):
                 self._victims.pop(uid, None)
                 for blocked in self._blocked.pop(uid, ()):
                     self.handle.activate(blocked)
         finally:
+            self._started_api.pop(pod.uid, None)
             self.preempting.discard(pod.uid)
-            if pod.uid not in self._waiting:  # the victims are gone already (or the preemption failed)
+            self._nominating.discard(pod.uid)
+            if pod.uid not in self._waiting and retry_after:
+                asyncio.get_running_loop().call_later(retry_after, self.handle.activate, pod.uid)
+            elif pod.uid not in self._waiting:  # the victims are gone already (or the preemption failed)
                 self.handle.activate(pod.uid)
 
-    async def _set_nomination(self, pod: PodInfo, node: str) -> None:
-        core = client.CoreV1Api(self.handle.api)
+    async def _nominate_in_api(self, pod: PodInfo, node: str) -> None:
+        """The preemptor's own nomination; once written, the pod may be retried as soon as its victims are gone
+        (``pre_enqueue``), whether or not the replies to the evictions are back."""
         try:
-            await raw_json(
-                core.patch_namespaced_pod_status(
-                    pod.name,
-                    pod.namespace,
-                    {"status": {"nominatedNodeName": node or None}},
-                    _preload_content=False,
-                    _request_timeout=REQUEST_TIMEOUT,
-                )
-            )
-        except ApiException as err:
-            if err.status != 404:
-                raise
+            await self._set_nomination(pod, node)
+        finally:
+            self._nominating.discard(pod.uid)
+        if pod.uid not in self._waiting:
+            self.handle.activate(pod.uid)
+
+    async def _write(self, method: str, path: str, body: Any, content_type: str = STRATEGIC_MERGE_PATCH) -> Reply:
+        """One API write through the writer process (its own connections and core, so an eviction does not wait
+        for the scheduling loop's turns), in the current leadership term: a leader that lost its lease evicts
+        nothing more."""
+        writer = self.handle.writer
+        assert writer is not None  # _spawn runs no API call without it
+        return await writer.write(method, path, body, writer.term, content_type)
+
+    async def _set_nomination(self, pod: PodInfo, node: str) -> None:
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        reply = await self._write("PATCH", path, {"status": {"nominatedNodeName": node or None}})
+        if not reply.ok and reply.status != 404:
+            raise PreemptionError(f"setting the nomination of {pod.key}: {reply.describe()}", reply)
 
     async def _evict(self, preemptor: PodInfo, victim: PodRecord, node: str) -> None:
         """kube's ``PreemptPod``: the DisruptionTarget condition first (so the pod's owner sees why), then delete,
         then the ``Preempted`` event on the victim (related: the preemptor), as kube-scheduler writes it."""
-        core = client.CoreV1Api(self.handle.api)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         condition = {
             "type": "DisruptionTarget",
@@ -305,29 +352,14 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             "message": f"{preemptor.scheduler_name}: preempting to accommodate a higher priority pod",
             "lastTransitionTime": now,
         }
-        try:
-            await raw_json(
-                core.patch_namespaced_pod_status(
-                    victim.name,
-                    victim.namespace,
-                    {"status": {"conditions": [condition]}},
-                    _preload_content=False,
-                    _request_timeout=REQUEST_TIMEOUT,
-                )
-            )
-            await raw_json(
-                core.delete_namespaced_pod(
-                    victim.name,
-                    victim.namespace,
-                    body={"preconditions": {"uid": victim.uid}},
-                    _preload_content=False,
-                    _request_timeout=REQUEST_TIMEOUT,
-                )
-            )
-        except ApiException as err:
-            if err.status not in (404, 409):  # gone already, or replaced by a new pod of the same name
-                raise
+        path = f"/api/v1/namespaces/{victim.namespace}/pods/{victim.name}"
+        reply = await self._write("PATCH", f"{path}/status", {"status": {"conditions": [condition]}})
+        if reply.ok:
+            reply = await self._write("DELETE", path, {"preconditions": {"uid": victim.uid}}, JSON)
+        if reply.status in (404, 409):  # gone already, or replaced by a new pod of the same name
             return  # kube reports nothing for a victim that was already gone
+        if not reply.ok:
+            raise PreemptionError(f"evicting {victim.namespace}/{victim.name}: {reply.describe()}", reply)
         log.info("preempted", victim=f"{victim.namespace}/{victim.name}", preemptor=preemptor.key, node=victim.node)
         self.handle.record_event(
             {"namespace": victim.namespace, "name": victim.name, "uid": victim.uid},
