@@ -68,6 +68,20 @@ def sample_feasible(candidates: Rows, feasible: Mask, start: int, want: int) -> 
     return order[hits], len(order)
 
 
+def sample_all(candidates: Rows, start: int, want: int) -> tuple[Rows, int]:
+    """``sample_feasible`` when every candidate is feasible (no Filter rejected any row): a slice of the rotation."""
+    n = len(candidates)
+    if n == 0:
+        return candidates, 0
+    cut = start % n
+    if n <= want:
+        return (np.concatenate((candidates[cut:], candidates[:cut])) if cut else candidates), n
+    end = cut + want
+    if end <= n:
+        return candidates[cut:end], want
+    return np.concatenate((candidates[cut:], candidates[: end - n])), want
+
+
 def _ignore(point: str, status: str, seconds: float) -> None:
     pass
 
@@ -154,7 +168,10 @@ class Algorithm:
             else self.percentage,
             len(cand_rows),
         )
-        rows, processed = sample_feasible(cand_rows, alive, self.next_start, want)
+        if rejected:
+            rows, processed = sample_feasible(cand_rows, alive, self.next_start, want)
+        else:  # nothing filtered out: every candidate is feasible
+            rows, processed = sample_all(cand_rows, self.next_start, want)
         self.next_start = (self.next_start + processed) % table.num_nodes
         t2 = time.perf_counter()
         self._observe("Filter", "Success", t2 - t1)
