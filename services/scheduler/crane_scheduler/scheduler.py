@@ -361,11 +361,11 @@ class Scheduler:
             self._slots.release()  # deleted, bound by someone else, or already on its way
             return
         qp.pod = pod
-        start = time.perf_counter()
         state: CycleState = {}
         collecting = gc.isenabled()
         gc.disable()  # a collection triggered by the decision's allocations runs right after it instead
-        before = thread_usage()
+        before = thread_usage()  # system calls, outside the timed section: the OS may preempt at their return
+        start = time.perf_counter()
         try:
             result = self.algorithm.schedule(profile, pod, state, self._observers[profile.name])
         except Exception as err:
@@ -374,8 +374,9 @@ class Scheduler:
         finally:
             if collecting:
                 gc.enable()
+        decided = time.perf_counter()
         after = thread_usage()
-        self.metrics.algorithm_duration.labels(profile.name).observe(time.perf_counter() - start)
+        self.metrics.algorithm_duration.labels(profile.name).observe(decided - start)
         if before is not None and after is not None:
             self.metrics.algorithm_cpu.labels(profile.name).observe(after[0] - before[0])
             if after[1] > before[1]:
