@@ -214,7 +214,6 @@ class Algorithm:
                 skipped.add(pre.name)
             elif not status.success:
                 return Status(Code.ERROR, status.reasons, pre.name)
-        total = np.zeros(len(rows), dtype=np.int64)
         explained: list[tuple[str, int, IntArray]] = []
         for pl, weight in profile.score:
             if pl.name in skipped:
@@ -223,9 +222,17 @@ class Algorithm:
             normalize = getattr(pl, "normalize_score", None)  # NormalizeScorePlugin; isinstance() is slow
             if normalize is not None:
                 scores = normalize(state, pod, scores)
-            if len(scores) and (scores.min() < 0 or scores.max() > MAX_NODE_SCORE):
-                return Status(Code.ERROR, (f"plugin {pl.name} returned a score outside [0, 100]",), pl.name)
-            total += scores * weight
             explained.append((pl.name, weight, scores))
+        if not explained or not len(rows):
+            state[EXPLAIN_SCORES] = (rows, explained)
+            return np.zeros(len(rows), dtype=np.int64)
+        # One pass over every plugin's scores (numpy's cost per call dominates at a few hundred rows): the range
+        # check, then the weighted sum.
+        matrix = np.stack([scores for _, _, scores in explained])
+        if matrix.min() < 0 or matrix.max() > MAX_NODE_SCORE:
+            name = next(n for n, _, sc in explained if sc.min() < 0 or sc.max() > MAX_NODE_SCORE)
+            return Status(Code.ERROR, (f"plugin {name} returned a score outside [0, 100]",), name)
+        weights = np.array([weight for _, weight, _ in explained], dtype=np.int64)
+        total: IntArray = weights @ matrix
         state[EXPLAIN_SCORES] = (rows, explained)
         return total
