@@ -68,6 +68,20 @@ def sample_feasible(candidates: Rows, feasible: Mask, start: int, want: int) -> 
     return order[hits], len(order)
 
 
+def sample_all(candidates: Rows, start: int, want: int) -> tuple[Rows, int]:
+    """``sample_feasible`` when every candidate is feasible (no Filter rejected any row): a slice of the rotation."""
+    n = len(candidates)
+    if n == 0:
+        return candidates, 0
+    cut = start % n
+    if n <= want:
+        return (np.concatenate((candidates[cut:], candidates[:cut])) if cut else candidates), n
+    end = cut + want
+    if end <= n:
+        return candidates[cut:end], want
+    return np.concatenate((candidates[cut:], candidates[: end - n])), want
+
+
 def _ignore(point: str, status: str, seconds: float) -> None:
     pass
 
@@ -154,7 +168,10 @@ class Algorithm:
             else self.percentage,
             len(cand_rows),
         )
-        rows, processed = sample_feasible(cand_rows, alive, self.next_start, want)
+        if rejected:
+            rows, processed = sample_feasible(cand_rows, alive, self.next_start, want)
+        else:  # nothing filtered out: every candidate is feasible
+            rows, processed = sample_all(cand_rows, self.next_start, want)
         self.next_start = (self.next_start + processed) % table.num_nodes
         t2 = time.perf_counter()
         self._observe("Filter", "Success", t2 - t1)
@@ -197,7 +214,6 @@ class Algorithm:
                 skipped.add(pre.name)
             elif not status.success:
                 return Status(Code.ERROR, status.reasons, pre.name)
-        total = np.zeros(len(rows), dtype=np.int64)
         explained: list[tuple[str, int, IntArray]] = []
         for pl, weight in profile.score:
             if pl.name in skipped:
@@ -206,9 +222,17 @@ class Algorithm:
             normalize = getattr(pl, "normalize_score", None)  # NormalizeScorePlugin; isinstance() is slow
             if normalize is not None:
                 scores = normalize(state, pod, scores)
-            if len(scores) and (scores.min() < 0 or scores.max() > MAX_NODE_SCORE):
-                return Status(Code.ERROR, (f"plugin {pl.name} returned a score outside [0, 100]",), pl.name)
-            total += scores * weight
             explained.append((pl.name, weight, scores))
+        if not explained or not len(rows):
+            state[EXPLAIN_SCORES] = (rows, explained)
+            return np.zeros(len(rows), dtype=np.int64)
+        # One pass over every plugin's scores (numpy's cost per call dominates at a few hundred rows): the range
+        # check, then the weighted sum.
+        matrix = np.stack([scores for _, _, scores in explained])
+        if matrix.min() < 0 or matrix.max() > MAX_NODE_SCORE:
+            name = next(n for n, _, sc in explained if sc.min() < 0 or sc.max() > MAX_NODE_SCORE)
+            return Status(Code.ERROR, (f"plugin {name} returned a score outside [0, 100]",), name)
+        weights = np.array([weight for _, weight, _ in explained], dtype=np.int64)
+        total: IntArray = weights @ matrix
         state[EXPLAIN_SCORES] = (rows, explained)
         return total

@@ -33,6 +33,7 @@ from crane_scheduler.podinfo import (
     Taint,
     parse_int,
 )
+from crane_scheduler.rowcache import RowVersions
 
 Mask = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
@@ -139,6 +140,8 @@ class NodeTable:
         self.nodes_version = 0  # bumped when a node is added, changed or removed (not on pod accounting)
         self.labels_version = 0
         self.taints_version = 0
+        # Per row, when its allocatable or accounted requests last changed (per-row result caches refresh those).
+        self.row_versions = RowVersions(capacity)
         self.names: list[str] = []
         self.nodes: list[NodeInfo | None] = []
         self.rows: dict[str, int] = {}
@@ -249,6 +252,7 @@ class NodeTable:
         if old is None:
             for uid in self._pods_by_node.get(node.name, ()):
                 self._apply(self.pods[uid], +1)
+        self.row_versions.touch_row(row)
         self.version += 1
         self.nodes_version += 1
         return kind
@@ -273,6 +277,7 @@ class NodeTable:
         for col in self._columns.values():
             col.array[row] = col.default
         self.ports.pop(row, None)
+        self.row_versions.touch_row(row)
         self._free.append(row)
         self.num_nodes -= 1
         self.version += 1
@@ -320,6 +325,7 @@ class NodeTable:
             pad = ((0, 0), (0, 1))
             self._alloc = np.pad(self._alloc, pad)
             self._requested = np.pad(self._requested, pad)
+            self.row_versions.touch_all()  # a resource no node had: results that looked it up are stale
         return col
 
     def _taint_group_of(self, taints: tuple[Taint, ...]) -> int:
@@ -509,6 +515,7 @@ class NodeTable:
             self._requested[touched] += sums[:, :width]
             self._nonzero[touched] += sums[:, width : width + 2]
             self._pod_count[touched] += sums[:, width + 2]
+            self.row_versions.touch(touched.tolist())
         self.version += 1
 
     def _delta_of(self, record: PodRecord, width: int) -> IntArray:
@@ -546,6 +553,7 @@ class NodeTable:
         self._nonzero[row, 0] += sign * record.nonzero_cpu
         self._nonzero[row, 1] += sign * record.nonzero_memory
         self._pod_count[row] += sign
+        self.row_versions.touch_row(row)
         self._apply_ports(row, record.host_ports, sign)
 
     def _apply_ports(self, row: int, host_ports: tuple[HostPort, ...], sign: int) -> None:

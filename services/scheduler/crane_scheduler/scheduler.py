@@ -33,6 +33,7 @@ import asyncio
 import dataclasses
 import functools
 import gc
+import resource
 import time
 from collections.abc import Callable
 from typing import Any
@@ -74,8 +75,17 @@ log = get_logger("crane.scheduler")
 UNSCHEDULABLE_FLUSH_PERIOD = 30.0
 OLD_GENERATION_THRESHOLD = 1_000_000
 """gen1 collections before CPython may collect the old generation: in effect never by itself (see ``collector``)"""
+_RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)
 FULL_COLLECTION_PERIOD = 300.0
 """seconds between full collections, run when the scheduler is idle (or after twice as long regardless)"""
+
+
+def thread_usage() -> tuple[float, int] | None:
+    """(CPU seconds, involuntary context switches) of the calling thread so far; None where the OS cannot say
+    (``RUSAGE_THREAD`` is Linux's). The CPU time is ``thread_time``'s: getrusage's is tick-sampled per thread."""
+    if _RUSAGE_THREAD is None:
+        return None
+    return time.thread_time(), resource.getrusage(_RUSAGE_THREAD).ru_nivcsw
 
 
 def tune_collector() -> None:
@@ -351,10 +361,11 @@ class Scheduler:
             self._slots.release()  # deleted, bound by someone else, or already on its way
             return
         qp.pod = pod
-        start = time.perf_counter()
         state: CycleState = {}
         collecting = gc.isenabled()
         gc.disable()  # a collection triggered by the decision's allocations runs right after it instead
+        before = thread_usage()  # system calls, outside the timed section: the OS may preempt at their return
+        start = time.perf_counter()
         try:
             result = self.algorithm.schedule(profile, pod, state, self._observers[profile.name])
         except Exception as err:
@@ -363,7 +374,13 @@ class Scheduler:
         finally:
             if collecting:
                 gc.enable()
-        self.metrics.algorithm_duration.labels(profile.name).observe(time.perf_counter() - start)
+        decided = time.perf_counter()
+        after = thread_usage()
+        self.metrics.algorithm_duration.labels(profile.name).observe(decided - start)
+        if before is not None and after is not None:
+            self.metrics.algorithm_cpu.labels(profile.name).observe(after[0] - before[0])
+            if after[1] > before[1]:
+                self.metrics.algorithm_preempted.labels(profile.name).inc()
         if isinstance(result, Diagnosis):  # PostFilter (preemption) first: its message is part of the decision
             profile.run_post_filter(state, pod, result)
         self.decisions.record(

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from crane_scheduler.framework import Handle
 from crane_scheduler.loadaware.args import parse_args
 from crane_scheduler.loadaware.plugin import Dynamic
-from crane_scheduler.loadaware.rowcache import FilterCache, RowVersions, ScoreCache
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import parse_node, parse_pod
+from crane_scheduler.rowcache import FilterCache, RowVersions, ScoreCache
 from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.policy import default_policy
 from tests.support.scheduler import node, pod

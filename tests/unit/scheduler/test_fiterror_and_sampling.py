@@ -7,7 +7,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from crane_scheduler.algorithm import Algorithm, ScheduleResult, num_feasible_nodes_to_find, sample_feasible
+from crane_scheduler.algorithm import (
+    Algorithm,
+    ScheduleResult,
+    num_feasible_nodes_to_find,
+    sample_all,
+    sample_feasible,
+)
 from crane_scheduler.framework import Diagnosis, fit_error_message
 from crane_scheduler.podinfo import parse_pod
 from crane_scheduler.reporting import truncate_note
@@ -61,6 +67,16 @@ def test_sampling_rotates_and_reports_the_nodes_examined() -> None:
     assert rows.tolist() == [3, 5, 6] and processed == 4  # examined 3, 4, 5, 6
     rows, processed = sample_feasible(candidates, feasible, start=8, want=100)
     assert sorted(rows.tolist()) == [0, 2, 3, 5, 6, 7, 9] and processed == 10
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 10])
+def test_sampling_when_every_candidate_is_feasible_is_the_general_sampling(n: int) -> None:
+    candidates = np.arange(0, 3 * n, 3)  # not every row is a candidate
+    for start in range(2 * n + 1):
+        for want in range(1, n + 3):
+            rows, processed = sample_all(candidates, start, want)
+            expected, examined = sample_feasible(candidates, np.ones(3 * n, dtype=bool), start, want)
+            assert (rows.tolist(), processed) == (expected.tolist(), examined)
 
 
 def test_successive_pods_are_scored_over_rotating_windows_of_nodes() -> None:

@@ -261,3 +261,19 @@ async def test_a_term_looks_for_unreported_bindings_again_once_the_previous_term
     monkeypatch.setattr(s.reporter, "recover_scheduled_events", recover)
     await asyncio.wait_for(s.run(stopping, Term()), 10)
     assert looks == [0, 1]
+
+
+async def test_a_decision_reports_its_cpu_time_beside_its_wall_time() -> None:
+    """The decision's own cost apart from the machine's: its CPU time does not exceed its wall-clock latency
+    (beyond the two system calls that read it), and the preempted count is per decision."""
+    s, binder, _, _ = await bind_held()
+    registry = s.metrics.registry
+    labels = {"profile": "crane-scheduler"}
+    wall = registry.get_sample_value("scheduler_scheduling_algorithm_duration_seconds_sum", labels)
+    cpu = registry.get_sample_value("crane_scheduler_scheduling_algorithm_cpu_seconds_sum", labels)
+    assert registry.get_sample_value("crane_scheduler_scheduling_algorithm_cpu_seconds_count", labels) == 1
+    assert wall is not None and cpu is not None and 0 < cpu <= wall + 0.0005
+    preempted = registry.get_sample_value("crane_scheduler_scheduling_algorithm_preempted_total", labels) or 0.0
+    assert preempted in (0.0, 1.0)
+    binder.gate.set()
+    await s.drain()

@@ -28,9 +28,9 @@ from crane_scheduler import framework as fwk
 from crane_scheduler.loadaware.args import PluginArgs, parse_args
 from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
 from crane_scheduler.loadaware.recent import RecentEffects
-from crane_scheduler.loadaware.rowcache import PASS, Codes, FilterCache, RowVersions, ScoreCache
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo
+from crane_scheduler.rowcache import PASS, Codes, FilterCache, RowVersions, ScoreCache
 from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,

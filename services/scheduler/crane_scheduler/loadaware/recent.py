@@ -187,6 +187,8 @@ class RecentEffects:
 
     def _estimate(self, row: int, bindings: list[_Binding]) -> None:
         est = self.cols.args.estimate
+        # Metrics of one resource with the same window and annotation time get the same estimate: summed once.
+        done: dict[tuple[str | None, float, float], float] = {}
         for metric, arr in self.extra.items():
             stamp = float(self.cols.stamps[metric][row]) if row < self.cols.capacity else math.nan
             if not est.enabled or not bindings or math.isnan(stamp):
@@ -198,12 +200,16 @@ class RecentEffects:
                 arr[row] = 0.0
                 continue
             window = est.window_of(metric).total_seconds()
-            factor = est.cpu_factor if resource == "cpu" else est.memory_factor
-            added = 0.0
-            for b in bindings:  # dynamic._estimate, term by term
-                absorbed = min(1.0, max(0.0, (stamp - b.bound_at) / window)) if window > 0 else 1.0
-                amount = b.cpu if resource == "cpu" else b.memory
-                added += factor * amount * (1.0 - absorbed)
+            key = (resource, window, stamp)
+            added = done.get(key)
+            if added is None:
+                factor = est.cpu_factor if resource == "cpu" else est.memory_factor
+                added = 0.0
+                for b in bindings:  # dynamic._estimate, term by term
+                    absorbed = min(1.0, max(0.0, (stamp - b.bound_at) / window)) if window > 0 else 1.0
+                    amount = b.cpu if resource == "cpu" else b.memory
+                    added += factor * amount * (1.0 - absorbed)
+                done[key] = added
             arr[row] = added / total
 
     def _own(self, row: int, now: float) -> None:

@@ -92,13 +92,16 @@ class ImageLocality(fwk.ScorePlugin, fwk.EnqueueExtensions):
         if not containers:
             return np.zeros(len(rows), dtype=np.int64)
         self._refresh(table)
+        states = [
+            found
+            for c in containers
+            if (found := self._states.get(normalized_image_name(str(c.get("image") or "")))) is not None
+        ]
+        if not states:  # no node has any of the images: every sum is 0, below the threshold, so every score 0
+            return np.zeros(len(rows), dtype=np.int64)
         total_nodes = table.num_nodes
         sums = np.zeros(table.n_rows, dtype=np.int64)
-        for c in containers:
-            found = self._states.get(normalized_image_name(str(c.get("image") or "")))
-            if found is None:
-                continue
-            size, having = found
+        for size, having in states:
             idx = np.fromiter(having, dtype=np.intp, count=len(having))
             sums[idx] += int(float(size) * (float(len(having)) / float(total_nodes)))
         clamped = np.clip(sums[rows], MIN_THRESHOLD, MAX_CONTAINER_THRESHOLD * len(containers))

@@ -6,6 +6,11 @@ Scoring counts a container without cpu/memory requests as 100m / 200Mi, on the n
 best-effort pods still spread; the filter never does.
 BalancedAllocation favours nodes whose cpu and memory fractions stay close, on plain requests, and skips
 best-effort pods (kube-scheduler >= 1.32). Integer arithmetic matches kube-scheduler's exactly.
+
+Both keep their results per node row and pod size (``crane_scheduler.rowcache``): a row is recomputed only when
+the table says its allocatable or accounted requests changed (``NodeTable.row_versions``: a pod assumed, bound or
+removed there, the node updated), so a burst of same-sized pods costs a lookup per decision, not a pass over
+every scored row.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy.typing as npt
 from crane_scheduler import framework as fwk
 from crane_scheduler.nodetable import IntArray, NodeTable
 from crane_scheduler.podinfo import CPU, MEMORY, PODS, NodeInfo, PodInfo, is_scalar_resource
+from crane_scheduler.rowcache import FilterCache
 
 STRATEGIES = ("LeastAllocated", "MostAllocated", "RequestedToCapacityRatio")
 MAX_CUSTOM_PRIORITY_SCORE = 10  # shape scores are 0..10, scaled by 10 to node scores
@@ -180,11 +186,41 @@ class _Rows:
                 yield weight, *pair
 
 
+class _TableCaches:
+    """Per-row results of one plugin instance over one node table, keyed by what of the pod they depend on:
+    (filter, score)."""
+
+    __slots__ = ("caches", "table")
+
+    def __init__(self) -> None:
+        self.table: NodeTable | None = None
+        self.caches: tuple[FilterCache, FilterCache] | None = None
+
+    def of(self, table: NodeTable) -> tuple[FilterCache, FilterCache]:
+        if self.table is not table or self.caches is None:  # an instance serves one table; a new one starts afresh
+            self.table = table
+            self.caches = (FilterCache(table.row_versions), FilterCache(table.row_versions))
+        return self.caches
+
+
+def _requests_key(pod: PodInfo, resources: tuple[tuple[str, int], ...], nonzero: bool) -> tuple[int, ...]:
+    """What of the pod a resource score reads: its (non-zero) request of each scored resource."""
+    return tuple(_pod_request(pod, res, nonzero) for res, _ in resources)
+
+
+MAX_CACHED_CHECKS = 31
+"""Filter reasons are kept as bits of an int64 per row: pods checked on more resources are filtered uncached"""
+ONE_BY_ONE = 16
+"""up to this many changed rows are recomputed one at a time in Python ints and floats (numpy's per-call cost
+dominates below that), with the vector path's exact arithmetic (``test_noderesources_rowcache`` holds them equal)"""
+
+
 class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin):
     name = "NodeResourcesFit"
 
     def __init__(self, args: FitArgs) -> None:
         self.args = args
+        self._caches = _TableCaches()
 
     def _ignored(self, res: str) -> bool:
         return is_extended_resource(res) and (
@@ -198,6 +234,25 @@ class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin
         ]
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
+        """The rejections of ``_filter_all``, from per-row reason bits kept per pod size (``_reason_bits``)."""
+        checked = self.checked(pod)
+        if len(checked) > MAX_CACHED_CHECKS:
+            return self._filter_all(pod, table)
+        fits = self._caches.of(table)[0]
+        codes = fits.get(tuple(checked), table.n_rows, lambda rows: _reason_bits(table, checked, rows))
+        if not codes.any():
+            return []
+        present = int(np.bitwise_or.reduce(codes))
+        out: list[fwk.Rejection] = []
+        if present & 1:
+            out.append(fwk.Rejection("Too many pods", (codes & 1) != 0))
+        for i, (res, _) in enumerate(checked):
+            for bit, unresolvable in ((1 << (1 + 2 * i), False), (1 << (2 + 2 * i), True)):
+                if present & bit:
+                    out.append(fwk.Rejection(f"Insufficient {res}", (codes & bit) != 0, unresolvable=unresolvable))
+        return out
+
+    def _filter_all(self, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         out: list[fwk.Rejection] = []
         too_many = table.pod_count + 1 > table.alloc[:, table.resources[PODS]]
         if too_many.any():
@@ -217,6 +272,14 @@ class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin
         return out
 
     def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
+        key = _requests_key(pod, self.args.resources, nonzero=True)
+        values = self._caches.of(table)[1].get(key, table.n_rows, lambda changed: self._score(pod, table, changed))
+        out: IntArray = values[rows]
+        return out
+
+    def _score(self, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
+        if len(rows) <= ONE_BY_ONE and self.args.strategy != "RequestedToCapacityRatio":
+            return np.array([self._score_of(pod, table, row) for row in rows.tolist()], dtype=np.int64)
         gathered = _Rows(table, rows)
         total = np.zeros(len(rows), dtype=np.int64)
         weights = np.zeros(len(rows), dtype=np.int64)
@@ -237,6 +300,32 @@ class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin
                 total += np.where(valid, s * weight, 0)
                 weights += np.where(valid, weight, 0)
         return np.where(weights > 0, total // np.maximum(weights, 1), 0)
+
+    def _score_of(self, pod: PodInfo, table: NodeTable, row: int) -> int:
+        """``_score`` of one row (LeastAllocated, MostAllocated)."""
+        alloc, requested, nonzero = (
+            table.alloc[row].tolist(),
+            table.requested[row].tolist(),
+            table.nonzero_requested[row].tolist(),
+        )
+        least = self.args.strategy == "LeastAllocated"
+        total = weights = 0
+        for res, weight in self.args.resources:
+            pod_req = _pod_request(pod, res, nonzero=True)
+            col = table.resources.get(res)
+            if (pod_req == 0 and is_scalar_resource(res)) or col is None:
+                continue
+            a = alloc[col]
+            if a <= 0:
+                continue
+            req = (nonzero[0] if res == CPU else nonzero[1] if res == MEMORY else requested[col]) + pod_req
+            if least:
+                s = 0 if req > a else (a - req) * fwk.MAX_NODE_SCORE // a
+            else:
+                s = min(req, a) * fwk.MAX_NODE_SCORE // a
+            total += s * weight
+            weights += weight
+        return total // weights if weights > 0 else 0
 
     def _requested_to_capacity_ratio(self, pod: PodInfo, gathered: _Rows, n: int) -> IntArray:
         """kube's ``buildRequestedToCapacityRatioScorerFunction``: the shape at each resource's utilization
@@ -309,11 +398,45 @@ def after_node_change(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHi
     return fwk.QueueingHint.QUEUE if grew else fwk.QueueingHint.SKIP
 
 
+def _reason_bits(table: NodeTable, checked: list[tuple[str, int]], rows: fwk.Rows) -> IntArray:
+    """``NodeResourcesFit._filter_all``'s reasons of ``rows`` as bits: 1 too many pods; for the i-th checked
+    resource 1 << (1 + 2i) insufficient, 1 << (2 + 2i) insufficient beyond the whole allocatable (unresolvable)."""
+    if len(rows) <= ONE_BY_ONE:
+        return np.array([_reason_bits_of(table, checked, row) for row in rows.tolist()], dtype=np.int64)
+    alloc = table.alloc[rows]
+    codes = np.zeros(len(rows), dtype=np.int64)
+    codes[table.pod_count[rows] + 1 > alloc[:, table.resources[PODS]]] = 1
+    for i, (res, want) in enumerate(checked):
+        col = table.resources.get(res)
+        if col is None:  # no node has it: every row, unresolvable
+            codes |= 1 << (2 + 2 * i)
+            continue
+        mask = want > alloc[:, col] - table.requested[rows, col]
+        whole = want > alloc[:, col]
+        codes[mask & ~whole] |= 1 << (1 + 2 * i)
+        codes[mask & whole] |= 1 << (2 + 2 * i)
+    return codes
+
+
+def _reason_bits_of(table: NodeTable, checked: list[tuple[str, int]], row: int) -> int:
+    """``_reason_bits`` of one row."""
+    alloc, requested = table.alloc[row].tolist(), table.requested[row].tolist()
+    code = 1 if int(table.pod_count[row]) + 1 > alloc[table.resources[PODS]] else 0
+    for i, (res, want) in enumerate(checked):
+        col = table.resources.get(res)
+        if col is None:
+            code |= 1 << (2 + 2 * i)
+        elif want > alloc[col] - requested[col]:
+            code |= 1 << ((2 if want > alloc[col] else 1) + 2 * i)
+    return code
+
+
 class BalancedAllocation(fwk.PreScorePlugin, fwk.ScorePlugin, fwk.EnqueueExtensions):
     name = "NodeResourcesBalancedAllocation"
 
     def __init__(self, resources: tuple[tuple[str, int], ...]) -> None:
         self.resources = resources
+        self._caches = _TableCaches()
 
     def pre_score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> fwk.Status:
         if all(_pod_request(pod, res, nonzero=False) == 0 for res, _ in self.resources):
@@ -321,6 +444,14 @@ class BalancedAllocation(fwk.PreScorePlugin, fwk.ScorePlugin, fwk.EnqueueExtensi
         return fwk.SUCCESS
 
     def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
+        key = _requests_key(pod, self.resources, nonzero=False)
+        values = self._caches.of(table)[1].get(key, table.n_rows, lambda changed: self._score(pod, table, changed))
+        out: IntArray = values[rows]
+        return out
+
+    def _score(self, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
+        if len(rows) <= ONE_BY_ONE and len(self.resources) == 2:
+            return np.array([self._score_of(pod, table, row) for row in rows.tolist()], dtype=np.int64)
         gathered = _Rows(table, rows)
         fractions: list[npt.NDArray[np.float64]] = []
         valids: list[npt.NDArray[np.bool_]] = []
@@ -349,6 +480,24 @@ class BalancedAllocation(fwk.PreScorePlugin, fwk.ScorePlugin, fwk.EnqueueExtensi
             std = np.where(count > 2, np.sqrt(var), std)
         result: IntArray = ((1.0 - std) * fwk.MAX_NODE_SCORE).astype(np.int64)
         return result
+
+    def _score_of(self, pod: PodInfo, table: NodeTable, row: int) -> int:
+        """``_score`` of one row, for two resources (the default: cpu and memory)."""
+        alloc, requested = table.alloc[row].tolist(), table.requested[row].tolist()
+        fractions: list[float] = []
+        valids: list[bool] = []
+        for res, _ in self.resources:
+            pod_req = _pod_request(pod, res, nonzero=False)
+            col = table.resources.get(res)
+            if (pod_req == 0 and is_scalar_resource(res)) or col is None:
+                continue
+            a = alloc[col]
+            fractions.append(min(float(requested[col] + pod_req) / float(a if a > 0 else 1), 1.0))
+            valids.append(a > 0)
+        if not fractions:
+            return fwk.MAX_NODE_SCORE
+        std = abs((fractions[0] - fractions[1]) / 2) if len(fractions) == 2 and valids[0] and valids[1] else 0.0
+        return int((1.0 - std) * fwk.MAX_NODE_SCORE)
 
     def events_to_register(self) -> fwk.ClusterEvent:
         return fwk.ClusterEvent.ALL

@@ -50,6 +50,8 @@ class TaintToleration(fwk.FilterPlugin, fwk.PreScorePlugin, fwk.NormalizeScorePl
             dtype=np.int64,
             count=len(table.taint_sets),
         )
+        if not counts.any():  # no node has an untolerated PreferNoSchedule taint
+            return np.zeros(len(rows), dtype=np.int64)
         return counts[table.taint_group[rows]]
 
     def normalize_score(self, state: fwk.CycleState, pod: PodInfo, scores: IntArray) -> IntArray:

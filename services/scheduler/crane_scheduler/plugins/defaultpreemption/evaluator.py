@@ -302,6 +302,7 @@ def _batched_arithmetic(
     requested[grid] -= taken[:, :-1]
     pod_count[index] -= taken[:, -1]
     table.version += 1
+    table.row_versions.touch(rows)  # per-row result caches (NodeResourcesFit's) see the what-if
     try:
         alive = np.zeros(table.n_rows, dtype=bool)
         alive[index] = True
@@ -323,6 +324,7 @@ def _batched_arithmetic(
         requested[grid] += taken[:, :-1]
         pod_count[index] += taken[:, -1]
         table.version += 1
+        table.row_versions.touch(rows)
     room -= np.array([want for _, want in reprieve.requests] + [1], dtype=np.int64)
     mask = np.zeros(table.n_rows, dtype=bool)
     mask[where] = True
