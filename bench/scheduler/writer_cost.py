@@ -59,6 +59,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 qps=args.qps,
                 burst=args.burst,
                 connections=args.connections,
+                report_connections=args.event_concurrency,
             ),
             log_level="warning",
         )
@@ -91,6 +92,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             async def bind(i: int, name: str, uid: str) -> None:
                 reply = await writer.bind(ns, name, uid, f"node-{i % 1000:05d}")
                 if not reply.ok:
+                    if not failures:
+                        print(f"first failed bind: {reply.describe()}", file=sys.stderr)
                     failures[reply.status] += 1
                     return
                 bound_at[uid] = time.monotonic()

