@@ -9,6 +9,9 @@ and the last event completed, and the event lag (bind done -> its event written)
 
     .venv/bin/python -m bench.scheduler.writer_cost --pods 5000 [--py-spy]
 
+Before/after against another commit's writer: ``git archive <commit> services/scheduler | tar -x -C /tmp/before``
+and the same command with ``PYTHONPATH=/tmp/before/services/scheduler`` (the writer process inherits it).
+
 ``--py-spy`` samples the writer process and prints its hottest frames (self and inclusive share).
 """
 
@@ -53,16 +56,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     run_dir = new_run_dir("bench-writer-cost")
     async with LocalCluster(run_dir) as cluster:
         api = await api_client_from_dict(cluster.kubeconfig_dict(), qps=0, burst=500)
-        writer = ApiWriter(
-            Connection(
-                kubeconfig_dict=cluster.kubeconfig_dict(),
-                qps=args.qps,
-                burst=args.burst,
-                connections=args.connections,
-                report_connections=args.event_concurrency,
-            ),
-            log_level="warning",
-        )
+        options: dict[str, Any] = {"qps": args.qps, "burst": args.burst, "connections": args.connections}
+        if "report_connections" in Connection.__dataclass_fields__:  # older writers (a before/after) have none
+            options["report_connections"] = args.event_concurrency
+        writer = ApiWriter(Connection(kubeconfig_dict=cluster.kubeconfig_dict(), **options), log_level="warning")
         try:
             ns = await fresh_namespace(api, "bench-writer")
             await create_pods(api, ns, args.pods, "nobody")
