@@ -129,6 +129,25 @@ async def test_events_do_not_queue_behind_binds_the_api_server_is_slow_to_answer
     assert sum(s[1].endswith("/binding") for s in fake.seen) == 8
 
 
+async def test_a_write_whose_deadline_passes_while_it_waits_for_a_connection_is_refused() -> None:
+    fake = _Api()
+    fake.release = asyncio.Event()
+    async with TestServer(fake.app) as server:
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0, connections=1)
+        async with ApiWriter(conn) as writer:
+            writer.term = Term(deadline=time.monotonic() + 60)
+            first = asyncio.create_task(writer.bind("ns", "first", "u", "n1"))  # holds the one connection
+            await asyncio.wait_for(fake.arrived.wait(), 10)
+            writer.term = Term(deadline=time.monotonic() + 0.3)
+            second = asyncio.create_task(writer.bind("ns", "second", "u", "n1"))  # waits for the connection
+            await asyncio.sleep(0.6)  # its deadline passes meanwhile (nothing else would stop it)
+            fake.release.set()
+            assert (await first).ok
+            reply = await second
+    assert reply.status == REFUSED and "deadline" in reply.text
+    assert [s[1] for s in fake.seen] == ["/api/v1/namespaces/ns/pods/first/binding"]
+
+
 async def test_a_dead_writer_answers_unsent_and_is_restarted() -> None:
     fake = _Api()
     fake.release = asyncio.Event()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httptools
@@ -24,6 +25,10 @@ ERROR_TEXT_LIMIT = 2048
 
 class HttpError(Exception):
     """The exchange failed below HTTP: closed connection, malformed response."""
+
+
+class Refused(Exception):
+    """``request``'s last check said no: nothing was sent."""
 
 
 @dataclass(frozen=True)
@@ -119,12 +124,20 @@ class HttpPool:
         """The request line and the headers every request of this pool carries (the rest: per request)."""
         return f"{method} {path} HTTP/1.1\r\nHost: {self.endpoint.authority}\r\nAccept: application/json\r\n".encode()
 
-    async def request(self, head: bytes, body: bytes) -> tuple[int, bytes]:
+    async def request(
+        self, head: bytes, body: bytes, check: Callable[[], str | None] = lambda: None
+    ) -> tuple[int, bytes]:
         """``head``: request line and headers (without the blank line and Content-Length); returns (status,
-        error text: the body's first bytes when the status is not 2xx, else empty)."""
+        error text: the body's first bytes when the status is not 2xx, else empty). ``check`` is asked once a
+        connection is ready, right before the request is written: a reason raises ``Refused`` (e.g. the
+        leadership deadline passed while the request waited for a connection)."""
         request = b"%bContent-Length: %d\r\n\r\n%b" % (head, len(body), body)
         async with asyncio.timeout(self.timeout), self._slots:
             conn = self._take() or await self._connect()
+            refusal = check()
+            if refusal is not None:
+                self._idle.append(conn)
+                raise Refused(refusal)
             try:
                 status, text = await conn.exchange(request)
             except BaseException:

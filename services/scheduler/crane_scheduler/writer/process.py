@@ -6,11 +6,16 @@ Why a process: the scheduler is one Python thread, and per pod it makes two HTTP
 another core, fed by msgpack over a pipe (``protocol``): a request costs the scheduler one small pack and a share
 of one pipe write per event-loop turn.
 
+Cost per request (``bench.scheduler.writer_cost``): requests leave on the writer's own HTTP/1.1 client
+(``http``: keep-alive pool, one bytes object per request, httptools parsing the response), on uvloop; a bind's
+body comes from a template (``BIND``), other bodies are dumped once. Binds and reports (events, status patches)
+are two lanes, each with its own connections and token bucket, so events never queue behind a burst of binds.
+
 Safety (leadership): a request carries its term and the instant its term may end (``deadline``, monotonic); it is
 refused once the deadline has passed or the term was ended (``END_TERM``), checked again after its rate-limiter
-token, right before it goes out; ``END_TERM`` and ``CANCEL`` also cancel what is waiting for a token or a
-connection. The process gets SIGKILL when the scheduler dies (``PR_SET_PDEATHSIG``) and exits when its stdin
-closes, after finishing what it has started.
+token and once more when its connection is ready, right before it goes out; ``END_TERM`` and ``CANCEL`` also
+cancel what is waiting for a token or a connection. The process gets SIGKILL when the scheduler dies
+(``PR_SET_PDEATHSIG``) and exits when its stdin closes, after finishing what it has started.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import msgpack
 import uvloop
 from kubernetes_asyncio import client
 
-from crane_scheduler.writer.http import Endpoint, HttpPool
+from crane_scheduler.writer.http import Endpoint, HttpPool, Refused
 from crane_scheduler.writer.protocol import BIND, CANCEL, END_TERM, JSON, REFUSED, REQUEST, UNSENT, Connection
 from crane_shared.kube import KubeSettings, TokenBucket, api_client_from_dict, make_api_client
 from crane_shared.logs import configure_logging, get_logger
@@ -192,8 +197,10 @@ class Writer:
                 path = quote(path, safe="/")
             kind = _CONTENT_TYPES.get(content_type) or f"Content-Type: {content_type}\r\n".encode()
             head = lane.pool.head(method, self.prefix + path) + await self._auth_headers() + kind
-            status, text = await lane.pool.request(head, body)
+            status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline))
             self.reply(rid, status, "" if 200 <= status <= 299 else text.decode(errors="replace"))
+        except Refused as refused:
+            self.reply(rid, REFUSED, str(refused))
         except asyncio.CancelledError:
             self.reply(rid, REFUSED, "cancelled")
         except Exception as err:  # timeouts, resets, refused connections: the caller decides what to retry
