@@ -164,7 +164,7 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=5000)
     parser.add_argument("--connections", type=int, default=64, help="the writer's --writer-connections")
     parser.add_argument("--bind-concurrency", type=int, default=1024)
-    parser.add_argument("--event-concurrency", type=int, default=32)
+    parser.add_argument("--event-concurrency", type=int, default=64)
     parser.add_argument("--py-spy", action="store_true", help="sample the writer process with py-spy")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     args = parser.parse_args()

@@ -76,9 +76,10 @@ def build_parser() -> EnvArgumentParser:
         "--event-concurrency",
         env="CRANE_SCHEDULER_EVENT_CONCURRENCY",
         type=int,
-        default=32,
-        help="event and pod-status writes in flight at once (they have their own client and rate "
-        "limit, as in kube-scheduler)",
+        default=64,
+        help="event and pod-status writes in flight at once, on connections of their own (with their own rate "
+        "limit, as kube-scheduler's event client): as many as the writer's bind connections, so Scheduled events "
+        "keep pace with binds",
     )
     parser.add_argument(
         "--writer-connections",

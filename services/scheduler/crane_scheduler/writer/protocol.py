@@ -66,7 +66,7 @@ class Connection:
     burst: int = 100
     request_timeout: float = 30.0
     connections: int = 64
-    report_connections: int = 32
+    report_connections: int = 64
 
     def to_wire(self) -> dict[str, object]:
         return {
