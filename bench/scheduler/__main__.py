@@ -559,7 +559,7 @@ def main() -> None:
     parser.add_argument("--qps", type=float, default=5000, help="client QPS of both schedulers and the binder")
     parser.add_argument("--burst", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=1024, help="our bind concurrency, and the binder's")
-    parser.add_argument("--event-concurrency", type=int, default=32, help="our event writers")
+    parser.add_argument("--event-concurrency", type=int, default=64, help="our event writers")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--skip-kube", action="store_true", help="only crane-scheduler and the bind ceiling")
     parser.add_argument(

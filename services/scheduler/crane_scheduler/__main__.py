@@ -76,17 +76,18 @@ def build_parser() -> EnvArgumentParser:
         "--event-concurrency",
         env="CRANE_SCHEDULER_EVENT_CONCURRENCY",
         type=int,
-        default=32,
-        help="event and pod-status writes in flight at once (they have their own client and rate "
-        "limit, as in kube-scheduler)",
+        default=64,
+        help="event and pod-status writes in flight at once, on connections of their own (with their own rate "
+        "limit, as kube-scheduler's event client): as many as the writer's bind connections, so Scheduled events "
+        "keep pace with binds",
     )
     parser.add_argument(
         "--writer-connections",
         env="CRANE_SCHEDULER_WRITER_CONNECTIONS",
         type=int,
         default=64,
-        help="API writes (binds, events, status patches) in flight at once in the writer process: that many "
-        "keep-alive connections, so a burst does not open (and TLS-handshake) one per bind",
+        help="binds in flight at once in the writer process: that many keep-alive connections, so a burst does "
+        "not open (and TLS-handshake) one per bind (events and status patches have --event-concurrency more)",
     )
     parser.add_argument(
         "--node-selector",
@@ -187,6 +188,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
             burst=kube.burst,
             request_timeout=kube.request_timeout,
             connections=args.writer_connections,
+            report_connections=args.event_concurrency,
         ),
         log_level=common.log_level,
         log_format=common.log_format,

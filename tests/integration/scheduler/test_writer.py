@@ -27,6 +27,7 @@ class _Api:
         self.status = status
         self.arrived = asyncio.Event()
         self.release: asyncio.Event | None = None
+        self.hold = ""  # only requests whose path ends so are held until ``release``
         self.app = web.Application()
         self.app.router.add_route("*", "/{tail:.*}", self._handle)
 
@@ -41,7 +42,7 @@ class _Api:
             )
         )
         self.arrived.set()
-        if self.release is not None:
+        if self.release is not None and request.path.endswith(self.hold):
             await self.release.wait()
         return web.json_response({"kind": "Status", "code": self.status}, status=self.status)
 
@@ -102,6 +103,48 @@ async def test_ending_the_term_refuses_its_writes_waiting_for_a_rate_limit_token
             cancelled.cancel()
             await asyncio.sleep(2.5)  # past the next token: had it stayed queued, it would have been sent
     assert first.ok and [r.status for r in replies] == [REFUSED] * 3
+    assert [s[1] for s in fake.seen] == ["/api/v1/namespaces/ns/pods/first/binding"]
+
+
+async def test_events_do_not_queue_behind_binds_the_api_server_is_slow_to_answer() -> None:
+    """Binds and reports have connections of their own: a burst of binds held by the API server leaves the
+    ``Scheduled`` events free to go (kube-scheduler's events have their own client, too)."""
+    fake = _Api()
+    fake.release, fake.hold = asyncio.Event(), "/binding"
+    async with TestServer(fake.app) as server:
+        conn = Connection(
+            kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0, connections=2, report_connections=2
+        )
+        async with ApiWriter(conn) as writer:
+            binds = [asyncio.create_task(writer.bind("ns", f"p{i}", "u", "n1")) for i in range(8)]
+            await eventually(lambda: len(fake.seen) == 2, 10, "two binds held by the API server")
+            events = [
+                writer.write("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", {"e": i}, None) for i in range(4)
+            ]
+            replies = await asyncio.wait_for(asyncio.gather(*events), 10)
+            assert [r.status for r in replies] == [201] * 4
+            assert not any(b.done() for b in binds)
+            fake.release.set()
+            assert all(r.ok for r in await asyncio.gather(*binds))
+    assert sum(s[1].endswith("/binding") for s in fake.seen) == 8
+
+
+async def test_a_write_whose_deadline_passes_while_it_waits_for_a_connection_is_refused() -> None:
+    fake = _Api()
+    fake.release = asyncio.Event()
+    async with TestServer(fake.app) as server:
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0, connections=1)
+        async with ApiWriter(conn) as writer:
+            writer.term = Term(deadline=time.monotonic() + 60)
+            first = asyncio.create_task(writer.bind("ns", "first", "u", "n1"))  # holds the one connection
+            await asyncio.wait_for(fake.arrived.wait(), 10)
+            writer.term = Term(deadline=time.monotonic() + 0.3)
+            second = asyncio.create_task(writer.bind("ns", "second", "u", "n1"))  # waits for the connection
+            await asyncio.sleep(0.6)  # its deadline passes meanwhile (nothing else would stop it)
+            fake.release.set()
+            assert (await first).ok
+            reply = await second
+    assert reply.status == REFUSED and "deadline" in reply.text
     assert [s[1] for s in fake.seen] == ["/api/v1/namespaces/ns/pods/first/binding"]
 
 

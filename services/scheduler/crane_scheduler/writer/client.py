@@ -1,6 +1,6 @@
 """The scheduler's side of the writer process (``process``): THE path of its per-pod API writes (binds, events,
-pod-status patches). Reads (informers, recovery lists) and the plugins' own writes (VolumeBinding's PV/PVC
-updates, preemption's evictions) stay on the scheduler's own client.
+pod-status patches, preemption's nominations, conditions and evictions). Reads (informers, recovery lists) and
+VolumeBinding's PV/PVC updates stay on the scheduler's own client.
 
 A write is packed and buffered; the buffer goes down the pipe after ``FLUSH_DELAY`` (or at ``FLUSH_BATCH``
 messages), so a burst of binds costs one pipe write (and one wake-up of the writer) per few milliseconds. Each
@@ -24,6 +24,7 @@ from typing import Any
 import msgpack
 
 from crane_scheduler.writer.protocol import (
+    BIND,
     CANCEL,
     END_TERM,
     JSON,
@@ -157,13 +158,17 @@ class ApiWriter:
 
     async def write(self, method: str, path: str, body: Any, term: Term | None, content_type: str = JSON) -> Reply:
         """Send one write through the process; ``term``: the leadership term it belongs to (None: none)."""
+        return await self._send(REQUEST, (method, path, body, content_type), term)
+
+    async def _send(self, kind: int, fields: tuple[Any, ...], term: Term | None) -> Reply:
+        """A ``REQUEST`` or ``BIND`` message (``protocol``) with its ``fields`` between the id and the term."""
         if not self.alive:
             return Reply(UNSENT, "the API writer process is not running")
         rid = next(self._ids)
         number, deadline = (0, NO_DEADLINE) if term is None else (term.number, term.deadline)
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
-        self._buffer((REQUEST, rid, method, path, body, content_type, number, deadline))
+        self._buffer((kind, rid, *fields, number, deadline))
         try:
             return await future
         except asyncio.CancelledError:
@@ -174,13 +179,7 @@ class ApiWriter:
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> Reply:
         """POST pods/<name>/binding in the current term. The UID precondition makes a bind of a deleted-and-
         recreated pod fail instead of binding the new one."""
-        body = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        return await self.write("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", body, self.term)
+        return await self._send(BIND, (namespace, name, uid, node), self.term)
 
     def end_term(self, term: Term) -> None:
         """The term is over: the process refuses its writes not yet sent, from now on (sent unbuffered)."""

@@ -3,9 +3,13 @@
 Scheduler -> writer: first a map, the ``Connection`` (how to reach the API server; on the pipe, so no token or
 kubeconfig appears on a command line), then arrays:
 
-- ``[REQUEST, id, method, path, body, content_type, term, deadline]``: write ``body`` as JSON. ``term`` is the
-  leadership term's number (0: tied to no term) and ``deadline`` a ``time.monotonic()`` instant (CLOCK_MONOTONIC is
-  one clock for every process of the host) after which the request must not leave: the writer refuses it then;
+- ``[REQUEST, id, method, path, body, content_type, term, deadline]``: write ``body`` as JSON (events, status
+  patches). ``term`` is the leadership term's number (0: tied to no term) and ``deadline`` a ``time.monotonic()``
+  instant (CLOCK_MONOTONIC is one clock for every process of the host) after which the request must not leave:
+  the writer refuses it then;
+- ``[BIND, id, namespace, name, uid, node, term, deadline]``: POST the pod's ``binding`` (the body is built by
+  the writer from a template: four strings to pack instead of a nested map); binds have their own connections
+  and rate limit in the writer, so events and status patches never queue behind a burst of binds;
 - ``[CANCEL, id]``: the caller gave up (its binding cycle was dropped); not sent if not sent yet;
 - ``[END_TERM, term]``: the term ended; every request of it not yet sent is refused, at once.
 
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REQUEST, CANCEL, END_TERM = 0, 1, 2
+REQUEST, CANCEL, END_TERM, BIND = 0, 1, 2, 3
 UNSENT = 0
 REFUSED = -1
 JSON = "application/json"
@@ -50,8 +54,10 @@ class Reply:
 class Connection:
     """How the writer reaches the API server: a kubeconfig file (or in-cluster config when none), or an in-memory
     kubeconfig (tests, sandbox); its own client-side rate limit (kube-scheduler's binds and events go through
-    rate-limited clients too) and request timeout; at most ``connections`` requests in flight, so a burst reuses
-    that many keep-alive connections instead of opening (and TLS-handshaking) one per bind."""
+    rate-limited clients too) and request timeout; at most ``connections`` binds in flight, so a burst reuses
+    that many keep-alive connections instead of opening (and TLS-handshaking) one per bind; events and status
+    patches have ``report_connections`` of their own (the reporter's workers: none waits for a connection), so
+    they never queue behind a burst of binds, and their own rate limit (as kube-scheduler's event client)."""
 
     kubeconfig: str | None = None
     context: str | None = None
@@ -60,6 +66,7 @@ class Connection:
     burst: int = 100
     request_timeout: float = 30.0
     connections: int = 64
+    report_connections: int = 64
 
     def to_wire(self) -> dict[str, object]:
         return {
@@ -70,6 +77,7 @@ class Connection:
             "burst": self.burst,
             "request_timeout": self.request_timeout,
             "connections": self.connections,
+            "report_connections": self.report_connections,
         }
 
     @classmethod
