@@ -174,6 +174,14 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         request_timeout=common.kube.request_timeout,
     )
     api = await make_api_client(kube)
+    if api.rest_client.proxy:  # refused here, at start, rather than by a writer process restarting forever
+        await api.close()
+        print(
+            f"{kube.kubeconfig or 'the kubeconfig'}: proxy-url is not supported (the API writer connects to the API "
+            "server directly)",
+            file=sys.stderr,
+        )
+        return 2
     identity = args.identity or f"{socket.gethostname()}_{uuid.uuid4()}"
     runtime = ServiceRuntime("crane-scheduler", common.listen_host, common.listen_port, registry=REGISTRY)
     runtime.configure_access(Access(common.metrics_access), Access(common.debug_access), common.kube)

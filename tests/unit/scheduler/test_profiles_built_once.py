@@ -74,3 +74,30 @@ def test_a_malformed_annotation_is_decoded_and_counted_once_per_profile(tmp_path
         "crane_scheduler_dynamic_malformed_annotations_total", {"metric": "cpu_usage_avg_5m"}
     )
     assert counted == len(loaded.profiles)
+
+
+def test_a_kubeconfig_with_a_proxy_is_refused_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API writer speaks to the API server directly: a ``proxy-url`` stops the scheduler at start, with the
+    field named, instead of leaving a writer process that is restarted forever."""
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(TWO_PROFILES))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": "https://127.0.0.1:1", "proxy-url": "http://127.0.0.1:2"}}
+                ],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    monkeypatch.setattr(entry, "REGISTRY", CollectorRegistry())
+    assert entry.main(["--config", str(config), "--kubeconfig", str(kubeconfig)]) == 2
+    assert "proxy-url is not supported" in capsys.readouterr().err
