@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -167,3 +168,20 @@ async def raw_json(call: Awaitable[Any]) -> Any:
         err.body, err.headers = data.decode(errors="replace"), resp.headers
         raise err
     return json.loads(data) if data else None
+
+
+def tls_context(configuration: client.Configuration) -> ssl.SSLContext | None:
+    """The TLS settings of a kubernetes-asyncio ``Configuration`` as its own REST client derives them (CA, client
+    certificate, ``insecure-skip-tls-verify``, strict X.509 checks), for the clients that speak HTTP themselves
+    (the annotator's patcher, the scheduler's API writer); ``None`` for a plain-HTTP server."""
+    if not configuration.host.startswith("https"):
+        return None
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if configuration.disable_strict_ssl_verification:
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 from urllib.parse import quote
 
 import aiohttp
@@ -28,6 +27,7 @@ from yarl import URL
 
 from crane_annotator.limiter import PriorityLimiter
 from crane_annotator.patches import MERGE_PATCH, merge_patch
+from crane_shared.kube import tls_context
 from crane_shared.logs import LogOnce, get_logger
 
 log = get_logger("crane.annotator.writer")
@@ -123,7 +123,7 @@ class NodePatcher:
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
-            connector = aiohttp.TCPConnector(ssl=_ssl_context(self._configuration), limit=self._concurrency)
+            connector = aiohttp.TCPConnector(ssl=tls_context(self._configuration) or False, limit=self._concurrency)
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=aiohttp.ClientTimeout(total=self._timeout)
             )
@@ -303,16 +303,3 @@ class NodePatcher:
             if token:
                 self._header_cache["Authorization"] = token
         return self._header_cache
-
-
-def _ssl_context(configuration: Any) -> ssl.SSLContext | bool:
-    """TLS settings of a kubernetes-asyncio Configuration, as its own REST client derives them."""
-    if not configuration.host.startswith("https"):
-        return False
-    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
-    if configuration.cert_file:
-        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
-    if not configuration.verify_ssl:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context

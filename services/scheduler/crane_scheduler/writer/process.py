@@ -29,7 +29,6 @@ import json
 import os
 import re
 import signal
-import ssl
 import sys
 import time
 from collections.abc import Coroutine
@@ -44,7 +43,7 @@ from kubernetes_asyncio import client
 
 from crane_scheduler.writer.http import Endpoint, HttpPool, Refused
 from crane_scheduler.writer.protocol import BIND, CANCEL, END_TERM, JSON, REFUSED, REQUEST, UNSENT, Connection
-from crane_shared.kube import KubeSettings, TokenBucket, api_client_from_dict, make_api_client
+from crane_shared.kube import KubeSettings, TokenBucket, api_client_from_dict, make_api_client, tls_context
 from crane_shared.logs import configure_logging, get_logger
 
 log = get_logger("crane.scheduler.writer")
@@ -73,16 +72,7 @@ def endpoint(cfg: client.Configuration) -> tuple[Endpoint, str]:
     """The API server's address and TLS settings (as kubernetes-asyncio's REST client builds them), and the path
     prefix of its URL (e.g. a cluster behind a path-routing proxy)."""
     url = urlsplit(cfg.host)
-    tls: ssl.SSLContext | None = None
-    if url.scheme == "https":
-        tls = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-        if cfg.cert_file:
-            tls.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
-        if not cfg.verify_ssl:
-            tls.check_hostname = False
-            tls.verify_mode = ssl.CERT_NONE
-        if cfg.disable_strict_ssl_verification:
-            tls.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    tls = tls_context(cfg)
     port = url.port or (443 if tls is not None else 80)
     host = url.hostname or "localhost"
     return Endpoint(host, port, url.netloc, tls, cfg.tls_server_name or None), url.path.rstrip("/")
