@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import json
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -46,6 +47,32 @@ def victims_of(prof: Profile) -> DefaultPreemption:
     plugin = prof.plugins["DefaultPreemption"]
     assert isinstance(plugin, DefaultPreemption)
     return plugin
+
+
+@dataclasses.dataclass
+class OneVictim:
+    """One full node ``a`` running ``low`` (priority 1), and ``vip`` (priority 100) just preempted it."""
+
+    t: NodeTable
+    ls: Listers
+    prof: Profile
+    plugin: DefaultPreemption
+    info: PodInfo
+    activated: list[str]
+    events: list[tuple[Any, ...]]
+
+
+def preempt_one_victim(writer: FakeWriter, activate: Callable[[str], None] | None = None) -> OneVictim:
+    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
+    ls = listers()
+    prof = profile(t, ls, writer=writer)
+    assert prof.handle is not None
+    activated: list[str] = []
+    events: list[tuple[Any, ...]] = []
+    prof.handle.activate = activate or activated.append
+    prof.handle.record_event = lambda *event: events.append(event)
+    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
+    return OneVictim(t, ls, prof, victims_of(prof), info, activated, events)
 
 
 def test_high_priority_pod_is_nominated_where_the_least_important_victim_runs() -> None:
@@ -174,15 +201,9 @@ class _Writer(FakeWriter):
 
 
 async def test_victims_get_the_disruption_condition_and_are_deleted() -> None:
-    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
-    ls = listers()
     writer = _Writer()
-    prof = profile(t, ls, writer=writer)
-    events: list[tuple[Any, ...]] = []
-    assert prof.handle is not None
-    prof.handle.record_event = lambda *event: events.append(event)
-    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
-    plugin = victims_of(prof)
+    scene = preempt_one_victim(writer)
+    t, ls, prof, plugin, info, events = scene.t, scene.ls, scene.prof, scene.plugin, scene.info, scene.events
     assert info.uid in plugin.preempting
     preempt(t, ls, pod("vip-again", cpu="1", priority=100), prof)
     await plugin.drain()
@@ -215,25 +236,16 @@ async def test_victims_get_the_disruption_condition_and_are_deleted() -> None:
 async def test_a_failed_eviction_retries_the_preemptor_at_once() -> None:
     """The condition patch answers 500: no delete, no Preempted event, and the preemptor is activated (kube's
     Activate after an API error) instead of waiting for a victim that is not going."""
-    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
-    ls = listers()
     writer = _Writer(answers=[200, 500])
-    prof = profile(t, ls, writer=writer)
-    assert prof.handle is not None
-    events: list[tuple[Any, ...]] = []
-    activated: list[str] = []
-    prof.handle.record_event = lambda *event: events.append(event)
-    prof.handle.activate = activated.append
-    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
-    plugin = victims_of(prof)
-    await plugin.drain()
+    scene = preempt_one_victim(writer)
+    await scene.plugin.drain()
     assert writer.writes == [
         "PATCH /api/v1/namespaces/ns/pods/vip/status",
         "PATCH /api/v1/namespaces/ns/pods/low/status",
     ]
-    assert events == []
-    assert activated == [info.uid]
-    assert not plugin.pre_enqueue(info)
+    assert scene.events == []
+    assert scene.activated == [scene.info.uid]
+    assert not scene.plugin.pre_enqueue(scene.info)
 
 
 class _SlowDeletes(_Writer):
@@ -253,15 +265,9 @@ async def test_the_preemptor_is_retried_once_its_victims_left_the_cache_before_t
     """As kube's ``IsPodRunningPreemption`` (the last victim looked up in the lister): once its nomination is
     written and the watch showed its victim gone, the preemptor is activated, though the reply to the delete
     (through the writer process) is not back yet; a retry meanwhile does not preempt a second time."""
-    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
-    ls = listers()
     writer = _SlowDeletes()
-    prof = profile(t, ls, writer=writer)
-    assert prof.handle is not None
-    activated: list[str] = []
-    prof.handle.activate = activated.append
-    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
-    plugin = victims_of(prof)
+    scene = preempt_one_victim(writer)
+    t, ls, prof, plugin, info, activated = scene.t, scene.ls, scene.prof, scene.plugin, scene.info, scene.activated
     for _ in range(5):  # the nomination and the condition are written, the delete waits
         await asyncio.sleep(0)
     assert "DELETE /api/v1/namespaces/ns/pods/low" not in writer.writes
@@ -278,32 +284,21 @@ async def test_the_preemptor_is_retried_once_its_victims_left_the_cache_before_t
 
 
 async def test_a_retry_while_the_calls_run_does_not_preempt_again() -> None:
-    t = table(
-        node("a", cpu="1"),
-        bound=[pod("low", cpu="1", priority=1, node_name="a")],
-    )
-    ls = listers()
     writer = _SlowDeletes()
-    prof = profile(t, ls, writer=writer)
-    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
-    plugin = victims_of(prof)
+    scene = preempt_one_victim(writer)
     await asyncio.sleep(0)
-    result, _ = preempt(t, ls, info.raw, prof)
+    result, _ = preempt(scene.t, scene.ls, scene.info.raw, scene.prof)
     assert "waiting for the preemption for this pod to be finished" in result.message
-    assert plugin.victims_metric._value.get() == 1
+    assert scene.plugin.victims_metric._value.get() == 1
     writer.release.set()
-    await plugin.drain()
+    await scene.plugin.drain()
 
 
 async def test_writes_that_were_not_sent_retry_the_preemptor_after_a_pause(monkeypatch: pytest.MonkeyPatch) -> None:
     """The writer process is restarting (UNSENT): no eviction, and the preemptor is not retried at once, which
     would spin it through PostFilter while nothing can be written, but after ``NOT_SENT_RETRY``."""
     monkeypatch.setattr("crane_scheduler.plugins.defaultpreemption.plugin.NOT_SENT_RETRY", 0.01)
-    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
-    ls = listers()
     writer = _Writer(answers=[UNSENT, UNSENT])
-    prof = profile(t, ls, writer=writer)
-    assert prof.handle is not None
     activated: list[str] = []
     retried = asyncio.Event()
 
@@ -311,29 +306,19 @@ async def test_writes_that_were_not_sent_retry_the_preemptor_after_a_pause(monke
         activated.append(uid)
         retried.set()
 
-    prof.handle.activate = activate
-    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
-    plugin = victims_of(prof)
-    await plugin.drain()
+    scene = preempt_one_victim(writer, activate)
+    await scene.plugin.drain()
     assert activated == []
     assert not any(w.startswith("DELETE") for w in writer.writes)
     await asyncio.wait_for(retried.wait(), 5)
-    assert activated == [info.uid]
+    assert activated == [scene.info.uid]
 
 
 async def test_a_victim_already_gone_is_not_an_error() -> None:
-    t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
-    ls = listers()
-    writer = _Writer(answers=[200, 404])
-    prof = profile(t, ls, writer=writer)
-    assert prof.handle is not None
-    activated: list[str] = []
-    prof.handle.activate = activated.append
-    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
-    plugin = victims_of(prof)
-    await plugin.drain()
-    assert plugin.pre_enqueue(info)  # still waits for the cache to see the victim go
-    assert activated == []
+    scene = preempt_one_victim(_Writer(answers=[200, 404]))
+    await scene.plugin.drain()
+    assert scene.plugin.pre_enqueue(scene.info)  # still waits for the cache to see the victim go
+    assert scene.activated == []
 
 
 def test_simulated_removal_and_return_leave_the_table_exactly_as_it_was() -> None:
