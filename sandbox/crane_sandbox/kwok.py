@@ -8,8 +8,6 @@ are confirmed. It authenticates as ``kwok-controller`` with the permissions of K
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ POD_CIDR = "10.244.0.0/16"
 """Pod IPs; disjoint from the simulated nodes' 10.0.x.y addresses."""
 LEASE_SECONDS = 40
 """The kubelet's default Lease duration; KWOK renews at a quarter of it, like a kubelet."""
+WARMUP_POD = "kwok-ip-pool-warmup"
 
 CLUSTER_ROLE: dict[str, Any] = {
     "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -103,52 +102,45 @@ class KwokController:
         ):
             return r.status == 200
 
+    async def warm_ip_pool(self, api_client: client.ApiClient, node: str, namespace: str = "default") -> None:
+        """Have KWOK hand out one pod IP, alone, before any workload runs; then delete that pod.
+
+        KWOK v0.8.0 builds its per-CIDR IP pool on first use with a check-then-store (``PodController.ipPool``), so
+        when several pods go Running at once on a fresh KWOK, two pools can be built and two pods get the same IP
+        (seen in CI: 20 replicas, 19 distinct IPs). One pod first builds the one pool; its IP is recycled on
+        delete."""
+        assert self.process is not None, "start() first"
+        v1 = client.CoreV1Api(api_client)
+        name = WARMUP_POD
+
+        async def has_ip() -> bool:
+            pod = await raw_json(v1.read_namespaced_pod(name, namespace, _preload_content=False, _request_timeout=30))
+            return bool(pod.get("status", {}).get("podIP"))
+
+        async def gone() -> bool:
+            try:
+                await raw_json(v1.read_namespaced_pod(name, namespace, _preload_content=False, _request_timeout=30))
+            except ApiException as e:
+                return e.status == 404
+            return False
+
+        body = {
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": node,
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        }
+        await raw_json(v1.create_namespaced_pod(namespace, body, _preload_content=False, _request_timeout=30))
+        await self.process.wait_ready(has_ip, timeout=60, interval=0.1)
+        await raw_json(
+            v1.delete_namespaced_pod(
+                name, namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=30
+            )
+        )
+        await self.process.wait_ready(gone, timeout=60, interval=0.1)
+
     async def stop(self) -> None:
         if self.process:
             await self.process.stop()
-
-
-WARMUP_POD = "kwok-ip-pool-warmup"
-
-
-async def warm_ip_pool(
-    api_client: client.ApiClient, node: str, namespace: str = "default", timeout: float = 60
-) -> None:
-    """Have KWOK hand out one pod IP, alone, before any workload runs; then delete that pod.
-
-    KWOK v0.8.0 builds its per-CIDR IP pool on first use with a check-then-store (``PodController.ipPool``), so
-    when several pods go Running at once on a fresh KWOK, two pools can be built and two pods get the same IP
-    (seen in CI: 20 replicas, 19 distinct IPs). One pod first builds the one pool; its IP is recycled on delete."""
-    v1 = client.CoreV1Api(api_client)
-    body = {
-        "metadata": {"name": WARMUP_POD},
-        "spec": {
-            "nodeName": node,
-            "automountServiceAccountToken": False,
-            "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
-        },
-    }
-    await raw_json(v1.create_namespaced_pod(namespace, body, _preload_content=False, _request_timeout=30))
-    deadline = time.monotonic() + timeout
-    while True:
-        pod = await raw_json(v1.read_namespaced_pod(WARMUP_POD, namespace, _preload_content=False, _request_timeout=30))
-        if pod.get("status", {}).get("podIP"):
-            break
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"pod {namespace}/{WARMUP_POD} on {node}: KWOK gave it no IP in {timeout:.0f}s")
-        await asyncio.sleep(0.1)
-    await raw_json(
-        v1.delete_namespaced_pod(
-            WARMUP_POD, namespace, grace_period_seconds=0, _preload_content=False, _request_timeout=30
-        )
-    )
-    while True:
-        try:
-            await raw_json(v1.read_namespaced_pod(WARMUP_POD, namespace, _preload_content=False, _request_timeout=30))
-        except ApiException as e:
-            if e.status == 404:
-                return
-            raise
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"pod {namespace}/{WARMUP_POD} still present {timeout:.0f}s after its delete")
-        await asyncio.sleep(0.1)

@@ -26,7 +26,7 @@ from crane_sandbox.exporter import FleetExporter
 from crane_sandbox.fleet import FleetState, LoadShape, SimNode, base_loads, make_fleet
 from crane_sandbox.kubebin import ensure_binaries, ensure_kwok
 from crane_sandbox.kwok import USER as KWOK_USER
-from crane_sandbox.kwok import KwokController, warm_ip_pool
+from crane_sandbox.kwok import KwokController
 from crane_sandbox.kwok import grant as grant_kwok
 from crane_sandbox.pod_follower import PodFollower, create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port, service_argv
@@ -239,7 +239,7 @@ class Sandbox:
                 starts.append(self._start_kube_scheduler())
             await asyncio.gather(*starts, wait_ready(self._api, fleet))
             if fleet:
-                await warm_ip_pool(self._api, fleet[0].name)
+                await self.kwok.warm_ip_pool(self._api, fleet[0].name)
         except BaseException:
             await self.stop()
             raise
