@@ -252,7 +252,8 @@ class NodeTable:
         if old is None:
             for uid in self._pods_by_node.get(node.name, ()):
                 self._apply(self.pods[uid], +1)
-        self.row_versions.touch_row(row)
+        if old is None or old.allocatable != node.allocatable:  # what the row caches read (pods: in _apply)
+            self.row_versions.touch_row(row)
         self.version += 1
         self.nodes_version += 1
         return kind
