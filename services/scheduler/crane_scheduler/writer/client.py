@@ -29,6 +29,7 @@ from crane_scheduler.writer.protocol import (
     END_TERM,
     JSON,
     NO_DEADLINE,
+    REFUSED,
     REQUEST,
     UNSENT,
     Connection,
@@ -111,7 +112,11 @@ class ApiWriter:
                 continue
             self._proc = proc
             self._started.set()
-            await self._read(proc)
+            try:
+                await self._read(proc, backoff)
+            except Exception as err:  # a reply that does not decode: restart rather than leave callers waiting
+                log.error("unreadable reply from the API writer process; restarting it", error=repr(err))
+                proc.kill()
             code = await proc.wait()
             self._fail_pending("the API writer process exited")
             if self._closing:
@@ -138,10 +143,11 @@ class ApiWriter:
                 await self._supervisor
         self._fail_pending("the API writer is closed")
 
-    async def _read(self, proc: asyncio.subprocess.Process) -> None:
+    async def _read(self, proc: asyncio.subprocess.Process, backoff: Backoff) -> None:
         assert proc.stdout is not None
         unpacker = msgpack.Unpacker(raw=False)
         while chunk := await proc.stdout.read(1 << 16):
+            backoff.reset()  # it answers: a later crash restarts it after the initial delay again
             unpacker.feed(chunk)
             for rid, status, text in unpacker:
                 future = self._pending.pop(rid, None)
@@ -164,6 +170,8 @@ class ApiWriter:
         """A ``REQUEST`` or ``BIND`` message (``protocol``) with its ``fields`` between the id and the term."""
         if not self.alive:
             return Reply(UNSENT, "the API writer process is not running")
+        if term is not None and not term.held:  # also after a restart, when the process never got its END_TERM
+            return Reply(REFUSED, "the leadership term has ended")
         rid = next(self._ids)
         number, deadline = (0, NO_DEADLINE) if term is None else (term.number, term.deadline)
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
