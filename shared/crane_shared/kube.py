@@ -83,6 +83,15 @@ class TokenBucket:
             self._tokens -= 1
 
 
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment (``HTTPS_PROXY``/``HTTP_PROXY``, less ``NO_PROXY``) gives ``url``, as aiohttp
+    resolves it for a session with ``trust_env``; None when none applies."""
+    with contextlib.suppress(LookupError):
+        proxy, _ = aiohttp.helpers.get_env_proxy_for_url(URL(url))
+        return str(proxy)
+    return None
+
+
 def skip_per_request_env_lookups(api: client.ApiClient) -> bool:
     """Switch off aiohttp's per-request proxy and ``.netrc`` lookups when their answer cannot change.
 
@@ -90,8 +99,7 @@ def skip_per_request_env_lookups(api: client.ApiClient) -> bool:
     proxy variables in a thread-pool hop: about half the CPU of a small PATCH or bind. When no proxy applies to
     the API server and there is no netrc file, the lookups are answered once, here; otherwise nothing changes.
     Returns True when they were switched off."""
-    with contextlib.suppress(LookupError):
-        aiohttp.helpers.get_env_proxy_for_url(URL(api.configuration.host))
+    if env_proxy(api.configuration.host) is not None:
         return False  # a proxy applies: keep aiohttp's handling
     if aiohttp.helpers.netrc_from_env() is not None:
         return False
@@ -124,12 +132,9 @@ def _finish(api: client.ApiClient, bucket: TokenBucket, request_timeout: float) 
     return api
 
 
-async def make_api_client(
-    settings: KubeSettings, *, request_timeout: float | None = None, connections: int | None = None
-) -> client.ApiClient:
+async def make_api_client(settings: KubeSettings, *, request_timeout: float | None = None) -> client.ApiClient:
     """An ApiClient from the kubeconfig when given, else from the in-cluster service account. Each call makes a
-    new client: its own connection pool and rate limiter. ``request_timeout`` overrides the settings' default;
-    ``connections`` bounds the pool (default: the burst)."""
+    new client: its own connection pool and rate limiter. ``request_timeout`` overrides the settings' default."""
     configuration = client.Configuration()
     if settings.kubeconfig:
         await config.load_kube_config(
@@ -137,22 +142,18 @@ async def make_api_client(
         )
     else:
         config.load_incluster_config(client_configuration=configuration)
-    configuration.connection_pool_maxsize = connections or max(configuration.connection_pool_maxsize, settings.burst)
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, settings.burst)
     timeout = settings.request_timeout if request_timeout is None else request_timeout
     return _finish(client.ApiClient(configuration=configuration), TokenBucket(settings.qps, settings.burst), timeout)
 
 
 async def api_client_from_dict(
-    config_dict: dict[str, Any],
-    qps: float = 0,
-    burst: int = 100,
-    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-    connections: int | None = None,
+    config_dict: dict[str, Any], qps: float = 0, burst: int = 100, request_timeout: float = DEFAULT_REQUEST_TIMEOUT
 ) -> client.ApiClient:
     """An ApiClient from an in-memory kubeconfig (tests, sandbox)."""
     configuration = client.Configuration()
     await config.load_kube_config_from_dict(config_dict=config_dict, client_configuration=configuration)
-    configuration.connection_pool_maxsize = connections or max(configuration.connection_pool_maxsize, burst)
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, burst)
     return _finish(client.ApiClient(configuration=configuration), TokenBucket(qps, burst), request_timeout)
 
 

@@ -35,7 +35,7 @@ from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from crane_scheduler.writer import ApiWriter, Connection
-from crane_shared.kube import KubeSettings, make_api_client
+from crane_shared.kube import KubeSettings, env_proxy, make_api_client
 from crane_shared.leader import LeaderElector, LeaseConfig, make_lease_client
 from crane_shared.logs import configure_logging, get_logger
 from crane_shared.service import Access, ServiceRuntime
@@ -174,11 +174,13 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         request_timeout=common.kube.request_timeout,
     )
     api = await make_api_client(kube)
-    if api.rest_client.proxy:  # refused here, at start, rather than by a writer process restarting forever
+    # Refused here, at start, rather than ignored (environment) or by a writer process restarting forever.
+    proxy = "proxy-url" if api.rest_client.proxy else env_proxy(api.configuration.host) and "HTTPS_PROXY/HTTP_PROXY"
+    if proxy:
         await api.close()
         print(
-            f"{kube.kubeconfig or 'the kubeconfig'}: proxy-url is not supported (the API writer connects to the API "
-            "server directly)",
+            f"{proxy}: a proxy to the API server is not supported (the API writer connects to it directly; "
+            "exempt it with NO_PROXY)",
             file=sys.stderr,
         )
         return 2

@@ -76,22 +76,29 @@ def test_a_malformed_annotation_is_decoded_and_counted_once_per_profile(tmp_path
     assert counted == len(loaded.profiles)
 
 
-def test_a_kubeconfig_with_a_proxy_is_refused_at_start(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("source", ["proxy-url", "HTTPS_PROXY/HTTP_PROXY"])
+def test_a_proxy_to_the_api_server_is_refused_at_start(
+    source: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The API writer speaks to the API server directly: a ``proxy-url`` stops the scheduler at start, with the
-    field named, instead of leaving a writer process that is restarted forever."""
+    """The API writer speaks to the API server directly: a kubeconfig ``proxy-url``, or a proxy the environment
+    gives the server's address, stops the scheduler at start with the source named, instead of being ignored or
+    leaving a writer process that is restarted forever."""
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(TWO_PROFILES))
+    cluster: dict[str, str] = {"server": "https://127.0.0.1:1"}
+    for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    if source == "proxy-url":
+        cluster["proxy-url"] = "http://127.0.0.1:2"
+    else:
+        monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:2")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [
-                    {"name": "c", "cluster": {"server": "https://127.0.0.1:1", "proxy-url": "http://127.0.0.1:2"}}
-                ],
+                "clusters": [{"name": "c", "cluster": cluster}],
                 "users": [{"name": "u", "user": {"token": "t"}}],
                 "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
                 "current-context": "x",
@@ -100,4 +107,4 @@ def test_a_kubeconfig_with_a_proxy_is_refused_at_start(
     )
     monkeypatch.setattr(entry, "REGISTRY", CollectorRegistry())
     assert entry.main(["--config", str(config), "--kubeconfig", str(kubeconfig)]) == 2
-    assert "proxy-url is not supported" in capsys.readouterr().err
+    assert f"{source}: a proxy to the API server is not supported" in capsys.readouterr().err

@@ -42,11 +42,20 @@ import uvloop
 from kubernetes_asyncio import client
 
 from crane_scheduler.writer.http import Endpoint, HttpPool, Refused
-from crane_scheduler.writer.protocol import BIND, CANCEL, END_TERM, JSON, REFUSED, REQUEST, UNSENT, Connection
+from crane_scheduler.writer.protocol import (
+    BIND,
+    CANCEL,
+    END_TERM,
+    JSON,
+    REFUSED,
+    REQUEST,
+    STRATEGIC_MERGE_PATCH,
+    UNSENT,
+    Connection,
+)
 from crane_shared.kube import KubeSettings, TokenBucket, api_client_from_dict, make_api_client, tls_context
-from crane_shared.logs import configure_logging, get_logger
+from crane_shared.logs import configure_logging
 
-log = get_logger("crane.scheduler.writer")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 REPLY_DELAY = 0.002
 """seconds a reply may wait for others before the pipe write that wakes the scheduler"""
@@ -61,11 +70,9 @@ def die_with_parent(parent: int) -> None:
 
 async def api_client(conn: Connection) -> client.ApiClient:
     if conn.kubeconfig_dict is not None:
-        return await api_client_from_dict(
-            conn.kubeconfig_dict, qps=0, request_timeout=conn.request_timeout, connections=conn.connections
-        )
+        return await api_client_from_dict(conn.kubeconfig_dict, qps=0, request_timeout=conn.request_timeout)
     settings = KubeSettings(kubeconfig=conn.kubeconfig, context=conn.context, request_timeout=conn.request_timeout)
-    return await make_api_client(settings, connections=conn.connections)
+    return await make_api_client(settings)
 
 
 def endpoint(cfg: client.Configuration) -> tuple[Endpoint, str]:
@@ -88,7 +95,7 @@ class Lane:
 
 
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9/._~:@!$&'()*+,;=%?-]+")
-_CONTENT_TYPES = {JSON: b"Content-Type: application/json\r\n"}
+_CONTENT_TYPES = {t: f"Content-Type: {t}\r\n".encode() for t in (JSON, STRATEGIC_MERGE_PATCH)}
 _BIND_BODY = (
     '{"apiVersion":"v1","kind":"Binding","metadata":{"name":%s,"namespace":%s,"uid":%s},'
     '"target":{"apiVersion":"v1","kind":"Node","name":%s}}'
