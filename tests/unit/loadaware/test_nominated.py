@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from crane_scheduler.loadaware.plugin import estimated_resources
 from crane_scheduler.podinfo import CPU, MEMORY, PodInfo, parse_node, parse_pod
 from crane_shared.loadaware.dynamic import resource_of
-from tests.support.loadaware import Setup, loaded
+from tests.support.loadaware import NOW, Setup, loaded
 from tests.support.scheduler import pod
 
 # One node of 10 cores: with cpuFactor 1 a 1-core pod adds 0.1 to its estimated usage; the limit is 0.65.
@@ -175,3 +175,16 @@ def test_the_kept_sums_equal_a_recount_after_any_events(
             kept[metric][row] = value
     for metric in expected:
         np.testing.assert_allclose(kept[metric], expected[metric], rtol=1e-12, atol=1e-15, err_msg=metric)
+
+
+def test_explain_shows_the_nominated_pods_in_the_filters_verdict_not_in_the_score() -> None:
+    s = setup(a=0.60)
+    info = s.table.nodes[s.table.rows["a"]]
+    assert info is not None
+    before = s.plugin.explain_node(info, NOW)
+    assert (before["nominatedPods"], before["filter"]) == (0, "passed")
+    nominate(s, nominee("p1"), "a")
+    after = s.plugin.explain_node(info, NOW)
+    assert after["nominatedPods"] == 1
+    assert after["filter"] == "node(s) had cpu_usage_avg_5m above 0.65"  # 0.60 + 0.1 nominated
+    assert after["dynamicScore"] == before["dynamicScore"]

@@ -130,6 +130,10 @@ class NominatedLoad:
         self._names[row] = name
         self._refresh(row, self._on_node.get(name, {}).values())
 
+    def on_node(self, name: str) -> list[tuple[float, float]]:
+        """(cpu, memory) of the pods nominated to node ``name`` and counted (for explain)."""
+        return [(n.cpu, n.memory) for n in self._on_node.get(name, {}).values() if not n.placed]
+
     # -- per decision ---------------------------------------------------------------------------------------------
 
     def exclusions(self, uid: str, priority: int) -> dict[int, dict[str, float]]:

@@ -285,7 +285,14 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         """The load inputs of one node as the policy saw them at ``at`` (for ``explain``)."""
         capacity = NodeCapacity(info.allocatable.get(CPU, 0) / 1000, float(info.allocatable.get(MEMORY, 0)))
         recent = self.recent_on(info.name, until=at)
-        load = node_load(info.name, info.annotations, self.args, datetime.fromtimestamp(at, UTC), recent, capacity)
+        when = datetime.fromtimestamp(at, UTC)
+        load = node_load(info.name, info.annotations, self.args, when, recent, capacity)
+        # Filter also counts the pods nominated here (as bindings made now; see ``nominated.py``), Score does not.
+        nominated = self.nominated.on_node(info.name)
+        with_nominated = [*recent, *(RecentBinding(info.name, at, c, m) for c, m in nominated)]
+        filtered = (
+            node_load(info.name, info.annotations, self.args, when, with_nominated, capacity) if nominated else load
+        )
         limits = {p.name: p.max_limit_percent for p in self.args.policy.predicate}
         return {
             "metrics": {
@@ -300,8 +307,9 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
                 for r in load.readings.values()
             },
             "hotValue": {"annotated": load.annotated_hot, "ownBindings": load.own_hot, "total": load.hot},
+            "nominatedPods": len(nominated),
             "dynamicScore": score(load, self.args),
-            "filter": filter_reason(load, self.args) or "passed",
+            "filter": filter_reason(filtered, self.args) or "passed",
         }
 
     # -- extension points ---------------------------------------------------------------------------------------
