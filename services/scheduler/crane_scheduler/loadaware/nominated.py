@@ -64,7 +64,7 @@ class NominatedLoad:
         self.changed: set[int] = set()
         """rows whose ``extra`` may have changed since the consumer last cleared this"""
 
-    def _ensure(self, row: int) -> None:
+    def ensure(self, row: int) -> None:
         if row < self._cap:
             return
         cap = max(row + 1, 2 * self._cap)
@@ -125,7 +125,7 @@ class NominatedLoad:
 
     def node_changed(self, row: int, name: str, cpu: float, memory: float) -> None:
         """A node's annotations or allocatable changed (``cols`` already decoded), or a row got a new node."""
-        self._ensure(row)
+        self.ensure(row)
         self.alloc_cpu[row], self.alloc_memory[row] = cpu, memory
         self._names[row] = name
         self._refresh(row, self._on_node.get(name, {}).values())
@@ -166,7 +166,7 @@ class NominatedLoad:
     def _refresh_node(self, node: str) -> None:
         row = self.rows.get(node)
         if row is not None:
-            self._ensure(row)
+            self.ensure(row)
             self._refresh(row, self._on_node.get(node, {}).values())
 
     def _refresh(self, row: int, nominees: Iterable[Nominee]) -> None:

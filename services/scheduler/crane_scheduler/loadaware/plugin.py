@@ -320,6 +320,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         self.columns.evaluate(now)
         self.recent.prune(now - self._horizon(), now)
         extra, own_hot = self.recent.at(now, n_rows)
+        self.nominated.ensure(max(0, n_rows - 1))  # its columns cover every row the decision reads
         if self.columns.changed or self.recent.changed or self.nominated.changed:
             self.versions.touch(self.columns.changed | self.recent.changed | self.nominated.changed)
             self.columns.changed.clear()
