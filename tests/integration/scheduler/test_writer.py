@@ -207,3 +207,56 @@ def _running(pid: int) -> bool:
             return f.read().split(") ", 1)[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+class _HoldingApi(_Api):
+    """Holds binds until ``binds_go`` and events until ``events_go``; counts the events in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.binds_go, self.events_go = asyncio.Event(), asyncio.Event()
+        self.events_in_flight = 0
+        self.most_events_in_flight = 0
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if request.path.endswith("/binding"):
+            await self.binds_go.wait()
+            return web.json_response({"kind": "Status"}, status=201)
+        self.events_in_flight += 1
+        self.most_events_in_flight = max(self.most_events_in_flight, self.events_in_flight)
+        try:
+            await self.events_go.wait()
+        finally:
+            self.events_in_flight -= 1
+        return web.json_response({"kind": "Event"}, status=201)
+
+
+async def test_events_yield_to_binds_waiting_for_a_connection_and_every_one_is_written() -> None:
+    """While binds queue for a connection (the API server is the bottleneck) at most ``reports_while_binds_wait``
+    events are in flight; once the binds stop queueing the waiting events go at the report lane's concurrency,
+    and none is lost."""
+    fake = _HoldingApi()
+    async with TestServer(fake.app) as server:
+        conn = Connection(
+            kubeconfig_dict=kubeconfig_for(str(server.make_url(""))),
+            qps=0,
+            connections=1,
+            report_connections=8,
+            reports_while_binds_wait=2,
+        )
+        async with ApiWriter(conn) as writer:
+            binds = [asyncio.create_task(writer.bind("ns", f"p{i}", "u", "n1")) for i in range(3)]  # 1 sent, 2 wait
+            await asyncio.sleep(0.3)  # the binds reach the writer first
+            events = [
+                asyncio.create_task(writer.write("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", {"e": i}, None))
+                for i in range(6)
+            ]
+            await eventually(lambda: fake.events_in_flight == 2, 10, "two events in flight")
+            await asyncio.sleep(0.3)  # had the gate not held them, the other four would be in flight by now
+            assert fake.most_events_in_flight == 2
+            fake.binds_go.set()  # the binds drain: no bind waits any more
+            await eventually(lambda: fake.events_in_flight == 6, 10, "every event in flight once binds stop queueing")
+            assert all(r.ok for r in await asyncio.gather(*binds))
+            fake.events_go.set()
+            replies = await asyncio.wait_for(asyncio.gather(*events), 10)
+    assert [r.status for r in replies] == [201] * 6

@@ -119,6 +119,10 @@ class HttpPool:
         self._idle: list[_Connection] = []
         self.connects = 0
         """connections opened (TLS handshakes) so far"""
+        self.queued = 0
+        """requests waiting for a free slot (every connection busy)"""
+        self.on_unqueued: Callable[[], None] = lambda: None
+        """called when the last request waiting for a slot got one"""
 
     def head(self, method: str, path: str) -> bytes:
         """The request line and the headers every request of this pool carries (the rest: per request)."""
@@ -132,22 +136,38 @@ class HttpPool:
         connection is ready, right before the request is written: a reason raises ``Refused`` (e.g. the
         leadership deadline passed while the request waited for a connection)."""
         request = b"%bContent-Length: %d\r\n\r\n%b" % (head, len(body), body)
-        async with asyncio.timeout(self.timeout), self._slots:
-            conn = self._take() or await self._connect()
-            refusal = check()
-            if refusal is not None:
-                self._idle.append(conn)
-                raise Refused(refusal)
+        async with asyncio.timeout(self.timeout):
+            await self._slot()
             try:
-                status, text = await conn.exchange(request)
-            except BaseException:
-                conn.close()
-                raise
-            if conn.reusable and not conn.lost:
-                self._idle.append(conn)
-            else:
-                conn.close()
-            return status, text
+                conn = self._take() or await self._connect()
+                refusal = check()
+                if refusal is not None:
+                    self._idle.append(conn)
+                    raise Refused(refusal)
+                try:
+                    status, text = await conn.exchange(request)
+                except BaseException:
+                    conn.close()
+                    raise
+                if conn.reusable and not conn.lost:
+                    self._idle.append(conn)
+                else:
+                    conn.close()
+                return status, text
+            finally:
+                self._slots.release()
+
+    async def _slot(self) -> None:
+        if not self._slots.locked():
+            await self._slots.acquire()
+            return
+        self.queued += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.queued -= 1
+            if not self.queued:
+                self.on_unqueued()
 
     def _take(self) -> _Connection | None:
         while self._idle:
