@@ -4,16 +4,21 @@ their leadership term ended or its deadline passed; a dead writer is restarted a
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from kubernetes_asyncio import client
 
+from crane_sandbox.cluster import LocalCluster
 from crane_scheduler.writer import ApiWriter, Connection
+from crane_scheduler.writer.kubeproto import PROTOBUF
 from crane_scheduler.writer.protocol import REFUSED, UNSENT
 from crane_shared.leader import Term
+from tests.support import kubeproto
 from tests.support.fakeapi import kubeconfig_for
 from tests.support.scheduler import api_writer
 from tests.support.waiting import eventually
@@ -38,7 +43,9 @@ class _Api:
                 request.path,
                 request.headers.get("Authorization", ""),
                 request.headers.get("Content-Type", ""),
-                await request.json(),
+                kubeproto.binding(await request.read())
+                if request.headers.get("Content-Type") == PROTOBUF
+                else await request.json(),
             )
         )
         self.arrived.set()
@@ -57,7 +64,7 @@ async def test_a_bind_reaches_the_api_server_from_the_writer_process_with_the_to
             "POST",
             "/api/v1/namespaces/ns/pods/p/binding",
             "Bearer fake",
-            "application/json",
+            PROTOBUF,
             {
                 "apiVersion": "v1",
                 "kind": "Binding",
@@ -260,3 +267,26 @@ async def test_events_yield_to_binds_waiting_for_a_connection_and_every_one_is_w
             fake.events_go.set()
             replies = await asyncio.wait_for(asyncio.gather(*events), 10)
     assert [r.status for r in replies] == [201] * 6
+
+
+async def test_binds_go_in_protobuf_to_the_real_api_server_and_a_refused_one_says_why_in_json(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str
+) -> None:
+    """The writer's protobuf Binding is what the API server expects (the pod gets the node), and its protobuf
+    Status replies come back as the JSON Status the callers and logs read (UID precondition, already bound, gone)."""
+    core = client.CoreV1Api(kube)
+    spec = {"schedulerName": "nobody", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    name = "p-" + "x" * 150  # a name whose length needs two varint bytes
+    created = await core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": spec})
+    async with ApiWriter(Connection(kubeconfig_dict=cluster.kubeconfig_dict(), qps=0)) as writer:
+        wrong_uid = await writer.bind(namespace, name, "not-its-uid", "node-a")
+        bound = await writer.bind(namespace, name, created.metadata.uid, "node-a")
+        again = await writer.bind(namespace, name, created.metadata.uid, "node-b")
+        gone = await writer.bind(namespace, "no-such-pod", "u", "node-a")
+    assert bound.status == 201, bound.describe()
+    assert (await core.read_namespaced_pod(name, namespace)).spec.node_name == "node-a"
+    conflict, already, missing = (json.loads(r.text) for r in (wrong_uid, again, gone))
+    assert wrong_uid.status == 409 and conflict["kind"] == "Status" and conflict["reason"] == "Conflict"
+    assert conflict["code"] == 409 and "UID" in conflict["message"], conflict
+    assert again.status == 409 and "already assigned" in already["message"], already
+    assert gone.status == 404 and missing["reason"] == "NotFound" and missing["details"]["name"] == "no-such-pod"

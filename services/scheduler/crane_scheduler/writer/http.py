@@ -112,8 +112,9 @@ class _Connection(asyncio.Protocol):
 class HttpPool:
     """At most ``size`` requests in flight, on at most ``size`` connections kept open between requests."""
 
-    def __init__(self, endpoint: Endpoint, size: int, timeout: float) -> None:
+    def __init__(self, endpoint: Endpoint, size: int, timeout: float, accept: str = "application/json") -> None:
         self.endpoint = endpoint
+        self.accept = accept
         self.timeout = timeout
         self._slots = asyncio.Semaphore(max(1, size))
         self._idle: list[_Connection] = []
@@ -126,7 +127,7 @@ class HttpPool:
 
     def head(self, method: str, path: str) -> bytes:
         """The request line and the headers every request of this pool carries (the rest: per request)."""
-        return f"{method} {path} HTTP/1.1\r\nHost: {self.endpoint.authority}\r\nAccept: application/json\r\n".encode()
+        return f"{method} {path} HTTP/1.1\r\nHost: {self.endpoint.authority}\r\nAccept: {self.accept}\r\n".encode()
 
     async def request(
         self, head: bytes, body: bytes, check: Callable[[], str | None] = lambda: None

@@ -34,7 +34,6 @@ import sys
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii
 from typing import Any, BinaryIO
 from urllib.parse import quote, urlsplit
 
@@ -42,6 +41,7 @@ import msgpack
 import uvloop
 from kubernetes_asyncio import client
 
+from crane_scheduler.writer import kubeproto
 from crane_scheduler.writer.http import Endpoint, HttpPool, Refused
 from crane_scheduler.writer.protocol import (
     BIND,
@@ -146,20 +146,18 @@ class Lane:
 
 
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9/._~:@!$&'()*+,;=%?-]+")
-_CONTENT_TYPES = {t: f"Content-Type: {t}\r\n".encode() for t in (JSON, STRATEGIC_MERGE_PATCH)}
-_BIND_BODY = (
-    '{"apiVersion":"v1","kind":"Binding","metadata":{"name":%s,"namespace":%s,"uid":%s},'
-    '"target":{"apiVersion":"v1","kind":"Node","name":%s}}'
-)
+_CONTENT_TYPES = {t: f"Content-Type: {t}\r\n".encode() for t in (JSON, STRATEGIC_MERGE_PATCH, kubeproto.PROTOBUF)}
 
 
 def bind_request(namespace: str, name: str, uid: str, node: str) -> tuple[str, bytes]:
-    """The path and body of a bind (the UID precondition: a deleted-and-recreated pod is not bound)."""
-    q = encode_basestring_ascii
-    return (
-        f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
-        (_BIND_BODY % (q(name), q(namespace), q(uid), q(node))).encode(),
-    )
+    """The path and body (protobuf, ``kubeproto``) of a bind; the UID precondition: a deleted-and-recreated pod
+    is not bound."""
+    return f"/api/v1/namespaces/{namespace}/pods/{name}/binding", kubeproto.binding(namespace, name, uid, node)
+
+
+def _error_text(body: bytes) -> str:
+    """An error reply's body as text: a protobuf ``Status`` (the reply to a protobuf bind) as its JSON."""
+    return kubeproto.status_json(body) or body.decode(errors="replace")
 
 
 class Writer:
@@ -171,7 +169,10 @@ class Writer:
         if rest.proxy:  # kubeconfig proxy-url: this client speaks to the API server directly only
             raise ValueError("the API writer does not support a proxy (kubeconfig proxy-url)")
         where, self.prefix = endpoint(api.configuration)
-        self.binds = Lane(HttpPool(where, conn.connections, conn.request_timeout), TokenBucket(conn.qps, conn.burst))
+        accept = f"{kubeproto.PROTOBUF}, application/json"  # binds: protobuf both ways (``kubeproto``)
+        self.binds = Lane(
+            HttpPool(where, conn.connections, conn.request_timeout, accept), TokenBucket(conn.qps, conn.burst)
+        )
         self.reports = Lane(
             HttpPool(where, conn.report_connections, conn.request_timeout), TokenBucket(conn.qps, conn.burst)
         )
@@ -189,7 +190,7 @@ class Writer:
         if kind == BIND:
             _, rid, namespace, name, uid, node, term, deadline = message
             path, body = bind_request(namespace, name, uid, node)
-            self._start(rid, term, self.send(self.binds, rid, "POST", path, body, JSON, term, deadline))
+            self._start(rid, term, self.send(self.binds, rid, "POST", path, body, kubeproto.PROTOBUF, term, deadline))
         elif kind == REQUEST:
             _, rid, method, path, body, content_type, term, deadline = message
             data = json.dumps(body, separators=(",", ":")).encode()
@@ -252,7 +253,7 @@ class Writer:
             else:
                 async with lane.gate:
                     status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline))
-            self.reply(rid, status, "" if 200 <= status <= 299 else text.decode(errors="replace"))
+            self.reply(rid, status, "" if 200 <= status <= 299 else _error_text(text))
         except Refused as refused:
             self.reply(rid, REFUSED, str(refused))
         except asyncio.CancelledError:
