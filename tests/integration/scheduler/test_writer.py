@@ -16,7 +16,7 @@ from kubernetes_asyncio import client
 from crane_sandbox.cluster import LocalCluster
 from crane_scheduler.writer import ApiWriter, Connection
 from crane_scheduler.writer.kubeproto import PROTOBUF
-from crane_scheduler.writer.protocol import REFUSED, UNSENT
+from crane_scheduler.writer.protocol import REFUSED, STRATEGIC_MERGE_PATCH, UNSENT
 from crane_shared.leader import Term
 from tests.support import kubeproto
 from tests.support.fakeapi import kubeconfig_for
@@ -217,7 +217,8 @@ def _running(pid: int) -> bool:
 
 
 class _HoldingApi(_Api):
-    """Holds binds until ``binds_go`` and events until ``events_go``; counts the events in flight."""
+    """Holds binds until ``binds_go`` and events until ``events_go`` (answers anything else at once); counts the
+    events in flight."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -229,6 +230,8 @@ class _HoldingApi(_Api):
         if request.path.endswith("/binding"):
             await self.binds_go.wait()
             return web.json_response({"kind": "Status"}, status=201)
+        if not request.path.endswith("/events"):
+            return web.json_response({"kind": "Pod"}, status=200)
         self.events_in_flight += 1
         self.most_events_in_flight = max(self.most_events_in_flight, self.events_in_flight)
         try:
@@ -240,8 +243,8 @@ class _HoldingApi(_Api):
 
 async def test_events_yield_to_binds_waiting_for_a_connection_and_every_one_is_written() -> None:
     """While binds queue for a connection (the API server is the bottleneck) at most ``reports_while_binds_wait``
-    events are in flight; once the binds stop queueing the waiting events go at the report lane's concurrency,
-    and none is lost."""
+    events are in flight (status patches are not held); once the binds stop queueing the waiting events go at the
+    report lane's concurrency, and none is lost."""
     fake = _HoldingApi()
     async with TestServer(fake.app) as server:
         conn = Connection(
@@ -261,6 +264,12 @@ async def test_events_yield_to_binds_waiting_for_a_connection_and_every_one_is_w
             await eventually(lambda: fake.events_in_flight == 2, 10, "two events in flight")
             await asyncio.sleep(0.3)  # had the gate not held them, the other four would be in flight by now
             assert fake.most_events_in_flight == 2
+            # a pod-status patch (or a preemption's eviction) shares the report lane but does not wait for binds
+            status: dict[str, Any] = {"status": {"conditions": []}}
+            patched = await asyncio.wait_for(
+                writer.write("PATCH", "/api/v1/namespaces/ns/pods/q/status", status, None, STRATEGIC_MERGE_PATCH), 10
+            )
+            assert patched.ok and not any(b.done() for b in binds)
             fake.binds_go.set()  # the binds drain: no bind waits any more
             await eventually(lambda: fake.events_in_flight == 6, 10, "every event in flight once binds stop queueing")
             assert all(r.ok for r in await asyncio.gather(*binds))

@@ -87,12 +87,13 @@ def endpoint(cfg: client.Configuration) -> tuple[Endpoint, str]:
 
 
 class ReportGate:
-    """Reports yield to binds: while binds wait for a connection (the API server is the bottleneck), at most
-    ``while_binds_wait`` reports are in flight; the others wait here, in order, none dropped, and go as soon as
+    """Events yield to binds: while binds wait for a connection (the API server is the bottleneck), at most
+    ``while_binds_wait`` events are in flight; the others wait here, in order, none dropped, and go as soon as
     the binds stop queueing (or a report in flight ends). A bind is what lets a pod start; its ``Scheduled``
     event only records it (kube-scheduler's event broadcaster even drops events past 1,000 queued). On a
-    saturated API server every report in flight takes a share of it from the binds (``bench/scheduler``:
-    reports at full concurrency made a burst of binds ~1.6x slower)."""
+    saturated API server every event in flight takes a share of it from the binds (``bench/scheduler``:
+    events at full concurrency made a burst of binds ~1.6x slower). Status patches and preemption's writes
+    (nominations, evictions) share the report lane but not this gate: they do not wait."""
 
     def __init__(self, binds: HttpPool, while_binds_wait: int) -> None:
         self.binds = binds
@@ -142,7 +143,6 @@ class Lane:
 
     pool: HttpPool
     bucket: TokenBucket
-    gate: ReportGate | None = None
 
 
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9/._~:@!$&'()*+,;=%?-]+")
@@ -176,7 +176,7 @@ class Writer:
         self.reports = Lane(
             HttpPool(where, conn.report_connections, conn.request_timeout), TokenBucket(conn.qps, conn.burst)
         )
-        self.reports.gate = ReportGate(self.binds.pool, conn.reports_while_binds_wait)
+        self.events = ReportGate(self.binds.pool, conn.reports_while_binds_wait)
         self.out = out
         self.replies: list[bytes] = []
         self.flush_timer: asyncio.TimerHandle | None = None
@@ -194,7 +194,9 @@ class Writer:
         elif kind == REQUEST:
             _, rid, method, path, body, content_type, term, deadline = message
             data = json.dumps(body, separators=(",", ":")).encode()
-            self._start(rid, term, self.send(self.reports, rid, method, path, data, content_type, term, deadline))
+            # Events yield to binds; status patches and preemption's writes (nominations, evictions) do not wait.
+            gate = self.events if method == "POST" and path.endswith("/events") else None
+            self._start(rid, term, self.send(self.reports, rid, method, path, data, content_type, term, deadline, gate))
         elif kind == CANCEL:
             found = self.tasks.get(message[1])
             if found is not None:
@@ -234,7 +236,16 @@ class Writer:
         return self._auth[1]
 
     async def send(
-        self, lane: Lane, rid: int, method: str, path: str, body: bytes, content_type: str, term: int, deadline: float
+        self,
+        lane: Lane,
+        rid: int,
+        method: str,
+        path: str,
+        body: bytes,
+        content_type: str,
+        term: int,
+        deadline: float,
+        gate: ReportGate | None = None,
     ) -> None:
         try:
             refusal = self._refusal(term, deadline)
@@ -248,10 +259,10 @@ class Writer:
                 path = quote(path, safe="/")
             kind = _CONTENT_TYPES.get(content_type) or f"Content-Type: {content_type}\r\n".encode()
             head = lane.pool.head(method, self.prefix + path) + await self._auth_headers() + kind
-            if lane.gate is None:
+            if gate is None:
                 status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline))
             else:
-                async with lane.gate:
+                async with gate:
                     status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline))
             self.reply(rid, status, "" if 200 <= status <= 299 else _error_text(text))
         except Refused as refused:

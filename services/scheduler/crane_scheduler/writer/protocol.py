@@ -68,7 +68,7 @@ class Connection:
     connections: int = 64
     report_connections: int = 64
     reports_while_binds_wait: int = 4
-    """reports in flight at most while binds wait for a connection (``process.ReportGate``): binds first"""
+    """events in flight at most while binds wait for a connection (``process.ReportGate``): binds first"""
 
     def to_wire(self) -> dict[str, object]:
         return {
