@@ -29,11 +29,12 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import ssl
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,9 @@ class Run:
     synced_rss_mib: float = float("nan")  # resident memory at the first bind: caches synced, burst not yet run
     cpu_s: float = float("nan")  # CPU seconds (user + system) of the scheduler's process, first .. last bind
     children_cpu_s: float = float("nan")  # the same for its child processes (crane's API writer)
+    servers_cpu_s: dict[str, float] = field(default_factory=dict)  # kube-apiserver / etcd CPU, first .. last bind
+    servers_cpu_all_s: dict[str, float] = field(default_factory=dict)  # the same, start .. every event written
+    requests: dict[str, float] = field(default_factory=dict)  # API server requests by verb/resource, the whole run
 
     @property
     def rate(self) -> float:
@@ -216,14 +220,21 @@ class BindWatch:
     """Records when each pod of a namespace is first seen bound (a watch, so observing costs little)."""
 
     def __init__(
-        self, api: client.ApiClient, namespace: str, expected: int, pid: Callable[[], int | None] | None = None
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        expected: int,
+        pid: Callable[[], int | None] | None = None,
+        servers: dict[str, int | None] | None = None,
     ) -> None:
         self.times: dict[str, float] = {}
         self.expected = expected
         self.done = asyncio.Event()
         self.pid = pid
+        self.servers = servers or {}
         self.first_rss = float("nan")
         self.first_cpu = (float("nan"), float("nan"))
+        self.first_servers_cpu: dict[str, float] = {}
         core = client.CoreV1Api(api)
 
         async def list_fn(**kw: Any) -> Any:
@@ -233,6 +244,8 @@ class BindWatch:
 
     def seen(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind != "DELETED" and obj["spec"].get("nodeName") and obj["metadata"]["uid"] not in self.times:
+            if not self.times:
+                self.first_servers_cpu = servers_cpu(self.servers)
             if not self.times and self.pid is not None:
                 self.first_rss = resident_mib(self.pid())[0]
                 self.first_cpu = cpu_seconds(self.pid())
@@ -265,6 +278,39 @@ def cpu_seconds(pid: int | None) -> tuple[float, float]:
     return own, children
 
 
+def servers_cpu(servers: dict[str, int | None]) -> dict[str, float]:
+    """CPU seconds so far of each named process (the API server, etcd)."""
+    return {name: cpu_seconds(pid)[0] for name, pid in servers.items()}
+
+
+def cluster_servers(cluster: LocalCluster) -> dict[str, int | None]:
+    """The pids of the processes every scheduler's writes cost CPU in: the API server and etcd."""
+    apiserver = cluster.apiserver.process if cluster.apiserver is not None else None
+    return {
+        "kube-apiserver": apiserver.pid if apiserver is not None else None,
+        "etcd": cluster.etcd.process.pid if cluster.etcd.process else None,
+    }
+
+
+async def request_counts(api: client.ApiClient) -> dict[str, float]:
+    """The API server's ``apiserver_request_total`` summed by verb, resource, subresource and code (its
+    /metrics), so a run's requests are the difference of two reads."""
+    resp = await api.call_api(
+        "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False, _request_timeout=60
+    )
+    text = (await resp[0].read()).decode() if isinstance(resp, tuple) else (await resp.read()).decode()
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+        sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
+        group = f"{labels['group']}." if labels.get("group") else ""
+        key = f"{labels.get('verb', '?')} {group}{labels.get('resource', '?')}{sub} {labels.get('code', '?')}"
+        counts[key] = counts.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
+
+
 def resident_mib(pid: int | None) -> tuple[float, float]:
     """(VmRSS, VmHWM) of a process in MiB, NaN when it is gone."""
     found = {"VmRSS": float("nan"), "VmHWM": float("nan")}
@@ -289,12 +335,17 @@ async def measure(
     expect_events: bool = True,
     pid: Callable[[], int | None] | None = None,
     events_timeout: float = 120,
+    servers: dict[str, int | None] | None = None,
 ) -> Run:
-    """Run ``start()`` (a coroutine starting the scheduler or the binder) and time the binds it causes."""
-    watch = BindWatch(api, namespace, pods, pid)
+    """Run ``start()`` (a coroutine starting the scheduler or the binder) and time the binds it causes; with
+    ``servers`` (name: pid) also their CPU and the API server's requests."""
+    servers = servers or {}
+    watch = BindWatch(api, namespace, pods, pid, servers)
     stopping = asyncio.Event()
     watcher = asyncio.create_task(watch.informer.run(stopping))
     await watch.informer.synced.wait()
+    requests_before = await request_counts(api) if servers else {}
+    cpu_before = servers_cpu(servers)
     t0 = time.monotonic()
     await start()
     try:
@@ -306,7 +357,9 @@ async def measure(
     times = sorted(watch.times.values())
     if not times:
         return Run(label, pods, 0, 0.0, 0.0)
+    cpu_at_last = servers_cpu(servers)
     run = Run(label, pods, len(times), times[-1] - times[0], times[-1] - t0, await scheduled_events(api, namespace))
+    run.servers_cpu_s = {k: cpu_at_last[k] - watch.first_servers_cpu.get(k, float("nan")) for k in cpu_at_last}
     if pid is not None:
         run.rss_mib, run.peak_rss_mib = resident_mib(pid())
         run.synced_rss_mib = watch.first_rss
@@ -319,6 +372,11 @@ async def measure(
                 run.events_done = time.monotonic() - times[0]
                 break
             await asyncio.sleep(0.2)
+    if servers:
+        cpu_after = servers_cpu(servers)
+        run.servers_cpu_all_s = {k: cpu_after[k] - cpu_before[k] for k in cpu_after}
+        after = await request_counts(api)
+        run.requests = {k: v - requests_before.get(k, 0.0) for k, v in after.items() if v - requests_before.get(k, 0.0)}
     return run
 
 
@@ -374,6 +432,7 @@ async def run_ours(
             str(args.concurrency),
             "--event-concurrency",
             str(args.event_concurrency),
+            *(["--events-while-binds-wait", str(args.events_while_binds_wait)] if args.events_while_binds_wait else []),
             "--log-level",
             "warning",
         ),
@@ -394,7 +453,16 @@ async def run_ours(
             spies.extend([spy] if spy is not None else [])
 
     try:
-        run = await measure(api, namespace, args.pods, "crane-scheduler", start, args.timeout, pid=lambda: proc.pid)
+        run = await measure(
+            api,
+            namespace,
+            args.pods,
+            "crane-scheduler",
+            start,
+            args.timeout,
+            pid=lambda: proc.pid,
+            servers=cluster_servers(cluster),
+        )
         for spy in spies:
             print(f"  crane-scheduler's CPU samples by part ({spy.out}):\n{render(await spy.stop())}", file=sys.stderr)
         latency = await decision_latency(port, name)
@@ -449,7 +517,16 @@ async def run_kube(
         await proc.wait_ready(lambda: tcp_open("127.0.0.1", port), timeout=60)
 
     try:
-        run = await measure(api, namespace, args.pods, "kube-scheduler", start, args.timeout, pid=lambda: proc.pid)
+        run = await measure(
+            api,
+            namespace,
+            args.pods,
+            "kube-scheduler",
+            start,
+            args.timeout,
+            pid=lambda: proc.pid,
+            servers=cluster_servers(cluster),
+        )
         return run, await kube_decision_latency(port, certs / "kube-scheduler.crt")
     finally:
         await proc.stop()
@@ -494,7 +571,16 @@ async def run_binds(cluster: LocalCluster, api: client.ApiClient, args: argparse
         asyncio.get_running_loop().create_task(bind_all())
 
     try:
-        return await measure(api, namespace, args.pods, "binds alone", start, args.timeout, expect_events=False)
+        return await measure(
+            api,
+            namespace,
+            args.pods,
+            "binds alone",
+            start,
+            args.timeout,
+            expect_events=False,
+            servers=cluster_servers(cluster),
+        )
     finally:
         await binder.close()
 
@@ -632,6 +718,23 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
                 f"rate): decision p50 {paced['p50'] * 1e3:.2f} ms, p99 {paced['p99'] * 1e3:.2f} ms wall; CPU p99 "
                 f"{paced['cpu_p99'] * 1e3:.2f} ms; {paced['preempted'] * 100:.0f}% preempted by the OS"
             )
+        for run in (ours, kube, binds):
+            if run is not None and run.servers_cpu_s:
+                print(f"       {_servers_line(run)}")
+
+
+def _servers_line(run: Run) -> str:
+    """CPU per pod the run cost the API server and etcd, and its requests per pod by verb/resource/code."""
+    n = max(run.bound, 1)
+    burst = ", ".join(f"{k} {1e3 * v / n:.2f}" for k, v in run.servers_cpu_s.items())
+    whole = ", ".join(f"{k} {1e3 * v / n:.2f}" for k, v in run.servers_cpu_all_s.items())
+    reqs = ", ".join(
+        f"{k}: {v / n:.2f}" for k, v in sorted(run.requests.items(), key=lambda kv: -kv[1]) if v / n >= 0.01
+    )
+    return (
+        f"{run.label}: server CPU ms per pod, first .. last bind: {burst}; start .. all events written: {whole}; "
+        f"requests per pod: {reqs}"
+    )
 
 
 def _line(run: Run) -> str:
@@ -656,6 +759,9 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=1024, help="our bind concurrency, and the binder's")
     parser.add_argument("--event-concurrency", type=int, default=64, help="our event writers")
+    parser.add_argument(
+        "--events-while-binds-wait", type=int, default=0, help="crane's setting of that name (0: its default)"
+    )
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--skip-kube", action="store_true", help="only crane-scheduler and the bind ceiling")
     parser.add_argument(
@@ -731,6 +837,19 @@ def figures(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
             "crane_synced_rss_mib": round(ours.synced_rss_mib, 1),
             "kube_synced_rss_mib": round(kube.synced_rss_mib, 1) if kube else None,
             "load_at_end": round(r.get("load", float("nan")), 1),
+            "server_cpu_ms_per_pod": {
+                run.label: {k: round(1e3 * v / max(run.bound, 1), 3) for k, v in run.servers_cpu_all_s.items()}
+                for run in (ours, kube, binds)
+                if run is not None
+            },
+            "scheduler_cpu_ms_per_pod": {
+                run.label: [
+                    round(1e3 * run.cpu_s / max(run.bound, 1), 3),
+                    round(1e3 * run.children_cpu_s / max(run.bound, 1), 3),
+                ]
+                for run in (ours, kube)
+                if run is not None
+            },
         }
         if "paced_latency" in r:
             paced = r["paced_latency"]

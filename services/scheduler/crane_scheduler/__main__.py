@@ -82,6 +82,15 @@ def build_parser() -> EnvArgumentParser:
         "keep pace with binds",
     )
     parser.add_argument(
+        "--events-while-binds-wait",
+        env="CRANE_SCHEDULER_EVENTS_WHILE_BINDS_WAIT",
+        type=int,
+        default=4,
+        help="events in flight at most while binds wait for a connection (the API server is saturated): binds "
+        "first; the other events wait, none is dropped, and go at --event-concurrency once the binds stop "
+        "queueing (pod-status patches and preemption's writes do not wait)",
+    )
+    parser.add_argument(
         "--writer-connections",
         env="CRANE_SCHEDULER_WRITER_CONNECTIONS",
         type=int,
@@ -199,6 +208,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
             request_timeout=kube.request_timeout,
             connections=args.writer_connections,
             report_connections=args.event_concurrency,
+            reports_while_binds_wait=args.events_while_binds_wait,
         ),
         log_level=common.log_level,
         log_format=common.log_format,

@@ -4,16 +4,21 @@ their leadership term ended or its deadline passed; a dead writer is restarted a
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from kubernetes_asyncio import client
 
+from crane_sandbox.cluster import LocalCluster
 from crane_scheduler.writer import ApiWriter, Connection
-from crane_scheduler.writer.protocol import REFUSED, UNSENT
+from crane_scheduler.writer.kubeproto import PROTOBUF
+from crane_scheduler.writer.protocol import REFUSED, STRATEGIC_MERGE_PATCH, UNSENT
 from crane_shared.leader import Term
+from tests.support import kubeproto
 from tests.support.fakeapi import kubeconfig_for
 from tests.support.scheduler import api_writer
 from tests.support.waiting import eventually
@@ -38,7 +43,9 @@ class _Api:
                 request.path,
                 request.headers.get("Authorization", ""),
                 request.headers.get("Content-Type", ""),
-                await request.json(),
+                kubeproto.binding(await request.read())
+                if request.headers.get("Content-Type") == PROTOBUF
+                else await request.json(),
             )
         )
         self.arrived.set()
@@ -57,7 +64,7 @@ async def test_a_bind_reaches_the_api_server_from_the_writer_process_with_the_to
             "POST",
             "/api/v1/namespaces/ns/pods/p/binding",
             "Bearer fake",
-            "application/json",
+            PROTOBUF,
             {
                 "apiVersion": "v1",
                 "kind": "Binding",
@@ -207,3 +214,88 @@ def _running(pid: int) -> bool:
             return f.read().split(") ", 1)[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+class _HoldingApi(_Api):
+    """Holds binds until ``binds_go`` and events until ``events_go`` (answers anything else at once); counts the
+    events in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.binds_go, self.events_go = asyncio.Event(), asyncio.Event()
+        self.events_in_flight = 0
+        self.most_events_in_flight = 0
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if request.path.endswith("/binding"):
+            await self.binds_go.wait()
+            return web.json_response({"kind": "Status"}, status=201)
+        if not request.path.endswith("/events"):
+            return web.json_response({"kind": "Pod"}, status=200)
+        self.events_in_flight += 1
+        self.most_events_in_flight = max(self.most_events_in_flight, self.events_in_flight)
+        try:
+            await self.events_go.wait()
+        finally:
+            self.events_in_flight -= 1
+        return web.json_response({"kind": "Event"}, status=201)
+
+
+async def test_events_yield_to_binds_waiting_for_a_connection_and_every_one_is_written() -> None:
+    """While binds queue for a connection (the API server is the bottleneck) at most ``reports_while_binds_wait``
+    events are in flight (status patches are not held); once the binds stop queueing the waiting events go at the
+    report lane's concurrency, and none is lost."""
+    fake = _HoldingApi()
+    async with TestServer(fake.app) as server:
+        conn = Connection(
+            kubeconfig_dict=kubeconfig_for(str(server.make_url(""))),
+            qps=0,
+            connections=1,
+            report_connections=8,
+            reports_while_binds_wait=2,
+        )
+        async with ApiWriter(conn) as writer:
+            binds = [asyncio.create_task(writer.bind("ns", f"p{i}", "u", "n1")) for i in range(3)]  # 1 sent, 2 wait
+            await asyncio.sleep(0.3)  # the binds reach the writer first
+            events = [
+                asyncio.create_task(writer.write("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", {"e": i}, None))
+                for i in range(6)
+            ]
+            await eventually(lambda: fake.events_in_flight == 2, 10, "two events in flight")
+            await asyncio.sleep(0.3)  # had the gate not held them, the other four would be in flight by now
+            assert fake.most_events_in_flight == 2
+            # a pod-status patch (or a preemption's eviction) shares the report lane but does not wait for binds
+            status: dict[str, Any] = {"status": {"conditions": []}}
+            patched = await asyncio.wait_for(
+                writer.write("PATCH", "/api/v1/namespaces/ns/pods/q/status", status, None, STRATEGIC_MERGE_PATCH), 10
+            )
+            assert patched.ok and not any(b.done() for b in binds)
+            fake.binds_go.set()  # the binds drain: no bind waits any more
+            await eventually(lambda: fake.events_in_flight == 6, 10, "every event in flight once binds stop queueing")
+            assert all(r.ok for r in await asyncio.gather(*binds))
+            fake.events_go.set()
+            replies = await asyncio.wait_for(asyncio.gather(*events), 10)
+    assert [r.status for r in replies] == [201] * 6
+
+
+async def test_binds_go_in_protobuf_to_the_real_api_server_and_a_refused_one_says_why_in_json(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str
+) -> None:
+    """The writer's protobuf Binding is what the API server expects (the pod gets the node), and its protobuf
+    Status replies come back as the JSON Status the callers and logs read (UID precondition, already bound, gone)."""
+    core = client.CoreV1Api(kube)
+    spec = {"schedulerName": "nobody", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    name = "p-" + "x" * 150  # a name whose length needs two varint bytes
+    created = await core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": spec})
+    async with ApiWriter(Connection(kubeconfig_dict=cluster.kubeconfig_dict(), qps=0)) as writer:
+        wrong_uid = await writer.bind(namespace, name, "not-its-uid", "node-a")
+        bound = await writer.bind(namespace, name, created.metadata.uid, "node-a")
+        again = await writer.bind(namespace, name, created.metadata.uid, "node-b")
+        gone = await writer.bind(namespace, "no-such-pod", "u", "node-a")
+    assert bound.status == 201, bound.describe()
+    assert (await core.read_namespaced_pod(name, namespace)).spec.node_name == "node-a"
+    conflict, already, missing = (json.loads(r.text) for r in (wrong_uid, again, gone))
+    assert wrong_uid.status == 409 and conflict["kind"] == "Status" and conflict["reason"] == "Conflict"
+    assert conflict["code"] == 409 and "UID" in conflict["message"], conflict
+    assert again.status == 409 and "already assigned" in already["message"], already
+    assert gone.status == 404 and missing["reason"] == "NotFound" and missing["details"]["name"] == "no-such-pod"

@@ -4,7 +4,6 @@ server that closes, one that never answers (the timeout), one that answers garba
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -12,6 +11,7 @@ import pytest
 
 from crane_scheduler.writer.http import Endpoint, HttpError, HttpPool
 from crane_scheduler.writer.process import bind_request
+from tests.support import kubeproto
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -144,11 +144,11 @@ async def test_at_most_size_requests_are_in_flight() -> None:
 
 
 def test_the_bind_body_is_the_binding_object_for_any_name() -> None:
-    path, body = bind_request("ns", 'we"ird\\name\u00e9', "uid-1", "node-1")
-    assert path == '/api/v1/namespaces/ns/pods/we"ird\\name\u00e9/binding'
-    assert json.loads(body) == {
+    path, body = bind_request("ns", 'we"ird\\name\u00e9' + "x" * 200, "uid-1", "node-1")  # a length over 127
+    assert path == '/api/v1/namespaces/ns/pods/we"ird\\name\u00e9' + "x" * 200 + "/binding"
+    assert kubeproto.binding(body) == {
         "apiVersion": "v1",
         "kind": "Binding",
-        "metadata": {"name": 'we"ird\\name\u00e9', "namespace": "ns", "uid": "uid-1"},
+        "metadata": {"name": 'we"ird\\name\u00e9' + "x" * 200, "namespace": "ns", "uid": "uid-1"},
         "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"},
     }

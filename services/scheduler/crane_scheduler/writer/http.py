@@ -112,17 +112,22 @@ class _Connection(asyncio.Protocol):
 class HttpPool:
     """At most ``size`` requests in flight, on at most ``size`` connections kept open between requests."""
 
-    def __init__(self, endpoint: Endpoint, size: int, timeout: float) -> None:
+    def __init__(self, endpoint: Endpoint, size: int, timeout: float, accept: str = "application/json") -> None:
         self.endpoint = endpoint
+        self.accept = accept
         self.timeout = timeout
         self._slots = asyncio.Semaphore(max(1, size))
         self._idle: list[_Connection] = []
         self.connects = 0
         """connections opened (TLS handshakes) so far"""
+        self.queued = 0
+        """requests waiting for a free slot (every connection busy)"""
+        self.on_unqueued: Callable[[], None] = lambda: None
+        """called when the last request waiting for a slot got one"""
 
     def head(self, method: str, path: str) -> bytes:
         """The request line and the headers every request of this pool carries (the rest: per request)."""
-        return f"{method} {path} HTTP/1.1\r\nHost: {self.endpoint.authority}\r\nAccept: application/json\r\n".encode()
+        return f"{method} {path} HTTP/1.1\r\nHost: {self.endpoint.authority}\r\nAccept: {self.accept}\r\n".encode()
 
     async def request(
         self, head: bytes, body: bytes, check: Callable[[], str | None] = lambda: None
@@ -132,22 +137,38 @@ class HttpPool:
         connection is ready, right before the request is written: a reason raises ``Refused`` (e.g. the
         leadership deadline passed while the request waited for a connection)."""
         request = b"%bContent-Length: %d\r\n\r\n%b" % (head, len(body), body)
-        async with asyncio.timeout(self.timeout), self._slots:
-            conn = self._take() or await self._connect()
-            refusal = check()
-            if refusal is not None:
-                self._idle.append(conn)
-                raise Refused(refusal)
+        async with asyncio.timeout(self.timeout):
+            await self._slot()
             try:
-                status, text = await conn.exchange(request)
-            except BaseException:
-                conn.close()
-                raise
-            if conn.reusable and not conn.lost:
-                self._idle.append(conn)
-            else:
-                conn.close()
-            return status, text
+                conn = self._take() or await self._connect()
+                refusal = check()
+                if refusal is not None:
+                    self._idle.append(conn)
+                    raise Refused(refusal)
+                try:
+                    status, text = await conn.exchange(request)
+                except BaseException:
+                    conn.close()
+                    raise
+                if conn.reusable and not conn.lost:
+                    self._idle.append(conn)
+                else:
+                    conn.close()
+                return status, text
+            finally:
+                self._slots.release()
+
+    async def _slot(self) -> None:
+        if not self._slots.locked():
+            await self._slots.acquire()
+            return
+        self.queued += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.queued -= 1
+            if not self.queued:
+                self.on_unqueued()
 
     def _take(self) -> _Connection | None:
         while self._idle:

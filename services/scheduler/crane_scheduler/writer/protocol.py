@@ -67,6 +67,8 @@ class Connection:
     request_timeout: float = 30.0
     connections: int = 64
     report_connections: int = 64
+    reports_while_binds_wait: int = 4
+    """events in flight at most while binds wait for a connection (``process.ReportGate``): binds first"""
 
     def to_wire(self) -> dict[str, object]:
         return {
@@ -78,6 +80,7 @@ class Connection:
             "request_timeout": self.request_timeout,
             "connections": self.connections,
             "report_connections": self.report_connections,
+            "reports_while_binds_wait": self.reports_while_binds_wait,
         }
 
     @classmethod
