@@ -195,9 +195,11 @@ class _Writer(FakeWriter):
         self.term = object()
         self.kinds: list[tuple[str, Any]] = []
 
-    async def write(self, method: str, path: str, body: Any, term: Any, content_type: str = JSON) -> Reply:
+    async def write(
+        self, method: str, path: str, body: Any, term: Any, content_type: str = JSON, *, urgent: bool = False
+    ) -> Reply:
         self.kinds.append((content_type, term))
-        return await super().write(method, path, json.loads(json.dumps(body)), term, content_type)
+        return await super().write(method, path, json.loads(json.dumps(body)), term, content_type, urgent=urgent)
 
 
 async def test_victims_get_the_disruption_condition_and_are_deleted() -> None:
@@ -215,6 +217,7 @@ async def test_victims_get_the_disruption_condition_and_are_deleted() -> None:
     ]
     assert [kind for kind, _ in writer.kinds[:3]] == [STRATEGIC_MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON]
     assert all(term is writer.term for _, term in writer.kinds)  # refused by the writer once the term ended
+    assert all(writer.urgent)  # on the binds' connections, not behind the reports of failed attempts
     assert writer.bodies[0] == {"status": {"nominatedNodeName": "a"}}
     cond = writer.bodies[1]["status"]["conditions"][0]
     assert (cond["type"], cond["status"], cond["reason"]) == ("DisruptionTarget", "True", "PreemptionByScheduler")
@@ -255,10 +258,12 @@ class _SlowDeletes(_Writer):
         super().__init__()
         self.release = asyncio.Event()
 
-    async def write(self, method: str, path: str, body: Any, term: Any, content_type: str = JSON) -> Reply:
+    async def write(
+        self, method: str, path: str, body: Any, term: Any, content_type: str = JSON, *, urgent: bool = False
+    ) -> Reply:
         if method == "DELETE":
             await self.release.wait()
-        return await super().write(method, path, body, term, content_type)
+        return await super().write(method, path, body, term, content_type, urgent=urgent)
 
 
 async def test_the_preemptor_is_retried_once_its_victims_left_the_cache_before_the_delete_replies() -> None:

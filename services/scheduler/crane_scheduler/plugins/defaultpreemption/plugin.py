@@ -330,10 +330,11 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
     async def _write(self, method: str, path: str, body: Any, content_type: str = STRATEGIC_MERGE_PATCH) -> Reply:
         """One API write through the writer process (its own connections and core, so an eviction does not wait
         for the scheduling loop's turns), in the current leadership term: a leader that lost its lease evicts
-        nothing more."""
+        nothing more. Urgent: on the binds' connections, as kube's preemption goroutine writes on the scheduler's
+        main client, not behind the events and status patches of a burst of failed attempts."""
         writer = self.handle.writer
         assert writer is not None  # _spawn runs no API call without it
-        return await writer.write(method, path, body, writer.term, content_type)
+        return await writer.write(method, path, body, writer.term, content_type, urgent=True)
 
     async def _set_nomination(self, pod: PodInfo, node: str) -> None:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
