@@ -631,8 +631,8 @@ def test_a_victim_being_preempted_on_the_nominated_node_counts_as_terminating(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Two preemptors nominated to one node, the second's victim not gone yet: the first, retried, waits for it
-    (kube's "terminating pod on the nominated node") instead of evicting a second pod, and is retried once the
-    victim has left the cache."""
+    (kube's "terminating pod on the nominated node") instead of evicting a second pod, held back until that
+    victim's deletion has started, and is retried once the victim has left the cache."""
     t = table(
         node("a", cpu="2"),
         bound=[pod("low1", cpu="1", priority=1, node_name="a"), pod("low2", cpu="1", priority=1, node_name="a")],
@@ -662,5 +662,13 @@ def test_a_victim_being_preempted_on_the_nominated_node_counts_as_terminating(
     choice = plugin.select(retried, result)
     assert choice.best is None and "terminating pod on the nominated node" in choice.message
     assert plugin._victims == victims_before  # nobody else evicted
-    t.remove_pod(next(uid for uid in plugin._waiting[second.uid]))
+    # Held back (PreEnqueue) while that victim's deletion has not started: other victims leaving would retry
+    # it in vain; once the victim is terminating, kube's queue rules again; once it is gone, it is retried.
+    assert plugin.pre_enqueue(retried)
+    blocking = next(uid for uid in plugin._waiting[second.uid])
+    raw = t.pods[blocking].pod.raw  # type: ignore[union-attr]
+    t.add_pod(parse_pod({**raw, "metadata": {**raw["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}))
+    assert not plugin.pre_enqueue(retried)
+    t.remove_pod(blocking)
     assert first.uid in activated[1:]
+    assert not plugin.pre_enqueue(retried) and first.uid not in plugin._blocked_by
