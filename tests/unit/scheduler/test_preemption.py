@@ -672,3 +672,30 @@ def test_a_victim_being_preempted_on_the_nominated_node_counts_as_terminating(
     t.remove_pod(blocking)
     assert first.uid in activated[1:]
     assert not plugin.pre_enqueue(retried) and first.uid not in plugin._blocked_by
+
+
+def test_a_nominated_pod_is_tried_on_its_nominated_node_alone_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kube's evaluateNominatedNode: only the pods nominated to that node are added for Filter's second pass
+    (not every preemptor's, node by node); when the node no longer fits, every node is evaluated."""
+    t = table(node("a", cpu="1"), node("b", cpu="1"), node("c", cpu="1"))
+    ls = listers()
+    others = [parse_pod(pod(f"other-{n}", cpu="1", priority=100)) for n in ("b", "c")]
+    for other, n in zip(others, ("b", "c"), strict=True):
+        t.nominated[other.uid] = (other, n)
+    me = parse_pod(pod("me", cpu="1", priority=100))
+    t.nominated[me.uid] = (me, "a")
+    added: list[list[str]] = []
+    real = t.simulate_add
+
+    def spy(records: Any, *, notify: bool = False) -> Any:
+        added.append([r.name for r in records])
+        return real(records, notify=notify)
+
+    monkeypatch.setattr(t, "simulate_add", spy)
+    result = decide(t, ls, me)
+    assert isinstance(result, ScheduleResult) and result.node == "a"
+    assert added == []  # nobody else nominated to a
+    t.add_pod(parse_pod(pod("filler", cpu="1", node_name="a")))
+    result = decide(t, ls, me)
+    assert isinstance(result, Diagnosis)  # b and c are held for the pods nominated there
+    assert sorted(added[-1]) == ["other-b", "other-c"]
