@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -135,6 +136,32 @@ async def create_pods(api: client.ApiClient, namespace: str, n: int, scheduler: 
         (await v1.create_namespaced_pod(namespace, body, _preload_content=False)).release()
 
     await gather_limited([one(i) for i in range(n)], 100)
+
+
+async def create_pods_paced(api: client.ApiClient, namespace: str, n: int, scheduler: str, rate: float) -> None:
+    """Create ``n`` pending pods at a steady ``rate`` per second (a cluster's controllers, not a backlog): each
+    creation starts on its own schedule, so a slow reply does not hold the next one back."""
+    v1 = client.CoreV1Api(api)
+    resources = {"requests": POD_REQUESTS, "limits": POD_REQUESTS}
+
+    async def one(i: int) -> None:
+        body = {
+            "metadata": {"name": f"pod-{i:05d}"},
+            "spec": {
+                "schedulerName": scheduler,
+                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10", "resources": resources}],
+            },
+        }
+        (await v1.create_namespaced_pod(namespace, body, _preload_content=False)).release()
+
+    loop = asyncio.get_running_loop()
+    start, tasks = loop.time(), []
+    for i in range(n):
+        delay = start + i / rate - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)  # the schedule itself: one creation every 1/rate seconds
+        tasks.append(asyncio.create_task(one(i)))
+    await asyncio.gather(*tasks)
 
 
 async def create_bound_pods(api: client.ApiClient, namespace: str, n: int, nodes: int) -> None:
@@ -314,8 +341,16 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 
 async def run_ours(
-    cluster: LocalCluster, api: client.ApiClient, args: argparse.Namespace, run_dir: Path, namespace: str
+    cluster: LocalCluster,
+    api: client.ApiClient,
+    args: argparse.Namespace,
+    run_dir: Path,
+    namespace: str,
+    pace: float = 0.0,
 ) -> tuple[Run, dict[str, float]]:
+    """One crane-scheduler run: on ``args.pods`` pods pending before it starts (a burst), or, with ``pace``, on
+    pods created at that rate once it is ready (steady arrivals: the decision latency a cluster below
+    saturation sees)."""
     name = "crane-bench"
     cfg = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -344,11 +379,16 @@ async def run_ours(
         ),
         run_dir / "logs" / "crane-scheduler.log",
     )
-    await create_pods(api, namespace, args.pods, name)
+    if not pace:
+        await create_pods(api, namespace, args.pods, name)
     spies: list[Spy] = []
+    arrivals: list[asyncio.Task[None]] = []
 
     async def start() -> None:
         await proc.start()
+        if pace:
+            await proc.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), timeout=120)
+            arrivals.append(asyncio.create_task(create_pods_paced(api, namespace, args.pods, name, pace)))
         if getattr(args, "py_spy", False) and proc.pid is not None:
             spy = await Spy.attach(proc.pid, run_dir / f"py-spy-{namespace}.txt")
             spies.extend([spy] if spy is not None else [])
@@ -359,14 +399,26 @@ async def run_ours(
             print(f"  crane-scheduler's CPU samples by part ({spy.out}):\n{render(await spy.stop())}", file=sys.stderr)
         latency = await decision_latency(port, name)
     finally:
+        for task in arrivals:
+            task.cancel()
         await proc.stop()
     return run, latency
 
 
+async def http_ok(url: str) -> bool:
+    """True when ``url`` answers 200 (a readiness probe)."""
+    try:
+        async with aiohttp.ClientSession() as s, s.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+            return r.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
 async def run_kube(
     cluster: LocalCluster, api: client.ApiClient, args: argparse.Namespace, run_dir: Path, namespace: str
-) -> Run:
+) -> tuple[Run, dict[str, float]]:
     name = "kube-bench"
+    certs = run_dir / f"kube-scheduler-certs-{namespace}"
     cfg = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -384,6 +436,8 @@ async def run_kube(
             f"--config={path}",
             f"--secure-port={port}",
             "--bind-address=127.0.0.1",
+            f"--cert-dir={certs}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             "--v=1",
         ],
         run_dir / "logs" / "kube-scheduler.log",
@@ -395,9 +449,29 @@ async def run_kube(
         await proc.wait_ready(lambda: tcp_open("127.0.0.1", port), timeout=60)
 
     try:
-        return await measure(api, namespace, args.pods, "kube-scheduler", start, args.timeout, pid=lambda: proc.pid)
+        run = await measure(api, namespace, args.pods, "kube-scheduler", start, args.timeout, pid=lambda: proc.pid)
+        return run, await kube_decision_latency(port, certs / "kube-scheduler.crt")
     finally:
         await proc.stop()
+
+
+async def kube_decision_latency(port: int, cert: Path) -> dict[str, float]:
+    """p50/p99 of kube-scheduler's ``scheduler_scheduling_algorithm_duration_seconds`` in the same run (the
+    reference's decision latency on the same machine; its buckets are 1, 2, 4, 8 ... ms), verified against the
+    self-signed serving certificate it wrote to its ``--cert-dir``."""
+    tls = ssl.create_default_context(cafile=str(cert))
+    try:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(f"https://127.0.0.1:{port}/metrics", ssl=tls, timeout=aiohttp.ClientTimeout(total=10)) as r,
+        ):
+            r.raise_for_status()
+            text = await r.text()
+    except (aiohttp.ClientError, OSError, TimeoutError) as e:
+        print(f"  kube-scheduler's metrics not read: {e}", file=sys.stderr)
+        return {"p50": float("nan"), "p99": float("nan")}
+    wall = histogram(text, "scheduler_scheduling_algorithm_duration_seconds", None)
+    return {"p50": percentile(wall, 0.5), "p99": percentile(wall, 0.99)}
 
 
 async def run_binds(cluster: LocalCluster, api: client.ApiClient, args: argparse.Namespace, namespace: str) -> Run:
@@ -449,12 +523,13 @@ async def decision_latency(port: int, profile: str) -> dict[str, float]:
     }
 
 
-def histogram(text: str, name: str, profile: str) -> list[tuple[float, float]]:
-    """(le, cumulative count) of one profile's series of histogram ``name`` in a Prometheus text exposition."""
+def histogram(text: str, name: str, profile: str | None) -> list[tuple[float, float]]:
+    """(le, cumulative count) of one profile's series of histogram ``name`` in a Prometheus text exposition (of
+    its only series when ``profile`` is None)."""
     buckets: list[tuple[float, float]] = []
     prefix = name + "_bucket{"
     for line in text.splitlines():
-        if line.startswith(prefix) and f'profile="{profile}"' in line:
+        if line.startswith(prefix) and (profile is None or f'profile="{profile}"' in line):
             le = line.split('le="')[1].split('"')[0]
             buckets.append((float("inf") if le == "+Inf" else float(le), float(line.rsplit(" ", 1)[1])))
     buckets.sort()
@@ -497,8 +572,16 @@ async def bench_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
             await delete_pods(api, ns)
             if not args.skip_kube:
                 ns = await fresh_namespace(api, "bench-kube")
-                results["kube"] = await run_kube(cluster, api, args, run_dir, ns)
+                results["kube"], results["kube_latency"] = await run_kube(cluster, api, args, run_dir, ns)
                 print(f"  {nodes} nodes: {_line(results['kube'])}", file=sys.stderr)
+                await delete_pods(api, ns)
+            if args.paced:
+                kube = results.get("kube")
+                rate = args.paced * (kube.rate if kube and kube.rate > 0 else results["ours"].rate)
+                ns = await fresh_namespace(api, "bench-paced")
+                results["paced"], results["paced_latency"] = await run_ours(cluster, api, args, run_dir, ns, rate)
+                results["paced_rate"] = rate
+                print(f"  {nodes} nodes, paced at {rate:.0f}/s: decision {results['paced_latency']}", file=sys.stderr)
                 await delete_pods(api, ns)
             ns = await fresh_namespace(api, "bench-binds")
             results["binds"] = await run_binds(cluster, api, args, ns)
@@ -533,9 +616,22 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
             f"       crane-scheduler's decision in CPU time: p50 {lat['cpu_p50'] * 1e3:.2f} ms, p99 "
             f"{lat['cpu_p99'] * 1e3:.2f} ms; {lat['preempted'] * 100:.0f}% of decisions preempted by the OS"
         )
+        if "kube_latency" in r:
+            kl = r["kube_latency"]
+            print(
+                f"       kube-scheduler's decision (scheduling_algorithm_duration_seconds, same run): p50 "
+                f"{kl['p50'] * 1e3:.2f} ms, p99 {kl['p99'] * 1e3:.2f} ms"
+            )
         for run in (ours, kube):
             if run is not None:
                 print(f"       {_line(run)}")
+        if "paced_latency" in r:
+            paced = r["paced_latency"]
+            print(
+                f"       paced (pods arriving at {r['paced_rate']:.0f}/s, {args.paced:g} of kube-scheduler's burst "
+                f"rate): decision p50 {paced['p50'] * 1e3:.2f} ms, p99 {paced['p99'] * 1e3:.2f} ms wall; CPU p99 "
+                f"{paced['cpu_p99'] * 1e3:.2f} ms; {paced['preempted'] * 100:.0f}% preempted by the OS"
+            )
 
 
 def _line(run: Run) -> str:
@@ -580,6 +676,13 @@ def main() -> None:
     parser.add_argument(
         "--py-spy", action="store_true", help="sample crane-scheduler with py-spy (bench/scheduler/spy.py)"
     )
+    parser.add_argument(
+        "--paced",
+        type=float,
+        default=0.5,
+        help="also run crane-scheduler on pods arriving steadily at this fraction of kube-scheduler's burst rate "
+        "(its decision latency below saturation); 0 to skip",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file (for bench.check)")
     args = parser.parse_args()
     sizes = [int(x) for x in args.nodes.split(",") if x]
@@ -620,6 +723,8 @@ def figures(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
             "decision_cpu_p50_ms": round(lat["cpu_p50"] * 1e3, 3),
             "decision_cpu_p99_ms": round(lat["cpu_p99"] * 1e3, 3),
             "decisions_preempted": round(lat["preempted"], 3),
+            "kube_decision_p50_ms": round(r["kube_latency"]["p50"] * 1e3, 3) if "kube_latency" in r else None,
+            "kube_decision_p99_ms": round(r["kube_latency"]["p99"] * 1e3, 3) if "kube_latency" in r else None,
             "bind_ceiling_per_s": round(binds.rate, 1),
             "crane_rss_mib": round(ours.rss_mib, 1),
             "kube_rss_mib": round(kube.rss_mib, 1) if kube else None,
@@ -627,6 +732,15 @@ def figures(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
             "kube_synced_rss_mib": round(kube.synced_rss_mib, 1) if kube else None,
             "load_at_end": round(r.get("load", float("nan")), 1),
         }
+        if "paced_latency" in r:
+            paced = r["paced_latency"]
+            out["sizes"][str(r["nodes"])] |= {
+                "paced_rate_per_s": round(r["paced_rate"], 1),
+                "paced_decision_p50_ms": round(paced["p50"] * 1e3, 3),
+                "paced_decision_p99_ms": round(paced["p99"] * 1e3, 3),
+                "paced_decision_cpu_p99_ms": round(paced["cpu_p99"] * 1e3, 3),
+                "paced_decisions_preempted": round(paced["preempted"], 3),
+            }
     return out
 
 

@@ -28,6 +28,7 @@ from bench.scheduler.workloads import HOST, SCALES, ZONE, ZONES, pod_body, templ
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import parse_config
 from crane_scheduler.framework import Handle
+from crane_scheduler.framework.registry import Registry
 from crane_scheduler.framework.runtime import Profile, build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
@@ -57,12 +58,15 @@ def _pod(name: str, namespace: str, labels: dict[str, str], extra: dict[str, Any
     return parse_pod(body)
 
 
-def build(nodes: int, plugins: str) -> tuple[NodeTable, Profile]:
+def build(nodes: int, plugins: str, registry: Registry | None = None) -> tuple[NodeTable, Profile]:
+    """The node table and the profile; ``registry`` defaults to the built-in plugins only (kube-scheduler's: no
+    Dynamic, which the scheduler adds from its entry point, ``crane_scheduler.__main__.plugin_registry``)."""
     table = NodeTable(capacity=nodes)
     for i in range(nodes):
         table.upsert_node(parse_node(node_json(i)))
     config = {"profiles": [{"schedulerName": SCHEDULER, **base.PROFILES[plugins]}]}
-    profiles = build_profiles(parse_config(config), builtin_registry(), lambda name: Handle(table, profile=name))
+    registry = builtin_registry() if registry is None else registry
+    profiles = build_profiles(parse_config(config), registry, lambda name: Handle(table, profile=name))
     return table, profiles[SCHEDULER]
 
 

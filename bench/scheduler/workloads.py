@@ -171,7 +171,7 @@ async def one_workload(
             if key == "ours":
                 result["ours"], result["latency"] = await base.run_ours(cluster, api, args, run_dir, measure_ns)
             else:
-                result["kube"] = await base.run_kube(cluster, api, args, run_dir, measure_ns)
+                result["kube"], result["kube_latency"] = await base.run_kube(cluster, api, args, run_dir, measure_ns)
         for ns in namespaces:
             await base.delete_pods(api, ns)
     return result

@@ -14,7 +14,7 @@ never move and plugin caches keyed by row stay valid.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Generic, Never, TypeVar
 
@@ -81,6 +81,49 @@ class PodRecord:
             assumed,
             pod,
         )
+
+
+Nomination = tuple[PodInfo, str]
+"""(the nominated pod, the node preemption nominated it to)"""
+
+
+class Nominations(MutableMapping[str, Nomination]):
+    """Pods nominated to a node by preemption (ours or another scheduler's), not bound yet: uid -> (pod, node).
+
+    A dict whose changes are told to ``listeners`` (uid, the new nomination or None when it is cleared), so a
+    plugin can keep per-node sums of the nominated pods up to date on nominate/clear instead of walking every
+    nomination per decision (Dynamic's load estimate, ``loadaware/nominated.py``)."""
+
+    __slots__ = ("_pods", "listeners")
+
+    def __init__(self) -> None:
+        self._pods: dict[str, Nomination] = {}
+        self.listeners: list[Callable[[str, Nomination | None], None]] = []
+
+    def __getitem__(self, uid: str) -> Nomination:
+        return self._pods[uid]
+
+    def __setitem__(self, uid: str, nomination: Nomination) -> None:
+        self._pods[uid] = nomination
+        for listener in self.listeners:
+            listener(uid, nomination)
+
+    def __delitem__(self, uid: str) -> None:
+        del self._pods[uid]
+        for listener in self.listeners:
+            listener(uid, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._pods)
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._pods
+
+    def items(self) -> ItemsView[str, Nomination]:  # the dict's own view: Filter walks it per decision
+        return self._pods.items()
 
 
 class _LabelColumn:
@@ -169,7 +212,7 @@ class NodeTable:
         self._touches = 0
         # Pods nominated to a node by preemption (ours or another scheduler's), not bound yet: uid -> (pod, node).
         # Filter counts them for pods of equal or lower priority (kube's nominator).
-        self.nominated: dict[str, tuple[PodInfo, str]] = {}
+        self._nominated = Nominations()
         # Plugins that account something of their own per bound pod (NRT zone results) listen here.
         self.pod_added: list[Callable[[PodInfo], None]] = []
         self.pod_removed: list[Callable[[str], None]] = []
@@ -180,6 +223,18 @@ class NodeTable:
         self.pod_simulated: list[Callable[[list[PodRecord], int], None]] = []
 
     # ------------------------------------------------------------------------------------------ views
+
+    @property
+    def nominated(self) -> Nominations:
+        return self._nominated
+
+    @nominated.setter
+    def nominated(self, pods: Mapping[str, Nomination]) -> None:
+        """Replacing the nominations (tests do) keeps the mapping, so its listeners see every change."""
+        for uid in list(self._nominated):
+            del self._nominated[uid]
+        for uid, nomination in pods.items():
+            self._nominated[uid] = nomination
 
     live = _RowView[np.bool_]("_live")
     alloc = _RowView[np.int64]("_alloc")

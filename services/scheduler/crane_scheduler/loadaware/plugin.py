@@ -27,8 +27,9 @@ from prometheus_client import Counter, Gauge
 from crane_scheduler import framework as fwk
 from crane_scheduler.loadaware.args import PluginArgs, parse_args
 from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
+from crane_scheduler.loadaware.nominated import NominatedLoad
 from crane_scheduler.loadaware.recent import RecentEffects
-from crane_scheduler.nodetable import IntArray, NodeTable
+from crane_scheduler.nodetable import IntArray, NodeTable, Nomination
 from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo
 from crane_scheduler.rowcache import PASS, Codes, FilterCache, RowVersions, ScoreCache
 from crane_shared.loadaware.dynamic import (
@@ -156,6 +157,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         self._next_reload_check = 0.0
         self.columns = LoadColumns(self.args)
         self.recent = RecentEffects(self.columns)
+        self.nominated = NominatedLoad(self.columns, handle.table.rows)
         # Results per node row, refreshed for the rows whose inputs changed (``rowcache``).
         self.versions = RowVersions()
         self._scores = ScoreCache(self.versions)
@@ -168,6 +170,14 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         # One column per plugin instance: every profile has its own Dynamic (own args, own recent bindings).
         column = f"Dynamic.malformed.{handle.profile}.{id(self)}"
         handle.table.register_column(column, self._decode_node, dtype=np.int64)
+        # Pods nominated by preemption count in the estimate until the table accounts them (``nominated.py``).
+        table = handle.table
+        table.nominated.listeners.append(self._nomination_changed)
+        table.pod_added.append(lambda pod: self.nominated.placed(pod.uid, True))
+        table.pod_assumed.append(lambda pod, node: self.nominated.placed(pod.uid, True))
+        table.pod_removed.append(lambda uid: self.nominated.placed(uid, False))
+        for uid, nomination in table.nominated.items():
+            self._nomination_changed(uid, nomination)
 
     # -- node annotations -> columns ------------------------------------------------------------------------------
 
@@ -177,6 +187,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         bad = self.columns.set_row(row, node.annotations)
         cpu, memory = _capacity(node)
         self.recent.node_changed(row, node.name, cpu, memory, self.wall_clock())
+        self.nominated.node_changed(row, node.name, cpu, memory)
         self.versions.touch((row,))  # allocatable may have changed: the incoming pod's fraction too
         for metric in bad:
             self.metrics.malformed.labels(metric).inc()
@@ -184,6 +195,14 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
                 f"malformed:{metric}", "malformed load annotation skipped", node=node.name, metric=metric
             )
         return len(bad)
+
+    def _nomination_changed(self, uid: str, nomination: Nomination | None) -> None:
+        if nomination is None:
+            self.nominated.clear(uid)
+            return
+        pod, node = nomination
+        cpu, memory = estimated_resources(pod)
+        self.nominated.nominate(uid, node, pod.priority, cpu, memory, uid in self.handle.table.pods)
 
     def _maybe_reload(self) -> None:
         now = time.monotonic()
@@ -198,11 +217,15 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         old = self.recent
         self.columns = LoadColumns(self.args, capacity=max(64, self.handle.table.n_rows))
         self.recent = RecentEffects(self.columns, capacity=max(64, self.handle.table.n_rows))
+        self.nominated = NominatedLoad(self.columns, self.handle.table.rows, capacity=max(64, self.handle.table.n_rows))
+        for uid, nomination in self.handle.table.nominated.items():
+            self._nomination_changed(uid, nomination)
         now = self.wall_clock()
         for row, node in enumerate(self.handle.table.nodes):
             if node is not None:
                 self.columns.set_row(row, node.annotations)
                 self.recent.node_changed(row, node.name, *_capacity(node), now)
+                self.nominated.node_changed(row, node.name, *_capacity(node))
                 for uid, bound_at, cpu, memory in old.uids_of(row):
                     self.recent.add(uid, row, node.name, bound_at, cpu, memory)
         self._reasons = self.columns.all_reasons()
@@ -262,7 +285,14 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         """The load inputs of one node as the policy saw them at ``at`` (for ``explain``)."""
         capacity = NodeCapacity(info.allocatable.get(CPU, 0) / 1000, float(info.allocatable.get(MEMORY, 0)))
         recent = self.recent_on(info.name, until=at)
-        load = node_load(info.name, info.annotations, self.args, datetime.fromtimestamp(at, UTC), recent, capacity)
+        when = datetime.fromtimestamp(at, UTC)
+        load = node_load(info.name, info.annotations, self.args, when, recent, capacity)
+        # Filter also counts the pods nominated here (as bindings made now; see ``nominated.py``), Score does not.
+        nominated = self.nominated.on_node(info.name)
+        with_nominated = [*recent, *(RecentBinding(info.name, at, c, m) for c, m in nominated)]
+        filtered = (
+            node_load(info.name, info.annotations, self.args, when, with_nominated, capacity) if nominated else load
+        )
         limits = {p.name: p.max_limit_percent for p in self.args.policy.predicate}
         return {
             "metrics": {
@@ -277,8 +307,9 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
                 for r in load.readings.values()
             },
             "hotValue": {"annotated": load.annotated_hot, "ownBindings": load.own_hot, "total": load.hot},
+            "nominatedPods": len(nominated),
             "dynamicScore": score(load, self.args),
-            "filter": filter_reason(load, self.args) or "passed",
+            "filter": filter_reason(filtered, self.args) or "passed",
         }
 
     # -- extension points ---------------------------------------------------------------------------------------
@@ -289,10 +320,12 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         self.columns.evaluate(now)
         self.recent.prune(now - self._horizon(), now)
         extra, own_hot = self.recent.at(now, n_rows)
-        if self.columns.changed or self.recent.changed:
-            self.versions.touch(self.columns.changed | self.recent.changed)
+        self.nominated.ensure(max(0, n_rows - 1))  # its columns cover every row the decision reads
+        if self.columns.changed or self.recent.changed or self.nominated.changed:
+            self.versions.touch(self.columns.changed | self.recent.changed | self.nominated.changed)
             self.columns.changed.clear()
             self.recent.changed.clear()
+            self.nominated.changed.clear()
         return extra, own_hot
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
@@ -306,6 +339,10 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         cpu, memory = estimated_resources(pod)
         state["Dynamic.size"] = (cpu, memory)  # Reserve records the same size
         reasons, index = self._reasons, self._reason_index
+        nominated = self.nominated
+        if nominated.counted:  # Filter's estimate: recent bindings plus every nominated pod not placed yet
+            nom = nominated.extra
+            extra = {metric: arr + nom[metric][:n] for metric, arr in extra.items()}
 
         def compute(rows: fwk.Rows) -> Codes:
             incoming = self._incoming(table, cpu, memory)
@@ -318,6 +355,8 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
             return codes
 
         codes = self._codes.get(self._size_key(cpu, memory), n, compute)
+        if nominated.counted:
+            codes = self._without_uncounted(codes, pod, table, extra, self._incoming(table, cpu, memory))
         live = table.live
         rejected = (codes != PASS) & live
         if not rejected.any():
@@ -329,6 +368,34 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
                 self.metrics.rejections.labels(_metric_of(reasons[k])).inc(count)
                 rejections.append(fwk.Rejection(reasons[k], rejected & (codes == k)))
         return rejections
+
+    def _without_uncounted(
+        self,
+        codes: Codes,
+        pod: PodInfo,
+        table: NodeTable,
+        extra: dict[str, FloatArray],
+        incoming: dict[str, FloatArray] | None,
+    ) -> Codes:
+        """The cached codes count every nominated pod not placed yet; on the rows holding ones that do not count
+        for ``pod`` (its own nomination, lower priorities: kube's ``addGENominatedPods``) the verdict is taken
+        again without them. Usually no row or one (the pod's own nominated node)."""
+        rows = self.nominated.exclusions(pod.uid, pod.priority)
+        if not rows:
+            return codes
+        recent, n = self.recent.extra, table.n_rows
+        fixed = {metric: arr.copy() for metric, arr in extra.items()}
+        for row, nominated in rows.items():
+            if row >= n:
+                continue
+            for metric, arr in fixed.items():
+                arr[row] = recent[metric][row] + nominated.get(metric, 0.0)
+        codes = codes.copy()
+        for row in rows:
+            if row < n:
+                reason = self.columns.reason_of(row, incoming, fixed)
+                codes[row] = PASS if reason is None else self._reason_index[reason]
+        return codes
 
     def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
         if is_daemonset_pod(pod.raw.get("metadata")):  # exempt from the score as from the filter: no ranking
