@@ -144,11 +144,24 @@ class FakeWriter:
         self.bodies: list[Any] = []
         self.answers = list(answers or [])
         self.term: Any = None
+        self.urgent: list[bool] = []
+        self.ready = asyncio.Event()
+        self.ready.set()
 
-    async def write(self, method: str, path: str, body: Any, term: Any, content_type: str = JSON) -> Reply:
+    async def write(
+        self, method: str, path: str, body: Any, term: Any, content_type: str = JSON, *, urgent: bool = False
+    ) -> Reply:
         self.writes.append(f"{method} {path}")
+        self.urgent.append(urgent)
         self.bodies.append(body)
         return Reply(self.answers.pop(0) if self.answers else 201)
+
+    async def wait_ready(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self.ready.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     def as_writer(self) -> ApiWriter:
         return cast(ApiWriter, self)

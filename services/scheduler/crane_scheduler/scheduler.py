@@ -73,6 +73,9 @@ RECOVERY_SETTLE = 35.0
 has landed (or failed) within its request timeout (30 s by default), and the cache has seen it"""
 log = get_logger("crane.scheduler")
 UNSCHEDULABLE_FLUSH_PERIOD = 30.0
+WRITER_READY_TIMEOUT = 10.0
+"""seconds the first decision waits for the API writer process to be ready (its writes would only wait in the
+pipe meanwhile, and a preemption's evictions with them); past that, writes answer UNSENT and are retried"""
 OLD_GENERATION_THRESHOLD = 1_000_000
 """gen1 collections before CPython may collect the old generation: in effect never by itself (see ``collector``)"""
 _RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)
@@ -271,6 +274,8 @@ class Scheduler:
         if self.writer is not None:
             self.writer.term = term  # and binds
         await self.synced.wait()
+        if self.writer is not None and not await self.writer.wait_ready(WRITER_READY_TIMEOUT):
+            log.warning("the API writer process is not ready; scheduling anyway", waited=WRITER_READY_TIMEOUT)
         await self._recover_scheduled_events()
         flusher = asyncio.create_task(self._flush_loop(stopping))
         settled = asyncio.create_task(self._recover_once_settled(stopping))

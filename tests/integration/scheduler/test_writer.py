@@ -136,6 +136,39 @@ async def test_events_do_not_queue_behind_binds_the_api_server_is_slow_to_answer
     assert sum(s[1].endswith("/binding") for s in fake.seen) == 8
 
 
+async def test_preemption_writes_take_the_binds_lane_and_reports_wait_for_them() -> None:
+    """Urgent writes (a preemption's nomination, condition, delete) do not queue behind reports holding every
+    report connection, and reports sent meanwhile wait until no urgent write is in flight: the API server serves
+    what is in flight at once, so reports would slow the evictions down."""
+    fake = _Api()
+    fake.release, fake.hold = asyncio.Event(), "/events"
+    async with TestServer(fake.app) as server:
+        conn = Connection(
+            kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0, connections=2, report_connections=2
+        )
+        async with ApiWriter(conn) as writer:
+            assert await writer.wait_ready(30)
+            events = "/apis/events.k8s.io/v1/namespaces/ns/events"
+            held = [asyncio.create_task(writer.write("POST", events, {"e": i}, None)) for i in range(2)]
+            await eventually(lambda: len(fake.seen) == 2, 10, "two events held by the API server")
+            delete = writer.write("DELETE", "/api/v1/namespaces/ns/pods/low", {"x": 1}, None, urgent=True)
+            assert (await asyncio.wait_for(delete, 10)).ok  # not behind the reports' busy connections
+            fake.release.set()
+            assert all(r.ok for r in await asyncio.gather(*held))
+
+            fake.release, fake.hold = asyncio.Event(), "/low"
+            urgent = asyncio.create_task(
+                writer.write("DELETE", "/api/v1/namespaces/ns/pods/low", {"x": 2}, None, urgent=True)
+            )
+            await eventually(lambda: len(fake.seen) == 4, 10, "the urgent write held by the API server")
+            report = asyncio.create_task(writer.write("POST", events, {"e": "late"}, None))
+            await asyncio.sleep(0.3)  # the report would have arrived by now if it did not wait
+            assert len(fake.seen) == 4 and not report.done()
+            fake.release.set()
+            assert (await urgent).ok and (await asyncio.wait_for(report, 10)).ok
+    assert [(m, p) for m, p, *_ in fake.seen[3:]] == [("DELETE", "/api/v1/namespaces/ns/pods/low"), ("POST", events)]
+
+
 async def test_a_write_whose_deadline_passes_while_it_waits_for_a_connection_is_refused() -> None:
     fake = _Api()
     fake.release = asyncio.Event()
@@ -164,12 +197,14 @@ async def test_a_dead_writer_answers_unsent_and_is_restarted() -> None:
         async with ApiWriter(conn, on_restart=lambda: restarts.append(1)) as writer:
             held = asyncio.create_task(writer.bind("ns", "held", "u", "n1"))
             await asyncio.wait_for(fake.arrived.wait(), 10)
-            assert writer.alive and writer._proc is not None
+            assert writer.alive and writer._proc is not None and await writer.wait_ready(10)
             writer._proc.kill()
             reply = await asyncio.wait_for(held, 10)
             assert reply.status == UNSENT and "exited" in reply.text
+            assert not writer.ready.is_set()  # until the restarted process says so
             fake.release.set()
             await eventually(lambda: writer.alive, 30, "the writer process restarted")
+            assert await writer.wait_ready(30)  # the new process says when it can send
             assert restarts == [1]
             assert (await writer.bind("ns", "after", "u", "n1")).ok
         assert not writer.alive

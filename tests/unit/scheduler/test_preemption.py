@@ -195,9 +195,11 @@ class _Writer(FakeWriter):
         self.term = object()
         self.kinds: list[tuple[str, Any]] = []
 
-    async def write(self, method: str, path: str, body: Any, term: Any, content_type: str = JSON) -> Reply:
+    async def write(
+        self, method: str, path: str, body: Any, term: Any, content_type: str = JSON, *, urgent: bool = False
+    ) -> Reply:
         self.kinds.append((content_type, term))
-        return await super().write(method, path, json.loads(json.dumps(body)), term, content_type)
+        return await super().write(method, path, json.loads(json.dumps(body)), term, content_type, urgent=urgent)
 
 
 async def test_victims_get_the_disruption_condition_and_are_deleted() -> None:
@@ -215,6 +217,7 @@ async def test_victims_get_the_disruption_condition_and_are_deleted() -> None:
     ]
     assert [kind for kind, _ in writer.kinds[:3]] == [STRATEGIC_MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON]
     assert all(term is writer.term for _, term in writer.kinds)  # refused by the writer once the term ended
+    assert all(writer.urgent)  # on the binds' connections, not behind the reports of failed attempts
     assert writer.bodies[0] == {"status": {"nominatedNodeName": "a"}}
     cond = writer.bodies[1]["status"]["conditions"][0]
     assert (cond["type"], cond["status"], cond["reason"]) == ("DisruptionTarget", "True", "PreemptionByScheduler")
@@ -255,10 +258,12 @@ class _SlowDeletes(_Writer):
         super().__init__()
         self.release = asyncio.Event()
 
-    async def write(self, method: str, path: str, body: Any, term: Any, content_type: str = JSON) -> Reply:
+    async def write(
+        self, method: str, path: str, body: Any, term: Any, content_type: str = JSON, *, urgent: bool = False
+    ) -> Reply:
         if method == "DELETE":
             await self.release.wait()
-        return await super().write(method, path, body, term, content_type)
+        return await super().write(method, path, body, term, content_type, urgent=urgent)
 
 
 async def test_the_preemptor_is_retried_once_its_victims_left_the_cache_before_the_delete_replies() -> None:
@@ -626,8 +631,8 @@ def test_a_victim_being_preempted_on_the_nominated_node_counts_as_terminating(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Two preemptors nominated to one node, the second's victim not gone yet: the first, retried, waits for it
-    (kube's "terminating pod on the nominated node") instead of evicting a second pod, and is retried once the
-    victim has left the cache."""
+    (kube's "terminating pod on the nominated node") instead of evicting a second pod, held back until that
+    victim's deletion has started, and is retried once the victim has left the cache."""
     t = table(
         node("a", cpu="2"),
         bound=[pod("low1", cpu="1", priority=1, node_name="a"), pod("low2", cpu="1", priority=1, node_name="a")],
@@ -657,5 +662,40 @@ def test_a_victim_being_preempted_on_the_nominated_node_counts_as_terminating(
     choice = plugin.select(retried, result)
     assert choice.best is None and "terminating pod on the nominated node" in choice.message
     assert plugin._victims == victims_before  # nobody else evicted
-    t.remove_pod(next(uid for uid in plugin._waiting[second.uid]))
+    # Held back (PreEnqueue) while that victim's deletion has not started: other victims leaving would retry
+    # it in vain; once the victim is terminating, kube's queue rules again; once it is gone, it is retried.
+    assert plugin.pre_enqueue(retried)
+    blocking = next(uid for uid in plugin._waiting[second.uid])
+    raw = t.pods[blocking].pod.raw  # type: ignore[union-attr]
+    t.add_pod(parse_pod({**raw, "metadata": {**raw["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}))
+    assert not plugin.pre_enqueue(retried)
+    t.remove_pod(blocking)
     assert first.uid in activated[1:]
+    assert not plugin.pre_enqueue(retried) and first.uid not in plugin._blocked_by
+
+
+def test_a_nominated_pod_is_tried_on_its_nominated_node_alone_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kube's evaluateNominatedNode: only the pods nominated to that node are added for Filter's second pass
+    (not every preemptor's, node by node); when the node no longer fits, every node is evaluated."""
+    t = table(node("a", cpu="1"), node("b", cpu="1"), node("c", cpu="1"))
+    ls = listers()
+    others = [parse_pod(pod(f"other-{n}", cpu="1", priority=100)) for n in ("b", "c")]
+    for other, n in zip(others, ("b", "c"), strict=True):
+        t.nominated[other.uid] = (other, n)
+    me = parse_pod(pod("me", cpu="1", priority=100))
+    t.nominated[me.uid] = (me, "a")
+    added: list[list[str]] = []
+    real = t.simulate_add
+
+    def spy(records: Any, *, notify: bool = False) -> Any:
+        added.append([r.name for r in records])
+        return real(records, notify=notify)
+
+    monkeypatch.setattr(t, "simulate_add", spy)
+    result = decide(t, ls, me)
+    assert isinstance(result, ScheduleResult) and result.node == "a"
+    assert added == []  # nobody else nominated to a
+    t.add_pod(parse_pod(pod("filler", cpu="1", node_name="a")))
+    result = decide(t, ls, me)
+    assert isinstance(result, Diagnosis)  # b and c are held for the pods nominated there
+    assert sorted(added[-1]) == ["other-b", "other-c"]

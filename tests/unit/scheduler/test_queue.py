@@ -63,7 +63,7 @@ def test_unschedulable_pod_moves_only_on_an_event_its_rejector_registered() -> N
 
 
 def test_unschedulable_pod_moved_during_its_backoff_waits_in_backoffq() -> None:
-    q = queue()
+    q = queue(pop_from_backoff=False)
     q.add(parse_pod(pod("p")), now=0)
     qp = q.pop(0)
     assert qp
@@ -72,6 +72,25 @@ def test_unschedulable_pod_moved_during_its_backoff_waits_in_backoffq() -> None:
     assert q.pop(now=10.5) is None
     assert q.backoff_len == 1
     assert names(q, now=11) == ["p"]
+
+
+def test_a_pod_moved_during_its_backoff_is_popped_once_activeq_is_empty() -> None:
+    """kube's SchedulerPopFromBackoffQ: a pod an event moved while it backs off is tried when nothing else waits
+    in activeQ (behind pods that do), the one whose backoff ends first first; a pod backing off after an error
+    (kube's podErrorBackoffQ) waits its backoff out."""
+    q = queue()
+    for name in ("early", "late", "error"):
+        q.add(parse_pod(pod(name)), now=0)
+    early, late, error = q.pop(0), q.pop(0), q.pop(0)
+    assert early and late and error
+    q.add_unschedulable(late, frozenset({"X"}), now=10.2)
+    q.add_unschedulable(early, frozenset({"X"}), now=10.1)
+    q.add_backoff(error, now=10)
+    q.add(parse_pod(pod("new")), now=10.3)
+    q.on_event(ClusterEvent.NODE_ADD)
+    assert names(q, now=10.5) == ["new", "early", "late"]
+    assert q.backoff_len == 1 and q.pop(now=10.99) is None
+    assert names(q, now=11) == ["error"]
 
 
 def test_unschedulable_pods_are_retried_after_five_minutes_without_events() -> None:
@@ -148,3 +167,20 @@ def test_a_pod_gated_in_backoff_waits_among_the_unschedulable() -> None:
     q.add_backoff(qp, now=0)
     held.add("p")
     assert q.pop(now=5) is None and qp.pod.uid in q.unschedulable
+
+
+def test_a_gated_pod_is_not_popped_early_from_backoffq() -> None:
+    """A pod gated after an event moved it to backoffQ goes back among the unschedulable pods instead."""
+    held: set[str] = set()
+    q = queue(gated=lambda p: p.name in held)
+    q.add(parse_pod(pod("preemptor")), now=0)
+    qp = q.pop(0)
+    assert qp is not None
+    q.add_unschedulable(qp, frozenset({"X"}), now=10)
+    q.on_event(ClusterEvent.NODE_ADD)
+    q.flush_backoff(now=10)
+    q._apply_events(now=10)
+    assert q.backoff_len == 1
+    held.add("preemptor")
+    assert q.pop(now=10.5) is None
+    assert q.backoff_len == 0 and qp.pod.uid in q.unschedulable

@@ -16,7 +16,8 @@ from crane_scheduler.podinfo import PodInfo, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from crane_shared.leader import Term
-from tests.support.scheduler import node, pod, scheduler_with, step
+from tests.support.scheduler import FakeWriter, node, pod, scheduler_with, step
+from tests.support.waiting import eventually
 
 
 class FakeBinder:
@@ -277,3 +278,34 @@ async def test_a_decision_reports_its_cpu_time_beside_its_wall_time() -> None:
     assert preempted in (0.0, 1.0)
     binder.gate.set()
     await s.drain()
+
+
+@pytest.mark.parametrize("ready_later", [True, False])
+async def test_the_first_decision_waits_for_the_api_writer_to_be_ready(
+    monkeypatch: pytest.MonkeyPatch, ready_later: bool
+) -> None:
+    """A scheduler started with pods pending decides nothing before its writer process can send: its writes (a
+    preemption's evictions among them) would only wait in the pipe meanwhile. A writer that never gets ready
+    delays the first decision by ``WRITER_READY_TIMEOUT`` at most."""
+    from crane_scheduler import scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "WRITER_READY_TIMEOUT", 30.0 if ready_later else 0.05)
+    binder = FakeBinder()
+    s = scheduler_with(binder, Clock())
+    writer = FakeWriter()
+    writer.ready.clear()
+    s.writer = writer.as_writer()
+    s.on_node(node("n1", cpu="2"))
+    s.on_pod(pod("p", cpu="1"))
+    s.synced.set()
+    stopping = asyncio.Event()
+    run = asyncio.create_task(s.run(stopping))
+    if ready_later:
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert binder.calls == [] and s.queue.active_len == 1  # not decided yet
+        writer.ready.set()
+    await eventually(lambda: binder.calls == [("p", "n1")], 10, "the pod decided and its bind started")
+    binder.gate.set()
+    stopping.set()
+    await asyncio.wait_for(run, 10)

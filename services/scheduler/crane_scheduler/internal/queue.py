@@ -2,6 +2,9 @@
 
 - activeQ is a heap ordered by the QueueSort plugin's key (PrioritySort: priority, then arrival).
 - A pod that failed with an error waits in backoffQ: 1 s after the first attempt, doubling, capped at 10 s.
+- kube's ``SchedulerPopFromBackoffQ`` (on by default since 1.33): when activeQ is empty, ``pop`` takes the pod
+  of backoffQ whose backoff ends first (ties: activeQ's order), unless it is there after an error (kube's
+  podErrorBackoffQ: those wait their backoff out). Unlike kube, backoff ends are not aligned to 1-second windows.
 - A pod no node fits waits among the unschedulable pods until a cluster event that could help it (one of the
   events registered by the plugins that rejected it, and, per object, their queueing hint answers QUEUE: kube's
   ``QueueingHintFn``) or 5 minutes at the latest; it then goes back to activeQ, or to backoffQ if its backoff has
@@ -49,6 +52,7 @@ class SchedulingQueue:
         on_incoming: Callable[[str, str], None] = lambda event, queue: None,
         on_hint_skip: Callable[[str], None] = lambda plugin: None,
         gated: Callable[[PodInfo], bool] = lambda pod: False,
+        pop_from_backoff: bool = True,
     ) -> None:
         self._sort_key = sort_key
         self.initial_backoff = initial_backoff
@@ -61,11 +65,15 @@ class SchedulingQueue:
         self._on_incoming = on_incoming
         self._on_hint_skip = on_hint_skip
         self._gated = gated
+        self.pop_from_backoff = pop_from_backoff
         self._seq = itertools.count()
         self._active_heap: list[tuple[tuple[Any, ...], int, str]] = []
         self._active: dict[str, tuple[int, QueuedPod]] = {}  # uid -> (heap entry seq, pod)
         self._backoff_heap: list[tuple[float, int, str]] = []
         self._backoff: dict[str, tuple[int, QueuedPod]] = {}
+        # backoffQ's pods that are there after an unschedulable attempt (not an error): what ``pop`` may take
+        # early, in (backoff end, activeQ's order)
+        self._early_heap: list[tuple[float, tuple[Any, ...], int, str]] = []
         self.unschedulable: dict[str, QueuedPod] = {}
         self._pending_events = ClusterEvent(0)  # every kind seen since the last pass
         self._coarse_events = ClusterEvent(0)  # kinds seen without their objects: no hint can judge them
@@ -144,10 +152,32 @@ class SchedulingQueue:
                 continue  # stale heap entry (deleted or re-pushed)
             del self._active[uid]
             qp = entry[1]
-            qp.attempts += 1
-            if qp.initial_attempt is None:
-                qp.initial_attempt = now
-            return qp
+            return self._popped(qp, now)
+        if self.pop_from_backoff:
+            return self._pop_backoff(now)
+        return None
+
+    def _popped(self, qp: QueuedPod, now: float) -> QueuedPod:
+        qp.attempts += 1
+        if qp.initial_attempt is None:
+            qp.initial_attempt = now
+        return qp
+
+    def _pop_backoff(self, now: float) -> QueuedPod | None:
+        """activeQ is empty: the unschedulable-backoff pod whose backoff ends first (a gated one goes back among
+        the unschedulable pods instead, as kube runs PreEnqueue on entering backoffQ)."""
+        while self._early_heap:
+            _, _, seq, uid = heapq.heappop(self._early_heap)
+            entry = self._backoff.get(uid)
+            if entry is None or entry[0] != seq:
+                continue  # stale: left backoffQ, or re-entered it
+            del self._backoff[uid]
+            qp = entry[1]
+            if self._gated(qp.pod):
+                self.unschedulable[uid] = qp
+                continue
+            self._on_incoming("PopFromBackoffQ", "active")
+            return self._popped(qp, now)
         return None
 
     def add_unschedulable(self, qp: QueuedPod, rejectors: frozenset[str], now: float) -> None:
@@ -160,7 +190,7 @@ class SchedulingQueue:
     def add_backoff(self, qp: QueuedPod, now: float) -> None:
         """An error (bind failure, plugin error): retry after the pod's backoff."""
         qp.timestamp = now
-        self._requeue(qp, now)
+        self._requeue(qp, now, error=True)
 
     def backoff_duration(self, attempts: int) -> float:
         if attempts <= 0:
@@ -221,9 +251,9 @@ class SchedulingQueue:
         self._active[qp.pod.uid] = (seq, qp)
         heapq.heappush(self._active_heap, (self._sort_key(qp), seq, qp.pod.uid))
 
-    def _requeue(self, qp: QueuedPod, now: float) -> str:
-        """Back to activeQ, or to backoffQ while the pod's backoff lasts, or kept unschedulable while gated;
-        returns which."""
+    def _requeue(self, qp: QueuedPod, now: float, *, error: bool = False) -> str:
+        """Back to activeQ, or to backoffQ while the pod's backoff lasts (``error``: after an error, so ``pop``
+        does not take it early), or kept unschedulable while gated; returns which."""
         if self._gated(qp.pod):
             self.unschedulable[qp.pod.uid] = qp
             return "gated"
@@ -234,6 +264,11 @@ class SchedulingQueue:
         seq = next(self._seq)
         self._backoff[qp.pod.uid] = (seq, qp)
         heapq.heappush(self._backoff_heap, (expiry, seq, qp.pod.uid))
+        if not error:
+            if len(self._early_heap) > 2 * len(self._backoff) + 64:  # mostly stale (flushed, activated): rebuild
+                self._early_heap = [e for e in self._early_heap if self._backoff.get(e[3], (None,))[0] == e[2]]
+                heapq.heapify(self._early_heap)
+            heapq.heappush(self._early_heap, (expiry, self._sort_key(qp), seq, qp.pod.uid))
         return "backoff"
 
     def _apply_events(self, now: float) -> None:

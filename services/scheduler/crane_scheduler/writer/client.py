@@ -8,7 +8,9 @@ write carries its term (``Term.number``) and the term's deadline (``Term.deadlin
 tells the writer at once, unbuffered, that a term is over. A caller that is cancelled (``stop_binding`` cancels
 its binding cycles) cancels its request in the writer too. If the process dies, the writes in flight answer
 ``UNSENT`` (a bind is retried with backoff, an event is retried) and it is restarted with backoff; ``alive`` is
-a readiness check.
+a readiness check. ``ready`` is set once the process has built its client (its imports take ~1.4 s): the
+scheduler waits for it before its first decision, so a start with pods pending does not pile its first writes up
+in the pipe.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from crane_scheduler.writer.protocol import (
     END_TERM,
     JSON,
     NO_DEADLINE,
+    READY_ID,
     REFUSED,
     REQUEST,
     UNSENT,
+    URGENT,
     Connection,
     Reply,
 )
@@ -73,6 +77,8 @@ class ApiWriter:
         self._supervisor: asyncio.Task[None] | None = None
         self._closing = False
         self._started = asyncio.Event()
+        self.ready = asyncio.Event()
+        """set once the running process has built its client (its ``READY``), cleared when it exits"""
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -118,6 +124,7 @@ class ApiWriter:
                 log.error("unreadable reply from the API writer process; restarting it", error=repr(err))
                 proc.kill()
             code = await proc.wait()
+            self.ready.clear()
             self._fail_pending("the API writer process exited")
             if self._closing:
                 return
@@ -150,6 +157,9 @@ class ApiWriter:
             backoff.reset()  # it answers: a later crash restarts it after the initial delay again
             unpacker.feed(chunk)
             for rid, status, text in unpacker:
+                if rid == READY_ID:
+                    self.ready.set()
+                    continue
                 future = self._pending.pop(rid, None)
                 if future is not None and not future.done():
                     future.set_result(Reply(status, text))
@@ -162,9 +172,20 @@ class ApiWriter:
 
     # ------------------------------------------------------------------------------------------ writes
 
-    async def write(self, method: str, path: str, body: Any, term: Term | None, content_type: str = JSON) -> Reply:
-        """Send one write through the process; ``term``: the leadership term it belongs to (None: none)."""
-        return await self._send(REQUEST, (method, path, body, content_type), term)
+    async def write(
+        self, method: str, path: str, body: Any, term: Term | None, content_type: str = JSON, *, urgent: bool = False
+    ) -> Reply:
+        """Send one write through the process; ``term``: the leadership term it belongs to (None: none);
+        ``urgent``: on the binds' connections, not behind the reports (preemption's writes, ``protocol.URGENT``)."""
+        return await self._send(URGENT if urgent else REQUEST, (method, path, body, content_type), term)
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the process to be ready to send (``READY``); False if it is not."""
+        try:
+            await asyncio.wait_for(self.ready.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     async def _send(self, kind: int, fields: tuple[Any, ...], term: Term | None) -> Reply:
         """A ``REQUEST`` or ``BIND`` message (``protocol``) with its ``fields`` between the id and the term."""

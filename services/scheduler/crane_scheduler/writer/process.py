@@ -8,9 +8,10 @@ of one pipe write per event-loop turn.
 
 Cost per request (``bench.scheduler.writer_cost``): requests leave on the writer's own HTTP/1.1 client
 (``http``: keep-alive pool, one bytes object per request, httptools parsing the response), on uvloop; a bind's
-body comes from a template (``BIND``), other bodies are dumped once. Binds and reports (events, status patches,
-preemption's writes) are two lanes, each with its own connections and token bucket, so events never queue behind
-a burst of binds.
+body comes from a template (``BIND``), other bodies are dumped once. Binds and reports (events, status patches) are
+two lanes, each with its own connections and token bucket, so events never queue behind a burst of binds;
+preemption's writes (``URGENT``: nominations, victims' conditions and deletions) take the binds' lane, so they do
+not queue behind the reports of a burst of failed attempts.
 
 Safety (leadership): a request carries its term and the instant its term may end (``deadline``, monotonic); it is
 refused once the deadline has passed or the term was ended (``END_TERM``), checked again after its rate-limiter
@@ -48,10 +49,13 @@ from crane_scheduler.writer.protocol import (
     CANCEL,
     END_TERM,
     JSON,
+    READY,
+    READY_ID,
     REFUSED,
     REQUEST,
     STRATEGIC_MERGE_PATCH,
     UNSENT,
+    URGENT,
     Connection,
 )
 from crane_shared.kube import KubeSettings, TokenBucket, api_client_from_dict, make_api_client, tls_context
@@ -60,6 +64,9 @@ from crane_shared.logs import configure_logging
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 REPLY_DELAY = 0.002
 """seconds a reply may wait for others before the pipe write that wakes the scheduler"""
+REPORT_HOLD = 1.0
+"""seconds at most a report (event, status patch) waits for urgent writes (preemption's) in flight to finish, so
+that a stream of preemptions delays the reports without starving them"""
 
 
 def die_with_parent(parent: int) -> None:
@@ -178,6 +185,9 @@ class Writer:
         )
         self.events = ReportGate(self.binds.pool, conn.reports_while_binds_wait)
         self.out = out
+        self.urgent = 0  # URGENT requests not answered yet
+        self.no_urgent = asyncio.Event()  # set while ``urgent`` is 0: reports go
+        self.no_urgent.set()
         self.replies: list[bytes] = []
         self.flush_timer: asyncio.TimerHandle | None = None
         self.packer = msgpack.Packer()
@@ -191,12 +201,15 @@ class Writer:
             _, rid, namespace, name, uid, node, term, deadline = message
             path, body = bind_request(namespace, name, uid, node)
             self._start(rid, term, self.send(self.binds, rid, "POST", path, body, kubeproto.PROTOBUF, term, deadline))
-        elif kind == REQUEST:
+        elif kind in (REQUEST, URGENT):
             _, rid, method, path, body, content_type, term, deadline = message
             data = json.dumps(body, separators=(",", ":")).encode()
-            # Events yield to binds; status patches and preemption's writes (nominations, evictions) do not wait.
-            gate = self.events if method == "POST" and path.endswith("/events") else None
-            self._start(rid, term, self.send(self.reports, rid, method, path, data, content_type, term, deadline, gate))
+            if kind == URGENT:
+                self._start(rid, term, self.send_urgent(rid, method, path, data, content_type, term, deadline))
+            else:
+                # Events also yield to binds waiting for a connection; status patches do not.
+                gate = self.events if method == "POST" and path.endswith("/events") else None
+                self._start(rid, term, self.send_report(rid, method, path, data, content_type, term, deadline, gate))
         elif kind == CANCEL:
             found = self.tasks.get(message[1])
             if found is not None:
@@ -234,6 +247,39 @@ class Writer:
                 raise ValueError("the credentials hold a line break")
             self._auth = (headers, lines.encode())
         return self._auth[1]
+
+    async def send_urgent(
+        self, rid: int, method: str, path: str, body: bytes, content_type: str, term: int, deadline: float
+    ) -> None:
+        """On the binds' lane; the reports wait while any is in flight (``send_report``)."""
+        self.urgent += 1
+        self.no_urgent.clear()
+        try:
+            await self.send(self.binds, rid, method, path, body, content_type, term, deadline)
+        finally:
+            self.urgent -= 1
+            if not self.urgent:
+                self.no_urgent.set()
+
+    async def send_report(
+        self,
+        rid: int,
+        method: str,
+        path: str,
+        body: bytes,
+        content_type: str,
+        term: int,
+        deadline: float,
+        gate: ReportGate | None = None,
+    ) -> None:
+        """On the reports' lane, once no urgent write is in flight (``REPORT_HOLD`` at most): the API server
+        serves every request in flight at once, so a burst of reports (a FailedScheduling event and a PodScheduled
+        patch per failed attempt) would slow the preemptions' evictions it arrives with by as many times. An event
+        then also passes ``gate`` (it yields to binds waiting for a connection)."""
+        if not self.no_urgent.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.no_urgent.wait(), REPORT_HOLD)
+        await self.send(self.reports, rid, method, path, body, content_type, term, deadline, gate)
 
     async def send(
         self,
@@ -310,6 +356,8 @@ async def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
                     conn = Connection.from_wire(message)
                     api = await api_client(conn)
                     writer = Writer(api, conn, out)
+                    writer.reply(READY_ID, READY, "")
+                    writer.flush()
                 else:
                     writer.receive(message)
         if writer is not None:

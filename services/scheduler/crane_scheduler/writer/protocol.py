@@ -10,10 +10,16 @@ kubeconfig appears on a command line), then arrays:
 - ``[BIND, id, namespace, name, uid, node, term, deadline]``: POST the pod's ``binding`` (the body is built by
   the writer from a template: four strings to pack instead of a nested map); binds have their own connections
   and rate limit in the writer, so events and status patches never queue behind a burst of binds;
+- ``[URGENT, id, method, path, body, content_type, term, deadline]``: as ``REQUEST``, on the binds' connections
+  and rate limit: preemption's writes (the preemptor's nomination, its victims' condition and deletion) are on
+  the preemptor's way to its bind, so they do not queue behind the events and status patches of a burst of
+  failed attempts;
 - ``[CANCEL, id]``: the caller gave up (its binding cycle was dropped); not sent if not sent yet;
 - ``[END_TERM, term]``: the term ended; every request of it not yet sent is refused, at once.
 
-Writer -> scheduler: ``[id, status, text]``: the HTTP status, ``UNSENT`` for a transport error (``text`` says
+Writer -> scheduler: ``[READY_ID, READY, ""]`` once, when its client is built (the scheduler waits for it
+before its first decision, so the first writes do not wait in the pipe for the process's start); then
+``[id, status, text]``: the HTTP status, ``UNSENT`` for a transport error (``text`` says
 which), ``REFUSED`` when it was not sent (term ended, deadline passed, cancelled); ``text`` is the error body.
 """
 
@@ -21,7 +27,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REQUEST, CANCEL, END_TERM, BIND = 0, 1, 2, 3
+REQUEST, CANCEL, END_TERM, BIND, URGENT = 0, 1, 2, 3, 4
+READY_ID = 0
+"""the reply id of the writer's readiness (request ids start at 1)"""
+READY = 1
 UNSENT = 0
 REFUSED = -1
 JSON = "application/json"

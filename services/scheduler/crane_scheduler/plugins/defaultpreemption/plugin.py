@@ -102,6 +102,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         self._victims: dict[str, str] = {}  # victim uid -> preemptor uid, until the informer sees it gone
         self._waiting: dict[str, set[str]] = {}  # preemptor uid -> its victims still in the cache
         self._blocked: dict[str, set[str]] = {}  # victim uid -> pods not eligible until it is gone (``eligible``)
+        self._blocked_by: dict[str, set[str]] = {}  # the reverse: pod uid -> those victims (``pre_enqueue``)
         self._started: dict[str, float] = {}  # preemptor uid -> when its preemption was decided (monotonic)
         self._started_api: dict[str, float] = {}  # the same, until its API calls are done
         handle.table.pod_removed.append(self._pod_removed)
@@ -144,6 +145,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
                     # period kube would see it terminating). Preempting again would evict a second pod for room
                     # that is about to be free; the pod is retried as soon as that victim is gone.
                     self._blocked.setdefault(record.uid, set()).add(pod.uid)
+                    self._blocked_by.setdefault(pod.uid, set()).add(record.uid)
                     return "not eligible due to a terminating pod on the nominated node."
         return ""
 
@@ -250,10 +252,18 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         (``post_filter``)."""
         if pod.uid in self._nominating:
             return True
+        pods = self.handle.table.pods
+        for uid in self._blocked_by.get(pod.uid, ()):
+            # Not eligible because a victim of another preemptor nominated to its node still fills it: that
+            # preemption is running (kube's IsPodRunningPreemption, for the preemption the pod waits for) until
+            # the victim's deletion has started; every victim leaving elsewhere would retry the pod in vain
+            # meanwhile (and with SchedulerPopFromBackoffQ at once). Activated when that victim is gone.
+            record = pods.get(uid)
+            if uid in self._victims and record is not None and record.pod is not None and not record.pod.deleting:
+                return True
         left = self._waiting.get(pod.uid)
         if not left:
             return False
-        pods = self.handle.table.pods
         for uid in left:
             record = pods.get(uid)
             if record is not None and record.pod is not None and not record.pod.deleting:
@@ -263,8 +273,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
     def _pod_removed(self, uid: str) -> None:
         """A victim left the cache: once all of a preemptor's are gone (and its nomination is written), it is
         retried at once (kube activates the preemptor when its preemption finishes)."""
-        for blocked in self._blocked.pop(uid, ()):
-            self.handle.activate(blocked)
+        self._unblock(uid)
         preemptor = self._victims.pop(uid, None)
         if preemptor is None:
             return
@@ -278,6 +287,17 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
                     self.steps.labels("victims_gone").observe(time.monotonic() - started)
                 if preemptor not in self._nominating:
                     self.handle.activate(preemptor)
+
+    def _unblock(self, victim: str) -> None:
+        """``victim`` is gone (or will not go: its preemption failed): the pods it kept from preempting again are
+        retried."""
+        for blocked in self._blocked.pop(victim, ()):
+            by = self._blocked_by.get(blocked)
+            if by is not None:
+                by.discard(victim)
+                if not by:
+                    del self._blocked_by[blocked]
+            self.handle.activate(blocked)
 
     def _spawn(self, coro: Any) -> None:
         if self.handle.writer is None:  # validating or pure tests: decide only
@@ -306,8 +326,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             self._started.pop(pod.uid, None)
             for uid in self._waiting.pop(pod.uid, set()):
                 self._victims.pop(uid, None)
-                for blocked in self._blocked.pop(uid, ()):
-                    self.handle.activate(blocked)
+                self._unblock(uid)
         finally:
             self._started_api.pop(pod.uid, None)
             self.preempting.discard(pod.uid)
@@ -330,10 +349,11 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
     async def _write(self, method: str, path: str, body: Any, content_type: str = STRATEGIC_MERGE_PATCH) -> Reply:
         """One API write through the writer process (its own connections and core, so an eviction does not wait
         for the scheduling loop's turns), in the current leadership term: a leader that lost its lease evicts
-        nothing more."""
+        nothing more. Urgent: on the binds' connections, as kube's preemption goroutine writes on the scheduler's
+        main client, not behind the events and status patches of a burst of failed attempts."""
         writer = self.handle.writer
         assert writer is not None  # _spawn runs no API call without it
-        return await writer.write(method, path, body, writer.term, content_type)
+        return await writer.write(method, path, body, writer.term, content_type, urgent=True)
 
     async def _set_nomination(self, pod: PodInfo, node: str) -> None:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
