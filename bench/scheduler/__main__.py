@@ -473,10 +473,14 @@ async def run_ours(
     return run, latency
 
 
-async def http_ok(url: str) -> bool:
-    """True when ``url`` answers 200 (a readiness probe)."""
+async def http_ok(url: str, cafile: Path | None = None) -> bool:
+    """True when ``url`` answers 200 (a readiness probe); HTTPS verified against ``cafile`` when given."""
+    tls = ssl.create_default_context(cafile=str(cafile)) if cafile is not None else True
     try:
-        async with aiohttp.ClientSession() as s, s.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(url, ssl=tls, timeout=aiohttp.ClientTimeout(total=2)) as r,
+        ):
             return r.status == 200
     except (aiohttp.ClientError, TimeoutError):
         return False

@@ -86,9 +86,9 @@ def build_parser() -> EnvArgumentParser:
         env="CRANE_SCHEDULER_EVENTS_WHILE_BINDS_WAIT",
         type=int,
         default=4,
-        help="events in flight at most while binds wait for a connection (the API server is saturated): binds "
-        "first; the other events wait, none is dropped, and go at --event-concurrency once the binds stop "
-        "queueing (pod-status patches and preemption's writes do not wait)",
+        help="events in flight at most while binds wait for a connection (the API server is saturated) or "
+        "preemption's writes are in flight: binds and evictions first; the other events wait, none is dropped, "
+        "and go at --event-concurrency once neither holds (pod-status patches do not wait)",
     )
     parser.add_argument(
         "--writer-connections",

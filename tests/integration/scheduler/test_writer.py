@@ -32,7 +32,7 @@ class _Api:
         self.status = status
         self.arrived = asyncio.Event()
         self.release: asyncio.Event | None = None
-        self.hold = ""  # only requests whose path ends so are held until ``release``
+        self.hold: str | tuple[str, ...] = ""  # only requests whose path ends so are held until ``release``
         self.app = web.Application()
         self.app.router.add_route("*", "/{tail:.*}", self._handle)
 
@@ -92,6 +92,21 @@ async def test_a_write_of_an_ended_term_or_past_its_deadline_is_refused_and_neve
     assert [s[1] for s in fake.seen] == ["/api/v1/namespaces/ns/pods/current/binding"]
 
 
+async def test_writes_that_reach_the_writer_with_their_terms_end_are_answered_refused() -> None:
+    """Binds still buffered when the term ends go out in one pipe write with END_TERM, so the writer cancels
+    them before they ever ran: each still gets its answer (a caller waiting forever would hold a preemptor or a
+    reporter worker for good)."""
+    fake = _Api()
+    async with TestServer(fake.app) as server, api_writer(str(server.make_url(""))) as writer:
+        writer.term = term = Term()
+        pending = [asyncio.create_task(writer.bind("ns", f"p{i}", "u", "n1")) for i in range(5)]
+        await asyncio.sleep(0)  # each is buffered for FLUSH_DELAY, not sent yet
+        writer.end_term(term)  # flushes them together with END_TERM
+        replies = await asyncio.wait_for(asyncio.gather(*pending), 10)
+    assert [r.status for r in replies] == [REFUSED] * 5
+    assert fake.seen == []
+
+
 async def test_ending_the_term_refuses_its_writes_waiting_for_a_rate_limit_token() -> None:
     fake = _Api()
     async with TestServer(fake.app) as server:
@@ -136,37 +151,44 @@ async def test_events_do_not_queue_behind_binds_the_api_server_is_slow_to_answer
     assert sum(s[1].endswith("/binding") for s in fake.seen) == 8
 
 
-async def test_preemption_writes_take_the_binds_lane_and_reports_wait_for_them() -> None:
+async def test_preemption_writes_take_the_binds_lane_and_events_yield_to_them() -> None:
     """Urgent writes (a preemption's nomination, condition, delete) do not queue behind reports holding every
-    report connection, and reports sent meanwhile wait until no urgent write is in flight: the API server serves
-    what is in flight at once, so reports would slow the evictions down."""
+    report connection; while one is in flight, events past the gate's limit wait for it (the API server serves
+    what is in flight at once, so events would slow the evictions down), and a status patch does not wait."""
     fake = _Api()
     fake.release, fake.hold = asyncio.Event(), "/events"
     async with TestServer(fake.app) as server:
         conn = Connection(
-            kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0, connections=2, report_connections=2
+            kubeconfig_dict=kubeconfig_for(str(server.make_url(""))),
+            qps=0,
+            connections=2,
+            report_connections=4,
+            reports_while_binds_wait=1,
         )
         async with ApiWriter(conn) as writer:
             assert await writer.wait_ready(30)
             events = "/apis/events.k8s.io/v1/namespaces/ns/events"
-            held = [asyncio.create_task(writer.write("POST", events, {"e": i}, None)) for i in range(2)]
-            await eventually(lambda: len(fake.seen) == 2, 10, "two events held by the API server")
+            held = [asyncio.create_task(writer.write("POST", events, {"e": i}, None)) for i in range(4)]
+            await eventually(lambda: len(fake.seen) == 4, 10, "four events held by the API server")
             delete = writer.write("DELETE", "/api/v1/namespaces/ns/pods/low", {"x": 1}, None, urgent=True)
             assert (await asyncio.wait_for(delete, 10)).ok  # not behind the reports' busy connections
             fake.release.set()
             assert all(r.ok for r in await asyncio.gather(*held))
 
-            fake.release, fake.hold = asyncio.Event(), "/low"
+            fake.release, fake.hold = asyncio.Event(), ("/low", "/events")
             urgent = asyncio.create_task(
                 writer.write("DELETE", "/api/v1/namespaces/ns/pods/low", {"x": 2}, None, urgent=True)
             )
-            await eventually(lambda: len(fake.seen) == 4, 10, "the urgent write held by the API server")
-            report = asyncio.create_task(writer.write("POST", events, {"e": "late"}, None))
-            await asyncio.sleep(0.3)  # the report would have arrived by now if it did not wait
-            assert len(fake.seen) == 4 and not report.done()
+            await eventually(lambda: len(fake.seen) == 6, 10, "the urgent write held by the API server")
+            first = asyncio.create_task(writer.write("POST", events, {"e": "within the limit"}, None))
+            await eventually(lambda: len(fake.seen) == 7, 10, "one event let through")
+            late = asyncio.create_task(writer.write("POST", events, {"e": "late"}, None))
+            patch = writer.write("PATCH", "/api/v1/namespaces/ns/pods/p/status", {"status": {}}, None)
+            assert (await asyncio.wait_for(patch, 10)).ok  # a status patch does not wait for the urgent write
+            assert not late.done() and [b for *_, b in fake.seen[6:]] == [{"e": "within the limit"}, {"status": {}}]
             fake.release.set()
-            assert (await urgent).ok and (await asyncio.wait_for(report, 10)).ok
-    assert [(m, p) for m, p, *_ in fake.seen[3:]] == [("DELETE", "/api/v1/namespaces/ns/pods/low"), ("POST", events)]
+            assert all(r.ok for r in await asyncio.gather(urgent, first, asyncio.wait_for(late, 10)))
+    assert fake.seen[-1][4] == {"e": "late"}
 
 
 async def test_a_write_whose_deadline_passes_while_it_waits_for_a_connection_is_refused() -> None:

@@ -64,9 +64,6 @@ from crane_shared.logs import configure_logging
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 REPLY_DELAY = 0.002
 """seconds a reply may wait for others before the pipe write that wakes the scheduler"""
-REPORT_HOLD = 1.0
-"""seconds at most a report (event, status patch) waits for urgent writes (preemption's) in flight to finish, so
-that a stream of preemptions delays the reports without starving them"""
 
 
 def die_with_parent(parent: int) -> None:
@@ -94,23 +91,29 @@ def endpoint(cfg: client.Configuration) -> tuple[Endpoint, str]:
 
 
 class ReportGate:
-    """Events yield to binds: while binds wait for a connection (the API server is the bottleneck), at most
-    ``while_binds_wait`` events are in flight; the others wait here, in order, none dropped, and go as soon as
-    the binds stop queueing (or a report in flight ends). A bind is what lets a pod start; its ``Scheduled``
-    event only records it (kube-scheduler's event broadcaster even drops events past 1,000 queued). On a
-    saturated API server every event in flight takes a share of it from the binds (``bench/scheduler``:
-    events at full concurrency made a burst of binds ~1.6x slower). Status patches and preemption's writes
-    (nominations, evictions) share the report lane but not this gate: they do not wait."""
+    """Events yield to binds and to preemption's urgent writes: while binds wait for a connection (the API server
+    is the bottleneck) or an urgent write is in flight, at most ``while_binds_wait`` events are in flight; the
+    others wait here, in order, none dropped, and go as soon as neither holds (or an event in flight ends). A
+    bind is what lets a pod start and an eviction what lets a preemptor bind; a ``Scheduled`` or
+    ``FailedScheduling`` event only records it (kube-scheduler's event broadcaster even drops events past 1,000
+    queued). On a saturated API server every request in flight takes a share of it (``bench/scheduler``: events
+    at full concurrency made a burst of binds ~1.6x slower). Status patches do not pass this gate: a
+    ``PodScheduled=False`` patch held back could land after the pod's bind."""
 
     def __init__(self, binds: HttpPool, while_binds_wait: int) -> None:
         self.binds = binds
         self.limit = max(1, while_binds_wait)
         self.in_flight = 0
+        self.urgent = 0  # urgent writes (preemption's) not answered yet
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         binds.on_unqueued = self._admit
 
     def _room(self) -> bool:
-        return not self.binds.queued or self.in_flight < self.limit
+        return not (self.binds.queued or self.urgent) or self.in_flight < self.limit
+
+    def urgent_done(self) -> None:
+        self.urgent -= 1
+        self._admit()
 
     async def __aenter__(self) -> None:
         if not self._waiters and self._room():
@@ -185,9 +188,6 @@ class Writer:
         )
         self.events = ReportGate(self.binds.pool, conn.reports_while_binds_wait)
         self.out = out
-        self.urgent = 0  # URGENT requests not answered yet
-        self.no_urgent = asyncio.Event()  # set while ``urgent`` is 0: reports go
-        self.no_urgent.set()
         self.replies: list[bytes] = []
         self.flush_timer: asyncio.TimerHandle | None = None
         self.packer = msgpack.Packer()
@@ -206,10 +206,11 @@ class Writer:
             data = json.dumps(body, separators=(",", ":")).encode()
             if kind == URGENT:
                 self._start(rid, term, self.send_urgent(rid, method, path, data, content_type, term, deadline))
-            else:
-                # Events also yield to binds waiting for a connection; status patches do not.
+            else:  # events yield to binds and urgent writes (``ReportGate``); status patches do not wait
                 gate = self.events if method == "POST" and path.endswith("/events") else None
-                self._start(rid, term, self.send_report(rid, method, path, data, content_type, term, deadline, gate))
+                self._start(
+                    rid, term, self.send(self.reports, rid, method, path, data, content_type, term, deadline, gate)
+                )
         elif kind == CANCEL:
             found = self.tasks.get(message[1])
             if found is not None:
@@ -226,8 +227,10 @@ class Writer:
         self.tasks[rid] = (task, term)
         task.add_done_callback(functools.partial(self._done, rid))
 
-    def _done(self, rid: int, _task: asyncio.Task[None]) -> None:
+    def _done(self, rid: int, task: asyncio.Task[None]) -> None:
         self.tasks.pop(rid, None)
+        if task.cancelled():  # cancelled before ``send`` ran (it answers its own cancellation): nothing was sent
+            self.reply(rid, REFUSED, "cancelled")
 
     def _refusal(self, term: int, deadline: float) -> str | None:
         if term and term in self.ended:
@@ -251,35 +254,12 @@ class Writer:
     async def send_urgent(
         self, rid: int, method: str, path: str, body: bytes, content_type: str, term: int, deadline: float
     ) -> None:
-        """On the binds' lane; the reports wait while any is in flight (``send_report``)."""
-        self.urgent += 1
-        self.no_urgent.clear()
+        """On the binds' lane; events wait while any is in flight (``ReportGate``)."""
+        self.events.urgent += 1
         try:
             await self.send(self.binds, rid, method, path, body, content_type, term, deadline)
         finally:
-            self.urgent -= 1
-            if not self.urgent:
-                self.no_urgent.set()
-
-    async def send_report(
-        self,
-        rid: int,
-        method: str,
-        path: str,
-        body: bytes,
-        content_type: str,
-        term: int,
-        deadline: float,
-        gate: ReportGate | None = None,
-    ) -> None:
-        """On the reports' lane, once no urgent write is in flight (``REPORT_HOLD`` at most): the API server
-        serves every request in flight at once, so a burst of reports (a FailedScheduling event and a PodScheduled
-        patch per failed attempt) would slow the preemptions' evictions it arrives with by as many times. An event
-        then also passes ``gate`` (it yields to binds waiting for a connection)."""
-        if not self.no_urgent.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.no_urgent.wait(), REPORT_HOLD)
-        await self.send(self.reports, rid, method, path, body, content_type, term, deadline, gate)
+            self.events.urgent_done()
 
     async def send(
         self,
