@@ -125,7 +125,10 @@ async def create_nodes(api: client.ApiClient, n: int, load: bool = True) -> None
     await gather_limited([one(i) for i in range(n)], 100)
 
 
-async def create_pods(api: client.ApiClient, namespace: str, n: int, scheduler: str) -> None:
+async def create_pods(api: client.ApiClient, namespace: str, n: int, scheduler: str, rate: float = 0.0) -> None:
+    """Create ``n`` pending pods: as fast as 100 at a time allow (a backlog), or with ``rate`` at that steady rate
+    per second (a cluster's controllers), each creation on its own schedule so a slow reply does not hold the next
+    one back."""
     v1 = client.CoreV1Api(api)
     resources = {"requests": POD_REQUESTS, "limits": POD_REQUESTS}
 
@@ -139,25 +142,9 @@ async def create_pods(api: client.ApiClient, namespace: str, n: int, scheduler: 
         }
         (await v1.create_namespaced_pod(namespace, body, _preload_content=False)).release()
 
-    await gather_limited([one(i) for i in range(n)], 100)
-
-
-async def create_pods_paced(api: client.ApiClient, namespace: str, n: int, scheduler: str, rate: float) -> None:
-    """Create ``n`` pending pods at a steady ``rate`` per second (a cluster's controllers, not a backlog): each
-    creation starts on its own schedule, so a slow reply does not hold the next one back."""
-    v1 = client.CoreV1Api(api)
-    resources = {"requests": POD_REQUESTS, "limits": POD_REQUESTS}
-
-    async def one(i: int) -> None:
-        body = {
-            "metadata": {"name": f"pod-{i:05d}"},
-            "spec": {
-                "schedulerName": scheduler,
-                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10", "resources": resources}],
-            },
-        }
-        (await v1.create_namespaced_pod(namespace, body, _preload_content=False)).release()
-
+    if not rate:
+        await gather_limited([one(i) for i in range(n)], 100)
+        return
     loop = asyncio.get_running_loop()
     start, tasks = loop.time(), []
     for i in range(n):
@@ -447,7 +434,7 @@ async def run_ours(
         await proc.start()
         if pace:
             await proc.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/readyz"), timeout=120)
-            arrivals.append(asyncio.create_task(create_pods_paced(api, namespace, args.pods, name, pace)))
+            arrivals.append(asyncio.create_task(create_pods(api, namespace, args.pods, name, pace)))
         if getattr(args, "py_spy", False) and proc.pid is not None:
             spy = await Spy.attach(proc.pid, run_dir / f"py-spy-{namespace}.txt")
             spies.extend([spy] if spy is not None else [])

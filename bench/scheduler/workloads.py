@@ -125,7 +125,9 @@ def measured_pods(workload: str, namespaces: list[str]) -> Iterator[None]:
     original: Callable[..., Any] = base.create_pods
     labels, extra = template(workload, namespaces, measured=True)
 
-    async def create(api: client.ApiClient, namespace: str, n: int, scheduler: str) -> None:
+    async def create(api: client.ApiClient, namespace: str, n: int, scheduler: str, rate: float = 0.0) -> None:
+        if rate:
+            raise ValueError("a workload's measured pods are created as a backlog, not at a rate")
         v1 = client.CoreV1Api(api)
 
         async def one(i: int) -> None:

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from bench.scheduler.__main__ import create_pods_paced, histogram, percentile
+from bench.scheduler.__main__ import create_pods, histogram, percentile
 
 CRANE = """\
 scheduler_scheduling_algorithm_duration_seconds_bucket{le="0.001",profile="crane-bench"} 90.0
@@ -58,7 +58,7 @@ async def test_paced_creation_keeps_its_schedule_when_replies_are_slow(monkeypat
     pods = Pods()
     monkeypatch.setattr("bench.scheduler.__main__.client.CoreV1Api", lambda api: pods)
     t0 = asyncio.get_running_loop().time()
-    await create_pods_paced(None, "ns", 20, "crane", rate=200)
+    await create_pods(None, "ns", 20, "crane", rate=200)
     gaps = [b - a for a, b in zip(pods.started, pods.started[1:], strict=False)]
     assert len(pods.started) == 20
     assert pods.started[-1] - t0 < 0.05 * 20 / 2  # serial creations would take 20 x 50 ms
