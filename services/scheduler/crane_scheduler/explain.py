@@ -42,6 +42,7 @@ class Decision:
     node: str | None = None
     message: str = ""
     profile: str = ""
+    priority: int = 0
 
     @classmethod
     def from_state(
@@ -69,6 +70,7 @@ class Decision:
             node,
             message,
             pod.scheduler_name,
+            pod.priority,
         )
 
     def verdicts(self) -> dict[str, dict[str, Any]]:
@@ -105,7 +107,8 @@ def render(decision: Decision, explainers: Sequence[Plugin] = (), limit: int = 5
         info = decision.nodes[rows[name]]
         if info is not None:
             for plugin in node_explainers:
-                entry[plugin.explain_section] = dict(plugin.explain_node(info, decision.at))
+                explained = plugin.explain_node(info, decision.at, decision.uid, decision.priority)
+                entry[plugin.explain_section] = dict(explained)
         nodes.append(entry)
     reasons: dict[str, int] = {}
     for _, verdict in rejected:

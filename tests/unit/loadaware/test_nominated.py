@@ -183,8 +183,16 @@ def test_explain_shows_the_nominated_pods_in_the_filters_verdict_not_in_the_scor
     assert info is not None
     before = s.plugin.explain_node(info, NOW)
     assert (before["nominatedPods"], before["filter"]) == (0, "passed")
-    nominate(s, nominee("p1"), "a")
+    p1 = nominee("p1")
+    nominate(s, p1, "a")
     after = s.plugin.explain_node(info, NOW)
     assert after["nominatedPods"] == 1
     assert after["filter"] == "node(s) had cpu_usage_avg_5m above 0.65"  # 0.60 + 0.1 nominated
     assert after["dynamicScore"] == before["dynamicScore"]
+    # as Filter sees it for the explained pod: not its own nomination, none of lower priority
+    same = s.plugin.explain_node(info, NOW, "other", p1.priority)
+    assert (same["nominatedPods"], same["filter"]) == (1, after["filter"])
+    itself = s.plugin.explain_node(info, NOW, p1.uid, p1.priority)
+    higher = s.plugin.explain_node(info, NOW, "other", p1.priority + 1)
+    assert (itself["nominatedPods"], itself["filter"]) == (0, "passed")
+    assert (higher["nominatedPods"], higher["filter"]) == (0, "passed")

@@ -239,8 +239,9 @@ class ExplainPlugin(Plugin, Protocol):
 
     explain_section: str
 
-    def explain_node(self, node: NodeInfo, at: float) -> Mapping[str, Any]:
-        """The plugin's view of ``node`` as it was at wall-clock time ``at`` (the decision's time)."""
+    def explain_node(self, node: NodeInfo, at: float, uid: str = "", priority: int | None = None) -> Mapping[str, Any]:
+        """The plugin's view of ``node`` as it was at wall-clock time ``at`` (the decision's time), for the pod
+        ``uid`` of ``priority`` (what counts can depend on the pod, e.g. nominated pods)."""
         ...
 
 

@@ -130,9 +130,14 @@ class NominatedLoad:
         self._names[row] = name
         self._refresh(row, self._on_node.get(name, {}).values())
 
-    def on_node(self, name: str) -> list[tuple[float, float]]:
-        """(cpu, memory) of the pods nominated to node ``name`` and counted (for explain)."""
-        return [(n.cpu, n.memory) for n in self._on_node.get(name, {}).values() if not n.placed]
+    def counting(self, name: str, uid: str = "", priority: int | None = None) -> list[Nominee]:
+        """The pods nominated to node ``name``, not placed yet, that count for the pod ``uid`` of ``priority``
+        (kube's ``addGENominatedPods``: not itself, none of lower priority; every one when ``priority`` is None)."""
+        return [
+            n
+            for n in self._on_node.get(name, {}).values()
+            if not n.placed and n.uid != uid and (priority is None or n.priority >= priority)
+        ]
 
     # -- per decision ---------------------------------------------------------------------------------------------
 
@@ -152,13 +157,7 @@ class NominatedLoad:
                     if row is not None:
                         rows[row] = {}
         for row in rows:
-            name = self._names.get(row, "")
-            kept = [
-                n
-                for n in self._on_node.get(name, {}).values()
-                if not n.placed and n.uid != uid and n.priority >= priority
-            ]
-            rows[row] = self._estimate(row, kept)
+            rows[row] = self._estimate(row, self.counting(self._names.get(row, ""), uid, priority))
         return rows
 
     # -- per node -------------------------------------------------------------------------------------------------

@@ -281,15 +281,15 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         self._incoming_of = (key, fractions)  # the last pod size's: a burst of one size computes it once
         return fractions
 
-    def explain_node(self, info: NodeInfo, at: float) -> dict[str, Any]:
-        """The load inputs of one node as the policy saw them at ``at`` (for ``explain``)."""
+    def explain_node(self, info: NodeInfo, at: float, uid: str = "", priority: int | None = None) -> dict[str, Any]:
+        """The load inputs of one node as the policy saw them at ``at`` for the pod ``uid`` (for ``explain``)."""
         capacity = NodeCapacity(info.allocatable.get(CPU, 0) / 1000, float(info.allocatable.get(MEMORY, 0)))
         recent = self.recent_on(info.name, until=at)
         when = datetime.fromtimestamp(at, UTC)
         load = node_load(info.name, info.annotations, self.args, when, recent, capacity)
         # Filter also counts the pods nominated here (as bindings made now; see ``nominated.py``), Score does not.
-        nominated = self.nominated.on_node(info.name)
-        with_nominated = [*recent, *(RecentBinding(info.name, at, c, m) for c, m in nominated)]
+        nominated = self.nominated.counting(info.name, uid, priority)
+        with_nominated = [*recent, *(RecentBinding(info.name, at, n.cpu, n.memory) for n in nominated)]
         filtered = (
             node_load(info.name, info.annotations, self.args, when, with_nominated, capacity) if nominated else load
         )
