@@ -14,7 +14,7 @@ never move and plugin caches keyed by row stay valid.
 
 from __future__ import annotations
 
-from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, ItemsView, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Generic, Never, TypeVar
 
@@ -212,7 +212,7 @@ class NodeTable:
         self._touches = 0
         # Pods nominated to a node by preemption (ours or another scheduler's), not bound yet: uid -> (pod, node).
         # Filter counts them for pods of equal or lower priority (kube's nominator).
-        self._nominated = Nominations()
+        self.nominated = Nominations()
         # Plugins that account something of their own per bound pod (NRT zone results) listen here.
         self.pod_added: list[Callable[[PodInfo], None]] = []
         self.pod_removed: list[Callable[[str], None]] = []
@@ -223,18 +223,6 @@ class NodeTable:
         self.pod_simulated: list[Callable[[list[PodRecord], int], None]] = []
 
     # ------------------------------------------------------------------------------------------ views
-
-    @property
-    def nominated(self) -> Nominations:
-        return self._nominated
-
-    @nominated.setter
-    def nominated(self, pods: Mapping[str, Nomination]) -> None:
-        """Replacing the nominations (tests do) keeps the mapping, so its listeners see every change."""
-        for uid in list(self._nominated):
-            del self._nominated[uid]
-        for uid, nomination in pods.items():
-            self._nominated[uid] = nomination
 
     live = _RowView[np.bool_]("_live")
     alloc = _RowView[np.int64]("_alloc")

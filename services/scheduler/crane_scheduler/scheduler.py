@@ -75,7 +75,8 @@ log = get_logger("crane.scheduler")
 UNSCHEDULABLE_FLUSH_PERIOD = 30.0
 WRITER_READY_TIMEOUT = 10.0
 """seconds the first decision waits for the API writer process to be ready (its writes would only wait in the
-pipe meanwhile, and a preemption's evictions with them); past that, writes answer UNSENT and are retried"""
+pipe meanwhile, and a preemption's evictions with them); past that, scheduling goes on and the writes wait in the
+pipe until the process reads them (or answer UNSENT if it exits)"""
 OLD_GENERATION_THRESHOLD = 1_000_000
 """gen1 collections before CPython may collect the old generation: in effect never by itself (see ``collector``)"""
 _RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)

@@ -505,7 +505,8 @@ def test_nominated_pods_count_for_inter_pod_anti_affinity() -> None:
         "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match pod anti-affinity rules."
     )
     lower = parse_pod(labelled(pod("lower", priority=10), app="web"))
-    t.nominated = {lower.uid: (lower, "a")}  # a nominee of lower priority does not count
+    t.nominated.clear()
+    t.nominated[lower.uid] = (lower, "a")  # a nominee of lower priority does not count
     placed = decide(t, ls, anti_web("incoming", 50))
     assert isinstance(placed, ScheduleResult) and placed.node == "a"
 

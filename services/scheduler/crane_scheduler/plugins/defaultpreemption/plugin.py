@@ -331,10 +331,11 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             self._started_api.pop(pod.uid, None)
             self.preempting.discard(pod.uid)
             self._nominating.discard(pod.uid)
-            if pod.uid not in self._waiting and retry_after:
-                asyncio.get_running_loop().call_later(retry_after, self.handle.activate, pod.uid)
-            elif pod.uid not in self._waiting:  # the victims are gone already (or the preemption failed)
-                self.handle.activate(pod.uid)
+            if pod.uid not in self._waiting:  # the victims are gone already (or the preemption failed)
+                if retry_after:
+                    asyncio.get_running_loop().call_later(retry_after, self.handle.activate, pod.uid)
+                else:
+                    self.handle.activate(pod.uid)
 
     async def _nominate_in_api(self, pod: PodInfo, node: str) -> None:
         """The preemptor's own nomination; once written, the pod may be retried as soon as its victims are gone
