@@ -18,7 +18,7 @@ from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from crane_scheduler.writer import ApiWriter, Connection, Reply
-from crane_scheduler.writer.protocol import JSON
+from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH
 from tests.support.fakeapi import kubeconfig_for
 
 _uids = itertools.count(1)
@@ -155,6 +155,16 @@ class FakeWriter:
         self.urgent.append(urgent)
         self.bodies.append(body)
         return Reply(self.answers.pop(0) if self.answers else 201)
+
+    async def evict(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> Reply:
+        """As the writer process composes ``protocol.EVICT``: the condition patch, then (if written) the delete
+        with the UID precondition, both urgent, recorded as two writes."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        body = {"status": {"conditions": [condition]}}
+        reply = await self.write("PATCH", f"{path}/status", body, self.term, STRATEGIC_MERGE_PATCH, urgent=True)
+        if not reply.ok:
+            return reply
+        return await self.write("DELETE", path, {"preconditions": {"uid": uid}}, self.term, JSON, urgent=True)
 
     async def wait_ready(self, timeout: float) -> bool:
         try:

@@ -231,7 +231,9 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         api, writer, scheduler.may_bind
     )  # the plugins built (and validated) in main() get the API client now
     runtime.add_readiness_check("caches-synced", scheduler.synced.is_set)
-    runtime.add_readiness_check("api-writer", lambda: writer.alive)
+    # Ready once the writer process has built its client (its READY), not merely started: before that the first
+    # decision waits for it (``WRITER_READY_TIMEOUT``), ~0.5 s after a start that /readyz already called ready.
+    runtime.add_readiness_check("api-writer", writer.ready.is_set)
     explain.add_routes(
         runtime.app, scheduler.decisions, lambda name: list(profiles[name].plugins.values()) if name in profiles else []
     )

@@ -356,3 +356,26 @@ async def test_binds_go_in_protobuf_to_the_real_api_server_and_a_refused_one_say
     assert conflict["code"] == 409 and "UID" in conflict["message"], conflict
     assert again.status == 409 and "already assigned" in already["message"], already
     assert gone.status == 404 and missing["reason"] == "NotFound" and missing["details"]["name"] == "no-such-pod"
+
+
+async def test_an_eviction_writes_the_condition_then_deletes_the_pod_with_its_uid_on_the_real_api_server(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str
+) -> None:
+    """Preemption's ``EVICT``: the victim's DisruptionTarget condition, then its deletion, in one request to the
+    writer; a UID that no longer matches deletes nothing, a missing pod says the condition step failed."""
+    core = client.CoreV1Api(kube)
+    spec = {"schedulerName": "nobody", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    created = await core.create_namespaced_pod(namespace, {"metadata": {"name": "victim"}, "spec": spec})
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": "m"}
+    async with ApiWriter(Connection(kubeconfig_dict=cluster.kubeconfig_dict(), qps=0)) as writer:
+        wrong = await writer.evict(namespace, "victim", "not-its-uid", condition)
+        kept = await core.read_namespaced_pod("victim", namespace)
+        evicted = await writer.evict(namespace, "victim", created.metadata.uid, condition)
+        missing = await writer.evict(namespace, "no-such-pod", "u", condition)
+    assert wrong.status == 409 and "UID" in wrong.text, wrong.describe()
+    assert kept.metadata.deletion_timestamp is None
+    assert [(c.type, c.reason) for c in kept.status.conditions or []] == [("DisruptionTarget", "PreemptionByScheduler")]
+    assert evicted.ok, evicted.describe()
+    pods = await core.list_namespaced_pod(namespace)
+    assert [p.metadata.name for p in pods.items if p.metadata.deletion_timestamp is None] == []
+    assert missing.status == 404 and missing.text.startswith("the DisruptionTarget condition: "), missing.describe()

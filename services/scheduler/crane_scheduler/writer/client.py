@@ -29,6 +29,7 @@ from crane_scheduler.writer.protocol import (
     BIND,
     CANCEL,
     END_TERM,
+    EVICT,
     JSON,
     NO_DEADLINE,
     READY_ID,
@@ -209,6 +210,11 @@ class ApiWriter:
         """POST pods/<name>/binding in the current term. The UID precondition makes a bind of a deleted-and-
         recreated pod fail instead of binding the new one."""
         return await self._send(BIND, (namespace, name, uid, node), self.term)
+
+    async def evict(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> Reply:
+        """Preemption's eviction in the current term (``protocol.EVICT``): the victim's ``condition`` written,
+        then the pod deleted if its UID is still ``uid``; the deletion's reply, or the condition's if that failed."""
+        return await self._send(EVICT, (namespace, name, uid, condition), self.term)
 
     def end_term(self, term: Term) -> None:
         """The term is over: the process refuses its writes not yet sent, from now on (sent unbuffered)."""

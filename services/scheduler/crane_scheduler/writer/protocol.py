@@ -14,6 +14,10 @@ kubeconfig appears on a command line), then arrays:
   and rate limit: preemption's writes (the preemptor's nomination, its victims' condition and deletion) are on
   the preemptor's way to its bind, so they do not queue behind the events and status patches of a burst of
   failed attempts;
+- ``[EVICT, id, namespace, name, uid, condition, term, deadline]``: preemption's eviction of a victim, as kube's
+  ``PreemptPod``: PATCH the pod's status with ``condition`` (``DisruptionTarget``), then, once that is written,
+  DELETE it with the UID precondition; both urgent; one reply, the deletion's (or the condition's when it failed),
+  so the deletion does not wait for a round trip through the scheduling loop;
 - ``[CANCEL, id]``: the caller gave up (its binding cycle was dropped); not sent if not sent yet;
 - ``[END_TERM, term]``: the term ended; every request of it not yet sent is refused, at once.
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REQUEST, CANCEL, END_TERM, BIND, URGENT = 0, 1, 2, 3, 4
+REQUEST, CANCEL, END_TERM, BIND, URGENT, EVICT = 0, 1, 2, 3, 4, 5
 READY_ID = 0
 """the reply id of the writer's readiness (request ids start at 1)"""
 READY = 1

@@ -44,7 +44,7 @@ from crane_scheduler.plugins.defaultpreemption.evaluator import (
 from crane_scheduler.plugins.noderesources import NodeResourcesFit
 from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.writer import Reply
-from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH, UNSENT
+from crane_scheduler.writer.protocol import STRATEGIC_MERGE_PATCH, UNSENT
 from crane_shared.logs import get_logger
 
 NAME = "DefaultPreemption"
@@ -363,8 +363,9 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             raise PreemptionError(f"setting the nomination of {pod.key}: {reply.describe()}", reply)
 
     async def _evict(self, preemptor: PodInfo, victim: PodRecord, node: str) -> None:
-        """kube's ``PreemptPod``: the DisruptionTarget condition first (so the pod's owner sees why), then delete,
-        then the ``Preempted`` event on the victim (related: the preemptor), as kube-scheduler writes it."""
+        """kube's ``PreemptPod``: the DisruptionTarget condition first (so the pod's owner sees why), then delete
+        (both by the writer process, urgent, in the current term), then the ``Preempted`` event on the victim
+        (related: the preemptor), as kube-scheduler writes it."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         condition = {
             "type": "DisruptionTarget",
@@ -373,10 +374,10 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             "message": f"{preemptor.scheduler_name}: preempting to accommodate a higher priority pod",
             "lastTransitionTime": now,
         }
-        path = f"/api/v1/namespaces/{victim.namespace}/pods/{victim.name}"
-        reply = await self._write("PATCH", f"{path}/status", {"status": {"conditions": [condition]}})
-        if reply.ok:
-            reply = await self._write("DELETE", path, {"preconditions": {"uid": victim.uid}}, JSON)
+        writer = self.handle.writer
+        assert writer is not None  # _spawn runs no API call without it
+        # Both calls in one writer request (``protocol.EVICT``): the deletion follows the condition at once.
+        reply = await writer.evict(victim.namespace, victim.name, victim.uid, condition)
         if reply.status in (404, 409):  # gone already, or replaced by a new pod of the same name
             return  # kube reports nothing for a victim that was already gone
         if not reply.ok:
