@@ -74,10 +74,47 @@ class Run:
     servers_cpu_s: dict[str, float] = field(default_factory=dict)  # kube-apiserver / etcd CPU, first .. last bind
     servers_cpu_all_s: dict[str, float] = field(default_factory=dict)  # the same, start .. every event written
     requests: dict[str, float] = field(default_factory=dict)  # API server requests by verb/resource, the whole run
+    bind_times: list[float] = field(default_factory=list)  # each bind seen, seconds after ``start()`` was called
 
     @property
     def rate(self) -> float:
         return self.bound / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def sampled_rate(self) -> float:
+        """scheduler_perf's SchedulingThroughput Average over these binds (``sampled_throughput``)."""
+        samples = sampled_throughput(self.bind_times)
+        return sum(samples) / len(samples) if samples else float("nan")
+
+
+SAMPLE_INTERVAL = 1.0
+"""scheduler_perf's ``throughputSampleInterval``"""
+
+
+def sampled_throughput(bind_times: list[float], interval: float = SAMPLE_INTERVAL) -> list[float]:
+    """scheduler_perf's throughput samples (``throughputCollector.run``): a tick every ``interval`` seconds from
+    the start of the measured op (time 0); ticks are ignored until one sees a pod scheduled, and that first one
+    is skipped (it "is likely to be an outlier"); then each tick with new pods records new / elapsed, repeated
+    once per empty tick skipped before it; the collector stops when the last pod is scheduled, so the partial
+    interval after the last tick is not sampled (a run that ends within ``interval`` of its first scheduled
+    tick has no sample at all)."""
+    times = sorted(bind_times)
+    samples: list[float] = []
+    if not times:
+        return samples
+    started, last_count, last_tick, skipped = False, 0, 0.0, 0
+    tick = interval
+    while tick <= times[-1]:
+        count = sum(1 for t in times if t <= tick)
+        if count and not started:
+            started, last_count, last_tick = True, count, tick
+        elif started and count == last_count:
+            skipped += 1
+        elif started:
+            samples.extend([(count - last_count) / (tick - last_tick)] * (skipped + 1))
+            last_count, last_tick, skipped = count, tick, 0
+        tick += interval
+    return samples
 
 
 # ---------------------------------------------------------------------------------------------- cluster objects
@@ -346,6 +383,7 @@ async def measure(
         return Run(label, pods, 0, 0.0, 0.0)
     cpu_at_last = servers_cpu(servers)
     run = Run(label, pods, len(times), times[-1] - times[0], times[-1] - t0, await scheduled_events(api, namespace))
+    run.bind_times = [t - t0 for t in times]
     run.servers_cpu_s = {k: cpu_at_last[k] - watch.first_servers_cpu.get(k, float("nan")) for k in cpu_at_last}
     if pid is not None:
         run.rss_mib, run.peak_rss_mib = resident_mib(pid())

@@ -38,6 +38,7 @@ from bench.scheduler.__main__ import (
     gather_limited,
     http_ok,
     measure,
+    sampled_throughput,
 )
 from bench.scheduler.preemption_trace import PreemptionTrace
 from bench.scheduler.spy import Spy, render
@@ -300,6 +301,8 @@ def print_runs(results: list[Run], creation: bool = False) -> None:
         line = f"  {r.label:16s} bound {r.bound}/{r.pods} in {r.seconds:.2f}s: {rate:.1f} pods/s"
         if creation and r.total_seconds > 0:
             line += f"; {r.total_seconds:.2f}s from the first creation: {r.bound / r.total_seconds:.1f} pods/s"
+        samples = sampled_throughput(r.bind_times)
+        line += f"; scheduler_perf's sampled average {r.sampled_rate:.1f} pods/s ({len(samples)} samples)"
         print(line)
     if len(results) == 2 and results[1].seconds > 0 and results[0].seconds > 0:
         ours, kube = (r.bound / r.seconds for r in results)
@@ -307,6 +310,8 @@ def print_runs(results: list[Run], creation: bool = False) -> None:
         if creation and results[0].total_seconds > 0 and results[1].total_seconds > 0:
             ours, kube = (r.bound / r.total_seconds for r in results)
             print(f"  ratio crane/kube from the first creation: {ours / kube:.2f}")
+        ours, kube = (r.sampled_rate for r in results)
+        print(f"  ratio crane/kube of scheduler_perf's sampled averages: {ours / kube:.2f}")  # nan: too short
 
 
 if __name__ == "__main__":

@@ -19,10 +19,11 @@ allocatable (``ResourceReprieve``), without moving pods in the table or running 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -159,23 +160,28 @@ def dry_run(
     order = more_important(now)
     queue: dict[int, list[PodRecord]] = {}  # row -> victims to try putting back, in order
     n_violating: dict[int, set[str]] = {}
-    for row in rows:
+
+    def with_victims(row: int) -> bool:
+        """Queue the row's potential victims (lower priority, PDB violators first): built only for the rows the
+        search reaches, as kube's parallel search visits nodes until it has found enough (at 1,000 nodes sorting
+        every node's pods was most of a dry run)."""
         lower = [r for r in table.pods_on(table.names[row]) if r.pod is not None and r.pod.priority < pod.priority]
         if not lower:
             out.statuses[NO_VICTIMS] += 1
-            continue
+            return False
         lower.sort(key=order)
         violating, fine = pdb_split(lower, pdbs) if pdbs else ([], lower)
         queue[row] = violating + fine
         n_violating[row] = {r.uid for r in violating}
+        return True
+
+    reached = (row for row in rows if with_victims(row))
     if per_node:
-        victims = _one_by_one(table, pod, rows, queue, n_violating, run, out, wanted)
+        victims = _one_by_one(table, pod, reached, queue, n_violating, run, out, wanted)
     else:  # chunks of ``wanted`` rows in rotation order, until enough candidates (kube cancels its search there)
         victims = {}
-        order_rows = [row for row in rows if row in queue]
         n_found = n_clean = 0
-        for start in range(0, len(order_rows), max(wanted, 1)):
-            chunk = order_rows[start : start + max(wanted, 1)]
+        while chunk := list(itertools.islice(reached, max(wanted, 1))):
             got = _batched(table, pod, {row: queue[row] for row in chunk}, run, out, reprieve)
             victims.update(got)
             for row in chunk:
@@ -351,7 +357,7 @@ def _batched_arithmetic(
 def _one_by_one(
     table: NodeTable,
     pod: PodInfo,
-    rows: list[int],
+    rows: Iterable[int],
     queue: dict[int, list[PodRecord]],
     n_violating: dict[int, set[str]],
     run: RunFilters,
