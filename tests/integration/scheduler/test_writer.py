@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -76,6 +77,13 @@ async def test_a_bind_reaches_the_api_server_from_the_writer_process_with_the_to
     async with TestServer(conflict.app) as server, api_writer(str(server.make_url(""))) as writer:
         reply = await writer.write("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", {"a": 1}, None)
     assert reply.status == 409 and not reply.ok and '"code": 409' in reply.text
+
+
+async def test_the_writer_process_runs_as_sched_batch_so_its_wake_ups_do_not_preempt_decisions() -> None:
+    async with TestServer(_Api().app) as server, api_writer(str(server.make_url(""))) as writer:
+        assert await writer.wait_ready(30) and writer._proc is not None
+        assert os.sched_getscheduler(writer._proc.pid) == os.SCHED_BATCH
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the scheduling loop's own process is left as it was
 
 
 async def test_a_write_of_an_ended_term_or_past_its_deadline_is_refused_and_never_sent() -> None:
