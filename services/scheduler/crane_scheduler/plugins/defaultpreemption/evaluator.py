@@ -124,7 +124,7 @@ def lower_priority_sorted(table: NodeTable, node: str, priority: int, now: float
         records = [r for r in table.pods_on(node) if r.pod is not None]
         ids = frozenset((id(r), id(r.pod)) for r in records)
         if entry is None or entry.ids != ids:
-            entry = _order_of(records, ids, version, now)
+            entry = _order_of(records, ids, version)
             if entry is None:
                 orders.pop(node, None)
                 lower = [r for r in records if r.pod is not None and r.pod.priority < priority]
@@ -136,7 +136,7 @@ def lower_priority_sorted(table: NodeTable, node: str, priority: int, now: float
     return entry.records[bisect.bisect_right(entry.neg_priorities, -priority) :]
 
 
-def _order_of(records: list[PodRecord], ids: frozenset[tuple[int, int]], version: int, now: float) -> _NodeOrder | None:
+def _order_of(records: list[PodRecord], ids: frozenset[tuple[int, int]], version: int) -> _NodeOrder | None:
     starts = [start_time(r, math.nan) for r in records]
     missing = sum(1 for s in starts if math.isnan(s))
     if 0 < missing < len(records):
@@ -391,11 +391,11 @@ def _batched_arithmetic(
     room -= np.array([want for _, want in reprieve.requests] + [1], dtype=np.int64)
     mask = np.zeros(table.n_rows, dtype=bool)
     mask[where] = True
-    for record in nominated_records(table, pod, mask):
-        i = at[table.rows[record.node]]
-        for j, res in enumerate(resources):
-            room[i, j] -= record.requests.get(res, 0)
-        room[i, -1] -= 1
+    nominated = nominated_records(table, pod, mask)
+    if nominated:  # each one's requests and 1 pod, from its kept delta row
+        taken_by = table.delta_rows(nominated)
+        slots = np.fromiter((at[table.rows[r.node]] for r in nominated), dtype=np.intp, count=len(nominated))
+        np.subtract.at(room, slots, taken_by[:, [*cols, taken_by.shape[1] - 1]])
     step = 0
     while True:
         trying = [(i, row) for i, row in enumerate(fitting) if step < len(queue[row])]
