@@ -14,7 +14,7 @@ never move and plugin caches keyed by row stay valid.
 
 from __future__ import annotations
 
-from collections.abc import Callable, ItemsView, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, ItemsView, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Never, TypeVar
 
@@ -94,10 +94,11 @@ class Nominations(MutableMapping[str, Nomination]):
     plugin can keep per-node sums of the nominated pods up to date on nominate/clear instead of walking every
     nomination per decision (Dynamic's load estimate, ``loadaware/nominated.py``)."""
 
-    __slots__ = ("_pods", "listeners")
+    __slots__ = ("_pods", "_records", "listeners")
 
     def __init__(self) -> None:
         self._pods: dict[str, Nomination] = {}
+        self._records: dict[str, PodRecord] = {}
         self.listeners: list[Callable[[str, Nomination | None], None]] = []
 
     def __getitem__(self, uid: str) -> Nomination:
@@ -105,11 +106,13 @@ class Nominations(MutableMapping[str, Nomination]):
 
     def __setitem__(self, uid: str, nomination: Nomination) -> None:
         self._pods[uid] = nomination
+        self._records.pop(uid, None)
         for listener in self.listeners:
             listener(uid, nomination)
 
     def __delitem__(self, uid: str) -> None:
         del self._pods[uid]
+        self._records.pop(uid, None)
         for listener in self.listeners:
             listener(uid, None)
 
@@ -124,6 +127,15 @@ class Nominations(MutableMapping[str, Nomination]):
 
     def items(self) -> ItemsView[str, Nomination]:  # the dict's own view: Filter walks it per decision
         return self._pods.items()
+
+    def record(self, uid: str) -> PodRecord:
+        """The nominated pod as an assumed ``PodRecord`` on its node, built once per nomination: Filter adds the
+        nominated pods for every decision, and a kept record keeps its delta row (``NodeTable.delta_rows``)."""
+        record = self._records.get(uid)
+        if record is None:
+            pod, node = self._pods[uid]
+            record = self._records[uid] = PodRecord.of(pod, node, assumed=True)
+        return record
 
 
 class _LabelColumn:
@@ -446,6 +458,8 @@ class NodeTable:
             ):
                 old.assumed = False
                 old.scheduled_at = record.scheduled_at
+                if old.pod is not pod:  # same accounting, new object (its status, its start time): pods changed
+                    self._touch(old.node)
                 old.pod = pod
                 for added in self.pod_added:
                     added(pod)
@@ -561,6 +575,27 @@ class NodeTable:
             self._pod_count[touched] += sums[:, width + 2]
             self.row_versions.touch(touched.tolist())
         self.version += 1
+
+    def delta_rows(self, records: Sequence[PodRecord]) -> IntArray:
+        """The records' delta rows (``PodRecord.delta``: requests by resource column, then non-zero cpu and
+        memory and 1 pod), one matrix row each: built once per record and kept, so a dry run that reads
+        hundreds of victims' requests per attempt does no Python arithmetic per resource."""
+        width = self._requested.shape[1]
+        for record in records:
+            if record.delta is None or len(record.delta) != width + 3:
+                for res in record.requests:
+                    if res not in self.resources:
+                        self._resource(res)
+        width = self._requested.shape[1]
+        vectors: list[IntArray] = []
+        for record in records:
+            vector = record.delta
+            if vector is None or len(vector) != width + 3:
+                vector = record.delta = self._delta_of(record, width)
+            vectors.append(vector)
+        if not vectors:
+            return np.zeros((0, width + 3), dtype=np.int64)
+        return np.array(vectors, dtype=np.int64)
 
     def _delta_of(self, record: PodRecord, width: int) -> IntArray:
         vector = np.zeros(width + 3, dtype=np.int64)

@@ -61,9 +61,10 @@ def nominated_records(table: NodeTable, pod: PodInfo, rows: Mask) -> list[PodRec
     """The pods nominated to ``rows`` that Filter counts for ``pod`` (kube's ``addGENominatedPods``): of at least
     its priority, not the pod itself, not bound yet."""
     index = table.rows
+    nominated = table.nominated
     return [
-        PodRecord.of(p, node, assumed=True)
-        for uid, (p, node) in table.nominated.items()
+        nominated.record(uid)
+        for uid, (p, node) in nominated.items()
         if node in index
         and rows[index[node]]
         and uid != pod.uid

@@ -18,10 +18,12 @@ allocatable (``ResourceReprieve``), without moving pods in the table or running 
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import math
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,6 +91,63 @@ def more_important(now: float) -> Callable[[PodRecord], tuple[int, float, int]]:
         return (-(r.pod.priority if r.pod else 0), start_time(r, now), r.seq)
 
     return key
+
+
+@dataclass
+class _NodeOrder:
+    """A node's pods (those with a pod), most important first by a ``now``-free key, as of ``version``."""
+
+    version: int
+    ids: frozenset[tuple[int, int]]  # id() of each record and its pod (kept alive here: no other object takes one)
+    records: list[PodRecord]
+    pods: list[PodInfo]
+    neg_priorities: list[int]  # ascending: the pods of lower priority than p are the suffix past -p
+
+
+_ORDERS: weakref.WeakKeyDictionary[NodeTable, dict[str, _NodeOrder]] = weakref.WeakKeyDictionary()
+
+
+def lower_priority_sorted(table: NodeTable, node: str, priority: int, now: float) -> list[PodRecord]:
+    """The node's pods of lower priority than ``priority``, sorted by ``more_important(now)``.
+
+    Every dry run asks this of each node it reaches, and a node's pods change far less often than preemptors
+    come: the sorted list is kept per node, reused while the node's pods are the same records of the same pod
+    objects (its ``pods_version``, else the set of both: a what-if that took pods out and put them back). Kept
+    only when the order cannot depend on ``now`` (every pod has a start time, or none has: ``now`` then ties
+    them all and the table's order decides); else sorted afresh."""
+    orders = _ORDERS.get(table)
+    if orders is None:
+        orders = _ORDERS[table] = {}
+    version = table.pods_version.get(node, 0)
+    entry = orders.get(node)
+    if entry is None or entry.version != version:
+        records = [r for r in table.pods_on(node) if r.pod is not None]
+        ids = frozenset((id(r), id(r.pod)) for r in records)
+        if entry is None or entry.ids != ids:
+            entry = _order_of(records, ids, version)
+            if entry is None:
+                orders.pop(node, None)
+                lower = [r for r in records if r.pod is not None and r.pod.priority < priority]
+                lower.sort(key=more_important(now))
+                return lower
+            orders[node] = entry
+        else:
+            entry.version = version
+    return entry.records[bisect.bisect_right(entry.neg_priorities, -priority) :]
+
+
+def _order_of(records: list[PodRecord], ids: frozenset[tuple[int, int]], version: int) -> _NodeOrder | None:
+    starts = [start_time(r, math.nan) for r in records]
+    missing = sum(1 for s in starts if math.isnan(s))
+    if 0 < missing < len(records):
+        return None
+    keyed = sorted(
+        zip(records, starts, strict=True),
+        key=lambda rs: (-(rs[0].pod.priority if rs[0].pod else 0), 0.0 if missing else rs[1], rs[0].seq),
+    )
+    ordered = [r for r, _ in keyed]
+    pods = [r.pod for r in ordered if r.pod is not None]
+    return _NodeOrder(version, ids, ordered, pods, [-(r.pod.priority if r.pod else 0) for r in ordered])
 
 
 def pdb_split(
@@ -165,11 +224,10 @@ def dry_run(
         """Queue the row's potential victims (lower priority, PDB violators first): built only for the rows the
         search reaches, as kube's parallel search visits nodes until it has found enough (at 1,000 nodes sorting
         every node's pods was most of a dry run)."""
-        lower = [r for r in table.pods_on(table.names[row]) if r.pod is not None and r.pod.priority < pod.priority]
+        lower = lower_priority_sorted(table, table.names[row], pod.priority, now)
         if not lower:
             out.statuses[NO_VICTIMS] += 1
             return False
-        lower.sort(key=order)
         violating, fine = pdb_split(lower, pdbs) if pdbs else ([], lower)
         queue[row] = violating + fine
         n_violating[row] = {r.uid for r in violating}
@@ -292,9 +350,8 @@ def _batched_arithmetic(
     index = np.asarray(rows, dtype=np.intp)
     width = len(resources) + 1  # the requested resources, then the pod count
     # every victim's requests and 1 pod, one matrix row each, the candidates' victims one after the other
-    matrix = np.array(
-        [[r.requests.get(res, 0) for res in resources] + [1] for row in rows for r in queue[row]], dtype=np.int64
-    ).reshape(-1, width)
+    deltas = table.delta_rows([r for row in rows for r in queue[row]])
+    matrix = deltas[:, [*cols, deltas.shape[1] - 1]]  # the delta rows end with the pod count (1)
     first = {row: 0 for row in rows}
     offset = 0
     for row in rows:
@@ -334,11 +391,11 @@ def _batched_arithmetic(
     room -= np.array([want for _, want in reprieve.requests] + [1], dtype=np.int64)
     mask = np.zeros(table.n_rows, dtype=bool)
     mask[where] = True
-    for record in nominated_records(table, pod, mask):
-        i = at[table.rows[record.node]]
-        for j, res in enumerate(resources):
-            room[i, j] -= record.requests.get(res, 0)
-        room[i, -1] -= 1
+    nominated = nominated_records(table, pod, mask)
+    if nominated:  # each one's requests and 1 pod, from its kept delta row
+        taken_by = table.delta_rows(nominated)
+        slots = np.fromiter((at[table.rows[r.node]] for r in nominated), dtype=np.intp, count=len(nominated))
+        np.subtract.at(room, slots, taken_by[:, [*cols, taken_by.shape[1] - 1]])
     step = 0
     while True:
         trying = [(i, row) for i, row in enumerate(fitting) if step < len(queue[row])]
