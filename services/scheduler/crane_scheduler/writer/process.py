@@ -33,7 +33,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 from urllib.parse import quote, urlsplit
@@ -216,20 +216,24 @@ class Writer:
         if kind == BIND:
             _, rid, namespace, name, uid, node, term, deadline = message
             path, body = bind_request(namespace, name, uid, node)
-            self._start(rid, term, self.send(self.binds, rid, "POST", path, body, kubeproto.PROTOBUF, term, deadline))
+            request = functools.partial(
+                self._request, self.binds, "POST", path, body, kubeproto.PROTOBUF, term, deadline
+            )
+            self._start(rid, term, self._answer(rid, request))
         elif kind in (REQUEST, URGENT):
             _, rid, method, path, body, content_type, term, deadline = message
             data = json.dumps(body, separators=(",", ":")).encode()
-            if kind == URGENT:
-                self._start(rid, term, self.send_urgent(rid, method, path, data, content_type, term, deadline))
-            else:  # events yield to binds and urgent writes (``ReportGate``); status patches do not wait
-                gate = self.events if method == "POST" and path.endswith("/events") else None
-                self._start(
-                    rid, term, self.send(self.reports, rid, method, path, data, content_type, term, deadline, gate)
-                )
+            # urgent: on the binds' lane, and events wait while any is in flight; events yield to binds and urgent
+            # writes (``ReportGate``); status patches do not wait
+            urgent = kind == URGENT
+            gate = self.events if not urgent and method == "POST" and path.endswith("/events") else None
+            lane = self.binds if urgent else self.reports
+            request = functools.partial(self._request, lane, method, path, data, content_type, term, deadline, gate)
+            self._start(rid, term, self._answer(rid, request, urgent=urgent))
         elif kind == EVICT:
             _, rid, namespace, name, uid, condition, term, deadline = message
-            self._start(rid, term, self.send_evict(rid, namespace, name, uid, condition, term, deadline))
+            evict = functools.partial(self._evict, namespace, name, uid, condition, term, deadline)
+            self._start(rid, term, self._answer(rid, evict, urgent=True))
         elif kind == CANCEL:
             found = self.tasks.get(message[1])
             if found is not None:
@@ -248,7 +252,7 @@ class Writer:
 
     def _done(self, rid: int, task: asyncio.Task[None]) -> None:
         self.tasks.pop(rid, None)
-        if task.cancelled():  # cancelled before ``send`` ran (it answers its own cancellation): nothing was sent
+        if task.cancelled():  # cancelled before ``_answer`` ran (it answers its own cancellation): nothing was sent
             self.reply(rid, REFUSED, "cancelled")
 
     def _refusal(self, term: int, deadline: float) -> str | None:
@@ -270,32 +274,13 @@ class Writer:
             self._auth = (headers, lines.encode())
         return self._auth[1]
 
-    async def send_urgent(
-        self, rid: int, method: str, path: str, body: bytes, content_type: str, term: int, deadline: float
-    ) -> None:
-        """On the binds' lane; events wait while any is in flight (``ReportGate``)."""
-        self.events.urgent += 1
-        try:
-            await self.send(self.binds, rid, method, path, body, content_type, term, deadline)
-        finally:
-            self.events.urgent_done()
-
-    async def send_evict(
-        self, rid: int, namespace: str, name: str, uid: str, condition: Any, term: int, deadline: float
-    ) -> None:
-        """kube's ``PreemptPod`` in one request from the scheduler: the victim's condition, then (once it is
-        written) its deletion with the UID precondition, both urgent; the reply is the deletion's, or the first
-        step's when that failed (its text says which). One round trip through the scheduler instead of two: the
-        deletion does not wait for the scheduling loop to read the condition's reply."""
-        self.events.urgent += 1
-        try:
-            await self._answer(rid, self._evict(namespace, name, uid, condition, term, deadline))
-        finally:
-            self.events.urgent_done()
-
     async def _evict(
         self, namespace: str, name: str, uid: str, condition: Any, term: int, deadline: float
     ) -> tuple[int, str]:
+        """kube's ``PreemptPod`` in one request from the scheduler (``EVICT``): the victim's condition, then (once
+        it is written) its deletion with the UID precondition; the deletion's reply, or the first step's when that
+        failed (its text says which). The deletion does not wait for the scheduling loop to read the condition's
+        reply."""
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"
         patch = json.dumps({"status": {"conditions": [condition]}}, separators=(",", ":")).encode()
         status, text = await self._request(
@@ -306,25 +291,16 @@ class Writer:
         delete = json.dumps({"preconditions": {"uid": uid}}, separators=(",", ":")).encode()
         return await self._request(self.binds, "DELETE", path, delete, JSON, term, deadline)
 
-    async def send(
-        self,
-        lane: Lane,
-        rid: int,
-        method: str,
-        path: str,
-        body: bytes,
-        content_type: str,
-        term: int,
-        deadline: float,
-        gate: ReportGate | None = None,
+    async def _answer(
+        self, rid: int, exchange: Callable[[], Awaitable[tuple[int, str]]], *, urgent: bool = False
     ) -> None:
-        await self._answer(rid, self._request(lane, method, path, body, content_type, term, deadline, gate))
-
-    async def _answer(self, rid: int, exchange: Coroutine[Any, Any, tuple[int, str]]) -> None:
-        """Reply to request ``rid`` with the outcome of ``exchange``: its HTTP status, REFUSED (not sent: the term
-        ended, its deadline passed, cancelled) or UNSENT (a transport error)."""
+        """Run ``exchange`` and reply to request ``rid`` with its HTTP status, REFUSED (not sent: the term ended,
+        its deadline passed, cancelled) or UNSENT (a transport error). ``urgent``: preemption's writes, counted in
+        the ``ReportGate`` while in flight."""
+        if urgent:
+            self.events.urgent += 1
         try:
-            status, text = await exchange
+            status, text = await exchange()
             self.reply(rid, status, text)
         except Refused as refused:
             self.reply(rid, REFUSED, str(refused))
@@ -332,6 +308,9 @@ class Writer:
             self.reply(rid, REFUSED, "cancelled")
         except Exception as err:  # timeouts, resets, refused connections: the caller decides what to retry
             self.reply(rid, UNSENT, repr(err))
+        finally:
+            if urgent:
+                self.events.urgent_done()
 
     async def _request(
         self,
