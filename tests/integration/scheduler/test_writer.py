@@ -290,9 +290,11 @@ class _HoldingApi(_Api):
         self.binds_go, self.events_go = asyncio.Event(), asyncio.Event()
         self.events_in_flight = 0
         self.most_events_in_flight = 0
+        self.binds_arrived = 0
 
     async def _handle(self, request: web.Request) -> web.Response:
         if request.path.endswith("/binding"):
+            self.binds_arrived += 1
             await self.binds_go.wait()
             return web.json_response({"kind": "Status"}, status=201)
         if not request.path.endswith("/events"):
@@ -321,20 +323,21 @@ async def test_events_yield_to_binds_waiting_for_a_connection_and_every_one_is_w
         )
         async with ApiWriter(conn) as writer:
             binds = [asyncio.create_task(writer.bind("ns", f"p{i}", "u", "n1")) for i in range(3)]  # 1 sent, 2 wait
-            await asyncio.sleep(0.3)  # the binds reach the writer first
+            # the first bind holds the one connection; the other two, received with it, wait for it by now
+            await eventually(lambda: fake.binds_arrived == 1, 10, "the first bind at the API server")
             events = [
                 asyncio.create_task(writer.write("POST", "/apis/events.k8s.io/v1/namespaces/ns/events", {"e": i}, None))
                 for i in range(6)
             ]
             await eventually(lambda: fake.events_in_flight == 2, 10, "two events in flight")
-            await asyncio.sleep(0.3)  # had the gate not held them, the other four would be in flight by now
-            assert fake.most_events_in_flight == 2
-            # a pod-status patch (or a preemption's eviction) shares the report lane but does not wait for binds
+            # a pod-status patch shares the report lane but does not wait for binds; sent after the events, its
+            # round trip is over only once the events the gate had let through were sent too
             status: dict[str, Any] = {"status": {"conditions": []}}
             patched = await asyncio.wait_for(
                 writer.write("PATCH", "/api/v1/namespaces/ns/pods/q/status", status, None, STRATEGIC_MERGE_PATCH), 10
             )
             assert patched.ok and not any(b.done() for b in binds)
+            assert fake.most_events_in_flight == 2
             fake.binds_go.set()  # the binds drain: no bind waits any more
             await eventually(lambda: fake.events_in_flight == 6, 10, "every event in flight once binds stop queueing")
             assert all(r.ok for r in await asyncio.gather(*binds))
