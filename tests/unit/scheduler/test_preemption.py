@@ -18,7 +18,7 @@ from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import defaultpreemption
-from crane_scheduler.plugins.defaultpreemption.evaluator import dry_run, lower_priority_sorted, more_important
+from crane_scheduler.plugins.defaultpreemption.evaluator import VictimOrders, dry_run, more_important
 from crane_scheduler.plugins.defaultpreemption.plugin import DefaultPreemption
 from crane_scheduler.podinfo import PodInfo, parse_pod
 from crane_scheduler.writer import Reply
@@ -704,7 +704,7 @@ def test_a_nominated_pod_is_tried_on_its_nominated_node_alone_first(monkeypatch:
 
 @pytest.mark.parametrize("seed", range(60))
 def test_the_kept_victim_order_is_the_fresh_sort(seed: int) -> None:
-    """``lower_priority_sorted`` (kept per node across dry runs) gives what sorting the node's pods afresh gives,
+    """``VictimOrders`` (each node's pods sorted, kept across dry runs) gives what sorting the node's pods afresh gives,
     for any preemptor priority and ``now``, as pods come and go, are updated, or leave and return in a what-if."""
     rng = random.Random(seed)
     started = rng.choice(["all", "none", "mixed"])
@@ -717,12 +717,13 @@ def test_the_kept_victim_order_is_the_fresh_sort(seed: int) -> None:
 
     t = table(*(node(f"n{i}", cpu="100") for i in range(3)), bound=[bound(i) for i in range(rng.randint(0, 15))])
     n = 100
+    orders = VictimOrders(t)
     for _ in range(12):
         name, priority = f"n{rng.randrange(3)}", rng.choice([1, 2, 3, 100, 1000])
         now = rng.choice([0.0, 1.8e9, 1.7672256e9 + 2])
         fresh = [r for r in t.pods_on(name) if r.pod is not None and r.pod.priority < priority]
         fresh.sort(key=more_important(now))
-        assert [r.uid for r in lower_priority_sorted(t, name, priority, now)] == [r.uid for r in fresh]
+        assert [r.uid for r in orders.lower(name, priority, now)] == [r.uid for r in fresh]
         change = rng.randrange(4)
         if change == 0 and t.pods:
             t.remove_pod(rng.choice(sorted(t.pods)))

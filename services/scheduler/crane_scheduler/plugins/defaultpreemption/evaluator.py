@@ -23,7 +23,6 @@ import functools
 import itertools
 import math
 import time
-import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -98,45 +97,36 @@ class _NodeOrder:
     """A node's pods (those with a pod), most important first by a ``now``-free key, as of ``version``."""
 
     version: int
-    ids: frozenset[tuple[int, int]]  # id() of each record and its pod (kept alive here: no other object takes one)
     records: list[PodRecord]
-    pods: list[PodInfo]
     neg_priorities: list[int]  # ascending: the pods of lower priority than p are the suffix past -p
 
 
-_ORDERS: weakref.WeakKeyDictionary[NodeTable, dict[str, _NodeOrder]] = weakref.WeakKeyDictionary()
+class VictimOrders:
+    """Each node's pods sorted by ``more_important``, kept across dry runs: every dry run asks for the victims
+    of each node it reaches, and a node's pods change far less often than preemptors come. An entry is valid
+    while the node's ``pods_version`` is (the table bumps it on every pod added, removed or replaced there,
+    what-ifs included; versions are never reused). Kept only when the order cannot depend on ``now`` (every pod
+    has a start time, or none has: ``now`` then ties them all and the table's order decides)."""
 
+    def __init__(self, table: NodeTable) -> None:
+        self.table = table
+        self._orders: dict[str, _NodeOrder] = {}
 
-def lower_priority_sorted(table: NodeTable, node: str, priority: int, now: float) -> list[PodRecord]:
-    """The node's pods of lower priority than ``priority``, sorted by ``more_important(now)``.
-
-    Every dry run asks this of each node it reaches, and a node's pods change far less often than preemptors
-    come: the sorted list is kept per node, reused while the node's pods are the same records of the same pod
-    objects (its ``pods_version``, else the set of both: a what-if that took pods out and put them back). Kept
-    only when the order cannot depend on ``now`` (every pod has a start time, or none has: ``now`` then ties
-    them all and the table's order decides); else sorted afresh."""
-    orders = _ORDERS.get(table)
-    if orders is None:
-        orders = _ORDERS[table] = {}
-    version = table.pods_version.get(node, 0)
-    entry = orders.get(node)
-    if entry is None or entry.version != version:
-        records = [r for r in table.pods_on(node) if r.pod is not None]
-        ids = frozenset((id(r), id(r.pod)) for r in records)
-        if entry is None or entry.ids != ids:
-            entry = _order_of(records, ids, version)
+    def lower(self, node: str, priority: int, now: float) -> list[PodRecord]:
+        """The node's pods of lower priority than ``priority``, sorted by ``more_important(now)``."""
+        version = self.table.pods_version.get(node, 0)
+        entry = self._orders.get(node)
+        if entry is None or entry.version != version:
+            records = [r for r in self.table.pods_on(node) if r.pod is not None]
+            entry = _order_of(records, version)
             if entry is None:
-                orders.pop(node, None)
-                lower = [r for r in records if r.pod is not None and r.pod.priority < priority]
-                lower.sort(key=more_important(now))
-                return lower
-            orders[node] = entry
-        else:
-            entry.version = version
-    return entry.records[bisect.bisect_right(entry.neg_priorities, -priority) :]
+                self._orders.pop(node, None)
+                return sorted((r for r in records if r.pod and r.pod.priority < priority), key=more_important(now))
+            self._orders[node] = entry
+        return entry.records[bisect.bisect_right(entry.neg_priorities, -priority) :]
 
 
-def _order_of(records: list[PodRecord], ids: frozenset[tuple[int, int]], version: int) -> _NodeOrder | None:
+def _order_of(records: list[PodRecord], version: int) -> _NodeOrder | None:
     starts = [start_time(r, math.nan) for r in records]
     missing = sum(1 for s in starts if math.isnan(s))
     if 0 < missing < len(records):
@@ -146,8 +136,7 @@ def _order_of(records: list[PodRecord], ids: frozenset[tuple[int, int]], version
         key=lambda rs: (-(rs[0].pod.priority if rs[0].pod else 0), 0.0 if missing else rs[1], rs[0].seq),
     )
     ordered = [r for r, _ in keyed]
-    pods = [r.pod for r in ordered if r.pod is not None]
-    return _NodeOrder(version, ids, ordered, pods, [-(r.pod.priority if r.pod else 0) for r in ordered])
+    return _NodeOrder(version, ordered, [-(r.pod.priority if r.pod else 0) for r in ordered])
 
 
 def pdb_split(
@@ -202,6 +191,7 @@ def dry_run(
     *,
     per_node: bool = False,
     reprieve: ResourceReprieve | None = None,
+    orders: VictimOrders | None = None,
 ) -> DryRun:
     """Candidates (node, minimal victims, PDB violations) among ``potential`` rows, in kube's order from
     ``offset``: stops once ``wanted`` are found with at least one that violates no PDB.
@@ -209,7 +199,8 @@ def dry_run(
     ``per_node``: the pod's Filter verdicts depend on other nodes' pods (a ``CrossNodeFilterPlugin`` did not skip
     it), so candidates are dry-run one at a time, as kube's ``SelectVictimsOnNode``, with the table's
     ``pod_simulated`` hooks told of every removal and reprieve (kube's ``RemovePod``/``AddPod``). ``reprieve``:
-    the reprieve rounds are NodeResourcesFit's arithmetic (see the module's docstring)."""
+    the reprieve rounds are NodeResourcesFit's arithmetic (see the module's docstring). ``orders``: the nodes'
+    sorted pods kept across dry runs (the plugin's), else sorted here."""
     now = time.time() if now is None else now
     out = DryRun()
     rows = [int(r) for r in np.flatnonzero(potential)]
@@ -224,7 +215,13 @@ def dry_run(
         """Queue the row's potential victims (lower priority, PDB violators first): built only for the rows the
         search reaches, as kube's parallel search visits nodes until it has found enough (at 1,000 nodes sorting
         every node's pods was most of a dry run)."""
-        lower = lower_priority_sorted(table, table.names[row], pod.priority, now)
+        name = table.names[row]
+        if orders is not None:
+            lower = orders.lower(name, pod.priority, now)
+        else:
+            lower = sorted(
+                (r for r in table.pods_on(name) if r.pod is not None and r.pod.priority < pod.priority), key=order
+            )
         if not lower:
             out.statuses[NO_VICTIMS] += 1
             return False

@@ -38,6 +38,7 @@ from crane_scheduler.plugins.defaultpreemption.evaluator import (
     NOT_HELPFUL,
     Candidate,
     ResourceReprieve,
+    VictimOrders,
     dry_run,
     pick_one,
 )
@@ -106,6 +107,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         self._started: dict[str, float] = {}  # preemptor uid -> when its preemption was decided (monotonic)
         self._started_api: dict[str, float] = {}  # the same, until its API calls are done
         handle.table.pod_removed.append(self._pod_removed)
+        self.orders = VictimOrders(handle.table)  # each node's pods sorted by importance, across dry runs
         self.attempts = handle.metrics.counter(
             "crane_scheduler_preemption_attempts_total", "Preemption attempts (PostFilter runs of DefaultPreemption)"
         )
@@ -193,6 +195,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             self.num_candidates(n),
             per_node=per_node,
             reprieve=reprieve,
+            orders=self.orders,
         )
         if not result.candidates:
             d = Diagnosis(table.num_nodes)
