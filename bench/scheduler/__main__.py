@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import os
 import re
@@ -105,7 +106,7 @@ def sampled_throughput(bind_times: list[float], interval: float = SAMPLE_INTERVA
     started, last_count, last_tick, skipped = False, 0, 0.0, 0
     tick = interval
     while tick <= times[-1]:
-        count = sum(1 for t in times if t <= tick)
+        count = bisect.bisect_right(times, tick)
         if count and not started:
             started, last_count, last_tick = True, count, tick
         elif started and count == last_count:
