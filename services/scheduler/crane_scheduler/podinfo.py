@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from crane_shared.podresources import CPU as CPU
@@ -249,6 +250,26 @@ def parse_pod(raw: dict[str, Any]) -> PodInfo:
         scheduled_at=cond.get("lastTransitionTime") if cond and cond.get("status") == "True" else None,
         raw=raw,
     )
+
+
+UNSCHEDULABLE = "Unschedulable"
+"""PodScheduled=False's reason when no node fits (kube's ``v1.PodReasonUnschedulable``)"""
+SCHEDULER_ERROR = "SchedulerError"
+"""... when the attempt failed for another reason (``v1.PodReasonSchedulerError``)"""
+
+
+def unscheduled_condition(pod: PodInfo, reason: str, message: str) -> dict[str, Any]:
+    """PodScheduled=False as kube's ``updatePod`` writes it after a failed attempt (for a strategic merge patch of
+    the pod's status: conditions merge by type)."""
+    return {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": None,
+        "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "observedGeneration": pod.generation or None,
+    }
 
 
 # ---------------------------------------------------------------------------------------------- nodes

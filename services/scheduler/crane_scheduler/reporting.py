@@ -32,7 +32,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import PodRecord
-from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.podinfo import PodInfo, unscheduled_condition
 from crane_scheduler.writer import ApiWriter, Reply
 from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH, UNSENT
 from crane_shared.events import SCHEDULED_REASON, event_body, event_name, scheduled_event
@@ -95,6 +95,7 @@ class Reporter:
         self.term: Term | None = None
         """the leadership term reports are queued in (set by the scheduler when it starts leading)"""
         self._last_failure: dict[str, tuple[str, float]] = {}
+        self._claimed: dict[str, tuple[str, str]] = {}  # uid -> (reason, message) a plugin writes itself
         self._closed = asyncio.Event()
         self._log_once = LogOnce(log)
 
@@ -112,6 +113,7 @@ class Reporter:
         """Report a failed attempt, unless the same message went out for this pod less than
         ``repeat_after`` seconds ago. Returns whether anything was written."""
         now = self._clock()
+        claimed = self._claimed.pop(pod.uid, None)
         last = self._last_failure.get(pod.uid)
         if last is not None and last[0] == message and now - last[1] < self.repeat_after:
             return False
@@ -129,7 +131,7 @@ class Reporter:
         )
         failure, term = (pod.uid, message), self.term
         self._queue("failed", lambda: self._create_event(pod.namespace, body, "failed", term), failure)
-        if pod.scheduled_condition != ("False", reason, message):
+        if pod.scheduled_condition != ("False", reason, message) and claimed != (reason, message):
             self._queue("condition", lambda: self._patch_condition(pod, reason, message, term), failure)
         return True
 
@@ -205,6 +207,14 @@ class Reporter:
 
     def forget(self, uid: str) -> None:
         self._last_failure.pop(uid, None)
+        self._claimed.pop(uid, None)
+
+    def condition_claimed(self, uid: str, reason: str, message: str) -> None:
+        """A plugin writes this attempt's PodScheduled=False (``reason``, ``message``) itself, in a write of its
+        own: preemption puts it in the nomination's patch, as kube's ``updatePod`` writes the condition and the
+        nominated node in one call. The next ``failed`` for the pod with that condition does not patch it again
+        (its event is still written)."""
+        self._claimed[uid] = (reason, message)
 
     @property
     def backlog(self) -> int:
@@ -273,18 +283,8 @@ class Reporter:
             raise _failure(reply)
 
     async def _patch_condition(self, pod: PodInfo, reason: str, message: str, term: Term | None = None) -> None:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        condition = {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": reason,
-            "message": message,
-            "lastProbeTime": None,
-            "lastTransitionTime": now,
-            "observedGeneration": pod.generation or None,
-        }
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
-        body = {"status": {"conditions": [condition]}}  # strategic merge: conditions merge by type
+        body = {"status": {"conditions": [unscheduled_condition(pod, reason, message)]}}
         reply = await self._write("PATCH", path, body, term, STRATEGIC_MERGE_PATCH)
         if reply.ok:
             self.metrics.reports.labels("condition", "ok").inc()

@@ -60,7 +60,7 @@ from crane_scheduler.internal.queue import NO_HINTS, SchedulingQueue
 from crane_scheduler.listers import Listers
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.podinfo import SCHEDULER_ERROR, UNSCHEDULABLE, PodInfo
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.writer import ApiWriter
 from crane_shared.leader import Term
@@ -158,6 +158,7 @@ class Scheduler:
             if profile.handle is not None:
                 profile.handle.activate = self._activate
                 profile.handle.record_event = functools.partial(self.reporter.event, profile.name)
+                profile.handle.claim_condition = self.reporter.condition_claimed
         self.pending = self.cache.pending  # pending pods of our profiles, latest version
         self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted
         self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
@@ -498,7 +499,7 @@ class Scheduler:
         self.metrics.attempt_duration.labels("unschedulable", profile.name).observe(time.perf_counter() - start)
         if qp.pod.uid in self.pending:  # still pending (not deleted, not bound meanwhile)
             self.queue.add_unschedulable(qp, rejectors, self.clock())
-            self.reporter.failed(self.pending[qp.pod.uid], message, "Unschedulable", profile.name)
+            self.reporter.failed(self.pending[qp.pod.uid], message, UNSCHEDULABLE, profile.name)
 
     def _error(self, profile: Profile, qp: QueuedPod, message: str, start: float) -> None:
         self.metrics.schedule_attempts.labels("error", profile.name).inc()
@@ -506,7 +507,7 @@ class Scheduler:
         log.warning("scheduling attempt failed, retrying with backoff", pod=qp.pod.key, error=message)
         if qp.pod.uid in self.pending:
             self.queue.add_backoff(qp, self.clock())
-            self.reporter.failed(self.pending[qp.pod.uid], message, "SchedulerError", profile.name)
+            self.reporter.failed(self.pending[qp.pod.uid], message, SCHEDULER_ERROR, profile.name)
             self._wake()
 
 

@@ -104,9 +104,9 @@ def test_reprieve_keeps_the_more_important_pods(monkeypatch: pytest.MonkeyPatch)
     plugin = victims_of(prof)
     original = plugin._nominate
 
-    def spy(p: PodInfo, best: Any) -> None:
+    def spy(p: PodInfo, best: Any, message: str) -> None:
         captured.append(best)
-        original(p, best)
+        original(p, best, message)
 
     monkeypatch.setattr(plugin, "_nominate", spy)
     preempt(t, ls, pod("vip", cpu="500m", priority=100), prof)
@@ -218,7 +218,12 @@ async def test_victims_get_the_disruption_condition_and_are_deleted() -> None:
     assert [kind for kind, _ in writer.kinds[:3]] == [STRATEGIC_MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON]
     assert all(term is writer.term for _, term in writer.kinds)  # refused by the writer once the term ended
     assert all(writer.urgent)  # on the binds' connections, not behind the reports of failed attempts
-    assert writer.bodies[0] == {"status": {"nominatedNodeName": "a"}}
+    # the nomination and the attempt's PodScheduled=False in one patch (kube's updatePod)
+    nominated = writer.bodies[0]["status"]
+    assert nominated["nominatedNodeName"] == "a"
+    [scheduled] = nominated["conditions"]
+    assert (scheduled["type"], scheduled["status"], scheduled["reason"]) == ("PodScheduled", "False", "Unschedulable")
+    assert scheduled["message"].startswith("0/") and "Insufficient cpu" in scheduled["message"]
     cond = writer.bodies[1]["status"]["conditions"][0]
     assert (cond["type"], cond["status"], cond["reason"]) == ("DisruptionTarget", "True", "PreemptionByScheduler")
     assert cond["message"] == "crane-scheduler: preempting to accommodate a higher priority pod"
@@ -385,9 +390,9 @@ def nominated_victims(monkeypatch: pytest.MonkeyPatch, prof: Profile) -> list[An
     plugin = victims_of(prof)
     original = plugin._nominate
 
-    def spy(p: PodInfo, best: Any) -> None:
+    def spy(p: PodInfo, best: Any, message: str) -> None:
         captured.append(best)
-        original(p, best)
+        original(p, best, message)
 
     monkeypatch.setattr(plugin, "_nominate", spy)
     return captured

@@ -87,3 +87,35 @@ async def test_a_failure_the_writer_refused_after_its_term_ended_counts_as_dropp
     await _write_backlog(reporter)
     assert len(fake.writes) == 2  # tried once each, not retried
     assert (_dropped(metrics, "failed"), _dropped(metrics, "condition")) == (1, 1)
+
+
+async def test_a_condition_a_plugin_writes_itself_is_not_patched_again_but_its_event_is_written() -> None:
+    """Preemption writes the attempt's PodScheduled=False with the nomination (kube's updatePod, one call): the
+    reporter writes only the FailedScheduling event for that attempt, and patches the next attempt's again."""
+    fake = FakeWriter()
+    reporter = Reporter(fake.as_writer(), None, "test", repeat_after=0.0)
+    pod = parse_pod(_pod("vip"))
+    reporter.condition_claimed(pod.uid, "Unschedulable", "0/3 nodes are available: 3 Insufficient cpu.")
+    reporter.failed(pod, "0/3 nodes are available: 3 Insufficient cpu.", "Unschedulable", "crane-scheduler")
+    await _write_backlog(reporter)
+    assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"]
+    # the claim was for that attempt only: a later failure (the cached pod shows no condition yet) is patched
+    reporter.failed(pod, "0/3 nodes are available: 3 Insufficient cpu.", "Unschedulable", "crane-scheduler")
+    await _write_backlog(reporter)
+    assert fake.writes[1:] == [
+        "POST /apis/events.k8s.io/v1/namespaces/ns/events",
+        "PATCH /api/v1/namespaces/ns/pods/vip/status",
+    ]
+
+
+async def test_a_claim_for_another_message_does_not_hold_back_the_condition() -> None:
+    fake = FakeWriter()
+    reporter = Reporter(fake.as_writer(), None, "test")
+    pod = parse_pod(_pod("vip"))
+    reporter.condition_claimed(pod.uid, "Unschedulable", "0/3 nodes are available: 3 Insufficient cpu.")
+    reporter.failed(pod, "0/3 nodes are available: 3 node(s) had untolerated taint.", "Unschedulable", "crane")
+    await _write_backlog(reporter)
+    assert sorted(fake.writes) == [
+        "PATCH /api/v1/namespaces/ns/pods/vip/status",
+        "POST /apis/events.k8s.io/v1/namespaces/ns/events",
+    ]

@@ -121,6 +121,10 @@ class Handle:
     )
     """kube's ``EventRecorder().Eventf(regarding, related, type, reason, action, note)`` for pods: references as
     {namespace, name, uid}; set by the scheduler to its reporter (this profile's name as reportingController)."""
+    claim_condition: Callable[[str, str, str], None] = field(default=lambda uid, reason, message: None)
+    """(pod uid, reason, message): this attempt's PodScheduled=False condition is written by the plugin itself, in
+    a write of its own (preemption: with the nomination, kube's ``updatePod``), so the reporter does not patch it
+    again; set by the scheduler to its reporter."""
     framework: Any = None
     """The plugin's profile (``runtime.Profile``), set once built: what kube's handle offers as
     ``RunFilterPluginsWithNominatedPods`` (preemption's dry run runs the profile's own filters)."""

@@ -43,7 +43,7 @@ from crane_scheduler.plugins.defaultpreemption.evaluator import (
     pick_one,
 )
 from crane_scheduler.plugins.noderesources import NodeResourcesFit
-from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.podinfo import UNSCHEDULABLE, PodInfo, unscheduled_condition
 from crane_scheduler.writer import Reply
 from crane_scheduler.writer.protocol import STRATEGIC_MERGE_PATCH, UNSENT
 from crane_shared.logs import get_logger
@@ -162,7 +162,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
                 if table.nominated.pop(pod.uid, None) is not None or nominated_node_of(pod):
                     self._spawn(self._set_nomination(pod, ""))
             return Status(Code.UNSCHEDULABLE, (choice.message,))
-        self._nominate(pod, choice.best)
+        self._nominate(pod, choice.best, diagnosis.message)
         return Status(Code.SUCCESS, ())
 
     def select(self, pod: PodInfo, diagnosis: Diagnosis) -> Choice:
@@ -228,7 +228,9 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
 
     # ------------------------------------------------------------------------------------------ actions
 
-    def _nominate(self, pod: PodInfo, best: Candidate) -> None:
+    def _nominate(self, pod: PodInfo, best: Candidate, message: str) -> None:
+        """Nominate ``pod`` to the chosen node and start the preemption's API calls; ``message``: the attempt's
+        FitError, written with the nomination as the pod's PodScheduled=False condition."""
         table: NodeTable = self.handle.table
         table.nominated[pod.uid] = (pod, best.node)
         lower = [
@@ -243,7 +245,8 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             self._nominating.add(pod.uid)
             self._waiting[pod.uid] = {v.uid for v in best.victims}
             self._victims.update((v.uid, pod.uid) for v in best.victims)
-        self._spawn(self._preempt(pod, best, lower))
+            self.handle.claim_condition(pod.uid, UNSCHEDULABLE, message)
+        self._spawn(self._preempt(pod, best, lower, message))
 
     def pre_enqueue(self, pod: PodInfo) -> bool:
         """kube's PreEnqueue (``IsPodRunningPreemption``): the preemptor is held back until its nomination is
@@ -310,13 +313,13 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _preempt(self, pod: PodInfo, best: Candidate, lower: list[PodInfo]) -> None:
+    async def _preempt(self, pod: PodInfo, best: Candidate, lower: list[PodInfo], message: str) -> None:
         retry_after = 0.0
         try:
             # All at once: kube writes the nomination with the attempt's status update while its preemption
             # goroutine clears lower nominations and evicts, so the victims' deletions wait for no other call.
             await asyncio.gather(
-                self._nominate_in_api(pod, best.node),
+                self._nominate_in_api(pod, best.node, message),
                 *(self._set_nomination(p, "") for p in lower),
                 *(self._evict(pod, v, best.node) for v in best.victims if v.pod and not v.pod.deleting),
             )
@@ -340,11 +343,12 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
                 else:
                     self.handle.activate(pod.uid)
 
-    async def _nominate_in_api(self, pod: PodInfo, node: str) -> None:
-        """The preemptor's own nomination; once written, the pod may be retried as soon as its victims are gone
-        (``pre_enqueue``), whether or not the replies to the evictions are back."""
+    async def _nominate_in_api(self, pod: PodInfo, node: str, message: str) -> None:
+        """The preemptor's own nomination, in one patch with the attempt's PodScheduled=False condition (kube's
+        ``updatePod``); once written, the pod may be retried as soon as its victims are gone (``pre_enqueue``),
+        whether or not the replies to the evictions are back."""
         try:
-            await self._set_nomination(pod, node)
+            await self._set_nomination(pod, node, unscheduled_condition(pod, UNSCHEDULABLE, message))
         finally:
             self._nominating.discard(pod.uid)
         if pod.uid not in self._waiting:
@@ -359,9 +363,12 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         assert writer is not None  # _spawn runs no API call without it
         return await writer.write(method, path, body, writer.term, content_type, urgent=True)
 
-    async def _set_nomination(self, pod: PodInfo, node: str) -> None:
+    async def _set_nomination(self, pod: PodInfo, node: str, condition: Mapping[str, Any] | None = None) -> None:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
-        reply = await self._write("PATCH", path, {"status": {"nominatedNodeName": node or None}})
+        status: dict[str, Any] = {"nominatedNodeName": node or None}
+        if condition is not None:
+            status["conditions"] = [condition]  # strategic merge: conditions merge by type
+        reply = await self._write("PATCH", path, {"status": status})
         if not reply.ok and reply.status != 404:
             raise PreemptionError(f"setting the nomination of {pod.key}: {reply.describe()}", reply)
 
