@@ -94,27 +94,44 @@ class Nominations(MutableMapping[str, Nomination]):
     plugin can keep per-node sums of the nominated pods up to date on nominate/clear instead of walking every
     nomination per decision (Dynamic's load estimate, ``loadaware/nominated.py``)."""
 
-    __slots__ = ("_pods", "_records", "listeners")
+    __slots__ = ("_by_node", "_pods", "_records", "listeners")
 
     def __init__(self) -> None:
         self._pods: dict[str, Nomination] = {}
         self._records: dict[str, PodRecord] = {}
+        self._by_node: dict[str, dict[str, None]] = {}  # node -> its nominated uids (in nomination order)
         self.listeners: list[Callable[[str, Nomination | None], None]] = []
 
     def __getitem__(self, uid: str) -> Nomination:
         return self._pods[uid]
 
     def __setitem__(self, uid: str, nomination: Nomination) -> None:
+        old = self._pods.get(uid)
+        if old is not None and old[1] != nomination[1]:
+            self._off_node(uid, old[1])
         self._pods[uid] = nomination
+        self._by_node.setdefault(nomination[1], {})[uid] = None
         self._records.pop(uid, None)
         for listener in self.listeners:
             listener(uid, nomination)
 
     def __delitem__(self, uid: str) -> None:
-        del self._pods[uid]
+        _, node = self._pods.pop(uid)
+        self._off_node(uid, node)
         self._records.pop(uid, None)
         for listener in self.listeners:
             listener(uid, None)
+
+    def _off_node(self, uid: str, node: str) -> None:
+        uids = self._by_node.get(node)
+        if uids is not None:
+            uids.pop(uid, None)
+            if not uids:
+                del self._by_node[node]
+
+    def on_node(self, node: str) -> Iterable[str]:
+        """The uids nominated to ``node``."""
+        return self._by_node.get(node, {}).keys()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._pods)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
+
+import numpy as np
 import pytest
 
+from crane_scheduler.framework.runtime import nominated_records
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import Requirement, parse_node, parse_pod
 from crane_shared.quantity import quantity
@@ -100,3 +105,35 @@ def test_quantities_round_up_like_kubernetes(text: str, milli: bool, value: int)
 def test_bad_quantity_is_rejected() -> None:
     with pytest.raises(ValueError):
         quantity("12 apples")
+
+
+def test_the_nominated_pods_filter_counts_are_the_same_walking_rows_or_nominations() -> None:
+    """``nominated_records`` walks the rows of the mask or the nominations, whichever is fewer: both ways give the
+    pods nominated to the mask's nodes with at least the pod's priority, not bound, not the pod itself, and a pod
+    re-nominated elsewhere or cleared is found only where it is now."""
+    rng = random.Random(7)
+    for _ in range(60):
+        names = [f"n{i}" for i in range(rng.randint(1, 12))]
+        t = table(*(node(n) for n in names))
+        pods = [parse_pod(pod(f"p{i}", priority=rng.choice((0, 5, 10)))) for i in range(rng.randint(0, 20))]
+        for p in pods:
+            t.nominated[p.uid] = (p, rng.choice(names))
+            if rng.random() < 0.2:
+                t.nominated[p.uid] = (p, rng.choice(names))  # nominated again, maybe to another node
+            if rng.random() < 0.1:
+                del t.nominated[p.uid]
+        for p in pods:
+            if rng.random() < 0.15:
+                t.add_pod(dataclasses.replace(p, node_name=rng.choice(names)))  # bound meanwhile
+        me = parse_pod(pod("me", priority=rng.choice((0, 5, 10))))
+        if pods and rng.random() < 0.3:
+            me = pods[0]
+        rows = np.array([rng.random() < rng.random() for _ in range(t.n_rows)], dtype=bool)
+        expected = {
+            uid
+            for uid, (p, n) in t.nominated.items()
+            if rows[t.rows[n]] and uid != me.uid and p.priority >= me.priority and uid not in t.pods
+        }
+        got = nominated_records(t, me, rows)
+        assert sorted(r.uid for r in got) == sorted(expected)
+        assert all(r.node == t.nominated[r.uid][1] and r.assumed for r in got)
