@@ -226,4 +226,11 @@ async def test_higher_priority_pods_are_scheduled_first(
             return sorted(p["metadata"]["name"] for p in await pods_json(kube, namespace) if p["spec"].get("nodeName"))
 
         await wait_for(lambda: events(kube, namespace, "FailedScheduling"), what="the third pod to fail")
-        assert await bound() == ["high", "low-1"]  # priority first, then arrival among equals
+
+        async def both_bound() -> list[str] | None:
+            now = await bound()
+            return now if len(now) == 2 else None
+
+        # low-1's bind may still be on its way when low-2's FailedScheduling event is written: wait for it
+        got = await wait_for(both_bound, what="the two pods that fit to be bound")
+        assert got == ["high", "low-1"]  # priority first, then arrival among equals
