@@ -66,11 +66,11 @@ def run(
     evicted = 0
     nominate = plugin._nominate
 
-    def spy(p: PodInfo, best: Any) -> None:
+    def spy(p: PodInfo, best: Any, message: str) -> None:
         nonlocal evicted
         victims.extend(v.uid for v in best.victims)
         evicted += len(best.victims)
-        nominate(p, best)
+        nominate(p, best, message)
 
     plugin._nominate = spy
     preemptors = [pod(f"high-{i:05d}", 1000) for i in range(pods)]

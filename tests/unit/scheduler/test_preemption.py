@@ -579,8 +579,8 @@ def _dry_runs(seed: int) -> tuple[Any, Any]:
     per_node, reprieve = plugin._dry_run_mode(prof, preemptor)
     assert not per_node and reprieve is not None  # resources only: the arithmetic applies
 
-    def run(st: dict[str, Any], p: PodInfo, alive: Any) -> Any:
-        return prof.run_prefilter_and_filter(st, p, t, alive)
+    def run(st: dict[str, Any], p: PodInfo, alive: Any, /, *, with_nominated: bool = True) -> Any:
+        return prof.run_prefilter_and_filter(st, p, t, alive, with_nominated=with_nominated)
 
     offset, wanted = rng.randrange(len(nodes)), rng.choice([1, 2, 100])
     results = []

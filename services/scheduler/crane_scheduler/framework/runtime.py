@@ -122,12 +122,23 @@ class Profile:
     # ------------------------------------------------------------------------------------------ extension points
 
     def run_filter_plugins(
-        self, state: CycleState, pod: PodInfo, table: NodeTable, alive: Mask, skipped: Set[str] = frozenset()
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        table: NodeTable,
+        alive: Mask,
+        skipped: Set[str] = frozenset(),
+        *,
+        with_nominated: bool = True,
     ) -> list[tuple[str, list[Rejection], Mask]]:
         """Every Filter plugin over all rows, narrowing ``alive`` in place; returns (plugin, rejections, rows alive
         before it). kube's ``RunFilterPluginsWithNominatedPods``: pods nominated to a node (by preemption) with at
-        least this pod's priority count there too, so a node passes only if it fits both with and without them."""
+        least this pod's priority count there too, so a node passes only if it fits both with and without them.
+        ``with_nominated=False``: the pass without them only (a caller that counts them itself, preemption's
+        arithmetic dry run)."""
         rejected = self._filter_pass(state, pod, table, alive, skipped)
+        if not with_nominated:
+            return rejected
         nominated = nominated_records(table, pod, alive)  # only where they can change the answer
         if nominated:
             table.simulate_add(nominated, notify=True)
@@ -160,7 +171,7 @@ class Profile:
         return rejected
 
     def run_prefilter_and_filter(
-        self, state: CycleState, pod: PodInfo, table: NodeTable, alive: Mask
+        self, state: CycleState, pod: PodInfo, table: NodeTable, alive: Mask, *, with_nominated: bool = True
     ) -> list[tuple[str, list[Rejection], Mask]]:
         """PreFilter then Filter on ``alive`` rows (narrowed in place), for what-ifs such as preemption's dry run
         (kube's handle offers the same to plugins); a PreFilter rejection or node restriction narrows ``alive``."""
@@ -177,7 +188,7 @@ class Profile:
                 pinned = np.zeros(table.n_rows, dtype=bool)
                 pinned[[table.rows[n] for n in res.node_names if n in table.rows]] = True
                 alive &= pinned
-        return self.run_filter_plugins(state, pod, table, alive, skipped)
+        return self.run_filter_plugins(state, pod, table, alive, skipped, with_nominated=with_nominated)
 
     def run_post_filter(self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis) -> None:
         """PostFilter until one has something to say; its message is appended to the FitError."""

@@ -27,9 +27,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from crane_scheduler.framework.runtime import nominated_records
 from crane_scheduler.framework.types import Code, CycleState, Rejection
@@ -40,8 +41,14 @@ from crane_scheduler.podinfo import PODS, PodInfo
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 
-RunFilters = Callable[[CycleState, PodInfo, Mask], list[tuple[str, list[Rejection], Mask]]]
-"""(fresh state, pod, rows to test, narrowed in place) -> rejections: the profile's PreFilter and Filter."""
+
+class RunFilters(Protocol):
+    """(fresh state, pod, rows to test, narrowed in place) -> rejections: the profile's PreFilter and Filter;
+    ``with_nominated=False``: without the pass that counts the nominated pods (``run_filter_plugins``)."""
+
+    def __call__(
+        self, state: CycleState, pod: PodInfo, alive: Mask, /, *, with_nominated: bool = True
+    ) -> list[tuple[str, list[Rejection], Mask]]: ...
 
 
 @dataclass
@@ -366,7 +373,7 @@ def _batched_arithmetic(
     try:
         alive = np.zeros(table.n_rows, dtype=bool)
         alive[index] = True
-        rejected = run({}, pod, alive)
+        rejected = run({}, pod, alive, with_nominated=False)  # the nominated pods: counted on the room below
         fitting: list[int] = []
         for row in rows:
             if alive[row]:
@@ -393,6 +400,19 @@ def _batched_arithmetic(
         taken_by = table.delta_rows(nominated)
         slots = np.fromiter((at[table.rows[r.node]] for r in nominated), dtype=np.intp, count=len(nominated))
         np.subtract.at(room, slots, taken_by[:, [*cols, taken_by.shape[1] - 1]])
+        # Filter's pass with the nominated pods, as arithmetic: only NodeResourcesFit reads pods, and adding pods
+        # only lowers the room, so a row fails there where the room went negative, with NodeResourcesFit's reasons.
+        short: npt.NDArray[np.bool_] = room < 0
+        failing: Mask = np.asarray(short.any(axis=1), dtype=bool)
+        if failing.any():
+            for i in np.flatnonzero(failing).tolist():
+                if short[i, -1]:
+                    out.statuses["Too many pods"] += 1
+                for j in np.flatnonzero(short[i, :-1]).tolist():
+                    out.statuses[f"Insufficient {resources[j]}"] += 1
+            keep: list[bool] = (~failing).tolist()
+            fitting = [row for row, kept in zip(fitting, keep, strict=True) if kept]
+            room = room[~failing]
     step = 0
     while True:
         trying = [(i, row) for i, row in enumerate(fitting) if step < len(queue[row])]

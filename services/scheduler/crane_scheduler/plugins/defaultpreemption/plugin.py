@@ -181,8 +181,8 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         if n == 0 or framework is None:
             return self._none(Diagnosis(table.num_nodes))
 
-        def run(st: CycleState, p: PodInfo, alive: Mask) -> Any:
-            return framework.run_prefilter_and_filter(st, p, table, alive)
+        def run(st: CycleState, p: PodInfo, alive: Mask, /, *, with_nominated: bool = True) -> Any:
+            return framework.run_prefilter_and_filter(st, p, table, alive, with_nominated=with_nominated)
 
         per_node, reprieve = self._dry_run_mode(framework, pod)
         result = dry_run(
