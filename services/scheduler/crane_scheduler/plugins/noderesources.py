@@ -215,6 +215,15 @@ ONE_BY_ONE = 16
 dominates below that), with the vector path's exact arithmetic (``test_noderesources_rowcache`` holds them equal)"""
 
 
+TOO_MANY_PODS = "Too many pods"
+"""NodeResourcesFit's reason when the node's pod count is full"""
+
+
+def insufficient(resource: str) -> str:
+    """NodeResourcesFit's reason when ``resource`` does not fit (kube's ``Insufficient <name>``)."""
+    return f"Insufficient {resource}"
+
+
 class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin):
     name = "NodeResourcesFit"
 
@@ -245,18 +254,18 @@ class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin
         present = int(np.bitwise_or.reduce(codes))
         out: list[fwk.Rejection] = []
         if present & 1:
-            out.append(fwk.Rejection("Too many pods", (codes & 1) != 0))
+            out.append(fwk.Rejection(TOO_MANY_PODS, (codes & 1) != 0))
         for i, (res, _) in enumerate(checked):
             for bit, unresolvable in ((1 << (1 + 2 * i), False), (1 << (2 + 2 * i), True)):
                 if present & bit:
-                    out.append(fwk.Rejection(f"Insufficient {res}", (codes & bit) != 0, unresolvable=unresolvable))
+                    out.append(fwk.Rejection(insufficient(res), (codes & bit) != 0, unresolvable=unresolvable))
         return out
 
     def _filter_all(self, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         out: list[fwk.Rejection] = []
         too_many = table.pod_count + 1 > table.alloc[:, table.resources[PODS]]
         if too_many.any():
-            out.append(fwk.Rejection("Too many pods", too_many))
+            out.append(fwk.Rejection(TOO_MANY_PODS, too_many))
         for res, want in self.checked(pod):
             col = table.resources.get(res)
             if col is None:
@@ -268,7 +277,7 @@ class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin
             # cannot help there), otherwise Unschedulable: one reason, split by that flag (found by the judge).
             for part, unresolvable in ((mask & ~whole, False), (mask & whole, True)):
                 if part.any():
-                    out.append(fwk.Rejection(f"Insufficient {res}", part, unresolvable=unresolvable))
+                    out.append(fwk.Rejection(insufficient(res), part, unresolvable=unresolvable))
         return out
 
     def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:

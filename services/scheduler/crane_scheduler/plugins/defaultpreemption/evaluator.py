@@ -35,6 +35,7 @@ import numpy.typing as npt
 from crane_scheduler.framework.runtime import nominated_records
 from crane_scheduler.framework.types import Code, CycleState, Rejection
 from crane_scheduler.nodetable import Mask, NodeTable, PodRecord
+from crane_scheduler.plugins.noderesources import TOO_MANY_PODS, insufficient
 from crane_scheduler.plugins.volumebinding.binder import _label_selector_matches
 from crane_scheduler.podinfo import PODS, PodInfo
 
@@ -407,9 +408,9 @@ def _batched_arithmetic(
         if failing.any():
             for i in np.flatnonzero(failing).tolist():
                 if short[i, -1]:
-                    out.statuses["Too many pods"] += 1
+                    out.statuses[TOO_MANY_PODS] += 1
                 for j in np.flatnonzero(short[i, :-1]).tolist():
-                    out.statuses[f"Insufficient {resources[j]}"] += 1
+                    out.statuses[insufficient(resources[j])] += 1
             keep: list[bool] = (~failing).tolist()
             fitting = [row for row, kept in zip(fitting, keep, strict=True) if kept]
             room = room[~failing]
