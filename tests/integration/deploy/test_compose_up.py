@@ -114,12 +114,19 @@ async def test_compose_cluster_file_comes_up_and_schedules(
         try:
             key = BindingSchema().node_key(placed)
             await wait_for(lambda: r.zscore(key, uid), timeout=60, what="the binding in compose's Redis")
-            # every pod on the node recorded once: the cluster is shared with other tests, and a pending pod one
-            # of them left for "crane-scheduler" may be bound to this node too by compose's scheduler
-            on_node = await client.CoreV1Api(kube).list_pod_for_all_namespaces(field_selector=f"spec.nodeName={placed}")
-            uids = {p.metadata.uid for p in on_node.items}
-            members = {m.decode() if isinstance(m, bytes) else str(m) for m in await r.zrange(key, 0, -1)}
-            assert members == uids, (members, uids)
+
+            # every pod on the node recorded, nothing else: the cluster is shared with other tests, and a pending
+            # pod one of them left for "crane-scheduler" may be bound to this node too by compose's scheduler,
+            # its binding recorded a moment later
+            async def all_recorded() -> bool:
+                on_node = await client.CoreV1Api(kube).list_pod_for_all_namespaces(
+                    field_selector=f"spec.nodeName={placed}"
+                )
+                uids = {p.metadata.uid for p in on_node.items}
+                members = {m.decode() if isinstance(m, bytes) else str(m) for m in await r.zrange(key, 0, -1)}
+                return members == uids
+
+            await wait_for(all_recorded, timeout=30, what="exactly the pods on the node recorded in compose's Redis")
         finally:
             await r.aclose()
     finally:
