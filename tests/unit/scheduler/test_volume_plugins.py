@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
+
+import numpy as np
 
 from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.framework import Diagnosis
+from crane_scheduler.plugins.nodevolumelimits import NodeVolumeLimits, attachable_volumes
 from crane_scheduler.podinfo import parse_pod
 from tests.support.scheduler import node, pod, table
 from tests.support.volumes import decide, listers, pod_with_claims, profile, pv, pvc, storage_class
@@ -152,3 +156,66 @@ def test_generic_ephemeral_claim_must_exist_and_belong_to_the_pod() -> None:
     owned["metadata"]["ownerReferences"] = [{"controller": True, "uid": raw["metadata"]["uid"]}]
     ls = listers(pvcs=[owned], pvs=[pv("pv1", claim="web-scratch", phase="Bound")])
     assert isinstance(decide(t, ls, raw), ScheduleResult)
+
+
+def test_node_volume_limits_columns_agree_with_the_walk_over_every_node_as_pods_come_and_go() -> None:
+    """The per-row columns (refreshed for the rows whose pods changed) give kube's per-node verdict: after binds,
+    deletions, assumptions, what-ifs and a node's removal, for pods with new, shared and VolumeAttachment-held
+    volumes of two drivers, on nodes with and without limits."""
+    drivers = ("a.csi", "b.csi")
+    for seed in range(40):
+        rng = random.Random(seed)
+        names = [f"n{i}" for i in range(8)]
+        claims = [pvc(f"c{i}", volume=f"pv{i}", bound=True) for i in range(30)]
+        pvs = [pv(f"pv{i}", claim=f"c{i}", phase="Bound", csi=drivers[i % 2]) for i in range(30)]
+        csinodes = [
+            {
+                "metadata": {"name": n},
+                "spec": {
+                    "drivers": [
+                        {"name": d, "allocatable": {"count": rng.randint(1, 4)}} for d in drivers if rng.random() < 0.7
+                    ]
+                },
+            }
+            for n in names
+            if rng.random() < 0.9
+        ]
+        attachments = [
+            {
+                "metadata": {"name": f"va{i}"},
+                "spec": {
+                    "nodeName": rng.choice(names),
+                    "attacher": drivers[i % 2],
+                    "source": {"persistentVolumeName": f"pv{i}"},
+                },
+            }
+            for i in rng.sample(range(30), 4)
+        ]
+        ls = listers(pvcs=claims, pvs=pvs, csinodes=csinodes, volumeattachments=attachments)
+        t = table(*(node(n) for n in names))
+        plugin = NodeVolumeLimits(ls)
+        bound: list[str] = []
+        for step in range(30):
+            op = rng.random()
+            if op < 0.5 or not bound:
+                claims_of = [f"c{i}" for i in rng.sample(range(30), rng.randint(1, 3))]
+                p = parse_pod(pod_with_claims(f"b{step}", *claims_of, node_name=rng.choice(names)))
+                if rng.random() < 0.5:
+                    t.add_pod(p)
+                else:
+                    t.assume(p, p.node_name)
+                bound.append(p.uid)
+            elif op < 0.7:
+                t.remove_pod(bound.pop(rng.randrange(len(bound))))
+            elif op < 0.8 and len(names) > 2:
+                t.remove_node(names.pop(rng.randrange(len(names))))
+            what_if = t.simulate_remove(rng.sample(bound, min(len(bound), 2))) if rng.random() < 0.3 else []
+            new = parse_pod(pod_with_claims(f"p{step}", *(f"c{i}" for i in rng.sample(range(30), rng.randint(1, 3)))))
+            got = plugin.filter({}, new, t)
+            fresh = NodeVolumeLimits(ls).filter({}, new, t)
+            plugin._fresh()
+            walked = plugin._exceeding_walk(t, attachable_volumes(new.raw, ls, new_pod=True), "")
+            for which, found in (("kept", got), ("fresh", fresh)):
+                mask = found[0].mask if found else np.zeros(t.n_rows, dtype=bool)
+                assert mask.tolist() == walked.tolist(), (seed, step, which)
+            t.simulate_add(what_if)

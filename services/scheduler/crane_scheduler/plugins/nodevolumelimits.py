@@ -6,14 +6,21 @@ A volume is ``<driver>/<volume handle>``: a bound claim's PV gives both; an unbo
 provisioner with a handle unique to the claim. A claim the pod names but that does not exist is
 UnschedulableAndUnresolvable (kube's Filter error). In-tree volume plugins migrated to CSI are not translated
 (those in-tree plugins are gone from kube's core since 1.31 except a few); their volumes are not counted.
+
+kube walks every node's pods per decision. Here what a node has attached (by its pods and by VolumeAttachments)
+and its limits are kept per row as columns per driver (``_Attached``), refreshed for the rows whose pods changed
+(``NodeTable.row_versions``), so a decision is a comparison over the columns: at 1,000 nodes the per-node walk
+was 7 ms of an 8 ms SchedulingCSIPVs decision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from crane_scheduler import framework as fwk
 from crane_scheduler.listers import Listers, Obj
@@ -21,6 +28,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.storage import StoragePlugin, volumes_of
 from crane_scheduler.plugins.volumebinding.binder import claim_class
 from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.rowcache import Rows
 
 NAME = "NodeVolumeLimits"
 STATE_KEY = "PreFilter" + NAME
@@ -95,6 +103,80 @@ def _csi_driver_info(pvc: Obj, listers: Listers) -> tuple[str, str]:
     return cls.get("provisioner", ""), f"{_HANDLE_PREFIX}-{m.get('namespace')}/{m.get('name')}"
 
 
+RowVolumes = tuple[dict[str, str], dict[str, int], dict[str, int]]
+"""a node's volumes attached by its pods (unique name -> driver), attached count per driver, limit per driver"""
+
+
+class _Attached:
+    """Per row: the CSI volumes its pods attach (with the rows holding each, for a new volume already there), and
+    per driver two columns: the volumes attached there (by pods, plus VolumeAttachments' others) and the node's
+    limit (-1: none). Rows are recomputed by ``compute(row)`` when ``NodeTable.row_versions`` says their pods or
+    the node changed; the whole thing is dropped when a lister changes (claims, PVs, CSINodes, attachments)."""
+
+    def __init__(self) -> None:
+        self.at = 0
+        self.n = -1
+        self.table: NodeTable | None = None
+        self.by_pods: list[frozenset[str]] = []
+        self.holders: dict[str, set[int]] = {}
+        self.used: dict[str, npt.NDArray[np.int64]] = {}
+        self.limit: dict[str, npt.NDArray[np.int64]] = {}
+
+    def refresh(self, table: NodeTable, compute: Callable[[int], RowVolumes]) -> None:
+        """``compute(row)`` -> (volumes attached by the row's pods, attached count per driver, limits)."""
+        n = table.n_rows
+        stale: Rows | None = table.row_versions.stale(self.at, n) if n == self.n and table is self.table else None
+        if stale is None:
+            self.n, self.by_pods, self.holders, self.used, self.limit = n, [frozenset()] * n, {}, {}, {}
+            self.table = table
+            rows: list[int] = table.live_rows().tolist()
+        else:
+            rows = stale.tolist()
+        for row in rows:
+            for unique in self.by_pods[row]:
+                self.holders[unique].discard(row)
+            for column in self.used.values():
+                column[row] = 0
+            for column in self.limit.values():
+                column[row] = -1
+            if not table.live[row]:
+                self.by_pods[row] = frozenset()
+                continue
+            attached, counts, limits = compute(row)
+            self.by_pods[row] = frozenset(attached)
+            for unique in attached:
+                self.holders.setdefault(unique, set()).add(row)
+            for driver, count in counts.items():
+                self._column(self.used, driver, 0)[row] = count
+            for driver, limit in limits.items():
+                self._column(self.limit, driver, -1)[row] = limit
+        self.at = table.row_versions.version
+
+    def _column(self, columns: dict[str, npt.NDArray[np.int64]], driver: str, empty: int) -> npt.NDArray[np.int64]:
+        found = columns.get(driver)
+        if found is None:
+            found = columns[driver] = np.full(self.n, empty, dtype=np.int64)
+        return found
+
+    def exceeding(self, new: Mapping[str, str]) -> npt.NDArray[np.bool_]:
+        """Rows where the new volumes (unique name -> driver) not attached there by pods yet exceed a driver's
+        limit; a driver none of whose new volumes is new to the row is not checked there (kube's count per driver
+        covers the new ones only)."""
+        out = np.zeros(self.n, dtype=bool)
+        for driver, count in Counter(new.values()).items():
+            limit = self.limit.get(driver)
+            if limit is None:
+                continue
+            wanted = np.full(self.n, count, dtype=np.int64)
+            for unique, of in new.items():
+                if of == driver and (held := self.holders.get(unique)):
+                    wanted[list(held)] -= 1
+            used = self.used.get(driver)
+            total = wanted if used is None else used + wanted
+            out |= (wanted > 0) & (limit >= 0) & (total > limit)
+        return out
+
+
 class NodeVolumeLimits(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.EnqueueExtensions):
     name = NAME
 
@@ -108,6 +190,7 @@ class NodeVolumeLimits(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk
         # Per node: (the table's pods_version, its pods' attachable volumes, their count per driver).
         self._on_node: dict[str, tuple[int, dict[str, str], dict[str, int]]] = {}
         self._by_attachments: dict[str, dict[str, str]] | None = None
+        self._columns = _Attached()
 
     def _fresh(self) -> None:
         if self._version != self.listers.version:
@@ -116,6 +199,9 @@ class NodeVolumeLimits(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk
             self._limits.clear()
             self._on_node.clear()
             self._by_attachments = None
+            self._columns = _Attached()
+        if self._by_attachments is None:
+            self._by_attachments = self._attached_by_volume_attachments(self.listers.volume_attachments())
 
     def _attached_on(self, table: NodeTable, name: str, exclude: str) -> tuple[dict[str, str], dict[str, int]]:
         """The volumes the node's pods (but ``exclude``) attach, and their count per driver; cached until the
@@ -163,17 +249,36 @@ class NodeVolumeLimits(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk
             return [fwk.Rejection(str(err), table.live.copy(), unresolvable=True)]
         if not new:
             return []
+        self._fresh()
+        if pod.uid in table.pods:  # a pod the table counts already (a what-if): its own volumes are not counted
+            rejected = self._exceeding_walk(table, new, pod.uid)
+        else:
+            self._columns.refresh(table, lambda row: self._row(table, table.names[row]))
+            rejected = self._columns.exceeding(new)
+        return [fwk.Rejection(REASON, rejected)] if rejected.any() else []
+
+    def _row(self, table: NodeTable, name: str) -> RowVolumes:
+        """A node's volumes attached by its pods, its attached count per driver (pods', then VolumeAttachments'
+        others: kube's ``attachedVolumeCount``), and its limits."""
+        assert self._by_attachments is not None
+        attached, by_pods = self._attached_on(table, name, "")
+        counts = dict(by_pods)
+        for unique, driver in self._by_attachments.get(name, {}).items():
+            if unique not in attached:
+                counts[driver] = counts.get(driver, 0) + 1
+        return attached, counts, self._limits_of(name)
+
+    def _exceeding_walk(self, table: NodeTable, new: Mapping[str, str], exclude: str) -> npt.NDArray[np.bool_]:
+        """kube's per-node Filter, node by node, without the pod ``exclude``'s own volumes."""
+        assert self._by_attachments is not None
         drivers = set(new.values())
         rejected = np.zeros(table.n_rows, dtype=bool)
-        self._fresh()
-        if self._by_attachments is None:
-            self._by_attachments = self._attached_by_volume_attachments(self.listers.volume_attachments())
         for row in table.live_rows():
             name = table.names[int(row)]
             limits = self._limits_of(name)
             if not drivers & limits.keys():
                 continue
-            attached, by_pods = self._attached_on(table, name, pod.uid)
+            attached, by_pods = self._attached_on(table, name, exclude)
             counts = dict(by_pods)
             for unique, driver in self._by_attachments.get(name, {}).items():
                 if unique not in attached:
@@ -184,7 +289,7 @@ class NodeVolumeLimits(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk
                     wanted[driver] = wanted.get(driver, 0) + 1
             if any(d in limits and counts.get(d, 0) + c > limits[d] for d, c in wanted.items()):
                 rejected[row] = True
-        return [fwk.Rejection(REASON, rejected)] if rejected.any() else []
+        return rejected
 
     def _attached_by_volume_attachments(self, attachments: list[Obj]) -> dict[str, dict[str, str]]:
         """Per node: the CSI volumes VolumeAttachments say are attached there (unique name -> driver)."""
