@@ -21,6 +21,7 @@ account them (memory at 5,000 nodes and 50,000 pods). ``--json FILE`` writes the
     .venv/bin/python -m bench.scheduler                       # 1,000 and 5,000 nodes, 10,000 pods
     .venv/bin/python -m bench.scheduler --nodes 500 --pods 2000   # a quick run
     .venv/bin/python -m bench.scheduler --nodes 5000 --bound-pods 50000   # with memory at scale
+    .venv/bin/python -m bench.scheduler --nodes 1000 --pods 5000 --scheduler-cpu 1   # each scheduler on CPU 1 alone
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import aiohttp
 import yaml
 from kubernetes_asyncio import client
 
+from bench.scheduler.cpus import scheduler_core
 from bench.scheduler.spy import Spy, render
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
@@ -478,17 +480,12 @@ async def run_ours(
             spy = await Spy.attach(proc.pid, run_dir / f"py-spy-{namespace}.txt")
             spies.extend([spy] if spy is not None else [])
 
+    servers = cluster_servers(cluster)
     try:
-        run = await measure(
-            api,
-            namespace,
-            args.pods,
-            "crane-scheduler",
-            start,
-            args.timeout,
-            pid=lambda: proc.pid,
-            servers=cluster_servers(cluster),
-        )
+        async with scheduler_core(getattr(args, "scheduler_cpu", None), lambda: proc.pid, servers.values()):
+            run = await measure(
+                api, namespace, args.pods, "crane-scheduler", start, args.timeout, pid=lambda: proc.pid, servers=servers
+            )
         for spy in spies:
             print(f"  crane-scheduler's CPU samples by part ({spy.out}):\n{render(await spy.stop())}", file=sys.stderr)
         latency = await decision_latency(port, name)
@@ -546,17 +543,12 @@ async def run_kube(
         await proc.start()
         await proc.wait_ready(lambda: tcp_open("127.0.0.1", port), timeout=60)
 
+    servers = cluster_servers(cluster)
     try:
-        run = await measure(
-            api,
-            namespace,
-            args.pods,
-            "kube-scheduler",
-            start,
-            args.timeout,
-            pid=lambda: proc.pid,
-            servers=cluster_servers(cluster),
-        )
+        async with scheduler_core(getattr(args, "scheduler_cpu", None), lambda: proc.pid, servers.values()):
+            run = await measure(
+                api, namespace, args.pods, "kube-scheduler", start, args.timeout, pid=lambda: proc.pid, servers=servers
+            )
         return run, await kube_decision_latency(port, certs / "kube-scheduler.crt")
     finally:
         await proc.stop()
@@ -818,6 +810,12 @@ def main() -> None:
         default=0.5,
         help="also run crane-scheduler on pods arriving steadily at this fraction of kube-scheduler's burst rate "
         "(its decision latency below saturation); 0 to skip",
+    )
+    parser.add_argument(
+        "--scheduler-cpu",
+        type=int,
+        help="run each scheduler on this CPU alone, the API server, etcd and the bench on the others "
+        "(bench/scheduler/cpus.py): the decision latency without sharing a core with the API server",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file (for bench.check)")
     args = parser.parse_args()

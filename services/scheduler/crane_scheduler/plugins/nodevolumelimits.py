@@ -257,11 +257,11 @@ class NodeVolumeLimits(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk
             rejected = self._columns.exceeding(new)
         return [fwk.Rejection(REASON, rejected)] if rejected.any() else []
 
-    def _row(self, table: NodeTable, name: str) -> RowVolumes:
-        """A node's volumes attached by its pods, its attached count per driver (pods', then VolumeAttachments'
-        others: kube's ``attachedVolumeCount``), and its limits."""
+    def _row(self, table: NodeTable, name: str, exclude: str = "") -> RowVolumes:
+        """A node's volumes attached by its pods (but ``exclude``), its attached count per driver (pods', then
+        VolumeAttachments' others: kube's ``attachedVolumeCount``), and its limits."""
         assert self._by_attachments is not None
-        attached, by_pods = self._attached_on(table, name, "")
+        attached, by_pods = self._attached_on(table, name, exclude)
         counts = dict(by_pods)
         for unique, driver in self._by_attachments.get(name, {}).items():
             if unique not in attached:
@@ -270,19 +270,13 @@ class NodeVolumeLimits(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk
 
     def _exceeding_walk(self, table: NodeTable, new: Mapping[str, str], exclude: str) -> npt.NDArray[np.bool_]:
         """kube's per-node Filter, node by node, without the pod ``exclude``'s own volumes."""
-        assert self._by_attachments is not None
         drivers = set(new.values())
         rejected = np.zeros(table.n_rows, dtype=bool)
         for row in table.live_rows():
             name = table.names[int(row)]
-            limits = self._limits_of(name)
-            if not drivers & limits.keys():
+            if not drivers & self._limits_of(name).keys():
                 continue
-            attached, by_pods = self._attached_on(table, name, exclude)
-            counts = dict(by_pods)
-            for unique, driver in self._by_attachments.get(name, {}).items():
-                if unique not in attached:
-                    counts[driver] = counts.get(driver, 0) + 1
+            attached, counts, limits = self._row(table, name, exclude)
             wanted: dict[str, int] = {}
             for unique, driver in new.items():
                 if unique not in attached:
