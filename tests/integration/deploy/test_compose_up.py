@@ -101,23 +101,34 @@ async def test_compose_cluster_file_comes_up_and_schedules(
         assert len(running) == 5, running
 
         # the stack does its job: crane-scheduler binds a pod, the event-recorder records the binding in Redis
-        await create_nodes(kube, [node("compose-node", "compose", cpu="8", memory="32Gi")])
+        # the pod is pinned to a node tainted for this test alone: the cluster is shared with other tests, and a
+        # pending pod one of them leaves for "crane-scheduler" would otherwise be bound here too (and stay recorded
+        # after its test deletes it)
+        taint = {"key": "crane.test/compose", "value": "only", "effect": "NoSchedule"}
+        await create_nodes(kube, [node("compose-node", "compose", cpu="8", memory="32Gi", taints=[taint])])
         await client.CoreV1Api(kube).create_namespace({"metadata": {"name": "compose"}})
-        await client.CoreV1Api(kube).create_namespaced_pod("compose", pod("web", "crane-scheduler"))
+        toleration = {"key": "crane.test/compose", "operator": "Equal", "value": "only", "effect": "NoSchedule"}
+        await client.CoreV1Api(kube).create_namespaced_pod(
+            "compose",
+            pod(
+                "web",
+                "crane-scheduler",
+                spec={"tolerations": [toleration], "nodeSelector": {"kubernetes.io/hostname": "compose-node"}},
+            ),
+        )
 
         async def bound() -> tuple[str, str] | None:
             p = await client.CoreV1Api(kube).read_namespaced_pod("web", "compose")
             return (p.spec.node_name, p.metadata.uid) if p.spec.node_name else None
 
         placed, uid = await wait_for(bound, timeout=60, what="the pod bound by compose's crane-scheduler")
+        assert placed == "compose-node"
         r = aioredis.from_url("redis://127.0.0.1:6379/0")
         try:
             key = BindingSchema().node_key(placed)
             await wait_for(lambda: r.zscore(key, uid), timeout=60, what="the binding in compose's Redis")
 
-            # every pod on the node recorded, nothing else: the cluster is shared with other tests, and a pending
-            # pod one of them left for "crane-scheduler" may be bound to this node too by compose's scheduler,
-            # its binding recorded a moment later
+            # every pod on the node recorded, nothing else (a pod that tolerates every taint could still land here)
             async def all_recorded() -> bool:
                 on_node = await client.CoreV1Api(kube).list_pod_for_all_namespaces(
                     field_selector=f"spec.nodeName={placed}"
