@@ -85,16 +85,20 @@ RATIOS = {"scheduler": scheduler_ratios, "extender": extender_ratios, "annotator
 
 def scheduler_runs(figures: dict[str, Any]) -> list[list[str]]:
     """The ``bench.scheduler`` arguments that measure the recorded sizes again, each size with the pods and bound
-    pods it was recorded with (a size's own ``pods``/``bound_pods``, else the run's)."""
+    pods it was recorded with (a size's own ``pods``/``bound_pods``, else the run's), and with the recorded
+    placement (``scheduler_cpu``: each scheduler on that CPU alone), so like is compared with like."""
     groups: dict[tuple[int, int], list[str]] = {}
     for size, row in figures["sizes"].items():
         pods = int(row.get("pods", figures.get("pods", 10000)))
         bound = int(row.get("bound_pods", figures.get("bound_pods", 0)))
         groups.setdefault((pods, bound), []).append(size)
-    return [
-        ["--nodes", ",".join(sizes), "--plugins", figures["profile"], "--pods", str(pods), "--bound-pods", str(bound)]
-        for (pods, bound), sizes in groups.items()
-    ]
+    cpu = figures.get("scheduler_cpu")
+    placement = [] if cpu is None else ["--scheduler-cpu", str(cpu)]
+    runs = []
+    for (pods, bound), sizes in groups.items():
+        run = ["--nodes", ",".join(sizes), "--plugins", figures["profile"], "--pods", str(pods)]
+        runs.append([*run, "--bound-pods", str(bound), *placement])
+    return runs
 
 
 def compare(before: dict[str, float], after: dict[str, float], tolerance: float) -> list[str]:

@@ -844,6 +844,8 @@ def figures(results: list[dict[str, Any]], args: argparse.Namespace) -> dict[str
         "load": os.getloadavg()[0],
         "sizes": {},
     }
+    if getattr(args, "scheduler_cpu", None) is not None:  # each scheduler on this CPU alone (bench.check repeats it)
+        out["scheduler_cpu"] = args.scheduler_cpu
     for r in results:
         ours, kube, binds, lat = r["ours"], r.get("kube"), r["binds"], r["latency"]
         out["sizes"][str(r["nodes"])] = {

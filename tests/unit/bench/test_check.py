@@ -86,6 +86,13 @@ def test_each_recorded_size_is_measured_again_with_its_own_pods_and_bound_pods()
     ]
 
 
+def test_figures_recorded_with_each_scheduler_on_a_core_of_its_own_are_measured_again_the_same_way() -> None:
+    figures = {"profile": "default", "pods": 5000, "scheduler_cpu": 1, "sizes": {"1000": {}, "5000": {}}}
+    assert scheduler_runs(figures) == [
+        ["--nodes", "1000,5000", "--plugins", "default", "--pods", "5000", "--bound-pods", "0", "--scheduler-cpu", "1"]
+    ]
+
+
 ANNOTATOR = {
     "nodes": 5000,
     "settings": {"concurrency": 64, "qps": 0.0, "burst": 100},
