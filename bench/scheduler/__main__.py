@@ -45,7 +45,7 @@ import aiohttp
 import yaml
 from kubernetes_asyncio import client
 
-from bench.scheduler.cpus import scheduler_core
+from bench.scheduler.cpus import proc_stats, scheduler_core
 from bench.scheduler.spy import Spy, render
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
@@ -284,23 +284,12 @@ class BindWatch:
 def cpu_seconds(pid: int | None) -> tuple[float, float]:
     """(user + system CPU seconds of a process, the same summed over its live child processes), NaN when gone."""
     tick = os.sysconf("SC_CLK_TCK")
-
-    def of(stat: str) -> tuple[int, float]:
-        fields = stat.rsplit(")", 1)[1].split()
-        return int(fields[1]), (int(fields[11]) + int(fields[12])) / tick  # ppid, utime + stime
-
     own, children = float("nan"), 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid, cpu = of(f.read())
-        except OSError:
-            continue
-        if int(entry) == pid:
+    for entry, fields in proc_stats():
+        cpu = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        if entry == pid:
             own = cpu
-        elif ppid == pid:
+        elif int(fields[1]) == pid:  # ppid
             children += cpu
     return own, children
 

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 PERIOD = 0.2
 
 
-def descendants(root: int, proc: Path = Path("/proc")) -> set[int]:
-    """``root`` and every process below it (from each process's ``stat`` parent field)."""
-    children: dict[int, list[int]] = {}
+def proc_stats(proc: Path = Path("/proc")) -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields of its ``stat`` after "pid (comm)": state, ppid, ...) of every live process."""
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -30,8 +29,14 @@ def descendants(root: int, proc: Path = Path("/proc")) -> set[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])  # after "pid (comm) state"
-        children.setdefault(ppid, []).append(int(entry.name))
+        yield int(entry.name), stat[stat.rindex(")") + 2 :].split()
+
+
+def descendants(root: int, proc: Path = Path("/proc")) -> set[int]:
+    """``root`` and every process below it (from each process's ``stat`` parent field)."""
+    children: dict[int, list[int]] = {}
+    for pid, fields in proc_stats(proc):
+        children.setdefault(int(fields[1]), []).append(pid)
     found, todo = set(), [root]
     while todo:
         pid = todo.pop()
