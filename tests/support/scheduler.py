@@ -177,16 +177,20 @@ class FakeWriter:
         return cast(ApiWriter, self)
 
 
-def scheduler_with(binder: Any, clock: Callable[[], float]) -> Scheduler:
-    """A ``Scheduler`` with the default profile on a fresh node table, its DefaultBinder replaced by ``binder``;
-    no API client (reports stay queued)."""
+def scheduler_with(binder: Any, clock: Callable[[], float], config: dict[str, Any] | None = None) -> Scheduler:
+    """A ``Scheduler`` with the default profile (or ``config``'s, whose plugins then get ``clock`` too) on a fresh
+    node table, its DefaultBinder replaced by ``binder``; no API client (reports stay queued)."""
     registry = builtin_registry()
     factories: dict[str, Any] = {name: (lambda a, h, n=name: registry.create(n, a, h)) for name in registry}
     factories["DefaultBinder"] = lambda args, handle: binder
     t = NodeTable()
-    profiles = build_profiles(SchedulerConfig(), Registry(factories, registry.defaults), lambda name: Handle(t))
+    cfg = SchedulerConfig() if config is None else parse_config(config)
+    handle: Callable[[str], Handle] = (
+        (lambda name: Handle(t)) if config is None else (lambda name: Handle(t, clock=clock, profile=name))
+    )
+    profiles = build_profiles(cfg, Registry(factories, registry.defaults), handle)
     reporter = Reporter(None, None, "test", clock=clock)
-    return Scheduler(config=SchedulerConfig(), profiles=profiles, table=t, reporter=reporter, clock=clock)
+    return Scheduler(config=cfg, profiles=profiles, table=t, reporter=reporter, clock=clock)
 
 
 async def step(s: Scheduler) -> None:

@@ -43,7 +43,7 @@ from kubernetes_asyncio import client
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.explain import DecisionLog
-from crane_scheduler.framework.interface import QueueingHintPlugin
+from crane_scheduler.framework.interface import GangPlugin, QueueingHintPlugin
 from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import (
     ClusterChange,
@@ -55,6 +55,7 @@ from crane_scheduler.framework.types import (
     QueueingHints,
     Status,
 )
+from crane_scheduler.gangcycle import schedule_gang
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import NO_HINTS, SchedulingQueue
 from crane_scheduler.listers import Listers
@@ -166,6 +167,11 @@ class Scheduler:
         # binding cycles in flight -> what to undo when one is dropped (profile, state, pod, node)
         self._binds: dict[asyncio.Task[None], tuple[Profile, CycleState, PodInfo, str]] = {}
         self._dropped: set[asyncio.Task[None]] = set()
+        self._slotless: set[asyncio.Task[None]] = set()  # a gang's binding cycles beyond the popped member's
+        self._gangs: dict[str, GangPlugin | None] = {
+            name: next((p for p in profile.plugins.values() if isinstance(p, GangPlugin)), None)
+            for name, profile in profiles.items()
+        }
         self._term: Term | None = None  # the leadership term the loop runs in; None without leader election
 
     def _gated(self, pod: PodInfo) -> bool:
@@ -368,26 +374,14 @@ class Scheduler:
             self._slots.release()  # deleted, bound by someone else, or already on its way
             return
         qp.pod = pod
+        gangs = self._gangs.get(profile.name)
+        gang = gangs.gang_of(pod) if gangs is not None else None
+        if gangs is not None and gang is not None:
+            schedule_gang(self, profile, qp, gangs, gang)
+            return
         state: CycleState = {}
-        collecting = gc.isenabled()
-        gc.disable()  # a collection triggered by the decision's allocations runs right after it instead
-        before = thread_usage()  # system calls, outside the timed section: the OS may preempt at their return
         start = time.perf_counter()
-        try:
-            result = self.algorithm.schedule(profile, pod, state, self._observers[profile.name])
-        except Exception as err:
-            log.exception("scheduling failed", pod=pod.key)
-            result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))
-        finally:
-            if collecting:
-                gc.enable()
-        decided = time.perf_counter()
-        after = thread_usage()
-        self.metrics.algorithm_duration.labels(profile.name).observe(decided - start)
-        if before is not None and after is not None:
-            self.metrics.algorithm_cpu.labels(profile.name).observe(after[0] - before[0])
-            if after[1] > before[1]:
-                self.metrics.algorithm_preempted.labels(profile.name).inc()
+        result = self.decide(profile, pod, state)
         if isinstance(result, Diagnosis):  # PostFilter (preemption) first: its message is part of the decision
             profile.run_post_filter(state, pod, result)
         self.decisions.record(
@@ -408,6 +402,29 @@ class Scheduler:
             return
         self._assume_and_bind(profile, qp, state, result, start)
 
+    def decide(self, profile: Profile, pod: PodInfo, state: CycleState) -> ScheduleResult | Diagnosis | Status:
+        """The algorithm for one pod, timed (wall clock, CPU, preempted by the OS) with the collector paused."""
+        collecting = gc.isenabled()
+        gc.disable()  # a collection triggered by the decision's allocations runs right after it instead
+        before = thread_usage()  # system calls, outside the timed section: the OS may preempt at their return
+        start = time.perf_counter()
+        try:
+            result = self.algorithm.schedule(profile, pod, state, self._observers[profile.name])
+        except Exception as err:
+            log.exception("scheduling failed", pod=pod.key)
+            result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))
+        finally:
+            if collecting:
+                gc.enable()
+        decided = time.perf_counter()
+        after = thread_usage()
+        self.metrics.algorithm_duration.labels(profile.name).observe(decided - start)
+        if before is not None and after is not None:
+            self.metrics.algorithm_cpu.labels(profile.name).observe(after[0] - before[0])
+            if after[1] > before[1]:
+                self.metrics.algorithm_preempted.labels(profile.name).inc()
+        return result
+
     def _assume_and_bind(
         self, profile: Profile, qp: QueuedPod, state: CycleState, result: ScheduleResult, start: float
     ) -> None:
@@ -423,15 +440,27 @@ class Scheduler:
             self._failed(profile, qp, status, start)
             self._slots.release()
             return
+        self.start_binding(profile, qp, state, node, start)
+
+    def start_binding(
+        self, profile: Profile, qp: QueuedPod, state: CycleState, node: str, start: float, holds_slot: bool = True
+    ) -> None:
+        """The binding cycle of an assumed, reserved pod, as a task (holding the popped pod's bind slot, unless
+        ``holds_slot`` is False: a gang's other members)."""
         task = asyncio.create_task(self._binding_cycle(profile, qp, state, node, start))
-        self._binds[task] = (profile, state, pod, node)
+        self._binds[task] = (profile, state, qp.pod, node)
+        if not holds_slot:
+            self._slotless.add(task)
         task.add_done_callback(self._bind_done)
 
     def _bind_done(self, task: asyncio.Task[None]) -> None:
         """Every binding cycle ends here, even one cancelled before it started: its bind slot is freed, and a
         cycle cancelled by anything but ``stop_binding`` (which undid it already) is undone."""
         profile, state, pod, node = self._binds.pop(task)
-        self._slots.release()
+        if task in self._slotless:
+            self._slotless.discard(task)
+        else:
+            self._slots.release()
         if task in self._dropped:
             self._dropped.discard(task)
         elif task.cancelled():

@@ -38,11 +38,14 @@ from crane_scheduler.writer import ApiWriter
 
 __all__ = [
     "EXTENSION_POINTS",
+    "GANG_MEMBERS",
     "BindPlugin",
     "CrossNodeFilterPlugin",
     "EnqueueExtensions",
     "ExplainPlugin",
     "FilterPlugin",
+    "GangPlugin",
+    "GangWait",
     "Handle",
     "NormalizeScorePlugin",
     "PermitPlugin",
@@ -286,6 +289,46 @@ class WorkerPlugin(Plugin, Protocol):
     its whole life under the one worker contract."""
 
     async def run(self, stopping: asyncio.Event) -> None: ...
+
+
+GANG_MEMBERS = "gang/members"
+"""CycleState key the scheduler's gang cycle writes for each member: how many pods its group has (pending and
+placed), the sibling count a gang plugin's PreFilter checks."""
+
+
+@dataclass(frozen=True, slots=True)
+class GangWait:
+    """A gang's members did not all find places: what its members that fit hear, and when to retry it."""
+
+    message: str
+    retry_after: float | None = None
+    """seconds until the group is retried regardless of cluster events (its backoff or timeout); None: on events"""
+    timed_out: bool = False
+
+
+@runtime_checkable
+class GangPlugin(Plugin, Protocol):
+    """Optional: the plugin groups pods into gangs that are placed all or nothing (Coscheduling). The scheduler
+    takes a popped member's pending siblings with it, finds places for them one after another (each decision
+    sees the previous members assumed), and assumes and binds them only if the group's quorum is met; otherwise
+    it assumes none, so a waiting gang holds no capacity."""
+
+    def gang_of(self, pod: PodInfo) -> str | None:
+        """The pod's group (``namespace/name``), None for a pod of no gang."""
+        ...
+
+    def quorum(self, gang: str) -> int:
+        """How many members must be placed (counting those bound or assumed already); 0 when unknown."""
+        ...
+
+    def gang_placed(self, gang: str, uids: Sequence[str]) -> None:
+        """The cycle met the quorum: ``uids`` are assumed and about to bind."""
+        ...
+
+    def gang_waiting(self, gang: str, uids: Sequence[str], blocker: str, feasible: int) -> GangWait:
+        """The cycle did not meet the quorum (``blocker``: the first member that found no place; ``feasible``: how
+        many did): nothing is assumed, ``uids`` wait."""
+        ...
 
 
 EXTENSION_POINTS: dict[str, type] = {

@@ -235,6 +235,13 @@ class SchedulingQueue:
         self._push_active(qp)
         return True
 
+    def take(self, uid: str, now: float) -> QueuedPod | None:
+        """Take a given pod out of wherever it waits, its attempt counted (a gang's sibling scheduled with the
+        member just popped); None when it is not queued."""
+        entry = self._active.pop(uid, None) or self._backoff.pop(uid, None)
+        qp = entry[1] if entry is not None else self.unschedulable.pop(uid, None)
+        return None if qp is None else self._popped(qp, now)
+
     def next_backoff_expiry(self) -> float | None:
         while self._backoff_heap:
             expiry, seq, uid = self._backoff_heap[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from crane_scheduler.framework.registry import Registry
 from crane_scheduler.plugins import (
+    coscheduling,
     defaultbinder,
     defaultpreemption,
     imagelocality,
@@ -76,4 +77,5 @@ def builtin_registry() -> Registry:
         },
     )
     noderesourcetopology.register(registry)  # crane's NUMA placement; not in the default profile
+    coscheduling.register(registry)  # gangs (PodGroup); replaces PrioritySort where enabled
     return registry

@@ -1,0 +1,226 @@
+"""The gang cycle: a pod group placed all or nothing, in one scheduling cycle.
+
+When the loop pops a member of a gang (a pod a ``GangPlugin`` of its profile groups), the other pending members of
+its group are taken out of the queue with it and decided one after another, in name order, each decision seeing
+the members before it assumed (so they see each other: ports, affinity, spread, load estimates). Then:
+
+- the members placed already (bound or assumed) plus those found places now reach the group's quorum
+  (``minMember``): every one found a place is bound (the binds go only while the leadership term is held: the bind
+  path checks it), those that did not fit wait as any unschedulable pod does;
+- else none is kept: every assumption is undone (Unreserve, forget) before the loop takes the next pod, so a
+  waiting gang holds no capacity another pod or gang could use, and two gangs never hold parts of the cluster
+  while waiting for each other. The members wait among the unschedulable pods (the ones that fit with the
+  reference's ``PodGroup ... gets rejected due to Pod ... is unschedulable even after PostFilter``); they are
+  retried on the cluster events their rejectors registered, when a sibling arrives (its own gang cycle takes
+  them), or when the plugin says (backoff, timeout).
+
+A member whose bind fails after the quorum was met: the members bound stay bound (Kubernetes has no unbind); the
+failed one goes back to the queue with backoff, and at its next attempt the bound members count towards the
+quorum, so it is placed as soon as it fits, alone, ahead of later groups (the queue orders groups by creation).
+A leader that dies between binds leaves the same state to the next leader, which recovers it the same way.
+
+Gang members never run PostFilter (preemption for a whole gang is not supported): their FailedScheduling message
+says so rather than leaving it unsaid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from crane_scheduler.algorithm import ScheduleResult
+from crane_scheduler.explain import DecisionLog
+from crane_scheduler.framework.interface import GANG_MEMBERS, GangPlugin
+from crane_scheduler.framework.runtime import Profile
+from crane_scheduler.framework.types import CycleState, Diagnosis, QueuedPod, Status
+from crane_scheduler.internal.queue import SchedulingQueue
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.podinfo import PodInfo
+
+
+def quorum_met(placed: int, found: int, quorum: int) -> bool:
+    """All or nothing: the members placed already (bound or assumed) plus those this cycle found places for reach
+    the quorum; a cycle that found none places nothing."""
+    return found > 0 and placed + found >= quorum
+
+
+def quorum_out_of_reach(placed: int, members: int, failed: int, quorum: int) -> bool:
+    """So many members failed this cycle that the others can no longer reach the quorum: stop deciding."""
+    return placed + members - failed < quorum
+
+
+def no_preemption(gang: str) -> str:
+    return f"preemption: not attempted for a member of pod group {gang} (gang preemption is not supported)"
+
+
+class GangHost(Protocol):
+    """What the gang cycle needs from the scheduler."""
+
+    table: NodeTable
+    queue: SchedulingQueue
+    pending: dict[str, PodInfo]
+    decisions: DecisionLog
+    clock: Callable[[], float]
+    _slots: asyncio.Semaphore
+
+    def may_bind(self) -> bool: ...
+
+    def decide(self, profile: Profile, pod: PodInfo, state: CycleState) -> ScheduleResult | Diagnosis | Status: ...
+
+    def start_binding(
+        self, profile: Profile, qp: QueuedPod, state: CycleState, node: str, start: float, holds_slot: bool
+    ) -> None: ...
+
+    def _requeue_dropped(self, uid: str) -> None: ...
+
+    def _unschedulable(
+        self, profile: Profile, qp: QueuedPod, rejectors: frozenset[str], message: str, start: float
+    ) -> None: ...
+
+    def _error(self, profile: Profile, qp: QueuedPod, message: str, start: float) -> None: ...
+
+
+def members_of(
+    host: GangHost, profile: Profile, plugin: GangPlugin, gang: str, first: PodInfo
+) -> tuple[list[PodInfo], int]:
+    """The group's other pending members of this profile (not on their way already), in name order, and how many
+    of its pods are placed (bound or assumed)."""
+    pods = host.table.pods
+    siblings = sorted(
+        (
+            p
+            for uid, p in host.pending.items()
+            if uid != first.uid
+            and uid not in pods
+            and p.namespace == first.namespace
+            and p.scheduler_name == profile.name
+            and plugin.gang_of(p) == gang
+        ),
+        key=lambda p: p.name,
+    )
+    placed = sum(
+        1
+        for r in pods.values()
+        if r.namespace == first.namespace and r.pod is not None and plugin.gang_of(r.pod) == gang
+    )
+    return siblings, placed
+
+
+def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangPlugin, gang: str) -> None:
+    """One gang cycle from the popped member ``qp`` (see the module's docstring). Holds the popped pod's bind
+    slot, handed to the first member's binding task or released here."""
+    start = time.perf_counter()
+    now = host.clock()
+    siblings, placed = members_of(host, profile, plugin, gang, qp.pod)
+    queued = [qp]
+    for pod in siblings:
+        taken = host.queue.take(pod.uid, now)
+        if taken is None:  # pending but not queued (e.g. gated by a running preemption): a fresh entry
+            taken = QueuedPod(pod, timestamp=now, initial_attempt=now, attempts=1)
+        taken.pod = pod
+        queued.append(taken)
+    quorum = plugin.quorum(gang)
+    total = placed + len(queued)
+    assumed: list[tuple[QueuedPod, CycleState, str]] = []
+    failed: list[tuple[QueuedPod, CycleState, Diagnosis | Status]] = []
+    untried: list[QueuedPod] = []
+    for i, member in enumerate(queued):
+        # stop deciding once the quorum is out of reach; the gang plugin's own refusals (a group-level verdict,
+        # made in PreFilter at no cost) go on, so every member hears its own
+        if (
+            failed
+            and _rejectors(failed[-1][2]) != {plugin.name}
+            and quorum_out_of_reach(placed, len(queued), len(failed), quorum)
+        ):
+            untried = queued[i:]
+            break
+        state: CycleState = {GANG_MEMBERS: total}
+        result = host.decide(profile, member.pod, state)
+        if isinstance(result, ScheduleResult):
+            host.table.assume(member.pod, result.node)
+            status = profile.run_reserve(state, member.pod, result.node)
+            if status.success:
+                assumed.append((member, state, result.node))
+                continue
+            host.table.forget(member.pod.uid)
+            failed.append((member, state, status))
+        else:
+            failed.append((member, state, result))
+
+    wall = time.time()
+    if quorum_met(placed, len(assumed), quorum) and host.may_bind():
+        plugin.gang_placed(gang, [m.pod.uid for m, _, _ in assumed])
+        for k, (member, state, node) in enumerate(assumed):
+            host.decisions.record(member.pod, wall, host.table, state, node, "")
+            host.start_binding(profile, member, state, node, start, holds_slot=k == 0)
+        for member, state, result in failed:
+            _fail(host, profile, member, state, result, frozenset(), "", gang, plugin.name, start, wall)
+        if not assumed:
+            host._slots.release()
+        return
+
+    for member, state, node in reversed(assumed):  # none is kept: the gang holds nothing while it waits
+        profile.run_unreserve(state, member.pod, node)
+        host.table.forget(member.pod.uid)
+    host._slots.release()
+    if not host.may_bind():  # the term ended during this cycle: leave the group to the next leader
+        for member in queued:
+            host._requeue_dropped(member.pod.uid)
+        return
+    blocker = failed[0][0].pod.name if failed else qp.pod.name
+    wait = plugin.gang_waiting(gang, [m.pod.uid for m in queued], blocker, len(assumed))
+    rejectors = frozenset({plugin.name}).union(*(_rejectors(r) for _, _, r in failed))
+    for member, state, result in failed:
+        override = wait.message if wait.timed_out else ""
+        _fail(host, profile, member, state, result, rejectors, override, gang, plugin.name, start, wall)
+    for member, state, _ in assumed:
+        host.decisions.record(member.pod, wall, host.table, state, None, wait.message)
+        host._unschedulable(profile, member, rejectors, wait.message, start)
+    for member in untried:
+        host.decisions.record(member.pod, wall, host.table, {}, None, wait.message)
+        host._unschedulable(profile, member, rejectors, wait.message, start)
+    if wait.retry_after is not None:
+        asyncio.get_running_loop().call_later(wait.retry_after, plugin_activate(plugin), gang)
+
+
+def plugin_activate(plugin: GangPlugin) -> Callable[[str], None]:
+    """The plugin's ``activate`` (retry a group's waiting members) where it has one."""
+    activate: Callable[[str], None] | None = getattr(plugin, "activate", None)
+    return activate if activate is not None else (lambda gang: None)
+
+
+def _rejectors(result: Diagnosis | Status) -> frozenset[str]:
+    if isinstance(result, Diagnosis):
+        return frozenset(result.rejectors)
+    return frozenset({result.plugin} - {""})
+
+
+def _fail(
+    host: GangHost,
+    profile: Profile,
+    member: QueuedPod,
+    state: CycleState,
+    result: Diagnosis | Status,
+    extra: frozenset[str],
+    override: str,
+    gang: str,
+    plugin: str,
+    start: float,
+    wall: float,
+) -> None:
+    """A member that found no place: its own reason (or the group's timeout), never a preemption."""
+    if isinstance(result, Diagnosis):
+        if result.rejectors - {plugin}:  # the gang plugin's own refusals are not a matter of room
+            result.post_filter_msg = no_preemption(gang)
+        message = override or result.message
+        host.decisions.record(member.pod, wall, host.table, state, None, message)
+        host._unschedulable(profile, member, frozenset(result.rejectors) | extra, message, start)
+    elif result.rejected:
+        message = override or result.message
+        host.decisions.record(member.pod, wall, host.table, state, None, message)
+        host._unschedulable(profile, member, _rejectors(result) | extra, message, start)
+    else:
+        host.decisions.record(member.pod, wall, host.table, state, None, result.message)
+        host._error(profile, member, result.message, start)

@@ -1,0 +1,354 @@
+"""Coscheduling: the framework adapter (QueueSort, PreFilter, the gang hooks, the PodGroup watch and status)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from crane_scheduler import framework as fwk
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.plugins.coscheduling import NAME
+from crane_scheduler.plugins.coscheduling import gang as g
+from crane_scheduler.podinfo import PodInfo
+from crane_shared.informer import EventType, Informer
+from crane_shared.kube import DEFAULT_REQUEST_TIMEOUT, raw_json
+from crane_shared.logs import LogOnce, get_logger
+from crane_shared.retry import sleep_unless
+
+STATUS_PERIOD = 1.0
+"""seconds between status passes (only groups whose pods or spec changed, or not final at a resync)"""
+RESYNC_PERIOD = 15.0
+"""seconds between re-reads of every non-final group's pods (their phases change without the scheduler's doing)"""
+log = get_logger("crane.scheduler.coscheduling")
+
+
+@dataclass(frozen=True, slots=True)
+class CoschedulingArgs:
+    """scheduler-plugins' ``CoschedulingArgs`` (same names and defaults)."""
+
+    permit_waiting_time_seconds: int = 60
+    pod_group_backoff_seconds: int = 0
+    pod_group_reject_percentage: int = 10
+
+
+def parse_args(args: Mapping[str, Any]) -> CoschedulingArgs:
+    problems: list[tuple[str, str]] = []
+    fields = {
+        "permitWaitingTimeSeconds": 60,
+        "podGroupBackoffSeconds": 0,
+        "podGroupRejectPercentage": 10,
+    }
+    values: dict[str, int] = {}
+    for key in args:
+        if key not in fields:
+            problems.append((key, f"unknown field (plugin {NAME} takes {', '.join(fields)})"))
+    for key, default in fields.items():
+        value = args.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            problems.append((key, f"must be a non-negative integer, got {value!r}"))
+        elif key == "podGroupRejectPercentage" and value > 100:
+            problems.append((key, f"must be within 0..100, got {value}"))
+        else:
+            values[key] = value
+    if problems:
+        raise fwk.ArgsError(problems)
+    if values["podGroupRejectPercentage"] != 10:
+        log.warning(
+            "podGroupRejectPercentage has no effect here: no member waits holding capacity, so none is rejected "
+            "optimistically (a gang is placed all or nothing in one cycle)",
+            value=values["podGroupRejectPercentage"],
+        )
+    return CoschedulingArgs(
+        values["permitWaitingTimeSeconds"], values["podGroupBackoffSeconds"], values["podGroupRejectPercentage"]
+    )
+
+
+class GangMetrics:
+    def __init__(self, metrics: fwk.PluginMetrics) -> None:
+        self.waiting = metrics.gauge("crane_scheduler_gangs_waiting", "Pod groups waiting for room for their quorum")
+        self.placed = metrics.counter(
+            "crane_scheduler_gangs_placed_total",
+            "Gang cycles that met their group's quorum (members assumed and bound)",
+        )
+        self.timed_out = metrics.counter(
+            "crane_scheduler_gangs_timed_out_total",
+            "Pod groups that waited longer than their schedule timeout (their members rejected, the wait restarted)",
+        )
+        self.malformed = metrics.counter(
+            "crane_scheduler_podgroups_malformed_total", "PodGroup objects skipped because they could not be read"
+        )
+        self.status_writes = metrics.counter(
+            "crane_scheduler_podgroup_status_writes_total", "PodGroup status patches, by result", ["result"]
+        )
+
+
+class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.EnqueueExtensions, fwk.GangPlugin, fwk.WorkerPlugin):
+    """scheduler-plugins' Coscheduling contract, placed all or nothing by the scheduler's gang cycle."""
+
+    name = NAME
+
+    def __init__(self, args: CoschedulingArgs, handle: fwk.Handle, wall_clock: Callable[[], float] = time.time) -> None:
+        self.args = args
+        self.handle = handle
+        self.wall_clock = wall_clock
+        self.metrics = GangMetrics(handle.metrics)
+        self.groups: dict[str, g.PodGroup] = {}
+        self.waiting: dict[str, set[str]] = {}
+        """group -> members waiting (rejected or held back): activated when the group changes or its wait ends"""
+        self.wait_since: dict[str, float] = {}
+        self.backoff_until: dict[str, float] = {}
+        self.synced = False
+        self._dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        self._log_once = LogOnce(log)
+        handle.table.pod_added.append(self._pod_added)
+
+    # -- QueueSort ------------------------------------------------------------------------------------------------
+
+    def sort_key(self, qp: fwk.QueuedPod) -> tuple[Any, ...]:
+        pod = qp.pod
+        key = g.group_of(pod.raw)
+        group = self.groups.get(key) if key is not None else None
+        # the pod's first attempt on the wall clock (the queue's times are on the handle's clock)
+        initial = self.wall_clock() - (self.handle.clock() - (qp.initial_attempt or qp.timestamp))
+        return g.sort_key(pod.priority, group.created if group else None, initial, pod.namespace, pod.name)
+
+    # -- PreFilter ------------------------------------------------------------------------------------------------
+
+    def pre_filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> fwk.PreFilterResult:
+        key = g.group_of(pod.raw)
+        if key is None:
+            return fwk.PreFilterResult(fwk.Status(fwk.Code.SKIP))
+        group = self.groups.get(key)
+        if group is None:
+            self._hold(key, pod.uid)
+            reason = g.NOT_FOUND if self.synced else "the PodGroup list has not completed yet"
+            return _unresolvable(reason)
+        if self.backoff_until.get(key, 0.0) > self.handle.clock():
+            self._hold(key, pod.uid)
+            return _unresolvable(g.failed_recently(key))
+        count = state.get(fwk.GANG_MEMBERS)
+        if isinstance(count, int) and count < group.min_member:
+            self._hold(key, pod.uid)
+            return _unresolvable(g.not_enough_siblings(pod.name, count, group.min_member))
+        if group.min_resources:
+            gap = g.resource_gap(group.min_resources, self._free(table, key), group.min_member)
+            if gap is not None:
+                self._hold(key, pod.uid)
+                return _unresolvable(f"resource gap: {g.format_gap(gap)}")
+        return fwk.PreFilterResult(fwk.Status())
+
+    def _free(self, table: NodeTable, key: str) -> list[dict[str, int]]:
+        """Free resources per live node, the group's own placed pods not counted (reference: getNodeResource)."""
+        rows = table.live_rows()
+        free = table.alloc[rows] - table.requested[rows]
+        own: dict[str, dict[str, int]] = {}
+        for record in table.pods.values():
+            if record.pod is not None and g.group_of(record.pod.raw) == key:
+                into = own.setdefault(record.node, {})
+                for res, value in record.requests.items():
+                    into[res] = into.get(res, 0) + value
+                into["pods"] = into.get("pods", 0) + 1
+        names = table.names
+        out = []
+        for i, row in enumerate(rows.tolist()):
+            node = {res: int(free[i, col]) for res, col in table.resources.items() if col < free.shape[1]}
+            for res, value in own.get(names[row], {}).items():
+                node[res] = node.get(res, 0) + value
+            out.append(node)
+        return out
+
+    def events_to_register(self) -> fwk.ClusterEvent:
+        # minResources: room freed or added; siblings arriving retry the group through their own gang cycle, and
+        # a PodGroup appearing or changing activates its waiting members (``_on_event``)
+        return fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE | fwk.ClusterEvent.POD_DELETE
+
+    # -- the gang hooks -------------------------------------------------------------------------------------------
+
+    def gang_of(self, pod: PodInfo) -> str | None:
+        return g.group_of(pod.raw)
+
+    def quorum(self, gang: str) -> int:
+        group = self.groups.get(gang)
+        return group.min_member if group is not None else 0
+
+    def gang_placed(self, gang: str, uids: Sequence[str]) -> None:
+        self.waiting.pop(gang, None)
+        self.wait_since.pop(gang, None)
+        self.metrics.placed.inc()
+        self.metrics.waiting.set(len(self.waiting))
+        self._mark(gang)
+
+    def gang_waiting(self, gang: str, uids: Sequence[str], blocker: str, feasible: int) -> fwk.GangWait:
+        now = self.handle.clock()
+        self.waiting.setdefault(gang, set()).update(uids)
+        self.metrics.waiting.set(len(self.waiting))
+        self._mark(gang)
+        message = g.rejected_with(gang, blocker)
+        group = self.groups.get(gang)
+        if group is None or feasible == 0:  # nobody fits: no wait started (the reference's Permit never reached)
+            return fwk.GangWait(message, self._backoff(gang, now))
+        timeout = (
+            group.schedule_timeout if group.schedule_timeout is not None else self.args.permit_waiting_time_seconds
+        )
+        since = self.wait_since.setdefault(gang, now)
+        if now - since >= timeout:
+            self.wait_since[gang] = now  # a new wait begins
+            self.metrics.timed_out.inc()
+            return fwk.GangWait(g.timed_out(timeout, NAME), self._backoff(gang, now) or float(timeout), True)
+        left = since + timeout - now
+        backoff = self._backoff(gang, now)
+        return fwk.GangWait(message, min(left, backoff) if backoff else left)
+
+    def _backoff(self, gang: str, now: float) -> float | None:
+        """podGroupBackoffSeconds: a group that failed is held back (``podGroup ... failed recently``)."""
+        seconds = self.args.pod_group_backoff_seconds
+        if seconds <= 0:
+            return None
+        self.backoff_until[gang] = now + seconds
+        return float(seconds)
+
+    def _hold(self, gang: str, uid: str) -> None:
+        self.waiting.setdefault(gang, set()).add(uid)
+        self.metrics.waiting.set(len(self.waiting))
+
+    def activate(self, gang: str) -> None:
+        """Retry the group's waiting members now (its PodGroup appeared or changed, its backoff or wait ended)."""
+        for uid in sorted(self.waiting.get(gang, ())):
+            self.handle.activate(uid)
+
+    # -- the PodGroup watch ---------------------------------------------------------------------------------------
+
+    def set_group(self, raw: Mapping[str, Any]) -> None:
+        try:
+            group = g.parse_pod_group(raw)
+        except g.PodGroupError as err:
+            self.metrics.malformed.inc()
+            self._log_once.warning("podgroup", "malformed PodGroup ignored", error=str(err))
+            return
+        old = self.groups.get(group.key)
+        self.groups[group.key] = group
+        self._mark(group.key)
+        if old is None or (old.min_member, old.min_resources, old.schedule_timeout) != (
+            group.min_member,
+            group.min_resources,
+            group.schedule_timeout,
+        ):
+            self.backoff_until.pop(group.key, None)
+            self.activate(group.key)
+
+    def delete_group(self, key: str) -> None:
+        self.groups.pop(key, None)
+        self.wait_since.pop(key, None)
+        self.backoff_until.pop(key, None)
+
+    def _on_event(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if kind == "DELETED":
+            meta = obj.get("metadata") or {}
+            self.delete_group(g.full_name(str(meta.get("namespace", "")), str(meta.get("name", ""))))
+        else:
+            self.set_group(obj)
+
+    def _pod_added(self, pod: PodInfo) -> None:
+        key = g.group_of(pod.raw)
+        if key is not None:
+            self._mark(key)
+
+    def _mark(self, key: str) -> None:
+        self._dirty.add(key)
+        self._wake.set()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Watch the PodGroups and keep their status up to date (while this replica may write)."""
+        if self.handle.api is None:
+            return
+        api = client.CustomObjectsApi(self.handle.api)
+        informer = Informer(
+            PLURAL_INFORMER,
+            partial(api.list_cluster_custom_object, g.GROUP, g.VERSION, g.PLURAL),
+            handler=self._on_event,
+        )
+        watch = asyncio.create_task(informer.run(stopping))
+        try:
+            await informer.synced.wait()
+            self.synced = True
+            for key in self.waiting:
+                self.activate(key)
+            await self._status_loop(stopping, api)
+        finally:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+
+    async def _status_loop(self, stopping: asyncio.Event, api: client.CustomObjectsApi) -> None:
+        core = client.CoreV1Api(self.handle.api)
+        last_resync = time.monotonic()
+        while not stopping.is_set():
+            if time.monotonic() - last_resync >= RESYNC_PERIOD:
+                last_resync = time.monotonic()
+                self._dirty |= {
+                    k for k, grp in self.groups.items() if grp.status.get("phase") not in (g.FINISHED, g.FAILED)
+                }
+            if self._dirty and self.handle.may_bind():
+                dirty, self._dirty = self._dirty, set()
+                for key in sorted(dirty):
+                    await self._reconcile(key, api, core)
+            self._wake.clear()
+            if await sleep_unless(stopping, STATUS_PERIOD):
+                return
+
+    async def _reconcile(self, key: str, api: client.CustomObjectsApi, core: client.CoreV1Api) -> None:
+        """One step of scheduler-plugins' PodGroup controller; the patch comes back through the watch and marks
+        the group again, so the phase moves on step by step until it is stable, as with the controller."""
+        group = self.groups.get(key)
+        if group is None:
+            return
+        try:
+            pods = await raw_json(
+                core.list_namespaced_pod(
+                    group.namespace,
+                    label_selector=f"{g.POD_GROUP_LABEL}={group.name}",
+                    _preload_content=False,
+                    _request_timeout=DEFAULT_REQUEST_TIMEOUT,
+                )
+            )
+            members = [g.member_of(p) for p in pods.get("items") or ()]
+            status = g.next_status(group, members, group.namespace, self.wall_clock())
+            if status == dict(group.status):
+                return
+            await raw_json(
+                api.patch_namespaced_custom_object_status(
+                    g.GROUP,
+                    g.VERSION,
+                    group.namespace,
+                    g.PLURAL,
+                    group.name,
+                    {"status": status},
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                    _request_timeout=DEFAULT_REQUEST_TIMEOUT,
+                )
+            )
+            self.metrics.status_writes.labels("ok").inc()
+        except Exception as err:  # a failed write is retried on the next pass, never crashes the loop
+            self.metrics.status_writes.labels("error").inc()
+            self._log_once.warning(
+                "status", "could not update a PodGroup's status (retrying)", group=key, error=repr(err)
+            )
+            self._dirty.add(key)
+
+
+PLURAL_INFORMER = "podgroups"
+
+
+def _unresolvable(message: str) -> fwk.PreFilterResult:
+    return fwk.PreFilterResult(fwk.Status(fwk.Code.UNSCHEDULABLE_AND_UNRESOLVABLE, (message,), NAME))
+
+
+def new(args: Mapping[str, Any], handle: fwk.Handle) -> Coscheduling:
+    return Coscheduling(parse_args(args), handle)

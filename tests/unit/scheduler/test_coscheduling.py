@@ -1,0 +1,271 @@
+"""Coscheduling (PodGroup gangs): the pure parts, and the scheduler's all-or-nothing gang cycle without an API
+server (decisions, assumptions, queue; binds held by a fake binder)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from crane_scheduler.framework import SUCCESS, ArgsError, CycleState, QueuedPod, Status
+from crane_scheduler.gangcycle import quorum_met, quorum_out_of_reach
+from crane_scheduler.plugins.coscheduling import gang as g
+from crane_scheduler.plugins.coscheduling.plugin import Coscheduling, parse_args
+from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.scheduler import Scheduler
+from tests.support.scheduler import node, pod, scheduler_with, step
+
+LABEL = g.POD_GROUP_LABEL
+
+
+# ---------------------------------------------------------------------------------------------- pure parts
+
+
+def test_quorum_counts_members_placed_already_and_needs_one_found() -> None:
+    assert quorum_met(placed=0, found=3, quorum=3)
+    assert not quorum_met(placed=0, found=2, quorum=3)
+    assert quorum_met(placed=2, found=1, quorum=3)  # a partially bound group's last member goes alone
+    assert not quorum_met(placed=3, found=0, quorum=3)  # nothing found: nothing to place
+    assert quorum_out_of_reach(placed=0, members=3, failed=1, quorum=3)
+    assert not quorum_out_of_reach(placed=0, members=4, failed=1, quorum=3)
+
+
+def test_membership_is_the_label_in_the_pods_namespace() -> None:
+    raw = member("a", "job")
+    assert g.group_of(raw) == "ns/job"
+    assert g.group_of(pod("plain")) is None
+
+
+def test_queue_order_keeps_a_groups_pods_together_by_group_creation() -> None:
+    older = [g.sort_key(0, 100.0, 500.0 + i, "ns", f"old-{i}") for i in range(3)]
+    newer = [g.sort_key(0, 200.0, 150.0 + i, "ns", f"new-{i}") for i in range(3)]
+    loose = g.sort_key(0, None, 150.0, "ns", "loose")  # no group: its own first attempt
+    urgent = g.sort_key(10, 300.0, 300.0, "ns", "urgent")
+    order = sorted([*newer, loose, *older, urgent])
+    assert [k[2] for k in order] == ["ns/urgent", "ns/old-0", "ns/old-1", "ns/old-2", "ns/loose"] + [
+        f"ns/new-{i}" for i in range(3)
+    ]
+
+
+def test_resource_gap_walks_the_nodes_as_the_reference() -> None:
+    free = [{"cpu": 1000, "pods": 10}, {"cpu": 1500, "pods": 10}]
+    assert g.resource_gap({"cpu": 2000}, free, 3) is None
+    gap = g.resource_gap({"cpu": 4000, "memory": 2 * 2**30}, free, 3)
+    assert gap == {"cpu": 1500, "memory": 2 * 2**30}
+    assert g.format_gap(gap) == "map[cpu:1500m memory:2Gi]"
+
+
+def test_waits_are_printed_as_go_durations() -> None:
+    assert [g.go_duration(s) for s in (60, 5, 3600, 90.5, 3725)] == ["1m0s", "5s", "1h0m0s", "1m30.5s", "1h2m5s"]
+    assert g.timed_out(60, "Coscheduling") == "rejected due to timeout after waiting 1m0s at plugin Coscheduling"
+
+
+def group_obj(name: str = "job", min_member: int = 3, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{g.GROUP}/{g.VERSION}",
+        "kind": g.KIND,
+        "metadata": {"name": name, "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"minMember": min_member, **spec},
+    }
+
+
+def test_status_follows_the_podgroup_controller_step_by_step() -> None:
+    group = g.parse_pod_group(group_obj(min_member=2))
+    pending = g.Member("Pending", False, ("job-x",))
+    running = g.Member("Running", True)
+    assert g.next_status(group, [], "ns", 0)["phase"] == g.PENDING
+    group = g.parse_pod_group({**group_obj(min_member=2), "status": {"phase": g.PENDING}})
+    assert g.next_status(group, [pending], "ns", 0)["phase"] == g.PENDING  # fewer pods than minMember
+    scheduling = g.next_status(group, [pending, pending], "ns", 0)
+    assert (scheduling["phase"], scheduling["occupiedBy"]) == (g.SCHEDULING, "ns/job-x")
+    assert scheduling["scheduleStartTime"] == "1970-01-01T00:00:00Z"
+    group = g.parse_pod_group({**group_obj(min_member=2), "status": scheduling})
+    now = g.next_status(group, [running, g.Member("Pending", True)], "ns", 5)
+    assert (now["phase"], now["scheduled"], now["running"]) == (g.SCHEDULING, 2, 1)
+    assert now["scheduleStartTime"] == "1970-01-01T00:00:00Z"  # kept
+    assert g.next_status(group, [running, running], "ns", 5)["phase"] == g.RUNNING
+    failed = g.next_status(group, [running, g.Member("Failed", True)], "ns", 5)
+    assert failed["phase"] == g.FAILED
+    done = g.parse_pod_group({**group_obj(min_member=2), "status": failed})
+    assert g.next_status(done, [running, running], "ns", 9) == failed  # final
+
+
+def test_args_defaults_and_refusals_name_the_field() -> None:
+    assert parse_args({}) == parse_args({"permitWaitingTimeSeconds": 60, "podGroupBackoffSeconds": 0})
+    with pytest.raises(ArgsError) as err:
+        parse_args({"permitWaitingTimeSeconds": -1, "podGroupGC": 3})
+    fields = {path for path, _ in err.value.problems}
+    assert fields == {"permitWaitingTimeSeconds", "podGroupGC"}
+
+
+def test_a_malformed_podgroup_is_refused_naming_the_field() -> None:
+    with pytest.raises(g.PodGroupError, match=r"spec\.minResources\.cpu"):
+        g.parse_pod_group(group_obj(minResources={"cpu": "lots"}))
+
+
+# ---------------------------------------------------------------------------------------------- the gang cycle
+
+
+class HeldBinder:
+    """Records binds; they complete when ``gate`` is set."""
+
+    name = "DefaultBinder"
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.calls: list[tuple[str, str]] = []
+
+    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        self.calls.append((pod.name, node))
+        await self.gate.wait()
+        return SUCCESS
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CONFIG = {
+    "apiVersion": "kubescheduler.config.k8s.io/v1",
+    "kind": "KubeSchedulerConfiguration",
+    "profiles": [
+        {
+            "schedulerName": "crane-scheduler",
+            "plugins": {
+                "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
+                "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
+            },
+        }
+    ],
+}
+
+
+def member(name: str, group: str, cpu: str = "1") -> dict[str, Any]:
+    raw = pod(name, cpu=cpu)
+    raw["metadata"]["labels"] = {LABEL: group}
+    return raw
+
+
+def gang_scheduler(*groups: dict[str, Any]) -> tuple[Scheduler, HeldBinder, Clock, Coscheduling]:
+    binder, clock = HeldBinder(), Clock()
+    s = scheduler_with(binder, clock, CONFIG)
+    plugin = s.profiles["crane-scheduler"].plugins["Coscheduling"]
+    assert isinstance(plugin, Coscheduling)
+    plugin.synced = True
+    for grp in groups:
+        plugin.set_group(grp)
+    return s, binder, clock, plugin
+
+
+def requested_cpu(s: Scheduler) -> int:
+    return int(s.table.requested[: s.table.n_rows, s.table.resources["cpu"]].sum())
+
+
+def waiting_messages(s: Scheduler) -> dict[str, str]:
+    return {qp.pod.name: s.decisions.get(qp.pod.key).message for qp in s.queue.unschedulable.values()}  # type: ignore[union-attr]
+
+
+async def test_a_gang_that_fits_is_placed_in_one_cycle_and_every_member_binds() -> None:
+    s, binder, _, plugin = gang_scheduler(group_obj("job", 3))
+    s.on_node(node("n1", cpu="2"))
+    s.on_node(node("n2", cpu="2"))
+    for i in range(3):
+        s.on_pod(member(f"job-{i}", "job"))
+    await step(s)  # one pop: the whole gang
+    assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1", "job-2"]
+    assert len(s.queue) == 0 and requested_cpu(s) == 3000
+    binder.gate.set()
+    await s.drain()
+    assert plugin.metrics.placed._value.get() == 1
+
+
+async def test_a_gang_that_cannot_fit_assumes_nothing_and_the_room_goes_to_another_pod() -> None:
+    s, binder, _, _ = gang_scheduler(group_obj("job", 3))
+    s.on_node(node("n1", cpu="2"))  # room for two members of three
+    for i in range(3):
+        s.on_pod(member(f"job-{i}", "job"))
+    await step(s)
+    assert binder.calls == [] and requested_cpu(s) == 0 and not s.table.pods
+    messages = waiting_messages(s)
+    assert (
+        messages["job-0"]
+        == messages["job-1"]
+        == ("PodGroup ns/job gets rejected due to Pod job-2 is unschedulable even after PostFilter")
+    )
+    assert messages["job-2"].startswith("0/1 nodes are available: 1 Insufficient cpu.")
+    assert messages["job-2"].endswith(
+        "preemption: not attempted for a member of pod group ns/job (gang preemption is not supported)"
+    )
+    s.on_pod(pod("web", cpu="2"))  # the whole node is free for a pod of no group
+    await step(s)
+    assert binder.calls == [("web", "n1")]
+
+
+async def test_two_gangs_that_fit_one_at_a_time_never_hold_parts_of_the_cluster() -> None:
+    s, binder, _, _ = gang_scheduler(group_obj("a", 2), group_obj("b", 2))
+    s.on_node(node("n1", cpu="2"))
+    for name in ("a-0", "b-0", "a-1", "b-1"):  # interleaved arrivals
+        s.on_pod(member(name, name[0]))
+    await step(s)  # gang a, whole
+    assert sorted(binder.calls) == [("a-0", "n1"), ("a-1", "n1")]
+    await step(s)  # gang b: no room, holds nothing
+    assert len(binder.calls) == 2 and requested_cpu(s) == 2000
+    assert sorted(waiting_messages(s)) == ["b-0", "b-1"]
+
+
+async def test_too_few_members_wait_with_the_references_message_and_a_new_sibling_brings_them_in() -> None:
+    s, binder, _, _ = gang_scheduler(group_obj("job", 3))
+    s.on_node(node("n1", cpu="4"))
+    s.on_pod(member("job-0", "job"))
+    s.on_pod(member("job-1", "job"))
+    await step(s)
+    assert waiting_messages(s)["job-0"] == (
+        "0/1 nodes are available: pre-filter pod job-0 cannot find enough sibling pods, current pods number: 2, "
+        "minMember of group: 3."
+    )
+    s.on_pod(member("job-2", "job"))  # its gang cycle takes the waiting siblings along
+    await step(s)
+    assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1", "job-2"]
+
+
+async def test_a_group_that_waits_past_its_timeout_is_rejected_with_kubes_wording_and_retried() -> None:
+    s, binder, clock, plugin = gang_scheduler(group_obj("job", 2, scheduleTimeoutSeconds=90))
+    s.on_node(node("n1", cpu="1"))
+    s.on_pod(member("job-0", "job"))
+    s.on_pod(member("job-1", "job"))
+    await step(s)  # one fits, the other does not: the wait starts
+    assert "gets rejected due to Pod job-1" in waiting_messages(s)["job-0"]
+    clock.now += 91
+    s.queue.activate(next(iter(s.queue.unschedulable)))
+    await step(s)
+    assert waiting_messages(s)["job-0"] == "rejected due to timeout after waiting 1m30s at plugin Coscheduling"
+    assert plugin.metrics.timed_out._value.get() == 1 and binder.calls == []
+
+
+async def test_a_missing_podgroup_is_refused_before_anything_is_assumed_and_its_arrival_retries() -> None:
+    s, binder, _, plugin = gang_scheduler()
+    s.on_node(node("n1", cpu="4"))
+    s.on_pod(member("job-0", "job"))
+    await step(s)
+    assert waiting_messages(s)["job-0"] == "0/1 nodes are available: PodGroup not found."
+    plugin.set_group(group_obj("job", 1))  # the watch delivers it: the member is activated
+    assert s.queue.active_len == 1
+    await step(s)
+    assert binder.calls == [("job-0", "n1")]
+
+
+async def test_the_gang_cycle_takes_siblings_out_of_the_queue_with_their_attempts_counted() -> None:
+    s, _, clock, _ = gang_scheduler(group_obj("job", 3))
+    s.on_node(node("n1", cpu="1"))
+    for i in range(3):
+        s.on_pod(member(f"job-{i}", "job"))
+    await step(s)
+    attempts = {qp.pod.name: qp.attempts for qp in s.queue.unschedulable.values()}
+    assert attempts == {"job-0": 1, "job-1": 1, "job-2": 1}
+    taken = s.queue.take(next(iter(s.queue.unschedulable)), clock.now)
+    assert isinstance(taken, QueuedPod) and taken.attempts == 2 and len(s.queue) == 2
