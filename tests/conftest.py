@@ -6,6 +6,7 @@ under the run directory printed at the end of the session.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import redis.asyncio as aioredis
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster, new_run_dir
+from crane_sandbox.crds import install_crds
 from crane_sandbox.rbac import DEFAULT_NAMESPACE, install_identities, service_identity
 from crane_shared.kube import api_client_from_dict
 
@@ -76,12 +78,13 @@ SERVICE_NAMESPACE = DEFAULT_NAMESPACE
 
 @pytest.fixture(scope="session")
 async def cluster(run_dir: Path) -> AsyncIterator[LocalCluster]:
-    """The session's cluster, with each service's ServiceAccount under the Helm chart's RBAC: tests run the
-    services with those identities, never the admin's, so they prove the shipped RBAC suffices."""
+    """The session's cluster, with each service's ServiceAccount under the Helm chart's RBAC (tests run the
+    services with those identities, never the admin's, so they prove the shipped RBAC suffices) and the CRDs
+    the product ships (NodeResourceTopology, PodGroup)."""
     async with LocalCluster(run_dir) as c:
         api = await api_client_from_dict(c.kubeconfig_dict())
         try:
-            await install_identities(c, api, SERVICE_NAMESPACE)
+            await asyncio.gather(install_identities(c, api, SERVICE_NAMESPACE), install_crds(api))
         finally:
             await api.close()
         yield c

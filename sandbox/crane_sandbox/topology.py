@@ -1,6 +1,6 @@
 """NUMA topology of the simulated nodes: the NodeResourceTopology objects crane-agent would publish for them.
 
-The sandbox installs the NRT CRD (``deploy/crds/``) and publishes one NRT per simulated node, built by the
+The sandbox installs the NRT CRD (``crane_sandbox.crds``) and publishes one NRT per simulated node, built by the
 product's ``agent.build_topology`` (crane-agent's rules: ``Node`` zones ``node0``..., reserved CPUs taken from the
 zones that own them, ``craneManagerPolicy`` Static / SingleNUMANodePodLevel) and written by its
 ``publish_topologies``. Each NRT is owned by its Node (``ownerReferences`` with the node's uid), so the garbage
@@ -16,25 +16,17 @@ zones 0 means no NRT (a node crane-agent does not run on). Command line form (``
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_sandbox.fleet import SimNode
 from crane_scheduler.plugins.noderesourcetopology.agent import NumaNode, build_topology, parse_cpuset
-from crane_scheduler.plugins.noderesourcetopology.model import GROUP, PLURAL
 from crane_scheduler.plugins.noderesourcetopology.publish import publish_topologies
 from crane_shared.kube import raw_json
 
-CRD_PATH = Path(__file__).resolve().parents[2] / "deploy" / "crds" / "topology.crane.io_noderesourcetopologies.yaml"
 TIMEOUT = 10.0
 
 
@@ -108,31 +100,6 @@ def node_topology(node: SimNode, spec: TopologySpec, uid: str | None = None) -> 
         node_labels=node.labels,
         node_uid=uid,
     )
-
-
-async def install_crd(api: client.ApiClient, timeout: float = 30.0) -> None:
-    """Create the NRT CRD (kept if present) and wait until it is Established."""
-    ext = client.ApiextensionsV1Api(api)
-    try:
-        await raw_json(
-            ext.create_custom_resource_definition(
-                yaml.safe_load(CRD_PATH.read_text()), _preload_content=False, _request_timeout=TIMEOUT
-            )
-        )
-    except ApiException as err:
-        if err.status != 409:
-            raise
-    deadline = time.monotonic() + timeout
-    while True:
-        crd = await raw_json(
-            ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}", _preload_content=False, _request_timeout=TIMEOUT)
-        )
-        conditions = crd.get("status", {}).get("conditions") or []
-        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"NRT CRD not Established after {timeout:.0f}s: {json.dumps(conditions)}")
-        await asyncio.sleep(0.2)
 
 
 async def publish_fleet(

@@ -1,8 +1,9 @@
 """The gang cycle: a pod group placed all or nothing, in one scheduling cycle.
 
 When the loop pops a member of a gang (a pod a ``GangPlugin`` of its profile groups), the other pending members of
-its group are taken out of the queue with it and decided one after another, in name order, each decision seeing
-the members before it assumed (so they see each other: ports, affinity, spread, load estimates). Then:
+its group are taken out of the queue with it and decided one after another (the popped one first, then the
+others in name order), each decision seeing the members before it assumed (so they see each other: ports,
+affinity, spread, load estimates). Then:
 
 - the members placed already (bound or assumed) plus those found places now reach the group's quorum
   (``minMember``): every one found a place is bound (the binds go only while the leadership term is held: the bind

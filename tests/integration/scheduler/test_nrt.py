@@ -6,17 +6,14 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_sandbox.cluster import LocalCluster
 from crane_scheduler.plugins.noderesourcetopology.agent import NumaNode, build_topology
-from crane_scheduler.plugins.noderesourcetopology.model import ANNOTATION_RESULT, GROUP, PLURAL
+from crane_scheduler.plugins.noderesourcetopology.model import ANNOTATION_RESULT
 from crane_scheduler.plugins.noderesourcetopology.plugin import NodeResourceTopologyMatch
 from crane_scheduler.plugins.noderesourcetopology.publish import publish_topologies
 from crane_scheduler.scheduler import Scheduler
@@ -32,26 +29,7 @@ from tests.support.scheduler_cluster import (
     wait_for,
 )
 
-CRD = Path(__file__).resolve().parents[3] / "deploy" / "crds" / "topology.crane.io_noderesourcetopologies.yaml"
 PLUGIN = "NodeResourceTopologyMatch"
-
-
-async def install_crd(kube: client.ApiClient) -> None:
-    ext = client.ApiextensionsV1Api(kube)
-    try:
-        await ext.create_custom_resource_definition(yaml.safe_load(CRD.read_text()))
-    except ApiException as err:
-        if err.status != 409:
-            raise
-
-    async def established() -> bool:
-        resp = await ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}", _preload_content=False)
-        crd = json.loads(await resp.read())
-        resp.release()
-        conds = crd.get("status", {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
-
-    await wait_for(established, what="the NRT CRD to be established")
 
 
 def topology(name: str, cpus: list[int]) -> dict[str, Any]:
@@ -110,7 +88,6 @@ async def pod_json(kube: client.ApiClient, namespace: str, name: str) -> dict[st
 async def test_whole_cpu_pods_get_a_numa_zone_and_never_share_it(
     cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
 ) -> None:
-    await install_crd(kube)
     await create_nodes(kube, [node(f"{group}-{s}", group, cpu="8", memory="32Gi") for s in ("split", "numa", "bare")])
     # split: 6 free CPUs but no zone with 4; numa: node1 has 4; bare: no NRT at all
     await publish_topologies(kube, [topology(f"{group}-split", [3, 3]), topology(f"{group}-numa", [2, 4])])
@@ -178,7 +155,6 @@ async def test_crane_scheduler_process_watches_nrts_and_explains_the_zone(
     cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
 ) -> None:
     """The real command: its NRT watch starts with it, and ``cranectl explain`` names the zone it chose."""
-    await install_crd(kube)
     await create_nodes(kube, [node(f"{group}-{s}", group, cpu="8", memory="32Gi") for s in ("a", "b")])
     await publish_topologies(kube, [topology(f"{group}-a", [2, 2]), topology(f"{group}-b", [1, 4])])
     # the agent republishes b with its zones the other way round (a merge patch replacing the zones)

@@ -1,0 +1,182 @@
+"""Gangs (Coscheduling, PodGroup) on the real API server, with the real ``crane-scheduler`` command under the
+chart's RBAC: all or nothing, no capacity held while waiting, no deadlock between gangs, the timeout."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client
+
+from crane_sandbox.cluster import LocalCluster
+from crane_scheduler.plugins.coscheduling.gang import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
+from crane_shared.kube import raw_json
+from tests.support.scheduler_cluster import (
+    child_process,
+    config_for,
+    create_nodes,
+    create_pods,
+    events,
+    node,
+    pod,
+    pods_json,
+    wait_for,
+)
+
+WAIT = 60.0  # generous: the CI machine is loaded; every wait ends on an event, not on this
+COSCHEDULING = {
+    "plugins": {
+        "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
+        "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
+    }
+}
+
+
+@contextlib.asynccontextmanager
+async def gang_scheduler(cluster: LocalCluster, scheduler_name: str, selector: str, name: str) -> AsyncIterator[None]:
+    """The real command with Coscheduling in place of PrioritySort, ready."""
+    proc, port = child_process(
+        cluster, config_for(scheduler_name, profile=COSCHEDULING), selector, name, cluster.run_dir
+    )
+    await proc.start()
+    try:
+
+        async def ready() -> bool:
+            async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{port}/readyz") as r:
+                return r.status == 200
+
+        await proc.wait_ready(ready, timeout=30)
+        yield
+    finally:
+        await proc.stop()
+
+
+async def create_group(kube: client.ApiClient, namespace: str, name: str, min_member: int, **spec: Any) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"minMember": min_member, **spec},
+    }
+    await raw_json(
+        client.CustomObjectsApi(kube).create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, body, _preload_content=False
+        )
+    )
+
+
+async def read_group(kube: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = await raw_json(
+        client.CustomObjectsApi(kube).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
+        )
+    )
+    return found
+
+
+def members(group: str, scheduler: str, count: int, cpu: str = "1") -> list[dict[str, Any]]:
+    out = []
+    for i in range(count):
+        body = pod(f"{group}-{i}", scheduler, cpu=cpu)
+        body["metadata"]["labels"] = {POD_GROUP_LABEL: group}
+        out.append(body)
+    return out
+
+
+async def placement(kube: client.ApiClient, namespace: str) -> dict[str, str | None]:
+    return {p["metadata"]["name"]: p["spec"].get("nodeName") for p in await pods_json(kube, namespace)}
+
+
+async def all_bound(kube: client.ApiClient, namespace: str, names: list[str]) -> dict[str, str | None] | None:
+    placed = await placement(kube, namespace)
+    return placed if all(placed.get(n) for n in names) else None
+
+
+async def failed_notes(kube: client.ApiClient, namespace: str) -> dict[str, set[str]]:
+    notes: dict[str, set[str]] = {}
+    for e in await events(kube, namespace, "FailedScheduling"):
+        notes.setdefault(e["regarding"]["name"], set()).add(e.get("note", ""))
+    return notes
+
+
+async def delete_pods(kube: client.ApiClient, namespace: str, names: list[str]) -> None:
+    v1 = client.CoreV1Api(kube)
+    for name in names:  # no kubelet confirms a graceful deletion here
+        resp = await v1.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False)
+        resp.release()
+
+
+async def test_a_gang_binds_whole_or_not_at_all_and_a_waiting_gang_holds_no_room(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
+) -> None:
+    await create_nodes(kube, [node(f"{group}-{i}", group, cpu="2") for i in range(2)])  # 4 cpus in all
+    await create_group(kube, namespace, "fits", 3)
+    await create_group(kube, namespace, "big", 2)
+    async with gang_scheduler(cluster, scheduler_name, selector, f"{namespace}-gangs"):
+        await create_pods(kube, namespace, members("fits", scheduler_name, 3))
+        fits = [f"fits-{i}" for i in range(3)]
+        await wait_for(lambda: all_bound(kube, namespace, fits), WAIT, what="every member of the gang to bind")
+
+        async def scheduled() -> dict[str, Any] | None:
+            status = (await read_group(kube, namespace, "fits")).get("status") or {}
+            return status if status.get("scheduled") == 3 else None
+
+        status = await wait_for(scheduled, WAIT, what="the PodGroup's status to count its bound members")
+        assert status["phase"] == "Scheduling" and status["scheduleStartTime"]  # no kubelet: nothing runs
+
+        # 1 cpu left: a gang of two 1-cpu members cannot fit; neither binds, and neither holds the cpu
+        await create_pods(kube, namespace, members("big", scheduler_name, 2))
+
+        async def rejected() -> dict[str, set[str]] | None:
+            notes = await failed_notes(kube, namespace)
+            return notes if {"big-0", "big-1"} <= set(notes) else None
+
+        notes = await wait_for(rejected, WAIT, what="both members of the gang that cannot fit to be refused")
+        assert "PodGroup" in " ".join(notes["big-0"] | notes["big-1"])
+        await create_pods(kube, namespace, [pod("loose", scheduler_name, cpu="1")])
+        placed = await wait_for(lambda: all_bound(kube, namespace, ["loose"]), WAIT, what="a pod of no group")
+        assert placed["big-0"] is None and placed["big-1"] is None
+
+
+async def test_two_interleaved_gangs_that_fit_one_at_a_time_both_complete_in_turn(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
+) -> None:
+    await create_nodes(kube, [node(f"{group}-0", group, cpu="2")])  # room for one gang of two
+    await create_group(kube, namespace, "a", 2)
+    await create_group(kube, namespace, "b", 2)
+    async with gang_scheduler(cluster, scheduler_name, selector, f"{namespace}-gangs"):
+        a, b = members("a", scheduler_name, 2), members("b", scheduler_name, 2)
+        await create_pods(kube, namespace, [a[0], b[0], a[1], b[1]], concurrency=1)  # interleaved
+
+        async def one_gang_whole() -> dict[str, str | None] | None:
+            placed = await placement(kube, namespace)
+            whole = [g for g in ("a", "b") if placed.get(f"{g}-0") and placed.get(f"{g}-1")]
+            return placed if whole else None
+
+        placed = await wait_for(one_gang_whole, WAIT, what="one gang to bind whole")
+        first = "a" if placed.get("a-0") else "b"
+        second = "b" if first == "a" else "a"
+        assert placed[f"{second}-0"] is None and placed[f"{second}-1"] is None  # never half of each
+        await delete_pods(kube, namespace, [f"{first}-0", f"{first}-1"])  # the first gang's job is done
+        await wait_for(lambda: all_bound(kube, namespace, [f"{second}-0", f"{second}-1"]), WAIT, what="the second gang")
+
+
+async def test_a_gang_that_waits_past_its_timeout_is_rejected_and_binds_nothing(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
+) -> None:
+    await create_nodes(kube, [node(f"{group}-0", group, cpu="1")])  # one member of two fits
+    await create_group(kube, namespace, "slow", 2, scheduleTimeoutSeconds=2)
+    async with gang_scheduler(cluster, scheduler_name, selector, f"{namespace}-gangs"):
+        await create_pods(kube, namespace, members("slow", scheduler_name, 2))
+        timeout = "rejected due to timeout after waiting 2s at plugin Coscheduling"
+
+        async def timed_out() -> dict[str, set[str]] | None:
+            notes = await failed_notes(kube, namespace)
+            return notes if any(timeout in n for n in notes.values()) else None
+
+        notes = await wait_for(timed_out, WAIT, what="the group's timeout")
+        every = " ".join(n for member in notes.values() for n in member)
+        assert "PodGroup " + f"{namespace}/slow gets rejected due to Pod slow-" in every  # the wait before it
+        assert await placement(kube, namespace) == {"slow-0": None, "slow-1": None}
