@@ -49,6 +49,8 @@ def _field(path: str) -> Callable[[Spec], str | None]:
 UNSUPPORTED: dict[str, Callable[[Spec], str | None]] = {
     "spec.resourceClaims": _field("spec.resourceClaims"),  # DynamicResources (DRA)
     "spec.volumes": _volumes,
+    # Kubernetes 1.35's Workload API gangs (GangScheduling): crane's gangs are Coscheduling's PodGroups for now
+    "spec.workloadRef": _field("spec.workloadRef"),
 }
 """field -> check(spec) returning the offending field path (None: the pod does not use it)."""
 

@@ -8,11 +8,20 @@ from typing import Any
 
 import pytest
 
-from crane_scheduler.framework import SUCCESS, ArgsError, CycleState, QueuedPod, Status
+from crane_scheduler.framework import (
+    SUCCESS,
+    ArgsError,
+    ClusterChange,
+    ClusterEvent,
+    CycleState,
+    QueuedPod,
+    QueueingHint,
+    Status,
+)
 from crane_scheduler.gangcycle import quorum_met, quorum_out_of_reach
 from crane_scheduler.plugins.coscheduling import gang as g
-from crane_scheduler.plugins.coscheduling.plugin import Coscheduling, parse_args
-from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.plugins.coscheduling.plugin import Coscheduling, allocatable_grew, parse_args
+from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
 from crane_scheduler.scheduler import Scheduler
 from tests.support.scheduler import node, pod, scheduler_with, step
 
@@ -269,3 +278,51 @@ async def test_the_gang_cycle_takes_siblings_out_of_the_queue_with_their_attempt
     assert attempts == {"job-0": 1, "job-1": 1, "job-2": 1}
     taken = s.queue.take(next(iter(s.queue.unschedulable)), clock.now)
     assert isinstance(taken, QueuedPod) and taken.attempts == 2 and len(s.queue) == 2
+
+
+async def test_min_resources_the_cluster_cannot_offer_refuse_the_group_naming_the_gap() -> None:
+    s, binder, _, _ = gang_scheduler(group_obj("job", 2, minResources={"cpu": "6"}))
+    s.on_node(node("n1", cpu="4"))
+    s.on_pod(member("job-0", "job"))
+    s.on_pod(member("job-1", "job"))
+    await step(s)
+    assert waiting_messages(s) == {
+        "job-0": "0/1 nodes are available: resource gap: map[cpu:2].",
+        "job-1": "0/1 nodes are available: resource gap: map[cpu:2].",
+    }
+    assert binder.calls == []
+
+
+async def test_a_member_deleted_mid_wait_leaves_nothing_held_and_its_replacement_completes_the_group() -> None:
+    s, binder, _, _ = gang_scheduler(group_obj("job", 3))
+    s.on_node(node("n1", cpu="3"))
+    raws = [member("job-0", "job"), member("job-1", "job"), member("job-2", "job", cpu="2")]
+    for raw in raws:
+        s.on_pod(raw)
+    await step(s)  # job-2 does not fit next to the others: the group waits
+    assert binder.calls == [] and requested_cpu(s) == 0
+    s.on_pod_deleted(raws[2])
+    assert sorted(qp.pod.name for qp in s.queue.unschedulable.values()) == ["job-0", "job-1"]
+    s.on_pod(member("job-3", "job"))  # the Job's replacement
+    await step(s)
+    assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1", "job-3"]
+
+
+async def test_members_beyond_the_quorum_that_do_not_fit_wait_alone_while_the_quorum_binds() -> None:
+    s, binder, _, _ = gang_scheduler(group_obj("job", 2))
+    s.on_node(node("n1", cpu="2"))
+    for raw in (member("job-0", "job"), member("job-1", "job"), member("job-2", "job")):
+        s.on_pod(raw)
+    await step(s)
+    assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1"]
+    assert waiting_messages(s)["job-2"].startswith("0/1 nodes are available: 1 Insufficient cpu.")
+
+
+def test_an_annotation_round_on_a_node_wakes_no_group_short_of_room() -> None:
+    before = parse_node(node("n1", cpu="4"))
+    annotated = parse_node({**node("n1", cpu="4"), "metadata": {"name": "n1", "annotations": {"load": "x"}}})
+    grown = parse_node(node("n1", cpu="8"))
+    waiting = parse_pod(member("job-0", "job"))
+    update = ClusterEvent.NODE_UPDATE
+    assert allocatable_grew(waiting, ClusterChange(update, before, annotated)) is QueueingHint.SKIP
+    assert allocatable_grew(waiting, ClusterChange(update, before, grown)) is QueueingHint.QUEUE

@@ -48,3 +48,13 @@ def test_the_table_can_shrink_when_a_plugin_supports_a_field(monkeypatch: pytest
     monkeypatch.delitem(unsupported.UNSUPPORTED, "spec.volumes")
     p = pod(spec={"volumes": [{"name": "data", "gcePersistentDisk": {"pdName": "x"}}]})
     assert chosen(table(node("a")), p) == "a"
+
+
+def test_a_workload_api_gang_member_is_refused_naming_the_field_not_placed_alone() -> None:
+    t = table(node("a"))
+    p = pod(spec={"workloadRef": {"name": "training", "podGroup": "workers"}})
+    result = decide(t, p)
+    assert isinstance(result, Diagnosis)
+    assert result.message == (
+        "0/1 nodes are available: pod uses spec.workloadRef, which crane-scheduler does not support yet."
+    )

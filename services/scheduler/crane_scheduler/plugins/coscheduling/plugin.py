@@ -15,7 +15,7 @@ from crane_scheduler import framework as fwk
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.coscheduling import NAME
 from crane_scheduler.plugins.coscheduling import gang as g
-from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.podinfo import NodeInfo, PodInfo
 from crane_shared.informer import EventType, Informer
 from crane_shared.kube import DEFAULT_REQUEST_TIMEOUT, raw_json
 from crane_shared.logs import LogOnce, get_logger
@@ -88,7 +88,7 @@ class GangMetrics:
         )
 
 
-class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.EnqueueExtensions, fwk.GangPlugin, fwk.WorkerPlugin):
+class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlugin, fwk.GangPlugin, fwk.WorkerPlugin):
     """scheduler-plugins' Coscheduling contract, placed all or nothing by the scheduler's gang cycle."""
 
     name = NAME
@@ -148,6 +148,7 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.EnqueueExtensio
         """Free resources per live node, the group's own placed pods not counted (reference: getNodeResource)."""
         rows = table.live_rows()
         free = table.alloc[rows] - table.requested[rows]
+        free[:, table.resources["pods"]] = table.alloc[rows, table.resources["pods"]] - table.pod_count[rows]
         own: dict[str, dict[str, int]] = {}
         for record in table.pods.values():
             if record.pod is not None and g.group_of(record.pod.raw) == key:
@@ -168,6 +169,9 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.EnqueueExtensio
         # minResources: room freed or added; siblings arriving retry the group through their own gang cycle, and
         # a PodGroup appearing or changing activates its waiting members (``_on_event``)
         return fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE | fwk.ClusterEvent.POD_DELETE
+
+    def queueing_hints(self) -> fwk.QueueingHints:
+        return {fwk.ClusterEvent.NODE_UPDATE: allocatable_grew}
 
     # -- the gang hooks -------------------------------------------------------------------------------------------
 
@@ -344,6 +348,15 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.EnqueueExtensio
 
 
 PLURAL_INFORMER = "podgroups"
+
+
+def allocatable_grew(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
+    """A node update helps a group short of room only if the node offers more (not an annotation round)."""
+    old, new = change.old, change.new
+    if not isinstance(old, NodeInfo) or not isinstance(new, NodeInfo):
+        return fwk.QueueingHint.QUEUE
+    grew = any(value > old.allocatable.get(res, 0) for res, value in new.allocatable.items())
+    return fwk.QueueingHint.QUEUE if grew or (old.unschedulable and not new.unschedulable) else fwk.QueueingHint.SKIP
 
 
 def _unresolvable(message: str) -> fwk.PreFilterResult:
