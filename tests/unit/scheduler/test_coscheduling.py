@@ -4,25 +4,36 @@ server (decisions, assumptions, queue; binds held by a fake binder)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
 
+from crane_scheduler.config import parse_config
 from crane_scheduler.framework import (
     SUCCESS,
     ArgsError,
     ClusterChange,
     ClusterEvent,
     CycleState,
+    Handle,
     QueuedPod,
     QueueingHint,
+    Registry,
     Status,
 )
+from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.gangcycle import quorum_met, quorum_out_of_reach
+from crane_scheduler.loadaware.args import parse_args as parse_dynamic_args
+from crane_scheduler.loadaware.plugin import Dynamic
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.plugins.coscheduling import gang as g
 from crane_scheduler.plugins.coscheduling.plugin import Coscheduling, allocatable_grew, parse_args
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
+from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
+from tests.support.loadaware import NOW, loaded
 from tests.support.scheduler import node, pod, scheduler_with, step
 
 LABEL = g.POD_GROUP_LABEL
@@ -326,3 +337,44 @@ def test_an_annotation_round_on_a_node_wakes_no_group_short_of_room() -> None:
     update = ClusterEvent.NODE_UPDATE
     assert allocatable_grew(waiting, ClusterChange(update, before, annotated)) is QueueingHint.SKIP
     assert allocatable_grew(waiting, ClusterChange(update, before, grown)) is QueueingHint.QUEUE
+
+
+async def test_a_gang_its_own_members_would_push_over_the_load_threshold_is_not_placed_and_leaves_no_estimate() -> None:
+    """Load-aware gangs: Dynamic's Reserve records each member's estimated usage as it is assumed, so the next
+    member sees it; when the group then fails, Unreserve takes every estimate back."""
+    binder, clock = HeldBinder(), Clock()
+    registry = builtin_registry()
+    factories: dict[str, Any] = {name: (lambda a, h, n=name: registry.create(n, a, h)) for name in registry}
+    factories["DefaultBinder"] = lambda args, handle: binder
+    dynamics: list[Dynamic] = []
+
+    def dynamic(args: Any, handle: Handle) -> Dynamic:
+        dynamics.append(Dynamic(parse_dynamic_args(args), handle, wall_clock=lambda: NOW))
+        return dynamics[-1]
+
+    factories["Dynamic"] = dynamic
+    config = json.loads(json.dumps(CONFIG))
+    profile = config["profiles"][0]
+    profile["plugins"]["multiPoint"]["enabled"].append({"name": "Dynamic", "weight": 3})
+    profile["pluginConfig"] = [
+        {"name": "Dynamic", "args": {"estimate": {"cpuFactor": 1.0}, "ownBindingsInHotValue": False}}
+    ]
+    t = NodeTable()
+    cfg = parse_config(config)
+    profiles = build_profiles(cfg, Registry(factories, registry.defaults), lambda name: Handle(t, clock=clock))
+    s = Scheduler(
+        config=cfg, profiles=profiles, table=t, reporter=Reporter(None, None, "test", clock=clock), clock=clock
+    )
+    plugin = profiles["crane-scheduler"].plugins["Coscheduling"]
+    assert isinstance(plugin, Coscheduling)
+    plugin.set_group(group_obj("train", 3))
+    s.on_node(loaded("a", 0.50, cpu="10"))
+    s.on_node(loaded("b", 0.52, cpu="10"))
+    for i in range(3):  # each member adds 0.1 to its node's estimate: a third one fits on neither under 0.65
+        s.on_pod(member(f"train-{i}", "train"))
+    await step(s)
+    assert binder.calls == [] and dynamics[0].recent_on("a") == dynamics[0].recent_on("b") == []
+    assert "would have cpu_usage_avg_5m above 0.65" in waiting_messages(s)["train-2"]
+    plugin.set_group(group_obj("train", 2))  # a quorum of two fits, one member per node
+    await step(s)
+    assert sorted(node for _, node in binder.calls) == ["a", "b"]
