@@ -78,6 +78,14 @@ def render_explain(body: dict[str, Any]) -> str:
             f"{z['name']} ({' '.join(f'{k}={v}' for k, v in z['capacity'].items())})" for z in result["numaZones"]
         )
         lines.append(f"NUMA zones: {zones}")
+    gang = body.get("gang")
+    if gang:
+        lines.append(
+            f"gang {gang['group']}: {gang['outcome']}: {len(gang['found'])} member(s) found places, "
+            f"{gang['placedBefore']} placed before, minMember {gang['minMember']}"
+        )
+        lines += [f"  found    {m['pod']} -> {m['node']}" for m in gang["found"]]
+        lines += [f"  missing  {m['pod']}: {m['reason']}" for m in gang["missing"]]
     lines.append(f"feasible nodes: {body['feasibleNodes']}")
     for n in body["nodes"]:
         load = n.get("load", {})

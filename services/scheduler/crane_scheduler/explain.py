@@ -43,6 +43,8 @@ class Decision:
     message: str = ""
     profile: str = ""
     priority: int = 0
+    gang: dict[str, Any] | None = None
+    """a gang member's cycle: its group, quorum, the members found places and those missing with why"""
 
     @classmethod
     def from_state(
@@ -118,7 +120,7 @@ def render(decision: Decision, explainers: Sequence[Plugin] = (), limit: int = 5
         for explainer in explainers:
             if isinstance(explainer, PodExplainPlugin):
                 result.update(explainer.explain_pod(decision.uid, decision.node))
-    return {
+    out = {
         "pod": decision.pod,
         "uid": decision.uid,
         "decidedAt": decision.at,
@@ -127,6 +129,9 @@ def render(decision: Decision, explainers: Sequence[Plugin] = (), limit: int = 5
         "rejectedByReason": reasons,
         "nodes": nodes,
     }
+    if decision.gang is not None:
+        out["gang"] = decision.gang
+    return out
 
 
 class DecisionLog:

@@ -158,8 +158,7 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
             host.start_binding(profile, member, state, node, start, holds_slot=k == 0)
         for member, state, result in failed:
             _fail(host, profile, member, state, result, frozenset(), "", gang, plugin.name, start, wall)
-        if not assumed:
-            host._slots.release()
+        _explain(host, gang, quorum, placed, "placed", queued, assumed)
         return
 
     for member, state, node in reversed(assumed):  # none is kept: the gang holds nothing while it waits
@@ -182,8 +181,41 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
     for member in untried:
         host.decisions.record(member.pod, wall, host.table, {}, None, wait.message)
         host._unschedulable(profile, member, rejectors, wait.message, start)
+    _explain(host, gang, quorum, placed, "timed out" if wait.timed_out else "waiting", queued, assumed)
     if wait.retry_after is not None:
         asyncio.get_running_loop().call_later(wait.retry_after, plugin_activate(plugin), gang)
+
+
+def _explain(
+    host: GangHost,
+    gang: str,
+    quorum: int,
+    placed: int,
+    outcome: str,
+    queued: list[QueuedPod],
+    assumed: list[tuple[QueuedPod, CycleState, str]],
+) -> None:
+    """The cycle as ``cranectl explain`` shows it on each member's decision: the members found places (and
+    where), those missing and why (each one's own reason, or the group's)."""
+    nodes = {m.pod.uid: node for m, _, node in assumed}
+    found = [{"pod": m.pod.name, "node": nodes[m.pod.uid]} for m in queued if m.pod.uid in nodes]
+    missing = []
+    for m in queued:
+        decision = host.decisions.get(m.pod.key)
+        if m.pod.uid not in nodes:
+            missing.append({"pod": m.pod.name, "reason": decision.message if decision is not None else ""})
+    summary = {
+        "group": gang,
+        "minMember": quorum,
+        "placedBefore": placed,
+        "outcome": outcome,
+        "found": found,
+        "missing": missing,
+    }
+    for m in queued:
+        decision = host.decisions.get(m.pod.key)
+        if decision is not None:
+            decision.gang = summary
 
 
 def plugin_activate(plugin: GangPlugin) -> Callable[[str], None]:

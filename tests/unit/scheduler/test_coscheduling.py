@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from crane_scheduler.config import parse_config
+from crane_scheduler.explain import render
 from crane_scheduler.framework import (
     SUCCESS,
     ArgsError,
@@ -33,6 +34,7 @@ from crane_scheduler.plugins.coscheduling.plugin import Coscheduling, allocatabl
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
+from cranectl.__main__ import render_explain
 from tests.support.loadaware import NOW, loaded
 from tests.support.scheduler import node, pod, scheduler_with, step
 
@@ -378,3 +380,17 @@ async def test_a_gang_its_own_members_would_push_over_the_load_threshold_is_not_
     plugin.set_group(group_obj("train", 2))  # a quorum of two fits, one member per node
     await step(s)
     assert sorted(node for _, node in binder.calls) == ["a", "b"]
+
+
+async def test_explain_shows_a_waiting_gang_its_members_found_and_missing_and_why() -> None:
+    s, _, _, _ = gang_scheduler(group_obj("job", 3))
+    s.on_node(node("n1", cpu="2"))
+    for i in range(3):
+        s.on_pod(member(f"job-{i}", "job"))
+    await step(s)
+    decision = s.decisions.get("ns/job-0")
+    assert decision is not None
+    text = render_explain(render(decision))
+    assert "gang ns/job: waiting: 2 member(s) found places, 0 placed before, minMember 3" in text
+    assert "  found    job-1 -> n1" in text
+    assert "  missing  job-2: 0/1 nodes are available: 1 Insufficient cpu." in text
