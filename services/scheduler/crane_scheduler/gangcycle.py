@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.explain import DecisionLog
@@ -64,6 +64,7 @@ class GangHost(Protocol):
     pending: dict[str, PodInfo]
     decisions: DecisionLog
     clock: Callable[[], float]
+    gang_index: GangIndex
     _slots: asyncio.Semaphore
 
     def may_bind(self) -> bool: ...
@@ -83,30 +84,84 @@ class GangHost(Protocol):
     def _error(self, profile: Profile, qp: QueuedPod, message: str, start: float) -> None: ...
 
 
-def members_of(
-    host: GangHost, profile: Profile, plugin: GangPlugin, gang: str, first: PodInfo
-) -> tuple[list[PodInfo], int]:
+class GangIndex:
+    """Group -> the uids of its pending pods and of its placed ones (bound or assumed), kept up to date by the
+    pending set (``IndexedPending``) and the node table's pod hooks, so a gang cycle finds its members without
+    walking every pod (at 1,000 gangs of 3 the walk cost more than the decisions)."""
+
+    def __init__(self, gang_of: Callable[[PodInfo], str | None], table: NodeTable) -> None:
+        self.gang_of = gang_of
+        self.pending: dict[str, set[str]] = {}
+        self.placed: dict[str, set[str]] = {}
+        self._pending_of: dict[str, str] = {}
+        self._placed_of: dict[str, str] = {}
+        table.pod_added.append(self.placed_set)
+        table.pod_assumed.append(lambda pod, node: self.placed_set(pod))
+        table.pod_removed.append(self.placed_removed)
+
+    def pending_set(self, pod: PodInfo) -> None:
+        _put(self.pending, self._pending_of, pod.uid, self.gang_of(pod))
+
+    def pending_removed(self, uid: str) -> None:
+        _put(self.pending, self._pending_of, uid, None)
+
+    def placed_set(self, pod: PodInfo) -> None:
+        _put(self.placed, self._placed_of, pod.uid, self.gang_of(pod))
+
+    def placed_removed(self, uid: str) -> None:
+        _put(self.placed, self._placed_of, uid, None)
+
+
+def _put(index: dict[str, set[str]], of: dict[str, str], uid: str, gang: str | None) -> None:
+    old = of.get(uid)
+    if old == gang:
+        return
+    if old is not None:
+        members = index[old]
+        members.discard(uid)
+        if not members:
+            del index[old]
+        del of[uid]
+    if gang is not None:
+        index.setdefault(gang, set()).add(uid)
+        of[uid] = gang
+
+
+class IndexedPending(dict[str, PodInfo]):
+    """The scheduler's pending pods, telling a ``GangIndex`` what comes and goes (the cache only sets and pops)."""
+
+    def __init__(self, index: GangIndex) -> None:
+        super().__init__()
+        self.index = index
+
+    def __setitem__(self, uid: str, pod: PodInfo) -> None:
+        super().__setitem__(uid, pod)
+        self.index.pending_set(pod)
+
+    def __delitem__(self, uid: str) -> None:
+        super().__delitem__(uid)
+        self.index.pending_removed(uid)
+
+    def pop(self, uid: str, *default: Any) -> Any:
+        self.index.pending_removed(uid)
+        return super().pop(uid, *default)
+
+
+def members_of(host: GangHost, profile: Profile, gang: str, first: PodInfo) -> tuple[list[PodInfo], int]:
     """The group's other pending members of this profile (not on their way already), in name order, and how many
     of its pods are placed (bound or assumed)."""
-    pods = host.table.pods
+    placed = host.gang_index.placed.get(gang, set())
+    pending = host.pending
     siblings = sorted(
         (
             p
-            for uid, p in host.pending.items()
-            if uid != first.uid
-            and uid not in pods
-            and p.namespace == first.namespace
-            and p.scheduler_name == profile.name
-            and plugin.gang_of(p) == gang
+            for uid in host.gang_index.pending.get(gang, ())
+            if uid != first.uid and uid not in placed and (p := pending.get(uid)) is not None
+            if p.scheduler_name == profile.name
         ),
         key=lambda p: p.name,
     )
-    placed = sum(
-        1
-        for r in pods.values()
-        if r.namespace == first.namespace and r.pod is not None and plugin.gang_of(r.pod) == gang
-    )
-    return siblings, placed
+    return siblings, len(placed)
 
 
 def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangPlugin, gang: str) -> None:
@@ -114,7 +169,7 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
     slot, handed to the first member's binding task or released here."""
     start = time.perf_counter()
     now = host.clock()
-    siblings, placed = members_of(host, profile, plugin, gang, qp.pod)
+    siblings, placed = members_of(host, profile, gang, qp.pod)
     queued = [qp]
     for pod in siblings:
         taken = host.queue.take(pod.uid, now)

@@ -55,7 +55,7 @@ from crane_scheduler.framework.types import (
     QueueingHints,
     Status,
 )
-from crane_scheduler.gangcycle import schedule_gang
+from crane_scheduler.gangcycle import GangIndex, IndexedPending, schedule_gang
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import NO_HINTS, SchedulingQueue
 from crane_scheduler.listers import Listers
@@ -160,6 +160,13 @@ class Scheduler:
                 profile.handle.activate = self._activate
                 profile.handle.record_event = functools.partial(self.reporter.event, profile.name)
                 profile.handle.claim_condition = self.reporter.condition_claimed
+        self._gangs: dict[str, GangPlugin | None] = {
+            name: next((p for p in profile.plugins.values() if isinstance(p, GangPlugin)), None)
+            for name, profile in profiles.items()
+        }
+        self.gang_index = GangIndex(self._gang_of, table)
+        if any(self._gangs.values()):
+            self.cache.pending = IndexedPending(self.gang_index)
         self.pending = self.cache.pending  # pending pods of our profiles, latest version
         self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted
         self.on_pod, self.on_pod_deleted = self.cache.on_pod, self.cache.on_pod_deleted
@@ -168,11 +175,12 @@ class Scheduler:
         self._binds: dict[asyncio.Task[None], tuple[Profile, CycleState, PodInfo, str]] = {}
         self._dropped: set[asyncio.Task[None]] = set()
         self._slotless: set[asyncio.Task[None]] = set()  # a gang's binding cycles beyond the popped member's
-        self._gangs: dict[str, GangPlugin | None] = {
-            name: next((p for p in profile.plugins.values() if isinstance(p, GangPlugin)), None)
-            for name, profile in profiles.items()
-        }
         self._term: Term | None = None  # the leadership term the loop runs in; None without leader election
+
+    def _gang_of(self, pod: PodInfo) -> str | None:
+        """The pod's gang as the first gang plugin says (a placed pod of any scheduler counts for its group)."""
+        plugin = self._gangs.get(pod.scheduler_name) or next((p for p in self._gangs.values() if p), None)
+        return plugin.gang_of(pod) if plugin is not None else None
 
     def _gated(self, pod: PodInfo) -> bool:
         """kube's PreEnqueue: a plugin of the pod's profile holds it back (a preemptor whose victims are not gone)."""

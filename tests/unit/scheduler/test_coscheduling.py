@@ -394,3 +394,26 @@ async def test_explain_shows_a_waiting_gang_its_members_found_and_missing_and_wh
     assert "gang ns/job: waiting: 2 member(s) found places, 0 placed before, minMember 3" in text
     assert "  found    job-1 -> n1" in text
     assert "  missing  job-2: 0/1 nodes are available: 1 Insufficient cpu." in text
+
+
+async def test_the_gang_index_follows_pods_from_pending_to_assumed_bound_and_gone() -> None:
+    s, binder, _, _ = gang_scheduler(group_obj("job", 2))
+    s.on_node(node("n1", cpu="4"))
+    raws = [member("job-0", "job"), member("job-1", "job")]
+    for raw in raws:
+        s.on_pod(raw)
+    uids = {raw["metadata"]["uid"] for raw in raws}
+    assert s.gang_index.pending == {"ns/job": uids} and s.gang_index.placed == {}
+    await step(s)
+    assert s.gang_index.placed == {"ns/job": uids}  # assumed
+    binder.gate.set()
+    await s.drain()
+    for raw in raws:
+        s.on_pod({**raw, "spec": {**raw["spec"], "nodeName": "n1"}})  # the informer confirms
+    assert s.gang_index.pending == {} and s.gang_index.placed == {"ns/job": uids}
+    relabelled = {**raws[0], "metadata": {**raws[0]["metadata"], "labels": {LABEL: "other"}}}
+    s.on_pod({**relabelled, "spec": {**raws[0]["spec"], "nodeName": "n1"}})
+    assert s.gang_index.placed["ns/other"] == {raws[0]["metadata"]["uid"]}
+    for raw in raws:
+        s.on_pod_deleted(raw)
+    assert s.gang_index.placed == {} and s.gang_index.pending == {}
