@@ -246,6 +246,30 @@ def test_the_nrt_crd_ships_in_the_chart_and_topology_awareness_grants_only_what_
     }
 
 
+def test_the_podgroup_crd_ships_in_the_chart_and_the_scheduler_may_only_read_podgroups_and_write_their_status() -> None:
+    crd = yaml.safe_load((CHART / "crds" / "scheduling.x-k8s.io_podgroups.yaml").read_text())
+    assert (crd["spec"]["group"], crd["spec"]["names"]["kind"], crd["spec"]["scope"]) == (
+        "scheduling.x-k8s.io",
+        "PodGroup",
+        "Namespaced",
+    )
+    assert crd["spec"]["versions"][0]["subresources"] == {"status": {}}
+    verbs = {
+        (resource, verb)
+        for rule in _rules_of(render(), "crane-scheduler")
+        if "scheduling.x-k8s.io" in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert verbs == {
+        ("podgroups", "get"),
+        ("podgroups", "list"),
+        ("podgroups", "watch"),
+        ("podgroups/status", "update"),
+        ("podgroups/status", "patch"),
+    }
+
+
 def test_metrics_are_delegated_by_default_and_the_service_monitor_scrapes_with_the_reader_account() -> None:
     objects = render(*FULL)
     for name, d in by_kind(objects, "Deployment").items():

@@ -191,7 +191,7 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
 
     def gang_waiting(self, gang: str, uids: Sequence[str], blocker: str, feasible: int) -> fwk.GangWait:
         now = self.handle.clock()
-        self.waiting.setdefault(gang, set()).update(uids)
+        self.waiting[gang] = set(uids)  # the group's pending members now (deleted ones drop out)
         self.metrics.waiting.set(len(self.waiting))
         self._mark(gang)
         message = g.rejected_with(gang, blocker)
