@@ -184,7 +184,10 @@ class KubeApiServer:
                 # Watch-list streams need etcd's watch progress requests (etcd >= 3.4.31), which Debian's etcd 3.4
                 # lacks; with the gate on, the server turns every watch from resourceVersion 0 into one (KWOK's
                 # watches are such) and fails it, and KWOK confirmed deletions only after re-listing, 20 s late.
-                "--feature-gates=WatchList=false",
+                # GenericWorkload + the alpha scheduling.k8s.io/v1alpha1 API: 1.35's Workload API (gangs by
+                # pod.spec.workloadRef), which crane-scheduler's GangScheduling plugin reads
+                "--feature-gates=WatchList=false,GenericWorkload=true",
+                "--runtime-config=scheduling.k8s.io/v1alpha1=true",
                 "--max-requests-inflight=3000",
                 "--max-mutating-requests-inflight=1000",
                 "--enable-priority-and-fairness=false",

@@ -110,7 +110,7 @@ class Algorithm:
         self._observe = observe or _ignore
         if table.num_nodes == 0:
             return Diagnosis(0)
-        field = unsupported_field(pod.raw)
+        field = unsupported_field(pod.raw, profile.supported_fields)
         if field is not None:  # refused, never placed as if the field were absent
             return Diagnosis(table.num_nodes, rejectors={GATE}, pre_filter_msg=refusal(field))
         t0 = time.perf_counter()

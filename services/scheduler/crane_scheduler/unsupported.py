@@ -9,7 +9,7 @@ spec.volumes[0].persistentVolumeClaim, which crane-scheduler does not support ye
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 Spec = Mapping[str, Any]
@@ -49,16 +49,19 @@ def _field(path: str) -> Callable[[Spec], str | None]:
 UNSUPPORTED: dict[str, Callable[[Spec], str | None]] = {
     "spec.resourceClaims": _field("spec.resourceClaims"),  # DynamicResources (DRA)
     "spec.volumes": _volumes,
-    # Kubernetes 1.35's Workload API gangs (GangScheduling): crane's gangs are Coscheduling's PodGroups for now
+    # Kubernetes 1.35's Workload API gangs: read where the profile enables GangScheduling, refused elsewhere
     "spec.workloadRef": _field("spec.workloadRef"),
 }
 """field -> check(spec) returning the offending field path (None: the pod does not use it)."""
 
 
-def unsupported_field(pod_raw: Mapping[str, Any]) -> str | None:
-    """The first field ``pod_raw`` uses that is in ``UNSUPPORTED``, as a path into the pod; None if none."""
+def unsupported_field(pod_raw: Mapping[str, Any], supported: Container[str] = frozenset()) -> str | None:
+    """The first field ``pod_raw`` uses that is in ``UNSUPPORTED``, as a path into the pod; None if none. Fields in
+    ``supported`` are read by a plugin of the pod's profile (``supports_fields``: GangScheduling's workloadRef)."""
     spec = pod_raw.get("spec") or {}
-    for check in UNSUPPORTED.values():
+    for name, check in UNSUPPORTED.items():
+        if name in supported:
+            continue
         found = check(spec)
         if found is not None:
             return found

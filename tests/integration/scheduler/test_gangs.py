@@ -35,11 +35,11 @@ COSCHEDULING = {
 
 
 @contextlib.asynccontextmanager
-async def gang_scheduler(cluster: LocalCluster, scheduler_name: str, selector: str, name: str) -> AsyncIterator[None]:
-    """The real command with Coscheduling in place of PrioritySort, ready."""
-    proc, port = child_process(
-        cluster, config_for(scheduler_name, profile=COSCHEDULING), selector, name, cluster.run_dir
-    )
+async def gang_scheduler(
+    cluster: LocalCluster, scheduler_name: str, selector: str, name: str, profile: dict[str, Any] = COSCHEDULING
+) -> AsyncIterator[None]:
+    """The real command with ``profile`` (Coscheduling in place of PrioritySort by default), ready."""
+    proc, port = child_process(cluster, config_for(scheduler_name, profile=profile), selector, name, cluster.run_dir)
     await proc.start()
     try:
 
@@ -180,3 +180,55 @@ async def test_a_gang_that_waits_past_its_timeout_is_rejected_and_binds_nothing(
         every = " ".join(n for member in notes.values() for n in member)
         assert "PodGroup " + f"{namespace}/slow gets rejected due to Pod slow-" in every  # the wait before it
         assert await placement(kube, namespace) == {"slow-0": None, "slow-1": None}
+
+
+WORKLOAD_API = {"plugins": {"multiPoint": {"enabled": [{"name": "GangScheduling"}]}}}
+
+
+async def test_a_workload_api_gang_binds_whole_and_one_that_cannot_fit_binds_nothing(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
+) -> None:
+    """1.35's Workload API (the sandbox's kube-apiserver serves it with GenericWorkload): pods joined by
+    spec.workloadRef, a gang policy's minCount."""
+    await create_nodes(kube, [node(f"{group}-0", group, cpu="3")])
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1alpha1",
+        "kind": "Workload",
+        "metadata": {"name": "train"},
+        "spec": {
+            "podGroups": [
+                {"name": "small", "policy": {"gang": {"minCount": 2}}},
+                {"name": "big", "policy": {"gang": {"minCount": 2}}},
+            ]
+        },
+    }
+    await raw_json(
+        client.CustomObjectsApi(kube).create_namespaced_custom_object(
+            "scheduling.k8s.io", "v1alpha1", namespace, "workloads", body, _preload_content=False
+        )
+    )
+
+    def workers(pod_group: str) -> list[dict[str, Any]]:
+        return [
+            pod(
+                f"{pod_group}-{i}",
+                scheduler_name,
+                cpu="1",
+                spec={"workloadRef": {"name": "train", "podGroup": pod_group}},
+            )
+            for i in range(2)
+        ]
+
+    async with gang_scheduler(cluster, scheduler_name, selector, f"{namespace}-workload", WORKLOAD_API):
+        await create_pods(kube, namespace, workers("small"))
+        await wait_for(lambda: all_bound(kube, namespace, ["small-0", "small-1"]), WAIT, what="the small gang")
+        await create_pods(kube, namespace, workers("big"))  # 1 cpu left for two 1-cpu members
+
+        async def refused() -> dict[str, set[str]] | None:
+            notes = await failed_notes(kube, namespace)
+            return notes if {"big-0", "big-1"} <= set(notes) else None
+
+        notes = await wait_for(refused, WAIT, what="the gang that cannot fit to be refused")
+        assert "waiting for minCount pods from a gang to be waiting on permit" in notes["big-0"] | notes["big-1"]
+        placed = await placement(kube, namespace)
+        assert placed["big-0"] is None and placed["big-1"] is None

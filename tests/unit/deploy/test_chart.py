@@ -246,7 +246,7 @@ def test_the_nrt_crd_ships_in_the_chart_and_topology_awareness_grants_only_what_
     }
 
 
-def test_the_podgroup_crd_ships_in_the_chart_and_the_scheduler_may_only_read_podgroups_and_write_their_status() -> None:
+def test_the_podgroup_crd_ships_and_the_scheduler_may_only_read_gangs_and_write_podgroup_status() -> None:
     crd = yaml.safe_load((CHART / "crds" / "scheduling.x-k8s.io_podgroups.yaml").read_text())
     assert (crd["spec"]["group"], crd["spec"]["names"]["kind"], crd["spec"]["scope"]) == (
         "scheduling.x-k8s.io",
@@ -268,6 +268,14 @@ def test_the_podgroup_crd_ships_in_the_chart_and_the_scheduler_may_only_read_pod
         ("podgroups/status", "update"),
         ("podgroups/status", "patch"),
     }
+    workloads = {
+        (resource, verb)
+        for rule in _rules_of(render(), "crane-scheduler")
+        if "scheduling.k8s.io" in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert workloads == {("workloads", "list"), ("workloads", "watch")}  # GangScheduling (Workload API)
 
 
 def test_metrics_are_delegated_by_default_and_the_service_monitor_scrapes_with_the_reader_account() -> None:

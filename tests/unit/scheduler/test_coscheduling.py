@@ -31,6 +31,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.plugins.coscheduling import gang as g
 from crane_scheduler.plugins.coscheduling.plugin import Coscheduling, allocatable_grew, parse_args
+from crane_scheduler.plugins.gangwait import go_duration, timed_out
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
@@ -79,8 +80,8 @@ def test_resource_gap_walks_the_nodes_as_the_reference() -> None:
 
 
 def test_waits_are_printed_as_go_durations() -> None:
-    assert [g.go_duration(s) for s in (60, 5, 3600, 90.5, 3725)] == ["1m0s", "5s", "1h0m0s", "1m30.5s", "1h2m5s"]
-    assert g.timed_out(60, "Coscheduling") == "rejected due to timeout after waiting 1m0s at plugin Coscheduling"
+    assert [go_duration(s) for s in (60, 5, 3600, 90.5, 3725)] == ["1m0s", "5s", "1h0m0s", "1m30.5s", "1h2m5s"]
+    assert timed_out(60, "Coscheduling") == "rejected due to timeout after waiting 1m0s at plugin Coscheduling"
 
 
 def group_obj(name: str = "job", min_member: int = 3, **spec: Any) -> dict[str, Any]:
@@ -203,7 +204,7 @@ async def test_a_gang_that_fits_is_placed_in_one_cycle_and_every_member_binds() 
     assert len(s.queue) == 0 and requested_cpu(s) == 3000
     binder.gate.set()
     await s.drain()
-    assert plugin.metrics.placed._value.get() == 1
+    assert plugin.waits.metrics.placed._value.get() == 1
 
 
 async def test_a_gang_that_cannot_fit_assumes_nothing_and_the_room_goes_to_another_pod() -> None:
@@ -266,7 +267,7 @@ async def test_a_group_that_waits_past_its_timeout_is_rejected_with_kubes_wordin
     s.queue.activate(next(iter(s.queue.unschedulable)))
     await step(s)
     assert waiting_messages(s)["job-0"] == "rejected due to timeout after waiting 1m30s at plugin Coscheduling"
-    assert plugin.metrics.timed_out._value.get() == 1 and binder.calls == []
+    assert plugin.waits.metrics.timed_out._value.get() == 1 and binder.calls == []
 
 
 async def test_a_missing_podgroup_is_refused_before_anything_is_assumed_and_its_arrival_retries() -> None:

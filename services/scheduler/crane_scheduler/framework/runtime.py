@@ -97,6 +97,8 @@ class Profile:
     percentage_of_nodes_to_score: int | None = None
     plugins: dict[str, Plugin] = field(default_factory=dict)
     handle: Handle | None = None
+    supported_fields: frozenset[str] = frozenset()
+    """pod fields of the unsupported-field gate that a plugin of this profile reads (its ``supports_fields``)"""
 
     def events_of(self, plugin: str) -> ClusterEvent:
         instance = self.plugins.get(plugin)
@@ -353,6 +355,7 @@ def _build(pc: ProfileConfig, p: str, registry: Registry, handle: Handle, proble
         post_bind=[x for x, _ in lists["postBind"]],
         percentage_of_nodes_to_score=pc.percentage_of_nodes_to_score,
         plugins=instances,
+        supported_fields=frozenset(f for pl in instances.values() for f in getattr(pl, "supports_fields", ())),
     )
     profile.handle = handle
     handle.framework = profile

@@ -15,6 +15,7 @@ from crane_scheduler.plugins import (
     coscheduling,
     defaultbinder,
     defaultpreemption,
+    gangscheduling,
     imagelocality,
     interpodaffinity,
     nodeaffinity,
@@ -78,4 +79,5 @@ def builtin_registry() -> Registry:
     )
     noderesourcetopology.register(registry)  # crane's NUMA placement; not in the default profile
     coscheduling.register(registry)  # gangs (PodGroup); replaces PrioritySort where enabled
+    gangscheduling.register(registry)  # gangs (1.35's Workload API)
     return registry

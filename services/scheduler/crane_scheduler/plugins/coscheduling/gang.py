@@ -7,10 +7,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from crane_shared.durations import format_duration
 from crane_shared.podresources import resource_value
 
 GROUP = "scheduling.x-k8s.io"
@@ -170,21 +169,6 @@ def failed_recently(group: str) -> str:
 def rejected_with(group: str, pod: str) -> str:
     """What a member that fits hears when a sibling does not: the reference's PostFilter rejection."""
     return f"PodGroup {group} gets rejected due to Pod {pod} is unschedulable even after PostFilter"
-
-
-def timed_out(waited: float, plugin: str) -> str:
-    """kube's waiting-pod timeout rejection (``Go`` duration formatting: ``1m0s``)."""
-    return f"rejected due to timeout after waiting {go_duration(waited)} at plugin {plugin}"
-
-
-def go_duration(seconds: float) -> str:
-    """Go's ``time.Duration.String()`` (``1m0s``, ``1h0m0s``, ``2.5s``): the reference prints waits this way."""
-    short = format_duration(timedelta(seconds=seconds))
-    if "h" in short and "m" not in short:
-        short = short.replace("h", "h0m", 1)
-    if ("h" in short or "m" in short) and not short.endswith("s"):
-        short += "0s"
-    return short
 
 
 # ------------------------------------------------------------------------------------------ status

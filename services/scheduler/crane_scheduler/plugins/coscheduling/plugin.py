@@ -15,6 +15,7 @@ from crane_scheduler import framework as fwk
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.coscheduling import NAME
 from crane_scheduler.plugins.coscheduling import gang as g
+from crane_scheduler.plugins.gangwait import GangWaits
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 from crane_shared.informer import EventType, Informer
 from crane_shared.kube import DEFAULT_REQUEST_TIMEOUT, raw_json
@@ -69,17 +70,8 @@ def parse_args(args: Mapping[str, Any]) -> CoschedulingArgs:
     )
 
 
-class GangMetrics:
+class PodGroupMetrics:
     def __init__(self, metrics: fwk.PluginMetrics) -> None:
-        self.waiting = metrics.gauge("crane_scheduler_gangs_waiting", "Pod groups waiting for room for their quorum")
-        self.placed = metrics.counter(
-            "crane_scheduler_gangs_placed_total",
-            "Gang cycles that met their group's quorum (members assumed and bound)",
-        )
-        self.timed_out = metrics.counter(
-            "crane_scheduler_gangs_timed_out_total",
-            "Pod groups that waited longer than their schedule timeout (their members rejected, the wait restarted)",
-        )
         self.malformed = metrics.counter(
             "crane_scheduler_podgroups_malformed_total", "PodGroup objects skipped because they could not be read"
         )
@@ -97,12 +89,9 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
         self.args = args
         self.handle = handle
         self.wall_clock = wall_clock
-        self.metrics = GangMetrics(handle.metrics)
+        self.metrics = PodGroupMetrics(handle.metrics)
+        self.waits = GangWaits(handle, NAME)
         self.groups: dict[str, g.PodGroup] = {}
-        self.waiting: dict[str, set[str]] = {}
-        """group -> members waiting (rejected or held back): activated when the group changes or its wait ends"""
-        self.wait_since: dict[str, float] = {}
-        self.backoff_until: dict[str, float] = {}
         self.synced = False
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
@@ -127,20 +116,20 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
             return fwk.PreFilterResult(fwk.Status(fwk.Code.SKIP))
         group = self.groups.get(key)
         if group is None:
-            self._hold(key, pod.uid)
+            self.waits.hold(key, pod.uid)
             reason = g.NOT_FOUND if self.synced else "the PodGroup list has not completed yet"
             return _unresolvable(reason)
-        if self.backoff_until.get(key, 0.0) > self.handle.clock():
-            self._hold(key, pod.uid)
+        if self.waits.backed_off(key):
+            self.waits.hold(key, pod.uid)
             return _unresolvable(g.failed_recently(key))
         count = state.get(fwk.GANG_MEMBERS)
         if isinstance(count, int) and count < group.min_member:
-            self._hold(key, pod.uid)
+            self.waits.hold(key, pod.uid)
             return _unresolvable(g.not_enough_siblings(pod.name, count, group.min_member))
         if group.min_resources:
             gap = g.resource_gap(group.min_resources, self._free(table, key), group.min_member)
             if gap is not None:
-                self._hold(key, pod.uid)
+                self.waits.hold(key, pod.uid)
                 return _unresolvable(f"resource gap: {g.format_gap(gap)}")
         return fwk.PreFilterResult(fwk.Status())
 
@@ -183,49 +172,23 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
         return group.min_member if group is not None else 0
 
     def gang_placed(self, gang: str, uids: Sequence[str]) -> None:
-        self.waiting.pop(gang, None)
-        self.wait_since.pop(gang, None)
-        self.metrics.placed.inc()
-        self.metrics.waiting.set(len(self.waiting))
+        self.waits.placed(gang)
         self._mark(gang)
 
     def gang_waiting(self, gang: str, uids: Sequence[str], blocker: str, feasible: int) -> fwk.GangWait:
-        now = self.handle.clock()
-        self.waiting[gang] = set(uids)  # the group's pending members now (deleted ones drop out)
-        self.metrics.waiting.set(len(self.waiting))
         self._mark(gang)
-        message = g.rejected_with(gang, blocker)
         group = self.groups.get(gang)
-        if group is None or feasible == 0:  # nobody fits: no wait started (the reference's Permit never reached)
-            return fwk.GangWait(message, self._backoff(gang, now))
-        timeout = (
-            group.schedule_timeout if group.schedule_timeout is not None else self.args.permit_waiting_time_seconds
-        )
-        since = self.wait_since.setdefault(gang, now)
-        if now - since >= timeout:
-            self.wait_since[gang] = now  # a new wait begins
-            self.metrics.timed_out.inc()
-            return fwk.GangWait(g.timed_out(timeout, NAME), self._backoff(gang, now) or float(timeout), True)
-        left = since + timeout - now
-        backoff = self._backoff(gang, now)
-        return fwk.GangWait(message, min(left, backoff) if backoff else left)
-
-    def _backoff(self, gang: str, now: float) -> float | None:
-        """podGroupBackoffSeconds: a group that failed is held back (``podGroup ... failed recently``)."""
-        seconds = self.args.pod_group_backoff_seconds
-        if seconds <= 0:
-            return None
-        self.backoff_until[gang] = now + seconds
-        return float(seconds)
-
-    def _hold(self, gang: str, uid: str) -> None:
-        self.waiting.setdefault(gang, set()).add(uid)
-        self.metrics.waiting.set(len(self.waiting))
+        timeout: float | None = None
+        if group is not None:
+            timeout = group.schedule_timeout
+            if timeout is None:
+                timeout = float(self.args.permit_waiting_time_seconds)
+        backoff = float(self.args.pod_group_backoff_seconds)
+        return self.waits.wait(gang, uids, g.rejected_with(gang, blocker), feasible, timeout, backoff)
 
     def activate(self, gang: str) -> None:
         """Retry the group's waiting members now (its PodGroup appeared or changed, its backoff or wait ended)."""
-        for uid in sorted(self.waiting.get(gang, ())):
-            self.handle.activate(uid)
+        self.waits.activate(gang)
 
     # -- the PodGroup watch ---------------------------------------------------------------------------------------
 
@@ -244,13 +207,12 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
             group.min_resources,
             group.schedule_timeout,
         ):
-            self.backoff_until.pop(group.key, None)
+            self.waits.backoff_until.pop(group.key, None)
             self.activate(group.key)
 
     def delete_group(self, key: str) -> None:
         self.groups.pop(key, None)
-        self.wait_since.pop(key, None)
-        self.backoff_until.pop(key, None)
+        self.waits.forget(key)
 
     def _on_event(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind == "DELETED":
@@ -282,7 +244,7 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
         try:
             await informer.synced.wait()
             self.synced = True
-            for key in self.waiting:
+            for key in list(self.waits.waiting):
                 self.activate(key)
             await self._status_loop(stopping, api)
         finally:
