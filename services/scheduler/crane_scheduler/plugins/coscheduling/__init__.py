@@ -34,9 +34,9 @@ How it differs from the reference, on purpose (docs/architecture.md, "Gangs"):
 The PodGroup status (phase, scheduled/running/succeeded/failed, occupiedBy, scheduleStartTime) is kept up to
 date by the scheduler's leader, one step of scheduler-plugins' PodGroup controller per change.
 
-Metrics: ``crane_scheduler_gangs_waiting``, ``crane_scheduler_gangs_placed_total``,
-``crane_scheduler_gangs_timed_out_total``, ``crane_scheduler_podgroups_malformed_total``,
-``crane_scheduler_podgroup_status_writes_total{result}``.
+Metrics: ``crane_scheduler_gangs_waiting{plugin}``, ``crane_scheduler_gangs_placed_total{plugin}``,
+``crane_scheduler_gangs_timed_out_total{plugin}`` (``plugins.gangwait``, shared with GangScheduling),
+``crane_scheduler_podgroups_malformed_total``, ``crane_scheduler_podgroup_status_writes_total{result}``.
 """
 
 from __future__ import annotations
