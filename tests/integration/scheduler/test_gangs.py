@@ -11,8 +11,8 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
-from crane_scheduler.plugins.coscheduling.gang import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
 from crane_shared.kube import raw_json
+from tests.support.gangs import COSCHEDULING, create_group, members, read_group
 from tests.support.scheduler_cluster import (
     child_process,
     config_for,
@@ -26,12 +26,6 @@ from tests.support.scheduler_cluster import (
 )
 
 WAIT = 60.0  # generous: the CI machine is loaded; every wait ends on an event, not on this
-COSCHEDULING = {
-    "plugins": {
-        "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
-        "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
-    }
-}
 
 
 @contextlib.asynccontextmanager
@@ -51,38 +45,6 @@ async def gang_scheduler(
         yield
     finally:
         await proc.stop()
-
-
-async def create_group(kube: client.ApiClient, namespace: str, name: str, min_member: int, **spec: Any) -> None:
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {"minMember": min_member, **spec},
-    }
-    await raw_json(
-        client.CustomObjectsApi(kube).create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, body, _preload_content=False
-        )
-    )
-
-
-async def read_group(kube: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    found: dict[str, Any] = await raw_json(
-        client.CustomObjectsApi(kube).get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
-        )
-    )
-    return found
-
-
-def members(group: str, scheduler: str, count: int, cpu: str = "1") -> list[dict[str, Any]]:
-    out = []
-    for i in range(count):
-        body = pod(f"{group}-{i}", scheduler, cpu=cpu)
-        body["metadata"]["labels"] = {POD_GROUP_LABEL: group}
-        out.append(body)
-    return out
 
 
 async def placement(kube: client.ApiClient, namespace: str) -> dict[str, str | None]:
