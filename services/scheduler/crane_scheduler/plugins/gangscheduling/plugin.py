@@ -105,8 +105,15 @@ class GangScheduling(fwk.PreFilterPlugin, fwk.EnqueueExtensions, fwk.GangPlugin,
         self._log_once = LogOnce(log)
 
     def gang_of(self, pod: PodInfo) -> str | None:
+        """The pod's gang; None without ``workloadRef`` or in a known ``basic`` group (scheduled as any pod, with
+        preemption)."""
         ref = workload_ref(pod.raw)
-        return None if ref is None else gang_key(pod.namespace, *ref)
+        if ref is None:
+            return None
+        workload = self.workloads.get(f"{pod.namespace}/{ref[0]}")
+        if workload is not None and ref[1] in workload.groups and workload.groups[ref[1]] is None:
+            return None
+        return gang_key(pod.namespace, *ref)
 
     def _policy(self, gang: str) -> tuple[Workload | None, str, str, int | None]:
         namespace, name, group, _ = gang.split("/", 3)
