@@ -237,8 +237,6 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
         host.decisions.record(member.pod, wall, host.table, {}, None, wait.message)
         host._unschedulable(profile, member, rejectors, wait.message, start)
     _explain(host, gang, quorum, placed, "timed out" if wait.timed_out else "waiting", queued, assumed)
-    if wait.retry_after is not None:
-        asyncio.get_running_loop().call_later(wait.retry_after, plugin_activate(plugin), gang)
 
 
 def _explain(
@@ -271,12 +269,6 @@ def _explain(
         decision = host.decisions.get(m.pod.key)
         if decision is not None:
             decision.gang = summary
-
-
-def plugin_activate(plugin: GangPlugin) -> Callable[[str], None]:
-    """The plugin's ``activate`` (retry a group's waiting members) where it has one."""
-    activate: Callable[[str], None] | None = getattr(plugin, "activate", None)
-    return activate if activate is not None else (lambda gang: None)
 
 
 def _rejectors(result: Diagnosis | Status) -> frozenset[str]:

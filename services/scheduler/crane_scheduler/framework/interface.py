@@ -302,7 +302,8 @@ class GangWait:
 
     message: str
     retry_after: float | None = None
-    """seconds until the group is retried regardless of cluster events (its backoff or timeout); None: on events"""
+    """seconds until the plugin retries the group regardless of cluster events (its backoff or timeout); None: on
+    events only"""
     timed_out: bool = False
 
 

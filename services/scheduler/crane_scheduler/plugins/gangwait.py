@@ -8,6 +8,7 @@ first such cycle in which some member fit; past the group's timeout its members 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -60,6 +61,7 @@ class GangWaits:
         """group -> members waiting: activated when the group changes or its wait ends"""
         self.since: dict[str, float] = {}
         self.backoff_until: dict[str, float] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
 
     def hold(self, gang: str, uid: str) -> None:
         """A member refused by the plugin itself (group unknown, too few members, held back)."""
@@ -72,6 +74,9 @@ class GangWaits:
     def placed(self, gang: str) -> None:
         self.waiting.pop(gang, None)
         self.since.pop(gang, None)
+        timer = self._timers.pop(gang, None)
+        if timer is not None:
+            timer.cancel()
         self.metrics.placed.inc()
         self.metrics.waiting.set(len(self.waiting))
 
@@ -85,14 +90,32 @@ class GangWaits:
         self.metrics.waiting.set(len(self.waiting))
         held = self._back_off(gang, now, backoff)
         if timeout is None or feasible == 0:
-            return fwk.GangWait(message, held)
+            return self._retry(gang, fwk.GangWait(message, held))
         since = self.since.setdefault(gang, now)
         if now - since >= timeout:
             self.since[gang] = now  # a new wait begins
             self.metrics.timed_out.inc()
-            return fwk.GangWait(timed_out(timeout, self.plugin), held or float(timeout), True)
+            return self._retry(gang, fwk.GangWait(timed_out(timeout, self.plugin), held or float(timeout), True))
         left = since + timeout - now
-        return fwk.GangWait(message, min(left, held) if held else left)
+        return self._retry(gang, fwk.GangWait(message, min(left, held) if held else left))
+
+    def _retry(self, gang: str, wait: fwk.GangWait) -> fwk.GangWait:
+        """One timer per group: the group's members are activated when its backoff or wait ends (so a timeout is
+        reported on time, without a cluster event)."""
+        old = self._timers.pop(gang, None)
+        if old is not None:
+            old.cancel()
+        if wait.retry_after is not None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop (a pure test): the caller retries
+                return wait
+            self._timers[gang] = loop.call_later(wait.retry_after, self._fire, gang)
+        return wait
+
+    def _fire(self, gang: str) -> None:
+        self._timers.pop(gang, None)
+        self.activate(gang)
 
     def _back_off(self, gang: str, now: float, seconds: float) -> float | None:
         if seconds <= 0:
