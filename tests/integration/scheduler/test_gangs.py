@@ -4,6 +4,7 @@ chart's RBAC: all or nothing, no capacity held while waiting, no deadlock betwee
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,6 +13,7 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.kube import raw_json
+from cranectl.__main__ import render_explain
 from tests.support.gangs import COSCHEDULING, create_group, members, read_group
 from tests.support.scheduler_cluster import (
     child_process,
@@ -31,8 +33,9 @@ WAIT = 60.0  # generous: the CI machine is loaded; every wait ends on an event, 
 @contextlib.asynccontextmanager
 async def gang_scheduler(
     cluster: LocalCluster, scheduler_name: str, selector: str, name: str, profile: dict[str, Any] = COSCHEDULING
-) -> AsyncIterator[None]:
-    """The real command with ``profile`` (Coscheduling in place of PrioritySort by default), ready."""
+) -> AsyncIterator[int]:
+    """The real command with ``profile`` (Coscheduling in place of PrioritySort by default), ready; yields its
+    HTTP port."""
     proc, port = child_process(cluster, config_for(scheduler_name, profile=profile), selector, name, cluster.run_dir)
     await proc.start()
     try:
@@ -42,7 +45,7 @@ async def gang_scheduler(
                 return r.status == 200
 
         await proc.wait_ready(ready, timeout=30)
-        yield
+        yield port
     finally:
         await proc.stop()
 
@@ -76,7 +79,7 @@ async def test_a_gang_binds_whole_or_not_at_all_and_a_waiting_gang_holds_no_room
     await create_nodes(kube, [node(f"{group}-{i}", group, cpu="2") for i in range(2)])  # 4 cpus in all
     await create_group(kube, namespace, "fits", 3)
     await create_group(kube, namespace, "big", 2)
-    async with gang_scheduler(cluster, scheduler_name, selector, f"{namespace}-gangs"):
+    async with gang_scheduler(cluster, scheduler_name, selector, f"{namespace}-gangs") as port:
         await create_pods(kube, namespace, members("fits", scheduler_name, 3))
         fits = [f"fits-{i}" for i in range(3)]
         await wait_for(lambda: all_bound(kube, namespace, fits), WAIT, what="every member of the gang to bind")
@@ -97,6 +100,12 @@ async def test_a_gang_binds_whole_or_not_at_all_and_a_waiting_gang_holds_no_room
 
         notes = await wait_for(rejected, WAIT, what="both members of the gang that cannot fit to be refused")
         assert "PodGroup" in " ".join(notes["big-0"] | notes["big-1"])
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/debug/explain/{namespace}/big-0") as r,
+        ):
+            explained = render_explain(json.loads(await r.text()))
+        assert f"gang {namespace}/big: waiting: 1 member(s) found places, 0 placed before, minMember 2" in explained
         await create_pods(kube, namespace, [pod("loose", scheduler_name, cpu="1")])
         placed = await wait_for(lambda: all_bound(kube, namespace, ["loose"]), WAIT, what="a pod of no group")
         assert placed["big-0"] is None and placed["big-1"] is None
