@@ -225,7 +225,8 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
             host._requeue_dropped(member.pod.uid)
         return
     blocker = failed[0][0].pod.name if failed else qp.pod.name
-    wait = plugin.gang_waiting(gang, [m.pod.uid for m in queued], blocker, len(assumed))
+    refused = bool(failed) and all(_rejectors(r) == {plugin.name} for _, _, r in failed)
+    wait = plugin.gang_waiting(gang, [m.pod.uid for m in queued], blocker, len(assumed), refused)
     rejectors = frozenset({plugin.name}).union(*(_rejectors(r) for _, _, r in failed))
     for member, state, result in failed:
         override = wait.message if wait.timed_out else ""

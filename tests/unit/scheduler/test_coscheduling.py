@@ -174,9 +174,12 @@ def member(name: str, group: str, cpu: str = "1") -> dict[str, Any]:
     return raw
 
 
-def gang_scheduler(*groups: dict[str, Any]) -> tuple[Scheduler, HeldBinder, Clock, Coscheduling]:
+def gang_scheduler(*groups: dict[str, Any], **args: Any) -> tuple[Scheduler, HeldBinder, Clock, Coscheduling]:
     binder, clock = HeldBinder(), Clock()
-    s = scheduler_with(binder, clock, CONFIG)
+    config = json.loads(json.dumps(CONFIG))
+    if args:
+        config["profiles"][0]["pluginConfig"] = [{"name": "Coscheduling", "args": args}]
+    s = scheduler_with(binder, clock, config)
     plugin = s.profiles["crane-scheduler"].plugins["Coscheduling"]
     assert isinstance(plugin, Coscheduling)
     plugin.synced = True
@@ -418,3 +421,20 @@ async def test_the_gang_index_follows_pods_from_pending_to_assumed_bound_and_gon
     for raw in raws:
         s.on_pod_deleted(raw)
     assert s.gang_index.placed == {} and s.gang_index.pending == {}
+
+
+async def test_a_group_that_failed_is_held_back_for_its_backoff_and_its_own_refusals_do_not_renew_it() -> None:
+    s, binder, clock, _ = gang_scheduler(group_obj("job", 2), podGroupBackoffSeconds=30)
+    s.on_node(node("n1", cpu="1"))
+    s.on_pod(member("job-0", "job"))
+    s.on_pod(member("job-1", "job"))
+    await step(s)  # one does not fit: backed off for 30 s
+    clock.now += 20
+    s.queue.activate(next(iter(s.queue.unschedulable)))
+    await step(s)
+    assert set(waiting_messages(s).values()) == {"0/1 nodes are available: podGroup ns/job failed recently."}
+    s.on_node(node("n2", cpu="1"))  # room now; the backoff (not renewed by the refusal above) ends at 30 s
+    clock.now += 11
+    s.queue.activate(next(iter(s.queue.unschedulable)))
+    await step(s)
+    assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1"]

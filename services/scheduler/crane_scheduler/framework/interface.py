@@ -326,9 +326,10 @@ class GangPlugin(Plugin, Protocol):
         """The cycle met the quorum: ``uids`` are assumed and about to bind."""
         ...
 
-    def gang_waiting(self, gang: str, uids: Sequence[str], blocker: str, feasible: int) -> GangWait:
+    def gang_waiting(self, gang: str, uids: Sequence[str], blocker: str, feasible: int, refused: bool) -> GangWait:
         """The cycle did not meet the quorum (``blocker``: the first member that found no place; ``feasible``: how
-        many did): nothing is assumed, ``uids`` wait."""
+        many did; ``refused``: every failure was this plugin's own refusal, not a lack of room): nothing is
+        assumed, ``uids`` wait."""
         ...
 
 

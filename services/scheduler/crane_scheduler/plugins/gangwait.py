@@ -88,7 +88,7 @@ class GangWaits:
         now = self.handle.clock()
         self.waiting[gang] = set(uids)  # the group's pending members now (deleted ones drop out)
         self.metrics.waiting.set(len(self.waiting))
-        held = self._back_off(gang, now, backoff)
+        held = None if self.backed_off(gang) else self._back_off(gang, now, backoff)  # never renewed while held
         if timeout is None or feasible == 0:
             return self._retry(gang, fwk.GangWait(message, held))
         since = self.since.setdefault(gang, now)
@@ -102,15 +102,16 @@ class GangWaits:
     def _retry(self, gang: str, wait: fwk.GangWait) -> fwk.GangWait:
         """One timer per group: the group's members are activated when its backoff or wait ends (so a timeout is
         reported on time, without a cluster event)."""
+        if wait.retry_after is None:  # a timer already set (a backoff's end, a deadline) stays
+            return wait
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a pure test): the caller retries
+            return wait
         old = self._timers.pop(gang, None)
         if old is not None:
             old.cancel()
-        if wait.retry_after is not None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # no loop (a pure test): the caller retries
-                return wait
-            self._timers[gang] = loop.call_later(wait.retry_after, self._fire, gang)
+        self._timers[gang] = loop.call_later(wait.retry_after, self._fire, gang)
         return wait
 
     def _fire(self, gang: str) -> None:

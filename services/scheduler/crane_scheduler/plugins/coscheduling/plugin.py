@@ -175,7 +175,7 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
         self.waits.placed(gang)
         self._mark(gang)
 
-    def gang_waiting(self, gang: str, uids: Sequence[str], blocker: str, feasible: int) -> fwk.GangWait:
+    def gang_waiting(self, gang: str, uids: Sequence[str], blocker: str, feasible: int, refused: bool) -> fwk.GangWait:
         self._mark(gang)
         group = self.groups.get(gang)
         timeout: float | None = None
@@ -183,7 +183,8 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
             timeout = group.schedule_timeout
             if timeout is None:
                 timeout = float(self.args.permit_waiting_time_seconds)
-        backoff = float(self.args.pod_group_backoff_seconds)
+        # the reference backs a group off when a member did not fit (PostFilter), not for its own refusals
+        backoff = 0.0 if refused else float(self.args.pod_group_backoff_seconds)
         return self.waits.wait(gang, uids, g.rejected_with(gang, blocker), feasible, timeout, backoff)
 
     def activate(self, gang: str) -> None:

@@ -150,7 +150,7 @@ class GangScheduling(fwk.PreFilterPlugin, fwk.EnqueueExtensions, fwk.GangPlugin,
     def gang_placed(self, gang: str, uids: Sequence[str]) -> None:
         self.waits.placed(gang)
 
-    def gang_waiting(self, gang: str, uids: Sequence[str], blocker: str, feasible: int) -> fwk.GangWait:
+    def gang_waiting(self, gang: str, uids: Sequence[str], blocker: str, feasible: int, refused: bool) -> fwk.GangWait:
         timeout = self.timeout if self.quorum(gang) else None
         return self.waits.wait(gang, uids, WAITING_ON_PERMIT, feasible, timeout)
 
