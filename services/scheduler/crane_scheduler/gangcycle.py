@@ -212,7 +212,7 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
             host.decisions.record(member.pod, wall, host.table, state, node, "")
             host.start_binding(profile, member, state, node, start, holds_slot=k == 0)
         for member, state, result in failed:
-            _fail(host, profile, member, state, result, frozenset(), "", gang, plugin.name, start, wall)
+            _fail(host, profile, member, state, result, frozenset(), gang, plugin.name, start, wall)
         _explain(host, gang, quorum, placed, "placed", queued, assumed)
         return
 
@@ -229,8 +229,7 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
     wait = plugin.gang_waiting(gang, [m.pod.uid for m in queued], blocker, len(assumed), refused)
     rejectors = frozenset({plugin.name}).union(*(_rejectors(r) for _, _, r in failed))
     for member, state, result in failed:
-        override = wait.message if wait.timed_out else ""
-        _fail(host, profile, member, state, result, rejectors, override, gang, plugin.name, start, wall)
+        _fail(host, profile, member, state, result, rejectors, gang, plugin.name, start, wall)
     for member, state, _ in assumed:
         host.decisions.record(member.pod, wall, host.table, state, None, wait.message)
         host._unschedulable(profile, member, rejectors, wait.message, start)
@@ -285,21 +284,21 @@ def _fail(
     state: CycleState,
     result: Diagnosis | Status,
     extra: frozenset[str],
-    override: str,
     gang: str,
     plugin: str,
     start: float,
     wall: float,
 ) -> None:
-    """A member that found no place: its own reason (or the group's timeout), never a preemption."""
+    """A member that found no place: its own reason, never a preemption (the group's timeout is what the members
+    that fit hear)."""
     if isinstance(result, Diagnosis):
         if result.rejectors - {plugin}:  # the gang plugin's own refusals are not a matter of room
             result.post_filter_msg = no_preemption(gang)
-        message = override or result.message
+        message = result.message
         host.decisions.record(member.pod, wall, host.table, state, None, message)
         host._unschedulable(profile, member, frozenset(result.rejectors) | extra, message, start)
     elif result.rejected:
-        message = override or result.message
+        message = result.message
         host.decisions.record(member.pod, wall, host.table, state, None, message)
         host._unschedulable(profile, member, _rejectors(result) | extra, message, start)
     else:
