@@ -24,8 +24,9 @@ from crane_shared.retry import sleep_unless
 
 STATUS_PERIOD = 1.0
 """seconds between status passes (only groups whose pods or spec changed, or not final at a resync)"""
-RESYNC_PERIOD = 15.0
-"""seconds between re-reads of every non-final group's pods (their phases change without the scheduler's doing)"""
+RESYNC_PERIOD = 300.0
+"""seconds between re-reads of every non-final group's pods, a safety net: a placed member's every update (its phase)
+and its leaving (finished, deleted) mark its group through the node table's pod hooks"""
 log = get_logger("crane.scheduler.coscheduling")
 
 
@@ -96,7 +97,9 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         self._log_once = LogOnce(log)
+        self._placed: dict[str, str] = {}  # placed member uid -> its group
         handle.table.pod_added.append(self._pod_added)
+        handle.table.pod_removed.append(self._pod_removed)
 
     # -- QueueSort ------------------------------------------------------------------------------------------------
 
@@ -224,6 +227,12 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
 
     def _pod_added(self, pod: PodInfo) -> None:
         key = g.group_of(pod.raw)
+        if key is not None:
+            self._placed[pod.uid] = key
+            self._mark(key)
+
+    def _pod_removed(self, uid: str) -> None:
+        key = self._placed.pop(uid, None)
         if key is not None:
             self._mark(key)
 
