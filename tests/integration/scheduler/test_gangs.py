@@ -1,5 +1,6 @@
 """Gangs (Coscheduling, PodGroup) on the real API server, with the real ``crane-scheduler`` command under the
-chart's RBAC: all or nothing, no capacity held while waiting, no deadlock between gangs, the timeout."""
+chart's RBAC: all or nothing, no capacity held while waiting, no deadlock between gangs, the timeout, a member
+replaced mid-wait, the Workload API."""
 
 from __future__ import annotations
 
@@ -134,13 +135,15 @@ async def test_two_interleaved_gangs_that_fit_one_at_a_time_both_complete_in_tur
         await wait_for(lambda: all_bound(kube, namespace, [f"{second}-0", f"{second}-1"]), WAIT, what="the second gang")
 
 
-async def test_a_gang_that_waits_past_its_timeout_is_rejected_and_binds_nothing(
+async def test_a_gang_that_waits_past_its_timeout_is_rejected_and_a_member_replaced_mid_wait_completes_it(
     cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
 ) -> None:
-    await create_nodes(kube, [node(f"{group}-0", group, cpu="1")])  # one member of two fits
+    await create_nodes(kube, [node(f"{group}-0", group, cpu="1")])
     await create_group(kube, namespace, "slow", 2, scheduleTimeoutSeconds=2)
+    small, big = members("slow", scheduler_name, 2, cpu="500m")
+    big["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"  # never fits next to the other
     async with gang_scheduler(cluster, scheduler_name, selector, f"{namespace}-gangs"):
-        await create_pods(kube, namespace, members("slow", scheduler_name, 2))
+        await create_pods(kube, namespace, [small, big])
         timeout = "rejected due to timeout after waiting 2s at plugin Coscheduling"
 
         async def timed_out() -> dict[str, set[str]] | None:
@@ -151,6 +154,12 @@ async def test_a_gang_that_waits_past_its_timeout_is_rejected_and_binds_nothing(
         every = " ".join(n for member in notes.values() for n in member)
         assert "PodGroup " + f"{namespace}/slow gets rejected due to Pod slow-" in every  # the wait before it
         assert await placement(kube, namespace) == {"slow-0": None, "slow-1": None}
+
+        # the member that cannot fit is deleted mid-wait (its Job replaces it): the group completes
+        await delete_pods(kube, namespace, ["slow-1"])
+        replacement = members("slow", scheduler_name, 3, cpu="500m")[2]
+        await create_pods(kube, namespace, [replacement])
+        await wait_for(lambda: all_bound(kube, namespace, ["slow-0", "slow-2"]), WAIT, what="the completed group")
 
 
 WORKLOAD_API = {"plugins": {"multiPoint": {"enabled": [{"name": "GangScheduling"}]}}}
