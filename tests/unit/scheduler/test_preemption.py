@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.framework import ArgsError, Diagnosis, Handle
@@ -245,8 +246,11 @@ async def test_a_failed_eviction_retries_the_preemptor_at_once() -> None:
     """The eviction answers 500: no Preempted event, and the preemptor is activated (kube's Activate after an API
     error) instead of waiting for a victim that is not going."""
     writer = _Writer(answers=[200, 500])
-    scene = preempt_one_victim(writer)
-    await scene.plugin.drain()
+    with capture_logs() as logs:
+        scene = preempt_one_victim(writer)
+        await scene.plugin.drain()
+    [failed] = [e for e in logs if e["event"] == "preemption failed"]
+    assert (failed["pod"], failed["verb"], failed["object"], failed["status"]) == ("ns/vip", "evict", "pod ns/low", 500)
     assert writer.writes == [
         "PATCH /api/v1/namespaces/ns/pods/vip/status",
         "EVICT /api/v1/namespaces/ns/pods/low",
