@@ -63,6 +63,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import SCHEDULER_ERROR, UNSCHEDULABLE, PodInfo
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.writer import ApiWriter
+from crane_shared.kube import api_failure
 from crane_shared.leader import Term
 from crane_shared.logs import get_logger
 from crane_shared.retry import sleep_unless
@@ -300,7 +301,7 @@ class Scheduler:
         try:
             await self.reporter.recover_scheduled_events(list(self.table.pods.values()), set(self.profiles))
         except Exception as err:  # reporting must never keep the leader from scheduling
-            log.warning("could not check for unreported bindings", error=repr(err))
+            log.warning("could not check for unreported bindings", **api_failure("list", "Scheduled events", err))
 
     async def _recover_once_settled(self, stopping: asyncio.Event) -> None:
         """Look for unreported bindings once more when the previous term's binds have landed: a bind cancelled
