@@ -192,15 +192,15 @@ class FakeWriter:
         return cast(ApiWriter, self)
 
 
-def scheduler_with(binder: Any, clock: Callable[[], float]) -> Scheduler:
+def scheduler_with(binder: Any, clock: Callable[[], float], writer: FakeWriter | None = None) -> Scheduler:
     """A ``Scheduler`` with the default profile on a fresh node table, its DefaultBinder replaced by ``binder``;
-    no API client (reports stay queued)."""
+    no API client; reports stay queued, or go to ``writer`` while its reporter runs."""
     registry = builtin_registry()
     factories: dict[str, Any] = {name: (lambda a, h, n=name: registry.create(n, a, h)) for name in registry}
     factories["DefaultBinder"] = lambda args, handle: binder
     t = NodeTable()
     profiles = build_profiles(SchedulerConfig(), Registry(factories, registry.defaults), lambda name: Handle(t))
-    reporter = Reporter(None, None, "test", clock=clock)
+    reporter = Reporter(None if writer is None else writer.as_writer(), None, "test", clock=clock)
     return Scheduler(config=SchedulerConfig(), profiles=profiles, table=t, reporter=reporter, clock=clock)
 
 

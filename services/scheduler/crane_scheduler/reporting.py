@@ -275,7 +275,7 @@ class Reporter:
             lambda: self._create_event(namespace, body, "scheduled"),
             attempts=SCHEDULED_ATTEMPTS,
             backoff=Backoff(initial=0.5, maximum=8.0),
-            retryable=_transient,
+            retryable=_transient_or_unauthorized,
         )
 
     async def _write(self, method: str, path: str, body: Any, term: Term | None, content_type: str = JSON) -> Reply:
@@ -309,11 +309,15 @@ class Reporter:
             raise _failure(reply, "PATCH", path)
 
     async def _ensure_scheduled(self, pod: PodInfo, scheduler: str) -> None:
+        core = client.CoreV1Api(self._api)
         try:
-            live = await raw_json(
-                client.CoreV1Api(self._api).read_namespaced_pod(
-                    pod.name, pod.namespace, _preload_content=False, _request_timeout=30
-                )
+            live = await retry(  # the one chance to report this bind: retried like the Scheduled event itself
+                lambda: raw_json(
+                    core.read_namespaced_pod(pod.name, pod.namespace, _preload_content=False, _request_timeout=30)
+                ),
+                attempts=SCHEDULED_ATTEMPTS,
+                backoff=Backoff(initial=0.5, maximum=8.0),
+                retryable=_transient_or_unauthorized,
             )
         except ApiException as err:
             if err.status == 404:
@@ -371,6 +375,13 @@ def _failure(reply: Reply, method: str, path: str) -> ApiCallError:
 
 def _transient(err: Exception) -> bool:
     return not isinstance(err, ApiException) or err.status is None or err.status == 429 or err.status >= 500
+
+
+def _transient_or_unauthorized(err: Exception) -> bool:
+    """For the writes that report a bind that happened: a kube-apiserver just restarted answers 401/403 until its
+    authenticator and RBAC caches have synced (kubernetes#101422), and a Scheduled event dropped then stays
+    missing while the leader keeps its term (recovery only runs when a term starts)."""
+    return _transient(err) or (isinstance(err, ApiException) and err.status in (401, 403))
 
 
 def _parse_time(text: str) -> datetime:

@@ -152,7 +152,14 @@ class Scheduler:
         if listers is None:  # the profiles' plugins read the listers their handle holds: feed those
             listers = next((p.handle.listers for p in profiles.values() if p.handle is not None), None)
         self.cache = Cache(
-            table, self.queue, profiles, clock=clock, forget=reporter.forget, wake=self._wakeup.set, listers=listers
+            table,
+            self.queue,
+            profiles,
+            clock=clock,
+            forget=reporter.forget,
+            wake=self._wakeup.set,
+            listers=listers,
+            bound_unassumed=self._bound_unassumed,
         )
         self.listers = self.cache.listers
         for profile in profiles.values():
@@ -168,6 +175,7 @@ class Scheduler:
         self._binds: dict[asyncio.Task[None], tuple[Profile, CycleState, PodInfo, str]] = {}
         self._dropped: set[asyncio.Task[None]] = set()
         self._term: Term | None = None  # the leadership term the loop runs in; None without leader election
+        self._scheduling = False  # the loop runs (a standby's cache sees the leader's binds: not its to report)
 
     def _gated(self, pod: PodInfo) -> bool:
         """kube's PreEnqueue: a plugin of the pod's profile holds it back (a preemptor whose victims are not gone)."""
@@ -247,6 +255,14 @@ class Scheduler:
 
     # ------------------------------------------------------------------------------------------ the loop
 
+    def _bound_unassumed(self, pod: PodInfo) -> None:
+        """A pending pod of ours turned up bound with no bind of ours assumed for it, most often a bind whose reply
+        was lost in an API server restart: the attempt counted as failed, so no Scheduled event was queued, and
+        the pod left the pending set before a retry could meet the 409 (which would have written it). Its one
+        Scheduled event is written now (one name per UID: a second create is a harmless 409)."""
+        if self._scheduling and self.may_bind():
+            self.reporter.scheduled(pod.namespace, pod.name, pod.uid, pod.node_name, pod.scheduler_name)
+
     def may_bind(self) -> bool:
         """Whether a bind may be sent now: always without leader election, else only while the term holds."""
         return self._term is None or self._term.held
@@ -283,6 +299,7 @@ class Scheduler:
         flusher = asyncio.create_task(self._flush_loop(stopping))
         settled = asyncio.create_task(self._recover_once_settled(stopping))
         log.info("scheduling", profiles=sorted(self.profiles))
+        self._scheduling = True
         try:
             while not stopping.is_set():
                 await self._slots.acquire()
@@ -295,7 +312,10 @@ class Scheduler:
         finally:
             flusher.cancel()
             settled.cancel()
-            await self.drain()
+            try:
+                await self.drain()
+            finally:
+                self._scheduling = False
 
     async def _recover_scheduled_events(self) -> None:
         try:

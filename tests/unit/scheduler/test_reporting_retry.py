@@ -30,6 +30,23 @@ async def test_scheduled_event_is_retried_through_503s_and_written_once() -> Non
     assert {b["metadata"]["name"] for b in fake.bodies} == {reporting.scheduled_event_name("p", "uid-1")}
 
 
+async def test_scheduled_event_is_retried_through_a_restarted_api_servers_403s() -> None:
+    """A kube-apiserver just restarted answers 403 until its RBAC caches have synced: the one Scheduled event of a
+    bind that happened is retried through it, not dropped (nothing would write it again while the term holds)."""
+    fake = FakeWriter(answers=[403, 401, 201])
+    reporter = Reporter(fake.as_writer(), None, "test")
+    stopping = asyncio.Event()
+    run = asyncio.create_task(reporter.run(stopping))
+    try:
+        reporter.scheduled("ns", "p", "uid-1", "n1", "crane-scheduler")
+        await asyncio.wait_for(reporter.drain(), 30)
+    finally:
+        stopping.set()
+        reporter.close()
+        await run
+    assert fake.answers == [] and len(fake.writes) == 3
+
+
 async def test_a_failed_report_is_logged_naming_the_pod_the_write_and_the_status() -> None:
     """The namespace is being deleted: the API server refuses the event (403). The warning says which pod, which
     write and what status, not ``error=ApiException()``."""
