@@ -33,9 +33,11 @@ from crane_shared.events import micro_time
 
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT",
+    "ApiCallError",
     "KubeSettings",
     "TokenBucket",
     "api_client_from_dict",
+    "api_failure",
     "default_timeout",
     "make_api_client",
     "micro_time",
@@ -169,6 +171,52 @@ async def raw_json(call: Awaitable[Any]) -> Any:
         err.body, err.headers = data.decode(errors="replace"), resp.headers
         raise err
     return json.loads(data) if data else None
+
+
+class ApiCallError(ApiException):
+    """A failed API call that names itself: the verb, the object (``"pod ns/name"``) and the HTTP status
+    (``None``: no answer came, a transport error). Its ``str`` is one line with the three and the server's message:
+    an ``ApiException``'s repr is ``ApiException()`` and its str spans lines of headers, so a log line with either
+    said neither which write failed nor how."""
+
+    def __init__(self, verb: str, obj: str, status: int | None, text: str = "") -> None:
+        super().__init__(status=status, reason=text[:300])
+        self.verb, self.object, self.text = verb, obj, text
+        self.body = text.encode()
+
+    def __str__(self) -> str:
+        answer = "no answer" if self.status is None else f"HTTP {self.status}"
+        return f"{self.verb} {self.object}: {answer}: {self.text[:300]}"
+
+    @classmethod
+    def of(cls, verb: str, obj: str, err: BaseException) -> ApiCallError:
+        """``err`` (raised by the call ``verb`` of ``obj``) as an ``ApiCallError``: itself if it is one; the
+        server's own message where it answered with a ``Status``; the exception's repr when no answer came."""
+        if isinstance(err, ApiCallError):
+            return err
+        if isinstance(err, ApiException):
+            return cls(verb, obj, err.status, _server_message(err))
+        return cls(verb, obj, None, repr(err))
+
+    def log_fields(self) -> dict[str, Any]:
+        return {"verb": self.verb, "object": self.object, "status": self.status, "error": self.text[:300]}
+
+
+def api_failure(verb: str, obj: str, err: BaseException) -> dict[str, Any]:
+    """The fields of a log line about a failed API call (``verb`` of ``obj``, e.g. ``"update"``, ``"lease
+    ns/name"``): the verb, the object, the HTTP status (``None``: no answer) and the error in one line. An
+    ``ApiCallError`` names its own call."""
+    return ApiCallError.of(verb, obj, err).log_fields()
+
+
+def _server_message(err: ApiException) -> str:
+    """The ``message`` of the ``Status`` the server answered with, else the reason phrase."""
+    body = err.body.decode(errors="replace") if isinstance(err.body, bytes) else str(err.body or "")
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        message = json.loads(body).get("message")
+        if message:
+            return str(message)[:300]
+    return str(err.reason or body or "")[:300]
 
 
 def tls_context(configuration: client.Configuration) -> ssl.SSLContext | None:

@@ -34,7 +34,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_shared.events import micro_time
-from crane_shared.kube import KubeSettings, make_api_client, raw_json
+from crane_shared.kube import ApiCallError, KubeSettings, api_failure, make_api_client, raw_json
 from crane_shared.logs import get_logger
 from crane_shared.retry import sleep_unless
 
@@ -107,12 +107,14 @@ class LeaderElector:
         self._failing = False  # inside a streak of failed attempts (logged once)
         self.term: Term | None = None  # the current term while leading, else None
         self.on_change: Callable[[bool], None] = lambda leading: None
+        self._call = "get"  # the lease call in flight (get, create, update), named when it fails
 
     @property
     def is_leader(self) -> bool:
         return self.term is not None and self.term.held
 
     async def _read(self) -> dict[str, Any] | None:
+        self._call = "get"
         try:
             lease: dict[str, Any] = await raw_json(
                 self._api.read_namespaced_lease(self.config.name, self.config.namespace, _preload_content=False)
@@ -147,6 +149,7 @@ class LeaderElector:
         """One attempt, no error handling: True when we hold the lease afterwards."""
         lease = await self._read()
         if lease is None:
+            self._call = "create"
             await raw_json(
                 self._api.create_namespaced_lease(self.config.namespace, self._body(None), _preload_content=False)
             )
@@ -157,6 +160,7 @@ class LeaderElector:
         self._observe(holder, str(spec.get("renewTime")), float(spec.get("leaseDurationSeconds") or 0))
         if holder and holder != self.config.identity and not self._expired():
             return False
+        self._call = "update"
         await raw_json(
             self._api.replace_namespaced_lease(
                 self.config.name, self.config.namespace, self._body(lease), _preload_content=False
@@ -174,25 +178,31 @@ class LeaderElector:
                 held = await self._try_acquire_or_renew()
         except ApiException as err:
             if err.status != 409:  # 409: someone else wrote first, the normal race
-                self._failed(f"HTTP {err.status} {err.reason}")
+                self._failed(err)
             return False
         except TimeoutError:
-            self._failed(f"no answer within {budget:.1f}s")
+            self._failed(ApiCallError(self._call, self._object, None, f"no answer within {budget:.1f}s"))
             return False
         except Exception as err:  # disconnects, bad JSON, malformed Lease: retried, never fatal
-            self._failed(f"{type(err).__name__}: {err}")
+            self._failed(err)
             return False
         if self._failing:
             self._failing = False
             log.info("lease requests succeed again", lease=self.config.name)
         return held
 
-    def _failed(self, error: str) -> None:
+    @property
+    def _object(self) -> str:
+        return f"lease {self.config.namespace}/{self.config.name}"
+
+    def _failed(self, err: BaseException) -> None:
+        """Log a failed lease call (the first of a run of failures as a warning) naming the call and its status."""
+        fields = api_failure(self._call, self._object, err)
         if not self._failing:
             self._failing = True
-            log.warning("lease request failed; retrying", lease=self.config.name, error=error)
+            log.warning("lease request failed; retrying", lease=self.config.name, **fields)
         else:
-            log.debug("lease request failed", lease=self.config.name, error=error)
+            log.debug("lease request failed", lease=self.config.name, **fields)
 
     def _observe(self, holder: str, renew: str, duration: float) -> None:
         if (holder, renew) != self._observed:
@@ -276,10 +286,11 @@ class LeaderElector:
 
     async def release(self) -> None:
         """Give the lease up on shutdown so a standby takes over at once instead of after the lease duration."""
-        with contextlib.suppress(Exception):
+        try:
             async with asyncio.timeout(self.config.request_timeout):
                 lease = await self._read()
                 if lease and (lease.get("spec") or {}).get("holderIdentity") == self.config.identity:
+                    self._call = "update"
                     await raw_json(
                         self._api.replace_namespaced_lease(
                             self.config.name,
@@ -288,3 +299,7 @@ class LeaderElector:
                             _preload_content=False,
                         )
                     )
+        except Exception as err:  # a standby takes over once the lease expires instead
+            log.warning(
+                "could not release the lease", lease=self.config.name, **api_failure(self._call, self._object, err)
+            )

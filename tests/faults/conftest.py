@@ -1,9 +1,10 @@
 """Fixtures of the fault suite: Toxiproxy between a service and the API server, Redis or Prometheus; an HTTP
 proxy that answers 429/503 (Toxiproxy works on TCP and cannot make status codes); an API server restart; and the
-report each fault test files for ``python -m bench.faults``.
+row each fault test files in the table of faults survived.
 
-Tests marked ``slow_fault`` run only with ``CRANE_FAULTS=all`` (what ``python -m bench.faults`` sets); the rest
-are the fast subset ``make test`` runs.
+The whole suite runs in every ``make test`` (CI's command), and the table is printed at the end of the run, so a
+stop's CI log shows it; a row whose test failed is marked FAILED there, and the failed test fails the run.
+``CRANE_FAULTS=fast`` skips the tests marked ``slow_fault`` (a developer's quick loop; never CI's).
 """
 
 from __future__ import annotations
@@ -24,36 +25,54 @@ from crane_sandbox.toxiproxy import Proxy, Toxiproxy
 from tests.support.faults import (
     REPORT_ENV,
     FaultReport,
+    FaultRow,
     StatusProxy,
+    fault_table,
 )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow_fault: part of the full fault suite only (CRANE_FAULTS=all)")
+    config.addinivalue_line("markers", "slow_fault: skipped with CRANE_FAULTS=fast (a developer's quick loop)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    full = os.environ.get("CRANE_FAULTS") == "all"
+    fast = os.environ.get("CRANE_FAULTS") == "fast"
     for item in items:
         if "/faults/" not in str(item.fspath):
             continue
         item.add_marker(pytest.mark.integration)
-        if not full and item.get_closest_marker("slow_fault"):
-            item.add_marker(pytest.mark.skip(reason="full fault suite only: python -m bench.faults"))
+        if fast and item.get_closest_marker("slow_fault"):
+            item.add_marker(pytest.mark.skip(reason="CRANE_FAULTS=fast"))
+
+
+_ROWS = pytest.StashKey[list[dict[str, Any]]]()
+"""The rows filed in this run, in the order their tests ended, for the table at the end of the run."""
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    rows = config.stash.get(_ROWS, [])
+    if rows:
+        terminalreporter.write_sep("=", "faults survived (audited from the API server and Redis)")
+        terminalreporter.write_line(fault_table(rows))
 
 
 @pytest.fixture
 def fault_report(request: pytest.FixtureRequest) -> Any:
-    """Rows filed here are appended (JSON lines) to $CRANE_FAULT_REPORT when the test passed."""
+    """Rows filed here go to the run's table (with the test's outcome), and are appended as JSON lines to
+    $CRANE_FAULT_REPORT when it is set (``python -m bench.faults``). A test that failed before filing its row
+    still gets one, so the table never hides a failed fault."""
     report = FaultReport()
     yield report
+    call = getattr(request.node, "rep_call", None)
+    outcome = "failed" if call is None or call.failed else "passed"
+    rows = [asdict(r) for r in report.rows] or [asdict(FaultRow(request.node.name))]
+    rows = [{**r, "test": request.node.nodeid, "outcome": outcome} for r in rows]
+    request.config.stash.setdefault(_ROWS, []).extend(rows)
     path = os.environ.get(REPORT_ENV)
-    failed = getattr(request.node, "rep_call", None)
-    if path and report.rows:
-        outcome = "failed" if failed is not None and failed.failed else "passed"
+    if path:
         with open(path, "a") as f:
-            for r in report.rows:
-                f.write(json.dumps({**asdict(r), "test": request.node.nodeid, "outcome": outcome}) + "\n")
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
 
 
 @pytest.hookimpl(hookwrapper=True)

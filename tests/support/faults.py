@@ -49,6 +49,35 @@ class FaultReport:
         return r
 
 
+FAULT_COLUMNS = ("fault", "created", "bound", "doubled", "lost", "recovery s", "result")
+
+
+def fault_table(rows: list[dict[str, object]]) -> str:
+    """The table of faults survived: one line per row, FAILED where its test failed, then the rows' notes."""
+    lines = [
+        (
+            str(r["fault"]),
+            str(r["created"]),
+            str(r["bound"]),
+            str(r["doubled"]),
+            str(r["lost"]),
+            "-" if r["recovery"] is None else f"{r['recovery']:.2f}",
+            "ok" if r["outcome"] == "passed" else "FAILED",
+        )
+        for r in rows
+    ]
+    widths = [max(len(c), *(len(line[i]) for line in lines)) for i, c in enumerate(FAULT_COLUMNS)]
+
+    def fmt(cells: tuple[str, ...]) -> str:
+        return " | ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    out = [fmt(FAULT_COLUMNS), "-+-".join("-" * w for w in widths), *(fmt(line) for line in lines)]
+    notes = [f"  {r['fault']}: {r['note']}" for r in rows if r.get("note")]
+    return "\n".join(out + (["", "notes:", *notes] if notes else []))
+
+
 def api_host_port(cluster: LocalCluster) -> str:
     assert cluster.apiserver is not None
     return f"127.0.0.1:{cluster.apiserver.port}"

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig, parse_config
-from crane_scheduler.framework import Diagnosis, Handle, Registry, Status
+from crane_scheduler.framework import EXPLAIN_SCORES, Diagnosis, Handle, Registry, Status
 from crane_scheduler.framework.runtime import Profile, build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
@@ -18,7 +18,7 @@ from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from crane_scheduler.writer import ApiWriter, Connection, Reply
-from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH
+from crane_scheduler.writer.protocol import JSON
 from tests.support.fakeapi import kubeconfig_for
 
 _uids = itertools.count(1)
@@ -122,6 +122,19 @@ def chosen(t: NodeTable, p: dict[str, Any], config: dict[str, Any] | None = None
     return result.node
 
 
+def feasible(t: NodeTable, p: dict[str, Any], config: dict[str, Any] | None = None) -> set[str]:
+    """The nodes that passed every filter for ``p`` (all of them scored: tables here are below the sampling
+    threshold); empty when none did."""
+    state: dict[str, Any] = {}
+    result = Algorithm(t).schedule(profile(t, config), parse_pod(p), state)
+    if not isinstance(result, ScheduleResult):
+        return set()
+    if EXPLAIN_SCORES not in state:  # one feasible node: chosen without scoring
+        return {result.node}
+    rows, _ = state[EXPLAIN_SCORES]
+    return {t.names[int(r)] for r in rows}
+
+
 def failure(t: NodeTable, p: dict[str, Any], config: dict[str, Any] | None = None) -> str:
     result = decide(t, p, config)
     assert isinstance(result, Diagnosis), result
@@ -145,6 +158,9 @@ class FakeWriter:
         self.answers = list(answers or [])
         self.term: Any = None
         self.urgent: list[bool] = []
+        """per ``write`` call (an EVICT has no such flag: the writer process sends it on the binds' lane)"""
+        self.evicting = asyncio.Event()
+        """set once an EVICT was sent"""
         self.ready = asyncio.Event()
         self.ready.set()
 
@@ -157,14 +173,13 @@ class FakeWriter:
         return Reply(self.answers.pop(0) if self.answers else 201)
 
     async def evict(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> Reply:
-        """As the writer process composes ``protocol.EVICT``: the condition patch, then (if written) the delete
-        with the UID precondition, both urgent, recorded as two writes."""
-        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
-        body = {"status": {"conditions": [condition]}}
-        reply = await self.write("PATCH", f"{path}/status", body, self.term, STRATEGIC_MERGE_PATCH, urgent=True)
-        if not reply.ok:
-            return reply
-        return await self.write("DELETE", path, {"preconditions": {"uid": uid}}, self.term, JSON, urgent=True)
+        """Records what the caller sends, one ``protocol.EVICT`` (as "EVICT path", its body the victim's UID and
+        condition), and answers it; the writer process turns it into the condition patch and the delete
+        (tested against that process in ``tests/integration/scheduler/test_writer.py``), not this fake."""
+        self.evicting.set()
+        self.writes.append(f"EVICT /api/v1/namespaces/{namespace}/pods/{name}")
+        self.bodies.append({"uid": uid, "condition": condition})
+        return Reply(self.answers.pop(0) if self.answers else 201)
 
     async def wait_ready(self, timeout: float) -> bool:
         try:
@@ -177,9 +192,12 @@ class FakeWriter:
         return cast(ApiWriter, self)
 
 
-def scheduler_with(binder: Any, clock: Callable[[], float], config: dict[str, Any] | None = None) -> Scheduler:
+def scheduler_with(
+    binder: Any, clock: Callable[[], float], writer: FakeWriter | None = None, config: dict[str, Any] | None = None
+) -> Scheduler:
     """A ``Scheduler`` with the default profile (or ``config``'s, whose plugins then get ``clock`` too) on a fresh
-    node table, its DefaultBinder replaced by ``binder``; no API client (reports stay queued)."""
+    node table, its DefaultBinder replaced by ``binder``; no API client; reports stay queued, or go to ``writer``
+    while its reporter runs."""
     registry = builtin_registry()
     factories: dict[str, Any] = {name: (lambda a, h, n=name: registry.create(n, a, h)) for name in registry}
     factories["DefaultBinder"] = lambda args, handle: binder
@@ -189,7 +207,7 @@ def scheduler_with(binder: Any, clock: Callable[[], float], config: dict[str, An
         (lambda name: Handle(t)) if config is None else (lambda name: Handle(t, clock=clock, profile=name))
     )
     profiles = build_profiles(cfg, Registry(factories, registry.defaults), handle)
-    reporter = Reporter(None, None, "test", clock=clock)
+    reporter = Reporter(None if writer is None else writer.as_writer(), None, "test", clock=clock)
     return Scheduler(config=cfg, profiles=profiles, table=t, reporter=reporter, clock=clock)
 
 

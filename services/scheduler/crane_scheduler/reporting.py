@@ -36,7 +36,7 @@ from crane_scheduler.podinfo import PodInfo, unscheduled_condition
 from crane_scheduler.writer import ApiWriter, Reply
 from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH, UNSENT
 from crane_shared.events import SCHEDULED_REASON, event_body, event_name, scheduled_event
-from crane_shared.kube import raw_json
+from crane_shared.kube import ApiCallError, api_failure, raw_json
 from crane_shared.leader import Term
 from crane_shared.logs import LogOnce, get_logger
 from crane_shared.retry import Backoff, retry
@@ -63,6 +63,7 @@ def scheduled_event_name(pod: str, uid: str) -> str:
 @dataclass(frozen=True)
 class _Job:
     kind: str  # the ``reports`` metric's kind: scheduled, failed, condition, ensure
+    pod: str  # namespace/name of the pod it reports on (named in the log line of a failure)
     term: Term | None  # None: tied to no term (no leader election, or a Scheduled event: a fact)
     write: Callable[[], Awaitable[None]]
     failure: tuple[str, str] | None = None  # (pod uid, message) of a FailedScheduling report
@@ -107,7 +108,9 @@ class Reporter:
             namespace=namespace, pod=pod, pod_uid=uid, node=node, scheduler=scheduler, instance=self.instance
         )
         body["metadata"]["name"] = scheduled_event_name(pod, uid)
-        self._queue("scheduled", lambda: self._create_scheduled(namespace, body), of_term=False)  # a fact: kept
+        self._queue(  # a fact: kept
+            "scheduled", f"{namespace}/{pod}", lambda: self._create_scheduled(namespace, body), of_term=False
+        )
 
     def failed(self, pod: PodInfo, message: str, reason: str, scheduler: str) -> bool:
         """Report a failed attempt, unless the same message went out for this pod less than
@@ -130,9 +133,9 @@ class Reporter:
             instance=self.instance,
         )
         failure, term = (pod.uid, message), self.term
-        self._queue("failed", lambda: self._create_event(pod.namespace, body, "failed", term), failure)
+        self._queue("failed", pod.key, lambda: self._create_event(pod.namespace, body, "failed", term), failure)
         if pod.scheduled_condition != ("False", reason, message) and claimed != (reason, message):
-            self._queue("condition", lambda: self._patch_condition(pod, reason, message, term), failure)
+            self._queue("condition", pod.key, lambda: self._patch_condition(pod, reason, message, term), failure)
         return True
 
     def event(
@@ -162,11 +165,16 @@ class Reporter:
             related=None if related is None else {"apiVersion": "v1", "kind": "Pod", **related},
         )
         # what it reports has happened (e.g. the victim was deleted): written even if the term ends meanwhile
-        self._queue(reason.lower(), lambda: self._create_event(namespace, body, reason.lower()), of_term=False)
+        self._queue(
+            reason.lower(),
+            f"{namespace}/{regarding.get('name') or ''}",
+            lambda: self._create_event(namespace, body, reason.lower()),
+            of_term=False,
+        )
 
     def already_bound(self, pod: PodInfo, scheduler: str) -> None:
         """Our bind got 409: whoever bound it, make sure the pod has its one Scheduled event."""
-        self._queue("ensure", lambda: self._ensure_scheduled(pod, scheduler), of_term=False)
+        self._queue("ensure", pod.key, lambda: self._ensure_scheduled(pod, scheduler), of_term=False)
 
     def drop_lost(self) -> int:
         """Leadership is lost: drop every queued report of an ended term, at once. Returns how many."""
@@ -189,13 +197,15 @@ class Reporter:
     def _queue(
         self,
         kind: str,
+        pod: str,
         write: Callable[[], Awaitable[None]],
         failure: tuple[str, str] | None = None,
         *,
         of_term: bool = True,
     ) -> None:
-        """Queue a write; ``of_term``: it belongs to the current term (dropped when it ends)."""
-        self._jobs.put_nowait(_Job(kind, self.term if of_term else None, write, failure))
+        """Queue a write about ``pod`` (namespace/name); ``of_term``: it belongs to the current term (dropped when
+        it ends)."""
+        self._jobs.put_nowait(_Job(kind, pod, self.term if of_term else None, write, failure))
 
     def _dropped(self, job: _Job) -> None:
         self.metrics.reports.labels(job.kind, "dropped").inc()
@@ -251,7 +261,10 @@ class Reporter:
             except asyncio.CancelledError:
                 raise
             except Exception as err:
-                self._log_once.warning(type(err).__name__, "report failed", error=repr(err))
+                fields = api_failure(job.kind, f"pod {job.pod}", err)
+                self._log_once.warning(
+                    f"{job.kind}:{fields['status']}", "report failed", report=job.kind, pod=job.pod, **fields
+                )
             finally:
                 self._jobs.task_done()
 
@@ -262,16 +275,17 @@ class Reporter:
             lambda: self._create_event(namespace, body, "scheduled"),
             attempts=SCHEDULED_ATTEMPTS,
             backoff=Backoff(initial=0.5, maximum=8.0),
-            retryable=_transient,
+            retryable=_transient_or_unauthorized,
         )
 
     async def _write(self, method: str, path: str, body: Any, term: Term | None, content_type: str = JSON) -> Reply:
         if self._writer is None:
-            raise WriteFailed("no API writer")
+            raise ApiCallError(method, path, None, "no API writer")
         return await self._writer.write(method, path, body, term, content_type)
 
     async def _create_event(self, namespace: str, body: dict[str, Any], kind: str, term: Term | None = None) -> None:
-        reply = await self._write("POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body, term)
+        path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+        reply = await self._write("POST", path, body, term)
         if reply.ok:
             self.metrics.reports.labels(kind, "ok").inc()
         elif reply.status == 409:  # the one Scheduled event for this UID exists already
@@ -280,7 +294,7 @@ class Reporter:
             self.metrics.reports.labels(kind, "dropped").inc()
         elif reply.status != 404:  # 404: namespace gone
             self.metrics.reports.labels(kind, "error").inc()
-            raise _failure(reply)
+            raise _failure(reply, "POST", f"{path}/{body['metadata'].get('name', '')}")
 
     async def _patch_condition(self, pod: PodInfo, reason: str, message: str, term: Term | None = None) -> None:
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
@@ -292,19 +306,23 @@ class Reporter:
             self.metrics.reports.labels("condition", "dropped").inc()
         elif reply.status != 404:
             self.metrics.reports.labels("condition", "error").inc()
-            raise _failure(reply)
+            raise _failure(reply, "PATCH", path)
 
     async def _ensure_scheduled(self, pod: PodInfo, scheduler: str) -> None:
+        core = client.CoreV1Api(self._api)
         try:
-            live = await raw_json(
-                client.CoreV1Api(self._api).read_namespaced_pod(
-                    pod.name, pod.namespace, _preload_content=False, _request_timeout=30
-                )
+            live = await retry(  # the one chance to report this bind: retried like the Scheduled event itself
+                lambda: raw_json(
+                    core.read_namespaced_pod(pod.name, pod.namespace, _preload_content=False, _request_timeout=30)
+                ),
+                attempts=SCHEDULED_ATTEMPTS,
+                backoff=Backoff(initial=0.5, maximum=8.0),
+                retryable=_transient_or_unauthorized,
             )
         except ApiException as err:
             if err.status == 404:
                 return
-            raise
+            raise ApiCallError.of("GET", f"pod {pod.key}", err) from err
         node = (live.get("spec") or {}).get("nodeName")
         if node and (live.get("metadata") or {}).get("uid") == pod.uid:
             self.scheduled(pod.namespace, pod.name, pod.uid, node, scheduler)
@@ -349,20 +367,21 @@ class Reporter:
                 return uids
 
 
-class WriteFailed(Exception):
-    """A write the API writer could not send (transport error, process gone): transient, retried."""
-
-
-def _failure(reply: Reply) -> Exception:
-    if reply.status == UNSENT:
-        return WriteFailed(reply.text)
-    err = ApiException(status=reply.status, reason=reply.text[:300])
-    err.body = reply.text.encode()
-    return err
+def _failure(reply: Reply, method: str, path: str) -> ApiCallError:
+    """The failed write ``method path`` as an error that names it, with its status (``None``: not sent, e.g. the
+    writer process restarting: transient, retried)."""
+    return ApiCallError(method, path, None if reply.status == UNSENT else reply.status, reply.text)
 
 
 def _transient(err: Exception) -> bool:
-    return not isinstance(err, ApiException) or err.status == 429 or (err.status or 0) >= 500
+    return not isinstance(err, ApiException) or err.status is None or err.status == 429 or err.status >= 500
+
+
+def _transient_or_unauthorized(err: Exception) -> bool:
+    """For the writes that report a bind that happened: a kube-apiserver just restarted answers 401/403 until its
+    authenticator and RBAC caches have synced (kubernetes#101422), and a Scheduled event dropped then stays
+    missing while the leader keeps its term (recovery only runs when a term starts)."""
+    return _transient(err) or (isinstance(err, ApiException) and err.status in (401, 403))
 
 
 def _parse_time(text: str) -> datetime:

@@ -64,6 +64,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import SCHEDULER_ERROR, UNSCHEDULABLE, PodInfo
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.writer import ApiWriter
+from crane_shared.kube import api_failure
 from crane_shared.leader import Term
 from crane_shared.logs import get_logger
 from crane_shared.retry import sleep_unless
@@ -152,7 +153,14 @@ class Scheduler:
         if listers is None:  # the profiles' plugins read the listers their handle holds: feed those
             listers = next((p.handle.listers for p in profiles.values() if p.handle is not None), None)
         self.cache = Cache(
-            table, self.queue, profiles, clock=clock, forget=reporter.forget, wake=self._wakeup.set, listers=listers
+            table,
+            self.queue,
+            profiles,
+            clock=clock,
+            forget=reporter.forget,
+            wake=self._wakeup.set,
+            listers=listers,
+            bound_unassumed=self._bound_unassumed,
         )
         self.listers = self.cache.listers
         for profile in profiles.values():
@@ -176,6 +184,7 @@ class Scheduler:
         self._dropped: set[asyncio.Task[None]] = set()
         self._slotless: set[asyncio.Task[None]] = set()  # a gang's binding cycles beyond the popped member's
         self._term: Term | None = None  # the leadership term the loop runs in; None without leader election
+        self._scheduling = False  # the loop runs (a standby's cache sees the leader's binds: not its to report)
 
     def _gang_of(self, pod: PodInfo) -> str | None:
         """The pod's gang as the first gang plugin says (a placed pod of any scheduler counts for its group)."""
@@ -260,6 +269,14 @@ class Scheduler:
 
     # ------------------------------------------------------------------------------------------ the loop
 
+    def _bound_unassumed(self, pod: PodInfo) -> None:
+        """A pending pod of ours turned up bound with no bind of ours assumed for it, most often a bind whose reply
+        was lost in an API server restart: the attempt counted as failed, so no Scheduled event was queued, and
+        the pod left the pending set before a retry could meet the 409 (which would have written it). Its one
+        Scheduled event is written now (one name per UID: a second create is a harmless 409)."""
+        if self._scheduling and self.may_bind():
+            self.reporter.scheduled(pod.namespace, pod.name, pod.uid, pod.node_name, pod.scheduler_name)
+
     def may_bind(self) -> bool:
         """Whether a bind may be sent now: always without leader election, else only while the term holds."""
         return self._term is None or self._term.held
@@ -296,6 +313,7 @@ class Scheduler:
         flusher = asyncio.create_task(self._flush_loop(stopping))
         settled = asyncio.create_task(self._recover_once_settled(stopping))
         log.info("scheduling", profiles=sorted(self.profiles))
+        self._scheduling = True
         try:
             while not stopping.is_set():
                 await self._slots.acquire()
@@ -308,13 +326,16 @@ class Scheduler:
         finally:
             flusher.cancel()
             settled.cancel()
-            await self.drain()
+            try:
+                await self.drain()
+            finally:
+                self._scheduling = False
 
     async def _recover_scheduled_events(self) -> None:
         try:
             await self.reporter.recover_scheduled_events(list(self.table.pods.values()), set(self.profiles))
         except Exception as err:  # reporting must never keep the leader from scheduling
-            log.warning("could not check for unreported bindings", error=repr(err))
+            log.warning("could not check for unreported bindings", **api_failure("list", "Scheduled events", err))
 
     async def _recover_once_settled(self, stopping: asyncio.Event) -> None:
         """Look for unreported bindings once more when the previous term's binds have landed: a bind cancelled

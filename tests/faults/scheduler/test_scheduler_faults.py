@@ -267,7 +267,15 @@ async def test_added_latency_on_the_leaders_api_connection_every_pod_bound_once_
         await stage.burst_with_fault(pair, row, slow_for_a_while)
         spec = await pair.lease(stage.kube)
         assert spec.holder_identity == a.name and not spec.lease_transitions, "the latency cost the leader its lease"
-        assert [s for _, s in a.seen].count("leader") == 1
+        # Its own log, not the /readyz polls, says whether a term ended: under the burst on a loaded machine a poll
+        # can go unanswered for its 1 s ("down" in a.seen) while the replica leads throughout, and a term lost and
+        # re-taken by the same holder leaves leaseTransitions at 0.
+        ended = [
+            line
+            for line in a.proc.log_path.read_text().splitlines()
+            if "leadership ended" in line and "reason=stopping" not in line
+        ]
+        assert not ended, f"the leader's term ended under the latency: {ended}; polls: {a.seen}"
         row.note = "the leader kept its lease throughout (leaseTransitions 0)"
     finally:
         await pair.stop()

@@ -13,6 +13,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_sandbox.cluster import LocalCluster
+from crane_scheduler.plugins.volumebinding.binder import ANN_BIND_COMPLETED, ANN_SELECTED_NODE
 from crane_shared.kube import api_client_from_dict, raw_json
 from tests.support.scheduler_cluster import (
     config_for,
@@ -294,3 +295,94 @@ async def test_statefulset_with_wait_for_first_consumer_lands_where_its_local_pv
             assert volume == f"local-{nodes[f'db-{i}'][-1]}"  # the PV pinned to the replica's node
     finally:
         await api.close()
+
+
+PROVISIONER = "crane.test/provisioner"
+
+
+async def test_a_claim_provisioned_for_the_chosen_node_is_bound_before_the_pod(
+    controlled: LocalCluster, scheduler_name: str
+) -> None:
+    """VolumeBinding's PreBind for dynamic provisioning against the real PV controller: the scheduler writes the
+    chosen node into the claim (``volume.kubernetes.io/selected-node``) and waits; the test plays the external
+    provisioner (it creates the claim's PV on that node once asked); the PV controller binds the claim to it; only
+    then is the pod bound."""
+    group, ns = "dyn", "dyn"
+    api = await api_client_from_dict(controlled.kubeconfig_dict())
+    try:
+        core, storage = client.CoreV1Api(api), client.StorageV1Api(api)
+        await core.create_namespace({"metadata": {"name": ns}})
+        await create_nodes(api, [node(f"dyn-{i}", group) for i in range(2)])
+        await storage.create_storage_class(
+            {
+                "metadata": {"name": "dyn-wffc"},
+                "provisioner": PROVISIONER,
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "reclaimPolicy": "Retain",
+            }
+        )
+        claim = {
+            "metadata": {"name": "data"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "dyn-wffc",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+        await core.create_namespaced_persistent_volume_claim(ns, claim)
+        volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+
+        async def read_claim() -> dict[str, Any]:
+            found: dict[str, Any] = await raw_json(
+                core.read_namespaced_persistent_volume_claim("data", ns, _preload_content=False)
+            )
+            return found
+
+        async def selected() -> dict[str, Any] | None:
+            found = await read_claim()
+            return found if (found["metadata"].get("annotations") or {}).get(ANN_SELECTED_NODE) else None
+
+        async with in_process(controlled, config_for(scheduler_name), f"crane.test/group={group}"):
+            await create_pods(api, ns, [pod("web", scheduler_name, spec={"volumes": volumes})])
+            asked = await wait_for(selected, timeout=60, what="the claim's selected node")
+            chosen = asked["metadata"]["annotations"][ANN_SELECTED_NODE]
+            assert chosen in ("dyn-0", "dyn-1")
+            waiting = await read_pod(api, ns, "web")
+            assert waiting is not None and not waiting["spec"].get("nodeName")  # PreBind waits for the volume
+            await core.create_persistent_volume(provisioned(asked, chosen))
+
+            async def bound() -> str | None:
+                p = await read_pod(api, ns, "web")
+                return str(p["spec"].get("nodeName") or "") if p else None
+
+            assert await wait_for(bound, timeout=60, what="the pod bound") == chosen
+        final = await read_claim()
+        assert final["status"]["phase"] == "Bound" and final["spec"]["volumeName"] == f"pvc-{asked['metadata']['uid']}"
+        assert ANN_BIND_COMPLETED in final["metadata"]["annotations"]  # the PV controller bound it, not the test
+    finally:
+        await api.close()
+
+
+def provisioned(claim: dict[str, Any], node_name: str) -> dict[str, Any]:
+    """The PV an external provisioner creates for ``claim`` on ``node_name``: pre-bound to the claim (claimRef
+    with its UID), which the PV controller then binds."""
+    m = claim["metadata"]
+    on_node = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node_name]}
+    return {
+        "metadata": {"name": f"pvc-{m['uid']}", "annotations": {"pv.kubernetes.io/provisioned-by": PROVISIONER}},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "dyn-wffc",
+            "persistentVolumeReclaimPolicy": "Retain",
+            "claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": m["namespace"],
+                "name": m["name"],
+                "uid": m["uid"],
+            },
+            "local": {"path": "/mnt/provisioned"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [on_node]}]}},
+        },
+    }

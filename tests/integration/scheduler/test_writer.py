@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 from crane_sandbox.cluster import LocalCluster
 from crane_scheduler.writer import ApiWriter, Connection
 from crane_scheduler.writer.kubeproto import PROTOBUF
-from crane_scheduler.writer.protocol import REFUSED, STRATEGIC_MERGE_PATCH, UNSENT
+from crane_scheduler.writer.protocol import JSON, REFUSED, STRATEGIC_MERGE_PATCH, UNSENT
 from crane_shared.leader import Term
 from tests.support import kubeproto
 from tests.support.fakeapi import kubeconfig_for
@@ -79,6 +79,31 @@ async def test_a_bind_reaches_the_api_server_from_the_writer_process_with_the_to
     assert reply.status == 409 and not reply.ok and '"code": 409' in reply.text
 
 
+async def test_an_eviction_is_the_condition_patch_then_the_delete_with_the_uid_precondition() -> None:
+    """``EVICT`` as the writer process sends it (kube's ``PreemptPod``): the victim's status patched with the
+    condition (strategic merge), then, once that is written, the delete with the UID precondition; a failed
+    condition patch deletes nothing and its reply says which step failed."""
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": "m"}
+    fake, failing = _Api(status=200), _Api(status=500)
+    async with TestServer(fake.app) as server, api_writer(str(server.make_url(""))) as writer:
+        evicted = await writer.evict("ns", "low", "uid-1", condition)
+    assert evicted.ok, evicted.describe()
+    assert fake.seen == [
+        (
+            "PATCH",
+            "/api/v1/namespaces/ns/pods/low/status",
+            "Bearer fake",
+            STRATEGIC_MERGE_PATCH,
+            {"status": {"conditions": [condition]}},
+        ),
+        ("DELETE", "/api/v1/namespaces/ns/pods/low", "Bearer fake", JSON, {"preconditions": {"uid": "uid-1"}}),
+    ]
+    async with TestServer(failing.app) as server, api_writer(str(server.make_url(""))) as writer:
+        refused = await writer.evict("ns", "low", "uid-1", condition)
+    assert refused.status == 500 and refused.text.startswith("the DisruptionTarget condition: "), refused.describe()
+    assert [(method, path) for method, path, *_ in failing.seen] == [("PATCH", "/api/v1/namespaces/ns/pods/low/status")]
+
+
 async def test_the_writer_process_runs_as_sched_batch_so_its_wake_ups_do_not_preempt_decisions() -> None:
     async with TestServer(_Api().app) as server, api_writer(str(server.make_url(""))) as writer:
         assert await writer.wait_ready(30) and writer._proc is not None
@@ -115,25 +140,61 @@ async def test_writes_that_reach_the_writer_with_their_terms_end_are_answered_re
     assert fake.seen == []
 
 
+PROBE = "/api/v1/namespaces/ns/pods/probe/status"
+
+
+async def _in_the_writer(writer: ApiWriter) -> None:
+    """Returns once every write sent before has reached the writer process and started there: the process takes
+    its messages in order and starts each one's task at once, so a status patch (the reports' lane: its own token
+    bucket and connections) answered after them shows that the earlier ones are waiting there, for a token or a
+    connection. An awaited event instead of a sleep: on a loaded machine a sleep could end before they arrive."""
+    reply = await asyncio.wait_for(writer.write("PATCH", PROBE, {}, None), 30)
+    assert reply.ok, reply.describe()
+
+
+def _sent(fake: _Api) -> list[str]:
+    return [path for _, path, *_ in fake.seen if path != PROBE]
+
+
 async def test_ending_the_term_refuses_its_writes_waiting_for_a_rate_limit_token() -> None:
     fake = _Api()
     async with TestServer(fake.app) as server:
-        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0.5, burst=1)
+        # one token, then one per 100 s: the binds after the first wait for tokens for the whole test
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0.01, burst=1)
         async with ApiWriter(conn) as writer:
             writer.term = term = Term()
             first = await writer.bind("ns", "first", "u", "n1")  # takes the one token
             waiting = [asyncio.create_task(writer.bind("ns", f"w{i}", "u", "n1")) for i in range(3)]
-            await asyncio.sleep(0.2)  # they reach the writer and wait ~2 s for tokens
+            await _in_the_writer(writer)  # they wait for tokens there
             writer.end_term(term)
-            replies = await asyncio.wait_for(asyncio.gather(*waiting), 1.5)  # at once, not after the tokens
-            # a cancelled caller (stop_binding cancels its binding cycles) withdraws its write too
+            # at once, not after their tokens (the first of which is 100 s away: a loaded machine has margin)
+            replies = await asyncio.wait_for(asyncio.gather(*waiting), 60)
+    assert first.ok
+    # cancelled while waiting (had they waited for their tokens, the term's check after it would say so)
+    assert [(r.status, r.text) for r in replies] == [(REFUSED, "cancelled")] * 3
+    assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding"]
+
+
+async def test_a_cancelled_caller_withdraws_its_write_from_the_writer() -> None:
+    """``stop_binding`` cancels its binding cycles: a bind waiting in the writer process (here for the one
+    connection, held by the API server) is withdrawn and never sent, though its connection frees up later."""
+    fake = _Api()
+    fake.release, fake.hold = asyncio.Event(), "first/binding"
+    async with TestServer(fake.app) as server:
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0, connections=1)
+        async with ApiWriter(conn) as writer:
             writer.term = Term()
+            first = asyncio.create_task(writer.bind("ns", "first", "u", "n1"))  # holds the one connection
+            await asyncio.wait_for(fake.arrived.wait(), 30)
             cancelled = asyncio.create_task(writer.bind("ns", "cancelled", "u", "n1"))
-            await asyncio.sleep(0.2)
+            await _in_the_writer(writer)  # it waits for the connection there
             cancelled.cancel()
-            await asyncio.sleep(2.5)  # past the next token: had it stayed queued, it would have been sent
-    assert first.ok and [r.status for r in replies] == [REFUSED] * 3
-    assert [s[1] for s in fake.seen] == ["/api/v1/namespaces/ns/pods/first/binding"]
+            await _in_the_writer(writer)  # its CANCEL has reached the writer too
+            fake.release.set()
+            assert (await first).ok
+            assert (await writer.bind("ns", "after", "u", "n1")).ok  # the connection, once free, goes to this one
+    assert cancelled.cancelled()
+    assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding", "/api/v1/namespaces/ns/pods/after/binding"]
 
 
 async def test_events_do_not_queue_behind_binds_the_api_server_is_slow_to_answer() -> None:
@@ -201,21 +262,29 @@ async def test_preemption_writes_take_the_binds_lane_and_events_yield_to_them() 
 
 async def test_a_write_whose_deadline_passes_while_it_waits_for_a_connection_is_refused() -> None:
     fake = _Api()
-    fake.release = asyncio.Event()
+    fake.release, fake.hold = asyncio.Event(), "/binding"
     async with TestServer(fake.app) as server:
         conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0, connections=1)
         async with ApiWriter(conn) as writer:
-            writer.term = Term(deadline=time.monotonic() + 60)
+            writer.term = Term(deadline=time.monotonic() + 600)
             first = asyncio.create_task(writer.bind("ns", "first", "u", "n1"))  # holds the one connection
-            await asyncio.wait_for(fake.arrived.wait(), 10)
-            writer.term = Term(deadline=time.monotonic() + 0.3)
-            second = asyncio.create_task(writer.bind("ns", "second", "u", "n1"))  # waits for the connection
-            await asyncio.sleep(0.6)  # its deadline passes meanwhile (nothing else would stop it)
+            await asyncio.wait_for(fake.arrived.wait(), 30)
+            # the second bind must reach the writer before its deadline (else it is refused on arrival, another
+            # path): a longer allowance each time the machine was too slow for the last one
+            for allowance in (1.0, 4.0, 16.0, 64.0):
+                writer.term = term = Term(deadline=time.monotonic() + allowance)
+                second = asyncio.create_task(writer.bind("ns", "second", "u", "n1"))  # waits for the connection
+                await _in_the_writer(writer)
+                if time.monotonic() < term.deadline:
+                    break
+                assert (await second).status == REFUSED  # refused on arrival: try again
+            # until its deadline has passed while it waits (nothing but the deadline would stop it)
+            await asyncio.sleep(max(0.0, term.deadline - time.monotonic()))
             fake.release.set()
             assert (await first).ok
             reply = await second
     assert reply.status == REFUSED and "deadline" in reply.text
-    assert [s[1] for s in fake.seen] == ["/api/v1/namespaces/ns/pods/first/binding"]
+    assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding"]
 
 
 async def test_a_dead_writer_answers_unsent_and_is_restarted() -> None:

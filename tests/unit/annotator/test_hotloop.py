@@ -167,7 +167,7 @@ async def test_before_the_first_round_ends_hot_patches_only_join_queued_round_pa
         patcher.called.clear()
         patcher.queued = set()
         settled.set()
-        await asyncio.wait_for(patcher.called.wait(), 2)
+        await asyncio.wait_for(patcher.called.wait(), 30)  # a bound for a failure only: not a speed test
         await asyncio.sleep(0)
     finally:
         stopping.set()
@@ -220,13 +220,15 @@ async def test_the_value_falls_when_a_binding_leaves_its_window_not_on_the_next_
         assert hot_of(patcher.calls[0][0]["a"]) == 1
         patcher.calls.clear()
         patcher.called.clear()
-        await asyncio.wait_for(patcher.called.wait(), 2)
+        await asyncio.wait_for(patcher.called.wait(), 30)  # a bound for a failure only: not a speed test
         fell_at = time.time()
     finally:
         stopping.set()
         await asyncio.wait_for(follower, 5)
     assert hot_of(patcher.calls[0][0]["a"]) == 0 and patcher.calls[0][1] is True
-    assert now + 0.3 <= fell_at < now + 0.3 + 1.0  # within a second of the truth, not on a 15 s tick
+    # not before the binding left its window; after it, well before the 15 s periodic pass this follower saves
+    # (5 s of it left for a loaded machine: the follower was woken at the fall, or never)
+    assert now + 0.3 <= fell_at < now + 0.3 + 10
 
 
 async def test_the_loops_return_when_stopping_is_set_wherever_they_wait() -> None:

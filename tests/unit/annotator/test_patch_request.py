@@ -7,6 +7,7 @@ import json
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client
+from structlog.testing import capture_logs
 
 from crane_annotator.limiter import PriorityLimiter
 from crane_annotator.writer import NodePatcher
@@ -57,3 +58,24 @@ async def test_patches_reuse_one_connection_and_ask_for_metadata_only() -> None:
         "body": '{"metadata":{"annotations":{"k":"0"}}}',
     }
     assert seen[-1]["auth"] == "Bearer rotated"
+
+
+async def test_a_refused_patch_is_logged_with_the_node_the_verb_and_the_status() -> None:
+    async def forbidden(request: web.Request) -> web.Response:
+        return web.json_response({"kind": "Status", "code": 403, "message": "nodes is forbidden"}, status=403)
+
+    app = web.Application()
+    app.router.add_patch("/api/v1/nodes/{name}", forbidden)
+    async with TestServer(app) as server:
+        api = client.ApiClient(client.Configuration(host=str(server.make_url("")).rstrip("/")))
+        patcher = NodePatcher(api, PriorityLimiter(0, 10), concurrency=1)
+        try:
+            with capture_logs() as logs:
+                report = await patcher.patch_many({"n1": {"k": "v"}})
+        finally:
+            await patcher.close()
+            await api.close()
+    assert report.failed
+    [failed] = [e for e in logs if e["event"] == "node patch failed"]
+    assert (failed["verb"], failed["object"], failed["status"]) == ("PATCH", "node n1", 403)
+    assert "nodes is forbidden" in failed["error"]

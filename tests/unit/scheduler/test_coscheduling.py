@@ -179,7 +179,7 @@ def gang_scheduler(*groups: dict[str, Any], **args: Any) -> tuple[Scheduler, Hel
     config = json.loads(json.dumps(CONFIG))
     if args:
         config["profiles"][0]["pluginConfig"] = [{"name": "Coscheduling", "args": args}]
-    s = scheduler_with(binder, clock, config)
+    s = scheduler_with(binder, clock, config=config)
     plugin = s.profiles["crane-scheduler"].plugins["Coscheduling"]
     assert isinstance(plugin, Coscheduling)
     plugin.synced = True

@@ -64,7 +64,7 @@ def worker(name: str, group: str = "workers", cpu: str = "1", wl: str = "train")
 
 def gang_scheduler(*workloads: dict[str, Any], **args: Any) -> tuple[Scheduler, HeldBinder, Clock, GangScheduling]:
     binder, clock = HeldBinder(), Clock()
-    s = scheduler_with(binder, clock, config(**args))
+    s = scheduler_with(binder, clock, config=config(**args))
     plugin = s.profiles["crane-scheduler"].plugins["GangScheduling"]
     assert isinstance(plugin, GangScheduling)
     plugin.synced = True

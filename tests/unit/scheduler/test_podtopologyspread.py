@@ -11,7 +11,7 @@ from crane_scheduler.framework import EXPLAIN_SCORES, ArgsError, Handle
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.podtopologyspread import Args, PodTopologySpread
 from crane_scheduler.podinfo import parse_pod
-from tests.support.scheduler import chosen, failure, node, pod, profile, table
+from tests.support.scheduler import chosen, failure, feasible, node, pod, profile, table
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
@@ -53,14 +53,10 @@ def score_of(t: NodeTable, p: dict[str, Any], config: dict[str, Any] | None = No
 
 
 def test_do_not_schedule_keeps_zone_skew_within_max_skew() -> None:
-    t = table(
-        zoned("a1", "a"),
-        zoned("a2", "a"),
-        zoned("b1", "b"),
-        bound=[web("w0", node_name="a1"), web("w1", node_name="a2")],
-    )
-    assert chosen(t, web("w2", spread())) == "b1"
-    assert chosen(t, web("w2", spread(skew=2))) in ("a1", "a2", "b1")
+    t = table(zoned("a1", "a"), zoned("a2", "a"), zoned("b1", "b"), bound=[web("w0", node_name="a1")])
+    # zone a holds 1, b 0: one more in a makes the skew 2
+    assert feasible(t, web("w1", spread())) == {"b1"}
+    assert feasible(t, web("w1", spread(skew=2))) == {"a1", "a2", "b1"}
 
 
 def test_skew_failure_and_missing_label_use_kubes_reasons() -> None:
@@ -74,7 +70,7 @@ def test_skew_failure_and_missing_label_use_kubes_reasons() -> None:
 
 def test_min_domains_treats_missing_domains_as_zero() -> None:
     t = table(zoned("a1", "a"), zoned("a2", "a"), bound=[web("w0", node_name="a1")])
-    assert chosen(t, web("w1", spread(skew=1))) in ("a1", "a2")  # one domain: min is its own count
+    assert feasible(t, web("w1", spread(skew=1))) == {"a1", "a2"}  # one domain: min is its own count
     assert failure(t, web("w1", spread(skew=1, minDomains=2))).endswith("spread constraints.")
 
 
@@ -102,8 +98,9 @@ def test_match_label_keys_narrow_the_selector_to_the_pods_revision() -> None:
         zoned("b1", "b"),
         bound=[web("old0", node_name="b1", rev="1"), web("old1", node_name="b1", rev="1")],
     )
-    assert chosen(t, web("new0", spread(matchLabelKeys=["rev"]), rev="2")) in ("a1", "b1")
-    assert chosen(t, web("new0", spread(), rev="2")) == "a1"
+    # only the pods of revision 2 count: none anywhere, so both zones fit
+    assert feasible(t, web("new0", spread(matchLabelKeys=["rev"]), rev="2")) == {"a1", "b1"}
+    assert feasible(t, web("new0", spread(), rev="2")) == {"a1"}
 
 
 def test_schedule_anyway_scores_the_emptier_zone_higher() -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.framework import ArgsError, Diagnosis, Handle
@@ -25,6 +26,7 @@ from crane_scheduler.writer import Reply
 from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH, UNSENT
 from tests.support.scheduler import FakeWriter, node, pod, table
 from tests.support.volumes import decide, listers, profile, pv, pvc, storage_class
+from tests.support.waiting import eventually
 
 
 def preempt(t: NodeTable, ls: Listers, p: dict[str, Any], prof: Profile | None = None) -> tuple[Diagnosis, PodInfo]:
@@ -210,12 +212,11 @@ async def test_victims_get_the_disruption_condition_and_are_deleted() -> None:
     preempt(t, ls, pod("vip-again", cpu="1", priority=100), prof)
     await plugin.drain()
     assert info.uid not in plugin.preempting
-    assert writer.writes[:3] == [
+    assert writer.writes[:2] == [
         "PATCH /api/v1/namespaces/ns/pods/vip/status",
-        "PATCH /api/v1/namespaces/ns/pods/low/status",
-        "DELETE /api/v1/namespaces/ns/pods/low",
+        "EVICT /api/v1/namespaces/ns/pods/low",  # the condition, then the delete (the writer process's EVICT)
     ]
-    assert [kind for kind, _ in writer.kinds[:3]] == [STRATEGIC_MERGE_PATCH, STRATEGIC_MERGE_PATCH, JSON]
+    assert [kind for kind, _ in writer.kinds[:1]] == [STRATEGIC_MERGE_PATCH]
     assert all(term is writer.term for _, term in writer.kinds)  # refused by the writer once the term ended
     assert all(writer.urgent)  # on the binds' connections, not behind the reports of failed attempts
     # the nomination and the attempt's PodScheduled=False in one patch (kube's updatePod)
@@ -224,11 +225,11 @@ async def test_victims_get_the_disruption_condition_and_are_deleted() -> None:
     [scheduled] = nominated["conditions"]
     assert (scheduled["type"], scheduled["status"], scheduled["reason"]) == ("PodScheduled", "False", "Unschedulable")
     assert scheduled["message"].startswith("0/") and "Insufficient cpu" in scheduled["message"]
-    cond = writer.bodies[1]["status"]["conditions"][0]
+    cond = writer.bodies[1]["condition"]
     assert (cond["type"], cond["status"], cond["reason"]) == ("DisruptionTarget", "True", "PreemptionByScheduler")
     assert cond["message"] == "crane-scheduler: preempting to accommodate a higher priority pod"
     victim_uid = t.pods[next(iter(t.pods))].uid
-    assert writer.bodies[2] == {"preconditions": {"uid": victim_uid}}
+    assert writer.bodies[1]["uid"] == victim_uid  # the delete's UID precondition: a recreated pod is not deleted
     assert events == [
         (
             {"namespace": "ns", "name": "low", "uid": victim_uid},
@@ -242,45 +243,47 @@ async def test_victims_get_the_disruption_condition_and_are_deleted() -> None:
 
 
 async def test_a_failed_eviction_retries_the_preemptor_at_once() -> None:
-    """The condition patch answers 500: no delete, no Preempted event, and the preemptor is activated (kube's
-    Activate after an API error) instead of waiting for a victim that is not going."""
+    """The eviction answers 500: no Preempted event, and the preemptor is activated (kube's Activate after an API
+    error) instead of waiting for a victim that is not going."""
     writer = _Writer(answers=[200, 500])
-    scene = preempt_one_victim(writer)
-    await scene.plugin.drain()
+    with capture_logs() as logs:
+        scene = preempt_one_victim(writer)
+        await scene.plugin.drain()
+    [failed] = [e for e in logs if e["event"] == "preemption failed"]
+    assert (failed["pod"], failed["verb"], failed["object"], failed["status"]) == ("ns/vip", "evict", "pod ns/low", 500)
     assert writer.writes == [
         "PATCH /api/v1/namespaces/ns/pods/vip/status",
-        "PATCH /api/v1/namespaces/ns/pods/low/status",
+        "EVICT /api/v1/namespaces/ns/pods/low",
     ]
     assert scene.events == []
     assert scene.activated == [scene.info.uid]
     assert not scene.plugin.pre_enqueue(scene.info)
 
 
-class _SlowDeletes(_Writer):
-    """Answers every write at once except DELETE, which waits for ``release``."""
+class _SlowEvictions(_Writer):
+    """Answers every write at once except an eviction, whose reply waits for ``release``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.release = asyncio.Event()
 
-    async def write(
-        self, method: str, path: str, body: Any, term: Any, content_type: str = JSON, *, urgent: bool = False
-    ) -> Reply:
-        if method == "DELETE":
-            await self.release.wait()
-        return await super().write(method, path, body, term, content_type, urgent=urgent)
+    async def evict(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> Reply:
+        reply = await super().evict(namespace, name, uid, condition)  # sent
+        await self.release.wait()  # its reply is not back yet
+        return reply
 
 
 async def test_the_preemptor_is_retried_once_its_victims_left_the_cache_before_the_delete_replies() -> None:
     """As kube's ``IsPodRunningPreemption`` (the last victim looked up in the lister): once its nomination is
-    written and the watch showed its victim gone, the preemptor is activated, though the reply to the delete
+    written and the watch showed its victim gone, the preemptor is activated, though the reply to the eviction
     (through the writer process) is not back yet; a retry meanwhile does not preempt a second time."""
-    writer = _SlowDeletes()
+    writer = _SlowEvictions()
     scene = preempt_one_victim(writer)
     t, ls, prof, plugin, info, activated = scene.t, scene.ls, scene.prof, scene.plugin, scene.info, scene.activated
-    for _ in range(5):  # the nomination and the condition are written, the delete waits
-        await asyncio.sleep(0)
-    assert "DELETE /api/v1/namespaces/ns/pods/low" not in writer.writes
+    await asyncio.wait_for(writer.evicting.wait(), 10)
+    await eventually(lambda: info.uid not in plugin._nominating, 10, "the nomination's reply handled")
+    assert writer.writes == ["PATCH /api/v1/namespaces/ns/pods/vip/status", "EVICT /api/v1/namespaces/ns/pods/low"]
+    assert scene.events == []  # the eviction's reply is not back
     assert info.uid in plugin.preempting and plugin.pre_enqueue(info)  # the victim is still there
     victim = next(r for r in t.pods.values() if r.name == "low")
     t.remove_pod(victim.uid)  # the informer saw it deleted
@@ -294,9 +297,9 @@ async def test_the_preemptor_is_retried_once_its_victims_left_the_cache_before_t
 
 
 async def test_a_retry_while_the_calls_run_does_not_preempt_again() -> None:
-    writer = _SlowDeletes()
+    writer = _SlowEvictions()
     scene = preempt_one_victim(writer)
-    await asyncio.sleep(0)
+    await asyncio.wait_for(writer.evicting.wait(), 10)
     result, _ = preempt(scene.t, scene.ls, scene.info.raw, scene.prof)
     assert "waiting for the preemption for this pod to be finished" in result.message
     assert scene.plugin.victims_metric._value.get() == 1
@@ -318,8 +321,7 @@ async def test_writes_that_were_not_sent_retry_the_preemptor_after_a_pause(monke
 
     scene = preempt_one_victim(writer, activate)
     await scene.plugin.drain()
-    assert activated == []
-    assert not any(w.startswith("DELETE") for w in writer.writes)
+    assert activated == [] and scene.events == []  # nothing evicted
     await asyncio.wait_for(retried.wait(), 5)
     assert activated == [scene.info.uid]
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
+from structlog.testing import capture_logs
+
 from crane_scheduler import reporting
+from crane_scheduler.podinfo import parse_pod
 from crane_scheduler.reporting import Reporter
 from tests.support.scheduler import FakeWriter
+from tests.support.scheduler import pod as pod_of
 
 
 async def test_scheduled_event_is_retried_through_503s_and_written_once() -> None:
@@ -24,3 +28,45 @@ async def test_scheduled_event_is_retried_through_503s_and_written_once() -> Non
     assert fake.answers == [], fake.answers
     assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"] * 3
     assert {b["metadata"]["name"] for b in fake.bodies} == {reporting.scheduled_event_name("p", "uid-1")}
+
+
+async def test_scheduled_event_is_retried_through_a_restarted_api_servers_403s() -> None:
+    """A kube-apiserver just restarted answers 403 until its RBAC caches have synced: the one Scheduled event of a
+    bind that happened is retried through it, not dropped (nothing would write it again while the term holds)."""
+    fake = FakeWriter(answers=[403, 401, 201])
+    reporter = Reporter(fake.as_writer(), None, "test")
+    stopping = asyncio.Event()
+    run = asyncio.create_task(reporter.run(stopping))
+    try:
+        reporter.scheduled("ns", "p", "uid-1", "n1", "crane-scheduler")
+        await asyncio.wait_for(reporter.drain(), 30)
+    finally:
+        stopping.set()
+        reporter.close()
+        await run
+    assert fake.answers == [] and len(fake.writes) == 3
+
+
+async def test_a_failed_report_is_logged_naming_the_pod_the_write_and_the_status() -> None:
+    """The namespace is being deleted: the API server refuses the event (403). The warning says which pod, which
+    write and what status, not ``error=ApiException()``."""
+    fake = FakeWriter(answers=[403, 403])
+    reporter = Reporter(fake.as_writer(), None, "test")
+    stopping = asyncio.Event()
+    run = asyncio.create_task(reporter.run(stopping))
+    pod = parse_pod(pod_of("web"))
+    try:
+        with capture_logs() as logs:
+            assert reporter.failed(pod, "0/1 nodes are available", "Unschedulable", "crane-scheduler")
+            await asyncio.wait_for(reporter.drain(), 30)
+    finally:
+        stopping.set()
+        reporter.close()
+        await run
+    failed = [e for e in logs if e["event"] == "report failed"]
+    assert [(e["report"], e["pod"], e["verb"], e["status"]) for e in failed] == [
+        ("failed", "ns/web", "POST", 403),
+        ("condition", "ns/web", "PATCH", 403),
+    ]
+    assert failed[0]["object"].startswith("/apis/events.k8s.io/v1/namespaces/ns/events/web.")
+    assert failed[1]["object"] == "/api/v1/namespaces/ns/pods/web/status"

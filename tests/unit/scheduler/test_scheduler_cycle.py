@@ -118,6 +118,40 @@ async def test_conflict_is_someone_elses_success_not_a_retry() -> None:
     assert parse_pod(raw).uid in s.table.pods and len(s.queue) == 0
 
 
+@pytest.mark.parametrize("scheduling", [True, False])
+async def test_a_bind_whose_reply_was_lost_still_gets_its_one_scheduled_event(scheduling: bool) -> None:
+    """An API server restart mid-bind: the bind landed, its reply did not, so the attempt counted as an error and
+    queued no Scheduled event; the informer then shows the pod bound before its retry could meet the 409. The
+    leader writes the event then (the fault suite's 'API server restart mid-burst' row once lost 2-3 of these); a
+    replica whose loop is not running (a standby watching the leader's binds) writes nothing."""
+    fake, binder, clock = FakeWriter(), FakeBinder(), Clock()
+    s = scheduler_with(binder, clock, fake)
+    s.on_node(node("n1"))
+    raw = pod("p")
+    s.on_pod(raw)
+    await step(s)
+    binder.outcome["p"] = "error"
+    binder.gate.set()
+    await s.drain()
+    s._scheduling = scheduling  # what run() sets while the loop runs (step() drives the loop by hand here)
+    stopping = asyncio.Event()
+    run = asyncio.create_task(s.reporter.run(stopping))
+    try:
+        s.on_pod(bound(raw, "n1"))  # the bind that landed, seen by the informer
+        await asyncio.wait_for(s.reporter.drain(), 30)
+    finally:
+        stopping.set()
+        s.reporter.close()
+        await run
+    scheduled = [b for b in fake.bodies if b.get("reason") == "Scheduled"]
+    if scheduling:
+        assert [(b["regarding"]["uid"], b["note"].rsplit(" ", 1)[-1]) for b in scheduled] == [
+            (parse_pod(raw).uid, "n1")
+        ]
+    else:
+        assert not scheduled
+
+
 async def test_deleted_pod_is_dropped_even_if_its_bind_fails() -> None:
     s, binder, _, raw = await bind_held()
     s.on_pod_deleted(raw)

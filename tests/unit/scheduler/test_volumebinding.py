@@ -11,8 +11,10 @@ import pytest
 
 from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.framework import Diagnosis
+from crane_scheduler.framework.runtime import Profile
+from crane_scheduler.listers import Listers
 from crane_scheduler.plugins.volumebinding import plugin as vb_plugin
-from crane_scheduler.podinfo import parse_pod
+from crane_scheduler.podinfo import PodInfo, parse_pod
 from crane_scheduler.writer import Reply
 from tests.support.scheduler import node, table
 from tests.support.volumes import decide, listers, pod_with_claims, profile, pv, pvc, storage_class
@@ -211,6 +213,7 @@ def test_args_are_checked() -> None:
 class _Resp:
     def __init__(self, body: dict[str, Any]) -> None:
         self.status, self.reason, self._body = 200, "OK", json.dumps(body).encode()
+        self.headers: dict[str, str] = {}
 
     async def read(self) -> bytes:
         return self._body
@@ -273,9 +276,8 @@ async def test_pre_bind_writes_the_binding_and_waits_for_the_controller(monkeypa
     assert [k for k, _ in _FakeCore.writes] == ["pv", "binding"]  # the pod is bound after its volumes
 
 
-async def test_pre_bind_fails_when_the_claim_ref_is_reset(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("kubernetes_asyncio.client.CoreV1Api", _FakeCore)
-    _FakeCore.writes, _FakeCore.wrote = [], asyncio.Event()
+def _reserved_on_c() -> tuple[Listers, Profile, PodInfo, dict[str, Any]]:
+    """Pod ``p`` with claim ``d``, whose only PV is on node c, reserved there (PreBind next)."""
     t = nodes3()
     ls = listers(storageclasses=[storage_class("local")], pvcs=[pvc("d")], pvs=[pv("only", node="c")])
     prof = profile(t, ls, api=object())
@@ -283,6 +285,13 @@ async def test_pre_bind_fails_when_the_claim_ref_is_reset(monkeypatch: pytest.Mo
     state: dict[str, Any] = {}
     decide(t, ls, p, state, prof)
     assert prof.run_reserve(state, p, "c").success
+    return ls, prof, p, state
+
+
+async def test_pre_bind_fails_when_the_claim_ref_is_reset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("kubernetes_asyncio.client.CoreV1Api", _FakeCore)
+    _FakeCore.writes, _FakeCore.wrote = [], asyncio.Event()
+    ls, prof, p, state = _reserved_on_c()
     binding = asyncio.create_task(prof.run_binding(state, p, "c"))
     await _FakeCore.wrote.wait()
     ls.apply("pvs", "MODIFIED", pv("only", node="c", rv="3"))  # someone reset the claimRef
@@ -290,3 +299,23 @@ async def test_pre_bind_fails_when_the_claim_ref_is_reset(monkeypatch: pytest.Mo
     assert not status.success and "ClaimRef got reset" in status.message
     prof.run_unreserve(state, p, "c")
     assert not ls.is_assumed("pvs", "only")
+
+
+class _ConflictingCore(_FakeCore):
+    """Answers the PV update with a 409 Status, as the API server does when the PV changed meanwhile."""
+
+    async def replace_persistent_volume(self, name: str, body: dict[str, Any], **kw: Any) -> _Resp:
+        resp = _Resp({"kind": "Status", "code": 409, "message": f'Operation cannot be fulfilled on "{name}"'})
+        resp.status, resp.reason = 409, "Conflict"
+        return resp
+
+
+async def test_a_failed_volume_write_names_the_object_the_verb_and_the_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("kubernetes_asyncio.client.CoreV1Api", _ConflictingCore)
+    _, prof, p, state = _reserved_on_c()
+    status = await asyncio.wait_for(prof.run_binding(state, p, "c"), 30)
+    assert not status.success
+    assert (
+        status.message
+        == 'binding volumes: update persistentvolume only: HTTP 409: Operation cannot be fulfilled on "only"'
+    )

@@ -60,6 +60,7 @@ class Cache:
         forget: Callable[[str], None] = lambda uid: None,
         wake: Callable[[], None] = lambda: None,
         listers: Listers | None = None,
+        bound_unassumed: Callable[[PodInfo], None] = lambda pod: None,
     ) -> None:
         self.listers = listers if listers is not None else Listers()
         self.listers.on_change = self.on_object_change
@@ -69,6 +70,10 @@ class Cache:
         self.clock = clock
         self.forget = forget
         self.wake = wake
+        self.bound_unassumed = bound_unassumed
+        """a pending pod of ours was seen bound while the table assumed no bind of ours for it: a bind whose reply
+        was lost (it landed, the answer did not, and the attempt was counted as failed), or a bind by someone
+        else; the scheduler makes sure it has its Scheduled event"""
         self.pending: dict[str, PodInfo] = {}  # pending pods of our profiles, latest version
 
     # ------------------------------------------------------------------------------------------ informers
@@ -150,9 +155,12 @@ class Cache:
             return  # another scheduler's pending pod: nothing to account, nothing to schedule
         pod = parse_pod(raw)
         if pod.node_name:
-            if self.pending.pop(pod.uid, None) is not None:
+            was_pending = self.pending.pop(pod.uid, None) is not None
+            if was_pending:
                 self.queue.delete(pod.uid)
             before = self.table.pods.get(pod.uid)
+            if was_pending and before is None:
+                self.bound_unassumed(pod)
             old = before.pod if before is not None else None  # add_pod may update the record in place
             old_labels = _labels(old)
             if before is None or before.assumed:

@@ -46,6 +46,7 @@ from crane_scheduler.plugins.noderesources import NodeResourcesFit
 from crane_scheduler.podinfo import UNSCHEDULABLE, PodInfo, unscheduled_condition
 from crane_scheduler.writer import Reply
 from crane_scheduler.writer.protocol import STRATEGIC_MERGE_PATCH, UNSENT
+from crane_shared.kube import ApiCallError, api_failure
 from crane_shared.logs import get_logger
 
 NAME = "DefaultPreemption"
@@ -68,14 +69,15 @@ def terminating_by_preemption(raw: Mapping[str, Any]) -> bool:
     return False
 
 
-class PreemptionError(Exception):
-    """An API call of a preemption failed: the preemptor is retried at once after an API error (as kube
-    activates it), after ``NOT_SENT_RETRY`` when the write never left (the writer process restarting, the term
-    over), so a preemptor does not spin through PostFilter while nothing can be written."""
+class PreemptionError(ApiCallError):
+    """An API call of a preemption failed (``verb`` of ``obj``, with its status: ``None`` when not sent): the
+    preemptor is retried at once after an API error (as kube activates it), after ``NOT_SENT_RETRY`` when the write
+    never left (the writer process restarting, the term over), so a preemptor does not spin through PostFilter
+    while nothing can be written."""
 
-    def __init__(self, message: str, reply: Reply) -> None:
-        super().__init__(message)
+    def __init__(self, verb: str, obj: str, reply: Reply) -> None:
         self.sent = not reply.refused and reply.status != UNSENT
+        super().__init__(verb, obj, reply.status if self.sent else None, reply.describe())
 
 
 @dataclass
@@ -326,7 +328,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             if (started := self._started_api.get(pod.uid)) is not None:
                 self.steps.labels("api").observe(time.monotonic() - started)
         except Exception as err:  # the pod is retried at once (kube activates it); the next attempt decides again
-            log.warning("preemption failed", pod=pod.key, node=best.node, error=repr(err))
+            log.warning("preemption failed", pod=pod.key, node=best.node, **api_failure("preempt", pod.key, err))
             if isinstance(err, PreemptionError) and not err.sent:
                 retry_after = NOT_SENT_RETRY
             self._started.pop(pod.uid, None)
@@ -370,7 +372,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             status["conditions"] = [condition]  # strategic merge: conditions merge by type
         reply = await self._write("PATCH", path, {"status": status})
         if not reply.ok and reply.status != 404:
-            raise PreemptionError(f"setting the nomination of {pod.key}: {reply.describe()}", reply)
+            raise PreemptionError("PATCH", f"the nomination of pod {pod.key}", reply)
 
     async def _evict(self, preemptor: PodInfo, victim: PodRecord, node: str) -> None:
         """kube's ``PreemptPod``: the DisruptionTarget condition first (so the pod's owner sees why), then delete
@@ -391,7 +393,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         if reply.status in (404, 409):  # gone already, or replaced by a new pod of the same name
             return  # kube reports nothing for a victim that was already gone
         if not reply.ok:
-            raise PreemptionError(f"evicting {victim.namespace}/{victim.name}: {reply.describe()}", reply)
+            raise PreemptionError("evict", f"pod {victim.namespace}/{victim.name}", reply)
         log.info("preempted", victim=f"{victim.namespace}/{victim.name}", preemptor=preemptor.key, node=victim.node)
         self.handle.record_event(
             {"namespace": victim.namespace, "name": victim.name, "uid": victim.uid},

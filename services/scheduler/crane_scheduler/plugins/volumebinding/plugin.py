@@ -64,7 +64,7 @@ from crane_scheduler.plugins.volumebinding.binder import (
     meta,
 )
 from crane_scheduler.podinfo import PodInfo
-from crane_shared.kube import raw_json
+from crane_shared.kube import ApiCallError, raw_json
 
 NAME = "VolumeBinding"
 STATE_KEY = NAME
@@ -252,9 +252,11 @@ class VolumeBinding(
         volumes = st.assumed
         if volumes is None:
             return Status(Code.ERROR, (f'no pod volume found for node "{node}"',), self.name)
+        core = client.CoreV1Api(self.handle.api)
+        what = ""  # the write in flight, named in the error
         try:
-            core = client.CoreV1Api(self.handle.api)
             for i, (pv, pvc) in enumerate(volumes.static):
+                what = f"persistentvolume {meta(pv)['name']}"
                 written = await raw_json(
                     core.replace_persistent_volume(
                         meta(pv)["name"], pv, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
@@ -263,6 +265,7 @@ class VolumeBinding(
                 volumes.static[i] = (written or pv, pvc)
             for i, pvc in enumerate(volumes.provision):
                 m = meta(pvc)
+                what = f"persistentvolumeclaim {m['namespace']}/{m['name']}"
                 written = await raw_json(
                     core.replace_namespaced_persistent_volume_claim(
                         m["name"], m["namespace"], pvc, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
@@ -270,7 +273,7 @@ class VolumeBinding(
                 )
                 volumes.provision[i] = written or pvc
         except Exception as err:
-            return Status(Code.ERROR, (f"binding volumes: {err!r}",), self.name)
+            return Status(Code.ERROR, (f"binding volumes: {ApiCallError.of('update', what, err)}",), self.name)
         deadline = time.monotonic() + self.bind_timeout
         while True:
             try:
