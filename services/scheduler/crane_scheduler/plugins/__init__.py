@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from crane_scheduler.framework.registry import Registry
 from crane_scheduler.plugins import (
-    coscheduling,
     defaultbinder,
     defaultpreemption,
-    gangscheduling,
     imagelocality,
     interpodaffinity,
     nodeaffinity,
@@ -32,6 +30,8 @@ from crane_scheduler.plugins import (
     volumerestrictions,
     volumezone,
 )
+from crane_scheduler.plugins.coscheduling import register as register_coscheduling
+from crane_scheduler.plugins.gangscheduling import register as register_gangscheduling
 
 DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
     ("PrioritySort", None),
@@ -78,6 +78,6 @@ def builtin_registry() -> Registry:
         },
     )
     noderesourcetopology.register(registry)  # crane's NUMA placement; not in the default profile
-    coscheduling.register(registry)  # gangs (PodGroup); replaces PrioritySort where enabled
-    gangscheduling.register(registry)  # gangs (1.35's Workload API)
+    register_coscheduling(registry)  # gangs (PodGroup); replaces PrioritySort where enabled
+    register_gangscheduling(registry)  # gangs (1.35's Workload API)
     return registry
