@@ -22,7 +22,8 @@ import yaml
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster, new_run_dir
-from crane_sandbox.crds import install_crds
+from crane_sandbox.crds import PODGROUP_CRD
+from crane_sandbox.crds import install_crd as install_crd_file
 from crane_sandbox.exporter import FleetExporter
 from crane_sandbox.fleet import FleetState, LoadShape, SimNode, base_loads, make_fleet
 from crane_sandbox.kubebin import ensure_binaries, ensure_kwok
@@ -33,7 +34,7 @@ from crane_sandbox.pod_follower import PodFollower, create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port, service_argv
 from crane_sandbox.prometheus import PrometheusServer
 from crane_sandbox.rbac import ServiceIdentity, install_identities
-from crane_sandbox.topology import TopologySpec, publish_fleet
+from crane_sandbox.topology import TopologySpec, install_crd, publish_fleet
 from crane_shared.kube import api_client_from_dict, raw_json
 
 SANDBOX_POLICY = """\
@@ -221,7 +222,8 @@ class Sandbox:
             self.kwok = KwokController(self.run_dir, kwok_bins, self.cluster.component_kubeconfig(KWOK_USER))
             await asyncio.gather(
                 create_nodes(self._api, fleet, kwok=True),
-                install_crds(self._api),
+                install_crd(self._api),
+                install_crd_file(self._api, PODGROUP_CRD),
                 self.prometheus.start(),
                 self.kwok.start(),
             )

@@ -1,6 +1,6 @@
 """NUMA topology of the simulated nodes: the NodeResourceTopology objects crane-agent would publish for them.
 
-The sandbox installs the NRT CRD (``crane_sandbox.crds``) and publishes one NRT per simulated node, built by the
+The sandbox installs the NRT CRD (``deploy/crds/``) and publishes one NRT per simulated node, built by the
 product's ``agent.build_topology`` (crane-agent's rules: ``Node`` zones ``node0``..., reserved CPUs taken from the
 zones that own them, ``craneManagerPolicy`` Static / SingleNUMANodePodLevel) and written by its
 ``publish_topologies``. Each NRT is owned by its Node (``ownerReferences`` with the node's uid), so the garbage
@@ -22,6 +22,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from crane_sandbox.crds import NRT_CRD
+from crane_sandbox.crds import install_crd as install_crd_file
 from crane_sandbox.fleet import SimNode
 from crane_scheduler.plugins.noderesourcetopology.agent import NumaNode, build_topology, parse_cpuset
 from crane_scheduler.plugins.noderesourcetopology.publish import publish_topologies
@@ -100,6 +102,11 @@ def node_topology(node: SimNode, spec: TopologySpec, uid: str | None = None) -> 
         node_labels=node.labels,
         node_uid=uid,
     )
+
+
+async def install_crd(api: client.ApiClient, timeout: float = 30.0) -> None:
+    """Create the NRT CRD (kept if present) and wait until it is Established."""
+    await install_crd_file(api, NRT_CRD, timeout)
 
 
 async def publish_fleet(
