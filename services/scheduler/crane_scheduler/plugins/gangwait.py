@@ -72,13 +72,9 @@ class GangWaits:
         return self.backoff_until.get(gang, 0.0) > self.handle.clock()
 
     def placed(self, gang: str) -> None:
-        self.waiting.pop(gang, None)
         self.since.pop(gang, None)
-        timer = self._timers.pop(gang, None)
-        if timer is not None:
-            timer.cancel()
+        self.settled(gang)
         self.metrics.placed.inc()
-        self.metrics.waiting.set(len(self.waiting))
 
     def wait(
         self, gang: str, uids: Sequence[str], message: str, feasible: int, timeout: float | None, backoff: float = 0.0
@@ -128,6 +124,14 @@ class GangWaits:
         """Retry the group's waiting members now."""
         for uid in sorted(self.waiting.get(gang, ())):
             self.handle.activate(uid)
+
+    def settled(self, gang: str) -> None:
+        """The group has no pending member left: it waits no more (the gauge drops it)."""
+        self.waiting.pop(gang, None)
+        self.metrics.waiting.set(len(self.waiting))
+        timer = self._timers.pop(gang, None)
+        if timer is not None:
+            timer.cancel()
 
     def forget(self, gang: str) -> None:
         """The group's definition went away (its members wait on as refused ones)."""
