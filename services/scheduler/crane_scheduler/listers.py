@@ -21,7 +21,17 @@ from crane_shared.informer import EventType, Informer, ListFn, object_key
 
 Obj = dict[str, Any]
 Kind = Literal[
-    "pvcs", "pvs", "storageclasses", "csinodes", "volumeattachments", "pdbs", "csidrivers", "csistoragecapacities"
+    "pvcs",
+    "pvs",
+    "storageclasses",
+    "csinodes",
+    "volumeattachments",
+    "pdbs",
+    "csidrivers",
+    "csistoragecapacities",
+    "resourceclaims",
+    "resourceslices",
+    "deviceclasses",
 ]
 KINDS: tuple[Kind, ...] = (
     "pvcs",
@@ -32,6 +42,9 @@ KINDS: tuple[Kind, ...] = (
     "pdbs",
     "csidrivers",
     "csistoragecapacities",
+    "resourceclaims",
+    "resourceslices",
+    "deviceclasses",
 )
 
 
@@ -87,6 +100,18 @@ class Listers:
 
     def pdbs(self) -> list[Obj]:
         return list(self.objects["pdbs"].values())
+
+    def resource_claim(self, namespace: str, name: str) -> Obj | None:
+        return self.objects["resourceclaims"].get(f"{namespace}/{name}")
+
+    def resource_claims(self) -> list[Obj]:
+        return list(self.objects["resourceclaims"].values())
+
+    def resource_slices(self) -> list[Obj]:
+        return list(self.objects["resourceslices"].values())
+
+    def device_classes(self) -> dict[str, Obj]:
+        return self.objects["deviceclasses"]
 
     async def wait_change(self, timeout: float) -> None:
         """Return after the next informer event, or after ``timeout`` seconds (a PreBind waiting for the PV

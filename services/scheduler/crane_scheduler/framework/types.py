@@ -137,6 +137,9 @@ class ClusterEvent(enum.Flag):
     VOLUME_ATTACHMENT_DELETE = enum.auto()  # a VolumeAttachment went away (an attach slot freed)
     CSIDRIVER_UPDATE = enum.auto()  # a CSIDriver changed (e.g. storageCapacity turned off)
     CSI_STORAGE_CAPACITY_CHANGE = enum.auto()  # a CSIStorageCapacity was added or updated (more free storage)
+    RESOURCE_CLAIM_CHANGE = enum.auto()  # a ResourceClaim was added or updated (created, deallocated)
+    RESOURCE_SLICE_CHANGE = enum.auto()  # a ResourceSlice was added or updated (devices published)
+    DEVICE_CLASS_CHANGE = enum.auto()  # a DeviceClass was added or updated
     ALL = (
         NODE_ADD
         | NODE_UPDATE
@@ -152,6 +155,9 @@ class ClusterEvent(enum.Flag):
         | VOLUME_ATTACHMENT_DELETE
         | CSIDRIVER_UPDATE
         | CSI_STORAGE_CAPACITY_CHANGE
+        | RESOURCE_CLAIM_CHANGE
+        | RESOURCE_SLICE_CHANGE
+        | DEVICE_CLASS_CHANGE
     )
 
 

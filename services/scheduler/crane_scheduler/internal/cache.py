@@ -29,6 +29,9 @@ _OBJECT_EVENTS: dict[Kind, ClusterEvent] = {
     "pdbs": ClusterEvent.PDB_CHANGE,
     "csidrivers": ClusterEvent.CSIDRIVER_UPDATE,
     "csistoragecapacities": ClusterEvent.CSI_STORAGE_CAPACITY_CHANGE,
+    "resourceclaims": ClusterEvent.RESOURCE_CLAIM_CHANGE,
+    "resourceslices": ClusterEvent.RESOURCE_SLICE_CHANGE,
+    "deviceclasses": ClusterEvent.DEVICE_CLASS_CHANGE,
 }
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 

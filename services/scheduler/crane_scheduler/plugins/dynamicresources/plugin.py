@@ -1,0 +1,358 @@
+"""DynamicResources (kube-scheduler 1.35, default gates): a pod's ResourceClaims get devices from ResourceSlices.
+
+- PreEnqueue: every claim must resolve (exist, not be deleting, be the pod's own for a template claim); a
+  template claim waits for kube-controller-manager's resourceclaim controller.
+- PreFilter: claims as above (kube's messages, UnschedulableAndUnresolvable); an allocated claim limits the pod to
+  its ``status.allocation.nodeSelector``; an unallocated one must not be in flight for another pod ("resource
+  claim ns/c is in the process of being allocated") and its requests' classes must exist; one ``Allocator`` for
+  the cycle, over every slice and the devices allocated or in flight.
+- Filter, per node: "resourceclaim not available on the node", or the allocator's answer: "cannot allocate all
+  claims", "invalid resource pools were encountered", "timed out trying to allocate devices" (the filter
+  timeout, 10 s by default, for all nodes of the cycle together here). kube answers a broken selector with an
+  Error status; the framework's Filter has no Error, so it is a rejection with kube's error text.
+- Reserve: the chosen node's allocation is signalled in flight (``ClaimTracker``), no API write; Unreserve
+  drops it (and a reservation already written, through kube's strategic-merge patch).
+- PreBind, per claim not yet reserved for the pod, retried on conflict: the finalizer
+  ``resource.kubernetes.io/delete-protection`` by Update, then ``status.allocation`` and ``status.reservedFor``
+  by UpdateStatus; the written claim is assumed until the informer shows it.
+
+Not done here: PostFilter (deallocating a claim that blocks the pod), Score of prioritized lists, the extended
+resources of DRAExtendedResource (off by default), and binding conditions (off by default).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from crane_scheduler.framework import (
+    SKIP,
+    SUCCESS,
+    ClusterEvent,
+    CycleState,
+    PreFilterResult,
+    Rejection,
+    Status,
+    error,
+    unschedulable,
+)
+from crane_scheduler.framework.interface import (
+    EnqueueExtensions,
+    FilterPlugin,
+    PreBindPlugin,
+    PreFilterPlugin,
+    ReservePlugin,
+)
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.plugins.dynamicresources.allocator import (
+    AllocationError,
+    AllocationTimeout,
+    Allocator,
+    FailedOnNode,
+    claim_ref,
+)
+from crane_scheduler.plugins.dynamicresources.claims import (
+    FINALIZER,
+    ClaimError,
+    ClaimGetter,
+    ClaimTracker,
+    claim_key,
+    is_reserved_for_pod,
+    pod_claims,
+)
+from crane_scheduler.plugins.dynamicresources.pools import PoolError, node_selector_matches
+from crane_scheduler.podinfo import NodeInfo, PodInfo
+
+NAME = "DynamicResources"
+STATE_KEY = NAME
+DEFAULT_FILTER_TIMEOUT = 10.0
+
+REASON_CANNOT_ALLOCATE = "cannot allocate all claims"
+REASON_NOT_AVAILABLE = "resourceclaim not available on the node"
+REASON_TIMEOUT = "timed out trying to allocate devices"
+
+Raw = Mapping[str, Any]
+
+
+class DraObjects(Protocol):
+    """What the plugin reads: claims by namespace/name, every ResourceSlice, DeviceClasses by name."""
+
+    def resource_claim(self, namespace: str, name: str) -> Raw | None: ...
+
+    def resource_claims(self) -> Sequence[Raw]: ...
+
+    def resource_slices(self) -> Sequence[Raw]: ...
+
+    def device_classes(self) -> Mapping[str, Raw]: ...
+
+
+class Conflict(Exception):
+    """The API answered 409 (the claim changed since it was read)."""
+
+
+class ClaimWriter(Protocol):
+    """The API calls of PreBind (resource.k8s.io/v1 ResourceClaims); each returns the object the API answered."""
+
+    async def get(self, namespace: str, name: str) -> Raw: ...
+
+    async def update(self, claim: Raw) -> Raw: ...
+
+    async def update_status(self, claim: Raw) -> Raw: ...
+
+
+@dataclass
+class _State:
+    claims: list[Raw]
+    available_on: list[Raw | None]  # the allocated claims' node selectors
+    allocator: Allocator | None = None
+    to_allocate: list[int] = field(default_factory=list)  # indexes of the unallocated claims
+    allocations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # node -> results
+    chosen: dict[int, dict[str, Any]] = field(default_factory=dict)  # claim index -> allocation (Reserve)
+
+
+class DynamicResources(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin, EnqueueExtensions):
+    name = NAME
+
+    def __init__(
+        self,
+        objects: DraObjects,
+        writer: ClaimWriter | None = None,
+        filter_timeout: float = DEFAULT_FILTER_TIMEOUT,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.objects = objects
+        self.writer = writer
+        self.filter_timeout = filter_timeout
+        self.clock = clock
+        self.tracker = ClaimTracker()
+
+    @property
+    def _get(self) -> ClaimGetter:
+        return self.tracker.get(self.objects.resource_claim)
+
+    # ------------------------------------------------------------------------------------------ queueing
+
+    def events_to_register(self) -> ClusterEvent:
+        return (
+            ClusterEvent.NODE_ADD
+            | ClusterEvent.NODE_UPDATE
+            | ClusterEvent.RESOURCE_CLAIM_CHANGE
+            | ClusterEvent.RESOURCE_SLICE_CHANGE
+            | ClusterEvent.DEVICE_CLASS_CHANGE
+            | ClusterEvent.POD_UPDATE
+        )
+
+    def pre_enqueue(self, pod: PodInfo) -> bool:
+        """Gated (True) while a claim does not resolve."""
+        try:
+            pod_claims(pod.raw, self._get)
+        except ClaimError:
+            return True
+        return False
+
+    # ------------------------------------------------------------------------------------------ scheduling cycle
+
+    def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
+        try:
+            claims = pod_claims(pod.raw, self._get)
+        except ClaimError as err:
+            return PreFilterResult(unschedulable(str(err), unresolvable=True))
+        if not claims:
+            return PreFilterResult(SKIP)
+        st = _State(claims, [None] * len(claims))
+        classes = self.objects.device_classes()
+        for index, claim in enumerate(claims):
+            allocation = (claim.get("status") or {}).get("allocation")
+            if allocation is not None:
+                st.available_on[index] = allocation.get("nodeSelector")
+                continue
+            st.to_allocate.append(index)
+            uid = str((claim.get("metadata") or {}).get("uid", ""))
+            if self.tracker.has_pending(uid):
+                reason = f"resource claim {claim_ref(claim)} is in the process of being allocated"
+                return PreFilterResult(unschedulable(reason, unresolvable=True))
+            status = _validate_requests(claim, classes)
+            if status is not None:
+                return PreFilterResult(status)
+        if st.to_allocate:
+            allocated = self.tracker.allocated(self.objects.resource_claims())
+            st.allocator = Allocator(classes, self.objects.resource_slices(), allocated, clock=self.clock)
+        state[STATE_KEY] = st
+        return PreFilterResult()
+
+    def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
+        st: _State | None = state.get(STATE_KEY)
+        if st is None:
+            return []
+        masks: dict[str, np.ndarray[Any, Any]] = {}
+        deadline = self.clock() + self.filter_timeout if self.filter_timeout > 0 else None
+        to_allocate = [st.claims[i] for i in st.to_allocate]
+        for row, node in enumerate(table.nodes):
+            if node is None:
+                continue
+            reason = self._filter_node(st, node, to_allocate, deadline)
+            if reason is not None:
+                masks.setdefault(reason, np.zeros(table.n_rows, dtype=bool))[row] = True
+        return [Rejection(reason, mask, unresolvable=True) for reason, mask in masks.items()]
+
+    def _filter_node(self, st: _State, node: NodeInfo, to_allocate: list[Raw], deadline: float | None) -> str | None:
+        # kube allocates before it looks at the unavailable claims, so a broken selector wins over them.
+        results = None
+        if st.allocator is not None:
+            try:
+                results = st.allocator.allocate(node, to_allocate, deadline)
+            except AllocationTimeout:
+                return REASON_TIMEOUT
+            except FailedOnNode as err:
+                return str(err)
+            except AllocationError as err:
+                return str(err)
+            if results is None or len(results) != len(to_allocate):
+                return REASON_CANNOT_ALLOCATE
+        for selector in st.available_on:
+            if selector is None:
+                continue
+            try:
+                if not node_selector_matches(node, selector):
+                    return REASON_NOT_AVAILABLE
+            except PoolError as err:
+                return str(err)
+        if results is not None:
+            st.allocations[node.name] = results
+        return None
+
+    def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        st: _State | None = state.get(STATE_KEY)
+        if st is None or st.allocator is None:
+            return SUCCESS
+        results = st.allocations.get(node)
+        if not results or len(results) != len(st.to_allocate):
+            return error("claim allocation not found for node")
+        for index, allocation in zip(st.to_allocate, results, strict=True):
+            st.chosen[index] = allocation
+            claim = _with_allocation(st.claims[index], allocation)
+            self.tracker.signal_pending(claim)
+        return SUCCESS
+
+    def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
+        st: _State | None = state.get(STATE_KEY)
+        if st is None:
+            return
+        for claim in st.claims:
+            if self.tracker.remove_pending(str((claim.get("metadata") or {}).get("uid", ""))):
+                self.tracker.restore(claim_key(claim))
+        # kube also patches the pod out of reservedFor of a claim PreBind already reserved; the binding cycle
+        # here fails before PreBind or inside it, where ``pre_bind`` undoes nothing it did not finish.
+
+    # ------------------------------------------------------------------------------------------ binding cycle
+
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        st: _State | None = state.get(STATE_KEY)
+        if st is None:
+            return SUCCESS
+        if self.writer is None:
+            return error("DynamicResources has no API client")
+        for index, claim in enumerate(st.claims):
+            if is_reserved_for_pod(pod.raw, claim):
+                continue
+            try:
+                st.claims[index] = await bind_claim(self.writer, claim, st.chosen.get(index), pod.raw, self.tracker)
+            except (ClaimError, Conflict) as err:
+                return error(str(err))
+        return SUCCESS
+
+
+def _with_allocation(claim: Raw, allocation: dict[str, Any]) -> dict[str, Any]:
+    meta = dict(claim.get("metadata") or {})
+    finalizers = list(meta.get("finalizers") or ())
+    if FINALIZER not in finalizers:
+        finalizers.append(FINALIZER)
+    meta["finalizers"] = finalizers
+    return {**claim, "metadata": meta, "status": {**(claim.get("status") or {}), "allocation": allocation}}
+
+
+def _validate_requests(claim: Raw, classes: Mapping[str, Raw]) -> Status | None:
+    """PreFilter's checks of an unallocated claim's requests (kube's messages)."""
+    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
+        name = request.get("name", "")
+        if request.get("exactly") is not None:
+            checks = [(name, request["exactly"].get("deviceClassName") or "")]
+        elif request.get("firstAvailable"):
+            checks = [
+                (f"{name}/{sub.get('name', '')}", sub.get("deviceClassName") or "") for sub in request["firstAvailable"]
+            ]
+        else:
+            reason = f"resource claim {claim_ref(claim)}, request {name}: unknown request type"
+            return unschedulable(reason, unresolvable=True)
+        for request_name, class_name in checks:
+            if not class_name:
+                return error(f"request {request_name}: unsupported request type")
+            if class_name not in classes:
+                return unschedulable(
+                    f"request {request_name}: device class {class_name} does not exist", unresolvable=True
+                )
+    return None
+
+
+MAX_CONFLICT_RETRIES = 5
+"""client-go's ``retry.DefaultRetry``: 5 steps."""
+
+
+async def bind_claim(
+    writer: ClaimWriter,
+    claim: Raw,
+    allocation: dict[str, Any] | None,
+    pod: Raw,
+    tracker: ClaimTracker,
+    retries: int = MAX_CONFLICT_RETRIES,
+    sleep: Callable[[float], Awaitable[None]] | None = None,
+) -> Raw:
+    """kube's ``bindClaim``: finalizer by Update, then allocation and the pod's reservation by UpdateStatus, the
+    whole retried on conflict (re-reading the claim); the written claim is assumed in ``tracker``."""
+    meta = pod.get("metadata") or {}
+    uid = str((claim.get("metadata") or {}).get("uid", ""))
+    current: Raw = claim
+    try:
+        for attempt in range(retries):
+            if attempt:
+                current = await writer.get(
+                    (claim.get("metadata") or {}).get("namespace", ""), claim["metadata"]["name"]
+                )
+            try:
+                written = await _write_claim(writer, current, allocation, meta)
+            except Conflict:
+                if attempt + 1 == retries:
+                    raise
+                if sleep is not None:
+                    await sleep(0.01 * (attempt + 1))
+                continue
+            tracker.assume(written)
+            return written
+        raise Conflict(f"claim {claim_ref(claim)}: too many conflicts")  # pragma: no cover - loop raises first
+    finally:
+        if allocation is not None:
+            tracker.remove_pending(uid)
+
+
+async def _write_claim(writer: ClaimWriter, claim: Raw, allocation: dict[str, Any] | None, pod_meta: Raw) -> Raw:
+    claim_meta = claim.get("metadata") or {}
+    if claim_meta.get("deletionTimestamp"):
+        raise ClaimError(f"claim {claim_ref(claim)} got deleted in the meantime")
+    status = dict(claim.get("status") or {})
+    if allocation is not None:
+        if status.get("allocation") is not None:
+            raise ClaimError(f"claim {claim_ref(claim)} got allocated elsewhere in the meantime")
+        if FINALIZER not in (claim_meta.get("finalizers") or ()):
+            claim = await writer.update(
+                {**claim, "metadata": {**claim_meta, "finalizers": [*(claim_meta.get("finalizers") or ()), FINALIZER]}}
+            )
+            status = dict(claim.get("status") or {})
+        status["allocation"] = allocation
+    reserved = list(status.get("reservedFor") or ())
+    reserved.append({"resource": "pods", "name": pod_meta.get("name", ""), "uid": pod_meta.get("uid", "")})
+    status["reservedFor"] = reserved
+    return await writer.update_status({**claim, "status": status})

@@ -1,0 +1,224 @@
+"""DynamicResources' extension points against kube's plugin (``framework/plugins/dynamicresources``): claim
+resolution and its messages, per-node verdicts, in-flight allocations, and PreBind's writes."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from crane_scheduler.framework import Code, CycleState
+from crane_scheduler.listers import Listers
+from crane_scheduler.plugins.dynamicresources.claims import FINALIZER
+from crane_scheduler.plugins.dynamicresources.plugin import Conflict, DynamicResources
+from crane_scheduler.podinfo import parse_pod
+from tests.support.dra import DRIVER, claim, device, device_class, exactly, resource_slice
+from tests.support.scheduler import node, pod, table
+
+GPU = device_class("gpu", f'device.driver == "{DRIVER}"')
+
+
+def dra_pod(name: str, *claims: dict[str, Any], statuses: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    raw = pod(name, spec={"resourceClaims": list(claims)})
+    if statuses is not None:
+        raw["status"] = {"resourceClaimStatuses": statuses}
+    return raw
+
+
+def listers(*objects: dict[str, Any]) -> Listers:
+    kinds = {"ResourceClaim": "resourceclaims", "ResourceSlice": "resourceslices", "DeviceClass": "deviceclasses"}
+    out = Listers()
+    for obj in objects:
+        out.apply(kinds[obj["kind"]], "ADDED", obj)  # type: ignore[arg-type]
+    return out
+
+
+def rejections(plugin: DynamicResources, state: CycleState, raw: dict[str, Any], t: Any) -> dict[str, list[str]]:
+    """reason -> rejected node names."""
+    out: dict[str, list[str]] = {}
+    for r in plugin.filter(state, parse_pod(raw), t):
+        out[r.reason] = [t.nodes[i].name for i in r.mask.nonzero()[0]]
+        assert r.unresolvable
+    return out
+
+
+SLICES = [resource_slice("s1", [device("gpu-0")], node="n1"), resource_slice("s2", [device("gpu-0")], node="n2")]
+
+
+def test_a_template_claim_waits_for_the_resourceclaim_controller() -> None:
+    plugin = DynamicResources(listers(GPU, *SLICES))
+    raw = dra_pod("p", {"name": "gpu", "resourceClaimTemplateName": "tpl"})
+    assert plugin.pre_enqueue(parse_pod(raw)) is True
+    res = plugin.pre_filter({}, parse_pod(raw), table(node("n1")))
+    assert res.status.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE
+    assert res.status.message == 'pod "ns/p": ResourceClaim not created yet'
+    # the controller created the claim, but another pod owns it
+    c = claim("p-gpu-x", exactly("gpu", "gpu"), namespace="ns")
+    raw = dra_pod(
+        "p",
+        {"name": "gpu", "resourceClaimTemplateName": "tpl"},
+        statuses=[{"name": "gpu", "resourceClaimName": "p-gpu-x"}],
+    )
+    plugin = DynamicResources(listers(GPU, *SLICES, c))
+    res = plugin.pre_filter({}, parse_pod(raw), table(node("n1")))
+    assert res.status.message == "ResourceClaim ns/p-gpu-x was not created for pod ns/p (pod is not owner)"
+    c["metadata"]["ownerReferences"] = [{"uid": raw["metadata"]["uid"], "controller": True, "kind": "Pod", "name": "p"}]
+    assert plugin.pre_enqueue(parse_pod(raw)) is False
+    assert plugin.pre_filter({}, parse_pod(raw), table(node("n1"))).status.success
+
+
+def test_missing_claims_and_classes_keep_the_pod_pending_with_kube_messages() -> None:
+    raw = dra_pod("p", {"name": "gpu", "resourceClaimName": "shared"})
+    plugin = DynamicResources(listers(GPU))
+    assert plugin.pre_filter({}, parse_pod(raw), table()).status.message == (
+        'resourceclaim.resource.k8s.io "shared" not found'
+    )
+    plugin = DynamicResources(listers(claim("shared", exactly("gpu", "nope"), namespace="ns")))
+    res = plugin.pre_filter({}, parse_pod(raw), table())
+    assert (res.status.code, res.status.message) == (
+        Code.UNSCHEDULABLE_AND_UNRESOLVABLE,
+        "request gpu: device class nope does not exist",
+    )
+    assert plugin.pre_filter({}, parse_pod(pod("plain")), table()).status.code is Code.SKIP
+
+
+def test_filter_allocates_per_node_and_names_kube_reasons() -> None:
+    shared = claim("shared", exactly("gpu", "gpu"), namespace="ns")
+    plugin = DynamicResources(listers(GPU, SLICES[0], shared))
+    raw = dra_pod("p", {"name": "gpu", "resourceClaimName": "shared"})
+    t = table(node("n1"), node("n2"))
+    state: CycleState = {}
+    assert plugin.pre_filter(state, parse_pod(raw), t).status.success
+    assert rejections(plugin, state, raw, t) == {"cannot allocate all claims": ["n2"]}
+
+
+def test_an_allocated_claim_is_only_available_where_its_node_selector_says() -> None:
+    shared = claim("shared", exactly("gpu", "gpu"), namespace="ns")
+    shared["status"] = {
+        "allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n2", "device": "gpu-0"}]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]
+            },
+        }
+    }
+    plugin = DynamicResources(listers(GPU, *SLICES, shared))
+    raw = dra_pod("p", {"name": "gpu", "resourceClaimName": "shared"})
+    t = table(node("n1"), node("n2"))
+    state: CycleState = {}
+    assert plugin.pre_filter(state, parse_pod(raw), t).status.success
+    assert rejections(plugin, state, raw, t) == {"resourceclaim not available on the node": ["n1"]}
+
+
+def test_two_pods_in_flight_never_get_the_same_device() -> None:
+    a = claim("a", exactly("gpu", "gpu"), namespace="ns")
+    b = claim("b", exactly("gpu", "gpu"), namespace="ns")
+    plugin = DynamicResources(listers(GPU, SLICES[0], a, b))
+    t = table(node("n1"))
+    first, second = (
+        dra_pod("p1", {"name": "g", "resourceClaimName": "a"}),
+        dra_pod("p2", {"name": "g", "resourceClaimName": "b"}),
+    )
+    s1: CycleState = {}
+    assert plugin.pre_filter(s1, parse_pod(first), t).status.success
+    assert rejections(plugin, s1, first, t) == {}
+    assert plugin.reserve(s1, parse_pod(first), "n1").success
+    # the first pod's allocation is in flight: the second finds the device taken, and the first's claim busy
+    s2: CycleState = {}
+    assert plugin.pre_filter(s2, parse_pod(second), t).status.success
+    assert rejections(plugin, s2, second, t) == {"cannot allocate all claims": ["n1"]}
+    again = plugin.pre_filter({}, parse_pod(dra_pod("p3", {"name": "g", "resourceClaimName": "a"})), t)
+    assert again.status.message == "resource claim ns/a is in the process of being allocated"
+    plugin.unreserve(s1, parse_pod(first), "n1")
+    s2 = {}
+    assert plugin.pre_filter(s2, parse_pod(second), t).status.success
+    assert rejections(plugin, s2, second, t) == {}
+
+
+class FakeClaims:
+    """ResourceClaims as the API keeps them: resourceVersion checked on every write (409 on a stale one)."""
+
+    def __init__(self, *claims: dict[str, Any]) -> None:
+        self.store = {
+            c["metadata"]["name"]: copy.deepcopy({**c, "metadata": {**c["metadata"], "resourceVersion": "1"}})
+            for c in claims
+        }
+        self.calls: list[str] = []
+        self.conflicts = 0
+
+    def _write(self, claim: Any, what: str) -> dict[str, Any]:
+        self.calls.append(what)
+        have = self.store[claim["metadata"]["name"]]
+        if self.conflicts:
+            self.conflicts -= 1
+            have["metadata"]["resourceVersion"] = str(int(have["metadata"]["resourceVersion"]) + 1)
+        if claim["metadata"].get("resourceVersion") != have["metadata"]["resourceVersion"]:
+            raise Conflict("conflict")
+        new = copy.deepcopy(dict(claim))
+        if what == "update":
+            new["status"] = have.get("status") or {}
+        else:
+            new["metadata"] = have["metadata"]
+        new["metadata"] = {**new["metadata"], "resourceVersion": str(int(have["metadata"]["resourceVersion"]) + 1)}
+        self.store[claim["metadata"]["name"]] = new
+        return copy.deepcopy(new)
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any]:
+        self.calls.append("get")
+        return copy.deepcopy(self.store[name])
+
+    async def update(self, claim: Any) -> dict[str, Any]:
+        return self._write(claim, "update")
+
+    async def update_status(self, claim: Any) -> dict[str, Any]:
+        return self._write(claim, "status")
+
+
+def _scheduled(plugin: DynamicResources, raw: dict[str, Any]) -> CycleState:
+    t = table(node("n1"))
+    state: CycleState = {}
+    assert plugin.pre_filter(state, parse_pod(raw), t).status.success
+    assert rejections(plugin, state, raw, t) == {}
+    assert plugin.reserve(state, parse_pod(raw), "n1").success
+    return state
+
+
+def test_pre_bind_writes_finalizer_then_allocation_and_reservation() -> None:
+    c = claim("a", exactly("gpu", "gpu"), namespace="ns")
+    api = FakeClaims(c)
+    objects = listers(GPU, SLICES[0], api.store["a"])
+    plugin = DynamicResources(objects, writer=api)
+    raw = dra_pod("p1", {"name": "g", "resourceClaimName": "a"})
+    state = _scheduled(plugin, raw)
+    assert asyncio.run(plugin.pre_bind(state, parse_pod(raw), "n1")).success
+    written = api.store["a"]
+    assert api.calls == ["update", "status"]
+    assert written["metadata"]["finalizers"] == [FINALIZER]
+    assert written["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+    assert written["status"]["reservedFor"] == [{"resource": "pods", "name": "p1", "uid": raw["metadata"]["uid"]}]
+    # no longer in flight, but assumed: the next pod still cannot have gpu-0 before the informer catches up
+    other = dra_pod("p2", {"name": "g", "resourceClaimName": "b"})
+    objects.apply("resourceclaims", "ADDED", claim("b", exactly("gpu", "gpu"), namespace="ns"))
+    t = table(node("n1"))
+    s2: CycleState = {}
+    assert plugin.pre_filter(s2, parse_pod(other), t).status.success
+    assert rejections(plugin, s2, other, t) == {"cannot allocate all claims": ["n1"]}
+
+
+def test_pre_bind_retries_a_conflict_and_refuses_a_claim_allocated_meanwhile() -> None:
+    c = claim("a", exactly("gpu", "gpu"), namespace="ns")
+    api = FakeClaims(c)
+    plugin = DynamicResources(listers(GPU, SLICES[0], api.store["a"]), writer=api)
+    raw = dra_pod("p1", {"name": "g", "resourceClaimName": "a"})
+    state = _scheduled(plugin, raw)
+    api.conflicts = 1
+    assert asyncio.run(plugin.pre_bind(state, parse_pod(raw), "n1")).success
+    assert api.calls == ["update", "get", "update", "status"]
+
+    api = FakeClaims(c)
+    plugin = DynamicResources(listers(GPU, SLICES[0], api.store["a"]), writer=api)
+    state = _scheduled(plugin, raw)
+    api.store["a"]["status"] = {"allocation": {"devices": {"results": []}}}
+    api.conflicts = 1
+    status = asyncio.run(plugin.pre_bind(state, parse_pod(raw), "n1"))
+    assert (status.code, status.message) == (Code.ERROR, "claim ns/a got allocated elsewhere in the meantime")
