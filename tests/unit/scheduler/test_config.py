@@ -171,6 +171,7 @@ def test_no_file_is_the_default_crane_scheduler_profile_with_kube_weights() -> N
         "VolumeZone",
         "PodTopologySpread",
         "InterPodAffinity",
+        "DynamicResources",
     ]
     assert prof.queue_sort.name == "PrioritySort" and names(prof.bind) == ["DefaultBinder"]
 

@@ -115,7 +115,8 @@ class SchedulingQueue:
         elif (entry := self._backoff.get(pod.uid)) is not None:
             entry[1].pod = pod
         elif (qp_u := self.unschedulable.get(pod.uid)) is not None:
-            changed = not qp_u.pod.spec_equal(pod)
+            # kube's UpdatePodGeneratedResourceClaim: the resourceclaim controller named the pod's claims
+            changed = not qp_u.pod.spec_equal(pod) or _claim_statuses(qp_u.pod) != _claim_statuses(pod)
             qp_u.pod = pod
             if changed:
                 del self.unschedulable[pod.uid]
@@ -324,3 +325,7 @@ class SchedulingQueue:
 def _event_name(event: ClusterEvent) -> str:
     """A metric label: the event's name, or its kinds joined by ``|`` when several moved the pod at once."""
     return event.name or "|".join(e.name or "" for e in ClusterEvent if e in event and e is not ClusterEvent.ALL)
+
+
+def _claim_statuses(pod: PodInfo) -> Any:
+    return (pod.raw.get("status") or {}).get("resourceClaimStatuses")

@@ -117,26 +117,32 @@ class ClaimTracker:
     def restore(self, key: str) -> None:
         self.assumed.pop(key, None)
 
-    def observed(self, claim: Raw) -> None:
-        """The informer's version of a claim supersedes an assumed one it is not older than."""
-        key = claim_key(claim)
+    def newest(self, key: str, seen: Raw | None) -> Raw | None:
+        """The informer's version ``seen`` unless an assumed one is newer (kube's assume cache compares
+        resourceVersions as integers); an assumed version the informer caught up with is dropped."""
         mine = self.assumed.get(key)
-        if mine is not None and _resource_version(claim) >= _resource_version(mine):
+        if mine is None:
+            return seen
+        if seen is not None and _resource_version(seen) >= _resource_version(mine):
             del self.assumed[key]
+            return seen
+        return mine
 
     def get(self, lister: ClaimGetter) -> ClaimGetter:
-        """A getter answering assumed versions first."""
+        """A getter answering the newest of the informer's and the assumed version."""
 
         def get(namespace: str, name: str) -> Raw | None:
-            return self.assumed.get(f"{namespace}/{name}") or lister(namespace, name)
+            return self.newest(f"{namespace}/{name}", lister(namespace, name))
 
         return get
 
     def allocated(self, claims: Iterable[Raw]) -> set[DeviceID]:
-        """Devices held by ``claims`` (the lister's, assumed versions in place) and by the pending allocations."""
-        seen = {claim_key(c): c for c in claims}
-        seen.update(self.assumed)
-        return allocated_devices([*seen.values(), *self.pending.values()])
+        """Devices held by ``claims`` (the lister's, newer assumed versions in place) and by the pending
+        allocations."""
+        seen: dict[str, Raw | None] = {claim_key(c): c for c in claims}
+        for key in list(self.assumed):
+            seen[key] = self.newest(key, seen.get(key))
+        return allocated_devices([c for c in seen.values() if c is not None] + list(self.pending.values()))
 
 
 def _resource_version(claim: Raw) -> int:

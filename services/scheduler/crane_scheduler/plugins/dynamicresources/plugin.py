@@ -28,12 +28,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_scheduler.framework import (
     SKIP,
     SUCCESS,
+    ArgsError,
     ClusterEvent,
     CycleState,
+    Handle,
     PreFilterResult,
     Rejection,
     Status,
@@ -66,6 +70,8 @@ from crane_scheduler.plugins.dynamicresources.claims import (
 )
 from crane_scheduler.plugins.dynamicresources.pools import PoolError, node_selector_matches
 from crane_scheduler.podinfo import NodeInfo, PodInfo
+from crane_shared.durations import parse_duration
+from crane_shared.kube import raw_json
 
 NAME = "DynamicResources"
 STATE_KEY = NAME
@@ -356,3 +362,81 @@ async def _write_claim(writer: ClaimWriter, claim: Raw, allocation: dict[str, An
     reserved.append({"resource": "pods", "name": pod_meta.get("name", ""), "uid": pod_meta.get("uid", "")})
     status["reservedFor"] = reserved
     return await writer.update_status({**claim, "status": status})
+
+
+REQUEST_TIMEOUT = 30.0
+
+
+class ApiClaims:
+    """``ClaimWriter`` on the scheduler's API client (resource.k8s.io/v1); a 409 is ``Conflict``, other failures
+    raise ``ClaimError`` naming the call (every response status-checked by ``raw_json``)."""
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+
+    async def _call(self, what: str, claim: Raw, call: Callable[..., Awaitable[Any]], *args: Any) -> Raw:
+        try:
+            out = await raw_json(call(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
+        except ApiException as err:
+            if err.status == 409:
+                raise Conflict(f"{what} claim {claim_ref(claim)}: conflict") from None
+            raise ClaimError(f"{what} claim {claim_ref(claim)}: {err.status} {err.reason}") from None
+        return out  # type: ignore[no-any-return]
+
+    async def get(self, namespace: str, name: str) -> Raw:
+        v1 = client.ResourceV1Api(self.api)
+        ref = {"metadata": {"namespace": namespace, "name": name}}
+        return await self._call("get updated", ref, v1.read_namespaced_resource_claim, name, namespace)
+
+    async def update(self, claim: Raw) -> Raw:
+        m = claim.get("metadata") or {}
+        v1 = client.ResourceV1Api(self.api)
+        return await self._call(
+            "add finalizer to", claim, v1.replace_namespaced_resource_claim, m.get("name"), m.get("namespace"), claim
+        )
+
+    async def update_status(self, claim: Raw) -> Raw:
+        m = claim.get("metadata") or {}
+        v1 = client.ResourceV1Api(self.api)
+        return await self._call(
+            "add allocation and reservation to",
+            claim,
+            v1.replace_namespaced_resource_claim_status,
+            m.get("name"),
+            m.get("namespace"),
+            claim,
+        )
+
+
+class _LazyApiClaims(ApiClaims):
+    """The handle's API client is set after the profiles are built (``serve``): read it at call time."""
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle = handle
+
+    @property
+    def api(self) -> Any:
+        return self.handle.api
+
+
+def new(args: Mapping[str, Any], handle: Handle) -> DynamicResources:
+    """DynamicResourcesArgs: ``filterTimeout`` (a duration, default 10s; 0 turns the timeout off) and
+    ``bindingTimeout`` (binding conditions, off by default in 1.35: accepted and unused)."""
+    problems: list[tuple[str, str]] = []
+    timeout = DEFAULT_FILTER_TIMEOUT
+    for key, value in args.items():
+        if key in ("apiVersion", "kind", "bindingTimeout"):
+            continue
+        if key != "filterTimeout":
+            problems.append((key, "unknown field"))
+            continue
+        try:
+            timeout = parse_duration(str(value)).total_seconds()
+        except ValueError as err:
+            problems.append((key, str(err)))
+            continue
+        if timeout < 0:
+            problems.append((key, "must be zero or positive"))
+    if problems:
+        raise ArgsError(problems)
+    return DynamicResources(handle.listers, _LazyApiClaims(handle), filter_timeout=timeout)
