@@ -7,10 +7,12 @@ import asyncio
 import copy
 from typing import Any
 
+import pytest
+
 from crane_scheduler.framework import Code, CycleState
 from crane_scheduler.listers import Listers
-from crane_scheduler.plugins.dynamicresources.claims import FINALIZER
-from crane_scheduler.plugins.dynamicresources.plugin import Conflict, DynamicResources
+from crane_scheduler.plugins.dynamicresources.claims import FINALIZER, ClaimError
+from crane_scheduler.plugins.dynamicresources.plugin import ApiClaims, Conflict, DynamicResources
 from crane_scheduler.podinfo import parse_pod
 from tests.support.dra import DRIVER, claim, device, device_class, exactly, resource_slice
 from tests.support.scheduler import node, pod, table
@@ -173,6 +175,11 @@ class FakeClaims:
     async def update_status(self, claim: Any) -> dict[str, Any]:
         return self._write(claim, "status")
 
+    async def unreserve(self, claim: Any, pod_uid: str) -> None:
+        self.calls.append("unreserve")
+        status = self.store[claim["metadata"]["name"]]["status"]
+        status["reservedFor"] = [r for r in status["reservedFor"] if r["uid"] != pod_uid]
+
 
 def _scheduled(plugin: DynamicResources, raw: dict[str, Any]) -> CycleState:
     t = table(node("n1"))
@@ -222,3 +229,37 @@ def test_pre_bind_retries_a_conflict_and_refuses_a_claim_allocated_meanwhile() -
     api.conflicts = 1
     status = asyncio.run(plugin.pre_bind(state, parse_pod(raw), "n1"))
     assert (status.code, status.message) == (Code.ERROR, "claim ns/a got allocated elsewhere in the meantime")
+
+
+def test_unreserve_after_pre_bind_takes_the_pod_out_of_reserved_for() -> None:
+    c = claim("a", exactly("gpu", "gpu"), namespace="ns")
+    api = FakeClaims(c)
+    plugin = DynamicResources(listers(GPU, SLICES[0], api.store["a"]), writer=api)
+    raw = dra_pod("p1", {"name": "g", "resourceClaimName": "a"})
+    state = _scheduled(plugin, raw)
+
+    async def bind_fails_after_pre_bind() -> None:
+        assert (await plugin.pre_bind(state, parse_pod(raw), "n1")).success
+        plugin.unreserve(state, parse_pod(raw), "n1")
+        await plugin.drain()
+
+    asyncio.run(bind_fails_after_pre_bind())
+    assert api.calls == ["update", "status", "unreserve"]
+    assert api.store["a"]["status"]["reservedFor"] == []
+
+
+def test_a_written_claim_deleted_since_frees_its_device() -> None:
+    c = claim("a", exactly("gpu", "gpu"), namespace="ns")
+    api = FakeClaims(c)
+    objects = listers(GPU, SLICES[0], api.store["a"], claim("b", exactly("gpu", "gpu"), namespace="ns"))
+    plugin = DynamicResources(objects, writer=api)
+    raw = dra_pod("p1", {"name": "g", "resourceClaimName": "a"})
+    assert asyncio.run(plugin.pre_bind(_scheduled(plugin, raw), parse_pod(raw), "n1")).success
+    objects.apply("resourceclaims", "DELETED", api.store["a"])
+    _scheduled(plugin, dra_pod("p2", {"name": "g", "resourceClaimName": "b"}))
+
+
+def test_no_claim_write_once_the_leadership_term_ended() -> None:
+    writer = ApiClaims(None, may_write=lambda: False)
+    with pytest.raises(ClaimError, match="the leadership term ended"):
+        asyncio.run(writer.update(claim("a", exactly("gpu", "gpu"), namespace="ns")))

@@ -119,11 +119,12 @@ class ClaimTracker:
 
     def newest(self, key: str, seen: Raw | None) -> Raw | None:
         """The informer's version ``seen`` unless an assumed one is newer (kube's assume cache compares
-        resourceVersions as integers); an assumed version the informer caught up with is dropped."""
+        resourceVersions as integers); an assumed version the informer caught up with, or whose claim the informer
+        saw deleted, is dropped."""
         mine = self.assumed.get(key)
         if mine is None:
             return seen
-        if seen is not None and _resource_version(seen) >= _resource_version(mine):
+        if seen is None or _resource_version(seen) >= _resource_version(mine):  # deleted, or caught up
             del self.assumed[key]
             return seen
         return mine

@@ -11,10 +11,12 @@
   timeout, 10 s by default, for all nodes of the cycle together here). kube answers a broken selector with an
   Error status; the framework's Filter has no Error, so it is a rejection with kube's error text.
 - Reserve: the chosen node's allocation is signalled in flight (``ClaimTracker``), no API write; Unreserve
-  drops it (and a reservation already written, through kube's strategic-merge patch).
+  drops it, and takes the pod out of ``reservedFor`` of a claim PreBind already reserved (kube's strategic-merge
+  patch on ``status``, in a task: Unreserve cannot wait).
 - PreBind, per claim not yet reserved for the pod, retried on conflict: the finalizer
   ``resource.kubernetes.io/delete-protection`` by Update, then ``status.allocation`` and ``status.reservedFor``
-  by UpdateStatus; the written claim is assumed until the informer shows it.
+  by UpdateStatus; the written claim is assumed until the informer shows it. Every write first checks the
+  leadership term (``Handle.may_bind``): a leader that may have lost its lease allocates nothing more.
 
 Not done here: PostFilter (deallocating a claim that blocks the pod), Score of prioritized lists, the extended
 resources of DRAExtendedResource (off by default), and binding conditions (off by default).
@@ -22,8 +24,9 @@ resources of DRAExtendedResource (off by default), and binding conditions (off b
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -72,6 +75,9 @@ from crane_scheduler.plugins.dynamicresources.pools import PoolError, node_selec
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 from crane_shared.durations import parse_duration
 from crane_shared.kube import raw_json
+from crane_shared.logs import get_logger
+
+log = get_logger("crane.scheduler.dynamicresources")
 
 NAME = "DynamicResources"
 STATE_KEY = NAME
@@ -109,6 +115,9 @@ class ClaimWriter(Protocol):
 
     async def update_status(self, claim: Raw) -> Raw: ...
 
+    async def unreserve(self, claim: Raw, pod_uid: str) -> None:
+        """Take the pod out of the claim's ``status.reservedFor``."""
+
 
 @dataclass
 class _State:
@@ -122,6 +131,7 @@ class _State:
 
 class DynamicResources(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlugin, EnqueueExtensions):
     name = NAME
+    reads_node_pods = False  # PodBlindFilterPlugin: devices, not the node's pods, decide
 
     def __init__(
         self,
@@ -135,6 +145,7 @@ class DynamicResources(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlug
         self.filter_timeout = filter_timeout
         self.clock = clock
         self.tracker = ClaimTracker()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def _get(self) -> ClaimGetter:
@@ -251,8 +262,29 @@ class DynamicResources(PreFilterPlugin, FilterPlugin, ReservePlugin, PreBindPlug
         for claim in st.claims:
             if self.tracker.remove_pending(str((claim.get("metadata") or {}).get("uid", ""))):
                 self.tracker.restore(claim_key(claim))
-        # kube also patches the pod out of reservedFor of a claim PreBind already reserved; the binding cycle
-        # here fails before PreBind or inside it, where ``pre_bind`` undoes nothing it did not finish.
+            allocated = (claim.get("status") or {}).get("allocation") is not None
+            if allocated and is_reserved_for_pod(pod.raw, claim) and self.writer is not None:
+                self._spawn(self._unreserve(self.writer, claim, pod.uid))
+
+    async def _unreserve(self, writer: ClaimWriter, claim: Raw, pod_uid: str) -> None:
+        try:
+            await writer.unreserve(claim, pod_uid)
+        except (ClaimError, Conflict) as err:  # kube logs it too; the claim's controller frees it with the pod
+            log.warning("unreserve", claim=claim_ref(claim), error=str(err))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        try:
+            task = asyncio.get_running_loop().create_task(coro)
+        except RuntimeError:  # no loop (a test calling Unreserve directly): nothing can be written anyway
+            coro.close()
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait for Unreserve's writes (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     # ------------------------------------------------------------------------------------------ binding cycle
 
@@ -371,12 +403,17 @@ class ApiClaims:
     """``ClaimWriter`` on the scheduler's API client (resource.k8s.io/v1); a 409 is ``Conflict``, other failures
     raise ``ClaimError`` naming the call (every response status-checked by ``raw_json``)."""
 
-    def __init__(self, api: Any) -> None:
+    def __init__(self, api: Any, may_write: Callable[[], bool] = lambda: True) -> None:
         self.api = api
+        self.may_write = may_write
 
-    async def _call(self, what: str, claim: Raw, call: Callable[..., Awaitable[Any]], *args: Any) -> Raw:
+    async def _call(
+        self, what: str, claim: Raw, call: Callable[..., Awaitable[Any]], *args: Any, write: bool = True, **kw: Any
+    ) -> Raw:
+        if write and not self.may_write():
+            raise ClaimError(f"{what} claim {claim_ref(claim)}: the leadership term ended")
         try:
-            out = await raw_json(call(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT))
+            out = await raw_json(call(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kw))
         except ApiException as err:
             if err.status == 409:
                 raise Conflict(f"{what} claim {claim_ref(claim)}: conflict") from None
@@ -386,7 +423,7 @@ class ApiClaims:
     async def get(self, namespace: str, name: str) -> Raw:
         v1 = client.ResourceV1Api(self.api)
         ref = {"metadata": {"namespace": namespace, "name": name}}
-        return await self._call("get updated", ref, v1.read_namespaced_resource_claim, name, namespace)
+        return await self._call("get updated", ref, v1.read_namespaced_resource_claim, name, namespace, write=False)
 
     async def update(self, claim: Raw) -> Raw:
         m = claim.get("metadata") or {}
@@ -407,12 +444,28 @@ class ApiClaims:
             claim,
         )
 
+    async def unreserve(self, claim: Raw, pod_uid: str) -> None:
+        m = claim.get("metadata") or {}
+        patch = {"metadata": {"uid": m.get("uid")}, "status": {"reservedFor": [{"$patch": "delete", "uid": pod_uid}]}}
+        v1 = client.ResourceV1Api(self.api)
+        await self._call(
+            "unreserve",
+            claim,
+            v1.patch_namespaced_resource_claim_status,
+            m.get("name"),
+            m.get("namespace"),
+            patch,
+            _content_type="application/strategic-merge-patch+json",
+        )
+
 
 class _LazyApiClaims(ApiClaims):
-    """The handle's API client is set after the profiles are built (``serve``): read it at call time."""
+    """The handle's API client is set after the profiles are built (``serve``): read it at call time, and the
+    leadership term before every write."""
 
     def __init__(self, handle: Handle) -> None:
         self.handle = handle
+        self.may_write = lambda: handle.may_bind()
 
     @property
     def api(self) -> Any:
