@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import random
 from typing import Any
 
 import pytest
 
-from crane_scheduler.framework import Code, CycleState
+from crane_scheduler.algorithm import Algorithm, ScheduleResult
+from crane_scheduler.config import SchedulerConfig
+from crane_scheduler.framework import Code, CycleState, Handle, Status
+from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.listers import Listers
+from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.plugins.dynamicresources.claims import FINALIZER, ClaimError
 from crane_scheduler.plugins.dynamicresources.plugin import ApiClaims, Conflict, DynamicResources
 from crane_scheduler.podinfo import parse_pod
-from tests.support.dra import DRIVER, claim, device, device_class, exactly, resource_slice
+from tests.support.dra import DRIVER, claim, device, device_class, exactly, first_available, resource_slice, sub_request
 from tests.support.scheduler import node, pod, table
 
 GPU = device_class("gpu", f'device.driver == "{DRIVER}"')
@@ -72,9 +77,7 @@ def test_a_template_claim_waits_for_the_resourceclaim_controller() -> None:
 def test_missing_claims_and_classes_keep_the_pod_pending_with_kube_messages() -> None:
     raw = dra_pod("p", {"name": "gpu", "resourceClaimName": "shared"})
     plugin = DynamicResources(listers(GPU))
-    assert plugin.pre_filter({}, parse_pod(raw), table()).status.message == (
-        'resourceclaim.resource.k8s.io "shared" not found'
-    )
+    assert plugin.pre_filter({}, parse_pod(raw), table()).status.message == ('could not find ResourceClaim "ns/shared"')
     plugin = DynamicResources(listers(claim("shared", exactly("gpu", "nope"), namespace="ns")))
     res = plugin.pre_filter({}, parse_pod(raw), table())
     assert (res.status.code, res.status.message) == (
@@ -263,3 +266,30 @@ def test_no_claim_write_once_the_leadership_term_ended() -> None:
     writer = ApiClaims(None, may_write=lambda: False)
     with pytest.raises(ClaimError, match="the leadership term ended"):
         asyncio.run(writer.update(claim("a", exactly("gpu", "gpu"), namespace="ns")))
+
+
+def _decide(objects: Listers, t: Any, raw: dict[str, Any]) -> Any:
+    profiles = build_profiles(
+        SchedulerConfig(), builtin_registry(), lambda name: Handle(t, profile=name, listers=objects)
+    )
+    return Algorithm(t, rng=random.Random(0)).schedule(next(iter(profiles.values())), parse_pod(raw), {})
+
+
+def test_a_broken_selector_fails_the_attempt_as_kube_filter_error_does() -> None:
+    broken = device_class("gpu", f'device.attributes["{DRIVER}"].missing == 1')
+    objects = listers(broken, SLICES[0], claim("a", exactly("gpu", "gpu"), namespace="ns"))
+    result = _decide(objects, table(node("n1"), node("n2")), dra_pod("p", {"name": "g", "resourceClaimName": "a"}))
+    assert isinstance(result, Status) and result.code is Code.ERROR
+    assert result.message.startswith('running "DynamicResources" filter plugin: class gpu: selector #0: CEL runtime')
+
+
+def test_the_first_available_subrequest_chosen_scores_the_node() -> None:
+    a100 = device_class("a100", f'device.attributes["{DRIVER}"].model == "A100"')
+    slices = [
+        resource_slice("s1", [device("gpu-0", model="H100")], node="n1"),
+        resource_slice("s2", [device("gpu-0", model="A100")], node="n2"),
+    ]
+    wanted = first_available("g", sub_request("a100", "a100"), sub_request("any", "gpu"))
+    objects = listers(GPU, a100, *slices, claim("a", wanted, namespace="ns"))
+    result = _decide(objects, table(node("n1"), node("n2")), dra_pod("p", {"name": "g", "resourceClaimName": "a"}))
+    assert isinstance(result, ScheduleResult) and result.node == "n2"  # 8 - 0 beats 8 - 1 (weight 2, normalised)

@@ -14,7 +14,7 @@ def test_dra_resource_claims_are_dynamic_resources_business_now() -> None:
     p = pod(spec={"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}]})
     result = decide(t, p)
     assert isinstance(result, Diagnosis)
-    assert result.message.startswith('0/2 nodes are available: resourceclaim.resource.k8s.io "gpu-claim" not found.')
+    assert result.message.startswith('0/2 nodes are available: could not find ResourceClaim "ns/gpu-claim".')
 
 
 @pytest.mark.parametrize("source", ["gcePersistentDisk", "awsElasticBlockStore", "azureDisk", "cinder"])

@@ -110,6 +110,8 @@ class Rejection:
     reason: str
     mask: Mask
     unresolvable: bool = False
+    error: bool = False
+    """The plugin failed on these rows (kube's Error status from Filter): the attempt fails with ``reason``."""
 
 
 @dataclass(frozen=True, slots=True)

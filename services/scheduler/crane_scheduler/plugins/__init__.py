@@ -46,7 +46,7 @@ DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
     ("VolumeZone", None),
     ("PodTopologySpread", 2),
     ("InterPodAffinity", 2),
-    ("DynamicResources", None),  # kube: weight 2 for its Score, which is not implemented here
+    ("DynamicResources", 2),  # applyDynamicResources inserts it before DefaultPreemption, weight 2
     ("DefaultPreemption", None),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),

@@ -75,7 +75,7 @@ def pod_claims(pod: Raw, get: ClaimGetter) -> list[Raw]:
             continue
         claim = get(namespace, name)
         if claim is None:
-            raise ClaimError(f'resourceclaim.resource.k8s.io "{name}" not found')
+            raise ClaimError(f'could not find ResourceClaim "{namespace}/{name}"')  # kube's assume cache
         if _meta(claim).get("deletionTimestamp"):
             raise ClaimError(f'resourceclaim "{name}" is being deleted')
         if must_own and not is_for_pod(pod, claim):
