@@ -98,11 +98,16 @@ class SchedulingQueue:
     # ------------------------------------------------------------------------------------------ informer side
 
     def add(self, pod: PodInfo, now: float) -> None:
-        """A new pending pod goes straight to activeQ."""
+        """A new pending pod goes straight to activeQ, unless a PreEnqueue plugin gates it."""
         if pod.uid in self:
             self.update(pod, now)
             return
-        self._push_active(QueuedPod(pod, timestamp=now))
+        qp = QueuedPod(pod, timestamp=now)
+        if self._gated(pod):  # kube runs PreEnqueue before activeQ (a claim not created yet): wait unschedulable
+            qp.unschedulable_since = now
+            self.unschedulable[pod.uid] = qp
+            return
+        self._push_active(qp)
 
     def update(self, pod: PodInfo, now: float) -> None:
         """The pending pod changed: refresh it in place; an unschedulable pod whose spec changed is retried."""
