@@ -12,7 +12,7 @@ import pytest
 
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig
-from crane_scheduler.framework import Code, CycleState, Handle, Status
+from crane_scheduler.framework import ClusterChange, ClusterEvent, Code, CycleState, Handle, QueueingHint, Status
 from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.listers import Listers
 from crane_scheduler.plugins import builtin_registry
@@ -293,3 +293,26 @@ def test_the_first_available_subrequest_chosen_scores_the_node() -> None:
     objects = listers(GPU, a100, *slices, claim("a", wanted, namespace="ns"))
     result = _decide(objects, table(node("n1"), node("n2")), dra_pod("p", {"name": "g", "resourceClaimName": "a"}))
     assert isinstance(result, ScheduleResult) and result.node == "n2"  # 8 - 0 beats 8 - 1 (weight 2, normalised)
+
+
+def test_claim_events_requeue_the_pods_they_can_help() -> None:
+    mine = claim("a", exactly("gpu", "gpu"), namespace="ns")
+    other = claim("b", exactly("gpu", "gpu"), namespace="ns")
+    plugin = DynamicResources(listers(GPU, SLICES[0], mine, other))
+    waiting = parse_pod(dra_pod("p", {"name": "g", "resourceClaimName": "a"}))
+    allocated = {**other, "status": {"allocation": {"devices": {"results": []}}}}
+
+    def hint(old: dict[str, Any] | None, new: dict[str, Any]) -> QueueingHint:
+        return plugin.after_claim_change(
+            waiting, ClusterChange(ClusterEvent.RESOURCE_CLAIM_CHANGE, None, None, old, new)
+        )
+
+    assert hint(allocated, other) is QueueingHint.QUEUE  # another pod's claim deallocated: its devices are free
+    assert hint(other, allocated) is QueueingHint.SKIP  # another claim allocated: no help
+    assert hint(None, mine) is QueueingHint.QUEUE  # the pod's own claim created
+    assert hint(mine, {**mine, "metadata": {**mine["metadata"], "labels": {"x": "y"}}}) is QueueingHint.SKIP
+    assert hint(mine, {**mine, "status": {"reservedFor": []}}) is QueueingHint.QUEUE
+    # a pod whose template claim is not there yet waits for its own update, not for claims
+    gated = parse_pod(dra_pod("q", {"name": "g", "resourceClaimTemplateName": "tpl"}))
+    change = ClusterChange(ClusterEvent.RESOURCE_CLAIM_CHANGE, None, None, None, mine)
+    assert plugin.after_claim_change(gated, change) is QueueingHint.SKIP

@@ -107,7 +107,11 @@ class Cache:
                 return
         elif new is None and kind != "pdbs":
             return
-        self.queue.on_event(_OBJECT_EVENTS[kind])
+        event = _OBJECT_EVENTS[kind]
+        if kind == "resourceclaims":  # DynamicResources' queueing hint reads the claims
+            self.queue.on_event(event, ClusterChange(event, old_object=old, new_object=new))
+        else:
+            self.queue.on_event(event)
         self.wake()
 
     def node_event(self, kind: EventType, new: dict[str, Any], old: dict[str, Any] | None) -> None:

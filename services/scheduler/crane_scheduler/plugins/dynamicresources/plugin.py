@@ -45,10 +45,13 @@ from crane_scheduler.framework import (
     SKIP,
     SUCCESS,
     ArgsError,
+    ClusterChange,
     ClusterEvent,
     CycleState,
     Handle,
     PreFilterResult,
+    QueueingHint,
+    QueueingHints,
     Rejection,
     Rows,
     Status,
@@ -57,11 +60,11 @@ from crane_scheduler.framework import (
     unschedulable,
 )
 from crane_scheduler.framework.interface import (
-    EnqueueExtensions,
     FilterPlugin,
     NormalizeScorePlugin,
     PreBindPlugin,
     PreFilterPlugin,
+    QueueingHintPlugin,
     ReservePlugin,
 )
 from crane_scheduler.nodetable import IntArray, NodeTable
@@ -141,7 +144,7 @@ class _State:
 
 
 class DynamicResources(
-    PreFilterPlugin, FilterPlugin, NormalizeScorePlugin, ReservePlugin, PreBindPlugin, EnqueueExtensions
+    PreFilterPlugin, FilterPlugin, NormalizeScorePlugin, ReservePlugin, PreBindPlugin, QueueingHintPlugin
 ):
     name = NAME
     reads_node_pods = False  # PodBlindFilterPlugin: devices, not the node's pods, decide
@@ -167,14 +170,39 @@ class DynamicResources(
     # ------------------------------------------------------------------------------------------ queueing
 
     def events_to_register(self) -> ClusterEvent:
+        """kube's: Node Add/Update, ResourceClaim Add/Update (hinted), DeviceClass and ResourceSlice Add/Update;
+        the pod's own update naming its claims is the queue's (``SchedulingQueue.update``)."""
         return (
             ClusterEvent.NODE_ADD
             | ClusterEvent.NODE_UPDATE
             | ClusterEvent.RESOURCE_CLAIM_CHANGE
             | ClusterEvent.RESOURCE_SLICE_CHANGE
             | ClusterEvent.DEVICE_CLASS_CHANGE
-            | ClusterEvent.POD_UPDATE
         )
+
+    def queueing_hints(self) -> QueueingHints:
+        return {ClusterEvent.RESOURCE_CLAIM_CHANGE: self.after_claim_change}
+
+    def after_claim_change(self, pod: PodInfo, change: ClusterChange) -> QueueingHint:
+        """kube's ``isSchedulableAfterClaimChange``: a deallocated claim may free devices for anyone; otherwise only
+        the pod's own claims matter, when created or when their status changed."""
+        new, old = change.new_object, change.old_object
+        if new is None:
+            return QueueingHint.QUEUE
+        try:
+            claims = pod_claims(pod.raw, self._get)
+        except ClaimError:
+            return QueueingHint.SKIP
+        uid = (new.get("metadata") or {}).get("uid")
+        uses = any((c.get("metadata") or {}).get("uid") == uid for c in claims)
+        old_status, new_status = ((old or {}).get("status") or {}), (new.get("status") or {})
+        if old is not None and old_status.get("allocation") is not None and new_status.get("allocation") is None:
+            return QueueingHint.QUEUE
+        if not uses:
+            return QueueingHint.SKIP
+        if old is None:
+            return QueueingHint.QUEUE
+        return QueueingHint.SKIP if old_status == new_status else QueueingHint.QUEUE
 
     def pre_enqueue(self, pod: PodInfo) -> bool:
         """Gated (True) while a claim does not resolve."""
