@@ -12,7 +12,16 @@ import pytest
 
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig
-from crane_scheduler.framework import ClusterChange, ClusterEvent, Code, CycleState, Handle, QueueingHint, Status
+from crane_scheduler.framework import (
+    ClusterChange,
+    ClusterEvent,
+    Code,
+    CycleState,
+    Diagnosis,
+    Handle,
+    QueueingHint,
+    Status,
+)
 from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.listers import Listers
 from crane_scheduler.plugins import builtin_registry
@@ -178,6 +187,12 @@ class FakeClaims:
     async def update_status(self, claim: Any) -> dict[str, Any]:
         return self._write(claim, "status")
 
+    async def deallocate(self, claim: Any) -> None:
+        self.calls.append("deallocate")
+        status = self.store[claim["metadata"]["name"]].setdefault("status", {})
+        for key in ("reservedFor", "allocation", "devices"):
+            status.pop(key, None)
+
     async def unreserve(self, claim: Any, pod_uid: str) -> None:
         self.calls.append("unreserve")
         status = self.store[claim["metadata"]["name"]]["status"]
@@ -316,3 +331,36 @@ def test_claim_events_requeue_the_pods_they_can_help() -> None:
     gated = parse_pod(dra_pod("q", {"name": "g", "resourceClaimTemplateName": "tpl"}))
     change = ClusterChange(ClusterEvent.RESOURCE_CLAIM_CHANGE, None, None, None, mine)
     assert plugin.after_claim_change(gated, change) is QueueingHint.SKIP
+
+
+def test_post_filter_deallocates_a_claim_allocated_elsewhere_that_nobody_uses() -> None:
+    stale = claim("a", exactly("gpu", "gpu"), namespace="ns")
+    stale["status"] = {
+        "allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": "n2", "device": "gpu-0"}]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}]
+            },
+        }
+    }
+    api = FakeClaims(stale)
+    plugin = DynamicResources(listers(GPU, *SLICES, api.store["a"]), writer=api)
+    raw = dra_pod("p", {"name": "g", "resourceClaimName": "a"})
+    t = table(node("n1"))  # n2 is gone: the claim's devices are out of reach
+    state: CycleState = {}
+
+    async def attempt() -> Status:
+        assert plugin.pre_filter(state, parse_pod(raw), t).status.success
+        assert rejections(plugin, state, raw, t) == {"resourceclaim not available on the node": ["n1"]}
+        status = plugin.post_filter(state, parse_pod(raw), Diagnosis(1))
+        await plugin.drain()
+        return status
+
+    status = asyncio.run(attempt())
+    assert (status.code, status.message) == (Code.UNSCHEDULABLE, "deallocation of ResourceClaim completed")
+    assert api.calls == ["deallocate"] and "allocation" not in api.store["a"]["status"]
+    # a pod without claims, and one refused by an earlier PreFilter (no state): kube's answers
+    no_claims: CycleState = {}
+    plugin.pre_filter(no_claims, parse_pod(pod("plain")), t)
+    assert plugin.post_filter(no_claims, parse_pod(pod("plain")), Diagnosis(1)).message == "no new claims to deallocate"
+    assert plugin.post_filter({}, parse_pod(pod("plain")), Diagnosis(1)).code is Code.ERROR

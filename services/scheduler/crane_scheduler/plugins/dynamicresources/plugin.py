@@ -25,8 +25,14 @@
   allocated claim and one to allocate fails scoring ("number of allocations 1 is smaller than number of
   claims") when more than one node fits: kept, as the judge holds us to kube.
 
-Not done here: PostFilter (deallocating a claim that blocks the pod), the extended resources of
-DRAExtendedResource (off by default), and binding conditions (off by default).
+- PostFilter (kube's, before DefaultPreemption): an allocated claim that kept the pod off a node and is reserved
+  by nobody else is deallocated (``status`` cleared, in a task: "deallocation of ResourceClaim completed");
+  otherwise "still not schedulable", "no new claims to deallocate" for a pod without claims, and "not found"
+  (kube's Error reading its cycle state) when a PreFilter before it rejected the pod. The framework joins the
+  Unschedulable answers, so kube 1.35's FitError reads "... no new claims to deallocate, preemption: ...".
+
+Not done here: the extended resources of DRAExtendedResource (off by default), and binding conditions (off by
+default).
 """
 
 from __future__ import annotations
@@ -47,7 +53,9 @@ from crane_scheduler.framework import (
     ArgsError,
     ClusterChange,
     ClusterEvent,
+    Code,
     CycleState,
+    Diagnosis,
     Handle,
     PreFilterResult,
     QueueingHint,
@@ -62,6 +70,7 @@ from crane_scheduler.framework import (
 from crane_scheduler.framework.interface import (
     FilterPlugin,
     NormalizeScorePlugin,
+    PostFilterPlugin,
     PreBindPlugin,
     PreFilterPlugin,
     QueueingHintPlugin,
@@ -131,6 +140,9 @@ class ClaimWriter(Protocol):
     async def unreserve(self, claim: Raw, pod_uid: str) -> None:
         """Take the pod out of the claim's ``status.reservedFor``."""
 
+    async def deallocate(self, claim: Raw) -> None:
+        """Clear the claim's ``reservedFor``, ``allocation`` and ``devices`` (UpdateStatus)."""
+
 
 @dataclass
 class _State:
@@ -141,10 +153,17 @@ class _State:
     allocations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # node -> results
     chosen: dict[int, dict[str, Any]] = field(default_factory=dict)  # claim index -> allocation (Reserve)
     score_error: bool = False
+    unavailable: set[int] = field(default_factory=set)  # allocated claims some node's selector refused
 
 
 class DynamicResources(
-    PreFilterPlugin, FilterPlugin, NormalizeScorePlugin, ReservePlugin, PreBindPlugin, QueueingHintPlugin
+    PreFilterPlugin,
+    FilterPlugin,
+    PostFilterPlugin,
+    NormalizeScorePlugin,
+    ReservePlugin,
+    PreBindPlugin,
+    QueueingHintPlugin,
 ):
     name = NAME
     reads_node_pods = False  # PodBlindFilterPlugin: devices, not the node's pods, decide
@@ -215,20 +234,24 @@ class DynamicResources(
     # ------------------------------------------------------------------------------------------ scheduling cycle
 
     def pre_filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> PreFilterResult:
+        # kube writes its state first and sets the claims last: a pod refused here has none (PostFilter reads it)
+        st = _State([], [])
+        state[STATE_KEY] = st
         try:
             claims = pod_claims(pod.raw, self._get)
         except ClaimError as err:
             return PreFilterResult(unschedulable(str(err), unresolvable=True))
         if not claims:
             return PreFilterResult(SKIP)
-        st = _State(claims, [None] * len(claims))
+        available_on: list[Raw | None] = [None] * len(claims)
+        to_allocate: list[int] = []
         classes = self.objects.device_classes()
         for index, claim in enumerate(claims):
             allocation = (claim.get("status") or {}).get("allocation")
             if allocation is not None:
-                st.available_on[index] = allocation.get("nodeSelector")
+                available_on[index] = allocation.get("nodeSelector")
                 continue
-            st.to_allocate.append(index)
+            to_allocate.append(index)
             uid = str((claim.get("metadata") or {}).get("uid", ""))
             if self.tracker.has_pending(uid):
                 reason = f"resource claim {claim_ref(claim)} is in the process of being allocated"
@@ -236,15 +259,15 @@ class DynamicResources(
             status = _validate_requests(claim, classes)
             if status is not None:
                 return PreFilterResult(status)
-        if st.to_allocate:
+        if to_allocate:
             allocated = self.tracker.allocated(self.objects.resource_claims())
             st.allocator = Allocator(classes, self.objects.resource_slices(), allocated, clock=self.clock)
-        state[STATE_KEY] = st
+        st.claims, st.available_on, st.to_allocate = claims, available_on, to_allocate
         return PreFilterResult()
 
     def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
         st: _State | None = state.get(STATE_KEY)
-        if st is None:
+        if st is None or not st.claims:
             return []
         masks: dict[tuple[str, bool], np.ndarray[Any, Any]] = {}
         deadline = self.clock() + self.filter_timeout if self.filter_timeout > 0 else None
@@ -274,17 +297,42 @@ class DynamicResources(
                 return str(err), True
             if results is None or len(results) != len(to_allocate):
                 return REASON_CANNOT_ALLOCATE, False
-        for selector in st.available_on:
+        unavailable = []
+        for index, selector in enumerate(st.available_on):
             if selector is None:
                 continue
             try:
                 if not node_selector_matches(node, selector):
-                    return REASON_NOT_AVAILABLE, False
+                    unavailable.append(index)
             except PoolError as err:
                 return str(err), True
+        if unavailable:
+            st.unavailable.update(unavailable)
+            return REASON_NOT_AVAILABLE, False
         if results is not None:
             st.allocations[node.name] = results
         return None
+
+    def post_filter(self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis) -> Status:
+        st: _State | None = state.get(STATE_KEY)
+        if st is None:
+            return error("not found")  # kube: its cycle state cannot be read (a PreFilter before it rejected)
+        if not st.claims:
+            return Status(Code.UNSCHEDULABLE, ("no new claims to deallocate",))
+        for index in sorted(st.unavailable):  # kube walks a set: any of them
+            claim = st.claims[index]
+            reserved = (claim.get("status") or {}).get("reservedFor") or []
+            if not reserved or (len(reserved) == 1 and reserved[0].get("uid") == pod.uid):
+                if self.writer is not None:
+                    self._spawn(self._deallocate(self.writer, claim))
+                return Status(Code.UNSCHEDULABLE, ("deallocation of ResourceClaim completed",))
+        return Status(Code.UNSCHEDULABLE, ("still not schedulable",))
+
+    async def _deallocate(self, writer: ClaimWriter, claim: Raw) -> None:
+        try:
+            await writer.deallocate(claim)
+        except (ClaimError, Conflict) as err:  # the pod is retried; the claim is looked at again then
+            log.warning("deallocate", claim=claim_ref(claim), error=str(err))
 
     def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
         out = np.zeros(len(rows), dtype=np.int64)
@@ -310,7 +358,7 @@ class DynamicResources(
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         st: _State | None = state.get(STATE_KEY)
-        if st is None or st.allocator is None:
+        if st is None or st.allocator is None:  # no claims, or all allocated
             return SUCCESS
         results = st.allocations.get(node)
         if not results or len(results) != len(st.to_allocate):
@@ -544,6 +592,17 @@ class ApiClaims:
             m.get("namespace"),
             patch,
             _content_type="application/strategic-merge-patch+json",
+        )
+
+    async def deallocate(self, claim: Raw) -> None:
+        status = {
+            k: v for k, v in (claim.get("status") or {}).items() if k not in ("reservedFor", "allocation", "devices")
+        }
+        v1 = client.ResourceV1Api(self.api)
+        m = claim.get("metadata") or {}
+        body = {**claim, "status": status}
+        await self._call(
+            "deallocate", claim, v1.replace_namespaced_resource_claim_status, m.get("name"), m.get("namespace"), body
         )
 
 
