@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from crane_shared.informer import EventType, Informer, ListFn, object_key
 
@@ -33,19 +33,7 @@ Kind = Literal[
     "resourceslices",
     "deviceclasses",
 ]
-KINDS: tuple[Kind, ...] = (
-    "pvcs",
-    "pvs",
-    "storageclasses",
-    "csinodes",
-    "volumeattachments",
-    "pdbs",
-    "csidrivers",
-    "csistoragecapacities",
-    "resourceclaims",
-    "resourceslices",
-    "deviceclasses",
-)
+KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
 class Listers:

@@ -9,33 +9,29 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_sandbox.cluster import LocalCluster
-from crane_shared.kube import api_client_from_dict, raw_json
+from crane_shared.kube import api_client_from_dict
 from tests.support.dra import claim, device, device_class, exactly, resource_slice
-from tests.support.scheduler_cluster import config_for, create_nodes, create_pods, in_process, node, pod, wait_for
+from tests.support.scheduler_cluster import (
+    config_for,
+    create_nodes,
+    create_pods,
+    in_process,
+    node,
+    pod,
+    read_object,
+    read_pod,
+    scheduled_condition,
+    wait_for,
+)
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
 
 
-async def read(call: Any) -> dict[str, Any] | None:
-    try:
-        body: dict[str, Any] = await raw_json(call)
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    return body
-
-
-async def read_pod(kube: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
-    return await read(client.CoreV1Api(kube).read_namespaced_pod(name, namespace, _preload_content=False))
-
-
 async def read_claim(kube: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
     v1 = client.ResourceV1Api(kube)
-    return await read(v1.read_namespaced_resource_claim(name, namespace, _preload_content=False))
+    return await read_object(v1.read_namespaced_resource_claim(name, namespace, _preload_content=False))
 
 
 async def devices(
@@ -54,13 +50,6 @@ def gpu_class(name: str, driver: str) -> dict[str, Any]:
 
 def claim_pod(name: str, scheduler: str, claim_name: str) -> dict[str, Any]:
     return pod(name, scheduler, spec={"resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}]})
-
-
-def scheduled_condition(p: dict[str, Any] | None) -> dict[str, Any] | None:
-    for c in ((p or {}).get("status") or {}).get("conditions") or ():
-        if c.get("type") == "PodScheduled":
-            return dict(c)
-    return None
 
 
 async def test_a_pod_with_a_claim_binds_where_the_device_is_and_the_claim_is_allocated_to_it(

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.kube import api_client_from_dict, raw_json
@@ -21,27 +20,10 @@ from tests.support.scheduler_cluster import (
     in_process,
     node,
     pod,
+    read_pod,
+    scheduled_condition,
     wait_for,
 )
-
-
-async def read_pod(kube: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        body: dict[str, Any] = await raw_json(
-            client.CoreV1Api(kube).read_namespaced_pod(name, namespace, _preload_content=False)
-        )
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    return body
-
-
-def scheduled_condition(p: dict[str, Any] | None) -> dict[str, Any] | None:
-    for c in ((p or {}).get("status") or {}).get("conditions") or ():
-        if c.get("type") == "PodScheduled":
-            return dict(c)
-    return None
 
 
 async def test_pod_whose_claim_is_missing_stays_pending_with_kube_reason(
