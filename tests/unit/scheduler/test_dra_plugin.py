@@ -13,6 +13,7 @@ import pytest
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.framework import (
+    ArgsError,
     ClusterChange,
     ClusterEvent,
     Code,
@@ -26,7 +27,7 @@ from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.listers import Listers
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.plugins.dynamicresources.claims import FINALIZER, ClaimError
-from crane_scheduler.plugins.dynamicresources.plugin import ApiClaims, Conflict, DynamicResources
+from crane_scheduler.plugins.dynamicresources.plugin import ApiClaims, Conflict, DynamicResources, new
 from crane_scheduler.podinfo import parse_pod
 from tests.support.dra import DRIVER, claim, device, device_class, exactly, first_available, resource_slice, sub_request
 from tests.support.scheduler import node, pod, table
@@ -364,3 +365,12 @@ def test_post_filter_deallocates_a_claim_allocated_elsewhere_that_nobody_uses() 
     plugin.pre_filter(no_claims, parse_pod(pod("plain")), t)
     assert plugin.post_filter(no_claims, parse_pod(pod("plain")), Diagnosis(1)).message == "no new claims to deallocate"
     assert plugin.post_filter({}, parse_pod(pod("plain")), Diagnosis(1)).code is Code.ERROR
+
+
+def test_args_are_kube_dynamic_resources_args() -> None:
+    handle = Handle(table())
+    assert new({}, handle).filter_timeout == 10.0
+    assert new({"filterTimeout": "0s", "bindingTimeout": "600s"}, handle).filter_timeout == 0.0
+    with pytest.raises(ArgsError) as err:
+        new({"filterTimeout": "soon", "scoring": True}, handle)
+    assert [path for path, _ in err.value.problems] == ["filterTimeout", "scoring"]
