@@ -26,8 +26,9 @@ from crane_scheduler.framework import (
 from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.listers import Listers
 from crane_scheduler.plugins import builtin_registry
+from crane_scheduler.plugins.dynamicresources.binding import ApiClaims, Conflict
 from crane_scheduler.plugins.dynamicresources.claims import FINALIZER, ClaimError
-from crane_scheduler.plugins.dynamicresources.plugin import ApiClaims, Conflict, DynamicResources, new
+from crane_scheduler.plugins.dynamicresources.plugin import DynamicResources, new
 from crane_scheduler.podinfo import parse_pod
 from tests.support.dra import DRIVER, claim, device, device_class, exactly, first_available, resource_slice, sub_request
 from tests.support.scheduler import node, pod, table

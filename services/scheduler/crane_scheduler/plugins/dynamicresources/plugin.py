@@ -17,19 +17,20 @@
 - PreBind, per claim not yet reserved for the pod, retried on conflict: the finalizer
   ``resource.kubernetes.io/delete-protection`` by Update, then ``status.allocation`` and ``status.reservedFor``
   by UpdateStatus; the written claim is assumed until the informer shows it. Every write first checks the
-  leadership term (``Handle.may_bind``): a leader that may have lost its lease allocates nothing more.
-
+  leadership term (``Handle.may_bind``): a leader that may have lost its lease allocates nothing more
+  (``binding``: kube's ``bindClaim`` and the API adapter).
 - Score: per node, the sum over ``firstAvailable`` requests of 8 - the index of the subrequest the allocation
   chose; NormalizeScore scales by the maximum (weight 2 in the default profile). kube indexes the node's
   allocations (one per claim to allocate) by the claim's position among all the pod's claims, so a pod with an
   allocated claim and one to allocate fails scoring ("number of allocations 1 is smaller than number of
   claims") when more than one node fits: kept, as the judge holds us to kube.
-
 - PostFilter (kube's, before DefaultPreemption): an allocated claim that kept the pod off a node and is reserved
   by nobody else is deallocated (``status`` cleared, in a task: "deallocation of ResourceClaim completed");
   otherwise "still not schedulable", "no new claims to deallocate" for a pod without claims, and "not found"
   (kube's Error reading its cycle state) when a PreFilter before it rejected the pod. The framework joins the
   Unschedulable answers, so kube 1.35's FitError reads "... no new claims to deallocate, preemption: ...".
+- Queueing: claim events with kube's hint (a deallocated claim, or the pod's own claim created or changed),
+  slice, class and node events always.
 
 Not done here: the extended resources of DRAExtendedResource (off by default), and binding conditions (off by
 default).
@@ -39,13 +40,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_scheduler.framework import (
     SKIP,
@@ -84,6 +83,7 @@ from crane_scheduler.plugins.dynamicresources.allocator import (
     FailedOnNode,
     claim_ref,
 )
+from crane_scheduler.plugins.dynamicresources.binding import ClaimWriter, Conflict, LazyApiClaims, bind_claim
 from crane_scheduler.plugins.dynamicresources.claims import (
     FINALIZER,
     ClaimError,
@@ -96,7 +96,6 @@ from crane_scheduler.plugins.dynamicresources.claims import (
 from crane_scheduler.plugins.dynamicresources.pools import PoolError, node_selector_matches
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 from crane_shared.durations import parse_duration
-from crane_shared.kube import raw_json
 from crane_shared.logs import get_logger
 
 log = get_logger("crane.scheduler.dynamicresources")
@@ -122,26 +121,6 @@ class DraObjects(Protocol):
     def resource_slices(self) -> Sequence[Raw]: ...
 
     def device_classes(self) -> Mapping[str, Raw]: ...
-
-
-class Conflict(Exception):
-    """The API answered 409 (the claim changed since it was read)."""
-
-
-class ClaimWriter(Protocol):
-    """The API calls of PreBind (resource.k8s.io/v1 ResourceClaims); each returns the object the API answered."""
-
-    async def get(self, namespace: str, name: str) -> Raw: ...
-
-    async def update(self, claim: Raw) -> Raw: ...
-
-    async def update_status(self, claim: Raw) -> Raw: ...
-
-    async def unreserve(self, claim: Raw, pod_uid: str) -> None:
-        """Take the pod out of the claim's ``status.reservedFor``."""
-
-    async def deallocate(self, claim: Raw) -> None:
-        """Clear the claim's ``reservedFor``, ``allocation`` and ``devices`` (UpdateStatus)."""
 
 
 @dataclass
@@ -472,153 +451,6 @@ def _validate_requests(claim: Raw, classes: Mapping[str, Raw]) -> Status | None:
     return None
 
 
-MAX_CONFLICT_RETRIES = 5
-"""client-go's ``retry.DefaultRetry``: 5 steps."""
-
-
-async def bind_claim(
-    writer: ClaimWriter,
-    claim: Raw,
-    allocation: dict[str, Any] | None,
-    pod: Raw,
-    tracker: ClaimTracker,
-    retries: int = MAX_CONFLICT_RETRIES,
-    sleep: Callable[[float], Awaitable[None]] | None = None,
-) -> Raw:
-    """kube's ``bindClaim``: finalizer by Update, then allocation and the pod's reservation by UpdateStatus, the
-    whole retried on conflict (re-reading the claim); the written claim is assumed in ``tracker``."""
-    meta = pod.get("metadata") or {}
-    uid = str((claim.get("metadata") or {}).get("uid", ""))
-    current: Raw = claim
-    try:
-        for attempt in range(retries):
-            if attempt:
-                current = await writer.get(
-                    (claim.get("metadata") or {}).get("namespace", ""), claim["metadata"]["name"]
-                )
-            try:
-                written = await _write_claim(writer, current, allocation, meta)
-            except Conflict:
-                if attempt + 1 == retries:
-                    raise
-                if sleep is not None:
-                    await sleep(0.01 * (attempt + 1))
-                continue
-            tracker.assume(written)
-            return written
-        raise Conflict(f"claim {claim_ref(claim)}: too many conflicts")  # pragma: no cover - loop raises first
-    finally:
-        if allocation is not None:
-            tracker.remove_pending(uid)
-
-
-async def _write_claim(writer: ClaimWriter, claim: Raw, allocation: dict[str, Any] | None, pod_meta: Raw) -> Raw:
-    claim_meta = claim.get("metadata") or {}
-    if claim_meta.get("deletionTimestamp"):
-        raise ClaimError(f"claim {claim_ref(claim)} got deleted in the meantime")
-    status = dict(claim.get("status") or {})
-    if allocation is not None:
-        if status.get("allocation") is not None:
-            raise ClaimError(f"claim {claim_ref(claim)} got allocated elsewhere in the meantime")
-        if FINALIZER not in (claim_meta.get("finalizers") or ()):
-            claim = await writer.update(
-                {**claim, "metadata": {**claim_meta, "finalizers": [*(claim_meta.get("finalizers") or ()), FINALIZER]}}
-            )
-            status = dict(claim.get("status") or {})
-        status["allocation"] = allocation
-    reserved = list(status.get("reservedFor") or ())
-    reserved.append({"resource": "pods", "name": pod_meta.get("name", ""), "uid": pod_meta.get("uid", "")})
-    status["reservedFor"] = reserved
-    return await writer.update_status({**claim, "status": status})
-
-
-REQUEST_TIMEOUT = 30.0
-
-
-class ApiClaims:
-    """``ClaimWriter`` on the scheduler's API client (resource.k8s.io/v1); a 409 is ``Conflict``, other failures
-    raise ``ClaimError`` naming the call (every response status-checked by ``raw_json``)."""
-
-    def __init__(self, api: Any, may_write: Callable[[], bool] = lambda: True) -> None:
-        self.api = api
-        self.may_write = may_write
-
-    async def _call(
-        self, what: str, claim: Raw, call: Callable[..., Awaitable[Any]], *args: Any, write: bool = True, **kw: Any
-    ) -> Raw:
-        if write and not self.may_write():
-            raise ClaimError(f"{what} claim {claim_ref(claim)}: the leadership term ended")
-        try:
-            out = await raw_json(call(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kw))
-        except ApiException as err:
-            if err.status == 409:
-                raise Conflict(f"{what} claim {claim_ref(claim)}: conflict") from None
-            raise ClaimError(f"{what} claim {claim_ref(claim)}: {err.status} {err.reason}") from None
-        return out  # type: ignore[no-any-return]
-
-    async def get(self, namespace: str, name: str) -> Raw:
-        v1 = client.ResourceV1Api(self.api)
-        ref = {"metadata": {"namespace": namespace, "name": name}}
-        return await self._call("get updated", ref, v1.read_namespaced_resource_claim, name, namespace, write=False)
-
-    async def update(self, claim: Raw) -> Raw:
-        m = claim.get("metadata") or {}
-        v1 = client.ResourceV1Api(self.api)
-        return await self._call(
-            "add finalizer to", claim, v1.replace_namespaced_resource_claim, m.get("name"), m.get("namespace"), claim
-        )
-
-    async def update_status(self, claim: Raw) -> Raw:
-        m = claim.get("metadata") or {}
-        v1 = client.ResourceV1Api(self.api)
-        return await self._call(
-            "add allocation and reservation to",
-            claim,
-            v1.replace_namespaced_resource_claim_status,
-            m.get("name"),
-            m.get("namespace"),
-            claim,
-        )
-
-    async def unreserve(self, claim: Raw, pod_uid: str) -> None:
-        m = claim.get("metadata") or {}
-        patch = {"metadata": {"uid": m.get("uid")}, "status": {"reservedFor": [{"$patch": "delete", "uid": pod_uid}]}}
-        v1 = client.ResourceV1Api(self.api)
-        await self._call(
-            "unreserve",
-            claim,
-            v1.patch_namespaced_resource_claim_status,
-            m.get("name"),
-            m.get("namespace"),
-            patch,
-            _content_type="application/strategic-merge-patch+json",
-        )
-
-    async def deallocate(self, claim: Raw) -> None:
-        status = {
-            k: v for k, v in (claim.get("status") or {}).items() if k not in ("reservedFor", "allocation", "devices")
-        }
-        v1 = client.ResourceV1Api(self.api)
-        m = claim.get("metadata") or {}
-        body = {**claim, "status": status}
-        await self._call(
-            "deallocate", claim, v1.replace_namespaced_resource_claim_status, m.get("name"), m.get("namespace"), body
-        )
-
-
-class _LazyApiClaims(ApiClaims):
-    """The handle's API client is set after the profiles are built (``serve``): read it at call time, and the
-    leadership term before every write."""
-
-    def __init__(self, handle: Handle) -> None:
-        self.handle = handle
-        self.may_write = lambda: handle.may_bind()
-
-    @property
-    def api(self) -> Any:
-        return self.handle.api
-
-
 def new(args: Mapping[str, Any], handle: Handle) -> DynamicResources:
     """DynamicResourcesArgs: ``filterTimeout`` (a duration, default 10s; 0 turns the timeout off) and
     ``bindingTimeout`` (binding conditions, off by default in 1.35: accepted and unused)."""
@@ -639,4 +471,4 @@ def new(args: Mapping[str, Any], handle: Handle) -> DynamicResources:
             problems.append((key, "must be zero or positive"))
     if problems:
         raise ArgsError(problems)
-    return DynamicResources(handle.listers, _LazyApiClaims(handle), filter_timeout=timeout)
+    return DynamicResources(handle.listers, LazyApiClaims(handle), filter_timeout=timeout)
