@@ -204,6 +204,8 @@ class DynamicResources(
 
     def pre_enqueue(self, pod: PodInfo) -> bool:
         """Gated (True) while a claim does not resolve."""
+        if not (pod.raw.get("spec") or {}).get("resourceClaims"):
+            return False  # the queue asks for every pod it moves: keep the common case free
         try:
             pod_claims(pod.raw, self._get)
         except ClaimError:
