@@ -318,7 +318,7 @@ class DynamicResources(
     def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
         out = np.zeros(len(rows), dtype=np.int64)
         st: _State | None = state.get(STATE_KEY)
-        if st is None:
+        if st is None or not st.allocations:  # no claim to allocate (most pods): 0 everywhere, as kube
             return out
         for i, row in enumerate(rows):
             node = table.nodes[int(row)]
