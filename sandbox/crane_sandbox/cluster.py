@@ -235,9 +235,11 @@ CONTROLLERS = (
     "taint-eviction-controller",
     "endpointslice-controller",
     "resourcequota-controller",
+    "resourceclaim-controller",
 )
 """The controllers a scheduler relies on: workload controllers that create pods, the ones that clean up after
-them, volume binding, namespaces and service accounts, and node lifecycle (taints for unhealthy nodes)."""
+them, volume binding, DRA's ResourceClaims from templates (and their release), namespaces and service accounts,
+and node lifecycle (taints for unhealthy nodes)."""
 
 
 @dataclass

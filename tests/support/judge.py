@@ -84,6 +84,9 @@ LISTER_KINDS = {
     "pdbs": "pdbs",
     "csiDrivers": "csidrivers",
     "csiStorageCapacities": "csistoragecapacities",
+    "resourceClaims": "resourceclaims",
+    "resourceSlices": "resourceslices",
+    "deviceClasses": "deviceclasses",
 }
 
 
@@ -240,11 +243,17 @@ def ours(case: Case, seed: int = 0) -> Json:
             hits = [r for r in rejections if r.mask[row]]
             if not hits:
                 verdicts[plugin] = _status(Code.SUCCESS)
+            elif any(r.error for r in hits):
+                verdicts[plugin] = _status(Code.ERROR, tuple(r.reason for r in hits if r.error))
             else:
                 unresolvable = any(r.unresolvable for r in hits)
                 code = Code.UNSCHEDULABLE_AND_UNRESOLVABLE if unresolvable else Code.UNSCHEDULABLE
                 verdicts[plugin] = _status(code, tuple(r.reason for r in hits))
-        out["nodes"].append({"name": name, "filter": verdicts})
+        entry: Json = {"name": name, "filter": verdicts}
+        dra = state.get("DynamicResources")
+        if dra is not None and name in dra.allocations:
+            entry["dra"] = dra.allocations[name]
+        out["nodes"].append(entry)
 
     # The decision itself, through the real Algorithm (the scores it left in the cycle state are not used: the
     # plugins are asked again below, on every feasible node, also when only one is feasible).
@@ -263,8 +272,13 @@ def ours(case: Case, seed: int = 0) -> Json:
     rows = np.array([table.rows[n] for n in feasible], dtype=np.intp)
     out["feasible"] = feasible
     score_state: dict[str, Any] = {}
+    skipped_filters = set()
     for pre_filter in profile.pre_filter:  # score plugins may read their PreFilter state
-        pre_filter.pre_filter(score_state, pod, table)
+        if pre_filter.pre_filter(score_state, pod, table).status.code is Code.SKIP:
+            skipped_filters.add(pre_filter.name)
+    for flt in profile.filter:  # ... and their Filter's (DynamicResources scores the allocation it found)
+        if flt.name not in skipped_filters:
+            flt.filter(score_state, pod, table)
     skipped = set()
     for pre in profile.pre_score:
         st = pre.pre_score(score_state, pod, table, rows)
@@ -332,11 +346,19 @@ def compare(kube: Json, mine: Json) -> list[str]:
             k, o = theirs.get(plugin), mine_f.get(plugin)
             if k is None or o is None or _norm(k) != _norm(o):
                 diffs.append(f"Filter {plugin} on {name}: kube {k}, ours {o}")
+        if node.get("feasible") and node.get("dra") is not None:
+            mine_dra = ours_nodes[name].get("dra")
+            if _without_empty(node["dra"]) != _without_empty(mine_dra):
+                diffs.append(f"DynamicResources' allocation on {name}:\n  kube: {node['dra']}\n  ours: {mine_dra}")
     if diffs:
         return diffs  # the outcome and scores follow from the verdicts; one root cause is enough to read
 
     decision = mine["decision"]
     kube_feasible = [n["name"] for n in kube["nodes"] if n["feasible"]]
+    if kube.get("filterError"):
+        if not isinstance(decision, Status) or decision.message != kube["filterError"]:
+            return [f"outcome: kube fails filtering ({kube['filterError']}), ours: {decision}"]
+        return []
     if kube["feasible"] == 0:
         if not isinstance(decision, Diagnosis):
             return [f"outcome: kube finds no node ({kube['message']!r}), ours: {decision}"]
@@ -380,6 +402,15 @@ def compare(kube: Json, mine: Json) -> list[str]:
     if not diffs and decision.node not in kube["best"]:
         diffs.append(f"choice: ours {decision.node}, kube's best {kube['best']}")
     return diffs
+
+
+def _without_empty(value: Any) -> Any:
+    """JSON with empty lists and maps dropped (Go's omitempty and Python's absent keys say the same)."""
+    if isinstance(value, dict):
+        return {k: _without_empty(v) for k, v in value.items() if v not in (None, [], {})}
+    if isinstance(value, list):
+        return [_without_empty(v) for v in value]
+    return value
 
 
 def compare_preemption(kube: Json, mine: Choice | None) -> list[str]:

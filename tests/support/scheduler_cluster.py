@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess, free_port, service_argv
@@ -25,7 +26,7 @@ from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from crane_scheduler.writer import ApiWriter, Connection
-from crane_shared.kube import api_client_from_dict
+from crane_shared.kube import api_client_from_dict, raw_json
 
 
 async def wait_for(
@@ -238,3 +239,26 @@ def selector(group: str) -> str:
 @pytest.fixture
 def scheduler_name(namespace: str) -> str:
     return f"crane-{namespace}"[:63].rstrip("-")
+
+
+async def read_object(call: Awaitable[Any]) -> dict[str, Any] | None:
+    """A raw-JSON read (a client call made with ``_preload_content=False``); None on 404."""
+    try:
+        body: dict[str, Any] = await raw_json(call)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return body
+
+
+async def read_pod(kube: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    return await read_object(client.CoreV1Api(kube).read_namespaced_pod(name, namespace, _preload_content=False))
+
+
+def scheduled_condition(p: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pod's PodScheduled condition, if any."""
+    for c in ((p or {}).get("status") or {}).get("conditions") or ():
+        if c.get("type") == "PodScheduled":
+            return dict(c)
+    return None

@@ -27,6 +27,7 @@ from crane_scheduler.framework.types import (
     Code,
     CycleState,
     Diagnosis,
+    Rejection,
     Rows,
     Status,
 )
@@ -162,6 +163,9 @@ class Algorithm:
             only = np.zeros(table.n_rows, dtype=bool)
             only[nominated_row] = True
             rejected = profile.run_filter_plugins(state, pod, table, only, skipped)
+            failed = filter_error(rejected)
+            if failed is not None:
+                return failed
             if only[nominated_row]:
                 state[EXPLAIN_FILTERS] = rejected
                 self._observe("Filter", "Success", time.perf_counter() - t1)
@@ -169,6 +173,10 @@ class Algorithm:
         alive = candidates.copy()
         rejected = profile.run_filter_plugins(state, pod, table, alive, skipped)
         state[EXPLAIN_FILTERS] = rejected  # references only: kept for explain, costs nothing per node
+        failed = filter_error(rejected)
+        if failed is not None:
+            self._observe("Filter", "Error", time.perf_counter() - t1)
+            return failed
         cand_rows = np.flatnonzero(candidates)
         want = num_feasible_nodes_to_find(
             profile.percentage_of_nodes_to_score
@@ -244,3 +252,20 @@ class Algorithm:
         total: IntArray = weights @ matrix
         state[EXPLAIN_SCORES] = (rows, explained)
         return total
+
+
+def filter_error(rejected: list[tuple[str, list[Rejection], Mask]]) -> Status | None:
+    """kube's ``RunFilterPlugins`` error: a Filter plugin that failed (not rejected) on a node it ran on fails the
+    attempt, ``running "<plugin>" filter plugin: <error>``; the lowest such row is the one reported (kube's
+    first node in its walk)."""
+    first: tuple[int, str, str] | None = None
+    for name, rejections, before in rejected:
+        for r in rejections:
+            if not r.error:
+                continue
+            rows = np.flatnonzero(r.mask & before)
+            if len(rows) and (first is None or int(rows[0]) < first[0]):
+                first = (int(rows[0]), name, r.reason)
+    if first is None:
+        return None
+    return Status(Code.ERROR, (f'running "{first[1]}" filter plugin: {first[2]}',), first[1])

@@ -15,15 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from crane_shared.informer import EventType, Informer, ListFn, object_key
 
 Obj = dict[str, Any]
 Kind = Literal[
-    "pvcs", "pvs", "storageclasses", "csinodes", "volumeattachments", "pdbs", "csidrivers", "csistoragecapacities"
-]
-KINDS: tuple[Kind, ...] = (
     "pvcs",
     "pvs",
     "storageclasses",
@@ -32,7 +29,11 @@ KINDS: tuple[Kind, ...] = (
     "pdbs",
     "csidrivers",
     "csistoragecapacities",
-)
+    "resourceclaims",
+    "resourceslices",
+    "deviceclasses",
+]
+KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
 class Listers:
@@ -87,6 +88,18 @@ class Listers:
 
     def pdbs(self) -> list[Obj]:
         return list(self.objects["pdbs"].values())
+
+    def resource_claim(self, namespace: str, name: str) -> Obj | None:
+        return self.objects["resourceclaims"].get(f"{namespace}/{name}")
+
+    def resource_claims(self) -> list[Obj]:
+        return list(self.objects["resourceclaims"].values())
+
+    def resource_slices(self) -> list[Obj]:
+        return list(self.objects["resourceslices"].values())
+
+    def device_classes(self) -> dict[str, Obj]:
+        return self.objects["deviceclasses"]
 
     async def wait_change(self, timeout: float) -> None:
         """Return after the next informer event, or after ``timeout`` seconds (a PreBind waiting for the PV

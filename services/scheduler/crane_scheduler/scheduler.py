@@ -232,6 +232,7 @@ class Scheduler:
             core.list_pod_for_all_namespaces, lambda cause: self.metrics.watch_restarts.labels("pods", cause).inc()
         )
         storage = client.StorageV1Api(self.api)
+        resource = client.ResourceV1Api(self.api)
         objects = self.cache.object_informers(
             {
                 "pvcs": core.list_persistent_volume_claim_for_all_namespaces,
@@ -242,6 +243,9 @@ class Scheduler:
                 "pdbs": client.PolicyV1Api(self.api).list_pod_disruption_budget_for_all_namespaces,
                 "csidrivers": storage.list_csi_driver,
                 "csistoragecapacities": storage.list_csi_storage_capacity_for_all_namespaces,
+                "resourceclaims": resource.list_resource_claim_for_all_namespaces,
+                "resourceslices": resource.list_resource_slice,
+                "deviceclasses": resource.list_device_class,
             }
         )
         for informer in objects:

@@ -1,5 +1,5 @@
 """The unsupported-field gate: a pod that uses a field no plugin here reads yet is refused, never placed as if the
-field were absent (a PVC-backed pod placed away from its volume's zone, a DRA pod on a node without the device).
+field were absent (a PVC-backed pod placed away from its volume's zone).
 
 ``UNSUPPORTED`` is the table: one entry per field, each a predicate over the pod's spec. A plugin that starts
 supporting a field removes its entry (VolumeBinding & co. remove the volume ones). The refusal is
@@ -37,17 +37,7 @@ def _volumes(spec: Spec) -> str | None:
     return None
 
 
-def _field(path: str) -> Callable[[Spec], str | None]:
-    key = path.removeprefix("spec.")
-
-    def check(spec: Spec) -> str | None:
-        return path if spec.get(key) else None
-
-    return check
-
-
 UNSUPPORTED: dict[str, Callable[[Spec], str | None]] = {
-    "spec.resourceClaims": _field("spec.resourceClaims"),  # DynamicResources (DRA)
     "spec.volumes": _volumes,
     # Kubernetes 1.35's Workload API gangs: read where the profile enables GangScheduling, refused elsewhere
     "spec.workloadRef": _field("spec.workloadRef"),

@@ -102,8 +102,10 @@ async def test_fit_error_groups_the_load_reason(stack: tuple[Sandbox, Any]) -> N
     assert note == (
         f"0/{24} nodes are available: 1 node(s) had cpu_usage_avg_5m above 0.65, "
         "23 node(s) didn't match Pod's node affinity/selector. "
-        # DefaultPreemption (kube's default profile): only the loaded node could be helped by preemption
-        "preemption: 0/24 nodes are available: 1 No preemption victims found for incoming pod, "
+        # DynamicResources' PostFilter, then DefaultPreemption (kube's default profile): only the loaded node could
+        # be helped by preemption
+        "no new claims to deallocate, preemption: 0/24 nodes are available: 1 No preemption victims found for "
+        "incoming pod, "
         "23 Preemption is not helpful for scheduling."
     )
     status = (await v1.read_namespaced_pod("pinned", "e2e")).status

@@ -91,6 +91,10 @@ def test_rbac_is_least_privilege_per_service() -> None:
             ("storage.k8s.io", "csidrivers", "list"),
             ("policy", "poddisruptionbudgets", "watch"),
             ("", "pods", "delete"),  # DefaultPreemption evicts its victims, as kube-scheduler does
+            ("resource.k8s.io", "resourceclaims", "update"),  # DynamicResources' PreBind: the finalizer
+            ("resource.k8s.io", "resourceclaims/status", "update"),  # ... the allocation and reservation
+            ("resource.k8s.io", "resourceslices", "watch"),
+            ("resource.k8s.io", "deviceclasses", "watch"),
         },
         "crane-extender": {("", "nodes", "list"), ("", "nodes", "watch")},
         "crane-redis": set(),

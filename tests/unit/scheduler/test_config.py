@@ -155,6 +155,7 @@ def test_no_file_is_the_default_crane_scheduler_profile_with_kube_weights() -> N
         ("VolumeBinding", 1),  # kube's too; its PreScore skips it unless StorageCapacityScoring (alpha) is on
         ("PodTopologySpread", 2),
         ("InterPodAffinity", 2),
+        ("DynamicResources", 2),
         ("NodeResourcesBalancedAllocation", 1),
         ("ImageLocality", 1),
     ]
@@ -171,6 +172,7 @@ def test_no_file_is_the_default_crane_scheduler_profile_with_kube_weights() -> N
         "VolumeZone",
         "PodTopologySpread",
         "InterPodAffinity",
+        "DynamicResources",
     ]
     assert prof.queue_sort.name == "PrioritySort" and names(prof.bind) == ["DefaultBinder"]
 
@@ -193,6 +195,7 @@ def test_specific_score_weight_overrides_multipoint_and_disabling_removes() -> N
         ("VolumeBinding", 1),
         ("PodTopologySpread", 2),
         ("InterPodAffinity", 2),
+        ("DynamicResources", 2),
         ("ImageLocality", 1),
     ]
 

@@ -158,7 +158,7 @@ def test_a_gated_pod_stays_unschedulable_until_activated_once_ungated() -> None:
 
 
 def test_a_pod_gated_in_backoff_waits_among_the_unschedulable() -> None:
-    held = {"p"}
+    held: set[str] = set()
     q = queue(gated=lambda p: p.name in held)
     q.add(parse_pod(pod("p")), now=0)
     qp = q.pop(0)
@@ -184,3 +184,17 @@ def test_a_gated_pod_is_not_popped_early_from_backoffq() -> None:
     held.add("preemptor")
     assert q.pop(now=10.5) is None
     assert q.backoff_len == 0 and qp.pod.uid in q.unschedulable
+
+
+def test_a_pod_gated_on_arrival_waits_until_an_update_or_event_ungates_it() -> None:
+    """kube's PreEnqueue on arrival (DynamicResources: the resourceclaim controller has not named the pod's claim
+    yet): no attempt, no backoff; the pod status update that names the claim moves it straight to activeQ."""
+    q = queue(gated=lambda p: not (p.raw.get("status") or {}).get("resourceClaimStatuses"))
+    raw = pod("trainer", spec={"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "tpl"}]})
+    q.add(parse_pod(raw), now=0)
+    assert q.pop(now=0) is None
+    q.on_event(ClusterEvent.RESOURCE_CLAIM_CHANGE)  # the claim appears first: still gated
+    assert q.pop(now=1) is None
+    named = {**raw, "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "trainer-gpu-x"}]}}
+    q.update(parse_pod(named), now=2)
+    assert names(q, now=2) == ["trainer"]

@@ -9,14 +9,12 @@ from crane_scheduler.framework import Diagnosis
 from tests.support.scheduler import chosen, decide, node, pod, table
 
 
-def test_dra_resource_claims_are_refused_naming_the_field() -> None:
+def test_dra_resource_claims_are_dynamic_resources_business_now() -> None:
     t = table(node("a"), node("b"))
     p = pod(spec={"resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu-claim"}]})
     result = decide(t, p)
     assert isinstance(result, Diagnosis)
-    assert result.message == (
-        "0/2 nodes are available: pod uses spec.resourceClaims, which crane-scheduler does not support yet."
-    )
+    assert result.message.startswith('0/2 nodes are available: could not find ResourceClaim "ns/gpu-claim".')
 
 
 @pytest.mark.parametrize("source", ["gcePersistentDisk", "awsElasticBlockStore", "azureDisk", "cinder"])

@@ -17,8 +17,11 @@
 // same snapshot (nothing is assumed). The answer is {"id", "results": [...]} or {"id", "error"}.
 //
 // Optional: "pvcs", "pvs", "storageClasses", "csiNodes", "csiDrivers", "csiStorageCapacities",
-// "volumeAttachments", "pdbs" are served to the plugins' listers (VolumeBinding, VolumeRestrictions, VolumeZone,
-// NodeVolumeLimits, DefaultPreemption) from a fake clientset made for the request; with "preempt": true, an
+// "volumeAttachments", "pdbs", "resourceClaims", "resourceSlices", "deviceClasses" are served to the plugins'
+// listers (VolumeBinding, VolumeRestrictions, VolumeZone, NodeVolumeLimits, DefaultPreemption, DynamicResources:
+// kube-scheduler's DRA manager over them) from a fake clientset made for the request; a node DynamicResources
+// lets through also gets "dra": the allocation results the plugin's Reserve signals for the incoming pod's claims
+// on that node (kube's allocator's first solution). With "preempt": true, an
 // incoming pod no node fits also gets "preemption": DefaultPreemption's message, or its dry-run candidates (node,
 // victims, PDB violations) and the ones pickOneNodeForPreemption may choose.
 //
@@ -45,9 +48,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
@@ -56,6 +61,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -66,10 +72,12 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/metrics"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
+	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
 )
 
 // ---------------------------------------------------------------------------------------------- wire types
@@ -91,6 +99,9 @@ type request struct {
 	CSIStorageCapacities []*storagev1.CSIStorageCapacity `json:"csiStorageCapacities,omitempty"`
 	VolumeAttachments    []*storagev1.VolumeAttachment   `json:"volumeAttachments,omitempty"`
 	PDBs                 []*policyv1.PodDisruptionBudget `json:"pdbs,omitempty"`
+	ResourceClaims       []*resourceapi.ResourceClaim    `json:"resourceClaims,omitempty"`
+	ResourceSlices       []*resourceapi.ResourceSlice    `json:"resourceSlices,omitempty"`
+	DeviceClasses        []*resourceapi.DeviceClass      `json:"deviceClasses,omitempty"`
 	// Preempt: for an incoming pod no node fits, also run DefaultPreemption's decision (eligibility, the
 	// evaluator's dry run on every potential node, the candidates pickOneNodeForPreemption may choose).
 	Preempt bool `json:"preempt,omitempty"`
@@ -105,6 +116,9 @@ func (r *request) objects() []runtime.Object {
 	out = appendObjects(out, r.CSIDrivers)
 	out = appendObjects(out, r.CSIStorageCapacities)
 	out = appendObjects(out, r.VolumeAttachments)
+	out = appendObjects(out, r.ResourceClaims)
+	out = appendObjects(out, r.ResourceSlices)
+	out = appendObjects(out, r.DeviceClasses)
 	return appendObjects(out, r.PDBs)
 }
 
@@ -154,6 +168,8 @@ type nodeResult struct {
 	Feasible bool                   `json:"feasible"`
 	Scores   map[string]pluginScore `json:"scores,omitempty"`
 	Total    *int64                 `json:"total,omitempty"`
+	// DRA is what DynamicResources' Reserve would allocate on this feasible node, per claim to allocate.
+	DRA []resourceapi.AllocationResult `json:"dra,omitempty"`
 }
 
 type podResult struct {
@@ -171,6 +187,9 @@ type podResult struct {
 	Best []string `json:"best"`
 	// ScoreError is set when a PreScore plugin failed: kube-scheduler fails the attempt with it (no node chosen).
 	ScoreError string `json:"scoreError,omitempty"`
+	// FilterError is set when a Filter plugin failed on a node (kube's Error status, not a rejection):
+	// kube-scheduler fails the attempt with it; the first such node in the request's order is reported.
+	FilterError string `json:"filterError,omitempty"`
 	// Message is kube-scheduler's FitError message when no node is feasible.
 	Message string `json:"message,omitempty"`
 	// Preemption is DefaultPreemption's answer (request.preempt, no feasible node).
@@ -214,7 +233,38 @@ type profileFramework struct {
 	fw      framework.Framework
 	plugins map[string]fwk.Plugin // the instances the framework runs, captured from the registry's factories
 	lister  *swappableLister
+	claims  *recordingClaims // DynamicResources' claim tracker, recording Reserve's allocations
 }
+
+// recordingClaims is kube-scheduler's claim tracker, remembering the claims Reserve signals as pending (their
+// status.allocation is the allocator's result for the chosen node).
+type recordingClaims struct {
+	fwk.ResourceClaimTracker
+	mu      sync.Mutex
+	pending []*resourceapi.ResourceClaim
+}
+
+func (r *recordingClaims) SignalClaimPendingAllocation(uid types.UID, claim *resourceapi.ResourceClaim) error {
+	r.mu.Lock()
+	r.pending = append(r.pending, claim)
+	r.mu.Unlock()
+	return r.ResourceClaimTracker.SignalClaimPendingAllocation(uid, claim)
+}
+
+func (r *recordingClaims) take() []*resourceapi.ResourceClaim {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.pending
+	r.pending = nil
+	return out
+}
+
+type recordingDRAManager struct {
+	fwk.SharedDRAManager
+	claims *recordingClaims
+}
+
+func (m recordingDRAManager) ResourceClaims() fwk.ResourceClaimTracker { return m.claims }
 
 type judge struct {
 	ctx    context.Context
@@ -298,7 +348,17 @@ func (j *judge) build(ctx context.Context, raw []byte, client clientset.Interfac
 			}
 		}
 		informerFactory := informers.NewSharedInformerFactory(client, 0)
+		// kube-scheduler's DRA manager (scheduler.New): the claims' assume cache and the slice tracker.
+		logger := klog.FromContext(ctx)
+		claimCache := assumecache.NewAssumeCache(logger, informerFactory.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
+		slices, err := tracker.StartTracker(ctx, tracker.Options{SliceInformer: informerFactory.Resource().V1().ResourceSlices(), KubeClient: client})
+		if err != nil {
+			return nil, nil, err
+		}
+		dra := dynamicresources.NewDRAManager(ctx, claimCache, slices, informerFactory)
+		pf.claims = &recordingClaims{ResourceClaimTracker: dra.ResourceClaims()}
 		fw, err := frameworkruntime.NewFramework(ctx, registry, prof,
+			frameworkruntime.WithSharedDRAManager(recordingDRAManager{dra, pf.claims}),
 			frameworkruntime.WithClientSet(client),
 			frameworkruntime.WithInformerFactory(informerFactory),
 			frameworkruntime.WithSnapshotSharedLister(pf.lister),
@@ -315,6 +375,9 @@ func (j *judge) build(ctx context.Context, raw []byte, client clientset.Interfac
 		for _, inf := range []toolscache.SharedIndexInformer{
 			informerFactory.Core().V1().PersistentVolumes().Informer(),
 			informerFactory.Core().V1().PersistentVolumeClaims().Informer(),
+			informerFactory.Resource().V1().ResourceClaims().Informer(),
+			informerFactory.Resource().V1().ResourceSlices().Informer(),
+			informerFactory.Resource().V1().DeviceClasses().Informer(),
 		} {
 			reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{})
 			if err != nil {
@@ -494,15 +557,19 @@ func (j *judge) evaluate(pf *profileFramework, req *request, pod *v1.Pod) (podRe
 			if s.IsSuccess() {
 				nr.Feasible = true
 				feasible = append(feasible, ni)
+				nr.DRA = draAllocation(ctx, pf, state, pod, node.Name)
 			} else if s.IsRejected() {
 				diagnosis.NodeToStatus.Set(node.Name, s)
-			} else {
-				return res, s.AsError()
+			} else if res.FilterError == "" {
+				res.FilterError = s.AsError().Error()
 			}
 		}
 		res.Nodes = append(res.Nodes, nr)
 	}
 	res.Feasible = len(feasible)
+	if res.FilterError != "" {
+		return res, nil
+	}
 	if len(feasible) == 0 {
 		res.Message = (&framework.FitError{Pod: pod, NumAllNodes: len(allNodes), Diagnosis: diagnosis}).Error()
 		if req.Preempt {
@@ -549,8 +616,9 @@ func (j *judge) evaluate(pf *profileFramework, req *request, pod *v1.Pod) (podRe
 		raw := make([]int64, len(feasible))
 		for k, ni := range feasible {
 			sc, s := pl.Score(ctx, state, pod, ni)
-			if !s.IsSuccess() {
-				return res, fmt.Errorf("score plugin %s on %s: %w", ref.Name, ni.Node().Name, s.AsError())
+			if !s.IsSuccess() { // kube-scheduler fails the attempt (DynamicResources' computeScore can)
+				res.ScoreError = fmt.Sprintf("running Score plugin %q: %v", ref.Name, s.AsError())
+				return res, nil
 			}
 			list[k] = fwk.NodeScore{Name: ni.Node().Name, Score: sc}
 			raw[k] = sc
@@ -834,4 +902,26 @@ func main() {
 		fmt.Fprintln(os.Stderr, "judge:", err)
 		os.Exit(1)
 	}
+}
+
+// draAllocation runs DynamicResources' Reserve for the node (its Filter stored the allocator's result in the cycle
+// state) and reports the allocations it signals, then Unreserve undoes it.
+func draAllocation(ctx context.Context, pf *profileFramework, state fwk.CycleState, pod *v1.Pod, node string) []resourceapi.AllocationResult {
+	pl, ok := pf.plugins[dynamicresources.Name].(*dynamicresources.DynamicResources)
+	if !ok || len(pod.Spec.ResourceClaims) == 0 {
+		return nil
+	}
+	pf.claims.take()
+	if s := pl.Reserve(ctx, state, pod, node); !s.IsSuccess() {
+		return nil
+	}
+	claims := pf.claims.take()
+	pl.Unreserve(ctx, state, pod, node)
+	out := make([]resourceapi.AllocationResult, 0, len(claims))
+	for _, c := range claims {
+		if c.Status.Allocation != nil {
+			out = append(out, *c.Status.Allocation)
+		}
+	}
+	return out
 }

@@ -193,12 +193,18 @@ class Profile:
         return self.run_filter_plugins(state, pod, table, alive, skipped, with_nominated=with_nominated)
 
     def run_post_filter(self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis) -> None:
-        """PostFilter until one has something to say; its message is appended to the FitError."""
+        """kube's ``RunPostFilterPlugins``: in order while they answer Unschedulable (their reasons joined with
+        ", "); the first that succeeds, answers UnschedulableAndUnresolvable or fails ends it with its own message.
+        The message is appended to the FitError (kube 1.35: "... no new claims to deallocate, preemption: ...")."""
+        reasons: list[str] = []
         for pf in self.post_filter:
             status = pf.post_filter(state, pod, diagnosis)
-            if status.reasons:
-                diagnosis.post_filter_msg = status.message
-                return
+            if status.code is Code.UNSCHEDULABLE:
+                reasons.extend(status.reasons)
+                continue
+            diagnosis.post_filter_msg = status.message
+            return
+        diagnosis.post_filter_msg = ", ".join(reasons)
 
     def run_reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         """Reserve in order; on the first failure every plugin reserved so far (and the failing one) unreserves."""

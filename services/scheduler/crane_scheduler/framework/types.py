@@ -110,6 +110,8 @@ class Rejection:
     reason: str
     mask: Mask
     unresolvable: bool = False
+    error: bool = False
+    """The plugin failed on these rows (kube's Error status from Filter): the attempt fails with ``reason``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,9 @@ class ClusterEvent(enum.Flag):
     VOLUME_ATTACHMENT_DELETE = enum.auto()  # a VolumeAttachment went away (an attach slot freed)
     CSIDRIVER_UPDATE = enum.auto()  # a CSIDriver changed (e.g. storageCapacity turned off)
     CSI_STORAGE_CAPACITY_CHANGE = enum.auto()  # a CSIStorageCapacity was added or updated (more free storage)
+    RESOURCE_CLAIM_CHANGE = enum.auto()  # a ResourceClaim was added or updated (created, deallocated)
+    RESOURCE_SLICE_CHANGE = enum.auto()  # a ResourceSlice was added or updated (devices published)
+    DEVICE_CLASS_CHANGE = enum.auto()  # a DeviceClass was added or updated
     ALL = (
         NODE_ADD
         | NODE_UPDATE
@@ -152,6 +157,9 @@ class ClusterEvent(enum.Flag):
         | VOLUME_ATTACHMENT_DELETE
         | CSIDRIVER_UPDATE
         | CSI_STORAGE_CAPACITY_CHANGE
+        | RESOURCE_CLAIM_CHANGE
+        | RESOURCE_SLICE_CHANGE
+        | DEVICE_CLASS_CHANGE
     )
 
 
@@ -165,11 +173,14 @@ class QueueingHint(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class ClusterChange:
     """One cluster event with its objects (kube's ``oldObj``/``newObj`` of a ``QueueingHintFn``): ``old`` is None
-    for an add, ``new`` None for a delete. Pods are ``PodInfo``, nodes ``NodeInfo``; other kinds carry none."""
+    for an add, ``new`` None for a delete. Pods are ``PodInfo``, nodes ``NodeInfo``; ResourceClaims come as the
+    API's JSON in ``old_object``/``new_object``; other kinds carry none."""
 
     event: ClusterEvent
     old: PodInfo | NodeInfo | None = None
     new: PodInfo | NodeInfo | None = None
+    old_object: Mapping[str, Any] | None = None
+    new_object: Mapping[str, Any] | None = None
 
 
 QueueingHintFn = Callable[[PodInfo, ClusterChange], QueueingHint]

@@ -29,6 +29,9 @@ _OBJECT_EVENTS: dict[Kind, ClusterEvent] = {
     "pdbs": ClusterEvent.PDB_CHANGE,
     "csidrivers": ClusterEvent.CSIDRIVER_UPDATE,
     "csistoragecapacities": ClusterEvent.CSI_STORAGE_CAPACITY_CHANGE,
+    "resourceclaims": ClusterEvent.RESOURCE_CLAIM_CHANGE,
+    "resourceslices": ClusterEvent.RESOURCE_SLICE_CHANGE,
+    "deviceclasses": ClusterEvent.DEVICE_CLASS_CHANGE,
 }
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -109,7 +112,11 @@ class Cache:
                 return
         elif new is None and kind != "pdbs":
             return
-        self.queue.on_event(_OBJECT_EVENTS[kind])
+        event = _OBJECT_EVENTS[kind]
+        if kind == "resourceclaims":  # DynamicResources' queueing hint reads the claims
+            self.queue.on_event(event, ClusterChange(event, old_object=old, new_object=new))
+        else:
+            self.queue.on_event(event)
         self.wake()
 
     def node_event(self, kind: EventType, new: dict[str, Any], old: dict[str, Any] | None) -> None:

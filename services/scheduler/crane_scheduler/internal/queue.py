@@ -98,11 +98,16 @@ class SchedulingQueue:
     # ------------------------------------------------------------------------------------------ informer side
 
     def add(self, pod: PodInfo, now: float) -> None:
-        """A new pending pod goes straight to activeQ."""
+        """A new pending pod goes straight to activeQ, unless a PreEnqueue plugin gates it."""
         if pod.uid in self:
             self.update(pod, now)
             return
-        self._push_active(QueuedPod(pod, timestamp=now))
+        qp = QueuedPod(pod, timestamp=now)
+        if self._gated(pod):  # kube runs PreEnqueue before activeQ (a claim not created yet): wait unschedulable
+            qp.unschedulable_since = now
+            self.unschedulable[pod.uid] = qp
+            return
+        self._push_active(qp)
 
     def update(self, pod: PodInfo, now: float) -> None:
         """The pending pod changed: refresh it in place; an unschedulable pod whose spec changed is retried."""
@@ -115,7 +120,8 @@ class SchedulingQueue:
         elif (entry := self._backoff.get(pod.uid)) is not None:
             entry[1].pod = pod
         elif (qp_u := self.unschedulable.get(pod.uid)) is not None:
-            changed = not qp_u.pod.spec_equal(pod)
+            # kube's UpdatePodGeneratedResourceClaim: the resourceclaim controller named the pod's claims
+            changed = not qp_u.pod.spec_equal(pod) or _claim_statuses(qp_u.pod) != _claim_statuses(pod)
             qp_u.pod = pod
             if changed:
                 del self.unschedulable[pod.uid]
@@ -331,3 +337,7 @@ class SchedulingQueue:
 def _event_name(event: ClusterEvent) -> str:
     """A metric label: the event's name, or its kinds joined by ``|`` when several moved the pod at once."""
     return event.name or "|".join(e.name or "" for e in ClusterEvent if e in event and e is not ClusterEvent.ALL)
+
+
+def _claim_statuses(pod: PodInfo) -> Any:
+    return (pod.raw.get("status") or {}).get("resourceClaimStatuses")

@@ -14,6 +14,7 @@ from crane_scheduler.framework.registry import Registry
 from crane_scheduler.plugins import (
     defaultbinder,
     defaultpreemption,
+    dynamicresources,
     imagelocality,
     interpodaffinity,
     nodeaffinity,
@@ -47,6 +48,7 @@ DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
     ("VolumeZone", None),
     ("PodTopologySpread", 2),
     ("InterPodAffinity", 2),
+    ("DynamicResources", 2),  # applyDynamicResources inserts it before DefaultPreemption, weight 2
     ("DefaultPreemption", None),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
@@ -70,6 +72,7 @@ def builtin_registry() -> Registry:
             "NodeVolumeLimits": nodevolumelimits.new,
             "VolumeBinding": volumebinding.new,
             "VolumeZone": volumezone.new,
+            "DynamicResources": dynamicresources.new,
             "DefaultPreemption": defaultpreemption.new,
             "InterPodAffinity": interpodaffinity.new,
             "PodTopologySpread": podtopologyspread.new,

@@ -1,0 +1,153 @@
+"""A pod's ResourceClaims (kube's ``resourceclaim`` helpers) and the claims being allocated (kube's claim tracker).
+
+``pod_claims`` resolves ``spec.resourceClaims``: ``resourceClaimName`` names a shared claim; a
+``resourceClaimTemplateName`` claim is created by kube-controller-manager's resourceclaim controller, which writes
+its name in ``status.resourceClaimStatuses`` (until then: "ResourceClaim not created yet") and makes the pod its
+controlling owner (else: "(pod is not owner)"); an entry with a null name there needs no claim. Errors carry
+kube's messages verbatim.
+
+``ClaimTracker`` holds the allocations decided in Reserve and not yet written by PreBind (kube's
+``SignalClaimPendingAllocation``) and the claims PreBind wrote, until the informer shows them (kube's assume
+cache): the devices of both count as allocated, so two pods in flight never get the same device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from crane_scheduler.plugins.dynamicresources.allocator import DeviceID, allocated_devices
+
+Raw = Mapping[str, Any]
+ClaimGetter = Callable[[str, str], Raw | None]
+"""(namespace, name) -> the claim as the scheduler sees it (assumed version first), None when absent."""
+
+FINALIZER = "resource.kubernetes.io/delete-protection"
+
+
+class ClaimError(Exception):
+    """A pod's claim cannot be used yet; the message is kube's (the pod stays Pending, UnschedulableAndUnresolvable)."""
+
+
+def _meta(obj: Raw) -> Raw:
+    return obj.get("metadata") or {}
+
+
+def claim_name(pod: Raw, pod_claim: Raw) -> tuple[str | None, bool]:
+    """kube's ``resourceclaim.Name``: (the claim's name or None when none is needed, whether the pod must own it)."""
+    meta = _meta(pod)
+    if pod_claim.get("resourceClaimName") is not None:
+        return pod_claim["resourceClaimName"], False
+    if pod_claim.get("resourceClaimTemplateName") is not None:
+        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or ():
+            if status.get("name") == pod_claim.get("name"):
+                return status.get("resourceClaimName"), True
+        raise ClaimError(f'pod "{meta.get("namespace", "")}/{meta.get("name", "")}": ResourceClaim not created yet')
+    raise ClaimError(
+        f'pod "{meta.get("namespace", "")}/{meta.get("name", "")}", spec.resourceClaim "{pod_claim.get("name", "")}": '
+        "none of the supported fields are set"
+    )
+
+
+def is_for_pod(pod: Raw, claim: Raw) -> bool:
+    """kube's ``IsForPod``: same namespace and the pod is the claim's controlling owner."""
+    pod_meta, claim_meta = _meta(pod), _meta(claim)
+    if claim_meta.get("namespace") != pod_meta.get("namespace"):
+        return False
+    return any(
+        ref.get("controller") and ref.get("uid") == pod_meta.get("uid")
+        for ref in claim_meta.get("ownerReferences") or ()
+    )
+
+
+def is_reserved_for_pod(pod: Raw, claim: Raw) -> bool:
+    uid = _meta(pod).get("uid")
+    return any(r.get("uid") == uid for r in (claim.get("status") or {}).get("reservedFor") or ())
+
+
+def pod_claims(pod: Raw, get: ClaimGetter) -> list[Raw]:
+    """The pod's claims in ``spec.resourceClaims`` order (kube's ``foreachPodResourceClaim``); ``ClaimError``."""
+    namespace = _meta(pod).get("namespace", "")
+    out: list[Raw] = []
+    for pod_claim in (pod.get("spec") or {}).get("resourceClaims") or ():
+        name, must_own = claim_name(pod, pod_claim)
+        if name is None:
+            continue
+        claim = get(namespace, name)
+        if claim is None:
+            raise ClaimError(f'could not find ResourceClaim "{namespace}/{name}"')  # kube's assume cache
+        if _meta(claim).get("deletionTimestamp"):
+            raise ClaimError(f'resourceclaim "{name}" is being deleted')
+        if must_own and not is_for_pod(pod, claim):
+            pod_meta = _meta(pod)
+            raise ClaimError(
+                f"ResourceClaim {namespace}/{name} was not created for pod "
+                f"{pod_meta.get('namespace', '')}/{pod_meta.get('name', '')} (pod is not owner)"
+            )
+        out.append(claim)
+    return out
+
+
+def claim_key(claim: Raw) -> str:
+    meta = _meta(claim)
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+class ClaimTracker:
+    """In-flight allocations (by claim uid) and written-but-not-yet-seen claims (by namespace/name)."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, Raw] = {}
+        self.assumed: dict[str, Raw] = {}
+
+    def signal_pending(self, claim: Raw) -> None:
+        """Reserve: ``claim`` carries the allocation this pod's binding cycle is about to write."""
+        self.pending[str(_meta(claim).get("uid", ""))] = claim
+
+    def has_pending(self, uid: str) -> bool:
+        return uid in self.pending
+
+    def remove_pending(self, uid: str) -> bool:
+        return self.pending.pop(uid, None) is not None
+
+    def assume(self, claim: Raw) -> None:
+        """PreBind wrote ``claim``: answer it until the informer delivers this or a newer version."""
+        self.assumed[claim_key(claim)] = claim
+
+    def restore(self, key: str) -> None:
+        self.assumed.pop(key, None)
+
+    def newest(self, key: str, seen: Raw | None) -> Raw | None:
+        """The informer's version ``seen`` unless an assumed one is newer (kube's assume cache compares
+        resourceVersions as integers); an assumed version the informer caught up with, or whose claim the informer
+        saw deleted, is dropped."""
+        mine = self.assumed.get(key)
+        if mine is None:
+            return seen
+        if seen is None or _resource_version(seen) >= _resource_version(mine):  # deleted, or caught up
+            del self.assumed[key]
+            return seen
+        return mine
+
+    def get(self, lister: ClaimGetter) -> ClaimGetter:
+        """A getter answering the newest of the informer's and the assumed version."""
+
+        def get(namespace: str, name: str) -> Raw | None:
+            return self.newest(f"{namespace}/{name}", lister(namespace, name))
+
+        return get
+
+    def allocated(self, claims: Iterable[Raw]) -> set[DeviceID]:
+        """Devices held by ``claims`` (the lister's, newer assumed versions in place) and by the pending
+        allocations."""
+        seen: dict[str, Raw | None] = {claim_key(c): c for c in claims}
+        for key in list(self.assumed):
+            seen[key] = self.newest(key, seen.get(key))
+        return allocated_devices([c for c in seen.values() if c is not None] + list(self.pending.values()))
+
+
+def _resource_version(claim: Raw) -> int:
+    try:
+        return int(_meta(claim).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
