@@ -37,6 +37,15 @@ def _volumes(spec: Spec) -> str | None:
     return None
 
 
+def _field(path: str) -> Callable[[Spec], str | None]:
+    key = path.removeprefix("spec.")
+
+    def check(spec: Spec) -> str | None:
+        return path if spec.get(key) else None
+
+    return check
+
+
 UNSUPPORTED: dict[str, Callable[[Spec], str | None]] = {
     "spec.volumes": _volumes,
     # Kubernetes 1.35's Workload API gangs: read where the profile enables GangScheduling, refused elsewhere
