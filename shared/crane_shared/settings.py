@@ -249,10 +249,17 @@ class RedisSettings:
     password_file: str | None = None
     ca_file: str | None = None
     prefix: str = "crane"
+    sentinel_password_file: str | None = None
 
 
 def redis_settings(args: argparse.Namespace) -> RedisSettings:
-    return RedisSettings(args.redis_url, args.redis_password_file, args.redis_ca_file, args.redis_prefix)
+    return RedisSettings(
+        args.redis_url,
+        args.redis_password_file,
+        args.redis_ca_file,
+        args.redis_prefix,
+        args.redis_sentinel_password_file,
+    )
 
 
 def add_redis_flags(parser: EnvArgumentParser) -> None:
@@ -261,13 +268,20 @@ def add_redis_flags(parser: EnvArgumentParser) -> None:
         "--redis-url",
         env="CRANE_REDIS_URL",
         default="redis://127.0.0.1:6379/0",
-        help="redis:// or rediss:// (TLS) URL; put the password in --redis-password-file, not here",
+        help="redis:// or rediss:// (TLS) URL, or redis+sentinel://host:26379,host2:26379/<master name>[/<db>] "
+        "for a Redis with Sentinel failover; put the password in --redis-password-file, not here",
     )
     g.add_argument(
         "--redis-password-file",
         env="CRANE_REDIS_PASSWORD_FILE",
         default=None,
         help="file holding the Redis password (e.g. a mounted Secret)",
+    )
+    g.add_argument(
+        "--redis-sentinel-password-file",
+        env="CRANE_REDIS_SENTINEL_PASSWORD_FILE",
+        default=None,
+        help="file holding the sentinels' own password (requirepass of sentinel.conf), if they have one",
     )
     g.add_argument(
         "--redis-ca-file",

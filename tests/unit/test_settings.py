@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from crane_shared.redisconn import make_redis
+from crane_shared.redisconn import SentinelTarget, make_redis, parse_sentinel_url
 from crane_shared.settings import (
     EnvArgumentParser,
     PrometheusSettings,
@@ -138,3 +138,35 @@ def test_a_malformed_header_or_query_parameter_is_refused_at_parse_time() -> Non
     for argv in (["--prometheus-header=no-colon"], ["--prometheus-query-param=novalue"]):
         with pytest.raises(SystemExit):
             prometheus_parser().parse_args(argv)
+
+
+def test_a_sentinel_url_names_the_sentinels_the_master_and_the_database() -> None:
+    assert parse_sentinel_url("redis+sentinel://s1:26379,s2:26380,[fd00::1]:26379/crane/2") == SentinelTarget(
+        (("s1", 26379), ("s2", 26380), ("fd00::1", 26379)), "crane", 2
+    )
+    assert parse_sentinel_url("redis+sentinel://s1/crane") == SentinelTarget((("s1", 26379),), "crane", 0)
+
+
+@pytest.mark.parametrize(
+    ("url", "names"),
+    [
+        ("redis+sentinel://s1:26379", "master name"),
+        ("redis+sentinel://s1:x/crane", "host:port"),
+        ("redis+sentinel://s1/crane/zero", "master name"),
+        ("redis+sentinel://:pw@s1/crane", "--redis-password-file"),
+    ],
+)
+def test_a_bad_sentinel_url_is_refused_naming_the_part(url: str, names: str) -> None:
+    with pytest.raises(ValueError, match=names) as err:
+        parse_sentinel_url(url)
+    assert "pw" not in str(err.value)
+
+
+async def test_a_sentinel_url_gives_a_client_of_the_current_primary() -> None:
+    client = make_redis(RedisSettings("redis+sentinel://127.0.0.1:1,127.0.0.1:2/crane/4"))
+    try:
+        pool = client.connection_pool
+        assert pool.service_name == "crane" and pool.connection_kwargs["db"] == 4  # type: ignore[attr-defined]
+        assert pool.connection_kwargs["socket_timeout"] == 5.0
+    finally:
+        await client.aclose()
