@@ -6,6 +6,7 @@ replica about a second later (``down-after-milliseconds`` 1000)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,7 +75,7 @@ class SentinelGroup:
             proc = ManagedProcess(f"sentinel-{i}", [require("redis-sentinel", "redis-sentinel"), str(conf)],
                                   self.run_dir / f"sentinel-{i}.log")  # fmt: skip
             await proc.start()
-            await proc.wait_ready(lambda p=port: tcp_open("127.0.0.1", p), timeout=10)
+            await proc.wait_ready(functools.partial(tcp_open, "127.0.0.1", port), timeout=10)
             self.sentinel_ports.append(port)
             self._sentinel_procs.append(proc)
         await self.wait_replicas_known()
@@ -97,7 +98,8 @@ class SentinelGroup:
         for port in self.sentinel_ports:
             client = aioredis.Redis(port=port, password=SENTINEL_PASSWORD, decode_responses=True, socket_timeout=2)
             try:
-                return await client.execute_command(*command)
+                answer: object = await client.execute_command(*command)  # type: ignore[no-untyped-call]
+                return answer
             except (aioredis.ConnectionError, aioredis.TimeoutError):
                 continue
             finally:
