@@ -565,20 +565,21 @@ def add_prometheus_flags(parser: EnvArgumentParser, *, default_url: str = "http:
 
 
 def prometheus_settings(args: argparse.Namespace) -> PrometheusSettings:
-    """The section from the parsed flags; raises ``ValueError`` naming the flags when they do not fit together."""
+    """The section from the parsed flags; raises ``ValueError`` naming the flags when they do not fit together.
+    An empty value is no value (compose passes unset variables on as empty strings)."""
     return PrometheusSettings(
         url=args.prometheus_url,
         timeout=args.prometheus_timeout,
         retries=args.prometheus_retries,
-        ca_file=args.prometheus_ca_file,
+        ca_file=args.prometheus_ca_file or None,
         insecure_skip_verify=args.prometheus_insecure_skip_verify,
-        client_cert_file=args.prometheus_client_cert_file,
-        client_key_file=args.prometheus_client_key_file,
-        bearer_token_file=args.prometheus_bearer_token_file,
-        username=args.prometheus_username,
-        password_file=args.prometheus_password_file,
+        client_cert_file=args.prometheus_client_cert_file or None,
+        client_key_file=args.prometheus_client_key_file or None,
+        bearer_token_file=args.prometheus_bearer_token_file or None,
+        username=args.prometheus_username or None,
+        password_file=args.prometheus_password_file or None,
         headers=tuple(args.prometheus_header),
-        headers_file=args.prometheus_headers_file,
+        headers_file=args.prometheus_headers_file or None,
         tenant=args.prometheus_tenant or None,
         query_params=tuple(args.prometheus_query_param),
         deny_partial_response=args.prometheus_deny_partial_response,

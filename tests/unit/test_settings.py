@@ -170,3 +170,12 @@ async def test_a_sentinel_url_gives_a_client_of_the_current_primary() -> None:
         assert pool.connection_kwargs["socket_timeout"] == 5.0
     finally:
         await client.aclose()
+
+
+def test_empty_prometheus_variables_are_unset_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docker-compose passes variables the shell does not set as empty strings."""
+    for name in ("TENANT", "HEADERS", "QUERY_PARAMS", "BEARER_TOKEN_FILE", "USERNAME", "PASSWORD_FILE", "CA_FILE",
+                 "CLIENT_CERT_FILE", "CLIENT_KEY_FILE", "HEADERS_FILE"):  # fmt: skip
+        monkeypatch.setenv(f"CRANE_PROMETHEUS_{name}", "")
+    monkeypatch.setenv("CRANE_PROMETHEUS_DENY_PARTIAL_RESPONSE", "false")
+    assert prometheus_settings(prometheus_parser().parse_args([])) == PrometheusSettings("http://127.0.0.1:9090")

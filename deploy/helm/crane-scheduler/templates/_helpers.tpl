@@ -94,11 +94,11 @@ URL with its path prefix, TLS, credentials from mounted Secrets, headers, tenant
 - {name: CRANE_PROMETHEUS_TENANT, value: {{ $p.tenant | quote }}}
 {{- end }}
 {{- if $p.headers }}
-{{- $lines := list }}{{ range $k, $v := $p.headers }}{{ $lines = append $lines (printf "%s: %s" $k $v) }}{{ end }}
+{{- $lines := list }}{{ range $k, $v := $p.headers }}{{ $lines = append $lines (printf "%s: %v" $k $v) }}{{ end }}
 - {name: CRANE_PROMETHEUS_HEADERS, value: {{ join "\n" $lines | quote }}}
 {{- end }}
 {{- if $p.queryParams }}
-{{- $lines := list }}{{ range $k, $v := $p.queryParams }}{{ $lines = append $lines (printf "%s=%s" $k $v) }}{{ end }}
+{{- $lines := list }}{{ range $k, $v := $p.queryParams }}{{ $lines = append $lines (printf "%s=%v" $k $v) }}{{ end }}
 - {name: CRANE_PROMETHEUS_QUERY_PARAMS, value: {{ join "\n" $lines | quote }}}
 {{- end }}
 {{- if $p.tls.caSecret }}
