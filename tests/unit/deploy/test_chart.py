@@ -373,3 +373,18 @@ def test_the_sandbox_applies_the_charts_own_roles_per_namespace() -> None:
         account = f"{prefix}-{service}"
         assert by_kind(objects, "ServiceAccount")[account]["metadata"]["namespace"] == namespace
         assert _rules_of(objects, account), account
+
+
+def test_external_redis_behind_sentinel_gets_the_sentinels_password_from_a_secret() -> None:
+    objects = render(
+        "--set",
+        "redis.enabled=false,redis.external.url=redis+sentinel://s0:26379\\,s1:26379/crane/0,"
+        "redis.external.sentinelPasswordSecret=sentinel-pw",
+    )
+    for name in ("crane-annotator", "crane-event-recorder"):
+        pod = by_kind(objects, "Deployment")[name]["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert env["CRANE_REDIS_URL"] == "redis+sentinel://s0:26379,s1:26379/crane/0"
+        assert env["CRANE_REDIS_SENTINEL_PASSWORD_FILE"] == "/etc/crane/redis-sentinel/password"
+        secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+        assert secrets["redis-sentinel"] == "sentinel-pw"

@@ -50,6 +50,9 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- if .Values.redis.tls.caSecret }}
 - {name: CRANE_REDIS_CA_FILE, value: /etc/crane/redis-ca/ca.crt}
 {{- end }}
+{{- if .Values.redis.external.sentinelPasswordSecret }}
+- {name: CRANE_REDIS_SENTINEL_PASSWORD_FILE, value: /etc/crane/redis-sentinel/password}
+{{- end }}
 {{- end -}}
 
 {{- define "crane.redisMounts" -}}
@@ -58,6 +61,9 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end }}
 {{- if .Values.redis.tls.caSecret }}
 - {name: redis-ca, mountPath: /etc/crane/redis-ca, readOnly: true}
+{{- end }}
+{{- if .Values.redis.external.sentinelPasswordSecret }}
+- {name: redis-sentinel, mountPath: /etc/crane/redis-sentinel, readOnly: true}
 {{- end }}
 {{- end -}}
 
@@ -73,6 +79,10 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
   secret:
     secretName: {{ .Values.redis.tls.caSecret }}
     items: [{key: {{ .Values.redis.tls.caKey }}, path: ca.crt}]
+{{- end }}
+{{- if .Values.redis.external.sentinelPasswordSecret }}
+- name: redis-sentinel
+  secret: {secretName: {{ .Values.redis.external.sentinelPasswordSecret }}, items: [{key: password, path: password}]}
 {{- end }}
 {{- end -}}
 
