@@ -20,12 +20,12 @@ import pytest
 
 from crane_sandbox.pki import make_pki
 from crane_sandbox.prometheus import parse_query_response, rules_path
+from crane_sandbox.victoria import VictoriaMetrics, Vmalert, check_rules
 from crane_shared.annotations import decode
 from tests.support.annotator import Stack, history, peaks
 from tests.support.deploy import CHART
 from tests.support.policy import UPSTREAM_METRICS as METRICS
 from tests.support.promauth import AuthMode, AuthProxy, client_certificate
-from tests.support.victoria import VictoriaMetrics, Vmalert, check_rules
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,7 @@
-"""VictoriaMetrics single-node and vmalert from Debian's ``victoria-metrics`` package, as a second real backend.
+"""VictoriaMetrics single-node and vmalert from Debian's ``victoria-metrics`` package: a second real metrics
+backend for the tests and the benchmarks.
 
-``VictoriaMetrics`` scrapes the same exporter targets as the tests' Prometheus (its own ``-promscrape.config``,
+``VictoriaMetrics`` scrapes the same exporter targets as a ``PrometheusServer`` (its own ``-promscrape.config``,
 timestamps honoured), takes history through its JSON import API (what ``promtool`` backfill is to Prometheus),
 and answers the Prometheus query API at ``/api/v1/query`` and under the ``/prometheus`` prefix. Single-node VM
 does not evaluate recording rules: ``Vmalert`` evaluates crane's rule files against it and writes the results
@@ -64,9 +65,16 @@ class VictoriaMetrics(Server):
     """One single-node VictoriaMetrics on a free loopback port."""
 
     def __init__(
-        self, run_dir: Path, targets: Sequence[tuple[str, str]], *, latency_offset: str = "30s", name: str = "vm"
+        self,
+        run_dir: Path,
+        targets: Sequence[tuple[str, str]],
+        *,
+        latency_offset: str = "30s",
+        scrape_interval: str = "1s",
+        name: str = "vm",
     ) -> None:
         self.run_dir = run_dir
+        self.scrape_interval = scrape_interval
         self.port = free_port()
         self.config_path = run_dir / f"{name}-scrape.yml"
         self.targets = list(targets)
@@ -90,7 +98,8 @@ class VictoriaMetrics(Server):
 
     async def start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(yaml.safe_dump(scrape_config(self.targets), sort_keys=False))
+        config = scrape_config(self.targets, self.scrape_interval)
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         await self.process.start()
         await self.process.wait_ready(self._ready, timeout=30)
 
