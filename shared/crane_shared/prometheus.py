@@ -17,12 +17,14 @@ their values).
 from __future__ import annotations
 
 import base64
+import ipaddress
 import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -100,6 +102,17 @@ def _files_version(*paths: str) -> tuple[tuple[int, int, int], ...]:
         st = os.stat(path)
         out.append((st.st_ino, st.st_size, st.st_mtime_ns))
     return tuple(out)
+
+
+def _loopback(url: str) -> bool:
+    """As Go's ProxyFromEnvironment: a loopback Prometheus is never reached through a proxy."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_header_lines(text: str, source: str) -> dict[str, str]:
@@ -182,7 +195,7 @@ class PrometheusClient:
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=self.settings.timeout),
-                trust_env=self.settings.proxy_from_environment,
+                trust_env=self.settings.proxy_from_environment and not _loopback(self._endpoint),
             )
 
     async def close(self) -> None:

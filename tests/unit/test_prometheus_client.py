@@ -282,6 +282,8 @@ async def test_the_proxy_from_the_environment_is_used_unless_disabled(
             PrometheusSettings("http://prometheus.invalid:9090/prefix", retries=0, proxy_from_environment=False)
         )
     assert err.value.kind == "connection"
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")  # nobody there
+    assert len((await query(PrometheusSettings(proxy, retries=0))).series) == 2  # loopback: direct
 
 
 @pytest.mark.parametrize(
