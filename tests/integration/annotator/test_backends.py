@@ -1,7 +1,8 @@
 """The annotator on other Prometheus-compatible backends and behind authenticating gateways, all real servers.
 
 VictoriaMetrics single-node with vmalert (Debian's ``victoria-metrics``) scrapes the same exporter as the stack's
-Prometheus and evaluates the same rule file: the annotations it leads to must equal Prometheus's. Each auth mode
+Prometheus and evaluates the same rule file: the annotations it leads to must equal Prometheus's; when it goes
+down, nothing is updated or erased. Each auth mode
 (bearer token, basic auth, tenant header with a path prefix, client certificate) is enforced by a gateway in
 front of the real Prometheus (``tests.support.promauth``); a wrong credential is refused and nothing is written.
 """
@@ -81,6 +82,18 @@ async def test_victoriametrics_with_vmalert_gives_the_annotations_prometheus_giv
             for node in stack.nodes:
                 stamp = decode((await stack.annotations(node.name))["cpu_usage_avg_5m"]).timestamp
                 assert stamp.timestamp() <= time.time() - LATENCY_OFFSET + 0.5
+            # VictoriaMetrics goes down mid-run: queries fail and are counted, no value is updated or erased
+            await vm.stop()
+            down = datetime.now(UTC)
+            await eventually(
+                lambda: on_vm.metric("crane_annotator_prometheus_errors_total", metric=METRICS[0], kind="connection"),
+                timeout=60,
+                what="the outage counted",
+            )
+            assert await fresh_values(stack, down) is None  # nothing updated...
+            for node in stack.nodes:  # ...and nothing erased
+                annotations = await stack.annotations(node.name)
+                assert all(m in annotations for m in METRICS)
     differences = {
         (node, metric): abs(vm_values[node][metric] - prometheus_values[node][metric])
         for node in prometheus_values
