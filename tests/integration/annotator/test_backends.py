@@ -35,20 +35,6 @@ LATENCY_OFFSET = 2.0
 """the VictoriaMetrics under test hides samples newer than this (its default is 30 s; short here for speed)"""
 
 
-async def fresh_values(stack: Stack, since: datetime) -> dict[str, dict[str, float]] | None:
-    """Every node's metric values, once every one of them was stamped after ``since``; else None."""
-    out: dict[str, dict[str, float]] = {}
-    for node in stack.nodes:
-        annotations = await stack.annotations(node.name)
-        if not all(m in annotations for m in METRICS):
-            return None
-        decoded = {m: decode(annotations[m]) for m in METRICS}
-        if any(d.timestamp <= since for d in decoded.values()):
-            return None
-        out[node.name] = {m: d.value for m, d in decoded.items()}
-    return out
-
-
 async def vm_query(url: str, promql: str) -> list[Any]:
     async with aiohttp.ClientSession() as session, session.get(f"{url}/api/v1/query", params={"query": promql}) as r:
         return parse_query_response(await r.json(content_type=None))
@@ -65,7 +51,7 @@ async def test_victoriametrics_with_vmalert_gives_the_annotations_prometheus_giv
                 await eventually(_count_is(vm.url, metric, len(stack.nodes)), timeout=90, what=f"VM has {metric}")
             since = datetime.now(UTC)
             on_prometheus = await start_annotator(name="on-prometheus")
-            prometheus_values = await eventually(lambda: fresh_values(stack, since), timeout=60, what="annotated")
+            prometheus_values = await eventually(lambda: stack.fresh_values(since), timeout=60, what="annotated")
             await on_prometheus.stop()
 
             since = datetime.now(UTC)
@@ -76,7 +62,7 @@ async def test_victoriametrics_with_vmalert_gives_the_annotations_prometheus_giv
                 f"{LATENCY_OFFSET:g}s",
                 name="on-victoriametrics",
             )
-            vm_values = await eventually(lambda: fresh_values(stack, since), timeout=60, what="annotated from VM")
+            vm_values = await eventually(lambda: stack.fresh_values(since), timeout=60, what="annotated from VM")
             assert await on_vm.metric("crane_annotator_prometheus_up") == 1
             # stamped with the offset: no annotation claims to be newer than the data VM could show
             for node in stack.nodes:
@@ -90,7 +76,7 @@ async def test_victoriametrics_with_vmalert_gives_the_annotations_prometheus_giv
                 timeout=60,
                 what="the outage counted",
             )
-            assert await fresh_values(stack, down) is None  # nothing updated...
+            assert await stack.fresh_values(down) is None  # nothing updated...
             for node in stack.nodes:  # ...and nothing erased
                 annotations = await stack.annotations(node.name)
                 assert all(m in annotations for m in METRICS)
@@ -173,12 +159,12 @@ async def test_each_auth_mode_reaches_prometheus_through_an_enforcing_gateway(
 
         since = datetime.now(UTC)
         await start_annotator("--prometheus-url", proxy.url, *_credentials(tmp_path, mode, proxy, cert))
-        await eventually(lambda: fresh_values(stack, since), timeout=60, what=f"annotated through {mode}")
+        await eventually(lambda: stack.fresh_values(since), timeout=60, what=f"annotated through {mode}")
         assert proxy.forwarded > 0
         if mode == "bearer":  # the token rotates: the gateway and the file change, the annotator follows
             proxy.token = "rotated-" + mode
             (tmp_path / "token").write_text(proxy.token)
             since = datetime.now(UTC)
-            await eventually(lambda: fresh_values(stack, since), timeout=60, what="annotated after rotation")
+            await eventually(lambda: stack.fresh_values(since), timeout=60, what="annotated after rotation")
         if mode == "tenant":
             assert all(h.get("X-Scope-OrgID") == "team-a" for h in proxy.headers_seen[-3:])

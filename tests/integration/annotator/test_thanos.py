@@ -20,7 +20,6 @@ import pytest_asyncio
 
 from crane_sandbox.prometheus import PrometheusServer, backfill
 from crane_sandbox.thanos import REPLICA_LABEL, Query, Sidecar
-from crane_shared.annotations import decode
 from tests.support.annotator import Stack, history
 from tests.support.policy import UPSTREAM_METRICS as METRICS
 from tests.support.waiting import eventually
@@ -67,20 +66,6 @@ async def pair(stack: Stack) -> AsyncIterator[Pair]:
         yield Pair(query, replicas)
 
 
-async def fresh_values(stack: Stack, since: datetime) -> dict[str, dict[str, float]] | None:
-    """Every node's metric values once every one of them was stamped after ``since``; else None."""
-    out: dict[str, dict[str, float]] = {}
-    for node in stack.nodes:
-        annotations = await stack.annotations(node.name)
-        if not all(m in annotations for m in METRICS):
-            return None
-        decoded = {m: decode(annotations[m]) for m in METRICS}
-        if any(d.timestamp <= since for d in decoded.values()):
-            return None
-        out[node.name] = {m: d.value for m, d in decoded.items()}
-    return out
-
-
 def assert_equal(ours: dict[str, dict[str, float]], reference: dict[str, dict[str, float]]) -> None:
     worst = max((abs(ours[n][m] - reference[n][m]), n, m) for n in reference for m in METRICS)
     assert worst[0] <= 0.001, f"Thanos and Prometheus differ most on {worst[1:]}: {worst[0]:.5f}"
@@ -89,7 +74,7 @@ def assert_equal(ours: dict[str, dict[str, float]], reference: dict[str, dict[st
 async def annotate(stack: Stack, start: Callable[..., Any], *flags: str) -> tuple[Any, dict[str, dict[str, float]]]:
     since = datetime.now(UTC)
     annotator = await start(*flags)
-    values = await eventually(lambda: fresh_values(stack, since), timeout=90, what=f"annotated with {flags}")
+    values = await eventually(lambda: stack.fresh_values(since), timeout=90, what=f"annotated with {flags}")
     return annotator, values
 
 
@@ -126,7 +111,7 @@ async def test_a_replica_down_is_a_partial_answer_rejected_or_accepted_as_config
         timeout=60,
         what="a rejected partial answer",
     )
-    assert await fresh_values(stack, since) is None  # nothing updated...
+    assert await stack.fresh_values(since) is None  # nothing updated...
     for node in stack.nodes:  # ...and nothing erased
         annotations = await stack.annotations(node.name)
         assert all(m in annotations for m in METRICS)
