@@ -29,8 +29,10 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from crane_shared.retry import Backoff, retry
-from crane_shared.settings import PrometheusSettings
+from crane_shared.settings import PrometheusSettings, add_prometheus_flags, prometheus_settings
 
+# The settings section lives with the others in crane_shared.settings; named here too, so a service that queries
+# metrics finds flags, settings and client in one import.
 __all__ = [
     "PrometheusClient",
     "PrometheusError",
@@ -38,7 +40,9 @@ __all__ = [
     "QueryClient",
     "QueryResult",
     "Series",
+    "add_prometheus_flags",
     "is_partial",
+    "prometheus_settings",
 ]
 
 ErrorKind = Literal["timeout", "connection", "http", "query", "bad_response"]
