@@ -3,8 +3,9 @@ module: ``scripts/tools thanos``), against the stack's plain Prometheus on the s
 
 Deduplicated, Thanos gives the annotations Prometheus gives; without ``dedup`` each node has two series and the
 choice between them is counted and deterministic. With one replica's Prometheus killed, Thanos answers with the
-other's data plus a warning: rejected, nothing is updated and nothing erased; accepted, the values are updated
-from the surviving replica and still equal Prometheus's.
+other's data plus a warning: rejected, nothing is updated and nothing erased; asked for no partial answers
+(``--prometheus-deny-partial-response``), Thanos fails the query; accepted, the values are updated from the
+surviving replica and still equal Prometheus's.
 """
 
 from __future__ import annotations
@@ -95,6 +96,19 @@ async def test_thanos_over_two_replicas_gives_prometheus_annotations_with_and_wi
     assert several == len(stack.nodes)
 
 
+async def _errors(annotator: Any) -> dict[str, float]:
+    """The annotator's failed queries of the first metric, by kind (the retried ones aside)."""
+    metrics = await annotator.metrics()
+    return {
+        dict(labels)["kind"]: value
+        for (name, labels), value in metrics.items()
+        if name == "crane_annotator_prometheus_errors_total"
+        and dict(labels).get("metric") == METRICS[0]
+        and dict(labels)["kind"] != "retried"
+        and value > 0
+    }
+
+
 async def test_a_replica_down_is_a_partial_answer_rejected_or_accepted_as_configured(
     stack: Stack, pair: Pair, start_annotator: Callable[..., Any]
 ) -> None:
@@ -116,6 +130,18 @@ async def test_a_replica_down_is_a_partial_answer_rejected_or_accepted_as_config
         annotations = await stack.annotations(node.name)
         assert all(m in annotations for m in METRICS)
     await rejecting.stop()
+    denying = await start_annotator(
+        "--prometheus-url", pair.query.url, "--prometheus-retries", "0", "--prometheus-deny-partial-response"
+    )  # partial_response=false: Thanos fails the query itself
+    errors = await eventually(lambda: _errors(denying), timeout=60, what="a query Thanos refused")
+    assert (
+        await denying.metric(
+            "crane_annotator_prometheus_partial_responses_total", metric=METRICS[0], handling="rejected"
+        )
+        is None
+    ), f"Thanos answered partially although asked not to; errors {errors}"
+    assert await stack.fresh_values(since) is None
+    await denying.stop()
     accepting, values = await annotate(
         stack, start_annotator, "--prometheus-url", pair.query.url, "--prometheus-partial-response", "accept"
     )
