@@ -28,9 +28,9 @@ GO_BUILT = frozenset({"cluster", "judge", "toxiproxy"})
 build, the judge, Toxiproxy): a test using none of them can run while that build is still going."""
 
 KWOK = ("tests/integration/sandbox/", "tests/integration/endtoend/")
-LATE = ("tests/unit/deploy/", "tests/integration/deploy/")
-"""Tests of the tools scripts/setup builds last (helm, kube-state-metrics, grafanaquery, kwokctl, kubectl, the base
-image): they run at the end, so those builds have the rest of the suite's time."""
+LATE = ("tests/unit/deploy/", "tests/integration/deploy/", "tests/integration/annotator/test_thanos.py")
+"""Tests of the tools scripts/setup builds last (helm, kube-state-metrics, grafanaquery, thanos, kwokctl, kubectl,
+the base image): they run at the end, so those builds have the rest of the suite's time."""
 
 
 def _stage(item: pytest.Item) -> int:

@@ -81,8 +81,21 @@ async def run(
     started = time.monotonic()
     await sandbox.start()
     try:
-        print(f"{sandbox.describe()}\n(started in {time.monotonic() - started:.1f}s)", flush=True)
-        await stop.wait()
+        print("waiting for the first load annotations (until then placement ignores node load)...", flush=True)
+        waiting = asyncio.ensure_future(sandbox.wait_load_aware())
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([waiting, stopped], return_when=asyncio.FIRST_COMPLETED)
+        if stopped.done():
+            waiting.cancel()
+            return
+        print(sandbox.describe(), flush=True)
+        elapsed = time.monotonic() - started
+        if waiting.result():
+            print(f"(up in {elapsed:.1f}s; placement is load-aware: every node carries its load annotations)")
+        else:
+            print(f"(up in {elapsed:.1f}s; WARNING: nodes still lack load annotations, see logs/annotator.log)")
+        sys.stdout.flush()
+        await stopped
     finally:
         print("\nstopping...", flush=True)
         await sandbox.stop()

@@ -53,6 +53,7 @@ def render_config(
     *,
     scrape_interval: str = "1s",
     evaluation_interval: str = "1s",
+    external_labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """prometheus.yml for scraping exporter shards.
 
@@ -65,8 +66,11 @@ def render_config(
         {"targets": [address], "labels": {"__metrics_path__": path, "instance": f"{address}{path}"}}
         for address, path in targets
     ]
+    settings: dict[str, Any] = {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval}
+    if external_labels:
+        settings["external_labels"] = dict(external_labels)  # an HA replica's identity, as Thanos requires
     return {
-        "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval},
+        "global": settings,
         "rule_files": [str(rules_file)],
         "scrape_configs": [
             {
@@ -94,17 +98,20 @@ class PrometheusServer(Server):
         port: int | None = None,
         retention: str = "15d",
         binary: str = PROMETHEUS_BIN,
+        external_labels: Mapping[str, str] | None = None,
+        name: str = "prometheus",
     ) -> None:
         self.run_dir = run_dir
         self.targets = list(targets)
         self.rules_file = rules if isinstance(rules, Path) else rules_path(rules)
         self.scrape_interval = scrape_interval
         self.evaluation_interval = evaluation_interval
-        self.data_dir = data_dir or run_dir / "prometheus-data"
-        self.config_path = run_dir / "prometheus.yml"
+        self.external_labels = dict(external_labels or {})
+        self.data_dir = data_dir or run_dir / f"{name}-data"
+        self.config_path = run_dir / f"{name}.yml"
         self.port = port or free_port()
         self.process = ManagedProcess(
-            name="prometheus",
+            name=name,
             argv=[
                 binary,
                 f"--config.file={self.config_path}",
@@ -113,7 +120,7 @@ class PrometheusServer(Server):
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--web.enable-lifecycle",
             ],
-            log_path=run_dir / "prometheus.log",
+            log_path=run_dir / f"{name}.log",
         )
         self._session: aiohttp.ClientSession | None = None
 
@@ -127,6 +134,7 @@ class PrometheusServer(Server):
             self.rules_file,
             scrape_interval=self.scrape_interval,
             evaluation_interval=self.evaluation_interval,
+            external_labels=self.external_labels,
         )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))

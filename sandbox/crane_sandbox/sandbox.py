@@ -35,7 +35,9 @@ from crane_sandbox.procs import ManagedProcess, free_port, service_argv
 from crane_sandbox.prometheus import PrometheusServer
 from crane_sandbox.rbac import ServiceIdentity, install_identities
 from crane_sandbox.topology import TopologySpec, install_crd, publish_fleet
+from crane_shared.annotations import annotation_key
 from crane_shared.kube import api_client_from_dict, raw_json
+from crane_shared.policy import parse_policy
 
 SANDBOX_POLICY = """\
 # The upstream default policy with sync periods short enough to watch the sandbox react (the fast recording
@@ -70,10 +72,11 @@ spec:
 
 Mode = Literal["replace", "second"]
 
-SCHEDULER_CONFIG = """\
+SCHEDULER_CONFIG_HEADER = """\
 # crane-scheduler's configuration in the sandbox: kube-scheduler's default plugins plus Dynamic, reading the
 # sandbox policy, and NodeResourceTopologyMatch (the simulated nodes publish NRTs; upstream's weight 2), in the
-# profile {scheduler_name}. The lease lives in the sandbox's default namespace. The
+# profile {scheduler_name} (in mode "replace" the same profile also as crane-scheduler, so pods that name it are
+# placed too). The lease lives in the sandbox's default namespace. The
 # estimate of a just-bound pod lasts as long as the fast rules take to absorb it (a 10 s average, 5 s sync),
 # not the 5 minutes of the upstream rules.
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -81,6 +84,9 @@ kind: KubeSchedulerConfiguration
 leaderElection:
   resourceNamespace: default
 profiles:
+"""
+
+SCHEDULER_PROFILE = """\
   - schedulerName: {scheduler_name}
     plugins:
       multiPoint:
@@ -93,6 +99,14 @@ profiles:
       - name: NodeResourceTopologyMatch
         args: {topologyAwareResources: [cpu]}
 """
+
+
+def sandbox_scheduler_config(names: tuple[str, ...]) -> str:
+    """The sandbox's configuration with the same profile under each of ``names``."""
+    return SCHEDULER_CONFIG_HEADER.replace("{scheduler_name}", names[0]) + "".join(
+        SCHEDULER_PROFILE.replace("{scheduler_name}", name) for name in names
+    )
+
 
 UPSTREAM_STYLE = "crane-upstream-style"
 
@@ -134,6 +148,12 @@ def crane_scheduler_name(mode: Mode) -> str:
     """The schedulerName crane-scheduler serves: all pods in mode "replace" (the seed documents' "replace the
     default scheduler"), only pods that ask for it in mode "second" (beside the real kube-scheduler)."""
     return "default-scheduler" if mode == "replace" else "crane-scheduler"
+
+
+def crane_scheduler_names(mode: Mode) -> tuple[str, ...]:
+    """Every schedulerName crane-scheduler serves: in mode "replace" also ``crane-scheduler``, so a pod written for
+    mode "second" (or for a cluster where it runs beside kube-scheduler) is placed, not left Pending unnoticed."""
+    return ("default-scheduler", "crane-scheduler") if mode == "replace" else ("crane-scheduler",)
 
 
 @dataclass(frozen=True)
@@ -231,8 +251,11 @@ class Sandbox:
             self._follower = PodFollower(self._api, state)
             self._follower.start()
             self.policy_path.write_text(SANDBOX_POLICY)
-            config = (self.scheduler_config or SCHEDULER_CONFIG).replace("{policy}", str(self.policy_path))
-            self.scheduler_config_path.write_text(config.replace("{scheduler_name}", self.scheduler_name))
+            if self.scheduler_config is None:
+                config = sandbox_scheduler_config(crane_scheduler_names(self.mode))
+            else:
+                config = self.scheduler_config.replace("{scheduler_name}", self.scheduler_name)
+            self.scheduler_config_path.write_text(config.replace("{policy}", str(self.policy_path)))
             if self.services:
                 self.identities = await install_identities(
                     self.cluster, self._api, self.lease_namespace(), prefix="crane"
@@ -336,11 +359,35 @@ class Sandbox:
         if self.cluster is not None:
             await self.cluster.stop()
 
+    async def wait_load_aware(self, timeout: float = 180.0) -> bool:
+        """Until every simulated node carries every metric annotation of the sandbox policy: before the annotator's
+        first round lands, Dynamic has no load to read and placement is by requests alone. False on timeout (or
+        without an annotator)."""
+        if "annotator" not in self.processes or self._api is None or not self.fleet_names():
+            return False
+        keys = [annotation_key(m) for m in parse_policy(SANDBOX_POLICY).metrics()]
+        v1 = client.CoreV1Api(self._api)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            nodes = await raw_json(v1.list_node(_preload_content=False, _request_timeout=30))
+            annotated = {
+                n["metadata"]["name"]
+                for n in nodes.get("items", [])
+                if all(k in (n["metadata"].get("annotations") or {}) for k in keys)
+            }
+            if self.fleet_names() <= annotated:
+                return True
+            await asyncio.sleep(0.5)
+        return False
+
+    def fleet_names(self) -> set[str]:
+        return set(self.state.nodes) if self.state is not None else set()
+
     def describe(self) -> str:
         assert self.cluster is not None and self.prometheus is not None
         kubeconfig = self.cluster.kubeconfig_path
         mode = (
-            "crane-scheduler serves default-scheduler (every pod)"
+            "crane-scheduler serves default-scheduler (every pod) and crane-scheduler"
             if self.mode == "replace"
             else "crane-scheduler serves schedulerName crane-scheduler; kube-scheduler serves default-scheduler"
         )

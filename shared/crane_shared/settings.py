@@ -2,10 +2,10 @@
 
 Every flag can be set as ``--flag`` or through its ``CRANE_*`` variable; ``--help`` shows both and the default.
 argparse does the parsing; this module adds the environment fallback, the sections every service shares
-(``CommonSettings`` with its ``KubeSettings``, ``RedisSettings``, ``LeaseConfig``), each with its ``add_*_flags``
-and its constructor from the parsed arguments, and the argument converters (durations, positive numbers, time
-zones), written once. A service adds its own group and dataclass the same way; a bad value is refused at start
-with a message naming the flag.
+(``CommonSettings`` with its ``KubeSettings``, ``RedisSettings``, ``PrometheusSettings``, ``LeaseConfig``), each
+with its ``add_*_flags`` and its constructor from the parsed arguments, and the argument converters (durations,
+positive numbers, time zones), written once. A service adds its own group and dataclass the same way; a bad
+value is refused at start with a message naming the flag.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from crane_shared.annotations import DEFAULT_LEGACY_ZONE
@@ -27,10 +28,13 @@ __all__ = [
     "CommonSettings",
     "EnvArgumentParser",
     "LeaseConfig",
+    "PartialResponse",
+    "PrometheusSettings",
     "RedisSettings",
     "add_common_flags",
     "add_lease_flags",
     "add_legacy_zone_flag",
+    "add_prometheus_flags",
     "add_redis_flags",
     "common_settings",
     "duration",
@@ -39,6 +43,7 @@ __all__ = [
     "non_negative_int",
     "positive_duration",
     "positive_int",
+    "prometheus_settings",
     "redis_settings",
     "service_parser",
     "time_zone",
@@ -129,8 +134,15 @@ def _env_fallback(env: str | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs["help"] = f"{kwargs.get('help', '')} [env {env}]".strip()
         if env in os.environ:
             raw = os.environ[env]
-            if kwargs.get("action") == "store_true":
-                kwargs["default"] = raw.lower() in {"1", "true", "yes", "on"}
+            if kwargs.get("action") in ("store_true", "store_false"):
+                truthy = raw.lower() in {"1", "true", "yes", "on"}
+                kwargs["default"] = truthy if kwargs["action"] == "store_true" else not truthy
+            elif kwargs.get("action") == "append":  # a repeatable flag: one value per line
+                conv = kwargs.get("type", str)
+                try:
+                    kwargs["default"] = [conv(line) for line in raw.splitlines() if line.strip()]
+                except (TypeError, ValueError, argparse.ArgumentTypeError) as err:
+                    raise SystemExit(f"environment variable {env}: {err}") from err
             else:
                 conv = kwargs.get("type", str)
                 try:
@@ -237,10 +249,17 @@ class RedisSettings:
     password_file: str | None = None
     ca_file: str | None = None
     prefix: str = "crane"
+    sentinel_password_file: str | None = None
 
 
 def redis_settings(args: argparse.Namespace) -> RedisSettings:
-    return RedisSettings(args.redis_url, args.redis_password_file, args.redis_ca_file, args.redis_prefix)
+    return RedisSettings(
+        args.redis_url,
+        args.redis_password_file,
+        args.redis_ca_file,
+        args.redis_prefix,
+        args.redis_sentinel_password_file,
+    )
 
 
 def add_redis_flags(parser: EnvArgumentParser) -> None:
@@ -249,13 +268,20 @@ def add_redis_flags(parser: EnvArgumentParser) -> None:
         "--redis-url",
         env="CRANE_REDIS_URL",
         default="redis://127.0.0.1:6379/0",
-        help="redis:// or rediss:// (TLS) URL; put the password in --redis-password-file, not here",
+        help="redis:// or rediss:// (TLS) URL, or redis+sentinel://host:26379,host2:26379/<master name>[/<db>] "
+        "for a Redis with Sentinel failover; put the password in --redis-password-file, not here",
     )
     g.add_argument(
         "--redis-password-file",
         env="CRANE_REDIS_PASSWORD_FILE",
         default=None,
         help="file holding the Redis password (e.g. a mounted Secret)",
+    )
+    g.add_argument(
+        "--redis-sentinel-password-file",
+        env="CRANE_REDIS_SENTINEL_PASSWORD_FILE",
+        default=None,
+        help="file holding the sentinels' own password (requirepass of sentinel.conf), if they have one",
     )
     g.add_argument(
         "--redis-ca-file",
@@ -337,4 +363,227 @@ def lease_config(args: argparse.Namespace) -> LeaseConfig:
         lease_duration=args.lease_duration,
         renew_deadline=args.renew_deadline,
         retry_period=args.lease_retry_period,
+    )
+
+
+PartialResponse = Literal["reject", "accept"]
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    """How every service reaches its Prometheus-compatible backend (``crane_shared.prometheus``); one section
+    for all of them. Secrets only ever come from files."""
+
+    url: str
+    timeout: float = 10.0
+    retries: int = 2
+    backoff: float = 0.5
+    backoff_max: float = 5.0
+    ca_file: str | None = None
+    insecure_skip_verify: bool = False
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+    bearer_token_file: str | None = None
+    username: str | None = None
+    password_file: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    headers_file: str | None = None
+    tenant: str | None = None
+    query_params: tuple[tuple[str, str], ...] = ()
+    deny_partial_response: bool = False
+    partial_response: PartialResponse = "reject"
+    latency_offset: float = 0.0
+    proxy_from_environment: bool = True
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"--prometheus-url: expected http(s)://host[:port][/prefix], got {self.url!r}")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError(
+                "--prometheus-url: credentials in the URL would be logged; use --prometheus-username and "
+                "--prometheus-password-file, or --prometheus-bearer-token-file"
+            )
+        if parts.query or parts.fragment:
+            raise ValueError("--prometheus-url: no query or fragment; use --prometheus-query-param")
+        if self.bearer_token_file and self.username is not None:
+            raise ValueError("--prometheus-bearer-token-file and --prometheus-username: choose one")
+        if self.password_file and self.username is None:
+            raise ValueError("--prometheus-password-file needs --prometheus-username")
+        if self.client_key_file and not self.client_cert_file:
+            raise ValueError("--prometheus-client-key-file needs --prometheus-client-cert-file")
+        names = {name.lower() for name, _ in self.headers}
+        if "authorization" in names:
+            raise ValueError(
+                "--prometheus-header Authorization: credentials on a command line are visible to everyone on the "
+                "host; put them in --prometheus-headers-file or --prometheus-bearer-token-file"
+            )
+        if self.tenant and "x-scope-orgid" in names:
+            raise ValueError("--prometheus-header X-Scope-OrgID and --prometheus-tenant: choose one")
+        if self.partial_response not in ("reject", "accept"):
+            raise ValueError(f"--prometheus-partial-response: reject or accept, got {self.partial_response!r}")
+
+
+def header(text: str) -> tuple[str, str]:
+    """``Name: value`` (``--prometheus-header``)."""
+    name, colon, value = text.partition(":")
+    if not colon or not name.strip() or any(c.isspace() for c in name.strip()):
+        raise argparse.ArgumentTypeError(f"expected 'Name: value', got {text!r}")
+    return name.strip(), value.strip()
+
+
+def query_param(text: str) -> tuple[str, str]:
+    """``name=value`` (``--prometheus-query-param``)."""
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise argparse.ArgumentTypeError(f"expected 'name=value', got {text!r}")
+    return name, value
+
+
+def add_prometheus_flags(parser: EnvArgumentParser, *, default_url: str = "http://127.0.0.1:9090") -> None:
+    """The ``prometheus`` section: every service that queries metrics takes the same flags."""
+    q = parser.add_argument_group("prometheus")
+    q.add_argument(
+        "--prometheus-url",
+        env="CRANE_PROMETHEUS_URL",
+        default=default_url,
+        help="base URL of the Prometheus HTTP API, with the backend's path prefix if any: "
+        "http://prometheus:9090, http://mimir/prometheus, http://vmselect:8481/select/0/prometheus",
+    )
+    q.add_argument(
+        "--prometheus-timeout",
+        env="CRANE_PROMETHEUS_TIMEOUT",
+        type=positive_duration,
+        default=10.0,
+        help="timeout of one query (Go duration or seconds)",
+    )
+    q.add_argument(
+        "--prometheus-retries",
+        env="CRANE_PROMETHEUS_RETRIES",
+        type=non_negative_int,
+        default=2,
+        help="retries of a failed query within a round, with exponential backoff",
+    )
+    q.add_argument(
+        "--prometheus-ca-file",
+        env="CRANE_PROMETHEUS_CA_FILE",
+        default=None,
+        help="CA bundle to verify an https:// Prometheus (system CAs otherwise); re-read when it changes",
+    )
+    q.add_argument(
+        "--prometheus-insecure-skip-verify",
+        env="CRANE_PROMETHEUS_INSECURE_SKIP_VERIFY",
+        action="store_true",
+        help="do not verify the Prometheus TLS certificate (testing only)",
+    )
+    q.add_argument(
+        "--prometheus-client-cert-file",
+        env="CRANE_PROMETHEUS_CLIENT_CERT_FILE",
+        default=None,
+        help="client certificate (PEM) for mutual TLS; re-read when it changes",
+    )
+    q.add_argument(
+        "--prometheus-client-key-file",
+        env="CRANE_PROMETHEUS_CLIENT_KEY_FILE",
+        default=None,
+        help="its private key (PEM), unless the certificate file holds it",
+    )
+    q.add_argument(
+        "--prometheus-bearer-token-file",
+        env="CRANE_PROMETHEUS_BEARER_TOKEN_FILE",
+        default=None,
+        help="file with a bearer token, re-read when it changes (rotated tokens are picked up)",
+    )
+    q.add_argument("--prometheus-username", env="CRANE_PROMETHEUS_USERNAME", default=None, help="basic-auth user name")
+    q.add_argument(
+        "--prometheus-password-file",
+        env="CRANE_PROMETHEUS_PASSWORD_FILE",
+        default=None,
+        help="file with the basic-auth password, re-read when it changes",
+    )
+    q.add_argument(
+        "--prometheus-header",
+        env="CRANE_PROMETHEUS_HEADERS",
+        type=header,
+        action="append",
+        default=[],
+        help="extra request header 'Name: value', repeatable (the variable: one per line); not for secrets, "
+        "which go in --prometheus-headers-file",
+    )
+    q.add_argument(
+        "--prometheus-headers-file",
+        env="CRANE_PROMETHEUS_HEADERS_FILE",
+        default=None,
+        help="file of secret request headers, one 'Name: value' per line, re-read when it changes",
+    )
+    q.add_argument(
+        "--prometheus-tenant",
+        env="CRANE_PROMETHEUS_TENANT",
+        default=None,
+        help="tenant sent as X-Scope-OrgID (Mimir, Cortex, Loki-style gateways; 't1|t2' with tenant federation)",
+    )
+    q.add_argument(
+        "--prometheus-query-param",
+        env="CRANE_PROMETHEUS_QUERY_PARAMS",
+        type=query_param,
+        action="append",
+        default=[],
+        help="extra query parameter 'name=value' on every query, repeatable (the variable: one per line), e.g. "
+        "dedup=true and replicaLabels[]=replica for Thanos",
+    )
+    q.add_argument(
+        "--prometheus-deny-partial-response",
+        env="CRANE_PROMETHEUS_DENY_PARTIAL_RESPONSE",
+        action="store_true",
+        help="ask the backend to fail rather than answer with partial data: sends partial_response=false "
+        "(Thanos) and deny_partial_response=1 (VictoriaMetrics cluster); Prometheus ignores both",
+    )
+    q.add_argument(
+        "--prometheus-partial-response",
+        env="CRANE_PROMETHEUS_PARTIAL_RESPONSE",
+        choices=["reject", "accept"],
+        default="reject",
+        help="a partial answer (VictoriaMetrics isPartial, a Thanos store warning) never erases a node's last "
+        "good value; reject: it updates no node either (the query counts as failed and is retried soon); "
+        "accept: the nodes present in it are updated",
+    )
+    q.add_argument(
+        "--prometheus-latency-offset",
+        env="CRANE_PROMETHEUS_LATENCY_OFFSET",
+        type=non_negative_duration,
+        default=0.0,
+        help="how far behind real time the backend answers (VictoriaMetrics: -search.latencyOffset, 30s by "
+        "default): values are stamped that much older, so freshness checks count their real age",
+    )
+    q.add_argument(
+        "--prometheus-no-proxy-from-environment",
+        dest="prometheus_proxy_from_environment",
+        env="CRANE_PROMETHEUS_NO_PROXY_FROM_ENVIRONMENT",
+        action="store_false",
+        help="ignore HTTP_PROXY / HTTPS_PROXY / NO_PROXY (followed by default)",
+    )
+
+
+def prometheus_settings(args: argparse.Namespace) -> PrometheusSettings:
+    """The section from the parsed flags; raises ``ValueError`` naming the flags when they do not fit together.
+    An empty value is no value (compose passes unset variables on as empty strings)."""
+    return PrometheusSettings(
+        url=args.prometheus_url,
+        timeout=args.prometheus_timeout,
+        retries=args.prometheus_retries,
+        ca_file=args.prometheus_ca_file or None,
+        insecure_skip_verify=args.prometheus_insecure_skip_verify,
+        client_cert_file=args.prometheus_client_cert_file or None,
+        client_key_file=args.prometheus_client_key_file or None,
+        bearer_token_file=args.prometheus_bearer_token_file or None,
+        username=args.prometheus_username or None,
+        password_file=args.prometheus_password_file or None,
+        headers=tuple(args.prometheus_header),
+        headers_file=args.prometheus_headers_file or None,
+        tenant=args.prometheus_tenant or None,
+        query_params=tuple(args.prometheus_query_param),
+        deny_partial_response=args.prometheus_deny_partial_response,
+        partial_response=args.prometheus_partial_response,
+        latency_offset=args.prometheus_latency_offset,
+        proxy_from_environment=args.prometheus_proxy_from_environment,
     )

@@ -6,18 +6,24 @@ Audited from Redis: each pod UID on exactly one node's set with its event's time
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from kubernetes_asyncio import client
 
+from crane_annotator.hot import HotValues, RedisBindingTimes
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.rbac import identity
 from crane_shared.kube import api_client_from_dict
+from crane_shared.policy import default_policy
+from crane_shared.redisconn import make_redis
 from tests.support.event_recorder_cluster import (
+    SCHEMA,
     Binding,
     expected,
     in_process,
@@ -27,6 +33,7 @@ from tests.support.event_recorder_cluster import (
     stored,
 )
 from tests.support.faults import FaultReport, FaultRow, StatusProxy, api_host_port, kubeconfig_via, restart_apiserver
+from tests.support.sentinel import SentinelGroup
 from tests.support.waiting import eventually
 
 NODES = ("node-a", "node-b", "node-c")
@@ -58,9 +65,20 @@ async def all_recorded(
     since: float,
     timeout: float,
     what: str = "all recorded",
+    failover: bool = False,
 ) -> None:
-    """Wait until Redis holds every binding exactly once; the row's recovery counts from ``since`` (monotonic)."""
-    await eventually(lambda: audit(redis, made, row), timeout=timeout, what=what)
+    """Wait until Redis holds every binding exactly once; the row's recovery counts from ``since`` (monotonic).
+    With ``failover``, a connection error (the primary gone, the promotion under way) is one more try."""
+
+    async def check() -> bool:
+        try:
+            return await audit(redis, made, row)
+        except (aioredis.ConnectionError, aioredis.TimeoutError, aioredis.ReadOnlyError):
+            if not failover:
+                raise
+            return False
+
+    await eventually(check, timeout=timeout, what=what)
     row.recovery = round(time.monotonic() - since, 2)
 
 
@@ -231,3 +249,60 @@ async def test_added_latency_on_the_api_connection_records_everything_once(
     finally:
         await api.close()
     assert row.doubled == 0
+
+
+class MadeTimes:
+    """The binding times the test made: what the annotator's hot values must be computed from."""
+
+    def __init__(self, made: Sequence[Binding]) -> None:
+        self._made = made
+
+    async def recent(self, nodes: Sequence[str], since: float) -> dict[str, list[float]]:
+        return {n: sorted(b.at for b in self._made if b.node == n and b.at > since) for n in nodes}
+
+
+async def hot_values_right(redis: aioredis.Redis, made: Sequence[Binding]) -> float:
+    """When (monotonic) the annotator's hot values, read from ``redis``, first equal those of every binding made."""
+    rules = default_policy().hot_value
+    actual, expected = HotValues(RedisBindingTimes(redis, SCHEMA), rules), HotValues(MadeTimes(made), rules)
+    while True:
+        with contextlib.suppress(aioredis.ConnectionError, aioredis.TimeoutError, aioredis.ReadOnlyError):
+            got, want = await actual.refresh(NODES), await expected.refresh(NODES)
+            if {n: h.value for n, h in got.items()} == {n: h.value for n, h in want.items()}:
+                return time.monotonic()
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.slow_fault
+async def test_sentinel_primary_killed_mid_burst_loses_no_binding(
+    kube: client.ApiClient,
+    recorder_kube: client.ApiClient,
+    run_dir: Path,
+    namespace: str,
+    fault_report: FaultReport,
+) -> None:
+    """Redis behind Sentinel: the primary is SIGKILLed while events stream in. Writes not yet replicated are gone
+    with it; the promoted replica is another server (another run_id), so the recorder re-lists and restores them."""
+    made = bindings(namespace, 90)
+    row = fault_report.row("Redis Sentinel: primary killed mid-burst, replica promoted (event-recorder)")
+    async with SentinelGroup(run_dir / f"sentinel-{namespace}") as group:
+        audit_client = make_redis(group.settings())
+        try:
+            async with in_process(recorder_kube, group.settings(), namespace) as rec:
+                await eventually(rec.recorder.ready, timeout=30)
+                await report_all(kube, made[:30])
+                burst = asyncio.create_task(report_all(kube, made[30:60]))
+                await asyncio.sleep(0.2)  # the burst under way
+                killed = await group.kill_primary()
+                killed_at = time.monotonic()
+                hot_right = asyncio.create_task(hot_values_right(audit_client, made))
+                await burst
+                await report_all(kube, made[60:])
+                await all_recorded(audit_client, made, row, since=killed_at, timeout=90, failover=True)
+                hot_seconds = await asyncio.wait_for(hot_right, 30) - killed_at
+                assert await group.primary_port() != killed
+                relists = rec.metric("watch_restarts_total", reason="redis-reset")
+                row.note = f"hot values right {hot_seconds:.2f} s after the kill; recorder re-lists: {relists:g}"
+        finally:
+            await audit_client.aclose()
+    assert row.doubled == 0 and row.lost == 0

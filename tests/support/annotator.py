@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from crane_sandbox.pod_follower import create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port
 from crane_sandbox.prometheus import SCRAPE_JOB, PrometheusServer, backfill
 from crane_sandbox.rbac import ServiceIdentity, service_identity
+from crane_shared.annotations import decode
 from tests.support.fleet import scraped_fleet
 from tests.support.policy import UPSTREAM_METRICS, fast_policy
 
@@ -92,6 +94,20 @@ class Stack:
     async def annotations(self, name: str) -> dict[str, str]:
         node = await client.CoreV1Api(self.kube).read_node(name)
         return dict(node.metadata.annotations or {})
+
+    async def fresh_values(self, since: datetime) -> dict[str, dict[str, float]] | None:
+        """Every node's metric values (the upstream policy's six), once every one of them was stamped after
+        ``since``; else None (some node lacks one, or has an older one)."""
+        out: dict[str, dict[str, float]] = {}
+        for node in self.nodes:
+            annotations = await self.annotations(node.name)
+            if not all(m in annotations for m in UPSTREAM_METRICS):
+                return None
+            decoded = {m: decode(annotations[m]) for m in UPSTREAM_METRICS}
+            if any(d.timestamp <= since for d in decoded.values()):
+                return None
+            out[node.name] = {m: d.value for m, d in decoded.items()}
+        return out
 
     async def add_node(self, node: SimNode) -> None:
         """A node that joins later: served by the exporter and created in the API server."""

@@ -29,6 +29,7 @@ from crane_shared.bindings import STREAM_FIELD, BindingSchema, unpack
 from crane_shared.events import scheduled_event
 from crane_shared.informer import ListFn
 from crane_shared.redisconn import make_redis
+from crane_shared.settings import RedisSettings
 
 SCHEMA = BindingSchema("crane")
 
@@ -153,7 +154,7 @@ class InProcess:
 @contextlib.asynccontextmanager
 async def in_process(
     kube: client.ApiClient,
-    redis_url: str,
+    redis_url: str | RedisSettings,
     namespace: str,
     *,
     event_api: EventApi = EventApi.EVENTS_V1,

@@ -24,7 +24,6 @@ from crane_annotator.matching import NodeAddresses
 from crane_annotator.metrics import AgeCollector, AnnotatorMetrics
 from crane_annotator.nodes import NodeCache
 from crane_annotator.patches import DEFAULT_STAMP, Stamp
-from crane_annotator.prometheus import PrometheusClient
 from crane_annotator.rounds import MetricRounds, MetricSpec
 from crane_annotator.writer import NodePatcher, Outcome
 from crane_shared.annotations import HOT_VALUE_KEY, annotation_key
@@ -32,7 +31,9 @@ from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingSchema
 from crane_shared.logs import get_logger
 from crane_shared.policy import DynamicSchedulerPolicy
+from crane_shared.prometheus import PrometheusClient
 from crane_shared.retry import sleep_unless
+from crane_shared.settings import PartialResponse
 
 log = get_logger("crane.annotator")
 
@@ -65,6 +66,8 @@ class Annotator:
         hot_value_debounce: float = 0.25,
         hot_value_max_age: float = 240.0,
         retry_base: float = 5.0,
+        partial_response: PartialResponse = "reject",
+        latency_offset: float = 0.0,
     ) -> None:
         self.specs = metric_specs(policy)
         shortest = min((s.period for s in self.specs), default=0.0)
@@ -97,6 +100,8 @@ class Annotator:
             instance_label=instance_label,
             stamp=stamp,
             retry_base=retry_base,
+            partial_response=partial_response,
+            latency_offset=latency_offset,
         )
         self.hot_loops = HotValueLoops(
             self.hot,

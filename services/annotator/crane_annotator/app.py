@@ -18,10 +18,10 @@ from prometheus_client import CollectorRegistry
 from crane_annotator import debug
 from crane_annotator.annotator import Annotator
 from crane_annotator.config import AnnotatorConfig
-from crane_annotator.prometheus import PrometheusClient
 from crane_shared.kube import make_api_client
 from crane_shared.leader import LeaderElector, make_lease_client
 from crane_shared.logs import get_logger
+from crane_shared.prometheus import PrometheusClient
 from crane_shared.redisconn import make_redis, redacted
 from crane_shared.service import Access, ServiceRuntime
 
@@ -56,6 +56,8 @@ async def run(config: AnnotatorConfig) -> int:
             hot_value_debounce=config.hot_value_debounce,
             hot_value_max_age=config.hot_value_max_age,
             retry_base=config.retry_base,
+            partial_response=config.prometheus.partial_response,
+            latency_offset=config.prometheus.latency_offset,
         )
         lease_api = await make_lease_client(common.kube, config.lease)
         elector = LeaderElector(lease_api, config.lease)
@@ -88,6 +90,7 @@ async def run(config: AnnotatorConfig) -> int:
             policy=config.policy_source,
             metrics={s.name: s.period_label for s in annotator.specs},
             prometheus=redacted(config.prometheus.url),
+            prometheus_client=prometheus.describe(),
             redis=redacted(config.redis.url),
             lease=f"{config.lease.namespace}/{config.lease.name}",
             identity=config.lease.identity,

@@ -33,8 +33,21 @@ import enum
 import functools
 import ipaddress
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from crane_shared.prometheus import Series
+
+__all__ = [
+    "AddressIndex",
+    "Match",
+    "MatchKind",
+    "MatchResult",
+    "NodeAddresses",
+    "Series",
+    "address_index",
+    "match_series",
+]
 
 
 class MatchKind(enum.IntEnum):
@@ -59,14 +72,6 @@ class NodeAddresses:
     name: str
     internal_ips: tuple[str, ...] = ()
     hostnames: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Series:
-    """One sample of an instant query: its labels and the raw value string Prometheus sent."""
-
-    labels: Mapping[str, str]
-    value: str
 
 
 @dataclass(frozen=True)

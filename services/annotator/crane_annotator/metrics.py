@@ -60,6 +60,20 @@ class AnnotatorMetrics(MetricSet):
         self.prometheus_errors = self.counter(
             "prometheus_errors_total", "Failed PromQL requests, by kind.", ["metric", "kind"]
         )
+        self.partial_responses = self.counter(
+            "prometheus_partial_responses_total",
+            "Answers flagged partial (VictoriaMetrics isPartial, a store warning), by handling (rejected: no node "
+            "updated; accepted: the nodes present updated).",
+            ["metric", "handling"],
+        )
+        self.query_warnings = self.counter(
+            "prometheus_warnings_total", "Warnings and infos in Prometheus answers, by kind.", ["metric", "kind"]
+        )
+        self.nodes_with_several_series = self.gauge(
+            "nodes_with_several_series",
+            "Nodes matched by more than one series in the last query of a metric (one is chosen deterministically).",
+            ["metric"],
+        )
         self.prometheus_up = self.gauge("prometheus_up", "1 when the last query of the last round succeeded, else 0.")
         self.last_success = self.gauge(
             "metric_last_success_timestamp_seconds", "When a metric was last queried successfully.", ["metric"]

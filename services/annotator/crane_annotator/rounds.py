@@ -25,12 +25,13 @@ from crane_annotator.matching import (
 )
 from crane_annotator.metrics import AnnotatorMetrics
 from crane_annotator.patches import DEFAULT_STAMP, Stamp, metric_annotations
-from crane_annotator.prometheus import PrometheusError, QueryClient
 from crane_annotator.values import Converted, DropReason, convert
 from crane_annotator.writer import HotSupplier, Patcher, PatchReport
 from crane_shared.durations import format_duration
 from crane_shared.logs import LogOnce, get_logger
+from crane_shared.prometheus import PrometheusError, QueryClient, QueryResult
 from crane_shared.retry import sleep_unless
+from crane_shared.settings import PartialResponse
 
 log = get_logger("crane.annotator.rounds")
 
@@ -95,6 +96,8 @@ class MetricRounds:
         instance_label: str = "instance",
         stamp: Stamp = DEFAULT_STAMP,
         retry_base: float = 5.0,
+        partial_response: PartialResponse = "reject",
+        latency_offset: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -108,6 +111,8 @@ class MetricRounds:
         self._label = instance_label
         self._stamp = stamp
         self._retry_base = retry_base
+        self._partial_response = partial_response
+        self._latency_offset = latency_offset
         self._clock = clock
         self._wall_clock = wall_clock
         self._index: tuple[frozenset[NodeAddresses], AddressIndex] | None = None
@@ -149,6 +154,9 @@ class MetricRounds:
             await hot
         report.query_seconds = self._clock() - started
         at = self._wall_clock()
+        # The backend answers as of now minus its latency offset (VictoriaMetrics hides the newest 30 s): stamped
+        # that much older, the values show their real age to every freshness check.
+        stamped = at - self._latency_offset
         values: dict[str, dict[str, float]] = {}
         for name, result in zip(due, results, strict=True):
             if result is None:
@@ -159,7 +167,7 @@ class MetricRounds:
             self.views[name] = MetricView(result[0], result[1].dropped, at)
             values[self.specs[name].key] = result[1].fractions
         self._metrics.prometheus_up.set(1 if results and all(r is not None for r in results) else 0)
-        patches = metric_annotations(values, datetime.fromtimestamp(at, UTC), self._stamp)
+        patches = metric_annotations(values, datetime.fromtimestamp(stamped, UTC), self._stamp)
         patching = self._clock()
         report.patches = await self._patcher.patch_many(patches, hot=self._hot)
         report.patch_seconds = self._clock() - patching
@@ -189,7 +197,36 @@ class MetricRounds:
         self._metrics.queries.labels(name).inc(result.attempts)
         if result.attempts > 1:
             self._metrics.prometheus_errors.labels(name, "retried").inc(result.attempts - 1)
-        return result.series
+        return self._screen(name, result)
+
+    def _screen(self, name: str, result: QueryResult) -> list[Series] | None:
+        """What an answer may change. Warnings and infos are counted and logged once; a partial answer (some
+        store did not answer) never erases a value, as no answer does: nodes missing from it keep their last
+        good one. With ``--prometheus-partial-response=reject`` it updates no node either (the metric is
+        retried soon, like a failed query); with ``accept`` the nodes present in it are updated."""
+        for kind, messages in (("warning", result.warnings), ("info", result.infos)):
+            if messages:
+                self._metrics.query_warnings.labels(name, kind).inc(len(messages))
+                self._log_once.warning(
+                    f"query-{kind}-{name}", f"Prometheus answered with {kind}s", metric=name, messages=messages[:3]
+                )
+        if not result.partial:
+            return result.series
+        handling = self._partial_response
+        self._metrics.partial_responses.labels(name, "rejected" if handling == "reject" else "accepted").inc()
+        self._log_once.warning(
+            f"partial-{name}",
+            "partial answer: some of the backend's stores did not answer; nodes missing from it keep their last "
+            + (
+                "value, and no node is updated from it (--prometheus-partial-response=reject)"
+                if handling == "reject"
+                else "value; the others are updated (--prometheus-partial-response=accept)"
+            ),
+            metric=name,
+            series=len(result.series),
+            warnings=result.warnings[:3],
+        )
+        return None if handling == "reject" else result.series
 
     def _address_index(self, nodes: Mapping[str, NodeAddresses]) -> AddressIndex:
         key = frozenset(nodes.values())
@@ -215,6 +252,21 @@ class MetricRounds:
         self._metrics.nodes_matched.labels(name).set(len(chosen))
         self._metrics.nodes_unmatched.labels(name).set(len(unmatched_nodes))
         self._metrics.series_unmatched.labels(name).set(len(result.unmatched_instances))
+        several = sorted(n for n in result.shadowed if n in nodes)
+        self._metrics.nodes_with_several_series.labels(name).set(len(several))
+        if several:
+            first = several[0]
+            self._log_once.warning(
+                f"several-series-{name}",
+                "several series for one node (HA replicas without deduplication, two scrape jobs?): the best "
+                "match is kept, then the highest value (see the matching rules); Thanos: dedup=true with "
+                "--query.replica-label",
+                metric=name,
+                nodes=len(several),
+                example_node=first,
+                chosen=result.chosen[first].instance,
+                others=[m.instance for m in result.shadowed[first][:3]],
+            )
         if not series:
             self._log_once.warning(
                 f"no-series:{name}",

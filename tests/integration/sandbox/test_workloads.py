@@ -119,6 +119,23 @@ async def test_a_deployment_of_20_replicas_is_scheduled_by_crane_and_runs(
     assert len({p["spec"]["nodeName"] for p in items}) > 1
 
 
+async def test_a_pod_naming_crane_scheduler_is_placed_in_replace_mode_too(
+    sandbox: Sandbox, api: client.ApiClient, ns: str
+) -> None:
+    """A manifest written for crane-scheduler beside kube-scheduler must not stay Pending without an event."""
+    body = template("named")
+    body["metadata"]["name"] = "named"
+    body["spec"]["schedulerName"] = "crane-scheduler"
+    await client.CoreV1Api(api).create_namespaced_pod(ns, body)
+    [placed] = await all_running(api, ns, "named", 1, timeout=60)
+    decision = await asyncio.to_thread(explain, sandbox, ns, "named")
+    assert decision["result"].get("node") == placed["spec"]["nodeName"]
+
+
+async def test_the_sandbox_becomes_load_aware_every_node_annotated(sandbox: Sandbox) -> None:
+    assert await sandbox.wait_load_aware(timeout=120)
+
+
 async def test_scaling_down_deletes_pods_cleanly(sandbox: Sandbox, api: client.ApiClient, ns: str) -> None:
     apps = client.AppsV1Api(api)
     spec = {"replicas": 8, "selector": {"matchLabels": {"app": "shrink"}}, "template": template("shrink")}

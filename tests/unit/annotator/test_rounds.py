@@ -11,9 +11,9 @@ from structlog.testing import capture_logs
 
 from crane_annotator.matching import NodeAddresses, Series
 from crane_annotator.metrics import AnnotatorMetrics
-from crane_annotator.prometheus import PrometheusError, QueryResult
 from crane_annotator.rounds import MetricRounds, MetricSpec
 from crane_annotator.writer import PatchReport
+from crane_shared.prometheus import PrometheusError, QueryResult
 from tests.support.annotator import RecordingPatcher
 
 NODES = {f"n{i}": NodeAddresses(f"n{i}", (f"10.0.0.{i}",)) for i in range(1, 201)}
@@ -25,7 +25,7 @@ SPECS = [
 
 
 class FakePrometheus:
-    def __init__(self, answers: Mapping[str, list[Series] | PrometheusError]) -> None:
+    def __init__(self, answers: Mapping[str, list[Series] | PrometheusError | QueryResult]) -> None:
         self.answers = answers
         self.queries: list[str] = []
 
@@ -34,14 +34,14 @@ class FakePrometheus:
         answer = self.answers[promql]
         if isinstance(answer, PrometheusError):
             raise answer
-        return QueryResult(answer, 1)
+        return answer if isinstance(answer, QueryResult) else QueryResult(answer, 1)
 
 
 def series(metric: str, value: float, nodes: Mapping[str, NodeAddresses] = NODES) -> list[Series]:
     return [Series({"__name__": metric, "instance": f"{a.internal_ips[0]}:9100"}, str(value)) for a in nodes.values()]
 
 
-def make_rounds(answers: Mapping[str, list[Series] | PrometheusError]):
+def make_rounds(answers: Mapping[str, list[Series] | PrometheusError | QueryResult], **options: Any):
     registry = CollectorRegistry()
     prom, patcher = FakePrometheus(answers), RecordingPatcher()
     rounds = MetricRounds(
@@ -51,6 +51,7 @@ def make_rounds(answers: Mapping[str, list[Series] | PrometheusError]):
         patcher,
         AnnotatorMetrics(registry),
         hot=lambda node: {"node_hot_value": f"1,{node}"},
+        **options,
     )
     return rounds, prom, patcher, registry
 
@@ -178,3 +179,85 @@ async def test_run_writes_a_first_round_then_returns_when_stopping_is_set() -> N
     await asyncio.wait_for(worker, 5)
     assert sorted(prom.queries) == sorted(s.name for s in SPECS)  # one round: the next is 3 minutes away
     assert len(patcher.sent) == len(NODES)
+
+
+THANOS_STORE_DOWN = ("receive 127.0.0.1:10901: rpc error: code = Unavailable",)
+
+
+def partial_answers(value: float) -> dict[str, list[Series] | PrometheusError | QueryResult]:
+    """cpu: a partial answer missing half the nodes (a store down); the others complete."""
+    half = dict(list(NODES.items())[:100])
+    answers: dict[str, list[Series] | PrometheusError | QueryResult] = {s.name: series(s.name, 10.0) for s in SPECS}
+    answers["cpu_usage_avg_5m"] = QueryResult(series("cpu_usage_avg_5m", value, half), 1, THANOS_STORE_DOWN, (), True)
+    return answers
+
+
+async def test_a_rejected_partial_answer_updates_no_node_and_the_metric_is_retried_soon() -> None:
+    rounds, _, patcher, registry = make_rounds(partial_answers(70.0))
+    with capture_logs() as logs:
+        report = await rounds.run_round([s.name for s in SPECS])
+    assert all("cpu_usage_avg_5m" not in patches[0] for patches in patcher.sent.values())
+    assert "mem_usage_avg_5m" in patcher.sent["n1"][0]
+    assert report.outcome()[1] == ["cpu_usage_avg_5m"]
+    labels = {"metric": "cpu_usage_avg_5m", "handling": "rejected"}
+    assert registry.get_sample_value("crane_annotator_prometheus_partial_responses_total", labels) == 1
+    assert (
+        registry.get_sample_value(
+            "crane_annotator_prometheus_warnings_total", {"metric": "cpu_usage_avg_5m", "kind": "warning"}
+        )
+        == 1
+    )
+    assert [e["warnings"] for e in logs if e.get("kind") == "partial-cpu_usage_avg_5m"] == [THANOS_STORE_DOWN]
+
+
+async def test_an_accepted_partial_answer_updates_the_nodes_in_it_and_leaves_the_others_alone() -> None:
+    rounds, _, patcher, registry = make_rounds(partial_answers(70.0), partial_response="accept")
+    report = await rounds.run_round([s.name for s in SPECS])
+    assert patcher.sent["n1"][0]["cpu_usage_avg_5m"].startswith("0.70000,")
+    assert "cpu_usage_avg_5m" not in patcher.sent["n150"][0]  # not erased: its last good value stays
+    assert report.succeeded == [s.name for s in SPECS]
+    labels = {"metric": "cpu_usage_avg_5m", "handling": "accepted"}
+    assert registry.get_sample_value("crane_annotator_prometheus_partial_responses_total", labels) == 1
+
+
+async def test_query_annotations_are_counted_but_do_not_make_an_answer_partial() -> None:
+    answers: dict[str, list[Series] | PrometheusError | QueryResult] = {s.name: series(s.name, 10.0) for s in SPECS}
+    answers["mem_usage_avg_5m"] = QueryResult(
+        series("mem_usage_avg_5m", 20.0), 1, (), ("PromQL info: metric might not be a counter",), False
+    )
+    rounds, _, patcher, registry = make_rounds(answers)
+    await rounds.run_round([s.name for s in SPECS])
+    assert patcher.sent["n1"][0]["mem_usage_avg_5m"].startswith("0.20000,")
+    assert (
+        registry.get_sample_value(
+            "crane_annotator_prometheus_warnings_total", {"metric": "mem_usage_avg_5m", "kind": "info"}
+        )
+        == 1
+    )
+
+
+async def test_several_series_for_one_node_are_resolved_the_same_way_whatever_their_order_and_counted() -> None:
+    replicas = [
+        *series("cpu_usage_avg_5m", 30.0),
+        *(Series({**s.labels, "replica": "b"}, "31") for s in series("cpu_usage_avg_5m", 0)[:5]),
+    ]
+    written = []
+    for answer in (replicas, replicas[::-1]):
+        answers: dict[str, list[Series] | PrometheusError | QueryResult] = {s.name: series(s.name, 1.0) for s in SPECS}
+        answers["cpu_usage_avg_5m"] = answer
+        rounds, _, patcher, registry = make_rounds(answers)
+        with capture_logs() as logs:
+            await rounds.run_round(["cpu_usage_avg_5m"])
+        written.append({n: p[0]["cpu_usage_avg_5m"].split(",")[0] for n, p in patcher.sent.items()})
+        assert (
+            registry.get_sample_value("crane_annotator_nodes_with_several_series", {"metric": "cpu_usage_avg_5m"}) == 5
+        )
+        assert [e["nodes"] for e in logs if e.get("kind") == "several-series-cpu_usage_avg_5m"] == [5]
+    assert written[0] == written[1] and written[0]["n1"] == "0.31000" and written[0]["n6"] == "0.30000"
+
+
+async def test_values_are_stamped_as_old_as_the_backend_latency_offset_makes_them() -> None:
+    answers = {s.name: series(s.name, 10.0) for s in SPECS}
+    rounds, _, patcher, _ = make_rounds(answers, latency_offset=30.0, wall_clock=lambda: 1_800_000_000.0)
+    await rounds.run_round(["cpu_usage_avg_5m"])
+    assert patcher.sent["n1"][0]["cpu_usage_avg_5m"] == "0.10000,2027-01-15T07:59:30+00:00"

@@ -7,8 +7,10 @@ import json
 import subprocess
 from typing import Any
 
+import pytest
 import yaml
 
+from crane_annotator.config import parse_config
 from tests.support.deploy import ALERTS, CHART, REPO, by_kind, helm, prefetch, render
 
 prefetch("tools", "helm")
@@ -182,6 +184,65 @@ def test_external_redis_and_prometheus_with_tls() -> None:
     }
 
 
+def test_every_prometheus_setting_is_wired_from_values_with_secrets_mounted_never_inlined(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    objects = render(
+        "--set",
+        "prometheus.url=https://mimir.example/prometheus,prometheus.tenant=team-a,prometheus.headers.X-Team=sched,"
+        "prometheus.queryParams.dedup=true,prometheus.partialResponse=accept,prometheus.denyPartialResponse=true,"
+        "prometheus.latencyOffset=30s,prometheus.proxyFromEnvironment=false,prometheus.tls.clientCertSecret=client,"
+        "prometheus.basicAuth.username=crane,prometheus.basicAuth.passwordSecret=prom-pw,prometheus.headersSecret=hdr",
+    )
+    pod = by_kind(objects, "Deployment")["crane-annotator"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert {k: v for k, v in env.items() if k.startswith("CRANE_PROMETHEUS_")} == {
+        "CRANE_PROMETHEUS_URL": "https://mimir.example/prometheus",
+        "CRANE_PROMETHEUS_TIMEOUT": "10s",
+        "CRANE_PROMETHEUS_PARTIAL_RESPONSE": "accept",
+        "CRANE_PROMETHEUS_LATENCY_OFFSET": "30s",
+        "CRANE_PROMETHEUS_DENY_PARTIAL_RESPONSE": "true",
+        "CRANE_PROMETHEUS_NO_PROXY_FROM_ENVIRONMENT": "true",
+        "CRANE_PROMETHEUS_TENANT": "team-a",
+        "CRANE_PROMETHEUS_HEADERS": "X-Team: sched",
+        "CRANE_PROMETHEUS_QUERY_PARAMS": "dedup=true",
+        "CRANE_PROMETHEUS_CLIENT_CERT_FILE": "/etc/crane/prometheus-client/tls.crt",
+        "CRANE_PROMETHEUS_CLIENT_KEY_FILE": "/etc/crane/prometheus-client/tls.key",
+        "CRANE_PROMETHEUS_USERNAME": "crane",
+        "CRANE_PROMETHEUS_PASSWORD_FILE": "/etc/crane/prometheus-password/password",
+        "CRANE_PROMETHEUS_HEADERS_FILE": "/etc/crane/prometheus-headers/headers",
+    }
+    mounted = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    for volume, secret in (
+        ("prometheus-client", "client"),
+        ("prometheus-password", "prom-pw"),
+        ("prometheus-headers", "hdr"),
+    ):
+        assert secrets[volume] == secret and mounted[volume].startswith("/etc/crane/")
+    # the annotator parses exactly what the chart renders
+    for name, value in env.items():
+        if name.startswith("CRANE_PROMETHEUS_"):
+            monkeypatch.setenv(name, value)
+    section = parse_config([]).prometheus
+    assert (section.tenant, section.headers, section.query_params) == (
+        "team-a",
+        (("X-Team", "sched"),),
+        (("dedup", "true"),),
+    )
+    assert (section.partial_response, section.deny_partial_response, section.proxy_from_environment) == (
+        "accept",
+        True,
+        False,
+    )
+    assert section.latency_offset == 30.0 and section.client_key_file == "/etc/crane/prometheus-client/tls.key"
+
+
+def test_basic_auth_without_its_password_secret_is_refused_by_the_chart() -> None:
+    result = helm("template", "crane", str(CHART), "--set", "prometheus.basicAuth.username=crane", check=False)
+    assert result.returncode != 0 and "prometheus.basicAuth.passwordSecret" in result.stderr
+
+
 def test_scheduler_configuration_from_values() -> None:
     objects = render("--set", "scheduler.extraConfig.percentageOfNodesToScore=50", release="prod")
     config = yaml.safe_load(by_kind(objects, "ConfigMap")["prod-scheduler-config"]["data"]["config.yaml"])
@@ -348,3 +409,18 @@ def test_the_sandbox_applies_the_charts_own_roles_per_namespace() -> None:
         account = f"{prefix}-{service}"
         assert by_kind(objects, "ServiceAccount")[account]["metadata"]["namespace"] == namespace
         assert _rules_of(objects, account), account
+
+
+def test_external_redis_behind_sentinel_gets_the_sentinels_password_from_a_secret() -> None:
+    objects = render(
+        "--set",
+        "redis.enabled=false,redis.external.url=redis+sentinel://s0:26379\\,s1:26379/crane/0,"
+        "redis.external.sentinelPasswordSecret=sentinel-pw",
+    )
+    for name in ("crane-annotator", "crane-event-recorder"):
+        pod = by_kind(objects, "Deployment")[name]["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert env["CRANE_REDIS_URL"] == "redis+sentinel://s0:26379,s1:26379/crane/0"
+        assert env["CRANE_REDIS_SENTINEL_PASSWORD_FILE"] == "/etc/crane/redis-sentinel/password"
+        secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+        assert secrets["redis-sentinel"] == "sentinel-pw"

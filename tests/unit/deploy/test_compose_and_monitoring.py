@@ -146,3 +146,11 @@ def test_grafana_provisioning_points_at_the_shipped_dashboards() -> None:
     mounts = {v.split(":")[1]: v.split(":")[0] for v in compose["services"]["grafana"]["volumes"]}
     provider = yaml.safe_load((REPO / "deploy/compose/grafana/dashboards/crane.yml").read_text())["providers"][0]
     assert (REPO / mounts[provider["options"]["path"]]).resolve() == DASHBOARDS.resolve()
+
+
+@pytest.mark.parametrize("file", ["docker-compose.yml", "docker-compose.cluster.yml"])
+def test_compose_passes_the_prometheus_section_from_the_shell_to_the_annotator(file: str) -> None:
+    env = compose_config(file)["services"]["annotator"]["environment"]
+    assert env["CRANE_PROMETHEUS_URL"] == "http://127.0.0.1:9090" and env["CRANE_REDIS_URL"].startswith("redis://")
+    for name in ("TENANT", "BEARER_TOKEN_FILE", "CLIENT_CERT_FILE", "HEADERS_FILE", "LATENCY_OFFSET"):
+        assert f"CRANE_PROMETHEUS_{name}" in env

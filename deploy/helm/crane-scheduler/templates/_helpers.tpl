@@ -50,6 +50,9 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- if .Values.redis.tls.caSecret }}
 - {name: CRANE_REDIS_CA_FILE, value: /etc/crane/redis-ca/ca.crt}
 {{- end }}
+{{- if .Values.redis.external.sentinelPasswordSecret }}
+- {name: CRANE_REDIS_SENTINEL_PASSWORD_FILE, value: /etc/crane/redis-sentinel/password}
+{{- end }}
 {{- end -}}
 
 {{- define "crane.redisMounts" -}}
@@ -58,6 +61,9 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end }}
 {{- if .Values.redis.tls.caSecret }}
 - {name: redis-ca, mountPath: /etc/crane/redis-ca, readOnly: true}
+{{- end }}
+{{- if .Values.redis.external.sentinelPasswordSecret }}
+- {name: redis-sentinel, mountPath: /etc/crane/redis-sentinel, readOnly: true}
 {{- end }}
 {{- end -}}
 
@@ -73,6 +79,100 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
   secret:
     secretName: {{ .Values.redis.tls.caSecret }}
     items: [{key: {{ .Values.redis.tls.caKey }}, path: ca.crt}]
+{{- end }}
+{{- if .Values.redis.external.sentinelPasswordSecret }}
+- name: redis-sentinel
+  secret: {secretName: {{ .Values.redis.external.sentinelPasswordSecret }}, items: [{key: password, path: password}]}
+{{- end }}
+{{- end -}}
+
+{{/* Environment every service that queries Prometheus gets (crane_shared.settings.add_prometheus_flags): the
+URL with its path prefix, TLS, credentials from mounted Secrets, headers, tenant, partial answers, latency offset. */}}
+{{- define "crane.prometheusEnv" -}}
+{{- $p := .Values.prometheus -}}
+- {name: CRANE_PROMETHEUS_URL, value: {{ $p.url | quote }}}
+- {name: CRANE_PROMETHEUS_TIMEOUT, value: {{ $p.timeout | quote }}}
+- {name: CRANE_PROMETHEUS_PARTIAL_RESPONSE, value: {{ $p.partialResponse | quote }}}
+- {name: CRANE_PROMETHEUS_LATENCY_OFFSET, value: {{ $p.latencyOffset | quote }}}
+{{- if $p.denyPartialResponse }}
+- {name: CRANE_PROMETHEUS_DENY_PARTIAL_RESPONSE, value: "true"}
+{{- end }}
+{{- if not $p.proxyFromEnvironment }}
+- {name: CRANE_PROMETHEUS_NO_PROXY_FROM_ENVIRONMENT, value: "true"}
+{{- end }}
+{{- if $p.tenant }}
+- {name: CRANE_PROMETHEUS_TENANT, value: {{ $p.tenant | quote }}}
+{{- end }}
+{{- if $p.headers }}
+{{- $lines := list }}{{ range $k, $v := $p.headers }}{{ $lines = append $lines (printf "%s: %v" $k $v) }}{{ end }}
+- {name: CRANE_PROMETHEUS_HEADERS, value: {{ join "\n" $lines | quote }}}
+{{- end }}
+{{- if $p.queryParams }}
+{{- $lines := list }}{{ range $k, $v := $p.queryParams }}{{ $lines = append $lines (printf "%s=%v" $k $v) }}{{ end }}
+- {name: CRANE_PROMETHEUS_QUERY_PARAMS, value: {{ join "\n" $lines | quote }}}
+{{- end }}
+{{- if $p.tls.caSecret }}
+- {name: CRANE_PROMETHEUS_CA_FILE, value: /etc/crane/prometheus-ca/ca.crt}
+{{- end }}
+{{- if $p.tls.clientCertSecret }}
+- {name: CRANE_PROMETHEUS_CLIENT_CERT_FILE, value: /etc/crane/prometheus-client/tls.crt}
+- {name: CRANE_PROMETHEUS_CLIENT_KEY_FILE, value: /etc/crane/prometheus-client/tls.key}
+{{- end }}
+{{- if $p.bearerTokenSecret }}
+- {name: CRANE_PROMETHEUS_BEARER_TOKEN_FILE, value: /etc/crane/prometheus-token/token}
+{{- end }}
+{{- if $p.basicAuth.username }}
+- {name: CRANE_PROMETHEUS_USERNAME, value: {{ $p.basicAuth.username | quote }}}
+- {name: CRANE_PROMETHEUS_PASSWORD_FILE, value: /etc/crane/prometheus-password/password}
+{{- end }}
+{{- if $p.headersSecret }}
+- {name: CRANE_PROMETHEUS_HEADERS_FILE, value: /etc/crane/prometheus-headers/headers}
+{{- end }}
+{{- end -}}
+
+{{- define "crane.prometheusMounts" -}}
+{{- $p := .Values.prometheus -}}
+{{- if $p.tls.caSecret }}
+- {name: prometheus-ca, mountPath: /etc/crane/prometheus-ca, readOnly: true}
+{{- end }}
+{{- if $p.tls.clientCertSecret }}
+- {name: prometheus-client, mountPath: /etc/crane/prometheus-client, readOnly: true}
+{{- end }}
+{{- if $p.bearerTokenSecret }}
+- {name: prometheus-token, mountPath: /etc/crane/prometheus-token, readOnly: true}
+{{- end }}
+{{- if $p.basicAuth.username }}
+- {name: prometheus-password, mountPath: /etc/crane/prometheus-password, readOnly: true}
+{{- end }}
+{{- if $p.headersSecret }}
+- {name: prometheus-headers, mountPath: /etc/crane/prometheus-headers, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "crane.prometheusVolumes" -}}
+{{- $p := .Values.prometheus -}}
+{{- if $p.tls.caSecret }}
+- name: prometheus-ca
+  secret:
+    secretName: {{ $p.tls.caSecret }}
+    items: [{key: {{ $p.tls.caKey }}, path: ca.crt}]
+{{- end }}
+{{- if $p.tls.clientCertSecret }}
+- name: prometheus-client
+  secret: {secretName: {{ $p.tls.clientCertSecret }}, items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}]}
+{{- end }}
+{{- if $p.bearerTokenSecret }}
+- name: prometheus-token
+  secret: {secretName: {{ $p.bearerTokenSecret }}, items: [{key: {{ $p.bearerTokenKey }}, path: token}]}
+{{- end }}
+{{- if $p.basicAuth.username }}
+{{- if not $p.basicAuth.passwordSecret }}{{ fail "prometheus.basicAuth.passwordSecret is required with prometheus.basicAuth.username" }}{{ end }}
+- name: prometheus-password
+  secret: {secretName: {{ $p.basicAuth.passwordSecret }}, items: [{key: {{ $p.basicAuth.passwordKey }}, path: password}]}
+{{- end }}
+{{- if $p.headersSecret }}
+- name: prometheus-headers
+  secret: {secretName: {{ $p.headersSecret }}, items: [{key: {{ $p.headersKey }}, path: headers}]}
 {{- end }}
 {{- end -}}
 
