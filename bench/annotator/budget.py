@@ -21,11 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from crane_annotator.annotator import Annotator
 from crane_annotator.debug import WriteLog
-from crane_annotator.prometheus import PrometheusClient, PrometheusSettings
 from crane_annotator.rounds import RoundReport
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.kube import api_client_from_dict
 from crane_shared.policy import DynamicSchedulerPolicy, default_policy
+from crane_shared.prometheus import PrometheusClient, PrometheusSettings
 from crane_shared.redisconn import make_redis
 
 

@@ -32,13 +32,13 @@ from prometheus_client import CollectorRegistry
 
 from crane_annotator.annotator import Annotator, metric_specs
 from crane_annotator.limiter import PriorityLimiter
-from crane_annotator.prometheus import PrometheusClient, PrometheusSettings
 from crane_annotator.rounds import RoundReport
 from crane_annotator.writer import NodePatcher
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.annotations import HOT_VALUE_KEY, encode_hot_value, encode_usage
 from crane_shared.kube import api_client_from_dict
 from crane_shared.policy import default_policy
+from crane_shared.prometheus import PrometheusClient, PrometheusSettings
 from crane_shared.redisconn import make_redis
 
 DRAIN_SECONDS = 2.0

@@ -2,10 +2,10 @@
 
 Every flag can be set as ``--flag`` or through its ``CRANE_*`` variable; ``--help`` shows both and the default.
 argparse does the parsing; this module adds the environment fallback, the sections every service shares
-(``CommonSettings`` with its ``KubeSettings``, ``RedisSettings``, ``LeaseConfig``), each with its ``add_*_flags``
-and its constructor from the parsed arguments, and the argument converters (durations, positive numbers, time
-zones), written once. A service adds its own group and dataclass the same way; a bad value is refused at start
-with a message naming the flag.
+(``CommonSettings`` with its ``KubeSettings``, ``RedisSettings``, ``LeaseConfig``, ``PrometheusSettings``), each
+with its ``add_*_flags`` and its constructor from the parsed arguments, and the argument converters (durations,
+positive numbers, time zones), written once. A service adds its own group and dataclass the same way; a bad
+value is refused at start with a message naming the flag.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from crane_shared.annotations import DEFAULT_LEGACY_ZONE
 from crane_shared.durations import DurationError, parse_duration
 from crane_shared.kube import KubeSettings
 from crane_shared.leader import LeaseConfig
+from crane_shared.prometheus import PrometheusSettings
 
 __all__ = [
     "CommonSettings",
@@ -31,6 +32,7 @@ __all__ = [
     "add_common_flags",
     "add_lease_flags",
     "add_legacy_zone_flag",
+    "add_prometheus_flags",
     "add_redis_flags",
     "common_settings",
     "duration",
@@ -39,6 +41,7 @@ __all__ = [
     "non_negative_int",
     "positive_duration",
     "positive_int",
+    "prometheus_settings",
     "redis_settings",
     "service_parser",
     "time_zone",
@@ -337,4 +340,68 @@ def lease_config(args: argparse.Namespace) -> LeaseConfig:
         lease_duration=args.lease_duration,
         renew_deadline=args.renew_deadline,
         retry_period=args.lease_retry_period,
+    )
+
+
+def add_prometheus_flags(parser: EnvArgumentParser) -> Any:
+    """The Prometheus client's flags (``crane_shared.prometheus``); returns the group for a service's own flags."""
+    q = parser.add_argument_group("prometheus")
+    q.add_argument(
+        "--prometheus-url",
+        env="CRANE_PROMETHEUS_URL",
+        default="http://127.0.0.1:9090",
+        help="base URL of the Prometheus HTTP API (http:// or https://, may carry a path prefix)",
+    )
+    q.add_argument(
+        "--prometheus-timeout",
+        env="CRANE_PROMETHEUS_TIMEOUT",
+        type=positive_duration,
+        default=10.0,
+        help="timeout of one query (Go duration or seconds)",
+    )
+    q.add_argument(
+        "--prometheus-retries",
+        env="CRANE_PROMETHEUS_RETRIES",
+        type=non_negative_int,
+        default=2,
+        help="retries of a failed query within a round, with exponential backoff",
+    )
+    q.add_argument(
+        "--prometheus-ca-file",
+        env="CRANE_PROMETHEUS_CA_FILE",
+        default=None,
+        help="CA bundle to verify an https:// Prometheus (system CAs otherwise)",
+    )
+    q.add_argument(
+        "--prometheus-insecure-skip-verify",
+        env="CRANE_PROMETHEUS_INSECURE_SKIP_VERIFY",
+        action="store_true",
+        help="do not verify the Prometheus TLS certificate (testing only)",
+    )
+    q.add_argument(
+        "--prometheus-bearer-token-file",
+        env="CRANE_PROMETHEUS_BEARER_TOKEN_FILE",
+        default=None,
+        help="file with a bearer token, re-read on every query (rotated tokens are picked up)",
+    )
+    q.add_argument("--prometheus-username", env="CRANE_PROMETHEUS_USERNAME", default=None, help="basic-auth user name")
+    q.add_argument(
+        "--prometheus-password-file",
+        env="CRANE_PROMETHEUS_PASSWORD_FILE",
+        default=None,
+        help="file with the basic-auth password",
+    )
+    return q
+
+
+def prometheus_settings(args: argparse.Namespace) -> PrometheusSettings:
+    return PrometheusSettings(
+        url=args.prometheus_url,
+        timeout=args.prometheus_timeout,
+        retries=args.prometheus_retries,
+        ca_file=args.prometheus_ca_file,
+        insecure_skip_verify=args.prometheus_insecure_skip_verify,
+        bearer_token_file=args.prometheus_bearer_token_file,
+        username=args.prometheus_username,
+        password_file=args.prometheus_password_file,
     )

@@ -23,7 +23,7 @@ SERVICES = {
 }
 SERVICES |= {"crane_extender": ROOT / "services" / "extender" / "crane_extender"}  # once it is its own service
 
-DOMAIN = ["annotations", "bindings", "durations", "events", "hotvalue", "policy", "quantity"]
+DOMAIN = ["annotations", "bindings", "durations", "events", "hotvalue", "policy", "policyyaml", "quantity"]
 INFRASTRUCTURE = {
     "aiohttp",
     "kubernetes_asyncio",

@@ -24,7 +24,6 @@ from crane_annotator.matching import NodeAddresses
 from crane_annotator.metrics import AgeCollector, AnnotatorMetrics
 from crane_annotator.nodes import NodeCache
 from crane_annotator.patches import DEFAULT_STAMP, Stamp
-from crane_annotator.prometheus import PrometheusClient
 from crane_annotator.rounds import MetricRounds, MetricSpec
 from crane_annotator.writer import NodePatcher, Outcome
 from crane_shared.annotations import HOT_VALUE_KEY, annotation_key
@@ -32,6 +31,7 @@ from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingSchema
 from crane_shared.logs import get_logger
 from crane_shared.policy import DynamicSchedulerPolicy
+from crane_shared.prometheus import PrometheusClient
 from crane_shared.retry import sleep_unless
 
 log = get_logger("crane.annotator")

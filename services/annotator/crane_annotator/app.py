@@ -18,10 +18,10 @@ from prometheus_client import CollectorRegistry
 from crane_annotator import debug
 from crane_annotator.annotator import Annotator
 from crane_annotator.config import AnnotatorConfig
-from crane_annotator.prometheus import PrometheusClient
 from crane_shared.kube import make_api_client
 from crane_shared.leader import LeaderElector, make_lease_client
 from crane_shared.logs import get_logger
+from crane_shared.prometheus import PrometheusClient
 from crane_shared.redisconn import make_redis, redacted
 from crane_shared.service import Access, ServiceRuntime
 

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from crane_annotator.patches import Stamp
-from crane_annotator.prometheus import PrometheusSettings
 from crane_shared.annotations import TimestampStyle
 from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, policy_or_default
+from crane_shared.prometheus import PrometheusSettings
 from crane_shared.settings import (
     CommonSettings,
     EnvArgumentParser,
@@ -20,12 +20,13 @@ from crane_shared.settings import (
     RedisSettings,
     add_lease_flags,
     add_legacy_zone_flag,
+    add_prometheus_flags,
     common_settings,
     lease_config,
     non_negative_duration,
-    non_negative_int,
     positive_duration,
     positive_int,
+    prometheus_settings,
     redis_settings,
     service_parser,
 )
@@ -66,52 +67,7 @@ def build_parser() -> EnvArgumentParser:
         default=None,
         help="DynamicSchedulerPolicy file (default: the shipped upstream default policy)",
     )
-    q = parser.add_argument_group("prometheus")
-    q.add_argument(
-        "--prometheus-url",
-        env="CRANE_PROMETHEUS_URL",
-        default="http://127.0.0.1:9090",
-        help="base URL of the Prometheus HTTP API (http:// or https://, may carry a path prefix)",
-    )
-    q.add_argument(
-        "--prometheus-timeout",
-        env="CRANE_PROMETHEUS_TIMEOUT",
-        type=positive_duration,
-        default=10.0,
-        help="timeout of one query (Go duration or seconds)",
-    )
-    q.add_argument(
-        "--prometheus-retries",
-        env="CRANE_PROMETHEUS_RETRIES",
-        type=non_negative_int,
-        default=2,
-        help="retries of a failed query within a round, with exponential backoff",
-    )
-    q.add_argument(
-        "--prometheus-ca-file",
-        env="CRANE_PROMETHEUS_CA_FILE",
-        default=None,
-        help="CA bundle to verify an https:// Prometheus (system CAs otherwise)",
-    )
-    q.add_argument(
-        "--prometheus-insecure-skip-verify",
-        env="CRANE_PROMETHEUS_INSECURE_SKIP_VERIFY",
-        action="store_true",
-        help="do not verify the Prometheus TLS certificate (testing only)",
-    )
-    q.add_argument(
-        "--prometheus-bearer-token-file",
-        env="CRANE_PROMETHEUS_BEARER_TOKEN_FILE",
-        default=None,
-        help="file with a bearer token, re-read on every query (rotated tokens are picked up)",
-    )
-    q.add_argument("--prometheus-username", env="CRANE_PROMETHEUS_USERNAME", default=None, help="basic-auth user name")
-    q.add_argument(
-        "--prometheus-password-file",
-        env="CRANE_PROMETHEUS_PASSWORD_FILE",
-        default=None,
-        help="file with the basic-auth password",
-    )
+    q = add_prometheus_flags(parser)
     q.add_argument(
         "--instance-label",
         env="CRANE_INSTANCE_LABEL",
@@ -195,16 +151,7 @@ def parse_config(argv: Sequence[str] | None = None) -> AnnotatorConfig:
         lease=lease,
         policy=policy,
         policy_source=args.policy or "default",
-        prometheus=PrometheusSettings(
-            url=args.prometheus_url,
-            timeout=args.prometheus_timeout,
-            retries=args.prometheus_retries,
-            ca_file=args.prometheus_ca_file,
-            insecure_skip_verify=args.prometheus_insecure_skip_verify,
-            bearer_token_file=args.prometheus_bearer_token_file,
-            username=args.prometheus_username,
-            password_file=args.prometheus_password_file,
-        ),
+        prometheus=prometheus_settings(args),
         instance_label=args.instance_label,
         node_selector=args.node_selector or None,
         hot_value_interval=args.hot_value_interval,

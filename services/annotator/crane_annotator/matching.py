@@ -33,8 +33,10 @@ import enum
 import functools
 import ipaddress
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from crane_shared.prometheus import Series
 
 
 class MatchKind(enum.IntEnum):
@@ -59,14 +61,6 @@ class NodeAddresses:
     name: str
     internal_ips: tuple[str, ...] = ()
     hostnames: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Series:
-    """One sample of an instant query: its labels and the raw value string Prometheus sent."""
-
-    labels: Mapping[str, str]
-    value: str
 
 
 @dataclass(frozen=True)

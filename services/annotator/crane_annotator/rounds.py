@@ -19,17 +19,16 @@ from crane_annotator.matching import (
     AddressIndex,
     MatchResult,
     NodeAddresses,
-    Series,
     address_index,
     match_series,
 )
 from crane_annotator.metrics import AnnotatorMetrics
 from crane_annotator.patches import DEFAULT_STAMP, Stamp, metric_annotations
-from crane_annotator.prometheus import PrometheusError, QueryClient
 from crane_annotator.values import Converted, DropReason, convert
 from crane_annotator.writer import HotSupplier, Patcher, PatchReport
 from crane_shared.durations import format_duration
 from crane_shared.logs import LogOnce, get_logger
+from crane_shared.prometheus import PrometheusError, QueryClient, Series
 from crane_shared.retry import sleep_unless
 
 log = get_logger("crane.annotator.rounds")

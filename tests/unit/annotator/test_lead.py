@@ -10,9 +10,9 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from crane_annotator.annotator import Annotator
-from crane_annotator.prometheus import QueryResult
 from crane_sandbox.procs import free_port
 from crane_shared.policy import default_policy
+from crane_shared.prometheus import QueryResult
 from tests.support.fakeapi import FakeApiServer, fake_api
 
 

@@ -9,11 +9,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from crane_annotator.matching import NodeAddresses, Series
+from crane_annotator.matching import NodeAddresses
 from crane_annotator.metrics import AnnotatorMetrics
-from crane_annotator.prometheus import PrometheusError, QueryResult
 from crane_annotator.rounds import MetricRounds, MetricSpec
 from crane_annotator.writer import PatchReport
+from crane_shared.prometheus import PrometheusError, QueryResult, Series
 from tests.support.annotator import RecordingPatcher
 
 NODES = {f"n{i}": NodeAddresses(f"n{i}", (f"10.0.0.{i}",)) for i in range(1, 201)}

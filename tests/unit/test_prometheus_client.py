@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from crane_annotator.prometheus import PrometheusClient, PrometheusError, PrometheusSettings
 from crane_sandbox.pki import make_pki
 from crane_sandbox.procs import free_port
+from crane_shared.prometheus import PrometheusClient, PrometheusError, PrometheusSettings
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -1,5 +1,8 @@
 """Prometheus HTTP API client for instant queries: bounded timeouts, retries with backoff, TLS and auth.
 
+Shared by the annotator (node usage) and the descheduler (per-pod usage); the flags are
+``crane_shared.settings.add_prometheus_flags``.
+
 Thin on purpose: it returns the series as sent (labels and value strings); matching and conversion are pure
 functions elsewhere. Retries cover what a retry can fix (timeouts, connection errors, 5xx, 429, Prometheus'
 own ``timeout`` error); a PromQL error (4xx ``bad_data``) fails at once. A bearer token file is re-read on every
@@ -10,17 +13,25 @@ from __future__ import annotations
 
 import base64
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import aiohttp
 
-from crane_annotator.matching import Series
 from crane_shared.retry import Backoff, retry
 
 ErrorKind = Literal["timeout", "connection", "http", "query", "bad_response"]
 _RETRYABLE: frozenset[ErrorKind] = frozenset({"timeout", "connection", "http"})
+
+
+@dataclass(frozen=True)
+class Series:
+    """One sample of an instant query: its labels and the raw value string Prometheus sent."""
+
+    labels: Mapping[str, str]
+    value: str
 
 
 @dataclass(frozen=True)
