@@ -1,0 +1,128 @@
+"""A whole round from raw API objects to a plan: pure (the service feeds it its informers' caches).
+
+Node and pod JSON that cannot be read is skipped and counted (``malformed``), never fatal. The debounce state is
+carried from round to round by the caller (``detectors``); a node that disappears drops its state.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from crane_descheduler.classify import Detector, RawClass, Reading, node_class, read_node, step
+from crane_descheduler.plan import Candidate, NodeView, Plan, PodUsage, RoundInput, Workload, plan_round
+from crane_descheduler.pods import PodView, eviction_blocker, pod_view
+from crane_descheduler.policy import DeschedulerPolicy, NodePool
+from crane_shared.loadaware.dynamic import DynamicArgs
+from crane_shared.podresources import CPU, MEMORY, resource_list
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass
+class RoundResult:
+    plan: Plan
+    classes: dict[str, RawClass]
+    detectors: dict[str, Detector]
+    readings: dict[str, Reading]
+    pools: dict[str, NodePool]
+    unknown: dict[str, str] = field(default_factory=dict)
+    """node -> why its data cannot be used this round"""
+    malformed: Counter[str] = field(default_factory=Counter)
+    """objects skipped, by kind"""
+
+
+def node_view(node: Mapping[str, Any], requested: Mapping[str, int]) -> NodeView:
+    meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+    return NodeView(
+        name=meta["name"],
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        unschedulable=bool(spec.get("unschedulable")),
+        taints=tuple(spec.get("taints") or ()),
+        allocatable=resource_list(status.get("allocatable")),
+        requested=requested,
+    )
+
+
+def run_round(
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    usage: Mapping[str, PodUsage],
+    policy: DeschedulerPolicy,
+    args: DynamicArgs,
+    detectors: Mapping[str, Detector],
+    now: datetime,
+    recent_evictions: Sequence[float] = (),
+) -> RoundResult:
+    malformed: Counter[str] = Counter()
+    views: list[tuple[PodView, Mapping[str, Any]]] = []
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in TERMINAL:
+            continue
+        try:
+            views.append((pod_view(pod), pod))
+        except (KeyError, TypeError, ValueError):
+            malformed["pod"] += 1
+    requested: dict[str, Counter[str]] = {}
+    workloads: dict[str, list[int]] = {}
+    for view, _ in views:
+        if view.node:
+            requested.setdefault(view.node, Counter()).update(
+                {CPU: view.requests.get(CPU, 0), MEMORY: view.requests.get(MEMORY, 0)}
+            )
+        if view.owner is not None:
+            counts = workloads.setdefault(view.owner.uid, [0, 0])
+            counts[0] += 1
+            counts[1] += 0 if view.ready else 1
+
+    node_views: dict[str, NodeView] = {}
+    for node in nodes:
+        try:
+            name = node["metadata"]["name"]
+            node_views[name] = node_view(node, requested.get(name, Counter()))
+        except (KeyError, TypeError, ValueError):
+            malformed["node"] += 1
+
+    readings: dict[str, Reading] = {}
+    pools: dict[str, NodePool] = {}
+    classes: dict[str, RawClass] = {}
+    new_detectors: dict[str, Detector] = {}
+    unknown: dict[str, str] = {}
+    hot: list[str] = []
+    for name, nview in node_views.items():
+        pool = policy.pool_of(nview.labels)
+        if pool is None:
+            continue
+        reading = read_node(name, nview.annotations, pool, args, now)
+        detector = step(detectors.get(name, Detector()), reading.raw, policy.anomaly)
+        readings[name], pools[name], new_detectors[name] = reading, pool, detector
+        classes[name] = node_class(detector, reading.raw)
+        if reading.problem is not None:
+            unknown[name] = reading.problem
+        if detector.hot and reading.raw == "hot":
+            hot.append(name)
+
+    candidates: dict[str, list[Candidate]] = {}
+    for view, raw in views:
+        if view.node in hot:
+            candidates.setdefault(view.node, []).append(Candidate(view, eviction_blocker(raw, now, policy.evictable)))
+    plan = plan_round(
+        RoundInput(
+            now=now,
+            args=args,
+            limits=policy.limits,
+            nodes=node_views,
+            readings=readings,
+            pools=pools,
+            hot=hot,
+            candidates=candidates,
+            usage=usage,
+            workloads={uid: Workload(c[0], c[1]) for uid, c in workloads.items()},
+            recent_evictions=recent_evictions,
+        )
+    )
+    return RoundResult(plan, classes, new_detectors, readings, pools, unknown, malformed)
