@@ -22,6 +22,7 @@ SERVICES = {
     "crane_scheduler": ROOT / "services" / "scheduler" / "crane_scheduler",
 }
 SERVICES |= {"crane_extender": ROOT / "services" / "extender" / "crane_extender"}  # once it is its own service
+SERVICES |= {"crane_descheduler": ROOT / "services" / "descheduler" / "crane_descheduler"}
 
 DOMAIN = ["annotations", "bindings", "durations", "events", "hotvalue", "policy", "policyyaml", "quantity"]
 INFRASTRUCTURE = {
