@@ -24,7 +24,7 @@ SERVICES = {
 SERVICES |= {"crane_extender": ROOT / "services" / "extender" / "crane_extender"}  # once it is its own service
 SERVICES |= {"crane_descheduler": ROOT / "services" / "descheduler" / "crane_descheduler"}
 
-DOMAIN = ["annotations", "bindings", "durations", "events", "hotvalue", "policy", "policyyaml", "quantity"]
+DOMAIN = ["annotations", "bindings", "durations", "events", "hotvalue", "labels", "policy", "policyyaml", "quantity"]
 INFRASTRUCTURE = {
     "aiohttp",
     "kubernetes_asyncio",

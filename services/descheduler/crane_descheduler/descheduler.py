@@ -1,4 +1,4 @@
-"""The descheduler's assembly: the informers (nodes, pods), the policy files, and the leader's rounds.
+"""The descheduler's assembly: informers (nodes, pods, PodDisruptionBudgets), policy files, the leader's rounds.
 
 Every replica keeps its caches warm; only the Lease holder runs rounds. A round: reload the policies if their
 files changed, query per-pod usage (two queries), run the pure round (``rounds.run_round``) on the caches, then
@@ -82,6 +82,11 @@ class Descheduler:
             field_selector="status.phase!=Succeeded,status.phase!=Failed",
             watch_timeout=WATCH_SECONDS,
         )
+        self.pdbs = Informer(
+            "poddisruptionbudgets",
+            client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces,
+            watch_timeout=WATCH_SECONDS,
+        )
         self.evictor = Evictor(api, options.identity)
         self.scheduler_file: PolicyFile[DynamicSchedulerPolicy] = PolicyFile(
             scheduler_policy, load_policy, default_policy, self.metrics.reloads
@@ -106,7 +111,7 @@ class Descheduler:
 
     @property
     def synced(self) -> bool:
-        return self.nodes.synced.is_set() and self.pods.synced.is_set()
+        return all(i.synced.is_set() for i in (self.nodes, self.pods, self.pdbs))
 
     def _reload(self) -> None:
         scheduler = self.scheduler_file.reload()
@@ -121,7 +126,7 @@ class Descheduler:
         self.policy_file.reload()
 
     async def run_caches(self, stopping: asyncio.Event) -> None:
-        await asyncio.gather(self.nodes.run(stopping), self.pods.run(stopping))
+        await asyncio.gather(self.nodes.run(stopping), self.pods.run(stopping), self.pdbs.run(stopping))
 
     async def lead(self, term: Term) -> None:
         """The leader's loop: a round every interval until the term ends."""
@@ -139,8 +144,8 @@ class Descheduler:
             await sleep_unless(stopping, self.options.interval)
 
     async def _synced(self) -> None:
-        await self.nodes.synced.wait()
-        await self.pods.synced.wait()
+        for informer in (self.nodes, self.pods, self.pdbs):
+            await informer.synced.wait()
 
     async def round(self, term: Term) -> RoundResult:
         self._reload()
@@ -166,6 +171,7 @@ class Descheduler:
             self.detectors,
             now,
             tuple(self.recent),
+            list(self.pdbs.cache.values()),
         )
         self.detectors = result.detectors
         self._report(result)

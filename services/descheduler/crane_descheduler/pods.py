@@ -5,17 +5,19 @@ Job, or a kind the policy adds (``recreatingOwnerKinds``). Never: DaemonSet pods
 system-critical pods (priority class ``system-*-critical`` or priority >= 2e9), pods younger than ``minPodAge``,
 pods with local storage (``emptyDir``, ``hostPath``) unless allowed, pods annotated
 ``descheduler.alpha.kubernetes.io/prefer-no-eviction``, pods not Running or already terminating, pods in an
-excluded namespace (the same protections as kubernetes-sigs/descheduler's DefaultEvictor).
+excluded namespace (the same protections as kubernetes-sigs/descheduler's DefaultEvictor), and pods whose
+PodDisruptionBudget allows no disruption right now.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 from crane_descheduler.policy import Evictable
+from crane_shared.labels import label_selector_matches
 from crane_shared.loadaware.podsize import PodSize, is_daemonset_pod, pod_size
 from crane_shared.podresources import pod_requests
 
@@ -140,3 +142,19 @@ def eviction_blocker(pod: Mapping[str, Any], now: datetime, evictable: Evictable
     if now - born < evictable.min_pod_age:
         return "young"
     return None
+
+
+def pdb_blocks(pod: Mapping[str, Any], pdbs: Sequence[Mapping[str, Any]]) -> bool:
+    """A PodDisruptionBudget of the pod's namespace selects it and allows no disruption now: the Eviction API
+    would answer 429, so another pod is tried instead (a race still ends in a 429, retried in a later round)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    for pdb in pdbs:
+        pmeta, spec = pdb.get("metadata") or {}, pdb.get("spec") or {}
+        if pmeta.get("namespace") != meta.get("namespace") or spec.get("selector") is None:
+            continue  # policy/v1: a null selector selects no pod
+        if label_selector_matches(spec["selector"], labels):
+            allowed = (pdb.get("status") or {}).get("disruptionsAllowed")
+            if not isinstance(allowed, int) or allowed < 1:
+                return True
+    return False

@@ -14,7 +14,7 @@ from typing import Any
 
 from crane_descheduler.classify import Detector, RawClass, Reading, node_class, read_node, step
 from crane_descheduler.plan import Candidate, NodeView, Plan, PodUsage, RoundInput, Workload, plan_round
-from crane_descheduler.pods import PodView, eviction_blocker, pod_view
+from crane_descheduler.pods import PodView, eviction_blocker, pdb_blocks, pod_view
 from crane_descheduler.policy import DeschedulerPolicy, NodePool
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.podresources import CPU, MEMORY, resource_list
@@ -57,6 +57,7 @@ def run_round(
     detectors: Mapping[str, Detector],
     now: datetime,
     recent_evictions: Sequence[float] = (),
+    pdbs: Sequence[Mapping[str, Any]] = (),
 ) -> RoundResult:
     malformed: Counter[str] = Counter()
     views: list[tuple[PodView, Mapping[str, Any]]] = []
@@ -109,7 +110,8 @@ def run_round(
     candidates: dict[str, list[Candidate]] = {}
     for view, raw in views:
         if view.node in hot:
-            candidates.setdefault(view.node, []).append(Candidate(view, eviction_blocker(raw, now, policy.evictable)))
+            blocker = eviction_blocker(raw, now, policy.evictable) or ("pdb" if pdb_blocks(raw, pdbs) else None)
+            candidates.setdefault(view.node, []).append(Candidate(view, blocker))
     plan = plan_round(
         RoundInput(
             now=now,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -206,3 +207,22 @@ def test_node_pools_apply_their_own_thresholds_and_unselected_nodes_are_left_alo
         policy=policy,
     )
     assert result.classes == {"g": "normal"} and evicted(result) == []
+
+
+def test_a_pod_whose_budget_allows_no_disruption_now_is_passed_over_for_the_next():
+    nodes = [node("hot", cpu=0.9), node("cool", cpu=0.1)]
+    guarded, free = pod("guarded", "hot", owner="g"), pod("free", "hot", owner="f")
+    guarded["metadata"]["labels"] = {"app": "db"}
+    usage = {"default/guarded": PodUsage(2.5, GIB), "default/free": PodUsage(3, GIB)}
+    pdb: dict[str, Any] = {
+        "metadata": {"namespace": "default", "name": "db"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    detectors: dict[str, Detector] = {}
+    for _ in range(2):
+        result = run_round(nodes, [guarded, free], usage, POLICY, ARGS, detectors, NOW, (), [pdb])
+        detectors = result.detectors
+    assert evicted(result) == ["free"] and result.plan.skipped == {"pdb": 1}
+    pdb["status"]["disruptionsAllowed"] = 1
+    assert evicted(run_round(nodes, [guarded, free], usage, POLICY, ARGS, detectors, NOW, (), [pdb])) == ["guarded"]
