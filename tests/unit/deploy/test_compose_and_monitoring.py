@@ -13,7 +13,7 @@ import yaml
 
 from tests.support.deploy import ALERTS, CHART, DASHBOARDS, REPO
 
-SERVICES = {"event-recorder", "annotator", "scheduler"}
+SERVICES = {"event-recorder", "annotator", "scheduler", "descheduler"}
 
 
 def compose_config(file: str) -> dict[str, Any]:
