@@ -1,11 +1,21 @@
-"""Node and pod JSON for the descheduler's tests: load annotations stamped ``at``, pods owned by a ReplicaSet."""
+"""The descheduler's tests: node and pod JSON (load annotations stamped ``at``, pods owned by a ReplicaSet) for
+the pure round, and the real stack (API server, the fleet's per-pod series in a real Prometheus, the service as
+a child process under its chart account) for the integration tests."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+from kubernetes_asyncio import client
+
+from crane_sandbox.fleet import FleetState
+from crane_sandbox.procs import service_argv
+from crane_sandbox.rbac import ServiceIdentity
 from crane_shared.annotations import annotation_key, encode_usage
+from crane_shared.kube import raw_json
+from tests.support.serviceproc import ServiceProc
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 OLD = (NOW - timedelta(hours=1)).isoformat().replace("+00:00", "Z")
@@ -64,11 +74,14 @@ def pod(
         "annotations": annotations or {},
     }
     if owner_kind:
-        meta["ownerReferences"] = [{"kind": owner_kind, "name": owner, "uid": f"uid-{owner}", "controller": True}]
+        api = "batch/v1" if owner_kind == "Job" else "apps/v1"
+        meta["ownerReferences"] = [
+            {"apiVersion": api, "kind": owner_kind, "name": owner, "uid": f"uid-{owner}", "controller": True}
+        ]
     spec: dict[str, Any] = {
         "nodeName": node_name,
         "priority": priority,
-        "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
         "volumes": volumes or [],
     }
     if priority_class:
@@ -82,3 +95,81 @@ def pod(
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
         },
     }
+
+
+# --- the integration stack: real API server, the fleet's per-pod series scraped by a real Prometheus ------------
+
+SELECTOR_KEY = "crane-test/descheduler"
+USAGE = "sandbox.crane.io/usage"
+FAST_POLICY = """\
+apiVersion: descheduler.policy.crane.io/v1alpha1
+kind: LoadAwareDeschedulerPolicy
+spec:
+  anomaly: {consecutiveAbnormalities: 2, consecutiveNormalities: 2}
+  nodePools: [{name: test, nodeSelector: {"crane-test/descheduler": "LABEL"}}]
+  evictable: {minPodAge: 1s}
+  limits: {maxPerNodePerRound: 1, maxPerMinute: 30}
+"""
+
+
+class DeschedulerProc(ServiceProc):
+    """``python -m crane_descheduler`` with its real flags, as the chart's descheduler ServiceAccount (its Lease)."""
+
+    def __init__(self, run_dir: Path, identity: ServiceIdentity, prometheus_url: str, policy: Path, *extra: str):
+        super().__init__("descheduler", run_dir)
+        self.launch(
+            service_argv(
+                "crane_descheduler",
+                identity.kubeconfig,
+                self.port,
+                "--prometheus-url",
+                prometheus_url,
+                "--descheduler-policy",
+                str(policy),
+                "--interval",
+                "0.5s",
+                "--usage-window",
+                "5s",
+                "--lease-namespace",
+                identity.namespace,
+                "--lease-name",
+                identity.lease_name,
+                *extra,
+            )
+        )
+
+    async def counter(self, name: str, **labels: str) -> float:
+        return await self.metric(f"crane_descheduler_{name}_total", **labels) or 0.0
+
+
+async def annotate_load(kube: client.ApiClient, name: str, cpu: float, at: datetime) -> None:
+    """What the annotator writes (cpu and memory ``*_avg_5m`` and ``*_max_avg_1h``), stamped ``at``."""
+    notes = node(name, cpu=cpu, mem=0.3, at=at)["metadata"]["annotations"]
+    await client.CoreV1Api(kube).patch_node(name, {"metadata": {"annotations": notes}})
+
+
+async def run_pod(
+    kube: client.ApiClient, state: FleetState, namespace: str, name: str, node_name: str, label: str, **kwargs: Any
+) -> dict[str, Any]:
+    """A pod bound to ``node_name`` and marked Running and Ready (no kubelet here), its usage served by the fleet.
+    ``usage`` (e.g. ``"cpu=3"``) is its ``sandbox.crane.io/usage``; the rest as ``pod()``."""
+    usage = kwargs.pop("usage", "cpu=1")
+    body = pod(name, node_name, namespace=namespace, **kwargs)
+    meta = body["metadata"]
+    for key in ("uid", "creationTimestamp"):
+        meta.pop(key)
+    meta["annotations"][USAGE] = usage
+    meta["labels"] = {"app": name}
+    body["spec"]["nodeSelector"] = {SELECTOR_KEY: label}  # only this test's nodes can take it
+    status = body.pop("status")
+    core = client.CoreV1Api(kube)
+    created = await raw_json(core.create_namespaced_pod(namespace, body, _preload_content=False))
+    created = await raw_json(
+        core.patch_namespaced_pod_status(name, namespace, {"status": status}, _preload_content=False)
+    )
+    state.on_pod(created)
+    return dict(created)
+
+
+def pod_terminating(obj: Any) -> bool:
+    return obj.metadata.deletion_timestamp is not None

@@ -208,6 +208,12 @@ class Descheduler:
             return "dry_run"
         result = await self.evictor.evict(e, term)
         self.metrics.evictions.labels(e.metric, result).inc()
+        if result == "pdb":
+            self._log.warning(
+                f"pdb-{e.pod.key}",
+                "eviction refused by a disruption budget (429): retried in a later round",
+                pod=e.pod.key,
+            )
         if result == "evicted":
             self.recent.append(time.time())
             log.info("evicted", pod=e.pod.key, node=e.node, metric=e.metric, value=e.value, threshold=e.threshold)

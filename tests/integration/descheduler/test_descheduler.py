@@ -1,0 +1,187 @@
+"""crane-descheduler against the real servers: the session's API server (evictions through its Eviction API, under
+the chart's RBAC with the descheduler's own token) and a real Prometheus scraping the fleet's per-pod series.
+
+Node load is written as the annotator would write it; pods are bound to this test's nodes and marked Running (no
+kubelet here), so an eviction leaves them terminating, which is what the tests look for."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from kubernetes_asyncio import client
+
+from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.exporter import FleetExporter
+from crane_sandbox.fleet import GI, FleetState, make_fleet
+from crane_sandbox.pod_follower import create_nodes
+from crane_sandbox.prometheus import PrometheusServer
+from crane_sandbox.rbac import service_identity
+from tests.support.descheduler import (
+    FAST_POLICY,
+    SELECTOR_KEY,
+    DeschedulerProc,
+    annotate_load,
+    pod_terminating,
+    run_pod,
+)
+from tests.support.fleet import scraped_fleet
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Fleet:
+    state: FleetState
+    exporter: FleetExporter
+    prometheus: PrometheusServer
+    run_dir: Path
+
+
+@pytest_asyncio.fixture(scope="module")
+async def fleet(run_dir: Path) -> AsyncIterator[Fleet]:
+    state = FleetState([])
+    directory = run_dir / f"descheduler-{uuid.uuid4().hex[:8]}"
+    async with scraped_fleet(directory, state) as (exporter, prometheus):
+        yield Fleet(state, exporter, prometheus, directory)
+
+
+@dataclass
+class Scene:
+    label: str
+    hot: str
+    cool: str
+    namespace: str
+    pods: Callable[..., Awaitable[dict[str, Any]]]
+    start: Callable[..., Awaitable[DeschedulerProc]]
+    core: client.CoreV1Api
+
+
+@pytest_asyncio.fixture
+async def scene(fleet: Fleet, cluster: LocalCluster, kube: client.ApiClient, namespace: str) -> AsyncIterator[Scene]:
+    """Two nodes of this test only (a hot one at 90 % CPU, a cool one at 10 %) and a way to start the descheduler
+    on them; everything is stopped and deleted afterwards."""
+    label = uuid.uuid4().hex[:8]
+    nodes = make_fleet(2, cpu_cores=8, memory_bytes=32 * GI, labels={SELECTOR_KEY: label}, prefix=f"ds-{label}-")
+    for n in nodes:
+        fleet.state.add_node(n)
+    await create_nodes(kube, nodes)
+    hot, cool = nodes[0].name, nodes[1].name
+    now = datetime.now(UTC)
+    await annotate_load(kube, hot, 0.9, now)
+    await annotate_load(kube, cool, 0.1, now)
+    identity = await service_identity(cluster, "descheduler", namespace)
+    policy = fleet.run_dir / f"policy-{label}.yaml"
+    policy.write_text(FAST_POLICY.replace("LABEL", label))
+    started: list[DeschedulerProc] = []
+
+    async def start(*extra: str) -> DeschedulerProc:
+        proc = DeschedulerProc(fleet.run_dir, identity, fleet.prometheus.url, policy, *extra)
+        started.append(proc)
+        await proc.start()
+        return proc
+
+    async def pods(name: str, **kwargs: Any) -> dict[str, Any]:
+        created = await run_pod(kube, fleet.state, namespace, name, kwargs.pop("node", hot), label, **kwargs)
+        # the descheduler evicts only pods it has measured: wait until the CPU rate is in Prometheus
+        await fleet.prometheus.wait_for(
+            f'rate(container_cpu_usage_seconds_total{{namespace="{namespace}",pod="{name}"}}[5s])',
+            lambda r: bool(r),
+            timeout=60,
+        )
+        return created
+
+    try:
+        yield Scene(label, hot, cool, namespace, pods, start, client.CoreV1Api(kube))
+    finally:
+        for proc in started:
+            await proc.stop()
+        for n in nodes:
+            with contextlib.suppress(Exception):
+                await client.CoreV1Api(kube).delete_node(n.name)
+
+
+async def test_a_hot_node_is_relieved_through_the_eviction_api_sparing_ineligible_pods(scene: Scene) -> None:
+    # the DaemonSet pod and the bare pod use more than the victim: they would go first if they were eligible
+    await scene.pods("daemon", usage="cpu=4", owner_kind="DaemonSet", owner="ds")
+    await scene.pods("bare", usage="cpu=4", owner_kind=None)
+    await scene.pods("victim", usage="cpu=3", owner="web-1")
+    proc = await scene.start()
+    read = scene.core.read_namespaced_pod
+    await eventually(lambda: _terminating(read, "victim", scene.namespace), timeout=60, what="victim evicted")
+    assert await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 1
+    assert await proc.counter("skipped_pods", reason="daemonset") >= 1
+    assert await proc.counter("skipped_pods", reason="not-recreated") >= 1
+    for spared in ("daemon", "bare"):
+        assert not pod_terminating(await read(spared, scene.namespace)), spared
+    events = await scene.core.list_namespaced_event(
+        scene.namespace, field_selector="involvedObject.name=victim,reason=LoadAwareDescheduled"
+    )
+    (event,) = events.items
+    assert f"evicted from node {scene.hot}: cpu_usage_avg_5m 0.900 above its threshold 0.65" in event.message
+    assert scene.cool in event.message and event.reporting_component == "crane-descheduler"
+    _, plan = await proc.get("/debug/plan")
+    assert plan["classes"][scene.hot] == "hot" and plan["classes"][scene.cool] == "idle"
+
+
+async def test_dry_run_evicts_nothing_and_writes_nothing(scene: Scene) -> None:
+    await scene.pods("victim", usage="cpu=3")
+    proc = await scene.start("--dry-run")
+
+    async def planned() -> float:
+        return await proc.counter("evictions", reason="cpu_usage_avg_5m", result="dry_run")
+
+    await eventually(lambda: _at_least(planned, 2), timeout=60, what="two dry-run rounds planned the eviction")
+    assert not pod_terminating(await scene.core.read_namespaced_pod("victim", scene.namespace))
+    assert not (await scene.core.list_namespaced_event(scene.namespace)).items
+
+
+async def test_stale_node_data_is_never_acted_on(scene: Scene, kube: client.ApiClient) -> None:
+    await annotate_load(kube, scene.hot, 0.9, datetime.now(UTC) - timedelta(hours=1))
+    await scene.pods("victim", usage="cpu=3")
+    proc = await scene.start()
+
+    async def unusable() -> float:
+        return await proc.counter("unusable_nodes")
+
+    await eventually(lambda: _at_least(unusable, 4), timeout=60, what="four rounds saw the stale node")
+    assert await proc.metric("crane_descheduler_nodes", **{"class": "unknown"}) == 1
+    assert await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 0
+    assert not pod_terminating(await scene.core.read_namespaced_pod("victim", scene.namespace))
+
+
+async def test_a_disruption_budget_refusal_429_is_retried_later_never_turned_into_a_delete(
+    scene: Scene, kube: client.ApiClient
+) -> None:
+    await scene.pods("victim", usage="cpu=3")
+    policy = client.PolicyV1Api(kube)
+    body = {"metadata": {"name": "victim"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "victim"}}}}
+    await policy.create_namespaced_pod_disruption_budget(scene.namespace, body)
+    # the status says one disruption is allowed but the API server has not processed the budget yet (no
+    # disruption controller here): the Eviction API answers 429, as it does for a budget that allows none
+    status = {"status": {"disruptionsAllowed": 1, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}
+    await policy.patch_namespaced_pod_disruption_budget_status("victim", scene.namespace, status)
+    proc = await scene.start()
+
+    async def refused() -> float:
+        return await proc.counter("evictions", reason="cpu_usage_avg_5m", result="pdb")
+
+    await eventually(lambda: _at_least(refused, 2), timeout=60, what="the eviction refused twice (429)")
+    assert not pod_terminating(await scene.core.read_namespaced_pod("victim", scene.namespace))
+    assert await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 0
+
+
+async def _terminating(read: Callable[..., Awaitable[Any]], name: str, namespace: str) -> bool:
+    return pod_terminating(await read(name, namespace))
+
+
+async def _at_least(value: Callable[[], Awaitable[float]], floor: float) -> bool:
+    return await value() >= floor
