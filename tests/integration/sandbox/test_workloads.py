@@ -178,6 +178,41 @@ async def test_a_job_completes(api: client.ApiClient, ns: str) -> None:
     assert job["status"]["succeeded"] == 3
 
 
+async def test_the_descheduler_relieves_a_hot_node_and_the_scheduler_keeps_the_replacement_off_it(
+    sandbox: Sandbox, api: client.ApiClient, ns: str
+) -> None:
+    """The loop closed with the real parts: a pod that is not recreated (``hog``) makes a node hot through its
+    ``sandbox.crane.io/usage``; the annotator publishes it, the descheduler evicts the Deployment's pod there
+    (Eviction API, Event), kube-controller-manager recreates it, and crane-scheduler's Dynamic filter keeps the
+    replacement off the node, which stays hot (the hog is spared: no controller would recreate it)."""
+    v1, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    spec = {"replicas": 2, "selector": {"matchLabels": {"app": "moved"}}, "template": template("moved")}
+    await apps.create_namespaced_deployment(ns, {"metadata": {"name": "moved"}, "spec": spec})
+    first = (await all_running(api, ns, "moved", 2, timeout=90))[0]
+    hot = first["spec"]["nodeName"]
+    hog = template("hog") | {"metadata": {"name": "hog", "annotations": {"sandbox.crane.io/usage": "cpu=6"}}}
+    hog["spec"]["nodeName"] = hot
+    await v1.create_namespaced_pod(ns, hog)
+    try:
+
+        async def relieved() -> list[dict[str, Any]] | None:
+            items = [p for p in await pods(api, ns, "moved") if running(p)]
+            return items if len(items) == 2 and all(p["spec"]["nodeName"] != hot for p in items) else None
+
+        # debounce (3 rounds of 5 s), the pods' minimum age (20 s), one eviction per node per round
+        moved = await eventually(relieved, 150, f"every replica off the hot node {hot}", interval=0.5)
+        events = await raw_json(
+            v1.list_namespaced_event(ns, field_selector="reason=LoadAwareDescheduled", _preload_content=False)
+        )
+        assert events["items"] and all(f"evicted from node {hot}: " in e["message"] for e in events["items"])
+        names = {p["metadata"]["name"] for p in moved}
+        assert first["metadata"]["name"] not in names  # the replacement is a new pod, placed elsewhere
+        hog_now = await raw_json(v1.read_namespaced_pod("hog", ns, _preload_content=False))
+        assert running(hog_now) and hog_now["spec"]["nodeName"] == hot
+    finally:
+        await v1.delete_namespaced_pod("hog", ns)
+
+
 async def test_cranectl_nodes_shows_the_annotated_real_load(sandbox: Sandbox) -> None:
     """The user's view of the sandbox: every node with a usage from the annotator, its base load (uneven)."""
     assert sandbox.cluster is not None and sandbox.state is not None
