@@ -179,6 +179,23 @@ async def test_a_disruption_budget_refusal_429_is_retried_later_never_turned_int
     assert await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 0
 
 
+@pytest.mark.parametrize("where", ["down", "garbage"])
+async def test_without_per_pod_usage_nothing_is_evicted(scene: Scene, fleet: Fleet, where: str) -> None:
+    """Prometheus unreachable, or an endpoint that answers something else (the fleet exporter: 404 on the query
+    API): the hot node is still classified, and nothing is evicted."""
+    await scene.pods("victim", usage="cpu=3")
+    url = "http://127.0.0.1:9" if where == "down" else f"http://{fleet.exporter.targets()[0][0]}"
+    proc = await scene.start("--prometheus-url", url, "--prometheus-retries", "0", "--prometheus-timeout", "2s")
+
+    async def rounds() -> float:
+        return await proc.counter("rounds", result="no_usage")
+
+    await eventually(lambda: _at_least(rounds, 4), timeout=60, what="four rounds without per-pod usage")
+    assert await proc.metric("crane_descheduler_nodes", **{"class": "hot"}) == 1
+    assert await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 0
+    assert not pod_terminating(await scene.core.read_namespaced_pod("victim", scene.namespace))
+
+
 async def _terminating(read: Callable[..., Awaitable[Any]], name: str, namespace: str) -> bool:
     return pod_terminating(await read(name, namespace))
 
