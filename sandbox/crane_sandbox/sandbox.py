@@ -398,7 +398,7 @@ class Sandbox:
         if "descheduler" in self.ports:
             lines += [
                 "  kubectl annotate pod <pod> --overwrite sandbox.crane.io/usage=cpu=6   # make its node hot",
-                f"  curl -s http://127.0.0.1:{self.ports['descheduler']}/debug/plan   # the descheduler's last round",
+                f"  cranectl plan --descheduler http://127.0.0.1:{self.ports['descheduler']}   # its last round",
             ]
         if scheduler:
             lines.append(f"  cranectl explain default/<pod>{scheduler}")

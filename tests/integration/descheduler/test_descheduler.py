@@ -6,7 +6,9 @@ kubelet here), so an eviction leaves them terminating, which is what the tests l
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -130,6 +132,12 @@ async def test_a_hot_node_is_relieved_through_the_eviction_api_sparing_ineligibl
     assert scene.cool in event.message and event.reporting_component == "crane-descheduler"
     _, plan = await proc.get("/debug/plan")
     assert plan["classes"][scene.hot] == "hot" and plan["classes"][scene.cool] == "idle"
+    # the operator's view of the round that evicted it
+    cranectl = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cranectl", "plan", "--descheduler", proc.url, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await cranectl.communicate()
+    assert cranectl.returncode == 0 and f"hot:     {scene.hot}" in out.decode()
 
 
 async def test_dry_run_evicts_nothing_and_writes_nothing(scene: Scene) -> None:
