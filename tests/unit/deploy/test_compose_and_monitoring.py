@@ -141,6 +141,15 @@ def test_cluster_load_dashboard_shows_what_the_product_is_for() -> None:
         assert needle in exprs, needle
 
 
+def test_services_dashboard_shows_the_descheduler_evictions_and_node_classes() -> None:
+    dash = json.loads((DASHBOARDS / "crane-services.json").read_text())
+    exprs = {p["title"]: " ".join(t["expr"] for t in p.get("targets", [])) for p in dash["panels"]}
+    assert "crane_descheduler_evictions_total" in exprs["Evictions /s by result"]
+    assert "by (result)" in exprs["Evictions /s by result"]
+    assert "max by (class) (crane_descheduler_nodes)" in exprs["Nodes per class"]
+    assert "descheduler" in exprs["Services up"]
+
+
 def test_grafana_provisioning_points_at_the_shipped_dashboards() -> None:
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     mounts = {v.split(":")[1]: v.split(":")[0] for v in compose["services"]["grafana"]["volumes"]}
