@@ -31,6 +31,7 @@ from crane_descheduler.policy import Limits, NodePool
 from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
+    NodeLoad,
     RecentBinding,
     filter_reason,
     incoming_fraction,
@@ -171,8 +172,8 @@ class _Targets:
         self.closed = replace(data.args, stale="fail-closed")
         self.planned: dict[str, list[RecentBinding]] = {}
         self.added: dict[str, Counter[str]] = {}
-        at = data.now.timestamp()
-        self._bound_at = at
+        self._loads: dict[str, NodeLoad] = {}
+        self._bound_at = data.now.timestamp()
 
     def find(self, pod: PodView, source: str) -> str | None:
         best: tuple[int, str] | None = None
@@ -182,8 +183,7 @@ class _Targets:
             if static_fit(pod, node, self.added.get(name, Counter())) is not None:
                 continue
             capacity = node.capacity
-            recent = self.planned.get(name, [])
-            load = node_load(name, node.annotations, self.closed, self.data.now, recent, capacity)
+            load = self._load(node)
             incoming = incoming_fraction(self.closed.estimate, pod.size.cpu, pod.size.memory, capacity)
             if filter_reason(load, self.closed, incoming=incoming) is not None:
                 continue
@@ -192,7 +192,17 @@ class _Targets:
                 best = ranked
         return None if best is None else best[1]
 
+    def _load(self, node: NodeView) -> NodeLoad:
+        """The node's load as the scheduler sees it, with this round's planned pods; decoded once per change."""
+        cached = self._loads.get(node.name)
+        if cached is None:
+            recent = self.planned.get(node.name, [])
+            cached = node_load(node.name, node.annotations, self.closed, self.data.now, recent, node.capacity)
+            self._loads[node.name] = cached
+        return cached
+
     def take(self, pod: PodView, target: str) -> None:
+        self._loads.pop(target, None)
         self.planned.setdefault(target, []).append(RecentBinding(target, self._bound_at, pod.size.cpu, pod.size.memory))
         self.added.setdefault(target, Counter()).update(
             {CPU: pod.requests.get(CPU, 0), MEMORY: pod.requests.get(MEMORY, 0)}

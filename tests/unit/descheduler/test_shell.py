@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from crane_descheduler.__main__ import main
 from crane_descheduler.config import parse_config
+from crane_descheduler.descheduler import Descheduler, Options
 from crane_descheduler.evictor import Evictor, event_body
 from crane_descheduler.plan import Eviction, PodUsage
 from crane_descheduler.pods import pod_view
@@ -79,3 +82,34 @@ def test_a_bad_policy_refuses_to_start_naming_each_problem(tmp_path, capsys):
     )
     assert main(["--descheduler-policy", str(bad)]) == 2
     assert f'{bad}: spec.limitz: unknown field (did you mean "limits"?)' in capsys.readouterr().err
+
+
+async def test_policy_files_reload_and_an_invalid_one_keeps_the_old_policy(tmp_path):
+    head = "apiVersion: descheduler.policy.crane.io/v1alpha1\nkind: LoadAwareDeschedulerPolicy\n"
+    path = tmp_path / "descheduler.yaml"
+
+    def swap(text: str, name: str) -> None:  # as a ConfigMap update does: a new file renamed over the old one
+        new = tmp_path / name
+        new.write_text(head + text)
+        os.replace(new, path)
+
+    swap("spec: {limits: {maxPerMinute: 3}}\n", "v1")
+    api = await api_client_from_dict(kubeconfig_for("http://127.0.0.1:9"))
+    try:
+        registry = CollectorRegistry()
+        options = Options(interval=1, usage_window=5, dry_run=True, identity="me")
+        d = Descheduler(api, None, registry, options, None, str(path))  # type: ignore[arg-type]
+        assert d.policy_file.policy.limits.per_minute == 3
+        swap("spec: {limits: {maxPerMinute: 7}}\n", "v2")
+        d._reload()
+        assert d.policy_file.policy.limits.per_minute == 7
+        swap("spec: {limits: {maxPerMinute: -1}}\n", "v3")
+        d._reload()
+        assert d.policy_file.policy.limits.per_minute == 7
+        reloads = {
+            r: registry.get_sample_value("crane_descheduler_policy_reloads_total", {"result": r})
+            for r in ("applied", "invalid")
+        }
+        assert reloads == {"applied": 1, "invalid": 1}
+    finally:
+        await api.close()
