@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -22,7 +22,7 @@ from crane_descheduler import policy as dpolicy
 from crane_descheduler.classify import Detector
 from crane_descheduler.evictor import Evictor, Result
 from crane_descheduler.metrics import CLASSES, DeschedulerMetrics
-from crane_descheduler.plan import RATE_WINDOW, Eviction
+from crane_descheduler.plan import RATE_WINDOW, Evicted, Eviction, PodUsage
 from crane_descheduler.rounds import RoundResult, run_round
 from crane_descheduler.usage import fetch_usage
 from crane_shared.informer import Informer
@@ -96,7 +96,8 @@ class Descheduler:
         base = args or DynamicArgs(self.scheduler_file.policy)
         self.args = replace(base, policy=self.scheduler_file.policy)
         self.detectors: dict[str, Detector] = {}
-        self.recent: deque[float] = deque()
+        self.evicted: deque[Evicted] = deque()
+        """this leader's evictions, kept while an averaged metric may still carry them"""
         self.last: PlanView | None = None
         self._log = LogOnce(log)
         self.rounds_done = 0
@@ -150,7 +151,7 @@ class Descheduler:
     async def round(self, term: Term) -> RoundResult:
         self._reload()
         now = datetime.now(UTC)
-        usage: dict[str, Any] = {}
+        usage: dict[str, PodUsage] = {}
         try:
             usage, dropped = await fetch_usage(self.prometheus, self.options.usage_window)
             self.metrics.usage_dropped.inc(dropped)
@@ -159,9 +160,9 @@ class Descheduler:
             self.metrics.prometheus_errors.labels("pod_usage", err.kind).inc()
             self._log.warning(f"prometheus-{err.kind}", "per-pod usage unavailable: nothing evicted", error=str(err))
             outcome = "no_usage"
-        cutoff = now.timestamp() - RATE_WINDOW
-        while self.recent and self.recent[0] < cutoff:
-            self.recent.popleft()
+        keep = max([RATE_WINDOW, *(w.total_seconds() for w in self._windows())])
+        while self.evicted and self.evicted[0].at < now.timestamp() - keep:
+            self.evicted.popleft()
         result = run_round(
             list(self.nodes.cache.values()),
             list(self.pods.cache.values()),
@@ -170,13 +171,16 @@ class Descheduler:
             self.args,
             self.detectors,
             now,
-            tuple(self.recent),
+            tuple(self.evicted),
             list(self.pdbs.cache.values()),
         )
         self.detectors = result.detectors
         self._report(result)
         self.metrics.rounds.labels(outcome).inc()
-        results = [await self._execute(e, term) for e in result.plan.evictions]
+        results = [await self._execute(e, term, usage) for e in result.plan.evictions]
+        for e, r in zip(result.plan.evictions, results, strict=True):
+            if r == "evicted":  # as koordinator: a relieved node must be found hot K rounds in a row again
+                self.detectors[e.node] = Detector()
         self.last = PlanView(
             at=now.isoformat(),
             classes=dict(result.classes),
@@ -201,7 +205,11 @@ class Descheduler:
         for reason, count in result.plan.skipped.items():
             self.metrics.skipped.labels(reason).inc(count)
 
-    async def _execute(self, e: Eviction, term: Term) -> Result | str:
+    def _windows(self) -> list[timedelta]:
+        estimate = self.args.estimate
+        return [estimate.window_of(m) for m in self.args.policy.metrics()]
+
+    async def _execute(self, e: Eviction, term: Term, usage: dict[str, PodUsage]) -> Result | str:
         if self.options.dry_run:
             log.info("dry run: would evict", pod=e.pod.key, node=e.node, metric=e.metric, value=e.value)
             self.metrics.evictions.labels(e.metric, "dry_run").inc()
@@ -215,7 +223,7 @@ class Descheduler:
                 pod=e.pod.key,
             )
         if result == "evicted":
-            self.recent.append(time.time())
+            self.evicted.append(Evicted(e.node, time.time(), usage.get(e.pod.key, PodUsage(0.0, 0.0))))
             log.info("evicted", pod=e.pod.key, node=e.node, metric=e.metric, value=e.value, threshold=e.threshold)
         return result
 

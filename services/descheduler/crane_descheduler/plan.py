@@ -104,6 +104,15 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class Evicted:
+    """An eviction this descheduler made (unix seconds) and the pod's measured usage then."""
+
+    node: str
+    at: float
+    use: PodUsage
+
+
+@dataclass(frozen=True)
 class RoundInput:
     now: datetime
     args: DynamicArgs
@@ -120,8 +129,30 @@ class RoundInput:
     """pod key (namespace/name) -> measured usage"""
     workloads: Mapping[str, Workload]
     """controller uid -> its pods"""
-    recent_evictions: Sequence[float] = ()
-    """unix seconds of the evictions of the last minute (all rounds)"""
+    evicted: Sequence[Evicted] = ()
+    """recent evictions (all rounds): the global rate, and the usage the averaged metrics still carry"""
+
+
+def lag_compensated(
+    reading: Reading, evicted: Sequence[Evicted], capacity: NodeCapacity, args: DynamicArgs
+) -> dict[str, float]:
+    """The node's usage per metric without the pods already evicted from it: an average over a window ``W``
+    stamped ``T`` still carries the share ``1 - (T - evicted_at) / W`` of a pod evicted at ``evicted_at`` (the
+    scheduler's estimate of a new pod, in reverse), so a relieved node is not relieved again while its average
+    catches up."""
+    out = dict(reading.usage)
+    for metric in out:
+        resource = resource_of(metric)
+        sample = reading.load.readings.get(metric)
+        total = capacity.cpu if resource == "cpu" else capacity.memory
+        if resource is None or sample is None or sample.timestamp is None or total <= 0:
+            continue
+        stamped = sample.timestamp.timestamp()
+        window = args.estimate.window_of(metric).total_seconds()
+        for e in evicted:
+            carried = 1.0 - min(1.0, max(0.0, (stamped - e.at) / window)) if window > 0 else 0.0
+            out[metric] -= e.use.of(resource) * carried / total
+    return out
 
 
 def rate_room(recent: Sequence[float], now: float, per_minute: int) -> int:
@@ -235,7 +266,7 @@ def _worst(projected: Mapping[str, float], pool: NodePool) -> str:
 
 def plan_round(data: RoundInput) -> Plan:
     plan = Plan()
-    room = rate_room(data.recent_evictions, data.now.timestamp(), data.limits.per_minute)
+    room = rate_room([e.at for e in data.evicted], data.now.timestamp(), data.limits.per_minute)
     namespaces: Counter[str] = Counter()
     workloads: Counter[str] = Counter()
     targets = _Targets(data)
@@ -247,7 +278,7 @@ def plan_round(data: RoundInput) -> Plan:
     for node in sorted(data.hot, key=lambda n: (-over_ratio(n), n)):
         reading, pool, view = data.readings[node], data.pools[node], data.nodes[node]
         capacity = view.capacity
-        projected = dict(reading.usage)
+        projected = lag_compensated(reading, [e for e in data.evicted if e.node == node], capacity, data.args)
         remaining: list[tuple[PodView, PodUsage]] = []
         for candidate in data.candidates.get(node, ()):
             if candidate.blocker is not None:

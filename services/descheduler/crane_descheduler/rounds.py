@@ -13,7 +13,16 @@ from datetime import datetime
 from typing import Any
 
 from crane_descheduler.classify import Detector, RawClass, Reading, node_class, read_node, step
-from crane_descheduler.plan import Candidate, NodeView, Plan, PodUsage, RoundInput, Workload, plan_round
+from crane_descheduler.plan import (
+    Candidate,
+    Evicted,
+    NodeView,
+    Plan,
+    PodUsage,
+    RoundInput,
+    Workload,
+    plan_round,
+)
 from crane_descheduler.pods import PodView, eviction_blocker, pdb_blocks, pod_view
 from crane_descheduler.policy import DeschedulerPolicy, NodePool
 from crane_shared.loadaware.dynamic import DynamicArgs
@@ -56,7 +65,7 @@ def run_round(
     args: DynamicArgs,
     detectors: Mapping[str, Detector],
     now: datetime,
-    recent_evictions: Sequence[float] = (),
+    evicted: Sequence[Evicted] = (),
     pdbs: Sequence[Mapping[str, Any]] = (),
 ) -> RoundResult:
     malformed: Counter[str] = Counter()
@@ -124,7 +133,7 @@ def run_round(
             candidates=candidates,
             usage=usage,
             workloads={uid: Workload(c[0], c[1]) for uid, c in workloads.items()},
-            recent_evictions=recent_evictions,
+            evicted=evicted,
         )
     )
     return RoundResult(plan, classes, new_detectors, readings, pools, unknown, malformed)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from crane_descheduler.classify import Detector
-from crane_descheduler.plan import PodUsage, workload_allowance
+from crane_descheduler.plan import Evicted, PodUsage, workload_allowance
 from crane_descheduler.pods import eviction_blocker
 from crane_descheduler.policy import AnomalyCondition, DeschedulerPolicy, Evictable, Limits, default_policy
 from crane_descheduler.rounds import RoundResult, run_round
@@ -183,9 +183,8 @@ def test_budgets_per_node_namespace_workload_and_rate():
     assert sorted(e.node for e in per_node.plan.evictions) == ["h1", "h2"]
     per_ns = rounds(nodes, pods, usage, policy=replace(POLICY, limits=replace(wide, per_namespace_per_round=3)))
     assert len(per_ns.plan.evictions) == 3 and per_ns.plan.skipped["namespace-budget"] == 3
-    rate = rounds(
-        nodes, pods, usage, policy=replace(POLICY, limits=replace(wide, per_minute=4)), recent=[NOW.timestamp() - 10]
-    )
+    elsewhere = Evicted("other", NOW.timestamp() - 10, PodUsage(0, 0))
+    rate = rounds(nodes, pods, usage, policy=replace(POLICY, limits=replace(wide, per_minute=4)), recent=[elsewhere])
     assert len(rate.plan.evictions) == 3
     # one workload of 6 pods, one of them not Ready: maxUnavailable 2 leaves room for one eviction, 50% for two
     same = [pod(f"p{i}", f"h{1 + i % 2}", owner="w", cpu="100m", ready=i != 5) for i in range(6)]
@@ -226,3 +225,20 @@ def test_a_pod_whose_budget_allows_no_disruption_now_is_passed_over_for_the_next
     assert evicted(result) == ["free"] and result.plan.skipped == {"pdb": 1}
     pdb["status"]["disruptionsAllowed"] = 1
     assert evicted(run_round(nodes, [guarded, free], usage, POLICY, ARGS, detectors, NOW, (), [pdb])) == ["guarded"]
+
+
+def test_a_relieved_node_is_not_relieved_again_while_its_average_still_carries_the_evicted_pod():
+    nodes = [node("hot", cpu=0.9), node("cool", cpu=0.1)]
+    pods = [pod("next", "hot")]
+    usage = {"default/next": PodUsage(3, GIB)}
+    assert evicted(rounds(nodes, pods, usage)) == ["next"]
+    # 60 s before the annotation's timestamp, a 3-core pod left: the 5-minute average still carries 80 % of it,
+    # 3 * 0.8 / 8 cores = 0.3, so the node is really at 0.6, under its threshold
+    gone = Evicted("hot", NOW.timestamp() - 60, PodUsage(3, GIB))
+    assert evicted(rounds(nodes, pods, usage, recent=[gone])) == []
+    # a 2-core one: 0.2 of the 0.9 is gone, 0.7 is still over 0.65, so the next pod goes
+    smaller = Evicted("hot", NOW.timestamp() - 60, PodUsage(2, GIB))
+    assert evicted(rounds(nodes, pods, usage, recent=[smaller])) == ["next"]
+    # one that left a whole window ago is fully out of the average already
+    long_ago = Evicted("hot", NOW.timestamp() - 600, PodUsage(3, GIB))
+    assert evicted(rounds(nodes, pods, usage, recent=[long_ago])) == ["next"]
