@@ -201,10 +201,15 @@ async def test_the_descheduler_relieves_a_hot_node_and_the_scheduler_keeps_the_r
 
         # debounce (3 rounds of 5 s), the pods' minimum age (20 s), one eviction per node per round
         moved = await eventually(relieved, 150, f"every replica off the hot node {hot}", interval=0.5)
-        events = await raw_json(
-            v1.list_namespaced_event(ns, field_selector="reason=LoadAwareDescheduled", _preload_content=False)
-        )
-        assert events["items"] and all(f"evicted from node {hot}: " in e["message"] for e in events["items"])
+
+        async def explained() -> list[dict[str, Any]]:
+            events = await raw_json(
+                v1.list_namespaced_event(ns, field_selector="reason=LoadAwareDescheduled", _preload_content=False)
+            )
+            return list(events["items"])
+
+        items = await eventually(explained, 30, "the evictions' Events", interval=0.25)
+        assert all(f"evicted from node {hot}: " in e["message"] for e in items)
         names = {p["metadata"]["name"] for p in moved}
         assert first["metadata"]["name"] not in names  # the replacement is a new pod, placed elsewhere
         hog_now = await raw_json(v1.read_namespaced_pod("hog", ns, _preload_content=False))
