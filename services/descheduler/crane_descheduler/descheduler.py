@@ -23,6 +23,7 @@ from crane_descheduler.classify import Detector
 from crane_descheduler.evictor import Evictor, Result
 from crane_descheduler.metrics import CLASSES, DeschedulerMetrics
 from crane_descheduler.plan import RATE_WINDOW, Evicted, Eviction, PodUsage
+from crane_descheduler.pods import PodView
 from crane_descheduler.rounds import RoundResult, run_round
 from crane_descheduler.usage import fetch_usage
 from crane_shared.informer import Informer
@@ -96,6 +97,7 @@ class Descheduler:
         base = args or DynamicArgs(self.scheduler_file.policy)
         self.args = replace(base, policy=self.scheduler_file.policy)
         self.detectors: dict[str, Detector] = {}
+        self._views: dict[str, tuple[str, PodView]] = {}
         self.evicted: deque[Evicted] = deque()
         """this leader's evictions, kept while an averaged metric may still carry them"""
         self.last: PlanView | None = None
@@ -173,6 +175,7 @@ class Descheduler:
             now,
             tuple(self.evicted),
             list(self.pdbs.cache.values()),
+            self._views,
         )
         self.detectors = result.detectors
         self._report(result)

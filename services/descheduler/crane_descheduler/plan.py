@@ -203,25 +203,33 @@ class _Targets:
         self.closed = replace(data.args, stale="fail-closed")
         self.planned: dict[str, list[RecentBinding]] = {}
         self.added: dict[str, Counter[str]] = {}
-        self._loads: dict[str, NodeLoad] = {}
+        # the round's readings decoded every pooled node already (``node_load`` does not depend on ``stale``)
+        self._loads: dict[str, NodeLoad] = {name: r.load for name, r in data.readings.items()}
+        self._feasible: dict[tuple[object, ...], list[str]] = {}
+        self.hot = frozenset(data.hot)
         self._bound_at = data.now.timestamp()
 
     def find(self, pod: PodView, source: str) -> str | None:
-        best: tuple[int, str] | None = None
+        """The node the scheduler would most likely pick for ``pod`` besides ``source`` (best Dynamic score),
+        or None. Pods of one shape (a workload's replicas) share one scan until something is planned."""
+        key = _shape(pod)
+        feasible = self._feasible.get(key)
+        if feasible is None:
+            feasible = self._scan(pod)
+            self._feasible[key] = feasible
+        return next((name for name in feasible if name != source), None)
+
+    def _scan(self, pod: PodView) -> list[str]:
+        """Every node that passes for ``pod`` (hot ones excluded), best score first."""
+        ranked: list[tuple[int, str]] = []
         for name, node in self.data.nodes.items():
-            if name == source or name in self.data.hot:
+            if name in self.hot or static_fit(pod, node, self.added.get(name, Counter())) is not None:
                 continue
-            if static_fit(pod, node, self.added.get(name, Counter())) is not None:
-                continue
-            capacity = node.capacity
             load = self._load(node)
-            incoming = incoming_fraction(self.closed.estimate, pod.size.cpu, pod.size.memory, capacity)
-            if filter_reason(load, self.closed, incoming=incoming) is not None:
-                continue
-            ranked = (-score(load, self.closed), name)
-            if best is None or ranked < best:
-                best = ranked
-        return None if best is None else best[1]
+            incoming = incoming_fraction(self.closed.estimate, pod.size.cpu, pod.size.memory, node.capacity)
+            if filter_reason(load, self.closed, incoming=incoming) is None:
+                ranked.append((-score(load, self.closed), name))
+        return [name for _, name in sorted(ranked)]
 
     def _load(self, node: NodeView) -> NodeLoad:
         """The node's load as the scheduler sees it, with this round's planned pods; decoded once per change."""
@@ -234,10 +242,22 @@ class _Targets:
 
     def take(self, pod: PodView, target: str) -> None:
         self._loads.pop(target, None)
+        self._feasible.clear()  # the target's room changed
         self.planned.setdefault(target, []).append(RecentBinding(target, self._bound_at, pod.size.cpu, pod.size.memory))
         self.added.setdefault(target, Counter()).update(
             {CPU: pod.requests.get(CPU, 0), MEMORY: pod.requests.get(MEMORY, 0)}
         )
+
+
+def _shape(pod: PodView) -> tuple[object, ...]:
+    """What the target checks read of a pod: equal shapes pass on the same nodes."""
+    return (
+        pod.requests.get(CPU, 0),
+        pod.requests.get(MEMORY, 0),
+        pod.size,
+        tuple(sorted(pod.node_selector.items())),
+        repr(pod.tolerations),
+    )
 
 
 def _cover_key(use: PodUsage, excess: Mapping[str, float], capacity: NodeCapacity) -> tuple[int, float]:

@@ -67,23 +67,44 @@ def run_round(
     now: datetime,
     evicted: Sequence[Evicted] = (),
     pdbs: Sequence[Mapping[str, Any]] = (),
+    views_cache: dict[str, tuple[str, PodView]] | None = None,
 ) -> RoundResult:
+    """``views_cache`` (uid -> (resourceVersion, view)), kept by the caller from round to round, spares reading
+    the pods that did not change again; it is updated here and loses the pods that are gone."""
     malformed: Counter[str] = Counter()
     views: list[tuple[PodView, Mapping[str, Any]]] = []
+    cache = views_cache if views_cache is not None else {}
+    seen: set[str] = set()
     for pod in pods:
         if (pod.get("status") or {}).get("phase") in TERMINAL:
             continue
+        meta = pod.get("metadata") or {}
+        uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+        cached = cache.get(uid) if uid and version else None
+        if cached is not None and cached[0] == version:
+            views.append((cached[1], pod))
+            seen.add(uid)
+            continue
         try:
-            views.append((pod_view(pod), pod))
+            view = pod_view(pod)
         except (KeyError, TypeError, ValueError):
             malformed["pod"] += 1
-    requested: dict[str, Counter[str]] = {}
+            continue
+        views.append((view, pod))
+        if uid and version:
+            cache[uid] = (version, view)
+            seen.add(uid)
+    for uid in cache.keys() - seen:
+        del cache[uid]
+    sums: dict[str, list[int]] = {}  # node -> [millicores, bytes] requested
     workloads: dict[str, list[int]] = {}
     for view, _ in views:
         if view.node:
-            requested.setdefault(view.node, Counter()).update(
-                {CPU: view.requests.get(CPU, 0), MEMORY: view.requests.get(MEMORY, 0)}
-            )
+            total = sums.get(view.node)
+            if total is None:
+                total = sums[view.node] = [0, 0]
+            total[0] += view.requests.get(CPU, 0)
+            total[1] += view.requests.get(MEMORY, 0)
         if view.owner is not None:
             counts = workloads.setdefault(view.owner.uid, [0, 0])
             counts[0] += 1
@@ -93,7 +114,8 @@ def run_round(
     for node in nodes:
         try:
             name = node["metadata"]["name"]
-            node_views[name] = node_view(node, requested.get(name, Counter()))
+            total = sums.get(name, [0, 0])
+            node_views[name] = node_view(node, {CPU: total[0], MEMORY: total[1]})
         except (KeyError, TypeError, ValueError):
             malformed["node"] += 1
 

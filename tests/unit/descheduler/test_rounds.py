@@ -242,3 +242,19 @@ def test_a_relieved_node_is_not_relieved_again_while_its_average_still_carries_t
     # one that left a whole window ago is fully out of the average already
     long_ago = Evicted("hot", NOW.timestamp() - 600, PodUsage(3, GIB))
     assert evicted(rounds(nodes, pods, usage, recent=[long_ago])) == ["next"]
+
+
+def test_pods_are_read_again_only_when_their_resource_version_changes():
+    nodes = [node("hot", cpu=0.9), node("cool", cpu=0.1)]
+    a, b = pod("a", "hot"), pod("b", "hot", owner="o")
+    for p, version in ((a, "1"), (b, "1")):
+        p["metadata"]["resourceVersion"] = version
+    cache: dict[str, Any] = {}
+    usage = {"default/a": PodUsage(3, GIB), "default/b": PodUsage(3, GIB)}
+    run_round(nodes, [a, b], usage, POLICY, ARGS, {}, NOW, (), (), cache)
+    assert set(cache) == {"uid-a", "uid-b"}
+    a["metadata"]["annotations"]["descheduler.alpha.kubernetes.io/prefer-no-eviction"] = ""
+    a["spec"]["priority"] = 7  # a new version: read again
+    a["metadata"]["resourceVersion"] = "2"
+    run_round(nodes, [a], usage, POLICY, ARGS, {}, NOW, (), (), cache)
+    assert set(cache) == {"uid-a"} and cache["uid-a"][1].priority == 7
