@@ -299,6 +299,9 @@ def _thresholds(
         if not 0 <= limit <= 1:
             problems.append(f"{where}: must be within [0, 1], got {limit:g}")
             continue
+        if key == "highThresholds" and limit == 0:
+            problems.append(f"{where}: must be > 0 (0 would call every node hot; leave the metric out instead)")
+            continue
         out[metric] = limit
     return out
 

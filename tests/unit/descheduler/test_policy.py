@@ -69,6 +69,16 @@ def test_every_problem_is_reported_once_naming_its_field_path():
     assert str(err.value).splitlines()[0].startswith("d.yaml: spec.anomaly")
 
 
+def test_a_zero_high_threshold_is_refused():
+    text = HEAD + "spec:\n  nodePools: [{name: a, highThresholds: {cpu_usage_avg_5m: 0}}]\n"
+    with pytest.raises(PolicyError) as err:
+        parse_policy(text, scheduler_default())
+    assert err.value.problems == [
+        "spec.nodePools[0].highThresholds.cpu_usage_avg_5m: must be > 0 (0 would call every node hot; leave the "
+        "metric out instead)"
+    ]
+
+
 def test_invalid_yaml_and_wrong_kind_are_refused():
     with pytest.raises(PolicyError, match="duplicate key"):
         parse_policy(HEAD + "spec: {}\nspec: {}\n", scheduler_default())
