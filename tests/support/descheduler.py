@@ -4,17 +4,27 @@ a child process under its chart account) for the integration tests."""
 
 from __future__ import annotations
 
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest_asyncio
 from kubernetes_asyncio import client
 
-from crane_sandbox.fleet import FleetState
+from crane_sandbox.cluster import LocalCluster
+from crane_sandbox.exporter import FleetExporter
+from crane_sandbox.fleet import GI, FleetState, make_fleet
+from crane_sandbox.pod_follower import create_nodes
 from crane_sandbox.procs import service_argv
-from crane_sandbox.rbac import ServiceIdentity
+from crane_sandbox.prometheus import PrometheusServer
+from crane_sandbox.rbac import ServiceIdentity, service_identity
 from crane_shared.annotations import annotation_key, encode_usage
 from crane_shared.kube import raw_json
+from tests.support.fleet import scraped_fleet
 from tests.support.serviceproc import ServiceProc
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -115,12 +125,20 @@ spec:
 class DeschedulerProc(ServiceProc):
     """``python -m crane_descheduler`` with its real flags, as the chart's descheduler ServiceAccount (its Lease)."""
 
-    def __init__(self, run_dir: Path, identity: ServiceIdentity, prometheus_url: str, policy: Path, *extra: str):
+    def __init__(
+        self,
+        run_dir: Path,
+        identity: ServiceIdentity,
+        prometheus_url: str,
+        policy: Path,
+        *extra: str,
+        kubeconfig: Path | None = None,
+    ):
         super().__init__("descheduler", run_dir)
         self.launch(
             service_argv(
                 "crane_descheduler",
-                identity.kubeconfig,
+                kubeconfig or identity.kubeconfig,
                 self.port,
                 "--prometheus-url",
                 prometheus_url,
@@ -173,3 +191,78 @@ async def run_pod(
 
 def pod_terminating(obj: Any) -> bool:
     return obj.metadata.deletion_timestamp is not None
+
+
+# --- fixtures (re-exported by the conftest.py of the directories that use them) ---------------------------------
+
+
+@dataclass
+class Fleet:
+    state: FleetState
+    exporter: FleetExporter
+    prometheus: PrometheusServer
+    run_dir: Path
+
+
+@pytest_asyncio.fixture(scope="module")
+async def fleet(run_dir: Path) -> AsyncIterator[Fleet]:
+    state = FleetState([])
+    directory = run_dir / f"descheduler-{uuid.uuid4().hex[:8]}"
+    async with scraped_fleet(directory, state) as (exporter, prometheus):
+        yield Fleet(state, exporter, prometheus, directory)
+
+
+@dataclass
+class Scene:
+    label: str
+    hot: str
+    cool: str
+    namespace: str
+    pods: Callable[..., Awaitable[dict[str, Any]]]
+    start: Callable[..., Awaitable[DeschedulerProc]]
+    core: client.CoreV1Api
+    identity: ServiceIdentity
+
+
+@pytest_asyncio.fixture
+async def scene(fleet: Fleet, cluster: LocalCluster, kube: client.ApiClient, namespace: str) -> AsyncIterator[Scene]:
+    """Two nodes of this test only (a hot one at 90 % CPU, a cool one at 10 %) and a way to start the descheduler
+    on them; everything is stopped and deleted afterwards."""
+    label = uuid.uuid4().hex[:8]
+    nodes = make_fleet(2, cpu_cores=8, memory_bytes=32 * GI, labels={SELECTOR_KEY: label}, prefix=f"ds-{label}-")
+    for n in nodes:
+        fleet.state.add_node(n)
+    await create_nodes(kube, nodes)
+    hot, cool = nodes[0].name, nodes[1].name
+    now = datetime.now(UTC)
+    await annotate_load(kube, hot, 0.9, now)
+    await annotate_load(kube, cool, 0.1, now)
+    identity = await service_identity(cluster, "descheduler", namespace)
+    policy = fleet.run_dir / f"policy-{label}.yaml"
+    policy.write_text(FAST_POLICY.replace("LABEL", label))
+    started: list[DeschedulerProc] = []
+
+    async def start(*extra: str, kubeconfig: Path | None = None) -> DeschedulerProc:
+        proc = DeschedulerProc(fleet.run_dir, identity, fleet.prometheus.url, policy, *extra, kubeconfig=kubeconfig)
+        started.append(proc)
+        await proc.start()
+        return proc
+
+    async def pods(name: str, **kwargs: Any) -> dict[str, Any]:
+        created = await run_pod(kube, fleet.state, namespace, name, kwargs.pop("node", hot), label, **kwargs)
+        # the descheduler evicts only pods it has measured: wait until the CPU rate is in Prometheus
+        await fleet.prometheus.wait_for(
+            f'rate(container_cpu_usage_seconds_total{{namespace="{namespace}",pod="{name}"}}[5s])',
+            lambda r: bool(r),
+            timeout=60,
+        )
+        return created
+
+    try:
+        yield Scene(label, hot, cool, namespace, pods, start, client.CoreV1Api(kube), identity)
+    finally:
+        for proc in started:
+            await proc.stop()
+        for n in nodes:
+            with contextlib.suppress(Exception):
+                await client.CoreV1Api(kube).delete_node(n.name)

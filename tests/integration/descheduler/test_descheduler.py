@@ -7,108 +7,18 @@ kubelet here), so an eviction leaves them terminating, which is what the tests l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from kubernetes_asyncio import client
 
-from crane_sandbox.cluster import LocalCluster
-from crane_sandbox.exporter import FleetExporter
-from crane_sandbox.fleet import GI, FleetState, make_fleet
-from crane_sandbox.pod_follower import create_nodes
-from crane_sandbox.prometheus import PrometheusServer
-from crane_sandbox.rbac import service_identity
-from tests.support.descheduler import (
-    FAST_POLICY,
-    SELECTOR_KEY,
-    DeschedulerProc,
-    annotate_load,
-    pod_terminating,
-    run_pod,
-)
-from tests.support.fleet import scraped_fleet
+from tests.support.descheduler import Fleet, Scene, annotate_load, pod_terminating
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
-
-
-@dataclass
-class Fleet:
-    state: FleetState
-    exporter: FleetExporter
-    prometheus: PrometheusServer
-    run_dir: Path
-
-
-@pytest_asyncio.fixture(scope="module")
-async def fleet(run_dir: Path) -> AsyncIterator[Fleet]:
-    state = FleetState([])
-    directory = run_dir / f"descheduler-{uuid.uuid4().hex[:8]}"
-    async with scraped_fleet(directory, state) as (exporter, prometheus):
-        yield Fleet(state, exporter, prometheus, directory)
-
-
-@dataclass
-class Scene:
-    label: str
-    hot: str
-    cool: str
-    namespace: str
-    pods: Callable[..., Awaitable[dict[str, Any]]]
-    start: Callable[..., Awaitable[DeschedulerProc]]
-    core: client.CoreV1Api
-
-
-@pytest_asyncio.fixture
-async def scene(fleet: Fleet, cluster: LocalCluster, kube: client.ApiClient, namespace: str) -> AsyncIterator[Scene]:
-    """Two nodes of this test only (a hot one at 90 % CPU, a cool one at 10 %) and a way to start the descheduler
-    on them; everything is stopped and deleted afterwards."""
-    label = uuid.uuid4().hex[:8]
-    nodes = make_fleet(2, cpu_cores=8, memory_bytes=32 * GI, labels={SELECTOR_KEY: label}, prefix=f"ds-{label}-")
-    for n in nodes:
-        fleet.state.add_node(n)
-    await create_nodes(kube, nodes)
-    hot, cool = nodes[0].name, nodes[1].name
-    now = datetime.now(UTC)
-    await annotate_load(kube, hot, 0.9, now)
-    await annotate_load(kube, cool, 0.1, now)
-    identity = await service_identity(cluster, "descheduler", namespace)
-    policy = fleet.run_dir / f"policy-{label}.yaml"
-    policy.write_text(FAST_POLICY.replace("LABEL", label))
-    started: list[DeschedulerProc] = []
-
-    async def start(*extra: str) -> DeschedulerProc:
-        proc = DeschedulerProc(fleet.run_dir, identity, fleet.prometheus.url, policy, *extra)
-        started.append(proc)
-        await proc.start()
-        return proc
-
-    async def pods(name: str, **kwargs: Any) -> dict[str, Any]:
-        created = await run_pod(kube, fleet.state, namespace, name, kwargs.pop("node", hot), label, **kwargs)
-        # the descheduler evicts only pods it has measured: wait until the CPU rate is in Prometheus
-        await fleet.prometheus.wait_for(
-            f'rate(container_cpu_usage_seconds_total{{namespace="{namespace}",pod="{name}"}}[5s])',
-            lambda r: bool(r),
-            timeout=60,
-        )
-        return created
-
-    try:
-        yield Scene(label, hot, cool, namespace, pods, start, client.CoreV1Api(kube))
-    finally:
-        for proc in started:
-            await proc.stop()
-        for n in nodes:
-            with contextlib.suppress(Exception):
-                await client.CoreV1Api(kube).delete_node(n.name)
 
 
 async def test_a_hot_node_is_relieved_through_the_eviction_api_sparing_ineligible_pods(scene: Scene) -> None:
