@@ -1,7 +1,9 @@
 """The descheduler process under faults, on the real API server and Prometheus (the descheduler test stack).
 
 - the leader's API connection blackholed for longer than the lease (Toxiproxy): its term ends before the standby
-  starts, and once the connection heals it evicts nothing more, though the pods it would evict are still there.
+  starts, and once the connection heals it evicts nothing more, though the pods it would evict are still there;
+- kill -9 of the leader between evictions: the standby takes over and finishes, no pod evicted twice;
+- an API server restart: the descheduler survives it and evicts again once the server is back.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 
 from crane_sandbox.cluster import LocalCluster
 from tests.support.descheduler import DeschedulerProc, Scene, pod_terminating
-from tests.support.faults import FaultReport, api_host_port, kubeconfig_via
+from tests.support.faults import FaultReport, api_host_port, kubeconfig_via, restart_apiserver
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.slow_fault
@@ -79,6 +81,50 @@ async def test_leader_blackholed_longer_than_the_lease_evicts_nothing_more(
     row.created = row.bound = 1
     row.recovery = round(took_over, 2)
     row.note = f"old leader stepped down {a_last_leading - cut:.2f}s after the cut; it evicted nothing more"
+
+
+async def test_kill_9_of_the_leader_between_evictions_the_standby_finishes_and_no_pod_goes_twice(
+    scene: Scene, fault_report: FaultReport
+) -> None:
+    row = fault_report.row("kill -9 of the leading descheduler between evictions")
+    names = [f"p{i}" for i in range(4)]
+    for i, name in enumerate(names):  # 4 x 0.3 cores never relieve the node: one eviction per hot round each
+        await scene.pods(name, usage="cpu=300m", owner=f"w{i}")
+    a = await scene.start(*LEASE, "--identity", "descheduler-a")
+    b = await scene.start(*LEASE, "--identity", "descheduler-b")
+    await eventually(lambda: _count_terminating(scene, names, 1), timeout=60, what="the first eviction")
+    assert a.process is not None
+    await a.process.kill()
+    killed = time.monotonic()
+    await eventually(lambda: _is(b, "leader"), timeout=15, what="the standby leads")
+    took_over = time.monotonic() - killed
+    await eventually(lambda: _count_terminating(scene, names, len(names)), timeout=60, what="every pod evicted")
+    events = await scene.core.list_namespaced_event(scene.namespace, field_selector="reason=LoadAwareDescheduled")
+    per_pod = [e.involved_object.name for e in events.items]
+    assert len(per_pod) == len(set(per_pod)), f"a pod evicted twice: {per_pod}"
+    assert "descheduler-b" in {e.reporting_instance for e in events.items}
+    row.created, row.bound = len(names), len(set(per_pod))
+    row.recovery = round(took_over, 2)
+    row.note = "every pod evicted once (one Event each); the standby finished"
+
+
+async def test_api_server_restart_the_descheduler_evicts_again_once_it_is_back(
+    scene: Scene, cluster: LocalCluster, fault_report: FaultReport
+) -> None:
+    row = fault_report.row("API server restart (3s down) under the descheduler")
+    proc = await scene.start(*LEASE)
+    await eventually(lambda: _is(proc, "leader"), timeout=15, what="it leads")
+    await restart_apiserver(cluster, down_for=3.0)
+    back = time.monotonic()
+    await scene.pods("after", usage="cpu=3")
+    await eventually(lambda: _terminating(scene, "after"), timeout=60, what="an eviction after the restart")
+    assert proc.process is not None and proc.process.running, "the descheduler died with the API server"
+    row.created = row.bound = 1
+    row.recovery = round(time.monotonic() - back, 2)
+
+
+async def _count_terminating(scene: Scene, names: list[str], at_least: int) -> bool:
+    return sum([await _terminating(scene, n) for n in names]) >= at_least
 
 
 async def _terminating(scene: Scene, name: str) -> bool:
