@@ -220,10 +220,8 @@ class Descheduler:
         result = await self.evictor.evict(e, term)
         self.metrics.evictions.labels(e.metric, result).inc()
         if result == "pdb":
-            self._log.warning(
-                f"pdb-{e.pod.key}",
-                "eviction refused by a disruption budget (429): retried in a later round",
-                pod=e.pod.key,
+            self._log.warning(  # counted every time (evictions_total{result="pdb"}), logged once
+                "pdb", "eviction refused by a disruption budget (429): retried in a later round", pod=e.pod.key
             )
         if result == "evicted":
             self.evicted.append(Evicted(e.node, time.time(), usage.get(e.pod.key, PodUsage(0.0, 0.0))))
