@@ -148,7 +148,9 @@ async def placed(api: client.ApiClient, group: str) -> tuple[dict[str, int], int
 
 
 async def experiment(replicas: int, interval: float) -> list[Run]:
-    sandbox = Sandbox(fleet=fleet(), mode="second", scheduler_config=SCHEDULER_CONFIG)
+    # placement only: the descheduler would move the compared schedulers' pods afterwards
+    services = ("event-recorder", "annotator", "scheduler")
+    sandbox = Sandbox(fleet=fleet(), mode="second", scheduler_config=SCHEDULER_CONFIG, services=services)
     print("starting the sandbox...", flush=True)
     await sandbox.start()
     assert sandbox.cluster is not None and sandbox.state is not None

@@ -1,7 +1,8 @@
 """``python -m crane_sandbox`` (``make sandbox``): the development sandbox until Ctrl-C.
 
 A real control plane (etcd, kube-apiserver, kube-controller-manager), KWOK's simulated kubelets, a simulated
-node-exporter fleet with uneven base load, Prometheus, and the three services. By default crane-scheduler serves
+node-exporter fleet with uneven base load (and each pod's cAdvisor series), Prometheus, and the services
+(event-recorder, annotator, scheduler, descheduler). By default crane-scheduler serves
 ``default-scheduler`` ("replace" mode, so any Deployment is scheduled by it unchanged); ``--mode second`` runs it
 as a second scheduler (``schedulerName: crane-scheduler``) beside the real kube-scheduler.
 """

@@ -1,4 +1,5 @@
-"""HTTP exporter serving the simulated fleet as node-exporter series, split into shards.
+"""HTTP exporter serving the simulated fleet as node-exporter series (and each Running pod's cAdvisor-like
+``container_*`` series, in its node's shard), split into shards.
 
 One Python scrape of 5000 nodes takes about a second, longer than the 1 s scrape interval the fast rules use;
 so the fleet is split over ``/metrics/shard/<i>`` paths (at most ``shard_size`` nodes each) that Prometheus
@@ -49,12 +50,23 @@ class _SamplesCollector:
         total = GaugeMetricFamily(
             "node_memory_MemTotal_bytes", "Memory information field MemTotal_bytes.", labels=["instance"]
         )
+        labels = ["namespace", "pod", "container", "node"]
+        pod_cpu = CounterMetricFamily(
+            "container_cpu_usage_seconds_total", "Cumulative cpu time consumed in seconds (cAdvisor).", labels=labels
+        )
+        pod_memory = GaugeMetricFamily(
+            "container_memory_working_set_bytes", "Current working set in bytes (cAdvisor).", labels=labels
+        )
         for s in self._samples:
             cpu.add_metric([s.instance, "0", "idle"], s.cpu_idle_seconds, timestamp=s.at)
             cpu.add_metric([s.instance, "0", "user"], s.cpu_user_seconds, timestamp=s.at)
             available.add_metric([s.instance], s.mem_available_bytes)
             total.add_metric([s.instance], s.mem_total_bytes)
-        return [cpu, available, total]
+            for p in s.pods:
+                key = [p.namespace, p.pod, p.container, p.node]
+                pod_cpu.add_metric(key, p.cpu_seconds, timestamp=s.at)
+                pod_memory.add_metric(key, p.memory_bytes)
+        return [cpu, available, total, pod_cpu, pod_memory]
 
 
 def render(samples: Sequence[NodeSample]) -> bytes:

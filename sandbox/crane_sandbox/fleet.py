@@ -220,7 +220,10 @@ class BoundPod:
     cpu_cores: float
     memory_bytes: int
     name: str = ""
+    """``namespace/name``"""
     annotation_error: str | None = None
+    container: str = ""
+    """the first container's name: the pod's usage is exported as this container's cAdvisor series"""
 
 
 def _get(obj: Mapping[str, Any] | None, camel: str) -> Any:
@@ -286,6 +289,7 @@ def bound_pod(pod: Mapping[str, Any] | Any) -> BoundPod | None:
         memory_bytes=memory,
         name=f"{_get(meta, 'namespace') or ''}/{_get(meta, 'name') or ''}",
         annotation_error=error,
+        container=str(_get((_get(spec, "containers") or [{}])[0], "name") or "main"),
     )
 
 
@@ -294,6 +298,18 @@ def pod_uid(pod: Mapping[str, Any] | Any) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- state
+
+
+@dataclass(frozen=True)
+class PodSample:
+    """A Running pod's cAdvisor-like series: CPU seconds used so far and its memory working set."""
+
+    namespace: str
+    pod: str
+    container: str
+    node: str
+    cpu_seconds: float
+    memory_bytes: int
 
 
 @dataclass(frozen=True)
@@ -306,6 +322,7 @@ class NodeSample:
     cpu_user_seconds: float
     mem_total_bytes: int
     mem_available_bytes: int
+    pods: tuple[PodSample, ...] = ()
 
 
 @dataclass
@@ -327,6 +344,11 @@ class FleetState:
     grows at ``1 - cpu_fraction`` seconds per second: the upstream rule takes ``avg by (instance)`` of the
     idle rate over CPUs, so a single CPU whose idle rate is ``1 - cpu_fraction`` gives exactly the node's busy
     percentage (a real node's N CPUs average to the same number).
+
+    Each Running pod also has a CPU-seconds counter growing at its usage, exported with its memory as cAdvisor's
+    ``container_cpu_usage_seconds_total`` and ``container_memory_working_set_bytes`` (what the descheduler reads).
+    A pod's ``sandbox.crane.io/usage`` annotation changed on a Running pod changes both its node's and its own
+    series from that instant on.
     """
 
     def __init__(
@@ -343,6 +365,7 @@ class FleetState:
         self._pods: dict[str, BoundPod] = {}
         self._by_node: dict[str, dict[str, BoundPod]] = {}
         self._used: dict[str, tuple[float, int]] = {}
+        self._pod_cpu: dict[str, float] = {}
         for node in nodes:
             self.add_node(node, now=self._last)
 
@@ -376,6 +399,11 @@ class FleetState:
         if uid in self._pods:
             self.advance(now)
             self._drop(uid)
+            self._pod_cpu.pop(uid, None)
+
+    def pod_cpu_seconds(self, uid: str) -> float:
+        """A pod's CPU-seconds counter as of the last ``advance``."""
+        return self._pod_cpu.get(uid, 0.0)
 
     def resync(self, pods: Iterable[Mapping[str, Any] | Any], now: float | None = None) -> list[BoundPod]:
         """Replace all pods with a fresh listing (pods deleted while the watch was down disappear)."""
@@ -389,6 +417,7 @@ class FleetState:
                 result.append(bound)
         for uid in set(self._pods) - seen:
             self._drop(uid)
+            self._pod_cpu.pop(uid, None)
         return result
 
     def usage(self, node: str) -> tuple[float, float]:
@@ -413,6 +442,8 @@ class FleetState:
             busy = self.usage(name)[0]
             counters.idle += dt * (1.0 - busy)
             counters.user += dt * busy
+        for uid, pod in self._pods.items():
+            self._pod_cpu[uid] = self._pod_cpu.get(uid, 0.0) + dt * pod.cpu_cores
         self._last = now
 
     def cpu_seconds(self, node: str) -> tuple[float, float]:
@@ -436,9 +467,14 @@ class FleetState:
                     cpu_user_seconds=c.user,
                     mem_total_bytes=spec.memory_bytes,
                     mem_available_bytes=round(spec.memory_bytes * (1.0 - mem_fraction)),
+                    pods=tuple(self._pod_sample(uid, p) for uid, p in self._by_node.get(name, {}).items()),
                 )
             )
         return result
+
+    def _pod_sample(self, uid: str, pod: BoundPod) -> PodSample:
+        namespace, _, name = pod.name.partition("/")
+        return PodSample(namespace, name, pod.container, pod.node, self._pod_cpu.get(uid, 0.0), pod.memory_bytes)
 
     def _drop(self, uid: str) -> None:
         old = self._pods.pop(uid, None)

@@ -26,7 +26,7 @@ from crane_sandbox.cluster import REPO_ROOT, LocalCluster
 from crane_shared.kube import api_client_from_dict
 
 CHART = REPO_ROOT / "deploy" / "helm" / "crane-scheduler"
-SERVICES = ("event-recorder", "annotator", "scheduler", "extender")
+SERVICES = ("event-recorder", "annotator", "scheduler", "extender", "descheduler")
 RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 DEFAULT_NAMESPACE = "crane-services"
 CHART_VALUES = (

@@ -110,6 +110,17 @@ def sandbox_scheduler_config(names: tuple[str, ...]) -> str:
 
 UPSTREAM_STYLE = "crane-upstream-style"
 
+SANDBOX_DESCHEDULER_POLICY = """\
+# crane-descheduler's defaults, faster: a round every 5 s (--interval), pods may go once 20 s old, a node is hot
+# after 3 hot rounds in a row; thresholds are the scheduler policy's (the file above).
+apiVersion: descheduler.policy.crane.io/v1alpha1
+kind: LoadAwareDeschedulerPolicy
+spec:
+  anomaly: {consecutiveAbnormalities: 3, consecutiveNormalities: 2}
+  evictable: {minPodAge: 20s}
+  limits: {maxPerNodePerRound: 1, maxPerNamespacePerRound: 2, maxUnavailablePerWorkload: 1, maxPerMinute: 10}
+"""
+
 
 def comparison_config(**ours: Any) -> str:
     """crane-scheduler's configuration for comparing it with upstream's behaviour on one cluster (the seed
@@ -181,7 +192,7 @@ class Sandbox:
     topologies: int = 0
     """NRT objects published"""
     """KubeSchedulerConfiguration text; ``{policy}`` is replaced by the policy file's path"""
-    services: tuple[str, ...] = ("event-recorder", "annotator", "scheduler")
+    services: tuple[str, ...] = ("event-recorder", "annotator", "scheduler", "descheduler")
     cluster: LocalCluster | None = None
     kwok: KwokController | None = None
     kube_scheduler: ManagedProcess | None = None
@@ -199,6 +210,10 @@ class Sandbox:
     @property
     def policy_path(self) -> Path:
         return self.run_dir / "policy.yaml"
+
+    @property
+    def descheduler_policy_path(self) -> Path:
+        return self.run_dir / "descheduler-policy.yaml"
 
     @property
     def scheduler_config_path(self) -> Path:
@@ -251,6 +266,7 @@ class Sandbox:
             self._follower = PodFollower(self._api, state)
             self._follower.start()
             self.policy_path.write_text(SANDBOX_POLICY)
+            self.descheduler_policy_path.write_text(SANDBOX_DESCHEDULER_POLICY)
             if self.scheduler_config is None:
                 config = sandbox_scheduler_config(crane_scheduler_names(self.mode))
             else:
@@ -321,6 +337,7 @@ class Sandbox:
                 ],
             ),
             "scheduler": ("crane_scheduler", ["--config", str(self.scheduler_config_path)]),
+            "descheduler": ("crane_descheduler", self.descheduler_args()),
         }
         out = []
         for name in self.services:
@@ -331,6 +348,27 @@ class Sandbox:
                 ServiceSpec(name, module, service_argv(module, self.identities[name].kubeconfig, port, *args), port)
             )
         return out
+
+    def descheduler_args(self) -> list[str]:
+        """crane-descheduler's flags in the sandbox: the sandbox's Prometheus and policies, a round every 5 s."""
+        assert self.prometheus is not None
+        identity = self.identities["descheduler"]
+        return [
+            "--prometheus-url",
+            self.prometheus.url,
+            "--policy",
+            str(self.policy_path),
+            "--descheduler-policy",
+            str(self.descheduler_policy_path),
+            "--interval",
+            "5s",
+            "--usage-window",
+            "10s",
+            "--lease-namespace",
+            identity.namespace,
+            "--lease-name",
+            identity.lease_name,
+        ]
 
     async def _start_service(self, spec: ServiceSpec) -> None:
         if importlib.util.find_spec(f"{spec.module}.__main__") is None:
@@ -407,6 +445,11 @@ class Sandbox:
         lines.append("  kubectl get pods -o wide")
         scheduler = f" --scheduler http://127.0.0.1:{self.ports['scheduler']}" if "scheduler" in self.ports else ""
         lines.append(f"  cranectl nodes --policy {self.policy_path}")
+        if "descheduler" in self.ports:
+            lines += [
+                "  kubectl annotate pod <pod> --overwrite sandbox.crane.io/usage=cpu=6   # make its node hot",
+                f"  cranectl plan --descheduler http://127.0.0.1:{self.ports['descheduler']}   # its last round",
+            ]
         if scheduler:
             lines.append(f"  cranectl explain default/<pod>{scheduler}")
         lines += ["", f"  Prometheus:  {self.prometheus.url}"]

@@ -8,9 +8,7 @@ each naming its field path, so a bad policy refuses to start instead.
 
 from __future__ import annotations
 
-import difflib
 import functools
-import math
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -22,7 +20,8 @@ from typing import Any
 import yaml
 
 from crane_shared.annotations import HOT_VALUE_KEY, AnnotationKeyError, annotation_key
-from crane_shared.durations import DurationError, format_duration, parse_duration
+from crane_shared.durations import format_duration
+from crane_shared.policyyaml import PolicyError, check_keys, describe, duration, number, read_yaml
 
 __all__ = [
     "API_VERSION",
@@ -109,21 +108,9 @@ class DynamicSchedulerPolicy:
         return {period: tuple(names) for period, names in groups.items()}
 
 
-class PolicyError(ValueError):
-    """A policy cannot be used; ``problems`` lists every issue found, each starting with its field path."""
-
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        self.problems = problems
-        super().__init__("\n".join(f"{source}: {problem}" for problem in problems))
-
-
 def parse_policy(text: str, source: str = "<policy>") -> DynamicSchedulerPolicy:
     """Parse and validate policy YAML; ``source`` names it in errors (usually the file path)."""
-    try:
-        document = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
-    except yaml.YAMLError as exc:
-        raise PolicyError(source, [_yaml_problem(exc)]) from None
+    document = read_yaml(text, source)
     problems: list[str] = []
     policy = _read_document(document, problems)
     if problems or policy is None:
@@ -169,59 +156,27 @@ def dump_policy(policy: DynamicSchedulerPolicy) -> str:
     return yaml.safe_dump(document, sort_keys=False)
 
 
-# --- YAML loading -----------------------------------------------------------------------------------------
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate mapping keys, which PyYAML would otherwise silently overwrite."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        try:
-            duplicate = key in seen
-        except TypeError:  # unhashable key: construct_mapping reports it below
-            continue
-        if duplicate:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    if mark is None:
-        return f"invalid YAML: {problem}"
-    return f"line {mark.line + 1}, column {mark.column + 1}: invalid YAML: {problem}"
-
-
 # --- structure --------------------------------------------------------------------------------------------
 
 
 def _read_document(document: object, problems: list[str]) -> DynamicSchedulerPolicy | None:
     if not isinstance(document, dict):
-        problems.append(f"document: must be a mapping with {', '.join(_TOP_KEYS)}, got {_describe(document)}")
+        problems.append(f"document: must be a mapping with {', '.join(_TOP_KEYS)}, got {describe(document)}")
         return None
-    _check_keys(document, "", _TOP_KEYS, problems)
+    check_keys(document, "", _TOP_KEYS, problems)
     for key, expected in (("apiVersion", API_VERSION), ("kind", KIND)):
         if key not in document:
             problems.append(f'{key}: required, must be "{expected}"')
         elif document[key] != expected:
-            problems.append(f'{key}: must be "{expected}", got {_describe(document[key])}')
+            problems.append(f'{key}: must be "{expected}", got {describe(document[key])}')
     spec = document.get("spec")
     if "spec" not in document:
         problems.append("spec: required")
         return None
     if not isinstance(spec, dict):
-        problems.append(f"spec: must be a mapping, got {_describe(spec)}")
+        problems.append(f"spec: must be a mapping, got {describe(spec)}")
         return None
-    _check_keys(spec, "spec", _SPEC_KEYS, problems)
+    check_keys(spec, "spec", _SPEC_KEYS, problems)
     sync = _read_list(spec, "syncPolicy", _read_sync, problems)
     predicate = _read_list(spec, "predicate", _read_predicate, problems)
     priority = _read_list(spec, "priority", _read_priority, problems)
@@ -248,13 +203,13 @@ def _read_list(spec: dict[Any, Any], key: str, read_item: _ItemReader, problems:
     if raw is None:  # absent or written as an empty "key:"
         return []
     if not isinstance(raw, list):
-        problems.append(f"spec.{key}: must be a list, got {_describe(raw)}")
+        problems.append(f"spec.{key}: must be a list, got {describe(raw)}")
         return []
     entries = []
     for index, item in enumerate(raw):
         path = f"spec.{key}[{index}]"
         if not isinstance(item, dict):
-            problems.append(f"{path}: must be a mapping, got {_describe(item)}")
+            problems.append(f"{path}: must be a mapping, got {describe(item)}")
             continue
         first, second = read_item(item, path, problems)
         entries.append((path, first, second))
@@ -266,18 +221,18 @@ def _complete(entries: list[_Entry]) -> list[_Entry]:
 
 
 def _read_sync(item: dict[Any, Any], path: str, problems: list[str]) -> tuple[str | None, timedelta | None]:
-    _check_keys(item, path, ("name", "period"), problems)
-    return _name(item, path, problems), _duration(item, path, "period", problems)
+    check_keys(item, path, ("name", "period"), problems)
+    return _name(item, path, problems), duration(item, path, "period", problems)
 
 
 def _read_predicate(item: dict[Any, Any], path: str, problems: list[str]) -> tuple[str | None, float | None]:
-    _check_keys(item, path, ("name", _THRESHOLD, _THRESHOLD_ALIAS), problems, shown=("name", _THRESHOLD))
+    check_keys(item, path, ("name", _THRESHOLD, _THRESHOLD_ALIAS), problems, shown=("name", _THRESHOLD))
     name = _name(item, path, problems)
     if _THRESHOLD in item and _THRESHOLD_ALIAS in item:
         problems.append(f"{path}.{_THRESHOLD_ALIAS}: is an alias of {_THRESHOLD}; give only one of them")
         return name, None
     key = _THRESHOLD_ALIAS if _THRESHOLD_ALIAS in item else _THRESHOLD
-    limit = _number(item, path, key, problems)
+    limit = number(item, path, key, problems)
     if limit is not None and not 0 <= limit <= 1:
         problems.append(f"{path}.{key}: must be within [0, 1], got {limit:g}")
         return name, None
@@ -285,9 +240,9 @@ def _read_predicate(item: dict[Any, Any], path: str, problems: list[str]) -> tup
 
 
 def _read_priority(item: dict[Any, Any], path: str, problems: list[str]) -> tuple[str | None, float | None]:
-    _check_keys(item, path, ("name", "weight"), problems)
+    check_keys(item, path, ("name", "weight"), problems)
     name = _name(item, path, problems)
-    weight = _number(item, path, "weight", problems)
+    weight = number(item, path, "weight", problems)
     if weight is not None and weight < 0:
         problems.append(f"{path}.weight: must be >= 0, got {weight:g}")
         return name, None
@@ -295,14 +250,14 @@ def _read_priority(item: dict[Any, Any], path: str, problems: list[str]) -> tupl
 
 
 def _read_hot_value(item: dict[Any, Any], path: str, problems: list[str]) -> tuple[timedelta | None, int | None]:
-    _check_keys(item, path, ("timeRange", "count"), problems)
-    time_range = _duration(item, path, "timeRange", problems)
+    check_keys(item, path, ("timeRange", "count"), problems)
+    time_range = duration(item, path, "timeRange", problems)
     raw = item.get("count")
     if "count" not in item:
         problems.append(f"{path}.count: required")
         return time_range, None
     if not isinstance(raw, int) or isinstance(raw, bool):
-        problems.append(f"{path}.count: must be an integer, got {_describe(raw)}")
+        problems.append(f"{path}.count: must be an integer, got {describe(raw)}")
         return time_range, None
     if raw <= 0:
         problems.append(f"{path}.count: must be > 0, got {raw}")
@@ -313,70 +268,18 @@ def _read_hot_value(item: dict[Any, Any], path: str, problems: list[str]) -> tup
 # --- fields -----------------------------------------------------------------------------------------------
 
 
-def _check_keys(
-    mapping: Mapping[Any, Any],
-    path: str,
-    allowed: tuple[str, ...],
-    problems: list[str],
-    shown: tuple[str, ...] | None = None,
-) -> None:
-    """Unknown keys are errors: a typo such as ``maxLimitPercnt`` must not silently drop a threshold."""
-    shown = shown or allowed
-    for key in mapping:
-        if key in allowed:
-            continue
-        where = f"{path}.{key}" if path else str(key)
-        close = difflib.get_close_matches(str(key), allowed, n=1)
-        hint = f'did you mean "{close[0]}"?' if close else f"expected one of: {', '.join(shown)}"
-        problems.append(f"{where}: unknown field ({hint})")
-
-
 def _name(item: Mapping[Any, Any], path: str, problems: list[str]) -> str | None:
     if "name" not in item:
         problems.append(f"{path}.name: required")
         return None
     name = item["name"]
     if not isinstance(name, str):
-        problems.append(f"{path}.name: must be a metric name string, got {_describe(name)}")
+        problems.append(f"{path}.name: must be a metric name string, got {describe(name)}")
         return None
     if not name.strip():
         problems.append(f"{path}.name: must not be empty")
         return None
     return name
-
-
-def _duration(item: Mapping[Any, Any], path: str, key: str, problems: list[str]) -> timedelta | None:
-    if key not in item:
-        problems.append(f"{path}.{key}: required")
-        return None
-    raw = item[key]
-    if not isinstance(raw, str):
-        problems.append(f'{path}.{key}: must be a Go duration string like "3m", got {_describe(raw)}')
-        return None
-    try:
-        value = parse_duration(raw)
-    except DurationError as exc:
-        problems.append(f"{path}.{key}: {exc}")
-        return None
-    if value <= timedelta(0):
-        problems.append(f"{path}.{key}: must be > 0, got {raw!r}")
-        return None
-    return value
-
-
-def _number(item: Mapping[Any, Any], path: str, key: str, problems: list[str]) -> float | None:
-    if key not in item:
-        problems.append(f"{path}.{key}: required")
-        return None
-    raw = item[key]
-    if not isinstance(raw, int | float) or isinstance(raw, bool):
-        problems.append(f"{path}.{key}: must be a number, got {_describe(raw)}")
-        return None
-    value = float(raw)
-    if not math.isfinite(value):
-        problems.append(f"{path}.{key}: must be a finite number, got {raw!r}")
-        return None
-    return value
 
 
 def _file_order(problem: str) -> tuple[int, int]:
@@ -385,21 +288,6 @@ def _file_order(problem: str) -> tuple[int, int]:
     if match is None:
         return (0, 0)
     return (1 + _SPEC_KEYS.index(match[1]) if match[1] in _SPEC_KEYS else 0, int(match[2] or -1))
-
-
-def _describe(value: object) -> str:
-    """A value as the YAML author wrote it, so the error can be matched to the file."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return repr(value)
 
 
 # --- cross-field rules ------------------------------------------------------------------------------------

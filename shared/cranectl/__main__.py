@@ -1,5 +1,6 @@
 """cranectl: the operator's tool. ``cranectl explain NS/POD`` asks the scheduler why a pod landed where it did,
-or why it is still pending; ``cranectl nodes`` shows each node's real usage, requests, hot value and freshness.
+or why it is still pending; ``cranectl nodes`` shows each node's real usage, requests, hot value and freshness;
+``cranectl plan`` shows the descheduler's last round (node classes, evictions, pods passed over).
 (The development sandbox is ``python -m crane_sandbox``, not part of this tool.)"""
 
 from __future__ import annotations
@@ -49,19 +50,57 @@ def _nodes(args: argparse.Namespace) -> int:
     return 0
 
 
-def _explain(args: argparse.Namespace) -> int:
-    url = f"{args.scheduler.rstrip('/')}/debug/explain/{args.pod}"
+def _get_json(url: str, what: str, server: str) -> tuple[int, Any]:
+    """(0, body) or (exit code, None) with the reason printed: 1 for an error answer, 2 when unreachable."""
     try:
         with urllib.request.urlopen(url, timeout=10) as resp:
-            body = json.load(resp)
+            return 0, json.load(resp)
     except urllib.error.HTTPError as err:
-        print(f"{args.pod}: {err.read().decode(errors='replace').strip() or err}", file=sys.stderr)
-        return 1
+        print(f"{what}: {err.read().decode(errors='replace').strip() or err}", file=sys.stderr)
+        return 1, None
     except urllib.error.URLError as err:
-        print(f"cannot reach the scheduler at {args.scheduler}: {err.reason}", file=sys.stderr)
-        return 2
+        print(f"cannot reach {server}: {err.reason}", file=sys.stderr)
+        return 2, None
+
+
+def _explain(args: argparse.Namespace) -> int:
+    url = f"{args.scheduler.rstrip('/')}/debug/explain/{args.pod}"
+    code, body = _get_json(url, args.pod, f"the scheduler at {args.scheduler}")
+    if code:
+        return code
     print(json.dumps(body, indent=2) if args.output == "json" else render_explain(body))
     return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    url = f"{args.descheduler.rstrip('/')}/debug/plan"
+    code, body = _get_json(url, "plan", f"the descheduler at {args.descheduler}")
+    if code:
+        return code
+    print(json.dumps(body, indent=2) if args.output == "json" else render_plan(body))
+    return 0
+
+
+def render_plan(body: dict[str, Any]) -> str:
+    """The descheduler's last round: node classes, each planned eviction and its result, pods passed over."""
+    if "classes" not in body:
+        return f"no round yet (leading: {str(body.get('leading', False)).lower()})"
+    lines = [f"round at {body['at']}{' (dry run: nothing evicted)' if body.get('dry_run') else ''}"]
+    for name in ("hot", "normal", "idle", "unknown"):
+        nodes = sorted(n for n, c in body["classes"].items() if c == name)
+        if nodes:
+            shown = [f"{n} ({body['unknown'][n]})" if n in body.get("unknown", {}) else n for n in nodes]
+            lines.append(f"  {name + ':':8} {', '.join(shown)}")
+    lines.append("evictions:" if body["evictions"] else "evictions: none")
+    for e in body["evictions"]:
+        lines.append(
+            f"  {e['pod']:40} from {e['node']}: {e['metric']} {e['value']:.3f} > {e['threshold']:g}"
+            f"  (target e.g. {e['target']})  {e['result']}"
+        )
+    skipped = body.get("skipped") or {}
+    if skipped:
+        lines.append("passed over: " + ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())))
+    return "\n".join(lines)
 
 
 def render_explain(body: dict[str, Any]) -> str:
@@ -115,6 +154,10 @@ def main() -> None:
     ex.add_argument("--scheduler", default="http://127.0.0.1:10261", help="base URL of the scheduler's HTTP server")
     ex.add_argument("-o", "--output", choices=["text", "json"], default="text")
     ex.set_defaults(func=_explain)
+    pl = sub.add_parser("plan", help="the descheduler's last round: node classes, evictions, pods passed over")
+    pl.add_argument("--descheduler", default="http://127.0.0.1:8084", help="base URL of the descheduler's HTTP server")
+    pl.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    pl.set_defaults(func=_plan)
     args = parser.parse_args()
     configure_logging("warning")
     sys.exit(args.func(args))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import sys
 import time
 import uuid
@@ -20,22 +19,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest_asyncio
 from kubernetes_asyncio import client
-from prometheus_client.parser import text_string_to_metric_families
 
 from crane_annotator.writer import HotSupplier, PatchReport
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.exporter import FleetExporter
 from crane_sandbox.fleet import GI, FleetState, SimNode, make_fleet
 from crane_sandbox.pod_follower import create_nodes
-from crane_sandbox.procs import ManagedProcess, free_port
 from crane_sandbox.prometheus import SCRAPE_JOB, PrometheusServer, backfill
 from crane_sandbox.rbac import ServiceIdentity, service_identity
 from crane_shared.annotations import decode
 from tests.support.fleet import scraped_fleet
 from tests.support.policy import UPSTREAM_METRICS, fast_policy
+from tests.support.serviceproc import ServiceProc
 
 SELECTOR_KEY = "crane-test/annotator"
 
@@ -182,13 +179,12 @@ async def running_stack(
         await client.CoreV1Api(kube).delete_collection_node(label_selector=f"{SELECTOR_KEY}={label}")
 
 
-class AnnotatorProc:
+class AnnotatorProc(ServiceProc):
     """``python -m crane_annotator`` with its real flags, as the chart's annotator ServiceAccount ``account`` (its
     Lease: the one the chart grants it), plus readers for its HTTP endpoints."""
 
     def __init__(self, stack: Stack, name: str, redis_url: str, account: ServiceIdentity, *extra: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(name, stack.run_dir)
         argv = [
             sys.executable,
             "-m",
@@ -217,41 +213,7 @@ class AnnotatorProc:
             "500",
             *extra,
         ]
-        self.process = ManagedProcess(name, argv, stack.run_dir / f"{name}-{self.port}.log")
-
-    async def start(self) -> None:
-        await self.process.start()
-        await self.process.wait_ready(self._healthy, timeout=30)
-
-    async def _healthy(self) -> bool:
-        return (await self.get("/healthz"))[0] == 200
-
-    async def get(self, path: str) -> tuple[int, Any]:
-        async with aiohttp.ClientSession() as session, session.get(self.url + path) as resp:
-            text = await resp.text()
-            try:
-                return resp.status, json.loads(text)
-            except ValueError:
-                return resp.status, text
-
-    async def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        """Every sample of /metrics, keyed by (name, sorted labels)."""
-        _, text = await self.get("/metrics")
-        out = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-        return out
-
-    async def metric(self, name: str, **labels: str) -> float | None:
-        return (await self.metrics()).get((name, tuple(sorted(labels.items()))))
-
-    async def leadership(self) -> str:
-        _, body = await self.get("/readyz")
-        return str(body.get("leadership")) if isinstance(body, dict) else "unknown"
-
-    async def stop(self) -> None:
-        await self.process.stop()
+        self.launch(argv)
 
 
 @pytest_asyncio.fixture

@@ -58,7 +58,7 @@ def by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any
     return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
 
 
-TARGETS = ("event-recorder", "annotator", "scheduler", "extender")
+TARGETS = ("event-recorder", "annotator", "scheduler", "extender", "descheduler")
 
 
 def engine(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:

@@ -280,6 +280,28 @@ def test_exposition_has_node_exporter_series_with_read_time() -> None:
     assert len(series) == 8  # 2 nodes x (idle, user, available, total)
 
 
+def test_running_pods_export_cadvisor_series_that_follow_their_usage_annotation() -> None:
+    state = one_node()
+    state.on_pod(pod("a", usage="cpu=1,memory=1Gi", requests=[{"cpu": "2"}]), now=T0)
+    state.on_pod(pod("b", phase="Pending", usage="cpu=3"), now=T0)
+    state.on_pod(pod("a", usage="cpu=3,memory=2Gi", requests=[{"cpu": "2"}]), now=T0 + 10)  # kubectl annotate
+    text = render(state.snapshot(now=T0 + 20)).decode()
+    series = {
+        (s.name, tuple(sorted(s.labels.items()))): (s.value, s.timestamp)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    labels = (("container", "c0"), ("namespace", "ns"), ("node", "node-0001"), ("pod", "a"))
+    # 10 s at 1 core, then 10 s at 3 cores; the pending pod exports nothing
+    assert series[("container_cpu_usage_seconds_total", labels)] == pytest.approx((40.0, T0 + 20))
+    assert series[("container_memory_working_set_bytes", labels)][0] == 2 * GI
+    assert not [k for k in series if ("pod", "b") in k[1]]
+    assert state.usage("node-0001")[0] == pytest.approx(0.1 + 3 / 4)
+    state.remove_pod("a", now=T0 + 30)
+    after = [f.name for f in text_string_to_metric_families(render(state.snapshot(now=T0 + 31)).decode()) if f.samples]
+    assert "container_cpu_usage_seconds" not in after and state.pod_cpu_seconds("a") == 0
+
+
 def test_every_node_lands_in_exactly_one_shard() -> None:
     names = [n.name for n in make_fleet(5000)]
     shards = [shard_of(n, 5) for n in names]

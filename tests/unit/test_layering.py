@@ -22,8 +22,9 @@ SERVICES = {
     "crane_scheduler": ROOT / "services" / "scheduler" / "crane_scheduler",
 }
 SERVICES |= {"crane_extender": ROOT / "services" / "extender" / "crane_extender"}  # once it is its own service
+SERVICES |= {"crane_descheduler": ROOT / "services" / "descheduler" / "crane_descheduler"}
 
-DOMAIN = ["annotations", "bindings", "durations", "events", "hotvalue", "policy", "quantity"]
+DOMAIN = ["annotations", "bindings", "durations", "events", "hotvalue", "labels", "policy", "policyyaml", "quantity"]
 INFRASTRUCTURE = {
     "aiohttp",
     "kubernetes_asyncio",

@@ -2,8 +2,8 @@
 
 Reading order: ``config`` (flags) -> ``app`` (process) -> ``annotator`` (assembly) -> ``rounds`` and
 ``hotloop`` (the loops) -> the pure pieces they call: ``schedule``, ``matching``, ``values``, ``patches``,
-``hot``, ``debounce``; adapters at the edges: ``prometheus``, ``nodes``, ``writer`` (+ ``limiter``), Redis via
-``crane_shared.binding_store``; ``metrics`` and ``debug`` for operators.
+``hot``, ``debounce``; adapters at the edges: ``crane_shared.prometheus``, ``nodes``, ``writer`` (+ ``limiter``),
+Redis via ``crane_shared.binding_store``; ``metrics`` and ``debug`` for operators.
 """
 
 from __future__ import annotations

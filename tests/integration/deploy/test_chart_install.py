@@ -55,6 +55,15 @@ ACCESS: list[tuple[str, str, str, str, str | None, str | None, bool]] = [
     ("scheduler", "patch", "", "nodes", None, None, False),
     ("extender", "watch", "", "nodes", None, None, True),
     ("extender", "patch", "", "nodes", None, None, False),
+    ("descheduler", "create", "", "pods/eviction", "default", None, True),  # the Eviction API only
+    ("descheduler", "delete", "", "pods", "default", None, False),
+    ("descheduler", "patch", "", "pods", "default", None, False),
+    ("descheduler", "watch", "", "pods", None, None, True),
+    ("descheduler", "watch", "policy", "poddisruptionbudgets", None, None, True),
+    ("descheduler", "create", "", "events", "default", None, True),
+    ("descheduler", "patch", "", "nodes", None, None, False),
+    ("descheduler", "update", "coordination.k8s.io", "leases", NS, "crane-descheduler", True),
+    ("descheduler", "update", "coordination.k8s.io", "leases", NS, "crane-scheduler", False),
     ("redis", "list", "", "nodes", None, None, False),
     # delegated /metrics: each service asks the API server about its scrapers' tokens (system:auth-delegator)
     ("scheduler", "create", "authentication.k8s.io", "tokenreviews", None, None, True),
@@ -110,7 +119,13 @@ async def test_chart_installs_and_each_service_account_has_exactly_its_permissio
     assert "STATUS: deployed" in out
     try:
         apps, core = client.AppsV1Api(kube), client.CoreV1Api(kube)
-        services = {"crane-event-recorder", "crane-annotator", "crane-scheduler", "crane-extender"}
+        services = {
+            "crane-event-recorder",
+            "crane-annotator",
+            "crane-scheduler",
+            "crane-extender",
+            "crane-descheduler",
+        }
         assert await _names(apps.list_namespaced_deployment, NS) == services | {"crane-redis"}
         assert await _names(core.list_namespaced_service_account, NS) >= services | {"crane-redis"}
         assert await _names(client.PolicyV1Api(kube).list_namespaced_pod_disruption_budget, NS) == services

@@ -57,6 +57,7 @@ async def test_chart_deployments_become_available_on_kwok_nodes() -> None:
             "crane-annotator",
             "crane-scheduler",
             "crane-extender",
+            "crane-descheduler",
         }
     finally:
         await asyncio.to_thread(helm, "uninstall", "crane", *kubeconfig, "--namespace", "crane-system", check=False)

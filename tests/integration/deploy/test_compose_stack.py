@@ -38,9 +38,9 @@ prefetch("tools", "kwokctl")
 prefetch("tools", "kubectl")
 
 PROJECT = "cranestacktest"
-STARTED = ("kwok", "fleet", "redis", "prometheus", "event-recorder", "annotator", "scheduler")
+STARTED = ("kwok", "fleet", "redis", "prometheus", "event-recorder", "annotator", "scheduler", "descheduler")
 PORTS = {"kwok": 8080, "fleet": 9100, "redis": 6379, "prometheus": 9090, "event-recorder": 8081, "annotator": 8082}
-PORTS |= {"scheduler": 10261}
+PORTS |= {"scheduler": 10261, "descheduler": 8084}
 ENDPOINTS = {
     "kwok": "http://127.0.0.1:8080/readyz",
     "fleet": "http://127.0.0.1:9100/metrics",
@@ -48,6 +48,7 @@ ENDPOINTS = {
     "event-recorder": "http://127.0.0.1:8081/readyz",
     "annotator": "http://127.0.0.1:8082/healthz",
     "scheduler": "http://127.0.0.1:10261/readyz",
+    "descheduler": "http://127.0.0.1:8084/readyz",
 }
 REPLICAS = 6
 
@@ -89,7 +90,7 @@ async def test_compose_local_stack_comes_up_and_schedules_records_and_annotates(
     await api.start()
     override = tmp_path / "override.yml"
     swap = {"kwok": kwok_cluster, "fleet": fleet_image} | {k: standins[k] for k in ("redis", "prometheus")}
-    swap |= {name: images[name] for name in ("event-recorder", "annotator", "scheduler")}
+    swap |= {name: images[name] for name in ("event-recorder", "annotator", "scheduler", "descheduler")}
     override.write_text(yaml.safe_dump({"services": {k: {"image": v} for k, v in swap.items()}}))
     files = ["-p", PROJECT, "-f", str(REPO / "docker-compose.yml"), "-f", str(override)]
     env = {**os.environ, "DOCKER_HOST": f"unix://{socket}"}

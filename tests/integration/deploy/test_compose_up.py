@@ -31,6 +31,7 @@ ENDPOINTS = {
     "event-recorder": "http://127.0.0.1:8081/readyz",
     "annotator": "http://127.0.0.1:8082/healthz",
     "scheduler": "http://127.0.0.1:10261/readyz",
+    "descheduler": "http://127.0.0.1:8084/healthz",
     "prometheus": "http://127.0.0.1:9090/-/ready",
 }
 
@@ -66,7 +67,7 @@ async def test_compose_cluster_file_comes_up_and_schedules(
     await api.start()
     override = tmp_path / "override.yml"
     services = {"redis": standins["redis"], "prometheus": standins["prometheus"]}
-    services |= {name: images[name] for name in ("event-recorder", "annotator", "scheduler")}
+    services |= {name: images[name] for name in ("event-recorder", "annotator", "scheduler", "descheduler")}
     override.write_text(yaml.safe_dump({"services": {k: {"image": v} for k, v in services.items()}}))
     env = {
         **os.environ,
@@ -98,7 +99,7 @@ async def test_compose_cluster_file_comes_up_and_schedules(
         ps = podman("ps", "--filter", f"label=com.docker.compose.project={PROJECT}", "--format", "{{.Names}}")
         running = sorted(ps.stdout.split())
         print("compose services up:", running)
-        assert len(running) == 5, running
+        assert len(running) == 6, running
 
         # the stack does its job: crane-scheduler binds a pod, the event-recorder records the binding in Redis
         # the pod is pinned to a node tainted for this test alone: the cluster is shared with other tests, and a

@@ -1,11 +1,11 @@
 """Every panel of the shipped Grafana dashboards, evaluated against a real Prometheus scraping the real stack.
 
-The stack is the sandbox (API server, Redis, the simulated node-exporter fleet, event-recorder, annotator and
-scheduler as processes with their real command lines) plus kube-state-metrics built from its Go module, and a
-Prometheus configured as a user would: the recording rules, the shipped alert rules, and scrape jobs for the fleet,
-kube-state-metrics and the three services. A small workload runs (pods placed by crane-scheduler, one that fits
-nowhere, one malformed Scheduled event) and then each panel query must return data, as Grafana would ask for it
-(a range query over the last minutes).
+The stack is the sandbox (API server, Redis, the simulated node-exporter fleet, event-recorder, annotator,
+scheduler and descheduler as processes with their real command lines) plus kube-state-metrics built from its Go
+module, and a Prometheus configured as a user would: the recording rules, the shipped alert rules, and scrape jobs
+for the fleet, kube-state-metrics and the services. A small workload runs (pods placed by crane-scheduler, one
+that fits nowhere, one malformed Scheduled event) and then each panel query must return data, as Grafana would
+ask for it (a range query over the last minutes).
 """
 
 from __future__ import annotations

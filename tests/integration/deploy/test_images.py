@@ -5,7 +5,8 @@ No registry is reachable here, so the images are built on a local base image mad
 container runs non-root (UID 65532), with a read-only root filesystem, host networking, its production flags, and
 the credentials of its own ServiceAccount from the Helm chart (so the chart's RBAC is exercised by the real
 services): the scheduler binds a pod, the event-recorder records that binding in Redis, the annotator writes the
-node's hot value from it and its load from Prometheus, and the extender answers a filter request from its node cache.
+node's hot value from it and its load from Prometheus, the extender answers a filter request from its node cache,
+and the descheduler runs its rounds (dry run: the cluster is shared).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 from kubernetes_asyncio import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.exporter import FleetExporter
@@ -236,6 +238,21 @@ async def test_each_image_does_its_job_against_the_api_server_and_redis(
                     "--node-cache",
                 )
             )
+            stack.enter_context(
+                container(
+                    "crane-test-descheduler",
+                    images["descheduler"],
+                    mounts("descheduler"),
+                    *common,
+                    f"--port={ports['descheduler']}",
+                    "--policy=/etc/crane/policy.yaml",
+                    f"--prometheus-url={prometheus.url}",
+                    f"--lease-namespace={NS}",
+                    "--lease-name=crane-descheduler",
+                    "--interval=1s",
+                    "--dry-run",  # the cluster is shared: plan, evict nothing
+                )
+            )
             for svc, port in ports.items():
                 url = f"http://127.0.0.1:{port}/readyz"
                 await wait_for(functools.partial(_ok, url), timeout=90, what=f"{svc} ready")
@@ -279,6 +296,21 @@ async def test_each_image_does_its_job_against_the_api_server_and_redis(
             ):
                 body = await resp.json(content_type=None)
             assert resp.status == 200 and body.get("NodeNames") == [NODE], body
+
+            # descheduler: rounds run with its token (nodes, pods, PDBs listed; its Lease; Prometheus queried)
+            async def rounds() -> float | None:
+                async with (
+                    aiohttp.ClientSession() as s,
+                    s.get(f"http://127.0.0.1:{ports['descheduler']}/metrics") as resp,
+                ):
+                    text = await resp.text()
+                for family in text_string_to_metric_families(text):
+                    for sample in family.samples:
+                        if sample.name == "crane_descheduler_rounds_total" and sample.labels == {"result": "planned"}:
+                            return sample.value or None
+                return None
+
+            assert await wait_for(rounds, timeout=60, what="a round of the descheduler image")
     finally:
         await r.aclose()
         await prometheus.stop()

@@ -195,6 +195,51 @@ async def test_a_job_completes(api: client.ApiClient, ns: str) -> None:
     assert job["status"]["succeeded"] == 3
 
 
+async def test_the_descheduler_relieves_a_hot_node_and_the_scheduler_keeps_the_replacement_off_it(
+    sandbox: Sandbox, api: client.ApiClient, ns: str
+) -> None:
+    """The loop closed with the real parts: a pod that is not recreated (``hog``) makes a node hot through its
+    ``sandbox.crane.io/usage``; the annotator publishes it, the descheduler evicts the Deployment's pod there
+    (Eviction API, Event), kube-controller-manager recreates it, and crane-scheduler's Dynamic filter keeps the
+    replacement off the node, which stays hot (the hog is spared: no controller would recreate it)."""
+    v1, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    # BestEffort (no requests) and using half a core: the first victim among the node's priority-0 pods, which the
+    # module's earlier tests left there too
+    moved = template("moved")
+    moved["metadata"]["annotations"] = {"sandbox.crane.io/usage": "cpu=500m"}
+    del moved["spec"]["containers"][0]["resources"]
+    spec = {"replicas": 1, "selector": {"matchLabels": {"app": "moved"}}, "template": moved}
+    await apps.create_namespaced_deployment(ns, {"metadata": {"name": "moved"}, "spec": spec})
+    [first] = await all_running(api, ns, "moved", 1, timeout=90)
+    hot = first["spec"]["nodeName"]
+    hog = template("hog") | {"metadata": {"name": "hog", "annotations": {"sandbox.crane.io/usage": "cpu=6"}}}
+    hog["spec"]["nodeName"] = hot
+    await v1.create_namespaced_pod(ns, hog)
+    try:
+
+        async def relieved() -> list[dict[str, Any]] | None:
+            items = [p for p in await pods(api, ns, "moved") if running(p)]
+            return items if len(items) == 1 and items[0]["spec"]["nodeName"] != hot else None
+
+        # debounce (3 rounds of 5 s), the pod's minimum age (20 s)
+        replaced = await eventually(relieved, 150, f"the replica off the hot node {hot}", interval=0.5)
+
+        async def explained() -> list[dict[str, Any]]:
+            events = await raw_json(
+                v1.list_namespaced_event(ns, field_selector="reason=LoadAwareDescheduled", _preload_content=False)
+            )
+            return list(events["items"])
+
+        items = await eventually(explained, 30, "the evictions' Events", interval=0.25)
+        assert [e["involvedObject"]["name"] for e in items] == [first["metadata"]["name"]]
+        assert f"evicted from node {hot}: " in items[0]["message"]
+        assert replaced[0]["metadata"]["name"] != first["metadata"]["name"]  # a new pod, placed elsewhere
+        hog_now = await raw_json(v1.read_namespaced_pod("hog", ns, _preload_content=False))
+        assert running(hog_now) and hog_now["spec"]["nodeName"] == hot
+    finally:
+        await v1.delete_namespaced_pod("hog", ns)
+
+
 async def test_cranectl_nodes_shows_the_annotated_real_load(sandbox: Sandbox) -> None:
     """The user's view of the sandbox: every node with a usage from the annotator, its base load (uneven)."""
     assert sandbox.cluster is not None and sandbox.state is not None

@@ -7,11 +7,11 @@ import pytest
 from crane_annotator.matching import (
     MatchKind,
     NodeAddresses,
-    Series,
     address_index,
     match_series,
     split_instance,
 )
+from crane_shared.prometheus import Series
 
 NODES = [
     NodeAddresses("node-a", ("10.0.0.1",), ("host-a",)),

@@ -25,7 +25,7 @@ EXTERNAL_REDIS = [
     "redis.tls.caSecret=redis-ca,prometheus.url=https://prom.example,prometheus.tls.caSecret=prom-ca,"
     "prometheus.bearerTokenSecret=prom-token",
 ]
-SERVICES = ("event-recorder", "annotator", "scheduler", "extender")
+SERVICES = ("event-recorder", "annotator", "scheduler", "extender", "descheduler")
 
 
 def test_helm_lint_passes_for_the_default_and_the_full_configuration() -> None:
@@ -99,6 +99,13 @@ def test_rbac_is_least_privilege_per_service() -> None:
             ("resource.k8s.io", "deviceclasses", "watch"),
         },
         "crane-extender": {("", "nodes", "list"), ("", "nodes", "watch")},
+        "crane-descheduler": {
+            ("", "nodes", "list"),
+            ("", "pods", "watch"),
+            ("", "pods/eviction", "create"),  # the Eviction API only: PDBs honoured, never a delete
+            ("policy", "poddisruptionbudgets", "watch"),
+            ("", "events", "create"),
+        },
         "crane-redis": set(),
     }
     for sa, must in allowed.items():
@@ -121,8 +128,12 @@ def test_rbac_is_least_privilege_per_service() -> None:
                     resource,
                     verb,
                 )
+    descheduler = {
+        (r, v) for rule in _rules_of(objects, "crane-descheduler") for r in rule["resources"] for v in rule["verbs"]
+    }
+    assert ("pods", "delete") not in descheduler and ("pods", "patch") not in descheduler
     # Lease access: create, then only their own Lease by name.
-    for sa in ("crane-annotator", "crane-scheduler"):
+    for sa in ("crane-annotator", "crane-scheduler", "crane-descheduler"):
         lease_rules = [r for r in _rules_of(objects, sa) if r["resources"] == ["leases"]]
         named = [r for r in lease_rules if "update" in r["verbs"]]
         assert named and all(r.get("resourceNames") == [sa] for r in named), (sa, lease_rules)

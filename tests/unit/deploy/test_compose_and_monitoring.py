@@ -13,7 +13,7 @@ import yaml
 
 from tests.support.deploy import ALERTS, CHART, DASHBOARDS, REPO
 
-SERVICES = {"event-recorder", "annotator", "scheduler"}
+SERVICES = {"event-recorder", "annotator", "scheduler", "descheduler"}
 
 
 def compose_config(file: str) -> dict[str, Any]:
@@ -139,6 +139,15 @@ def test_cluster_load_dashboard_shows_what_the_product_is_for() -> None:
         "crane_scheduler_dynamic_policy_threshold",
     ):
         assert needle in exprs, needle
+
+
+def test_services_dashboard_shows_the_descheduler_evictions_and_node_classes() -> None:
+    dash = json.loads((DASHBOARDS / "crane-services.json").read_text())
+    exprs = {p["title"]: " ".join(t["expr"] for t in p.get("targets", [])) for p in dash["panels"]}
+    assert "crane_descheduler_evictions_total" in exprs["Evictions /s by result"]
+    assert "by (result)" in exprs["Evictions /s by result"]
+    assert "max by (class) (crane_descheduler_nodes)" in exprs["Nodes per class"]
+    assert "descheduler" in exprs["Services up"]
 
 
 def test_grafana_provisioning_points_at_the_shipped_dashboards() -> None:

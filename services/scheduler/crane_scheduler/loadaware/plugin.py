@@ -14,7 +14,6 @@ applies to the next pod; an invalid one is refused with a logged reason and the 
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -42,7 +41,8 @@ from crane_shared.loadaware.dynamic import (
 )
 from crane_shared.loadaware.podsize import is_daemonset_pod, pod_size
 from crane_shared.logs import LogOnce, get_logger
-from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, load_policy, policy_or_default
+from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, default_policy, load_policy
+from crane_shared.policyfile import PolicyFile
 
 NAME = "Dynamic"
 RELOAD_CHECK_INTERVAL = 2.0
@@ -90,47 +90,6 @@ def estimated_resources(pod: PodInfo) -> tuple[float, float]:
     return size.cpu, size.memory
 
 
-class PolicyFile:
-    """The policy file and the stat signature it was loaded at; ``reload`` returns a new valid policy or None."""
-
-    def __init__(self, path: str | None, reloads: Counter | None = None) -> None:
-        self.path = path
-        self._reloads = reloads
-        self.policy = policy_or_default(path)
-        self._signature = self._stat()
-        self._refused: tuple[int, int, int] | None = None
-
-    def _stat(self) -> tuple[int, int, int] | None:
-        if not self.path:
-            return None
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-    def reload(self) -> DynamicSchedulerPolicy | None:
-        signature = self._stat()
-        if self.path is None or signature is None or signature == self._signature or signature == self._refused:
-            return None
-        try:
-            policy = load_policy(self.path)
-        except PolicyError as err:
-            self._refused = signature
-            if self._reloads is not None:
-                self._reloads.labels("invalid").inc()
-            log.error(
-                "policy file changed but is invalid; keeping the previous policy", path=self.path, problems=str(err)
-            )
-            return None
-        self._signature = signature
-        self.policy = policy
-        if self._reloads is not None:
-            self._reloads.labels("applied").inc()
-        log.info("policy reloaded", path=self.path)
-        return policy
-
-
 class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueExtensions, fwk.ExplainPlugin):
     name = NAME
     # PodBlindFilterPlugin: annotations and own recent bindings, not the pod accounting a what-if moves
@@ -142,7 +101,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         self.wall_clock = wall_clock
         self.metrics = DynamicMetrics(handle.metrics)
         try:
-            self.policy_file = PolicyFile(args.policy_path, self.metrics.reloads)
+            self.policy_file = PolicyFile(args.policy_path, load_policy, default_policy, self.metrics.reloads)
         except PolicyError as err:  # reported with the config's field path, like every other bad arg
             raise fwk.ArgsError([("policyConfigPath", str(err))]) from err
         self._thresholds = export_thresholds(self.metrics.thresholds, handle.profile, self.policy_file.policy, set())

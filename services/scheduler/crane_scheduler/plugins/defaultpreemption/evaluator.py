@@ -36,8 +36,8 @@ from crane_scheduler.framework.runtime import nominated_records
 from crane_scheduler.framework.types import Code, CycleState, Rejection
 from crane_scheduler.nodetable import Mask, NodeTable, PodRecord
 from crane_scheduler.plugins.noderesources import TOO_MANY_PODS, insufficient
-from crane_scheduler.plugins.volumebinding.binder import _label_selector_matches
 from crane_scheduler.podinfo import PODS, PodInfo
+from crane_shared.labels import label_selector_matches as _label_selector_matches
 
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"

@@ -20,6 +20,7 @@ from crane_scheduler.listers import Listers, Obj
 from crane_scheduler.nodetable import Mask, NodeTable
 from crane_scheduler.plugins.nodeaffinity import term_mask
 from crane_scheduler.podinfo import PodInfo, Requirement, SelectorTerm, parse_term
+from crane_shared.labels import label_selector_matches as _label_selector_matches
 from crane_shared.quantity import quantity
 
 ANN_BIND_COMPLETED = "pv.kubernetes.io/bind-completed"
@@ -237,25 +238,6 @@ def bound_to_claim(pv: Mapping[str, Any], pvc: Mapping[str, Any]) -> bool:
     if ref.get("name") != m.get("name") or ref.get("namespace") != m.get("namespace"):
         return False
     return not ref.get("uid") or ref.get("uid") == m.get("uid")
-
-
-def _label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    if selector is None:
-        return True
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for e in selector.get("matchExpressions") or ():
-        key, op, values = e.get("key", ""), e.get("operator", ""), e.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
 
 
 def _node_independent_fit(pvc: Mapping[str, Any], pv: Mapping[str, Any]) -> bool:

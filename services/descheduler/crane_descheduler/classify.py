@@ -1,0 +1,91 @@
+"""Node classes per round, and the debounce that makes a node hot only after it stayed hot.
+
+A round reads each node's load annotations with the scheduler's own decoder (``crane_shared.loadaware.dynamic.
+node_load``: the same freshness windows, skew and malformed-value rules), then:
+
+- ``unknown`` when a metric of its pool is missing, stale, future-dated or malformed: never acted on, and its
+  debounce starts over (a node must be seen hot K times on good data in a row);
+- ``hot`` when a metric is strictly above its high threshold (the scheduler's Dynamic filter compares strictly
+  too), ``idle`` when every metric is strictly below its low threshold, else ``normal``.
+
+The debounce (koordinator's anomaly detector): a node is *confirmed* hot after ``hot_rounds`` consecutive hot
+rounds and cools after ``normal_rounds`` consecutive rounds that are not hot. Evictions need both a confirmed hot
+node and a hot reading this round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from crane_descheduler.policy import AnomalyCondition, NodePool
+from crane_shared.loadaware.dynamic import DynamicArgs, NodeLoad, node_load
+
+RawClass = Literal["hot", "normal", "idle", "unknown"]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One round's view of a node: its class, usage per pool metric, and why it is unknown (if it is)."""
+
+    node: str
+    raw: RawClass
+    usage: Mapping[str, float]
+    load: NodeLoad
+    problem: str | None = None
+
+    def over(self, pool: NodePool) -> dict[str, float]:
+        """metric -> usage for the metrics above their high threshold."""
+        return {m: u for m, u in self.usage.items() if m in pool.high and u > pool.high[m]}
+
+
+def read_node(
+    node: str, annotations: Mapping[str, str] | None, pool: NodePool, args: DynamicArgs, now: datetime
+) -> Reading:
+    load = node_load(node, annotations, args, now)
+    usage: dict[str, float] = {}
+    for metric in pool.high:
+        reading = load.readings.get(metric)
+        if reading is None or reading.state != "fresh" or reading.usage is None:
+            state = reading.state if reading else "missing"
+            detail = f": {reading.error}" if reading and reading.error else ""
+            return Reading(node, "unknown", {}, load, f"{metric} is {state}{detail}")
+        usage[metric] = reading.usage
+    if any(value > pool.high[m] for m, value in usage.items()):
+        return Reading(node, "hot", usage, load)
+    if all(value < pool.low.get(m, 0.0) for m, value in usage.items()):
+        return Reading(node, "idle", usage, load)
+    return Reading(node, "normal", usage, load)
+
+
+@dataclass(frozen=True)
+class Detector:
+    """The debounce state of one node: ``hot`` once confirmed, ``streak`` rounds that contradicted it so far."""
+
+    hot: bool = False
+    streak: int = 0
+
+
+def step(detector: Detector, raw: RawClass, condition: AnomalyCondition) -> Detector:
+    if raw == "unknown":
+        return Detector()
+    contradicts = (raw == "hot") != detector.hot
+    if not contradicts:
+        return Detector(detector.hot, 0)
+    streak = detector.streak + 1
+    needed = condition.normal_rounds if detector.hot else condition.hot_rounds
+    if streak >= needed:
+        return Detector(not detector.hot, 0)
+    return Detector(detector.hot, streak)
+
+
+def node_class(detector: Detector, raw: RawClass) -> RawClass:
+    """The class reported for a node: ``hot`` while confirmed (even on a cooler round), else the round's class
+    (a node hot this round but not confirmed yet is ``normal``)."""
+    if raw == "unknown":
+        return "unknown"
+    if detector.hot:
+        return "hot"
+    return "normal" if raw == "hot" else raw

@@ -1,0 +1,114 @@
+"""Evictions through the Eviction API only, and the Event that explains each one.
+
+``POST pods/{name}/eviction`` (policy/v1) with the pod's UID as a precondition, so a pod recreated under the same
+name is never the one evicted. The API server answers 429 when a PodDisruptionBudget forbids the eviction now:
+that is reported as ``pdb`` and the pod is simply considered again in a later round; it is never turned into a
+delete. Every request has a timeout and every answer is status-checked (``raw_json``).
+
+Leadership: the caller's ``Term`` is checked right before each request; a leader that may have lost its lease
+sends nothing more (``lost_lease``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+import aiohttp
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from crane_descheduler.plan import Eviction
+from crane_shared.kube import raw_json
+from crane_shared.leader import Term
+from crane_shared.logs import LogOnce, get_logger
+
+Result = Literal["evicted", "pdb", "gone", "lost_lease", "error"]
+REQUEST_TIMEOUT = 30
+COMPONENT = "crane-descheduler"
+REASON = "LoadAwareDescheduled"
+
+log = get_logger("crane.descheduler.evictor")
+
+
+def message(e: Eviction) -> str:
+    return (
+        f"evicted from node {e.node}: {e.metric} {e.value:.3f} above its threshold {e.threshold:g} "
+        f"(another node, e.g. {e.target}, passes the scheduler's filter for it)"
+    )
+
+
+def event_body(e: Eviction, identity: str, now: datetime) -> dict[str, object]:
+    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{e.pod.name}.", "namespace": e.pod.namespace},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": e.pod.namespace,
+            "name": e.pod.name,
+            "uid": e.pod.uid,
+        },
+        "reason": REASON,
+        "message": message(e),
+        "type": "Normal",
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": identity,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+class Evictor:
+    def __init__(self, api: client.ApiClient, identity: str) -> None:
+        self._core = client.CoreV1Api(api)
+        self._identity = identity
+        self._log = LogOnce(log)
+
+    async def evict(self, e: Eviction, term: Term) -> Result:
+        if not term.held:
+            return "lost_lease"
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": e.pod.name, "namespace": e.pod.namespace},
+            "deleteOptions": {"preconditions": {"uid": e.pod.uid}} if e.pod.uid else {},
+        }
+        try:
+            await raw_json(
+                self._core.create_namespaced_pod_eviction(
+                    e.pod.name, e.pod.namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+                )
+            )
+        except ApiException as err:
+            if err.status == 429:
+                return "pdb"
+            if err.status in (404, 409):  # gone, or a new pod under the same name (UID precondition)
+                return "gone"
+            self._log.warning(f"evict-{err.status}", "eviction failed", pod=e.pod.key, status=err.status)
+            return "error"
+        except (TimeoutError, OSError, aiohttp.ClientError) as err:
+            self._log.warning("evict-transport", "eviction failed", pod=e.pod.key, error=repr(err))
+            return "error"
+        await self.record(e, term)
+        return "evicted"
+
+    async def record(self, e: Eviction, term: Term) -> None:
+        """The Event on the evicted pod; best effort (the eviction already happened), failures logged once."""
+        if not term.held:
+            return
+        try:
+            await raw_json(
+                self._core.create_namespaced_event(
+                    e.pod.namespace,
+                    event_body(e, self._identity, datetime.now(UTC)),
+                    _preload_content=False,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            )
+        except (ApiException, TimeoutError, OSError, aiohttp.ClientError) as err:
+            self._log.warning("event", "event not written", pod=e.pod.key, error=repr(err))

@@ -1,0 +1,374 @@
+"""One round's eviction plan: pure, from the nodes' readings, the pods, their measured usage and the budgets.
+
+For each confirmed-hot node (most over its thresholds first), pods are taken in order: lower priority first,
+then QoS (BestEffort, Burstable, Guaranteed), then the pod whose measured usage of the over-threshold resources
+best covers the excess (the smallest pod that covers it all; else the biggest), re-ranked after every choice,
+until the node's projected usage is under every high threshold. A pod is planned only when:
+
+- the budgets allow it: per node per round, per namespace per round, per workload (``maxUnavailable`` counting
+  the workload's pods that are not Ready), and the global rate (evictions in the last minute);
+- the scheduler's own Dynamic filter (``crane_shared.loadaware.dynamic.filter_reason``, with the pod's usage
+  estimate) refuses the node it leaves, so its replacement cannot land back there while the node is hot;
+- another node takes it: schedulable, its node selector and taints allow it, its requests fit, and the same
+  Dynamic filter with the pod's estimate passes, counting the pods already planned onto that node this round as
+  recent bindings (the scheduler's estimate), fail-closed (a target without fresh data does not count).
+
+Nothing is planned when no node could take a pod (every node hot, or no headroom): the pod is skipped, counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from crane_descheduler.classify import Reading
+from crane_descheduler.pods import QOS_RANK, PodView
+from crane_descheduler.policy import Limits, NodePool
+from crane_shared.loadaware.dynamic import (
+    DynamicArgs,
+    NodeCapacity,
+    NodeLoad,
+    RecentBinding,
+    filter_reason,
+    incoming_fraction,
+    node_load,
+    resource_of,
+    score,
+)
+from crane_shared.podresources import CPU, MEMORY
+
+RATE_WINDOW = 60.0
+
+
+@dataclass(frozen=True)
+class PodUsage:
+    """Measured usage: cores and bytes (cAdvisor's ``container_*`` series summed over the pod's containers)."""
+
+    cpu: float
+    memory: float
+
+    def of(self, resource: str) -> float:
+        return self.cpu if resource == "cpu" else self.memory
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    unschedulable: bool
+    taints: tuple[Mapping[str, Any], ...]
+    allocatable: Mapping[str, int]
+    """CPU in millicores, memory in bytes"""
+    requested: Mapping[str, int]
+    """the sum of its pods' requests, same units"""
+
+    @property
+    def capacity(self) -> NodeCapacity:
+        return NodeCapacity(self.allocatable.get(CPU, 0) / 1000, float(self.allocatable.get(MEMORY, 0)))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    pod: PodView
+    blocker: str | None
+    """why it may not be evicted (``pods.eviction_blocker``), None when it may"""
+
+
+@dataclass(frozen=True)
+class Workload:
+    pods: int
+    unavailable: int
+    """pods not Ready (terminating included)"""
+
+
+@dataclass(frozen=True)
+class Eviction:
+    pod: PodView
+    node: str
+    target: str
+    metric: str
+    value: float
+    threshold: float
+
+
+@dataclass
+class Plan:
+    evictions: list[Eviction] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    """pods passed over, by reason"""
+
+
+@dataclass(frozen=True)
+class Evicted:
+    """An eviction this descheduler made (unix seconds) and the pod's measured usage then."""
+
+    node: str
+    at: float
+    use: PodUsage
+
+
+@dataclass(frozen=True)
+class RoundInput:
+    now: datetime
+    args: DynamicArgs
+    """the scheduler's Dynamic arguments (its policy, estimate and freshness rules)"""
+    limits: Limits
+    nodes: Mapping[str, NodeView]
+    readings: Mapping[str, Reading]
+    pools: Mapping[str, NodePool]
+    hot: Sequence[str]
+    """confirmed-hot nodes that read hot this round"""
+    candidates: Mapping[str, Sequence[Candidate]]
+    """node -> its pods"""
+    usage: Mapping[str, PodUsage]
+    """pod key (namespace/name) -> measured usage"""
+    workloads: Mapping[str, Workload]
+    """controller uid -> its pods"""
+    evicted: Sequence[Evicted] = ()
+    """recent evictions (all rounds): the global rate, and the usage the averaged metrics still carry"""
+
+
+def lag_compensated(
+    reading: Reading, evicted: Sequence[Evicted], capacity: NodeCapacity, args: DynamicArgs
+) -> dict[str, float]:
+    """The node's usage per metric without the pods already evicted from it: an average over a window ``W``
+    stamped ``T`` still carries the share ``1 - (T - evicted_at) / W`` of a pod evicted at ``evicted_at`` (the
+    scheduler's estimate of a new pod, in reverse), so a relieved node is not relieved again while its average
+    catches up."""
+    out = dict(reading.usage)
+    for metric in out:
+        resource = resource_of(metric)
+        sample = reading.load.readings.get(metric)
+        total = capacity.cpu if resource == "cpu" else capacity.memory
+        if resource is None or sample is None or sample.timestamp is None or total <= 0:
+            continue
+        stamped = sample.timestamp.timestamp()
+        window = args.estimate.window_of(metric).total_seconds()
+        for e in evicted:
+            carried = 1.0 - min(1.0, max(0.0, (stamped - e.at) / window)) if window > 0 else 0.0
+            out[metric] -= e.use.of(resource) * carried / total
+    return out
+
+
+def rate_room(recent: Sequence[float], now: float, per_minute: int) -> int:
+    return max(0, per_minute - sum(1 for at in recent if now - at < RATE_WINDOW))
+
+
+def workload_allowance(limit: int | str, pods: int) -> int:
+    """``maxUnavailable`` as a count: a percent of the workload's pods, rounded down."""
+    if isinstance(limit, str):
+        return math.floor(pods * int(limit.rstrip("%")) / 100)
+    return limit
+
+
+def tolerates(taint: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> bool:
+    for tol in tolerations:
+        if tol.get("effect") and tol.get("effect") != taint.get("effect"):
+            continue
+        if tol.get("operator") == "Exists" and not tol.get("key"):
+            return True
+        if tol.get("key") != taint.get("key"):
+            continue
+        if tol.get("operator") == "Exists" or tol.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def static_fit(pod: PodView, node: NodeView, added: Mapping[str, int]) -> str | None:
+    """The node-side checks a target must pass besides Dynamic; None when it passes."""
+    if node.unschedulable:
+        return "unschedulable"
+    if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
+        return "node-selector"
+    for taint in node.taints:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(taint, pod.tolerations):
+            return "taint"
+    for resource in (CPU, MEMORY):
+        free = node.allocatable.get(resource, 0) - node.requested.get(resource, 0) - added.get(resource, 0)
+        if pod.requests.get(resource, 0) > free:
+            return "resources"
+    return None
+
+
+class _Targets:
+    """The other nodes and what this round already planned onto them."""
+
+    def __init__(self, data: RoundInput) -> None:
+        self.data = data
+        self.closed = replace(data.args, stale="fail-closed")
+        self.planned: dict[str, list[RecentBinding]] = {}
+        self.added: dict[str, Counter[str]] = {}
+        # the round's readings decoded every pooled node already (``node_load`` does not depend on ``stale``)
+        self._loads: dict[str, NodeLoad] = {name: r.load for name, r in data.readings.items()}
+        self._feasible: dict[tuple[object, ...], list[str]] = {}
+        self.hot = frozenset(data.hot)
+        self._bound_at = data.now.timestamp()
+
+    def find(self, pod: PodView, source: str) -> str | None:
+        """The node the scheduler would most likely pick for ``pod`` besides ``source`` (best Dynamic score),
+        or None. Pods of one shape (a workload's replicas) share one scan until something is planned."""
+        key = _shape(pod)
+        feasible = self._feasible.get(key)
+        if feasible is None:
+            feasible = self._scan(pod)
+            self._feasible[key] = feasible
+        return next((name for name in feasible if name != source), None)
+
+    def _scan(self, pod: PodView) -> list[str]:
+        """Every node that passes for ``pod`` (hot ones excluded), best score first."""
+        ranked: list[tuple[int, str]] = []
+        for name, node in self.data.nodes.items():
+            if name in self.hot or static_fit(pod, node, self.added.get(name, Counter())) is not None:
+                continue
+            load = self._load(node)
+            incoming = incoming_fraction(self.closed.estimate, pod.size.cpu, pod.size.memory, node.capacity)
+            if filter_reason(load, self.closed, incoming=incoming) is None:
+                ranked.append((-score(load, self.closed), name))
+        return [name for _, name in sorted(ranked)]
+
+    def _load(self, node: NodeView) -> NodeLoad:
+        """The node's load as the scheduler sees it, with this round's planned pods; decoded once per change."""
+        cached = self._loads.get(node.name)
+        if cached is None:
+            recent = self.planned.get(node.name, [])
+            cached = node_load(node.name, node.annotations, self.closed, self.data.now, recent, node.capacity)
+            self._loads[node.name] = cached
+        return cached
+
+    def take(self, pod: PodView, target: str) -> None:
+        self._loads.pop(target, None)
+        self._feasible.clear()  # the target's room changed
+        self.planned.setdefault(target, []).append(RecentBinding(target, self._bound_at, pod.size.cpu, pod.size.memory))
+        self.added.setdefault(target, Counter()).update(
+            {CPU: pod.requests.get(CPU, 0), MEMORY: pod.requests.get(MEMORY, 0)}
+        )
+
+
+def _shape(pod: PodView) -> tuple[object, ...]:
+    """What the target checks read of a pod: equal shapes pass on the same nodes."""
+    return (
+        pod.requests.get(CPU, 0),
+        pod.requests.get(MEMORY, 0),
+        pod.size,
+        tuple(sorted(pod.node_selector.items())),
+        repr(pod.tolerations),
+    )
+
+
+def _cover_key(use: PodUsage, excess: Mapping[str, float], capacity: NodeCapacity) -> tuple[int, float]:
+    """Pods that cover every excess first, smallest of them first; then the rest, biggest first."""
+    total = {"cpu": capacity.cpu, "memory": capacity.memory}
+    share = sum(use.of(r) / total[r] for r in excess if total[r] > 0)
+    if all(use.of(r) >= amount for r, amount in excess.items()):
+        return (0, share)
+    return (1, -share)
+
+
+def _excess(projected: Mapping[str, float], pool: NodePool, capacity: NodeCapacity) -> dict[str, float]:
+    """resource -> amount (cores, bytes) over the high threshold, the worst metric of each resource."""
+    total = {"cpu": capacity.cpu, "memory": capacity.memory}
+    out: dict[str, float] = {}
+    for metric, usage in projected.items():
+        resource = resource_of(metric)
+        if resource and usage > pool.high[metric]:
+            out[resource] = max(out.get(resource, 0.0), (usage - pool.high[metric]) * total[resource])
+    return out
+
+
+def _worst(projected: Mapping[str, float], pool: NodePool) -> str:
+    return max(projected, key=lambda m: projected[m] / pool.high[m] if pool.high[m] > 0 else math.inf)
+
+
+def plan_round(data: RoundInput) -> Plan:
+    plan = Plan()
+    room = rate_room([e.at for e in data.evicted], data.now.timestamp(), data.limits.per_minute)
+    namespaces: Counter[str] = Counter()
+    workloads: Counter[str] = Counter()
+    targets = _Targets(data)
+
+    def over_ratio(node: str) -> float:
+        reading, pool = data.readings[node], data.pools[node]
+        return max((u / pool.high[m] for m, u in reading.usage.items() if pool.high[m] > 0), default=0.0)
+
+    for node in sorted(data.hot, key=lambda n: (-over_ratio(n), n)):
+        reading, pool, view = data.readings[node], data.pools[node], data.nodes[node]
+        capacity = view.capacity
+        projected = lag_compensated(reading, [e for e in data.evicted if e.node == node], capacity, data.args)
+        remaining: list[tuple[PodView, PodUsage]] = []
+        for candidate in data.candidates.get(node, ()):
+            if candidate.blocker is not None:
+                plan.skipped[candidate.blocker] += 1
+                continue
+            use = data.usage.get(candidate.pod.key)
+            if use is None:
+                plan.skipped["no-usage"] += 1
+                continue
+            remaining.append((candidate.pod, use))
+        evicted_here = 0
+        while remaining:
+            excess = _excess(projected, pool, capacity)
+            if not excess:
+                break
+            if evicted_here >= data.limits.per_node_per_round:
+                plan.skipped["node-budget"] += len(remaining)
+                break
+            if room <= 0:
+                plan.skipped["rate-limit"] += len(remaining)
+                break
+            remaining.sort(
+                key=lambda item: (item[0].priority, QOS_RANK[item[0].qos], _cover_key(item[1], excess, capacity))
+            )
+            pod, use = remaining.pop(0)
+            reason = _refusal(pod, use, excess, node, data, namespaces, workloads)
+            target = None
+            if reason is None:
+                target = targets.find(pod, node)
+                reason = "no-target" if target is None else None
+            if reason is not None or target is None:
+                plan.skipped[reason or "no-target"] += 1
+                continue
+            metric = _worst(projected, pool)
+            plan.evictions.append(Eviction(pod, node, target, metric, projected[metric], pool.high[metric]))
+            targets.take(pod, target)
+            namespaces[pod.namespace] += 1
+            if pod.owner is not None:
+                workloads[pod.owner.uid] += 1
+            evicted_here += 1
+            room -= 1
+            for m in projected:
+                resource = resource_of(m)
+                total = capacity.cpu if resource == "cpu" else capacity.memory
+                if resource and total > 0:
+                    projected[m] -= use.of(resource) / total
+    return plan
+
+
+def _refusal(
+    pod: PodView,
+    use: PodUsage,
+    excess: Mapping[str, float],
+    node: str,
+    data: RoundInput,
+    namespaces: Counter[str],
+    workloads: Counter[str],
+) -> str | None:
+    if all(use.of(r) <= 0 for r in excess):
+        return "no-relief"
+    if namespaces[pod.namespace] >= data.limits.per_namespace_per_round:
+        return "namespace-budget"
+    if pod.owner is not None:
+        workload = data.workloads.get(pod.owner.uid, Workload(1, 0))
+        allowed = workload_allowance(data.limits.max_unavailable_per_workload, workload.pods)
+        if workload.unavailable + workloads[pod.owner.uid] + 1 > allowed:
+            return "workload-budget"
+    source = data.nodes[node]
+    load = data.readings[node].load
+    incoming = incoming_fraction(data.args.estimate, pod.size.cpu, pod.size.memory, source.capacity)
+    if filter_reason(load, data.args, incoming=incoming) is None:
+        return "would-return"
+    return None

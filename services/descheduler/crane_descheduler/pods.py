@@ -1,0 +1,160 @@
+"""Which pods may be evicted, and what the rest of the round needs to know about each: pure, over pod JSON.
+
+A pod may go only when a controller recreates it elsewhere: its controller owner is a ReplicaSet, StatefulSet or
+Job, or a kind the policy adds (``recreatingOwnerKinds``). Never: DaemonSet pods, mirror and static pods,
+system-critical pods (priority class ``system-*-critical`` or priority >= 2e9), pods younger than ``minPodAge``,
+pods with local storage (``emptyDir``, ``hostPath``) unless allowed, pods annotated
+``descheduler.alpha.kubernetes.io/prefer-no-eviction``, pods not Running or already terminating, pods in an
+excluded namespace (the same protections as kubernetes-sigs/descheduler's DefaultEvictor), and pods whose
+PodDisruptionBudget allows no disruption right now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from crane_descheduler.policy import Evictable
+from crane_shared.labels import label_selector_matches
+from crane_shared.loadaware.podsize import PodSize, is_daemonset_pod, pod_size
+from crane_shared.podresources import pod_requests
+
+PREFER_NO_EVICTION = "descheduler.alpha.kubernetes.io/prefer-no-eviction"
+MIRROR = "kubernetes.io/config.mirror"
+CONFIG_SOURCE = "kubernetes.io/config.source"
+SYSTEM_CRITICAL = 2_000_000_000
+QOS_RANK = {"BestEffort": 0, "Burstable": 1, "Guaranteed": 2}
+
+QoS = Literal["BestEffort", "Burstable", "Guaranteed"]
+
+
+@dataclass(frozen=True)
+class Owner:
+    kind: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the planner reads of a pod."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    priority: int
+    qos: QoS
+    owner: Owner | None
+    size: PodSize
+    """requests (limits where none): the scheduler's estimate input"""
+    requests: Mapping[str, int]
+    """kube's ``PodRequests`` (CPU in millicores): what NodeResourcesFit counts"""
+    ready: bool
+    node_selector: Mapping[str, str]
+    tolerations: tuple[Mapping[str, Any], ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def controller(meta: Mapping[str, Any]) -> Owner | None:
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller"):
+            return Owner(str(ref.get("kind")), str(ref.get("name")), str(ref.get("uid")))
+    return None
+
+
+def qos_class(pod: Mapping[str, Any]) -> QoS:
+    """The API server's ``status.qosClass``; computed from the containers' resources when absent."""
+    given = (pod.get("status") or {}).get("qosClass")
+    if given in QOS_RANK:
+        return given  # type: ignore[no-any-return]
+    containers = (pod.get("spec") or {}).get("containers") or ()
+    resources = [c.get("resources") or {} for c in containers]
+    if not any((r.get("requests") or r.get("limits")) for r in resources):
+        return "BestEffort"
+    for r in resources:
+        limits, requests = r.get("limits") or {}, r.get("requests") or {}
+        for name in ("cpu", "memory"):
+            if name not in limits or requests.get(name, limits[name]) != limits[name]:
+                return "Burstable"
+    return "Guaranteed"
+
+
+def pod_view(pod: Mapping[str, Any]) -> PodView:
+    """Raises KeyError/TypeError/ValueError for a pod too malformed to plan with (the caller skips and counts)."""
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    requests = pod_requests(spec)
+    conditions = status.get("conditions") or ()
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return PodView(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        node=spec.get("nodeName") or "",
+        priority=int(spec.get("priority") or 0),
+        qos=qos_class(pod),
+        owner=controller(meta),
+        size=pod_size(spec, requests),
+        requests=requests,
+        ready=ready,
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        tolerations=tuple(spec.get("tolerations") or ()),
+    )
+
+
+def eviction_blocker(pod: Mapping[str, Any], now: datetime, evictable: Evictable) -> str | None:
+    """None when the pod may be evicted; else a short reason (a metric label)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") != "Running":
+        return "not-running"
+    if meta.get("namespace") in evictable.exclude_namespaces:
+        return "namespace-excluded"
+    if is_daemonset_pod(meta):
+        return "daemonset"
+    if MIRROR in annotations or annotations.get(CONFIG_SOURCE, "api") != "api":
+        return "static"
+    priority_class = spec.get("priorityClassName") or ""
+    if (
+        priority_class in ("system-cluster-critical", "system-node-critical")
+        or int(spec.get("priority") or 0) >= SYSTEM_CRITICAL
+    ):
+        return "system-critical"
+    if PREFER_NO_EVICTION in annotations:
+        return "prefer-no-eviction"
+    owner = controller(meta)
+    if owner is None or owner.kind not in evictable.owner_kinds:
+        return "not-recreated"
+    if not evictable.evict_local_storage and any(
+        isinstance(v, dict) and ("emptyDir" in v or "hostPath" in v) for v in spec.get("volumes") or ()
+    ):
+        return "local-storage"
+    created = meta.get("creationTimestamp")
+    if not created:
+        return "young"
+    born = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+    if now - born < evictable.min_pod_age:
+        return "young"
+    return None
+
+
+def pdb_blocks(pod: Mapping[str, Any], pdbs: Sequence[Mapping[str, Any]]) -> bool:
+    """A PodDisruptionBudget of the pod's namespace selects it and allows no disruption now: the Eviction API
+    would answer 429, so another pod is tried instead (a race still ends in a 429, retried in a later round)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    for pdb in pdbs:
+        pmeta, spec = pdb.get("metadata") or {}, pdb.get("spec") or {}
+        if pmeta.get("namespace") != meta.get("namespace") or spec.get("selector") is None:
+            continue  # policy/v1: a null selector selects no pod
+        if label_selector_matches(spec["selector"], labels):
+            allowed = (pdb.get("status") or {}).get("disruptionsAllowed")
+            if not isinstance(allowed, int) or allowed < 1:
+                return True
+    return False

@@ -1,0 +1,161 @@
+"""A whole round from raw API objects to a plan: pure (the service feeds it its informers' caches).
+
+Node and pod JSON that cannot be read is skipped and counted (``malformed``), never fatal. The debounce state is
+carried from round to round by the caller (``detectors``); a node that disappears drops its state.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from crane_descheduler.classify import Detector, RawClass, Reading, node_class, read_node, step
+from crane_descheduler.plan import (
+    Candidate,
+    Evicted,
+    NodeView,
+    Plan,
+    PodUsage,
+    RoundInput,
+    Workload,
+    plan_round,
+)
+from crane_descheduler.pods import PodView, eviction_blocker, pdb_blocks, pod_view
+from crane_descheduler.policy import DeschedulerPolicy, NodePool
+from crane_shared.loadaware.dynamic import DynamicArgs
+from crane_shared.podresources import CPU, MEMORY, resource_list
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass
+class RoundResult:
+    plan: Plan
+    classes: dict[str, RawClass]
+    detectors: dict[str, Detector]
+    readings: dict[str, Reading]
+    pools: dict[str, NodePool]
+    unknown: dict[str, str] = field(default_factory=dict)
+    """node -> why its data cannot be used this round"""
+    malformed: Counter[str] = field(default_factory=Counter)
+    """objects skipped, by kind"""
+
+
+def node_view(node: Mapping[str, Any], requested: Mapping[str, int]) -> NodeView:
+    meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+    return NodeView(
+        name=meta["name"],
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        unschedulable=bool(spec.get("unschedulable")),
+        taints=tuple(spec.get("taints") or ()),
+        allocatable=resource_list(status.get("allocatable")),
+        requested=requested,
+    )
+
+
+def run_round(
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    usage: Mapping[str, PodUsage],
+    policy: DeschedulerPolicy,
+    args: DynamicArgs,
+    detectors: Mapping[str, Detector],
+    now: datetime,
+    evicted: Sequence[Evicted] = (),
+    pdbs: Sequence[Mapping[str, Any]] = (),
+    views_cache: dict[str, tuple[str, PodView]] | None = None,
+) -> RoundResult:
+    """``views_cache`` (uid -> (resourceVersion, view)), kept by the caller from round to round, spares reading
+    the pods that did not change again; it is updated here and loses the pods that are gone."""
+    malformed: Counter[str] = Counter()
+    views: list[tuple[PodView, Mapping[str, Any]]] = []
+    cache = views_cache if views_cache is not None else {}
+    seen: set[str] = set()
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in TERMINAL:
+            continue
+        meta = pod.get("metadata") or {}
+        uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+        cached = cache.get(uid) if uid and version else None
+        if cached is not None and cached[0] == version:
+            views.append((cached[1], pod))
+            seen.add(uid)
+            continue
+        try:
+            view = pod_view(pod)
+        except (KeyError, TypeError, ValueError):
+            malformed["pod"] += 1
+            continue
+        views.append((view, pod))
+        if uid and version:
+            cache[uid] = (version, view)
+            seen.add(uid)
+    for uid in cache.keys() - seen:
+        del cache[uid]
+    sums: dict[str, list[int]] = {}  # node -> [millicores, bytes] requested
+    workloads: dict[str, list[int]] = {}
+    for view, _ in views:
+        if view.node:
+            total = sums.get(view.node)
+            if total is None:
+                total = sums[view.node] = [0, 0]
+            total[0] += view.requests.get(CPU, 0)
+            total[1] += view.requests.get(MEMORY, 0)
+        if view.owner is not None:
+            counts = workloads.setdefault(view.owner.uid, [0, 0])
+            counts[0] += 1
+            counts[1] += 0 if view.ready else 1
+
+    node_views: dict[str, NodeView] = {}
+    for node in nodes:
+        try:
+            name = node["metadata"]["name"]
+            total = sums.get(name, [0, 0])
+            node_views[name] = node_view(node, {CPU: total[0], MEMORY: total[1]})
+        except (KeyError, TypeError, ValueError):
+            malformed["node"] += 1
+
+    readings: dict[str, Reading] = {}
+    pools: dict[str, NodePool] = {}
+    classes: dict[str, RawClass] = {}
+    new_detectors: dict[str, Detector] = {}
+    unknown: dict[str, str] = {}
+    hot: list[str] = []
+    for name, nview in node_views.items():
+        pool = policy.pool_of(nview.labels)
+        if pool is None:
+            continue
+        reading = read_node(name, nview.annotations, pool, args, now)
+        detector = step(detectors.get(name, Detector()), reading.raw, policy.anomaly)
+        readings[name], pools[name], new_detectors[name] = reading, pool, detector
+        classes[name] = node_class(detector, reading.raw)
+        if reading.problem is not None:
+            unknown[name] = reading.problem
+        if detector.hot and reading.raw == "hot":
+            hot.append(name)
+
+    candidates: dict[str, list[Candidate]] = {}
+    for view, raw in views:
+        if view.node in hot:
+            blocker = eviction_blocker(raw, now, policy.evictable) or ("pdb" if pdb_blocks(raw, pdbs) else None)
+            candidates.setdefault(view.node, []).append(Candidate(view, blocker))
+    plan = plan_round(
+        RoundInput(
+            now=now,
+            args=args,
+            limits=policy.limits,
+            nodes=node_views,
+            readings=readings,
+            pools=pools,
+            hot=hot,
+            candidates=candidates,
+            usage=usage,
+            workloads={uid: Workload(c[0], c[1]) for uid, c in workloads.items()},
+            evicted=evicted,
+        )
+    )
+    return RoundResult(plan, classes, new_detectors, readings, pools, unknown, malformed)

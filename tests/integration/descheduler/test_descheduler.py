@@ -1,0 +1,131 @@
+"""crane-descheduler against the real servers: the session's API server (evictions through its Eviction API, under
+the chart's RBAC with the descheduler's own token) and a real Prometheus scraping the fleet's per-pod series.
+
+Node load is written as the annotator would write it; pods are bound to this test's nodes and marked Running (no
+kubelet here), so an eviction leaves them terminating, which is what the tests look for."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from tests.support.descheduler import Fleet, Scene, annotate_load, pod_terminating
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+
+async def test_a_hot_node_is_relieved_through_the_eviction_api_sparing_ineligible_pods(scene: Scene) -> None:
+    # the DaemonSet pod and the bare pod use more than the victim: they would go first if they were eligible
+    await scene.pods("daemon", usage="cpu=4", owner_kind="DaemonSet", owner="ds")
+    await scene.pods("bare", usage="cpu=4", owner_kind=None)
+    await scene.pods("victim", usage="cpu=3", owner="web-1")
+    proc = await scene.start()
+    read = scene.core.read_namespaced_pod
+    await eventually(lambda: _terminating(read, "victim", scene.namespace), timeout=60, what="victim evicted")
+    assert await proc.counter("skipped_pods", reason="daemonset") >= 1
+    assert await proc.counter("skipped_pods", reason="not-recreated") >= 1
+    for spared in ("daemon", "bare"):
+        assert not pod_terminating(await read(spared, scene.namespace)), spared
+
+    async def explained() -> list[Any]:  # written right after the eviction's answer
+        events = await scene.core.list_namespaced_event(
+            scene.namespace, field_selector="involvedObject.name=victim,reason=LoadAwareDescheduled"
+        )
+        return list(events.items)
+
+    (event,) = await eventually(explained, timeout=30, what="the eviction's Event")
+
+    async def counted() -> float:  # counted once the eviction's request (and the Event's) returned
+        return await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted")
+
+    assert await eventually(counted, timeout=30, what="the eviction counted") == 1
+    assert f"evicted from node {scene.hot}: cpu_usage_avg_5m 0.900 above its threshold 0.65" in event.message
+    assert scene.cool in event.message and event.reporting_component == "crane-descheduler"
+    _, plan = await proc.get("/debug/plan")
+    # after an eviction the node's debounce starts over: hot again only after two more hot rounds
+    assert plan["classes"][scene.hot] in ("hot", "normal") and plan["classes"][scene.cool] == "idle"
+    # the operator's view of the round that evicted it
+    cranectl = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cranectl", "plan", "--descheduler", proc.url, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await cranectl.communicate()
+    assert cranectl.returncode == 0 and f"idle:    {scene.cool}" in out.decode() and scene.hot in out.decode()
+
+
+async def test_dry_run_evicts_nothing_and_writes_nothing(scene: Scene) -> None:
+    await scene.pods("victim", usage="cpu=3")
+    proc = await scene.start("--dry-run")
+
+    async def planned() -> float:
+        return await proc.counter("evictions", reason="cpu_usage_avg_5m", result="dry_run")
+
+    await eventually(lambda: _at_least(planned, 2), timeout=60, what="two dry-run rounds planned the eviction")
+    assert not pod_terminating(await scene.core.read_namespaced_pod("victim", scene.namespace))
+    assert not (await scene.core.list_namespaced_event(scene.namespace)).items
+
+
+async def test_stale_node_data_is_never_acted_on(scene: Scene, kube: client.ApiClient) -> None:
+    await annotate_load(kube, scene.hot, 0.9, datetime.now(UTC) - timedelta(hours=1))
+    await scene.pods("victim", usage="cpu=3")
+    proc = await scene.start()
+
+    async def unusable() -> float:
+        return await proc.counter("unusable_nodes")
+
+    await eventually(lambda: _at_least(unusable, 4), timeout=60, what="four rounds saw the stale node")
+    assert await proc.metric("crane_descheduler_nodes", **{"class": "unknown"}) == 1
+    assert await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 0
+    assert not pod_terminating(await scene.core.read_namespaced_pod("victim", scene.namespace))
+
+
+async def test_a_disruption_budget_refusal_429_is_retried_later_never_turned_into_a_delete(
+    scene: Scene, kube: client.ApiClient
+) -> None:
+    await scene.pods("victim", usage="cpu=3")
+    policy = client.PolicyV1Api(kube)
+    body = {"metadata": {"name": "victim"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "victim"}}}}
+    await policy.create_namespaced_pod_disruption_budget(scene.namespace, body)
+    # the status says one disruption is allowed but the API server has not processed the budget yet (no
+    # disruption controller here): the Eviction API answers 429, as it does for a budget that allows none
+    status = {"status": {"disruptionsAllowed": 1, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}
+    await policy.patch_namespaced_pod_disruption_budget_status("victim", scene.namespace, status)
+    proc = await scene.start()
+
+    async def refused() -> float:
+        return await proc.counter("evictions", reason="cpu_usage_avg_5m", result="pdb")
+
+    await eventually(lambda: _at_least(refused, 2), timeout=60, what="the eviction refused twice (429)")
+    assert not pod_terminating(await scene.core.read_namespaced_pod("victim", scene.namespace))
+    assert await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 0
+
+
+@pytest.mark.parametrize("where", ["down", "garbage"])
+async def test_without_per_pod_usage_nothing_is_evicted(scene: Scene, fleet: Fleet, where: str) -> None:
+    """Prometheus unreachable, or an endpoint that answers something else (the fleet exporter: 404 on the query
+    API): the hot node is still classified, and nothing is evicted."""
+    await scene.pods("victim", usage="cpu=3")
+    url = "http://127.0.0.1:9" if where == "down" else f"http://{fleet.exporter.targets()[0][0]}"
+    proc = await scene.start("--prometheus-url", url, "--prometheus-retries", "0", "--prometheus-timeout", "2s")
+
+    async def rounds() -> float:
+        return await proc.counter("rounds", result="no_usage")
+
+    await eventually(lambda: _at_least(rounds, 4), timeout=60, what="four rounds without per-pod usage")
+    assert await proc.metric("crane_descheduler_nodes", **{"class": "hot"}) == 1
+    assert await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 0
+    assert not pod_terminating(await scene.core.read_namespaced_pod("victim", scene.namespace))
+
+
+async def _terminating(read: Callable[..., Awaitable[Any]], name: str, namespace: str) -> bool:
+    return pod_terminating(await read(name, namespace))
+
+
+async def _at_least(value: Callable[[], Awaitable[float]], floor: float) -> bool:
+    return await value() >= floor

@@ -1,0 +1,136 @@
+"""The descheduler's thin edges: the per-pod usage answers, the Eviction request under a lost term, the flags."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from crane_descheduler.__main__ import main
+from crane_descheduler.config import parse_config
+from crane_descheduler.descheduler import Descheduler, Options
+from crane_descheduler.evictor import Evictor, event_body
+from crane_descheduler.plan import Eviction, PodUsage
+from crane_descheduler.pods import pod_view
+from crane_descheduler.usage import MEMORY_QUERY, combine, cpu_query, fetch_usage, per_pod
+from crane_shared.kube import api_client_from_dict
+from crane_shared.leader import Term
+from crane_shared.prometheus import PrometheusError, QueryResult, Series
+from tests.support.descheduler import pod
+from tests.support.fakeapi import kubeconfig_for
+
+
+def test_usage_is_summed_per_pod_and_bad_samples_are_dropped_and_counted():
+    assert cpu_query(300) == (
+        'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!="",container!="POD"}[300s]))'
+    )
+    assert MEMORY_QUERY.startswith("sum by (namespace, pod) (container_memory_working_set_bytes{")
+    cpu, dropped = per_pod(
+        [
+            Series({"namespace": "a", "pod": "p"}, "1.5"),
+            Series({"namespace": "a", "pod": "q"}, "NaN"),
+            Series({"namespace": "a", "pod": "r"}, "-1"),
+            Series({"pod": "s"}, "1"),
+            Series({"namespace": "a", "pod": "t"}, "x"),
+            Series({"namespace": "a", "pod": "m"}, "0.5"),
+        ]
+    )
+    assert cpu == {"a/p": 1.5, "a/m": 0.5} and dropped == 4
+    # a pod is measured only when both answers have it
+    assert combine(cpu, {"a/p": 2e9}) == {"a/p": PodUsage(1.5, 2e9)}
+
+
+def _eviction() -> Eviction:
+    return Eviction(pod_view(pod("victim", "hot")), "hot", "cool", "cpu_usage_avg_5m", 0.912, 0.65)
+
+
+class _Answers:
+    """A query client answering each query with the next result."""
+
+    def __init__(self, *results: QueryResult) -> None:
+        self.results = list(results)
+
+    async def query(self, promql: str) -> QueryResult:
+        return self.results.pop(0)
+
+
+async def test_a_partial_usage_answer_evicts_nothing_that_round():
+    """A Thanos store or replica down (or VictoriaMetrics' isPartial): the pods it did not answer for look idle, so
+    the round gets no usage at all rather than a biased one."""
+    whole = QueryResult([Series({"namespace": "ns", "pod": "p"}, "0.5")], 1)
+    partial = QueryResult([Series({"namespace": "ns", "pod": "p"}, "0.5")], 1, warnings=("store down",), partial=True)
+    usage, _ = await fetch_usage(_Answers(whole, whole), 300)
+    assert usage == {"ns/p": PodUsage(0.5, 0.5)}
+    with pytest.raises(PrometheusError, match="partial answer"):
+        await fetch_usage(_Answers(whole, partial), 300)
+
+
+async def test_a_leader_that_lost_its_term_sends_no_eviction():
+    # nothing listens at this address: any request would come back as an error, not as lost_lease
+    api = await api_client_from_dict(kubeconfig_for("http://127.0.0.1:9"))
+    try:
+        term = Term()
+        term.lost.set()
+        assert await Evictor(api, "me").evict(_eviction(), term) == "lost_lease"
+        assert await Evictor(api, "me").evict(_eviction(), Term()) == "error"
+    finally:
+        await api.close()
+
+
+def test_the_event_names_node_metric_value_threshold_and_target():
+    body = event_body(_eviction(), "me", datetime(2026, 1, 1, tzinfo=UTC))
+    assert body["reason"] == "LoadAwareDescheduled" and body["involvedObject"]["uid"] == "uid-victim"  # type: ignore[index]
+    assert body["message"] == (
+        "evicted from node hot: cpu_usage_avg_5m 0.912 above its threshold 0.65 "
+        "(another node, e.g. cool, passes the scheduler's filter for it)"
+    )
+
+
+def test_flags_have_crane_variables(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("CRANE_DRY_RUN", "true")
+    monkeypatch.setenv("CRANE_DESCHEDULING_INTERVAL", "30s")
+    config = parse_config(["--descheduler-policy", "/p.yaml"])
+    assert config.dry_run and config.interval == 30 and config.policy == "/p.yaml"
+    assert config.lease.name == "crane-descheduler"
+
+
+def test_a_bad_policy_refuses_to_start_naming_each_problem(tmp_path, capsys):
+    bad = tmp_path / "d.yaml"
+    bad.write_text(
+        "apiVersion: descheduler.policy.crane.io/v1alpha1\nkind: LoadAwareDeschedulerPolicy\nspec: {limitz: {}}\n"
+    )
+    assert main(["--descheduler-policy", str(bad)]) == 2
+    assert f'{bad}: spec.limitz: unknown field (did you mean "limits"?)' in capsys.readouterr().err
+
+
+async def test_policy_files_reload_and_an_invalid_one_keeps_the_old_policy(tmp_path):
+    head = "apiVersion: descheduler.policy.crane.io/v1alpha1\nkind: LoadAwareDeschedulerPolicy\n"
+    path = tmp_path / "descheduler.yaml"
+
+    def swap(text: str, name: str) -> None:  # as a ConfigMap update does: a new file renamed over the old one
+        new = tmp_path / name
+        new.write_text(head + text)
+        os.replace(new, path)
+
+    swap("spec: {limits: {maxPerMinute: 3}}\n", "v1")
+    api = await api_client_from_dict(kubeconfig_for("http://127.0.0.1:9"))
+    try:
+        registry = CollectorRegistry()
+        options = Options(interval=1, usage_window=5, dry_run=True, identity="me")
+        d = Descheduler(api, None, registry, options, None, str(path))  # type: ignore[arg-type]
+        assert d.policy_file.policy.limits.per_minute == 3
+        swap("spec: {limits: {maxPerMinute: 7}}\n", "v2")
+        d._reload()
+        assert d.policy_file.policy.limits.per_minute == 7
+        swap("spec: {limits: {maxPerMinute: -1}}\n", "v3")
+        d._reload()
+        assert d.policy_file.policy.limits.per_minute == 7
+        reloads = {
+            r: registry.get_sample_value("crane_descheduler_policy_reloads_total", {"result": r})
+            for r in ("applied", "invalid")
+        }
+        assert reloads == {"applied": 1, "invalid": 1}
+    finally:
+        await api.close()
