@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 from structlog.testing import capture_logs
 
@@ -13,18 +15,25 @@ from tests.support.scheduler import FakeWriter
 from tests.support.scheduler import pod as pod_of
 
 
-async def test_scheduled_event_is_retried_through_503s_and_written_once() -> None:
-    fake = FakeWriter(answers=[503, 503, 201])
+@contextlib.asynccontextmanager
+async def running(fake: FakeWriter) -> AsyncIterator[Reporter]:
+    """A reporter writing to ``fake`` while the block runs; its queue is drained before the block ends."""
     reporter = Reporter(fake.as_writer(), None, "test")
     stopping = asyncio.Event()
     run = asyncio.create_task(reporter.run(stopping))
     try:
-        reporter.scheduled("ns", "p", "uid-1", "n1", "crane-scheduler")
+        yield reporter
         await asyncio.wait_for(reporter.drain(), 30)
     finally:
         stopping.set()
         reporter.close()
         await run
+
+
+async def test_scheduled_event_is_retried_through_503s_and_written_once() -> None:
+    fake = FakeWriter(answers=[503, 503, 201])
+    async with running(fake) as reporter:
+        reporter.scheduled("ns", "p", "uid-1", "n1", "crane-scheduler")
     assert fake.answers == [], fake.answers
     assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"] * 3
     assert {b["metadata"]["name"] for b in fake.bodies} == {reporting.scheduled_event_name("p", "uid-1")}
@@ -34,16 +43,8 @@ async def test_scheduled_event_is_retried_through_a_restarted_api_servers_403s()
     """A kube-apiserver just restarted answers 403 until its RBAC caches have synced: the one Scheduled event of a
     bind that happened is retried through it, not dropped (nothing would write it again while the term holds)."""
     fake = FakeWriter(answers=[403, 401, 201])
-    reporter = Reporter(fake.as_writer(), None, "test")
-    stopping = asyncio.Event()
-    run = asyncio.create_task(reporter.run(stopping))
-    try:
+    async with running(fake) as reporter:
         reporter.scheduled("ns", "p", "uid-1", "n1", "crane-scheduler")
-        await asyncio.wait_for(reporter.drain(), 30)
-    finally:
-        stopping.set()
-        reporter.close()
-        await run
     assert fake.answers == [] and len(fake.writes) == 3
 
 
@@ -51,18 +52,10 @@ async def test_a_failed_report_is_logged_naming_the_pod_the_write_and_the_status
     """The namespace is being deleted: the API server refuses the event (403). The warning says which pod, which
     write and what status, not ``error=ApiException()``."""
     fake = FakeWriter(answers=[403, 403])
-    reporter = Reporter(fake.as_writer(), None, "test")
-    stopping = asyncio.Event()
-    run = asyncio.create_task(reporter.run(stopping))
     pod = parse_pod(pod_of("web"))
-    try:
-        with capture_logs() as logs:
+    with capture_logs() as logs:
+        async with running(fake) as reporter:
             assert reporter.failed(pod, "0/1 nodes are available", "Unschedulable", "crane-scheduler")
-            await asyncio.wait_for(reporter.drain(), 30)
-    finally:
-        stopping.set()
-        reporter.close()
-        await run
     failed = [e for e in logs if e["event"] == "report failed"]
     assert [(e["report"], e["pod"], e["verb"], e["status"]) for e in failed] == [
         ("failed", "ns/web", "POST", 403),
