@@ -19,7 +19,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_descheduler.plan import Eviction
-from crane_shared.kube import raw_json
+from crane_shared.kube import api_failure, raw_json
 from crane_shared.leader import Term
 from crane_shared.logs import LogOnce, get_logger
 
@@ -89,10 +89,12 @@ class Evictor:
                 return "pdb"
             if err.status in (404, 409):  # gone, or a new pod under the same name (UID precondition)
                 return "gone"
-            self._log.warning(f"evict-{err.status}", "eviction failed", pod=e.pod.key, status=err.status)
+            fields = api_failure("create", f"pods/eviction {e.pod.key}", err)
+            self._log.warning(f"evict-{err.status}", "eviction failed", pod=e.pod.key, **fields)
             return "error"
         except (TimeoutError, OSError, aiohttp.ClientError) as err:
-            self._log.warning("evict-transport", "eviction failed", pod=e.pod.key, error=repr(err))
+            fields = api_failure("create", f"pods/eviction {e.pod.key}", err)
+            self._log.warning("evict-transport", "eviction failed", pod=e.pod.key, **fields)
             return "error"
         await self.record(e, term)
         return "evicted"
@@ -111,4 +113,5 @@ class Evictor:
                 )
             )
         except (ApiException, TimeoutError, OSError, aiohttp.ClientError) as err:
-            self._log.warning("event", "event not written", pod=e.pod.key, error=repr(err))
+            fields = api_failure("create", f"event on pod {e.pod.key}", err)
+            self._log.warning("event", "event not written", pod=e.pod.key, **fields)

@@ -18,7 +18,7 @@ from crane_scheduler.plugins.coscheduling import gang as g
 from crane_scheduler.plugins.gangwait import GangWaits
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 from crane_shared.informer import EventType, Informer
-from crane_shared.kube import DEFAULT_REQUEST_TIMEOUT, raw_json
+from crane_shared.kube import DEFAULT_REQUEST_TIMEOUT, api_failure, raw_json
 from crane_shared.logs import LogOnce, get_logger
 from crane_shared.retry import sleep_unless
 
@@ -316,7 +316,10 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
         except Exception as err:  # a failed write is retried on the next pass, never crashes the loop
             self.metrics.status_writes.labels("error").inc()
             self._log_once.warning(
-                "status", "could not update a PodGroup's status (retrying)", group=key, error=repr(err)
+                "status",
+                "could not update a PodGroup's status (retrying)",
+                group=key,
+                **api_failure("patch", f"podgroups/status {key}", err),
             )
             self._dirty.add(key)
 
