@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHMARKS = ("loadaware", "event_recorder", "extender", "annotator", "scheduler", "gangs", "differential")
+BENCHMARKS = ("loadaware", "event_recorder", "extender", "annotator", "scheduler", "gangs", "dra", "differential")
 
 
 def main() -> int:

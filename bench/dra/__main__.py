@@ -216,6 +216,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--skip-kube", action="store_true")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument(
+        "--py-spy", action="store_true", help="sample crane-scheduler with py-spy (bench/scheduler/spy.py)"
+    )
     args = parser.parse_args()
     if args.init_pods + args.pods > args.nodes * args.claims_per_node:
         parser.error("more pods than devices: some would stay Pending and the run would wait for its timeout")
