@@ -46,7 +46,7 @@ def parse_devices(text: str) -> int:
 def parse_node_devices(text: str) -> tuple[str, int]:
     """``NODE=gpu=N`` (the per-node override on the command line)."""
     name, sep, spec = text.partition("=")
-    if not sep or not name:
+    if not sep or not name or "=" not in spec:
         raise ValueError(f"node devices {text!r}: expected NODE=gpu=COUNT, e.g. node-0003=gpu=0")
     return name, parse_devices(spec)
 

@@ -48,3 +48,5 @@ def test_per_node_devices() -> None:
     assert parse_node_devices("node-0003=gpu=0") == ("node-0003", 0)
     with pytest.raises(ValueError, match="expected NODE=gpu=COUNT"):
         parse_node_devices("=gpu=2")
+    with pytest.raises(ValueError, match="expected NODE=gpu=COUNT"):
+        parse_node_devices("gpu=2")
