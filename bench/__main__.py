@@ -16,6 +16,7 @@ BENCHMARKS = (
     "annotator",
     "scheduler",
     "gangs",
+    "dra",
     "descheduler",
     "differential",
 )

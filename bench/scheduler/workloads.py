@@ -122,8 +122,19 @@ async def create_nodes(api: client.ApiClient, n: int) -> None:
 @contextlib.contextmanager
 def measured_pods(workload: str, namespaces: list[str]) -> Iterator[None]:
     """Make the base benchmark's runners create this workload's measured pods (they call ``create_pods``)."""
-    original: Callable[..., Any] = base.create_pods
     labels, extra = template(workload, namespaces, measured=True)
+    with created_pods(lambda name, scheduler: pod_body(name, labels, extra, scheduler, None)):
+        yield
+
+
+@contextlib.contextmanager
+def created_pods(
+    body: Callable[[str, str], dict[str, Any]], ready: Callable[[client.ApiClient, str, int], Any] | None = None
+) -> Iterator[None]:
+    """Make the base benchmark's runners create ``body(name, schedulerName)`` as their measured pods (they call
+    ``create_pods``), as a backlog; then await ``ready(api, namespace, n)`` (e.g. until a controller has made the
+    pods' claims) before the scheduler starts."""
+    original: Callable[..., Any] = base.create_pods
 
     async def create(api: client.ApiClient, namespace: str, n: int, scheduler: str, rate: float = 0.0) -> None:
         if rate:
@@ -131,10 +142,12 @@ def measured_pods(workload: str, namespaces: list[str]) -> Iterator[None]:
         v1 = client.CoreV1Api(api)
 
         async def one(i: int) -> None:
-            body = pod_body(f"pod-{i:05d}", labels, extra, scheduler, None)
-            (await v1.create_namespaced_pod(namespace, body, _preload_content=False)).release()
+            resp = await v1.create_namespaced_pod(namespace, body(f"pod-{i:05d}", scheduler), _preload_content=False)
+            resp.release()
 
         await base.gather_limited([one(i) for i in range(n)], 100)
+        if ready is not None:
+            await ready(api, namespace, n)
 
     base.create_pods = create
     try:

@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 
+from crane_sandbox.devices import parse_devices, parse_node_devices
 from crane_sandbox.fleet import LoadShape
 from crane_sandbox.sandbox import Mode, Sandbox
 from crane_sandbox.topology import TopologySpec, parse_node_topology
@@ -57,23 +58,52 @@ def main() -> None:
         metavar="NODE=SPEC",
         help="one node's topology: ZONES[:reserved=CPUSET] or off, e.g. node-0001=4:reserved=0 (repeatable)",
     )
+    parser.add_argument(
+        "--devices",
+        default="gpu=0",
+        metavar="gpu=COUNT",
+        help="simulated GPUs of every node, published as DRA ResourceSlices with DeviceClass gpu (default none)",
+    )
+    parser.add_argument(
+        "--node-devices",
+        action="append",
+        default=[],
+        metavar="NODE=gpu=COUNT",
+        help="one node's GPUs, e.g. node-0003=gpu=0 for a node without any (repeatable)",
+    )
     args = parser.parse_args()
     if args.nodes < 1:
         parser.error("--nodes must be at least 1")
     try:
         topology = TopologySpec(args.numa_zones, args.reserved_cpus)
         per_node = dict(parse_node_topology(t) for t in args.node_topology)
+        devices = parse_devices(args.devices)
+        node_devices = dict(parse_node_devices(d) for d in args.node_devices)
     except ValueError as err:
         parser.error(str(err))
     configure_logging("warning")
-    asyncio.run(run(args.nodes, args.load, args.mode, topology, per_node))
+    asyncio.run(run(args.nodes, args.load, args.mode, topology, per_node, devices, node_devices))
     sys.exit(0)
 
 
 async def run(
-    nodes: int, load: LoadShape, mode: Mode, topology: TopologySpec, per_node: dict[str, TopologySpec]
+    nodes: int,
+    load: LoadShape,
+    mode: Mode,
+    topology: TopologySpec,
+    per_node: dict[str, TopologySpec],
+    devices: int = 0,
+    node_devices: dict[str, int] | None = None,
 ) -> None:
-    sandbox = Sandbox(nodes=nodes, load=load, mode=mode, topology=topology, node_topologies=per_node)
+    sandbox = Sandbox(
+        nodes=nodes,
+        load=load,
+        mode=mode,
+        topology=topology,
+        node_topologies=per_node,
+        devices=devices,
+        node_devices=dict(node_devices or {}),
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

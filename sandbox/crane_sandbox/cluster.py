@@ -298,15 +298,21 @@ class ControllerManager:
 
 
 class LocalCluster(Server):
-    """etcd + kube-apiserver + redis-server, plus kube-controller-manager when ``controllers`` is set. Extra
-    components (KWOK, Prometheus, fleet, services) attach to it."""
+    """etcd + kube-apiserver + redis-server, plus kube-controller-manager when ``controllers`` is set (True:
+    ``CONTROLLERS``; or the names of the controllers to run, e.g. only the resourceclaim controller for a benchmark
+    whose nodes have no kubelet the node lifecycle controller would wait for). Extra components (KWOK,
+    Prometheus, fleet, services) attach to it."""
 
     def __init__(
-        self, run_dir: Path | None = None, *, binaries: KubeBinaries | None = None, controllers: bool = False
+        self,
+        run_dir: Path | None = None,
+        *,
+        binaries: KubeBinaries | None = None,
+        controllers: bool | tuple[str, ...] = False,
     ) -> None:
         self.run_dir = run_dir or new_run_dir("cluster")
         self.binaries = binaries
-        self.controllers = controllers
+        self.controllers = CONTROLLERS if controllers is True else tuple(controllers or ())
         self.etcd = Etcd(self.run_dir)
         self.redis = RedisServer(self.run_dir)
         self.apiserver: KubeApiServer | None = None
@@ -323,13 +329,21 @@ class LocalCluster(Server):
             )
             self.pki = pki
             self.apiserver = KubeApiServer(
-                self.run_dir, self.etcd.url, binaries, pki, service_account_admission=self.controllers
+                self.run_dir,
+                self.etcd.url,
+                binaries,
+                pki,
+                service_account_admission="serviceaccount-controller" in self.controllers,
             )
             await self.apiserver.start()
             self.write_kubeconfig(self.kubeconfig_path, self.kubeconfig_dict())
             if self.controllers:
                 self.controller_manager = ControllerManager(
-                    self.run_dir, binaries, pki, self.component_kubeconfig("system:kube-controller-manager")
+                    self.run_dir,
+                    binaries,
+                    pki,
+                    self.component_kubeconfig("system:kube-controller-manager"),
+                    self.controllers,
                 )
                 await self.controller_manager.start()
         except BaseException:

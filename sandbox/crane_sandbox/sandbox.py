@@ -24,6 +24,7 @@ from kubernetes_asyncio import client
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.crds import PODGROUP_CRD
 from crane_sandbox.crds import install_crd as install_crd_file
+from crane_sandbox.devices import DEVICE_CLASS, publish_devices
 from crane_sandbox.exporter import FleetExporter
 from crane_sandbox.fleet import FleetState, LoadShape, SimNode, base_loads, make_fleet
 from crane_sandbox.kubebin import ensure_binaries, ensure_kwok
@@ -191,6 +192,12 @@ class Sandbox:
     """per-node overrides of ``topology``, by node name"""
     topologies: int = 0
     """NRT objects published"""
+    devices: int = 0
+    """simulated GPUs of every node, published as ResourceSlices (DRA) with the DeviceClass ``gpu``; 0: none"""
+    node_devices: dict[str, int] = field(default_factory=dict)
+    """per-node overrides of ``devices``, by node name"""
+    gpus: int = 0
+    """GPUs published"""
     """KubeSchedulerConfiguration text; ``{policy}`` is replaced by the policy file's path"""
     services: tuple[str, ...] = ("event-recorder", "annotator", "scheduler", "descheduler")
     cluster: LocalCluster | None = None
@@ -263,6 +270,9 @@ class Sandbox:
                 self.kwok.start(),
             )
             self.topologies = await publish_fleet(self._api, fleet, self.topology, self.node_topologies)
+            self.gpus = await publish_devices(
+                self._api, fleet, self.devices, self.node_devices, zones=self.topology.zones
+            )
             self._follower = PodFollower(self._api, state)
             self._follower.start()
             self.policy_path.write_text(SANDBOX_POLICY)
@@ -432,6 +442,12 @@ class Sandbox:
         lines = [
             f"crane sandbox is up: {self.nodes} simulated nodes (KWOK), {mode}",
             f"{self.topologies} nodes publish a NodeResourceTopology (kubectl get nrt)",
+        ]
+        if self.gpus:
+            lines.append(
+                f"{self.gpus} simulated GPUs in ResourceSlices, DeviceClass {DEVICE_CLASS} (kubectl get resourceslices)"
+            )
+        lines += [
             f"run directory {self.run_dir}",
             "",
             f"  export KUBECONFIG={kubeconfig}",

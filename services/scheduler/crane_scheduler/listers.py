@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, get_args
 
 from crane_shared.informer import EventType, Informer, ListFn, object_key
@@ -92,8 +92,9 @@ class Listers:
     def resource_claim(self, namespace: str, name: str) -> Obj | None:
         return self.objects["resourceclaims"].get(f"{namespace}/{name}")
 
-    def resource_claims(self) -> list[Obj]:
-        return list(self.objects["resourceclaims"].values())
+    def resource_claims_by_key(self) -> Mapping[str, Obj]:
+        """The claims by ``namespace/name`` (a read-only view of the informer's store, not a copy)."""
+        return self.objects["resourceclaims"]
 
     def resource_slices(self) -> list[Obj]:
         return list(self.objects["resourceslices"].values())

@@ -1,5 +1,6 @@
 """The sandbox is a real cluster: workloads a platform team runs go through kube-controller-manager, are placed
-by crane-scheduler (serving ``default-scheduler``), and are run by KWOK's simulated kubelets.
+by crane-scheduler (serving ``default-scheduler``), and are run by KWOK's simulated kubelets. Three of its nodes
+have two simulated GPUs each (DRA ResourceSlices), the fourth none.
 
 One sandbox for the module (its start-up is the expensive part); every test works in its own namespace and
 awaits conditions by polling the API against a deadline.
@@ -19,19 +20,22 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes_asyncio import client
 
+from crane_sandbox.devices import DEVICE_CLASS, DRIVER
 from crane_sandbox.sandbox import Sandbox, node_is_ready
 from crane_shared.kube import api_client_from_dict, raw_json
 from tests.support.waiting import eventually
 
 T = TypeVar("T")
 NODES = 4
+GPUS = 2
+NO_GPU = "node-0004"
 GRACE = 50.0
 """kube-controller-manager's default --node-monitor-grace-period: a node whose Lease is older is tainted."""
 
 
 @pytest.fixture(scope="module")
 async def sandbox() -> AsyncIterator[Sandbox]:
-    sb = Sandbox(nodes=NODES)
+    sb = Sandbox(nodes=NODES, devices=GPUS, node_devices={NO_GPU: 0})
     await sb.start()
     try:
         yield sb
@@ -193,6 +197,67 @@ async def test_a_job_completes(api: client.ApiClient, ns: str) -> None:
 
     job = await eventually(complete, 120, "Job batch Complete", interval=0.25)
     assert job["status"]["succeeded"] == 3
+
+
+async def claims(api: client.ApiClient, ns: str) -> list[dict[str, Any]]:
+    body = await raw_json(client.ResourceV1Api(api).list_namespaced_resource_claim(ns, _preload_content=False))
+    items: list[dict[str, Any]] = body["items"]
+    return items
+
+
+def devices_of(items: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(driver, pool, device) of every allocated result of ``items`` (ResourceClaims)."""
+    return [
+        (r["driver"], r["pool"], r["device"])
+        for c in items
+        for r in ((c.get("status", {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+    ]
+
+
+async def test_a_deployment_with_a_claim_template_runs_where_the_gpus_are_and_reuses_freed_ones(
+    api: client.ApiClient, ns: str
+) -> None:
+    """One GPU per replica from a ResourceClaimTemplate: the replicas run on the three nodes with GPUs, never on
+    the one without; the replica beyond the six GPUs stays Pending. Scaling down frees the claims (the
+    resourceclaim controller deletes a gone pod's template claims), and scaling up again reuses the GPUs."""
+    template_claim = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DEVICE_CLASS}}]}}
+    await client.ResourceV1Api(api).create_namespaced_resource_claim_template(
+        ns, {"metadata": {"name": "one-gpu"}, "spec": {"spec": template_claim}}
+    )
+    pod = template("trainer")
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    gpus = GPUS * (NODES - 1)
+    apps = client.AppsV1Api(api)
+    spec = {"replicas": gpus + 1, "selector": {"matchLabels": {"app": "trainer"}}, "template": pod}
+    await apps.create_namespaced_deployment(ns, {"metadata": {"name": "trainer"}, "spec": spec})
+
+    async def placed() -> list[dict[str, Any]] | None:
+        items = await pods(api, ns, "trainer")
+        if len(items) != gpus + 1 or sum(map(running, items)) != gpus:
+            return None
+        pending = [p for p in items if not p["spec"].get("nodeName")]
+        return items if len(pending) == 1 else None
+
+    items = await eventually(placed, 120, f"{gpus} trainers Running and one Pending", interval=0.25)
+    nodes = [p["spec"]["nodeName"] for p in items if p["spec"].get("nodeName")]
+    assert NO_GPU not in nodes and len(set(nodes)) == NODES - 1
+    allocated = devices_of(await claims(api, ns))
+    assert len(allocated) == gpus and len(set(allocated)) == gpus, allocated
+    assert {pool for _, pool, _ in allocated} == set(nodes) and {d for d, _, _ in allocated} == {DRIVER}
+
+    await apps.patch_namespaced_deployment_scale("trainer", ns, {"spec": {"replicas": 2}})
+
+    async def freed() -> list[dict[str, Any]] | None:
+        items = await claims(api, ns)
+        return items if len(items) == 2 and len(devices_of(items)) == 2 else None
+
+    kept = devices_of(await eventually(freed, 60, "the gone replicas' claims deleted", interval=0.25))
+    await apps.patch_namespaced_deployment_scale("trainer", ns, {"spec": {"replicas": gpus}})
+    await all_running(api, ns, "trainer", gpus, timeout=120)
+    again = devices_of(await claims(api, ns))
+    assert sorted(again) == sorted(allocated), "every GPU in use again, each once"
+    assert set(kept) <= set(again)
 
 
 async def test_the_descheduler_relieves_a_hot_node_and_the_scheduler_keeps_the_replacement_off_it(

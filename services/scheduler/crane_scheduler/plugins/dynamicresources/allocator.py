@@ -15,7 +15,7 @@ filter timeout).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,7 +174,7 @@ class Allocator:
         self,
         classes: Mapping[str, Raw],
         slices: Sequence[Raw],
-        allocated: Set[DeviceID],
+        allocated: Container[DeviceID],
         features: Features = Features(),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

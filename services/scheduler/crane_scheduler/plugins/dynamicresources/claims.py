@@ -13,7 +13,7 @@ cache): the devices of both count as allocated, so two pods in flight never get 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from crane_scheduler.plugins.dynamicresources.allocator import DeviceID, allocated_devices
@@ -99,6 +99,7 @@ class ClaimTracker:
     def __init__(self) -> None:
         self.pending: dict[str, Raw] = {}
         self.assumed: dict[str, Raw] = {}
+        self.index = HeldIndex()
 
     def signal_pending(self, claim: Raw) -> None:
         """Reserve: ``claim`` carries the allocation this pod's binding cycle is about to write."""
@@ -137,13 +138,71 @@ class ClaimTracker:
 
         return get
 
-    def allocated(self, claims: Iterable[Raw]) -> set[DeviceID]:
-        """Devices held by ``claims`` (the lister's, newer assumed versions in place) and by the pending
-        allocations."""
-        seen: dict[str, Raw | None] = {claim_key(c): c for c in claims}
+    def allocated(self, claims: Mapping[str, Raw]) -> Held:
+        """Devices held by ``claims`` (the lister's, by key; newer assumed versions in place) and by the pending
+        allocations. The lister's claims are counted incrementally (``HeldIndex``): a claim object is read once,
+        not once per pod, as kube's DRA manager keeps its allocated-devices set from claim events."""
+        self.index.update(claims)
+        minus: dict[DeviceID, int] = {}
+        plus: set[DeviceID] = set()
         for key in list(self.assumed):
-            seen[key] = self.newest(key, seen.get(key))
-        return allocated_devices([c for c in seen.values() if c is not None] + list(self.pending.values()))
+            seen = claims.get(key)
+            newest = self.newest(key, seen)
+            if newest is seen:
+                continue
+            for device in allocated_devices([seen] if seen is not None else []):
+                minus[device] = minus.get(device, 0) + 1
+            plus |= allocated_devices([newest] if newest is not None else [])
+        plus |= allocated_devices(list(self.pending.values()))
+        return Held(self.index.counts, minus, plus)
+
+
+class HeldIndex:
+    """How many of the lister's claims hold each device, kept up to date by comparing each claim object with the
+    one last counted (the informer replaces an object on every change, so identity is its version)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[DeviceID, int] = {}
+        self._counted: dict[str, tuple[Raw, tuple[DeviceID, ...]]] = {}
+
+    def update(self, claims: Mapping[str, Raw]) -> None:
+        counted = self._counted
+        for key, claim in claims.items():
+            entry = counted.get(key)
+            if entry is not None and entry[0] is claim:
+                continue
+            if entry is not None:
+                self._add(entry[1], -1)
+            devices = tuple(allocated_devices([claim]))
+            counted[key] = (claim, devices)
+            self._add(devices, 1)
+        if len(counted) != len(claims):
+            for key in [k for k in counted if k not in claims]:
+                self._add(counted.pop(key)[1], -1)
+
+    def _add(self, devices: tuple[DeviceID, ...], step: int) -> None:
+        for device in devices:
+            n = self.counts.get(device, 0) + step
+            if n:
+                self.counts[device] = n
+            else:
+                del self.counts[device]
+
+
+class Held:
+    """The devices held in one cycle: the lister's counts less the claims an assumed version replaces, plus the
+    assumed and pending allocations (what the allocator asks: ``device in held``)."""
+
+    __slots__ = ("counts", "minus", "plus")
+
+    def __init__(self, counts: Mapping[DeviceID, int], minus: Mapping[DeviceID, int], plus: set[DeviceID]) -> None:
+        self.counts, self.minus, self.plus = counts, minus, plus
+
+    def __contains__(self, device: object) -> bool:
+        if device in self.plus:
+            return True
+        n = self.counts.get(device, 0)  # type: ignore[call-overload]
+        return bool(n) and n > self.minus.get(device, 0)  # type: ignore[call-overload]
 
 
 def _resource_version(claim: Raw) -> int:

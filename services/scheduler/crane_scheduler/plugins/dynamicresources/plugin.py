@@ -116,7 +116,7 @@ class DraObjects(Protocol):
 
     def resource_claim(self, namespace: str, name: str) -> Raw | None: ...
 
-    def resource_claims(self) -> Sequence[Raw]: ...
+    def resource_claims_by_key(self) -> Mapping[str, Raw]: ...
 
     def resource_slices(self) -> Sequence[Raw]: ...
 
@@ -241,7 +241,7 @@ class DynamicResources(
             if status is not None:
                 return PreFilterResult(status)
         if to_allocate:
-            allocated = self.tracker.allocated(self.objects.resource_claims())
+            allocated = self.tracker.allocated(self.objects.resource_claims_by_key())
             st.allocator = Allocator(classes, self.objects.resource_slices(), allocated, clock=self.clock)
         st.claims, st.available_on, st.to_allocate = claims, available_on, to_allocate
         return PreFilterResult()
