@@ -114,6 +114,18 @@ def test_status_follows_the_podgroup_controller_step_by_step() -> None:
     assert g.next_status(done, [running, running], "ns", 9) == failed  # final
 
 
+def test_a_group_found_whole_and_bound_is_scheduling_in_one_write() -> None:
+    """One reconcile of a new group whose members all exist and are bound: the status written says Scheduling with
+    every member counted, never Pending with scheduled == minMember (it would stay so until the group's next
+    change: seen in CI)."""
+    group = g.parse_pod_group(group_obj(min_member=3))
+    bound = [g.Member("Pending", True, ("job-x",))] * 3
+    status = g.settled_status(group, bound, "ns", 7)
+    assert (status["phase"], status["scheduled"], status["occupiedBy"]) == (g.SCHEDULING, 3, "ns/job-x")
+    running = g.settled_status(group, [g.Member("Running", True)] * 3, "ns", 7)
+    assert running["phase"] == g.RUNNING and running["scheduleStartTime"] == "1970-01-01T00:00:07Z"
+
+
 def test_args_defaults_and_refusals_name_the_field() -> None:
     assert parse_args({}) == parse_args({"permitWaitingTimeSeconds": 60, "podGroupBackoffSeconds": 0})
     with pytest.raises(ArgsError) as err:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -181,6 +181,19 @@ class Member:
     phase: str  # pod.status.phase
     bound: bool
     owners: tuple[str, ...] = ()
+
+
+def settled_status(group: PodGroup, members: list[Member], namespace: str, now: float) -> dict[str, Any]:
+    """``next_status`` repeated until the phase stops moving (at most one pass per phase), in one write. The
+    upstream controller gets there by requeueing after each status update; one step per change here could leave a
+    group that is whole and bound at ``Pending`` (with ``scheduled`` counting its members) until its next change."""
+    status = group.status
+    for _ in range(4):  # "" -> Pending -> Scheduling -> Running -> Finished at the most
+        step = next_status(replace(group, status=status), members, namespace, now)
+        if step.get("phase") == status.get("phase"):
+            return step
+        status = step
+    return dict(status)
 
 
 def next_status(group: PodGroup, members: list[Member], namespace: str, now: float) -> dict[str, Any]:

@@ -296,7 +296,7 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
             members = [g.member_of(p) for p in pods.get("items") or ()]
             if not any(not m.bound for m in members):
                 self.waits.settled(key)  # no member pending any more (deleted, or bound): nothing waits
-            status = g.next_status(group, members, group.namespace, self.wall_clock())
+            status = g.settled_status(group, members, group.namespace, self.wall_clock())
             if status == dict(group.status):
                 return
             await raw_json(
