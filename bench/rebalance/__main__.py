@@ -98,7 +98,10 @@ class Watch:
     nodes: dict[str, str] = field(default_factory=dict)
     """uid -> node of every bound workload pod seen"""
     gone: set[str] = field(default_factory=set)
+    labels: dict[str, str] = field(default_factory=dict)
+    """uid -> ``name (its usage annotation)``, as last seen"""
     evictions: list[tuple[float, str]] = field(default_factory=list)
+    """(when, ``node: name (usage)``) of every workload pod that went away"""
     returns: int = 0
     pdb_violations: int = 0
     pending: int = 0
@@ -121,11 +124,13 @@ class Watch:
         for pod in body["items"]:
             uid = pod["metadata"]["uid"]
             node = pod["spec"].get("nodeName")
+            usage = (pod["metadata"].get("annotations") or {}).get(USAGE, "")
+            self.labels[uid] = f"{pod['metadata']['name']} ({usage})"
             terminating = pod["metadata"].get("deletionTimestamp") is not None
             if terminating:
                 if uid not in self.gone:
                     self.gone.add(uid)
-                    self.evictions.append((time.monotonic(), self.nodes.get(uid, "")))
+                    self.evictions.append((time.monotonic(), self.describe(uid)))
                 continue
             live.add(uid)
             running = pod.get("status", {}).get("phase") == "Running"
@@ -139,8 +144,11 @@ class Watch:
                 available[pod["metadata"]["labels"]["app"]] += 1
         for uid in set(self.nodes) - live - self.gone:
             self.gone.add(uid)
-            self.evictions.append((time.monotonic(), self.nodes[uid]))
+            self.evictions.append((time.monotonic(), self.describe(uid)))
         self.pdb_violations += sum(1 for n in available.values() if n < self.replicas - 1)
+
+    def describe(self, uid: str) -> str:
+        return f"{self.nodes.get(uid, '?')}: {self.labels.get(uid, uid)}"
 
     def evicted_since(self, t: float) -> int:
         return sum(1 for at, _ in self.evictions if at >= t)
@@ -285,6 +293,7 @@ async def run(backend: str, replicas: int, drift_timeout: float, phase_s: float)
                 break
             await asyncio.sleep(1)
         outcome.evictions = len(watch.evictions)
+        outcome.notes += [f"drift: evicted at {at - drift:.0f} s {what}" for at, what in watch.evictions]
         outcome.returns_to_hot = watch.returns
         outcome.pdb_violations = watch.pdb_violations
         outcome.pending = watch.pending
@@ -298,6 +307,7 @@ async def run(backend: str, replicas: int, drift_timeout: float, phase_s: float)
             await watch.poll()
             await asyncio.sleep(1)
         outcome.evictions_all_hot = watch.evicted_since(started)
+        outcome.notes += [f"every node hot: evicted {what}" for at, what in watch.evictions if at >= started]
         print(f"[{backend}] every node hot ({len(watch.hot_nodes())}): {outcome.evictions_all_hot} evictions")
         for i in range(1, NODES + 1):
             await set_usage(v1, BALLAST_NAMESPACE, f"ballast-node-{i:04d}", "cpu=0,memory=0")
@@ -329,6 +339,11 @@ async def run(backend: str, replicas: int, drift_timeout: float, phase_s: float)
             await watch.poll()
             await asyncio.sleep(1)
         outcome.evictions_stale = watch.evicted_since(stale_from)
+        outcome.notes += [
+            f"stale phase: evicted {at - stopped:.0f} s after the exporter stopped {what}"
+            for at, what in watch.evictions
+            if at >= stopped
+        ]
         fresh = watch.evicted_since(stopped) - outcome.evictions_stale
         outcome.notes.append(f"{fresh} eviction(s) in the 15 s after the exporter stopped (data not yet stale)")
         print(f"[{backend}] stale: {outcome.evictions_stale} evictions ({fresh} before the data went stale)")
