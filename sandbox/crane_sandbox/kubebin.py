@@ -3,7 +3,8 @@
 No registry ships these binaries, so the sandbox builds them: kube-apiserver, kube-scheduler and
 kube-controller-manager from ``sandbox/kube`` (a tiny Go module pinning one ``k8s.io/kubernetes`` release), and
 KWOK's controller from ``sandbox/kwok`` (a separate module pinning ``sigs.k8s.io/kwok``, so KWOK's dependency
-versions never move the Kubernetes pin). Each module is one ``go build`` invocation. The cache key hashes the
+versions never move the Kubernetes pin), and, on demand only (bench/rebalance), kubernetes-sigs/descheduler from
+``sandbox/descheduler`` (its own module too). Each module is one ``go build`` invocation. The cache key hashes the
 module's files, so binaries are rebuilt only when a pin (or a build file) changes; a fresh clone on the same
 machine reuses them. The first build takes several minutes. The judge (``cmd/judge``: kube-scheduler's own
 plugins as a JSON oracle for tests/differential) is built next to them.
@@ -26,6 +27,7 @@ from pathlib import Path
 SANDBOX_DIR = Path(__file__).resolve().parent.parent
 MODULE_DIR = SANDBOX_DIR / "kube"
 KWOK_MODULE_DIR = SANDBOX_DIR / "kwok"
+DESCHEDULER_MODULE_DIR = SANDBOX_DIR / "descheduler"
 BINARIES = (
     "kube-apiserver",
     "kube-scheduler",
@@ -33,6 +35,7 @@ BINARIES = (
     "judge",
 )  # judge: kube's plugins as a JSON oracle
 KWOK_BINARIES = ("kwok",)
+DESCHEDULER_BINARIES = ("descheduler",)
 GO_BUILD_FLAGS = ("-trimpath", "-ldflags=-s -w", "-gcflags=all=-dwarf=false")
 """No symbol table or debug information: the linker drops DWARF anyway (-w), and not generating it saves ~8% of
 the compile's CPU. scripts/tools and scripts/build-toxiproxy use the same flags, so packages they share with these
@@ -161,14 +164,30 @@ def ensure_kwok(module_dir: Path = KWOK_MODULE_DIR, *, quiet: bool = False) -> K
     return KwokBinaries(version, target / KWOK_BINARIES[0], target / stages)
 
 
+@dataclass(frozen=True)
+class DeschedulerBinaries:
+    version: str
+    descheduler: Path
+
+
+def ensure_descheduler(module_dir: Path = DESCHEDULER_MODULE_DIR, *, quiet: bool = False) -> DeschedulerBinaries:
+    """Return the cached kubernetes-sigs/descheduler, building it first if needed (not built by scripts/setup:
+    only bench/rebalance runs it)."""
+    version = pinned_version(module_dir, "sigs.k8s.io/descheduler")
+    key = _build_key(module_dir, version, prefix="descheduler-")
+    target = _ensure_built(module_dir, key, DESCHEDULER_BINARIES, f"descheduler {version}", quiet=quiet)
+    return DeschedulerBinaries(version, target / DESCHEDULER_BINARIES[0])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "modules",
         nargs="*",
-        choices=("kube", "kwok"),
+        choices=("kube", "kwok", "descheduler"),
         default=["kube", "kwok"],
-        help="which module to build (default both); scripts/setup builds kube first and KWOK in the background",
+        help="which module to build (default kube and kwok); scripts/setup builds kube first and KWOK in the "
+        "background; the descheduler (bench/rebalance only) is built on demand",
     )
     args = parser.parse_args()
     if "kube" in args.modules:
@@ -177,6 +196,9 @@ def main() -> None:
     if "kwok" in args.modules:
         kwok = ensure_kwok()
         print(f"{kwok.version}\n{kwok.kwok}")
+    if "descheduler" in args.modules:
+        desch = ensure_descheduler()
+        print(f"{desch.version}\n{desch.descheduler}")
 
 
 if __name__ == "__main__":
