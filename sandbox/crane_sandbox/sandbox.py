@@ -374,6 +374,8 @@ class Sandbox:
             "5s",
             "--usage-window",
             "10s",
+            "--estimate-window",
+            "15s",  # the scheduler profile's estimate window above: the fast recording rules' averaging window
             "--lease-namespace",
             identity.namespace,
             "--lease-name",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Coroutine
+from datetime import timedelta
 from typing import Any
 
 from aiohttp import web
@@ -19,7 +20,7 @@ from crane_descheduler.config import DeschedulerConfig
 from crane_descheduler.descheduler import Descheduler, Options
 from crane_shared.kube import make_api_client
 from crane_shared.leader import LeaderElector, make_lease_client
-from crane_shared.loadaware.dynamic import DynamicArgs
+from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs
 from crane_shared.logs import get_logger
 from crane_shared.policy import default_policy
 from crane_shared.prometheus import PrometheusClient
@@ -45,7 +46,11 @@ async def run(config: DeschedulerConfig) -> int:
             Options(config.interval, config.usage_window, config.dry_run, config.lease.identity),
             config.scheduler_policy,
             config.policy,
-            DynamicArgs(default_policy(), legacy_zone=config.legacy_zone),
+            DynamicArgs(
+                default_policy(),
+                legacy_zone=config.legacy_zone,
+                estimate=EstimateArgs(window=timedelta(seconds=config.estimate_window)),
+            ),
         )
         lease_api = await make_lease_client(common.kube, config.lease)
         elector = LeaderElector(lease_api, config.lease)

@@ -40,6 +40,7 @@ class DeschedulerConfig:
     usage_window: float
     dry_run: bool
     legacy_zone: ZoneInfo
+    estimate_window: float = 300.0
 
 
 def build_parser() -> EnvArgumentParser:
@@ -79,6 +80,14 @@ def build_parser() -> EnvArgumentParser:
     )
     add_prometheus_flags(parser)
     d.add_argument(
+        "--estimate-window",
+        env="CRANE_ESTIMATE_WINDOW",
+        type=positive_duration,
+        default=300.0,
+        help="the averaging window of the node metrics (the scheduler's Dynamic estimate.window): how long an "
+        "evicted pod's usage still weighs in a node's average, so a relieved node is not relieved again for it",
+    )
+    d.add_argument(
         "--usage-window",
         env="CRANE_USAGE_WINDOW",
         type=positive_duration,
@@ -105,6 +114,7 @@ def parse_config(argv: Sequence[str] | None = None) -> DeschedulerConfig:
         policy=args.descheduler_policy or None,
         interval=args.interval,
         usage_window=args.usage_window,
+        estimate_window=args.estimate_window,
         dry_run=args.dry_run,
         legacy_zone=args.legacy_zone,
     )

@@ -1,8 +1,7 @@
-// Command descheduler is kubernetes-sigs/descheduler, built at the pinned release: the comparison backend of
-// bench/rebalance (LowNodeUtilization with Prometheus metrics). This file is upstream's
-// cmd/descheduler/descheduler.go (a main package cannot be imported) plus one line: the Prometheus client loads
-// a pod's service-account CA from a fixed path (pkg/descheduler/client.K8sPodCAFilePath), which does not exist
-// when the descheduler runs as a process outside a pod; DESCHEDULER_POD_CA_FILE points it at the sandbox's CA.
+// Command descheduler runs kubernetes-sigs/descheduler's own command (its app package) at the pinned release: the
+// comparison backend of bench/rebalance (LowNodeUtilization with Prometheus metrics). One addition: the descheduler's
+// Prometheus client loads a pod's service-account CA from a fixed path (client.K8sPodCAFilePath), which does not
+// exist when it runs as a process outside a pod; DESCHEDULER_POD_CA_FILE points it at the sandbox's CA.
 package main
 
 import (
