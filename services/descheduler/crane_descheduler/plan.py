@@ -310,6 +310,7 @@ def plan_round(data: RoundInput) -> Plan:
                 continue
             remaining.append((candidate.pod, use))
         evicted_here = 0
+        covering_waits = False  # a pod that would cover the excess alone waits for a budget of this round
         while remaining:
             excess = _excess(projected, pool, capacity)
             if not excess:
@@ -324,7 +325,14 @@ def plan_round(data: RoundInput) -> Plan:
                 key=lambda item: (item[0].priority, QOS_RANK[item[0].qos], _cover_key(item[1], excess, capacity))
             )
             pod, use = remaining.pop(0)
+            covers = _cover_key(use, excess, capacity)[0] == 0
+            if covering_waits and not covers:
+                # it would not cool the node: an eviction spent for nothing (the pod that would is back next round)
+                plan.skipped["waits-for-budget"] += 1
+                continue
             reason = _refusal(pod, use, excess, node, data, namespaces, workloads)
+            if reason in ("workload-budget", "namespace-budget") and covers:
+                covering_waits = True
             target = None
             if reason is None:
                 target = targets.find(pod, node)

@@ -195,6 +195,21 @@ def test_budgets_per_node_namespace_workload_and_rate():
     assert workload_allowance("25%", 7) == 1 and workload_allowance(3, 7) == 3
 
 
+def test_a_pod_that_would_cool_the_node_but_waits_for_its_budget_is_not_replaced_by_one_that_would_not():
+    """bench.rebalance run A: two hot nodes, each cooled by one pod of the same workload. With one of them
+    evicted, the workload's budget holds the other back; evicting a small pod of that node instead spends an
+    eviction that cools nothing. It waits for the next round."""
+    nodes = [node("h1", cpu=0.9), node("h2", cpu=0.9), node("cool1", cpu=0.1), node("cool2", cpu=0.1)]
+    pods = [pod(f"big{i}", f"h{i}", owner="api", cpu="4") for i in (1, 2)]
+    pods += [pod(f"small{i}", f"h{i}", owner=f"s{i}", cpu="1") for i in (1, 2)]
+    usage = {f"default/big{i}": PodUsage(3.5, GIB) for i in (1, 2)}
+    usage |= {f"default/small{i}": PodUsage(0.8, GIB) for i in (1, 2)}
+    limits = Limits(per_node_per_round=1, per_namespace_per_round=10, max_unavailable_per_workload=1, per_minute=10)
+    result = rounds(nodes, pods, usage, policy=replace(POLICY, limits=limits))
+    assert evicted(result) == ["big1"]
+    assert result.plan.skipped["workload-budget"] == 1 and result.plan.skipped["waits-for-budget"] == 1
+
+
 def test_node_pools_apply_their_own_thresholds_and_unselected_nodes_are_left_alone():
     gpu = replace(POLICY.pools[0], name="gpu", selector={"pool": "gpu"}, high={"cpu_usage_avg_5m": 0.95})
     policy = replace(POLICY, pools=(gpu,))
