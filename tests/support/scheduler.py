@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig, parse_config
-from crane_scheduler.framework import EXPLAIN_SCORES, Diagnosis, Handle, Registry, Status
+from crane_scheduler.framework import EXPLAIN_SCORES, SUCCESS, CycleState, Diagnosis, Handle, Registry, Status
 from crane_scheduler.framework.runtime import Profile, build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
@@ -190,6 +190,31 @@ class FakeWriter:
 
     def as_writer(self) -> ApiWriter:
         return cast(ApiWriter, self)
+
+
+class HeldBinder:
+    """Records binds; they complete when ``gate`` is set."""
+
+    name = "DefaultBinder"
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.calls: list[tuple[str, str]] = []
+
+    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        self.calls.append((pod.name, node))
+        await self.gate.wait()
+        return SUCCESS
+
+
+class Clock:
+    """A settable clock for the scheduler's queue and backoffs (``now`` in seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def scheduler_with(

@@ -3,7 +3,6 @@ server (decisions, assumptions, queue; binds held by a fake binder)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -12,16 +11,13 @@ import pytest
 from crane_scheduler.config import parse_config
 from crane_scheduler.explain import render
 from crane_scheduler.framework import (
-    SUCCESS,
     ArgsError,
     ClusterChange,
     ClusterEvent,
-    CycleState,
     Handle,
     QueuedPod,
     QueueingHint,
     Registry,
-    Status,
 )
 from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.gangcycle import quorum_met, quorum_out_of_reach
@@ -32,12 +28,12 @@ from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.plugins.coscheduling import gang as g
 from crane_scheduler.plugins.coscheduling.plugin import Coscheduling, allocatable_grew, parse_args
 from crane_scheduler.plugins.gangwait import go_duration, timed_out
-from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
+from crane_scheduler.podinfo import parse_node, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from cranectl.__main__ import render_explain
 from tests.support.loadaware import NOW, loaded
-from tests.support.scheduler import node, pod, scheduler_with, step
+from tests.support.scheduler import Clock, HeldBinder, node, pod, scheduler_with, step
 
 LABEL = g.POD_GROUP_LABEL
 
@@ -140,29 +136,6 @@ def test_a_malformed_podgroup_is_refused_naming_the_field() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the gang cycle
-
-
-class HeldBinder:
-    """Records binds; they complete when ``gate`` is set."""
-
-    name = "DefaultBinder"
-
-    def __init__(self) -> None:
-        self.gate = asyncio.Event()
-        self.calls: list[tuple[str, str]] = []
-
-    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        self.calls.append((pod.name, node))
-        await self.gate.wait()
-        return SUCCESS
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 CONFIG = {

@@ -3,37 +3,14 @@ unsupported-field gate for profiles that do not enable it."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 
-from crane_scheduler.framework import SUCCESS, ArgsError, CycleState, Diagnosis, Status
+from crane_scheduler.framework import ArgsError, Diagnosis
 from crane_scheduler.plugins.gangscheduling.plugin import GangScheduling, gang_key, parse_args, parse_workload
-from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.scheduler import Scheduler
-from tests.support.scheduler import decide, node, pod, scheduler_with, step, table
-
-
-class HeldBinder:
-    name = "DefaultBinder"
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-        self.gate = asyncio.Event()
-
-    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
-        self.calls.append((pod.name, node))
-        await self.gate.wait()
-        return SUCCESS
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.scheduler import Clock, HeldBinder, decide, node, pod, scheduler_with, step, table
 
 
 def config(**args: Any) -> dict[str, Any]:

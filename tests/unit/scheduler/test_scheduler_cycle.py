@@ -16,7 +16,7 @@ from crane_scheduler.podinfo import PodInfo, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from crane_shared.leader import Term
-from tests.support.scheduler import FakeWriter, node, pod, scheduler_with, step
+from tests.support.scheduler import Clock, FakeWriter, node, pod, scheduler_with, step
 from tests.support.waiting import eventually
 
 
@@ -39,14 +39,6 @@ class FakeBinder:
         if outcome == "error":
             raise RuntimeError("connection reset")
         return SUCCESS
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def bind_held(
