@@ -11,6 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from crane_sandbox.procs import ManagedProcess, free_port
 
+FAST_LEASE = ("--lease-duration", "4s", "--renew-deadline", "3s", "--lease-retry-period", "0.5s")
+"""A service's lease flags for fault tests: a lost lease shows within seconds."""
+
 
 class ServiceProc:
     """``argv`` (built by the caller around ``self.port``) as a ``ManagedProcess`` logging to ``log``."""
@@ -56,6 +59,13 @@ class ServiceProc:
     async def leadership(self) -> str:
         _, body = await self.get("/readyz")
         return str(body.get("leadership")) if isinstance(body, dict) else "unknown"
+
+    async def leadership_or_unreachable(self) -> str:
+        """``leadership``, or "unreachable" while its HTTP server does not answer (killed, blackholed machine)."""
+        try:
+            return await self.leadership()
+        except (aiohttp.ClientError, OSError):
+            return "unreachable"
 
     async def stop(self) -> None:
         if self.process is not None:

@@ -31,18 +31,10 @@ from tests.support.faults import FaultReport, api_host_port, kubeconfig_via, res
 from tests.support.policy import UPSTREAM_METRICS as METRICS
 from tests.support.scheduler_cluster import pods_json
 from tests.support.scheduler_faults import DEFAULT_TIMING, Pair, burst_with_fault
+from tests.support.serviceproc import FAST_LEASE
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.slow_fault
-
-LEASE = ("--lease-duration", "4s", "--renew-deadline", "3s", "--lease-retry-period", "0.5s")
-
-
-async def _leadership(proc: AnnotatorProc) -> str:
-    try:
-        return await proc.leadership()
-    except (aiohttp.ClientError, OSError):
-        return "unreachable"
 
 
 async def _patches(proc: AnnotatorProc) -> float:
@@ -63,15 +55,15 @@ async def test_leader_blackholed_longer_than_the_lease_stops_writing_before_the_
     proxy = await proxy_to(api_host_port(cluster))
     via = tmp_path / "kubeconfig-via-proxy"
     kubeconfig_via(cluster, f"https://{proxy.host_port}", via, account=identity(cluster, "annotator", namespace))
-    a = await start_annotator(*LEASE, "--kubeconfig", str(via), name="annotator-a")
+    a = await start_annotator(*FAST_LEASE, "--kubeconfig", str(via), name="annotator-a")
     await eventually(lambda: _is(a, "leader"), what="a leads")
-    b = await start_annotator(*LEASE, name="annotator-b")
+    b = await start_annotator(*FAST_LEASE, name="annotator-b")
 
     samples: list[tuple[float, str, str]] = []
 
     async def sample() -> None:
         while True:
-            samples.append((time.monotonic(), await _leadership(a), await _leadership(b)))
+            samples.append((time.monotonic(), await a.leadership_or_unreachable(), await b.leadership_or_unreachable()))
             await asyncio.sleep(0.05)
 
     sampler = asyncio.create_task(sample())
@@ -86,7 +78,7 @@ async def test_leader_blackholed_longer_than_the_lease_stops_writing_before_the_
         await proxy.heal()
         a_patches = await _patches(a)
         await asyncio.sleep(3)
-        assert await _leadership(a) == "standby", "the old leader took the lease back"
+        assert await a.leadership_or_unreachable() == "standby", "the old leader took the lease back"
         assert await _patches(a) == a_patches, "the old leader patched after the partition healed"
     finally:
         sampler.cancel()
@@ -114,7 +106,7 @@ def _rewritten_since(stack: Stack, since: datetime) -> Callable[[], Awaitable[bo
 
 
 async def _is(proc: AnnotatorProc, state: str) -> bool:
-    return await _leadership(proc) == state
+    return await proc.leadership_or_unreachable() == state
 
 
 class PrometheusFaults:
@@ -238,9 +230,9 @@ async def test_kill_9_of_the_leading_annotator_the_standby_takes_over_within_the
     stack: Stack, start_annotator: Callable[..., Any], fault_report: FaultReport
 ) -> None:
     row = fault_report.row("kill -9 of the leading annotator")
-    a = await start_annotator(*LEASE, name="annotator-a")
+    a = await start_annotator(*FAST_LEASE, name="annotator-a")
     await eventually(lambda: _is(a, "leader"), what="a leads")
-    b = await start_annotator(*LEASE, name="annotator-b")
+    b = await start_annotator(*FAST_LEASE, name="annotator-b")
     await eventually(lambda: _all_annotated(stack), timeout=30, what="annotated before the kill")
     await a.process.kill()
     killed = time.monotonic()
@@ -258,9 +250,9 @@ async def test_api_server_restart_under_two_annotators_leaves_one_writer(
     stack: Stack, cluster: LocalCluster, start_annotator: Callable[..., Any], fault_report: FaultReport
 ) -> None:
     row = fault_report.row("API server restart (5s down) under two annotators")
-    a = await start_annotator(*LEASE, name="annotator-a")
+    a = await start_annotator(*FAST_LEASE, name="annotator-a")
     await eventually(lambda: _is(a, "leader"), what="a leads")
-    b = await start_annotator(*LEASE, name="annotator-b")
+    b = await start_annotator(*FAST_LEASE, name="annotator-b")
     await eventually(lambda: _all_annotated(stack), timeout=30, what="annotated before the restart")
     await restart_apiserver(cluster, down_for=5.0)
     back = time.monotonic()
@@ -275,7 +267,7 @@ async def test_api_server_restart_under_two_annotators_leaves_one_writer(
 
 
 async def _one_leader(a: AnnotatorProc, b: AnnotatorProc) -> bool:
-    return [await _leadership(a), await _leadership(b)].count("leader") == 1
+    return [await a.leadership_or_unreachable(), await b.leadership_or_unreachable()].count("leader") == 1
 
 
 @pytest.mark.parametrize("mode", ["garbage", "hang"])

@@ -13,24 +13,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from crane_sandbox.cluster import LocalCluster
 from tests.support.descheduler import DeschedulerProc, Scene, pod_terminating
 from tests.support.faults import FaultReport, api_host_port, kubeconfig_via, restart_apiserver
+from tests.support.serviceproc import FAST_LEASE
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.slow_fault
-
-LEASE = ("--lease-duration", "4s", "--renew-deadline", "3s", "--lease-retry-period", "0.5s")
-
-
-async def _leadership(proc: DeschedulerProc) -> str:
-    try:
-        return await proc.leadership()
-    except (aiohttp.ClientError, OSError):
-        return "unreachable"
 
 
 async def test_leader_blackholed_longer_than_the_lease_evicts_nothing_more(
@@ -41,16 +32,16 @@ async def test_leader_blackholed_longer_than_the_lease_evicts_nothing_more(
     proxy = await proxy_to(api_host_port(cluster))
     via = tmp_path / "kubeconfig-via-proxy"
     kubeconfig_via(cluster, f"https://{proxy.host_port}", via, account=scene.identity)
-    a = await scene.start(*LEASE, "--identity", "descheduler-a", kubeconfig=via)
+    a = await scene.start(*FAST_LEASE, "--identity", "descheduler-a", kubeconfig=via)
     await eventually(lambda: _terminating(scene, "first"), timeout=60, what="a evicts the first pod")
     # the standby only plans (dry run): whatever is evicted from now on, the old leader evicted it
-    b = await scene.start(*LEASE, "--identity", "descheduler-b", "--dry-run")
+    b = await scene.start(*FAST_LEASE, "--identity", "descheduler-b", "--dry-run")
 
     samples: list[tuple[float, str, str]] = []
 
     async def sample() -> None:
         while True:
-            samples.append((time.monotonic(), await _leadership(a), await _leadership(b)))
+            samples.append((time.monotonic(), await a.leadership_or_unreachable(), await b.leadership_or_unreachable()))
             await asyncio.sleep(0.05)
 
     sampler = asyncio.create_task(sample())
@@ -70,7 +61,7 @@ async def test_leader_blackholed_longer_than_the_lease_evicts_nothing_more(
 
         await eventually(lambda: _positive(planned_by_b), timeout=30, what="the new leader plans the second pod")
         await asyncio.sleep(max(0.0, 3 - (time.monotonic() - healed)))  # a's caches are back by now
-        assert await _leadership(a) == "standby", "the old leader took the lease back"
+        assert await a.leadership_or_unreachable() == "standby", "the old leader took the lease back"
         assert await a.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 1
         assert not pod_terminating(await scene.core.read_namespaced_pod("second", scene.namespace))
     finally:
@@ -90,8 +81,8 @@ async def test_kill_9_of_the_leader_between_evictions_the_standby_finishes_and_n
     names = [f"p{i}" for i in range(4)]
     for i, name in enumerate(names):  # 4 x 0.3 cores never relieve the node: one eviction per hot round each
         await scene.pods(name, usage="cpu=300m", owner=f"w{i}")
-    a = await scene.start(*LEASE, "--identity", "descheduler-a")
-    b = await scene.start(*LEASE, "--identity", "descheduler-b")
+    a = await scene.start(*FAST_LEASE, "--identity", "descheduler-a")
+    b = await scene.start(*FAST_LEASE, "--identity", "descheduler-b")
     await eventually(lambda: _count_terminating(scene, names, 1), timeout=60, what="the first eviction")
     assert a.process is not None
     await a.process.kill()
@@ -112,7 +103,7 @@ async def test_api_server_restart_the_descheduler_evicts_again_once_it_is_back(
     scene: Scene, cluster: LocalCluster, fault_report: FaultReport
 ) -> None:
     row = fault_report.row("API server restart (3s down) under the descheduler")
-    proc = await scene.start(*LEASE)
+    proc = await scene.start(*FAST_LEASE)
     await eventually(lambda: _is(proc, "leader"), timeout=15, what="it leads")
     await restart_apiserver(cluster, down_for=3.0)
     back = time.monotonic()
@@ -132,7 +123,7 @@ async def _terminating(scene: Scene, name: str) -> bool:
 
 
 async def _is(proc: DeschedulerProc, state: str) -> bool:
-    return await _leadership(proc) == state
+    return await proc.leadership_or_unreachable() == state
 
 
 async def _positive(value: Any) -> bool:
