@@ -1,0 +1,115 @@
+"""Batch pods and per-pod usage on nodes: the contract between the annotator, the scheduler and the descheduler.
+
+A **batch** pod runs on capacity that real usage leaves idle: it requests the extended resources the annotator
+publishes in node status (``crane.io/batch-cpu`` in millicores, ``crane.io/batch-memory`` in bytes). kube's
+NodeResourcesFit counts extended resources, so crane-scheduler and the stock kube-scheduler both place it. Every
+other pod is **regular**.
+
+The annotator writes, in the same patch as the usage annotations:
+
+- ``crane.io/batch-cpu-usage`` and ``crane.io/batch-memory-usage``: the batch pods' measured usage as a fraction
+  of the node's capacity, ``"<fraction>,<timestamp>"`` (the usage codec). A regular pod is judged by the node's
+  usage without it (batch work yields to regular work); a batch pod by the whole usage.
+- ``crane.io/pod-usage``: every measured pod on the node, ``{"t": "<timestamp>", "p": {"<namespace>/<name>":
+  [cpu_cores, memory_bytes]}}`` (compact JSON). Preemption's what-if takes its victims' usage out of the node, and
+  the learned estimate reads a workload's running pods from it.
+
+Pure: no I/O. Decoding raises only ``PodUsageError`` so callers skip, count and log once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from crane_shared.annotations import AnnotationError, decode, format_timestamp
+
+BATCH_CPU = "crane.io/batch-cpu"
+"""Extended resource, millicores of reclaimable CPU."""
+BATCH_MEMORY = "crane.io/batch-memory"
+"""Extended resource, bytes of reclaimable memory."""
+BATCH_RESOURCES = (BATCH_CPU, BATCH_MEMORY)
+
+BATCH_CPU_USAGE_KEY = "crane.io/batch-cpu-usage"
+BATCH_MEMORY_USAGE_KEY = "crane.io/batch-memory-usage"
+POD_USAGE_KEY = "crane.io/pod-usage"
+
+
+class PodUsageError(ValueError):
+    """A ``crane.io/pod-usage`` annotation that cannot be read; the message names what is wrong."""
+
+
+@dataclass(frozen=True)
+class PodUsage:
+    """Measured usage of one pod: CPU in cores, memory (working set) in bytes."""
+
+    cpu_cores: float
+    memory_bytes: float
+
+
+@dataclass(frozen=True)
+class NodePodUsage:
+    """The pods measured on one node at ``at``, by ``namespace/name``."""
+
+    at: datetime
+    pods: Mapping[str, PodUsage]
+
+
+def _requests_batch(resources: Mapping[str, Any] | None) -> bool:
+    for section in ("requests", "limits"):
+        named = (resources or {}).get(section) or {}
+        if any(name in named for name in BATCH_RESOURCES):
+            return True
+    return False
+
+
+def is_batch(spec: Mapping[str, Any] | None) -> bool:
+    """A pod is batch when any container, init container or the pod itself names a batch resource."""
+    spec = spec or {}
+    if _requests_batch(spec.get("resources")):
+        return True
+    for key in ("containers", "initContainers"):
+        for container in spec.get(key) or ():
+            if _requests_batch(container.get("resources")):
+                return True
+    return False
+
+
+def encode_pod_usage(pods: Mapping[str, PodUsage], at: datetime) -> str:
+    """Compact JSON, keys sorted (equal inputs give equal text, so an unchanged node is not rewritten)."""
+    body = {
+        key: [round(u.cpu_cores, 3), round(u.memory_bytes)]
+        for key, u in sorted(pods.items())
+        if math.isfinite(u.cpu_cores) and math.isfinite(u.memory_bytes) and u.cpu_cores >= 0 and u.memory_bytes >= 0
+    }
+    return json.dumps({"t": format_timestamp(at), "p": body}, separators=(",", ":"))
+
+
+def decode_pod_usage(text: str) -> NodePodUsage:
+    """Read ``crane.io/pod-usage``; any malformed entry refuses the whole annotation (never half a node)."""
+    try:
+        raw = json.loads(text)
+    except ValueError as e:
+        raise PodUsageError(f"{POD_USAGE_KEY}: not JSON ({e.msg})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("t"), str) or not isinstance(raw.get("p"), dict):
+        raise PodUsageError(f'{POD_USAGE_KEY}: expected {{"t": "<timestamp>", "p": {{...}}}}')
+    try:
+        at = decode(f"0,{raw['t']}").timestamp
+    except AnnotationError as e:
+        raise PodUsageError(f"{POD_USAGE_KEY}.t: {e}") from None
+    pods: dict[str, PodUsage] = {}
+    for key, value in raw["p"].items():
+        if (
+            "/" not in key
+            or not isinstance(value, list)
+            or len(value) != 2
+            or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+            or not all(math.isfinite(v) and v >= 0 for v in value)
+        ):
+            raise PodUsageError(f"{POD_USAGE_KEY}.p[{key!r}]: expected [cpu_cores, memory_bytes], got {value!r}")
+        pods[key] = PodUsage(float(value[0]), float(value[1]))
+    return NodePodUsage(at, pods)
