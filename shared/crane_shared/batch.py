@@ -93,7 +93,7 @@ def decode_pod_usage(text: str) -> NodePodUsage:
     """Read ``crane.io/pod-usage``; any malformed entry refuses the whole annotation (never half a node)."""
     try:
         raw = json.loads(text)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         raise PodUsageError(f"{POD_USAGE_KEY}: not JSON ({e.msg})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("t"), str) or not isinstance(raw.get("p"), dict):
         raise PodUsageError(f'{POD_USAGE_KEY}: expected {{"t": "<timestamp>", "p": {{...}}}}')

@@ -40,6 +40,8 @@ def test_pod_usage_round_trips_and_is_stable() -> None:
     ],
 )
 def test_a_malformed_annotation_is_refused_naming_the_field(text: str, names: str) -> None:
-    with pytest.raises(PodUsageError, ) as err:
+    with pytest.raises(
+        PodUsageError,
+    ) as err:
         decode_pod_usage(text)
     assert names in str(err.value)
