@@ -3,11 +3,12 @@
 No registry ships these binaries, so the sandbox builds them: kube-apiserver, kube-scheduler and
 kube-controller-manager from ``sandbox/kube`` (a tiny Go module pinning one ``k8s.io/kubernetes`` release), and
 KWOK's controller from ``sandbox/kwok`` (a separate module pinning ``sigs.k8s.io/kwok``, so KWOK's dependency
-versions never move the Kubernetes pin), and, on demand only (bench/rebalance), kubernetes-sigs/descheduler from
-``sandbox/descheduler`` (its own module too). Each module is one ``go build`` invocation. The cache key hashes the
-module's files, so binaries are rebuilt only when a pin (or a build file) changes; a fresh clone on the same
-machine reuses them. The first build takes several minutes. The judge (``cmd/judge``: kube-scheduler's own
-plugins as a JSON oracle for tests/differential) is built next to them.
+versions never move the Kubernetes pin), and, on demand only, kubernetes-sigs/descheduler from
+``sandbox/descheduler`` (bench/rebalance) and kubernetes-sigs/scheduler-plugins' scheduler with Coscheduling from
+``sandbox/schedplugins`` (bench/gangs), each its own module too. Each module is one ``go build`` invocation. The
+cache key hashes the module's files, so binaries are rebuilt only when a pin (or a build file) changes; a fresh
+clone on the same machine reuses them. The first build takes several minutes. The judge (``cmd/judge``:
+kube-scheduler's own plugins as a JSON oracle for tests/differential) is built next to them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ SANDBOX_DIR = Path(__file__).resolve().parent.parent
 MODULE_DIR = SANDBOX_DIR / "kube"
 KWOK_MODULE_DIR = SANDBOX_DIR / "kwok"
 DESCHEDULER_MODULE_DIR = SANDBOX_DIR / "descheduler"
+COSCHEDULER_MODULE_DIR = SANDBOX_DIR / "schedplugins"
 BINARIES = (
     "kube-apiserver",
     "kube-scheduler",
@@ -36,6 +38,7 @@ BINARIES = (
 )  # judge: kube's plugins as a JSON oracle
 KWOK_BINARIES = ("kwok",)
 DESCHEDULER_BINARIES = ("descheduler",)
+COSCHEDULER_BINARIES = ("coscheduler",)
 GO_BUILD_FLAGS = ("-trimpath", "-ldflags=-s -w", "-gcflags=all=-dwarf=false")
 """No symbol table or debug information: the linker drops DWARF anyway (-w), and not generating it saves ~8% of
 the compile's CPU. scripts/tools and scripts/build-toxiproxy use the same flags, so packages they share with these
@@ -179,15 +182,32 @@ def ensure_descheduler(module_dir: Path = DESCHEDULER_MODULE_DIR, *, quiet: bool
     return DeschedulerBinaries(version, target / DESCHEDULER_BINARIES[0])
 
 
+@dataclass(frozen=True)
+class CoschedulerBinaries:
+    version: str
+    coscheduler: Path
+    """kube-scheduler (the scheduler-plugins release's Kubernetes) with the Coscheduling plugin registered"""
+
+
+def ensure_coscheduler(module_dir: Path = COSCHEDULER_MODULE_DIR, *, quiet: bool = False) -> CoschedulerBinaries:
+    """Return the cached scheduler-plugins scheduler, building it first if needed (not built by scripts/setup:
+    only bench/gangs runs it)."""
+    version = pinned_version(module_dir, "sigs.k8s.io/scheduler-plugins")
+    key = _build_key(module_dir, version, prefix="scheduler-plugins-")
+    target = _ensure_built(module_dir, key, COSCHEDULER_BINARIES, f"scheduler-plugins {version}", quiet=quiet)
+    return CoschedulerBinaries(version, target / COSCHEDULER_BINARIES[0])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "modules",
         nargs="*",
-        choices=("kube", "kwok", "descheduler"),
+        choices=("kube", "kwok", "descheduler", "coscheduler"),
         default=["kube", "kwok"],
         help="which module to build (default kube and kwok); scripts/setup builds kube first and KWOK in the "
-        "background; the descheduler (bench/rebalance only) is built on demand",
+        "background; the descheduler (bench/rebalance only) and the coscheduler (scheduler-plugins, bench/gangs "
+        "only) are built on demand",
     )
     args = parser.parse_args()
     if "kube" in args.modules:
@@ -199,6 +219,9 @@ def main() -> None:
     if "descheduler" in args.modules:
         desch = ensure_descheduler()
         print(f"{desch.version}\n{desch.descheduler}")
+    if "coscheduler" in args.modules:
+        cosched = ensure_coscheduler()
+        print(f"{cosched.version}\n{cosched.coscheduler}")
 
 
 if __name__ == "__main__":
