@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.explain import DecisionLog
-from crane_scheduler.framework.interface import GANG_MEMBERS, GangPlugin
+from crane_scheduler.framework.interface import GANG, GANG_MEMBERS, GangPlugin
 from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import CycleState, Diagnosis, QueuedPod, Status
 from crane_scheduler.internal.queue import SchedulingQueue
@@ -192,7 +192,7 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
         ):
             untried = queued[i:]
             break
-        state: CycleState = {GANG_MEMBERS: total}
+        state: CycleState = {GANG_MEMBERS: total, GANG: gang}
         result = host.decide(profile, member.pod, state)
         if isinstance(result, ScheduleResult):
             host.table.assume(member.pod, result.node)

@@ -170,6 +170,34 @@ def test_a_decision_recomputes_only_nodes_whose_own_hot_value_can_have_changed()
     assert 0 < effects.recomputed - before <= 100, "a range boundary passed: each node recomputed at most once"
 
 
+def test_a_gangs_own_bindings_left_out_equal_the_hot_value_without_them_and_follow_removal_and_pruning() -> None:
+    """``gangHotValue: together``: a member's view of a row is the own hot value of every binding but its group's,
+    and the group's rows are known until its bindings are unreserved or pruned."""
+    args = DynamicArgs(POLICY)
+    start = NOW.timestamp()
+    both, others = RecentEffects(LoadColumns(args)), RecentEffects(LoadColumns(args))
+    for effects in (both, others):
+        for row in range(3):
+            effects.cols.set_row(row, {})
+            effects.node_changed(row, f"n{row}", 8.0, 32.0 * 2**30, start)
+    for i in range(6):  # the gang: four on n0, two on n1
+        both.add(f"g-{i}", min(i // 4, 1), f"n{min(i // 4, 1)}", start + i, 1.0, 2**30, group="ns/train")
+    for i in range(5):  # other pods: on n0 and n2
+        for effects in (both, others):
+            effects.add(f"o-{i}", 2 * (i % 2), f"n{2 * (i % 2)}", start + i, 1.0, 2**30)
+    now = start + 10
+    _, hot = both.at(now, 3)
+    _, hot_others = others.at(now, 3)
+    assert both.rows_of("ns/train") == [0, 1] and both.rows_of("ns/other") == []
+    assert [both.own_hot_without(r, "ns/train", now) for r in range(3)] == hot_others.tolist()
+    assert hot[0] > hot_others[0], "the gang's bindings do count for everyone else"
+    for i in range(4, 6):
+        both.remove(f"g-{i}", now)
+    assert both.rows_of("ns/train") == [0]
+    both.prune(start + 3, now)
+    assert both.rows_of("ns/train") == [], "the gang's bindings on n0 were made at start+0..3"
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     nodes=st.lists(node_annotations(), min_size=1, max_size=6),

@@ -332,9 +332,10 @@ def test_an_annotation_round_on_a_node_wakes_no_group_short_of_room() -> None:
     assert allocatable_grew(waiting, ClusterChange(update, before, grown)) is QueueingHint.QUEUE
 
 
-async def test_a_gang_its_own_members_would_push_over_the_load_threshold_is_not_placed_and_leaves_no_estimate() -> None:
-    """Load-aware gangs: Dynamic's Reserve records each member's estimated usage as it is assumed, so the next
-    member sees it; when the group then fails, Unreserve takes every estimate back."""
+def load_aware_gangs(
+    dynamic_args: dict[str, Any],
+) -> tuple[Scheduler, HeldBinder, Coscheduling, list[Dynamic]]:
+    """A scheduler with Coscheduling and Dynamic (weight 3, clock at ``NOW``), binds held."""
     binder, clock = HeldBinder(), Clock()
     registry = builtin_registry()
     factories: dict[str, Any] = {name: (lambda a, h, n=name: registry.create(n, a, h)) for name in registry}
@@ -349,9 +350,7 @@ async def test_a_gang_its_own_members_would_push_over_the_load_threshold_is_not_
     config = json.loads(json.dumps(CONFIG))
     profile = config["profiles"][0]
     profile["plugins"]["multiPoint"]["enabled"].append({"name": "Dynamic", "weight": 3})
-    profile["pluginConfig"] = [
-        {"name": "Dynamic", "args": {"estimate": {"cpuFactor": 1.0}, "ownBindingsInHotValue": False}}
-    ]
+    profile["pluginConfig"] = [{"name": "Dynamic", "args": dynamic_args}]
     t = NodeTable()
     cfg = parse_config(config)
     profiles = build_profiles(cfg, Registry(factories, registry.defaults), lambda name: Handle(t, clock=clock))
@@ -360,6 +359,13 @@ async def test_a_gang_its_own_members_would_push_over_the_load_threshold_is_not_
     )
     plugin = profiles["crane-scheduler"].plugins["Coscheduling"]
     assert isinstance(plugin, Coscheduling)
+    return s, binder, plugin, dynamics
+
+
+async def test_a_gang_its_own_members_would_push_over_the_load_threshold_is_not_placed_and_leaves_no_estimate() -> None:
+    """Load-aware gangs: Dynamic's Reserve records each member's estimated usage as it is assumed, so the next
+    member sees it; when the group then fails, Unreserve takes every estimate back."""
+    s, binder, plugin, dynamics = load_aware_gangs({"estimate": {"cpuFactor": 1.0}, "ownBindingsInHotValue": False})
     plugin.set_group(group_obj("train", 3))
     s.on_node(loaded("a", 0.50, cpu="10"))
     s.on_node(loaded("b", 0.52, cpu="10"))
@@ -371,6 +377,36 @@ async def test_a_gang_its_own_members_would_push_over_the_load_threshold_is_not_
     plugin.set_group(group_obj("train", 2))  # a quorum of two fits, one member per node
     await step(s)
     assert sorted(node for _, node in binder.calls) == ["a", "b"]
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("spread", ["a", "a", "b"]), ("together", ["a", "a", "a"])])
+async def test_gang_hot_value_together_keeps_a_gangs_members_from_pushing_each_other_apart(
+    policy: str, expected: list[str]
+) -> None:
+    """The hot value counts this scheduler's own recent bindings (upstream's policy: every 2 bindings within a minute
+    add 1, i.e. 10 points off the Dynamic score). ``spread`` (the default): the third member sees two siblings on
+    the idler node ``a`` and goes to ``b``. ``together``: a gang's own members leave its hot value alone, so the
+    whole gang stays on ``a``; other pods' bindings still count."""
+    s, binder, plugin, dynamics = load_aware_gangs({"gangHotValue": policy})
+    plugin.set_group(group_obj("train", 3))
+    s.on_node(loaded("a", 0.10, cpu="100"))
+    s.on_node(loaded("b", 0.15, cpu="100"))
+    for i in range(3):
+        s.on_pod(member(f"train-{i}", "train"))
+    await step(s)
+    assert sorted(node for _, node in binder.calls) == expected
+    if policy == "together":  # a pod of no gang still sees the gang's three bindings on a: hot 1, so b
+        s.on_pod(pod("other", cpu="1"))
+        await step(s)
+        assert binder.calls[-1] == ("other", "b")
+        assert [b.node for b in dynamics[0].recent_on("a")] == ["a"] * 3
+
+
+def test_gang_hot_value_is_spread_or_together_and_anything_else_is_refused_naming_the_field() -> None:
+    assert parse_dynamic_args({}).gang_hot_value == "spread"
+    assert parse_dynamic_args({"gangHotValue": "together"}).gang_hot_value == "together"
+    with pytest.raises(ArgsError, match="gangHotValue"):
+        parse_dynamic_args({"gangHotValue": "apart"})
 
 
 async def test_explain_shows_a_waiting_gang_its_members_found_and_missing_and_why() -> None:

@@ -38,6 +38,7 @@ from crane_scheduler.writer import ApiWriter
 
 __all__ = [
     "EXTENSION_POINTS",
+    "GANG",
     "GANG_MEMBERS",
     "BindPlugin",
     "CrossNodeFilterPlugin",
@@ -294,6 +295,9 @@ class WorkerPlugin(Plugin, Protocol):
 GANG_MEMBERS = "gang/members"
 """CycleState key the scheduler's gang cycle writes for each member: how many pods its group has (pending and
 placed), the sibling count a gang plugin's PreFilter checks."""
+GANG = "gang/name"
+"""CycleState key the gang cycle writes for each member: its group (``GangPlugin.gang_of``), for plugins that treat
+a gang's members as one (Dynamic's ``gangHotValue: together``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,15 @@
           staleData: failOpen            # failOpen (upstream) | failClosed
           legacyTimeZone: Asia/Shanghai  # zone of upstream's bare-"Z" timestamps
           ownBindingsInHotValue: true
+          gangHotValue: spread           # spread | together (a gang's own members leave its hot value alone)
           estimate: {enabled: true, incomingPod: true, cpuFactor: 0.6, memoryFactor: 0.6, window: 5m}
+
+``gangHotValue``: the hot value counts this scheduler's recent bindings, so each member of a gang placed in one
+gang cycle makes its node look hotter to the next member, which spreads a gang over the nodes (``spread``, the
+default: the same as any burst of pods). ``together`` leaves a gang's own members out of the hot value its other
+members see, so a gang that should share few nodes (fast interconnect, shared data) is not pushed apart by itself;
+other pods' bindings still count, and the estimate still counts every member (the threshold keeps a gang off nodes
+its own members would overload).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from crane_scheduler.framework import ArgsError
@@ -25,7 +33,8 @@ from crane_shared.annotations import DEFAULT_LEGACY_ZONE
 from crane_shared.durations import DurationError, parse_duration
 from crane_shared.loadaware.dynamic import EstimateArgs, StalePolicy
 
-_KNOWN = {"policyConfigPath", "staleData", "legacyTimeZone", "ownBindingsInHotValue", "estimate"}
+_KNOWN = {"policyConfigPath", "staleData", "legacyTimeZone", "ownBindingsInHotValue", "gangHotValue", "estimate"}
+GangHotValue = Literal["spread", "together"]
 _ESTIMATE_KNOWN = {"enabled", "incomingPod", "cpuFactor", "memoryFactor", "window"}
 
 
@@ -36,6 +45,7 @@ class PluginArgs:
     legacy_zone: ZoneInfo = DEFAULT_LEGACY_ZONE
     own_bindings_in_hot_value: bool = True
     estimate: EstimateArgs = field(default_factory=EstimateArgs)
+    gang_hot_value: GangHotValue = "spread"
 
 
 def _number(value: Any) -> bool:
@@ -62,6 +72,12 @@ def parse_args(raw: Mapping[str, Any]) -> PluginArgs:
     own = raw.get("ownBindingsInHotValue", True)
     if not isinstance(own, bool):
         problems.append(("ownBindingsInHotValue", "must be true or false"))
+    gang_raw = raw.get("gangHotValue", "spread")
+    gang: GangHotValue = "spread"
+    if gang_raw == "together":
+        gang = "together"
+    elif gang_raw != "spread":
+        problems.append(("gangHotValue", f"must be spread or together, got {gang_raw!r}"))
     est_raw = raw.get("estimate", {})
     estimate = EstimateArgs()
     if not isinstance(est_raw, Mapping):
@@ -90,4 +106,4 @@ def parse_args(raw: Mapping[str, Any]) -> PluginArgs:
         estimate = EstimateArgs(bool(enabled), bool(incoming), factors["cpuFactor"], factors["memoryFactor"], window)
     if problems:
         raise ArgsError(problems)
-    return PluginArgs(path, stale, zone, bool(own), estimate)
+    return PluginArgs(path, stale, zone, bool(own), estimate, gang)

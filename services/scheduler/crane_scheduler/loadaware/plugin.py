@@ -5,7 +5,8 @@ per pod). Reserve remembers the pods this scheduler placed (``RecentEffects``): 
 (only bindings after the hot-value annotation's timestamp, so none is counted twice) and their estimated usage is
 added until the averaged metric has absorbed them. Both effects are cached per node and updated when a binding or
 an annotation changes, so a decision costs a few vector operations however many pods were bound recently.
-A burst of pods therefore spreads instead of piling onto the node that looked idlest a minute ago.
+A burst of pods therefore spreads instead of piling onto the node that looked idlest a minute ago; a gang's members
+may be kept out of each other's hot value (``gangHotValue: together``, see ``args``).
 
 The policy file is re-read when it changes (a ConfigMap update swaps the mounted file): a valid new policy
 applies to the next pod; an invalid one is refused with a logged reason and the old policy stays.
@@ -112,6 +113,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
             own_bindings_in_hot_value=args.own_bindings_in_hot_value,
             estimate=args.estimate,
         )
+        self.gang_hot_value = args.gang_hot_value
         self._log_once = LogOnce(log)
         self._next_reload_check = 0.0
         self.columns = LoadColumns(self.args)
@@ -185,8 +187,8 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
                 self.columns.set_row(row, node.annotations)
                 self.recent.node_changed(row, node.name, *_capacity(node), now)
                 self.nominated.node_changed(row, node.name, *_capacity(node))
-                for uid, bound_at, cpu, memory in old.uids_of(row):
-                    self.recent.add(uid, row, node.name, bound_at, cpu, memory)
+                for uid, bound_at, cpu, memory, group in old.uids_of(row):
+                    self.recent.add(uid, row, node.name, bound_at, cpu, memory, group)
         self._reasons = self.columns.all_reasons()
         self._reason_index = {r: i for i, r in enumerate(self._reasons)}
         self._codes.clear()
@@ -370,12 +372,33 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
                 return np.array([self.columns.score_of(row, extra, own_hot) for row in changed.tolist()], np.int64)
             return self.columns.scores(changed, now, extra, own_hot)
 
-        return self._scores.get(table.n_rows, compute)[rows]
+        scores = self._scores.get(table.n_rows, compute)
+        group = state.get(fwk.GANG)
+        if self.gang_hot_value == "together" and group is not None:
+            scores = self._without_own_gang(scores, group, now, extra, own_hot)
+        return scores[rows]
+
+    def _without_own_gang(
+        self, scores: IntArray, group: str, now: float, extra: dict[str, FloatArray], own_hot: FloatArray
+    ) -> IntArray:
+        """``gangHotValue: together``: the cached scores with the rows holding ``group``'s members scored again
+        leaving those members out of the own-bindings hot value (usually a handful of rows)."""
+        rows = [row for row in self.recent.rows_of(group) if row < len(scores)]
+        if not rows:
+            return scores
+        own = own_hot.copy()
+        for row in rows:
+            own[row] = self.recent.own_hot_without(row, group, now)
+        scores = scores.copy()
+        for row in rows:
+            scores[row] = self.columns.score_of(row, extra, own)
+        return scores
 
     def reserve(self, state: fwk.CycleState, pod: PodInfo, node: str) -> fwk.Status:
         size = state.get("Dynamic.size")
         cpu, memory = size if size is not None else estimated_resources(pod)
-        self.recent.add(pod.uid, self.handle.table.rows[node], node, self.wall_clock(), cpu, memory)
+        row = self.handle.table.rows[node]
+        self.recent.add(pod.uid, row, node, self.wall_clock(), cpu, memory, state.get(fwk.GANG))
         return fwk.SUCCESS
 
     def unreserve(self, state: fwk.CycleState, pod: PodInfo, node: str) -> None:

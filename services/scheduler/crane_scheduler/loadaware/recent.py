@@ -14,6 +14,10 @@ A recent binding changes a node's load in two ways (``dynamic.node_load`` is the
   change time; a decision recomputes only the nodes whose next change time has passed (amortised: each binding
   causes at most one recomputation per rule), everything else is a vector read.
 
+A binding may belong to a gang (``group``): with Dynamic's ``gangHotValue: together`` a member's score leaves its
+own group's bindings out of the hot value (``own_hot_without``, recomputed for the few rows holding them), so the
+members of one gang cycle are not pushed apart by each other; the estimate still counts every member.
+
 Per decision the cost is therefore a comparison over the node table, independent of how many pods were bound
 recently. The per-node recomputation repeats the reference's arithmetic in the reference's order (bindings in time
 order, the same float expressions), so the cached values are bit-identical to ``node_load``'s; the property tests
@@ -44,6 +48,7 @@ class _Binding:
     bound_at: float
     cpu: float
     memory: float
+    group: str | None = None
 
 
 @dataclass
@@ -70,6 +75,9 @@ class RecentEffects:
         self.alloc_memory = np.zeros(capacity)
         self._nodes: dict[int, _Node] = {}
         self._where: dict[str, int] = {}
+        self._groups: dict[str, set[str]] = {}
+        """gang -> uids of its members' bindings still held"""
+        self._group_of: dict[str, str] = {}
         self._order: deque[tuple[float, str]] = deque()
         self.recomputed = 0
         """rows whose own hot value was recomputed at decision time (a cost counter for tests and benches)"""
@@ -102,18 +110,20 @@ class RecentEffects:
         node = self._nodes.get(row)
         if node is not None and node.name != name:
             for b in node.bindings:
-                self._where.pop(b.uid, None)
+                self._forget(b.uid)
             del self._nodes[row]
         self._refresh(row, now)
 
-    def add(self, uid: str, row: int, name: str, bound_at: float, cpu: float, memory: float) -> None:
+    def add(
+        self, uid: str, row: int, name: str, bound_at: float, cpu: float, memory: float, group: str | None = None
+    ) -> None:
         self._ensure(row)
         if uid in self._where:
             self.remove(uid, bound_at)
         node = self._nodes.get(row)
         if node is None or node.name != name:
             node = self._nodes[row] = _Node(name)
-        binding = _Binding(uid, bound_at, cpu, memory)
+        binding = _Binding(uid, bound_at, cpu, memory, group)
         if node.bindings and node.bindings[-1].bound_at > bound_at:
             i = len(node.bindings)
             while i > 0 and node.bindings[i - 1].bound_at > bound_at:
@@ -122,11 +132,25 @@ class RecentEffects:
         else:
             node.bindings.append(binding)
         self._where[uid] = row
+        if group is not None:
+            self._groups.setdefault(group, set()).add(uid)
+            self._group_of[uid] = group
         self._order.append((bound_at, uid))
         self._refresh(row, bound_at)
 
-    def remove(self, uid: str, now: float) -> None:
+    def _forget(self, uid: str) -> int | None:
+        """Drop ``uid`` from the indexes; its row, None when unknown."""
         row = self._where.pop(uid, None)
+        group = self._group_of.pop(uid, None)
+        if group is not None:
+            uids = self._groups[group]
+            uids.discard(uid)
+            if not uids:
+                del self._groups[group]
+        return row
+
+    def remove(self, uid: str, now: float) -> None:
+        row = self._forget(uid)
         if row is None:
             return
         node = self._nodes[row]
@@ -147,7 +171,7 @@ class RecentEffects:
             if len(kept) == len(node.bindings):
                 continue  # re-added since: its newer entry is still queued
             node.bindings = kept
-            del self._where[uid]
+            self._forget(uid)
             touched.add(row)
         for row in touched:
             self._refresh(row, now)
@@ -157,10 +181,20 @@ class RecentEffects:
         node = self._nodes.get(row)
         return [(b.bound_at, b.cpu, b.memory) for b in node.bindings] if node else []
 
-    def uids_of(self, row: int) -> list[tuple[str, float, float, float]]:
-        """(uid, bound_at, cpu, memory) of the row's bindings, oldest first (to carry them over a policy reload)."""
+    def uids_of(self, row: int) -> list[tuple[str, float, float, float, str | None]]:
+        """(uid, bound_at, cpu, memory, group) of the row's bindings, oldest first (to carry them over a policy
+        reload)."""
         node = self._nodes.get(row)
-        return [(b.uid, b.bound_at, b.cpu, b.memory) for b in node.bindings] if node else []
+        return [(b.uid, b.bound_at, b.cpu, b.memory, b.group) for b in node.bindings] if node else []
+
+    def rows_of(self, group: str) -> list[int]:
+        """The rows holding bindings of ``group``'s members (a gang's few nodes)."""
+        return sorted({self._where[uid] for uid in self._groups.get(group, ())})
+
+    def own_hot_without(self, row: int, group: str, now: float) -> float:
+        """The row's own-bindings hot value at ``now`` leaving ``group``'s members out (not cached: a gang member's
+        score asks it for the few rows of ``rows_of``)."""
+        return self._own_value(row, now, self._groups.get(group, set()))[0]
 
     # -- per decision ---------------------------------------------------------------------------------------------
 
@@ -213,11 +247,16 @@ class RecentEffects:
             arr[row] = added / total
 
     def _own(self, row: int, now: float) -> None:
+        total, nxt = self._own_value(row, now, set())
+        self.own_hot[row] = total
+        self.own_next[row] = nxt - EARLY
+
+    def _own_value(self, row: int, now: float, skip: set[str]) -> tuple[float, float]:
+        """(own hot value, its next possible change time) of the row, bindings in ``skip`` left out."""
         args = self.cols.args
         node = self._nodes.get(row)
         if not node or not args.own_bindings_in_hot_value or not args.policy.hot_value:
-            self.own_hot[row], self.own_next[row] = 0.0, math.inf
-            return
+            return 0.0, math.inf
         skew, window = args.max_skew.total_seconds(), HOT_VALUE_FRESHNESS.total_seconds()
         stamp = float(self.cols.stamps[HOT_VALUE_KEY][row]) if row < self.cols.capacity else math.nan
         fresh = not math.isnan(stamp) and stamp <= now + skew and now < stamp + window  # columns._fresh
@@ -232,14 +271,15 @@ class RecentEffects:
             span = rule.time_range.total_seconds()
             count = 0
             for b in node.bindings:
+                if b.uid in skip:
+                    continue
                 if b.bound_at > after and b.bound_at > now - span:
                     count += 1
                 end = b.bound_at + span
                 if end > now - EARLY:
                     nxt = min(nxt, end)
             total += count // rule.count
-        self.own_hot[row] = float(total)
-        self.own_next[row] = nxt - EARLY
+        return float(total), nxt
 
 
 def _grown(arr: FloatArray, cap: int, fill: float) -> FloatArray:
