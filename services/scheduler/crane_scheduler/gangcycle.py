@@ -170,6 +170,15 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
     start = time.perf_counter()
     now = host.clock()
     siblings, placed = members_of(host, profile, gang, qp.pod)
+    quorum = plugin.quorum(gang)
+    total = placed + 1 + len(siblings)
+    waiting = [qp.pod.uid, *(pod.uid for pod in siblings)]
+    if total < quorum:
+        # Too few members exist for the quorum: no member can be placed, so only the popped one is decided (it
+        # hears the plugin's count, e.g. "cannot find enough sibling pods"); the others stay where they wait, with
+        # what they heard at their own attempts. Members arriving one by one thus cost one decision each, not one
+        # per member already there (quadratic in the gang's size).
+        siblings = []
     queued = [qp]
     for pod in siblings:
         taken = host.queue.take(pod.uid, now)
@@ -177,8 +186,6 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
             taken = QueuedPod(pod, timestamp=now, initial_attempt=now, attempts=1)
         taken.pod = pod
         queued.append(taken)
-    quorum = plugin.quorum(gang)
-    total = placed + len(queued)
     assumed: list[tuple[QueuedPod, CycleState, str]] = []
     failed: list[tuple[QueuedPod, CycleState, Diagnosis | Status]] = []
     untried: list[QueuedPod] = []
@@ -226,7 +233,7 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
         return
     blocker = failed[0][0].pod.name if failed else qp.pod.name
     refused = bool(failed) and all(_rejectors(r) == {plugin.name} for _, _, r in failed)
-    wait = plugin.gang_waiting(gang, [m.pod.uid for m in queued], blocker, len(assumed), refused)
+    wait = plugin.gang_waiting(gang, waiting, blocker, len(assumed), refused)
     rejectors = frozenset({plugin.name}).union(*(_rejectors(r) for _, _, r in failed))
     for member, state, result in failed:
         _fail(host, profile, member, state, result, rejectors, gang, plugin.name, start, wall)

@@ -244,6 +244,34 @@ async def test_too_few_members_wait_with_the_references_message_and_a_new_siblin
     assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1", "job-2"]
 
 
+async def test_members_arriving_one_by_one_cost_one_decision_each_until_the_group_is_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While too few members exist for the quorum, a gang cycle decides only the member it popped (the waiting
+    ones keep what they heard): a gang of n arriving member by member costs about 2n decisions, not n²/2."""
+    s, binder, _, _ = gang_scheduler(group_obj("job", 5))
+    s.on_node(node("n1", cpu="8"))
+    decided: list[str] = []
+    decide = s.decide
+
+    def counted(profile: Any, pod: Any, state: Any) -> Any:
+        decided.append(pod.name)
+        return decide(profile, pod, state)
+
+    monkeypatch.setattr(s, "decide", counted)
+    for i in range(4):
+        s.on_pod(member(f"job-{i}", "job"))
+        await step(s)
+    assert decided == ["job-0", "job-1", "job-2", "job-3"]
+    messages = waiting_messages(s)
+    assert "current pods number: 1, minMember of group: 5" in messages["job-0"]
+    assert "current pods number: 4, minMember of group: 5" in messages["job-3"]
+    s.on_pod(member("job-4", "job"))  # the group is whole: one cycle decides every member
+    await step(s)
+    assert decided[4:] == ["job-4", "job-0", "job-1", "job-2", "job-3"]
+    assert sorted(name for name, _ in binder.calls) == [f"job-{i}" for i in range(5)]
+
+
 async def test_a_group_that_waits_past_its_timeout_is_rejected_with_kubes_wording_and_retried() -> None:
     s, binder, clock, plugin = gang_scheduler(group_obj("job", 2, scheduleTimeoutSeconds=90))
     s.on_node(node("n1", cpu="1"))
