@@ -1,21 +1,24 @@
 """Gangs (Coscheduling, PodGroup) on the real API server, with the real ``crane-scheduler`` command under the
 chart's RBAC: all or nothing, no capacity held while waiting, no deadlock between gangs, the timeout, a member
-replaced mid-wait, the Workload API."""
+replaced mid-wait, the Workload API, Dynamic's ``gangHotValue: together``."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
+from crane_shared.annotations import encode_usage
 from crane_shared.kube import raw_json
 from cranectl.__main__ import render_explain
 from tests.support.gangs import COSCHEDULING, create_group, members, read_group
+from tests.support.policy import UPSTREAM_METRICS
 from tests.support.scheduler_cluster import (
     child_process,
     config_for,
@@ -212,3 +215,28 @@ async def test_a_workload_api_gang_binds_whole_and_one_that_cannot_fit_binds_not
         assert "waiting for minCount pods from a gang to be waiting on permit" in notes["big-0"] | notes["big-1"]
         placed = await placement(kube, namespace)
         assert placed["big-0"] is None and placed["big-1"] is None
+
+
+async def test_gang_hot_value_together_keeps_a_gang_on_the_idler_node_while_other_pods_still_spread(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
+) -> None:
+    """Two roomy nodes annotated with load (a idler than b). Upstream's hot value (every 2 own bindings within a
+    minute cost 10 points) would send the gang's third member to b; with ``gangHotValue: together`` the members do
+    not count against each other, so all three go to a, and a pod of no gang after them still sees them: b."""
+    stamp = datetime.now(UTC) - timedelta(seconds=10)
+    nodes = []
+    for name, usage in ((f"{group}-a", 0.10), (f"{group}-b", 0.15)):
+        body = node(name, group, cpu="100", memory="400Gi")
+        body["metadata"]["annotations"] = {m: encode_usage(usage, stamp) for m in UPSTREAM_METRICS}
+        nodes.append(body)
+    await create_nodes(kube, nodes)
+    await create_group(kube, namespace, "train", 3)
+    together = {**COSCHEDULING, "pluginConfig": [{"name": "Dynamic", "args": {"gangHotValue": "together"}}]}
+    async with gang_scheduler(cluster, scheduler_name, selector, f"{namespace}-together", together):
+        await create_pods(kube, namespace, members("train", scheduler_name, 3))
+        train = [f"train-{i}" for i in range(3)]
+        placed = await wait_for(lambda: all_bound(kube, namespace, train), WAIT, what="the gang to bind")
+        assert {placed[n] for n in train} == {f"{group}-a"}
+        await create_pods(kube, namespace, [pod("loose", scheduler_name, cpu="1")])
+        placed = await wait_for(lambda: all_bound(kube, namespace, ["loose"]), WAIT, what="a pod of no group")
+        assert placed["loose"] == f"{group}-b"
