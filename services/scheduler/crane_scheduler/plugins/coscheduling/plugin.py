@@ -272,28 +272,54 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
                 }
             if self._dirty and self.handle.may_bind():
                 dirty, self._dirty = self._dirty, set()
+                by_namespace: dict[str, list[str]] = {}
                 for key in sorted(dirty):
-                    await self._reconcile(key, api, core)
+                    group = self.groups.get(key)
+                    if group is not None:
+                        by_namespace.setdefault(group.namespace, []).append(key)
+                for namespace, keys in by_namespace.items():
+                    await self._reconcile_namespace(namespace, keys, api, core)
             self._wake.clear()
             if await sleep_unless(stopping, STATUS_PERIOD):
                 return
 
-    async def _reconcile(self, key: str, api: client.CustomObjectsApi, core: client.CoreV1Api) -> None:
+    async def _reconcile_namespace(
+        self, namespace: str, keys: list[str], api: client.CustomObjectsApi, core: client.CoreV1Api
+    ) -> None:
+        """The changed groups of one namespace: their pods in one LIST (every pod of a group, by the label, as the
+        controller lists them; one request per namespace and pass, not one per group, so a burst of arrivals over
+        many groups costs the API server one scan), then each group's step."""
+        try:
+            pods = await raw_json(
+                core.list_namespaced_pod(
+                    namespace,
+                    label_selector=g.POD_GROUP_LABEL,
+                    _preload_content=False,
+                    _request_timeout=DEFAULT_REQUEST_TIMEOUT,
+                )
+            )
+        except Exception as err:  # retried on the next pass, never crashes the loop
+            self.metrics.status_writes.labels("error").inc()
+            self._log_once.warning(
+                "status-list", "could not list PodGroups' pods (retrying)", **api_failure("list", "pods", err)
+            )
+            self._dirty.update(keys)
+            return
+        members: dict[str, list[g.Member]] = {key: [] for key in keys}
+        for raw in pods.get("items") or ():
+            key = g.group_of(raw)
+            if key in members:
+                members[key].append(g.member_of(raw))
+        for key in keys:
+            await self._reconcile(key, members[key], api)
+
+    async def _reconcile(self, key: str, members: list[g.Member], api: client.CustomObjectsApi) -> None:
         """One step of scheduler-plugins' PodGroup controller; the patch comes back through the watch and marks
         the group again, so the phase moves on step by step until it is stable, as with the controller."""
         group = self.groups.get(key)
         if group is None:
             return
         try:
-            pods = await raw_json(
-                core.list_namespaced_pod(
-                    group.namespace,
-                    label_selector=f"{g.POD_GROUP_LABEL}={group.name}",
-                    _preload_content=False,
-                    _request_timeout=DEFAULT_REQUEST_TIMEOUT,
-                )
-            )
-            members = [g.member_of(p) for p in pods.get("items") or ()]
             if not any(not m.bound for m in members):
                 self.waits.settled(key)  # no member pending any more (deleted, or bound): nothing waits
             status = g.settled_status(group, members, group.namespace, self.wall_clock())
