@@ -16,6 +16,7 @@ BENCHMARKS = (
     "annotator",
     "scheduler",
     "gangs",
+    "gangs.live",
     "dra",
     "descheduler",
     "differential",

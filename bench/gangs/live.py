@@ -5,9 +5,11 @@ kubernetes-sigs/scheduler-plugins' scheduler (kube-scheduler with Coscheduling, 
 One local cluster (etcd + kube-apiserver), N plain node objects (4 cpu / 32Gi / 110 pods, as ``bench.scheduler``;
 no kubelet), the PodGroup CRD. Per contender, in a fresh namespace: G PodGroups of 4-64 members (sizes drawn with
 a fixed seed, ``minMember`` = size), then their pods created interleaved (member 0 of every group, member 1 of
-every group, ...), all pending before the scheduler starts. Each member asks for ``--cpu`` of a node's 4 CPUs, so
-the cluster holds only part of the gangs at once: they must run in turn. A gang whose members are all bound "runs"
-for ``--hold`` seconds and is then deleted by the benchmark (a finished Job), freeing its nodes for the next ones.
+every group, ...) at ``--rate`` pods/s once the scheduler is ready (Jobs' controllers creating their pods side by
+side; ``--rate 0``: all pending before the scheduler starts, a backlog). Each member asks for ``--cpu`` of a
+node's 4 CPUs, so the cluster holds only part of the gangs at once: they must run in turn. A gang whose members are
+all bound "runs" for ``--hold`` seconds and is then deleted by the benchmark (a finished Job), freeing its nodes for
+the next ones.
 
 Both schedulers run one profile: Coscheduling as QueueSort and multiPoint over kube's default plugins
 (crane-scheduler's Dynamic disabled, like for like), ``permitWaitingTimeSeconds`` and ``podGroupBackoffSeconds``
@@ -21,9 +23,11 @@ bound for ``--stall`` seconds (longer than the Permit timeout: gangs still waiti
 - partially bound groups: at the end, groups with some but not all members bound (they hold nodes for nothing,
   scheduler-plugins #930); also every group seen partially bound for longer than ``--partial-grace`` seconds
   (a gang's binds land one by one, so a moment's partial state is normal);
-- time to place all: scheduler start to the last gang completed; pods/s: members of completed gangs / that time.
+- time to place all: first pod created (or, for a backlog, scheduler start) to the last gang completed; pods/s:
+  members of completed gangs / that time.
 
-    .venv/bin/python -m bench.gangs.live                          # 1,000 nodes, 120 gangs of 4-64
+    .venv/bin/python -m bench.gangs.live                          # 1,000 nodes, 120 gangs of 4-64, 200 pods/s
+    .venv/bin/python -m bench.gangs.live --rate 0                 # the same pods all pending at the start
     .venv/bin/python -m bench.gangs.live --nodes 200 --gangs 30   # a quick run
 """
 
@@ -196,12 +200,15 @@ class GangWatch:
         )
         resp.release()
 
-    async def wait(self, timeout: float, stall: float, grace: float) -> str:
-        """Until every gang completed (``done``), no bind for ``stall`` seconds (``stall``) or ``timeout``."""
+    async def wait(self, timeout: float, stall: float, grace: float, alive: Callable[[], bool]) -> str:
+        """Until every gang completed (``done``), no bind for ``stall`` seconds (``stall``), ``timeout``, or the
+        scheduler process is gone (``exited``)."""
         deadline = time.monotonic() + timeout
         while not self.all_done.is_set():
             self.note_stuck(grace)
             now = time.monotonic()
+            if not alive():
+                return "exited"
             if now > deadline:
                 return "timeout"
             if now - self.last_bind > stall:
@@ -339,7 +346,9 @@ async def run_one(
             arrivals.append(asyncio.create_task(create_members(api, namespace, sizes, name, args.cpu, args.rate)))
             arrivals[0].add_done_callback(lambda _: arrived.append(time.monotonic() - watch.started))
         watch.last_bind = watch.started
-        ended_by = await watch.wait(args.timeout, args.stall, args.partial_grace)
+        ended_by = await watch.wait(args.timeout, args.stall, args.partial_grace, lambda: proc.running)
+        if not proc.running and proc.proc is not None:  # said, not hidden: the scheduler died mid-run
+            ended_by += f" (the scheduler exited with {proc.proc.returncode})"
         out = Outcome(label, len(sizes), sum(sizes), ended_by=ended_by)
         out.partial_at_end = len(watch.partial())
         out.arrivals_s = arrived[0] if arrived else 0.0
@@ -412,7 +421,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--rate",
         type=float,
-        default=0,
+        default=200,
         help="create the members at this many pods/s once the scheduler is ready (0: all pending before it starts)",
     )
     parser.add_argument("--hold", type=float, default=2.0, help="seconds a complete gang runs before it is deleted")
