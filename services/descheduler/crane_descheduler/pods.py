@@ -53,8 +53,6 @@ class PodView:
     requests: Mapping[str, int]
     """kube's ``PodRequests`` (CPU in millicores): what NodeResourcesFit counts"""
     ready: bool
-    node_selector: Mapping[str, str]
-    tolerations: tuple[Mapping[str, Any], ...]
 
     @property
     def key(self) -> str:
@@ -102,8 +100,6 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         size=pod_size(spec, requests),
         requests=requests,
         ready=ready,
-        node_selector=dict(spec.get("nodeSelector") or {}),
-        tolerations=tuple(spec.get("tolerations") or ()),
     )
 
 

@@ -25,8 +25,9 @@ from crane_descheduler.plan import (
 )
 from crane_descheduler.pods import PodView, eviction_blocker, pdb_blocks, pod_view
 from crane_descheduler.policy import DeschedulerPolicy, NodePool
+from crane_descheduler.targets import SchedulerTargets
 from crane_shared.loadaware.dynamic import DynamicArgs
-from crane_shared.podresources import CPU, MEMORY, resource_list
+from crane_shared.podresources import resource_list
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -44,16 +45,13 @@ class RoundResult:
     """objects skipped, by kind"""
 
 
-def node_view(node: Mapping[str, Any], requested: Mapping[str, int]) -> NodeView:
-    meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+def node_view(node: Mapping[str, Any]) -> NodeView:
+    meta, status = node["metadata"], node.get("status") or {}
     return NodeView(
         name=meta["name"],
         labels=dict(meta.get("labels") or {}),
         annotations=dict(meta.get("annotations") or {}),
-        unschedulable=bool(spec.get("unschedulable")),
-        taints=tuple(spec.get("taints") or ()),
         allocatable=resource_list(status.get("allocatable")),
-        requested=requested,
     )
 
 
@@ -96,15 +94,8 @@ def run_round(
             seen.add(uid)
     for uid in cache.keys() - seen:
         del cache[uid]
-    sums: dict[str, list[int]] = {}  # node -> [millicores, bytes] requested
     workloads: dict[str, list[int]] = {}
     for view, _ in views:
-        if view.node:
-            total = sums.get(view.node)
-            if total is None:
-                total = sums[view.node] = [0, 0]
-            total[0] += view.requests.get(CPU, 0)
-            total[1] += view.requests.get(MEMORY, 0)
         if view.owner is not None:
             counts = workloads.setdefault(view.owner.uid, [0, 0])
             counts[0] += 1
@@ -113,9 +104,8 @@ def run_round(
     node_views: dict[str, NodeView] = {}
     for node in nodes:
         try:
-            name = node["metadata"]["name"]
-            total = sums.get(name, [0, 0])
-            node_views[name] = node_view(node, {CPU: total[0], MEMORY: total[1]})
+            built = node_view(node)
+            node_views[built.name] = built
         except (KeyError, TypeError, ValueError):
             malformed["node"] += 1
 
@@ -155,6 +145,9 @@ def run_round(
             candidates=candidates,
             usage=usage,
             workloads={uid: Workload(c[0], c[1]) for uid, c in workloads.items()},
+            targets=SchedulerTargets(
+                nodes, [raw for view, raw in views if view.node], args, now.timestamp(), frozenset(hot)
+            ),
             evicted=evicted,
         )
     )

@@ -96,12 +96,24 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
     reads_node_pods = False
     explain_section = "load"
 
-    def __init__(self, args: PluginArgs, handle: fwk.Handle, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        args: PluginArgs,
+        handle: fwk.Handle,
+        wall_clock: Callable[[], float] = time.time,
+        *,
+        policy: DynamicSchedulerPolicy | None = None,
+    ) -> None:
+        """``policy``: a caller that reads and reloads the policy file itself (the descheduler, running this
+        plugin as its target check) hands it over; ``args.policy_path`` must then be None."""
         self.handle = handle
         self.wall_clock = wall_clock
         self.metrics = DynamicMetrics(handle.metrics)
+        given = policy
         try:
-            self.policy_file = PolicyFile(args.policy_path, load_policy, default_policy, self.metrics.reloads)
+            self.policy_file = PolicyFile(
+                args.policy_path, load_policy, default_policy if given is None else lambda: given, self.metrics.reloads
+            )
         except PolicyError as err:  # reported with the config's field path, like every other bad arg
             raise fwk.ArgsError([("policyConfigPath", str(err))]) from err
         self._thresholds = export_thresholds(self.metrics.thresholds, handle.profile, self.policy_file.policy, set())
