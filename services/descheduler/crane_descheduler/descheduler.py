@@ -1,4 +1,4 @@
-"""The descheduler's assembly: informers (nodes, pods, PodDisruptionBudgets), policy files, the leader's rounds.
+"""The descheduler's assembly: informers (nodes, pods, PDBs, ReplicaSets), policy files, the leader's rounds.
 
 Every replica keeps its caches warm; only the Lease holder runs rounds. A round: reload the policies if their
 files changed, query per-pod usage (two queries), run the pure round (``rounds.run_round``) on the caches, then
@@ -88,6 +88,11 @@ class Descheduler:
             client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces,
             watch_timeout=WATCH_SECONDS,
         )
+        self.replicasets = Informer(  # a ReplicaSet's controller: the workload budget counts the Deployment
+            "replicasets",
+            client.AppsV1Api(api).list_replica_set_for_all_namespaces,
+            watch_timeout=WATCH_SECONDS,
+        )
         self.evictor = Evictor(api, options.identity)
         self.scheduler_file: PolicyFile[DynamicSchedulerPolicy] = PolicyFile(
             scheduler_policy, load_policy, default_policy, self.metrics.reloads
@@ -114,7 +119,10 @@ class Descheduler:
 
     @property
     def synced(self) -> bool:
-        return all(i.synced.is_set() for i in (self.nodes, self.pods, self.pdbs))
+        return all(i.synced.is_set() for i in self._informers())
+
+    def _informers(self) -> tuple[Informer, ...]:
+        return (self.nodes, self.pods, self.pdbs, self.replicasets)
 
     def _reload(self) -> None:
         scheduler = self.scheduler_file.reload()
@@ -129,7 +137,7 @@ class Descheduler:
         self.policy_file.reload()
 
     async def run_caches(self, stopping: asyncio.Event) -> None:
-        await asyncio.gather(self.nodes.run(stopping), self.pods.run(stopping), self.pdbs.run(stopping))
+        await asyncio.gather(*(informer.run(stopping) for informer in self._informers()))
 
     async def lead(self, term: Term) -> None:
         """The leader's loop: a round every interval until the term ends."""
@@ -147,7 +155,7 @@ class Descheduler:
             await sleep_unless(stopping, self.options.interval)
 
     async def _synced(self) -> None:
-        for informer in (self.nodes, self.pods, self.pdbs):
+        for informer in self._informers():
             await informer.synced.wait()
 
     async def round(self, term: Term) -> RoundResult:
@@ -176,6 +184,7 @@ class Descheduler:
             tuple(self.evicted),
             list(self.pdbs.cache.values()),
             self._views,
+            list(self.replicasets.cache.values()),
         )
         self.detectors = result.detectors
         self._report(result)

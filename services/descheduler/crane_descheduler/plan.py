@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Protocol
 
 from crane_descheduler.classify import Reading
-from crane_descheduler.pods import QOS_RANK, PodView
+from crane_descheduler.pods import QOS_RANK, PodView, workload_of
 from crane_descheduler.policy import Limits, NodePool
 from crane_shared.loadaware.dynamic import DynamicArgs, NodeCapacity, resource_of
 from crane_shared.podresources import CPU, MEMORY
@@ -125,9 +125,11 @@ class RoundInput:
     usage: Mapping[str, PodUsage]
     """pod key (namespace/name) -> measured usage"""
     workloads: Mapping[str, Workload]
-    """controller uid -> its pods"""
+    """workload uid (``pods.workload_of``) -> its pods"""
     targets: TargetFinder
     """the scheduler's Filter over the round's snapshot"""
+    owners: Mapping[str, str] = field(default_factory=dict)
+    """ReplicaSet uid -> its controller's uid (``pods.workload_owners``)"""
     evicted: Sequence[Evicted] = ()
     """recent evictions (all rounds): the global rate, and the usage the averaged metrics still carry"""
 
@@ -249,7 +251,7 @@ def plan_round(data: RoundInput) -> Plan:
             targets.take(pod, target)
             namespaces[pod.namespace] += 1
             if pod.owner is not None:
-                workloads[pod.owner.uid] += 1
+                workloads[workload_of(pod.owner, data.owners)] += 1
             evicted_here += 1
             room -= 1
             for m in projected:
@@ -273,8 +275,9 @@ def _refusal(
     if namespaces[pod.namespace] >= data.limits.per_namespace_per_round:
         return "namespace-budget"
     if pod.owner is not None:
-        workload = data.workloads.get(pod.owner.uid, Workload(1, 0))
+        key = workload_of(pod.owner, data.owners)
+        workload = data.workloads.get(key, Workload(1, 0))
         allowed = workload_allowance(data.limits.max_unavailable_per_workload, workload.pods)
-        if workload.unavailable + workloads[pod.owner.uid] + 1 > allowed:
+        if workload.unavailable + workloads[key] + 1 > allowed:
             return "workload-budget"
     return None

@@ -66,6 +66,25 @@ def controller(meta: Mapping[str, Any]) -> Owner | None:
     return None
 
 
+def workload_owners(replicasets: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """ReplicaSet uid -> its controller's uid (a Deployment's, usually): pods of every revision of a Deployment
+    count as one workload, so ``maxUnavailablePerWorkload`` is the Deployment's, as its own ``maxUnavailable``."""
+    out: dict[str, str] = {}
+    for rs in replicasets:
+        meta = rs.get("metadata") if isinstance(rs, Mapping) else None
+        if not isinstance(meta, Mapping) or not meta.get("uid"):
+            continue
+        owner = controller(meta)
+        if owner is not None:
+            out[str(meta["uid"])] = owner.uid
+    return out
+
+
+def workload_of(owner: Owner, owners: Mapping[str, str]) -> str:
+    """The uid a pod's budget counts under: its controller's, or that controller's own controller."""
+    return owners.get(owner.uid, owner.uid) if owner.kind == "ReplicaSet" else owner.uid
+
+
 def qos_class(pod: Mapping[str, Any]) -> QoS:
     """The API server's ``status.qosClass``; computed from the containers' resources when absent."""
     given = (pod.get("status") or {}).get("qosClass")

@@ -23,7 +23,7 @@ from crane_descheduler.plan import (
     Workload,
     plan_round,
 )
-from crane_descheduler.pods import PodView, eviction_blocker, pdb_blocks, pod_view
+from crane_descheduler.pods import PodView, eviction_blocker, pdb_blocks, pod_view, workload_of, workload_owners
 from crane_descheduler.policy import DeschedulerPolicy, NodePool
 from crane_descheduler.targets import SchedulerTargets
 from crane_shared.loadaware.dynamic import DynamicArgs
@@ -66,9 +66,11 @@ def run_round(
     evicted: Sequence[Evicted] = (),
     pdbs: Sequence[Mapping[str, Any]] = (),
     views_cache: dict[str, tuple[str, PodView]] | None = None,
+    replicasets: Sequence[Mapping[str, Any]] = (),
 ) -> RoundResult:
     """``views_cache`` (uid -> (resourceVersion, view)), kept by the caller from round to round, spares reading
-    the pods that did not change again; it is updated here and loses the pods that are gone."""
+    the pods that did not change again; it is updated here and loses the pods that are gone. ``replicasets``: a
+    ReplicaSet's pods count under its controller (the Deployment) for the workload budget."""
     malformed: Counter[str] = Counter()
     views: list[tuple[PodView, Mapping[str, Any]]] = []
     cache = views_cache if views_cache is not None else {}
@@ -94,10 +96,11 @@ def run_round(
             seen.add(uid)
     for uid in cache.keys() - seen:
         del cache[uid]
+    owners = workload_owners(replicasets)
     workloads: dict[str, list[int]] = {}
     for view, _ in views:
         if view.owner is not None:
-            counts = workloads.setdefault(view.owner.uid, [0, 0])
+            counts = workloads.setdefault(workload_of(view.owner, owners), [0, 0])
             counts[0] += 1
             counts[1] += 0 if view.ready else 1
 
@@ -145,6 +148,7 @@ def run_round(
             candidates=candidates,
             usage=usage,
             workloads={uid: Workload(c[0], c[1]) for uid, c in workloads.items()},
+            owners=owners,
             targets=SchedulerTargets(
                 nodes, [raw for view, raw in views if view.node], args, now.timestamp(), frozenset(hot)
             ),
