@@ -212,6 +212,10 @@ class Descheduler:
             self._log.warning(
                 f"unusable-{node}", "node load data unusable: node left alone", node=node, problem=problem
             )
+        for node, problem in result.batch_problems.items():
+            self._log.warning(
+                f"batch-usage-{node}", "batch usage annotation unreadable: counted as none", node=node, problem=problem
+            )
         for kind, count in result.malformed.items():
             self.metrics.malformed.labels(kind).inc(count)
         for reason, count in result.plan.skipped.items():

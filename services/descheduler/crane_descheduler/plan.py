@@ -1,9 +1,11 @@
 """One round's eviction plan: pure, from the nodes' readings, the pods, their measured usage and the budgets.
 
-For each confirmed-hot node (most over its thresholds first), pods are taken in order: lower priority first,
-then QoS (BestEffort, Burstable, Guaranteed), then the pod whose measured usage of the over-threshold resources
-best covers the excess (the smallest pod that covers it all; else the biggest), re-ranked after every choice,
-until the node's projected usage is under every high threshold. A pod is planned only when:
+For each confirmed-hot node (most over its thresholds first), pods are taken in order: batch pods
+(``crane_shared.batch``) before any regular pod, then lower priority first, then QoS (BestEffort, Burstable,
+Guaranteed), then the pod whose measured usage of the over-threshold resources best covers the excess (the
+smallest pod that covers it all; else the biggest), re-ranked after every choice, until the node's projected usage
+is under every high threshold. A node hot only with its batch pods' usage (not by regular usage,
+``Reading.regular_hot``) keeps its regular pods (``batch-heat``): batch work yields. A pod is planned only when:
 
 - the budgets allow it: per node per round, per namespace per round, per workload (``maxUnavailable`` counting
   the workload's pods that are not Ready), and the global rate (evictions in the last minute);
@@ -207,9 +209,13 @@ def plan_round(data: RoundInput) -> Plan:
         capacity = view.capacity
         projected = lag_compensated(reading, [e for e in data.evicted if e.node == node], capacity, data.args)
         remaining: list[tuple[PodView, PodUsage]] = []
+        regular_hot = reading.regular_hot(pool)
         for candidate in data.candidates.get(node, ()):
             if candidate.blocker is not None:
                 plan.skipped[candidate.blocker] += 1
+                continue
+            if not candidate.pod.batch and not regular_hot:
+                plan.skipped["batch-heat"] += 1  # the heat is the batch pods' share: they go, regular work stays
                 continue
             use = data.usage.get(candidate.pod.key)
             if use is None:
@@ -229,7 +235,12 @@ def plan_round(data: RoundInput) -> Plan:
                 plan.skipped["rate-limit"] += len(remaining)
                 break
             remaining.sort(
-                key=lambda item: (item[0].priority, QOS_RANK[item[0].qos], _cover_key(item[1], excess, capacity))
+                key=lambda item: (
+                    not item[0].batch,
+                    item[0].priority,
+                    QOS_RANK[item[0].qos],
+                    _cover_key(item[1], excess, capacity),
+                )
             )
             pod, use = remaining.pop(0)
             covers = _cover_key(use, excess, capacity)[0] == 0

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from crane_descheduler.policy import Evictable
+from crane_shared.batch import is_batch
 from crane_shared.labels import label_selector_matches
 from crane_shared.loadaware.podsize import PodSize, is_daemonset_pod, pod_size
 from crane_shared.podresources import pod_requests
@@ -53,6 +54,8 @@ class PodView:
     requests: Mapping[str, int]
     """kube's ``PodRequests`` (CPU in millicores): what NodeResourcesFit counts"""
     ready: bool
+    batch: bool = False
+    """it requests the batch resources (``crane_shared.batch.is_batch``): it leaves a hot node first"""
 
     @property
     def key(self) -> str:
@@ -119,6 +122,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         size=pod_size(spec, requests),
         requests=requests,
         ready=ready,
+        batch=is_batch(spec),
     )
 
 

@@ -43,6 +43,8 @@ class RoundResult:
     """node -> why its data cannot be used this round"""
     malformed: Counter[str] = field(default_factory=Counter)
     """objects skipped, by kind"""
+    batch_problems: dict[str, str] = field(default_factory=dict)
+    """node -> why its batch usage annotation was ignored (counted as no batch usage)"""
 
 
 def node_view(node: Mapping[str, Any]) -> NodeView:
@@ -117,6 +119,7 @@ def run_round(
     classes: dict[str, RawClass] = {}
     new_detectors: dict[str, Detector] = {}
     unknown: dict[str, str] = {}
+    batch_problems: dict[str, str] = {}
     hot: list[str] = []
     for name, nview in node_views.items():
         pool = policy.pool_of(nview.labels)
@@ -128,6 +131,9 @@ def run_round(
         classes[name] = node_class(detector, reading.raw)
         if reading.problem is not None:
             unknown[name] = reading.problem
+        if reading.batch_problem is not None:
+            batch_problems[name] = reading.batch_problem
+            malformed["batch-usage-annotation"] += 1
         if detector.hot and reading.raw == "hot":
             hot.append(name)
 
@@ -155,4 +161,4 @@ def run_round(
             evicted=evicted,
         )
     )
-    return RoundResult(plan, classes, new_detectors, readings, pools, unknown, malformed)
+    return RoundResult(plan, classes, new_detectors, readings, pools, unknown, malformed, batch_problems)
