@@ -25,6 +25,7 @@ from crane_descheduler.metrics import CLASSES, DeschedulerMetrics
 from crane_descheduler.plan import RATE_WINDOW, Evicted, Eviction, PodUsage
 from crane_descheduler.pods import PodView
 from crane_descheduler.rounds import RoundResult, run_round
+from crane_descheduler.targets import SchedulerSnapshot
 from crane_descheduler.usage import fetch_usage
 from crane_shared.informer import Informer
 from crane_shared.leader import Term
@@ -103,6 +104,8 @@ class Descheduler:
         self.args = replace(base, policy=self.scheduler_file.policy)
         self.detectors: dict[str, Detector] = {}
         self._views: dict[str, tuple[str, PodView]] = {}
+        self._snapshot = SchedulerSnapshot()
+        """the scheduler's node table for the target check, kept up to date from round to round"""
         self.evicted: deque[Evicted] = deque()
         """this leader's evictions, kept while an averaged metric may still carry them"""
         self.last: PlanView | None = None
@@ -185,6 +188,7 @@ class Descheduler:
             list(self.pdbs.cache.values()),
             self._views,
             list(self.replicasets.cache.values()),
+            self._snapshot,
         )
         self.detectors = result.detectors
         self._report(result)

@@ -25,7 +25,7 @@ from crane_descheduler.plan import (
 )
 from crane_descheduler.pods import PodView, eviction_blocker, pdb_blocks, pod_view, workload_of, workload_owners
 from crane_descheduler.policy import DeschedulerPolicy, NodePool
-from crane_descheduler.targets import SchedulerTargets
+from crane_descheduler.targets import SchedulerSnapshot, SchedulerTargets
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.podresources import resource_list
 
@@ -69,10 +69,12 @@ def run_round(
     pdbs: Sequence[Mapping[str, Any]] = (),
     views_cache: dict[str, tuple[str, PodView]] | None = None,
     replicasets: Sequence[Mapping[str, Any]] = (),
+    snapshot: SchedulerSnapshot | None = None,
 ) -> RoundResult:
     """``views_cache`` (uid -> (resourceVersion, view)), kept by the caller from round to round, spares reading
     the pods that did not change again; it is updated here and loses the pods that are gone. ``replicasets``: a
-    ReplicaSet's pods count under its controller (the Deployment) for the workload budget."""
+    ReplicaSet's pods count under its controller (the Deployment) for the workload budget. ``snapshot``, kept by the
+    caller too, is the scheduler's node table the target check runs on (a fresh one when None)."""
     malformed: Counter[str] = Counter()
     views: list[tuple[PodView, Mapping[str, Any]]] = []
     cache = views_cache if views_cache is not None else {}
@@ -142,23 +144,32 @@ def run_round(
         if view.node in hot:
             blocker = eviction_blocker(raw, now, policy.evictable) or ("pdb" if pdb_blocks(raw, pdbs) else None)
             candidates.setdefault(view.node, []).append(Candidate(view, blocker))
-    plan = plan_round(
-        RoundInput(
-            now=now,
-            args=args,
-            limits=policy.limits,
-            nodes=node_views,
-            readings=readings,
-            pools=pools,
-            hot=hot,
-            candidates=candidates,
-            usage=usage,
-            workloads={uid: Workload(c[0], c[1]) for uid, c in workloads.items()},
-            owners=owners,
-            targets=SchedulerTargets(
-                nodes, [raw for view, raw in views if view.node], args, now.timestamp(), frozenset(hot)
-            ),
-            evicted=evicted,
-        )
+    targets = SchedulerTargets(
+        snapshot or SchedulerSnapshot(),
+        nodes,
+        [raw for view, raw in views if view.node],
+        args,
+        now.timestamp(),
+        frozenset(hot),
     )
+    try:
+        plan = plan_round(
+            RoundInput(
+                now=now,
+                args=args,
+                limits=policy.limits,
+                nodes=node_views,
+                readings=readings,
+                pools=pools,
+                hot=hot,
+                candidates=candidates,
+                usage=usage,
+                workloads={uid: Workload(c[0], c[1]) for uid, c in workloads.items()},
+                owners=owners,
+                targets=targets,
+                evicted=evicted,
+            )
+        )
+    finally:
+        targets.close()
     return RoundResult(plan, classes, new_detectors, readings, pools, unknown, malformed, batch_problems)

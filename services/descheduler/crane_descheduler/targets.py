@@ -22,7 +22,6 @@ pod-affinity terms see no namespace labels.
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,11 +77,67 @@ def registry_for(args: DynamicArgs, clock: Callable[[], float]) -> Registry:
     return registry
 
 
+class SchedulerSnapshot:
+    """crane-scheduler's node table and default profile over the cluster, kept from round to round as the
+    scheduler keeps its own: a round re-reads only the node and pod objects that changed (the informers replace
+    an object when it changes, so identity says so), and the profile is built again only when the Dynamic
+    arguments change (a policy reload). What a round plans on it is undone when the round closes."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._args: DynamicArgs | None = None
+        self._built: tuple[NodeTable, Profile, Algorithm] | None = None
+        self._nodes: dict[str, Mapping[str, Any]] = {}
+        self._pods: dict[str, Mapping[str, Any]] = {}
+        """uid -> the object last put in the table"""
+
+    def sync(
+        self, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]], args: DynamicArgs, now: float
+    ) -> tuple[NodeTable, Profile, Algorithm]:
+        self.now = now
+        if self._built is None or self._args is not args:
+            table = NodeTable()
+            metrics = PluginMetrics()
+            registry = registry_for(args, lambda: self.now)
+            profiles = build_profiles(
+                SchedulerConfig(), registry, lambda name: Handle(table, None, lambda: self.now, name, metrics)
+            )
+            # every feasible node scored (no sampling), ties broken the same way every round
+            self._built = (table, next(iter(profiles.values())), Algorithm(table, 100, random.Random(0)))
+            self._args, self._nodes, self._pods = args, {}, {}
+        table = self._built[0]
+        seen: set[str] = set()
+        for node in nodes:
+            name = str((node.get("metadata") or {}).get("name") or "")
+            seen.add(name)
+            if self._nodes.get(name) is not node:
+                table.upsert_node(parse_node(dict(node)))
+                self._nodes[name] = node
+        for name in self._nodes.keys() - seen:
+            table.remove_node(name)
+            del self._nodes[name]
+        seen = set()
+        for pod in pods:
+            uid = str((pod.get("metadata") or {}).get("uid") or "")
+            seen.add(uid)
+            if self._pods.get(uid) is not pod:
+                table.add_pod(parse_pod(dict(pod)))
+                self._pods[uid] = pod
+        for uid in self._pods.keys() - seen:
+            table.remove_pod(uid)
+            del self._pods[uid]
+        return self._built
+
+    def raw(self, uid: str) -> Mapping[str, Any] | None:
+        return self._pods.get(uid)
+
+
 @dataclass
 class SchedulerTargets:
-    """The round's snapshot and the scheduler's profile over it; built on first use (most rounds have no hot
-    node, and then no pod is parsed)."""
+    """One round's questions to the snapshot; it is synced on first use (most rounds have no hot node, and then
+    nothing is read), and ``close`` takes back what the round planned."""
 
+    snapshot: SchedulerSnapshot
     nodes: Sequence[Mapping[str, Any]]
     pods: Sequence[Mapping[str, Any]]
     """bound, not terminal"""
@@ -91,39 +146,23 @@ class SchedulerTargets:
     hot: Collection[str] = ()
     """nodes no pod is sent to (the round's hot ones)"""
     _built: tuple[NodeTable, Profile, Algorithm] | None = field(default=None, init=False)
-    _raw: dict[str, Mapping[str, Any]] = field(default_factory=dict, init=False)
     _states: dict[str, tuple[PodInfo, dict[str, Any]]] = field(default_factory=dict, init=False)
     """pod uid -> its replacement and the cycle state of its last ``find`` (Reserve reads what PreFilter wrote)"""
-    tried: Counter[str] = field(default_factory=Counter, init=False)
-    """scheduler decisions made this round (for tests and the metrics)"""
+    _planned: list[tuple[PodInfo, dict[str, Any], str]] = field(default_factory=list, init=False)
+    _taken_out: list[Any] = field(default_factory=list, init=False)
+    """the planned pods' records, out of the table until the round closes"""
 
     def _build(self) -> tuple[NodeTable, Profile, Algorithm]:
         if self._built is None:
-            table = NodeTable()
-            for node in self.nodes:
-                table.upsert_node(parse_node(dict(node)))
-            for pod in self.pods:
-                info = parse_pod(dict(pod))
-                if info.node_name and info.node_name in table.rows:
-                    table.add_pod(info)
-                    self._raw[info.uid] = pod
-            metrics = PluginMetrics()
-            registry = registry_for(self.args, lambda: self.now)
-            profiles = build_profiles(
-                SchedulerConfig(), registry, lambda name: Handle(table, None, lambda: self.now, name, metrics)
-            )
-            profile = next(iter(profiles.values()))
-            # every feasible node scored (no sampling), ties broken the same way every round
-            self._built = (table, profile, Algorithm(table, 100, random.Random(0)))
+            self._built = self.snapshot.sync(self.nodes, self.pods, self.args, self.now)
         return self._built
 
     def find(self, pod: PodView, source: str) -> Verdict:
         """The node the scheduler would place ``pod``'s replacement on, other than ``source``; or why none."""
         table, profile, algorithm = self._build()
-        raw = self._raw.get(pod.uid)
+        raw = self.snapshot.raw(pod.uid)
         if raw is None:
             return None, "no-target"
-        self.tried["decisions"] += 1
         info = parse_pod(replacement(raw))
         if unsupported_field(info.raw, profile.supported_fields) is not None:
             return None, "no-target"
@@ -156,12 +195,25 @@ class SchedulerTargets:
 
     def take(self, pod: PodView, target: str) -> None:
         """The eviction is planned: the pod leaves the accounting, its replacement is assumed on ``target`` and
-        reserved there (Dynamic counts it as a recent binding)."""
+        reserved there (Dynamic counts it as a recent binding), until ``close``."""
         table, profile, _ = self._build()
-        table.remove_pod(pod.uid)
+        self._taken_out += table.simulate_remove([pod.uid], notify=True)
         found = self._states.pop(pod.uid, None)
         if found is None:
             return
         info, state = found
         table.assume(info, target)
         profile.run_reserve(state, info, target)
+        self._planned.append((info, state, target))
+
+    def close(self) -> None:
+        """Undo the round's plan on the snapshot: the next round starts from the cluster as the informers see it."""
+        if self._built is None:
+            return
+        table, profile, _ = self._built
+        for info, state, target in reversed(self._planned):
+            profile.run_unreserve(state, info, target)
+            table.forget(info.uid)
+        table.simulate_add(self._taken_out, notify=True)
+        self._planned.clear()
+        self._taken_out.clear()

@@ -10,6 +10,7 @@ from crane_descheduler.classify import Detector
 from crane_descheduler.plan import PodUsage
 from crane_descheduler.policy import AnomalyCondition, Limits, default_policy
 from crane_descheduler.rounds import RoundResult, run_round
+from crane_descheduler.targets import SchedulerSnapshot
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.policy import default_policy as scheduler_default
 from tests.support.descheduler import NOW, node, pod
@@ -106,3 +107,19 @@ def test_pods_planned_earlier_in_the_round_count_on_their_target():
     result = run_round(nodes, pods, usage, replace(POLICY, limits=wide), ARGS, {}, NOW)
     assert len(result.plan.evictions) == 1 and result.plan.evictions[0].target == "cool"
     assert result.plan.skipped["no-target"] == 1
+
+
+def test_the_snapshot_follows_the_cluster_from_round_to_round_and_forgets_each_round_s_plan():
+    snapshot = SchedulerSnapshot()
+    nodes = [zoned("hot", "a", 0.9), zoned("cool", "a", 0.1, cores=4)]
+    pods = [pod("p1", "hot", owner="w1", cpu="3")]
+    usage = {"default/p1": PodUsage(2.5, GIB)}
+
+    def again(pods: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        return planned(run_round(nodes, pods, usage, POLICY, ARGS, {}, NOW, snapshot=snapshot))
+
+    # the replacement planned onto "cool" in the first round is not there in the second
+    assert again(pods) == again(pods) == [("p1", "cool")]
+    filler = pod("filler", "cool", owner="f", cpu="2")  # 3 + 2 cores requested > 4
+    assert again([*pods, filler]) == []
+    assert again(pods) == [("p1", "cool")]  # gone again
