@@ -2,14 +2,15 @@
 
 The replacement (the pod without its node, a new uid) goes through the scheduler's default profile, built from
 ``crane_scheduler``'s registry with its ``Dynamic`` plugin (the descheduler's policy and estimate, stale data
-fail-closed), over a ``NodeTable`` holding the round's nodes and bound pods, the evicted pod taken out: PreFilter
+fail-closed), over a ``NodeTable`` of the cluster's nodes and bound pods (``SchedulerSnapshot``, kept from round
+to round as the scheduler keeps its own), the evicted pod taken out: PreFilter
 and every Filter plugin (NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit,
 the volume plugins, PodTopologySpread, InterPodAffinity, DynamicResources, Dynamic) exactly as the scheduler runs
 them (``Profile.run_prefilter_and_filter``, the what-if entry point preemption uses), and the scheduler's
 unsupported-field gate. Then:
 
 - the node it leaves passes: its replacement could land back there, the pod is not evicted (``would-return``);
-- no other node that is not hot passes: not evicted (``no-target``, with the scheduler's own FitError reasons);
+- no other node that is not hot passes: not evicted (``no-target``);
 - else the target is the passing node the scheduler's Score ranks first, and the pod is reserved there
   (``Profile.run_reserve`` after the table's ``assume``, as the scheduler's cycle does), so the next pod of the
   round sees it: NodeResourcesFit its requests, Dynamic its estimate as a recent binding.
