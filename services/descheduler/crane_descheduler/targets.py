@@ -78,6 +78,27 @@ def registry_for(args: DynamicArgs, clock: Callable[[], float]) -> Registry:
     return registry
 
 
+def _follow(
+    objects: Sequence[Mapping[str, Any]],
+    key: str,
+    known: dict[str, Mapping[str, Any]],
+    put: Callable[[Mapping[str, Any]], object],
+    drop: Callable[[str], object],
+) -> None:
+    """Bring ``known`` (``metadata[key]`` -> object) and the table to ``objects``: an object that is not the one
+    last put (the informers replace an object when it changes) is put again, one that is gone is dropped."""
+    seen: set[str] = set()
+    for obj in objects:
+        name = str((obj.get("metadata") or {}).get(key) or "")
+        seen.add(name)
+        if known.get(name) is not obj:
+            put(obj)
+            known[name] = obj
+    for name in known.keys() - seen:
+        drop(name)
+        del known[name]
+
+
 class SchedulerSnapshot:
     """crane-scheduler's node table and default profile over the cluster, kept from round to round as the
     scheduler keeps its own: a round re-reads only the node and pod objects that changed (the informers replace
@@ -107,26 +128,8 @@ class SchedulerSnapshot:
             self._built = (table, next(iter(profiles.values())), Algorithm(table, 100, random.Random(0)))
             self._args, self._nodes, self._pods = args, {}, {}
         table = self._built[0]
-        seen: set[str] = set()
-        for node in nodes:
-            name = str((node.get("metadata") or {}).get("name") or "")
-            seen.add(name)
-            if self._nodes.get(name) is not node:
-                table.upsert_node(parse_node(dict(node)))
-                self._nodes[name] = node
-        for name in self._nodes.keys() - seen:
-            table.remove_node(name)
-            del self._nodes[name]
-        seen = set()
-        for pod in pods:
-            uid = str((pod.get("metadata") or {}).get("uid") or "")
-            seen.add(uid)
-            if self._pods.get(uid) is not pod:
-                table.add_pod(parse_pod(dict(pod)))
-                self._pods[uid] = pod
-        for uid in self._pods.keys() - seen:
-            table.remove_pod(uid)
-            del self._pods[uid]
+        _follow(nodes, "name", self._nodes, lambda node: table.upsert_node(parse_node(dict(node))), table.remove_node)
+        _follow(pods, "uid", self._pods, lambda pod: table.add_pod(parse_pod(dict(pod))), table.remove_pod)
         return self._built
 
     def raw(self, uid: str) -> Mapping[str, Any] | None:
