@@ -63,6 +63,7 @@ __all__ = [
     "QueueingHintPlugin",
     "ReservePlugin",
     "ScorePlugin",
+    "VictimLoadFilterPlugin",
     "WorkerPlugin",
 ]
 
@@ -281,6 +282,17 @@ class PodBlindFilterPlugin(Plugin, Protocol):
     A plugin without the marker is assumed to read pods."""
 
     reads_node_pods: bool
+
+
+@runtime_checkable
+class VictimLoadFilterPlugin(Plugin, Protocol):
+    """Optional marker, ``reads_victims_load = True``: a ``PodBlindFilterPlugin`` whose verdict still depends on
+    preemption's victims through something the table does not account (Dynamic: their measured usage and their
+    estimates). It listens to ``NodeTable.victims_simulated``; preemption's dry run tells it of every victim it
+    takes out or puts back, and its arithmetic reprieve puts a victim back only where the plugin still passes the
+    pod."""
+
+    reads_victims_load: bool
 
 
 @runtime_checkable

@@ -7,6 +7,11 @@ added until the averaged metric has absorbed them. Both effects are cached per n
 an annotation changes, so a decision costs a few vector operations however many pods were bound recently.
 A burst of pods therefore spreads instead of piling onto the node that looked idlest a minute ago.
 
+Preemption's victims leave a node in Filter (``leaving.py``): in the dry run's what-if (told through
+``NodeTable.victims_simulated``) and once gone, their measured usage (``crane.io/pod-usage``) and their estimates
+go with them, so a higher-priority pod preempts the lower-priority pods that make a node hot. A refusal carries
+the soonest instant it could lift with no event (``lift.py``): the pod is retried then.
+
 The policy file is re-read when it changes (a ConfigMap update swaps the mounted file): a valid new policy
 applies to the next pod; an invalid one is refused with a logged reason and the old policy stays.
 """
@@ -26,11 +31,15 @@ from prometheus_client import Counter, Gauge
 from crane_scheduler import framework as fwk
 from crane_scheduler.loadaware.args import PluginArgs, parse_args
 from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
+from crane_scheduler.loadaware.leaving import Leaving, LeavingLoad, PodUsageIndex, preempted, started
+from crane_scheduler.loadaware.lift import next_change, retry_after
 from crane_scheduler.loadaware.nominated import NominatedLoad
 from crane_scheduler.loadaware.recent import RecentEffects
-from crane_scheduler.nodetable import IntArray, NodeTable, Nomination
+from crane_scheduler.nodetable import IntArray, Mask, NodeTable, Nomination, PodRecord
 from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo
 from crane_scheduler.rowcache import PASS, Codes, FilterCache, RowVersions, ScoreCache
+from crane_shared.annotations import metric_freshness_window
+from crane_shared.batch import POD_USAGE_KEY
 from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
@@ -90,10 +99,12 @@ def estimated_resources(pod: PodInfo) -> tuple[float, float]:
     return size.cpu, size.memory
 
 
-class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueExtensions, fwk.ExplainPlugin):
+class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.QueueingHintPlugin, fwk.ExplainPlugin):
     name = NAME
     # PodBlindFilterPlugin: annotations and own recent bindings, not the pod accounting a what-if moves
     reads_node_pods = False
+    # VictimLoadFilterPlugin: preemption's victims take their usage out of the node (``leaving.py``)
+    reads_victims_load = True
     explain_section = "load"
 
     def __init__(self, args: PluginArgs, handle: fwk.Handle, wall_clock: Callable[[], float] = time.time) -> None:
@@ -117,6 +128,8 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         self.columns = LoadColumns(self.args)
         self.recent = RecentEffects(self.columns)
         self.nominated = NominatedLoad(self.columns, handle.table.rows)
+        self.leaving = LeavingLoad(self.columns)
+        self.pod_usage = PodUsageIndex(self._malformed_pod_usage)
         # Results per node row, refreshed for the rows whose inputs changed (``rowcache``).
         self.versions = RowVersions()
         self._scores = ScoreCache(self.versions)
@@ -137,6 +150,8 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         table.pod_removed.append(lambda uid: self.nominated.placed(uid, False))
         for uid, nomination in table.nominated.items():
             self._nomination_changed(uid, nomination)
+        table.victims_simulated.append(self._victims_simulated)
+        table.pod_left.append(self._pod_left)
 
     # -- node annotations -> columns ------------------------------------------------------------------------------
 
@@ -147,6 +162,8 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         cpu, memory = _capacity(node)
         self.recent.node_changed(row, node.name, cpu, memory, self.wall_clock())
         self.nominated.node_changed(row, node.name, cpu, memory)
+        self.pod_usage.set_row(row, node.name, node.annotations.get(POD_USAGE_KEY))
+        self.leaving.node_changed(row, node.name, cpu, memory)
         self.versions.touch((row,))  # allocatable may have changed: the incoming pod's fraction too
         for metric in bad:
             self.metrics.malformed.labels(metric).inc()
@@ -154,6 +171,48 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
                 f"malformed:{metric}", "malformed load annotation skipped", node=node.name, metric=metric
             )
         return len(bad)
+
+    def _malformed_pod_usage(self, node: str, error: str) -> None:
+        self.metrics.malformed.labels(POD_USAGE_KEY).inc()
+        self._log_once.warning(
+            f"malformed:{POD_USAGE_KEY}",
+            "malformed pod-usage annotation skipped: its pods count as not measured",
+            node=node,
+            error=error,
+        )
+
+    def _leaving(self, record: PodRecord, left: float) -> Leaving:
+        """A victim as ``leaving.py`` counts it: its measured usage on its node (0 when not measured)."""
+        row = self.handle.table.rows[record.node]
+        usage = self.pod_usage.usage(row, f"{record.namespace}/{record.name}")
+        raw = record.pod.raw if record.pod is not None else None
+        return Leaving(
+            record.seq, started(raw), left, usage.cpu_cores if usage else 0.0, usage.memory_bytes if usage else 0.0
+        )
+
+    def _victims_simulated(self, records: list[PodRecord], sign: int) -> None:
+        """Preemption's what-if took ``records`` out (-1) or put them back (+1)."""
+        rows: dict[int, None] = {}
+        for record in records:
+            row = self.handle.table.rows.get(record.node)
+            if row is None:
+                continue
+            if sign < 0:
+                self.leaving.take_out(row, record.uid, self._leaving(record, math.inf))
+            else:
+                self.leaving.put_back(row, record.uid)
+            rows[row] = None
+        for row in rows:
+            self.leaving.set_estimates(row, self.recent.added_by(row, set(self.leaving.what_if.get(row, ()))))
+
+    def _pod_left(self, record: PodRecord) -> None:
+        """A pod left the table: a preemption victim takes its usage and its estimate with it (``leaving.py``)."""
+        row = self.handle.table.rows.get(record.node)
+        if row is None or record.pod is None or not preempted(record.pod.raw):
+            return
+        now = self.wall_clock()
+        self.leaving.depart(row, record.uid, self._leaving(record, now))
+        self.recent.remove(record.uid, now)
 
     def _nomination_changed(self, uid: str, nomination: Nomination | None) -> None:
         if nomination is None:
@@ -177,6 +236,8 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         self.columns = LoadColumns(self.args, capacity=max(64, self.handle.table.n_rows))
         self.recent = RecentEffects(self.columns, capacity=max(64, self.handle.table.n_rows))
         self.nominated = NominatedLoad(self.columns, self.handle.table.rows, capacity=max(64, self.handle.table.n_rows))
+        gone = self.leaving.departed
+        self.leaving = LeavingLoad(self.columns, capacity=max(64, self.handle.table.n_rows))
         for uid, nomination in self.handle.table.nominated.items():
             self._nomination_changed(uid, nomination)
         now = self.wall_clock()
@@ -187,6 +248,9 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
                 self.nominated.node_changed(row, node.name, *_capacity(node))
                 for uid, bound_at, cpu, memory in old.uids_of(row):
                     self.recent.add(uid, row, node.name, bound_at, cpu, memory)
+                self.leaving.node_changed(row, node.name, *_capacity(node))
+                for uid, entry in gone.get(row, {}).items():
+                    self.leaving.depart(row, uid, entry)
         self._reasons = self.columns.all_reasons()
         self._reason_index = {r: i for i, r in enumerate(self._reasons)}
         self._codes.clear()
@@ -280,11 +344,16 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         self.recent.prune(now - self._horizon(), now)
         extra, own_hot = self.recent.at(now, n_rows)
         self.nominated.ensure(max(0, n_rows - 1))  # its columns cover every row the decision reads
-        if self.columns.changed or self.recent.changed or self.nominated.changed:
-            self.versions.touch(self.columns.changed | self.recent.changed | self.nominated.changed)
+        self.leaving.ensure(max(0, n_rows - 1))
+        self.leaving.prune(now)
+        if self.columns.changed or self.recent.changed or self.nominated.changed or self.leaving.changed:
+            self.versions.touch(
+                self.columns.changed | self.recent.changed | self.nominated.changed | self.leaving.changed
+            )
             self.columns.changed.clear()
             self.recent.changed.clear()
             self.nominated.changed.clear()
+            self.leaving.changed.clear()
         return extra, own_hot
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
@@ -302,6 +371,9 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         if nominated.counted:  # Filter's estimate: recent bindings plus every nominated pod not placed yet
             nom = nominated.extra
             extra = {metric: arr + nom[metric][:n] for metric, arr in extra.items()}
+        if self.leaving.counted:  # ... less what preemption's victims take out (what-if, or gone)
+            out = self.leaving.extra
+            extra = {metric: arr - out[metric][:n] for metric, arr in extra.items()}
 
         def compute(rows: fwk.Rows) -> Codes:
             incoming = self._incoming(table, cpu, memory)
@@ -325,8 +397,18 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         for k, count in enumerate(counts):  # the policy's order, as the reference gives them
             if count:
                 self.metrics.rejections.labels(_metric_of(reasons[k])).inc(count)
-                rejections.append(fwk.Rejection(reasons[k], rejected & (codes == k)))
+                mask = rejected & (codes == k)
+                rejections.append(fwk.Rejection(reasons[k], mask, retry_after=self._retry_after(mask, now)))
         return rejections
+
+    def _retry_after(self, mask: Mask, now: float) -> float | None:
+        """Seconds until the refused rows' inputs could change with no event (``lift.py``)."""
+        rows = np.flatnonzero(mask)
+        stamps = {metric: self.columns.stamps[metric][rows] for metric in self.columns.metrics}
+        windows = {s.name: metric_freshness_window(s.period).total_seconds() for s in self.args.policy.sync_policy}
+        oldest = self.recent.oldest(mask)
+        soonest = next_change(stamps, windows, self.args.max_skew.total_seconds(), oldest, self._horizon(), now)
+        return retry_after(soonest, now)
 
     def _without_uncounted(
         self,
@@ -343,12 +425,15 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         if not rows:
             return codes
         recent, n = self.recent.extra, table.n_rows
+        out = self.leaving.extra if self.leaving.counted else None
         fixed = {metric: arr.copy() for metric, arr in extra.items()}
         for row, nominated in rows.items():
             if row >= n:
                 continue
             for metric, arr in fixed.items():
                 arr[row] = recent[metric][row] + nominated.get(metric, 0.0)
+                if out is not None:
+                    arr[row] = arr[row] - out[metric][row]
         codes = codes.copy()
         for row in rows:
             if row < n:
@@ -382,7 +467,18 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         self.recent.remove(pod.uid, self.wall_clock())
 
     def events_to_register(self) -> fwk.ClusterEvent:
-        return fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE
+        # POD_DELETE: a preemption victim leaving takes its usage out of its node (``leaving.py``)
+        return fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE | fwk.ClusterEvent.POD_DELETE
+
+    def queueing_hints(self) -> fwk.QueueingHints:
+        """Node events always queue (annotations change the load); a pod deletion only when it was a victim."""
+        return {fwk.ClusterEvent.POD_DELETE: _victim_left}
+
+
+def _victim_left(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
+    gone = change.old
+    left = isinstance(gone, PodInfo) and bool(gone.node_name) and preempted(gone.raw)
+    return fwk.QueueingHint.QUEUE if left else fwk.QueueingHint.SKIP
 
 
 def _capacity(node: NodeInfo) -> tuple[float, float]:
