@@ -32,7 +32,7 @@ from crane_scheduler.framework.types import (
     Status,
 )
 from crane_scheduler.listers import Listers
-from crane_scheduler.nodetable import IntArray, NodeTable
+from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 from crane_scheduler.writer import ApiWriter
 
@@ -290,9 +290,14 @@ class VictimLoadFilterPlugin(Plugin, Protocol):
     preemption's victims through something the table does not account (Dynamic: their measured usage and their
     estimates). It listens to ``NodeTable.victims_simulated``; preemption's dry run tells it of every victim it
     takes out or puts back, and its arithmetic reprieve puts a victim back only where the plugin still passes the
-    pod."""
+    pod (``refuses``: its Filter verdict alone). ``victim_rows()``: the node rows where a victim can change its
+    verdict at all (the dry run tells it of those victims only)."""
 
     reads_victims_load: bool
+
+    def victim_rows(self) -> set[int]: ...
+
+    def refuses(self, pod: PodInfo, table: NodeTable) -> Mask: ...
 
 
 @runtime_checkable

@@ -73,12 +73,20 @@ def taken_out(entries: Iterable[Leaving], resource: str, stamp: float, window: f
     summed in ``seq`` order (so the same victims give the same float in every what-if)."""
     if total <= 0 or math.isnan(stamp):
         return 0.0
+    return _taken_out(sorted(entries, key=_seq), resource, stamp, window) / total
+
+
+def _seq(e: Leaving) -> int:
+    return e.seq
+
+
+def _taken_out(ordered: list[Leaving], resource: str, stamp: float, window: float) -> float:
     out = 0.0
-    for e in sorted(entries, key=lambda e: e.seq):
+    for e in ordered:
         amount = e.cpu if resource == "cpu" else e.memory
         if amount:
             out += amount * share(stamp, window, e.since, e.left)
-    return out / total
+    return out
 
 
 def preempted(raw: Mapping[str, object] | None) -> bool:
@@ -112,6 +120,10 @@ class PodUsageIndex:
         self.on_malformed = on_malformed
         self._text: dict[int, tuple[str, str]] = {}  # row -> (node, text)
         self._decoded: dict[int, Mapping[str, PodUsage]] = {}
+
+    def rows(self) -> set[int]:
+        """The rows whose node has the annotation."""
+        return set(self._text)
 
     def set_row(self, row: int, node: str, text: str | None) -> None:
         if text is None:
@@ -159,6 +171,7 @@ class LeavingLoad:
         periods = [metric_freshness_window(s.period).total_seconds() for s in cols.args.policy.sync_policy]
         windows = [cols.args.estimate.window_of(m).total_seconds() for m in self.extra]
         self.horizon = max(periods, default=0.0) + max(windows, default=0.0)
+        self._metrics = [(m, resource_of(m) or "", cols.args.estimate.window_of(m).total_seconds()) for m in self.extra]
         """seconds after a departure past which no fresh annotation can still hold the pod"""
 
     @property
@@ -190,13 +203,15 @@ class LeavingLoad:
         self.ensure(row)
         self.what_if.setdefault(row, {})[uid] = entry
 
-    def put_back(self, row: int, uid: str) -> None:
+    def put_back(self, row: int, uid: str) -> bool:
+        """Whether the victim was taken out here (else nothing changes)."""
         on_row = self.what_if.get(row)
-        if on_row is not None:
-            on_row.pop(uid, None)
-            if not on_row:
-                del self.what_if[row]
-                self.estimates.pop(row, None)
+        if on_row is None or on_row.pop(uid, None) is None:
+            return False
+        if not on_row:
+            del self.what_if[row]
+            self.estimates.pop(row, None)
+        return True
 
     def set_estimates(self, row: int, removed: Mapping[str, float]) -> None:
         """What the row's what-if victims' recent bindings add to its estimate, per metric (0 when none)."""
@@ -222,16 +237,34 @@ class LeavingLoad:
             self._refresh(row)
 
     def _refresh(self, row: int) -> None:
-        entries = [*self.departed.get(row, {}).values(), *self.what_if.get(row, {}).values()]
+        """Recompute the row (``taken_out`` per metric plus the estimates); marked changed only when a value moved,
+        so a what-if of unmeasured victims leaves the plugin's per-row caches alone."""
+        measured = [
+            e for e in (*self.departed.get(row, {}).values(), *self.what_if.get(row, {}).values()) if e.cpu or e.memory
+        ]
+        measured.sort(key=_seq)
         estimates = self.estimates.get(row, {})
-        est = self.cols.args.estimate
-        for metric, arr in self.extra.items():
-            resource = resource_of(metric) or ""
-            stamp = float(self.cols.stamps[metric][row]) if row < self.cols.capacity else math.nan
-            total = float(self.alloc_cpu[row] if resource == "cpu" else self.alloc_memory[row])
-            window = est.window_of(metric).total_seconds()
-            arr[row] = taken_out(entries, resource, stamp, window, total) + estimates.get(metric, 0.0)
-        self.changed.add(row)
+        stamps = self.cols.stamps
+        done: dict[tuple[str, float, float], float] = {}  # metrics of one resource, stamp and window: summed once
+        moved = False
+        for metric, resource, window in self._metrics:
+            arr = self.extra[metric]  # looked up: ``ensure`` replaces the arrays when the table grows
+            value = 0.0
+            if measured:
+                stamp = float(stamps[metric][row]) if row < self.cols.capacity else math.nan
+                total = float(self.alloc_cpu[row] if resource == "cpu" else self.alloc_memory[row])
+                if total > 0 and not math.isnan(stamp):
+                    key = (resource, stamp, window)
+                    held = done.get(key)
+                    if held is None:
+                        held = done[key] = _taken_out(measured, resource, stamp, window)
+                    value = held / total
+            value += estimates.get(metric, 0.0)
+            if arr[row] != value:
+                arr[row] = value
+                moved = True
+        if moved:
+            self.changed.add(row)
 
 
 def _grown(arr: FloatArray, cap: int) -> FloatArray:

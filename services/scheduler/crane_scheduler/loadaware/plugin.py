@@ -181,29 +181,43 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             error=error,
         )
 
-    def _leaving(self, record: PodRecord, left: float) -> Leaving:
-        """A victim as ``leaving.py`` counts it: its measured usage on its node (0 when not measured)."""
+    def _leaving(self, record: PodRecord, left: float) -> Leaving | None:
+        """A victim as ``leaving.py`` counts it: its measured usage on its node; None when not measured."""
         row = self.handle.table.rows[record.node]
         usage = self.pod_usage.usage(row, f"{record.namespace}/{record.name}")
+        if usage is None:
+            return None
         raw = record.pod.raw if record.pod is not None else None
-        return Leaving(
-            record.seq, started(raw), left, usage.cpu_cores if usage else 0.0, usage.memory_bytes if usage else 0.0
-        )
+        return Leaving(record.seq, started(raw), left, usage.cpu_cores, usage.memory_bytes)
 
     def _victims_simulated(self, records: list[PodRecord], sign: int) -> None:
-        """Preemption's what-if took ``records`` out (-1) or put them back (+1)."""
-        rows: dict[int, None] = {}
+        """Preemption's what-if took ``records`` out (-1) or put them back (+1). A victim neither measured nor
+        one of our recent bindings changes nothing here, and costs nothing."""
+        leaving = self.leaving
+        relevant = self.victim_rows()
+        if not relevant:
+            return  # nothing measured, no recent binding: no victim changes a verdict
+        rows: set[int] = set()
         for record in records:
             row = self.handle.table.rows.get(record.node)
-            if row is None:
+            if row is None or row not in relevant:
                 continue
             if sign < 0:
-                self.leaving.take_out(row, record.uid, self._leaving(record, math.inf))
-            else:
-                self.leaving.put_back(row, record.uid)
-            rows[row] = None
+                entry = self._leaving(record, math.inf)
+                if entry is None:
+                    if record.uid not in self.recent:
+                        continue
+                    entry = Leaving(record.seq, -math.inf, math.inf, 0.0, 0.0)
+                leaving.take_out(row, record.uid, entry)
+            elif not leaving.put_back(row, record.uid):
+                continue
+            rows.add(row)
         for row in rows:
-            self.leaving.set_estimates(row, self.recent.added_by(row, set(self.leaving.what_if.get(row, ()))))
+            leaving.set_estimates(row, self.recent.added_by(row, set(leaving.what_if.get(row, ()))))
+
+    def victim_rows(self) -> set[int]:
+        """Rows where a victim may take something out: measured pods, recent bindings (or a what-if running)."""
+        return self.pod_usage.rows() | self.recent.rows() | set(self.leaving.what_if)
 
     def _pod_left(self, record: PodRecord) -> None:
         """A pod left the table: a preemption victim takes its usage and its estimate with it (``leaving.py``)."""
@@ -211,7 +225,9 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         if row is None or record.pod is None or not preempted(record.pod.raw):
             return
         now = self.wall_clock()
-        self.leaving.depart(row, record.uid, self._leaving(record, now))
+        entry = self._leaving(record, now)
+        if entry is not None:
+            self.leaving.depart(row, record.uid, entry)
         self.recent.remove(record.uid, now)
 
     def _nomination_changed(self, uid: str, nomination: Nomination | None) -> None:
@@ -357,16 +373,44 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         return extra, own_hot
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
+        found = self._codes_of(state, pod, table)
+        if found is None:
+            return []
+        codes, now = found
+        reasons = self._reasons
+        rejected = (codes != PASS) & table.live
+        if not rejected.any():
+            return []
+        rejections = []
+        counts = np.bincount(codes[rejected], minlength=len(reasons)).tolist()
+        later = self._retry_after(rejected, now)  # the soonest over them all: what the queue retries at
+        for k, count in enumerate(counts):  # the policy's order, as the reference gives them
+            if count:
+                self.metrics.rejections.labels(_metric_of(reasons[k])).inc(count)
+                rejections.append(fwk.Rejection(reasons[k], rejected & (codes == k), retry_after=later))
+        return rejections
+
+    def refuses(self, pod: PodInfo, table: NodeTable) -> Mask:
+        """Filter's verdict alone (rows refused), for preemption's reprieve rounds (``victim_rows``)."""
+        found = self._codes_of({}, pod, table)
+        if found is None:
+            return np.zeros(table.n_rows, dtype=bool)
+        refused: Mask = (found[0] != PASS) & table.live
+        return refused
+
+    def _codes_of(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> tuple[Codes, float] | None:
+        """Filter's code per row (an index into ``_reasons``, or PASS) and the time it was taken for; None for a
+        pod Dynamic always passes."""
         self._maybe_reload()
         if is_daemonset_pod(pod.raw.get("metadata")):
-            return []
+            return None
         now = self.wall_clock()
         n = table.n_rows
         extra, own_hot = self._sync(now, n)
         state["Dynamic.inputs"] = (now, extra, own_hot)  # Score uses the same inputs
         cpu, memory = estimated_resources(pod)
         state["Dynamic.size"] = (cpu, memory)  # Reserve records the same size
-        reasons, index = self._reasons, self._reason_index
+        index = self._reason_index
         nominated = self.nominated
         if nominated.counted:  # Filter's estimate: recent bindings plus every nominated pod not placed yet
             nom = nominated.extra
@@ -388,18 +432,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         codes = self._codes.get(self._size_key(cpu, memory), n, compute)
         if nominated.counted:
             codes = self._without_uncounted(codes, pod, table, extra, self._incoming(table, cpu, memory))
-        live = table.live
-        rejected = (codes != PASS) & live
-        if not rejected.any():
-            return []
-        rejections = []
-        counts = np.bincount(codes[rejected], minlength=len(reasons)).tolist()
-        for k, count in enumerate(counts):  # the policy's order, as the reference gives them
-            if count:
-                self.metrics.rejections.labels(_metric_of(reasons[k])).inc(count)
-                mask = rejected & (codes == k)
-                rejections.append(fwk.Rejection(reasons[k], mask, retry_after=self._retry_after(mask, now)))
-        return rejections
+        return codes, now
 
     def _retry_after(self, mask: Mask, now: float) -> float | None:
         """Seconds until the refused rows' inputs could change with no event (``lift.py``)."""

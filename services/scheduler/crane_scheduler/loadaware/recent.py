@@ -80,6 +80,13 @@ class RecentEffects:
     def __len__(self) -> int:
         return len(self._where)
 
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._where
+
+    def rows(self) -> set[int]:
+        """The rows with recent bindings."""
+        return set(self._nodes)
+
     # -- inputs ---------------------------------------------------------------------------------------------------
 
     def _ensure(self, row: int) -> None:

@@ -385,11 +385,13 @@ def _batched_arithmetic(
     if len(cols) != len(found):
         return None
     out_now: dict[str, PodRecord] = {}
+    relevant: set[int] = set()
     if reprieve.load:
-        out_now = {r.uid: r for row in queue for r in queue[row]}
+        relevant = set().union(*(pl.victim_rows() for pl in reprieve.load)) & queue.keys()
+        out_now = {r.uid: r for row in relevant for r in queue[row]}
         table.what_if(list(out_now.values()), -1)
     try:
-        return _arithmetic_rounds(table, pod, queue, run, out, reprieve, cols, out_now)
+        return _arithmetic_rounds(table, pod, queue, run, out, reprieve, cols, out_now, relevant)
     finally:
         table.what_if(list(out_now.values()), +1)
 
@@ -409,8 +411,7 @@ def _load_passes(
     table.what_if(records, +1)
     refused = np.zeros(table.n_rows, dtype=bool)
     for plugin in plugins:
-        for rejection in plugin.filter({}, pod, table):
-            refused |= rejection.mask
+        refused |= plugin.refuses(pod, table)
     passes = [not bool(refused[row]) for row, _ in back]
     again = [record for (_, record), ok in zip(back, passes, strict=True) if not ok]
     out_now.update((r.uid, r) for r in again)
@@ -427,8 +428,10 @@ def _arithmetic_rounds(
     reprieve: ResourceReprieve,
     cols: list[int],
     out_now: dict[str, PodRecord],
+    relevant: set[int],
 ) -> dict[int, list[PodRecord]]:
-    """``_batched_arithmetic``'s rounds, the load plugins' what-if already made."""
+    """``_batched_arithmetic``'s rounds, the load plugins' what-if already made on the ``relevant`` rows (elsewhere
+    their verdict does not depend on the victims: a row they passed without its victims they pass with them)."""
     resources = [res for res, _ in reprieve.requests]
     rows = list(queue)
     index = np.asarray(rows, dtype=np.intp)
@@ -501,10 +504,15 @@ def _arithmetic_rounds(
         slots = np.fromiter((i for i, _ in trying), dtype=np.intp, count=len(trying))
         back = matrix[np.fromiter((first[row] + step for _, row in trying), dtype=np.intp, count=len(trying))]
         fits: Mask = np.asarray((back <= room[slots]).all(axis=1), dtype=bool)
-        if reprieve.load and fits.any():
-            returning = [(row, queue[row][step]) for (_, row), ok in zip(trying, fits.tolist(), strict=True) if ok]
-            verdict = iter(_load_passes(table, pod, reprieve.load, returning, out_now))
-            fits = np.fromiter((ok and next(verdict) for ok in fits.tolist()), dtype=bool, count=len(fits))
+        if relevant and fits.any():
+            checked = [ok and row in relevant for (_, row), ok in zip(trying, fits.tolist(), strict=True)]
+            returning = [(row, queue[row][step]) for (_, row), check in zip(trying, checked, strict=True) if check]
+            if returning:
+                verdict = iter(_load_passes(table, pod, reprieve.load, returning, out_now))
+                kept = [
+                    ok and (next(verdict) if check else True) for ok, check in zip(fits.tolist(), checked, strict=True)
+                ]
+                fits = np.asarray(kept, dtype=bool)
         room[slots[fits]] -= back[fits]
         for (_, row), kept in zip(trying, fits.tolist(), strict=True):
             if not kept:
