@@ -211,3 +211,38 @@ def test_a_malformed_pod_usage_annotation_is_skipped_counted_and_logged_once() -
     ) == 1
     counted = s.plugin.metrics.malformed.labels(POD_USAGE_KEY)._value.get()
     assert counted == 1  # one text, decoded once
+
+
+def _random_load(seed: int) -> tuple[Setup, PodInfo]:
+    """Nodes at random load with random measured pods of random priorities, some not measured; a preemptor."""
+    import random
+
+    rng = random.Random(seed)
+    nodes, bound = [], []
+    for i in range(rng.randint(2, 6)):
+        usage: dict[str, PodUsage] = {}
+        for j in range(rng.randint(1, 4)):
+            name = f"p{i}-{j}"
+            bound.append(low(name, f"n{i}", priority=rng.choice([1, 2, 5]), cpu=rng.choice(["300m", "1"])))
+            if rng.random() < 0.8:
+                usage[f"ns/{name}"] = PodUsage(rng.uniform(0.0, 1.5), rng.uniform(0, 4e9))
+        nodes.append(annotated(f"n{i}", rng.uniform(0.3, 0.95), rng.uniform(0.1, 0.7), usage if usage else None))
+    s = setup(*nodes, bound=bound)
+    return s, parse_pod(pod("vip", cpu=rng.choice(["500m", "1", "2"]), priority=100))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_arithmetic_reprieve_with_load_finds_what_the_filter_rounds_and_node_by_node_find(seed: int) -> None:
+    s, vip = _random_load(seed)
+    plugin = preemption(s)
+    _, reprieve = plugin._dry_run_mode(s.profile, vip)
+
+    def run(st: dict[str, Any], p: PodInfo, alive: Any, /, *, with_nominated: bool = True) -> Any:
+        return s.profile.run_prefilter_and_filter(st, p, s.table, alive, with_nominated=with_nominated)
+
+    found = []
+    for mode, per_node in ((reprieve, False), (None, False), (None, True)):
+        got = dry_run(s.table, vip, s.table.live.copy(), run, [], 0, 100, NOW, reprieve=mode, per_node=per_node)
+        found.append(([(c.node, sorted(v.name for v in c.victims)) for c in got.candidates], dict(got.statuses)))
+        assert not s.plugin.leaving.what_if and not s.plugin.leaving.changed - set(range(s.table.n_rows))
+    assert found[0] == found[1] == found[2]
