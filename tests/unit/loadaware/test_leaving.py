@@ -171,6 +171,10 @@ def test_a_gone_victim_keeps_its_usage_out_so_the_preemptor_binds_and_preempts_n
     }
     s.table.add_pod(parse_pod(terminating))  # the informer sees the condition, then the deletion
     s.table.remove_pod(big.uid)
+    a = s.table.nodes[s.table.rows["a"]]
+    assert a is not None
+    explained = s.plugin.explain_node(a, NOW)
+    assert (explained["preemptionVictimsGone"], explained["filter"]) == (1, "passed")  # explain says what Filter does
     assert s.place(vip) == "a"
 
 

@@ -332,6 +332,15 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         filtered = (
             node_load(info.name, info.annotations, self.args, when, with_nominated, capacity) if nominated else load
         )
+        row = self.handle.table.rows.get(info.name)
+        gone = self.leaving.departed.get(row, {}) if row is not None else {}
+        if gone:  # preemption's victims gone from here: their usage is out of Filter's (``leaving.py``)
+            out = self.leaving.extra
+            readings = {
+                m: replace(r, estimate=r.estimate - float(out[m][row])) if m in out and r.state == "fresh" else r
+                for m, r in filtered.readings.items()
+            }
+            filtered = replace(filtered, readings=readings)
         limits = {p.name: p.max_limit_percent for p in self.args.policy.predicate}
         return {
             "metrics": {
@@ -347,6 +356,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             },
             "hotValue": {"annotated": load.annotated_hot, "ownBindings": load.own_hot, "total": load.hot},
             "nominatedPods": len(nominated),
+            "preemptionVictimsGone": len(gone),
             "dynamicScore": score(load, self.args),
             "filter": filter_reason(filtered, self.args) or "passed",
         }
