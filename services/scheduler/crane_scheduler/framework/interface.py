@@ -290,12 +290,12 @@ class VictimLoadFilterPlugin(Plugin, Protocol):
     preemption's victims through something the table does not account (Dynamic: their measured usage and their
     estimates). It listens to ``NodeTable.victims_simulated``; preemption's dry run tells it of every victim it
     takes out or puts back, and its arithmetic reprieve puts a victim back only where the plugin still passes the
-    pod (``refuses``: its Filter verdict alone). ``victim_rows()``: the node rows where a victim can change its
-    verdict at all (the dry run tells it of those victims only)."""
+    pod (``refuses``: its Filter verdict alone). ``victim_rows(pod)``: the node rows where a victim of ``pod`` can
+    change its verdict at all (the dry run tells it of those victims only)."""
 
     reads_victims_load: bool
 
-    def victim_rows(self) -> set[int]: ...
+    def victim_rows(self, pod: PodInfo) -> set[int]: ...
 
     def refuses(self, pod: PodInfo, table: NodeTable) -> Mask: ...
 

@@ -215,9 +215,15 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         for row in rows:
             leaving.set_estimates(row, self.recent.added_by(row, set(leaving.what_if.get(row, ()))))
 
-    def victim_rows(self) -> set[int]:
-        """Rows where a victim may take something out: measured pods, recent bindings (or a what-if running)."""
-        return self.pod_usage.rows() | self.recent.rows() | set(self.leaving.what_if)
+    def victim_rows(self, pod: PodInfo | None = None) -> set[int]:
+        """Rows where a victim (of ``pod``: a pod of lower priority) may take something out: measured pods, recent
+        bindings (of lower priority), a what-if running."""
+        if pod is None:
+            bound = self.recent.rows()
+        else:
+            pods = self.handle.table.pods
+            bound = {row for uid, row in self.recent.placed() if _lower(pods.get(uid), pod.priority)}
+        return self.pod_usage.rows() | bound | set(self.leaving.what_if)
 
     def _pod_left(self, record: PodRecord) -> None:
         """A pod left the table: a preemption victim takes its usage and its estimate with it (``leaving.py``)."""
@@ -516,6 +522,10 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
     def queueing_hints(self) -> fwk.QueueingHints:
         """Node events always queue (annotations change the load); a pod deletion only when it was a victim."""
         return {fwk.ClusterEvent.POD_DELETE: _victim_left}
+
+
+def _lower(record: PodRecord | None, priority: int) -> bool:
+    return record is not None and record.pod is not None and record.pod.priority < priority
 
 
 def _victim_left(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:

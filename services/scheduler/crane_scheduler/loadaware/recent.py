@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import ItemsView
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,6 +87,10 @@ class RecentEffects:
     def rows(self) -> set[int]:
         """The rows with recent bindings."""
         return set(self._nodes)
+
+    def placed(self) -> ItemsView[str, int]:
+        """(uid, row) of every recent binding."""
+        return self._where.items()
 
     # -- inputs ---------------------------------------------------------------------------------------------------
 

@@ -387,7 +387,7 @@ def _batched_arithmetic(
     out_now: dict[str, PodRecord] = {}
     relevant: set[int] = set()
     if reprieve.load:
-        relevant = set().union(*(pl.victim_rows() for pl in reprieve.load)) & queue.keys()
+        relevant = set().union(*(pl.victim_rows(pod) for pl in reprieve.load)) & queue.keys()
         out_now = {r.uid: r for row in relevant for r in queue[row]}
         table.what_if(list(out_now.values()), -1)
     try:
