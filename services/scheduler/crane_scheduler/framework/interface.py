@@ -291,7 +291,8 @@ class VictimLoadFilterPlugin(Plugin, Protocol):
     estimates). It listens to ``NodeTable.victims_simulated``; preemption's dry run tells it of every victim it
     takes out or puts back, and its arithmetic reprieve puts a victim back only where the plugin still passes the
     pod (``refuses``: its Filter verdict alone). ``victim_rows(pod)``: the node rows where a victim of ``pod`` can
-    change its verdict at all (the dry run tells it of those victims only)."""
+    change its verdict at all. Its verdict must be monotone (taking victims out never refuses a node it passed):
+    the dry run tells it only of the victims on rows it refuses with every victim there."""
 
     reads_victims_load: bool
 

@@ -63,6 +63,8 @@ def share(stamp: float, window: float, since: float, left: float) -> float:
     ``left`` ran (a window of 0: a reading at ``stamp``, 1 while the pod was there)."""
     if window <= 0:
         return 1.0 if since <= stamp < left else 0.0
+    if since <= stamp - window and left >= stamp:
+        return 1.0  # there through the whole window (exactly 1: no rounding in ``stamp - (stamp - window)``)
     lo = max(stamp - window, since)
     hi = min(stamp, left)
     return min(1.0, max(0.0, (hi - lo) / window))
@@ -238,26 +240,43 @@ class LeavingLoad:
 
     def _refresh(self, row: int) -> None:
         """Recompute the row (``taken_out`` per metric plus the estimates); marked changed only when a value moved,
-        so a what-if of unmeasured victims leaves the plugin's per-row caches alone."""
+        so a what-if of unmeasured victims leaves the plugin's per-row caches alone. When every victim ran through
+        every metric's window (the common case) the sums per resource serve every metric, as ``taken_out`` with a
+        share of exactly 1 gives them."""
         measured = [
             e for e in (*self.departed.get(row, {}).values(), *self.what_if.get(row, {}).values()) if e.cpu or e.memory
         ]
-        measured.sort(key=_seq)
         estimates = self.estimates.get(row, {})
-        stamps = self.cols.stamps
+        stamps: list[float] = []
+        whole: tuple[float, float] | None = None
+        if measured:
+            measured.sort(key=_seq)
+            columns, inside = self.cols.stamps, row < self.cols.capacity
+            stamps = [float(columns[m][row]) if inside else math.nan for m, _, _ in self._metrics]
+            known = [(t, w) for t, (_, _, w) in zip(stamps, self._metrics, strict=True) if not math.isnan(t)]
+            if known and all(w > 0 for _, w in known):
+                lo, hi = min(t - w for t, w in known), max(t for t, _ in known)
+                if all(e.since <= lo and e.left >= hi for e in measured):
+                    cpu = memory = 0.0
+                    for e in measured:
+                        cpu += e.cpu
+                        memory += e.memory
+                    whole = (cpu, memory)
         done: dict[tuple[str, float, float], float] = {}  # metrics of one resource, stamp and window: summed once
         moved = False
-        for metric, resource, window in self._metrics:
+        for i, (metric, resource, window) in enumerate(self._metrics):
             arr = self.extra[metric]  # looked up: ``ensure`` replaces the arrays when the table grows
             value = 0.0
             if measured:
-                stamp = float(stamps[metric][row]) if row < self.cols.capacity else math.nan
+                stamp = stamps[i]
                 total = float(self.alloc_cpu[row] if resource == "cpu" else self.alloc_memory[row])
                 if total > 0 and not math.isnan(stamp):
-                    key = (resource, stamp, window)
-                    held = done.get(key)
-                    if held is None:
-                        held = done[key] = _taken_out(measured, resource, stamp, window)
+                    if whole is not None:
+                        held = whole[0] if resource == "cpu" else whole[1]
+                    else:
+                        key = (resource, stamp, window)
+                        found = done.get(key)
+                        held = done[key] = _taken_out(measured, resource, stamp, window) if found is None else found
                     value = held / total
             value += estimates.get(metric, 0.0)
             if arr[row] != value:

@@ -388,6 +388,11 @@ def _batched_arithmetic(
     relevant: set[int] = set()
     if reprieve.load:
         relevant = set().union(*(pl.victim_rows(pod) for pl in reprieve.load)) & queue.keys()
+        if relevant:  # a row they pass with every victim there they pass with any (monotone): nothing to do there
+            refused = np.zeros(table.n_rows, dtype=bool)
+            for plugin in reprieve.load:
+                refused |= plugin.refuses(pod, table)
+            relevant = {row for row in relevant if refused[row]}
         out_now = {r.uid: r for row in relevant for r in queue[row]}
         table.what_if(list(out_now.values()), -1)
     try:
