@@ -250,3 +250,13 @@ def test_the_arithmetic_reprieve_with_load_finds_what_the_filter_rounds_and_node
         found.append(([(c.node, sorted(v.name for v in c.victims)) for c in got.candidates], dict(got.statuses)))
         assert not s.plugin.leaving.what_if and not s.plugin.leaving.changed - set(range(s.table.n_rows))
     assert found[0] == found[1] == found[2]
+
+
+def test_a_gone_victim_is_forgotten_once_no_fresh_annotation_can_hold_it() -> None:
+    s = hot_by_low_priority_pods()
+    leaving = s.plugin.leaving
+    leaving.depart(s.table.rows["a"], "gone", Leaving(1, -math.inf, NOW, 2.0, 0.0))
+    leaving.prune(NOW + leaving.horizon)
+    assert leaving.departed  # an annotation stamped just after the departure may still be fresh and hold it
+    leaving.prune(NOW + leaving.horizon + 1)
+    assert not leaving.departed and not leaving.counted

@@ -168,6 +168,8 @@ class LeavingLoad:
         """per what-if row, what its victims' recent bindings add to the estimate (per metric)"""
         self.departed: dict[int, dict[str, Leaving]] = {}
         self._names: dict[int, str] = {}
+        self._first_left = math.inf
+        """the earliest departure kept (``prune`` has nothing to do before it is past the horizon)"""
         self.changed: set[int] = set()
         """rows whose ``extra`` changed since the consumer last cleared this"""
         periods = [metric_freshness_window(s.period).total_seconds() for s in cols.args.policy.sync_policy]
@@ -226,10 +228,16 @@ class LeavingLoad:
     def depart(self, row: int, uid: str, entry: Leaving) -> None:
         self.ensure(row)
         self.departed.setdefault(row, {})[uid] = entry
+        self._first_left = min(self._first_left, entry.left)
         self._refresh(row)
 
     def prune(self, now: float) -> None:
-        """Forget departures no fresh annotation can still hold."""
+        """Forget departures no fresh annotation can still hold (a comparison while none is due)."""
+        if now - self._first_left <= self.horizon:
+            return
+        self._first_left = min((e.left for gone in self.departed.values() for e in gone.values()), default=math.inf)
+        if now - self._first_left <= self.horizon:
+            return
         for row in [r for r, gone in self.departed.items() if any(now - e.left > self.horizon for e in gone.values())]:
             kept = {uid: e for uid, e in self.departed[row].items() if now - e.left <= self.horizon}
             if kept:
@@ -237,6 +245,7 @@ class LeavingLoad:
             else:
                 del self.departed[row]
             self._refresh(row)
+        self._first_left = min((e.left for gone in self.departed.values() for e in gone.values()), default=math.inf)
 
     def _refresh(self, row: int) -> None:
         """Recompute the row (``taken_out`` per metric plus the estimates); marked changed only when a value moved,
