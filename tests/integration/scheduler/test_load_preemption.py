@@ -122,17 +122,18 @@ async def test_a_pod_refused_only_by_recent_estimates_is_retried_when_they_leave
 ) -> None:
     """``a`` reads 0.30. Two ``first`` pods bound by this scheduler add an estimate of 0.15 each; ``late`` would
     push it to 0.75. Nothing changes afterwards (no annotation update, no pod event): the estimates leave after
-    their 5 s window and ``late`` binds then, although the flush of unschedulable pods is an hour away."""
+    their 10 s window (a margin over late's first attempt, milliseconds after theirs) and ``late`` binds then,
+    although the flush of unschedulable pods is an hour away."""
     policy = write_policy(
         tmp_path / "policy.yaml",
         {
             "syncPolicy": [{"name": m, "period": "3m"} for m in UPSTREAM_METRICS],
             "predicate": [{"name": "cpu_usage_avg_5m", "maxLimitPecent": 0.65}],
             "priority": [{"name": "cpu_usage_avg_5m", "weight": 1}],
-            "hotValue": [{"timeRange": "5s", "count": 5}],
+            "hotValue": [{"timeRange": "10s", "count": 5}],
         },
     )
-    args = {"policyConfigPath": str(policy), "estimate": {"window": "5s"}}
+    args = {"policyConfigPath": str(policy), "estimate": {"window": "10s"}}
     a = f"{group}-a"
     await create_nodes(kube, [annotated(a, group, 0.30)])
     # all three pending before the scheduler starts: the queue takes the two higher-priority ones first
