@@ -453,8 +453,12 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
     def _retry_after(self, mask: Mask, now: float) -> float | None:
         """Seconds until the refused rows' inputs could change with no event (``lift.py``)."""
         rows = np.flatnonzero(mask)
-        stamps = {metric: self.columns.stamps[metric][rows] for metric in self.columns.metrics}
-        windows = {s.name: metric_freshness_window(s.period).total_seconds() for s in self.args.policy.sync_policy}
+        policy = self.args.policy
+        judged = {p.name for p in policy.predicate if p.max_limit_percent != 0}  # only these refuse a pod
+        windows = {
+            s.name: metric_freshness_window(s.period).total_seconds() for s in policy.sync_policy if s.name in judged
+        }
+        stamps = {metric: self.columns.stamps[metric][rows] for metric in windows}
         oldest = self.recent.oldest(mask)
         soonest = next_change(stamps, windows, self.args.max_skew.total_seconds(), oldest, self._horizon(), now)
         return retry_after(soonest, now)
