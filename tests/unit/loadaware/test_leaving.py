@@ -260,3 +260,15 @@ def test_a_gone_victim_is_forgotten_once_no_fresh_annotation_can_hold_it() -> No
     assert leaving.departed  # an annotation stamped just after the departure may still be fresh and hold it
     leaving.prune(NOW + leaving.horizon + 1)
     assert not leaving.departed and not leaving.counted
+
+
+def test_a_pod_refused_by_load_only_in_preemptions_what_if_waits_for_dynamics_events_and_time() -> None:
+    """The issue's case: Filter says "Insufficient cpu" (NodeResourcesFit refuses first), preemption's dry run
+    finds the node hot without the victims too: Dynamic joins the rejectors, with the time its refusal could lift,
+    so the pod is not left to the 5-minute flush."""
+    s = setup(annotated("a", 0.80), bound=[low(f"l{i}", "a", cpu="1") for i in range(4)])
+    diagnosis, _ = attempt(s, pod("vip", cpu="1", priority=100))
+    assert diagnosis.reasons == {"Insufficient cpu": 1}
+    assert diagnosis.post_filter_msg.endswith(f"preemption: 0/1 nodes are available: 1 {HOT}.")
+    assert {"NodeResourcesFit", "Dynamic"} <= diagnosis.rejectors
+    assert diagnosis.retry_after == pytest.approx(470)
