@@ -19,6 +19,7 @@ from crane_descheduler.classify import Detector
 from crane_descheduler.plan import PodUsage
 from crane_descheduler.policy import default_policy
 from crane_descheduler.rounds import run_round
+from crane_descheduler.targets import SchedulerSnapshot
 from crane_shared.annotations import annotation_key, encode_usage
 from crane_shared.loadaware.dynamic import DynamicArgs, node_load
 from crane_shared.policy import default_policy as scheduler_policy
@@ -81,11 +82,12 @@ def measure(n: int, p: int) -> dict[str, Any]:
     policy = default_policy(scheduler_policy())
     detectors = {f"node-{i:05d}": Detector(hot=True) for i in range(n)}
     cache: dict[str, Any] = {}
+    snapshot = SchedulerSnapshot()  # the scheduler's node table for the target check, kept as the service keeps it
     started = time.perf_counter()
-    first = run_round(node_objs, pod_objs, usage, policy, args, detectors, NOW, (), (), cache)
+    first = run_round(node_objs, pod_objs, usage, policy, args, detectors, NOW, (), (), cache, (), snapshot)
     cold = time.perf_counter() - started
     started = time.perf_counter()
-    run_round(node_objs, pod_objs, usage, policy, args, detectors, NOW, (), (), cache)
+    run_round(node_objs, pod_objs, usage, policy, args, detectors, NOW, (), (), cache, (), snapshot)
     steady = time.perf_counter() - started
     started = time.perf_counter()
     for node in node_objs:

@@ -233,7 +233,7 @@ async def start_real_descheduler(sandbox: Sandbox, api: client.ApiClient) -> Man
     return process
 
 
-async def run(backend: str, replicas: int, drift_timeout: float, phase_s: float) -> Outcome:
+async def run(backend: str, replicas: int, drift_timeout: float, phase_s: float, same_workload: str = "") -> Outcome:
     fleet = make_fleet(
         NODES, cpu_cores=CORES, memory_bytes=32 * GI, base_cpu_fraction=BASE_CPU, instance_styles=("name",)
     )
@@ -269,9 +269,13 @@ async def run(backend: str, replicas: int, drift_timeout: float, phase_s: float)
         for pod in state.pods.values():
             if pod.name.startswith(f"{NAMESPACE}/"):
                 by_node.setdefault(pod.node, []).append(pod.name.split("/", 1)[1])
-        drifted = sorted(by_node, key=lambda n: (-len(by_node[n]), n))[:2]
+        marked = f"{same_workload}-"
+        candidates = [n for n in by_node if not same_workload or any(p.startswith(marked) for p in by_node[n])]
+        drifted = sorted(candidates, key=lambda n: (-len(by_node[n]), n))[:2]
         for node in drifted:
-            names = sorted(by_node[node])
+            # the big pod first: the first by name, or the named workload's (both hot nodes then need the same
+            # Deployment to lose a pod, which its budget allows one at a time)
+            names = sorted(by_node[node], key=lambda p: (not (same_workload and p.startswith(marked)), p))
             cores = [4.0] + [1.0] * (len(names) - 1)
             outcome.minimum += minimum_evictions(BASE_CPU, cores, CORES, THRESHOLD)
             for name, c in zip(names, cores, strict=True):
@@ -364,13 +368,19 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=6, help="replicas of each of the three Deployments")
     parser.add_argument("--drift-timeout", type=float, default=240.0, help="seconds to wait for the hot nodes to cool")
     parser.add_argument("--phase", type=float, default=45.0, help="seconds of the every-node-hot and stale phases")
+    parser.add_argument(
+        "--same-workload",
+        default="",
+        choices=("", *WORKLOADS),
+        help="drift the two nodes holding a pod of this Deployment, that pod being the 4-CPU one on both",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/rebalance/results/rebalance.md"))
     args = parser.parse_args()
     outcomes = []
     for backend in args.backends.split(","):
         if backend not in ("crane", "descheduler"):
             parser.error(f"--backends: unknown backend {backend!r} (crane, descheduler)")
-        outcomes.append(asyncio.run(run(backend, args.replicas, args.drift_timeout, args.phase)))
+        outcomes.append(asyncio.run(run(backend, args.replicas, args.drift_timeout, args.phase, args.same_workload)))
     text = table(outcomes)
     notes = [f"- {o.backend}: {n}" for o in outcomes for n in o.notes]
     print(text + "\n" + "\n".join(notes))

@@ -14,24 +14,32 @@ nominated node refused it, Dynamic's extra-victim case) preempts again, its new 
 those rounds count in "second decision".
 
     .venv/bin/python -m bench.scheduler.preemption_cost --nodes 100 --pods 100
+
+``--pod-usage``: every node also carries the annotator's ``crane.io/pod-usage`` (each low pod measured at 0.1
+core, not enough to make a node hot), so Dynamic's what-if takes every victim's usage out: the cost of preemption
+that sees real load where every pod is measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import cProfile
 import pstats
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
-from bench.scheduler.affinity_cost import build
+from bench.scheduler.affinity_cost import build, node_json
 from bench.scheduler.preemption import PER_NODE, POD
 from crane_scheduler.__main__ import plugin_registry
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.framework import Diagnosis
-from crane_scheduler.podinfo import PodInfo, parse_pod
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
+from crane_shared.batch import POD_USAGE_KEY, PodUsage, encode_pod_usage
 
 SCHEDULER = "crane-bench"
 
@@ -48,17 +56,36 @@ def pod(name: str, priority: int, node: str | None = None) -> PodInfo:
     return parse_pod({"metadata": {"name": name, "namespace": namespace, "uid": f"{namespace}/{name}"}, "spec": spec})
 
 
+def preempted(table: NodeTable, uid: str) -> None:
+    """A victim leaves as the informer shows it: its ``DisruptionTarget`` condition, then its deletion."""
+    record = table.pods.get(uid)
+    if record is not None and record.pod is not None:
+        raw = copy.deepcopy(record.pod.raw)
+        raw["status"] = {
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]
+        }
+        table.add_pod(parse_pod(raw))
+    table.remove_pod(uid)
+
+
 RETRIES = 3
 """second-decision rounds a preemptor gets (each failed one preempts again) before the bench gives up on it"""
 
 
 def run(
-    nodes: int, pods: int, plugins: str, prof: cProfile.Profile | None, burst: bool = False
+    nodes: int, pods: int, plugins: str, prof: cProfile.Profile | None, burst: bool = False, pod_usage: bool = False
 ) -> tuple[dict[str, list[float]], int]:
     """CPU seconds per pod per phase, and the victims evicted."""
     table, profile = build(nodes, plugins, plugin_registry())
     for i in range(nodes * PER_NODE):
         table.add_pod(pod(f"low-{i:05d}", 1, f"node-{i % nodes:05d}"))
+    if pod_usage:
+        now = datetime.now(UTC)
+        for n in range(nodes):
+            raw = node_json(n)
+            measured = {f"low/low-{i:05d}": PodUsage(0.1, 1e8) for i in range(n, nodes * PER_NODE, nodes)}
+            raw["metadata"]["annotations"][POD_USAGE_KEY] = encode_pod_usage(measured, now)
+            table.upsert_node(parse_node(raw))
     algorithm = Algorithm(table, 0)
     phases: dict[str, list[float]] = {"first decision": [], "post filter": [], "second decision": []}
     plugin: Any = profile.plugins["DefaultPreemption"]
@@ -95,7 +122,7 @@ def run(
             phases["post filter"].append(t2 - t1)
         for _, gone in firsts:
             for uid in gone:  # the informer sees the victims deleted
-                table.remove_pod(uid)
+                preempted(table, uid)
         for preemptor, _ in firsts:
             if prof is not None:
                 prof.enable()
@@ -112,7 +139,7 @@ def run(
                 victims.clear()  # refused on its nominated node: it preempts again, and its victims leave
                 profile.run_post_filter(state, preemptor, again)
                 for uid in victims:
-                    table.remove_pod(uid)
+                    preempted(table, uid)
             else:
                 raise AssertionError(f"{preemptor.key} not placed after {RETRIES} rounds")
             t4 = time.process_time()
@@ -134,9 +161,10 @@ def main() -> None:
         help="as the real run goes: every pod's first decision and PostFilter first (the nominations pile up while "
         "the victims are still there), then the victims leave and the second decisions follow",
     )
+    parser.add_argument("--pod-usage", action="store_true", help="every node's pods measured (crane.io/pod-usage)")
     args = parser.parse_args()
     prof = cProfile.Profile() if args.profile else None
-    phases, evicted = run(args.nodes, args.pods, args.plugins, prof, args.burst)
+    phases, evicted = run(args.nodes, args.pods, args.plugins, prof, args.burst, args.pod_usage)
     total = np.sum([np.array(v) for v in phases.values()], axis=0) * 1e3
     for name, values in phases.items():
         ms = np.array(values) * 1e3

@@ -23,6 +23,7 @@ from crane_sandbox.procs import service_argv
 from crane_sandbox.prometheus import PrometheusServer
 from crane_sandbox.rbac import ServiceIdentity, service_identity
 from crane_shared.annotations import annotation_key, encode_usage
+from crane_shared.batch import BATCH_CPU
 from crane_shared.kube import raw_json
 from tests.support.fleet import scraped_fleet
 from tests.support.serviceproc import ServiceProc
@@ -75,7 +76,10 @@ def pod(
     phase: str = "Running",
     ready: bool = True,
     priority_class: str | None = None,
+    batch_cpu: str | None = None,
 ) -> dict[str, Any]:
+    """``batch_cpu``: millicores of ``crane.io/batch-cpu`` requested (and limited, as the API server requires of an
+    extended resource): a batch pod."""
     meta: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -96,6 +100,10 @@ def pod(
     }
     if priority_class:
         spec["priorityClassName"] = priority_class
+    if batch_cpu is not None:
+        resources = spec["containers"][0]["resources"]
+        resources["requests"][BATCH_CPU] = batch_cpu
+        resources["limits"] = {BATCH_CPU: batch_cpu}
     return {
         "metadata": meta,
         "spec": spec,

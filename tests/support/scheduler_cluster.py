@@ -19,7 +19,7 @@ from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess, free_port, service_argv
 from crane_sandbox.rbac import identity, service_identity
 from crane_scheduler.config import parse_config
-from crane_scheduler.framework import Handle
+from crane_scheduler.framework import Handle, Registry
 from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
@@ -55,9 +55,12 @@ def config_for(scheduler_name: str, **extra: Any) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def in_process(cluster: LocalCluster, config: dict[str, Any], node_selector: str) -> AsyncIterator[Scheduler]:
+async def in_process(
+    cluster: LocalCluster, config: dict[str, Any], node_selector: str, registry: Registry | None = None
+) -> AsyncIterator[Scheduler]:
     """The scheduler as asyncio tasks of this test's event loop, as the chart's scheduler ServiceAccount; stopped
-    (binds drained) on exit."""
+    (binds drained) on exit. ``registry``: the plugins (default: the built-in ones; the service's own
+    ``plugin_registry()`` adds Dynamic)."""
     account = (await service_identity(cluster, "scheduler")).kubeconfig_dict()
     api = await api_client_from_dict(account, qps=0, burst=200)
     writer = ApiWriter(Connection(kubeconfig_dict=account, qps=0))
@@ -65,7 +68,7 @@ async def in_process(cluster: LocalCluster, config: dict[str, Any], node_selecto
     cfg = parse_config(config)
     table = NodeTable()
     profiles = build_profiles(
-        cfg, builtin_registry(), lambda name: Handle(table, api, time.monotonic, name, writer=writer)
+        cfg, registry or builtin_registry(), lambda name: Handle(table, api, time.monotonic, name, writer=writer)
     )
     reporter = Reporter(writer, api, "test")
     scheduler = Scheduler(
@@ -262,3 +265,28 @@ def scheduled_condition(p: dict[str, Any] | None) -> dict[str, Any] | None:
         if c.get("type") == "PodScheduled":
             return dict(c)
     return None
+
+
+@pytest.fixture
+async def priorities(kube: client.ApiClient, namespace: str) -> AsyncIterator[dict[str, str]]:
+    """PriorityClasses low (1), mid (10) and high (100), named after the test (they are cluster-scoped)."""
+    scheduling = client.SchedulingV1Api(kube)
+    names = {level: f"{namespace}-{level}"[:63] for level in ("low", "mid", "high")}
+    for level, value in (("low", 1), ("mid", 10), ("high", 100)):
+        await scheduling.create_priority_class({"metadata": {"name": names[level]}, "value": value})
+    yield names
+    for name in names.values():
+        await scheduling.delete_priority_class(name)
+
+
+def victim(name: str, scheduler: str, node_name: str, priority_class: str, **kw: Any) -> dict[str, Any]:
+    """A pod already on ``node_name``; grace period 0 stands in for the kubelet confirming the deletion."""
+    body = pod(
+        name,
+        scheduler,
+        cpu="1",
+        node_name=node_name,
+        spec={"priorityClassName": priority_class, "terminationGracePeriodSeconds": 0},
+    )
+    body["metadata"].update(kw)
+    return body

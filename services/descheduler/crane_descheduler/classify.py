@@ -8,6 +8,13 @@ node_load``: the same freshness windows, skew and malformed-value rules), then:
 - ``hot`` when a metric is strictly above its high threshold (the scheduler's Dynamic filter compares strictly
   too), ``idle`` when every metric is strictly below its low threshold, else ``normal``.
 
+Batch pods (``crane_shared.batch``): the annotator writes the batch pods' usage as a fraction of the node
+(``crane.io/batch-cpu-usage``, ``crane.io/batch-memory-usage``, in the same patch as the usage). A node is hot
+**by regular usage** when its usage minus that share crosses a high threshold; the planner then sheds its batch
+pods first. A node hot only with its batch pods' share keeps its regular pods (the heat is batch work, which
+yields). A batch annotation that is missing, stale or malformed counts as no batch usage (the node is judged as
+before batch work existed); a malformed one is reported (``batch_problem``).
+
 The debounce (koordinator's anomaly detector): a node is *confirmed* hot after ``hot_rounds`` consecutive hot
 rounds and cools after ``normal_rounds`` consecutive rounds that are not hot. Evictions need both a confirmed hot
 node and a hot reading this round.
@@ -16,12 +23,14 @@ node and a hot reading this round.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
 from crane_descheduler.policy import AnomalyCondition, NodePool
-from crane_shared.loadaware.dynamic import DynamicArgs, NodeLoad, node_load
+from crane_shared.annotations import AnnotationError, Freshness, decode, freshness, metric_freshness_window
+from crane_shared.batch import BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY
+from crane_shared.loadaware.dynamic import DynamicArgs, NodeLoad, node_load, resource_of
 
 RawClass = Literal["hot", "normal", "idle", "unknown"]
 
@@ -35,10 +44,45 @@ class Reading:
     usage: Mapping[str, float]
     load: NodeLoad
     problem: str | None = None
+    batch: Mapping[str, float] = field(default_factory=dict)
+    """resource (cpu, memory) -> the batch pods' usage, a fraction of the node (fresh annotations only)"""
+    batch_problem: str | None = None
+    """why a batch usage annotation could not be read (it then counts as none)"""
 
     def over(self, pool: NodePool) -> dict[str, float]:
         """metric -> usage for the metrics above their high threshold."""
         return {m: u for m, u in self.usage.items() if m in pool.high and u > pool.high[m]}
+
+    def regular_hot(self, pool: NodePool) -> bool:
+        """Hot by the regular pods' usage alone (the usage without the batch pods' share)."""
+        return any(
+            u - self.batch.get(resource_of(m) or "", 0.0) > pool.high[m]
+            for m, u in self.usage.items()
+            if m in pool.high
+        )
+
+
+def batch_usage(
+    annotations: Mapping[str, str], pool: NodePool, args: DynamicArgs, now: datetime
+) -> tuple[dict[str, float], str | None]:
+    """resource -> the batch pods' fresh usage fraction; and the first problem met (a malformed annotation).
+    Fresh as the pool's metrics of that resource are (their shortest sync period plus the grace)."""
+    out: dict[str, float] = {}
+    problem = None
+    for resource, key in (("cpu", BATCH_CPU_USAGE_KEY), ("memory", BATCH_MEMORY_USAGE_KEY)):
+        text = annotations.get(key)
+        periods = [args.policy.period_of(m) for m in pool.high if resource_of(m) == resource]
+        if text is None or not periods:
+            continue
+        try:
+            sample = decode(text, args.legacy_zone)
+        except AnnotationError as err:
+            problem = problem or f"{key}: {err.reason}"
+            continue
+        window = metric_freshness_window(min(periods))
+        if freshness(sample.timestamp, now, window, args.max_skew) is Freshness.FRESH:
+            out[resource] = sample.value
+    return out, problem
 
 
 def read_node(
@@ -53,11 +97,14 @@ def read_node(
             detail = f": {reading.error}" if reading and reading.error else ""
             return Reading(node, "unknown", {}, load, f"{metric} is {state}{detail}")
         usage[metric] = reading.usage
+    batch, problem = batch_usage(annotations or {}, pool, args, now)
     if any(value > pool.high[m] for m, value in usage.items()):
-        return Reading(node, "hot", usage, load)
-    if all(value < pool.low.get(m, 0.0) for m, value in usage.items()):
-        return Reading(node, "idle", usage, load)
-    return Reading(node, "normal", usage, load)
+        raw: RawClass = "hot"
+    elif all(value < pool.low.get(m, 0.0) for m, value in usage.items()):
+        raw = "idle"
+    else:
+        raw = "normal"
+    return Reading(node, raw, usage, load, batch=batch, batch_problem=problem)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The descheduler's assembly: informers (nodes, pods, PodDisruptionBudgets), policy files, the leader's rounds.
+"""The descheduler's assembly: informers (nodes, pods, PDBs, ReplicaSets), policy files, the leader's rounds.
 
 Every replica keeps its caches warm; only the Lease holder runs rounds. A round: reload the policies if their
 files changed, query per-pod usage (two queries), run the pure round (``rounds.run_round``) on the caches, then
@@ -25,6 +25,7 @@ from crane_descheduler.metrics import CLASSES, DeschedulerMetrics
 from crane_descheduler.plan import RATE_WINDOW, Evicted, Eviction, PodUsage
 from crane_descheduler.pods import PodView
 from crane_descheduler.rounds import RoundResult, run_round
+from crane_descheduler.targets import SchedulerSnapshot
 from crane_descheduler.usage import fetch_usage
 from crane_shared.informer import Informer
 from crane_shared.leader import Term
@@ -88,6 +89,11 @@ class Descheduler:
             client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces,
             watch_timeout=WATCH_SECONDS,
         )
+        self.replicasets = Informer(  # a ReplicaSet's controller: the workload budget counts the Deployment
+            "replicasets",
+            client.AppsV1Api(api).list_replica_set_for_all_namespaces,
+            watch_timeout=WATCH_SECONDS,
+        )
         self.evictor = Evictor(api, options.identity)
         self.scheduler_file: PolicyFile[DynamicSchedulerPolicy] = PolicyFile(
             scheduler_policy, load_policy, default_policy, self.metrics.reloads
@@ -98,6 +104,8 @@ class Descheduler:
         self.args = replace(base, policy=self.scheduler_file.policy)
         self.detectors: dict[str, Detector] = {}
         self._views: dict[str, tuple[str, PodView]] = {}
+        self._snapshot = SchedulerSnapshot()
+        """the scheduler's node table for the target check, kept up to date from round to round"""
         self.evicted: deque[Evicted] = deque()
         """this leader's evictions, kept while an averaged metric may still carry them"""
         self.last: PlanView | None = None
@@ -114,7 +122,10 @@ class Descheduler:
 
     @property
     def synced(self) -> bool:
-        return all(i.synced.is_set() for i in (self.nodes, self.pods, self.pdbs))
+        return all(i.synced.is_set() for i in self._informers())
+
+    def _informers(self) -> tuple[Informer, ...]:
+        return (self.nodes, self.pods, self.pdbs, self.replicasets)
 
     def _reload(self) -> None:
         scheduler = self.scheduler_file.reload()
@@ -129,7 +140,7 @@ class Descheduler:
         self.policy_file.reload()
 
     async def run_caches(self, stopping: asyncio.Event) -> None:
-        await asyncio.gather(self.nodes.run(stopping), self.pods.run(stopping), self.pdbs.run(stopping))
+        await asyncio.gather(*(informer.run(stopping) for informer in self._informers()))
 
     async def lead(self, term: Term) -> None:
         """The leader's loop: a round every interval until the term ends."""
@@ -147,7 +158,7 @@ class Descheduler:
             await sleep_unless(stopping, self.options.interval)
 
     async def _synced(self) -> None:
-        for informer in (self.nodes, self.pods, self.pdbs):
+        for informer in self._informers():
             await informer.synced.wait()
 
     async def round(self, term: Term) -> RoundResult:
@@ -176,6 +187,8 @@ class Descheduler:
             tuple(self.evicted),
             list(self.pdbs.cache.values()),
             self._views,
+            list(self.replicasets.cache.values()),
+            self._snapshot,
         )
         self.detectors = result.detectors
         self._report(result)
@@ -202,6 +215,10 @@ class Descheduler:
             self.metrics.unusable_nodes.inc()
             self._log.warning(
                 f"unusable-{node}", "node load data unusable: node left alone", node=node, problem=problem
+            )
+        for node, problem in result.batch_problems.items():
+            self._log.warning(
+                f"batch-usage-{node}", "batch usage annotation unreadable: counted as none", node=node, problem=problem
             )
         for kind, count in result.malformed.items():
             self.metrics.malformed.labels(kind).inc(count)

@@ -1,17 +1,18 @@
 """One round's eviction plan: pure, from the nodes' readings, the pods, their measured usage and the budgets.
 
-For each confirmed-hot node (most over its thresholds first), pods are taken in order: lower priority first,
-then QoS (BestEffort, Burstable, Guaranteed), then the pod whose measured usage of the over-threshold resources
-best covers the excess (the smallest pod that covers it all; else the biggest), re-ranked after every choice,
-until the node's projected usage is under every high threshold. A pod is planned only when:
+For each confirmed-hot node (most over its thresholds first), pods are taken in order: batch pods
+(``crane_shared.batch``) before any regular pod, then lower priority first, then QoS (BestEffort, Burstable,
+Guaranteed), then the pod whose measured usage of the over-threshold resources best covers the excess (the
+smallest pod that covers it all; else the biggest), re-ranked after every choice, until the node's projected usage
+is under every high threshold. A node hot only with its batch pods' usage (not by regular usage,
+``Reading.regular_hot``) keeps its regular pods (``batch-heat``): batch work yields. A pod is planned only when:
 
 - the budgets allow it: per node per round, per namespace per round, per workload (``maxUnavailable`` counting
   the workload's pods that are not Ready), and the global rate (evictions in the last minute);
-- the scheduler's own Dynamic filter (``crane_shared.loadaware.dynamic.filter_reason``, with the pod's usage
-  estimate) refuses the node it leaves, so its replacement cannot land back there while the node is hot;
-- another node takes it: schedulable, its node selector and taints allow it, its requests fit, and the same
-  Dynamic filter with the pod's estimate passes, counting the pods already planned onto that node this round as
-  recent bindings (the scheduler's estimate), fail-closed (a target without fresh data does not count).
+- the scheduler's own Filter (``targets.SchedulerTargets``: crane-scheduler's profile, Dynamic with the pod's
+  estimate included) refuses the node it leaves, so its replacement cannot land back there while the node is hot;
+- another node, not hot, passes that Filter, counting the pods already planned this round (assumed and reserved
+  there, as the scheduler's cycle does).
 
 Nothing is planned when no node could take a pod (every node hot, or no headroom): the pod is skipped, counted.
 """
@@ -21,24 +22,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Protocol
 
 from crane_descheduler.classify import Reading
-from crane_descheduler.pods import QOS_RANK, PodView
+from crane_descheduler.pods import QOS_RANK, PodView, workload_of
 from crane_descheduler.policy import Limits, NodePool
-from crane_shared.loadaware.dynamic import (
-    DynamicArgs,
-    NodeCapacity,
-    NodeLoad,
-    RecentBinding,
-    filter_reason,
-    incoming_fraction,
-    node_load,
-    resource_of,
-    score,
-)
+from crane_shared.loadaware.dynamic import DynamicArgs, NodeCapacity, resource_of
 from crane_shared.podresources import CPU, MEMORY
 
 RATE_WINDOW = 60.0
@@ -60,12 +51,8 @@ class NodeView:
     name: str
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
-    unschedulable: bool
-    taints: tuple[Mapping[str, Any], ...]
     allocatable: Mapping[str, int]
     """CPU in millicores, memory in bytes"""
-    requested: Mapping[str, int]
-    """the sum of its pods' requests, same units"""
 
     @property
     def capacity(self) -> NodeCapacity:
@@ -112,6 +99,18 @@ class Evicted:
     use: PodUsage
 
 
+class TargetFinder(Protocol):
+    """Where the scheduler would place a pod's replacement (``targets.SchedulerTargets``)."""
+
+    def find(self, pod: PodView, source: str) -> tuple[str | None, str | None]:
+        """(target, None), or (None, why not: ``would-return`` or ``no-target``)."""
+        ...
+
+    def take(self, pod: PodView, target: str) -> None:
+        """The eviction is planned: the next pods of the round see it."""
+        ...
+
+
 @dataclass(frozen=True)
 class RoundInput:
     now: datetime
@@ -128,7 +127,11 @@ class RoundInput:
     usage: Mapping[str, PodUsage]
     """pod key (namespace/name) -> measured usage"""
     workloads: Mapping[str, Workload]
-    """controller uid -> its pods"""
+    """workload uid (``pods.workload_of``) -> its pods"""
+    targets: TargetFinder
+    """the scheduler's Filter over the round's snapshot"""
+    owners: Mapping[str, str] = field(default_factory=dict)
+    """ReplicaSet uid -> its controller's uid (``pods.workload_owners``)"""
     evicted: Sequence[Evicted] = ()
     """recent evictions (all rounds): the global rate, and the usage the averaged metrics still carry"""
 
@@ -166,100 +169,6 @@ def workload_allowance(limit: int | str, pods: int) -> int:
     return limit
 
 
-def tolerates(taint: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]) -> bool:
-    for tol in tolerations:
-        if tol.get("effect") and tol.get("effect") != taint.get("effect"):
-            continue
-        if tol.get("operator") == "Exists" and not tol.get("key"):
-            return True
-        if tol.get("key") != taint.get("key"):
-            continue
-        if tol.get("operator") == "Exists" or tol.get("value", "") == taint.get("value", ""):
-            return True
-    return False
-
-
-def static_fit(pod: PodView, node: NodeView, added: Mapping[str, int]) -> str | None:
-    """The node-side checks a target must pass besides Dynamic; None when it passes."""
-    if node.unschedulable:
-        return "unschedulable"
-    if any(node.labels.get(k) != v for k, v in pod.node_selector.items()):
-        return "node-selector"
-    for taint in node.taints:
-        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(taint, pod.tolerations):
-            return "taint"
-    for resource in (CPU, MEMORY):
-        free = node.allocatable.get(resource, 0) - node.requested.get(resource, 0) - added.get(resource, 0)
-        if pod.requests.get(resource, 0) > free:
-            return "resources"
-    return None
-
-
-class _Targets:
-    """The other nodes and what this round already planned onto them."""
-
-    def __init__(self, data: RoundInput) -> None:
-        self.data = data
-        self.closed = replace(data.args, stale="fail-closed")
-        self.planned: dict[str, list[RecentBinding]] = {}
-        self.added: dict[str, Counter[str]] = {}
-        # the round's readings decoded every pooled node already (``node_load`` does not depend on ``stale``)
-        self._loads: dict[str, NodeLoad] = {name: r.load for name, r in data.readings.items()}
-        self._feasible: dict[tuple[object, ...], list[str]] = {}
-        self.hot = frozenset(data.hot)
-        self._bound_at = data.now.timestamp()
-
-    def find(self, pod: PodView, source: str) -> str | None:
-        """The node the scheduler would most likely pick for ``pod`` besides ``source`` (best Dynamic score),
-        or None. Pods of one shape (a workload's replicas) share one scan until something is planned."""
-        key = _shape(pod)
-        feasible = self._feasible.get(key)
-        if feasible is None:
-            feasible = self._scan(pod)
-            self._feasible[key] = feasible
-        return next((name for name in feasible if name != source), None)
-
-    def _scan(self, pod: PodView) -> list[str]:
-        """Every node that passes for ``pod`` (hot ones excluded), best score first."""
-        ranked: list[tuple[int, str]] = []
-        for name, node in self.data.nodes.items():
-            if name in self.hot or static_fit(pod, node, self.added.get(name, Counter())) is not None:
-                continue
-            load = self._load(node)
-            incoming = incoming_fraction(self.closed.estimate, pod.size.cpu, pod.size.memory, node.capacity)
-            if filter_reason(load, self.closed, incoming=incoming) is None:
-                ranked.append((-score(load, self.closed), name))
-        return [name for _, name in sorted(ranked)]
-
-    def _load(self, node: NodeView) -> NodeLoad:
-        """The node's load as the scheduler sees it, with this round's planned pods; decoded once per change."""
-        cached = self._loads.get(node.name)
-        if cached is None:
-            recent = self.planned.get(node.name, [])
-            cached = node_load(node.name, node.annotations, self.closed, self.data.now, recent, node.capacity)
-            self._loads[node.name] = cached
-        return cached
-
-    def take(self, pod: PodView, target: str) -> None:
-        self._loads.pop(target, None)
-        self._feasible.clear()  # the target's room changed
-        self.planned.setdefault(target, []).append(RecentBinding(target, self._bound_at, pod.size.cpu, pod.size.memory))
-        self.added.setdefault(target, Counter()).update(
-            {CPU: pod.requests.get(CPU, 0), MEMORY: pod.requests.get(MEMORY, 0)}
-        )
-
-
-def _shape(pod: PodView) -> tuple[object, ...]:
-    """What the target checks read of a pod: equal shapes pass on the same nodes."""
-    return (
-        pod.requests.get(CPU, 0),
-        pod.requests.get(MEMORY, 0),
-        pod.size,
-        tuple(sorted(pod.node_selector.items())),
-        repr(pod.tolerations),
-    )
-
-
 def _cover_key(use: PodUsage, excess: Mapping[str, float], capacity: NodeCapacity) -> tuple[int, float]:
     """Pods that cover every excess first, smallest of them first; then the rest, biggest first."""
     total = {"cpu": capacity.cpu, "memory": capacity.memory}
@@ -289,7 +198,7 @@ def plan_round(data: RoundInput) -> Plan:
     room = rate_room([e.at for e in data.evicted], data.now.timestamp(), data.limits.per_minute)
     namespaces: Counter[str] = Counter()
     workloads: Counter[str] = Counter()
-    targets = _Targets(data)
+    targets = data.targets
 
     def over_ratio(node: str) -> float:
         reading, pool = data.readings[node], data.pools[node]
@@ -300,9 +209,13 @@ def plan_round(data: RoundInput) -> Plan:
         capacity = view.capacity
         projected = lag_compensated(reading, [e for e in data.evicted if e.node == node], capacity, data.args)
         remaining: list[tuple[PodView, PodUsage]] = []
+        regular_hot = reading.regular_hot(pool)
         for candidate in data.candidates.get(node, ()):
             if candidate.blocker is not None:
                 plan.skipped[candidate.blocker] += 1
+                continue
+            if not candidate.pod.batch and not regular_hot:
+                plan.skipped["batch-heat"] += 1  # the heat is the batch pods' share: they go, regular work stays
                 continue
             use = data.usage.get(candidate.pod.key)
             if use is None:
@@ -322,7 +235,12 @@ def plan_round(data: RoundInput) -> Plan:
                 plan.skipped["rate-limit"] += len(remaining)
                 break
             remaining.sort(
-                key=lambda item: (item[0].priority, QOS_RANK[item[0].qos], _cover_key(item[1], excess, capacity))
+                key=lambda item: (
+                    not item[0].batch,
+                    item[0].priority,
+                    QOS_RANK[item[0].qos],
+                    _cover_key(item[1], excess, capacity),
+                )
             )
             pod, use = remaining.pop(0)
             covers = _cover_key(use, excess, capacity)[0] == 0
@@ -330,13 +248,12 @@ def plan_round(data: RoundInput) -> Plan:
                 # it would not cool the node: an eviction spent for nothing (the pod that would is back next round)
                 plan.skipped["waits-for-budget"] += 1
                 continue
-            reason = _refusal(pod, use, excess, node, data, namespaces, workloads)
+            reason = _refusal(pod, use, excess, data, namespaces, workloads)
             if reason in ("workload-budget", "namespace-budget") and covers:
                 covering_waits = True
             target = None
             if reason is None:
-                target = targets.find(pod, node)
-                reason = "no-target" if target is None else None
+                target, reason = targets.find(pod, node)
             if reason is not None or target is None:
                 plan.skipped[reason or "no-target"] += 1
                 continue
@@ -345,7 +262,7 @@ def plan_round(data: RoundInput) -> Plan:
             targets.take(pod, target)
             namespaces[pod.namespace] += 1
             if pod.owner is not None:
-                workloads[pod.owner.uid] += 1
+                workloads[workload_of(pod.owner, data.owners)] += 1
             evicted_here += 1
             room -= 1
             for m in projected:
@@ -360,7 +277,6 @@ def _refusal(
     pod: PodView,
     use: PodUsage,
     excess: Mapping[str, float],
-    node: str,
     data: RoundInput,
     namespaces: Counter[str],
     workloads: Counter[str],
@@ -370,13 +286,9 @@ def _refusal(
     if namespaces[pod.namespace] >= data.limits.per_namespace_per_round:
         return "namespace-budget"
     if pod.owner is not None:
-        workload = data.workloads.get(pod.owner.uid, Workload(1, 0))
+        key = workload_of(pod.owner, data.owners)
+        workload = data.workloads.get(key, Workload(1, 0))
         allowed = workload_allowance(data.limits.max_unavailable_per_workload, workload.pods)
-        if workload.unavailable + workloads[pod.owner.uid] + 1 > allowed:
+        if workload.unavailable + workloads[key] + 1 > allowed:
             return "workload-budget"
-    source = data.nodes[node]
-    load = data.readings[node].load
-    incoming = incoming_fraction(data.args.estimate, pod.size.cpu, pod.size.memory, source.capacity)
-    if filter_reason(load, data.args, incoming=incoming) is None:
-        return "would-return"
     return None

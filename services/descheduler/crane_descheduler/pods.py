@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from crane_descheduler.policy import Evictable
+from crane_shared.batch import is_batch
 from crane_shared.labels import label_selector_matches
 from crane_shared.loadaware.podsize import PodSize, is_daemonset_pod, pod_size
 from crane_shared.podresources import pod_requests
@@ -53,8 +54,8 @@ class PodView:
     requests: Mapping[str, int]
     """kube's ``PodRequests`` (CPU in millicores): what NodeResourcesFit counts"""
     ready: bool
-    node_selector: Mapping[str, str]
-    tolerations: tuple[Mapping[str, Any], ...]
+    batch: bool = False
+    """it requests the batch resources (``crane_shared.batch.is_batch``): it leaves a hot node first"""
 
     @property
     def key(self) -> str:
@@ -66,6 +67,25 @@ def controller(meta: Mapping[str, Any]) -> Owner | None:
         if isinstance(ref, dict) and ref.get("controller"):
             return Owner(str(ref.get("kind")), str(ref.get("name")), str(ref.get("uid")))
     return None
+
+
+def workload_owners(replicasets: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """ReplicaSet uid -> its controller's uid (a Deployment's, usually): pods of every revision of a Deployment
+    count as one workload, so ``maxUnavailablePerWorkload`` is the Deployment's, as its own ``maxUnavailable``."""
+    out: dict[str, str] = {}
+    for rs in replicasets:
+        meta = rs.get("metadata") if isinstance(rs, Mapping) else None
+        if not isinstance(meta, Mapping) or not meta.get("uid"):
+            continue
+        owner = controller(meta)
+        if owner is not None:
+            out[str(meta["uid"])] = owner.uid
+    return out
+
+
+def workload_of(owner: Owner, owners: Mapping[str, str]) -> str:
+    """The uid a pod's budget counts under: its controller's, or that controller's own controller."""
+    return owners.get(owner.uid, owner.uid) if owner.kind == "ReplicaSet" else owner.uid
 
 
 def qos_class(pod: Mapping[str, Any]) -> QoS:
@@ -102,8 +122,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         size=pod_size(spec, requests),
         requests=requests,
         ready=ready,
-        node_selector=dict(spec.get("nodeSelector") or {}),
-        tolerations=tuple(spec.get("tolerations") or ()),
+        batch=is_batch(spec),
     )
 
 

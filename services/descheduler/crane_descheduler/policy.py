@@ -59,6 +59,10 @@ DEFAULT_OWNER_KINDS = ("ReplicaSet", "StatefulSet", "Job")
 SHORT_WINDOW = timedelta(minutes=5)
 """Default thresholds cover the predicate metrics synced at most this often: the 5-minute averages. A max over
 an hour keeps a relieved node looking hot for an hour, so a descheduler fed by it keeps evicting."""
+WINDOW_MAXIMUM = "_max_"
+"""crane's names for a maximum over a window (``cpu_usage_max_avg_1h``): no eviction lowers it before the window
+has passed, whatever its sync period (the sandbox syncs the hour's maximum every 15 s), so it is never a high
+threshold: a node hot by it would read hot after every relief and lose a pod every round."""
 LOW_BELOW_HIGH = 0.3
 """Default low threshold: this far under the high one."""
 
@@ -121,11 +125,15 @@ class DeschedulerPolicy:
 
 
 def default_thresholds(scheduler: DynamicSchedulerPolicy) -> dict[str, float]:
-    """The scheduler's enabled predicate thresholds of its short-window metrics that measure CPU or memory."""
+    """The scheduler's enabled predicate thresholds of its short-window averages that measure CPU or memory (no
+    maximum over a window: ``WINDOW_MAXIMUM``)."""
     return {
         p.name: p.max_limit_percent
         for p in scheduler.predicate
-        if p.max_limit_percent > 0 and resource_of(p.name) and scheduler.period_of(p.name) <= SHORT_WINDOW
+        if p.max_limit_percent > 0
+        and resource_of(p.name)
+        and scheduler.period_of(p.name) <= SHORT_WINDOW
+        and WINDOW_MAXIMUM not in p.name
     }
 
 
@@ -298,6 +306,12 @@ def _thresholds(
             continue
         if not 0 <= limit <= 1:
             problems.append(f"{where}: must be within [0, 1], got {limit:g}")
+            continue
+        if key == "highThresholds" and WINDOW_MAXIMUM in str(metric):
+            problems.append(
+                f"{where}: a maximum over a window; no eviction lowers it before the window has passed, so the node"
+                " would be relieved again every round (use an average such as cpu_usage_avg_5m)"
+            )
             continue
         if key == "highThresholds" and limit == 0:
             problems.append(f"{where}: must be > 0 (0 would call every node hot; leave the metric out instead)")

@@ -23,10 +23,11 @@ from crane_descheduler.plan import (
     Workload,
     plan_round,
 )
-from crane_descheduler.pods import PodView, eviction_blocker, pdb_blocks, pod_view
+from crane_descheduler.pods import PodView, eviction_blocker, pdb_blocks, pod_view, workload_of, workload_owners
 from crane_descheduler.policy import DeschedulerPolicy, NodePool
+from crane_descheduler.targets import SchedulerSnapshot, SchedulerTargets
 from crane_shared.loadaware.dynamic import DynamicArgs
-from crane_shared.podresources import CPU, MEMORY, resource_list
+from crane_shared.podresources import resource_list
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -42,18 +43,17 @@ class RoundResult:
     """node -> why its data cannot be used this round"""
     malformed: Counter[str] = field(default_factory=Counter)
     """objects skipped, by kind"""
+    batch_problems: dict[str, str] = field(default_factory=dict)
+    """node -> why its batch usage annotation was ignored (counted as no batch usage)"""
 
 
-def node_view(node: Mapping[str, Any], requested: Mapping[str, int]) -> NodeView:
-    meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+def node_view(node: Mapping[str, Any]) -> NodeView:
+    meta, status = node["metadata"], node.get("status") or {}
     return NodeView(
         name=meta["name"],
         labels=dict(meta.get("labels") or {}),
         annotations=dict(meta.get("annotations") or {}),
-        unschedulable=bool(spec.get("unschedulable")),
-        taints=tuple(spec.get("taints") or ()),
         allocatable=resource_list(status.get("allocatable")),
-        requested=requested,
     )
 
 
@@ -68,9 +68,13 @@ def run_round(
     evicted: Sequence[Evicted] = (),
     pdbs: Sequence[Mapping[str, Any]] = (),
     views_cache: dict[str, tuple[str, PodView]] | None = None,
+    replicasets: Sequence[Mapping[str, Any]] = (),
+    snapshot: SchedulerSnapshot | None = None,
 ) -> RoundResult:
     """``views_cache`` (uid -> (resourceVersion, view)), kept by the caller from round to round, spares reading
-    the pods that did not change again; it is updated here and loses the pods that are gone."""
+    the pods that did not change again; it is updated here and loses the pods that are gone. ``replicasets``: a
+    ReplicaSet's pods count under its controller (the Deployment) for the workload budget. ``snapshot``, kept by the
+    caller too, is the scheduler's node table the target check runs on (a fresh one when None)."""
     malformed: Counter[str] = Counter()
     views: list[tuple[PodView, Mapping[str, Any]]] = []
     cache = views_cache if views_cache is not None else {}
@@ -96,26 +100,19 @@ def run_round(
             seen.add(uid)
     for uid in cache.keys() - seen:
         del cache[uid]
-    sums: dict[str, list[int]] = {}  # node -> [millicores, bytes] requested
+    owners = workload_owners(replicasets)
     workloads: dict[str, list[int]] = {}
     for view, _ in views:
-        if view.node:
-            total = sums.get(view.node)
-            if total is None:
-                total = sums[view.node] = [0, 0]
-            total[0] += view.requests.get(CPU, 0)
-            total[1] += view.requests.get(MEMORY, 0)
         if view.owner is not None:
-            counts = workloads.setdefault(view.owner.uid, [0, 0])
+            counts = workloads.setdefault(workload_of(view.owner, owners), [0, 0])
             counts[0] += 1
             counts[1] += 0 if view.ready else 1
 
     node_views: dict[str, NodeView] = {}
     for node in nodes:
         try:
-            name = node["metadata"]["name"]
-            total = sums.get(name, [0, 0])
-            node_views[name] = node_view(node, {CPU: total[0], MEMORY: total[1]})
+            built = node_view(node)
+            node_views[built.name] = built
         except (KeyError, TypeError, ValueError):
             malformed["node"] += 1
 
@@ -124,6 +121,7 @@ def run_round(
     classes: dict[str, RawClass] = {}
     new_detectors: dict[str, Detector] = {}
     unknown: dict[str, str] = {}
+    batch_problems: dict[str, str] = {}
     hot: list[str] = []
     for name, nview in node_views.items():
         pool = policy.pool_of(nview.labels)
@@ -135,6 +133,9 @@ def run_round(
         classes[name] = node_class(detector, reading.raw)
         if reading.problem is not None:
             unknown[name] = reading.problem
+        if reading.batch_problem is not None:
+            batch_problems[name] = reading.batch_problem
+            malformed["batch-usage-annotation"] += 1
         if detector.hot and reading.raw == "hot":
             hot.append(name)
 
@@ -143,19 +144,32 @@ def run_round(
         if view.node in hot:
             blocker = eviction_blocker(raw, now, policy.evictable) or ("pdb" if pdb_blocks(raw, pdbs) else None)
             candidates.setdefault(view.node, []).append(Candidate(view, blocker))
-    plan = plan_round(
-        RoundInput(
-            now=now,
-            args=args,
-            limits=policy.limits,
-            nodes=node_views,
-            readings=readings,
-            pools=pools,
-            hot=hot,
-            candidates=candidates,
-            usage=usage,
-            workloads={uid: Workload(c[0], c[1]) for uid, c in workloads.items()},
-            evicted=evicted,
-        )
+    targets = SchedulerTargets(
+        snapshot or SchedulerSnapshot(),
+        nodes,
+        [raw for view, raw in views if view.node],
+        args,
+        now.timestamp(),
+        frozenset(hot),
     )
-    return RoundResult(plan, classes, new_detectors, readings, pools, unknown, malformed)
+    try:
+        plan = plan_round(
+            RoundInput(
+                now=now,
+                args=args,
+                limits=policy.limits,
+                nodes=node_views,
+                readings=readings,
+                pools=pools,
+                hot=hot,
+                candidates=candidates,
+                usage=usage,
+                workloads={uid: Workload(c[0], c[1]) for uid, c in workloads.items()},
+                owners=owners,
+                targets=targets,
+                evicted=evicted,
+            )
+        )
+    finally:
+        targets.close()
+    return RoundResult(plan, classes, new_detectors, readings, pools, unknown, malformed, batch_problems)

@@ -30,6 +30,7 @@ from crane_scheduler.framework.types import (
     Rejection,
     Rows,
     Status,
+    sooner,
 )
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import PodInfo
@@ -200,6 +201,7 @@ class Algorithm:
                     if count:
                         diagnosis.reasons[r.reason] += count
                         diagnosis.rejectors.add(name)
+                        diagnosis.retry_after = sooner(diagnosis.retry_after, r.retry_after)
             outside = table.num_nodes - len(cand_rows)
             if outside:
                 diagnosis.reasons[f"node(s) didn't satisfy plugin(s) [{' '.join(excluded_by)}]"] += outside

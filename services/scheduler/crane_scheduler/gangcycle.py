@@ -78,7 +78,14 @@ class GangHost(Protocol):
     def _requeue_dropped(self, uid: str) -> None: ...
 
     def _unschedulable(
-        self, profile: Profile, qp: QueuedPod, rejectors: frozenset[str], message: str, start: float
+        self,
+        profile: Profile,
+        qp: QueuedPod,
+        rejectors: frozenset[str],
+        message: str,
+        start: float,
+        *,
+        retry_after: float | None = None,
     ) -> None: ...
 
     def _error(self, profile: Profile, qp: QueuedPod, message: str, start: float) -> None: ...
@@ -303,7 +310,9 @@ def _fail(
             result.post_filter_msg = no_preemption(gang)
         message = result.message
         host.decisions.record(member.pod, wall, host.table, state, None, message)
-        host._unschedulable(profile, member, frozenset(result.rejectors) | extra, message, start)
+        host._unschedulable(
+            profile, member, frozenset(result.rejectors) | extra, message, start, retry_after=result.retry_after
+        )
     elif result.rejected:
         message = result.message
         host.decisions.record(member.pod, wall, host.table, state, None, message)

@@ -250,6 +250,13 @@ class NodeTable:
         # What-ifs that must be seen by plugins reading other nodes' pods (preemption's per-node dry run, kube's
         # PreFilterExtensions RemovePod/AddPod): (records, -1 taken out / +1 put back), with ``notify=True`` only.
         self.pod_simulated: list[Callable[[list[PodRecord], int], None]] = []
+        # Preemption's what-if on its victims, for plugins whose verdict depends on them through something the
+        # table does not account (Dynamic: their measured usage): (victims, -1 taken out / +1 put back), told by
+        # the dry run in every mode (``what_if``), also when no pod moves in the table.
+        self.victims_simulated: list[Callable[[list[PodRecord], int], None]] = []
+        # A pod left the table (deleted, or its assumption forgotten), with its last record: plugins that keep
+        # something about the pod's node after it is gone (Dynamic: a preemption victim's usage) listen here.
+        self.pod_left: list[Callable[[PodRecord], None]] = []
 
     # ------------------------------------------------------------------------------------------ views
 
@@ -521,7 +528,17 @@ class NodeTable:
         self.version += 1
         for removed in self.pod_removed:
             removed(uid)
+        for left in self.pod_left:
+            left(record)
         return record
+
+    def what_if(self, victims: list[PodRecord], sign: int) -> None:
+        """Tell the ``victims_simulated`` hooks that preemption's what-if takes ``victims`` out (-1) or puts them
+        back (+1); the dry run calls it alongside ``simulate_remove``/``simulate_add``, or alone where it moves no
+        pod (its arithmetic reprieve)."""
+        if victims:
+            for hook in self.victims_simulated:
+                hook(victims, sign)
 
     def simulate_remove(self, uids: Iterable[str], *, notify: bool = False) -> list[PodRecord]:
         """Take pods out of the accounting for a what-if (preemption's dry run); ``simulate_add`` puts them back.

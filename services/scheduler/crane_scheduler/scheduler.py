@@ -360,6 +360,9 @@ class Scheduler:
             if qp is not None:
                 return qp
             expiry = self.queue.next_backoff_expiry()
+            timed = self.queue.next_timed_retry()
+            if timed is not None:
+                expiry = timed if expiry is None else min(expiry, timed)
             timeout = 1.0 if expiry is None else max(0.0, min(1.0, expiry - self.clock()))
             waiters = [asyncio.ensure_future(self._wakeup.wait()), asyncio.ensure_future(stopping.wait())]
             try:
@@ -426,7 +429,9 @@ class Scheduler:
             result.message if isinstance(result, Diagnosis | Status) else "",
         )
         if isinstance(result, Diagnosis):
-            self._unschedulable(profile, qp, frozenset(result.rejectors), result.message, start)
+            self._unschedulable(
+                profile, qp, frozenset(result.rejectors), result.message, start, retry_after=result.retry_after
+            )
             self._slots.release()
             return
         if isinstance(result, Status):
@@ -555,12 +560,20 @@ class Scheduler:
             self._error(profile, qp, status.message, start)
 
     def _unschedulable(
-        self, profile: Profile, qp: QueuedPod, rejectors: frozenset[str], message: str, start: float
+        self,
+        profile: Profile,
+        qp: QueuedPod,
+        rejectors: frozenset[str],
+        message: str,
+        start: float,
+        *,
+        retry_after: float | None = None,
     ) -> None:
+        """``retry_after``: seconds until a refusal could lift with no event (``Diagnosis.retry_after``)."""
         self.metrics.schedule_attempts.labels("unschedulable", profile.name).inc()
         self.metrics.attempt_duration.labels("unschedulable", profile.name).observe(time.perf_counter() - start)
         if qp.pod.uid in self.pending:  # still pending (not deleted, not bound meanwhile)
-            self.queue.add_unschedulable(qp, rejectors, self.clock())
+            self.queue.add_unschedulable(qp, rejectors, self.clock(), retry_after)
             self.reporter.failed(self.pending[qp.pod.uid], message, UNSCHEDULABLE, profile.name)
 
     def _error(self, profile: Profile, qp: QueuedPod, message: str, start: float) -> None:

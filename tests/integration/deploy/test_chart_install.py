@@ -60,6 +60,7 @@ ACCESS: list[tuple[str, str, str, str, str | None, str | None, bool]] = [
     ("descheduler", "patch", "", "pods", "default", None, False),
     ("descheduler", "watch", "", "pods", None, None, True),
     ("descheduler", "watch", "policy", "poddisruptionbudgets", None, None, True),
+    ("descheduler", "watch", "apps", "replicasets", None, None, True),
     ("descheduler", "create", "", "events", "default", None, True),
     ("descheduler", "patch", "", "nodes", None, None, False),
     ("descheduler", "update", "coordination.k8s.io", "leases", NS, "crane-descheduler", True),

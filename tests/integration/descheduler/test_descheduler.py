@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from tests.support.descheduler import Fleet, Scene, annotate_load, pod_terminating
+from crane_shared.annotations import encode_usage
+from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY
+from tests.support.descheduler import FAST_POLICY, Fleet, Scene, annotate_load, pod_terminating
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -121,6 +123,33 @@ async def test_without_per_pod_usage_nothing_is_evicted(scene: Scene, fleet: Fle
     assert await proc.metric("crane_descheduler_nodes", **{"class": "hot"}) == 1
     assert await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 0
     assert not pod_terminating(await scene.core.read_namespaced_pod("victim", scene.namespace))
+
+
+async def test_a_node_hot_by_regular_usage_sheds_its_batch_pod_before_the_regular_pod_that_covers_it(
+    scene: Scene, fleet: Fleet, kube: client.ApiClient
+) -> None:
+    """Issue 30's contract: 0.9 CPU of which the annotator says 0.2 is batch work, so 0.7 regular (> 0.65). The
+    regular pod would cool the node alone (3 cores), the batch pod (1 core) would not: the batch pod goes first.
+    One eviction a minute, so the round after it shows the regular pod waiting (``rate-limit``), not evicted."""
+    now = datetime.now(UTC)
+    notes = {BATCH_CPU_USAGE_KEY: encode_usage(0.2, now)}
+    await scene.core.patch_node(scene.hot, {"metadata": {"annotations": notes}})
+    reclaimable = {BATCH_CPU: "4000"}  # the cool node's reclaimable capacity, where the batch pod's replacement fits
+    await scene.core.patch_node_status(scene.cool, {"status": {"capacity": reclaimable, "allocatable": reclaimable}})
+    await scene.pods("regular", usage="cpu=3", owner="web-1")
+    await scene.pods("batch", usage="cpu=1", owner="job-1", batch_cpu="500")
+    policy = fleet.run_dir / f"policy-{scene.label}-batch.yaml"
+    policy.write_text(FAST_POLICY.replace("LABEL", scene.label).replace("maxPerMinute: 30", "maxPerMinute: 1"))
+    proc = await scene.start("--descheduler-policy", str(policy))
+    read = scene.core.read_namespaced_pod
+    await eventually(lambda: _terminating(read, "batch", scene.namespace), timeout=60, what="the batch pod evicted")
+
+    async def waiting() -> float:
+        return await proc.counter("skipped_pods", reason="rate-limit")
+
+    await eventually(lambda: _at_least(waiting, 1), timeout=60, what="the regular pod next, held by the rate")
+    assert not pod_terminating(await read("regular", scene.namespace))
+    assert await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 1
 
 
 async def _terminating(read: Callable[..., Awaitable[Any]], name: str, namespace: str) -> bool:

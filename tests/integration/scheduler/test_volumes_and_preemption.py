@@ -23,6 +23,7 @@ from tests.support.scheduler_cluster import (
     pod,
     read_pod,
     scheduled_condition,
+    victim,
     wait_for,
 )
 
@@ -48,18 +49,6 @@ async def test_pod_whose_claim_is_missing_stays_pending_with_kube_reason(
     assert p is not None and not p["spec"].get("nodeName")
 
 
-@pytest.fixture
-async def priorities(kube: client.ApiClient, namespace: str) -> AsyncIterator[dict[str, str]]:
-    """PriorityClasses low (1), mid (10) and high (100), named after the test (they are cluster-scoped)."""
-    scheduling = client.SchedulingV1Api(kube)
-    names = {level: f"{namespace}-{level}"[:63] for level in ("low", "mid", "high")}
-    for level, value in (("low", 1), ("mid", 10), ("high", 100)):
-        await scheduling.create_priority_class({"metadata": {"name": names[level]}, "value": value})
-    yield names
-    for name in names.values():
-        await scheduling.delete_priority_class(name)
-
-
 async def nominated_nodes(kube: client.ApiClient, namespace: str, name: str) -> list[str]:
     """Every distinct ``status.nominatedNodeName`` the pod had, watched until it is bound."""
     seen: list[str] = []
@@ -73,19 +62,6 @@ async def nominated_nodes(kube: client.ApiClient, namespace: str, name: str) -> 
         if obj.spec.node_name:
             w.stop()
     return seen
-
-
-def victim(name: str, scheduler: str, node_name: str, priority_class: str, **kw: Any) -> dict[str, Any]:
-    """A pod already on ``node_name``; grace period 0 stands in for the kubelet confirming the deletion."""
-    body = pod(
-        name,
-        scheduler,
-        cpu="1",
-        node_name=node_name,
-        spec={"priorityClassName": priority_class, "terminationGracePeriodSeconds": 0},
-    )
-    body["metadata"].update(kw)
-    return body
 
 
 async def test_high_priority_pod_preempts_the_lowest_priority_victim(

@@ -104,6 +104,7 @@ def test_rbac_is_least_privilege_per_service() -> None:
             ("", "pods", "watch"),
             ("", "pods/eviction", "create"),  # the Eviction API only: PDBs honoured, never a delete
             ("policy", "poddisruptionbudgets", "watch"),
+            ("apps", "replicasets", "watch"),  # the workload budget counts a ReplicaSet's Deployment
             ("", "events", "create"),
         },
         "crane-redis": set(),

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from crane_descheduler.policy import NodePool, default_policy, parse_policy
+from crane_sandbox.sandbox import SANDBOX_POLICY
 from crane_shared.policy import default_policy as scheduler_default
+from crane_shared.policy import parse_policy as parse_scheduler_policy
 from crane_shared.policyyaml import PolicyError
 
 HEAD = "apiVersion: descheduler.policy.crane.io/v1alpha1\nkind: LoadAwareDeschedulerPolicy\n"
@@ -18,6 +20,21 @@ def test_default_high_thresholds_are_the_scheduler_predicates_of_its_short_windo
     assert pool.high == {"cpu_usage_avg_5m": 0.65, "mem_usage_avg_5m": 0.65}
     assert pool.low == {"cpu_usage_avg_5m": pytest.approx(0.35), "mem_usage_avg_5m": pytest.approx(0.35)}
     assert policy.anomaly.hot_rounds == 3 and policy.anomaly.normal_rounds == 2
+
+
+def test_a_maximum_over_a_window_is_never_a_high_threshold_however_often_it_is_synced():
+    """bench.rebalance: the sandbox syncs the hour's maximum every 15 s; as a default threshold it kept both
+    relieved nodes hot (the peak stays an hour) and each lost a second pod that cooled nothing."""
+    sandbox = parse_scheduler_policy(SANDBOX_POLICY)
+    assert sandbox.period_of("cpu_usage_max_avg_1h").total_seconds() == 15
+    (pool,) = default_policy(sandbox).pools
+    assert pool.high == {"cpu_usage_avg_5m": 0.65, "mem_usage_avg_5m": 0.65}
+    text = HEAD + "spec:\n  nodePools:\n    - name: a\n      highThresholds: {cpu_usage_max_avg_1h: 0.9}\n"
+    with pytest.raises(PolicyError) as err:
+        parse_policy(text, sandbox)
+    assert err.value.problems[0].startswith(
+        "spec.nodePools[0].highThresholds.cpu_usage_max_avg_1h: a maximum over a window; no eviction lowers it"
+    )
 
 
 def test_pools_select_by_labels_and_default_their_thresholds():

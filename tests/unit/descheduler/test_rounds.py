@@ -273,3 +273,32 @@ def test_pods_are_read_again_only_when_their_resource_version_changes():
     a["metadata"]["resourceVersion"] = "2"
     run_round(nodes, [a], usage, POLICY, ARGS, {}, NOW, (), (), cache)
     assert set(cache) == {"uid-a"} and cache["uid-a"][1].priority == 7
+
+
+def test_the_workload_budget_counts_a_deployment_across_its_replicasets():
+    """During a rollout a Deployment's pods belong to two ReplicaSets: maxUnavailable 1 is the Deployment's."""
+    nodes = [node("h1", cpu=0.9), node("h2", cpu=0.9), node("cool1", cpu=0.1), node("cool2", cpu=0.1)]
+    pods = [pod("old", "h1", owner="web-old", cpu="100m"), pod("new", "h2", owner="web-new", cpu="100m")]
+    usage = {"default/old": PodUsage(3, GIB), "default/new": PodUsage(3, GIB)}
+
+    def replicaset(name: str, deployment: str | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "namespace": "default", "uid": f"uid-{name}"}
+        if deployment:
+            ref = {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment, "uid": "uid-web"}
+            meta["ownerReferences"] = [ref | {"controller": True}]
+        return {"metadata": meta}
+
+    limits = Limits(per_node_per_round=1, per_namespace_per_round=10, max_unavailable_per_workload=1, per_minute=10)
+    policy = replace(POLICY, limits=limits)
+
+    def plan_with(replicasets: list[dict[str, Any]]) -> RoundResult:
+        detectors: dict[str, Detector] = {}
+        for _ in range(2):
+            result = run_round(nodes, pods, usage, policy, ARGS, detectors, NOW, (), (), None, replicasets)
+            detectors = result.detectors
+        return result
+
+    one_deployment = plan_with([replicaset("web-old", "web"), replicaset("web-new", "web")])
+    assert len(one_deployment.plan.evictions) == 1 and one_deployment.plan.skipped["workload-budget"] == 1
+    # bare ReplicaSets (no Deployment): two workloads, one eviction each
+    assert len(plan_with([replicaset("web-old", None), replicaset("web-new", None)]).plan.evictions) == 2

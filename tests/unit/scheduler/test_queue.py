@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from crane_scheduler.framework import ClusterEvent
-from crane_scheduler.internal.queue import SchedulingQueue
+from crane_scheduler.internal.queue import MIN_TIMED_RETRY, SchedulingQueue
 from crane_scheduler.plugins.queuesort import PrioritySort
 from crane_scheduler.podinfo import parse_pod
 from tests.support.scheduler import pod
@@ -198,3 +198,43 @@ def test_a_pod_gated_on_arrival_waits_until_an_update_or_event_ungates_it() -> N
     named = {**raw, "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "trainer-gpu-x"}]}}
     q.update(parse_pod(named), now=2)
     assert names(q, now=2) == ["trainer"]
+
+
+def test_a_refusal_with_a_time_retries_the_pod_then_without_any_event() -> None:
+    """A queueing hint with a time: the pod comes back when its refusal could lift, not at the 5-minute flush;
+    an event-free pod without a time stays."""
+    q = queue(max_unschedulable=1e9)
+    q.add(parse_pod(pod("timed")), now=0)
+    q.add(parse_pod(pod("events-only")), now=0)
+    timed, other = q.pop(0), q.pop(0)
+    assert timed and other
+    q.add_unschedulable(timed, frozenset({"Dynamic"}), now=10, retry_after=7.5)
+    q.add_unschedulable(other, frozenset({"Dynamic"}), now=10)
+    assert q.next_timed_retry() == 17.5
+    assert q.pop(now=17.4) is None
+    assert names(q, now=17.5) == ["timed"]
+    assert "events-only" in [qp.pod.name for qp in q.unschedulable.values()]
+    assert q.next_timed_retry() is None
+
+
+def test_a_timed_retry_is_bounded_below_and_a_newer_attempt_replaces_it() -> None:
+    q = queue()
+    q.add(parse_pod(pod("p")), now=0)
+    qp = q.pop(0)
+    assert qp
+    q.add_unschedulable(qp, frozenset({"Dynamic"}), now=10, retry_after=0.0)  # about to lift: not a busy loop
+    assert q.next_timed_retry() == 10 + MIN_TIMED_RETRY
+    again = q.pop(now=11)
+    assert again is not None and again.pod.name == "p"
+    q.add_unschedulable(again, frozenset({"Dynamic"}), now=11, retry_after=None)  # refused again, no time now
+    assert q.pop(now=100) is None and q.next_timed_retry() is None
+
+
+def test_a_gated_pod_is_not_retried_by_its_time() -> None:
+    gated = {"p"}
+    q = queue(gated=lambda p: p.name in gated)
+    q.add(parse_pod(pod("p")), now=0)
+    qp = q.take(next(iter(q.unschedulable)), 0)
+    assert qp
+    q.add_unschedulable(qp, frozenset({"Dynamic"}), now=0, retry_after=2)
+    assert q.pop(now=5) is None and "p" in [p.pod.name for p in q.unschedulable.values()]

@@ -32,7 +32,7 @@ from crane_scheduler.framework.types import (
     Status,
 )
 from crane_scheduler.listers import Listers
-from crane_scheduler.nodetable import IntArray, NodeTable
+from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 from crane_scheduler.writer import ApiWriter
 
@@ -64,6 +64,7 @@ __all__ = [
     "QueueingHintPlugin",
     "ReservePlugin",
     "ScorePlugin",
+    "VictimLoadFilterPlugin",
     "WorkerPlugin",
 ]
 
@@ -282,6 +283,23 @@ class PodBlindFilterPlugin(Plugin, Protocol):
     A plugin without the marker is assumed to read pods."""
 
     reads_node_pods: bool
+
+
+@runtime_checkable
+class VictimLoadFilterPlugin(Plugin, Protocol):
+    """Optional marker, ``reads_victims_load = True``: a ``PodBlindFilterPlugin`` whose verdict still depends on
+    preemption's victims through something the table does not account (Dynamic: their measured usage and their
+    estimates). It listens to ``NodeTable.victims_simulated``; preemption's dry run tells it of every victim it
+    takes out or puts back, and its arithmetic reprieve puts a victim back only where the plugin still passes the
+    pod (``refuses``: its Filter verdict alone). ``victim_rows(pod)``: the node rows where a victim of ``pod`` can
+    change its verdict at all. Its verdict must be monotone (taking victims out never refuses a node it passed):
+    the dry run tells it only of the victims on rows it refuses with every victim there."""
+
+    reads_victims_load: bool
+
+    def victim_rows(self, pod: PodInfo) -> set[int]: ...
+
+    def refuses(self, pod: PodInfo, table: NodeTable) -> Mask: ...
 
 
 @runtime_checkable

@@ -42,6 +42,7 @@ __all__ = [
     "default_normalize",
     "error",
     "fit_error_message",
+    "sooner",
     "unschedulable",
 ]
 
@@ -92,6 +93,13 @@ SUCCESS = Status()
 SKIP = Status(Code.SKIP)
 
 
+def sooner(a: float | None, b: float | None) -> float | None:
+    """The earlier of two optional retry delays (None: no timed retry)."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
+
+
 def unschedulable(*reasons: str, unresolvable: bool = False) -> Status:
     return Status(Code.UNSCHEDULABLE_AND_UNRESOLVABLE if unresolvable else Code.UNSCHEDULABLE, reasons)
 
@@ -112,6 +120,10 @@ class Rejection:
     unresolvable: bool = False
     error: bool = False
     """The plugin failed on these rows (kube's Error status from Filter): the attempt fails with ``reason``."""
+    retry_after: float | None = None
+    """Seconds until the earliest instant at which this refusal could lift with no cluster event at all (a load
+    annotation turning stale, a recent binding's estimate leaving its window): the pod is retried then (a queueing
+    hint with a time). None: only a cluster event can lift it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +213,8 @@ class QueuedPod:
     attempts: int = 0
     rejectors: frozenset[str] = field(default_factory=frozenset)  # plugins that rejected it last time
     unschedulable_since: float = 0.0
+    retry_at: float | None = None
+    """queue time at which an unschedulable pod is retried without an event (its refusal's ``retry_after``)"""
 
 
 @dataclass
@@ -214,6 +228,9 @@ class Diagnosis:
     post_filter_msg: str = ""
     preemptible: Mask | None = None
     """Rows rejected only with resolvable reasons (kube: status Unschedulable): where preemption may help."""
+    retry_after: float | None = None
+    """The soonest ``Rejection.retry_after`` of the attempt (Filter's, and PostFilter's dry run): seconds until
+    a refusal could lift with no cluster event; None: events only."""
 
     @property
     def message(self) -> str:

@@ -9,6 +9,9 @@
   events registered by the plugins that rejected it, and, per object, their queueing hint answers QUEUE: kube's
   ``QueueingHintFn``) or 5 minutes at the latest; it then goes back to activeQ, or to backoffQ if its backoff has
   not expired yet.
+- A refusal that can lift with time alone (``Rejection.retry_after``: a load annotation turning stale, a recent
+  binding's estimate leaving its window) also retries the pod at that time, a queueing hint with a time, not
+  sooner than ``MIN_TIMED_RETRY`` after the attempt (no busy loop on a refusal about to lift).
 
 Pure and single-threaded: time is always an argument, so tests drive it without sleeping. Changes are collected
 and applied on the next ``pop``/``flush``, so a burst of node updates costs one pass over the unschedulable pods.
@@ -35,6 +38,8 @@ DEFAULT_MAX_BACKOFF = 10.0
 MAX_UNSCHEDULABLE_DURATION = 300.0
 HINT_BUDGET = 5_000  # hint calls per pass (a few µs each) before the pass falls back to per-kind wake-ups
 NO_HINTS: QueueingHints = {}
+MIN_TIMED_RETRY = 1.0
+"""seconds: the soonest a timed retry comes after the attempt it follows"""
 
 
 class SchedulingQueue:
@@ -78,6 +83,7 @@ class SchedulingQueue:
         self._pending_events = ClusterEvent(0)  # every kind seen since the last pass
         self._coarse_events = ClusterEvent(0)  # kinds seen without their objects: no hint can judge them
         self._pending_changes: list[ClusterChange] = []
+        self._timed: list[tuple[float, int, str]] = []  # (retry_at, seq, uid) of unschedulable pods with a time
 
     # ------------------------------------------------------------------------------------------ sizes
 
@@ -151,6 +157,7 @@ class SchedulingQueue:
         """The next pod to schedule (its attempt counted), or None when activeQ is empty."""
         self.flush_backoff(now)
         self._apply_events(now)
+        self.flush_timed(now)
         while self._active_heap:
             _, seq, uid = heapq.heappop(self._active_heap)
             entry = self._active.get(uid)
@@ -186,12 +193,40 @@ class SchedulingQueue:
             return self._popped(qp, now)
         return None
 
-    def add_unschedulable(self, qp: QueuedPod, rejectors: frozenset[str], now: float) -> None:
-        """No node fits: wait for an event registered by one of ``rejectors`` (or 5 minutes)."""
+    def add_unschedulable(
+        self, qp: QueuedPod, rejectors: frozenset[str], now: float, retry_after: float | None = None
+    ) -> None:
+        """No node fits: wait for an event registered by one of ``rejectors`` (or 5 minutes), or ``retry_after``
+        seconds (at least ``MIN_TIMED_RETRY``) when a refusal can lift with time alone."""
         qp.rejectors = rejectors
         qp.timestamp = now
         qp.unschedulable_since = now
+        qp.retry_at = None if retry_after is None else now + max(retry_after, MIN_TIMED_RETRY)
         self.unschedulable[qp.pod.uid] = qp
+        if qp.retry_at is not None:
+            heapq.heappush(self._timed, (qp.retry_at, next(self._seq), qp.pod.uid))
+
+    def flush_timed(self, now: float) -> None:
+        """Unschedulable pods whose refusal could have lifted by ``now`` (their ``retry_at``) are retried, as an
+        event that helps them would retry them; a gated one waits for its activation."""
+        while self._timed and self._timed[0][0] <= now:
+            at, _, uid = heapq.heappop(self._timed)
+            qp = self.unschedulable.get(uid)
+            if qp is None or qp.retry_at != at or self._gated(qp.pod):
+                continue  # left meanwhile, failed again since (a newer entry), or held back by PreEnqueue
+            del self.unschedulable[uid]
+            qp.retry_at = None
+            self._on_incoming("TimedRetry", self._requeue(qp, now))
+
+    def next_timed_retry(self) -> float | None:
+        """The earliest pending timed retry (stale entries dropped), for the loop's wake-up."""
+        while self._timed:
+            at, _, uid = self._timed[0]
+            qp = self.unschedulable.get(uid)
+            if qp is not None and qp.retry_at == at:
+                return at
+            heapq.heappop(self._timed)
+        return None
 
     def add_backoff(self, qp: QueuedPod, now: float) -> None:
         """An error (bind failure, plugin error): retry after the pod's backoff."""

@@ -8,6 +8,11 @@ an annotation changes, so a decision costs a few vector operations however many 
 A burst of pods therefore spreads instead of piling onto the node that looked idlest a minute ago; a gang's members
 may be kept out of each other's hot value (``gangHotValue: together``, see ``args``).
 
+Preemption's victims leave a node in Filter (``leaving.py``): in the dry run's what-if (told through
+``NodeTable.victims_simulated``) and once gone, their measured usage (``crane.io/pod-usage``) and their estimates
+go with them, so a higher-priority pod preempts the lower-priority pods that make a node hot. A refusal carries
+the soonest instant it could lift with no event (``lift.py``): the pod is retried then.
+
 The policy file is re-read when it changes (a ConfigMap update swaps the mounted file): a valid new policy
 applies to the next pod; an invalid one is refused with a logged reason and the old policy stays.
 """
@@ -27,11 +32,15 @@ from prometheus_client import Counter, Gauge
 from crane_scheduler import framework as fwk
 from crane_scheduler.loadaware.args import PluginArgs, parse_args
 from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
+from crane_scheduler.loadaware.leaving import Leaving, LeavingLoad, PodUsageIndex, preempted, started
+from crane_scheduler.loadaware.lift import next_change, retry_after
 from crane_scheduler.loadaware.nominated import NominatedLoad
 from crane_scheduler.loadaware.recent import RecentEffects
-from crane_scheduler.nodetable import IntArray, NodeTable, Nomination
+from crane_scheduler.nodetable import IntArray, Mask, NodeTable, Nomination, PodRecord
 from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo
 from crane_scheduler.rowcache import PASS, Codes, FilterCache, RowVersions, ScoreCache
+from crane_shared.annotations import metric_freshness_window
+from crane_shared.batch import POD_USAGE_KEY
 from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
@@ -91,18 +100,32 @@ def estimated_resources(pod: PodInfo) -> tuple[float, float]:
     return size.cpu, size.memory
 
 
-class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueExtensions, fwk.ExplainPlugin):
+class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.QueueingHintPlugin, fwk.ExplainPlugin):
     name = NAME
     # PodBlindFilterPlugin: annotations and own recent bindings, not the pod accounting a what-if moves
     reads_node_pods = False
+    # VictimLoadFilterPlugin: preemption's victims take their usage out of the node (``leaving.py``)
+    reads_victims_load = True
     explain_section = "load"
 
-    def __init__(self, args: PluginArgs, handle: fwk.Handle, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        args: PluginArgs,
+        handle: fwk.Handle,
+        wall_clock: Callable[[], float] = time.time,
+        *,
+        policy: DynamicSchedulerPolicy | None = None,
+    ) -> None:
+        """``policy``: a caller that reads and reloads the policy file itself (the descheduler, running this
+        plugin as its target check) hands it over; ``args.policy_path`` must then be None."""
         self.handle = handle
         self.wall_clock = wall_clock
         self.metrics = DynamicMetrics(handle.metrics)
+        given = policy
         try:
-            self.policy_file = PolicyFile(args.policy_path, load_policy, default_policy, self.metrics.reloads)
+            self.policy_file = PolicyFile(
+                args.policy_path, load_policy, default_policy if given is None else lambda: given, self.metrics.reloads
+            )
         except PolicyError as err:  # reported with the config's field path, like every other bad arg
             raise fwk.ArgsError([("policyConfigPath", str(err))]) from err
         self._thresholds = export_thresholds(self.metrics.thresholds, handle.profile, self.policy_file.policy, set())
@@ -119,6 +142,8 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         self.columns = LoadColumns(self.args)
         self.recent = RecentEffects(self.columns)
         self.nominated = NominatedLoad(self.columns, handle.table.rows)
+        self.leaving = LeavingLoad(self.columns)
+        self.pod_usage = PodUsageIndex(self._malformed_pod_usage)
         # Results per node row, refreshed for the rows whose inputs changed (``rowcache``).
         self.versions = RowVersions()
         self._scores = ScoreCache(self.versions)
@@ -139,6 +164,8 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         table.pod_removed.append(lambda uid: self.nominated.placed(uid, False))
         for uid, nomination in table.nominated.items():
             self._nomination_changed(uid, nomination)
+        table.victims_simulated.append(self._victims_simulated)
+        table.pod_left.append(self._pod_left)
 
     # -- node annotations -> columns ------------------------------------------------------------------------------
 
@@ -149,6 +176,8 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         cpu, memory = _capacity(node)
         self.recent.node_changed(row, node.name, cpu, memory, self.wall_clock())
         self.nominated.node_changed(row, node.name, cpu, memory)
+        self.pod_usage.set_row(row, node.name, node.annotations.get(POD_USAGE_KEY))
+        self.leaving.node_changed(row, node.name, cpu, memory)
         self.versions.touch((row,))  # allocatable may have changed: the incoming pod's fraction too
         for metric in bad:
             self.metrics.malformed.labels(metric).inc()
@@ -156,6 +185,70 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
                 f"malformed:{metric}", "malformed load annotation skipped", node=node.name, metric=metric
             )
         return len(bad)
+
+    def _malformed_pod_usage(self, node: str, error: str) -> None:
+        self.metrics.malformed.labels(POD_USAGE_KEY).inc()
+        self._log_once.warning(
+            f"malformed:{POD_USAGE_KEY}",
+            "malformed pod-usage annotation skipped: its pods count as not measured",
+            node=node,
+            error=error,
+        )
+
+    def _leaving(self, record: PodRecord, left: float) -> Leaving | None:
+        """A victim as ``leaving.py`` counts it: its measured usage on its node; None when not measured."""
+        row = self.handle.table.rows[record.node]
+        usage = self.pod_usage.usage(row, f"{record.namespace}/{record.name}")
+        if usage is None:
+            return None
+        raw = record.pod.raw if record.pod is not None else None
+        return Leaving(record.seq, started(raw), left, usage.cpu_cores, usage.memory_bytes)
+
+    def _victims_simulated(self, records: list[PodRecord], sign: int) -> None:
+        """Preemption's what-if took ``records`` out (-1) or put them back (+1). A victim neither measured nor
+        one of our recent bindings changes nothing here, and costs nothing."""
+        leaving = self.leaving
+        relevant = self.victim_rows()
+        if not relevant:
+            return  # nothing measured, no recent binding: no victim changes a verdict
+        rows: set[int] = set()
+        for record in records:
+            row = self.handle.table.rows.get(record.node)
+            if row is None or row not in relevant:
+                continue
+            if sign < 0:
+                entry = self._leaving(record, math.inf)
+                if entry is None:
+                    if record.uid not in self.recent:
+                        continue
+                    entry = Leaving(record.seq, -math.inf, math.inf, 0.0, 0.0)
+                leaving.take_out(row, record.uid, entry)
+            elif not leaving.put_back(row, record.uid):
+                continue
+            rows.add(row)
+        for row in rows:
+            leaving.set_estimates(row, self.recent.added_by(row, set(leaving.what_if.get(row, ()))))
+
+    def victim_rows(self, pod: PodInfo | None = None) -> set[int]:
+        """Rows where a victim (of ``pod``: a pod of lower priority) may take something out: measured pods, recent
+        bindings (of lower priority), a what-if running."""
+        if pod is None:
+            bound = self.recent.rows()
+        else:
+            pods = self.handle.table.pods
+            bound = {row for uid, row in self.recent.placed() if _lower(pods.get(uid), pod.priority)}
+        return self.pod_usage.rows() | bound | set(self.leaving.what_if)
+
+    def _pod_left(self, record: PodRecord) -> None:
+        """A pod left the table: a preemption victim takes its usage and its estimate with it (``leaving.py``)."""
+        row = self.handle.table.rows.get(record.node)
+        if row is None or record.pod is None or not preempted(record.pod.raw):
+            return
+        now = self.wall_clock()
+        entry = self._leaving(record, now)
+        if entry is not None:
+            self.leaving.depart(row, record.uid, entry)
+        self.recent.remove(record.uid, now)
 
     def _nomination_changed(self, uid: str, nomination: Nomination | None) -> None:
         if nomination is None:
@@ -179,6 +272,8 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         self.columns = LoadColumns(self.args, capacity=max(64, self.handle.table.n_rows))
         self.recent = RecentEffects(self.columns, capacity=max(64, self.handle.table.n_rows))
         self.nominated = NominatedLoad(self.columns, self.handle.table.rows, capacity=max(64, self.handle.table.n_rows))
+        gone = self.leaving.departed
+        self.leaving = LeavingLoad(self.columns, capacity=max(64, self.handle.table.n_rows))
         for uid, nomination in self.handle.table.nominated.items():
             self._nomination_changed(uid, nomination)
         now = self.wall_clock()
@@ -189,6 +284,9 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
                 self.nominated.node_changed(row, node.name, *_capacity(node))
                 for uid, bound_at, cpu, memory, group in old.uids_of(row):
                     self.recent.add(uid, row, node.name, bound_at, cpu, memory, group)
+                self.leaving.node_changed(row, node.name, *_capacity(node))
+                for uid, entry in gone.get(row, {}).items():
+                    self.leaving.depart(row, uid, entry)
         self._reasons = self.columns.all_reasons()
         self._reason_index = {r: i for i, r in enumerate(self._reasons)}
         self._codes.clear()
@@ -254,6 +352,15 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         filtered = (
             node_load(info.name, info.annotations, self.args, when, with_nominated, capacity) if nominated else load
         )
+        row = self.handle.table.rows.get(info.name)
+        gone = self.leaving.departed.get(row, {}) if row is not None else {}
+        if gone:  # preemption's victims gone from here: their usage is out of Filter's (``leaving.py``)
+            out = self.leaving.extra
+            readings = {
+                m: replace(r, estimate=r.estimate - float(out[m][row])) if m in out and r.state == "fresh" else r
+                for m, r in filtered.readings.items()
+            }
+            filtered = replace(filtered, readings=readings)
         limits = {p.name: p.max_limit_percent for p in self.args.policy.predicate}
         return {
             "metrics": {
@@ -269,6 +376,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
             },
             "hotValue": {"annotated": load.annotated_hot, "ownBindings": load.own_hot, "total": load.hot},
             "nominatedPods": len(nominated),
+            "preemptionVictimsGone": len(gone),
             "dynamicScore": score(load, self.args),
             "filter": filter_reason(filtered, self.args) or "passed",
         }
@@ -282,28 +390,64 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         self.recent.prune(now - self._horizon(), now)
         extra, own_hot = self.recent.at(now, n_rows)
         self.nominated.ensure(max(0, n_rows - 1))  # its columns cover every row the decision reads
-        if self.columns.changed or self.recent.changed or self.nominated.changed:
-            self.versions.touch(self.columns.changed | self.recent.changed | self.nominated.changed)
+        self.leaving.ensure(max(0, n_rows - 1))
+        self.leaving.prune(now)
+        if self.columns.changed or self.recent.changed or self.nominated.changed or self.leaving.changed:
+            self.versions.touch(
+                self.columns.changed | self.recent.changed | self.nominated.changed | self.leaving.changed
+            )
             self.columns.changed.clear()
             self.recent.changed.clear()
             self.nominated.changed.clear()
+            self.leaving.changed.clear()
         return extra, own_hot
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
+        found = self._codes_of(state, pod, table)
+        if found is None:
+            return []
+        codes, now = found
+        reasons = self._reasons
+        rejected = (codes != PASS) & table.live
+        if not rejected.any():
+            return []
+        rejections = []
+        counts = np.bincount(codes[rejected], minlength=len(reasons)).tolist()
+        later = self._retry_after(rejected, now)  # the soonest over them all: what the queue retries at
+        for k, count in enumerate(counts):  # the policy's order, as the reference gives them
+            if count:
+                self.metrics.rejections.labels(_metric_of(reasons[k])).inc(count)
+                rejections.append(fwk.Rejection(reasons[k], rejected & (codes == k), retry_after=later))
+        return rejections
+
+    def refuses(self, pod: PodInfo, table: NodeTable) -> Mask:
+        """Filter's verdict alone (rows refused), for preemption's reprieve rounds (``victim_rows``)."""
+        found = self._codes_of({}, pod, table)
+        if found is None:
+            return np.zeros(table.n_rows, dtype=bool)
+        refused: Mask = (found[0] != PASS) & table.live
+        return refused
+
+    def _codes_of(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> tuple[Codes, float] | None:
+        """Filter's code per row (an index into ``_reasons``, or PASS) and the time it was taken for; None for a
+        pod Dynamic always passes."""
         self._maybe_reload()
         if is_daemonset_pod(pod.raw.get("metadata")):
-            return []
+            return None
         now = self.wall_clock()
         n = table.n_rows
         extra, own_hot = self._sync(now, n)
         state["Dynamic.inputs"] = (now, extra, own_hot)  # Score uses the same inputs
         cpu, memory = estimated_resources(pod)
         state["Dynamic.size"] = (cpu, memory)  # Reserve records the same size
-        reasons, index = self._reasons, self._reason_index
+        index = self._reason_index
         nominated = self.nominated
         if nominated.counted:  # Filter's estimate: recent bindings plus every nominated pod not placed yet
             nom = nominated.extra
             extra = {metric: arr + nom[metric][:n] for metric, arr in extra.items()}
+        if self.leaving.counted:  # ... less what preemption's victims take out (what-if, or gone)
+            out = self.leaving.extra
+            extra = {metric: arr - out[metric][:n] for metric, arr in extra.items()}
 
         def compute(rows: fwk.Rows) -> Codes:
             incoming = self._incoming(table, cpu, memory)
@@ -318,17 +462,20 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         codes = self._codes.get(self._size_key(cpu, memory), n, compute)
         if nominated.counted:
             codes = self._without_uncounted(codes, pod, table, extra, self._incoming(table, cpu, memory))
-        live = table.live
-        rejected = (codes != PASS) & live
-        if not rejected.any():
-            return []
-        rejections = []
-        counts = np.bincount(codes[rejected], minlength=len(reasons)).tolist()
-        for k, count in enumerate(counts):  # the policy's order, as the reference gives them
-            if count:
-                self.metrics.rejections.labels(_metric_of(reasons[k])).inc(count)
-                rejections.append(fwk.Rejection(reasons[k], rejected & (codes == k)))
-        return rejections
+        return codes, now
+
+    def _retry_after(self, mask: Mask, now: float) -> float | None:
+        """Seconds until the refused rows' inputs could change with no event (``lift.py``)."""
+        rows = np.flatnonzero(mask)
+        policy = self.args.policy
+        judged = {p.name for p in policy.predicate if p.max_limit_percent != 0}  # only these refuse a pod
+        windows = {
+            s.name: metric_freshness_window(s.period).total_seconds() for s in policy.sync_policy if s.name in judged
+        }
+        stamps = {metric: self.columns.stamps[metric][rows] for metric in windows}
+        oldest = self.recent.oldest(mask)
+        soonest = next_change(stamps, windows, self.args.max_skew.total_seconds(), oldest, self._horizon(), now)
+        return retry_after(soonest, now)
 
     def _without_uncounted(
         self,
@@ -345,12 +492,15 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         if not rows:
             return codes
         recent, n = self.recent.extra, table.n_rows
+        out = self.leaving.extra if self.leaving.counted else None
         fixed = {metric: arr.copy() for metric, arr in extra.items()}
         for row, nominated in rows.items():
             if row >= n:
                 continue
             for metric, arr in fixed.items():
                 arr[row] = recent[metric][row] + nominated.get(metric, 0.0)
+                if out is not None:
+                    arr[row] = arr[row] - out[metric][row]
         codes = codes.copy()
         for row in rows:
             if row < n:
@@ -405,7 +555,22 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.EnqueueE
         self.recent.remove(pod.uid, self.wall_clock())
 
     def events_to_register(self) -> fwk.ClusterEvent:
-        return fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE
+        # POD_DELETE: a preemption victim leaving takes its usage out of its node (``leaving.py``)
+        return fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE | fwk.ClusterEvent.POD_DELETE
+
+    def queueing_hints(self) -> fwk.QueueingHints:
+        """Node events always queue (annotations change the load); a pod deletion only when it was a victim."""
+        return {fwk.ClusterEvent.POD_DELETE: _victim_left}
+
+
+def _lower(record: PodRecord | None, priority: int) -> bool:
+    return record is not None and record.pod is not None and record.pod.priority < priority
+
+
+def _victim_left(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
+    gone = change.old
+    left = isinstance(gone, PodInfo) and bool(gone.node_name) and preempted(gone.raw)
+    return fwk.QueueingHint.QUEUE if left else fwk.QueueingHint.SKIP
 
 
 def _capacity(node: NodeInfo) -> tuple[float, float]:

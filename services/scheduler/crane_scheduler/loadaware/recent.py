@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import ItemsView
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
 from crane_shared.annotations import HOT_VALUE_FRESHNESS, HOT_VALUE_KEY
@@ -86,6 +88,17 @@ class RecentEffects:
 
     def __len__(self) -> int:
         return len(self._where)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._where
+
+    def rows(self) -> set[int]:
+        """The rows with recent bindings."""
+        return set(self._nodes)
+
+    def placed(self) -> ItemsView[str, int]:
+        """(uid, row) of every recent binding."""
+        return self._where.items()
 
     # -- inputs ---------------------------------------------------------------------------------------------------
 
@@ -195,6 +208,28 @@ class RecentEffects:
         """The row's own-bindings hot value at ``now`` leaving ``group``'s members out (not cached: a gang member's
         score asks it for the few rows of ``rows_of``)."""
         return self._own_value(row, now, self._groups.get(group, set()))[0]
+
+    def added_by(self, row: int, uids: set[str]) -> dict[str, float]:
+        """What the bindings ``uids`` add to the row's estimate, per metric: the cached value less the one
+        recomputed without them (the same arithmetic; preemption's what-if takes victims' estimates out)."""
+        node = self._nodes.get(row)
+        if node is None or not any(b.uid in uids for b in node.bindings):
+            return {}
+        kept = {m: float(a[row]) for m, a in self.extra.items()}
+        self._estimate(row, [b for b in node.bindings if b.uid not in uids])
+        without = {m: float(a[row]) for m, a in self.extra.items()}
+        for m, value in kept.items():
+            self.extra[m][row] = value
+        return {m: kept[m] - without[m] for m in kept}
+
+    def oldest(self, mask: npt.NDArray[np.bool_]) -> FloatArray:
+        """The oldest binding time of each row with bindings where ``mask`` is set (when it is pruned, the row's
+        estimate changes); walks the rows with recent bindings, not the mask."""
+        n = len(mask)
+        return np.asarray(
+            [node.bindings[0].bound_at for row, node in self._nodes.items() if row < n and mask[row] and node.bindings],
+            dtype=np.float64,
+        )
 
     # -- per decision ---------------------------------------------------------------------------------------------
 

@@ -14,6 +14,12 @@ When NodeResourcesFit is the only Filter plugin with something to say about the 
 are ``PodBlindFilterPlugin``s or skip the pod), a returning victim can change no other verdict, so the reprieve
 rounds after round 0 are NodeResourcesFit's own comparison done as arithmetic on the candidates' free
 allocatable (``ResourceReprieve``), without moving pods in the table or running the plugins again.
+
+A Filter plugin that judges a node by its load (Dynamic) is told of every victim taken out and put back
+(``NodeTable.what_if``), so the victims' measured usage leaves the node in the what-if; in the arithmetic reprieve
+a victim whose requests fit comes back only if those plugins still pass the pod with it (``ResourceReprieve.load``).
+The plugins that refused candidates here and the soonest time one of those refusals could lift are kept
+(``DryRun.rejectors``, ``DryRun.retry_after``): the pod is retried on their events or then.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from crane_scheduler.framework.runtime import nominated_records
-from crane_scheduler.framework.types import Code, CycleState, Rejection
+from crane_scheduler.framework.types import Code, CycleState, Rejection, sooner
 from crane_scheduler.nodetable import Mask, NodeTable, PodRecord
 from crane_scheduler.plugins.noderesources import TOO_MANY_PODS, insufficient
 from crane_scheduler.podinfo import PODS, PodInfo
@@ -65,6 +71,9 @@ class ResourceReprieve:
     and it holds ``requests`` (resource, amount) and one more pod against each node's free allocatable."""
 
     requests: tuple[tuple[str, int], ...]
+    load: tuple[Any, ...] = ()
+    """Filter plugins told of the what-if's victims (``NodeTable.victims_simulated``): a victim whose requests fit
+    is put back only where each of them still passes the pod"""
 
 
 @dataclass
@@ -72,6 +81,10 @@ class DryRun:
     candidates: list[Candidate] = field(default_factory=list)
     statuses: Counter[str] = field(default_factory=Counter)  # reason -> nodes, for nodes that are no candidate
     tried: int = 0
+    rejectors: set[str] = field(default_factory=set)
+    """plugins that refused a node even without its victims (their events may make preemption help)"""
+    retry_after: float | None = None
+    """seconds until the soonest of those refusals could lift with no event (``Rejection.retry_after``)"""
 
 
 def start_time(record: PodRecord, now: float) -> float:
@@ -276,6 +289,26 @@ def _not_fitting(out: DryRun, rejected: list[tuple[str, list[Rejection], Mask]],
     _, reasons = _first_failure(rejected, row)
     for reason in reasons or [NOT_HELPFUL]:
         out.statuses[reason] += 1
+    for name, rejections, before in rejected:
+        if before[row]:
+            for r in rejections:
+                if r.mask[row]:
+                    out.rejectors.add(name)
+                    out.retry_after = sooner(out.retry_after, r.retry_after)
+
+
+def _take_out(table: NodeTable, uids: list[str], *, notify: bool = False) -> list[PodRecord]:
+    """``simulate_remove`` of victims, told to the load plugins (``NodeTable.what_if``)."""
+    removed = table.simulate_remove(uids, notify=notify)
+    table.what_if(removed, -1)
+    return removed
+
+
+def _put_back(table: NodeTable, records: Iterable[PodRecord], *, notify: bool = False) -> None:
+    """``simulate_add`` of victims, told to the load plugins."""
+    back = list(records)
+    table.simulate_add(back, notify=notify)
+    table.what_if(back, +1)
 
 
 def _batched(
@@ -296,7 +329,7 @@ def _batched(
     removed: dict[int, list[PodRecord]] = {row: [] for row in queue}
     victims: dict[int, list[PodRecord]] = {row: [] for row in queue}
     try:
-        taken = {r.uid for r in table.simulate_remove([r.uid for records in queue.values() for r in records])}
+        taken = {r.uid for r in _take_out(table, [r.uid for records in queue.values() for r in records])}
         for row, records in queue.items():
             removed[row] = [r for r in records if r.uid in taken]
         alive = np.zeros(table.n_rows, dtype=bool)
@@ -313,20 +346,20 @@ def _batched(
             trying = {row: queue[row][step] for row in fitting if step < len(queue[row])}
             if not trying:
                 break
-            table.simulate_add(trying.values())
+            _put_back(table, trying.values())
             for row, record in trying.items():
                 removed[row].remove(record)
             alive = np.zeros(table.n_rows, dtype=bool)
             alive[list(trying)] = True
             run({}, pod, alive)
             back = [(row, record) for row, record in trying.items() if not alive[row]]
-            table.simulate_remove([record.uid for _, record in back])
+            _take_out(table, [record.uid for _, record in back])
             for row, record in back:
                 removed[row].append(record)
                 victims[row].append(record)
             step += 1
     finally:
-        table.simulate_add([r for records in removed.values() for r in records])
+        _put_back(table, [r for records in removed.values() for r in records])
     return victims
 
 
@@ -345,11 +378,65 @@ def _batched_arithmetic(
     nominated there (counted as its Filter counts them, kube's ``RunFilterPluginsWithNominatedPods``: adding pods
     only lowers the room, so with them is the binding check). A victim is put back where its requests and one
     pod fit in that room; else it stays a victim. No pod moves in the table. None when a requested resource has
-    no column (nothing fits; the generic rounds report it)."""
+    no column (nothing fits; the generic rounds report it). The load plugins (``reprieve.load``) see every
+    candidate's victims taken out for the whole dry run, and each victim put back that stays (``_load_passes``)."""
     found = [table.resources.get(res) for res, _ in reprieve.requests]
     cols = [c for c in found if c is not None]
     if len(cols) != len(found):
         return None
+    out_now: dict[str, PodRecord] = {}
+    relevant: set[int] = set()
+    if reprieve.load:
+        relevant = set().union(*(pl.victim_rows(pod) for pl in reprieve.load)) & queue.keys()
+        if relevant:  # a row they pass with every victim there they pass with any (monotone): nothing to do there
+            refused = np.zeros(table.n_rows, dtype=bool)
+            for plugin in reprieve.load:
+                refused |= plugin.refuses(pod, table)
+            relevant = {row for row in relevant if refused[row]}
+        out_now = {r.uid: r for row in relevant for r in queue[row]}
+        table.what_if(list(out_now.values()), -1)
+    try:
+        return _arithmetic_rounds(table, pod, queue, run, out, reprieve, cols, out_now, relevant)
+    finally:
+        table.what_if(list(out_now.values()), +1)
+
+
+def _load_passes(
+    table: NodeTable,
+    pod: PodInfo,
+    plugins: tuple[Any, ...],
+    back: list[tuple[int, PodRecord]],
+    out_now: dict[str, PodRecord],
+) -> list[bool]:
+    """Put ``back`` (row, victim) into the load plugins' what-if, run their Filter, and take out again the victims
+    of the rows they now refuse; whether each one stays back."""
+    records = [record for _, record in back]
+    for record in records:
+        out_now.pop(record.uid, None)
+    table.what_if(records, +1)
+    refused = np.zeros(table.n_rows, dtype=bool)
+    for plugin in plugins:
+        refused |= plugin.refuses(pod, table)
+    passes = [not bool(refused[row]) for row, _ in back]
+    again = [record for (_, record), ok in zip(back, passes, strict=True) if not ok]
+    out_now.update((r.uid, r) for r in again)
+    table.what_if(again, -1)
+    return passes
+
+
+def _arithmetic_rounds(
+    table: NodeTable,
+    pod: PodInfo,
+    queue: dict[int, list[PodRecord]],
+    run: RunFilters,
+    out: DryRun,
+    reprieve: ResourceReprieve,
+    cols: list[int],
+    out_now: dict[str, PodRecord],
+    relevant: set[int],
+) -> dict[int, list[PodRecord]]:
+    """``_batched_arithmetic``'s rounds, the load plugins' what-if already made on the ``relevant`` rows (elsewhere
+    their verdict does not depend on the victims: a row they passed without its victims they pass with them)."""
     resources = [res for res, _ in reprieve.requests]
     rows = list(queue)
     index = np.asarray(rows, dtype=np.intp)
@@ -422,6 +509,15 @@ def _batched_arithmetic(
         slots = np.fromiter((i for i, _ in trying), dtype=np.intp, count=len(trying))
         back = matrix[np.fromiter((first[row] + step for _, row in trying), dtype=np.intp, count=len(trying))]
         fits: Mask = np.asarray((back <= room[slots]).all(axis=1), dtype=bool)
+        if relevant and fits.any():
+            checked = [ok and row in relevant for (_, row), ok in zip(trying, fits.tolist(), strict=True)]
+            returning = [(row, queue[row][step]) for (_, row), check in zip(trying, checked, strict=True) if check]
+            if returning:
+                verdict = iter(_load_passes(table, pod, reprieve.load, returning, out_now))
+                kept = [
+                    ok and (next(verdict) if check else True) for ok, check in zip(fits.tolist(), checked, strict=True)
+                ]
+                fits = np.asarray(kept, dtype=bool)
         room[slots[fits]] -= back[fits]
         for (_, row), kept in zip(trying, fits.tolist(), strict=True):
             if not kept:
@@ -448,7 +544,7 @@ def _one_by_one(
         records = queue.get(row)
         if records is None:
             continue
-        removed = table.simulate_remove([r.uid for r in records], notify=True)
+        removed = _take_out(table, [r.uid for r in records], notify=True)
         try:
             alive = np.zeros(table.n_rows, dtype=bool)
             alive[row] = True
@@ -459,16 +555,16 @@ def _one_by_one(
             chosen: list[PodRecord] = []
             taken = {r.uid for r in removed}
             for record in [r for r in records if r.uid in taken]:
-                table.simulate_add([record], notify=True)
+                _put_back(table, [record], notify=True)
                 removed.remove(record)
                 alive[row] = True
                 run({}, pod, alive)
                 if not alive[row]:
-                    table.simulate_remove([record.uid], notify=True)
+                    _take_out(table, [record.uid], notify=True)
                     removed.append(record)
                     chosen.append(record)
         finally:
-            table.simulate_add(removed, notify=True)
+            _put_back(table, removed, notify=True)
         victims[row] = chosen
         found += 1
         clean += not any(r.uid in n_violating[row] for r in chosen)

@@ -31,6 +31,7 @@ from crane_scheduler.framework import (
     Handle,
     Status,
     fit_error_message,
+    sooner,
 )
 from crane_scheduler.framework.interface import PostFilterPlugin, PreEnqueuePlugin
 from crane_scheduler.nodetable import Mask, NodeTable, PodRecord
@@ -89,6 +90,9 @@ class Choice:
     candidates: list[Candidate] = field(default_factory=list)
     best: Candidate | None = None
     clear_nomination: bool = False
+    rejectors: set[str] = field(default_factory=set)
+    """plugins that refused nodes in the dry run (``DryRun.rejectors``)"""
+    retry_after: float | None = None
 
 
 class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
@@ -158,6 +162,10 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         if pod.uid in self.preempting:
             return Status(Code.UNSCHEDULABLE, ("preemption: waiting for the preemption for this pod to be finished",))
         choice = self.select(pod, diagnosis)
+        # A refusal in the what-if (Dynamic: "would have cpu_usage_avg_5m above 0.65" with the victims gone) is a
+        # reason to wait too: the pod is retried on that plugin's events and when the refusal could lift.
+        diagnosis.rejectors |= choice.rejectors
+        diagnosis.retry_after = sooner(diagnosis.retry_after, choice.retry_after)
         if choice.best is None:
             if choice.clear_nomination:  # kube clears the pod's nomination when preemption cannot help
                 table = self.handle.table
@@ -204,7 +212,9 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             d.reasons.update(result.statuses)
             if table.num_nodes > result.tried:  # nodes not dry-run: their filter failure was unresolvable
                 d.reasons[NOT_HELPFUL] += table.num_nodes - result.tried
-            return self._none(d)
+            choice = self._none(d)
+            choice.rejectors, choice.retry_after = result.rejectors, result.retry_after
+            return choice
         return Choice("", result.candidates, pick_one(result.candidates))
 
     def _dry_run_mode(self, framework: Any, pod: PodInfo) -> tuple[bool, ResourceReprieve | None]:
@@ -219,7 +229,8 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             return True, None
         reading = [pl for pl in active if getattr(pl, "reads_node_pods", True)]
         if len(reading) == 1 and isinstance(reading[0], NodeResourcesFit):
-            return False, ResourceReprieve(tuple(reading[0].checked(pod)))
+            load = tuple(pl for pl in active if getattr(pl, "reads_victims_load", False))
+            return False, ResourceReprieve(tuple(reading[0].checked(pod)), load)
         return False, None
 
     def _none(self, d: Diagnosis) -> Choice:
