@@ -25,9 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from crane_extender.protocol import NodeView, Verdict, verdict
+from crane_extender.protocol import NodeView, Verdict, has_batch_usage, verdict
 from crane_shared.annotations import HOT_VALUE_KEY, annotation_key
 from crane_shared.loadaware.dynamic import (
+    BATCH_USAGE_KEYS,
     DynamicArgs,
     NodeCapacity,
     RecentBinding,
@@ -82,7 +83,11 @@ class LoadMemo:
         may have (other than by bindings leaving the ``retention``, which the entry's validity covers)."""
         if args is not self._args:
             self._args = args
-            self._keys = (*(annotation_key(s.name) for s in args.policy.sync_policy), HOT_VALUE_KEY)
+            self._keys = (
+                *(annotation_key(s.name) for s in args.policy.sync_policy),
+                HOT_VALUE_KEY,
+                *BATCH_USAGE_KEYS.values(),
+            )
             self._entries.clear()
         keys, entries, t = self._keys, self._entries, now.timestamp()
 
@@ -112,13 +117,19 @@ class LoadMemo:
             recent = tuple(recent_of(name))
             found = node_load(name, annotations, args, now, recent, capacity)
             until = valid_until(found, annotations, args, recent, t)
+            regular = None
+            if has_batch_usage(annotations):  # a regular pod's load differs while the batch usage is fresh
+                regular = node_load(name, annotations, args, now, recent, capacity, regular=True)
+                until = min(until, valid_until(regular, annotations, args, recent, t))
             if recent:
                 until = min(until, min(b.bound_at for b in recent) + retention)
             if self._on_malformed is not None and (entry is None or entry.key[0] != key[0]):
                 bad = (*found.malformed, *((HOT_VALUE_KEY,) if found.hot_state == "malformed" else ()))
+                if regular is not None:
+                    bad += tuple(BATCH_USAGE_KEYS[r] for r, st in regular.batch_state.items() if st == "malformed")
                 if bad:
                     self._on_malformed(name, bad)
-            made = verdict(found, args, capacity)
+            made = verdict(found, args, capacity, regular)
             entries[name] = _Entry(None, view, key, version, made, t, until)
             return made
 
