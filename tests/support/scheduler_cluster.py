@@ -20,6 +20,7 @@ from crane_sandbox.procs import ManagedProcess, free_port, service_argv
 from crane_sandbox.rbac import identity, service_identity
 from crane_scheduler.config import parse_config
 from crane_scheduler.framework import Handle
+from crane_scheduler.framework.registry import Registry
 from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
@@ -55,9 +56,11 @@ def config_for(scheduler_name: str, **extra: Any) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def in_process(cluster: LocalCluster, config: dict[str, Any], node_selector: str) -> AsyncIterator[Scheduler]:
+async def in_process(
+    cluster: LocalCluster, config: dict[str, Any], node_selector: str, registry: Registry | None = None
+) -> AsyncIterator[Scheduler]:
     """The scheduler as asyncio tasks of this test's event loop, as the chart's scheduler ServiceAccount; stopped
-    (binds drained) on exit."""
+    (binds drained) on exit. ``registry``: the plugins (default: the built-in ones)."""
     account = (await service_identity(cluster, "scheduler")).kubeconfig_dict()
     api = await api_client_from_dict(account, qps=0, burst=200)
     writer = ApiWriter(Connection(kubeconfig_dict=account, qps=0))
@@ -65,7 +68,7 @@ async def in_process(cluster: LocalCluster, config: dict[str, Any], node_selecto
     cfg = parse_config(config)
     table = NodeTable()
     profiles = build_profiles(
-        cfg, builtin_registry(), lambda name: Handle(table, api, time.monotonic, name, writer=writer)
+        cfg, registry or builtin_registry(), lambda name: Handle(table, api, time.monotonic, name, writer=writer)
     )
     reporter = Reporter(writer, api, "test")
     scheduler = Scheduler(
