@@ -33,13 +33,17 @@ async def annotate(
     node: str,
     usage: float,
     *,
+    memory: float | None = None,
     batch: float | None = None,
     pods: Mapping[str, tuple[float, float]] | None = None,
 ) -> None:
-    """Every metric of the default policy at ``usage``, the batch pods' share ``batch`` of CPU and memory, and
-    ``pods`` (``namespace/name -> (cores, bytes)``) as ``crane.io/pod-usage``; stamped now, one merge patch."""
+    """Every metric of the default policy at ``usage`` (the memory metrics at ``memory`` when given), the batch
+    pods' share ``batch`` of CPU and memory, and ``pods`` (``namespace/name -> (cores, bytes)``) as
+    ``crane.io/pod-usage``; stamped now, one merge patch."""
     now = datetime.now(UTC)
-    annotations = {m: encode_usage(usage, now) for m in METRICS}
+    annotations = {
+        m: encode_usage(memory if memory is not None and m.startswith("mem") else usage, now) for m in METRICS
+    }
     if batch is not None:
         annotations[BATCH_CPU_USAGE_KEY] = annotations[BATCH_MEMORY_USAGE_KEY] = encode_usage(batch, now)
     if pods is not None:
