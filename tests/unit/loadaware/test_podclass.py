@@ -12,7 +12,9 @@ import pytest
 
 from crane_extender.protocol import Decide, filter_nodes, parse_args, prioritize_nodes
 from crane_scheduler.framework import Diagnosis
-from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY, BATCH_MEMORY, BATCH_MEMORY_USAGE_KEY
+from crane_scheduler.loadaware.plugin import is_regular
+from crane_scheduler.podinfo import parse_pod
+from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY, BATCH_MEMORY, BATCH_MEMORY_USAGE_KEY, is_batch
 from crane_shared.loadaware.dynamic import DynamicArgs, filter_reason, node_load
 from crane_shared.policy import default_policy
 from tests.support.loadaware import NOW, Setup, batch_pod, loaded, with_batch_usage
@@ -54,6 +56,30 @@ def test_a_stale_or_malformed_batch_annotation_takes_nothing_out(text: str) -> N
     regular = node_load("n", ann, ARGS, WHEN, regular=True)
     assert regular.readings["cpu_usage_avg_5m"].usage == pytest.approx(0.8)
     assert filter_reason(regular, ARGS) == "node(s) had cpu_usage_avg_5m above 0.65"
+
+
+@pytest.mark.parametrize(
+    "containers",
+    [
+        {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}}]},
+        {"containers": [{"name": "c", "resources": {"requests": {BATCH_CPU: "500"}, "limits": {BATCH_CPU: "500"}}}]},
+        {
+            "containers": [
+                {"name": "c", "resources": {"requests": {BATCH_MEMORY: "1Gi"}, "limits": {BATCH_MEMORY: "1Gi"}}}
+            ]
+        },
+        {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+            "initContainers": [{"name": "i", "resources": {"requests": {BATCH_CPU: "1"}, "limits": {BATCH_CPU: "1"}}}],
+        },
+    ],
+    ids=["regular", "batch-cpu", "batch-memory", "batch-init-container"],
+)
+def test_the_schedulers_class_rule_is_is_batch_for_pods_as_the_api_server_admits_them(
+    containers: dict[str, Any],
+) -> None:
+    raw = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": containers}
+    assert is_regular(parse_pod(raw)) is not is_batch(raw["spec"])
 
 
 def test_scheduler_places_a_regular_pod_on_a_node_hot_only_by_batch_work_and_refuses_a_batch_pod() -> None:
