@@ -58,8 +58,16 @@ class LoadMemo:
     per node ever asked about (dropped with ``clear``, e.g. when the policy changes).
     """
 
-    def __init__(self, on_malformed: Callable[[str, tuple[str, ...]], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_malformed: Callable[[str, tuple[str, ...]], None] | None = None,
+        on_stale_batch: Callable[[str], None] | None = None,
+    ) -> None:
         self._on_malformed = on_malformed
+        self._on_stale_batch = on_stale_batch
+        """called with a node whose batch-usage annotation is stale (regular pods then see the whole usage): once
+        per annotation text"""
+        self._stale_seen: dict[str, tuple[str | None, ...]] = {}
         """called with a node's undecodable metrics (the hot value as ``node_hot_value``) when a load is computed
         from annotation texts the node's previous entry did not have: once per change, not per request"""
         self._entries: dict[str, _Entry] = {}
@@ -129,6 +137,11 @@ class LoadMemo:
                     bad += tuple(BATCH_USAGE_KEYS[r] for r, st in regular.batch_state.items() if st == "malformed")
                 if bad:
                     self._on_malformed(name, bad)
+            if regular is not None and self._on_stale_batch is not None and "stale" in regular.batch_state.values():
+                texts = tuple(annotations.get(k) for k in BATCH_USAGE_KEYS.values()) if annotations else ()
+                if self._stale_seen.get(name) != texts:
+                    self._stale_seen[name] = texts
+                    self._on_stale_batch(name)
             made = verdict(found, args, capacity, regular)
             entries[name] = _Entry(None, view, key, version, made, t, until)
             return made

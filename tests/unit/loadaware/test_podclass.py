@@ -9,8 +9,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from crane_extender.protocol import Decide, filter_nodes, parse_args, prioritize_nodes
+from crane_extender.server import Extender, ExtenderMetrics
 from crane_scheduler.framework import Diagnosis
 from crane_scheduler.loadaware.plugin import is_regular
 from crane_scheduler.podinfo import parse_pod
@@ -128,3 +130,13 @@ def test_the_extender_gives_the_same_verdicts_for_both_classes() -> None:
     regular_score = prioritize_nodes(parse_args(extender_request(pod("regular"), hot)), decide)
     batch_score = prioritize_nodes(parse_args(extender_request(batch_pod("batch"), hot)), decide)
     assert regular_score[0]["Score"] > batch_score[0]["Score"]
+
+
+def test_the_extender_counts_a_stale_batch_annotation_once_and_judges_the_whole_usage() -> None:
+    metrics = ExtenderMetrics.create(CollectorRegistry())
+    ext = Extender(ARGS, metrics=metrics, clock=lambda: NOW)
+    stale = with_batch_usage(loaded("hot", 0.8), cpu=0.4, memory=0.4, age=3600)  # metrics fresh, batch usage not
+    for name in ("p1", "p2"):
+        answer, _ = ext.answer("filter", extender_request(pod(name), stale))
+        assert answer["FailedNodes"] == {"hot": "node(s) had cpu_usage_avg_5m above 0.65"}
+    assert metrics.batch_usage_ignored._value.get() == 1
