@@ -17,6 +17,7 @@ from crane_scheduler.framework import Diagnosis
 from crane_scheduler.loadaware.plugin import is_regular
 from crane_scheduler.podinfo import parse_pod
 from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY, BATCH_MEMORY, BATCH_MEMORY_USAGE_KEY, is_batch
+from crane_shared.informer import Informer
 from crane_shared.loadaware.dynamic import DynamicArgs, filter_reason, node_load
 from crane_shared.policy import default_policy
 from tests.support.loadaware import NOW, Setup, batch_pod, loaded, with_batch_usage
@@ -140,3 +141,21 @@ def test_the_extender_counts_a_stale_batch_annotation_once_and_judges_the_whole_
         answer, _ = ext.answer("filter", extender_request(pod(name), stale))
         assert answer["FailedNodes"] == {"hot": "node(s) had cpu_usage_avg_5m above 0.65"}
     assert metrics.batch_usage_ignored._value.get() == 1
+
+
+async def _no_list(**kw: Any) -> Any:
+    raise AssertionError("not listed in unit tests")
+
+
+def test_the_extenders_node_cache_mode_judges_each_class_from_its_cached_verdicts() -> None:
+    informer = Informer("nodes", _no_list, cache={"hot": hot_by_batch()})
+    informer.synced.set()
+    ext = Extender(ARGS, informer=informer, clock=lambda: NOW)
+    for _ in range(2):  # the second time from the memo
+        regular, _ = ext.answer("filter", json.dumps({"Pod": pod("r"), "NodeNames": ["hot"]}).encode())
+        batch, _ = ext.answer("filter", json.dumps({"Pod": batch_pod("b"), "NodeNames": ["hot"]}).encode())
+        assert regular["NodeNames"] == ["hot"] and regular["FailedNodes"] == {}
+        assert batch["FailedNodes"] == {"hot": "node(s) had cpu_usage_avg_5m above 0.65"}
+        ranked_regular, _ = ext.answer("prioritize", json.dumps({"Pod": pod("r"), "NodeNames": ["hot"]}).encode())
+        ranked_batch, _ = ext.answer("prioritize", json.dumps({"Pod": batch_pod("b"), "NodeNames": ["hot"]}).encode())
+        assert ranked_regular[0]["Score"] > ranked_batch[0]["Score"]
