@@ -13,6 +13,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -141,13 +142,11 @@ async def test_stale_metrics_degrade_the_loan_to_zero(batch_stack: Stack, start:
     nodes = [n.name for n in batch_stack.nodes]
     await start()
     for node in nodes:
-        await eventually(lambda node=node: _published_positive(batch_stack, node), timeout=60, what=f"{node} lends")
+        await eventually(partial(_published_positive, batch_stack, node), timeout=60, what=f"{node} lends")
     await batch_stack.prometheus.stop()
     stopped = time.monotonic()
     for node in nodes:
-        await eventually(
-            lambda node=node: _published_is(batch_stack, node, (0, 0)), timeout=60, interval=0.25, what="degraded"
-        )
+        await eventually(partial(_published_is, batch_stack, node, (0, 0)), timeout=60, interval=0.25, what="zero")
     # Not before degradeAfter: the last measurement may be up to a round older than the stop.
     assert time.monotonic() - stopped >= DEGRADE - 2.5
 
