@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
-from crane_annotator.batchround import BATCH_KEYS, BatchCapacity
+from crane_annotator.batchround import BATCH_KEYS, BatchCapacity, reload_problems
 from crane_annotator.debug import WriteLog
 from crane_annotator.hot import HotValues, RedisBindingTimes
 from crane_annotator.hotloop import HotValueLoops
@@ -32,7 +32,8 @@ from crane_shared.annotations import HOT_VALUE_KEY, annotation_key
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingSchema
 from crane_shared.logs import get_logger
-from crane_shared.policy import DynamicSchedulerPolicy
+from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, default_policy, load_policy
+from crane_shared.policyfile import PolicyFile
 from crane_shared.prometheus import PrometheusClient
 from crane_shared.retry import sleep_unless
 from crane_shared.settings import PartialResponse
@@ -70,6 +71,7 @@ class Annotator:
         retry_base: float = 5.0,
         partial_response: PartialResponse = "reject",
         latency_offset: float = 0.0,
+        policy_path: str | None = None,
     ) -> None:
         self.specs = metric_specs(policy)
         shortest = min((s.period for s in self.specs), default=0.0)
@@ -106,6 +108,7 @@ class Annotator:
                 self.metrics,
                 stamp=stamp,
                 concurrency=patch_concurrency,
+                policy_file=self._reclaim_file(policy_path),
             )
         self.rounds = MetricRounds(
             self.specs,
@@ -140,6 +143,21 @@ class Annotator:
             AgeCollector(lambda: self.cache.nodes, keys, lambda: self.rounds.last_success, started=time.time())
         )
         self.leading = False
+
+    def _reclaim_file(self, path: str | None) -> PolicyFile[DynamicSchedulerPolicy] | None:
+        """The policy file, re-read for ``spec.reclaim`` each round (see ``BatchCapacity.reload``)."""
+        if path is None:
+            return None
+        synced = [s.name for s in self.specs]
+
+        def load(source: str) -> DynamicSchedulerPolicy:
+            policy = load_policy(source)
+            problems = reload_problems(policy, synced)
+            if problems:
+                raise PolicyError(source, problems)
+            return policy
+
+        return PolicyFile(path, load, default_policy, self.metrics.policy_reloads)
 
     def _addresses(self) -> Mapping[str, NodeAddresses]:
         return {name: info.addresses for name, info in self.cache.nodes.items()}

@@ -41,6 +41,7 @@ async def run(config: AnnotatorConfig) -> int:
     try:
         annotator = Annotator(
             policy=config.policy,
+            policy_path=config.policy_path,
             api=api,
             redis=redis,
             prometheus=prometheus,

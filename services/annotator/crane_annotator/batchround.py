@@ -51,6 +51,8 @@ from crane_shared.batch import (
 )
 from crane_shared.logs import LogOnce, get_logger
 from crane_shared.podusage import fetch_pod_usage
+from crane_shared.policy import DynamicSchedulerPolicy
+from crane_shared.policyfile import PolicyFile
 from crane_shared.prometheus import PrometheusError, QueryClient
 from crane_shared.reclaimpolicy import OverrideError, ReclaimPolicy, parse_override
 
@@ -74,6 +76,20 @@ class PublishReport:
     why: dict[str, int] = field(default_factory=dict)
 
 
+def reload_problems(policy: DynamicSchedulerPolicy, synced: Iterable[str]) -> list[str]:
+    """Why a changed policy cannot be applied by a running annotator: ``syncPolicy`` is read at start only, so
+    switching reclaim off or naming a node metric not synced needs a restart."""
+    if policy.reclaim is None:
+        return ["spec.reclaim: removed; switching batch capacity off needs a restart"]
+    running = set(synced)
+    return [
+        f'spec.reclaim.{resource}.nodeMetric: "{rule.node_metric}" is not synced by this process (restart to '
+        "change syncPolicy)"
+        for resource, rule in (("cpu", policy.reclaim.cpu), ("memory", policy.reclaim.memory))
+        if rule.node_metric not in running
+    ]
+
+
 class BatchCapacity:
     def __init__(
         self,
@@ -86,9 +102,10 @@ class BatchCapacity:
         *,
         stamp: Stamp = DEFAULT_STAMP,
         concurrency: int = 32,
+        policy_file: PolicyFile[DynamicSchedulerPolicy] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.policy = policy
+        self._policy_file = policy_file
         self._prometheus = prometheus
         self._nodes = nodes
         self._pods = pods
@@ -98,12 +115,27 @@ class BatchCapacity:
         self._gate = asyncio.Semaphore(max(1, concurrency))
         self._clock = clock
         self._log_once = LogOnce(log)
+        self._apply(policy)
+        self.begin_term(clock())
+
+    def _apply(self, policy: ReclaimPolicy) -> None:
+        self.policy = policy
+        self.metrics_read = {policy.cpu.node_metric, policy.memory.node_metric}
         self._keys = {
             "cpu": annotation_key(policy.cpu.node_metric),
             "memory": annotation_key(policy.memory.node_metric),
         }
-        self.metrics_read = {policy.cpu.node_metric, policy.memory.node_metric}
-        self.begin_term(clock())
+
+    def reload(self) -> bool:
+        """Apply a changed policy file's ``spec.reclaim`` (thresholds, policies, window, budget) at the start of a
+        round; ``PolicyFile`` refuses an invalid one (logged, counted, the old policy kept), ``reload_problems``
+        included."""
+        new = self._policy_file.reload() if self._policy_file is not None else None
+        if new is None or new.reclaim is None or new.reclaim == self.policy:
+            return False
+        self._apply(new.reclaim)
+        log.info("spec.reclaim reloaded", reclaim=str(new.reclaim))
+        return True
 
     def begin_term(self, now: float) -> None:
         """A new leadership term measures afresh; what it did not write itself it takes from node status, as if

@@ -104,6 +104,12 @@ class AnnotatorMetrics(MetricSet):
             "term, no-capacity: node status without cpu or memory).",
             ["why"],
         )
+        self.policy_reloads = self.counter(
+            "policy_reloads_total",
+            "Changed policy files read for spec.reclaim, by result (applied; invalid: refused, the previous policy "
+            "kept: a problem in the file, reclaim removed or naming metrics not synced, which need a restart).",
+            ["result"],
+        )
         self.pods_skipped = self.counter("pods_skipped_total", "Pods the pod informer could not read (skipped).")
         self.pod_watch_restarts = self.counter(
             "pod_watch_restarts_total", "Pod list/watch restarts (spec.reclaim only), by reason.", ["reason"]

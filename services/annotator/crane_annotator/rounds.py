@@ -150,6 +150,8 @@ class MetricRounds:
         index = self._address_index(nodes)
         hot = asyncio.ensure_future(_best_effort(self._refresh_hot(list(nodes)))) if self._refresh_hot else None
         batch = self.batch
+        if batch is not None:
+            batch.reload()
         measuring = asyncio.ensure_future(batch.measure()) if batch is not None and batch.wants(due) else None
         try:
             results = await asyncio.gather(*(self._query_and_match(name, index, nodes, report) for name in due))
