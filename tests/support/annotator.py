@@ -33,6 +33,7 @@ from crane_sandbox.rbac import ServiceIdentity, service_identity
 from crane_shared.annotations import decode
 from crane_shared.batch import BATCH_CPU, BATCH_MEMORY
 from crane_shared.kube import raw_json
+from crane_shared.quantity import quantity
 from tests.support.fleet import scraped_fleet
 from tests.support.policy import UPSTREAM_METRICS, fast_policy, policy_yaml
 from tests.support.serviceproc import ServiceProc
@@ -354,4 +355,4 @@ async def published_batch(stack: Stack, name: str) -> tuple[int, int] | None:
     assert {k: allocatable[k] for k in (BATCH_CPU, BATCH_MEMORY)} == {
         k: capacity.get(k) for k in (BATCH_CPU, BATCH_MEMORY)
     }
-    return int(allocatable[BATCH_CPU]), int(allocatable[BATCH_MEMORY])
+    return quantity(allocatable[BATCH_CPU]), quantity(allocatable[BATCH_MEMORY])  # the API server writes 2000 as 2k
