@@ -201,7 +201,7 @@ async def experiment(
                 )
                 for r in runs
             ]
-            print("batch phase: a Job per group asks for the reclaimed capacity...", flush=True)
+            print("batch phase: batch pods per group ask for the reclaimed capacity...", flush=True)
             await batchphase.start_batch(api, state, batch_runs)
             await asyncio.sleep(3 * interval)  # placed, Running, and their load in Prometheus and the annotations
             await batchphase.measure_batch(api, state, batch_runs)
