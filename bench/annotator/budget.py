@@ -29,8 +29,9 @@ from crane_shared.prometheus import PrometheusClient, PrometheusSettings
 from crane_shared.redisconn import make_redis
 
 
-async def node_patches(cluster: LocalCluster) -> int:
-    """Node PATCH requests the API server has served (the node object, not its status), every response code."""
+async def node_patches(cluster: LocalCluster, subresource: str = "") -> int:
+    """Node PATCH requests the API server has served (the node object, or ``subresource`` such as ``status``),
+    every response code."""
     assert cluster.pki is not None, "cluster not started"
     context = ssl.create_default_context(cafile=str(cluster.pki.ca_cert))
     headers = {"Authorization": f"Bearer {cluster.pki.admin_token}"}
@@ -49,7 +50,7 @@ async def node_patches(cluster: LocalCluster) -> int:
                 sample.name == "apiserver_request_total"
                 and labels.get("verb") == "PATCH"
                 and labels.get("resource") == "nodes"
-                and not labels.get("subresource")
+                and labels.get("subresource", "") == subresource
             ):
                 total += sample.value
     return int(total)

@@ -16,6 +16,10 @@ Running pods), Prometheus computes the fast recording rules, the annotator write
 reads them. The table reports each node's real usage of the service's main resource after the last step, the
 number of nodes above the 65 % threshold, whether a node went over while another still had headroom, and the
 spread (max - min) of real usage. A PNG plots node usage against replicas, one panel per strategy.
+
+With ``--batch``, a batch phase follows (``bench.seedlive.batchphase``): batch pods per group ask for the
+capacity the annotator reclaimed, then the regular load rises on one node; its table is written next to the
+others (``seedlive-batch.md``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from bench.seedlive import batchphase
 from crane_sandbox.fleet import GI, SimNode, make_fleet
 from crane_sandbox.sandbox import UPSTREAM_STYLE, Sandbox, comparison_config
 from crane_shared.kube import api_client_from_dict, raw_json
@@ -147,7 +152,9 @@ async def placed(api: client.ApiClient, group: str) -> tuple[dict[str, int], int
     return counts, pending
 
 
-async def experiment(replicas: int, interval: float) -> list[Run]:
+async def experiment(
+    replicas: int, interval: float, batch: bool = False
+) -> tuple[list[Run], list[batchphase.BatchRun]]:
     # placement only: the descheduler would move the compared schedulers' pods afterwards
     services = ("event-recorder", "annotator", "scheduler")
     sandbox = Sandbox(fleet=fleet(), mode="second", scheduler_config=SCHEDULER_CONFIG, services=services)
@@ -186,7 +193,22 @@ async def experiment(replicas: int, interval: float) -> list[Run]:
                     has_headroom(r.service, i, r.counts[i], state.usage(n)) for i, n in enumerate(r.nodes)
                 )
             print(f"step {step}: " + "  ".join(f"{r.group} {r.counts}" for r in runs), flush=True)
-        return runs
+        batch_runs: list[batchphase.BatchRun] = []
+        if batch:
+            batch_runs = [
+                batchphase.BatchRun(
+                    r.group, STRATEGIES[r.strategy], r.nodes, r.service.main, batchphase.CHUNKS[r.service.key]
+                )
+                for r in runs
+            ]
+            print("batch phase: batch pods per group ask for the reclaimed capacity...", flush=True)
+            await batchphase.start_batch(api, state, batch_runs)
+            await asyncio.sleep(3 * interval)  # placed, Running, and their load in Prometheus and the annotations
+            await batchphase.measure_batch(api, state, batch_runs)
+            print("batch phase: the regular load rises on each group's busiest node...", flush=True)
+            await batchphase.raise_regular(api, batch_runs)
+            await batchphase.watch_shrink(api, batch_runs, timeout=6 * interval)
+        return runs, batch_runs
     finally:
         await api.close()
         await sandbox.stop()
@@ -260,10 +282,16 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=10, help="scale each Deployment up to this (default 10)")
     parser.add_argument("--interval", type=float, default=20.0, help="seconds between replicas (default 20)")
     parser.add_argument("--plot", type=Path, default=Path("bench/seedlive/results/seedlive.png"))
+    parser.add_argument("--batch", action="store_true", help="then a batch Job on the reclaimed capacity")
     args = parser.parse_args()
-    runs = asyncio.run(experiment(args.replicas, args.interval))
+    runs, batch_runs = asyncio.run(experiment(args.replicas, args.interval, args.batch))
     text = table(runs)
     print(text)
+    if batch_runs:
+        batch_text = batchphase.table(batch_runs)
+        print(batch_text)
+        args.plot.parent.mkdir(parents=True, exist_ok=True)
+        args.plot.with_name(args.plot.stem + "-batch.md").write_text(batch_text + "\n")
     plot(runs, args.plot)
     args.plot.with_suffix(".md").write_text(text + "\n")
     args.plot.with_suffix(".json").write_text(

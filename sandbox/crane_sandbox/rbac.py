@@ -34,6 +34,8 @@ CHART_VALUES = (
     "extender.enabled=true",
     "extender.nodeCache=true",
     "scheduler.topologyAware=true",
+    # the annotator's batch capacity (pods watch, node status patch): granted when the policy has spec.reclaim
+    "policy.spec.reclaim.maxAge=5m",
     # the ServiceMonitor's scraper account, bound to the metrics-reader role (/metrics under delegated access)
     "serviceMonitor.enabled=true",
     # Redis is not a Kubernetes object here; the chart only needs a URL to render

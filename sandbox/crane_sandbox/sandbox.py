@@ -68,6 +68,9 @@ spec:
   hotValue:
     - {timeRange: 5m, count: 5}
     - {timeRange: 1m, count: 2}
+  # Batch capacity (crane.io/batch-cpu, crane.io/batch-memory) with koordinator's defaults; the pods' CPU rate over
+  # the fast rules' 10 s window, stale inputs degrading within 2 minutes.
+  reclaim: {podUsageWindow: 10s, degradeAfter: 2m}
 """
 
 

@@ -22,6 +22,7 @@ import yaml
 from crane_shared.annotations import HOT_VALUE_KEY, AnnotationKeyError, annotation_key
 from crane_shared.durations import format_duration
 from crane_shared.policyyaml import PolicyError, check_keys, describe, duration, number, read_yaml
+from crane_shared.reclaimpolicy import ReclaimPolicy, dump_reclaim, read_reclaim
 
 __all__ = [
     "API_VERSION",
@@ -44,7 +45,7 @@ KIND = "DynamicSchedulerPolicy"
 _THRESHOLD = "maxLimitPecent"  # sic: upstream's field name
 _THRESHOLD_ALIAS = "maxLimitPercent"
 _TOP_KEYS = ("apiVersion", "kind", "spec")
-_SPEC_KEYS = ("syncPolicy", "predicate", "priority", "hotValue")
+_SPEC_KEYS = ("syncPolicy", "predicate", "priority", "hotValue", "reclaim")
 _SECTION = re.compile(r"spec\.(\w+)(?:\[(\d+)\])?")
 
 
@@ -84,6 +85,8 @@ class DynamicSchedulerPolicy:
     predicate: tuple[PredicatePolicy, ...] = ()
     priority: tuple[PriorityPolicy, ...] = ()
     hot_value: tuple[HotValuePolicy, ...] = ()
+    reclaim: ReclaimPolicy | None = None
+    """capacity reclaimed for batch pods (the annotator's, ``crane_shared.reclaimpolicy``); None: off"""
 
     def period_of(self, metric: str) -> timedelta:
         """Sync period of ``metric``; its annotation stays fresh for this period plus a grace."""
@@ -143,7 +146,7 @@ def default_policy() -> DynamicSchedulerPolicy:
 
 def dump_policy(policy: DynamicSchedulerPolicy) -> str:
     """Policy YAML in upstream's format (``maxLimitPecent`` spelling, Go durations) that parses back equal."""
-    document = {
+    document: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "spec": {
@@ -153,6 +156,8 @@ def dump_policy(policy: DynamicSchedulerPolicy) -> str:
             "hotValue": [{"timeRange": format_duration(h.time_range), "count": h.count} for h in policy.hot_value],
         },
     }
+    if policy.reclaim is not None:
+        document["spec"]["reclaim"] = dump_reclaim(policy.reclaim)
     return yaml.safe_dump(document, sort_keys=False)
 
 
@@ -183,6 +188,7 @@ def _read_document(document: object, problems: list[str]) -> DynamicSchedulerPol
     hot_value = _read_list(spec, "hotValue", _read_hot_value, problems)
     _check_metrics(sync, predicate, priority, problems)
     _check_hot_value(hot_value, problems)
+    reclaim = read_reclaim(spec.get("reclaim"), {name for _, name, _ in sync if name is not None}, problems)
     if problems:
         return None
     return DynamicSchedulerPolicy(
@@ -190,6 +196,7 @@ def _read_document(document: object, problems: list[str]) -> DynamicSchedulerPol
         predicate=tuple(PredicatePolicy(name, limit) for _, name, limit in _complete(predicate)),
         priority=tuple(PriorityPolicy(name, weight) for _, name, weight in _complete(priority)),
         hot_value=tuple(HotValuePolicy(time_range, count) for _, time_range, count in _complete(hot_value)),
+        reclaim=reclaim,
     )
 
 

@@ -139,6 +139,13 @@ def render_explain(body: dict[str, Any]) -> str:
             lines.append(f"  {n['node']:24} total {n.get('total', 0):>5}  {scores}{extra}")
         else:
             lines.append(f"  {n['node']:24} refused by {n['filter']['plugin']}: {n['filter']['reason']}{extra}")
+    judged = next((n["load"] for n in body["nodes"] if "podClass" in n.get("load", {})), None)
+    if judged is not None:  # the load policy's view of the pod: its class and its estimated usage
+        est = judged["podEstimate"]
+        lines.append(
+            f"load: {judged['podClass']} pod, estimate {est['cpu']:.3g} cores / {est['memory'] / 2**30:.3g}Gi "
+            f"({est['source']})"
+        )
     return "\n".join(lines)
 
 

@@ -3,8 +3,10 @@
 Per node: the real usage of every policy metric (the annotator's annotations, read by ``node_load`` as the
 Dynamic plugin reads them; ``!`` marks a value above the policy's threshold, ``?`` one that is stale or
 unreadable), the CPU and memory requested by the pods bound to it against its allocatable, its hot value, and the
-age of its oldest usage annotation. Rendering is a pure function of the API objects, so it is tested without a
-cluster.
+age of its oldest usage annotation. With batch capacity (the policy's ``spec.reclaim``, or nodes publishing it):
+the ``crane.io/batch-cpu`` / ``crane.io/batch-memory`` the batch pods request against what the node lends, and
+what they use (the annotator's ``crane.io/batch-*-usage``). Rendering is a pure function of the API objects, so
+it is tested without a cluster.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from crane_shared.annotations import HOT_VALUE_KEY, AnnotationError, decode
+from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY, BATCH_MEMORY, BATCH_MEMORY_USAGE_KEY
 from crane_shared.loadaware.dynamic import DynamicArgs, MetricReading, node_load
 from crane_shared.policy import DynamicSchedulerPolicy
 from crane_shared.quantity import parse_quantity
@@ -32,29 +35,54 @@ class NodeRow:
     mem_allocatable: float
     hot: str
     age: str
+    batch_cpu: str = "-"
+    """batch pods' crane.io/batch-cpu requests / the node's reclaimable (cores) (their measured use)"""
+    batch_mem: str = "-"
 
 
-def pod_requests(pod: Mapping[str, Any]) -> tuple[float, float]:
-    """(cores, bytes) requested by a pod's containers, as kube-scheduler counts a pod without init containers."""
+def pod_requests(pod: Mapping[str, Any], cpu_name: str = "cpu", memory_name: str = "memory") -> tuple[float, float]:
+    """(cores, bytes) requested by a pod's containers, as kube-scheduler counts a pod without init containers
+    (``crane.io/batch-cpu`` is in millicores: pass it as ``cpu_name`` and divide by 1000)."""
     cpu = mem = 0.0
     for container in pod.get("spec", {}).get("containers") or []:
         requests = (container.get("resources") or {}).get("requests") or {}
-        cpu += float(parse_quantity(requests.get("cpu", "0")))
-        mem += float(parse_quantity(requests.get("memory", "0")))
+        cpu += float(parse_quantity(requests.get(cpu_name, "0")))
+        mem += float(parse_quantity(requests.get(memory_name, "0")))
     return cpu, mem
+
+
+def _batch_cell(requested: float, lent: Any, usage_text: str | None, used_total: float, scale: float, unit: str) -> str:
+    """``requested/lent (used)`` in cores or GiB (requests and the lent capacity are in millicores or bytes, the
+    use a fraction of ``used_total`` cores or GiB); ``-`` when the node lends nothing and nothing is requested."""
+    try:
+        lent_value = float(parse_quantity(lent)) if lent is not None else None
+    except ValueError:
+        return "?"
+    if lent_value is None and not requested:
+        return "-"
+    used = "-"
+    if usage_text:
+        try:
+            used = f"{decode(usage_text).value * used_total:.1f}"
+        except AnnotationError:
+            used = "?"
+    lent_text = "-" if lent_value is None else f"{lent_value / scale:.1f}"
+    return f"{requested / scale:.1f}/{lent_text}{unit} ({used})"
 
 
 def node_rows(
     nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], policy: DynamicSchedulerPolicy, now: datetime
 ) -> list[NodeRow]:
     requested: dict[str, tuple[float, float]] = {}
+    batch: dict[str, tuple[float, float]] = {}
     for pod in pods:
         node = pod.get("spec", {}).get("nodeName")
         if not node or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        cpu, mem = pod_requests(pod)
-        before = requested.get(node, (0.0, 0.0))
-        requested[node] = (before[0] + cpu, before[1] + mem)
+        for into, names in ((requested, ("cpu", "memory")), (batch, (BATCH_CPU, BATCH_MEMORY))):
+            cpu, mem = pod_requests(pod, *names)
+            before = into.get(node, (0.0, 0.0))
+            into[node] = (before[0] + cpu, before[1] + mem)
     thresholds = {p.name: p.max_limit_percent for p in policy.predicate}
     args = DynamicArgs(policy)
     rows = []
@@ -71,7 +99,11 @@ def node_rows(
         except AnnotationError:
             hot_text = "?"
         allocatable = node.get("status", {}).get("allocatable") or {}
+        capacity = node.get("status", {}).get("capacity") or allocatable
         cpu_req, mem_req = requested.get(name, (0.0, 0.0))
+        batch_cpu, batch_mem = batch.get(name, (0.0, 0.0))
+        cores = float(parse_quantity(capacity.get("cpu", "0")))
+        memory_gib = float(parse_quantity(capacity.get("memory", "0"))) / GI
         rows.append(
             NodeRow(
                 name=name,
@@ -82,6 +114,17 @@ def node_rows(
                 mem_allocatable=float(parse_quantity(allocatable.get("memory", "0"))),
                 hot=hot_text,
                 age="-" if oldest is None else f"{max(0, round((now - oldest).total_seconds()))}s",
+                batch_cpu=_batch_cell(
+                    batch_cpu, allocatable.get(BATCH_CPU), annotations.get(BATCH_CPU_USAGE_KEY), cores, 1000, ""
+                ),
+                batch_mem=_batch_cell(
+                    batch_mem,
+                    allocatable.get(BATCH_MEMORY),
+                    annotations.get(BATCH_MEMORY_USAGE_KEY),
+                    memory_gib,
+                    GI,
+                    "Gi",
+                ),
             )
         )
     return rows
@@ -100,7 +143,8 @@ def _usage_cell(reading: MetricReading, threshold: float | None) -> str:
 
 def render(rows: list[NodeRow], policy: DynamicSchedulerPolicy) -> str:
     metrics = policy.metrics()
-    header = ["NODE", *metrics, "CPU REQ", "MEM REQ", "HOT", "AGE"]
+    batch = policy.reclaim is not None or any(r.batch_cpu != "-" or r.batch_mem != "-" for r in rows)
+    header = ["NODE", *metrics, "CPU REQ", "MEM REQ", *(["BATCH CPU", "BATCH MEM"] if batch else []), "HOT", "AGE"]
     table = [header]
     for r in rows:
         table.append(
@@ -109,6 +153,7 @@ def render(rows: list[NodeRow], policy: DynamicSchedulerPolicy) -> str:
                 *(r.usage.get(m, "-") for m in metrics),
                 f"{r.cpu_requested:g}/{r.cpu_allocatable:g}",
                 f"{r.mem_requested / GI:.1f}/{r.mem_allocatable / GI:.0f}Gi",
+                *([r.batch_cpu, r.batch_mem] if batch else []),
                 r.hot,
                 r.age,
             ]
@@ -117,4 +162,8 @@ def render(rows: list[NodeRow], policy: DynamicSchedulerPolicy) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
     thresholds = ", ".join(f"{p.name} {p.max_limit_percent:g}" for p in policy.predicate)
     lines.append(f"(usage: fraction of the node; ! above threshold [{thresholds}], ? stale or unreadable)")
+    if batch:
+        lines.append(
+            "(batch: crane.io/batch-* requested by batch pods / reclaimable capacity the node lends (batch use))"
+        )
     return "\n".join(lines)

@@ -20,18 +20,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
+import yaml
 from kubernetes_asyncio import client
 
 from crane_annotator.writer import HotSupplier, PatchReport
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.exporter import FleetExporter
-from crane_sandbox.fleet import GI, FleetState, SimNode, make_fleet
+from crane_sandbox.fleet import GI, USAGE_ANNOTATION, FleetState, SimNode, make_fleet
 from crane_sandbox.pod_follower import create_nodes
 from crane_sandbox.prometheus import SCRAPE_JOB, PrometheusServer, backfill
 from crane_sandbox.rbac import ServiceIdentity, service_identity
 from crane_shared.annotations import decode
+from crane_shared.batch import BATCH_CPU, BATCH_MEMORY
+from crane_shared.kube import raw_json
+from crane_shared.quantity import quantity
 from tests.support.fleet import scraped_fleet
-from tests.support.policy import UPSTREAM_METRICS, fast_policy
+from tests.support.policy import UPSTREAM_METRICS, fast_policy, policy_yaml
 from tests.support.serviceproc import ServiceProc
 
 SELECTOR_KEY = "crane-test/annotator"
@@ -288,3 +292,67 @@ class RecordingPatcher:
             self.called.set()
         report.ok = list(bodies)
         return report
+
+
+# --- batch capacity (spec.reclaim) ---------------------------------------------------------------------------
+
+
+def batch_policy(period: str, **reclaim: Any) -> str:
+    """Every upstream metric synced each ``period``, and a ``reclaim`` section with these fields."""
+    document = yaml.safe_load(fast_policy(dict.fromkeys(UPSTREAM_METRICS, period)))
+    document["spec"]["reclaim"] = reclaim
+    return policy_yaml(document["spec"])
+
+
+async def run_pod(
+    stack: Stack,
+    namespace: str,
+    name: str,
+    node: str,
+    *,
+    usage: str,
+    requests: Mapping[str, str],
+    limits: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod bound to ``node`` (``spec.nodeName``) and marked Running (no kubelet here), its ``usage`` (e.g.
+    ``"cpu=2,memory=4Gi"``) served by the fleet as cAdvisor series. A batch pod requests ``crane.io/batch-*``
+    (extended resources need equal limits, as the example Job sets them)."""
+    body = {
+        "metadata": {"name": name, "namespace": namespace, "annotations": {USAGE_ANNOTATION: usage}},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "pause",
+                    "resources": {"requests": dict(requests), "limits": dict(limits or {})},
+                }
+            ],
+        },
+    }
+    core = client.CoreV1Api(stack.kube)
+    await raw_json(core.create_namespaced_pod(namespace, body, _preload_content=False))
+    status = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    created = await raw_json(core.patch_namespaced_pod_status(name, namespace, status, _preload_content=False))
+    stack.state.on_pod(created)
+    return dict(created)
+
+
+async def set_usage(stack: Stack, namespace: str, name: str, usage: str) -> None:
+    """Change a running pod's simulated usage (its annotation, as a user of the sandbox does)."""
+    body = {"metadata": {"annotations": {USAGE_ANNOTATION: usage}}}
+    core = client.CoreV1Api(stack.kube)
+    stack.state.on_pod(await raw_json(core.patch_namespaced_pod(name, namespace, body, _preload_content=False)))
+
+
+async def published_batch(stack: Stack, name: str) -> tuple[int, int] | None:
+    """``crane.io/batch-cpu`` (millicores) and ``crane.io/batch-memory`` (bytes) in the node's allocatable, once
+    both are there and equal to its capacity's."""
+    node = await raw_json(client.CoreV1Api(stack.kube).read_node(name, _preload_content=False))
+    allocatable, capacity = node["status"].get("allocatable", {}), node["status"].get("capacity", {})
+    if BATCH_CPU not in allocatable or BATCH_MEMORY not in allocatable:
+        return None
+    assert {k: allocatable[k] for k in (BATCH_CPU, BATCH_MEMORY)} == {
+        k: capacity.get(k) for k in (BATCH_CPU, BATCH_MEMORY)
+    }
+    return quantity(allocatable[BATCH_CPU]), quantity(allocatable[BATCH_MEMORY])  # the API server writes 2000 as 2k

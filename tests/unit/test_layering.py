@@ -28,7 +28,18 @@ SERVICES = {
 SERVICES |= {"crane_extender": ROOT / "services" / "extender" / "crane_extender"}  # once it is its own service
 SERVICES |= {"crane_descheduler": ROOT / "services" / "descheduler" / "crane_descheduler"}
 
-DOMAIN = ["annotations", "bindings", "durations", "events", "hotvalue", "labels", "policy", "policyyaml", "quantity"]
+DOMAIN = [
+    "annotations",
+    "bindings",
+    "durations",
+    "events",
+    "hotvalue",
+    "labels",
+    "policy",
+    "policyyaml",
+    "quantity",
+    "reclaimpolicy",
+]
 INFRASTRUCTURE = {
     "aiohttp",
     "kubernetes_asyncio",

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
+from crane_annotator.batchround import BATCH_KEYS, BatchCapacity, reload_problems
 from crane_annotator.debug import WriteLog
 from crane_annotator.hot import HotValues, RedisBindingTimes
 from crane_annotator.hotloop import HotValueLoops
@@ -24,13 +25,15 @@ from crane_annotator.matching import NodeAddresses
 from crane_annotator.metrics import AgeCollector, AnnotatorMetrics
 from crane_annotator.nodes import NodeCache
 from crane_annotator.patches import DEFAULT_STAMP, Stamp
+from crane_annotator.pods import PodCache
 from crane_annotator.rounds import MetricRounds, MetricSpec
 from crane_annotator.writer import NodePatcher, Outcome
 from crane_shared.annotations import HOT_VALUE_KEY, annotation_key
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingSchema
 from crane_shared.logs import get_logger
-from crane_shared.policy import DynamicSchedulerPolicy
+from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, default_policy, load_policy
+from crane_shared.policyfile import PolicyFile
 from crane_shared.prometheus import PrometheusClient
 from crane_shared.retry import sleep_unless
 from crane_shared.settings import PartialResponse
@@ -68,6 +71,7 @@ class Annotator:
         retry_base: float = 5.0,
         partial_response: PartialResponse = "reject",
         latency_offset: float = 0.0,
+        policy_path: str | None = None,
     ) -> None:
         self.specs = metric_specs(policy)
         shortest = min((s.period for s in self.specs), default=0.0)
@@ -78,7 +82,7 @@ class Annotator:
                 hot_value_max_age=hot_value_max_age,
                 shortest_period=shortest,
             )
-        keys = [s.key for s in self.specs] + [HOT_VALUE_KEY]
+        keys = [s.key for s in self.specs] + [HOT_VALUE_KEY] + (list(BATCH_KEYS) if policy.reclaim else [])
         self.metrics = AnnotatorMetrics(registry)
         self.cache = NodeCache(api, keys, stamp.legacy_zone, node_selector)
         self.store = BindingStore(redis, BindingSchema(redis_prefix))
@@ -87,6 +91,25 @@ class Annotator:
         self.patcher = NodePatcher(
             api, PriorityLimiter(patch_qps, patch_burst), concurrency=patch_concurrency, on_sent=self._on_sent
         )
+        self.pods: PodCache | None = None
+        self.batch: BatchCapacity | None = None
+        if policy.reclaim is not None:
+            self.pods = PodCache(
+                api,
+                on_restart=lambda reason: self.metrics.pod_watch_restarts.labels(reason).inc(),
+                on_skipped=self.metrics.pods_skipped.inc,
+            )
+            self.batch = BatchCapacity(
+                policy.reclaim,
+                prometheus,
+                lambda: self.cache.nodes,
+                self.pods,
+                self.patcher.patch_status,
+                self.metrics,
+                stamp=stamp,
+                concurrency=patch_concurrency,
+                policy_file=self._reclaim_file(policy_path),
+            )
         self.rounds = MetricRounds(
             self.specs,
             prometheus,
@@ -97,6 +120,7 @@ class Annotator:
             # the hot-value loops recount every node each interval and on every binding: a round recounts only
             # what they have not (its first, and any the loops missed), while its queries are out
             refresh_hot=lambda nodes: self.hot.refresh_stale(nodes, HOT_STALE_INTERVALS * hot_value_interval),
+            batch=self.batch,
             instance_label=instance_label,
             stamp=stamp,
             retry_base=retry_base,
@@ -120,6 +144,21 @@ class Annotator:
         )
         self.leading = False
 
+    def _reclaim_file(self, path: str | None) -> PolicyFile[DynamicSchedulerPolicy] | None:
+        """The policy file, re-read for ``spec.reclaim`` each round (see ``BatchCapacity.reload``)."""
+        if path is None:
+            return None
+        synced = [s.name for s in self.specs]
+
+        def load(source: str) -> DynamicSchedulerPolicy:
+            policy = load_policy(source)
+            problems = reload_problems(policy, synced)
+            if problems:
+                raise PolicyError(source, problems)
+            return policy
+
+        return PolicyFile(path, load, default_policy, self.metrics.policy_reloads)
+
     def _addresses(self) -> Mapping[str, NodeAddresses]:
         return {name: info.addresses for name, info in self.cache.nodes.items()}
 
@@ -134,6 +173,20 @@ class Annotator:
         self.leading = leading
         self.metrics.is_leader.set(1 if leading else 0)
 
+    def synced(self) -> bool:
+        """Readiness: the node list (and, with ``spec.reclaim``, the pod list) is synced."""
+        return self.cache.synced.is_set() and (self.pods is None or self.pods.synced.is_set())
+
+    async def watch(self, stopping: asyncio.Event) -> None:
+        """The informers every instance runs (leader and standby alike), until ``stopping``; never raises."""
+        watches = [self.cache.run(stopping)] + ([self.pods.run(stopping)] if self.pods is not None else [])
+        await asyncio.gather(*watches)
+
+    async def _caches_synced(self) -> None:
+        await self.cache.synced.wait()
+        if self.pods is not None:
+            await self.pods.synced.wait()
+
     async def close(self) -> None:
         await self.patcher.close()
 
@@ -142,9 +195,11 @@ class Annotator:
         ``stopping`` is the term's end (``Term.lost``: lease lost or shutdown). If one loop fails, the others are
         cancelled and the error raised, so the lease is given up and a new term starts them afresh."""
         try:
-            if await sleep_unless(stopping, None, until=self.cache.synced.wait()):
+            if await sleep_unless(stopping, None, until=self._caches_synced()):
                 return
             self._seed_written()
+            if self.batch is not None:
+                self.batch.begin_term(time.time())
             self.rounds.first_round_done.clear()  # a new term starts with a full round again
             async with asyncio.TaskGroup() as group:
                 for worker in (self.rounds, self.hot_loops):

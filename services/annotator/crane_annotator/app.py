@@ -41,6 +41,7 @@ async def run(config: AnnotatorConfig) -> int:
     try:
         annotator = Annotator(
             policy=config.policy,
+            policy_path=config.policy_path,
             api=api,
             redis=redis,
             prometheus=prometheus,
@@ -76,7 +77,7 @@ async def run(config: AnnotatorConfig) -> int:
             return annotator.lead(term.lost)
 
         runtime.leadership = "standby"
-        runtime.add_readiness_check("nodes-synced", annotator.cache.synced.is_set)
+        runtime.add_readiness_check("nodes-synced", annotator.synced)
         debug.add_routes(
             runtime.app,
             lambda: annotator.cache.nodes,
@@ -97,7 +98,7 @@ async def run(config: AnnotatorConfig) -> int:
         )
         annotator.cache.informer.on_restart = lambda reason: annotator.metrics.node_watch_restarts.labels(reason).inc()
         return await runtime.run(
-            annotator.cache.run(runtime.stopping),
+            annotator.watch(runtime.stopping),
             elector.run(lead, runtime.stopping),
         )
     finally:

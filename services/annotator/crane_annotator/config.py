@@ -41,6 +41,7 @@ class AnnotatorConfig:
     lease: LeaseConfig
     policy: DynamicSchedulerPolicy
     policy_source: str
+    policy_path: str | None
     prometheus: PrometheusSettings
     instance_label: str
     node_selector: str | None
@@ -153,6 +154,7 @@ def parse_config(argv: Sequence[str] | None = None) -> AnnotatorConfig:
         lease=lease,
         policy=policy,
         policy_source=args.policy or "default",
+        policy_path=args.policy or None,
         prometheus=prometheus,
         instance_label=args.instance_label,
         node_selector=args.node_selector or None,

@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from crane_annotator.nodes import NodeInfo
 from crane_shared.annotations import HOT_VALUE_KEY
+from crane_shared.batch import BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY
 from crane_shared.metrics import MetricSet
 
 P = "crane_annotator_"
@@ -96,6 +97,23 @@ class AnnotatorMetrics(MetricSet):
             ["reason"],
         )
         self.is_leader = self.gauge("is_leader", "1 while this instance holds the lease and writes.")
+        self.reclaim_nodes = self.gauge(
+            "reclaim_nodes",
+            "Nodes by the outcome of the last reclaimable-capacity computation (ok, stale: inputs older than "
+            "degradeAfter, off / bad-override: the node's crane.io/batch-reclaim, unmeasured: no input yet this "
+            "term, no-capacity: node status without cpu or memory).",
+            ["why"],
+        )
+        self.policy_reloads = self.counter(
+            "policy_reloads_total",
+            "Changed policy files read for spec.reclaim, by result (applied; invalid: refused, the previous policy "
+            "kept: a problem in the file, reclaim removed or naming metrics not synced, which need a restart).",
+            ["result"],
+        )
+        self.pods_skipped = self.counter("pods_skipped_total", "Pods the pod informer could not read (skipped).")
+        self.pod_watch_restarts = self.counter(
+            "pod_watch_restarts_total", "Pod list/watch restarts (spec.reclaim only), by reason.", ["reason"]
+        )
 
 
 class AgeCollector(Collector):
@@ -144,4 +162,28 @@ class AgeCollector(Collector):
         for info in nodes:
             if HOT_VALUE_KEY in info.values:
                 hot.add_metric([info.addresses.name], info.values[HOT_VALUE_KEY])
-        return [age, missing, staleness, hot]
+        # Batch capacity (spec.reclaim) as published in node status and the batch pods' usage as annotated, in
+        # cores and bytes: the dashboards' "reclaimed" and "used by batch" next to real usage and requests.
+        allocatable = GaugeMetricFamily(
+            P + "node_batch_allocatable",
+            "crane.io/batch-cpu (cores) and crane.io/batch-memory (bytes) in each node's status.allocatable.",
+            labels=["node", "resource"],
+        )
+        batch_used = GaugeMetricFamily(
+            P + "node_batch_usage",
+            "The batch pods' measured usage on each node (cores, bytes), from its batch usage annotations.",
+            labels=["node", "resource"],
+        )
+        for info in nodes:
+            name = info.addresses.name
+            if info.batch is not None:
+                allocatable.add_metric([name, "cpu"], info.batch[0] / 1000)
+                allocatable.add_metric([name, "memory"], info.batch[1])
+            if info.capacity is not None:
+                for resource, key, total in (
+                    ("cpu", BATCH_CPU_USAGE_KEY, info.capacity.cpu),
+                    ("memory", BATCH_MEMORY_USAGE_KEY, info.capacity.memory),
+                ):
+                    if key in info.values:
+                        batch_used.add_metric([name, resource], info.values[key] * total)
+        return [age, missing, staleness, hot, allocatable, batch_used]

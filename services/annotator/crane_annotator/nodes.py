@@ -20,9 +20,13 @@ from zoneinfo import ZoneInfo
 from kubernetes_asyncio import client
 
 from crane_annotator.matching import NodeAddresses
+from crane_annotator.reclaim import Resources
 from crane_shared.annotations import DEFAULT_LEGACY_ZONE, AnnotationError, decode
+from crane_shared.batch import BATCH_CPU, BATCH_MEMORY
 from crane_shared.informer import Informer
 from crane_shared.logs import get_logger
+from crane_shared.quantity import quantity
+from crane_shared.reclaimpolicy import OVERRIDE_KEY
 from crane_shared.retry import Backoff
 
 log = get_logger("crane.annotator.nodes")
@@ -38,6 +42,13 @@ class NodeInfo:
     """annotation key -> its timestamp (unix seconds), for the keys we write that decode"""
     values: Mapping[str, float]
     """annotation key -> its value, same keys"""
+    capacity: Resources | None = None
+    """status.capacity cpu (cores) and memory (bytes); None when either is missing or unreadable"""
+    allocatable: Resources | None = None
+    batch: tuple[int, int] | None = None
+    """status.allocatable ``crane.io/batch-cpu`` (millicores), ``crane.io/batch-memory`` (bytes) when published"""
+    reclaim_override: str | None = None
+    """the ``crane.io/batch-reclaim`` annotation as written"""
 
 
 def node_info(obj: Mapping[str, Any], keys: Collection[str], legacy_zone: ZoneInfo = DEFAULT_LEGACY_ZONE) -> NodeInfo:
@@ -49,11 +60,38 @@ def node_info(obj: Mapping[str, Any], keys: Collection[str], legacy_zone: ZoneIn
     hosts = tuple(a["address"] for a in addresses if a.get("type") == "Hostname" and a.get("address"))
     stamps: dict[str, float] = {}
     values: dict[str, float] = {}
-    for key, text in (meta.get("annotations") or {}).items():
+    annotations = meta.get("annotations") or {}
+    for key, text in annotations.items():
         if key in keys:
             with contextlib.suppress(AnnotationError):
                 values[key], stamps[key] = _decode(text, legacy_zone)
-    return NodeInfo(NodeAddresses(meta["name"], ips, hosts), stamps, values)
+    allocatable = status.get("allocatable") or {}
+    return NodeInfo(
+        NodeAddresses(meta["name"], ips, hosts),
+        stamps,
+        values,
+        _resources(status.get("capacity")),
+        _resources(allocatable),
+        _published(allocatable),
+        annotations.get(OVERRIDE_KEY),
+    )
+
+
+def _resources(raw: Mapping[str, Any] | None) -> Resources | None:
+    """cpu (cores) and memory (bytes) of a resource list; None when either is missing or unreadable."""
+    try:
+        return Resources(quantity((raw or {})["cpu"], milli=True) / 1000, float(quantity((raw or {})["memory"])))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _published(allocatable: Mapping[str, Any]) -> tuple[int, int] | None:
+    if BATCH_CPU not in allocatable and BATCH_MEMORY not in allocatable:
+        return None
+    try:
+        return quantity(allocatable.get(BATCH_CPU, 0)), quantity(allocatable.get(BATCH_MEMORY, 0))
+    except (TypeError, ValueError):
+        return None
 
 
 def _decode(text: str, legacy_zone: ZoneInfo) -> tuple[float, float]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from crane_annotator import schedule
+from crane_annotator.batchround import BatchCapacity
 from crane_annotator.matching import (
     AddressIndex,
     MatchResult,
@@ -63,6 +64,8 @@ class RoundReport:
     query_seconds: float = 0.0
     patch_seconds: float = 0.0
     matched: dict[str, int] = field(default_factory=dict)
+    batch_written: int = 0
+    """``nodes/status`` patches of the batch capacity (``spec.reclaim``)"""
 
     def outcome(self) -> tuple[list[str], list[str]]:
         """(synced, to retry soon): a metric whose query matched no node wrote nothing, like a failed one, so it is
@@ -93,6 +96,7 @@ class MetricRounds:
         *,
         hot: HotSupplier | None = None,
         refresh_hot: Callable[[Sequence[str]], Awaitable[object]] | None = None,
+        batch: BatchCapacity | None = None,
         instance_label: str = "instance",
         stamp: Stamp = DEFAULT_STAMP,
         retry_base: float = 5.0,
@@ -108,6 +112,7 @@ class MetricRounds:
         self._metrics = metrics
         self._hot = hot
         self._refresh_hot = refresh_hot
+        self.batch = batch
         self._label = instance_label
         self._stamp = stamp
         self._retry_base = retry_base
@@ -144,11 +149,17 @@ class MetricRounds:
         nodes = self._nodes()
         index = self._address_index(nodes)
         hot = asyncio.ensure_future(_best_effort(self._refresh_hot(list(nodes)))) if self._refresh_hot else None
+        batch = self.batch
+        if batch is not None:
+            batch.reload()
+        measuring = asyncio.ensure_future(batch.measure()) if batch is not None and batch.wants(due) else None
         try:
             results = await asyncio.gather(*(self._query_and_match(name, index, nodes, report) for name in due))
+            pods_measured = await measuring if measuring is not None else False
         except BaseException:
-            if hot is not None:
-                hot.cancel()
+            for task in (hot, measuring):
+                if task is not None:
+                    task.cancel()
             raise
         if hot is not None:
             await hot
@@ -168,8 +179,16 @@ class MetricRounds:
             values[self.specs[name].key] = result[1].fractions
         self._metrics.prometheus_up.set(1 if results and all(r is not None for r in results) else 0)
         patches = metric_annotations(values, datetime.fromtimestamp(stamped, UTC), self._stamp)
+        if batch is not None:
+            batch.record(values, pods_measured, stamped)
+            if pods_measured:  # on the patches the round sends anyway: no node gets a patch for these alone
+                for node, extra in batch.annotations(patches, datetime.fromtimestamp(stamped, UTC)).items():
+                    patches[node].update(extra)
         patching = self._clock()
         report.patches = await self._patcher.patch_many(patches, hot=self._hot)
+        if batch is not None:
+            published = await batch.publish()
+            report.batch_written = len(published.written)
         report.patch_seconds = self._clock() - patching
         report.duration = self._clock() - started
         self._record(report)
@@ -311,6 +330,7 @@ class MetricRounds:
             failed=report.failed,
             queries=report.queries,
             patches=report.patches.sent,
+            batch_status_patches=report.batch_written,
             patch_errors=len(report.patches.failed),
             seconds=round(report.duration, 3),
             query_seconds=round(report.query_seconds, 3),

@@ -1,66 +1,29 @@
-"""Per-pod measured usage from Prometheus: one query per metric per round, for all pods at once.
-
-cAdvisor's series (the kubelet's ``/metrics/cadvisor``; the sandbox's fleet exports the same names and labels):
-``container_cpu_usage_seconds_total`` (a counter: its rate is cores) and ``container_memory_working_set_bytes``,
-per container, summed per pod. The pause container (``container="POD"``) and the pod-level cgroup series
-(``container=""``) are left out so nothing is counted twice. A sample without its labels, or whose value is not
-a finite non-negative number, is dropped and counted; a pod missing from either answer has no usage and is
-never chosen (no eviction on missing data).
-"""
+"""Per-pod measured usage from Prometheus: the shared queries (``crane_shared.podusage``) as the plan's
+``PodUsage``. A pod missing from either answer has no usage and is never chosen (no eviction on missing data)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Mapping
 
 from crane_descheduler.plan import PodUsage
-from crane_shared.prometheus import PrometheusError, QueryClient, QueryResult, Series
+from crane_shared import batch, podusage
+from crane_shared.podusage import CPU_METRIC, MEMORY_METRIC, MEMORY_QUERY, cpu_query, per_pod
+from crane_shared.prometheus import QueryClient
 
-CPU_METRIC = "container_cpu_usage_seconds_total"
-MEMORY_METRIC = "container_memory_working_set_bytes"
-_CONTAINERS = 'container!="",container!="POD"'
-
-
-def cpu_query(window_seconds: float) -> str:
-    window = max(1, round(window_seconds))
-    return f"sum by (namespace, pod) (rate({CPU_METRIC}{{{_CONTAINERS}}}[{window}s]))"
+__all__ = ["CPU_METRIC", "MEMORY_METRIC", "MEMORY_QUERY", "combine", "cpu_query", "fetch_usage", "per_pod"]
 
 
-MEMORY_QUERY = f"sum by (namespace, pod) ({MEMORY_METRIC}{{{_CONTAINERS}}})"
+def _plan(usage: Mapping[str, batch.PodUsage]) -> dict[str, PodUsage]:
+    return {key: PodUsage(u.cpu_cores, u.memory_bytes) for key, u in usage.items()}
 
 
-def per_pod(series: Sequence[Series]) -> tuple[dict[str, float], int]:
-    """``namespace/pod`` -> value, and how many samples were dropped."""
-    out: dict[str, float] = {}
-    dropped = 0
-    for s in series:
-        namespace, pod = s.labels.get("namespace"), s.labels.get("pod")
-        try:
-            value = float(s.value)
-        except ValueError:
-            value = math.nan
-        if not namespace or not pod or not math.isfinite(value) or value < 0:
-            dropped += 1
-            continue
-        out[f"{namespace}/{pod}"] = value
-    return out, dropped
-
-
-def combine(cpu: dict[str, float], memory: dict[str, float]) -> dict[str, PodUsage]:
+def combine(cpu: Mapping[str, float], memory: Mapping[str, float]) -> dict[str, PodUsage]:
     """Pods measured in both answers only."""
-    return {key: PodUsage(cpu[key], memory[key]) for key in cpu.keys() & memory.keys()}
+    return _plan(podusage.combine(cpu, memory))
 
 
 async def fetch_usage(client: QueryClient, window_seconds: float) -> tuple[dict[str, PodUsage], int]:
-    """Both queries; raises ``PrometheusError`` when either fails or is partial (the caller evicts nothing that
-    round). A partial answer (a Thanos store or replica down, VictoriaMetrics' ``isPartial``) is refused whatever
-    ``--prometheus-partial-response`` says for the annotator: an eviction is not undone, so it waits for whole data."""
-    cpu, dropped_cpu = per_pod(_whole(await client.query(cpu_query(window_seconds)), CPU_METRIC))
-    memory, dropped_memory = per_pod(_whole(await client.query(MEMORY_QUERY), MEMORY_METRIC))
-    return combine(cpu, memory), dropped_cpu + dropped_memory
-
-
-def _whole(result: QueryResult, metric: str) -> list[Series]:
-    if result.partial:
-        raise PrometheusError("bad_response", f"{metric}: partial answer ({'; '.join(result.warnings)[:200]})")
-    return result.series
+    """``crane_shared.podusage.fetch_pod_usage``: raises ``PrometheusError`` on a failed or partial answer (the
+    caller evicts nothing that round)."""
+    usage, dropped = await podusage.fetch_pod_usage(client, window_seconds)
+    return _plan(usage), dropped

@@ -25,9 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from crane_extender.protocol import NodeView, Verdict, verdict
+from crane_extender.protocol import NodeView, Verdict, has_batch_usage, verdict
 from crane_shared.annotations import HOT_VALUE_KEY, annotation_key
 from crane_shared.loadaware.dynamic import (
+    BATCH_USAGE_KEYS,
     DynamicArgs,
     NodeCapacity,
     RecentBinding,
@@ -57,8 +58,16 @@ class LoadMemo:
     per node ever asked about (dropped with ``clear``, e.g. when the policy changes).
     """
 
-    def __init__(self, on_malformed: Callable[[str, tuple[str, ...]], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_malformed: Callable[[str, tuple[str, ...]], None] | None = None,
+        on_stale_batch: Callable[[str], None] | None = None,
+    ) -> None:
         self._on_malformed = on_malformed
+        self._on_stale_batch = on_stale_batch
+        """called with a node whose batch-usage annotation is stale (regular pods then see the whole usage): once
+        per annotation text"""
+        self._stale_seen: dict[str, tuple[str | None, ...]] = {}
         """called with a node's undecodable metrics (the hot value as ``node_hot_value``) when a load is computed
         from annotation texts the node's previous entry did not have: once per change, not per request"""
         self._entries: dict[str, _Entry] = {}
@@ -82,7 +91,11 @@ class LoadMemo:
         may have (other than by bindings leaving the ``retention``, which the entry's validity covers)."""
         if args is not self._args:
             self._args = args
-            self._keys = (*(annotation_key(s.name) for s in args.policy.sync_policy), HOT_VALUE_KEY)
+            self._keys = (
+                *(annotation_key(s.name) for s in args.policy.sync_policy),
+                HOT_VALUE_KEY,
+                *BATCH_USAGE_KEYS.values(),
+            )
             self._entries.clear()
         keys, entries, t = self._keys, self._entries, now.timestamp()
 
@@ -112,13 +125,24 @@ class LoadMemo:
             recent = tuple(recent_of(name))
             found = node_load(name, annotations, args, now, recent, capacity)
             until = valid_until(found, annotations, args, recent, t)
+            regular = None
+            if has_batch_usage(annotations):  # a regular pod's load differs while the batch usage is fresh
+                regular = node_load(name, annotations, args, now, recent, capacity, regular=True)
+                until = min(until, valid_until(regular, annotations, args, recent, t))
             if recent:
                 until = min(until, min(b.bound_at for b in recent) + retention)
             if self._on_malformed is not None and (entry is None or entry.key[0] != key[0]):
                 bad = (*found.malformed, *((HOT_VALUE_KEY,) if found.hot_state == "malformed" else ()))
+                if regular is not None:
+                    bad += tuple(BATCH_USAGE_KEYS[r] for r, st in regular.batch_state.items() if st == "malformed")
                 if bad:
                     self._on_malformed(name, bad)
-            made = verdict(found, args, capacity)
+            if regular is not None and self._on_stale_batch is not None and "stale" in regular.batch_state.values():
+                texts = tuple(annotations.get(k) for k in BATCH_USAGE_KEYS.values()) if annotations else ()
+                if self._stale_seen.get(name) != texts:
+                    self._stale_seen[name] = texts
+                    self._on_stale_batch(name)
+            made = verdict(found, args, capacity, regular)
             entries[name] = _Entry(None, view, key, version, made, t, until)
             return made
 

@@ -15,18 +15,23 @@ Rules kube-scheduler imposes (pkg/scheduler/extender.go, schedule_one.go) and th
 - ``FailedNodes`` are Unschedulable (preemption may help), ``FailedAndUnresolvableNodes`` are not.
 
 The decisions are ``crane_shared.loadaware.dynamic`` unchanged: the same annotations, policy, time and recent
-bindings give the same verdicts and scores as the in-process plugins (scores scaled from 0..100 to 0..10).
+bindings give the same verdicts and scores as the in-process plugins (scores scaled from 0..100 to 0..10),
+including the two classes: a regular pod is judged by the node's usage less the batch pods' usage, a batch pod
+(``crane_shared.batch.is_batch``) by the whole. The incoming pod's estimate is always ``factor x request``: the
+extender has no pod informer, so it cannot learn a workload's usage (the scheduler's ``estimate.learned``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Container, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from crane_shared.batch import is_batch
 from crane_shared.loadaware.dynamic import (
+    BATCH_USAGE_KEYS,
     DynamicArgs,
     EstimateArgs,
     NodeCapacity,
@@ -91,6 +96,8 @@ class PodView:
     """estimated cores (requests, else limits; the estimate's factor is applied by the policy)"""
     memory: float
     """estimated bytes"""
+    batch: bool = False
+    """a batch pod (requests ``crane.io/batch-*``): judged by the node's whole usage"""
 
     @property
     def key(self) -> str:
@@ -142,11 +149,19 @@ class Verdict:
     base: str | None
     checks: tuple[tuple[float, bool, float, float, str], ...]
     capacity: NodeCapacity | None
+    regular: Verdict | None = None
+    """the verdict for a regular pod where it differs (the node has fresh batch usage); None: this one"""
+
+    def of(self, pod: PodView) -> Verdict:
+        """The verdict of ``pod``'s class."""
+        return self.regular if self.regular is not None and not pod.batch else self
 
     def reason(self, pod: PodView, estimate: EstimateArgs) -> str | None:
         """``filter_reason(load, incoming=incoming_fraction(pod))``, from the cached parts (same arithmetic)."""
         if pod.daemonset:
             return None
+        if self.regular is not None and not pod.batch:
+            return self.regular.reason(pod, estimate)
         if self.checks and estimate.enabled and estimate.incoming_pod:
             cpu, memory = estimate.cpu_factor * pod.cpu, estimate.memory_factor * pod.memory
             for usage, is_cpu, allocatable, limit, reason in self.checks:
@@ -156,8 +171,13 @@ class Verdict:
         return self.base
 
 
-def verdict(load: NodeLoad, args: DynamicArgs, capacity: NodeCapacity | None) -> Verdict:
-    """The ``Verdict`` of a load: ``filter_reason``'s loop split at the first pod-independent failure."""
+def verdict(
+    load: NodeLoad, args: DynamicArgs, capacity: NodeCapacity | None, regular: NodeLoad | None = None
+) -> Verdict:
+    """The ``Verdict`` of a load: ``filter_reason``'s loop split at the first pod-independent failure;
+    ``regular``: the node's load for a regular pod, kept as ``Verdict.regular`` when it differs."""
+    if regular is not None and any(r.batch for r in regular.readings.values()):
+        return replace(verdict(load, args, capacity), regular=verdict(regular, args, capacity))
     base = filter_reason(load, args)
     checks: list[tuple[float, bool, float, float, str]] = []
     for predicate in args.policy.predicate:
@@ -197,7 +217,12 @@ class Decide:
     def verdict_of(self, name: str, view: NodeView | None) -> Verdict:
         if self.verdict is not None:
             return self.verdict(name, view)
-        return verdict(self.node_load(name, view), self.args, view.capacity if view is not None else None)
+        regular = None
+        if view is not None and has_batch_usage(view.annotations):
+            regular = node_load(
+                name, view.annotations, self.args, self.now, self.recent(name), view.capacity, regular=True
+            )
+        return verdict(self.node_load(name, view), self.args, view.capacity if view is not None else None, regular)
 
     def node_load(self, name: str, view: NodeView | None) -> NodeLoad:
         if self.load is not None:
@@ -205,6 +230,11 @@ class Decide:
         if view is None:
             return node_load(name, None, self.args, self.now, self.recent(name))
         return node_load(name, view.annotations, self.args, self.now, self.recent(name), view.capacity)
+
+
+def has_batch_usage(annotations: Mapping[str, str] | None) -> bool:
+    """Whether a node carries a batch-usage annotation (only then can a regular pod's load differ)."""
+    return bool(annotations) and any(key in annotations for key in BATCH_USAGE_KEYS.values())  # type: ignore[operator]
 
 
 # --- decoding ---------------------------------------------------------------------------------------------------
@@ -283,6 +313,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         daemonset=is_daemonset_pod(meta),
         cpu=size.cpu,
         memory=size.memory,
+        batch=is_batch(spec) if isinstance(spec, dict) else False,
     )
 
 
@@ -333,7 +364,7 @@ def filter_nodes(req: ExtenderArgs, decide: Decide) -> Obj:
             unresolvable[name] = UNKNOWN_NODE_REASON
             continue
         # upstream: DaemonSet pods always pass (also filter_reason's rule)
-        reason = None if pod.daemonset else verdict_of(name, view).reason(pod, estimate)
+        reason = None if pod.daemonset else verdict_of(name, view).of(pod).reason(pod, estimate)
         if reason is None:
             passed.append(i)
         else:
@@ -351,9 +382,10 @@ def prioritize_nodes(req: ExtenderArgs, decide: Decide) -> list[Obj]:
     """``HostPriorityList`` for every input node, in input order; a node the cache lacks scores as unannotated."""
     if req.pod.daemonset:
         return daemonset_priorities(req)
-    verdict_of = decide.verdict_of
+    verdict_of, pod = decide.verdict_of, req.pod
     return [
-        {"Host": name, "Score": extender_score(verdict_of(name, view).score)} for name, view in _candidates(req, decide)
+        {"Host": name, "Score": extender_score(verdict_of(name, view).of(pod).score)}
+        for name, view in _candidates(req, decide)
     ]
 
 
@@ -375,6 +407,8 @@ def filter_verdicts(
         if pod.daemonset:
             reason = None
         else:
+            if found.regular is not None and not pod.batch:
+                found = found.regular
             reason = found.base
             if incoming and found.checks:
                 for usage, is_cpu, allocatable, limit, why in found.checks:
@@ -398,8 +432,9 @@ def prioritize_verdicts(req: ExtenderArgs, verdicts: Sequence[Verdict]) -> list[
     """``prioritize_nodes`` in node cache mode from verdicts already looked up."""
     if req.pod.daemonset:
         return daemonset_priorities(req)
+    pod = req.pod
     return [
-        {"Host": name, "Score": extender_score(found.score)}
+        {"Host": name, "Score": extender_score(found.of(pod).score)}
         for name, found in zip(req.node_names or (), verdicts, strict=True)
     ]
 

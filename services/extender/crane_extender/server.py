@@ -102,6 +102,12 @@ class ExtenderMetrics(MetricSet):
             ["metric"],
         )
 
+        # the same counter as the Dynamic plugin's crane_scheduler_dynamic_batch_usage_ignored
+        self.batch_usage_ignored: Counter = self.counter(
+            "batch_usage_ignored",
+            "Batch-usage annotations found stale: regular pods saw the node's whole usage (once per annotation)",
+        )
+
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> ExtenderMetrics:
         """The extender's metrics in ``registry`` (a fresh one when None)."""
@@ -132,7 +138,7 @@ class Extender:
         self.clock = clock
         self.max_request_bytes = max_request_bytes
         self._once = LogOnce(log)
-        self.memo = LoadMemo(self._malformed_annotations)
+        self.memo = LoadMemo(self._malformed_annotations, self._stale_batch)
         self._views: dict[str, tuple[dict[str, Any], NodeView]] = {}
 
     def _malformed_annotations(self, node: str, metrics: tuple[str, ...]) -> None:
@@ -143,6 +149,10 @@ class Extender:
             self._once.warning(
                 f"malformed-annotation:{metric}", "malformed load annotation skipped", node=node, metric=metric
             )
+
+    def _stale_batch(self, node: str) -> None:
+        self.metrics.batch_usage_ignored.inc()
+        self._once.warning("batch-stale", "stale batch-usage annotation: regular pods see the whole usage", node=node)
 
     def decide(self, now: float) -> Decide:
         """Inputs of the decisions at ``now``; node loads come from the memo while provably unchanged."""

@@ -21,6 +21,7 @@ extender and ``cranectl explain`` give the same answer for the same inputs.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +41,9 @@ from crane_shared.annotations import (
     freshness,
     metric_freshness_window,
 )
+from crane_shared.batch import BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY
 from crane_shared.hotvalue import hot_value
+from crane_shared.loadaware.learned import LearnArgs
 from crane_shared.policy import DynamicSchedulerPolicy
 
 NEUTRAL_SCORE = 50.0
@@ -61,6 +64,9 @@ class EstimateArgs:
     ``(T - bound_at) / W`` of a pod bound at ``bound_at``; the rest, ``1 - clamp((T - bound_at) / W, 0, 1)``,
     is added. ``window`` is the recording rules' averaging window (5m upstream: also the window under the
     ``*_max_avg_*`` metrics, which take maxima of 5-minute averages).
+
+    ``learned``: when the pod's workload has enough measured running pods, their usage replaces
+    ``factor * request`` (``crane_shared.loadaware.learned``; the scheduler only, the extender has no pod index).
     """
 
     enabled: bool = True
@@ -70,6 +76,7 @@ class EstimateArgs:
     memory_factor: float = 0.6
     window: timedelta = timedelta(minutes=5)
     windows: Mapping[str, timedelta] = field(default_factory=dict)
+    learned: LearnArgs = field(default_factory=LearnArgs)
 
     def window_of(self, metric: str) -> timedelta:
         return self.windows.get(metric, self.window)
@@ -96,6 +103,8 @@ class RecentBinding:
     """estimated cores (request or limit; the factor is applied later)"""
     memory: float = 0.0
     """bytes"""
+    learned: bool = False
+    """``cpu``/``memory`` are the usage learned from the pod's workload: the factor is not applied"""
 
 
 @dataclass(frozen=True)
@@ -116,10 +125,15 @@ class MetricReading:
     timestamp: datetime | None = None
     estimate: float = 0.0
     error: str | None = None
+    batch: float = 0.0
+    """the batch pods' usage taken out (a regular pod's reading; 0 for a batch pod's or without fresh data)"""
 
     @property
     def usage(self) -> float | None:
-        return None if self.annotated is None or self.state != "fresh" else self.annotated + self.estimate
+        if self.annotated is None or self.state != "fresh":
+            return None
+        own = max(0.0, self.annotated - self.batch) if self.batch else self.annotated
+        return own + self.estimate
 
 
 @dataclass(frozen=True)
@@ -131,6 +145,8 @@ class NodeLoad:
     annotated_hot: int
     hot_state: ReadingState
     own_hot: int
+    batch_state: Mapping[str, ReadingState] = field(default_factory=dict)
+    """per resource, the batch-usage annotation's state (a regular pod's load only; see ``batch_usage``)"""
 
     @property
     def hot(self) -> int:
@@ -165,6 +181,30 @@ def _read(
     return ("fresh" if state is Freshness.FRESH else "stale"), sample.value, sample.timestamp, None
 
 
+BATCH_USAGE_KEYS: Mapping[str, str] = {"cpu": BATCH_CPU_USAGE_KEY, "memory": BATCH_MEMORY_USAGE_KEY}
+"""per resource, the annotation holding the batch pods' usage as a fraction of the node"""
+
+
+def batch_window(args: DynamicArgs) -> timedelta:
+    """How long a batch-usage annotation counts: the freshness window of the policy's shortest sync period (the
+    annotator writes it in every round, in the same patch as the usage annotations)."""
+    periods = [s.period for s in args.policy.sync_policy]
+    return metric_freshness_window(min(periods)) if periods else HOT_VALUE_FRESHNESS
+
+
+def batch_usage(
+    annotations: Mapping[str, str] | None, args: DynamicArgs, now: datetime
+) -> dict[str, tuple[ReadingState, float, datetime | None]]:
+    """Per resource: (state, fraction to take out, timestamp). Only a fresh annotation takes anything out: a stale,
+    future-dated, missing or malformed one subtracts nothing (the regular pod then sees the whole usage)."""
+    out: dict[str, tuple[ReadingState, float, datetime | None]] = {}
+    window = batch_window(args)
+    for resource, key in BATCH_USAGE_KEYS.items():
+        state, value, ts, _ = _read((annotations or {}).get(key), window, now, args)
+        out[resource] = (state, value if state == "fresh" and value is not None else 0.0, ts)
+    return out
+
+
 def _estimate(
     metric: str, stamped: datetime, recent: Sequence[RecentBinding], capacity: NodeCapacity | None, args: EstimateArgs
 ) -> float:
@@ -181,7 +221,7 @@ def _estimate(
     for b in recent:
         absorbed = min(1.0, max(0.0, (stamped_at - b.bound_at) / window)) if window > 0 else 1.0
         amount = b.cpu if resource == "cpu" else b.memory
-        added += factor * amount * (1.0 - absorbed)
+        added += (1.0 if b.learned else factor) * amount * (1.0 - absorbed)
     return added / total
 
 
@@ -192,16 +232,26 @@ def node_load(
     now: datetime,
     recent: Sequence[RecentBinding] = (),
     capacity: NodeCapacity | None = None,
+    *,
+    regular: bool = False,
 ) -> NodeLoad:
-    """Decode a node's load annotations under the policy; ``recent`` are this scheduler's bindings to it."""
+    """Decode a node's load annotations under the policy; ``recent`` are this scheduler's bindings to it.
+
+    ``regular``: the load a regular pod is judged by, the batch pods' usage (``batch_usage``) taken out of every
+    CPU and memory metric, clamped at 0. For the long windows (``*_max_avg_1d``...) this is an approximation: the
+    batch pods' usage now is taken out of a maximum or average over a day. Without it: the whole usage, what a
+    batch pod is judged by."""
     annotations = annotations or {}
     policy = args.policy
+    batch = batch_usage(annotations, args, now) if regular else {}
     readings: dict[str, MetricReading] = {}
     for sync in policy.sync_policy:
         text = annotations.get(annotation_key(sync.name))
         state, value, ts, error = _read(text, metric_freshness_window(sync.period), now, args)
         estimate = _estimate(sync.name, ts, recent, capacity, args.estimate) if state == "fresh" and ts else 0.0
-        readings[sync.name] = MetricReading(sync.name, state, value, ts, estimate, error)
+        resource = resource_of(sync.name)
+        taken = batch[resource][1] if resource in batch else 0.0
+        readings[sync.name] = MetricReading(sync.name, state, value, ts, estimate, error, taken)
     hot_state, hot_annotated, hot_ts, _ = _read(annotations.get(HOT_VALUE_KEY), HOT_VALUE_FRESHNESS, now, args)
     annotated_hot = int(hot_annotated) if hot_state == "fresh" and hot_annotated is not None else 0
     own_hot = 0
@@ -215,7 +265,8 @@ def node_load(
             for rule in policy.hot_value
         }
         own_hot = hot_value(counts, policy.hot_value)
-    return NodeLoad(node, readings, annotated_hot, hot_state, own_hot)
+    states = {resource: found[0] for resource, found in batch.items()}
+    return NodeLoad(node, readings, annotated_hot, hot_state, own_hot, states)
 
 
 def filter_reason(
@@ -244,13 +295,17 @@ def filter_reason(
     return None
 
 
-def incoming_fraction(args: EstimateArgs, cpu: float, memory: float, capacity: NodeCapacity) -> dict[str, float]:
-    """A pod's estimated usage (``factor * request``) as fractions of a node's allocatable."""
+def incoming_fraction(
+    args: EstimateArgs, cpu: float, memory: float, capacity: NodeCapacity, learned: bool = False
+) -> dict[str, float]:
+    """A pod's estimated usage (``factor * request``; ``learned``: ``cpu``/``memory`` are already its workload's
+    learned usage, taken as they are) as fractions of a node's allocatable."""
     if not args.enabled or not args.incoming_pod:
         return {}
+    cpu_factor, memory_factor = (1.0, 1.0) if learned else (args.cpu_factor, args.memory_factor)
     return {
-        "cpu": args.cpu_factor * cpu / capacity.cpu if capacity.cpu > 0 else 0.0,
-        "memory": args.memory_factor * memory / capacity.memory if capacity.memory > 0 else 0.0,
+        "cpu": cpu_factor * cpu / capacity.cpu if capacity.cpu > 0 else 0.0,
+        "memory": memory_factor * memory / capacity.memory if capacity.memory > 0 else 0.0,
     }
 
 
@@ -309,6 +364,13 @@ def valid_until(
             hot_ts = None
         if hot_ts is not None:
             until = min(until, _until(hot_ts, load.hot_state, HOT_VALUE_FRESHNESS.total_seconds(), skew))
+    if load.batch_state:  # a regular pod's load: the batch annotations' freshness edges
+        window = batch_window(args).total_seconds()
+        for resource, state in load.batch_state.items():
+            text = (annotations or {}).get(BATCH_USAGE_KEYS[resource])
+            if text is not None and state in ("fresh", "future"):
+                with contextlib.suppress(AnnotationError):
+                    until = min(until, _until(decode(text, args.legacy_zone).timestamp, state, window, skew))
     if args.own_bindings_in_hot_value:
         for rule in args.policy.hot_value:
             span = rule.time_range.total_seconds()

@@ -8,30 +8,21 @@ other tests' nodes and pods on the shared cluster do not interfere.
 
 from __future__ import annotations
 
-import contextlib
-import sys
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-import yaml
-from aiohttp import web
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
-from crane_extender.server import Extender, ExtenderMetrics, make_app
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.fleet import make_fleet
 from crane_sandbox.pod_follower import create_nodes
-from crane_sandbox.procs import ManagedProcess, free_port
-from crane_sandbox.rbac import identity
 from crane_shared.annotations import encode_usage
-from crane_shared.loadaware.dynamic import DynamicArgs
-from crane_shared.policy import default_policy
+from tests.support.extender_cluster import extender_in_process, extender_process, get, kube_scheduler
 from tests.support.policy import UPSTREAM_METRICS as METRICS
 from tests.support.waiting import eventually
 
@@ -44,100 +35,6 @@ async def annotate(kube: client.ApiClient, node: str, cpu_5m: float) -> None:
     values = dict.fromkeys(METRICS, 0.2) | {"cpu_usage_avg_5m": cpu_5m}
     body = {"metadata": {"annotations": {m: encode_usage(v, now) for m, v in values.items()}}}
     await client.CoreV1Api(kube).patch_node(node, body, _content_type="application/merge-patch+json")
-
-
-@contextlib.asynccontextmanager
-async def extender_in_process(registry: CollectorRegistry) -> AsyncIterator[str]:
-    """The extender as an aiohttp sub-app on a free port, without node cache; yields the urlPrefix."""
-    app = web.Application()
-    app.add_subapp(
-        "/extender", make_app(Extender(DynamicArgs(default_policy()), metrics=ExtenderMetrics.create(registry)))
-    )
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}/extender"
-    finally:
-        await runner.cleanup()
-
-
-async def _get(url: str) -> tuple[int, str]:
-    async with aiohttp.ClientSession() as s, s.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
-        return r.status, await r.text()
-
-
-@contextlib.asynccontextmanager
-async def extender_process(cluster: LocalCluster, run_dir: Path) -> AsyncIterator[str]:
-    """``python -m crane_extender --node-cache`` as a child process, ready (node cache synced)."""
-    port = free_port()
-    proc = ManagedProcess(
-        "crane-extender",
-        [
-            sys.executable,
-            "-m",
-            "crane_extender",
-            "--node-cache",
-            "--port",
-            str(port),
-            "--listen-address",
-            "127.0.0.1",
-            "--kubeconfig",
-            str(identity(cluster, "extender").kubeconfig),  # the chart's extender ServiceAccount
-            "--log-level",
-            "debug",
-        ],
-        run_dir / "logs" / f"crane-extender-{port}.log",
-    )
-    await proc.start()
-    try:
-
-        async def ready() -> bool:
-            return (await _get(f"http://127.0.0.1:{port}/readyz"))[0] == 200
-
-        await proc.wait_ready(ready, timeout=30)
-        yield f"http://127.0.0.1:{port}/extender"
-    finally:
-        await proc.stop()
-
-
-@contextlib.asynccontextmanager
-async def kube_scheduler(
-    cluster: LocalCluster, run_dir: Path, tmp_path: Path, url_prefix: str, *, node_cache: bool, scheduler_name: str
-) -> AsyncIterator[ManagedProcess]:
-    """The real kube-scheduler with one profile and our extender, exactly as the README configures it."""
-    assert cluster.binaries is not None
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": str(cluster.kubeconfig_path)},
-        "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": scheduler_name}],
-        "extenders": [
-            {
-                "urlPrefix": url_prefix,
-                "filterVerb": "filter",
-                "prioritizeVerb": "prioritize",
-                "weight": 1,
-                "nodeCacheCapable": node_cache,
-                "ignorable": False,  # here an extender failure must show, not be skipped
-                "httpTimeout": "5s",
-            }
-        ],
-    }
-    path = tmp_path / "kube-scheduler.yaml"
-    path.write_text(yaml.safe_dump(config))
-    proc = ManagedProcess(
-        "kube-scheduler",
-        [str(cluster.binaries.scheduler), f"--config={path}", "--secure-port=0", "--v=2"],
-        run_dir / "logs" / f"kube-scheduler-{scheduler_name}.log",
-    )
-    await proc.start()
-    try:
-        yield proc
-    finally:
-        await proc.stop()
 
 
 def _pod(name: str, scheduler_name: str, tag: str) -> dict[str, Any]:
@@ -222,7 +119,7 @@ async def test_stock_kube_scheduler_with_the_extender_avoids_the_overloaded_node
         assert f"3 {HOT_REASON}" in message, message
 
         if node_cache:
-            _, metrics = await _get(url_prefix.removesuffix("/extender") + "/metrics")
+            _, metrics = await get(url_prefix.removesuffix("/extender") + "/metrics")
             assert 'crane_extender_requests_total{result="ok",verb="filter"}' in metrics
         else:
             assert (

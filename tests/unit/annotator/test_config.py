@@ -51,6 +51,25 @@ def test_a_bad_policy_file_refuses_to_start_naming_the_field(
     assert "syncPolicy[0].period" in capsys.readouterr().err
 
 
+def test_a_bad_reclaim_section_refuses_to_start_with_one_line_per_problem(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = {
+        "syncPolicy": [{"name": "cpu_usage_avg_5m", "period": "3m"}, {"name": "mem_usage_avg_5m", "period": "3m"}],
+        "reclaim": {"cpu": {"reclaimThreshold": 1.2}, "memory": {"policy": "requests"}, "degradeAfter": "soon"},
+    }
+    policy = write_policy(tmp_path / "policy.yaml", spec)
+    with pytest.raises(SystemExit) as exit_info:
+        parse_config(["--policy", str(policy)])
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(str(policy))]
+    assert [line.split(": ")[1] for line in lines] == [
+        "spec.reclaim.cpu.reclaimThreshold",
+        "spec.reclaim.memory.policy",
+        "spec.reclaim.degradeAfter",
+    ]
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from crane_shared.policy import default_policy
+from crane_shared.reclaimpolicy import ReclaimPolicy
 from cranectl.nodes import node_rows, render
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -68,3 +70,18 @@ def test_cranectl_does_not_import_the_sandbox() -> None:
     code = "import sys, cranectl.__main__, cranectl.nodes; print([m for m in sys.modules if 'sandbox' in m])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_batch_columns_show_what_the_node_lends_and_what_batch_pods_request_and_use() -> None:
+    policy = dataclasses.replace(default_policy(), reclaim=ReclaimPolicy())
+    lending = node("lending", {"crane.io/batch-cpu-usage": f"0.10000,{stamp(5)}"})
+    lending["status"]["allocatable"] |= {"crane.io/batch-cpu": "2500", "crane.io/batch-memory": str(8 * 1024**3)}
+    batch_pod = pod("lending", "0", "0")
+    batch_pod["spec"]["containers"][0]["resources"]["requests"] |= {"crane.io/batch-cpu": "1500"}
+    rows = node_rows([lending, node("plain", {})], [batch_pod], policy, NOW)
+    assert rows[0].batch_cpu == "1.5/2.5 (0.8)"  # 10 % of 8 cores in use by batch pods
+    assert rows[0].batch_mem == "0.0/8.0Gi (-)"
+    assert (rows[1].batch_cpu, rows[1].batch_mem) == ("-", "-")
+    lines = render(rows, policy).splitlines()
+    assert "BATCH CPU" in lines[0] and "1.5/2.5 (0.8)" in lines[1]
+    assert "BATCH CPU" not in render(rows[1:], default_policy())

@@ -77,6 +77,20 @@ def _rules_of(objects: list[dict[str, Any]], subject: str) -> list[dict[str, Any
     return rules
 
 
+def test_the_annotator_watches_pods_and_patches_node_status_only_with_spec_reclaim() -> None:
+    objects = render("--set", "policy.spec.reclaim.maxAge=5m")
+    granted = {
+        (group, resource, verb)
+        for rule in _rules_of(objects, "crane-annotator")
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert {("", "pods", "list"), ("", "pods", "watch"), ("", "nodes/status", "patch")} <= granted
+    assert not {(g, r, v) for g, r, v in granted if r.startswith("pods") and v not in ("list", "watch")}
+    assert ("", "nodes/status", "update") not in granted
+
+
 def test_rbac_is_least_privilege_per_service() -> None:
     objects = render(*FULL)
     allowed = {
@@ -129,6 +143,10 @@ def test_rbac_is_least_privilege_per_service() -> None:
                     resource,
                     verb,
                 )
+    annotator = {
+        (r, v) for rule in _rules_of(objects, "crane-annotator") for r in rule["resources"] for v in rule["verbs"]
+    }
+    assert ("pods", "list") not in annotator and ("nodes/status", "patch") not in annotator  # no spec.reclaim
     descheduler = {
         (r, v) for rule in _rules_of(objects, "crane-descheduler") for r in rule["resources"] for v in rule["verbs"]
     }
@@ -405,7 +423,8 @@ def test_the_sandbox_applies_the_charts_own_roles_per_namespace() -> None:
     assert "zz-placeholder" not in json.dumps(objects)
     shipped = render(
         "--set",
-        "fullnameOverride=crane,extender.enabled=true,scheduler.topologyAware=true,serviceMonitor.enabled=true",
+        "fullnameOverride=crane,extender.enabled=true,scheduler.topologyAware=true,serviceMonitor.enabled=true,"
+        "policy.spec.reclaim.maxAge=5m",
     )
     for kind in ("ClusterRole", "Role"):  # the same rules; Lease names carry the prefix
         ours = {

@@ -13,6 +13,7 @@ from crane_extender.protocol import Decide, filter_nodes, parse_args, prioritize
 from crane_extender.recent import RecentBindings
 from crane_extender.server import Extender, ExtenderMetrics
 from crane_shared.annotations import encode_hot_value, encode_usage
+from crane_shared.batch import BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY
 from crane_shared.bindings import BindingRecord
 from crane_shared.informer import Informer
 from crane_shared.loadaware.dynamic import DynamicArgs, NodeCapacity, RecentBinding, node_load, valid_until
@@ -33,9 +34,16 @@ hot_texts = st.one_of(st.none(), st.just("garbage"), st.integers(min_value=-400,
     hot_age=hot_texts,
     bindings=st.lists(st.floats(min_value=-400, max_value=5), max_size=6),
     later=st.lists(st.floats(min_value=0, max_value=5 * 3600), min_size=1, max_size=8),
+    batch_age=hot_texts,
+    regular=st.booleans(),
 )
 def test_a_memoized_load_equals_node_load_at_every_time_until_it_expires(
-    ages: list[int | None], hot_age: int | str | None, bindings: list[float], later: list[float]
+    ages: list[int | None],
+    hot_age: int | str | None,
+    bindings: list[float],
+    later: list[float],
+    batch_age: int | str | None,
+    regular: bool,
 ) -> None:
     t0 = T + 0.5
     at0 = datetime.fromtimestamp(t0, UTC)
@@ -48,15 +56,20 @@ def test_a_memoized_load_equals_node_load_at_every_time_until_it_expires(
         annotations["node_hot_value"] = encode_hot_value(1, at0 - timedelta(seconds=hot_age))
     elif hot_age is not None:
         annotations["node_hot_value"] = hot_age
+    if isinstance(batch_age, int):  # the batch pods' usage: a regular pod's load changes when it turns stale
+        annotations[BATCH_CPU_USAGE_KEY] = encode_usage(0.3, at0 - timedelta(seconds=batch_age))
+    elif batch_age is not None:
+        annotations[BATCH_MEMORY_USAGE_KEY] = batch_age
     recent = tuple(RecentBinding("n", t0 + offset, cpu=1) for offset in bindings)
     capacity = NodeCapacity(8, 2**34)
-    first = node_load("n", annotations, ARGS, at0, recent, capacity)
+    first = node_load("n", annotations, ARGS, at0, recent, capacity, regular=regular)
     until = valid_until(first, annotations, ARGS, recent, t0)
     assert until > t0
     for dt in later:
         t = t0 + dt
         if t < until:
-            assert node_load("n", annotations, ARGS, datetime.fromtimestamp(t, UTC), recent, capacity) == first
+            at = datetime.fromtimestamp(t, UTC)
+            assert node_load("n", annotations, ARGS, at, recent, capacity, regular=regular) == first
 
 
 async def _no_list(**kw: Any) -> Any:

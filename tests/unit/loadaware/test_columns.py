@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from crane_scheduler.loadaware.columns import LoadColumns
 from crane_scheduler.loadaware.recent import RecentEffects
 from crane_shared.annotations import encode_hot_value, encode_usage
+from crane_shared.batch import BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY
 from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
@@ -44,6 +45,12 @@ def node_annotations(draw: st.DrawFn) -> dict[str, str]:
                 out[metric] = encode_usage(draw(usages), NOW - timedelta(seconds=draw(ages)))
     if draw(st.booleans()):
         out["node_hot_value"] = encode_hot_value(draw(st.integers(0, 12)), NOW - timedelta(seconds=draw(ages)))
+    for key in (BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY):  # the batch pods' usage, taken out for regular pods
+        if draw(st.booleans()):
+            if draw(st.integers(0, 5)) == 0:
+                out[key] = draw(malformed)
+            else:
+                out[key] = encode_usage(draw(usages), NOW - timedelta(seconds=draw(ages)))
     return out
 
 
@@ -52,9 +59,10 @@ def node_annotations(draw: st.DrawFn) -> dict[str, str]:
     nodes=st.lists(node_annotations(), min_size=1, max_size=8),
     closed=st.booleans(),
     incoming=st.one_of(st.none(), st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))),
+    regular=st.booleans(),
 )
 def test_vectorised_filter_and_score_equal_the_reference(
-    nodes: list[dict[str, str]], closed: bool, incoming: tuple[float, float] | None
+    nodes: list[dict[str, str]], closed: bool, incoming: tuple[float, float] | None, regular: bool
 ) -> None:
     args = DynamicArgs(POLICY, stale="fail-closed" if closed else "fail-open")
     cols = LoadColumns(args, capacity=2)  # also exercises growth
@@ -68,16 +76,18 @@ def test_vectorised_filter_and_score_equal_the_reference(
         if incoming is None
         else {"cpu": np.full(len(nodes), incoming[0]), "memory": np.full(len(nodes), incoming[1])}
     )
-    for reason, mask in cols.filter(rows, now, extra):
+    for reason, mask in cols.filter(rows, now, extra, regular=regular):
         for i in np.flatnonzero(mask).tolist():
             assert reasons[i] is None, "a node gets one reason"
             reasons[i] = reason
-    vector_scores = cols.scores(rows, now).tolist()
+    vector_scores = cols.scores(rows, now, regular=regular).tolist()
     for i, ann in enumerate(nodes):
-        ref = node_load(f"n{i}", ann, args, NOW)
+        ref = node_load(f"n{i}", ann, args, NOW, regular=regular)
         pod = None if incoming is None else {"cpu": incoming[0], "memory": incoming[1]}
         assert reasons[i] == filter_reason(ref, args, incoming=pod)
         assert vector_scores[i] == score(ref, args)
+        assert cols.reason_of(i, extra, regular=regular) == reasons[i], "the one-row path agrees"
+        assert cols.score_of(i, regular=regular) == vector_scores[i]
 
 
 bindings = st.lists(
@@ -98,7 +108,7 @@ def _check_against_reference(
         for i in np.flatnonzero(mask).tolist():
             reasons[i] = reason
     for i, ann in enumerate(nodes):
-        recent = [RecentBinding(f"n{i}", t, c, m) for t, c, m in effects.bindings_of(i)]
+        recent = [RecentBinding(f"n{i}", t, c, m, learned) for t, c, m, learned in effects.bindings_of(i)]
         ref = node_load(f"n{i}", ann, args, now, recent, CAPACITY)
         assert own[i] == ref.own_hot, f"own hot value of n{i} at {at}"
         for metric, reading in ref.readings.items():
@@ -134,7 +144,8 @@ def test_cached_recent_effects_equal_the_reference_as_time_passes(
         effects.node_changed(row, f"n{row}", CAPACITY.cpu, CAPACITY.memory, start)
     ordered = sorted(recent, key=lambda b: b[1])
     for i, (row, age, cpu, memory) in enumerate(ordered):
-        effects.add(f"uid-{i}", row % len(nodes), f"n{row % len(nodes)}", start + age, cpu, memory)
+        learned = i % 3 == 1  # some carry a learned usage (no factor)
+        effects.add(f"uid-{i}", row % len(nodes), f"n{row % len(nodes)}", start + age, cpu, memory, learned)
     _check_against_reference(cols, effects, nodes, args, start + 5)
     for i in removed:
         effects.remove(f"uid-{i}", start + 5)
@@ -229,3 +240,6 @@ def test_cached_freshness_equals_a_fresh_evaluation_at_every_time(
         assert cols.scores(rows, at).tolist() == fresh.scores(rows, at).tolist()
         for metric in METRICS:
             np.testing.assert_array_equal(cols.usage(metric, rows, at), fresh.usage(metric, rows, at))
+            np.testing.assert_array_equal(
+                cols.usage(metric, rows, at, regular=True), fresh.usage(metric, rows, at, regular=True)
+            )

@@ -7,7 +7,8 @@ from typing import Any
 from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.explain import Decision, DecisionLog, render
 from crane_scheduler.podinfo import parse_node, parse_pod
-from tests.support.loadaware import NOW, Setup, loaded
+from cranectl.__main__ import render_explain
+from tests.support.loadaware import NOW, Setup, batch_pod, loaded, replica, with_batch_usage, with_pod_usage
 from tests.support.scheduler import node, pod
 
 
@@ -32,6 +33,28 @@ def test_why_this_node_shows_every_plugin_score_and_the_load_inputs() -> None:
     busy = next(n for n in out["nodes"] if n["node"] == "busy")
     assert busy["filter"] == {"plugin": "Dynamic", "reason": "node(s) had cpu_usage_avg_5m above 0.65"}
     assert out["rejectedByReason"] == {"node(s) had cpu_usage_avg_5m above 0.65": 1}
+
+
+def test_explain_shows_the_pods_class_the_batch_usage_taken_out_and_the_estimates_source() -> None:
+    peers = {f"ns/web-{i}": (1.5, 2.0**30) for i in range(3)}
+    hot = with_pod_usage(with_batch_usage(loaded("hot", 0.8), cpu=0.4, memory=0.4), peers)
+    hot["status"]["allocatable"].update({"crane.io/batch-cpu": "8000", "crane.io/batch-memory": "32Gi"})
+    s = Setup(hot)
+    for i in range(3):
+        running = replica("web", i, "2", "1Gi")
+        running["spec"]["nodeName"] = "hot"
+        s.table.add_pod(parse_pod(running))
+    regular = decide(s, replica("web", 3, "2", "1Gi"))
+    load = regular["nodes"][0]["load"]
+    assert regular["result"] == {"node": "hot"}
+    assert load["podClass"] == "regular" and load["metrics"]["cpu_usage_avg_5m"]["batchTakenOut"] == 0.4
+    assert load["podEstimate"]["source"] == "learned" and load["podEstimate"]["cpu"] == 1.5
+    assert "load: regular pod, estimate 1.5 cores / 1Gi (learned)" in render_explain(regular)
+    batch = decide(s, batch_pod("b"))
+    load = batch["nodes"][0]["load"]
+    assert load["podClass"] == "batch" and load["metrics"]["cpu_usage_avg_5m"]["batchTakenOut"] == 0.0
+    assert load["podEstimate"]["source"] == "factor x request"
+    assert batch["nodes"][0]["filter"] == {"plugin": "Dynamic", "reason": "node(s) had cpu_usage_avg_5m above 0.65"}
 
 
 def test_why_still_pending_lists_each_node_with_the_plugin_that_refused_it() -> None:

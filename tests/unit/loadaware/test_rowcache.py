@@ -34,9 +34,9 @@ def annotated(name: str, usage: float, age: float, hot: int, cpu: str) -> dict[s
 def uncached(plugin: Dynamic, table: NodeTable, state: dict[str, Any]) -> tuple[list[tuple[str, list[int]]], Any]:
     """The plugin's Filter and Score computed from scratch over every row, as before the caches."""
     now, extra, own_hot = state["Dynamic.inputs"]
-    cpu, memory = state["Dynamic.size"]
+    cpu, memory, learned = state["Dynamic.size"]
     rows = np.arange(table.n_rows, dtype=np.intp)
-    masks = plugin.columns.filter(rows, now, plugin._incoming(table, cpu, memory), extra)
+    masks = plugin.columns.filter(rows, now, plugin._incoming(table, cpu, memory, learned), extra)
     reasons = [(r, np.flatnonzero(m & table.live).tolist()) for r, m in masks]
     return [(r, hit) for r, hit in reasons if hit], plugin.columns.scores(rows, now, extra, own_hot)
 

@@ -9,8 +9,18 @@
           staleData: failOpen            # failOpen (upstream) | failClosed
           legacyTimeZone: Asia/Shanghai  # zone of upstream's bare-"Z" timestamps
           ownBindingsInHotValue: true
+          estimate:
+            enabled: true
+            incomingPod: true
+            cpuFactor: 0.6
+            memoryFactor: 0.6
+            window: 5m
+            learned:                     # the workload's measured usage instead of factor x request
+              enabled: true
+              minPods: 3                 # measured running pods of the same owner and template needed
+              percentile: 90             # of their usage, per resource
+              maxAge: 10m                # pod-usage annotations older than this are not used
           gangHotValue: spread           # spread | together (a gang's own members leave its hot value alone)
-          estimate: {enabled: true, incomingPod: true, cpuFactor: 0.6, memoryFactor: 0.6, window: 5m}
 
 ``gangHotValue``: the hot value counts this scheduler's recent bindings, so each member of a gang placed in one
 gang cycle makes its node look hotter to the next member, which spreads a gang over the nodes (``spread``, the
@@ -32,10 +42,12 @@ from crane_scheduler.framework import ArgsError
 from crane_shared.annotations import DEFAULT_LEGACY_ZONE
 from crane_shared.durations import DurationError, parse_duration
 from crane_shared.loadaware.dynamic import EstimateArgs, StalePolicy
+from crane_shared.loadaware.learned import LearnArgs
 
 _KNOWN = {"policyConfigPath", "staleData", "legacyTimeZone", "ownBindingsInHotValue", "gangHotValue", "estimate"}
 GangHotValue = Literal["spread", "together"]
-_ESTIMATE_KNOWN = {"enabled", "incomingPod", "cpuFactor", "memoryFactor", "window"}
+_ESTIMATE_KNOWN = {"enabled", "incomingPod", "cpuFactor", "memoryFactor", "window", "learned"}
+_LEARNED_KNOWN = {"enabled", "minPods", "percentile", "maxAge"}
 
 
 @dataclass(frozen=True)
@@ -103,7 +115,40 @@ def parse_args(raw: Mapping[str, Any]) -> PluginArgs:
                 problems.append(("estimate.window", "must be > 0"))
         except DurationError as err:
             problems.append(("estimate.window", str(err)))
-        estimate = EstimateArgs(bool(enabled), bool(incoming), factors["cpuFactor"], factors["memoryFactor"], window)
+        learned = _learned(est_raw.get("learned", {}), problems)
+        estimate = EstimateArgs(
+            bool(enabled), bool(incoming), factors["cpuFactor"], factors["memoryFactor"], window, learned=learned
+        )
     if problems:
         raise ArgsError(problems)
     return PluginArgs(path, stale, zone, bool(own), estimate, gang)
+
+
+def _learned(raw: Any, problems: list[tuple[str, str]]) -> LearnArgs:
+    """``estimate.learned``; problems are appended with their paths."""
+    if not isinstance(raw, Mapping):
+        problems.append(("estimate.learned", "must be a mapping"))
+        return LearnArgs()
+    path = "estimate.learned"
+    problems += [(f"{path}.{k}", "unknown field") for k in raw if k not in _LEARNED_KNOWN]
+    default = LearnArgs()
+    enabled = raw.get("enabled", default.enabled)
+    if not isinstance(enabled, bool):
+        problems.append((f"{path}.enabled", "must be true or false"))
+        enabled = default.enabled
+    min_pods = raw.get("minPods", default.min_pods)
+    if not isinstance(min_pods, int) or isinstance(min_pods, bool) or min_pods < 1:
+        problems.append((f"{path}.minPods", f"must be an integer >= 1, got {min_pods!r}"))
+        min_pods = default.min_pods
+    percentile = raw.get("percentile", default.percentile)
+    if not _number(percentile) or not 0 <= percentile <= 100:
+        problems.append((f"{path}.percentile", f"must be a number within [0, 100], got {percentile!r}"))
+        percentile = default.percentile
+    max_age = default.max_age
+    try:
+        max_age = parse_duration(str(raw.get("maxAge", "10m")))
+        if max_age <= timedelta(0):
+            problems.append((f"{path}.maxAge", "must be > 0"))
+    except DurationError as err:
+        problems.append((f"{path}.maxAge", str(err)))
+    return LearnArgs(enabled, min_pods, float(percentile), max_age)

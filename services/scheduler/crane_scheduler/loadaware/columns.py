@@ -4,8 +4,11 @@
 with thousands of nodes cannot afford a Python call per node per pod, so this module keeps every node's
 decoded annotations as arrays (decoded once per node update, not once per decision) and evaluates freshness,
 the predicates and the score with array operations. It must agree with ``dynamic.py`` for every input; a
-property test holds the two together. The effects of this scheduler's recent bindings come in as per-row arrays
-(``extra``, ``own_hot``) that ``recent.RecentEffects`` keeps up to date.
+property test holds the two together. A regular pod is judged by ``regular_values``: per CPU or memory metric,
+the fresh value less the batch pods' fresh usage (``dynamic.batch_usage``), clamped at 0, kept next to
+``fresh_values`` and refreshed with them, so choosing the class costs nothing per decision. The effects of this
+scheduler's recent bindings come in as per-row arrays (``extra``, ``own_hot``) that ``recent.RecentEffects`` keeps
+up to date.
 """
 
 from __future__ import annotations
@@ -26,13 +29,18 @@ from crane_shared.annotations import (
     metric_freshness_window,
 )
 from crane_shared.loadaware.dynamic import (
+    BATCH_USAGE_KEYS,
     HOT_VALUE_PENALTY,
     MAX_SCORE,
     NEUTRAL_SCORE,
     DynamicArgs,
+    batch_window,
     resource_of,
 )
 from crane_shared.policy import PredicatePolicy
+
+_RAW_KEYS = frozenset((HOT_VALUE_KEY, *BATCH_USAGE_KEYS.values()))
+"""decoded columns named by their annotation key (the metrics' keys are derived from their names)"""
 
 FloatArray = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
@@ -49,9 +57,13 @@ class LoadColumns:
     malformed: dict[str, Mask] = field(default_factory=dict)
     fresh_values: dict[str, FloatArray] = field(default_factory=dict)
     """per metric (and the hot value): the value where fresh at the last evaluation, else NaN (see ``_fresh_at``)"""
+    regular_values: dict[str, FloatArray] = field(default_factory=dict)
+    """per metric: ``fresh_values`` less the fresh batch usage of its resource, clamped at 0 (a regular pod's)"""
+    batch_ignored: int = 0
+    """batch-usage annotations found stale (present, decodable, not fresh) since the start: they subtract nothing"""
 
     def __post_init__(self) -> None:
-        for name in [*self.metrics, HOT_VALUE_KEY]:
+        for name in self._decoded:
             self.values[name] = np.full(self.capacity, np.nan)
             self.stamps[name] = np.full(self.capacity, np.nan)
             self.malformed[name] = np.zeros(self.capacity, dtype=bool)
@@ -60,6 +72,11 @@ class LoadColumns:
             s.name: metric_freshness_window(s.period).total_seconds() for s in self.args.policy.sync_policy
         }
         self._windows[HOT_VALUE_KEY] = HOT_VALUE_FRESHNESS.total_seconds()
+        for key in BATCH_USAGE_KEYS.values():
+            self._windows[key] = batch_window(self.args).total_seconds()
+        self._batch_of = {m: BATCH_USAGE_KEYS[r] for m in self.metrics if (r := resource_of(m)) is not None}
+        self._batch_stale = {key: np.zeros(self.capacity, dtype=bool) for key in BATCH_USAGE_KEYS.values()}
+        self._regular(None)
         # Freshness is piecewise constant in time: ``fresh_values`` evaluated at ``_evaluated`` hold until the
         # first stamp crosses an edge (``stamp - max_skew``, ``stamp + window``), ``_next``. A changed row is
         # re-evaluated alone at the next decision (``_dirty``), adding its own edges to ``_next``.
@@ -73,6 +90,40 @@ class LoadColumns:
     def metrics(self) -> list[str]:
         return [s.name for s in self.args.policy.sync_policy]
 
+    @property
+    def _decoded(self) -> list[str]:
+        """every annotation decoded into a column: the metrics, the hot value, the batch usage per resource"""
+        return [*self.metrics, HOT_VALUE_KEY, *BATCH_USAGE_KEYS.values()]
+
+    def _regular(self, rows: npt.NDArray[np.intp] | None) -> None:
+        """Refresh ``regular_values`` from ``fresh_values`` (all rows, or ``rows``): the reference's
+        ``max(0, annotated - batch) if batch else annotated``."""
+        for metric in self.metrics:
+            key = self._batch_of.get(metric)
+            if key is None:
+                self.regular_values[metric] = self.fresh_values[metric]
+                continue
+            fresh, batch = self.fresh_values[metric], self.fresh_values[key]
+            if rows is None:
+                self.regular_values[metric] = _without_batch(fresh, batch)
+            else:
+                self.regular_values[metric][rows] = _without_batch(fresh[rows], batch[rows])
+
+    def _count_stale(self, key: str, rows: npt.NDArray[np.intp] | None) -> None:
+        """Count the batch annotations that turned stale (present and decodable, not fresh) at these rows."""
+        stamps = self.stamps[key] if rows is None else self.stamps[key][rows]
+        fresh = self.fresh_values[key] if rows is None else self.fresh_values[key][rows]
+        stale = ~np.isnan(stamps) & np.isnan(fresh)
+        seen = self._batch_stale[key]
+        if len(seen) < len(self.stamps[key]):
+            seen = self._batch_stale[key] = _grown_bool(seen, len(self.stamps[key]))
+        before = seen[: len(stale)] if rows is None else seen[rows]
+        self.batch_ignored += int((stale & ~before).sum())
+        if rows is None:
+            seen[: len(stale)] = stale
+        else:
+            seen[rows] = stale
+
     def _grow(self, rows: int) -> None:
         cap = max(rows, 2 * self.capacity)
         for table, fill in ((self.values, np.nan), (self.stamps, np.nan), (self.malformed, False)):
@@ -85,6 +136,7 @@ class LoadColumns:
             fresh[: len(arr)] = arr
             self.fresh_values[name] = fresh
         self.capacity = cap
+        self._regular(None)
 
     def set_row(self, row: int, annotations: Mapping[str, str] | None) -> list[str]:
         """Decode one node's annotations into ``row``; returns the malformed metric names (to count)."""
@@ -92,8 +144,8 @@ class LoadColumns:
             self._grow(row + 1)
         annotations = annotations or {}
         bad = []
-        for name in [*self.metrics, HOT_VALUE_KEY]:
-            key = name if name == HOT_VALUE_KEY else annotation_key(name)
+        for name in self._decoded:
+            key = name if name in _RAW_KEYS else annotation_key(name)
             text = annotations.get(key)
             value = stamp = math.nan
             broken = False
@@ -123,6 +175,9 @@ class LoadColumns:
                 self.changed.update(range(len(new)) if moved is None else np.flatnonzero(moved).tolist())
                 self.fresh_values[name] = new
                 self._next = min(self._next, _next_edge(self.stamps[name], now, window, self.args))
+            for key in BATCH_USAGE_KEYS.values():
+                self._count_stale(key, None)
+            self._regular(None)
             return
         self._evaluated = now
         if self._dirty:
@@ -133,14 +188,22 @@ class LoadColumns:
                 stamps = self.stamps[name][rows]
                 self.fresh_values[name][rows] = _fresh(self.values[name][rows], stamps, now, window, self.args)
                 self._next = min(self._next, _next_edge(stamps, now, window, self.args))
+            for key in BATCH_USAGE_KEYS.values():
+                self._count_stale(key, rows)
+            self._regular(rows)
 
     def usage(
-        self, metric: str, rows: npt.NDArray[np.intp], now: float, extra: Mapping[str, FloatArray] | None = None
+        self,
+        metric: str,
+        rows: npt.NDArray[np.intp],
+        now: float,
+        extra: Mapping[str, FloatArray] | None = None,
+        regular: bool = False,
     ) -> FloatArray:
         """Annotated usage (plus ``extra[metric]``, the estimate) where fresh, else NaN (the window strict,
-        future stamps beyond the skew rejected)."""
+        future stamps beyond the skew rejected); ``regular``: less the batch pods' usage."""
         self.evaluate(now)
-        usage = self.fresh_values[metric][rows]
+        usage = (self.regular_values if regular else self.fresh_values)[metric][rows]
         if extra is not None and metric in extra:
             usage = usage + extra[metric][rows]
         return usage
@@ -171,6 +234,7 @@ class LoadColumns:
         now: float,
         incoming: Mapping[str, FloatArray] | None = None,
         extra: Mapping[str, FloatArray] | None = None,
+        regular: bool = False,
     ) -> list[tuple[str, Mask]]:
         """(reason, rejected mask over ``rows``) per predicate, in policy order; a node takes the first reason.
 
@@ -181,7 +245,7 @@ class LoadColumns:
             if predicate.max_limit_percent == 0:
                 continue
             no_fresh, above, pushed_above = self.reasons(predicate)
-            usage = self.usage(predicate.name, rows, now, extra)
+            usage = self.usage(predicate.name, rows, now, extra, regular)
             missing = np.isnan(usage)
             if no_fresh is not None:
                 closed = missing & ~taken
@@ -206,6 +270,7 @@ class LoadColumns:
         now: float,
         extra: Mapping[str, FloatArray] | None = None,
         own_hot: FloatArray | None = None,
+        regular: bool = False,
     ) -> npt.NDArray[np.int64]:
         """Dynamic scores 0..100 for ``rows`` (renormalised over valid metrics, rounded, minus 10 x hot)."""
         weighted = np.zeros(len(rows))
@@ -213,7 +278,7 @@ class LoadColumns:
         for priority in self.args.policy.priority:
             if priority.weight == 0:
                 continue
-            usage = self.usage(priority.name, rows, now, extra)
+            usage = self.usage(priority.name, rows, now, extra, regular)
             valid = ~np.isnan(usage)
             idle = 1.0 - np.clip(np.where(valid, usage, 0.0), 0.0, 1.0)
             weighted += np.where(valid, idle * priority.weight, 0.0)
@@ -230,7 +295,11 @@ class LoadColumns:
     # per operation costs more than the operation on one row.
 
     def reason_of(
-        self, row: int, incoming: Mapping[str, FloatArray] | None = None, extra: Mapping[str, FloatArray] | None = None
+        self,
+        row: int,
+        incoming: Mapping[str, FloatArray] | None = None,
+        extra: Mapping[str, FloatArray] | None = None,
+        regular: bool = False,
     ) -> str | None:
         """``filter``'s reason for one row (None: passes). ``evaluate`` must have run for the decision's time."""
         for predicate in self.args.policy.predicate:
@@ -238,7 +307,7 @@ class LoadColumns:
             if limit == 0:
                 continue
             no_fresh, above, pushed_above = self.reasons(predicate)
-            usage = float(self.fresh_values[predicate.name][row])
+            usage = float((self.regular_values if regular else self.fresh_values)[predicate.name][row])
             if extra is not None and predicate.name in extra:
                 usage = usage + float(extra[predicate.name][row])
             if math.isnan(usage):
@@ -253,14 +322,18 @@ class LoadColumns:
         return None
 
     def score_of(
-        self, row: int, extra: Mapping[str, FloatArray] | None = None, own_hot: FloatArray | None = None
+        self,
+        row: int,
+        extra: Mapping[str, FloatArray] | None = None,
+        own_hot: FloatArray | None = None,
+        regular: bool = False,
     ) -> int:
         """``scores`` for one row. ``evaluate`` must have run for the decision's time."""
         weighted = weights = 0.0
         for priority in self.args.policy.priority:
             if priority.weight == 0:
                 continue
-            usage = float(self.fresh_values[priority.name][row])
+            usage = float((self.regular_values if regular else self.fresh_values)[priority.name][row])
             if extra is not None and priority.name in extra:
                 usage = usage + float(extra[priority.name][row])
             if math.isnan(usage):
@@ -295,3 +368,15 @@ def _fresh(values: FloatArray, stamps: FloatArray, now: float, window: float, ar
     skew = args.max_skew.total_seconds()
     ok = ~np.isnan(stamps) & (stamps <= now + skew) & (now < stamps + window)
     return np.where(ok, values, np.nan)
+
+
+def _without_batch(fresh: FloatArray, batch: FloatArray) -> FloatArray:
+    """``max(0, fresh - batch)`` where a fresh, non-zero batch usage is known, else ``fresh`` (NaN stays NaN)."""
+    taken = ~np.isnan(batch) & (batch != 0)
+    return np.where(taken, np.maximum(fresh - np.where(taken, batch, 0.0), 0.0), fresh)
+
+
+def _grown_bool(arr: Mask, cap: int) -> Mask:
+    out = np.zeros(cap, dtype=bool)
+    out[: len(arr)] = arr
+    return out

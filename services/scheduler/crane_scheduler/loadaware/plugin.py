@@ -12,6 +12,10 @@ Preemption's victims leave a node in Filter (``leaving.py``): in the dry run's w
 ``NodeTable.victims_simulated``) and once gone, their measured usage (``crane.io/pod-usage``) and their estimates
 go with them, so a higher-priority pod preempts the lower-priority pods that make a node hot. A refusal carries
 the soonest instant it could lift with no event (``lift.py``): the pod is retried then.
+Two classes of pods (``crane_shared.batch``): a batch pod is judged by the node's whole usage, a regular pod by
+the usage without the batch pods' (``LoadColumns.regular_values``); each class keeps its own cached results.
+The estimate of the incoming pod and of a pod just bound is its workload's learned usage when enough of its
+running pods are measured (``learned.WorkloadUsage``), else ``factor x request``.
 
 The policy file is re-read when it changes (a ConfigMap update swaps the mounted file): a valid new policy
 applies to the next pod; an invalid one is refused with a logged reason and the old policy stays.
@@ -32,6 +36,7 @@ from prometheus_client import Counter, Gauge
 from crane_scheduler import framework as fwk
 from crane_scheduler.loadaware.args import PluginArgs, parse_args
 from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
+from crane_scheduler.loadaware.learned import WorkloadUsage
 from crane_scheduler.loadaware.leaving import Leaving, LeavingLoad, PodUsageIndex, preempted, started
 from crane_scheduler.loadaware.lift import next_change, retry_after
 from crane_scheduler.loadaware.nominated import NominatedLoad
@@ -40,12 +45,13 @@ from crane_scheduler.nodetable import IntArray, Mask, NodeTable, Nomination, Pod
 from crane_scheduler.podinfo import CPU, MEMORY, NodeInfo, PodInfo
 from crane_scheduler.rowcache import PASS, Codes, FilterCache, RowVersions, ScoreCache
 from crane_shared.annotations import metric_freshness_window
-from crane_shared.batch import POD_USAGE_KEY
+from crane_shared.batch import BATCH_CPU, BATCH_MEMORY, POD_USAGE_KEY
 from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
     RecentBinding,
     filter_reason,
+    incoming_fraction,
     node_load,
     score,
 )
@@ -56,6 +62,8 @@ from crane_shared.policyfile import PolicyFile
 
 NAME = "Dynamic"
 RELOAD_CHECK_INTERVAL = 2.0
+JUDGED_KEPT = 4096
+"""pods whose class and estimate are kept for explain"""
 ONE_BY_ONE = 16
 """up to this many changed rows are refreshed one at a time in Python (cheaper than numpy calls on a few rows)"""
 
@@ -74,6 +82,10 @@ class DynamicMetrics:
         )
         self.reloads: Counter = metrics.counter(
             "crane_scheduler_policy_reloads", "Policy file reloads by result", ["result"]
+        )
+        self.batch_ignored: Counter = metrics.counter(
+            "crane_scheduler_dynamic_batch_usage_ignored",
+            "Batch-usage annotations found stale: regular pods saw the node's whole usage",
         )
         self.thresholds: Gauge = metrics.gauge(
             "crane_scheduler_dynamic_policy_threshold",
@@ -146,13 +158,16 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         self.pod_usage = PodUsageIndex(self._malformed_pod_usage)
         # Results per node row, refreshed for the rows whose inputs changed (``rowcache``).
         self.versions = RowVersions()
-        self._scores = ScoreCache(self.versions)
+        self._scores = {regular: ScoreCache(self.versions) for regular in (False, True)}
         self._codes = FilterCache(self.versions)
+        self._batch_ignored = 0
         self._reasons = self.columns.all_reasons()
         self._reason_index = {r: i for i, r in enumerate(self._reasons)}
         self._incoming_cache: tuple[int, int, FloatArray, FloatArray] | None = None
         self._incoming_of: tuple[tuple[int, int, float, float, float, float], dict[str, FloatArray]] | None = None
         self._horizon_of: tuple[DynamicArgs | None, float] = (None, 0.0)
+        # Measured usage of the running pods per workload (learned estimates): pods from the informer only.
+        self.learned = WorkloadUsage(args.estimate.learned)
         # One column per plugin instance: every profile has its own Dynamic (own args, own recent bindings).
         column = f"Dynamic.malformed.{handle.profile}.{id(self)}"
         handle.table.register_column(column, self._decode_node, dtype=np.int64)
@@ -166,6 +181,13 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             self._nomination_changed(uid, nomination)
         table.victims_simulated.append(self._victims_simulated)
         table.pod_left.append(self._pod_left)
+        table.pod_added.append(self._pod_added)
+        table.pod_removed.append(self.learned.pod_removed)
+        for record in table.pods.values():
+            if record.pod is not None and not record.assumed:
+                self._pod_added(record.pod)
+        self._judged: dict[str, tuple[bool, float, float, bool]] = {}
+        """pod uid -> (regular, estimated cpu, memory, learned) as Filter judged it last (for explain)"""
 
     # -- node annotations -> columns ------------------------------------------------------------------------------
 
@@ -179,6 +201,10 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         self.pod_usage.set_row(row, node.name, node.annotations.get(POD_USAGE_KEY))
         self.leaving.node_changed(row, node.name, cpu, memory)
         self.versions.touch((row,))  # allocatable may have changed: the incoming pod's fraction too
+        error = self.learned.node_changed(node.name, node.annotations)
+        if error is not None:
+            self.metrics.malformed.labels("pod-usage").inc()
+            self._log_once.warning("malformed:pod-usage", "malformed pod-usage annotation skipped", node=node.name)
         for metric in bad:
             self.metrics.malformed.labels(metric).inc()
             self._log_once.warning(
@@ -250,6 +276,18 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             self.leaving.depart(row, record.uid, entry)
         self.recent.remove(record.uid, now)
 
+    def _pod_added(self, pod: PodInfo) -> None:
+        self.learned.pod_added(pod.uid, pod.namespace, pod.name, pod.raw.get("metadata"))
+
+    def estimate_of(self, pod: PodInfo, now: float) -> tuple[float, float, bool]:
+        """(cores, bytes, learned): the workload's learned usage when known, else the pod's size (the factor is
+        applied to it later)."""
+        found = self.learned.estimate(pod.raw.get("metadata"), now)
+        if found is not None:
+            return found.cpu_cores, found.memory_bytes, True
+        cpu, memory = estimated_resources(pod)
+        return cpu, memory, False
+
     def _nomination_changed(self, uid: str, nomination: Nomination | None) -> None:
         if nomination is None:
             self.nominated.clear(uid)
@@ -282,8 +320,8 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
                 self.columns.set_row(row, node.annotations)
                 self.recent.node_changed(row, node.name, *_capacity(node), now)
                 self.nominated.node_changed(row, node.name, *_capacity(node))
-                for uid, bound_at, cpu, memory, group in old.uids_of(row):
-                    self.recent.add(uid, row, node.name, bound_at, cpu, memory, group)
+                for uid, bound_at, cpu, memory, learned, group in old.uids_of(row):
+                    self.recent.add(uid, row, node.name, bound_at, cpu, memory, learned, group)
                 self.leaving.node_changed(row, node.name, *_capacity(node))
                 for uid, entry in gone.get(row, {}).items():
                     self.leaving.depart(row, uid, entry)
@@ -308,21 +346,27 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         row = self.handle.table.rows.get(node)
         if row is None:
             return []
-        return [RecentBinding(node, t, c, m) for t, c, m in self.recent.bindings_of(row) if t <= until]
+        return [RecentBinding(node, t, c, m, lr) for t, c, m, lr in self.recent.bindings_of(row) if t <= until]
 
-    def _size_key(self, cpu: float, memory: float) -> tuple[float, float] | None:
-        """What of the pod the filter depends on: its size, when the incoming pod's estimate is enabled."""
+    def _size_key(
+        self, cpu: float, memory: float, learned: bool, regular: bool
+    ) -> tuple[bool, float, float, bool] | bool:
+        """What of the pod the filter depends on: its class, and its estimate when the incoming pod's estimate is
+        enabled."""
         est = self.args.estimate
-        return (cpu, memory) if est.enabled and est.incoming_pod and (cpu or memory) else None
+        return (regular, cpu, memory, learned) if est.enabled and est.incoming_pod and (cpu or memory) else regular
 
-    def _incoming(self, table: NodeTable, cpu: float, memory: float) -> dict[str, FloatArray] | None:
+    def _incoming(
+        self, table: NodeTable, cpu: float, memory: float, learned: bool = False
+    ) -> dict[str, FloatArray] | None:
         """The pod's estimated usage as a fraction of every row's allocatable (see ``incoming_fraction``).
 
         The divisors are cached per node-table change; the arithmetic is ``incoming_fraction``'s, in its order."""
         est = self.args.estimate
         if not est.enabled or not est.incoming_pod or not (cpu or memory):
             return None
-        key = (table.nodes_version, table.n_rows, cpu, memory, est.cpu_factor, est.memory_factor)
+        cpu_factor, memory_factor = (1.0, 1.0) if learned else (est.cpu_factor, est.memory_factor)
+        key = (table.nodes_version, table.n_rows, cpu, memory, cpu_factor, memory_factor)
         if self._incoming_of is not None and self._incoming_of[0] == key:
             return self._incoming_of[1]
         cached = self._incoming_cache
@@ -334,23 +378,27 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         _, _, cores, mem = cached
         with np.errstate(divide="ignore", invalid="ignore"):
             fractions = {
-                "cpu": np.where(cores > 0, est.cpu_factor * cpu / cores, 0.0),
-                "memory": np.where(mem > 0, est.memory_factor * memory / mem, 0.0),
+                "cpu": np.where(cores > 0, cpu_factor * cpu / cores, 0.0),
+                "memory": np.where(mem > 0, memory_factor * memory / mem, 0.0),
             }
         self._incoming_of = (key, fractions)  # the last pod size's: a burst of one size computes it once
         return fractions
 
     def explain_node(self, info: NodeInfo, at: float, uid: str = "", priority: int | None = None) -> dict[str, Any]:
-        """The load inputs of one node as the policy saw them at ``at`` for the pod ``uid`` (for ``explain``)."""
+        """The load inputs of one node as the policy saw them at ``at`` for the pod ``uid`` (for ``explain``): the
+        pod's class (a regular pod sees the usage less the batch pods') and its estimate as Filter judged them."""
         capacity = NodeCapacity(info.allocatable.get(CPU, 0) / 1000, float(info.allocatable.get(MEMORY, 0)))
         recent = self.recent_on(info.name, until=at)
         when = datetime.fromtimestamp(at, UTC)
-        load = node_load(info.name, info.annotations, self.args, when, recent, capacity)
+        regular, cpu, memory, learned = self._judged.get(uid, (True, 0.0, 0.0, False))
+        load = node_load(info.name, info.annotations, self.args, when, recent, capacity, regular=regular)
         # Filter also counts the pods nominated here (as bindings made now; see ``nominated.py``), Score does not.
         nominated = self.nominated.counting(info.name, uid, priority)
         with_nominated = [*recent, *(RecentBinding(info.name, at, n.cpu, n.memory) for n in nominated)]
         filtered = (
-            node_load(info.name, info.annotations, self.args, when, with_nominated, capacity) if nominated else load
+            node_load(info.name, info.annotations, self.args, when, with_nominated, capacity, regular=regular)
+            if nominated
+            else load
         )
         row = self.handle.table.rows.get(info.name)
         gone = self.leaving.departed.get(row, {}) if row is not None else {}
@@ -361,6 +409,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
                 for m, r in filtered.readings.items()
             }
             filtered = replace(filtered, readings=readings)
+        incoming = incoming_fraction(self.args.estimate, cpu, memory, capacity, learned)
         limits = {p.name: p.max_limit_percent for p in self.args.policy.predicate}
         return {
             "metrics": {
@@ -369,6 +418,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
                     "annotated": r.annotated,
                     "estimate": round(r.estimate, 5),
                     "usage": r.usage,
+                    "batchTakenOut": r.batch,
                     "threshold": limits.get(r.metric),
                     "timestamp": r.timestamp.isoformat() if r.timestamp else None,
                 }
@@ -377,8 +427,10 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             "hotValue": {"annotated": load.annotated_hot, "ownBindings": load.own_hot, "total": load.hot},
             "nominatedPods": len(nominated),
             "preemptionVictimsGone": len(gone),
+            "podClass": "regular" if regular else "batch",
+            "podEstimate": {"cpu": cpu, "memory": memory, "source": "learned" if learned else "factor x request"},
             "dynamicScore": score(load, self.args),
-            "filter": filter_reason(filtered, self.args) or "passed",
+            "filter": filter_reason(filtered, self.args, incoming=incoming) or "passed",
         }
 
     # -- extension points ---------------------------------------------------------------------------------------
@@ -400,6 +452,10 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             self.recent.changed.clear()
             self.nominated.changed.clear()
             self.leaving.changed.clear()
+        if self.columns.batch_ignored != self._batch_ignored:
+            self.metrics.batch_ignored.inc(self.columns.batch_ignored - self._batch_ignored)
+            self._batch_ignored = self.columns.batch_ignored
+            self._log_once.warning("batch-stale", "stale batch-usage annotation: regular pods see the whole usage")
         return extra, own_hot
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
@@ -438,8 +494,14 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         n = table.n_rows
         extra, own_hot = self._sync(now, n)
         state["Dynamic.inputs"] = (now, extra, own_hot)  # Score uses the same inputs
-        cpu, memory = estimated_resources(pod)
-        state["Dynamic.size"] = (cpu, memory)  # Reserve records the same size
+        cpu, memory, learned = self.estimate_of(pod, now)
+        state["Dynamic.size"] = (cpu, memory, learned)  # Reserve records the same estimate
+        regular = is_regular(pod)
+        state["Dynamic.regular"] = regular  # Score judges the same class
+        judged = self._judged
+        judged[pod.uid] = (regular, cpu, memory, learned)
+        if len(judged) > JUDGED_KEPT:
+            del judged[next(iter(judged))]
         index = self._reason_index
         nominated = self.nominated
         if nominated.counted:  # Filter's estimate: recent bindings plus every nominated pod not placed yet
@@ -450,18 +512,19 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             extra = {metric: arr - out[metric][:n] for metric, arr in extra.items()}
 
         def compute(rows: fwk.Rows) -> Codes:
-            incoming = self._incoming(table, cpu, memory)
+            incoming = self._incoming(table, cpu, memory, learned)
             if len(rows) <= ONE_BY_ONE:
-                found = [self.columns.reason_of(row, incoming, extra) for row in rows.tolist()]
+                found = [self.columns.reason_of(row, incoming, extra, regular) for row in rows.tolist()]
                 return np.array([PASS if r is None else index[r] for r in found], dtype=np.int8)
             codes = np.full(len(rows), PASS, dtype=np.int8)
-            for reason, mask in self.columns.filter(rows, now, incoming, extra):
+            for reason, mask in self.columns.filter(rows, now, incoming, extra, regular):
                 codes[mask] = index[reason]
             return codes
 
-        codes = self._codes.get(self._size_key(cpu, memory), n, compute)
+        codes = self._codes.get(self._size_key(cpu, memory, learned, regular), n, compute)
         if nominated.counted:
-            codes = self._without_uncounted(codes, pod, table, extra, self._incoming(table, cpu, memory))
+            incoming = self._incoming(table, cpu, memory, learned)
+            codes = self._without_uncounted(codes, pod, table, extra, incoming, regular)
         return codes, now
 
     def _retry_after(self, mask: Mask, now: float) -> float | None:
@@ -484,6 +547,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         table: NodeTable,
         extra: dict[str, FloatArray],
         incoming: dict[str, FloatArray] | None,
+        regular: bool,
     ) -> Codes:
         """The cached codes count every nominated pod not placed yet; on the rows holding ones that do not count
         for ``pod`` (its own nomination, lower priorities: kube's ``addGENominatedPods``) the verdict is taken
@@ -504,7 +568,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         codes = codes.copy()
         for row in rows:
             if row < n:
-                reason = self.columns.reason_of(row, incoming, fixed)
+                reason = self.columns.reason_of(row, incoming, fixed, regular)
                 codes[row] = PASS if reason is None else self._reason_index[reason]
         return codes
 
@@ -516,20 +580,31 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             now = self.wall_clock()
             inputs = (now, *self._sync(now, table.n_rows))
         now, extra, own_hot = inputs
+        regular = state.get("Dynamic.regular")
+        if regular is None:
+            regular = is_regular(pod)
 
         def compute(changed: fwk.Rows) -> IntArray:
             if len(changed) <= ONE_BY_ONE:
-                return np.array([self.columns.score_of(row, extra, own_hot) for row in changed.tolist()], np.int64)
-            return self.columns.scores(changed, now, extra, own_hot)
+                return np.array(
+                    [self.columns.score_of(row, extra, own_hot, regular) for row in changed.tolist()], np.int64
+                )
+            return self.columns.scores(changed, now, extra, own_hot, regular)
 
-        scores = self._scores.get(table.n_rows, compute)
+        scores = self._scores[regular].get(table.n_rows, compute)
         group = state.get(fwk.GANG)
         if self.gang_hot_value == "together" and group is not None:
-            scores = self._without_own_gang(scores, group, now, extra, own_hot)
+            scores = self._without_own_gang(scores, group, now, extra, own_hot, regular)
         return scores[rows]
 
     def _without_own_gang(
-        self, scores: IntArray, group: str, now: float, extra: dict[str, FloatArray], own_hot: FloatArray
+        self,
+        scores: IntArray,
+        group: str,
+        now: float,
+        extra: dict[str, FloatArray],
+        own_hot: FloatArray,
+        regular: bool,
     ) -> IntArray:
         """``gangHotValue: together``: the cached scores with the rows holding ``group``'s members scored again
         leaving those members out of the own-bindings hot value (usually a handful of rows)."""
@@ -541,14 +616,14 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             own[row] = self.recent.own_hot_without(row, group, now)
         scores = scores.copy()
         for row in rows:
-            scores[row] = self.columns.score_of(row, extra, own)
+            scores[row] = self.columns.score_of(row, extra, own, regular)
         return scores
 
     def reserve(self, state: fwk.CycleState, pod: PodInfo, node: str) -> fwk.Status:
+        now = self.wall_clock()
         size = state.get("Dynamic.size")
-        cpu, memory = size if size is not None else estimated_resources(pod)
-        row = self.handle.table.rows[node]
-        self.recent.add(pod.uid, row, node, self.wall_clock(), cpu, memory, state.get(fwk.GANG))
+        cpu, memory, learned = size if size is not None else self.estimate_of(pod, now)
+        self.recent.add(pod.uid, self.handle.table.rows[node], node, now, cpu, memory, learned, state.get(fwk.GANG))
         return fwk.SUCCESS
 
     def unreserve(self, state: fwk.CycleState, pod: PodInfo, node: str) -> None:
@@ -571,6 +646,14 @@ def _victim_left(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
     gone = change.old
     left = isinstance(gone, PodInfo) and bool(gone.node_name) and preempted(gone.raw)
     return fwk.QueueingHint.QUEUE if left else fwk.QueueingHint.SKIP
+
+
+def is_regular(pod: PodInfo) -> bool:
+    """Not a batch pod: ``crane_shared.batch.is_batch`` read from the pod's requests (two dict lookups per decision
+    instead of a walk over its containers). The same for every pod the API server admits: its defaulting copies a
+    limit without a request into the request, and an extended resource's request must equal its limit."""
+    requests = pod.requests
+    return BATCH_CPU not in requests and BATCH_MEMORY not in requests
 
 
 def _capacity(node: NodeInfo) -> tuple[float, float]:

@@ -50,7 +50,10 @@ class _Binding:
     bound_at: float
     cpu: float
     memory: float
+    learned: bool = False
+    """``cpu``/``memory`` are the workload's learned usage (no factor)"""
     group: str | None = None
+    """the gang the pod belongs to (``gangHotValue: together``)"""
 
 
 @dataclass
@@ -128,7 +131,15 @@ class RecentEffects:
         self._refresh(row, now)
 
     def add(
-        self, uid: str, row: int, name: str, bound_at: float, cpu: float, memory: float, group: str | None = None
+        self,
+        uid: str,
+        row: int,
+        name: str,
+        bound_at: float,
+        cpu: float,
+        memory: float,
+        learned: bool = False,
+        group: str | None = None,
     ) -> None:
         self._ensure(row)
         if uid in self._where:
@@ -136,7 +147,7 @@ class RecentEffects:
         node = self._nodes.get(row)
         if node is None or node.name != name:
             node = self._nodes[row] = _Node(name)
-        binding = _Binding(uid, bound_at, cpu, memory, group)
+        binding = _Binding(uid, bound_at, cpu, memory, learned, group)
         if node.bindings and node.bindings[-1].bound_at > bound_at:
             i = len(node.bindings)
             while i > 0 and node.bindings[i - 1].bound_at > bound_at:
@@ -189,16 +200,16 @@ class RecentEffects:
         for row in touched:
             self._refresh(row, now)
 
-    def bindings_of(self, row: int) -> list[tuple[float, float, float]]:
-        """(bound_at, cpu, memory) of the row's bindings, oldest first (for explain and the reference)."""
+    def bindings_of(self, row: int) -> list[tuple[float, float, float, bool]]:
+        """(bound_at, cpu, memory, learned) of the row's bindings, oldest first (for explain and the reference)."""
         node = self._nodes.get(row)
-        return [(b.bound_at, b.cpu, b.memory) for b in node.bindings] if node else []
+        return [(b.bound_at, b.cpu, b.memory, b.learned) for b in node.bindings] if node else []
 
-    def uids_of(self, row: int) -> list[tuple[str, float, float, float, str | None]]:
-        """(uid, bound_at, cpu, memory, group) of the row's bindings, oldest first (to carry them over a policy
-        reload)."""
+    def uids_of(self, row: int) -> list[tuple[str, float, float, float, bool, str | None]]:
+        """(uid, bound_at, cpu, memory, learned, group) of the row's bindings, oldest first (to carry them over a
+        policy reload)."""
         node = self._nodes.get(row)
-        return [(b.uid, b.bound_at, b.cpu, b.memory, b.group) for b in node.bindings] if node else []
+        return [(b.uid, b.bound_at, b.cpu, b.memory, b.learned, b.group) for b in node.bindings] if node else []
 
     def rows_of(self, group: str) -> list[int]:
         """The rows holding bindings of ``group``'s members (a gang's few nodes)."""
@@ -277,7 +288,7 @@ class RecentEffects:
                 for b in bindings:  # dynamic._estimate, term by term
                     absorbed = min(1.0, max(0.0, (stamp - b.bound_at) / window)) if window > 0 else 1.0
                     amount = b.cpu if resource == "cpu" else b.memory
-                    added += factor * amount * (1.0 - absorbed)
+                    added += (1.0 if b.learned else factor) * amount * (1.0 - absorbed)
                 done[key] = added
             arr[row] = added / total
 

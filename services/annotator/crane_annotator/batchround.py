@@ -1,0 +1,259 @@
+"""The batch part of a metric round (policy ``spec.reclaim``): measure every pod, annotate each node with its
+batch pods' usage and its pods' usage, and publish its reclaimable capacity as extended resources.
+
+In a round where the reclaim section's node metrics are due, the pods' usage is queried (two queries for all
+pods, ``crane_shared.podusage``) next to the node metrics. Its annotations (``crane.io/batch-cpu-usage``,
+``crane.io/batch-memory-usage``, ``crane.io/pod-usage``) ride on the round's patch of each node, which the round
+sends anyway (every due metric is rewritten each period: its timestamp is its freshness), so they add no write;
+a node the round does not patch (no series for it) gets none, and when the pod query fails nothing is stamped
+(an old measurement is never re-stamped as new).
+
+Then, every round (also when Prometheus is down, so stale inputs degrade to zero in time), each node's
+reclaimable capacity is computed (``reclaim``) and written to ``status.capacity`` and ``status.allocatable`` with
+one merge patch of ``nodes/status``, but only when ``reclaim.should_write`` says so: a move beyond
+``changeThreshold`` of capacity, to or from zero, or a difference once the last write is ``maxAge`` old. An
+unchanged cluster costs no status write at all. The value compared with is the one the API server holds (the
+node informer), so a value changed by anyone else is put back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from crane_annotator.metrics import AnnotatorMetrics
+from crane_annotator.nodes import NodeInfo
+from crane_annotator.patches import DEFAULT_STAMP, Stamp, metric_annotations
+from crane_annotator.pods import PodCache
+from crane_annotator.reclaim import (
+    NodeInputs,
+    Published,
+    Reclaimable,
+    Resources,
+    batch_usage,
+    node_pod_usage,
+    should_write,
+)
+from crane_annotator.reclaim import reclaimable as compute
+from crane_annotator.writer import Outcome
+from crane_shared.annotations import annotation_key
+from crane_shared.batch import (
+    BATCH_CPU,
+    BATCH_CPU_USAGE_KEY,
+    BATCH_MEMORY,
+    BATCH_MEMORY_USAGE_KEY,
+    POD_USAGE_KEY,
+    PodUsage,
+    encode_pod_usage,
+)
+from crane_shared.logs import LogOnce, get_logger
+from crane_shared.podusage import fetch_pod_usage
+from crane_shared.policy import DynamicSchedulerPolicy
+from crane_shared.policyfile import PolicyFile
+from crane_shared.prometheus import PrometheusError, QueryClient
+from crane_shared.reclaimpolicy import OverrideError, ReclaimPolicy, parse_override
+
+log = get_logger("crane.annotator.batch")
+
+BATCH_KEYS = (BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY)
+"""the usage-codec keys the node cache decodes (ages, dashboards)"""
+
+
+def status_patch(cpu_milli: int, memory_bytes: int) -> dict[str, object]:
+    """The ``nodes/status`` merge patch: the same values as capacity and allocatable (integers: extended
+    resources take no fractions)."""
+    resources = {BATCH_CPU: str(cpu_milli), BATCH_MEMORY: str(memory_bytes)}
+    return {"status": {"capacity": resources, "allocatable": dict(resources)}}
+
+
+@dataclass
+class PublishReport:
+    written: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    why: dict[str, int] = field(default_factory=dict)
+
+
+def reload_problems(policy: DynamicSchedulerPolicy, synced: Iterable[str]) -> list[str]:
+    """Why a changed policy cannot be applied by a running annotator: ``syncPolicy`` is read at start only, so
+    switching reclaim off or naming a node metric not synced needs a restart."""
+    if policy.reclaim is None:
+        return ["spec.reclaim: removed; switching batch capacity off needs a restart"]
+    running = set(synced)
+    return [
+        f'spec.reclaim.{resource}.nodeMetric: "{rule.node_metric}" is not synced by this process (restart to '
+        "change syncPolicy)"
+        for resource, rule in (("cpu", policy.reclaim.cpu), ("memory", policy.reclaim.memory))
+        if rule.node_metric not in running
+    ]
+
+
+class BatchCapacity:
+    def __init__(
+        self,
+        policy: ReclaimPolicy,
+        prometheus: QueryClient,
+        nodes: Callable[[], Mapping[str, NodeInfo]],
+        pods: PodCache,
+        patch_status: Callable[[str, Mapping[str, object]], Awaitable[Outcome]],
+        metrics: AnnotatorMetrics,
+        *,
+        stamp: Stamp = DEFAULT_STAMP,
+        concurrency: int = 32,
+        policy_file: PolicyFile[DynamicSchedulerPolicy] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._policy_file = policy_file
+        self._prometheus = prometheus
+        self._nodes = nodes
+        self._pods = pods
+        self._patch_status = patch_status
+        self._metrics = metrics
+        self._stamp = stamp
+        self._gate = asyncio.Semaphore(max(1, concurrency))
+        self._clock = clock
+        self._log_once = LogOnce(log)
+        self._apply(policy)
+        self.begin_term(clock())
+
+    def _apply(self, policy: ReclaimPolicy) -> None:
+        self.policy = policy
+        self.metrics_read = {policy.cpu.node_metric, policy.memory.node_metric}
+        self._keys = {
+            "cpu": annotation_key(policy.cpu.node_metric),
+            "memory": annotation_key(policy.memory.node_metric),
+        }
+
+    def reload(self) -> bool:
+        """Apply a changed policy file's ``spec.reclaim`` (thresholds, policies, window, budget) at the start of a
+        round; ``PolicyFile`` refuses an invalid one (logged, counted, the old policy kept), ``reload_problems``
+        included."""
+        new = self._policy_file.reload() if self._policy_file is not None else None
+        if new is None or new.reclaim is None or new.reclaim == self.policy:
+            return False
+        self._apply(new.reclaim)
+        log.info("spec.reclaim reloaded", reclaim=str(new.reclaim))
+        return True
+
+    def begin_term(self, now: float) -> None:
+        """A new leadership term measures afresh; what it did not write itself it takes from node status, as if
+        written when the term began (so a new leader does not rewrite every node at once)."""
+        self.term_started = now
+        self.node_usage: dict[str, dict[str, tuple[float, float]]] = {}
+        """node -> resource -> (fraction of capacity, measured at)"""
+        self.pod_usage: dict[str, PodUsage] = {}
+        self.pod_usage_at: float | None = None
+        self.written_at: dict[str, float] = {}
+        self.last: dict[str, Reclaimable] = {}
+
+    def wants(self, due: Iterable[str]) -> bool:
+        """Whether a round of these metrics measures the pods too (one of the reclaim node metrics is due)."""
+        return not self.metrics_read.isdisjoint(due)
+
+    async def measure(self) -> bool:
+        """Query every pod's usage; False (and nothing changed) when Prometheus fails or answers in part."""
+        try:
+            usage, dropped = await fetch_pod_usage(self._prometheus, self.policy.pod_usage_window.total_seconds())
+        except PrometheusError as err:
+            self._metrics.queries.labels("pod_usage").inc(max(1, err.attempts))
+            self._metrics.prometheus_errors.labels("pod_usage", err.kind).inc()
+            self._log_once.warning(
+                f"pod-usage-{err.kind}", "pod usage query failed: batch annotations not written", error=str(err)
+            )
+            return False
+        self._metrics.queries.labels("pod_usage").inc(2)
+        if dropped:
+            self._metrics.values_dropped.labels("pod_usage", "invalid").inc(dropped)
+        self.pod_usage = usage
+        return True
+
+    def record(self, values: Mapping[str, Mapping[str, float]], measured: bool, at: float) -> None:
+        """Keep the node usage of this round (``values``: annotation key -> node -> fraction) and, when the pods
+        were measured this round, when that was."""
+        for resource, key in self._keys.items():
+            for node, fraction in (values.get(key) or {}).items():
+                self.node_usage.setdefault(node, {})[resource] = (fraction, at)
+        if measured:
+            self.pod_usage_at = at
+
+    def annotations(self, nodes: Iterable[str], at: datetime) -> dict[str, dict[str, str]]:
+        """The batch keys for the nodes this round patches (only when the pods were measured in it)."""
+        usage: dict[str, dict[str, float]] = {BATCH_CPU_USAGE_KEY: {}, BATCH_MEMORY_USAGE_KEY: {}}
+        pods_text: dict[str, str] = {}
+        known = self._nodes()
+        for node in nodes:
+            info = known.get(node)
+            if info is None or info.capacity is None:
+                continue
+            inputs = self.inputs(node, info)
+            fractions = batch_usage(inputs)
+            usage[BATCH_CPU_USAGE_KEY][node] = fractions.cpu
+            usage[BATCH_MEMORY_USAGE_KEY][node] = fractions.memory
+            pods_text[node] = encode_pod_usage(node_pod_usage(inputs), at)
+        out = metric_annotations(usage, at, self._stamp)
+        for node, text in pods_text.items():
+            out.setdefault(node, {})[POD_USAGE_KEY] = text
+        return out
+
+    def inputs(self, node: str, info: NodeInfo) -> NodeInputs:
+        assert info.capacity is not None
+        capacity = info.capacity
+        measured = self.node_usage.get(node, {})
+        usage = at = None
+        if "cpu" in measured and "memory" in measured:
+            usage = Resources(measured["cpu"][0] * capacity.cpu, measured["memory"][0] * capacity.memory)
+            at = min(measured["cpu"][1], measured["memory"][1])
+        try:
+            override = parse_override(info.reclaim_override)
+        except OverrideError as err:
+            override = None
+            self._metrics.values_dropped.labels("batch_reclaim_override", "unparseable").inc()
+            self._log_once.warning(
+                f"override-{node}", "node override refused: nothing reclaimed on the node", node=node, error=str(err)
+            )
+        return NodeInputs(
+            capacity=capacity,
+            allocatable=info.allocatable or capacity,
+            pods=tuple((self._pods.by_node.get(node) or {}).values()),
+            usage=usage,
+            usage_at=at,
+            pod_usage=self.pod_usage,
+            pod_usage_at=self.pod_usage_at,
+            override=override,
+        )
+
+    async def publish(self) -> PublishReport:
+        """Compute every node's reclaimable capacity and write the ones the budget allows."""
+        now = self._clock()
+        report = PublishReport()
+        writes: dict[str, Reclaimable] = {}
+        for node, info in self._nodes().items():
+            if info.capacity is None:
+                report.why["no-capacity"] = report.why.get("no-capacity", 0) + 1
+                continue
+            result = compute(self.inputs(node, info), self.policy, now, self.term_started)
+            why = "unmeasured" if result is None else result.why
+            report.why[why] = report.why.get(why, 0) + 1
+            if result is None:
+                continue
+            self.last[node] = result
+            old = None
+            if info.batch is not None:
+                old = Published(info.batch[0], info.batch[1], self.written_at.get(node, self.term_started))
+            if should_write(result, old, info.capacity, self.policy, now):
+                writes[node] = result
+        outcomes = await asyncio.gather(*(self._write(node, r) for node, r in writes.items()))
+        for node, outcome in zip(writes, outcomes, strict=True):
+            (report.written if outcome == "ok" else report.failed).append(node)
+            self._metrics.patches.labels("batch_capacity", outcome).inc()
+            if outcome == "ok":
+                self.written_at[node] = now
+        for outcome_name in ("ok", "stale", "off", "bad-override", "unmeasured", "no-capacity"):
+            self._metrics.reclaim_nodes.labels(outcome_name).set(report.why.get(outcome_name, 0))
+        return report
+
+    async def _write(self, node: str, value: Reclaimable) -> Outcome:
+        async with self._gate:
+            return await self._patch_status(node, status_patch(value.cpu_milli, value.memory_bytes))

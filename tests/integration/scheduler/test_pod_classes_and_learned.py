@@ -1,0 +1,131 @@
+"""The load-aware policy's two pod classes and its learned estimates, on the real API server.
+
+Annotations are written as the annotator writes them (stamped now): the node's load, the batch pods' share of it,
+and the measured usage of each running pod."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from crane_sandbox.cluster import LocalCluster
+from tests.support.scheduler_cluster import (
+    create_nodes,
+    create_pods,
+    in_process,
+    node,
+    node_of,
+    pod,
+    read_pod,
+    scheduled_condition,
+    wait_for,
+)
+from tests.support.usage_cluster import (
+    BATCH_ALLOCATABLE,
+    annotate,
+    as_replica,
+    batch_resources,
+    dynamic_config,
+    load_aware,
+)
+
+GI = float(2**30)
+
+
+async def refusal(kube: client.ApiClient, namespace: str, name: str) -> str:
+    """The message of the pod's PodScheduled=False condition, once the scheduler has reported it."""
+
+    async def unschedulable() -> str | None:
+        cond = scheduled_condition(await read_pod(kube, namespace, name))
+        return cond["message"] if cond and cond["status"] == "False" else None
+
+    message: str = await wait_for(unschedulable, what=f"{name} to be reported unschedulable")
+    return message
+
+
+async def test_a_regular_pod_passes_a_node_hot_only_by_batch_work_and_a_batch_pod_is_refused(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
+) -> None:
+    hot = node(f"{group}-hot", group, cpu="8", memory="32Gi")
+    hot["status"]["allocatable"].update(BATCH_ALLOCATABLE)
+    await create_nodes(kube, [hot])
+    await annotate(kube, f"{group}-hot", 0.8, batch=0.4)  # 0.4 of the node is regular work: under 0.65
+    batch = pod("batch", scheduler_name)
+    batch["spec"]["containers"][0]["resources"] = batch_resources()
+    async with in_process(cluster, dynamic_config(scheduler_name), selector, load_aware()):
+        await create_pods(kube, namespace, [pod("regular", scheduler_name), batch])
+        landed = await wait_for(lambda: node_of(kube, namespace, "regular"), what="the regular pod to be bound")
+        message = await refusal(kube, namespace, "batch")
+    assert landed == f"{group}-hot"
+    assert message.startswith("0/1 nodes are available: 1 node(s) had cpu_usage_avg_5m above 0.65."), message
+    assert await node_of(kube, namespace, "batch") is None
+
+
+# (case, node usage, peers' measured (cores, bytes), replica request (cpu, memory), replicas created at once,
+#  replicas bound with the learned estimate, with the factor estimate, the refusal's metric)
+SCALE_UPS: list[tuple[str, float, tuple[float, float], tuple[str, str], int, int, int, str]] = [
+    # 2 cores used of 2 requested, 16-core node at 0.48: learned 0.125 per replica (0.48 + 0.25 > 0.65 for the
+    # second), the factor 0.075 (0.63: both pass) and the node ends at 0.73 real usage.
+    ("cpu-heavy", 0.48, (2.0, GI), ("2", "1Gi"), 2, 1, 2, "cpu_usage_avg_5m"),
+    # 24Gi requested, 2Gi used, 128Gi node at 0.55: the factor refuses (0.6 x 24Gi = 0.1125), learned fits (0.016).
+    ("memory-heavy", 0.55, (0.1, 2 * GI), ("100m", "24Gi"), 1, 1, 0, "mem_usage_avg_5m"),
+]
+
+
+@pytest.mark.parametrize("learned", [True, False], ids=["learned", "factor"])
+@pytest.mark.parametrize(
+    ("case", "usage", "measured", "requested", "replicas", "with_learned", "with_factor", "metric"),
+    SCALE_UPS,
+    ids=[c[0] for c in SCALE_UPS],
+)
+async def test_a_scale_up_is_judged_by_the_workloads_measured_usage(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    case: str,
+    usage: float,
+    measured: tuple[float, float],
+    requested: tuple[str, str],
+    replicas: int,
+    with_learned: int,
+    with_factor: int,
+    metric: str,
+    learned: bool,
+) -> None:
+    full = f"{group}-full"
+    await create_nodes(kube, [node(full, group, cpu="16", memory="128Gi")])
+    cpu, memory = requested
+    running = [as_replica(pod(f"web-{i}", "nobody", cpu, memory, node_name=full), "web") for i in range(3)]
+    await create_pods(kube, namespace, running)
+    await annotate(kube, full, usage, pods={f"{namespace}/web-{i}": measured for i in range(3)})
+    new = [as_replica(pod(f"web-{3 + i}", scheduler_name, cpu, memory), "web") for i in range(replicas)]
+    config = dynamic_config(scheduler_name, ownBindingsInHotValue=False, estimate={"learned": {"enabled": learned}})
+    expected = with_learned if learned else with_factor
+    async with in_process(cluster, config, selector, load_aware()):
+        await create_pods(kube, namespace, new)
+
+        async def decided() -> dict[str, Any] | None:
+            out: dict[str, Any] = {}
+            for p in new:
+                name = p["metadata"]["name"]
+                found = await read_pod(kube, namespace, name)
+                cond = scheduled_condition(found)
+                if found and found["spec"].get("nodeName"):
+                    out[name] = "bound"
+                elif cond and cond["status"] == "False":
+                    out[name] = cond["message"]
+                else:
+                    return None
+            return out
+
+        outcome = await wait_for(decided, what="every new replica to be bound or refused")
+    bound = [n for n, v in outcome.items() if v == "bound"]
+    refused = [v for v in outcome.values() if v != "bound"]
+    assert len(bound) == expected, outcome
+    for message in refused:
+        assert f"1 node(s) would have {metric} above 0.65" in message, message
