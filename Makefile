@@ -1,7 +1,7 @@
 # The two commands of the README, plus the pieces they are made of.
 .PHONY: sandbox test setup lint unit integration bench
 
-sandbox: setup        ## the local cluster with the three services, until Ctrl-C (SANDBOX_ARGS="--mode second")
+sandbox: setup        ## the local cluster with the four services, until Ctrl-C (SANDBOX_ARGS="--mode second")
 	.venv/bin/python -m crane_sandbox $(SANDBOX_ARGS)
 
 # CI's order (docs/ci.md): the Kubernetes build runs in the background (setup --ci) while lint and the tests that
