@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from crane_scheduler.plugins.dynamicresources.allocator import DeviceID, allocated_devices
+from crane_scheduler.plugins.dynamicresources.nodeview import PoolKey, ShapeDevices
 
 Raw = Mapping[str, Any]
 ClaimGetter = Callable[[str, str], Raw | None]
@@ -154,15 +155,17 @@ class ClaimTracker:
                 minus[device] = minus.get(device, 0) + 1
             plus |= allocated_devices([newest] if newest is not None else [])
         plus |= allocated_devices(list(self.pending.values()))
-        return Held(self.index.counts, minus, plus)
+        return Held(self.index.counts, minus, plus, self.index.versions)
 
 
 class HeldIndex:
     """How many of the lister's claims hold each device, kept up to date by comparing each claim object with the
-    one last counted (the informer replaces an object on every change, so identity is its version)."""
+    one last counted (the informer replaces an object on every change, so identity is its version). ``versions``
+    counts the changes per pool: a free count computed for a pool stays true while its version does."""
 
     def __init__(self) -> None:
         self.counts: dict[DeviceID, int] = {}
+        self.versions: dict[PoolKey, int] = {}
         self._counted: dict[str, tuple[Raw, tuple[DeviceID, ...]]] = {}
 
     def update(self, claims: Mapping[str, Raw]) -> None:
@@ -181,7 +184,10 @@ class HeldIndex:
                 self._add(counted.pop(key)[1], -1)
 
     def _add(self, devices: tuple[DeviceID, ...], step: int) -> None:
+        versions = self.versions
         for device in devices:
+            pool = device[:2]
+            versions[pool] = versions.get(pool, 0) + 1
             n = self.counts.get(device, 0) + step
             if n:
                 self.counts[device] = n
@@ -191,12 +197,51 @@ class HeldIndex:
 
 class Held:
     """The devices held in one cycle: the lister's counts less the claims an assumed version replaces, plus the
-    assumed and pending allocations (what the allocator asks: ``device in held``)."""
+    assumed and pending allocations (what the allocator asks: ``device in held``, and ``free``)."""
 
-    __slots__ = ("counts", "minus", "plus")
+    __slots__ = ("_overlay", "counts", "minus", "plus", "versions")
 
-    def __init__(self, counts: Mapping[DeviceID, int], minus: Mapping[DeviceID, int], plus: set[DeviceID]) -> None:
+    def __init__(
+        self,
+        counts: Mapping[DeviceID, int],
+        minus: Mapping[DeviceID, int],
+        plus: set[DeviceID],
+        versions: Mapping[PoolKey, int] | None = None,
+    ) -> None:
         self.counts, self.minus, self.plus = counts, minus, plus
+        self.versions = versions
+        self._overlay: dict[PoolKey, list[tuple[DeviceID, int]]] | None = None
+
+    def free(self, devices: ShapeDevices) -> int:
+        """How many of ``devices`` are not held: the count over the lister's claims, kept in ``devices`` while
+        its pools' versions stay, corrected by this cycle's assumed and pending claims (usually a few pools)."""
+        versions, counts = self.versions, self.counts
+        if versions is None:
+            free = sum(1 for d in devices.ids if d not in counts)
+        else:
+            stamp = tuple(versions.get(p, 0) for p in devices.pools)
+            if stamp != devices.stamp or devices.counted_by is not versions:
+                devices.free = sum(1 for d in devices.ids if d not in counts)
+                devices.stamp, devices.counted_by = stamp, versions
+            free = devices.free
+        overlay = self._overlay
+        if overlay is None:
+            overlay = self._overlay = self._overlay_by_pool()
+        if overlay:
+            for pool in devices.pools:
+                for device, delta in overlay.get(pool, ()):
+                    if device in devices.ids:
+                        free -= delta
+        return free
+
+    def _overlay_by_pool(self) -> dict[PoolKey, list[tuple[DeviceID, int]]]:
+        """Per pool, the devices whose held state the overlays change, with the change (+1 held, -1 freed)."""
+        out: dict[PoolKey, list[tuple[DeviceID, int]]] = {}
+        for device in {*self.plus, *self.minus}:
+            delta = (device in self) - (device in self.counts)
+            if delta:
+                out.setdefault(device[:2], []).append((device, delta))
+        return out
 
     def __contains__(self, device: object) -> bool:
         if device in self.plus:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -81,6 +81,7 @@ from crane_scheduler.plugins.dynamicresources.allocator import (
     AllocationTimeout,
     Allocator,
     FailedOnNode,
+    Plan,
     claim_ref,
 )
 from crane_scheduler.plugins.dynamicresources.binding import ClaimWriter, Conflict, LazyApiClaims, bind_claim
@@ -93,6 +94,7 @@ from crane_scheduler.plugins.dynamicresources.claims import (
     is_reserved_for_pod,
     pod_claims,
 )
+from crane_scheduler.plugins.dynamicresources.nodeview import DeviceCache
 from crane_scheduler.plugins.dynamicresources.pools import PoolError, node_selector_matches
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 from crane_shared.durations import parse_duration
@@ -123,13 +125,51 @@ class DraObjects(Protocol):
     def device_classes(self) -> Mapping[str, Raw]: ...
 
 
+class Allocations(Mapping[str, list[dict[str, Any]]]):
+    """Node name -> the allocation results of the claims to allocate, for the nodes Filter found feasible. A node
+    Filter answered by counting (``Allocator.fits``) gets its results from the search when first asked (Reserve
+    asks for the chosen node; Score only when a request has subrequests, which counting never answers): the
+    search then runs on the same allocator, so it finds what it would have found in Filter."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, list[dict[str, Any]]] = {}
+        self._deferred: dict[str, tuple[Allocator, NodeInfo, list[Raw]]] = {}
+
+    def found(self, node: str, results: list[dict[str, Any]]) -> None:
+        self._found[node] = results
+
+    def defer(self, node: NodeInfo, allocator: Allocator, claims: list[Raw]) -> None:
+        self._deferred[node.name] = (allocator, node, claims)
+
+    def __getitem__(self, node: str) -> list[dict[str, Any]]:
+        results = self._found.get(node)
+        if results is None:
+            allocator, info, claims = self._deferred.pop(node)
+            found = allocator.allocate(info, claims)
+            if found is None:  # the count said it fits: the search must agree
+                raise AssertionError(f"DynamicResources: no allocation on {node}, which the device count admitted")
+            results = self._found[node] = found
+        return results
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._found or node in self._deferred
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._found
+        yield from self._deferred
+
+    def __len__(self) -> int:
+        return len(self._found) + len(self._deferred)
+
+
 @dataclass
 class _State:
     claims: list[Raw]
     available_on: list[Raw | None]  # the allocated claims' node selectors
     allocator: Allocator | None = None
+    plan: Plan | None = None  # the claims to allocate as a count of devices of one shape (Allocator.plan)
     to_allocate: list[int] = field(default_factory=list)  # indexes of the unallocated claims
-    allocations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # node -> results
+    allocations: Allocations = field(default_factory=Allocations)  # node -> results
     chosen: dict[int, dict[str, Any]] = field(default_factory=dict)  # claim index -> allocation (Reserve)
     score_error: bool = False
     unavailable: set[int] = field(default_factory=set)  # allocated claims some node's selector refused
@@ -159,6 +199,7 @@ class DynamicResources(
         self.filter_timeout = filter_timeout
         self.clock = clock
         self.tracker = ClaimTracker()
+        self.devices = DeviceCache()  # node views and selector verdicts, kept while slices and classes are
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -242,7 +283,10 @@ class DynamicResources(
                 return PreFilterResult(status)
         if to_allocate:
             allocated = self.tracker.allocated(self.objects.resource_claims_by_key())
-            st.allocator = Allocator(classes, self.objects.resource_slices(), allocated, clock=self.clock)
+            st.allocator = Allocator(
+                classes, self.objects.resource_slices(), allocated, clock=self.clock, cache=self.devices
+            )
+            st.plan = st.allocator.plan([claims[i] for i in to_allocate])
         st.claims, st.available_on, st.to_allocate = claims, available_on, to_allocate
         return PreFilterResult()
 
@@ -267,7 +311,12 @@ class DynamicResources(
         """None when the node fits, else (reason, whether it is kube's Error rather than a rejection)."""
         # kube allocates before it looks at the unavailable claims, so a broken selector wins over them.
         results = None
-        if st.allocator is not None:
+        fits = None
+        if st.allocator is not None and st.plan is not None:
+            fits = st.allocator.fits(node, st.plan)
+            if fits is False:
+                return REASON_CANNOT_ALLOCATE, False
+        if st.allocator is not None and fits is None:
             try:
                 results = st.allocator.allocate(node, to_allocate, deadline)
             except AllocationTimeout:
@@ -291,7 +340,10 @@ class DynamicResources(
             st.unavailable.update(unavailable)
             return REASON_NOT_AVAILABLE, False
         if results is not None:
-            st.allocations[node.name] = results
+            st.allocations.found(node.name, results)
+        elif fits:
+            assert st.allocator is not None
+            st.allocations.defer(node, st.allocator, to_allocate)
         return None
 
     def post_filter(self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis) -> Status:
@@ -319,6 +371,11 @@ class DynamicResources(
         out = np.zeros(len(rows), dtype=np.int64)
         st: _State | None = state.get(STATE_KEY)
         if st is None or not st.allocations:  # no claim to allocate (most pods): 0 everywhere, as kube
+            return out
+        if st.plan is not None:  # exactly requests only: 0 everywhere, without asking for the deferred results
+            if len(st.to_allocate) < len(st.claims):
+                names = [n.name for n in (table.nodes[int(row)] for row in rows) if n is not None]
+                st.score_error = any(name in st.allocations for name in names)
             return out
         for i, row in enumerate(rows):
             node = table.nodes[int(row)]
