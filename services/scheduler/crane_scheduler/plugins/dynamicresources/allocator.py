@@ -229,7 +229,7 @@ class Allocator:
             if per_claim > ALLOCATION_RESULTS_MAX_SIZE:
                 return None
             need += per_claim
-        return Plan(shape, need) if shape is not None else None
+        return Plan(shape, self.cache.shape_key(shape), need) if shape is not None else None
 
     def fits(self, node: NodeInfo, plan: Plan) -> bool | None:
         """Whether ``allocate(node, claims)`` finds a solution for claims that ``plan`` describes, by counting the
@@ -240,7 +240,7 @@ class Allocator:
         view = self.cache.view(node)
         if view.error is not None:
             return None
-        devices = view.shape_devices(plan.shape)
+        devices = view.shape_devices(plan.shape, plan.key)
         if devices is None:
             return None
         if self._free is not None:
@@ -258,6 +258,7 @@ class Plan:
     """Claims that ask for ``need`` devices of one ``shape`` and nothing else (``Allocator.plan``)."""
 
     shape: Shape
+    key: int  # DeviceCache.shape_key
     need: int
 
 

@@ -13,6 +13,7 @@ cache): the devices of both count as allocated, so two pods in flight never get 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ ClaimGetter = Callable[[str, str], Raw | None]
 """(namespace, name) -> the claim as the scheduler sees it (assumed version first), None when absent."""
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
+_ZEROS = itertools.repeat(0)
 
 
 class ClaimError(Exception):
@@ -97,10 +99,10 @@ def claim_key(claim: Raw) -> str:
 class ClaimTracker:
     """In-flight allocations (by claim uid) and written-but-not-yet-seen claims (by namespace/name)."""
 
-    def __init__(self) -> None:
+    def __init__(self, changed: set[str] | None = None) -> None:
         self.pending: dict[str, Raw] = {}
         self.assumed: dict[str, Raw] = {}
-        self.index = HeldIndex()
+        self.index = HeldIndex(changed)
 
     def signal_pending(self, claim: Raw) -> None:
         """Reserve: ``claim`` carries the allocation this pod's binding cycle is about to write."""
@@ -160,28 +162,50 @@ class ClaimTracker:
 
 class HeldIndex:
     """How many of the lister's claims hold each device, kept up to date by comparing each claim object with the
-    one last counted (the informer replaces an object on every change, so identity is its version). ``versions``
-    counts the changes per pool: a free count computed for a pool stays true while its version does."""
+    one last counted (the informer replaces an object on every change, so identity is its version). With
+    ``changed`` (the lister's ``changed_keys``), only the claims changed since the last update are compared;
+    without it, all of them. ``versions`` counts the changes per pool: a free count computed for a pool stays
+    true while its version does."""
 
-    def __init__(self) -> None:
+    def __init__(self, changed: set[str] | None = None) -> None:
         self.counts: dict[DeviceID, int] = {}
         self.versions: dict[PoolKey, int] = {}
+        self.changed = changed
         self._counted: dict[str, tuple[Raw, tuple[DeviceID, ...]]] = {}
+        self._seen = False  # the first update reads every claim (those listed before ``changed`` existed)
 
     def update(self, claims: Mapping[str, Raw]) -> None:
-        counted = self._counted
+        if self.changed is not None and self._seen:
+            keys = list(self.changed)
+            self.changed.clear()
+            for key in keys:
+                claim = claims.get(key)
+                if claim is None:
+                    entry = self._counted.pop(key, None)
+                    if entry is not None:
+                        self._add(entry[1], -1)
+                else:
+                    self._count(key, claim)
+            return
+        if self.changed is not None:
+            self.changed.clear()
+            self._seen = True
         for key, claim in claims.items():
-            entry = counted.get(key)
-            if entry is not None and entry[0] is claim:
-                continue
-            if entry is not None:
-                self._add(entry[1], -1)
-            devices = tuple(allocated_devices([claim]))
-            counted[key] = (claim, devices)
-            self._add(devices, 1)
+            self._count(key, claim)
+        counted = self._counted
         if len(counted) != len(claims):
             for key in [k for k in counted if k not in claims]:
                 self._add(counted.pop(key)[1], -1)
+
+    def _count(self, key: str, claim: Raw) -> None:
+        entry = self._counted.get(key)
+        if entry is not None and entry[0] is claim:
+            return
+        if entry is not None:
+            self._add(entry[1], -1)
+        devices = tuple(allocated_devices([claim]))
+        self._counted[key] = (claim, devices)
+        self._add(devices, 1)
 
     def _add(self, devices: tuple[DeviceID, ...], step: int) -> None:
         versions = self.versions
@@ -219,7 +243,7 @@ class Held:
         if versions is None:
             free = sum(1 for d in devices.ids if d not in counts)
         else:
-            stamp = tuple(versions.get(p, 0) for p in devices.pools)
+            stamp = tuple(map(versions.get, devices.pools, _ZEROS))
             if stamp != devices.stamp or devices.counted_by is not versions:
                 devices.free = sum(1 for d in devices.ids if d not in counts)
                 devices.stamp, devices.counted_by = stamp, versions

@@ -121,12 +121,14 @@ class NodeView:
             ]
             for pool in pools
         ]
-        self.shapes: dict[Shape, ShapeDevices | None] = {}
+        self.shapes: dict[int, ShapeDevices | None] = {}
 
-    def shape_devices(self, shape: Shape) -> ShapeDevices | None:
-        """The shape's devices here; None when a selector fails on one of them (the full search must meet it)."""
-        if shape in self.shapes:
-            return self.shapes[shape]
+    def shape_devices(self, shape: Shape, key: int) -> ShapeDevices | None:
+        """The shape's devices here (``key``: the shape's number, ``DeviceCache.shape_key``, cheaper to hash than
+        the shape); None when a selector fails on one of them (the full search must meet it)."""
+        shapes = self.shapes
+        if key in shapes:
+            return shapes[key]
         ids: list[DeviceID] = []
         pools: list[PoolKey] = []
         entry: ShapeDevices | None = None
@@ -147,7 +149,7 @@ class NodeView:
             break
         else:
             entry = ShapeDevices(tuple(ids), tuple(pools))
-        self.shapes[shape] = entry
+        shapes[key] = entry
         return entry
 
 
@@ -162,6 +164,10 @@ class DeviceCache:
         self._shared: list[Raw] = []
         self._selective = False  # some slice selects nodes by labels: a view also depends on the node object
         self._views: dict[str, NodeView] = {}
+        self._shape_keys: dict[Shape, int] = {}
+
+    def shape_key(self, shape: Shape) -> int:
+        return self._shape_keys.setdefault(shape, len(self._shape_keys))
 
     def refresh(self, classes: Mapping[str, Raw], slices: Sequence[Raw]) -> None:
         class_objects = list(classes.values())

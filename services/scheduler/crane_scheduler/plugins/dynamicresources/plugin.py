@@ -198,7 +198,8 @@ class DynamicResources(
         self.writer = writer
         self.filter_timeout = filter_timeout
         self.clock = clock
-        self.tracker = ClaimTracker()
+        changed_keys = getattr(objects, "changed_keys", None)  # Listers: only changed claims are recounted
+        self.tracker = ClaimTracker(changed_keys("resourceclaims") if changed_keys is not None else None)
         self.devices = DeviceCache()  # node views and selector verdicts, kept while slices and classes are
         self._tasks: set[asyncio.Task[None]] = set()
 
