@@ -231,26 +231,35 @@ class Allocator:
             need += per_claim
         return Plan(shape, self.cache.shape_key(shape), need) if shape is not None else None
 
+    def fits_nodes(self, nodes: Sequence[NodeInfo | None], plan: Plan) -> list[bool | None]:
+        """Per node, whether ``allocate(node, claims)`` finds a solution for claims that ``plan`` describes, by
+        counting the free devices of the plan's shape: True (it does), False (it returns None), None (no node, or
+        the count cannot tell: a selector fails on a device there, invalid pools change the message, gathering the
+        pools failed). Exact because with one shape and no constraint, kube's depth-first search takes the first
+        free devices in order and never needs to go back: it succeeds if and only if there are enough. One call
+        for all nodes: this is the loop that runs per pod and node."""
+        out: list[bool | None] = []
+        view_of, shape, key, need, free_of = self.cache.view, plan.shape, plan.key, plan.need, self._free
+        allocated = self.allocated
+        for node in nodes:
+            if node is None:
+                out.append(None)
+                continue
+            view = view_of(node)
+            if view.error is not None:
+                out.append(None)
+                continue
+            devices = view.shapes[key] if key in view.shapes else view.shape_devices(shape, key)
+            if devices is None:
+                out.append(None)
+                continue
+            free = free_of(devices) if free_of is not None else sum(1 for d in devices.ids if d not in allocated)
+            out.append(True if free >= need else None if view.invalid else False)
+        return out
+
     def fits(self, node: NodeInfo, plan: Plan) -> bool | None:
-        """Whether ``allocate(node, claims)`` finds a solution for claims that ``plan`` describes, by counting the
-        free devices of the plan's shape: True (it does), False (it returns None), None (the count cannot tell:
-        a selector fails on a device there, invalid pools change the message, gathering the pools failed).
-        Exact because with one shape and no constraint, kube's depth-first search takes the first free
-        devices in order and never needs to go back: it succeeds if and only if there are enough."""
-        view = self.cache.view(node)
-        if view.error is not None:
-            return None
-        devices = view.shape_devices(plan.shape, plan.key)
-        if devices is None:
-            return None
-        if self._free is not None:
-            free = self._free(devices)
-        else:
-            allocated = self.allocated
-            free = sum(1 for d in devices.ids if d not in allocated)
-        if free >= plan.need:
-            return True
-        return None if view.invalid else False
+        """``fits_nodes`` for one node."""
+        return self.fits_nodes([node], plan)[0]
 
 
 @dataclass(frozen=True, slots=True)

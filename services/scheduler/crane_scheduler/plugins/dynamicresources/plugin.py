@@ -131,21 +131,23 @@ class Allocations(Mapping[str, list[dict[str, Any]]]):
     asks for the chosen node; Score only when a request has subrequests, which counting never answers): the
     search then runs on the same allocator, so it finds what it would have found in Filter."""
 
-    def __init__(self) -> None:
+    def __init__(self, allocator: Allocator | None = None, claims: Sequence[Raw] = ()) -> None:
+        self.allocator, self.claims = allocator, claims  # what a deferred node's search runs with
         self._found: dict[str, list[dict[str, Any]]] = {}
-        self._deferred: dict[str, tuple[Allocator, NodeInfo, list[Raw]]] = {}
+        self._deferred: dict[str, NodeInfo] = {}
 
     def found(self, node: str, results: list[dict[str, Any]]) -> None:
         self._found[node] = results
 
-    def defer(self, node: NodeInfo, allocator: Allocator, claims: list[Raw]) -> None:
-        self._deferred[node.name] = (allocator, node, claims)
+    def defer(self, node: NodeInfo) -> None:
+        self._deferred[node.name] = node
 
     def __getitem__(self, node: str) -> list[dict[str, Any]]:
         results = self._found.get(node)
         if results is None:
-            allocator, info, claims = self._deferred.pop(node)
-            found = allocator.allocate(info, claims)
+            info = self._deferred.pop(node)
+            assert self.allocator is not None
+            found = self.allocator.allocate(info, self.claims)
             if found is None:  # the count said it fits: the search must agree
                 raise AssertionError(f"DynamicResources: no allocation on {node}, which the device count admitted")
             results = self._found[node] = found
@@ -288,6 +290,7 @@ class DynamicResources(
                 classes, self.objects.resource_slices(), allocated, clock=self.clock, cache=self.devices
             )
             st.plan = st.allocator.plan([claims[i] for i in to_allocate])
+            st.allocations = Allocations(st.allocator, [claims[i] for i in to_allocate])
         st.claims, st.available_on, st.to_allocate = claims, available_on, to_allocate
         return PreFilterResult()
 
@@ -298,25 +301,43 @@ class DynamicResources(
         masks: dict[tuple[str, bool], np.ndarray[Any, Any]] = {}
         deadline = self.clock() + self.filter_timeout if self.filter_timeout > 0 else None
         to_allocate = [st.claims[i] for i in st.to_allocate]
-        for row, node in enumerate(table.nodes):
-            if node is None:
-                continue
-            verdict = self._filter_node(st, node, to_allocate, deadline)
-            if verdict is not None:
-                masks.setdefault(verdict, np.zeros(table.n_rows, dtype=bool))[row] = True
+        nodes = table.nodes
+        # Claims of one shape: every node answered by a count at once (Allocator.fits_nodes); the others search.
+        fits = st.allocator.fits_nodes(nodes, st.plan) if st.allocator is not None and st.plan is not None else None
+        if fits is not None and all(selector is None for selector in st.available_on):
+            cannot = []
+            for row, (node, fit) in enumerate(zip(nodes, fits, strict=True)):
+                if node is None:
+                    continue
+                if fit is True:
+                    st.allocations.defer(node)
+                elif fit is False:
+                    cannot.append(row)
+                else:
+                    verdict = self._filter_node(st, node, to_allocate, deadline, None)
+                    if verdict is not None:
+                        masks.setdefault(verdict, np.zeros(table.n_rows, dtype=bool))[row] = True
+            if cannot:
+                mask = masks.setdefault((REASON_CANNOT_ALLOCATE, False), np.zeros(table.n_rows, dtype=bool))
+                mask[cannot] = True
+        else:
+            for row, node in enumerate(nodes):
+                if node is None:
+                    continue
+                verdict = self._filter_node(st, node, to_allocate, deadline, fits[row] if fits is not None else None)
+                if verdict is not None:
+                    masks.setdefault(verdict, np.zeros(table.n_rows, dtype=bool))[row] = True
         return [Rejection(reason, mask, unresolvable=True, error=failed) for (reason, failed), mask in masks.items()]
 
     def _filter_node(
-        self, st: _State, node: NodeInfo, to_allocate: list[Raw], deadline: float | None
+        self, st: _State, node: NodeInfo, to_allocate: list[Raw], deadline: float | None, fits: bool | None
     ) -> tuple[str, bool] | None:
-        """None when the node fits, else (reason, whether it is kube's Error rather than a rejection)."""
+        """None when the node fits, else (reason, whether it is kube's Error rather than a rejection); ``fits``:
+        the count's answer for the node (``Allocator.fits_nodes``), None when the search must answer."""
         # kube allocates before it looks at the unavailable claims, so a broken selector wins over them.
         results = None
-        fits = None
-        if st.allocator is not None and st.plan is not None:
-            fits = st.allocator.fits(node, st.plan)
-            if fits is False:
-                return REASON_CANNOT_ALLOCATE, False
+        if fits is False:
+            return REASON_CANNOT_ALLOCATE, False
         if st.allocator is not None and fits is None:
             try:
                 results = st.allocator.allocate(node, to_allocate, deadline)
@@ -343,8 +364,7 @@ class DynamicResources(
         if results is not None:
             st.allocations.found(node.name, results)
         elif fits:
-            assert st.allocator is not None
-            st.allocations.defer(node, st.allocator, to_allocate)
+            st.allocations.defer(node)
         return None
 
     def post_filter(self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis) -> Status:
