@@ -146,10 +146,15 @@ class Allocations(Mapping[str, list[dict[str, Any]]]):
         results = self._found.get(node)
         if results is None:
             info = self._deferred.pop(node)
-            assert self.allocator is not None
-            found = self.allocator.allocate(info, self.claims)
-            if found is None:  # the count said it fits: the search must agree
-                raise AssertionError(f"DynamicResources: no allocation on {node}, which the device count admitted")
+            found = None
+            if self.allocator is not None:
+                try:
+                    found = self.allocator.allocate(info, self.claims)
+                except AllocationError as err:
+                    log.error("search failed on a node the device count admitted", node=node, error=str(err))
+            if found is None:  # a bug if ever: Reserve answers kube's "claim allocation not found for node"
+                log.error("no allocation on a node the device count admitted", node=node)
+                raise KeyError(node)
             results = self._found[node] = found
         return results
 
