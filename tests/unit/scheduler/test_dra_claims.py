@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from crane_scheduler.listers import Listers
 from crane_scheduler.plugins.dynamicresources.allocator import allocated_devices
 from crane_scheduler.plugins.dynamicresources.claims import ClaimTracker, claim_key
 from crane_scheduler.plugins.dynamicresources.nodeview import ShapeDevices
@@ -99,3 +100,15 @@ def test_free_counts_follow_the_listers_claims_and_this_cycles_assumed_and_pendi
     tracker.remove_pending(str(held("p")["metadata"].get("uid", "")))
     cycle = tracker.allocated(store)
     assert cycle.free(devices) == sum(1 for d in devices.ids if d not in cycle)
+
+
+def test_the_listers_name_each_changed_claim_to_every_reader() -> None:
+    listers = Listers()
+    first, second = listers.changed_keys("resourceclaims"), listers.changed_keys("resourceclaims")
+    listers.apply("resourceclaims", "ADDED", held("a"))
+    listers.apply("resourceclaims", "MODIFIED", held("b", "g0"))
+    listers.apply("resourceslices", "ADDED", {"metadata": {"name": "s"}})
+    assert first == second == {"default/a", "default/b"}
+    first.clear()
+    listers.apply("resourceclaims", "DELETED", held("a"))
+    assert (first, second) == ({"default/a"}, {"default/a", "default/b"})
