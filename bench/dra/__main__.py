@@ -1,5 +1,5 @@
-"""``python -m bench.dra``: scheduler_perf's SchedulingWithResourceClaimTemplate, crane-scheduler side by side with
-kube-scheduler on one API server.
+"""``python -m bench.dra``: scheduler_perf's SchedulingWithResourceClaimTemplate (or, with ``--steady-state``,
+SteadyStateClusterResourceClaimTemplate), crane-scheduler side by side with kube-scheduler on one API server.
 
 As scheduler_perf's workload (``test/integration/scheduler_perf/dra/performance-config.yaml``, pinned release):
 N nodes (4 cpu / 32Gi / 110 pods), each with a ResourceSlice of driver ``test-driver.cdi.k8s.io`` holding
@@ -15,8 +15,16 @@ only once the controller has made every pod's claim. Throughput = pods / (last b
 ``bench.scheduler``; both schedulers with the same client QPS/burst, one after the other, every pod and claim
 deleted between them.
 
+``--steady-state`` is scheduler_perf's ``createPodsSteadily``: ``--batch`` (10) pods claiming a device through the
+template; once all of a batch are bound, they are deleted together (the resourceclaim controller then frees and
+deletes their claims) and the next batch is created, for ``--duration`` seconds from the first bind. Throughput
+= pods bound / (last bind - first bind): the loop's speed, the claim controller's latency included, as kube's.
+Its workloads: empty_500nodes (``--init-pods 0``, kube's threshold 64), half_500nodes (``--init-pods 2500``: 70,
+60 with queueing hints), full_500nodes (``--init-pods 4990``: 60).
+
     .venv/bin/python -m bench.dra                                    # scheduler_perf's 5000pods_500nodes
     .venv/bin/python -m bench.dra --nodes 100 --claims-per-node 20 --init-pods 1000 --pods 1000   # 2000pods_100nodes
+    .venv/bin/python -m bench.dra --steady-state --init-pods 0       # SteadyState...ClaimTemplate/empty_500nodes
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from kubernetes_asyncio import client
 from bench.scheduler import __main__ as base
 from bench.scheduler import workloads
 from crane_sandbox.cluster import LocalCluster, new_run_dir
+from crane_shared.informer import EventType, Informer
 from crane_shared.kube import api_client_from_dict, raw_json
 
 DRIVER = "test-driver.cdi.k8s.io"
@@ -124,6 +133,75 @@ async def claims_made(api: client.ApiClient, namespace: str, n: int) -> None:
         await asyncio.sleep(1.0)
 
 
+class Steady:
+    """scheduler_perf's ``createPodsSteadily`` over one namespace (see the module's docstring): ``run`` creates
+    the first batch, then replaces each batch once it is bound, until ``duration`` after the first bind; ``stop``
+    is set then (``bench.scheduler.measure`` ends the run on it)."""
+
+    def __init__(
+        self, api: client.ApiClient, namespace: str, scheduler: str, batch: int, duration: float, template: str
+    ) -> None:
+        self.api, self.namespace, self.scheduler = api, namespace, scheduler
+        self.batch, self.duration, self.template = batch, duration, template
+        self.stop = asyncio.Event()
+        self.generation = 0
+        self.bound: set[str] = set()  # names of the current batch's pods seen bound
+        self.changed = asyncio.Event()
+        core = client.CoreV1Api(api)
+
+        async def list_fn(**kw: Any) -> Any:
+            return await core.list_namespaced_pod(namespace, **kw)
+
+        self.informer = Informer("bench-steady-pods", list_fn, self.seen)
+
+    def seen(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        name = obj["metadata"]["name"]
+        if kind != "DELETED" and obj["spec"].get("nodeName") and name.startswith(self.prefix):
+            self.bound.add(name)
+            self.changed.set()
+
+    @property
+    def prefix(self) -> str:
+        return f"pod-{self.generation:04d}-"
+
+    async def create_batch(self) -> None:
+        v1 = client.CoreV1Api(self.api)
+        claim = {"resourceClaimTemplateName": self.template}
+
+        async def one(i: int) -> None:
+            body = pod_body(f"{self.prefix}{i:03d}", self.scheduler, claim)
+            (await v1.create_namespaced_pod(self.namespace, body, _preload_content=False)).release()
+
+        await asyncio.gather(*(one(i) for i in range(self.batch)))
+
+    async def run(self) -> None:
+        stopping = asyncio.Event()
+        watcher = asyncio.create_task(self.informer.run(stopping))
+        v1 = client.CoreV1Api(self.api)
+        try:
+            await self.informer.synced.wait()
+            first: float | None = None
+            while True:
+                await self.changed.wait()
+                self.changed.clear()
+                first = first if first is not None else time.monotonic()
+                if len(self.bound) < self.batch:
+                    continue
+                if time.monotonic() - first >= self.duration:
+                    return
+                resp = await v1.delete_collection_namespaced_pod(
+                    self.namespace, grace_period_seconds=0, _preload_content=False
+                )
+                resp.release()
+                self.generation += 1
+                self.bound = set()
+                await self.create_batch()
+        finally:
+            self.stop.set()
+            stopping.set()
+            watcher.cancel()
+
+
 async def doubled(api: client.ApiClient, namespaces: list[str]) -> tuple[int, int]:
     """(claims allocated, devices allocated to more than one claim) over ``namespaces``: the run's audit."""
     resource = client.ResourceV1Api(api)
@@ -168,6 +246,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             await publish(api, args.nodes, args.claims_per_node)
             print(f"{args.nodes} nodes and slices created in {time.monotonic() - t:.1f}s", file=sys.stderr)
             contenders = [("ours", "crane")] + ([] if args.skip_kube else [("kube", "kube")])
+            if args.kube_first:  # on a machine whose load drifts, alternate the order between runs
+                contenders.reverse()
             for key, who in contenders:
                 measure_ns = await base.fresh_namespace(api, f"dra-{who}-1")
                 init_ns = await base.fresh_namespace(api, f"dra-{who}-0")
@@ -183,9 +263,14 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 def body(name: str, scheduler: str) -> dict[str, Any]:
                     return pod_body(name, scheduler, {"resourceClaimTemplateName": TEMPLATE})
 
-                with workloads.created_pods(body, claims_made):
-                    run = base.run_ours if key == "ours" else base.run_kube
-                    result[key], result[f"{key}_latency"] = await run(cluster, api, args, run_dir, measure_ns)
+                if args.steady_state:
+                    result[key], result[f"{key}_latency"] = await steady_run(
+                        cluster, api, args, run_dir, key, measure_ns
+                    )
+                else:
+                    with workloads.created_pods(body, claims_made):
+                        run = base.run_ours if key == "ours" else base.run_kube
+                        result[key], result[f"{key}_latency"] = await run(cluster, api, args, run_dir, measure_ns)
                 allocated, twice = await doubled(api, [measure_ns, init_ns])
                 result[f"{key}_audit"] = {"claims_allocated": allocated, "devices_twice": twice}
                 print(
@@ -195,6 +280,33 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             await api.close()
     return result
+
+
+async def steady_run(
+    cluster: LocalCluster, api: client.ApiClient, args: argparse.Namespace, run_dir: Any, key: str, namespace: str
+) -> tuple[base.Run, dict[str, float]]:
+    """One scheduler on the steady workload: the first batch is created (and its claims made) before it starts,
+    as the base runners' backlog; the loop runs beside the measurement and ends it."""
+    scheduler = "crane-bench" if key == "ours" else "kube-bench"
+    steady = Steady(api, namespace, scheduler, args.batch, args.duration, TEMPLATE)
+    tasks: list[asyncio.Task[None]] = []
+    original = base.create_pods
+
+    async def first_batch(api: client.ApiClient, namespace: str, n: int, scheduler: str, rate: float = 0.0) -> None:
+        await steady.create_batch()
+        await claims_made(api, namespace, args.batch)
+        tasks.append(asyncio.create_task(steady.run()))
+
+    base.create_pods = first_batch
+    try:
+        run = base.run_ours if key == "ours" else base.run_kube
+        measured, latency = await run(cluster, api, args, run_dir, namespace, stop=steady.stop)
+        measured.pods = measured.bound  # as many as the loop made
+        return measured, latency
+    finally:
+        base.create_pods = original
+        for task in tasks:
+            task.cancel()
 
 
 def summary_of(run: base.Run) -> str:
@@ -215,20 +327,34 @@ def main() -> None:
     parser.add_argument("--event-concurrency", type=int, default=32, help="our event writers")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--skip-kube", action="store_true")
+    parser.add_argument("--kube-first", action="store_true", help="run kube-scheduler before crane-scheduler")
+    parser.add_argument(
+        "--steady-state", action="store_true", help="SteadyStateClusterResourceClaimTemplate instead (see above)"
+    )
+    parser.add_argument("--batch", type=int, default=10, help="steady state: pods per batch")
+    parser.add_argument("--duration", type=float, default=10.0, help="steady state: seconds from the first bind")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument(
         "--py-spy", action="store_true", help="sample crane-scheduler with py-spy (bench/scheduler/spy.py)"
     )
     args = parser.parse_args()
-    if args.init_pods + args.pods > args.nodes * args.claims_per_node:
+    if args.steady_state:
+        args.pods = 1_000_000  # the loop ends the run (measure waits for this many binds otherwise)
+    elif args.init_pods + args.pods > args.nodes * args.claims_per_node:
         parser.error("more pods than devices: some would stay Pending and the run would wait for its timeout")
     args.plugins, args.events_while_binds_wait = "default", 0
     r = asyncio.run(bench(args))
     ours, kube = r["ours"], r.get("kube")
-    print(
-        f"\nSchedulingWithResourceClaimTemplate: {args.nodes} nodes x {args.claims_per_node} devices, "
-        f"{args.init_pods} init pods, {args.pods} measured, QPS {args.qps:g}/{args.burst}"
-    )
+    if args.steady_state:
+        print(
+            f"\nSteadyStateClusterResourceClaimTemplate: {args.nodes} nodes x {args.claims_per_node} devices, "
+            f"{args.init_pods} init pods, batches of {args.batch} for {args.duration:g}s, QPS {args.qps:g}/{args.burst}"
+        )
+    else:
+        print(
+            f"\nSchedulingWithResourceClaimTemplate: {args.nodes} nodes x {args.claims_per_node} devices, "
+            f"{args.init_pods} init pods, {args.pods} measured, QPS {args.qps:g}/{args.burst}"
+        )
     print(f"{summary_of(ours)}; decision p50 {ours_p(r, 'p50')} p99 {ours_p(r, 'p99')}; audit {r['ours_audit']}")
     if kube is not None:
         print(f"{summary_of(kube)}; audit {r['kube_audit']}")

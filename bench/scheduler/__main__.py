@@ -352,9 +352,11 @@ async def measure(
     pid: Callable[[], int | None] | None = None,
     events_timeout: float = 120,
     servers: dict[str, int | None] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> Run:
     """Run ``start()`` (a coroutine starting the scheduler or the binder) and time the binds it causes; with
-    ``servers`` (name: pid) also their CPU and the API server's requests."""
+    ``servers`` (name: pid) also their CPU and the API server's requests; ``stop`` ends the run before ``pods``
+    binds (a workload that deletes and creates pods as it goes)."""
     servers = servers or {}
     watch = BindWatch(api, namespace, pods, pid, servers)
     stopping = asyncio.Event()
@@ -365,7 +367,7 @@ async def measure(
     t0 = time.monotonic()
     await start()
     try:
-        await asyncio.wait_for(watch.done.wait(), timeout)
+        await asyncio.wait_for(_either(watch.done, stop), timeout)
     except TimeoutError:
         print(f"  {label}: only {len(watch.times)}/{pods} bound after {timeout:.0f}s", file=sys.stderr)
     stopping.set()
@@ -397,6 +399,18 @@ async def measure(
     return run
 
 
+async def _either(a: asyncio.Event, b: asyncio.Event | None) -> None:
+    if b is None:
+        await a.wait()
+        return
+    waits = [asyncio.create_task(a.wait()), asyncio.create_task(b.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
 async def scheduled_events(api: client.ApiClient, namespace: str) -> int:
     resp = await client.CoreV1Api(api).list_namespaced_event(
         namespace, field_selector="reason=Scheduled", _preload_content=False
@@ -422,6 +436,7 @@ async def run_ours(
     run_dir: Path,
     namespace: str,
     pace: float = 0.0,
+    stop: asyncio.Event | None = None,
 ) -> tuple[Run, dict[str, float]]:
     """One crane-scheduler run: on ``args.pods`` pods pending before it starts (a burst), or, with ``pace``, on
     pods created at that rate once it is ready (steady arrivals: the decision latency a cluster below
@@ -473,7 +488,15 @@ async def run_ours(
     try:
         async with scheduler_core(getattr(args, "scheduler_cpu", None), lambda: proc.pid, servers.values()):
             run = await measure(
-                api, namespace, args.pods, "crane-scheduler", start, args.timeout, pid=lambda: proc.pid, servers=servers
+                api,
+                namespace,
+                args.pods,
+                "crane-scheduler",
+                start,
+                args.timeout,
+                pid=lambda: proc.pid,
+                servers=servers,
+                stop=stop,
             )
         for spy in spies:
             print(f"  crane-scheduler's CPU samples by part ({spy.out}):\n{render(await spy.stop())}", file=sys.stderr)
@@ -499,7 +522,12 @@ async def http_ok(url: str, cafile: Path | None = None) -> bool:
 
 
 async def run_kube(
-    cluster: LocalCluster, api: client.ApiClient, args: argparse.Namespace, run_dir: Path, namespace: str
+    cluster: LocalCluster,
+    api: client.ApiClient,
+    args: argparse.Namespace,
+    run_dir: Path,
+    namespace: str,
+    stop: asyncio.Event | None = None,
 ) -> tuple[Run, dict[str, float]]:
     name = "kube-bench"
     certs = run_dir / f"kube-scheduler-certs-{namespace}"
@@ -536,7 +564,15 @@ async def run_kube(
     try:
         async with scheduler_core(getattr(args, "scheduler_cpu", None), lambda: proc.pid, servers.values()):
             run = await measure(
-                api, namespace, args.pods, "kube-scheduler", start, args.timeout, pid=lambda: proc.pid, servers=servers
+                api,
+                namespace,
+                args.pods,
+                "kube-scheduler",
+                start,
+                args.timeout,
+                pid=lambda: proc.pid,
+                servers=servers,
+                stop=stop,
             )
         return run, await kube_decision_latency(port, certs / "kube-scheduler.crt")
     finally:

@@ -47,6 +47,7 @@ class Listers:
         self._assumed: dict[Kind, dict[str, Obj]] = {"pvs": {}, "pvcs": {}}
         self.on_change: Callable[[Kind, Obj | None, Obj | None], None] = lambda kind, new, old: None
         self.version = 0  # bumped on every change: plugins key their caches on it
+        self._journals: dict[Kind, list[set[str]]] = {kind: [] for kind in KINDS}
         self._changed: asyncio.Event | None = None
 
     # ------------------------------------------------------------------------------------------ reads
@@ -102,6 +103,13 @@ class Listers:
     def device_classes(self) -> dict[str, Obj]:
         return self.objects["deviceclasses"]
 
+    def changed_keys(self, kind: Kind) -> set[str]:
+        """A set to which every later change of ``kind`` adds the object's key; its reader empties it as it
+        catches up (an index over thousands of objects then reads only the changed ones per cycle)."""
+        keys: set[str] = set()
+        self._journals[kind].append(keys)
+        return keys
+
     async def wait_change(self, timeout: float) -> None:
         """Return after the next informer event, or after ``timeout`` seconds (a PreBind waiting for the PV
         controller re-checks on every change instead of polling blindly)."""
@@ -136,12 +144,15 @@ class Listers:
     def handler(self, kind: Kind) -> Callable[[EventType, Obj, Obj | None], None]:
         store = self.objects[kind]
         assumed = self._assumed.get(kind)
+        journals = self._journals[kind]
 
         def on_event(event: EventType, new: Obj, old: Obj | None) -> None:
             key = object_key(new)
             if assumed is not None:
                 assumed.pop(key, None)  # the API's newer version (or its deletion) supersedes our assumption
             self.version += 1
+            for keys in journals:
+                keys.add(key)
             if self._changed is not None:
                 self._changed.set()
                 self._changed = None

@@ -297,3 +297,42 @@ def test_the_search_stops_at_the_deadline() -> None:
     alloc = Allocator({"gpu": GPU}, slices, set(), clock=lambda: float(next(ticks)))
     with pytest.raises(AllocationTimeout):
         alloc.allocate(node(), [claim("c", exactly("gpu", "gpu", count=8))], deadline=3.0)
+
+
+def test_counting_answers_a_node_as_the_search_does_for_claims_of_one_shape() -> None:
+    big = f'device.attributes["{DRIVER}"].memory >= 40'
+    slices = [
+        resource_slice("s-n1", [device(f"gpu-{i}", memory=20 * (i % 3)) for i in range(6)], node="n1"),
+        resource_slice("s-n2", [device("gpu-0", memory=80), device("gpu-1", memory=80, ready=True)], node="n2"),
+    ]
+    shapes = [
+        [claim("a", exactly("gpu", "gpu", big))],
+        [claim("a", exactly("gpu", "gpu", big, count=2))],
+        [claim("a", exactly("gpu", "gpu", big)), claim("b", exactly("gpu", "gpu", big, count=2))],
+    ]
+    for held_count in range(4):
+        allocated = {(DRIVER, "n1", f"gpu-{i}") for i in range(2, 2 + held_count)}
+        allocator = Allocator({"gpu": GPU}, slices, allocated)
+        for claims in shapes:
+            plan = allocator.plan(claims)
+            assert plan is not None
+            for on in (node("n1"), node("n2"), node("n3")):
+                found = allocator.allocate(on, claims)
+                assert allocator.fits(on, plan) is (found is not None), (held_count, claims, on.name)
+
+
+def test_claims_counting_cannot_answer_are_left_to_the_search() -> None:
+    allocator = Allocator({"gpu": GPU, "other": device_class("other")}, [gpus("gpu-0")], set())
+    not_counted = [
+        [claim("a", exactly("gpu", "gpu"), exactly("x", "other"))],  # two shapes
+        [claim("a", first_available("gpu", sub_request("one", "gpu")))],
+        [claim("a", exactly("gpu", "gpu", admin_access=True))],
+        [claim("a", exactly("gpu", "gpu", mode="All"))],
+        [claim("a", exactly("gpu", "gpu"), constraints=[{"matchAttribute": f"{DRIVER}/model"}])],
+        [claim("a", exactly("gpu", "gpu", count=33))],  # the search's error
+        [claim("a", exactly("gpu", "missing"))],
+    ]
+    assert [allocator.plan(claims) for claims in not_counted] == [None] * len(not_counted)
+    broken = Allocator({"gpu": device_class("gpu", "device.attributes.nope")}, [gpus("gpu-0")], set())
+    plan = broken.plan([claim("a", exactly("gpu", "gpu"))])
+    assert plan is not None and broken.fits(node(), plan) is None  # the selector fails there: the search says how

@@ -6,8 +6,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from crane_scheduler.listers import Listers
 from crane_scheduler.plugins.dynamicresources.allocator import allocated_devices
 from crane_scheduler.plugins.dynamicresources.claims import ClaimTracker, claim_key
+from crane_scheduler.plugins.dynamicresources.nodeview import ShapeDevices
 from tests.support.dra import DRIVER, claim, exactly
 
 
@@ -64,3 +66,49 @@ def test_the_same_answer_as_counting_every_claim() -> None:
         expected = allocated_devices(list(copy.deepcopy(store).values()))
         devices = tracker.allocated(store)
         assert {gpu(f"g{i}") for i in range(30) if gpu(f"g{i}") in devices} == expected
+
+
+def test_with_the_listers_changed_keys_only_those_claims_are_read_and_the_answer_is_the_same() -> None:
+    changed: set[str] = set()
+    tracker = ClaimTracker(changed)
+    store = {f"default/c{i}": held(f"c{i}", f"g{i % 7}") for i in range(20)}
+    tracker.allocated(store)  # the first cycle reads them all
+    for step in range(10):
+        key = f"default/c{step}"
+        if step % 3 == 2:
+            del store[key]
+        else:
+            store[key] = held(f"c{step}", *([f"g{step + 10}"] if step % 2 else []), rv=2)
+        changed.add(key)
+        expected = allocated_devices(list(copy.deepcopy(store).values()))
+        devices = tracker.allocated(store)
+        assert {gpu(f"g{i}") for i in range(30) if gpu(f"g{i}") in devices} == expected
+        assert not changed
+
+
+def test_free_counts_follow_the_listers_claims_and_this_cycles_assumed_and_pending_ones() -> None:
+    tracker = ClaimTracker()
+    devices = ShapeDevices(tuple(gpu(f"g{i}") for i in range(5)), ((DRIVER, "n"),))
+    store = {"default/a": held("a", "g0"), "default/b": held("b", "g1")}
+    assert tracker.allocated(store).free(devices) == 3
+    store["default/b"] = held("b", rv=2)  # deallocated: the count kept for the pool is stale and recomputed
+    assert tracker.allocated(store).free(devices) == 4
+    tracker.assume(held("a", rv=5))  # PreBind deallocated a
+    tracker.signal_pending(held("p", "g3"))
+    tracker.signal_pending(held("q", "g9"))  # not one of the shape's devices
+    assert tracker.allocated(store).free(devices) == 4
+    tracker.remove_pending(str(held("p")["metadata"].get("uid", "")))
+    cycle = tracker.allocated(store)
+    assert cycle.free(devices) == sum(1 for d in devices.ids if d not in cycle)
+
+
+def test_the_listers_name_each_changed_claim_to_every_reader() -> None:
+    listers = Listers()
+    first, second = listers.changed_keys("resourceclaims"), listers.changed_keys("resourceclaims")
+    listers.apply("resourceclaims", "ADDED", held("a"))
+    listers.apply("resourceclaims", "MODIFIED", held("b", "g0"))
+    listers.apply("resourceslices", "ADDED", {"metadata": {"name": "s"}})
+    assert first == second == {"default/a", "default/b"}
+    first.clear()
+    listers.apply("resourceclaims", "DELETED", held("a"))
+    assert (first, second) == ({"default/a"}, {"default/a", "default/b"})

@@ -19,8 +19,15 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crane_scheduler.plugins.dynamicresources.celenv import CelError, DeviceView, compile_selector, device_view
-from crane_scheduler.plugins.dynamicresources.pools import Pool, PoolError, gather_pools
+from crane_scheduler.plugins.dynamicresources.nodeview import (
+    Candidate,
+    DeviceCache,
+    NodeView,
+    Shape,
+    ShapeDevices,
+    shape_of,
+    verdict,
+)
 from crane_scheduler.podinfo import NodeInfo
 
 Raw = Mapping[str, Any]
@@ -91,8 +98,9 @@ class _Request:
     class_: Raw
     admin_access: bool
     num_devices: int = 0
-    all_devices: list[_Candidate] = field(default_factory=list)
+    all_devices: list[Candidate] = field(default_factory=list)
     selected_sub: int = 0
+    shape: Shape = ("", (), ())
 
     @property
     def full_name(self) -> str:
@@ -105,13 +113,6 @@ class _Request:
     @property
     def selectors(self) -> Sequence[Raw]:
         return self.spec.get("selectors") or ()
-
-
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    id: DeviceID
-    device: Raw
-    slice: Raw
 
 
 @dataclass(slots=True)
@@ -168,7 +169,8 @@ def lookup_attribute(device: Raw, device_id: DeviceID, name: str) -> Raw | None:
 
 
 class Allocator:
-    """One cycle's allocator (see the module's docstring); reusable for every node of the cycle."""
+    """One cycle's allocator (see the module's docstring); reusable for every node of the cycle. ``cache`` keeps
+    the node views and selector verdicts across cycles (the plugin's); without it they last for this allocator."""
 
     def __init__(
         self,
@@ -177,55 +179,114 @@ class Allocator:
         allocated: Container[DeviceID],
         features: Features = Features(),
         clock: Callable[[], float] = time.monotonic,
+        cache: DeviceCache | None = None,
     ) -> None:
         self.classes = classes
-        self.slices = slices
         self.allocated = allocated
         self.features = features
         self.clock = clock
-        self._views: dict[DeviceID, DeviceView] = {}
-        # Slices by nodeName, and those reaching nodes some other way: a node reads its own and the others.
-        self._by_node: dict[str, list[Raw]] = {}
-        self._shared: list[Raw] = []
-        for s in slices:
-            name = (s.get("spec") or {}).get("nodeName")
-            if name:
-                self._by_node.setdefault(name, []).append(s)
-            else:
-                self._shared.append(s)
+        self.cache = cache if cache is not None else DeviceCache()
+        self.cache.refresh(classes, slices)
+        self._free: Callable[[ShapeDevices], int] | None = getattr(allocated, "free", None)
 
     def allocate(
         self, node: NodeInfo, claims: Sequence[Raw], deadline: float | None = None
     ) -> list[dict[str, Any]] | None:
-        try:
-            pools = gather_pools(self.slices, node, [*self._by_node.get(node.name, ()), *self._shared])
-        except PoolError as err:
-            raise AllocationError(f"gather pool information: {err}") from None
-        return _Search(self, node, claims, pools, deadline).run()
+        view = self.cache.view(node)
+        if view.error is not None:
+            raise AllocationError(view.error)
+        return _Search(self, node, claims, view, deadline).run()
 
-    def view(self, candidate: _Candidate) -> DeviceView:
-        view = self._views.get(candidate.id)
-        if view is None:
-            view = self._views[candidate.id] = device_view(candidate.id[0], candidate.device)
-        return view
+    def plan(self, claims: Sequence[Raw]) -> Plan | None:
+        """The claims as one count of devices of one shape, when that is all they ask: every request an
+        ``exactly`` of ExactCount without admin access, all of one class and selectors, no constraint, nothing
+        ``allocate`` would refuse before searching. None otherwise (``allocate`` answers each node)."""
+        shape: Shape | None = None
+        need = 0
+        for claim in claims:
+            devices = (claim.get("spec") or {}).get("devices") or {}
+            if devices.get("constraints"):
+                return None
+            per_claim = 0
+            for request in devices.get("requests") or ():
+                exactly = request.get("exactly")
+                if request.get("firstAvailable") or not exactly or exactly.get("adminAccess") is not None:
+                    return None
+                if (exactly.get("allocationMode") or EXACT_COUNT) != EXACT_COUNT:
+                    return None
+                selectors = exactly.get("selectors") or ()
+                if any(not (s.get("cel") or {}).get("expression") for s in selectors):
+                    return None
+                class_ = self.classes.get(exactly.get("deviceClassName") or "")
+                if class_ is None:
+                    return None
+                mine = shape_of(class_, selectors)
+                if shape is None:
+                    shape = mine
+                elif mine != shape:
+                    return None
+                per_claim += int(exactly.get("count") or 1)
+            if per_claim > ALLOCATION_RESULTS_MAX_SIZE:
+                return None
+            need += per_claim
+        return Plan(shape, self.cache.shape_key(shape), need) if shape is not None else None
+
+    def fits_nodes(self, nodes: Sequence[NodeInfo | None], plan: Plan) -> list[bool | None]:
+        """Per node, whether ``allocate(node, claims)`` finds a solution for claims that ``plan`` describes, by
+        counting the free devices of the plan's shape: True (it does), False (it returns None), None (no node, or
+        the count cannot tell: a selector fails on a device there, invalid pools change the message, gathering the
+        pools failed). Exact because with one shape and no constraint, kube's depth-first search takes the first
+        free devices in order and never needs to go back: it succeeds if and only if there are enough. One call
+        for all nodes: this is the loop that runs per pod and node."""
+        out: list[bool | None] = []
+        view_of, shape, key, need, free_of = self.cache.view, plan.shape, plan.key, plan.need, self._free
+        allocated = self.allocated
+        for node in nodes:
+            if node is None:
+                out.append(None)
+                continue
+            view = view_of(node)
+            if view.error is not None:
+                out.append(None)
+                continue
+            devices = view.shapes[key] if key in view.shapes else view.shape_devices(shape, key)
+            if devices is None:
+                out.append(None)
+                continue
+            free = free_of(devices) if free_of is not None else sum(1 for d in devices.ids if d not in allocated)
+            out.append(True if free >= need else None if view.invalid else False)
+        return out
+
+    def fits(self, node: NodeInfo, plan: Plan) -> bool | None:
+        """``fits_nodes`` for one node."""
+        return self.fits_nodes([node], plan)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Claims that ask for ``need`` devices of one ``shape`` and nothing else (``Allocator.plan``)."""
+
+    shape: Shape
+    key: int  # DeviceCache.shape_key
+    need: int
 
 
 class _Search:
     """One ``Allocate`` call (kube's ``allocator``)."""
 
     def __init__(
-        self, owner: Allocator, node: NodeInfo, claims: Sequence[Raw], pools: list[Pool], deadline: float | None
+        self, owner: Allocator, node: NodeInfo, claims: Sequence[Raw], view: NodeView, deadline: float | None
     ) -> None:
         self.owner = owner
         self.node = node
         self.claims = claims
-        self.pools = pools
+        self.view = view
+        self.pools = view.pools
         self.deadline = deadline
         self.requests: dict[tuple[int, int, int], _Request] = {}
         self.constraints: list[list[_MatchAttribute]] = []
-        self.matches: dict[tuple[DeviceID, int, int, int], bool] = {}
         self.allocating: dict[DeviceID, set[int]] = {}
-        self.results: list[list[tuple[_Request, _Candidate]]] = [[] for _ in claims]
+        self.results: list[list[tuple[_Request, Candidate]]] = [[] for _ in claims]
         self.invocations = 0
 
     # -- preparation (kube's loop over claims before allocateOne)
@@ -238,7 +299,7 @@ class _Search:
         except _MaxSizeExceeded:  # kube returns errAllocationResultMaxSizeExceeded itself from Allocate
             raise AllocationError("allocation max size exceeded") from None
         if not done:
-            if any(p.invalid for p in self.pools):
+            if self.view.invalid:
                 raise FailedOnNode("invalid resource pools were encountered")
             return None
         return [self._result(ci, claim) for ci, claim in enumerate(self.claims)]
@@ -301,12 +362,14 @@ class _Search:
                 f'{where}: could not retrieve device class {class_name}: deviceclass.resource.k8s.io "{class_name}" '
                 "not found"
             )
-        data = _Request(name, parent, spec, class_, admin_access=False)
+        data = _Request(
+            name, parent, spec, class_, admin_access=False, shape=shape_of(class_, spec.get("selectors") or ())
+        )
         mode = data.mode
         if mode == EXACT_COUNT:
             data.num_devices = int(spec.get("count") or 1)
         elif mode == ALL:
-            for pool in self.pools:
+            for pool, candidates in zip(self.pools, self.view.candidates, strict=True):
                 if pool.incomplete:
                     raise AllocationError(
                         f"{where}: asks for all devices, but resource pool {pool.id} is currently being updated"
@@ -315,8 +378,8 @@ class _Search:
                     raise AllocationError(
                         f"{where}: asks for all devices, but resource pool {pool.id} is currently invalid"
                     )
-                for candidate in _candidates(pool):
-                    if self._selectable((ci, ri, si), data, candidate):
+                for candidate in candidates:
+                    if self._selectable(ci, data, candidate):
                         data.all_devices.append(candidate)
             data.num_devices = len(data.all_devices)
         else:
@@ -377,16 +440,16 @@ class _Search:
                 undo()
             return done
 
-        for pool in self.pools:
+        for pool, candidates in zip(self.pools, self.view.candidates, strict=True):
             if pool.incomplete or pool.invalid:
                 continue
-            for candidate in _candidates(pool):
+            for candidate in candidates:
                 if data.admin_access:
                     if ci in self.allocating.get(candidate.id, ()):
                         continue
                 elif self._in_use(candidate.id):
                     continue
-                if not self._selectable((ci, ri, si), data, candidate):
+                if not self._selectable(ci, data, candidate):
                     continue
                 undo = self._allocate_device(r, data, candidate, must=False)
                 if undo is None:
@@ -404,41 +467,22 @@ class _Search:
     def _in_use(self, device: DeviceID) -> bool:
         return device in self.owner.allocated or bool(self.allocating.get(device))
 
-    def _selectable(self, key: tuple[int, int, int], data: _Request, candidate: _Candidate) -> bool:
+    def _selectable(self, ci: int, data: _Request, candidate: Candidate) -> bool:
         if candidate.device.get("bindingConditions"):
             return False  # DRADeviceBindingConditions is off
-        memo = (candidate.id, *key)
-        known = self.matches.get(memo)
-        if known is not None:
-            return known
-        verdict = self._selectors_match(
-            key[0], candidate, data.class_, (data.class_.get("spec") or {}).get("selectors")
+        v = verdict(candidate, data.shape)
+        if v is True or v is False:
+            return v
+        on_class, i, text = v
+        where = (
+            f"class {(data.class_.get('metadata') or {}).get('name', '')}"
+            if on_class
+            else f"claim {claim_ref(self.claims[ci])}"
         )
-        verdict = verdict and self._selectors_match(key[0], candidate, None, data.selectors)
-        self.matches[memo] = verdict
-        return verdict
-
-    def _selectors_match(self, ci: int, candidate: _Candidate, class_: Raw | None, selectors: Any) -> bool:
-        for i, selector in enumerate(selectors or ()):
-            where = (
-                f"class {(class_.get('metadata') or {}).get('name', '')}"
-                if class_ is not None
-                else f"claim {claim_ref(self.claims[ci])}"
-            )
-            expression = (selector.get("cel") or {}).get("expression", "")
-            try:
-                compiled = compile_selector(expression)
-            except CelError as err:
-                raise AllocationError(f"{where}: selector #{i}: CEL compile error: {err}") from None
-            try:
-                if not compiled.matches(self.owner.view(candidate)):
-                    return False
-            except CelError as err:
-                raise AllocationError(f"{where}: selector #{i}: CEL runtime error: {err}") from None
-        return True
+        raise AllocationError(f"{where}: selector #{i}: {text}")
 
     def _allocate_device(
-        self, r: tuple[int, int, int, int], data: _Request, candidate: _Candidate, must: bool
+        self, r: tuple[int, int, int, int], data: _Request, candidate: Candidate, must: bool
     ) -> Callable[[], None] | None:
         ci = r[0]
         if data.admin_access:
@@ -531,20 +575,12 @@ class _Search:
         return allocation
 
 
-def _candidates(pool: Pool) -> list[_Candidate]:
-    return [
-        _Candidate((pool.driver, pool.name, device.get("name", "")), device, slice_)
-        for slice_ in pool.slices
-        for device in (slice_.get("spec") or {}).get("devices") or ()
-    ]
-
-
 def _device_configuration(config: Raw) -> dict[str, Any]:
     """The inlined ``DeviceConfiguration`` (``opaque``) of a class or claim config entry."""
     return {k: v for k, v in config.items() if k not in ("requests", "source")}
 
 
-def _node_selector(claim: Raw, devices: Sequence[_Candidate]) -> dict[str, Any] | None:
+def _node_selector(claim: Raw, devices: Sequence[Candidate]) -> dict[str, Any] | None:
     """kube's ``createNodeSelector``: a node-local device pins the claim to that node; otherwise the slices' node
     selectors (one term each) are merged; none of either (``allNodes``) means no selector."""
     fields: list[Raw] = []

@@ -13,16 +13,19 @@ cache): the devices of both count as allocated, so two pods in flight never get 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from crane_scheduler.plugins.dynamicresources.allocator import DeviceID, allocated_devices
+from crane_scheduler.plugins.dynamicresources.nodeview import PoolKey, ShapeDevices
 
 Raw = Mapping[str, Any]
 ClaimGetter = Callable[[str, str], Raw | None]
 """(namespace, name) -> the claim as the scheduler sees it (assumed version first), None when absent."""
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
+_ZEROS = itertools.repeat(0)
 
 
 class ClaimError(Exception):
@@ -96,10 +99,10 @@ def claim_key(claim: Raw) -> str:
 class ClaimTracker:
     """In-flight allocations (by claim uid) and written-but-not-yet-seen claims (by namespace/name)."""
 
-    def __init__(self) -> None:
+    def __init__(self, changed: set[str] | None = None) -> None:
         self.pending: dict[str, Raw] = {}
         self.assumed: dict[str, Raw] = {}
-        self.index = HeldIndex()
+        self.index = HeldIndex(changed)
 
     def signal_pending(self, claim: Raw) -> None:
         """Reserve: ``claim`` carries the allocation this pod's binding cycle is about to write."""
@@ -154,34 +157,61 @@ class ClaimTracker:
                 minus[device] = minus.get(device, 0) + 1
             plus |= allocated_devices([newest] if newest is not None else [])
         plus |= allocated_devices(list(self.pending.values()))
-        return Held(self.index.counts, minus, plus)
+        return Held(self.index.counts, minus, plus, self.index.versions)
 
 
 class HeldIndex:
     """How many of the lister's claims hold each device, kept up to date by comparing each claim object with the
-    one last counted (the informer replaces an object on every change, so identity is its version)."""
+    one last counted (the informer replaces an object on every change, so identity is its version). With
+    ``changed`` (the lister's ``changed_keys``), only the claims changed since the last update are compared;
+    without it, all of them. ``versions`` counts the changes per pool: a free count computed for a pool stays
+    true while its version does."""
 
-    def __init__(self) -> None:
+    def __init__(self, changed: set[str] | None = None) -> None:
         self.counts: dict[DeviceID, int] = {}
+        self.versions: dict[PoolKey, int] = {}
+        self.changed = changed
         self._counted: dict[str, tuple[Raw, tuple[DeviceID, ...]]] = {}
+        self._seen = False  # the first update reads every claim (those listed before ``changed`` existed)
 
     def update(self, claims: Mapping[str, Raw]) -> None:
-        counted = self._counted
+        if self.changed is not None and self._seen:
+            keys = list(self.changed)
+            self.changed.clear()
+            for key in keys:
+                claim = claims.get(key)
+                if claim is None:
+                    entry = self._counted.pop(key, None)
+                    if entry is not None:
+                        self._add(entry[1], -1)
+                else:
+                    self._count(key, claim)
+            return
+        if self.changed is not None:
+            self.changed.clear()
+            self._seen = True
         for key, claim in claims.items():
-            entry = counted.get(key)
-            if entry is not None and entry[0] is claim:
-                continue
-            if entry is not None:
-                self._add(entry[1], -1)
-            devices = tuple(allocated_devices([claim]))
-            counted[key] = (claim, devices)
-            self._add(devices, 1)
+            self._count(key, claim)
+        counted = self._counted
         if len(counted) != len(claims):
             for key in [k for k in counted if k not in claims]:
                 self._add(counted.pop(key)[1], -1)
 
+    def _count(self, key: str, claim: Raw) -> None:
+        entry = self._counted.get(key)
+        if entry is not None and entry[0] is claim:
+            return
+        if entry is not None:
+            self._add(entry[1], -1)
+        devices = tuple(allocated_devices([claim]))
+        self._counted[key] = (claim, devices)
+        self._add(devices, 1)
+
     def _add(self, devices: tuple[DeviceID, ...], step: int) -> None:
+        versions = self.versions
         for device in devices:
+            pool = device[:2]
+            versions[pool] = versions.get(pool, 0) + 1
             n = self.counts.get(device, 0) + step
             if n:
                 self.counts[device] = n
@@ -191,12 +221,51 @@ class HeldIndex:
 
 class Held:
     """The devices held in one cycle: the lister's counts less the claims an assumed version replaces, plus the
-    assumed and pending allocations (what the allocator asks: ``device in held``)."""
+    assumed and pending allocations (what the allocator asks: ``device in held``, and ``free``)."""
 
-    __slots__ = ("counts", "minus", "plus")
+    __slots__ = ("_overlay", "counts", "minus", "plus", "versions")
 
-    def __init__(self, counts: Mapping[DeviceID, int], minus: Mapping[DeviceID, int], plus: set[DeviceID]) -> None:
+    def __init__(
+        self,
+        counts: Mapping[DeviceID, int],
+        minus: Mapping[DeviceID, int],
+        plus: set[DeviceID],
+        versions: Mapping[PoolKey, int] | None = None,
+    ) -> None:
         self.counts, self.minus, self.plus = counts, minus, plus
+        self.versions = versions
+        self._overlay: dict[PoolKey, list[tuple[DeviceID, int]]] | None = None
+
+    def free(self, devices: ShapeDevices) -> int:
+        """How many of ``devices`` are not held: the count over the lister's claims, kept in ``devices`` while
+        its pools' versions stay, corrected by this cycle's assumed and pending claims (usually a few pools)."""
+        versions, counts = self.versions, self.counts
+        if versions is None:
+            free = sum(1 for d in devices.ids if d not in counts)
+        else:
+            stamp = tuple(map(versions.get, devices.pools, _ZEROS))
+            if stamp != devices.stamp or devices.counted_by is not versions:
+                devices.free = sum(1 for d in devices.ids if d not in counts)
+                devices.stamp, devices.counted_by = stamp, versions
+            free = devices.free
+        overlay = self._overlay
+        if overlay is None:
+            overlay = self._overlay = self._overlay_by_pool()
+        if overlay:
+            for pool in devices.pools:
+                for device, delta in overlay.get(pool, ()):
+                    if device in devices.ids:
+                        free -= delta
+        return free
+
+    def _overlay_by_pool(self) -> dict[PoolKey, list[tuple[DeviceID, int]]]:
+        """Per pool, the devices whose held state the overlays change, with the change (+1 held, -1 freed)."""
+        out: dict[PoolKey, list[tuple[DeviceID, int]]] = {}
+        for device in {*self.plus, *self.minus}:
+            delta = (device in self) - (device in self.counts)
+            if delta:
+                out.setdefault(device[:2], []).append((device, delta))
+        return out
 
     def __contains__(self, device: object) -> bool:
         if device in self.plus:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -81,6 +81,7 @@ from crane_scheduler.plugins.dynamicresources.allocator import (
     AllocationTimeout,
     Allocator,
     FailedOnNode,
+    Plan,
     claim_ref,
 )
 from crane_scheduler.plugins.dynamicresources.binding import ClaimWriter, Conflict, LazyApiClaims, bind_claim
@@ -93,6 +94,7 @@ from crane_scheduler.plugins.dynamicresources.claims import (
     is_reserved_for_pod,
     pod_claims,
 )
+from crane_scheduler.plugins.dynamicresources.nodeview import DeviceCache
 from crane_scheduler.plugins.dynamicresources.pools import PoolError, node_selector_matches
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 from crane_shared.durations import parse_duration
@@ -123,13 +125,58 @@ class DraObjects(Protocol):
     def device_classes(self) -> Mapping[str, Raw]: ...
 
 
+class Allocations(Mapping[str, list[dict[str, Any]]]):
+    """Node name -> the allocation results of the claims to allocate, for the nodes Filter found feasible. A node
+    Filter answered by counting (``Allocator.fits``) gets its results from the search when first asked (Reserve
+    asks for the chosen node; Score only when a request has subrequests, which counting never answers): the
+    search then runs on the same allocator, so it finds what it would have found in Filter."""
+
+    def __init__(self, allocator: Allocator | None = None, claims: Sequence[Raw] = ()) -> None:
+        self.allocator, self.claims = allocator, claims  # what a deferred node's search runs with
+        self._found: dict[str, list[dict[str, Any]]] = {}
+        self._deferred: dict[str, NodeInfo] = {}
+
+    def found(self, node: str, results: list[dict[str, Any]]) -> None:
+        self._found[node] = results
+
+    def defer(self, node: NodeInfo) -> None:
+        self._deferred[node.name] = node
+
+    def __getitem__(self, node: str) -> list[dict[str, Any]]:
+        results = self._found.get(node)
+        if results is None:
+            info = self._deferred.pop(node)
+            found = None
+            if self.allocator is not None:
+                try:
+                    found = self.allocator.allocate(info, self.claims)
+                except AllocationError as err:
+                    log.error("search failed on a node the device count admitted", node=node, error=str(err))
+            if found is None:  # a bug if ever: Reserve answers kube's "claim allocation not found for node"
+                log.error("no allocation on a node the device count admitted", node=node)
+                raise KeyError(node)
+            results = self._found[node] = found
+        return results
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._found or node in self._deferred
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._found
+        yield from self._deferred
+
+    def __len__(self) -> int:
+        return len(self._found) + len(self._deferred)
+
+
 @dataclass
 class _State:
     claims: list[Raw]
     available_on: list[Raw | None]  # the allocated claims' node selectors
     allocator: Allocator | None = None
+    plan: Plan | None = None  # the claims to allocate as a count of devices of one shape (Allocator.plan)
     to_allocate: list[int] = field(default_factory=list)  # indexes of the unallocated claims
-    allocations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # node -> results
+    allocations: Allocations = field(default_factory=Allocations)  # node -> results
     chosen: dict[int, dict[str, Any]] = field(default_factory=dict)  # claim index -> allocation (Reserve)
     score_error: bool = False
     unavailable: set[int] = field(default_factory=set)  # allocated claims some node's selector refused
@@ -158,7 +205,9 @@ class DynamicResources(
         self.writer = writer
         self.filter_timeout = filter_timeout
         self.clock = clock
-        self.tracker = ClaimTracker()
+        changed_keys = getattr(objects, "changed_keys", None)  # Listers: only changed claims are recounted
+        self.tracker = ClaimTracker(changed_keys("resourceclaims") if changed_keys is not None else None)
+        self.devices = DeviceCache()  # node views and selector verdicts, kept while slices and classes are
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -242,7 +291,11 @@ class DynamicResources(
                 return PreFilterResult(status)
         if to_allocate:
             allocated = self.tracker.allocated(self.objects.resource_claims_by_key())
-            st.allocator = Allocator(classes, self.objects.resource_slices(), allocated, clock=self.clock)
+            st.allocator = Allocator(
+                classes, self.objects.resource_slices(), allocated, clock=self.clock, cache=self.devices
+            )
+            st.plan = st.allocator.plan([claims[i] for i in to_allocate])
+            st.allocations = Allocations(st.allocator, [claims[i] for i in to_allocate])
         st.claims, st.available_on, st.to_allocate = claims, available_on, to_allocate
         return PreFilterResult()
 
@@ -253,21 +306,44 @@ class DynamicResources(
         masks: dict[tuple[str, bool], np.ndarray[Any, Any]] = {}
         deadline = self.clock() + self.filter_timeout if self.filter_timeout > 0 else None
         to_allocate = [st.claims[i] for i in st.to_allocate]
-        for row, node in enumerate(table.nodes):
-            if node is None:
-                continue
-            verdict = self._filter_node(st, node, to_allocate, deadline)
-            if verdict is not None:
-                masks.setdefault(verdict, np.zeros(table.n_rows, dtype=bool))[row] = True
+        nodes = table.nodes
+        # Claims of one shape: every node answered by a count at once (Allocator.fits_nodes); the others search.
+        fits = st.allocator.fits_nodes(nodes, st.plan) if st.allocator is not None and st.plan is not None else None
+        if fits is not None and all(selector is None for selector in st.available_on):
+            cannot = []
+            for row, (node, fit) in enumerate(zip(nodes, fits, strict=True)):
+                if node is None:
+                    continue
+                if fit is True:
+                    st.allocations.defer(node)
+                elif fit is False:
+                    cannot.append(row)
+                else:
+                    verdict = self._filter_node(st, node, to_allocate, deadline, None)
+                    if verdict is not None:
+                        masks.setdefault(verdict, np.zeros(table.n_rows, dtype=bool))[row] = True
+            if cannot:
+                mask = masks.setdefault((REASON_CANNOT_ALLOCATE, False), np.zeros(table.n_rows, dtype=bool))
+                mask[cannot] = True
+        else:
+            for row, node in enumerate(nodes):
+                if node is None:
+                    continue
+                verdict = self._filter_node(st, node, to_allocate, deadline, fits[row] if fits is not None else None)
+                if verdict is not None:
+                    masks.setdefault(verdict, np.zeros(table.n_rows, dtype=bool))[row] = True
         return [Rejection(reason, mask, unresolvable=True, error=failed) for (reason, failed), mask in masks.items()]
 
     def _filter_node(
-        self, st: _State, node: NodeInfo, to_allocate: list[Raw], deadline: float | None
+        self, st: _State, node: NodeInfo, to_allocate: list[Raw], deadline: float | None, fits: bool | None
     ) -> tuple[str, bool] | None:
-        """None when the node fits, else (reason, whether it is kube's Error rather than a rejection)."""
+        """None when the node fits, else (reason, whether it is kube's Error rather than a rejection); ``fits``:
+        the count's answer for the node (``Allocator.fits_nodes``), None when the search must answer."""
         # kube allocates before it looks at the unavailable claims, so a broken selector wins over them.
         results = None
-        if st.allocator is not None:
+        if fits is False:
+            return REASON_CANNOT_ALLOCATE, False
+        if st.allocator is not None and fits is None:
             try:
                 results = st.allocator.allocate(node, to_allocate, deadline)
             except AllocationTimeout:
@@ -291,7 +367,9 @@ class DynamicResources(
             st.unavailable.update(unavailable)
             return REASON_NOT_AVAILABLE, False
         if results is not None:
-            st.allocations[node.name] = results
+            st.allocations.found(node.name, results)
+        elif fits:
+            st.allocations.defer(node)
         return None
 
     def post_filter(self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis) -> Status:
@@ -319,6 +397,11 @@ class DynamicResources(
         out = np.zeros(len(rows), dtype=np.int64)
         st: _State | None = state.get(STATE_KEY)
         if st is None or not st.allocations:  # no claim to allocate (most pods): 0 everywhere, as kube
+            return out
+        if st.plan is not None:  # exactly requests only: 0 everywhere, without asking for the deferred results
+            if len(st.to_allocate) < len(st.claims):
+                names = [n.name for n in (table.nodes[int(row)] for row in rows) if n is not None]
+                st.score_error = any(name in st.allocations for name in names)
             return out
         for i, row in enumerate(rows):
             node = table.nodes[int(row)]
