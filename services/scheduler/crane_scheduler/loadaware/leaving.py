@@ -34,9 +34,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-import numpy as np
-
-from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
+from crane_scheduler.loadaware.columns import LoadColumns
+from crane_scheduler.loadaware.rowload import RowLoad
 from crane_shared.annotations import metric_freshness_window
 from crane_shared.batch import PodUsage, PodUsageError, decode_pod_usage
 from crane_shared.loadaware.dynamic import resource_of
@@ -151,18 +150,12 @@ class PodUsageIndex:
         return decoded.get(key)
 
 
-class LeavingLoad:
+class LeavingLoad(RowLoad):
     """Per node row and metric, the fraction of allocatable that victims take out of Dynamic's Filter
     (``extra[metric]``, to subtract): those of the current what-if and those gone recently."""
 
     def __init__(self, cols: LoadColumns, capacity: int = 64) -> None:
-        self.cols = cols
-        self._cap = capacity
-        self.extra: dict[str, FloatArray] = {
-            metric: np.zeros(capacity) for metric in cols.metrics if resource_of(metric) is not None
-        }
-        self.alloc_cpu = np.zeros(capacity)
-        self.alloc_memory = np.zeros(capacity)
+        super().__init__(cols, capacity)
         self.what_if: dict[int, dict[str, Leaving]] = {}
         self.estimates: dict[int, dict[str, float]] = {}
         """per what-if row, what its victims' recent bindings add to the estimate (per metric)"""
@@ -182,16 +175,6 @@ class LeavingLoad:
     def counted(self) -> bool:
         """Any row with something taken out (else Filter adds nothing)."""
         return bool(self.what_if or self.departed)
-
-    def ensure(self, row: int) -> None:
-        if row < self._cap:
-            return
-        cap = max(row + 1, 2 * self._cap)
-        for name, arr in self.extra.items():
-            self.extra[name] = _grown(arr, cap)
-        self.alloc_cpu = _grown(self.alloc_cpu, cap)
-        self.alloc_memory = _grown(self.alloc_memory, cap)
-        self._cap = cap
 
     def node_changed(self, row: int, name: str, cpu: float, memory: float) -> None:
         """A node's annotations (stamps) or allocatable changed; a row reused by another node forgets the last."""
@@ -293,9 +276,3 @@ class LeavingLoad:
                 moved = True
         if moved:
             self.changed.add(row)
-
-
-def _grown(arr: FloatArray, cap: int) -> FloatArray:
-    out = np.zeros(cap)
-    out[: len(arr)] = arr
-    return out

@@ -25,9 +25,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import numpy as np
-
-from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
+from crane_scheduler.loadaware.columns import LoadColumns
+from crane_scheduler.loadaware.rowload import RowLoad
 from crane_shared.loadaware.dynamic import resource_of
 
 
@@ -42,20 +41,13 @@ class Nominee:
     """assumed or bound in the table: not counted here"""
 
 
-class NominatedLoad:
+class NominatedLoad(RowLoad):
     """Per node row, the estimated usage of the pods nominated there and not placed yet (``extra[metric]``, a
     fraction of allocatable). Rows are found by node name through ``rows`` (the table's index)."""
 
     def __init__(self, cols: LoadColumns, rows: dict[str, int], capacity: int = 64) -> None:
-        self.cols = cols
+        super().__init__(cols, capacity)
         self.rows = rows
-        self._cap = capacity
-        self.extra: dict[str, FloatArray] = {}
-        for metric in cols.metrics:
-            if resource_of(metric) is not None:
-                self.extra[metric] = np.zeros(capacity)
-        self.alloc_cpu = np.zeros(capacity)
-        self.alloc_memory = np.zeros(capacity)
         self.nominees: dict[str, Nominee] = {}
         self._on_node: dict[str, dict[str, Nominee]] = {}
         self._names: dict[int, str] = {}
@@ -63,16 +55,6 @@ class NominatedLoad:
         """priorities of the counted nominees (few distinct values): is any below an incoming pod's?"""
         self.changed: set[int] = set()
         """rows whose ``extra`` may have changed since the consumer last cleared this"""
-
-    def ensure(self, row: int) -> None:
-        if row < self._cap:
-            return
-        cap = max(row + 1, 2 * self._cap)
-        for name, arr in self.extra.items():
-            self.extra[name] = _grown(arr, cap)
-        self.alloc_cpu = _grown(self.alloc_cpu, cap)
-        self.alloc_memory = _grown(self.alloc_memory, cap)
-        self._cap = cap
 
     # -- inputs ---------------------------------------------------------------------------------------------------
 
@@ -195,9 +177,3 @@ class NominatedLoad:
                 added += factor * (n.cpu if resource == "cpu" else n.memory)
             out[metric] = added / total
         return out
-
-
-def _grown(arr: FloatArray, cap: int) -> FloatArray:
-    out = np.zeros(cap)
-    out[: len(arr)] = arr
-    return out
