@@ -168,20 +168,19 @@ async def measure_batch(api: client.ApiClient, state: FleetState, runs: list[Bat
         run.utilisation_after = utilisation(state, run.nodes, run.main)
         regular = running_on(await pods(api, f"app={run.group}"))
         run.regular_after = sum(regular.values())
-        run.over_by_regular = sum(
-            regular_usage(state, n, on.get(n, 0), run.chunk, run.main) > THRESHOLD for n in run.nodes
-        )
+        run.over_by_regular = sum(regular_usage(state, n, run.main) > THRESHOLD for n in run.nodes)
         run.hot_node = max(run.nodes, key=lambda n: (regular.get(n, 0), n))
         run.hot_batch_pods = on.get(run.hot_node, 0)
 
 
-def regular_usage(state: FleetState, node: str, batch_pods: int, chunk: Chunk, main: int) -> float:
-    """The node's usage without its batch pods (what a regular pod is judged by)."""
+def regular_usage(state: FleetState, node: str, main: int) -> float:
+    """The node's usage without its batch pods (what a regular pod is judged by): its base load plus its regular
+    pods, not clamped at the node's capacity as the whole usage is."""
     spec = state.nodes[node]
-    used = state.usage(node)[main]
+    pods = [p for p in state.pods.values() if p.node == node and not p.name.startswith(f"{NAMESPACE}/batch-")]
     if main == 0:
-        return used - batch_pods * chunk.cpu_milli / 1000 / spec.cpu_cores
-    return used - batch_pods * chunk.memory_gi * GI / spec.memory_bytes
+        return spec.base_cpu_fraction + sum(p.cpu_cores for p in pods) / spec.cpu_cores
+    return spec.base_mem_fraction + sum(p.memory_bytes for p in pods) / spec.memory_bytes
 
 
 async def raise_regular(api: client.ApiClient, runs: list[BatchRun], factor: float = 2.0) -> None:
@@ -232,7 +231,7 @@ async def watch_rise(
                     run.shrink_seconds = elapsed
             here = running_on(await pods(api, f"batch={run.group}")).get(run.hot_node, 0)
             whole = state.usage(run.hot_node)[run.main]
-            run.trace.append((elapsed, whole, regular_usage(state, run.hot_node, here, run.chunk, run.main), here))
+            run.trace.append((elapsed, whole, regular_usage(state, run.hot_node, run.main), here))
             if run.shed_seconds is None and (here == 0 or whole <= threshold):
                 run.shed_seconds = elapsed
         await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - started - elapsed)))
@@ -247,9 +246,7 @@ async def watch_rise(
         regular = running_on(await pods(api, f"app={run.group}"))
         run.regular_end = sum(regular.values())
         run.utilisation_end = utilisation(state, run.nodes, run.main)
-        run.over_by_regular_end = sum(
-            regular_usage(state, n, on.get(n, 0), run.chunk, run.main) > threshold for n in run.nodes
-        )
+        run.over_by_regular_end = sum(regular_usage(state, n, run.main) > threshold for n in run.nodes)
 
 
 def table(runs: list[BatchRun]) -> str:
@@ -263,10 +260,10 @@ def table(runs: list[BatchRun]) -> str:
     for r in runs:
         unit, scale = ("cores", 1000) if r.main == 0 else ("GiB", GI)
         shrank = "-" if r.shrink_seconds is None else f"{r.shrink_seconds:.0f} s"
-        if r.shed_seconds is not None:
-            shed = f"{r.shed_seconds:.0f} s"
-        elif r.hot_batch_pods == 0:
+        if r.hot_batch_pods == 0:
             shed = "- (none there)"
+        elif r.shed_seconds is not None:
+            shed = f"{r.shed_seconds:.0f} s"
         else:
             shed = "not shed" if r.descheduled else "not shed (no descheduler)"
         evicted = str(r.evicted) if r.descheduled else f"{r.evicted} (no descheduler)"

@@ -37,3 +37,9 @@ def test_the_table_says_when_nothing_sheds_without_a_descheduler() -> None:
     text = table([crane, kube])
     assert "| 31 s | 2 / 0 | 2 | 0 |" in text
     assert "| not shed (no descheduler) | 2 / 2 | 0 (no descheduler) | 0 |" in text
+
+
+def test_a_hot_node_without_batch_pods_has_nothing_to_shed() -> None:
+    run = BatchRun("kube-cpu", "default-scheduler", ["d", "e", "f"], 0, CHUNKS["cpu"])
+    run.shed_seconds = 0.0
+    assert "| - (none there) | 0 / 0 |" in table([run])
