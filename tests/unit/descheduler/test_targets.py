@@ -38,7 +38,7 @@ def round_of(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], usage: dic
     return run_round(nodes, pods, usage, POLICY, ARGS, detectors, NOW)
 
 
-def planned(result: RoundResult) -> list[tuple[str, str]]:
+def planned(result: RoundResult) -> list[tuple[str, str | None]]:
     return [(e.pod.name, e.target) for e in result.plan.evictions]
 
 
