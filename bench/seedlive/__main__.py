@@ -18,8 +18,9 @@ number of nodes above the 65 % threshold, whether a node went over while another
 spread (max - min) of real usage. A PNG plots node usage against replicas, one panel per strategy.
 
 With ``--batch``, a batch phase follows (``bench.seedlive.batchphase``): batch pods per group ask for the
-capacity the annotator reclaimed, then the regular load rises on one node; its table is written next to the
-others (``seedlive-batch.md``).
+capacity the annotator reclaimed (``--reclaim``: the policy's reclaim thresholds, CPU and memory), then the
+regular load rises on one node and crane-descheduler (running on the crane groups' nodes only) sheds its batch
+pods; its table and plot are written next to the others (``seedlive-batch.md``, ``seedlive-batch.png``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from kubernetes_asyncio import client
 
 from bench.seedlive import batchphase
 from crane_sandbox.fleet import GI, SimNode, make_fleet
-from crane_sandbox.sandbox import UPSTREAM_STYLE, Sandbox, comparison_config
+from crane_sandbox.sandbox import SANDBOX_POLICY, UPSTREAM_STYLE, Sandbox, comparison_config
 from crane_shared.kube import api_client_from_dict, raw_json
 
 THRESHOLD = 0.65
@@ -65,6 +66,37 @@ STRATEGIES = {"crane": "crane-scheduler", "kube": "default-scheduler", "upstream
 
 # A just-bound pod's estimate lasts as long as the fast rules take to absorb it (10 s average, 5 s sync).
 SCHEDULER_CONFIG = comparison_config(estimate={"window": "15s"})
+
+SANDBOX_RECLAIM = "reclaim: {podUsageWindow: 10s, degradeAfter: 2m}"
+DESCHEDULED = ("crane-mem", "crane-cpu")
+"""the groups crane-descheduler acts on (its node pools); the others show placement without it"""
+# The sandbox's descheduler policy (a round every 5 s, pods may go once 20 s old, hot after 3 rounds), its pools
+# limited to the crane groups' nodes; a workload may have half its pods unavailable: the batch Deployment keeps a
+# pod pending by design (it asks one more than the loan), which the default budget (1) would count as the one.
+DESCHEDULER_POLICY = (
+    """\
+apiVersion: descheduler.policy.crane.io/v1alpha1
+kind: LoadAwareDeschedulerPolicy
+spec:
+  anomaly: {consecutiveAbnormalities: 3, consecutiveNormalities: 2}
+  nodePools:
+"""
+    + "".join(f"    - {{name: {g}, nodeSelector: {{seed: {g}}}}}\n" for g in DESCHEDULED)
+    + """\
+  evictable: {minPodAge: 20s}
+  limits: {maxPerNodePerRound: 1, maxPerNamespacePerRound: 2, maxUnavailablePerWorkload: "50%", maxPerMinute: 10}
+"""
+)
+
+
+def policy_with_reclaim(cpu: float, memory: float) -> str:
+    """The sandbox policy with the reclaim thresholds ``cpu`` and ``memory`` (fractions of capacity)."""
+    assert SANDBOX_RECLAIM in SANDBOX_POLICY, "the sandbox policy's reclaim line moved"
+    reclaim = (
+        f"reclaim: {{cpu: {{reclaimThreshold: {cpu}}}, memory: {{reclaimThreshold: {memory}}}, "
+        "podUsageWindow: 10s, degradeAfter: 2m}"
+    )
+    return SANDBOX_POLICY.replace(SANDBOX_RECLAIM, reclaim)
 
 
 @dataclass
@@ -153,11 +185,25 @@ async def placed(api: client.ApiClient, group: str) -> tuple[dict[str, int], int
 
 
 async def experiment(
-    replicas: int, interval: float, batch: bool = False
+    replicas: int,
+    interval: float,
+    batch: bool = False,
+    reclaim: tuple[float, float] = (0.85, 0.85),
+    shed_window: float = 180.0,
 ) -> tuple[list[Run], list[batchphase.BatchRun]]:
-    # placement only: the descheduler would move the compared schedulers' pods afterwards
-    services = ("event-recorder", "annotator", "scheduler")
-    sandbox = Sandbox(fleet=fleet(), mode="second", scheduler_config=SCHEDULER_CONFIG, services=services)
+    # placement only, except with the batch phase: then crane-descheduler runs on the crane groups' nodes (its
+    # pools), where crane-scheduler keeps every node under the threshold until the rise
+    services: tuple[str, ...] = ("event-recorder", "annotator", "scheduler")
+    if batch:
+        services += ("descheduler",)
+    sandbox = Sandbox(
+        fleet=fleet(),
+        mode="second",
+        scheduler_config=SCHEDULER_CONFIG,
+        services=services,
+        policy=policy_with_reclaim(*reclaim),
+        descheduler_policy=DESCHEDULER_POLICY,
+    )
     print("starting the sandbox...", flush=True)
     await sandbox.start()
     assert sandbox.cluster is not None and sandbox.state is not None
@@ -197,7 +243,12 @@ async def experiment(
         if batch:
             batch_runs = [
                 batchphase.BatchRun(
-                    r.group, STRATEGIES[r.strategy], r.nodes, r.service.main, batchphase.CHUNKS[r.service.key]
+                    r.group,
+                    STRATEGIES[r.strategy],
+                    r.nodes,
+                    r.service.main,
+                    batchphase.CHUNKS[r.service.key],
+                    descheduled=r.group in DESCHEDULED,
                 )
                 for r in runs
             ]
@@ -206,8 +257,9 @@ async def experiment(
             await asyncio.sleep(3 * interval)  # placed, Running, and their load in Prometheus and the annotations
             await batchphase.measure_batch(api, state, batch_runs)
             print("batch phase: the regular load rises on each group's busiest node...", flush=True)
+            await batchphase.mark_rise(api, batch_runs)
             await batchphase.raise_regular(api, batch_runs)
-            await batchphase.watch_shrink(api, batch_runs, timeout=6 * interval)
+            await batchphase.watch_rise(api, state, batch_runs, timeout=shed_window)
         return runs, batch_runs
     finally:
         await api.close()
@@ -275,6 +327,17 @@ def plot(runs: list[Run], path: Path) -> None:
     fig.savefig(path, dpi=90)
 
 
+def fractions(text: str) -> tuple[float, float]:
+    """``CPU,MEMORY`` as two fractions in (0, 1]."""
+    try:
+        cpu, memory = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected CPU,MEMORY fractions such as 0.85,0.85, got {text!r}") from None
+    if not (0 < cpu <= 1 and 0 < memory <= 1):
+        raise argparse.ArgumentTypeError(f"fractions must be in (0, 1], got {text!r}")
+    return cpu, memory
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.seedlive", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -283,8 +346,17 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=20.0, help="seconds between replicas (default 20)")
     parser.add_argument("--plot", type=Path, default=Path("bench/seedlive/results/seedlive.png"))
     parser.add_argument("--batch", action="store_true", help="then a batch Job on the reclaimed capacity")
+    parser.add_argument(
+        "--reclaim",
+        type=fractions,
+        default=(0.85, 0.85),
+        help="the policy's reclaim thresholds CPU,MEMORY (fractions of capacity; default 0.85,0.85)",
+    )
+    parser.add_argument(
+        "--shed-window", type=float, default=180.0, help="seconds watched after the regular load rises (default 180)"
+    )
     args = parser.parse_args()
-    runs, batch_runs = asyncio.run(experiment(args.replicas, args.interval, args.batch))
+    runs, batch_runs = asyncio.run(experiment(args.replicas, args.interval, args.batch, args.reclaim, args.shed_window))
     text = table(runs)
     print(text)
     if batch_runs:
@@ -292,6 +364,7 @@ def main() -> None:
         print(batch_text)
         args.plot.parent.mkdir(parents=True, exist_ok=True)
         args.plot.with_name(args.plot.stem + "-batch.md").write_text(batch_text + "\n")
+        batchphase.plot(batch_runs, args.plot.with_name(args.plot.stem + "-batch.png"))
     plot(runs, args.plot)
     args.plot.with_suffix(".md").write_text(text + "\n")
     args.plot.with_suffix(".json").write_text(

@@ -189,6 +189,10 @@ class Sandbox:
     load: LoadShape = "uneven"
     mode: Mode = "replace"
     scheduler_config: str | None = None
+    policy: str = SANDBOX_POLICY
+    """the DynamicSchedulerPolicy text the annotator, the scheduler and the descheduler read"""
+    descheduler_policy: str = SANDBOX_DESCHEDULER_POLICY
+    """the LoadAwareDeschedulerPolicy text"""
     topology: TopologySpec = field(default_factory=TopologySpec)
     """the NUMA layout of every simulated node's NRT (default 2 zones); zones 0: no NRT"""
     node_topologies: dict[str, TopologySpec] = field(default_factory=dict)
@@ -278,8 +282,8 @@ class Sandbox:
             )
             self._follower = PodFollower(self._api, state)
             self._follower.start()
-            self.policy_path.write_text(SANDBOX_POLICY)
-            self.descheduler_policy_path.write_text(SANDBOX_DESCHEDULER_POLICY)
+            self.policy_path.write_text(self.policy)
+            self.descheduler_policy_path.write_text(self.descheduler_policy)
             if self.scheduler_config is None:
                 config = sandbox_scheduler_config(crane_scheduler_names(self.mode))
             else:
@@ -418,7 +422,7 @@ class Sandbox:
         without an annotator)."""
         if "annotator" not in self.processes or self._api is None or not self.fleet_names():
             return False
-        keys = [annotation_key(m) for m in parse_policy(SANDBOX_POLICY).metrics()]
+        keys = [annotation_key(m) for m in parse_policy(self.policy).metrics()]
         v1 = client.CoreV1Api(self._api)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

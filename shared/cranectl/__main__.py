@@ -95,7 +95,7 @@ def render_plan(body: dict[str, Any]) -> str:
     for e in body["evictions"]:
         lines.append(
             f"  {e['pod']:40} from {e['node']}: {e['metric']} {e['value']:.3f} > {e['threshold']:g}"
-            f"  (target e.g. {e['target']})  {e['result']}"
+            f"  ({'batch, no place: yields' if e['target'] is None else 'target e.g. ' + e['target']})  {e['result']}"
         )
     skipped = body.get("skipped") or {}
     if skipped:

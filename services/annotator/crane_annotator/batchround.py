@@ -188,7 +188,7 @@ class BatchCapacity:
             if info is None or info.capacity is None:
                 continue
             inputs = self.inputs(node, info)
-            fractions = batch_usage(inputs)
+            fractions = batch_usage(inputs, at.timestamp(), self.policy.pod_usage_window.total_seconds())
             usage[BATCH_CPU_USAGE_KEY][node] = fractions.cpu
             usage[BATCH_MEMORY_USAGE_KEY][node] = fractions.memory
             pods_text[node] = encode_pod_usage(node_pod_usage(inputs), at)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -36,7 +37,18 @@ def node_pod(obj: Mapping[str, Any]) -> tuple[str, NodePod] | None:
         return None
     requests = pod_requests(spec)
     key = f"{meta['namespace']}/{meta['name']}"
-    return node, NodePod(key, is_batch(spec), Resources(requests.get(CPU, 0) / 1000, float(requests.get(MEMORY, 0))))
+    resources = Resources(requests.get(CPU, 0) / 1000, float(requests.get(MEMORY, 0)))
+    return node, NodePod(key, is_batch(spec), resources, started_at((obj.get("status") or {}).get("startTime")))
+
+
+def started_at(value: object) -> float | None:
+    """``status.startTime`` as epoch seconds; None when absent or not a timestamp (the usage then counts in full)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 class PodCache:

@@ -47,6 +47,8 @@ class NodePod:
     key: str
     batch: bool
     requests: Resources
+    started: float | None = None
+    """``status.startTime`` (epoch seconds); None when not started or unreadable (its usage then counts in full)"""
 
 
 @dataclass(frozen=True)
@@ -122,14 +124,21 @@ def _resource(name: str, rule: ResourceReclaim, inputs: NodeInputs) -> float:
     return total * threshold - system - regular
 
 
-def batch_usage(inputs: NodeInputs) -> Resources:
-    """The batch pods' measured usage as a fraction of the node's capacity (0 with no capacity)."""
+def batch_usage(inputs: NodeInputs, now: float | None = None, window: float = 0.0) -> Resources:
+    """The batch pods' measured usage as a fraction of the node's capacity (0 with no capacity), as far as it is
+    inside the node's usage metric: a pod started less than ``window`` seconds before ``now`` counts for the part of
+    the window it has run. The node metric averages over that window (``podUsageWindow`` matches it) while a pod's
+    usage is its value now, so without this a regular pod would read a node whose batch pods just started as nearly
+    empty (the whole batch share taken out of an average that holds little of it) and be placed there."""
     cpu = memory = 0.0
     for pod in inputs.pods:
         usage = inputs.pod_usage.get(pod.key)
         if pod.batch and usage is not None:
-            cpu += usage.cpu_cores
-            memory += usage.memory_bytes
+            share = 1.0
+            if now is not None and window > 0 and pod.started is not None:
+                share = min(1.0, max(0.0, (now - pod.started) / window))
+            cpu += usage.cpu_cores * share
+            memory += usage.memory_bytes * share
     return Resources(
         cpu / inputs.capacity.cpu if inputs.capacity.cpu > 0 else 0.0,
         memory / inputs.capacity.memory if inputs.capacity.memory > 0 else 0.0,

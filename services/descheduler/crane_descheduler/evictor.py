@@ -32,10 +32,12 @@ log = get_logger("crane.descheduler.evictor")
 
 
 def message(e: Eviction) -> str:
-    return (
-        f"evicted from node {e.node}: {e.metric} {e.value:.3f} above its threshold {e.threshold:g} "
-        f"(another node, e.g. {e.target}, passes the scheduler's filter for it)"
+    place = (
+        "a batch pod yielding to the node's regular pods; no other node has room for it now"
+        if e.target is None
+        else f"another node, e.g. {e.target}, passes the scheduler's filter for it"
     )
+    return f"evicted from node {e.node}: {e.metric} {e.value:.3f} above its threshold {e.threshold:g} ({place})"
 
 
 def event_body(e: Eviction, identity: str, now: datetime) -> dict[str, object]:

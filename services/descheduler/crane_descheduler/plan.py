@@ -14,7 +14,10 @@ is under every high threshold. A node hot only with its batch pods' usage (not b
 - another node, not hot, passes that Filter, counting the pods already planned this round (assumed and reserved
   there, as the scheduler's cycle does).
 
-Nothing is planned when no node could take a pod (every node hot, or no headroom): the pod is skipped, counted.
+Nothing is planned when no node could take a pod (every node hot, or no headroom): the pod is skipped, counted;
+except a batch pod on a node hot by its regular usage: batch work yields to the regular pods even when no other
+node has room for it (as koordlet evicts best-effort pods), its replacement waiting for reclaimed capacity
+(``Eviction.target`` None). A node hot only with its batch share keeps requiring a place.
 """
 
 from __future__ import annotations
@@ -77,7 +80,8 @@ class Workload:
 class Eviction:
     pod: PodView
     node: str
-    target: str
+    target: str | None
+    """where the replacement fits; None: a batch pod yielding to a node's regular pods with no place elsewhere"""
     metric: str
     value: float
     threshold: float
@@ -254,12 +258,15 @@ def plan_round(data: RoundInput) -> Plan:
             target = None
             if reason is None:
                 target, reason = targets.find(pod, node)
-            if reason is not None or target is None:
-                plan.skipped[reason or "no-target"] += 1
+                if reason == "no-target" and pod.batch and regular_hot:
+                    reason = None  # batch work yields to the regular pods, with or without a place elsewhere
+            if reason is not None:
+                plan.skipped[reason] += 1
                 continue
             metric = _worst(projected, pool)
             plan.evictions.append(Eviction(pod, node, target, metric, projected[metric], pool.high[metric]))
-            targets.take(pod, target)
+            if target is not None:
+                targets.take(pod, target)
             namespaces[pod.namespace] += 1
             if pod.owner is not None:
                 workloads[workload_of(pod.owner, data.owners)] += 1

@@ -136,6 +136,16 @@ def test_status_patch_sets_capacity_and_allocatable() -> None:
     assert node_pod(done) is None
 
 
+def test_a_pods_start_is_read_so_a_young_batch_pod_counts_in_part() -> None:
+    running = pod("x", "a")
+    running["status"] = {"phase": "Running", "startTime": "2026-11-26T17:54:52Z"}
+    found = node_pod(running)
+    assert found is not None and found[1].started == datetime(2026, 11, 26, 17, 54, 52, tzinfo=UTC).timestamp()
+    running["status"] = {"phase": "Running", "startTime": "soon"}
+    found = node_pod(running)
+    assert found is not None and found[1].started is None  # unreadable: its usage counts in full, as before
+
+
 def _write(path: Path, reclaim: object) -> None:
     document = yaml.safe_load(dump_policy(default_policy()))
     if reclaim is not None:

@@ -104,6 +104,18 @@ def test_batch_usage_fraction_and_pod_usage_of_the_node() -> None:
     assert batch_usage(inputs(capacity=Resources(0, 0))) == Resources(0, 0)
 
 
+def test_a_batch_pod_just_started_counts_as_far_as_the_node_average_holds_it() -> None:
+    # the node metric averages 5 minutes; a batch pod running for 1 of them is a fifth of that average, so only a
+    # fifth of its usage comes out of the node's usage for regular pods (not all of it, which would read the node
+    # as emptier than its regular pods make it); after the window, all of it
+    window = 300.0
+    pods = (NodePod("a/regular", False, Resources(3, 6 * GI)), NodePod("a/batch", True, Resources(0, 0), NOW - 60))
+    assert batch_usage(inputs(pods=pods), NOW, window) == Resources(0.1 / 5, 0.1 / 5)
+    later = (pods[0], dataclasses.replace(pods[1], started=NOW - 301))
+    assert batch_usage(inputs(pods=later), NOW, window) == Resources(0.1, 0.1)
+    assert batch_usage(inputs(), NOW, window) == Resources(0.1, 0.1)  # start unknown: counted in full
+
+
 def test_write_budget() -> None:
     cap = Resources(10, 40 * GI)
     policy = dataclasses.replace(POLICY, change_threshold=0.1, max_age=timedelta(minutes=5))

@@ -80,3 +80,14 @@ def test_a_stale_or_malformed_batch_annotation_counts_as_no_batch_usage():
     malformed = planned("lots")
     assert "covers" in names(malformed) and malformed.malformed["batch-usage-annotation"] == 1
     assert BATCH_CPU_USAGE_KEY in malformed.batch_problems["hot"]
+
+
+def test_batch_pods_yield_to_regular_load_even_with_no_place_elsewhere():
+    # no other node: the batch pods still leave the node hot by regular usage (their replacements wait), the
+    # regular pod stays (no place for it); a node hot only with its batch share keeps them
+    result = run_round([hot_node(encode_usage(0.2, NOW))], PODS, USAGE, POLICY, ARGS, {}, NOW)
+    assert names(result) == ["batch-low", "batch-high"]
+    assert [e.target for e in result.plan.evictions] == [None, None]
+    assert result.plan.skipped["no-target"] == 1
+    batch_heat = run_round([hot_node(encode_usage(0.3, NOW))], PODS, USAGE, POLICY, ARGS, {}, NOW)
+    assert names(batch_heat) == [] and batch_heat.plan.skipped["no-target"] == 2

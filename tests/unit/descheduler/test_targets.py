@@ -38,7 +38,7 @@ def round_of(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], usage: dic
     return run_round(nodes, pods, usage, POLICY, ARGS, detectors, NOW)
 
 
-def planned(result: RoundResult) -> list[tuple[str, str]]:
+def planned(result: RoundResult) -> list[tuple[str, str | None]]:
     return [(e.pod.name, e.target) for e in result.plan.evictions]
 
 
@@ -115,7 +115,7 @@ def test_the_snapshot_follows_the_cluster_from_round_to_round_and_forgets_each_r
     pods = [pod("p1", "hot", owner="w1", cpu="3")]
     usage = {"default/p1": PodUsage(2.5, GIB)}
 
-    def again(pods: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    def again(pods: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
         return planned(run_round(nodes, pods, usage, POLICY, ARGS, {}, NOW, snapshot=snapshot))
 
     # the replacement planned onto "cool" in the first round is not there in the second
