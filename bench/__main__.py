@@ -19,6 +19,7 @@ BENCHMARKS = (
     "gangs.live",
     "dra",
     "descheduler",
+    "estimates",
     "differential",
 )
 
