@@ -52,7 +52,7 @@ from bench.scheduler import __main__ as base
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.crds import PODGROUP_CRD, install_crd
 from crane_sandbox.kubebin import ensure_coscheduler
-from crane_sandbox.procs import ManagedProcess, free_port, service_argv, tcp_open
+from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
 from crane_scheduler.plugins.coscheduling.gang import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
 from crane_shared.informer import EventType, Informer
 from crane_shared.kube import api_client_from_dict, raw_json
@@ -279,21 +279,8 @@ Probe = Callable[[], Awaitable[bool]]
 
 
 def ours(cluster: LocalCluster, args: argparse.Namespace, run_dir: Path, name: str) -> tuple[ManagedProcess, Probe]:
-    path = run_dir / "crane-scheduler.yaml"
-    path.write_text(yaml.safe_dump(with_dynamic_off(scheduler_config(name, args, None))))
-    port = free_port()
-    argv = service_argv(
-        "crane_scheduler",
-        cluster.kubeconfig_path,
-        port,
-        "--config",
-        str(path),
-        "--bind-concurrency",
-        str(args.concurrency),
-        "--log-level",
-        "warning",
-    )
-    proc = ManagedProcess("crane-scheduler", argv, run_dir / "logs" / "crane-scheduler.log")
+    cfg = with_dynamic_off(scheduler_config(name, args, None))
+    proc, port = base.crane_process(cluster, run_dir, cfg, "--bind-concurrency", str(args.concurrency))
     return proc, lambda: base.http_ok(f"http://127.0.0.1:{port}/readyz")
 
 

@@ -429,6 +429,20 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
+def crane_process(
+    cluster: LocalCluster, run_dir: Path, cfg: dict[str, Any], *flags: str, log_level: str = "warning"
+) -> tuple[ManagedProcess, int]:
+    """crane-scheduler as its own process on the scheduler configuration ``cfg`` (written to ``run_dir``), with
+    ``flags``; and the port of its HTTP surface (``/readyz``, ``/metrics``). Not started."""
+    path = run_dir / "crane-scheduler.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    port = free_port()
+    argv = service_argv(
+        "crane_scheduler", cluster.kubeconfig_path, port, "--config", str(path), *flags, "--log-level", log_level
+    )
+    return ManagedProcess("crane-scheduler", argv, run_dir / "logs" / "crane-scheduler.log"), port
+
+
 async def run_ours(
     cluster: LocalCluster,
     api: client.ApiClient,
@@ -449,26 +463,15 @@ async def run_ours(
         "leaderElection": {"leaderElect": False},
         "profiles": [{"schedulerName": name, **PROFILES[args.plugins]}],
     }
-    path = run_dir / "crane-scheduler.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    port = free_port()
-    proc = ManagedProcess(
-        "crane-scheduler",
-        service_argv(
-            "crane_scheduler",
-            cluster.kubeconfig_path,
-            port,
-            "--config",
-            str(path),
-            "--bind-concurrency",
-            str(args.concurrency),
-            "--event-concurrency",
-            str(args.event_concurrency),
-            *(["--events-while-binds-wait", str(args.events_while_binds_wait)] if args.events_while_binds_wait else []),
-            "--log-level",
-            "warning",
-        ),
-        run_dir / "logs" / "crane-scheduler.log",
+    proc, port = crane_process(
+        cluster,
+        run_dir,
+        cfg,
+        "--bind-concurrency",
+        str(args.concurrency),
+        "--event-concurrency",
+        str(args.event_concurrency),
+        *(["--events-while-binds-wait", str(args.events_while_binds_wait)] if args.events_while_binds_wait else []),
     )
     if not pace:
         await create_pods(api, namespace, args.pods, name)

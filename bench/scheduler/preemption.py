@@ -32,6 +32,7 @@ from kubernetes_asyncio import client
 from bench.scheduler.__main__ import (
     PROFILES,
     Run,
+    crane_process,
     create_nodes,
     decision_latency,
     fresh_namespace,
@@ -44,7 +45,7 @@ from bench.scheduler.preemption_trace import PreemptionTrace
 from bench.scheduler.spy import Spy, render
 from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.kubebin import ensure_binaries
-from crane_sandbox.procs import ManagedProcess, free_port, service_argv, tcp_open
+from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
 from crane_shared.kube import api_client_from_dict
 
 POD = {"cpu": "900m", "memory": "500Mi"}
@@ -99,9 +100,9 @@ def scheduler_process(label: str, cluster: LocalCluster, run_dir: Path, args: ar
         "leaderElection": {"leaderElect": False},
         "profiles": [{"schedulerName": name}],
     }
-    path = run_dir / f"{label}.yaml"
-    port = free_port()
     if label == "kube":
+        path = run_dir / f"{label}.yaml"
+        port = free_port()
         cfg["clientConnection"]["kubeconfig"] = str(cluster.kubeconfig_path)
         path.write_text(yaml.safe_dump(cfg))
         argv = [
@@ -111,19 +112,10 @@ def scheduler_process(label: str, cluster: LocalCluster, run_dir: Path, args: ar
             "--bind-address=127.0.0.1",
             f"--cert-dir={run_dir / 'kube-scheduler-certs'}",  # its self-signed serving cert, to verify /readyz
         ]
+        proc = ManagedProcess(f"{label}-scheduler", argv, run_dir / "logs" / f"{label}-scheduler.log")
     else:
         cfg["profiles"][0].update(PROFILES[getattr(args, "profile", "default")])
-        path.write_text(yaml.safe_dump(cfg))
-        argv = service_argv(
-            "crane_scheduler",
-            cluster.kubeconfig_path,
-            port,
-            "--config",
-            str(path),
-            "--log-level",
-            getattr(args, "log_level", "warning"),
-        )
-    proc = ManagedProcess(f"{label}-scheduler", argv, run_dir / "logs" / f"{label}-scheduler.log")
+        proc, port = crane_process(cluster, run_dir, cfg, log_level=getattr(args, "log_level", "warning"))
     proc.port = port  # type: ignore[attr-defined]
     return proc
 
