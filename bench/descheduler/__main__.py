@@ -16,11 +16,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from crane_descheduler.classify import Detector
-from crane_descheduler.plan import PodUsage
 from crane_descheduler.policy import default_policy
 from crane_descheduler.rounds import run_round
 from crane_descheduler.targets import SchedulerSnapshot
 from crane_shared.annotations import annotation_key, encode_usage
+from crane_shared.batch import PodUsage
 from crane_shared.loadaware.dynamic import DynamicArgs, node_load
 from crane_shared.policy import default_policy as scheduler_policy
 

@@ -50,6 +50,10 @@ class PodUsage:
     cpu_cores: float
     memory_bytes: float
 
+    def of(self, resource: str) -> float:
+        """The usage of ``resource`` (``cpu`` in cores, anything else memory in bytes)."""
+        return self.cpu_cores if resource == "cpu" else self.memory_bytes
+
 
 @dataclass(frozen=True)
 class NodePodUsage:

@@ -22,11 +22,12 @@ from crane_descheduler import policy as dpolicy
 from crane_descheduler.classify import Detector
 from crane_descheduler.evictor import Evictor, Result
 from crane_descheduler.metrics import CLASSES, DeschedulerMetrics
-from crane_descheduler.plan import RATE_WINDOW, Evicted, Eviction, PodUsage
+from crane_descheduler.plan import RATE_WINDOW, Evicted, Eviction
 from crane_descheduler.pods import PodView
 from crane_descheduler.rounds import RoundResult, run_round
 from crane_descheduler.targets import SchedulerSnapshot
 from crane_descheduler.usage import fetch_usage
+from crane_shared.batch import PodUsage
 from crane_shared.informer import Informer
 from crane_shared.leader import Term
 from crane_shared.loadaware.dynamic import DynamicArgs

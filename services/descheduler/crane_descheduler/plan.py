@@ -32,21 +32,11 @@ from typing import Protocol
 from crane_descheduler.classify import Reading
 from crane_descheduler.pods import QOS_RANK, PodView, workload_of
 from crane_descheduler.policy import Limits, NodePool
+from crane_shared.batch import PodUsage
 from crane_shared.loadaware.dynamic import DynamicArgs, NodeCapacity, resource_of
 from crane_shared.podresources import CPU, MEMORY
 
 RATE_WINDOW = 60.0
-
-
-@dataclass(frozen=True)
-class PodUsage:
-    """Measured usage: cores and bytes (cAdvisor's ``container_*`` series summed over the pod's containers)."""
-
-    cpu: float
-    memory: float
-
-    def of(self, resource: str) -> float:
-        return self.cpu if resource == "cpu" else self.memory
 
 
 @dataclass(frozen=True)

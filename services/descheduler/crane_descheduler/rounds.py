@@ -18,7 +18,6 @@ from crane_descheduler.plan import (
     Evicted,
     NodeView,
     Plan,
-    PodUsage,
     RoundInput,
     Workload,
     plan_round,
@@ -26,6 +25,7 @@ from crane_descheduler.plan import (
 from crane_descheduler.pods import PodView, eviction_blocker, pdb_blocks, pod_view, workload_of, workload_owners
 from crane_descheduler.policy import DeschedulerPolicy, NodePool
 from crane_descheduler.targets import SchedulerSnapshot, SchedulerTargets
+from crane_shared.batch import PodUsage
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.podresources import resource_list
 

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 
 from crane_descheduler.classify import Detector
-from crane_descheduler.plan import Evicted, PodUsage, workload_allowance
+from crane_descheduler.plan import Evicted, workload_allowance
 from crane_descheduler.pods import eviction_blocker
 from crane_descheduler.policy import AnomalyCondition, DeschedulerPolicy, Evictable, Limits, default_policy
 from crane_descheduler.rounds import RoundResult, run_round
 from crane_shared.annotations import annotation_key
+from crane_shared.batch import PodUsage
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.policy import default_policy as scheduler_default
 from tests.support.descheduler import NOW, node, pod

@@ -12,9 +12,10 @@ from crane_descheduler.__main__ import main
 from crane_descheduler.config import parse_config
 from crane_descheduler.descheduler import Descheduler, Options
 from crane_descheduler.evictor import Evictor, event_body
-from crane_descheduler.plan import Eviction, PodUsage
+from crane_descheduler.plan import Eviction
 from crane_descheduler.pods import pod_view
 from crane_descheduler.usage import MEMORY_QUERY, combine, cpu_query, fetch_usage, per_pod
+from crane_shared.batch import PodUsage
 from crane_shared.kube import api_client_from_dict
 from crane_shared.leader import Term
 from crane_shared.prometheus import PrometheusError, QueryResult, Series

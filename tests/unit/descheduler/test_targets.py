@@ -7,10 +7,10 @@ from dataclasses import replace
 from typing import Any
 
 from crane_descheduler.classify import Detector
-from crane_descheduler.plan import PodUsage
 from crane_descheduler.policy import AnomalyCondition, Limits, default_policy
 from crane_descheduler.rounds import RoundResult, run_round
 from crane_descheduler.targets import SchedulerSnapshot
+from crane_shared.batch import PodUsage
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.policy import default_policy as scheduler_default
 from tests.support.descheduler import NOW, node, pod
