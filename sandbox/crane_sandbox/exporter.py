@@ -1,5 +1,9 @@
 """HTTP exporter serving the simulated fleet as node-exporter series (and each Running pod's cAdvisor-like
-``container_*`` series, in its node's shard), split into shards.
+``container_*`` series, in its node's shard), split into shards. Two more series, as the real exporters name them,
+let the batch recording rules (``sandbox/prometheus/rules-fast.yml``) find the batch pods of each node:
+``node_uname_info{nodename}`` (node-exporter) and, for pods requesting batch resources, kube-state-metrics'
+``kube_pod_container_resource_requests{resource="crane_io_batch_cpu"}``. In the sandbox all come from one scrape,
+so a pod's usage and its batch label appear together.
 
 One Python scrape of 5000 nodes takes about a second, longer than the 1 s scrape interval the fast rules use;
 so the fleet is split over ``/metrics/shard/<i>`` paths (at most ``shard_size`` nodes each) that Prometheus
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import zlib
 from collections.abc import Iterable, Sequence
 
@@ -28,6 +33,7 @@ from crane_sandbox.fleet import FleetState, NodeSample
 from crane_sandbox.procs import free_port
 
 DEFAULT_SHARD_SIZE = 1000
+_UNAME = ["instance", "nodename"]
 
 
 class _SamplesCollector:
@@ -57,7 +63,20 @@ class _SamplesCollector:
         pod_memory = GaugeMetricFamily(
             "container_memory_working_set_bytes", "Current working set in bytes (cAdvisor).", labels=labels
         )
+        uname = GaugeMetricFamily("node_uname_info", "Labeled system information (node-exporter).", labels=_UNAME)
+        requests = GaugeMetricFamily(
+            "kube_pod_container_resource_requests",
+            "The number of requested resource by a container (kube-state-metrics; batch resources only).",
+            labels=["namespace", "pod", "container", "node", "resource", "unit"],
+        )
+        capacity = GaugeMetricFamily(
+            "kube_node_status_capacity",
+            "The capacity for different resources of a node (kube-state-metrics; CPU only).",
+            labels=["node", "resource", "unit"],
+        )
         for s in self._samples:
+            uname.add_metric([s.instance, s.nodename], 1)
+            capacity.add_metric([s.nodename, "cpu", "core"], s.cpu_cores)
             cpu.add_metric([s.instance, "0", "idle"], s.cpu_idle_seconds, timestamp=s.at)
             cpu.add_metric([s.instance, "0", "user"], s.cpu_user_seconds, timestamp=s.at)
             available.add_metric([s.instance], s.mem_available_bytes)
@@ -66,7 +85,9 @@ class _SamplesCollector:
                 key = [p.namespace, p.pod, p.container, p.node]
                 pod_cpu.add_metric(key, p.cpu_seconds, timestamp=s.at)
                 pod_memory.add_metric(key, p.memory_bytes)
-        return [cpu, available, total, pod_cpu, pod_memory]
+                for resource, amount in p.batch:  # kube-state-metrics' sanitized name: crane_io_batch_cpu
+                    requests.add_metric([*key, re.sub(r"[^a-zA-Z0-9_]", "_", resource), "integer"], amount)
+        return [cpu, available, total, pod_cpu, pod_memory, uname, capacity, requests]
 
 
 def render(samples: Sequence[NodeSample]) -> bytes:

@@ -148,6 +148,11 @@ class BatchCapacity:
         self.written_at: dict[str, float] = {}
         self.last: dict[str, Reclaimable] = {}
 
+    def shares_of(self, due: Iterable[str]) -> dict[str, str]:
+        """metric -> the PromQL of the batch pods' share of it (``spec.reclaim.batchMetrics``), for the due ones."""
+        queries = dict(self.policy.batch_metrics)
+        return {metric: queries[metric] for metric in due if metric in queries}
+
     def wants(self, due: Iterable[str]) -> bool:
         """Whether a round of these metrics measures the pods too (one of the reclaim node metrics is due)."""
         return not self.metrics_read.isdisjoint(due)
