@@ -67,7 +67,7 @@ STRATEGIES = {"crane": "crane-scheduler", "kube": "default-scheduler", "upstream
 # A just-bound pod's estimate lasts as long as the fast rules take to absorb it (10 s average, 5 s sync).
 SCHEDULER_CONFIG = comparison_config(estimate={"window": "15s"})
 
-SANDBOX_RECLAIM = "reclaim: {podUsageWindow: 10s, degradeAfter: 2m}"
+SANDBOX_RECLAIM = "  reclaim:\n    podUsageWindow: 10s\n"
 DESCHEDULED = ("crane-mem", "crane-cpu")
 """the groups crane-descheduler acts on (its node pools); the others show placement without it"""
 # The sandbox's descheduler policy (a round every 5 s, pods may go once 20 s old, hot after 3 rounds), its pools
@@ -93,8 +93,8 @@ def policy_with_reclaim(cpu: float, memory: float) -> str:
     """The sandbox policy with the reclaim thresholds ``cpu`` and ``memory`` (fractions of capacity)."""
     assert SANDBOX_RECLAIM in SANDBOX_POLICY, "the sandbox policy's reclaim line moved"
     reclaim = (
-        f"reclaim: {{cpu: {{reclaimThreshold: {cpu}}}, memory: {{reclaimThreshold: {memory}}}, "
-        "podUsageWindow: 10s, degradeAfter: 2m}"
+        f"  reclaim:\n    cpu: {{reclaimThreshold: {cpu}}}\n    memory: {{reclaimThreshold: {memory}}}\n"
+        "    podUsageWindow: 10s\n"
     )
     return SANDBOX_POLICY.replace(SANDBOX_RECLAIM, reclaim)
 

@@ -1,5 +1,9 @@
 """HTTP exporter serving the simulated fleet as node-exporter series (and each Running pod's cAdvisor-like
-``container_*`` series, in its node's shard), split into shards.
+``container_*`` series, in its node's shard), split into shards. Two more series, as the real exporters name them,
+let the batch recording rules (``sandbox/prometheus/rules-fast.yml``) find the batch pods of each node:
+``node_uname_info{nodename}`` (node-exporter) and, for pods requesting batch resources, kube-state-metrics'
+``kube_pod_container_resource_requests{resource="crane_io_batch_cpu"}``. In the sandbox all come from one scrape,
+so a pod's usage and its batch label appear together.
 
 One Python scrape of 5000 nodes takes about a second, longer than the 1 s scrape interval the fast rules use;
 so the fleet is split over ``/metrics/shard/<i>`` paths (at most ``shard_size`` nodes each) that Prometheus
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import zlib
 from collections.abc import Iterable, Sequence
 
@@ -57,6 +62,11 @@ class _SamplesCollector:
         pod_memory = GaugeMetricFamily(
             "container_memory_working_set_bytes", "Current working set in bytes (cAdvisor).", labels=labels
         )
+        requests = GaugeMetricFamily(
+            "kube_pod_container_resource_requests",
+            "The number of requested resource by a container (kube-state-metrics; batch resources only).",
+            labels=["namespace", "pod", "container", "node", "resource", "unit"],
+        )
         for s in self._samples:
             cpu.add_metric([s.instance, "0", "idle"], s.cpu_idle_seconds, timestamp=s.at)
             cpu.add_metric([s.instance, "0", "user"], s.cpu_user_seconds, timestamp=s.at)
@@ -66,14 +76,42 @@ class _SamplesCollector:
                 key = [p.namespace, p.pod, p.container, p.node]
                 pod_cpu.add_metric(key, p.cpu_seconds, timestamp=s.at)
                 pod_memory.add_metric(key, p.memory_bytes)
-        return [cpu, available, total, pod_cpu, pod_memory]
+                for resource, amount in p.batch:  # kube-state-metrics' sanitized name: crane_io_batch_cpu
+                    requests.add_metric([*key, re.sub(r"[^a-zA-Z0-9_]", "_", resource), "integer"], amount)
+        return [cpu, available, total, pod_cpu, pod_memory, requests]
 
 
 def render(samples: Sequence[NodeSample]) -> bytes:
     """Prometheus text exposition of a snapshot."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_SamplesCollector(samples))
-    return generate_latest(registry)
+    return generate_latest(registry) + _static(samples)
+
+
+def _static(samples: Sequence[NodeSample]) -> bytes:
+    """node-exporter's ``node_uname_info`` and kube-state-metrics' CPU ``kube_node_status_capacity`` per node,
+    formatted directly: two constant series per node would cost prometheus_client's per-sample rendering half
+    again the node-exporter series' time."""
+    uname = [f'node_uname_info{{instance="{_label(s.instance)}",nodename="{_label(s.nodename)}"}} 1.0' for s in samples]
+    capacity = [
+        f'kube_node_status_capacity{{node="{_label(s.nodename)}",resource="cpu",unit="core"}} {float(s.cpu_cores)!r}'
+        for s in samples
+    ]
+    return "\n".join(
+        [
+            "# HELP node_uname_info Labeled system information (node-exporter).",
+            "# TYPE node_uname_info gauge",
+            *uname,
+            "# HELP kube_node_status_capacity The capacity for different resources of a node (kube-state-metrics).",
+            "# TYPE kube_node_status_capacity gauge",
+            *capacity,
+            "",
+        ]
+    ).encode()
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def shard_count(nodes: int, shard_size: int = DEFAULT_SHARD_SIZE) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
+from crane_shared.batch import BATCH_RESOURCES
 from crane_shared.quantity import parse_quantity
 
 InstanceStyle = Literal["ip", "ip:port", "name"]
@@ -224,6 +225,9 @@ class BoundPod:
     annotation_error: str | None = None
     container: str = ""
     """the first container's name: the pod's usage is exported as this container's cAdvisor series"""
+    batch: tuple[tuple[str, float], ...] = ()
+    """the batch resources its containers request (``crane.io/batch-cpu``, ...), summed: exported as
+    kube-state-metrics' ``kube_pod_container_resource_requests``, which the batch recording rules select on"""
 
 
 def _get(obj: Mapping[str, Any] | None, camel: str) -> Any:
@@ -290,7 +294,19 @@ def bound_pod(pod: Mapping[str, Any] | Any) -> BoundPod | None:
         name=f"{_get(meta, 'namespace') or ''}/{_get(meta, 'name') or ''}",
         annotation_error=error,
         container=str(_get((_get(spec, "containers") or [{}])[0], "name") or "main"),
+        batch=batch_requests(spec),
     )
+
+
+def batch_requests(spec: Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
+    """(resource, amount) of each batch resource the containers request (``crane_shared.batch``)."""
+    amounts: dict[str, float] = {}
+    for container in _get(spec, "containers") or []:
+        requests = _get(_get(container, "resources"), "requests") or {}
+        for name in BATCH_RESOURCES:
+            if name in requests:
+                amounts[name] = amounts.get(name, 0.0) + float(parse_quantity(requests[name]))
+    return tuple(sorted(amounts.items()))
 
 
 def pod_uid(pod: Mapping[str, Any] | Any) -> str:
@@ -310,6 +326,8 @@ class PodSample:
     node: str
     cpu_seconds: float
     memory_bytes: int
+    batch: tuple[tuple[str, float], ...] = ()
+    """batch resources requested (``BoundPod.batch``)"""
 
 
 @dataclass(frozen=True)
@@ -323,6 +341,11 @@ class NodeSample:
     mem_total_bytes: int
     mem_available_bytes: int
     pods: tuple[PodSample, ...] = ()
+    cpu_cores: float = 0.0
+    """capacity (kube-state-metrics' ``kube_node_status_capacity{resource="cpu"}``)"""
+    nodename: str = ""
+    """the node's name (node-exporter's ``node_uname_info{nodename}``: joins pod series, labelled by node, to the
+    node's ``instance``)"""
 
 
 @dataclass
@@ -468,13 +491,16 @@ class FleetState:
                     mem_total_bytes=spec.memory_bytes,
                     mem_available_bytes=round(spec.memory_bytes * (1.0 - mem_fraction)),
                     pods=tuple(self._pod_sample(uid, p) for uid, p in self._by_node.get(name, {}).items()),
+                    cpu_cores=spec.cpu_cores,
+                    nodename=name,
                 )
             )
         return result
 
     def _pod_sample(self, uid: str, pod: BoundPod) -> PodSample:
         namespace, _, name = pod.name.partition("/")
-        return PodSample(namespace, name, pod.container, pod.node, self._pod_cpu.get(uid, 0.0), pod.memory_bytes)
+        cpu = self._pod_cpu.get(uid, 0.0)
+        return PodSample(namespace, name, pod.container, pod.node, cpu, pod.memory_bytes, pod.batch)
 
     def _drop(self, uid: str) -> None:
         old = self._pods.pop(uid, None)

@@ -69,8 +69,18 @@ spec:
     - {timeRange: 5m, count: 5}
     - {timeRange: 1m, count: 2}
   # Batch capacity (crane.io/batch-cpu, crane.io/batch-memory) with koordinator's defaults; the pods' CPU rate over
-  # the fast rules' 10 s window, stale inputs degrading within 2 minutes.
-  reclaim: {podUsageWindow: 10s, degradeAfter: 2m}
+  # the fast rules' 10 s window, stale inputs degrading within 2 minutes; each metric's batch share from the fast
+  # rules' batch_* recording rules (what a regular pod's reading of the metric takes out).
+  reclaim:
+    podUsageWindow: 10s
+    degradeAfter: 2m
+    batchMetrics:
+      cpu_usage_avg_5m: batch_cpu_usage_avg_5m
+      cpu_usage_max_avg_1h: batch_cpu_usage_max_avg_1h
+      cpu_usage_max_avg_1d: batch_cpu_usage_max_avg_1d
+      mem_usage_avg_5m: batch_mem_usage_avg_5m
+      mem_usage_max_avg_1h: batch_mem_usage_max_avg_1h
+      mem_usage_max_avg_1d: batch_mem_usage_max_avg_1d
 """
 
 

@@ -7,9 +7,18 @@ other pod is **regular**.
 
 The annotator writes, in the same patch as the usage annotations:
 
-- ``crane.io/batch-cpu-usage`` and ``crane.io/batch-memory-usage``: the batch pods' measured usage as a fraction
-  of the node's capacity, ``"<fraction>,<timestamp>"`` (the usage codec). A regular pod is judged by the node's
-  usage without it (batch work yields to regular work); a batch pod by the whole usage.
+- ``batch.crane.io/<metric>`` (``batch_metric_key``), per policy metric: the batch pods' share of that metric,
+  ``"<fraction>,<timestamp>"`` (the usage codec), with the metric's own timestamp. It comes from a Prometheus
+  expression (``spec.reclaim.batchMetrics``, a recording rule in the same group as the metric's) that averages
+  the sum of the batch pods' usage on the node over the metric's window and instants, zero where none ran, and
+  is queried in the same round as the metric: ``metric - share`` is the regular pods' (and the system's) usage
+  at every instant. A regular pod is judged by it (batch work yields to regular work); a batch pod by the whole
+  usage. The share counts only with the same timestamp as its metric (``same_round``): one from another round
+  (its query failed, its node was missing from the answer) takes nothing out, so the reading fails closed.
+- ``crane.io/batch-cpu-usage`` and ``crane.io/batch-memory-usage``: the batch pods' usage now as a fraction of
+  the node's capacity (``cranectl nodes``; and, for a metric without its own share, the older approximation:
+  taken out of every metric of the resource while fresh). A value now is not inside a window average yet, so a
+  regular pod would read a node whose batch pods just started as emptier than it is; hence the per-metric share.
 - ``crane.io/pod-usage``: every measured pod on the node, ``{"t": "<timestamp>", "p": {"<namespace>/<name>":
   [cpu_cores, memory_bytes]}}`` (compact JSON). Preemption's what-if takes its victims' usage out of the node, and
   the learned estimate reads a workload's running pods from it.
@@ -26,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from crane_shared.annotations import AnnotationError, decode, format_timestamp
+from crane_shared.annotations import AnnotationError, annotation_key, decode, format_timestamp
 
 BATCH_CPU = "crane.io/batch-cpu"
 """Extended resource, millicores of reclaimable CPU."""
@@ -37,6 +46,19 @@ BATCH_RESOURCES = (BATCH_CPU, BATCH_MEMORY)
 BATCH_CPU_USAGE_KEY = "crane.io/batch-cpu-usage"
 BATCH_MEMORY_USAGE_KEY = "crane.io/batch-memory-usage"
 POD_USAGE_KEY = "crane.io/pod-usage"
+BATCH_METRIC_PREFIX = "batch.crane.io/"
+"""prefix of the per-metric batch shares: ``batch.crane.io/<the metric's annotation key>``"""
+
+
+def batch_metric_key(metric: str) -> str:
+    """The annotation holding the batch pods' share of ``metric`` (the metric's own key after the prefix)."""
+    return BATCH_METRIC_PREFIX + annotation_key(metric)
+
+
+def same_round(share_at: datetime, metric_at: datetime | None) -> bool:
+    """Whether a batch share was written with its metric (the same round's timestamp): only then is ``metric -
+    share`` measured over the same samples."""
+    return metric_at is not None and share_at == metric_at
 
 
 class PodUsageError(ValueError):

@@ -11,6 +11,16 @@ koordinator's choices with its defaults (``pkg/util/sloconfig/colocation_config.
       degradeAfter: 15m         # inputs older than this: reclaimable falls to zero (koordinator degradeTimeMinutes)
       changeThreshold: 0.1      # rewrite node status when a value moves by more than this fraction of capacity
       maxAge: 5m                # ... or when the last write is this old (koordinator updateTimeThresholdSeconds)
+      batchMetrics:             # per policy metric, PromQL for the batch pods' share of it (none by default)
+        mem_usage_avg_5m: batch_mem_usage_avg_5m
+
+``batchMetrics``: for a CPU or memory metric of ``syncPolicy``, an expression (a recording rule name, as the
+metric's own name is) giving each node's batch pods' share of that metric, in the metric's units and labels,
+measured over the metric's own window and instants (``crane_shared.batch``; the rules in
+``deploy/helm/crane-scheduler/files/recording-rules.yml``). The annotator queries it in the same round as the
+metric and writes it as ``batch.crane.io/<metric>`` with the metric's timestamp. A metric without one falls back
+to the batch pods' usage now (``crane.io/batch-*-usage``), which lags no window and so under-reads regular usage
+right after batch pods start.
 
 ``policy`` per resource is koordinator's: ``usage`` (total x threshold - max(system usage, reserved) - usage of
 the regular pods), ``request`` (regular pods' requests instead of their usage, and reserved instead of system
@@ -64,12 +74,14 @@ class ReclaimPolicy:
     degrade_after: timedelta = timedelta(minutes=15)
     change_threshold: float = 0.1
     max_age: timedelta = timedelta(minutes=5)
+    batch_metrics: tuple[tuple[str, str], ...] = ()
+    """(policy metric, PromQL of the batch pods' share of it), sorted by metric"""
 
     def resource(self, name: str) -> ResourceReclaim:
         return self.cpu if name == "cpu" else self.memory
 
 
-_KEYS = ("cpu", "memory", "podUsageWindow", "degradeAfter", "changeThreshold", "maxAge")
+_KEYS = ("cpu", "memory", "podUsageWindow", "degradeAfter", "changeThreshold", "maxAge", "batchMetrics")
 _RESOURCE_KEYS = ("policy", "reclaimThreshold", "nodeMetric")
 
 
@@ -90,6 +102,7 @@ def read_reclaim(raw: object, synced: set[str], problems: list[str]) -> ReclaimP
     degrade = _duration(raw, path, "degradeAfter", default.degrade_after, problems)
     max_age = _duration(raw, path, "maxAge", default.max_age, problems)
     change = _fraction(raw, path, "changeThreshold", default.change_threshold, problems, upper_open=True)
+    shares = _batch_metrics(raw.get("batchMetrics"), f"{path}.batchMetrics", synced, problems)
     if window is not None and window < timedelta(seconds=1):
         problems.append(f"{path}.podUsageWindow: must be at least 1s, got {format_duration(window)!r}")
     if (
@@ -100,9 +113,10 @@ def read_reclaim(raw: object, synced: set[str], problems: list[str]) -> ReclaimP
         or degrade is None
         or max_age is None
         or change is None
+        or shares is None
     ):
         return None
-    return ReclaimPolicy(cpu, memory, window, degrade, change, max_age)
+    return ReclaimPolicy(cpu, memory, window, degrade, change, max_age, shares)
 
 
 def dump_reclaim(policy: ReclaimPolicy) -> dict[str, Any]:
@@ -118,6 +132,7 @@ def dump_reclaim(policy: ReclaimPolicy) -> dict[str, Any]:
         "degradeAfter": format_duration(policy.degrade_after),
         "changeThreshold": policy.change_threshold,
         "maxAge": format_duration(policy.max_age),
+        **({"batchMetrics": dict(policy.batch_metrics)} if policy.batch_metrics else {}),
     }
 
 
@@ -145,6 +160,25 @@ def _resource(
     if basis is None or threshold is None or metric is None:
         return None
     return ResourceReclaim(basis, threshold, metric)
+
+
+def _batch_metrics(raw: object, path: str, synced: set[str], problems: list[str]) -> tuple[tuple[str, str], ...] | None:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        problems.append(f"{path}: must be a mapping of metric name to PromQL, got {describe(raw)}")
+        return None
+    before = len(problems)
+    for metric, query in raw.items():
+        if metric not in synced:
+            problems.append(f'{path}.{metric}: metric "{metric}" has no syncPolicy entry')
+        elif not str(metric).startswith(("cpu", "mem")):
+            problems.append(f"{path}.{metric}: not a CPU or memory metric (cpu_*, mem_*): nothing to take it from")
+        if not isinstance(query, str) or not query.strip():
+            problems.append(f"{path}.{metric}: must be a PromQL expression, got {describe(query)}")
+    if len(problems) > before:
+        return None
+    return tuple(sorted((str(m), str(q).strip()) for m, q in raw.items()))
 
 
 def _fraction(

@@ -2,11 +2,12 @@
 
 Per node: the real usage of every policy metric (the annotator's annotations, read by ``node_load`` as the
 Dynamic plugin reads them; ``!`` marks a value above the policy's threshold, ``?`` one that is stale or
-unreadable), the CPU and memory requested by the pods bound to it against its allocatable, its hot value, and the
-age of its oldest usage annotation. With batch capacity (the policy's ``spec.reclaim``, or nodes publishing it):
-the ``crane.io/batch-cpu`` / ``crane.io/batch-memory`` the batch pods request against what the node lends, and
-what they use (the annotator's ``crane.io/batch-*-usage``). Rendering is a pure function of the API objects, so
-it is tested without a cluster.
+unreadable; ``r`` then the regular usage, the metric less the batch pods' share of it as a regular pod is judged,
+where a share is taken), the CPU and memory requested by the pods bound to it against its allocatable, its hot
+value, and the age of its oldest usage annotation. With batch capacity (the policy's ``spec.reclaim``, or nodes
+publishing it): the ``crane.io/batch-cpu`` / ``crane.io/batch-memory`` the batch pods request against what the
+node lends, and what they use (the annotator's ``crane.io/batch-*-usage``). Rendering is a pure function of the
+API objects, so it is tested without a cluster.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def node_rows(
     for node in sorted(nodes, key=lambda n: str(n["metadata"]["name"])):
         name = str(node["metadata"]["name"])
         annotations = node["metadata"].get("annotations") or {}
-        readings = node_load(name, annotations, args, now).readings
+        readings = node_load(name, annotations, args, now, regular=True).readings
         usage = {metric: _usage_cell(reading, thresholds.get(metric)) for metric, reading in readings.items()}
         stamps = [r.timestamp for r in readings.values() if r.timestamp is not None]
         oldest = min(stamps, default=None)
@@ -137,8 +138,13 @@ def _usage_cell(reading: MetricReading, threshold: float | None) -> str:
         return "-"
     if reading.annotated is None:
         return "?"
-    mark = "?" if reading.state != "fresh" else "!" if threshold is not None and reading.annotated > threshold else ""
-    return f"{reading.annotated:.2f}{mark}"
+
+    def marked(value: float) -> str:
+        over = threshold is not None and value > threshold
+        return f"{value:.2f}{'?' if reading.state != 'fresh' else '!' if over else ''}"
+
+    regular = reading.usage
+    return marked(reading.annotated) + (f" r{marked(regular)}" if reading.batch and regular is not None else "")
 
 
 def render(rows: list[NodeRow], policy: DynamicSchedulerPolicy) -> str:
@@ -161,7 +167,10 @@ def render(rows: list[NodeRow], policy: DynamicSchedulerPolicy) -> str:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
     thresholds = ", ".join(f"{p.name} {p.max_limit_percent:g}" for p in policy.predicate)
-    lines.append(f"(usage: fraction of the node; ! above threshold [{thresholds}], ? stale or unreadable)")
+    lines.append(
+        f"(usage: fraction of the node; ! above threshold [{thresholds}], ? stale or unreadable; r: regular usage, "
+        "less the batch pods' share)"
+    )
     if batch:
         lines.append(
             "(batch: crane.io/batch-* requested by batch pods / reclaimable capacity the node lends (batch use))"

@@ -277,7 +277,24 @@ def test_exposition_has_node_exporter_series_with_read_time() -> None:
     assert user == pytest.approx((0.2, T0 + 2))
     assert series[("node_memory_MemTotal_bytes", (("instance", "10.0.0.1"),))][0] == 10 * GI
     assert series[("node_memory_MemAvailable_bytes", (("instance", "10.0.0.2"),))][0] == 7.5 * GI
-    assert len(series) == 8  # 2 nodes x (idle, user, available, total)
+    # node-exporter's uname and kube-state-metrics' CPU capacity, which the batch recording rules join on
+    assert series[("node_uname_info", (("instance", "10.0.0.2"), ("nodename", "node-0002")))][0] == 1
+    assert series[("kube_node_status_capacity", (("node", "node-0001"), ("resource", "cpu"), ("unit", "core")))][0] == 8
+    assert len(series) == 12  # 2 nodes x (idle, user, available, total, uname, capacity)
+
+
+def test_a_batch_pod_is_exported_with_its_batch_requests_as_kube_state_metrics_names_them() -> None:
+    state = one_node()
+    state.on_pod(pod("job", usage="cpu=1", requests=[{"crane.io/batch-cpu": "1000"}]), now=T0)
+    state.on_pod(pod("web", usage="cpu=1", requests=[{"cpu": "1"}]), now=T0)
+    text = render(state.snapshot(now=T0 + 1)).decode()
+    requests = [
+        (s.labels["pod"], s.labels["resource"], s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "kube_pod_container_resource_requests"
+    ]
+    assert requests == [("job", "crane_io_batch_cpu", 1000)]
 
 
 def test_running_pods_export_cadvisor_series_that_follow_their_usage_annotation() -> None:

@@ -45,12 +45,17 @@ def test_choices_are_read_and_round_trip_through_yaml() -> None:
         "degradeAfter": "10m",
         "changeThreshold": 0.05,
         "maxAge": "10m",
+        "batchMetrics": {"mem_usage_avg_5m": "batch_mem_usage_avg_5m", "cpu_usage_max_avg_1h": "sum(x) by (i)"},
     }
     policy = parse_policy(policy_text(reclaim))
     assert policy.reclaim is not None
     assert policy.reclaim.cpu == ResourceReclaim("usage", 0.7, "cpu_usage_max_avg_1h")
     assert policy.reclaim.memory == ResourceReclaim("request", 0.5, "mem_usage_avg_5m")
     assert policy.reclaim.degrade_after == timedelta(minutes=10)
+    assert policy.reclaim.batch_metrics == (
+        ("cpu_usage_max_avg_1h", "sum(x) by (i)"),
+        ("mem_usage_avg_5m", "batch_mem_usage_avg_5m"),
+    )
     assert parse_policy(dump_policy(policy)) == policy
 
 
@@ -68,6 +73,9 @@ def test_choices_are_read_and_round_trip_through_yaml() -> None:
         ({"maxAge": "0s"}, "spec.reclaim.maxAge: must be > 0"),
         ({"changeThreshold": 1}, "spec.reclaim.changeThreshold: must be within [0, 1)"),
         ({"podUsageWindow": "500ms"}, "spec.reclaim.podUsageWindow: must be at least 1s"),
+        ({"batchMetrics": ["x"]}, "spec.reclaim.batchMetrics: must be a mapping of metric name to PromQL"),
+        ({"batchMetrics": {"nope": "x"}}, 'spec.reclaim.batchMetrics.nope: metric "nope" has no syncPolicy entry'),
+        ({"batchMetrics": {"mem_usage_avg_5m": ""}}, "spec.reclaim.batchMetrics.mem_usage_avg_5m: must be a PromQL"),
     ],
 )
 def test_each_bad_value_is_refused_naming_its_field_path(reclaim: object, problem: str) -> None:

@@ -47,6 +47,7 @@ from crane_shared.batch import (
     BATCH_MEMORY_USAGE_KEY,
     POD_USAGE_KEY,
     PodUsage,
+    batch_metric_key,
     encode_pod_usage,
 )
 from crane_shared.logs import LogOnce, get_logger
@@ -125,6 +126,10 @@ class BatchCapacity:
             "cpu": annotation_key(policy.cpu.node_metric),
             "memory": annotation_key(policy.memory.node_metric),
         }
+        self._share_keys = {
+            "cpu": batch_metric_key(policy.cpu.node_metric),
+            "memory": batch_metric_key(policy.memory.node_metric),
+        }
 
     def reload(self) -> bool:
         """Apply a changed policy file's ``spec.reclaim`` (thresholds, policies, window, budget) at the start of a
@@ -143,10 +148,18 @@ class BatchCapacity:
         self.term_started = now
         self.node_usage: dict[str, dict[str, tuple[float, float]]] = {}
         """node -> resource -> (fraction of capacity, measured at)"""
+        self.node_share: dict[str, dict[str, tuple[float, float]]] = {}
+        """node -> resource -> (the batch pods' share of the node metric, measured at), where ``batchMetrics`` has
+        one for the reclaim section's node metric"""
         self.pod_usage: dict[str, PodUsage] = {}
         self.pod_usage_at: float | None = None
         self.written_at: dict[str, float] = {}
         self.last: dict[str, Reclaimable] = {}
+
+    def shares_of(self, due: Iterable[str]) -> dict[str, str]:
+        """metric -> the PromQL of the batch pods' share of it (``spec.reclaim.batchMetrics``), for the due ones."""
+        queries = dict(self.policy.batch_metrics)
+        return {metric: queries[metric] for metric in due if metric in queries}
 
     def wants(self, due: Iterable[str]) -> bool:
         """Whether a round of these metrics measures the pods too (one of the reclaim node metrics is due)."""
@@ -175,6 +188,8 @@ class BatchCapacity:
         for resource, key in self._keys.items():
             for node, fraction in (values.get(key) or {}).items():
                 self.node_usage.setdefault(node, {})[resource] = (fraction, at)
+            for node, fraction in (values.get(self._share_keys[resource]) or {}).items():
+                self.node_share.setdefault(node, {})[resource] = (fraction, at)
         if measured:
             self.pod_usage_at = at
 
@@ -205,6 +220,12 @@ class BatchCapacity:
         if "cpu" in measured and "memory" in measured:
             usage = Resources(measured["cpu"][0] * capacity.cpu, measured["memory"][0] * capacity.memory)
             at = min(measured["cpu"][1], measured["memory"][1])
+        shares = self.node_share.get(node, {})
+        share = {  # only a share measured in the same round as the node metric it is taken from
+            resource: fraction * capacity.of(resource)
+            for resource, (fraction, when) in shares.items()
+            if resource in measured and measured[resource][1] == when
+        }
         try:
             override = parse_override(info.reclaim_override)
         except OverrideError as err:
@@ -222,6 +243,7 @@ class BatchCapacity:
             pod_usage=self.pod_usage,
             pod_usage_at=self.pod_usage_at,
             override=override,
+            batch_share=share,
         )
 
     async def publish(self) -> PublishReport:

@@ -8,7 +8,13 @@ resource, with ``policy`` from ``spec.reclaim`` (``crane_shared.reclaimpolicy``)
     maxUsageRequest:  total x threshold - max(system used, reserved) - sum(max(request, used) of regular pods)
 
     system used = node used - sum(used of every measured pod on the node)      (never below 0)
+                  node used - batch share - sum(used of the measured regular pods)   (with the batch share)
     reserved    = capacity - allocatable                                        (kubelet's reservations)
+
+The batch share is the batch pods' share of the node metric, measured over its own window (``batchMetrics``,
+``crane_shared.batch``): the node metric is an average that takes a window to absorb batch pods that just
+started, while their usage now counts at once, so without it the system usage reads too low (down to 0) right
+after batch pods start and the node lends more than it has.
 
 A regular pod without a measurement (just started, or its series not scraped yet) counts with its request, as
 koordinator subtracts the requests of pods scheduled after its metric snapshot. Batch pods count only through
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from crane_shared.batch import PodUsage
@@ -64,6 +70,8 @@ class NodeInputs:
     """when the pods' usage was last measured (one query for all nodes), None when never in this term"""
     override: NodeOverride | None
     """the node's ``crane.io/batch-reclaim``; None when it does not parse (nothing is reclaimed then)"""
+    batch_share: Mapping[str, float] = field(default_factory=dict)
+    """resource -> the batch pods' share of the node metric (absolute), for those measured with it in one round"""
 
 
 @dataclass(frozen=True)
@@ -111,7 +119,14 @@ def _resource(name: str, rule: ResourceReclaim, inputs: NodeInputs) -> float:
     threshold = inputs.override.threshold(name, rule)
     measured_pods = [inputs.pod_usage[p.key] for p in inputs.pods if p.key in inputs.pod_usage]
     pods_used = sum(u.cpu_cores if name == "cpu" else u.memory_bytes for u in measured_pods)
-    system_used = max(0.0, inputs.usage.of(name) - pods_used)
+    share = inputs.batch_share.get(name)
+    if share is not None:
+        regular_used = sum(
+            inputs.pod_usage[p.key].of(name) for p in inputs.pods if not p.batch and p.key in inputs.pod_usage
+        )
+        system_used = max(0.0, inputs.usage.of(name) - share - regular_used)
+    else:
+        system_used = max(0.0, inputs.usage.of(name) - pods_used)
     regular = 0.0
     for pod in inputs.pods:
         if pod.batch:

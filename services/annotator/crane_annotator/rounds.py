@@ -4,6 +4,11 @@ Upstream queried per node and per metric (up to three queries each: IP, IP:port,
 nodes a round outlasted the sync period. Here a round costs one PromQL request per due metric however many nodes
 there are, the answer is mapped to nodes in memory (``matching``), and each node gets one patch carrying every
 due metric plus its current hot value. Rounds run one after another (``schedule``), so they never overlap.
+
+With batch capacity (``spec.reclaim.batchMetrics``), a due metric's batch share is queried in the same round,
+concurrently, and written in the same patch with the same timestamp (``batch.crane.io/<metric>``), only for the
+nodes the metric itself has in this round: readers take it out of the metric only when the two timestamps match,
+so a share whose query failed is never paired with a newer metric. Its failure does not fail the metric.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from crane_annotator.metrics import AnnotatorMetrics
 from crane_annotator.patches import DEFAULT_STAMP, Stamp, metric_annotations
 from crane_annotator.values import Converted, DropReason, convert
 from crane_annotator.writer import HotSupplier, Patcher, PatchReport
+from crane_shared.batch import batch_metric_key
 from crane_shared.durations import format_duration
 from crane_shared.logs import LogOnce, get_logger
 from crane_shared.prometheus import PrometheusError, QueryClient, QueryResult
@@ -153,8 +159,12 @@ class MetricRounds:
         if batch is not None:
             batch.reload()
         measuring = asyncio.ensure_future(batch.measure()) if batch is not None and batch.wants(due) else None
+        shares = batch.shares_of(due) if batch is not None else {}
         try:
-            results = await asyncio.gather(*(self._query_and_match(name, index, nodes, report) for name in due))
+            answers = await asyncio.gather(
+                *(self._query_and_match(name, index, nodes, report) for name in (*due, *shares.values()))
+            )
+            results, share_results = answers[: len(due)], dict(zip(shares, answers[len(due) :], strict=True))
             pods_measured = await measuring if measuring is not None else False
         except BaseException:
             for task in (hot, measuring):
@@ -177,6 +187,11 @@ class MetricRounds:
             self.last_success[name] = at
             self.views[name] = MetricView(result[0], result[1].dropped, at)
             values[self.specs[name].key] = result[1].fractions
+            share = share_results.get(name)
+            if share is not None:  # the batch pods' share of this metric, for the nodes the metric has this round
+                values[batch_metric_key(name)] = {
+                    node: value for node, value in share[1].fractions.items() if node in result[1].fractions
+                }
         self._metrics.prometheus_up.set(1 if results and all(r is not None for r in results) else 0)
         patches = metric_annotations(values, datetime.fromtimestamp(stamped, UTC), self._stamp)
         if batch is not None:

@@ -8,11 +8,12 @@ node_load``: the same freshness windows, skew and malformed-value rules), then:
 - ``hot`` when a metric is strictly above its high threshold (the scheduler's Dynamic filter compares strictly
   too), ``idle`` when every metric is strictly below its low threshold, else ``normal``.
 
-Batch pods (``crane_shared.batch``): the annotator writes the batch pods' usage as a fraction of the node
-(``crane.io/batch-cpu-usage``, ``crane.io/batch-memory-usage``, in the same patch as the usage). A node is hot
-**by regular usage** when its usage minus that share crosses a high threshold; the planner then sheds its batch
-pods first. A node hot only with its batch pods' share keeps its regular pods (the heat is batch work, which
-yields). A batch annotation that is missing, stale or malformed counts as no batch usage (the node is judged as
+Batch pods (``crane_shared.batch``): the annotator writes, per metric, the batch pods' share of it measured over
+the metric's own samples (``batch.crane.io/<metric>``, in the same patch and with the same timestamp). A node is
+hot **by regular usage** when a metric minus its share crosses a high threshold, read exactly as the scheduler
+reads a regular pod's load (``node_load(regular=True)``, ``dynamic.batch_share``); the planner then sheds its
+batch pods first. A node hot only with its batch pods' share keeps its regular pods (the heat is batch work, which
+yields). A share that is missing, from another round, stale or malformed takes nothing out (the node is judged as
 before batch work existed); a malformed one is reported (``batch_problem``).
 
 The debounce (koordinator's anomaly detector): a node is *confirmed* hot after ``hot_rounds`` consecutive hot
@@ -28,9 +29,7 @@ from datetime import datetime
 from typing import Literal
 
 from crane_descheduler.policy import AnomalyCondition, NodePool
-from crane_shared.annotations import AnnotationError, Freshness, decode, freshness, metric_freshness_window
-from crane_shared.batch import BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY
-from crane_shared.loadaware.dynamic import DynamicArgs, NodeLoad, node_load, resource_of
+from crane_shared.loadaware.dynamic import DynamicArgs, NodeLoad, node_load
 
 RawClass = Literal["hot", "normal", "idle", "unknown"]
 
@@ -45,7 +44,7 @@ class Reading:
     load: NodeLoad
     problem: str | None = None
     batch: Mapping[str, float] = field(default_factory=dict)
-    """resource (cpu, memory) -> the batch pods' usage, a fraction of the node (fresh annotations only)"""
+    """metric -> the batch pods' share taken out of it for the regular reading (``dynamic.batch_share``)"""
     batch_problem: str | None = None
     """why a batch usage annotation could not be read (it then counts as none)"""
 
@@ -55,34 +54,7 @@ class Reading:
 
     def regular_hot(self, pool: NodePool) -> bool:
         """Hot by the regular pods' usage alone (the usage without the batch pods' share)."""
-        return any(
-            u - self.batch.get(resource_of(m) or "", 0.0) > pool.high[m]
-            for m, u in self.usage.items()
-            if m in pool.high
-        )
-
-
-def batch_usage(
-    annotations: Mapping[str, str], pool: NodePool, args: DynamicArgs, now: datetime
-) -> tuple[dict[str, float], str | None]:
-    """resource -> the batch pods' fresh usage fraction; and the first problem met (a malformed annotation).
-    Fresh as the pool's metrics of that resource are (their shortest sync period plus the grace)."""
-    out: dict[str, float] = {}
-    problem = None
-    for resource, key in (("cpu", BATCH_CPU_USAGE_KEY), ("memory", BATCH_MEMORY_USAGE_KEY)):
-        text = annotations.get(key)
-        periods = [args.policy.period_of(m) for m in pool.high if resource_of(m) == resource]
-        if text is None or not periods:
-            continue
-        try:
-            sample = decode(text, args.legacy_zone)
-        except AnnotationError as err:
-            problem = problem or f"{key}: {err.reason}"
-            continue
-        window = metric_freshness_window(min(periods))
-        if freshness(sample.timestamp, now, window, args.max_skew) is Freshness.FRESH:
-            out[resource] = sample.value
-    return out, problem
+        return any(u - self.batch.get(m, 0.0) > pool.high[m] for m, u in self.usage.items() if m in pool.high)
 
 
 def read_node(
@@ -97,7 +69,10 @@ def read_node(
             detail = f": {reading.error}" if reading and reading.error else ""
             return Reading(node, "unknown", {}, load, f"{metric} is {state}{detail}")
         usage[metric] = reading.usage
-    batch, problem = batch_usage(annotations or {}, pool, args, now)
+    regular = node_load(node, annotations, args, now, regular=True)
+    batch = {m: regular.readings[m].batch for m in usage if m in regular.readings}
+    bad = [key for key, state in regular.batch_state.items() if state == "malformed"]
+    problem = f"{bad[0]}: malformed" if bad else None
     if any(value > pool.high[m] for m, value in usage.items()):
         raw: RawClass = "hot"
     elif all(value < pool.low.get(m, 0.0) for m, value in usage.items()):

@@ -27,6 +27,7 @@ from datetime import datetime
 
 from crane_extender.protocol import NodeView, Verdict, has_batch_usage, verdict
 from crane_shared.annotations import HOT_VALUE_KEY, annotation_key
+from crane_shared.batch import batch_metric_key
 from crane_shared.loadaware.dynamic import (
     BATCH_USAGE_KEYS,
     DynamicArgs,
@@ -95,6 +96,7 @@ class LoadMemo:
                 *(annotation_key(s.name) for s in args.policy.sync_policy),
                 HOT_VALUE_KEY,
                 *BATCH_USAGE_KEYS.values(),
+                *(batch_metric_key(s.name) for s in args.policy.sync_policy),
             )
             self._entries.clear()
         keys, entries, t = self._keys, self._entries, now.timestamp()
@@ -134,11 +136,11 @@ class LoadMemo:
             if self._on_malformed is not None and (entry is None or entry.key[0] != key[0]):
                 bad = (*found.malformed, *((HOT_VALUE_KEY,) if found.hot_state == "malformed" else ()))
                 if regular is not None:
-                    bad += tuple(BATCH_USAGE_KEYS[r] for r, st in regular.batch_state.items() if st == "malformed")
+                    bad += tuple(key for key, st in regular.batch_state.items() if st == "malformed")
                 if bad:
                     self._on_malformed(name, bad)
             if regular is not None and self._on_stale_batch is not None and "stale" in regular.batch_state.values():
-                texts = tuple(annotations.get(k) for k in BATCH_USAGE_KEYS.values()) if annotations else ()
+                texts = tuple(annotations.get(k) for k in regular.batch_state) if annotations else ()
                 if self._stale_seen.get(name) != texts:
                     self._stale_seen[name] = texts
                     self._on_stale_batch(name)

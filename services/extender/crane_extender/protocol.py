@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from crane_shared.batch import is_batch
+from crane_shared.batch import BATCH_METRIC_PREFIX, is_batch
 from crane_shared.loadaware.dynamic import (
     BATCH_USAGE_KEYS,
     DynamicArgs,
@@ -233,8 +233,13 @@ class Decide:
 
 
 def has_batch_usage(annotations: Mapping[str, str] | None) -> bool:
-    """Whether a node carries a batch-usage annotation (only then can a regular pod's load differ)."""
-    return bool(annotations) and any(key in annotations for key in BATCH_USAGE_KEYS.values())  # type: ignore[operator]
+    """Whether a node carries a batch annotation, per resource or per metric (only then can a regular pod's load
+    differ)."""
+    if not annotations:
+        return False
+    return any(key in annotations for key in BATCH_USAGE_KEYS.values()) or any(
+        key.startswith(BATCH_METRIC_PREFIX) for key in annotations
+    )
 
 
 # --- decoding ---------------------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from crane_shared.annotations import (
     freshness,
     metric_freshness_window,
 )
-from crane_shared.batch import BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY
+from crane_shared.batch import BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY, batch_metric_key, same_round
 from crane_shared.hotvalue import hot_value
 from crane_shared.loadaware.learned import LearnArgs
 from crane_shared.policy import DynamicSchedulerPolicy
@@ -146,7 +146,7 @@ class NodeLoad:
     hot_state: ReadingState
     own_hot: int
     batch_state: Mapping[str, ReadingState] = field(default_factory=dict)
-    """per resource, the batch-usage annotation's state (a regular pod's load only; see ``batch_usage``)"""
+    """per batch annotation read (a regular pod's load only; see ``batch_share``), its state"""
 
     @property
     def hot(self) -> int:
@@ -183,6 +183,7 @@ def _read(
 
 BATCH_USAGE_KEYS: Mapping[str, str] = {"cpu": BATCH_CPU_USAGE_KEY, "memory": BATCH_MEMORY_USAGE_KEY}
 """per resource, the annotation holding the batch pods' usage as a fraction of the node"""
+LEGACY_BATCH_KEYS = frozenset(BATCH_USAGE_KEYS.values())
 
 
 def batch_window(args: DynamicArgs) -> timedelta:
@@ -195,14 +196,44 @@ def batch_window(args: DynamicArgs) -> timedelta:
 def batch_usage(
     annotations: Mapping[str, str] | None, args: DynamicArgs, now: datetime
 ) -> dict[str, tuple[ReadingState, float, datetime | None]]:
-    """Per resource: (state, fraction to take out, timestamp). Only a fresh annotation takes anything out: a stale,
-    future-dated, missing or malformed one subtracts nothing (the regular pod then sees the whole usage)."""
+    """Per resource, the older per-resource annotation (``crane.io/batch-*-usage``, the batch pods' usage now):
+    (state, fraction to take out, timestamp). Only a fresh annotation takes anything out: a stale, future-dated,
+    missing or malformed one subtracts nothing (the regular pod then sees the whole usage)."""
     out: dict[str, tuple[ReadingState, float, datetime | None]] = {}
     window = batch_window(args)
     for resource, key in BATCH_USAGE_KEYS.items():
         state, value, ts, _ = _read((annotations or {}).get(key), window, now, args)
         out[resource] = (state, value if state == "fresh" and value is not None else 0.0, ts)
     return out
+
+
+def batch_share(
+    annotations: Mapping[str, str],
+    metric: str,
+    resource: str,
+    metric_state: ReadingState,
+    metric_ts: datetime | None,
+    legacy: Mapping[str, tuple[ReadingState, float, datetime | None]],
+    args: DynamicArgs,
+) -> tuple[str, ReadingState, float]:
+    """What a regular pod's reading of ``metric`` takes out: (the annotation read, its state, the fraction).
+
+    The metric's own share (``batch.crane.io/<metric>``, ``crane_shared.batch``) when the node carries one: taken
+    only when written in the same round as the metric (same timestamp, so measured over the same samples) and the
+    metric is fresh; one from another round is "stale" and takes nothing (fail closed: the regular pod sees the
+    whole usage). Without it, the per-resource annotation (``batch_usage``) as before."""
+    key = batch_metric_key(metric)
+    text = annotations.get(key)
+    if text is None:
+        state, value, _ = legacy[resource]
+        return BATCH_USAGE_KEYS[resource], state, value
+    try:
+        sample = decode(text, args.legacy_zone)
+    except AnnotationError:
+        return key, "malformed", 0.0
+    if not same_round(sample.timestamp, metric_ts):
+        return key, "stale", 0.0
+    return key, metric_state, sample.value if metric_state == "fresh" else 0.0
 
 
 def _estimate(
@@ -237,20 +268,25 @@ def node_load(
 ) -> NodeLoad:
     """Decode a node's load annotations under the policy; ``recent`` are this scheduler's bindings to it.
 
-    ``regular``: the load a regular pod is judged by, the batch pods' usage (``batch_usage``) taken out of every
-    CPU and memory metric, clamped at 0. For the long windows (``*_max_avg_1d``...) this is an approximation: the
-    batch pods' usage now is taken out of a maximum or average over a day. Without it: the whole usage, what a
-    batch pod is judged by."""
+    ``regular``: the load a regular pod is judged by, the batch pods' share of each CPU and memory metric
+    (``batch_share``) taken out, clamped at 0. A node without per-metric shares falls back to the batch pods'
+    usage now taken out of every metric of its resource, an approximation (not inside a window average yet;
+    for the long windows a value now against a maximum over a day). Without it: the whole usage, what a batch
+    pod is judged by."""
     annotations = annotations or {}
     policy = args.policy
     batch = batch_usage(annotations, args, now) if regular else {}
+    states: dict[str, ReadingState] = {}
     readings: dict[str, MetricReading] = {}
     for sync in policy.sync_policy:
         text = annotations.get(annotation_key(sync.name))
         state, value, ts, error = _read(text, metric_freshness_window(sync.period), now, args)
         estimate = _estimate(sync.name, ts, recent, capacity, args.estimate) if state == "fresh" and ts else 0.0
+        taken = 0.0
         resource = resource_of(sync.name)
-        taken = batch[resource][1] if resource in batch else 0.0
+        if regular and resource is not None:
+            key, share_state, taken = batch_share(annotations, sync.name, resource, state, ts, batch, args)
+            states[key] = share_state
         readings[sync.name] = MetricReading(sync.name, state, value, ts, estimate, error, taken)
     hot_state, hot_annotated, hot_ts, _ = _read(annotations.get(HOT_VALUE_KEY), HOT_VALUE_FRESHNESS, now, args)
     annotated_hot = int(hot_annotated) if hot_state == "fresh" and hot_annotated is not None else 0
@@ -265,7 +301,6 @@ def node_load(
             for rule in policy.hot_value
         }
         own_hot = hot_value(counts, policy.hot_value)
-    states = {resource: found[0] for resource, found in batch.items()}
     return NodeLoad(node, readings, annotated_hot, hot_state, own_hot, states)
 
 
@@ -364,10 +399,10 @@ def valid_until(
             hot_ts = None
         if hot_ts is not None:
             until = min(until, _until(hot_ts, load.hot_state, HOT_VALUE_FRESHNESS.total_seconds(), skew))
-    if load.batch_state:  # a regular pod's load: the batch annotations' freshness edges
-        window = batch_window(args).total_seconds()
-        for resource, state in load.batch_state.items():
-            text = (annotations or {}).get(BATCH_USAGE_KEYS[resource])
+    if load.batch_state:  # a regular pod's load: the per-resource batch annotations' freshness edges (a metric's
+        window = batch_window(args).total_seconds()  # own share, same timestamp, changes with the metric)
+        for key, state in load.batch_state.items():
+            text = (annotations or {}).get(key) if key in LEGACY_BATCH_KEYS else None
             if text is not None and state in ("fresh", "future"):
                 with contextlib.suppress(AnnotationError):
                     until = min(until, _until(decode(text, args.legacy_zone).timestamp, state, window, skew))

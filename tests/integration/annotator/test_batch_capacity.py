@@ -24,7 +24,14 @@ from kubernetes_asyncio import client
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.fleet import GI, make_fleet
 from crane_shared.annotations import decode
-from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY, BATCH_MEMORY, POD_USAGE_KEY, decode_pod_usage
+from crane_shared.batch import (
+    BATCH_CPU,
+    BATCH_CPU_USAGE_KEY,
+    BATCH_MEMORY,
+    POD_USAGE_KEY,
+    batch_metric_key,
+    decode_pod_usage,
+)
 from crane_shared.reclaimpolicy import OVERRIDE_KEY
 from tests.support.annotator import (
     SELECTOR_KEY,
@@ -41,7 +48,15 @@ from tests.support.waiting import eventually
 pytestmark = pytest.mark.integration
 
 DEGRADE = 8.0  # seconds
-POLICY = batch_policy("2s", podUsageWindow="5s", changeThreshold=0.02, degradeAfter=f"{DEGRADE:g}s", maxAge="1m")
+SHARES = {"cpu_usage_avg_5m": "batch_cpu_usage_avg_5m", "mem_usage_avg_5m": "batch_mem_usage_avg_5m"}
+POLICY = batch_policy(
+    "2s",
+    podUsageWindow="5s",
+    changeThreshold=0.02,
+    degradeAfter=f"{DEGRADE:g}s",
+    maxAge="1m",
+    batchMetrics=SHARES,
+)
 CPU_TOLERANCE = 300  # millicores: rate windows straddling a change, the 2 % write threshold (160m)
 MEMORY_TOLERANCE = GI
 
@@ -115,6 +130,17 @@ async def test_extended_resources_appear_shrink_with_regular_usage_and_not_with_
     assert pods[f"{namespace}/regular"].cpu_cores == pytest.approx(2, abs=0.2)
     assert pods[f"{namespace}/batch"].memory_bytes == pytest.approx(2 * GI, rel=0.01)
     assert json.loads((await batch_stack.annotations(idle))[POD_USAGE_KEY])["p"] == {}
+    # ... and, per metric, the batch pods' share of it from the fast rules' batch_*, stamped as the metric is
+    # (1 core of 8, 2 GiB of 32); 0 on the node without batch pods
+    await eventually(
+        lambda: _shares_are(batch_stack, busy, {"cpu_usage_avg_5m": 1 / 8, "mem_usage_avg_5m": 2 / 32}),
+        timeout=30,
+        interval=0.25,
+        what="the batch shares of busy",
+    )
+    await eventually(
+        lambda: _shares_are(batch_stack, idle, dict.fromkeys(SHARES, 0.0)), timeout=30, what="idle's shares"
+    )
 
     # Regular work rises by 1.5 cores: the node lends 1.5 cores less.
     await set_usage(batch_stack, namespace, "regular", "cpu=3.5,memory=4Gi")
@@ -167,3 +193,14 @@ async def _published_is(stack: Stack, node: str, value: tuple[int, int]) -> bool
 async def _published_positive(stack: Stack, node: str) -> bool:
     value = await published_batch(stack, node)
     return value is not None and value[0] > 0 and value[1] > 0
+
+
+async def _shares_are(stack: Stack, node: str, expected: dict[str, float]) -> bool:
+    notes = await stack.annotations(node)
+    for metric, share in expected.items():
+        text = notes.get(batch_metric_key(metric))
+        if text is None or decode(text).timestamp != decode(notes[metric]).timestamp:
+            return False
+        if abs(decode(text).value - share) > 0.01:
+            return False
+    return True

@@ -19,7 +19,7 @@ from crane_annotator.nodes import NodeInfo
 from crane_annotator.pods import PodCache, node_pod
 from crane_annotator.reclaim import Resources
 from crane_annotator.writer import Outcome
-from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY, POD_USAGE_KEY, decode_pod_usage
+from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY, POD_USAGE_KEY, batch_metric_key, decode_pod_usage
 from crane_shared.policy import (
     DynamicSchedulerPolicy,
     PolicyError,
@@ -182,3 +182,16 @@ async def test_a_changed_reclaim_section_is_applied_and_a_bad_one_refused(tmp_pa
         'spec.reclaim.cpu.nodeMetric: "cpu_usage_max_avg_1h" is not synced by this process (restart to change '
         "syncPolicy)"
     ]
+
+
+async def test_the_node_metrics_batch_share_from_the_same_round_splits_system_from_batch_usage() -> None:
+    batch, _ = capacity({"a": info("a")})
+    await batch.measure()
+    cpu, mem = batch_metric_key("cpu_usage_avg_5m"), batch_metric_key("mem_usage_avg_5m")
+    # the batch pod (1 core, 2 GiB) just started: the averages hold none of it yet, nor does its share (0)
+    usage = {"cpu_usage_avg_5m": {"a": 2.8 / 8}, "mem_usage_avg_5m": {"a": 7.2 / 32}}
+    batch.record({**usage, cpu: {"a": 0.0}, mem: {"a": 0.0}}, True, NOW)
+    assert batch.inputs("a", info("a")).batch_share == {"cpu": 0.0, "memory": 0.0}
+    # a later round without shares (their query failed): the older shares are not paired with the newer metric
+    batch.record(usage, True, NOW + 5)
+    assert batch.inputs("a", info("a")).batch_share == {}

@@ -135,3 +135,16 @@ def test_write_budget() -> None:
     assert write(100, 0, old=Published(0, 0, NOW))  # from zero
     assert not write(0, 0, old=None)  # nothing published, nothing to lend
     assert write(1, 0, old=None)
+
+
+def test_the_batch_share_of_the_node_metric_keeps_the_system_usage_right_while_batch_pods_start() -> None:
+    # the batch pod (1 core / 4 GiB) just started: the averaged node metric holds none of it yet (3 cores /
+    # 12 GiB), its usage now counts at once: the system reads 12 - 12 = 0 GiB and the node lends 2 GiB too many
+    just_started = inputs(usage=Resources(3, 12 * GI))
+    assert reclaimable(just_started, POLICY, NOW, 0).memory_bytes == 16 * GI  # type: ignore[union-attr]
+    # its share of the node metric (0 so far) keeps the system at 4 GiB: 40 x 0.65 - 4 - 8 = 14 GiB
+    with_share = inputs(usage=Resources(3, 12 * GI), batch_share={"cpu": 0.0, "memory": 0.0})
+    assert reclaimable(with_share, POLICY, NOW, 0) == Reclaimable(3000, 14 * GI, "ok")
+    # once the metric holds it, the same as koordinator's formula
+    settled = inputs(batch_share={"cpu": 1.0, "memory": 4.0 * GI})
+    assert reclaimable(settled, POLICY, NOW, 0) == reclaimable(inputs(), POLICY, NOW, 0)

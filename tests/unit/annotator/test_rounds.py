@@ -6,14 +6,19 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from crane_annotator.batchround import BatchCapacity
 from crane_annotator.matching import NodeAddresses, Series
 from crane_annotator.metrics import AnnotatorMetrics
+from crane_annotator.pods import PodCache
 from crane_annotator.rounds import MetricRounds, MetricSpec
 from crane_annotator.writer import PatchReport
+from crane_shared.batch import batch_metric_key
 from crane_shared.prometheus import PrometheusError, QueryResult
+from crane_shared.reclaimpolicy import ReclaimPolicy
 from tests.support.annotator import RecordingPatcher
 
 NODES = {f"n{i}": NodeAddresses(f"n{i}", (f"10.0.0.{i}",)) for i in range(1, 201)}
@@ -261,3 +266,43 @@ async def test_values_are_stamped_as_old_as_the_backend_latency_offset_makes_the
     rounds, _, patcher, _ = make_rounds(answers, latency_offset=30.0, wall_clock=lambda: 1_800_000_000.0)
     await rounds.run_round(["cpu_usage_avg_5m"])
     assert patcher.sent["n1"][0]["cpu_usage_avg_5m"] == "0.10000,2027-01-15T07:59:30+00:00"
+
+
+class EmptyForOthers(FakePrometheus):
+    """Answers the named queries; any other (the pods' usage) with no series."""
+
+    async def query(self, promql: str) -> QueryResult:
+        if promql in self.answers:
+            return await super().query(promql)
+        self.queries.append(promql)
+        return QueryResult([], 1)
+
+
+async def test_a_metrics_batch_share_rides_on_its_patch_with_its_timestamp_and_only_where_the_metric_has_one() -> None:
+    policy = ReclaimPolicy(batch_metrics=(("cpu_usage_avg_5m", "batch_cpu"), ("mem_usage_avg_5m", "batch_mem")))
+    half = dict(list(NODES.items())[:100])
+    answers: dict[str, list[Series] | PrometheusError | QueryResult] = {s.name: series(s.name, 60.0) for s in SPECS}
+    answers["batch_mem"] = series("batch_mem", 25.0, half)
+    answers["batch_cpu"] = PrometheusError("timeout", "slow", attempts=1)
+    prom, patcher = EmptyForOthers(answers), RecordingPatcher()
+    metrics = AnnotatorMetrics(CollectorRegistry())
+    writes: list[str] = []
+
+    async def patch_status(node: str, body: Mapping[str, object]) -> Any:
+        writes.append(node)
+        return "ok"
+
+    batch = BatchCapacity(policy, prom, dict, PodCache(client.ApiClient()), patch_status, metrics)
+    rounds = MetricRounds(SPECS, prom, lambda: NODES, patcher, metrics, batch=batch)
+    report = await rounds.run_round(["cpu_usage_avg_5m", "mem_usage_avg_5m"])
+    assert report.failed == [] and {"batch_mem", "batch_cpu"} <= set(prom.queries)
+    patch = patcher.sent["n7"][0]
+    mem_stamp = patch["mem_usage_avg_5m"].split(",")[1]
+    assert patch[batch_metric_key("mem_usage_avg_5m")] == f"0.25000,{mem_stamp}"
+    assert batch_metric_key("cpu_usage_avg_5m") not in patch, "its query failed: nothing to pair with the metric"
+    assert batch_metric_key("mem_usage_avg_5m") not in patcher.sent["n150"][0], "no share in the answer"
+    # the metric failing, its share is not written either (it would pair with the older metric)
+    answers["mem_usage_avg_5m"] = PrometheusError("timeout", "slow", attempts=1)
+    await rounds.run_round(["cpu_usage_avg_5m", "mem_usage_avg_5m"])
+    assert len(patcher.sent["n7"]) == 2 and "cpu_usage_avg_5m" in patcher.sent["n7"][1]
+    assert batch_metric_key("mem_usage_avg_5m") not in patcher.sent["n7"][1]

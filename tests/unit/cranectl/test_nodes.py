@@ -85,3 +85,15 @@ def test_batch_columns_show_what_the_node_lends_and_what_batch_pods_request_and_
     lines = render(rows, policy).splitlines()
     assert "BATCH CPU" in lines[0] and "1.5/2.5 (0.8)" in lines[1]
     assert "BATCH CPU" not in render(rows[1:], default_policy())
+
+
+def test_a_metric_with_its_batch_share_shows_the_regular_usage_a_regular_pod_is_judged_by() -> None:
+    annotations = {
+        "cpu_usage_avg_5m": f"0.80000,{stamp(30)}",
+        "batch.crane.io/cpu_usage_avg_5m": f"0.30000,{stamp(30)}",  # the same round: taken out
+        "mem_usage_avg_5m": f"0.70000,{stamp(10)}",
+        "batch.crane.io/mem_usage_avg_5m": f"0.30000,{stamp(20)}",  # another round: nothing taken out
+    }
+    (row,) = node_rows([node("n", annotations)], [], default_policy(), NOW)
+    assert row.usage["cpu_usage_avg_5m"] == "0.80! r0.50"
+    assert row.usage["mem_usage_avg_5m"] == "0.70!"

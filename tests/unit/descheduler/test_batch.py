@@ -4,13 +4,13 @@ pods' share keeps its regular pods (issue 30's contract, ``crane_shared.batch``)
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from crane_descheduler.policy import AnomalyCondition, Limits, default_policy
 from crane_descheduler.rounds import RoundResult, run_round
 from crane_shared.annotations import encode_usage
-from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY, PodUsage
+from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY, PodUsage, batch_metric_key
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.policy import default_policy as scheduler_default
 from tests.support.descheduler import NOW, node, pod
@@ -90,3 +90,19 @@ def test_batch_pods_yield_to_regular_load_even_with_no_place_elsewhere():
     assert result.plan.skipped["no-target"] == 1
     batch_heat = run_round([hot_node(encode_usage(0.3, NOW))], PODS, USAGE, POLICY, ARGS, {}, NOW)
     assert names(batch_heat) == [] and batch_heat.plan.skipped["no-target"] == 2
+
+
+def test_the_metrics_own_batch_share_counts_only_from_the_same_round():
+    # the per-metric share (batch.crane.io/<metric>) is what the scheduler takes out; with the metric's timestamp
+    # it is taken (0.9 - 0.3 = 0.6: batch heat only), from another round it takes nothing (hot by regular usage),
+    # and it wins over the per-resource usage now (which alone would say 0.9 - 0.2 = 0.7: hot)
+    def with_shares(at: datetime) -> dict[str, Any]:
+        raw = hot_node(encode_usage(0.2, NOW))
+        for metric in ("cpu_usage_avg_5m", "cpu_usage_max_avg_1h"):
+            raw["metadata"]["annotations"][batch_metric_key(metric)] = encode_usage(0.3, at)
+        return raw
+
+    same = run_round([with_shares(NOW), cool_node()], PODS, USAGE, POLICY, ARGS, {}, NOW)
+    assert names(same) == ["batch-low", "batch-high"] and same.plan.skipped["batch-heat"] == 1
+    other = run_round([with_shares(NOW - timedelta(seconds=5)), cool_node()], PODS, USAGE, POLICY, ARGS, {}, NOW)
+    assert names(other) == ["batch-low", "batch-high", "covers"]

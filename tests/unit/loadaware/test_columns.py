@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from crane_scheduler.loadaware.columns import LoadColumns
 from crane_scheduler.loadaware.recent import RecentEffects
 from crane_shared.annotations import encode_hot_value, encode_usage
-from crane_shared.batch import BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY
+from crane_shared.batch import BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY, batch_metric_key
 from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
@@ -38,11 +38,19 @@ malformed = st.sampled_from(["nan,2026-11-22T11:59:00+00:00", "-1,2026-11-22T11:
 def node_annotations(draw: st.DrawFn) -> dict[str, str]:
     out: dict[str, str] = {}
     for metric in METRICS:
+        age = draw(ages)
         if draw(st.booleans()):
             if draw(st.integers(0, 5)) == 0:
                 out[metric] = draw(malformed)
             else:
-                out[metric] = encode_usage(draw(usages), NOW - timedelta(seconds=draw(ages)))
+                out[metric] = encode_usage(draw(usages), NOW - timedelta(seconds=age))
+        share = draw(st.integers(0, 5))  # the metric's batch share: none, same round, another round, malformed
+        if share in (1, 2, 3):
+            out[batch_metric_key(metric)] = encode_usage(draw(usages), NOW - timedelta(seconds=age))
+        elif share == 4:
+            out[batch_metric_key(metric)] = encode_usage(draw(usages), NOW - timedelta(seconds=draw(ages)))
+        elif share == 5:
+            out[batch_metric_key(metric)] = draw(malformed)
     if draw(st.booleans()):
         out["node_hot_value"] = encode_hot_value(draw(st.integers(0, 12)), NOW - timedelta(seconds=draw(ages)))
     for key in (BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY):  # the batch pods' usage, taken out for regular pods

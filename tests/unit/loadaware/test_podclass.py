@@ -16,7 +16,15 @@ from crane_extender.server import Extender, ExtenderMetrics
 from crane_scheduler.framework import Diagnosis
 from crane_scheduler.loadaware.plugin import is_regular
 from crane_scheduler.podinfo import parse_pod
-from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY, BATCH_MEMORY, BATCH_MEMORY_USAGE_KEY, is_batch
+from crane_shared.annotations import encode_usage
+from crane_shared.batch import (
+    BATCH_CPU,
+    BATCH_CPU_USAGE_KEY,
+    BATCH_MEMORY,
+    BATCH_MEMORY_USAGE_KEY,
+    batch_metric_key,
+    is_batch,
+)
 from crane_shared.informer import Informer
 from crane_shared.loadaware.dynamic import DynamicArgs, filter_reason, node_load
 from crane_shared.policy import default_policy
@@ -159,3 +167,36 @@ def test_the_extenders_node_cache_mode_judges_each_class_from_its_cached_verdict
         ranked_regular, _ = ext.answer("prioritize", json.dumps({"Pod": pod("r"), "NodeNames": ["hot"]}).encode())
         ranked_batch, _ = ext.answer("prioritize", json.dumps({"Pod": batch_pod("b"), "NodeNames": ["hot"]}).encode())
         assert ranked_regular[0]["Score"] > ranked_batch[0]["Score"]
+
+
+def with_shares(n: dict[str, Any], share: float, age: float = 10) -> dict[str, Any]:
+    """``n`` with every metric's batch share (``batch.crane.io/<metric>``) stamped ``age`` seconds before NOW."""
+    stamp = datetime.fromtimestamp(NOW - age, UTC)
+    annotations = n["metadata"]["annotations"]
+    for metric in [k for k in annotations if k.startswith(("cpu_", "mem_"))]:
+        annotations[batch_metric_key(metric)] = encode_usage(share, stamp)
+    return n
+
+
+def test_each_metrics_own_batch_share_is_taken_out_only_when_written_with_the_metric() -> None:
+    """0.8 used; the batch pods' usage now 0.1 (just started: barely inside the averages yet), their share of each
+    metric 0.4. The share stamped as the metrics are is what a regular pod's reading takes out (0.4, placed),
+    in the reference, the scheduler and the extender alike; a share from another round takes nothing (0.8,
+    refused), and the usage now is not used in its place."""
+    same = with_shares(with_batch_usage(loaded("hot", 0.8), cpu=0.1, memory=0.1), 0.4)
+    regular = node_load("n", same["metadata"]["annotations"], ARGS, WHEN, regular=True)
+    assert regular.readings["cpu_usage_avg_5m"].usage == pytest.approx(0.4)
+    assert regular.readings["mem_usage_max_avg_1h"].usage == pytest.approx(0.4)
+    assert Setup(same).place(pod("regular", cpu="500m")) == "hot"
+    decide = Decide(ARGS, WHEN)
+    verdict = filter_nodes(parse_args(extender_request(pod("regular", cpu="500m"), same)), decide)
+    assert [n["metadata"]["name"] for n in verdict["Nodes"]["items"]] == ["hot"]
+
+    other = with_shares(with_batch_usage(loaded("hot", 0.8), cpu=0.1, memory=0.1), 0.4, age=11)
+    reading = node_load("n", other["metadata"]["annotations"], ARGS, WHEN, regular=True)
+    assert reading.readings["cpu_usage_avg_5m"].usage == pytest.approx(0.8)
+    assert reading.batch_state[batch_metric_key("cpu_usage_avg_5m")] == "stale"
+    refused = Setup(other).place(pod("regular", cpu="500m"))
+    assert isinstance(refused, Diagnosis) and "cpu_usage_avg_5m above 0.65" in refused.message
+    verdict = filter_nodes(parse_args(extender_request(pod("regular", cpu="500m"), other)), decide)
+    assert verdict["FailedNodes"] == {"hot": "node(s) had cpu_usage_avg_5m above 0.65"}

@@ -5,7 +5,8 @@ with thousands of nodes cannot afford a Python call per node per pod, so this mo
 decoded annotations as arrays (decoded once per node update, not once per decision) and evaluates freshness,
 the predicates and the score with array operations. It must agree with ``dynamic.py`` for every input; a
 property test holds the two together. A regular pod is judged by ``regular_values``: per CPU or memory metric,
-the fresh value less the batch pods' fresh usage (``dynamic.batch_usage``), clamped at 0, kept next to
+the fresh value less the batch pods' share of it (``dynamic.batch_share``: the metric's own share written in the
+same round, else the per-resource batch usage while fresh), clamped at 0, kept next to
 ``fresh_values`` and refreshed with them, so choosing the class costs nothing per decision. The effects of this
 scheduler's recent bindings come in as per-row arrays (``extra``, ``own_hot``) that ``recent.RecentEffects`` keeps
 up to date.
@@ -28,6 +29,7 @@ from crane_shared.annotations import (
     decode,
     metric_freshness_window,
 )
+from crane_shared.batch import BATCH_METRIC_PREFIX, batch_metric_key
 from crane_shared.loadaware.dynamic import (
     BATCH_USAGE_KEYS,
     HOT_VALUE_PENALTY,
@@ -40,7 +42,8 @@ from crane_shared.loadaware.dynamic import (
 from crane_shared.policy import PredicatePolicy
 
 _RAW_KEYS = frozenset((HOT_VALUE_KEY, *BATCH_USAGE_KEYS.values()))
-"""decoded columns named by their annotation key (the metrics' keys are derived from their names)"""
+"""decoded columns named by their annotation key (the metrics' keys are derived from their names; the metrics'
+batch shares, ``batch.crane.io/...``, are named by their key too)"""
 
 FloatArray = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
@@ -58,11 +61,12 @@ class LoadColumns:
     fresh_values: dict[str, FloatArray] = field(default_factory=dict)
     """per metric (and the hot value): the value where fresh at the last evaluation, else NaN (see ``_fresh_at``)"""
     regular_values: dict[str, FloatArray] = field(default_factory=dict)
-    """per metric: ``fresh_values`` less the fresh batch usage of its resource, clamped at 0 (a regular pod's)"""
+    """per metric: ``fresh_values`` less the batch pods' share of it, clamped at 0 (a regular pod's)"""
     batch_ignored: int = 0
     """batch-usage annotations found stale (present, decodable, not fresh) since the start: they subtract nothing"""
 
     def __post_init__(self) -> None:
+        self._share_of = {m: batch_metric_key(m) for m in self.metrics if resource_of(m) is not None}
         for name in self._decoded:
             self.values[name] = np.full(self.capacity, np.nan)
             self.stamps[name] = np.full(self.capacity, np.nan)
@@ -74,6 +78,8 @@ class LoadColumns:
         self._windows[HOT_VALUE_KEY] = HOT_VALUE_FRESHNESS.total_seconds()
         for key in BATCH_USAGE_KEYS.values():
             self._windows[key] = batch_window(self.args).total_seconds()
+        for metric, key in self._share_of.items():  # fresh exactly when its metric is (same stamp, same window)
+            self._windows[key] = self._windows[metric]
         self._batch_of = {m: BATCH_USAGE_KEYS[r] for m in self.metrics if (r := resource_of(m)) is not None}
         self._batch_stale = {key: np.zeros(self.capacity, dtype=bool) for key in BATCH_USAGE_KEYS.values()}
         self._regular(None)
@@ -92,8 +98,21 @@ class LoadColumns:
 
     @property
     def _decoded(self) -> list[str]:
-        """every annotation decoded into a column: the metrics, the hot value, the batch usage per resource"""
-        return [*self.metrics, HOT_VALUE_KEY, *BATCH_USAGE_KEYS.values()]
+        """every annotation decoded into a column: the metrics, the hot value, the batch usage per resource, the
+        metrics' batch shares"""
+        return [*self.metrics, HOT_VALUE_KEY, *BATCH_USAGE_KEYS.values(), *self._share_of.values()]
+
+    def _taken(self, metric: str, rows: npt.NDArray[np.intp] | None) -> FloatArray:
+        """What a regular pod's reading of ``metric`` takes out (NaN: nothing), ``dynamic.batch_share``: the
+        metric's own share where the node carries one (only when stamped as the metric is, fresh with it), else
+        the fresh per-resource batch usage."""
+        at = slice(None) if rows is None else rows
+        key = self._share_of[metric]
+        stamps = self.stamps[key][at]
+        present = ~np.isnan(stamps) | self.malformed[key][at]
+        own = np.where(stamps == self.stamps[metric][at], self.fresh_values[key][at], np.nan)
+        legacy: FloatArray = self.fresh_values[self._batch_of[metric]][at]
+        return np.where(present, own, legacy)
 
     def _regular(self, rows: npt.NDArray[np.intp] | None) -> None:
         """Refresh ``regular_values`` from ``fresh_values`` (all rows, or ``rows``): the reference's
@@ -103,11 +122,11 @@ class LoadColumns:
             if key is None:
                 self.regular_values[metric] = self.fresh_values[metric]
                 continue
-            fresh, batch = self.fresh_values[metric], self.fresh_values[key]
+            fresh = self.fresh_values[metric]
             if rows is None:
-                self.regular_values[metric] = _without_batch(fresh, batch)
+                self.regular_values[metric] = _without_batch(fresh, self._taken(metric, None))
             else:
-                self.regular_values[metric][rows] = _without_batch(fresh[rows], batch[rows])
+                self.regular_values[metric][rows] = _without_batch(fresh[rows], self._taken(metric, rows))
 
     def _count_stale(self, key: str, rows: npt.NDArray[np.intp] | None) -> None:
         """Count the batch annotations that turned stale (present and decodable, not fresh) at these rows."""
@@ -145,7 +164,7 @@ class LoadColumns:
         annotations = annotations or {}
         bad = []
         for name in self._decoded:
-            key = name if name in _RAW_KEYS else annotation_key(name)
+            key = name if name in _RAW_KEYS or name.startswith(BATCH_METRIC_PREFIX) else annotation_key(name)
             text = annotations.get(key)
             value = stamp = math.nan
             broken = False
