@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 from kubernetes_asyncio import client
 
@@ -156,6 +157,8 @@ class GangWatch:
         self.bound: dict[str, set[str]] = {g: set() for g in sizes}
         self.completed: dict[str, float] = {}
         self.first_bind: dict[str, float] = {}
+        self.deleted: dict[str, float] = {}
+        self.binds: list[float] = []  # seconds after start, one per member bound
         self.partial_stuck: set[str] = set()
         self.last_bind = time.monotonic()
         self.all_done = asyncio.Event()
@@ -177,6 +180,7 @@ class GangWatch:
             return
         members.add(obj["metadata"]["uid"])
         self.last_bind = time.monotonic()
+        self.binds.append(self.last_bind - self.started)
         self.first_bind.setdefault(group, self.last_bind)
         if len(members) >= self.sizes[group] and group not in self.completed:
             self.completed[group] = time.monotonic() - self.started
@@ -199,6 +203,27 @@ class GangWatch:
             self.namespace, label_selector=f"{POD_GROUP_LABEL}={group}", grace_period_seconds=0, _preload_content=False
         )
         resp.release()
+        self.deleted[group] = time.monotonic() - self.started
+
+    def timeline(self) -> dict[str, Any]:
+        """When things happened, in seconds after the start: per group its first member bound, all bound
+        (complete), its pods deleted; and members bound per second."""
+        per_second: dict[int, int] = {}
+        for at in self.binds:
+            per_second[int(at)] = per_second.get(int(at), 0) + 1
+        groups = {
+            g: {
+                "size": self.sizes[g],
+                "first_bind": round(self.first_bind[g] - self.started, 3) if g in self.first_bind else None,
+                "complete": round(self.completed[g], 3) if g in self.completed else None,
+                "deleted": round(self.deleted[g], 3) if g in self.deleted else None,
+            }
+            for g in sorted(self.sizes)
+        }
+        return {
+            "binds_per_second": [per_second.get(s, 0) for s in range(max(per_second, default=-1) + 1)],
+            "groups": groups,
+        }
 
     async def wait(self, timeout: float, stall: float, grace: float, alive: Callable[[], bool]) -> str:
         """Until every gang completed (``done``), no bind for ``stall`` seconds (``stall``), ``timeout``, or the
@@ -278,15 +303,17 @@ def with_dynamic_off(cfg: dict[str, Any]) -> dict[str, Any]:
 Probe = Callable[[], Awaitable[bool]]
 
 
-def ours(cluster: LocalCluster, args: argparse.Namespace, run_dir: Path, name: str) -> tuple[ManagedProcess, Probe]:
+Started = tuple[ManagedProcess, Probe, str | None]
+"""a contender's process, its readiness probe and its plain-HTTP /metrics address (None: not scraped)"""
+
+
+def ours(cluster: LocalCluster, args: argparse.Namespace, run_dir: Path, name: str) -> Started:
     cfg = with_dynamic_off(scheduler_config(name, args, None))
     proc, port = base.crane_process(cluster, run_dir, cfg, "--bind-concurrency", str(args.concurrency))
-    return proc, lambda: base.http_ok(f"http://127.0.0.1:{port}/readyz")
+    return proc, lambda: base.http_ok(f"http://127.0.0.1:{port}/readyz"), f"http://127.0.0.1:{port}/metrics"
 
 
-def reference(
-    cluster: LocalCluster, args: argparse.Namespace, run_dir: Path, name: str
-) -> tuple[ManagedProcess, Probe]:
+def reference(cluster: LocalCluster, args: argparse.Namespace, run_dir: Path, name: str) -> Started:
     path = run_dir / "coscheduler.yaml"
     path.write_text(yaml.safe_dump(scheduler_config(name, args, cluster.kubeconfig_path)))
     port = free_port()
@@ -299,10 +326,19 @@ def reference(
         "--v=1",
     ]
     proc = ManagedProcess("scheduler-plugins", argv, run_dir / "logs" / "coscheduler.log")
-    return proc, lambda: tcp_open("127.0.0.1", port)
+    return proc, lambda: tcp_open("127.0.0.1", port), None
 
 
-Contender = Callable[[LocalCluster, argparse.Namespace, Path, str], tuple[ManagedProcess, Probe]]
+Contender = Callable[[LocalCluster, argparse.Namespace, Path, str], Started]
+
+
+async def scrape(url: str) -> str:
+    """The scheduler's metrics text at the end of a run (for the timeline), or why not."""
+    try:
+        async with aiohttp.ClientSession() as s, s.get(url, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            return await r.text()
+    except (aiohttp.ClientError, TimeoutError) as err:
+        return f"# not scraped: {err!r}\n"
 
 
 async def run_one(
@@ -321,7 +357,7 @@ async def run_one(
     stopping = asyncio.Event()
     watcher = asyncio.create_task(watch.informer.run(stopping))
     await watch.informer.synced.wait()
-    proc, ready = make(cluster, args, run_dir, name)
+    proc, ready, metrics_url = make(cluster, args, run_dir, name)
     arrivals: list[asyncio.Task[None]] = []
     arrived: list[float] = []
     try:
@@ -339,6 +375,11 @@ async def run_one(
         out = Outcome(label, len(sizes), sum(sizes), ended_by=ended_by)
         out.partial_at_end = len(watch.partial())
         out.arrivals_s = arrived[0] if arrived else 0.0
+        if args.timeline is not None:
+            args.timeline.mkdir(parents=True, exist_ok=True)
+            (args.timeline / f"{label}.json").write_text(json.dumps(watch.timeline(), indent=1) + "\n")
+            if metrics_url is not None and proc.running:
+                (args.timeline / f"{label}-metrics.txt").write_text(await scrape(metrics_url))
     finally:
         for task in arrivals:
             task.cancel()
@@ -425,6 +466,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=1024, help="our bind concurrency")
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--timeline",
+        type=Path,
+        help="write each contender's timeline (per group: first bind, complete, deleted; binds per second) and "
+        "crane-scheduler's metrics at the end into this folder",
+    )
     args = parser.parse_args(argv)
     outcomes = asyncio.run(bench(args))
     sizes = gang_sizes(args.gangs, args.min_size, args.max_size, args.seed)

@@ -55,7 +55,7 @@ from crane_scheduler.framework.types import (
     QueueingHints,
     Status,
 )
-from crane_scheduler.gangcycle import GangIndex, IndexedPending, schedule_gang
+from crane_scheduler.gangcycle import GangIndex, IndexedPending, futile_wakeups, schedule_gang
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import NO_HINTS, SchedulingQueue
 from crane_scheduler.listers import Listers
@@ -140,6 +140,7 @@ class Scheduler:
             on_incoming=lambda event, queue: self.metrics.queue_incoming.labels(event, queue).inc(),
             on_hint_skip=lambda plugin: self.metrics.queue_hint_skips.labels(plugin).inc(),
             gated=self._gated,
+            hold_back=self._futile_wakeups,
         )
         self._hint_failures: set[str] = set()
         self._hints: dict[tuple[str, str], QueueingHints] = {}
@@ -195,6 +196,17 @@ class Scheduler:
         """kube's PreEnqueue: a plugin of the pod's profile holds it back (a preemptor whose victims are not gone)."""
         profile = self.profiles.get(pod.scheduler_name)
         return profile is not None and any(pl.pre_enqueue(pod) for pl in profile.pre_enqueue)
+
+    def _futile_wakeups(self, pods: list[PodInfo]) -> set[str]:
+        """Gang members an event would retry while their group cannot be placed: they keep waiting (counted as
+        skipped by the gang plugin's hint)."""
+        if not any(self._gangs.values()):
+            return set()
+        held = futile_wakeups(self.table, self.gang_index, self.pending, self._gangs, pods)
+        for uid in held:
+            plugin = self._gangs.get(self.pending[uid].scheduler_name) if uid in self.pending else None
+            self.metrics.queue_hint_skips.labels(plugin.name if plugin is not None else "").inc()
+        return held
 
     def _events_of(self, plugin: str) -> ClusterEvent:
         events = ClusterEvent(0)

@@ -19,6 +19,9 @@ When a pass would cost more than ``hint_budget`` hint calls (many unschedulable 
 change came without its objects, the kinds concerned wake every pod that registered them, as before hints: more
 wake-ups than kube, never fewer.
 
+``hold_back`` is a group-level hint on top of the per-plugin ones: of the pods a pass would move, it names those that
+stay (a gang whose group cannot be placed yet, ``gangcycle.futile_wakeups``), judged once per pass.
+
 ``gated`` is kube's PreEnqueue check: a gated pod (a preemptor whose victims are not gone yet) stays among the
 unschedulable pods when an event, its backoff or the 5-minute flush would move it, until it is activated.
 """
@@ -57,6 +60,7 @@ class SchedulingQueue:
         on_incoming: Callable[[str, str], None] = lambda event, queue: None,
         on_hint_skip: Callable[[str], None] = lambda plugin: None,
         gated: Callable[[PodInfo], bool] = lambda pod: False,
+        hold_back: Callable[[list[PodInfo]], set[str]] = lambda pods: set(),
         pop_from_backoff: bool = True,
     ) -> None:
         self._sort_key = sort_key
@@ -70,6 +74,7 @@ class SchedulingQueue:
         self._on_incoming = on_incoming
         self._on_hint_skip = on_hint_skip
         self._gated = gated
+        self._hold_back = hold_back
         self.pop_from_backoff = pop_from_backoff
         self._seq = itertools.count()
         self._active_heap: list[tuple[tuple[Any, ...], int, str]] = []
@@ -333,7 +338,10 @@ class SchedulingQueue:
             event = self._helps(qp, events, coarse, changes)
             if event and not self._gated(qp.pod):
                 moved.append((qp, event))
+        held = self._hold_back([qp.pod for qp, _ in moved]) if moved else set()
         for qp, event in moved:
+            if qp.pod.uid in held:
+                continue
             del self.unschedulable[qp.pod.uid]
             self._on_incoming(_event_name(event), self._requeue(qp, now))
 
