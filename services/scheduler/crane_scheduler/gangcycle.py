@@ -1,8 +1,8 @@
 """The gang cycle: a pod group placed all or nothing, in one scheduling cycle.
 
 When the loop pops a member of a gang (a pod a ``GangPlugin`` of its profile groups), the other pending members of
-its group are taken out of the queue with it and decided one after another (the popped one first, then the
-others in name order), each decision seeing the members before it assumed (so they see each other: ports,
+its group are taken out of the queue with it and decided one after another (in name order, the reference's queue
+order within a group), each decision seeing the members before it assumed (so they see each other: ports,
 affinity, spread, load estimates). Then:
 
 - the members placed already (bound or assumed) plus those found places now reach the group's quorum
@@ -228,6 +228,12 @@ class IndexedPending(dict[str, PodInfo]):
         return super().pop(uid, *default)
 
 
+def group_size(index: GangIndex, gang: str) -> int:
+    """How many pods the group has, pending or placed (an assumed pod is both)."""
+    pending = index.pending.get(gang, set())
+    return len(pending) + sum(1 for uid in index.placed.get(gang, ()) if uid not in pending)
+
+
 def members_of(host: GangHost, profile: Profile, gang: str, first: PodInfo) -> tuple[list[PodInfo], int]:
     """The group's other pending members of this profile (not on their way already), in name order, and how many
     of its pods are placed (bound or assumed)."""
@@ -267,6 +273,8 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
             taken = QueuedPod(pod, timestamp=now, initial_attempt=now, attempts=1)
         taken.pod = pod
         queued.append(taken)
+    queued.sort(key=lambda m: m.pod.name)  # the reference's queue order within a group (the popped one is often
+    # the last to arrive: the member that completed the group)
     assumed: list[tuple[QueuedPod, CycleState, str]] = []
     failed: list[tuple[QueuedPod, CycleState, Diagnosis | Status]] = []
     untried: list[QueuedPod] = []

@@ -234,7 +234,7 @@ async def test_too_few_members_wait_with_the_references_message_and_a_new_siblin
     s.on_node(node("n1", cpu="4"))
     s.on_pod(member("job-0", "job"))
     s.on_pod(member("job-1", "job"))
-    await step(s)
+    s.tell_gated()  # the loop's turn: no attempt, the message PreFilter would give
     assert waiting_messages(s)["job-0"] == (
         "0/1 nodes are available: pre-filter pod job-0 cannot find enough sibling pods, current pods number: 2, "
         "minMember of group: 3."
@@ -244,11 +244,12 @@ async def test_too_few_members_wait_with_the_references_message_and_a_new_siblin
     assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1", "job-2"]
 
 
-async def test_members_arriving_one_by_one_cost_one_decision_each_until_the_group_is_whole(
+async def test_members_of_an_incomplete_group_cost_no_decision_until_the_group_is_whole(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """While too few members exist for the quorum, a gang cycle decides only the member it popped (the waiting
-    ones keep what they heard): a gang of n arriving member by member costs about 2n decisions, not n²/2."""
+    """A member arriving before its group is whole waits outside the queue (PreEnqueue): no decision, but the
+    reference's message, once, with the count when the loop saw it; the member that completes the group brings
+    every sibling into one gang cycle, decided in name order (the reference's queue order within a group)."""
     s, binder, _, _ = gang_scheduler(group_obj("job", 5))
     s.on_node(node("n1", cpu="8"))
     decided: list[str] = []
@@ -261,15 +262,26 @@ async def test_members_arriving_one_by_one_cost_one_decision_each_until_the_grou
     monkeypatch.setattr(s, "decide", counted)
     for i in range(4):
         s.on_pod(member(f"job-{i}", "job"))
-        await step(s)
-    assert decided == ["job-0", "job-1", "job-2", "job-3"]
+        s.tell_gated()
+        assert s.queue.pop(s.clock()) is None
+    assert decided == [] and s.metrics.schedule_attempts.labels("unschedulable", "crane-scheduler")._value.get() == 0
     messages = waiting_messages(s)
     assert "current pods number: 1, minMember of group: 5" in messages["job-0"]
     assert "current pods number: 4, minMember of group: 5" in messages["job-3"]
     s.on_pod(member("job-4", "job"))  # the group is whole: one cycle decides every member
     await step(s)
-    assert decided[4:] == ["job-4", "job-0", "job-1", "job-2", "job-3"]
+    assert decided == [f"job-{i}" for i in range(5)]
     assert sorted(name for name, _ in binder.calls) == [f"job-{i}" for i in range(5)]
+
+
+async def test_a_burst_tells_nothing_to_the_members_of_a_group_complete_by_the_loops_turn() -> None:
+    s, binder, _, _ = gang_scheduler(group_obj("job", 3))
+    s.on_node(node("n1", cpu="4"))
+    for i in range(3):  # e.g. the informer's first list: each member arrives while its group is incomplete
+        s.on_pod(member(f"job-{i}", "job"))
+    await step(s)
+    assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1", "job-2"]
+    assert s.reporter._jobs.empty()  # no FailedScheduling, no condition (the binds are held: no Scheduled yet)
 
 
 async def test_a_group_that_waits_past_its_timeout_is_rejected_with_kubes_wording_and_retried() -> None:
@@ -534,7 +546,7 @@ async def test_a_deletion_does_not_retry_a_group_short_of_members_and_a_new_memb
     filler = pod("f1", cpu="1", node_name="n1")
     s.on_pod(filler)
     s.on_pod(member("job-0", "job"))
-    await step(s)  # too few members
+    s.tell_gated()  # too few members
     s.on_pod_deleted(filler)
     assert s.queue.pop(s.clock()) is None and len(s.queue.unschedulable) == 1
     s.on_pod(member("job-1", "job"))

@@ -22,8 +22,9 @@ wake-ups than kube, never fewer.
 ``hold_back`` is a group-level hint on top of the per-plugin ones: of the pods a pass would move, it names those that
 stay (a gang whose group cannot be placed yet, ``gangcycle.futile_wakeups``), judged once per pass.
 
-``gated`` is kube's PreEnqueue check: a gated pod (a preemptor whose victims are not gone yet) stays among the
-unschedulable pods when an event, its backoff or the 5-minute flush would move it, until it is activated.
+``gated`` is kube's PreEnqueue check: a gated pod (a preemptor whose victims are not gone yet, a gang member whose
+group is incomplete) stays among the unschedulable pods when an event, its backoff or the 5-minute flush would move
+it, until it is activated; ``on_gated`` hears of a pod held on entry (``add``) or on ``activate``.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class SchedulingQueue:
         on_hint_skip: Callable[[str], None] = lambda plugin: None,
         gated: Callable[[PodInfo], bool] = lambda pod: False,
         hold_back: Callable[[list[PodInfo]], set[str]] = lambda pods: set(),
+        on_gated: Callable[[PodInfo], None] = lambda pod: None,
         pop_from_backoff: bool = True,
     ) -> None:
         self._sort_key = sort_key
@@ -75,6 +77,7 @@ class SchedulingQueue:
         self._on_hint_skip = on_hint_skip
         self._gated = gated
         self._hold_back = hold_back
+        self._on_gated = on_gated
         self.pop_from_backoff = pop_from_backoff
         self._seq = itertools.count()
         self._active_heap: list[tuple[tuple[Any, ...], int, str]] = []
@@ -117,6 +120,7 @@ class SchedulingQueue:
         if self._gated(pod):  # kube runs PreEnqueue before activeQ (a claim not created yet): wait unschedulable
             qp.unschedulable_since = now
             self.unschedulable[pod.uid] = qp
+            self._on_gated(pod)
             return
         self._push_active(qp)
 
@@ -274,7 +278,10 @@ class SchedulingQueue:
         if qp is None:
             entry = self._backoff.get(uid)
             qp = entry[1] if entry is not None else None
-        if qp is None or self._gated(qp.pod):
+        if qp is None:
+            return False
+        if self._gated(qp.pod):
+            self._on_gated(qp.pod)
             return False
         self.unschedulable.pop(uid, None)
         self._backoff.pop(uid, None)
