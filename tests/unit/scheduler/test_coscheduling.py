@@ -553,3 +553,15 @@ async def test_a_deletion_does_not_retry_a_group_short_of_members_and_a_new_memb
     s.on_pod(member("job-2", "job"))
     await step(s)
     assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1", "job-2"]
+
+
+async def test_a_podgroup_lowering_its_min_member_lets_its_waiting_members_out_of_the_gate() -> None:
+    s, binder, _, plugin = gang_scheduler(group_obj("job", 3))
+    s.on_node(node("n1", cpu="4"))
+    s.on_pod(member("job-0", "job"))
+    s.on_pod(member("job-1", "job"))
+    s.tell_gated()
+    assert s.queue.pop(s.clock()) is None
+    plugin.set_group(group_obj("job", 2))  # the PodGroup changed: its waiting members are activated
+    await step(s)
+    assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1"]
