@@ -145,6 +145,7 @@ class Scheduler:
         )
         self._untold: dict[str, None] = {}  # gang members gated on arrival, told why at the loop's next turn
         self._hint_failures: set[str] = set()
+        self._registered: dict[str, ClusterEvent] = {}
         self._hints: dict[tuple[str, str], QueueingHints] = {}
         self._observers: dict[str, Callable[[str, str, float], None]] = {
             name: _observer(self.metrics, name) for name in profiles
@@ -213,9 +214,14 @@ class Scheduler:
         members = group_size(self.gang_index, gang)
         return (plugin, gang, members, quorum) if 0 < members < quorum else None
 
-    def _gated_gang(self, pod: PodInfo) -> None:
-        if pod.uid not in self._untold and self._incomplete(pod) is not None:
-            self._untold[pod.uid] = None
+    def _gated_gang(self, qp: QueuedPod) -> None:
+        """A gang member held by the gate: its gang plugin is its rejector (kube's ``GatingPlugin``), so only the
+        events that plugin registered look at it again (not every bind confirmed while it waits: a pass over
+        thousands of gated members per bind cost more than the decisions); it is told why at the next turn."""
+        found = self._incomplete(qp.pod)
+        if found is not None:
+            qp.rejectors = frozenset({found[0].name})
+            self._untold[qp.pod.uid] = None
 
     def tell_gated(self) -> None:
         """The gang members gated since the loop's last turn (on arrival, or activated while their group is
@@ -250,9 +256,15 @@ class Scheduler:
         return held
 
     def _events_of(self, plugin: str) -> ClusterEvent:
-        events = ClusterEvent(0)
-        for profile in self.profiles.values():
-            events |= profile.events_of(plugin)
+        """The events ``plugin`` registered in any profile, read once (as kube reads ``EventsToRegister``): the
+        queue asks for every waiting pod's rejectors at every pass, and each read ran runtime-protocol checks
+        (most of a pass's cost with thousands of waiting pods)."""
+        events = self._registered.get(plugin)
+        if events is None:
+            events = ClusterEvent(0)
+            for profile in self.profiles.values():
+                events |= profile.events_of(plugin)
+            self._registered[plugin] = events
         return events
 
     def _hints_of(self, profile: str, plugin: str) -> QueueingHints:

@@ -24,7 +24,8 @@ stay (a gang whose group cannot be placed yet, ``gangcycle.futile_wakeups``), ju
 
 ``gated`` is kube's PreEnqueue check: a gated pod (a preemptor whose victims are not gone yet, a gang member whose
 group is incomplete) stays among the unschedulable pods when an event, its backoff or the 5-minute flush would move
-it, until it is activated; ``on_gated`` hears of a pod held on entry (``add``) or on ``activate``.
+it, until it is activated; ``on_gated`` hears of a pod held on entry (``add``) or on ``activate`` (and may name
+the gating plugin as its rejector, kube's ``GatingPlugin``: then only that plugin's events look at it again).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ class SchedulingQueue:
         on_hint_skip: Callable[[str], None] = lambda plugin: None,
         gated: Callable[[PodInfo], bool] = lambda pod: False,
         hold_back: Callable[[list[PodInfo]], set[str]] = lambda pods: set(),
-        on_gated: Callable[[PodInfo], None] = lambda pod: None,
+        on_gated: Callable[[QueuedPod], None] = lambda qp: None,
         pop_from_backoff: bool = True,
     ) -> None:
         self._sort_key = sort_key
@@ -120,7 +121,7 @@ class SchedulingQueue:
         if self._gated(pod):  # kube runs PreEnqueue before activeQ (a claim not created yet): wait unschedulable
             qp.unschedulable_since = now
             self.unschedulable[pod.uid] = qp
-            self._on_gated(pod)
+            self._on_gated(qp)
             return
         self._push_active(qp)
 
@@ -281,7 +282,7 @@ class SchedulingQueue:
         if qp is None:
             return False
         if self._gated(qp.pod):
-            self._on_gated(qp.pod)
+            self._on_gated(qp)
             return False
         self.unschedulable.pop(uid, None)
         self._backoff.pop(uid, None)
