@@ -35,6 +35,7 @@ import functools
 import gc
 import resource
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -250,9 +251,14 @@ class Scheduler:
         if not any(self._gangs.values()):
             return set()
         held = futile_wakeups(self.table, self.gang_index, self.pending, self._gangs, pods)
-        for uid in held:
-            plugin = self._gangs.get(self.pending[uid].scheduler_name) if uid in self.pending else None
-            self.metrics.queue_hint_skips.labels(plugin.name if plugin is not None else "").inc()
+        if held:
+            skipped = Counter(
+                plugin.name
+                for uid in held
+                if (pod := self.pending.get(uid)) is not None and (plugin := self._gangs.get(pod.scheduler_name))
+            )
+            for name, count in skipped.items():
+                self.metrics.queue_hint_skips.labels(name).inc(count)
         return held
 
     def _events_of(self, plugin: str) -> ClusterEvent:
