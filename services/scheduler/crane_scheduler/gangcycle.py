@@ -261,10 +261,9 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
     total = placed + 1 + len(siblings)
     waiting = [qp.pod.uid, *(pod.uid for pod in siblings)]
     if total < quorum:
-        # Too few members exist for the quorum: no member can be placed, so only the popped one is decided (it
-        # hears the plugin's count, e.g. "cannot find enough sibling pods"); the others stay where they wait, with
-        # what they heard at their own attempts. Members arriving one by one thus cost one decision each, not one
-        # per member already there (quadratic in the gang's size).
+        # Too few members exist for the quorum (rare: the gate keeps such members out of the queue, but one popped
+        # after a sibling was deleted gets here): only the popped one is decided (it hears the plugin's count); the
+        # others stay where they wait, with what they heard (no decision per sibling, quadratic in the size).
         siblings = []
     queued = [qp]
     for pod in siblings:
