@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 from kubernetes_asyncio import client
 
@@ -156,6 +157,9 @@ class GangWatch:
         self.bound: dict[str, set[str]] = {g: set() for g in sizes}
         self.completed: dict[str, float] = {}
         self.first_bind: dict[str, float] = {}
+        self.deleted: dict[str, float] = {}
+        self.names: dict[str, list[str]] = {}  # the bound members' names per group
+        self.binds: list[float] = []  # seconds after start, one per member bound
         self.partial_stuck: set[str] = set()
         self.last_bind = time.monotonic()
         self.all_done = asyncio.Event()
@@ -176,7 +180,9 @@ class GangWatch:
         if obj["metadata"]["uid"] in members:
             return
         members.add(obj["metadata"]["uid"])
+        self.names.setdefault(group, []).append(obj["metadata"]["name"])
         self.last_bind = time.monotonic()
+        self.binds.append(self.last_bind - self.started)
         self.first_bind.setdefault(group, self.last_bind)
         if len(members) >= self.sizes[group] and group not in self.completed:
             self.completed[group] = time.monotonic() - self.started
@@ -193,12 +199,42 @@ class GangWatch:
         self.partial_stuck.update(g for g in self.partial() if now - self.first_bind[g] > grace)
 
     async def _finish(self, group: str) -> None:
-        """The gang ran: delete its pods (no kubelet, so at once), as a finished Job's pods leave their nodes."""
+        """The gang ran: delete its pods (no kubelet, so at once), as a finished Job's pods leave their nodes. One
+        DELETE per pod, all at once: a DeleteCollection by label makes the API server scan every pod of the
+        namespace in etcd for each group (thousands of pods), which under a scheduler's load took 10-20 s per
+        wave and, not the schedulers, set the pace of the runs."""
         await asyncio.sleep(self.hold)
-        resp = await self.core.delete_collection_namespaced_pod(
-            self.namespace, label_selector=f"{POD_GROUP_LABEL}={group}", grace_period_seconds=0, _preload_content=False
-        )
-        resp.release()
+
+        async def delete(name: str) -> None:
+            with contextlib.suppress(client.ApiException):  # gone already
+                await raw_json(
+                    self.core.delete_namespaced_pod(
+                        name, self.namespace, grace_period_seconds=0, _preload_content=False
+                    )
+                )
+
+        await asyncio.gather(*(delete(name) for name in self.names.get(group, ())))
+        self.deleted[group] = time.monotonic() - self.started
+
+    def timeline(self) -> dict[str, Any]:
+        """When things happened, in seconds after the start: per group its first member bound, all bound
+        (complete), its pods deleted; and members bound per second."""
+        per_second: dict[int, int] = {}
+        for at in self.binds:
+            per_second[int(at)] = per_second.get(int(at), 0) + 1
+        groups = {
+            g: {
+                "size": self.sizes[g],
+                "first_bind": round(self.first_bind[g] - self.started, 3) if g in self.first_bind else None,
+                "complete": round(self.completed[g], 3) if g in self.completed else None,
+                "deleted": round(self.deleted[g], 3) if g in self.deleted else None,
+            }
+            for g in sorted(self.sizes)
+        }
+        return {
+            "binds_per_second": [per_second.get(s, 0) for s in range(max(per_second, default=-1) + 1)],
+            "groups": groups,
+        }
 
     async def wait(self, timeout: float, stall: float, grace: float, alive: Callable[[], bool]) -> str:
         """Until every gang completed (``done``), no bind for ``stall`` seconds (``stall``), ``timeout``, or the
@@ -278,15 +314,17 @@ def with_dynamic_off(cfg: dict[str, Any]) -> dict[str, Any]:
 Probe = Callable[[], Awaitable[bool]]
 
 
-def ours(cluster: LocalCluster, args: argparse.Namespace, run_dir: Path, name: str) -> tuple[ManagedProcess, Probe]:
+Started = tuple[ManagedProcess, Probe, str | None]
+"""a contender's process, its readiness probe and its plain-HTTP /metrics address (None: not scraped)"""
+
+
+def ours(cluster: LocalCluster, args: argparse.Namespace, run_dir: Path, name: str) -> Started:
     cfg = with_dynamic_off(scheduler_config(name, args, None))
     proc, port = base.crane_process(cluster, run_dir, cfg, "--bind-concurrency", str(args.concurrency))
-    return proc, lambda: base.http_ok(f"http://127.0.0.1:{port}/readyz")
+    return proc, lambda: base.http_ok(f"http://127.0.0.1:{port}/readyz"), f"http://127.0.0.1:{port}/metrics"
 
 
-def reference(
-    cluster: LocalCluster, args: argparse.Namespace, run_dir: Path, name: str
-) -> tuple[ManagedProcess, Probe]:
+def reference(cluster: LocalCluster, args: argparse.Namespace, run_dir: Path, name: str) -> Started:
     path = run_dir / "coscheduler.yaml"
     path.write_text(yaml.safe_dump(scheduler_config(name, args, cluster.kubeconfig_path)))
     port = free_port()
@@ -299,10 +337,19 @@ def reference(
         "--v=1",
     ]
     proc = ManagedProcess("scheduler-plugins", argv, run_dir / "logs" / "coscheduler.log")
-    return proc, lambda: tcp_open("127.0.0.1", port)
+    return proc, lambda: tcp_open("127.0.0.1", port), None
 
 
-Contender = Callable[[LocalCluster, argparse.Namespace, Path, str], tuple[ManagedProcess, Probe]]
+Contender = Callable[[LocalCluster, argparse.Namespace, Path, str], Started]
+
+
+async def scrape(url: str) -> str:
+    """The scheduler's metrics text at the end of a run (for the timeline), or why not."""
+    try:
+        async with aiohttp.ClientSession() as s, s.get(url, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            return await r.text()
+    except (aiohttp.ClientError, TimeoutError) as err:
+        return f"# not scraped: {err!r}\n"
 
 
 async def run_one(
@@ -321,7 +368,7 @@ async def run_one(
     stopping = asyncio.Event()
     watcher = asyncio.create_task(watch.informer.run(stopping))
     await watch.informer.synced.wait()
-    proc, ready = make(cluster, args, run_dir, name)
+    proc, ready, metrics_url = make(cluster, args, run_dir, name)
     arrivals: list[asyncio.Task[None]] = []
     arrived: list[float] = []
     try:
@@ -339,6 +386,11 @@ async def run_one(
         out = Outcome(label, len(sizes), sum(sizes), ended_by=ended_by)
         out.partial_at_end = len(watch.partial())
         out.arrivals_s = arrived[0] if arrived else 0.0
+        if args.timeline is not None:
+            args.timeline.mkdir(parents=True, exist_ok=True)
+            (args.timeline / f"{label}.json").write_text(json.dumps(watch.timeline(), indent=1) + "\n")
+            if metrics_url is not None and proc.running:
+                (args.timeline / f"{label}-metrics.txt").write_text(await scrape(metrics_url))
     finally:
         for task in arrivals:
             task.cancel()
@@ -425,6 +477,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=1024, help="our bind concurrency")
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--timeline",
+        type=Path,
+        help="write each contender's timeline (per group: first bind, complete, deleted; binds per second) and "
+        "crane-scheduler's metrics at the end into this folder",
+    )
     args = parser.parse_args(argv)
     outcomes = asyncio.run(bench(args))
     sizes = gang_sizes(args.gangs, args.min_size, args.max_size, args.seed)

@@ -237,8 +237,9 @@ def scheduler_with(
 
 
 async def step(s: Scheduler) -> None:
-    """One turn of the loop: pop, decide, start the bind."""
+    """One turn of the loop: tell the gang members gated since the last turn, pop, decide, start the bind."""
     await s._slots.acquire()
+    s.tell_gated()
     qp = s.queue.pop(s.clock())
     assert qp is not None
     s.schedule_one(qp)

@@ -1,8 +1,8 @@
 """The gang cycle: a pod group placed all or nothing, in one scheduling cycle.
 
 When the loop pops a member of a gang (a pod a ``GangPlugin`` of its profile groups), the other pending members of
-its group are taken out of the queue with it and decided one after another (the popped one first, then the
-others in name order), each decision seeing the members before it assumed (so they see each other: ports,
+its group are taken out of the queue with it and decided one after another (in name order, the reference's queue
+order within a group), each decision seeing the members before it assumed (so they see each other: ports,
 affinity, spread, load estimates). Then:
 
 - the members placed already (bound or assumed) plus those found places now reach the group's quorum
@@ -22,14 +22,22 @@ A leader that dies between binds leaves the same state to the next leader, which
 
 Gang members never run PostFilter (preemption for a whole gang is not supported): their FailedScheduling message
 says so rather than leaving it unsaid.
+
+A group-level queueing hint (``futile_wakeups``): a cluster event that would move a waiting member back to the
+queue leaves it waiting while its group could not be placed even if every free resource were its own (too few
+members exist for the quorum, or the live nodes' free room holds fewer of its smallest member than the quorum still
+needs). Such a retry could only fail again; skipping it is what a hint answering ``QueueSkip`` does in kube. Without
+it, every pod deleted from a full cluster (a finished gang's pods, one watch event each) retried every waiting gang.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
+
+import numpy as np
 
 from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.explain import DecisionLog
@@ -38,7 +46,7 @@ from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import CycleState, Diagnosis, QueuedPod, Status
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.podinfo import PODS, PodInfo
 
 
 def quorum_met(placed: int, found: int, quorum: int) -> bool:
@@ -50,6 +58,72 @@ def quorum_met(placed: int, found: int, quorum: int) -> bool:
 def quorum_out_of_reach(placed: int, members: int, failed: int, quorum: int) -> bool:
     """So many members failed this cycle that the others can no longer reach the quorum: stop deciding."""
     return placed + members - failed < quorum
+
+
+def smallest_request(pods: Iterable[PodInfo]) -> dict[str, int]:
+    """Per resource, the least any of ``pods`` asks (0 where one asks none): a pod asking this fits wherever any
+    of them does."""
+    pods = list(pods)
+    names = set().union(*(p.requests for p in pods)) if pods else set()
+    return {r: least for r in names if (least := min(p.requests.get(r, 0) for p in pods)) > 0}
+
+
+def member_slots(table: NodeTable, request: Mapping[str, int]) -> int:
+    """How many pods asking ``request`` the live nodes' free room holds in all (each node's free resources and
+    pod count divided by the request): no plugin lets more of them be placed now, so a gang needing more
+    members than this cannot be placed, whatever else it asks."""
+    rows = table.live_rows()
+    if not len(rows):
+        return 0
+    slots = table.alloc[rows, table.resources[PODS]] - table.pod_count[rows]
+    for res, want in request.items():
+        if res == PODS:
+            continue
+        col = table.resources.get(res)
+        if col is None:  # no node has it
+            return 0
+        slots = np.minimum(slots, (table.alloc[rows, col] - table.requested[rows, col]) // want)
+    return int(np.maximum(slots, 0).sum())
+
+
+def futile_wakeups(
+    table: NodeTable,
+    index: GangIndex,
+    pending: Mapping[str, PodInfo],
+    gangs: Mapping[str, GangPlugin | None],
+    pods: Iterable[PodInfo],
+) -> set[str]:
+    """The uids among ``pods`` (waiting pods a cluster event would move back to the queue) whose group could not
+    be placed now even with every free resource (the group-level hint, see the module's docstring): too few
+    members exist for the quorum (a new member retries the group through its own gang cycle), or fewer of its
+    smallest member fit the free room than the quorum still needs. A group its plugin does not know, or whose
+    quorum is met already, is never held."""
+    verdicts: dict[str, bool] = {}
+    slots: dict[tuple[tuple[str, int], ...], int] = {}
+    held: set[str] = set()
+    for pod in pods:
+        plugin = gangs.get(pod.scheduler_name)
+        gang = plugin.gang_of(pod) if plugin is not None else None
+        if plugin is None or gang is None:
+            continue
+        verdict = verdicts.get(gang)
+        if verdict is None:
+            placed = index.placed.get(gang, set())
+            needed = plugin.quorum(gang) - len(placed)
+            members = [p for uid in index.pending.get(gang, ()) if uid not in placed and (p := pending.get(uid))]
+            if plugin.quorum(gang) <= 0 or needed <= 0:
+                verdict = False
+            elif len(members) < needed:
+                verdict = True
+            else:
+                request = tuple(sorted(smallest_request(members).items()))
+                if request not in slots:
+                    slots[request] = member_slots(table, dict(request))
+                verdict = slots[request] < needed
+            verdicts[gang] = verdict
+        if verdict:
+            held.add(pod.uid)
+    return held
 
 
 def no_preemption(gang: str) -> str:
@@ -154,6 +228,12 @@ class IndexedPending(dict[str, PodInfo]):
         return super().pop(uid, *default)
 
 
+def group_size(index: GangIndex, gang: str) -> int:
+    """How many pods the group has, pending or placed (an assumed pod is both)."""
+    pending = index.pending.get(gang, set())
+    return len(pending) + sum(1 for uid in index.placed.get(gang, ()) if uid not in pending)
+
+
 def members_of(host: GangHost, profile: Profile, gang: str, first: PodInfo) -> tuple[list[PodInfo], int]:
     """The group's other pending members of this profile (not on their way already), in name order, and how many
     of its pods are placed (bound or assumed)."""
@@ -181,10 +261,9 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
     total = placed + 1 + len(siblings)
     waiting = [qp.pod.uid, *(pod.uid for pod in siblings)]
     if total < quorum:
-        # Too few members exist for the quorum: no member can be placed, so only the popped one is decided (it
-        # hears the plugin's count, e.g. "cannot find enough sibling pods"); the others stay where they wait, with
-        # what they heard at their own attempts. Members arriving one by one thus cost one decision each, not one
-        # per member already there (quadratic in the gang's size).
+        # Too few members exist for the quorum (rare: the gate keeps such members out of the queue, but one popped
+        # after a sibling was deleted gets here): only the popped one is decided (it hears the plugin's count); the
+        # others stay where they wait, with what they heard (no decision per sibling, quadratic in the size).
         siblings = []
     queued = [qp]
     for pod in siblings:
@@ -193,6 +272,8 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
             taken = QueuedPod(pod, timestamp=now, initial_attempt=now, attempts=1)
         taken.pod = pod
         queued.append(taken)
+    queued.sort(key=lambda m: m.pod.name)  # the reference's queue order within a group (the popped one is often
+    # the last to arrive: the member that completed the group)
     assumed: list[tuple[QueuedPod, CycleState, str]] = []
     failed: list[tuple[QueuedPod, CycleState, Diagnosis | Status]] = []
     untried: list[QueuedPod] = []

@@ -35,6 +35,7 @@ import functools
 import gc
 import resource
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -55,7 +56,7 @@ from crane_scheduler.framework.types import (
     QueueingHints,
     Status,
 )
-from crane_scheduler.gangcycle import GangIndex, IndexedPending, schedule_gang
+from crane_scheduler.gangcycle import GangIndex, IndexedPending, futile_wakeups, group_size, schedule_gang
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import NO_HINTS, SchedulingQueue
 from crane_scheduler.listers import Listers
@@ -140,8 +141,12 @@ class Scheduler:
             on_incoming=lambda event, queue: self.metrics.queue_incoming.labels(event, queue).inc(),
             on_hint_skip=lambda plugin: self.metrics.queue_hint_skips.labels(plugin).inc(),
             gated=self._gated,
+            hold_back=self._futile_wakeups,
+            on_gated=self._gated_gang,
         )
+        self._untold: dict[str, None] = {}  # gang members gated on arrival, told why at the loop's next turn
         self._hint_failures: set[str] = set()
+        self._registered: dict[str, ClusterEvent] = {}
         self._hints: dict[tuple[str, str], QueueingHints] = {}
         self._observers: dict[str, Callable[[str, str, float], None]] = {
             name: _observer(self.metrics, name) for name in profiles
@@ -192,14 +197,80 @@ class Scheduler:
         return plugin.gang_of(pod) if plugin is not None else None
 
     def _gated(self, pod: PodInfo) -> bool:
-        """kube's PreEnqueue: a plugin of the pod's profile holds it back (a preemptor whose victims are not gone)."""
+        """kube's PreEnqueue: a plugin of the pod's profile holds it back (a preemptor whose victims are not gone),
+        or the pod's gang has fewer pods than its quorum (``incomplete``)."""
         profile = self.profiles.get(pod.scheduler_name)
-        return profile is not None and any(pl.pre_enqueue(pod) for pl in profile.pre_enqueue)
+        if profile is None:
+            return False
+        return any(pl.pre_enqueue(pod) for pl in profile.pre_enqueue) or self._incomplete(pod) is not None
+
+    def _incomplete(self, pod: PodInfo) -> tuple[GangPlugin, str, int, int] | None:
+        """(plugin, group, its pods, its quorum) when the pod's gang has fewer pods (pending or placed) than its
+        quorum: no cycle could place it, so it waits outside the queue until a sibling completes the group."""
+        plugin = self._gangs.get(pod.scheduler_name)
+        gang = plugin.gang_of(pod) if plugin is not None else None
+        if plugin is None or gang is None:
+            return None
+        quorum = plugin.quorum(gang)
+        members = group_size(self.gang_index, gang)
+        return (plugin, gang, members, quorum) if 0 < members < quorum else None
+
+    def _gated_gang(self, qp: QueuedPod) -> None:
+        """A gang member held by the gate: its gang plugin is its rejector (kube's ``GatingPlugin``), so only the
+        events that plugin registered look at it again (not every bind confirmed while it waits: a pass over
+        thousands of gated members per bind cost more than the decisions); it is told why at the next turn."""
+        found = self._incomplete(qp.pod)
+        if found is not None:
+            qp.rejectors = frozenset({found[0].name})
+            self._untold[qp.pod.uid] = None
+
+    def tell_gated(self) -> None:
+        """The gang members gated since the loop's last turn (on arrival, or activated while their group is
+        incomplete) hear their plugin's refusal (its PreFilter message, with the group's count now), as an attempt
+        would have told them, without the attempt. Told at the loop's turn, not at once, so a burst (the informer's
+        first list, a Job's pods created together) tells nothing to the pods of a group complete by then: those
+        leave the gate (the gang cycle of the member that completed the group takes them along)."""
+        untold, self._untold = self._untold, {}
+        for uid in untold:
+            pod = self.pending.get(uid)
+            if pod is None or uid not in self.queue.unschedulable:
+                continue  # deleted, bound, or taken by a gang cycle meanwhile
+            found = self._incomplete(pod)
+            if found is None:
+                self._activate(uid)
+                continue
+            plugin, gang, members, quorum = found
+            refusal = plugin.gang_incomplete(gang, pod, members, quorum)
+            told = Diagnosis(self.table.num_nodes, rejectors={plugin.name}, pre_filter_msg=refusal).message
+            self.decisions.record(pod, time.time(), self.table, {}, None, told)
+            self.reporter.failed(pod, told, UNSCHEDULABLE, pod.scheduler_name)
+
+    def _futile_wakeups(self, pods: list[PodInfo]) -> set[str]:
+        """Gang members an event would retry while their group cannot be placed: they keep waiting (counted as
+        skipped by the gang plugin's hint)."""
+        if not any(self._gangs.values()):
+            return set()
+        held = futile_wakeups(self.table, self.gang_index, self.pending, self._gangs, pods)
+        if held:
+            skipped = Counter(
+                plugin.name
+                for uid in held
+                if (pod := self.pending.get(uid)) is not None and (plugin := self._gangs.get(pod.scheduler_name))
+            )
+            for name, count in skipped.items():
+                self.metrics.queue_hint_skips.labels(name).inc(count)
+        return held
 
     def _events_of(self, plugin: str) -> ClusterEvent:
-        events = ClusterEvent(0)
-        for profile in self.profiles.values():
-            events |= profile.events_of(plugin)
+        """The events ``plugin`` registered in any profile, read once (as kube reads ``EventsToRegister``): the
+        queue asks for every waiting pod's rejectors at every pass, and each read ran runtime-protocol checks
+        (most of a pass's cost with thousands of waiting pods)."""
+        events = self._registered.get(plugin)
+        if events is None:
+            events = ClusterEvent(0)
+            for profile in self.profiles.values():
+                events |= profile.events_of(plugin)
+            self._registered[plugin] = events
         return events
 
     def _hints_of(self, profile: str, plugin: str) -> QueueingHints:
@@ -356,6 +427,8 @@ class Scheduler:
     async def _next_pod(self, stopping: asyncio.Event) -> QueuedPod | None:
         while not stopping.is_set():
             self._wakeup.clear()
+            if self._untold:
+                self.tell_gated()
             qp = self.queue.pop(self.clock())
             if qp is not None:
                 return qp

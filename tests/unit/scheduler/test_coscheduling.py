@@ -20,7 +20,7 @@ from crane_scheduler.framework import (
     Registry,
 )
 from crane_scheduler.framework.runtime import build_profiles
-from crane_scheduler.gangcycle import quorum_met, quorum_out_of_reach
+from crane_scheduler.gangcycle import member_slots, quorum_met, quorum_out_of_reach, smallest_request
 from crane_scheduler.loadaware.args import parse_args as parse_dynamic_args
 from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable
@@ -234,7 +234,7 @@ async def test_too_few_members_wait_with_the_references_message_and_a_new_siblin
     s.on_node(node("n1", cpu="4"))
     s.on_pod(member("job-0", "job"))
     s.on_pod(member("job-1", "job"))
-    await step(s)
+    s.tell_gated()  # the loop's turn: no attempt, the message PreFilter would give
     assert waiting_messages(s)["job-0"] == (
         "0/1 nodes are available: pre-filter pod job-0 cannot find enough sibling pods, current pods number: 2, "
         "minMember of group: 3."
@@ -244,11 +244,12 @@ async def test_too_few_members_wait_with_the_references_message_and_a_new_siblin
     assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1", "job-2"]
 
 
-async def test_members_arriving_one_by_one_cost_one_decision_each_until_the_group_is_whole(
+async def test_members_of_an_incomplete_group_cost_no_decision_until_the_group_is_whole(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """While too few members exist for the quorum, a gang cycle decides only the member it popped (the waiting
-    ones keep what they heard): a gang of n arriving member by member costs about 2n decisions, not n²/2."""
+    """A member arriving before its group is whole waits outside the queue (PreEnqueue): no decision, but the
+    reference's message, once, with the count when the loop saw it; the member that completes the group brings
+    every sibling into one gang cycle, decided in name order (the reference's queue order within a group)."""
     s, binder, _, _ = gang_scheduler(group_obj("job", 5))
     s.on_node(node("n1", cpu="8"))
     decided: list[str] = []
@@ -261,15 +262,26 @@ async def test_members_arriving_one_by_one_cost_one_decision_each_until_the_grou
     monkeypatch.setattr(s, "decide", counted)
     for i in range(4):
         s.on_pod(member(f"job-{i}", "job"))
-        await step(s)
-    assert decided == ["job-0", "job-1", "job-2", "job-3"]
+        s.tell_gated()
+        assert s.queue.pop(s.clock()) is None
+    assert decided == [] and s.metrics.schedule_attempts.labels("unschedulable", "crane-scheduler")._value.get() == 0
     messages = waiting_messages(s)
     assert "current pods number: 1, minMember of group: 5" in messages["job-0"]
     assert "current pods number: 4, minMember of group: 5" in messages["job-3"]
     s.on_pod(member("job-4", "job"))  # the group is whole: one cycle decides every member
     await step(s)
-    assert decided[4:] == ["job-4", "job-0", "job-1", "job-2", "job-3"]
+    assert decided == [f"job-{i}" for i in range(5)]
     assert sorted(name for name, _ in binder.calls) == [f"job-{i}" for i in range(5)]
+
+
+async def test_a_burst_tells_nothing_to_the_members_of_a_group_complete_by_the_loops_turn() -> None:
+    s, binder, _, _ = gang_scheduler(group_obj("job", 3))
+    s.on_node(node("n1", cpu="4"))
+    for i in range(3):  # e.g. the informer's first list: each member arrives while its group is incomplete
+        s.on_pod(member(f"job-{i}", "job"))
+    await step(s)
+    assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1", "job-2"]
+    assert s.reporter._jobs.empty()  # no FailedScheduling, no condition (the binds are held: no Scheduled yet)
 
 
 async def test_a_group_that_waits_past_its_timeout_is_rejected_with_kubes_wording_and_retried() -> None:
@@ -487,5 +499,69 @@ async def test_a_group_that_failed_is_held_back_for_its_backoff_and_its_own_refu
     s.on_node(node("n2", cpu="1"))  # room now; the backoff (not renewed by the refusal above) ends at 30 s
     clock.now += 11
     s.queue.activate(next(iter(s.queue.unschedulable)))
+    await step(s)
+    assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1"]
+
+
+def test_member_slots_count_the_free_room_of_live_nodes_for_the_smallest_member() -> None:
+    table = NodeTable()
+    table.upsert_node(parse_node(node("n1", cpu="4", pods=3)))
+    table.upsert_node(parse_node(node("n2", cpu="3")))
+    table.add_pod(parse_pod(pod("placed", cpu="1", node_name="n1")))
+    members = [parse_pod(member("a", "job", cpu="1500m")), parse_pod(member("b", "job", cpu="2"))]
+    request = smallest_request(members)
+    assert request["cpu"] == 1500 and "memory" in request
+    assert member_slots(table, request) == 2 + 2  # n1: 3 CPUs free, 2 pods left; n2: 3 CPUs free
+    assert member_slots(table, {**request, "example.com/gpu": 1}) == 0  # no node has one
+    table.remove_node("n2")
+    assert member_slots(table, request) == 2
+
+
+async def test_a_deletion_retries_a_waiting_gang_only_once_its_quorum_could_fit() -> None:
+    """A pod deleted from a full cluster wakes a waiting gang's members only when the free room could hold the
+    members its quorum still needs: the members of a gang that would fail again keep waiting, no attempt
+    counted, nothing reported (a queueing hint's skip), and the deletion that makes room retries them."""
+    s, binder, _, _ = gang_scheduler(group_obj("job", 3))
+    s.on_node(node("n1", cpu="2"))
+    s.on_node(node("n2", cpu="2"))
+    fillers = [pod("f1", cpu="2", node_name="n1"), pod("f2", cpu="2", node_name="n2")]
+    for raw in fillers:
+        s.on_pod(raw)
+    for i in range(3):
+        s.on_pod(member(f"job-{i}", "job"))
+    await step(s)  # no room: the group waits
+    assert sorted(waiting_messages(s)) == ["job-0", "job-1", "job-2"] and binder.calls == []
+    s.on_pod_deleted(fillers[0])  # room for two of three
+    assert s.queue.pop(s.clock()) is None
+    assert {qp.pod.name: qp.attempts for qp in s.queue.unschedulable.values()} == {f"job-{i}": 1 for i in range(3)}
+    assert s.metrics.queue_hint_skips.labels("Coscheduling")._value.get() == 3
+    s.on_pod_deleted(fillers[1])  # room for all three
+    await step(s)
+    assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1", "job-2"]
+
+
+async def test_a_deletion_does_not_retry_a_group_short_of_members_and_a_new_member_still_does() -> None:
+    s, binder, _, _ = gang_scheduler(group_obj("job", 3))
+    s.on_node(node("n1", cpu="4"))
+    filler = pod("f1", cpu="1", node_name="n1")
+    s.on_pod(filler)
+    s.on_pod(member("job-0", "job"))
+    s.tell_gated()  # too few members
+    s.on_pod_deleted(filler)
+    assert s.queue.pop(s.clock()) is None and len(s.queue.unschedulable) == 1
+    s.on_pod(member("job-1", "job"))
+    s.on_pod(member("job-2", "job"))
+    await step(s)
+    assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1", "job-2"]
+
+
+async def test_a_podgroup_lowering_its_min_member_lets_its_waiting_members_out_of_the_gate() -> None:
+    s, binder, _, plugin = gang_scheduler(group_obj("job", 3))
+    s.on_node(node("n1", cpu="4"))
+    s.on_pod(member("job-0", "job"))
+    s.on_pod(member("job-1", "job"))
+    s.tell_gated()
+    assert s.queue.pop(s.clock()) is None
+    plugin.set_group(group_obj("job", 2))  # the PodGroup changed: its waiting members are activated
     await step(s)
     assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1"]

@@ -89,8 +89,9 @@ async def test_pods_wait_for_their_workload_group_and_count_with_kubes_messages(
     plugin.set_workload(workload(other=2))  # activates the member waiting for it
     await step(s)
     assert messages(s)["w-0"] == ('0/1 nodes are available: pod group "workers" doesn\'t exist for a workload "train".')
-    plugin.set_workload(workload(workers=2))
-    await step(s)
+    plugin.set_workload(workload(workers=2))  # activated, but one pod of two: it waits outside the queue
+    s.tell_gated()
+    assert s.queue.pop(s.clock()) is None
     assert messages(s)["w-0"] == (
         "0/1 nodes are available: waiting for minCount pods from a gang to appear in scheduling queue."
     )

@@ -354,6 +354,13 @@ class GangPlugin(Plugin, Protocol):
         assumed, ``uids`` wait."""
         ...
 
+    def gang_incomplete(self, gang: str, pod: PodInfo, members: int, quorum: int) -> str:
+        """PreEnqueue: the group has ``members`` pods (pending or placed), fewer than its ``quorum``, so its new pod
+        ``pod`` waits outside the queue (no scheduling cycle) until a sibling completes the group (that one's gang
+        cycle takes it along) or the plugin activates it (the group changed). Returns the refusal the pod is told
+        once, as its PreFilter would have said it (the cycle is skipped, not the message)."""
+        ...
+
 
 EXTENSION_POINTS: dict[str, type] = {
     "queueSort": QueueSortPlugin,

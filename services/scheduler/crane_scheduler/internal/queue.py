@@ -19,8 +19,13 @@ When a pass would cost more than ``hint_budget`` hint calls (many unschedulable 
 change came without its objects, the kinds concerned wake every pod that registered them, as before hints: more
 wake-ups than kube, never fewer.
 
-``gated`` is kube's PreEnqueue check: a gated pod (a preemptor whose victims are not gone yet) stays among the
-unschedulable pods when an event, its backoff or the 5-minute flush would move it, until it is activated.
+``hold_back`` is a group-level hint on top of the per-plugin ones: of the pods a pass would move, it names those that
+stay (a gang whose group cannot be placed yet, ``gangcycle.futile_wakeups``), judged once per pass.
+
+``gated`` is kube's PreEnqueue check: a gated pod (a preemptor whose victims are not gone yet, a gang member whose
+group is incomplete) stays among the unschedulable pods when an event, its backoff or the 5-minute flush would move
+it, until it is activated; ``on_gated`` hears of a pod held on entry (``add``) or on ``activate`` (and may name
+the gating plugin as its rejector, kube's ``GatingPlugin``: then only that plugin's events look at it again).
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ class SchedulingQueue:
         on_incoming: Callable[[str, str], None] = lambda event, queue: None,
         on_hint_skip: Callable[[str], None] = lambda plugin: None,
         gated: Callable[[PodInfo], bool] = lambda pod: False,
+        hold_back: Callable[[list[PodInfo]], set[str]] = lambda pods: set(),
+        on_gated: Callable[[QueuedPod], None] = lambda qp: None,
         pop_from_backoff: bool = True,
     ) -> None:
         self._sort_key = sort_key
@@ -70,6 +77,8 @@ class SchedulingQueue:
         self._on_incoming = on_incoming
         self._on_hint_skip = on_hint_skip
         self._gated = gated
+        self._hold_back = hold_back
+        self._on_gated = on_gated
         self.pop_from_backoff = pop_from_backoff
         self._seq = itertools.count()
         self._active_heap: list[tuple[tuple[Any, ...], int, str]] = []
@@ -112,6 +121,7 @@ class SchedulingQueue:
         if self._gated(pod):  # kube runs PreEnqueue before activeQ (a claim not created yet): wait unschedulable
             qp.unschedulable_since = now
             self.unschedulable[pod.uid] = qp
+            self._on_gated(qp)
             return
         self._push_active(qp)
 
@@ -269,7 +279,10 @@ class SchedulingQueue:
         if qp is None:
             entry = self._backoff.get(uid)
             qp = entry[1] if entry is not None else None
-        if qp is None or self._gated(qp.pod):
+        if qp is None:
+            return False
+        if self._gated(qp.pod):
+            self._on_gated(qp)
             return False
         self.unschedulable.pop(uid, None)
         self._backoff.pop(uid, None)
@@ -333,7 +346,10 @@ class SchedulingQueue:
             event = self._helps(qp, events, coarse, changes)
             if event and not self._gated(qp.pod):
                 moved.append((qp, event))
+        held = self._hold_back([qp.pod for qp, _ in moved]) if moved else set()
         for qp, event in moved:
+            if qp.pod.uid in held:
+                continue
             del self.unschedulable[qp.pod.uid]
             self._on_incoming(_event_name(event), self._requeue(qp, now))
 

@@ -190,6 +190,13 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
         backoff = 0.0 if refused else float(self.args.pod_group_backoff_seconds)
         return self.waits.wait(gang, uids, g.rejected_with(gang, blocker), feasible, timeout, backoff)
 
+    def gang_incomplete(self, gang: str, pod: PodInfo, members: int, quorum: int) -> str:
+        """scheduler-plugins has no PreEnqueue: the pod hears PreFilter's refusal (``cannot find enough sibling
+        pods``), once, as if it had been tried; only the cycle is skipped (the reference repeats the attempt at
+        every sibling's arrival)."""
+        self.waits.hold(gang, pod.uid)
+        return g.not_enough_siblings(pod.name, members, quorum)
+
     def activate(self, gang: str) -> None:
         """Retry the group's waiting members now (its PodGroup appeared or changed, its backoff or wait ended)."""
         self.waits.activate(gang)

@@ -154,6 +154,11 @@ class GangScheduling(fwk.PreFilterPlugin, fwk.EnqueueExtensions, fwk.GangPlugin,
         timeout = self.timeout if self.quorum(gang) else None
         return self.waits.wait(gang, uids, WAITING_ON_PERMIT, feasible, timeout)
 
+    def gang_incomplete(self, gang: str, pod: PodInfo, members: int, quorum: int) -> str:
+        """kube's PreEnqueue refusal, told as the plugin's other PreEnqueue refusals are (from PreFilter)."""
+        self.waits.hold(gang, pod.uid)
+        return NOT_ENOUGH_PODS
+
     def activate(self, gang: str) -> None:
         self.waits.activate(gang)
 
