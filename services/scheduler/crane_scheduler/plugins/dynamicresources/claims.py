@@ -157,7 +157,7 @@ class ClaimTracker:
                 minus[device] = minus.get(device, 0) + 1
             plus |= allocated_devices([newest] if newest is not None else [])
         plus |= allocated_devices(list(self.pending.values()))
-        return Held(self.index.counts, minus, plus, self.index.versions)
+        return Held(self.index.counts, minus, plus, self.index.versions, self.index)
 
 
 class HeldIndex:
@@ -165,16 +165,25 @@ class HeldIndex:
     one last counted (the informer replaces an object on every change, so identity is its version). With
     ``changed`` (the lister's ``changed_keys``), only the claims changed since the last update are compared;
     without it, all of them. ``versions`` counts the changes per pool: a free count computed for a pool stays
-    true while its version does."""
+    true while its version does. ``log`` lists each device that became held (+1) or free (-1), in order
+    (``nodeview.HeldLog``: the shape columns follow it); trimmed after ``LOG_MAX`` entries, which makes its
+    readers count again."""
+
+    LOG_MAX = 1 << 16
 
     def __init__(self, changed: set[str] | None = None) -> None:
         self.counts: dict[DeviceID, int] = {}
         self.versions: dict[PoolKey, int] = {}
+        self.log: list[tuple[DeviceID, int]] = []
+        self.log_base = 0
         self.changed = changed
         self._counted: dict[str, tuple[Raw, tuple[DeviceID, ...]]] = {}
         self._seen = False  # the first update reads every claim (those listed before ``changed`` existed)
 
     def update(self, claims: Mapping[str, Raw]) -> None:
+        if len(self.log) > self.LOG_MAX:
+            self.log_base += len(self.log)
+            self.log = []
         if self.changed is not None and self._seen:
             keys = list(self.changed)
             self.changed.clear()
@@ -208,22 +217,25 @@ class HeldIndex:
         self._add(devices, 1)
 
     def _add(self, devices: tuple[DeviceID, ...], step: int) -> None:
-        versions = self.versions
+        versions, counts, log = self.versions, self.counts, self.log
         for device in devices:
             pool = device[:2]
             versions[pool] = versions.get(pool, 0) + 1
-            n = self.counts.get(device, 0) + step
+            before = counts.get(device, 0)
+            n = before + step
             if n:
-                self.counts[device] = n
+                counts[device] = n
             else:
-                del self.counts[device]
+                del counts[device]
+            if not before or not n:
+                log.append((device, 1 if n else -1))
 
 
 class Held:
     """The devices held in one cycle: the lister's counts less the claims an assumed version replaces, plus the
     assumed and pending allocations (what the allocator asks: ``device in held``, and ``free``)."""
 
-    __slots__ = ("_overlay", "counts", "minus", "plus", "versions")
+    __slots__ = ("_changes", "_overlay", "counts", "index", "minus", "plus", "versions")
 
     def __init__(
         self,
@@ -231,10 +243,25 @@ class Held:
         minus: Mapping[DeviceID, int],
         plus: set[DeviceID],
         versions: Mapping[PoolKey, int] | None = None,
+        index: HeldIndex | None = None,
     ) -> None:
         self.counts, self.minus, self.plus = counts, minus, plus
         self.versions = versions
+        self.index = index
+        """what ``counts`` comes from, with its change log: the shape columns follow it across cycles"""
         self._overlay: dict[PoolKey, list[tuple[DeviceID, int]]] | None = None
+        self._changes: dict[DeviceID, int] | None = None
+
+    def changes(self) -> dict[DeviceID, int]:
+        """The devices whose held state this cycle's assumed and pending claims change from ``counts``, with the
+        change (+1 held, -1 freed)."""
+        if self._changes is None:
+            self._changes = {}
+            for device in {*self.plus, *self.minus}:
+                delta = (device in self) - (device in self.counts)
+                if delta:
+                    self._changes[device] = delta
+        return self._changes
 
     def free(self, devices: ShapeDevices) -> int:
         """How many of ``devices`` are not held: the count over the lister's claims, kept in ``devices`` while
@@ -261,10 +288,8 @@ class Held:
     def _overlay_by_pool(self) -> dict[PoolKey, list[tuple[DeviceID, int]]]:
         """Per pool, the devices whose held state the overlays change, with the change (+1 held, -1 freed)."""
         out: dict[PoolKey, list[tuple[DeviceID, int]]] = {}
-        for device in {*self.plus, *self.minus}:
-            delta = (device in self) - (device in self.counts)
-            if delta:
-                out.setdefault(device[:2], []).append((device, delta))
+        for device, delta in self.changes().items():
+            out.setdefault(device[:2], []).append((device, delta))
         return out
 
     def __contains__(self, device: object) -> bool:
