@@ -13,19 +13,16 @@ cache): the devices of both count as allocated, so two pods in flight never get 
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from crane_scheduler.plugins.dynamicresources.allocator import DeviceID, allocated_devices
-from crane_scheduler.plugins.dynamicresources.nodeview import PoolKey, ShapeDevices
 
 Raw = Mapping[str, Any]
 ClaimGetter = Callable[[str, str], Raw | None]
 """(namespace, name) -> the claim as the scheduler sees it (assumed version first), None when absent."""
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
-_ZEROS = itertools.repeat(0)
 
 
 class ClaimError(Exception):
@@ -157,15 +154,14 @@ class ClaimTracker:
                 minus[device] = minus.get(device, 0) + 1
             plus |= allocated_devices([newest] if newest is not None else [])
         plus |= allocated_devices(list(self.pending.values()))
-        return Held(self.index.counts, minus, plus, self.index.versions, self.index)
+        return Held(self.index.counts, minus, plus, self.index)
 
 
 class HeldIndex:
     """How many of the lister's claims hold each device, kept up to date by comparing each claim object with the
     one last counted (the informer replaces an object on every change, so identity is its version). With
     ``changed`` (the lister's ``changed_keys``), only the claims changed since the last update are compared;
-    without it, all of them. ``versions`` counts the changes per pool: a free count computed for a pool stays
-    true while its version does. ``log`` lists each device that became held (+1) or free (-1), in order
+    without it, all of them. ``log`` lists each device that became held (+1) or free (-1), in order
     (``nodeview.HeldLog``: the shape columns follow it); trimmed after ``LOG_MAX`` entries, which makes its
     readers count again."""
 
@@ -173,7 +169,6 @@ class HeldIndex:
 
     def __init__(self, changed: set[str] | None = None) -> None:
         self.counts: dict[DeviceID, int] = {}
-        self.versions: dict[PoolKey, int] = {}
         self.log: list[tuple[DeviceID, int]] = []
         self.log_base = 0
         self.changed = changed
@@ -217,10 +212,8 @@ class HeldIndex:
         self._add(devices, 1)
 
     def _add(self, devices: tuple[DeviceID, ...], step: int) -> None:
-        versions, counts, log = self.versions, self.counts, self.log
+        counts, log = self.counts, self.log
         for device in devices:
-            pool = device[:2]
-            versions[pool] = versions.get(pool, 0) + 1
             before = counts.get(device, 0)
             n = before + step
             if n:
@@ -233,23 +226,21 @@ class HeldIndex:
 
 class Held:
     """The devices held in one cycle: the lister's counts less the claims an assumed version replaces, plus the
-    assumed and pending allocations (what the allocator asks: ``device in held``, and ``free``)."""
+    assumed and pending allocations (what the allocator asks: ``device in held``; the shape columns read
+    ``index`` and ``changes``)."""
 
-    __slots__ = ("_changes", "_overlay", "counts", "index", "minus", "plus", "versions")
+    __slots__ = ("_changes", "counts", "index", "minus", "plus")
 
     def __init__(
         self,
         counts: Mapping[DeviceID, int],
         minus: Mapping[DeviceID, int],
         plus: set[DeviceID],
-        versions: Mapping[PoolKey, int] | None = None,
         index: HeldIndex | None = None,
     ) -> None:
         self.counts, self.minus, self.plus = counts, minus, plus
-        self.versions = versions
         self.index = index
         """what ``counts`` comes from, with its change log: the shape columns follow it across cycles"""
-        self._overlay: dict[PoolKey, list[tuple[DeviceID, int]]] | None = None
         self._changes: dict[DeviceID, int] | None = None
 
     def changes(self) -> dict[DeviceID, int]:
@@ -262,35 +253,6 @@ class Held:
                 if delta:
                     self._changes[device] = delta
         return self._changes
-
-    def free(self, devices: ShapeDevices) -> int:
-        """How many of ``devices`` are not held: the count over the lister's claims, kept in ``devices`` while
-        its pools' versions stay, corrected by this cycle's assumed and pending claims (usually a few pools)."""
-        versions, counts = self.versions, self.counts
-        if versions is None:
-            free = sum(1 for d in devices.ids if d not in counts)
-        else:
-            stamp = tuple(map(versions.get, devices.pools, _ZEROS))
-            if stamp != devices.stamp or devices.counted_by is not versions:
-                devices.free = sum(1 for d in devices.ids if d not in counts)
-                devices.stamp, devices.counted_by = stamp, versions
-            free = devices.free
-        overlay = self._overlay
-        if overlay is None:
-            overlay = self._overlay = self._overlay_by_pool()
-        if overlay:
-            for pool in devices.pools:
-                for device, delta in overlay.get(pool, ()):
-                    if device in devices.ids:
-                        free -= delta
-        return free
-
-    def _overlay_by_pool(self) -> dict[PoolKey, list[tuple[DeviceID, int]]]:
-        """Per pool, the devices whose held state the overlays change, with the change (+1 held, -1 freed)."""
-        out: dict[PoolKey, list[tuple[DeviceID, int]]] = {}
-        for device, delta in self.changes().items():
-            out.setdefault(device[:2], []).append((device, delta))
-        return out
 
     def __contains__(self, device: object) -> bool:
         if device in self.plus:

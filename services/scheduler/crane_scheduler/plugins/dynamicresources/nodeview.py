@@ -10,8 +10,8 @@ same work per node and per pod was most of the decision (bench/dra/RESULTS.md), 
   when that node's object changes while such a slice exists;
 - per candidate, the verdict of each selector set asked of it (a "shape": the class, its selectors and the
   request's), an error included, so CEL runs once per device and shape, not once per node and pod;
-- per view and shape, the devices that a simple request can take there (``ShapeDevices``) and how many of them
-  the held devices leave free, so Filter answers most nodes by a count (``Allocator.fits``);
+- per view and shape, the devices that a simple request can take there (``ShapeDevices``): Filter answers most
+  nodes by how many of them are free (``Allocator.fits_nodes``);
 - per shape, a ``ShapeColumn``: that free count for every row of the node table as one numpy column, moved by
   the held devices that changed since the last cycle (``HeldLog``), so Filter compares one column with the
   number of devices the pod needs instead of counting node by node.
@@ -37,7 +37,6 @@ from crane_scheduler.podinfo import NodeInfo
 Raw = Mapping[str, Any]
 DeviceID = tuple[str, str, str]
 """(driver, pool, device)."""
-PoolKey = tuple[str, str]
 Shape = tuple[str, tuple[str, ...], tuple[str, ...]]
 """(class name, the class's selector expressions, the request's selector expressions)."""
 SelectorError = tuple[bool, int, str]
@@ -100,13 +99,9 @@ def _evaluate(candidate: Candidate, shape: Shape) -> Verdict:
 @dataclass(slots=True)
 class ShapeDevices:
     """The devices of a view's complete, valid pools that a request of one shape may take (selected, no binding
-    conditions, no counters consumed), in search order, and the free count last computed for them."""
+    conditions, no counters consumed), in search order."""
 
     ids: tuple[DeviceID, ...]
-    pools: tuple[PoolKey, ...]
-    stamp: tuple[int, ...] | None = None
-    free: int = 0
-    counted_by: object = None  # the per-pool versions ``stamp`` was read from
 
 
 class NodeView:
@@ -136,12 +131,10 @@ class NodeView:
         if key in shapes:
             return shapes[key]
         ids: list[DeviceID] = []
-        pools: list[PoolKey] = []
         entry: ShapeDevices | None = None
         for pool, candidates in zip(self.pools, self.candidates, strict=True):
             if pool.incomplete or pool.invalid:
                 continue
-            pools.append((pool.driver, pool.name))
             for candidate in candidates:
                 if candidate.device.get("bindingConditions"):
                     continue
@@ -154,7 +147,7 @@ class NodeView:
                 continue
             break
         else:
-            entry = ShapeDevices(tuple(ids), tuple(pools))
+            entry = ShapeDevices(tuple(ids))
         shapes[key] = entry
         return entry
 
