@@ -16,9 +16,10 @@
   patch on ``status``, in a task: Unreserve cannot wait).
 - PreBind, per claim not yet reserved for the pod, retried on conflict: the finalizer
   ``resource.kubernetes.io/delete-protection`` by Update, then ``status.allocation`` and ``status.reservedFor``
-  by UpdateStatus; the written claim is assumed until the informer shows it. Every write first checks the
-  leadership term (``Handle.may_bind``): a leader that may have lost its lease allocates nothing more
-  (``binding``: kube's ``bindClaim`` and the API adapter).
+  by UpdateStatus; the written claim is assumed until the informer shows it. The writes go through the API
+  writer process, as the bind does, in its leadership term; each first checks the term (``Handle.may_bind``), and
+  the process refuses a write past the term's deadline: a leader that may have lost its lease allocates nothing
+  more (``binding``: kube's ``bindClaim`` and the API adapters).
 - Score: per node, the sum over ``firstAvailable`` requests of 8 - the index of the subrequest the allocation
   chose; NormalizeScore scales by the maximum (weight 2 in the default profile). kube indexes the node's
   allocations (one per claim to allocate) by the claim's position among all the pod's claims, so a pod with an
