@@ -1,6 +1,6 @@
 """The scheduler's side of the writer process (``process``): THE path of its per-pod API writes (binds, events,
-pod-status patches, preemption's nominations, conditions and evictions, DynamicResources' claim writes). Reads (informers, recovery lists) and
-VolumeBinding's PV/PVC updates stay on the scheduler's own client.
+pod-status patches, preemption's nominations, conditions and evictions, DynamicResources' claim writes). Reads
+(informers, recovery lists) and VolumeBinding's PV/PVC updates stay on the scheduler's own client.
 
 A write is packed and buffered; the buffer goes down the pipe after ``FLUSH_DELAY`` (or at ``FLUSH_BATCH``
 messages), so a burst of binds costs one pipe write (and one wake-up of the writer) per few milliseconds. Each

@@ -232,7 +232,7 @@ class Allocator:
             need += per_claim
         return Plan(shape, self.cache.shape_key(shape), need) if shape is not None else None
 
-    def fits_nodes(self, nodes: Sequence[NodeInfo | None], plan: Plan) -> NodeFits:
+    def fits_nodes(self, nodes: Sequence[NodeInfo | None], plan: Plan, nodes_version: int | None = None) -> NodeFits:
         """Per node (a row of ``nodes``, None for none), whether ``allocate(node, claims)`` finds a solution for
         claims that ``plan`` describes, by counting the free devices of the plan's shape: ``fit`` (it does),
         ``cannot`` (it returns None), and ``search``, the rows the count cannot tell (a selector fails on a device
@@ -240,9 +240,10 @@ class Allocator:
         constraint, kube's depth-first search takes the first free devices in order and never needs to go back:
         it succeeds if and only if there are enough. The counts are the shape's column
         (``DeviceCache.column``, kept across cycles), corrected by this cycle's assumed and pending claims: one
-        numpy comparison for all nodes."""
+        numpy comparison for all nodes. ``nodes_version``: the node table's, see ``ShapeColumn.sync``."""
         index = getattr(self.allocated, "index", None)
-        column = self.cache.column(plan.shape, plan.key, nodes, index if index is not None else self.allocated)
+        held = index if index is not None else self.allocated
+        column = self.cache.column(plan.shape, plan.key, nodes, held, nodes_version)
         free = column.free
         changes = self.allocated.changes() if index is not None else None  # type: ignore[attr-defined]
         if changes:

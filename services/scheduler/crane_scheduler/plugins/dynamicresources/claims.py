@@ -100,6 +100,7 @@ class ClaimTracker:
         self.pending: dict[str, Raw] = {}
         self.assumed: dict[str, Raw] = {}
         self.index = HeldIndex(changed)
+        self._held: dict[int, tuple[Raw, tuple[DeviceID, ...]]] = {}  # id -> (pending or assumed claim, devices)
 
     def signal_pending(self, claim: Raw) -> None:
         """Reserve: ``claim`` carries the allocation this pod's binding cycle is about to write."""
@@ -145,16 +146,32 @@ class ClaimTracker:
         self.index.update(claims)
         minus: dict[DeviceID, int] = {}
         plus: set[DeviceID] = set()
+        counted = self.index.counted
         for key in list(self.assumed):
             seen = claims.get(key)
             newest = self.newest(key, seen)
             if newest is seen:
                 continue
-            for device in allocated_devices([seen] if seen is not None else []):
-                minus[device] = minus.get(device, 0) + 1
-            plus |= allocated_devices([newest] if newest is not None else [])
-        plus |= allocated_devices(list(self.pending.values()))
+            if seen is not None:
+                entry = counted.get(key)
+                for device in entry[1] if entry is not None and entry[0] is seen else allocated_devices([seen]):
+                    minus[device] = minus.get(device, 0) + 1
+            if newest is not None:
+                plus.update(self._held_by(newest))
+        for claim in self.pending.values():
+            plus.update(self._held_by(claim))
+        if len(self._held) > 2 * (len(self.pending) + len(self.assumed)) + 256:
+            live = [*self.pending.values(), *self.assumed.values()]
+            self._held = {id(c): self._held[id(c)] for c in live if id(c) in self._held}
         return Held(self.index.counts, minus, plus, self.index)
+
+    def _held_by(self, claim: Raw) -> tuple[DeviceID, ...]:
+        """The devices of an in-flight or assumed claim, read once per claim object (not once per cycle: a burst
+        keeps hundreds of them)."""
+        entry = self._held.get(id(claim))
+        if entry is None or entry[0] is not claim:
+            entry = self._held[id(claim)] = (claim, tuple(allocated_devices([claim])))
+        return entry[1]
 
 
 class HeldIndex:
@@ -172,7 +189,8 @@ class HeldIndex:
         self.log: list[tuple[DeviceID, int]] = []
         self.log_base = 0
         self.changed = changed
-        self._counted: dict[str, tuple[Raw, tuple[DeviceID, ...]]] = {}
+        self.counted: dict[str, tuple[Raw, tuple[DeviceID, ...]]] = {}
+        """key -> (the claim object counted, the devices it holds)"""
         self._seen = False  # the first update reads every claim (those listed before ``changed`` existed)
 
     def update(self, claims: Mapping[str, Raw]) -> None:
@@ -185,7 +203,7 @@ class HeldIndex:
             for key in keys:
                 claim = claims.get(key)
                 if claim is None:
-                    entry = self._counted.pop(key, None)
+                    entry = self.counted.pop(key, None)
                     if entry is not None:
                         self._add(entry[1], -1)
                 else:
@@ -196,19 +214,19 @@ class HeldIndex:
             self._seen = True
         for key, claim in claims.items():
             self._count(key, claim)
-        counted = self._counted
+        counted = self.counted
         if len(counted) != len(claims):
             for key in [k for k in counted if k not in claims]:
                 self._add(counted.pop(key)[1], -1)
 
     def _count(self, key: str, claim: Raw) -> None:
-        entry = self._counted.get(key)
+        entry = self.counted.get(key)
         if entry is not None and entry[0] is claim:
             return
         if entry is not None:
             self._add(entry[1], -1)
         devices = tuple(allocated_devices([claim]))
-        self._counted[key] = (claim, devices)
+        self.counted[key] = (claim, devices)
         self._add(devices, 1)
 
     def _add(self, devices: tuple[DeviceID, ...], step: int) -> None:

@@ -176,7 +176,18 @@ class ShapeColumn:
     Kept across cycles: ``sync`` re-reads the rows whose node object changed and applies the held devices'
     changes logged since the last cycle (usually a few devices, each mapped to its rows by ``rows_of``)."""
 
-    __slots__ = ("countable", "devices", "free", "held", "invalid", "nodes", "offset", "present", "rows_of")
+    __slots__ = (
+        "countable",
+        "devices",
+        "free",
+        "held",
+        "invalid",
+        "nodes",
+        "nodes_version",
+        "offset",
+        "present",
+        "rows_of",
+    )
 
     def __init__(self, held: HeldLog | Container[DeviceID]) -> None:
         self.held = held
@@ -188,8 +199,19 @@ class ShapeColumn:
         self.countable = np.zeros(0, dtype=bool)
         self.invalid = np.zeros(0, dtype=bool)
         self.offset = _log_end(held)
+        self.nodes_version: int | None = None
 
-    def sync(self, cache: DeviceCache, nodes: Sequence[NodeInfo | None], shape: Shape, key: int) -> None:
+    def sync(
+        self,
+        cache: DeviceCache,
+        nodes: Sequence[NodeInfo | None],
+        shape: Shape,
+        key: int,
+        nodes_version: int | None = None,
+    ) -> None:
+        """Catch up with the held devices' log and with ``nodes``; ``nodes_version``: the node table's (bumped
+        whenever a node is added, removed or changes what the scheduler reads), when the same as last time the rows
+        are not compared."""
         log = getattr(self.held, "log", None)
         if log is not None:
             held: HeldLog = self.held  # type: ignore[assignment]
@@ -201,6 +223,9 @@ class ShapeColumn:
                     for row in rows_of.get(device, ()):
                         free[row] -= step
             self.offset = held.log_base + len(log)
+        if nodes_version is not None and nodes_version == self.nodes_version and len(nodes) == len(self.nodes):
+            return
+        self.nodes_version = nodes_version
         if len(nodes) != len(self.nodes):
             n = len(nodes)
             self.nodes, self.devices, self.rows_of = [None] * n, [None] * n, {}
@@ -290,7 +315,12 @@ class DeviceCache:
         return view
 
     def column(
-        self, shape: Shape, key: int, nodes: Sequence[NodeInfo | None], held: HeldLog | Container[DeviceID]
+        self,
+        shape: Shape,
+        key: int,
+        nodes: Sequence[NodeInfo | None],
+        held: HeldLog | Container[DeviceID],
+        nodes_version: int | None = None,
     ) -> ShapeColumn:
         """The shape's column for ``nodes`` (the node table's rows) under ``held``: kept across cycles when
         ``held`` is a ``HeldLog`` (the same index each cycle); otherwise counted for this call."""
@@ -299,7 +329,7 @@ class DeviceCache:
             column = ShapeColumn(held)
             if hasattr(held, "log"):
                 self._columns[key] = column
-        column.sync(self, nodes, shape, key)
+        column.sync(self, nodes, shape, key, nodes_version)
         return column
 
 

@@ -346,7 +346,9 @@ class DynamicResources(
         to_allocate = [st.claims[i] for i in st.to_allocate]
         nodes = table.nodes
         # Claims of one shape: every node answered by a count at once (Allocator.fits_nodes); the others search.
-        fits = st.allocator.fits_nodes(nodes, st.plan) if st.allocator is not None and st.plan is not None else None
+        fits = None
+        if st.allocator is not None and st.plan is not None:
+            fits = st.allocator.fits_nodes(nodes, st.plan, table.nodes_version)
         if fits is not None and all(selector is None for selector in st.available_on):
             for row in fits.search.tolist():
                 node = nodes[row]
