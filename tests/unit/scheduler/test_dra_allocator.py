@@ -361,6 +361,7 @@ def test_the_kept_columns_answer_every_cycle_as_counting_afresh_does() -> None:
     tracker, cache = ClaimTracker(), DeviceCache()
     store: dict[str, dict[str, Any]] = {}
     rows: list[NodeInfo | None] = [node(n) for n in names]
+    version = 0  # the node table's nodes_version: bumped with every row change
     for cycle in range(60):
         for _ in range(rng.randint(0, 3)):
             key = f"c{rng.randint(0, 9)}"
@@ -371,6 +372,7 @@ def test_the_kept_columns_answer_every_cycle_as_counting_afresh_does() -> None:
         if rng.random() < 0.3:
             row = rng.randrange(len(rows))
             rows[row] = None if rng.random() < 0.3 else node(names[row], cycle=str(cycle))
+            version += 1
         tracker.pending.clear()
         if rng.random() < 0.5:
             tracker.signal_pending(_holding("p", 1, rng.choice(devices)))
@@ -381,7 +383,7 @@ def test_the_kept_columns_answer_every_cycle_as_counting_afresh_does() -> None:
             claims = [claim("new", exactly("gpu", "gpu", count=count))]
             plan = kept.plan(claims)
             assert plan is not None
-            answer = kept.fits_nodes(rows, plan)
+            answer = kept.fits_nodes(rows, plan, version)
             again = fresh.fits_nodes(rows, plan)
             for row, on in enumerate(rows):
                 got = answer.answer(row)
