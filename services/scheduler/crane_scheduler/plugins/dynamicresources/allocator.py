@@ -238,20 +238,11 @@ class Allocator:
         ``cannot`` (it returns None), and ``search``, the rows the count cannot tell (a selector fails on a device
         there, invalid pools change the message, gathering the pools failed). Exact because with one shape and no
         constraint, kube's depth-first search takes the first free devices in order and never needs to go back:
-        it succeeds if and only if there are enough. The counts are the shape's column
-        (``DeviceCache.column``, kept across cycles), corrected by this cycle's assumed and pending claims: one
-        numpy comparison for all nodes. ``nodes_version``: the node table's, see ``ShapeColumn.sync``."""
-        index = getattr(self.allocated, "index", None)
-        held = index if index is not None else self.allocated
-        column = self.cache.column(plan.shape, plan.key, nodes, held, nodes_version)
+        it succeeds if and only if there are enough. The counts are the shape's column (``DeviceCache.column``,
+        kept across cycles when ``allocated`` logs its changes, ``nodeview.HeldLog``): one numpy comparison for all
+        nodes. ``nodes_version``: the node table's, see ``ShapeColumn.sync``."""
+        column = self.cache.column(plan.shape, plan.key, nodes, self.allocated, nodes_version)
         free = column.free
-        changes = self.allocated.changes() if index is not None else None  # type: ignore[attr-defined]
-        if changes:
-            free = free.copy()
-            rows_of = column.rows_of
-            for device, delta in changes.items():
-                for row in rows_of.get(device, ()):
-                    free[row] -= delta
         enough = free >= plan.need
         countable = column.countable
         return NodeFits(

@@ -94,30 +94,47 @@ def claim_key(claim: Raw) -> str:
 
 
 class ClaimTracker:
-    """In-flight allocations (by claim uid) and written-but-not-yet-seen claims (by namespace/name)."""
+    """In-flight allocations (by claim uid) and written-but-not-yet-seen claims (by namespace/name), and ``held``,
+    the devices they and the lister's claims hold, kept up to date as each of them changes (not recomputed per
+    cycle: a burst keeps hundreds of claims in flight)."""
 
     def __init__(self, changed: set[str] | None = None) -> None:
         self.pending: dict[str, Raw] = {}
         self.assumed: dict[str, Raw] = {}
-        self.index = HeldIndex(changed)
-        self._held: dict[int, tuple[Raw, tuple[DeviceID, ...]]] = {}  # id -> (pending or assumed claim, devices)
+        self.held = Held()
+        self.index = HeldIndex(changed, self.held)
+        self._pending_devices: dict[str, tuple[DeviceID, ...]] = {}
+        self._effects: dict[str, tuple[tuple[DeviceID, ...], tuple[DeviceID, ...]]] = {}
+        """assumed key -> (its devices, the devices of the lister's older version it stands in for)"""
+        self._dirty: set[str] = set()  # assumed since the last cycle: compared with the lister's version then
 
     def signal_pending(self, claim: Raw) -> None:
         """Reserve: ``claim`` carries the allocation this pod's binding cycle is about to write."""
-        self.pending[str(_meta(claim).get("uid", ""))] = claim
+        uid = str(_meta(claim).get("uid", ""))
+        self.remove_pending(uid)
+        self.pending[uid] = claim
+        devices = self._pending_devices[uid] = tuple(allocated_devices([claim]))
+        self.held.add(devices, 1, 0)
 
     def has_pending(self, uid: str) -> bool:
         return uid in self.pending
 
     def remove_pending(self, uid: str) -> bool:
-        return self.pending.pop(uid, None) is not None
+        if self.pending.pop(uid, None) is None:
+            return False
+        self.held.add(self._pending_devices.pop(uid), -1, 0)
+        return True
 
     def assume(self, claim: Raw) -> None:
         """PreBind wrote ``claim``: answer it until the informer delivers this or a newer version."""
-        self.assumed[claim_key(claim)] = claim
+        key = claim_key(claim)
+        self.assumed[key] = claim
+        self._dirty.add(key)
 
     def restore(self, key: str) -> None:
-        self.assumed.pop(key, None)
+        if self.assumed.pop(key, None) is not None:
+            self._effect(key, None)
+        self._dirty.discard(key)
 
     def newest(self, key: str, seen: Raw | None) -> Raw | None:
         """The informer's version ``seen`` unless an assumed one is newer (kube's assume cache compares
@@ -127,7 +144,7 @@ class ClaimTracker:
         if mine is None:
             return seen
         if seen is None or _resource_version(seen) >= _resource_version(mine):  # deleted, or caught up
-            del self.assumed[key]
+            self.restore(key)
             return seen
         return mine
 
@@ -142,61 +159,103 @@ class ClaimTracker:
     def allocated(self, claims: Mapping[str, Raw]) -> Held:
         """Devices held by ``claims`` (the lister's, by key; newer assumed versions in place) and by the pending
         allocations. The lister's claims are counted incrementally (``HeldIndex``): a claim object is read once,
-        not once per pod, as kube's DRA manager keeps its allocated-devices set from claim events."""
-        self.index.update(claims)
-        minus: dict[DeviceID, int] = {}
-        plus: set[DeviceID] = set()
+        not once per pod, as kube's DRA manager keeps its allocated-devices set from claim events; an assumed
+        claim is compared with the lister's version when either changed."""
+        changed = self.index.update(claims)
+        keys = self._dirty | (set(self.assumed) if changed is None else self.assumed.keys() & changed)
+        self._dirty = set()
         counted = self.index.counted
-        for key in list(self.assumed):
+        for key in keys:
+            if key not in self.assumed:
+                continue
             seen = claims.get(key)
             newest = self.newest(key, seen)
-            if newest is seen:
+            if newest is seen or seen is None or newest is None:
                 continue
-            if seen is not None:
-                entry = counted.get(key)
-                for device in entry[1] if entry is not None and entry[0] is seen else allocated_devices([seen]):
-                    minus[device] = minus.get(device, 0) + 1
-            if newest is not None:
-                plus.update(self._held_by(newest))
-        for claim in self.pending.values():
-            plus.update(self._held_by(claim))
-        if len(self._held) > 2 * (len(self.pending) + len(self.assumed)) + 256:
-            live = [*self.pending.values(), *self.assumed.values()]
-            self._held = {id(c): self._held[id(c)] for c in live if id(c) in self._held}
-        return Held(self.index.counts, minus, plus, self.index)
+            entry = counted.get(key)
+            replaced = entry[1] if entry is not None and entry[0] is seen else tuple(allocated_devices([seen]))
+            self._effect(key, (tuple(allocated_devices([newest])), replaced))
+        self.held.trim()
+        return self.held
 
-    def _held_by(self, claim: Raw) -> tuple[DeviceID, ...]:
-        """The devices of an in-flight or assumed claim, read once per claim object (not once per cycle: a burst
-        keeps hundreds of them)."""
-        entry = self._held.get(id(claim))
-        if entry is None or entry[0] is not claim:
-            entry = self._held[id(claim)] = (claim, tuple(allocated_devices([claim])))
-        return entry[1]
+    def _effect(self, key: str, effect: tuple[tuple[DeviceID, ...], tuple[DeviceID, ...]] | None) -> None:
+        old = self._effects.pop(key, None)
+        if old is not None:
+            self.held.add(old[0], -1, 0)
+            self.held.add(old[1], 0, -1)
+        if effect is not None:
+            self._effects[key] = effect
+            self.held.add(effect[0], 1, 0)
+            self.held.add(effect[1], 0, 1)
 
 
-class HeldIndex:
-    """How many of the lister's claims hold each device, kept up to date by comparing each claim object with the
-    one last counted (the informer replaces an object on every change, so identity is its version). With
-    ``changed`` (the lister's ``changed_keys``), only the claims changed since the last update are compared;
-    without it, all of them. ``log`` lists each device that became held (+1) or free (-1), in order
-    (``nodeview.HeldLog``: the shape columns follow it); trimmed after ``LOG_MAX`` entries, which makes its
-    readers count again."""
+class Held:
+    """The devices held now (``nodeview.HeldLog``): by the lister's claims (``counts``, kept by ``HeldIndex``)
+    less those an assumed newer version replaces (``minus``), plus the assumed and pending allocations
+    (``plus``); ``log`` lists each device that became held (+1) or free (-1), in order (the shape columns follow
+    it), trimmed after ``LOG_MAX`` entries, which makes its readers count again."""
 
     LOG_MAX = 1 << 16
 
-    def __init__(self, changed: set[str] | None = None) -> None:
+    def __init__(self) -> None:
         self.counts: dict[DeviceID, int] = {}
+        self.plus: dict[DeviceID, int] = {}
+        self.minus: dict[DeviceID, int] = {}
+        self.devices: set[DeviceID] = set()
         self.log: list[tuple[DeviceID, int]] = []
         self.log_base = 0
+
+    def __contains__(self, device: object) -> bool:
+        return device in self.devices
+
+    def add(self, devices: tuple[DeviceID, ...], plus: int, minus: int) -> None:
+        for device in devices:
+            if plus:
+                _bump(self.plus, device, plus)
+            if minus:
+                _bump(self.minus, device, minus)
+            self.recheck(device)
+
+    def recheck(self, device: DeviceID) -> None:
+        """``device``'s counts changed: log it if that changed whether it is held."""
+        now = device in self.plus or self.counts.get(device, 0) > self.minus.get(device, 0)
+        if now != (device in self.devices):
+            if now:
+                self.devices.add(device)
+            else:
+                self.devices.discard(device)
+            self.log.append((device, 1 if now else -1))
+
+    def trim(self) -> None:
+        if len(self.log) > self.LOG_MAX:
+            self.log_base += len(self.log)
+            self.log = []
+
+
+def _bump(counts: dict[DeviceID, int], device: DeviceID, step: int) -> None:
+    n = counts.get(device, 0) + step
+    if n:
+        counts[device] = n
+    else:
+        del counts[device]
+
+
+class HeldIndex:
+    """How many of the lister's claims hold each device (``held.counts``), kept up to date by comparing each
+    claim object with the one last counted (the informer replaces an object on every change, so identity is its
+    version). With ``changed`` (the lister's ``changed_keys``), only the claims changed since the last update
+    are compared; without it, all of them."""
+
+    def __init__(self, changed: set[str] | None = None, held: Held | None = None) -> None:
+        self.held = held if held is not None else Held()
+        self.counts = self.held.counts
         self.changed = changed
         self.counted: dict[str, tuple[Raw, tuple[DeviceID, ...]]] = {}
         """key -> (the claim object counted, the devices it holds)"""
         self._seen = False  # the first update reads every claim (those listed before ``changed`` existed)
 
-    def update(self, claims: Mapping[str, Raw]) -> None:
-        if len(self.log) > self.LOG_MAX:
-            self.log_base += len(self.log)
-            self.log = []
+    def update(self, claims: Mapping[str, Raw]) -> list[str] | None:
+        """Count the changed claims; returns their keys, or None when every claim was compared."""
         if self.changed is not None and self._seen:
             keys = list(self.changed)
             self.changed.clear()
@@ -208,7 +267,7 @@ class HeldIndex:
                         self._add(entry[1], -1)
                 else:
                     self._count(key, claim)
-            return
+            return keys
         if self.changed is not None:
             self.changed.clear()
             self._seen = True
@@ -218,6 +277,7 @@ class HeldIndex:
         if len(counted) != len(claims):
             for key in [k for k in counted if k not in claims]:
                 self._add(counted.pop(key)[1], -1)
+        return None
 
     def _count(self, key: str, claim: Raw) -> None:
         entry = self.counted.get(key)
@@ -230,53 +290,10 @@ class HeldIndex:
         self._add(devices, 1)
 
     def _add(self, devices: tuple[DeviceID, ...], step: int) -> None:
-        counts, log = self.counts, self.log
+        counts, recheck = self.counts, self.held.recheck
         for device in devices:
-            before = counts.get(device, 0)
-            n = before + step
-            if n:
-                counts[device] = n
-            else:
-                del counts[device]
-            if not before or not n:
-                log.append((device, 1 if n else -1))
-
-
-class Held:
-    """The devices held in one cycle: the lister's counts less the claims an assumed version replaces, plus the
-    assumed and pending allocations (what the allocator asks: ``device in held``; the shape columns read
-    ``index`` and ``changes``)."""
-
-    __slots__ = ("_changes", "counts", "index", "minus", "plus")
-
-    def __init__(
-        self,
-        counts: Mapping[DeviceID, int],
-        minus: Mapping[DeviceID, int],
-        plus: set[DeviceID],
-        index: HeldIndex | None = None,
-    ) -> None:
-        self.counts, self.minus, self.plus = counts, minus, plus
-        self.index = index
-        """what ``counts`` comes from, with its change log: the shape columns follow it across cycles"""
-        self._changes: dict[DeviceID, int] | None = None
-
-    def changes(self) -> dict[DeviceID, int]:
-        """The devices whose held state this cycle's assumed and pending claims change from ``counts``, with the
-        change (+1 held, -1 freed)."""
-        if self._changes is None:
-            self._changes = {}
-            for device in {*self.plus, *self.minus}:
-                delta = (device in self) - (device in self.counts)
-                if delta:
-                    self._changes[device] = delta
-        return self._changes
-
-    def __contains__(self, device: object) -> bool:
-        if device in self.plus:
-            return True
-        n = self.counts.get(device, 0)  # type: ignore[call-overload]
-        return bool(n) and n > self.minus.get(device, 0)  # type: ignore[call-overload]
+            _bump(counts, device, step)
+            recheck(device)
 
 
 def _resource_version(claim: Raw) -> int:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -152,18 +152,15 @@ class NodeView:
         return entry
 
 
-@runtime_checkable
-class _HasCounts(Protocol):
-    counts: Container[DeviceID]
-
-
 class HeldLog(Protocol):
-    """The held devices and the log of their changes (``claims.HeldIndex``): ``log[i - log_base]`` is the i-th
-    change since the index was made, (device, +1 now held / -1 now free); entries before ``log_base`` are gone."""
+    """The held devices (``device in held``) and the log of their changes (``claims.Held``): ``log[i -
+    log_base]`` is the i-th change since it was made, (device, +1 now held / -1 now free); entries before
+    ``log_base`` are gone."""
 
-    counts: Container[DeviceID]
     log: list[tuple[DeviceID, int]]
     log_base: int
+
+    def __contains__(self, device: object) -> bool: ...
 
 
 BoolArray = npt.NDArray[np.bool_]
@@ -236,9 +233,8 @@ class ShapeColumn:
             return
         else:
             changed = [row for row, (a, b) in enumerate(zip(nodes, self.nodes, strict=True)) if a is not b]
-        counts: Container[DeviceID] = self.held.counts if isinstance(self.held, _HasCounts) else self.held
         for row in changed:
-            self._set_row(row, nodes[row], cache, shape, key, counts)
+            self._set_row(row, nodes[row], cache, shape, key, self.held)
 
     def _set_row(
         self, row: int, node: NodeInfo | None, cache: DeviceCache, shape: Shape, key: int, held: Container[DeviceID]
