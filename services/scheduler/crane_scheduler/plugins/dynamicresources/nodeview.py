@@ -319,7 +319,7 @@ class DeviceCache:
         nodes_version: int | None = None,
     ) -> ShapeColumn:
         """The shape's column for ``nodes`` (the node table's rows) under ``held``: kept across cycles when
-        ``held`` is a ``HeldLog`` (the same index each cycle); otherwise counted for this call."""
+        ``held`` is a ``HeldLog`` (the same one each cycle); otherwise counted for this call."""
         column = self._columns.get(key)
         if column is None or column.held is not held:
             column = ShapeColumn(held)
