@@ -8,7 +8,8 @@ kube's messages verbatim.
 
 ``ClaimTracker`` holds the allocations decided in Reserve and not yet written by PreBind (kube's
 ``SignalClaimPendingAllocation``) and the claims PreBind wrote, until the informer shows them (kube's assume
-cache): the devices of both count as allocated, so two pods in flight never get the same device.
+cache): the devices of both count as allocated, so two pods in flight never get the same device. ``Held`` is the
+set of devices held, kept as each claim changes, with the log of its changes that the shape columns follow.
 """
 
 from __future__ import annotations
