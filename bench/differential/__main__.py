@@ -9,6 +9,7 @@ scored) and the cost per case of each side.
     .venv/bin/python -m bench.differential --cases 500 --seed 7
     .venv/bin/python -m bench.differential --suite storage     # volume plugins with PVs, claims, CSINodes
     .venv/bin/python -m bench.differential --suite preemption  # DefaultPreemption's candidates and choice
+    .venv/bin/python -m bench.differential --suite dra --cases 1000  # DynamicResources and kube's allocator
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hypothesis import HealthCheck, given, seed, settings
 
 from tests.support.judge import Case, Judge, compare, judge_binary, ours
 from tests.support.judge_cases import cases
+from tests.support.judge_dra_cases import dra_cases
 from tests.support.judge_storage_cases import preemption_cases, storage_cases
 
 
@@ -32,12 +34,13 @@ def main() -> int:
     parser.add_argument("--max-nodes", type=int, default=12)
     parser.add_argument("--max-pods", type=int, default=20)
     parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
-    parser.add_argument("--suite", choices=("builtin", "storage", "preemption"), default="builtin")
+    parser.add_argument("--suite", choices=("builtin", "storage", "preemption", "dra"), default="builtin")
     args = parser.parse_args()
     strategy = {
         "builtin": cases(max_nodes=args.max_nodes, max_pods=args.max_pods),
         "storage": storage_cases(max_nodes=args.max_nodes),
         "preemption": preemption_cases(max_nodes=args.max_nodes, max_pods=args.max_pods),
+        "dra": dra_cases(),  # its own sizes (tests/differential/test_dynamic_resources.py's cases)
     }[args.suite]
 
     judge = Judge(judge_binary())

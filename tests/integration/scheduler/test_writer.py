@@ -79,6 +79,20 @@ async def test_a_bind_reaches_the_api_server_from_the_writer_process_with_the_to
     assert reply.status == 409 and not reply.ok and '"code": 409' in reply.text
 
 
+async def test_a_write_object_answers_the_object_the_api_server_wrote_and_an_error_its_status() -> None:
+    """``OBJECT`` (DynamicResources' claim writes): on the binds' lane, the reply's text is the response body on
+    success too (the claim's next write needs its resourceVersion); an error is answered as any write's."""
+    fake, conflict = _Api(status=200), _Api(status=409)
+    path = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c/status"
+    async with TestServer(fake.app) as server, api_writer(str(server.make_url(""))) as writer:
+        reply = await writer.write_object("PUT", path, {"status": {"reservedFor": []}}, None)
+    assert reply.ok and json.loads(reply.text) == {"kind": "Status", "code": 200}
+    assert fake.seen == [("PUT", path, "Bearer fake", JSON, {"status": {"reservedFor": []}})]
+    async with TestServer(conflict.app) as server, api_writer(str(server.make_url(""))) as writer:
+        refused = await writer.write_object("PUT", path, {}, None)
+    assert refused.status == 409 and not refused.ok and json.loads(refused.text)["code"] == 409
+
+
 async def test_an_eviction_is_the_condition_patch_then_the_delete_with_the_uid_precondition() -> None:
     """``EVICT`` as the writer process sends it (kube's ``PreemptPod``): the victim's status patched with the
     condition (strategic merge), then, once that is written, the delete with the UID precondition; a failed

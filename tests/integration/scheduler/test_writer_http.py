@@ -76,6 +76,19 @@ async def test_requests_reuse_one_keep_alive_connection_and_error_bodies_come_ba
     assert len(accepted) == 1 and pool.connects == 1
 
 
+async def test_a_request_that_keeps_the_body_gets_a_success_body_whole_and_asks_for_json() -> None:
+    body = b'{"metadata":{"resourceVersion":"7"}}' * 100  # past the error text's limit
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+    async with _server(_answers(ok, CREATED)) as (endpoint, _):
+        pool = HttpPool(endpoint, 1, timeout=5, accept="application/vnd.kubernetes.protobuf")
+        head = pool.head("PUT", "/c", "application/json")
+        kept = await pool.request(head, b"{}", keep=True)
+        dropped = await pool.request(pool.head("PUT", "/c"), b"{}")
+        pool.close()
+    assert b"Accept: application/json\r\n" in head and kept == (200, body)
+    assert dropped == (201, b"")  # the next request on the connection keeps nothing again
+
+
 async def test_a_chunked_error_body_is_decoded_and_connection_close_is_honoured() -> None:
     chunked = (
         b"HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"

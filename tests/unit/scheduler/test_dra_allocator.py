@@ -5,6 +5,7 @@ requests, then devices, candidates in pool/slice/device order, first complete so
 from __future__ import annotations
 
 import itertools
+import random
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from crane_scheduler.plugins.dynamicresources.allocator import (
     FailedOnNode,
     allocated_devices,
 )
+from crane_scheduler.plugins.dynamicresources.claims import ClaimTracker
+from crane_scheduler.plugins.dynamicresources.nodeview import DeviceCache
 from crane_scheduler.podinfo import NodeInfo, parse_node
 from tests.support.dra import (
     DRIVER,
@@ -336,3 +339,63 @@ def test_claims_counting_cannot_answer_are_left_to_the_search() -> None:
     broken = Allocator({"gpu": device_class("gpu", "device.attributes.nope")}, [gpus("gpu-0")], set())
     plan = broken.plan([claim("a", exactly("gpu", "gpu"))])
     assert plan is not None and broken.fits(node(), plan) is None  # the selector fails there: the search says how
+
+
+def _holding(name: str, rv: int, *devices: tuple[str, str, str]) -> dict[str, Any]:
+    c = claim(name, exactly("gpu", "gpu"))
+    c["metadata"]["resourceVersion"] = str(rv)
+    if devices:
+        results = [{"request": "gpu", "driver": d[0], "pool": d[1], "device": d[2]} for d in devices]
+        c["status"] = {"allocation": {"devices": {"results": results}}}
+    return c
+
+
+def test_the_kept_columns_answer_every_cycle_as_counting_afresh_does() -> None:
+    """Claims allocated and freed, node objects replaced and rows emptied between cycles, devices in flight and
+    assumed versions: the columns kept across cycles (moved by the held devices' log) answer as a fresh count and
+    as the search."""
+    rng = random.Random(7)
+    names = [f"n{i}" for i in range(6)]
+    slices = [resource_slice(f"s-{n}", [device(f"gpu-{i}") for i in range(3)], node=n) for n in names]
+    slices.append(resource_slice("shared", [device("gpu-s0"), device("gpu-s1")], all_nodes=True))
+    devices = [(DRIVER, n, f"gpu-{i}") for n in names for i in range(3)] + [(DRIVER, "shared", "gpu-s0")]
+    tracker, cache = ClaimTracker(), DeviceCache()
+    store: dict[str, dict[str, Any]] = {}
+    rows: list[NodeInfo | None] = [node(n) for n in names]
+    version = 0  # the node table's nodes_version: bumped with every row change
+    for cycle in range(60):
+        for _ in range(rng.randint(0, 3)):
+            key = f"c{rng.randint(0, 9)}"
+            held_now = rng.sample(devices, rng.randint(0, 2))
+            store[f"default/{key}"] = _holding(key, cycle + 2, *held_now)
+        if rng.random() < 0.2 and store:
+            del store[rng.choice(sorted(store))]
+        if rng.random() < 0.3:
+            row = rng.randrange(len(rows))
+            rows[row] = None if rng.random() < 0.3 else node(names[row], cycle=str(cycle))
+            version += 1
+        for uid in list(tracker.pending):
+            tracker.remove_pending(uid)
+        if rng.random() < 0.5:
+            tracker.signal_pending(_holding("p", 1, rng.choice(devices)))
+        if rng.random() < 0.3 and store:  # PreBind wrote a newer version the informer has not delivered yet
+            name = rng.choice(sorted(store)).split("/")[1]
+            tracker.assume(_holding(name, cycle + 1000, *rng.sample(devices, rng.randint(0, 2))))
+        if rng.random() < 0.2 and tracker.assumed:
+            tracker.restore(rng.choice(sorted(tracker.assumed)))
+        held = tracker.allocated(store)
+        kept = Allocator({"gpu": GPU}, slices, held, cache=cache)
+        fresh = Allocator({"gpu": GPU}, slices, {d for d in [*devices, (DRIVER, "shared", "gpu-s1")] if d in held})
+        for count in (1, 2, 4):
+            claims = [claim("new", exactly("gpu", "gpu", count=count))]
+            plan = kept.plan(claims)
+            assert plan is not None
+            answer = kept.fits_nodes(rows, plan, version)
+            again = fresh.fits_nodes(rows, plan)
+            for row, on in enumerate(rows):
+                got = answer.answer(row)
+                assert got == again.answer(row), (cycle, count, row)
+                if on is None:
+                    assert row not in answer.search and got is None
+                    continue
+                assert got is (kept.allocate(on, claims) is not None), (cycle, count, row)

@@ -9,7 +9,6 @@ from typing import Any
 from crane_scheduler.listers import Listers
 from crane_scheduler.plugins.dynamicresources.allocator import allocated_devices
 from crane_scheduler.plugins.dynamicresources.claims import ClaimTracker, claim_key
-from crane_scheduler.plugins.dynamicresources.nodeview import ShapeDevices
 from tests.support.dra import DRIVER, claim, exactly
 
 
@@ -86,20 +85,41 @@ def test_with_the_listers_changed_keys_only_those_claims_are_read_and_the_answer
         assert not changed
 
 
-def test_free_counts_follow_the_listers_claims_and_this_cycles_assumed_and_pending_ones() -> None:
+def test_the_held_log_follows_the_listers_claims_and_the_assumed_and_pending_ones() -> None:
     tracker = ClaimTracker()
-    devices = ShapeDevices(tuple(gpu(f"g{i}") for i in range(5)), ((DRIVER, "n"),))
     store = {"default/a": held("a", "g0"), "default/b": held("b", "g1")}
-    assert tracker.allocated(store).free(devices) == 3
-    store["default/b"] = held("b", rv=2)  # deallocated: the count kept for the pool is stale and recomputed
-    assert tracker.allocated(store).free(devices) == 4
-    tracker.assume(held("a", rv=5))  # PreBind deallocated a
+    log = tracker.held.log
+
+    def net(since: int) -> dict[tuple[str, str, str], int]:  # a re-read claim may log a device out and in again
+        out: dict[tuple[str, str, str], int] = {}
+        for device, step in log[since:]:
+            out[device] = out.get(device, 0) + step
+        return {d: n for d, n in out.items() if n}
+
+    tracker.allocated(store)
+    assert net(0) == {gpu("g0"): 1, gpu("g1"): 1}
+    mark = len(log)
+    store["default/b"] = held("b", "g1", "g2", rv=2)  # g1 stays held: only g2 changes
+    store["default/c"] = held("c", "g0")  # g0 held twice: no change
+    tracker.allocated(store)
+    assert net(mark) == {gpu("g2"): 1}
+    mark = len(log)
+    del store["default/a"]
+    store["default/b"] = held("b", rv=3)
+    tracker.allocated(store)
+    assert net(mark) == {gpu("g1"): -1, gpu("g2"): -1}
+    mark = len(log)
+    tracker.assume(held("c", rv=5))  # PreBind deallocated c
     tracker.signal_pending(held("p", "g3"))
-    tracker.signal_pending(held("q", "g9"))  # not one of the shape's devices
-    assert tracker.allocated(store).free(devices) == 4
-    tracker.remove_pending(str(held("p")["metadata"].get("uid", "")))
+    tracker.signal_pending(held("q", "g0"))  # held by c in the lister, which the assumed version frees
     cycle = tracker.allocated(store)
-    assert cycle.free(devices) == sum(1 for d in devices.ids if d not in cycle)
+    assert net(mark) == {gpu("g3"): 1}
+    assert [d for d in map(gpu, ("g0", "g1", "g3")) if d in cycle] == [gpu("g0"), gpu("g3")]
+    mark = len(log)
+    tracker.remove_pending(str(held("q")["metadata"].get("uid", "")))  # its binding cycle ended
+    store["default/c"] = held("c", rv=6)  # the informer caught up with the assumed version
+    tracker.allocated(store)
+    assert net(mark) == {gpu("g0"): -1} and not tracker.assumed
 
 
 def test_the_listers_name_each_changed_claim_to_every_reader() -> None:

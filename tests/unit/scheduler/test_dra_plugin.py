@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import random
 from typing import Any
 
@@ -26,10 +27,11 @@ from crane_scheduler.framework import (
 from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.listers import Listers
 from crane_scheduler.plugins import builtin_registry
-from crane_scheduler.plugins.dynamicresources.binding import ApiClaims, Conflict
+from crane_scheduler.plugins.dynamicresources.binding import ApiClaims, Conflict, LazyApiClaims
 from crane_scheduler.plugins.dynamicresources.claims import FINALIZER, ClaimError
 from crane_scheduler.plugins.dynamicresources.plugin import DynamicResources, new
 from crane_scheduler.podinfo import parse_pod
+from crane_scheduler.writer.protocol import JSON, REFUSED, Reply
 from tests.support.dra import DRIVER, claim, device, device_class, exactly, first_available, resource_slice, sub_request
 from tests.support.scheduler import node, pod, table
 
@@ -283,6 +285,40 @@ def test_no_claim_write_once_the_leadership_term_ended() -> None:
     writer = ApiClaims(None, may_write=lambda: False)
     with pytest.raises(ClaimError, match="the leadership term ended"):
         asyncio.run(writer.update(claim("a", exactly("gpu", "gpu"), namespace="ns")))
+
+
+class _Writer:
+    """The API writer's ``write_object`` as the process answers it: ``replies`` in order, each request recorded."""
+
+    def __init__(self, *replies: Reply) -> None:
+        self.replies = list(replies)
+        self.sent: list[tuple[str, str, Any, Any, str]] = []
+        self.term = object()
+
+    async def write_object(self, method: str, path: str, body: Any, term: Any, content_type: str = JSON) -> Reply:
+        self.sent.append((method, path, body, term, content_type))
+        return self.replies.pop(0)
+
+
+def test_claim_writes_go_through_the_api_writer_in_its_term_and_answer_the_written_claim() -> None:
+    written = {**claim("a", exactly("gpu", "gpu"), namespace="ns"), "status": {"reservedFor": [{"uid": "u"}]}}
+    writer = _Writer(Reply(200, json.dumps(written)), Reply(409, "{}"), Reply(REFUSED, "leadership term ended"))
+    held = {"term": True}
+    handle = Handle(table(), writer=writer, may_bind=lambda: held["term"])  # type: ignore[arg-type]
+    claims = LazyApiClaims(handle)
+    c = claim("a", exactly("gpu", "gpu"), namespace="ns")
+    assert asyncio.run(claims.update_status(c)) == written
+    path = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/a"
+    assert writer.sent == [("PUT", f"{path}/status", c, writer.term, JSON)]
+    with pytest.raises(Conflict):
+        asyncio.run(claims.update(c))
+    assert writer.sent[-1][:2] == ("PUT", path)
+    with pytest.raises(ClaimError, match="unreserve claim ns/a: not sent: leadership term ended"):
+        asyncio.run(claims.unreserve(c, "u"))
+    held["term"] = False  # the scheduler knows the term ended: nothing reaches the writer
+    with pytest.raises(ClaimError, match="the leadership term ended"):
+        asyncio.run(claims.deallocate(c))
+    assert len(writer.sent) == 3
 
 
 def _decide(objects: Listers, t: Any, raw: dict[str, Any]) -> Any:

@@ -1,6 +1,6 @@
 """The scheduler's side of the writer process (``process``): THE path of its per-pod API writes (binds, events,
-pod-status patches, preemption's nominations, conditions and evictions). Reads (informers, recovery lists) and
-VolumeBinding's PV/PVC updates stay on the scheduler's own client.
+pod-status patches, preemption's nominations, conditions and evictions, DynamicResources' claim writes). Reads
+(informers, recovery lists) and VolumeBinding's PV/PVC updates stay on the scheduler's own client.
 
 A write is packed and buffered; the buffer goes down the pipe after ``FLUSH_DELAY`` (or at ``FLUSH_BATCH``
 messages), so a burst of binds costs one pipe write (and one wake-up of the writer) per few milliseconds. Each
@@ -32,6 +32,7 @@ from crane_scheduler.writer.protocol import (
     EVICT,
     JSON,
     NO_DEADLINE,
+    OBJECT,
     READY_ID,
     REFUSED,
     REQUEST,
@@ -179,6 +180,13 @@ class ApiWriter:
         """Send one write through the process; ``term``: the leadership term it belongs to (None: none);
         ``urgent``: on the binds' connections, not behind the reports (preemption's writes, ``protocol.URGENT``)."""
         return await self._send(URGENT if urgent else REQUEST, (method, path, body, content_type), term)
+
+    async def write_object(
+        self, method: str, path: str, body: Any, term: Term | None, content_type: str = JSON
+    ) -> Reply:
+        """A write whose answer the caller reads (``protocol.OBJECT``: on the binds' connections, JSON both ways):
+        on success the reply's text is the object the API server answered."""
+        return await self._send(OBJECT, (method, path, body, content_type), term)
 
     async def wait_ready(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the process to be ready to send (``READY``); False if it is not."""

@@ -4,7 +4,8 @@ Why not aiohttp's ``ClientSession``: per request it builds a ``ClientRequest`` (
 jar, tracing, timer context) and a ``ClientResponse`` with a stream reader; with bodies of a few hundred bytes
 that was most of the writer's CPU (py-spy, ``bench.scheduler.writer_cost``). Here a request is one bytes object
 (head + body) written on a connection's transport, and the response is parsed by ``httptools`` (llhttp, the
-parser of Node.js; chunked bodies included), keeping the body only when the status is an error (``text``).
+parser of Node.js; chunked bodies included), keeping the body only when the status is an error (``text``), or
+always when the caller asks for the object the API server answered (``keep``).
 
 Every request has a timeout covering the wait for a connection, the connect (TLS handshake) and the exchange; a
 connection whose exchange did not finish (timeout, cancellation, transport error, a response without request) is
@@ -54,6 +55,7 @@ class _Connection(asyncio.Protocol):
         self.text = bytearray()
         self.reusable = False
         self.lost = False
+        self.keep = False  # this exchange keeps a 2xx body too, whole
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -75,7 +77,9 @@ class _Connection(asyncio.Protocol):
         self.status = self.parser.get_status_code()
 
     def on_body(self, body: bytes) -> None:
-        if not 200 <= self.status <= 299 and len(self.text) < ERROR_TEXT_LIMIT:
+        if self.keep and 200 <= self.status <= 299:
+            self.text += body
+        elif not 200 <= self.status <= 299 and len(self.text) < ERROR_TEXT_LIMIT:
             self.text += body[: ERROR_TEXT_LIMIT - len(self.text)]
 
     def on_message_complete(self) -> None:
@@ -92,11 +96,11 @@ class _Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_exception(err)
 
-    async def exchange(self, request: bytes) -> tuple[int, bytes]:
+    async def exchange(self, request: bytes, keep: bool = False) -> tuple[int, bytes]:
         assert self.transport is not None
         if self.lost:
             raise HttpError("connection closed by the server")
-        self.status, self.reusable = 0, False
+        self.status, self.reusable, self.keep = 0, False, keep
         self.text.clear()
         waiter = self.waiter = asyncio.get_running_loop().create_future()
         self.transport.write(request)
@@ -125,17 +129,19 @@ class HttpPool:
         self.on_unqueued: Callable[[], None] = lambda: None
         """called when the last request waiting for a slot got one"""
 
-    def head(self, method: str, path: str) -> bytes:
-        """The request line and the headers every request of this pool carries (the rest: per request)."""
-        return f"{method} {path} HTTP/1.1\r\nHost: {self.endpoint.authority}\r\nAccept: {self.accept}\r\n".encode()
+    def head(self, method: str, path: str, accept: str | None = None) -> bytes:
+        """The request line and the headers every request of this pool carries (the rest: per request);
+        ``accept``: instead of the pool's."""
+        accept = accept or self.accept
+        return f"{method} {path} HTTP/1.1\r\nHost: {self.endpoint.authority}\r\nAccept: {accept}\r\n".encode()
 
     async def request(
-        self, head: bytes, body: bytes, check: Callable[[], str | None] = lambda: None
+        self, head: bytes, body: bytes, check: Callable[[], str | None] = lambda: None, keep: bool = False
     ) -> tuple[int, bytes]:
         """``head``: request line and headers (without the blank line and Content-Length); returns (status,
-        error text: the body's first bytes when the status is not 2xx, else empty). ``check`` is asked once a
-        connection is ready, right before the request is written: a reason raises ``Refused`` (e.g. the
-        leadership deadline passed while the request waited for a connection)."""
+        error text: the body's first bytes when the status is not 2xx, else empty; with ``keep``, a 2xx body
+        whole). ``check`` is asked once a connection is ready, right before the request is written: a reason
+        raises ``Refused`` (e.g. the leadership deadline passed while the request waited for a connection)."""
         request = b"%bContent-Length: %d\r\n\r\n%b" % (head, len(body), body)
         async with asyncio.timeout(self.timeout):
             await self._slot()
@@ -146,7 +152,7 @@ class HttpPool:
                     self._idle.append(conn)
                     raise Refused(refusal)
                 try:
-                    status, text = await conn.exchange(request)
+                    status, text = await conn.exchange(request, keep)
                 except BaseException:
                     conn.close()
                     raise

@@ -50,6 +50,7 @@ from crane_scheduler.writer.protocol import (
     END_TERM,
     EVICT,
     JSON,
+    OBJECT,
     READY,
     READY_ID,
     REFUSED,
@@ -220,15 +221,17 @@ class Writer:
                 self._request, self.binds, "POST", path, body, kubeproto.PROTOBUF, term, deadline
             )
             self._start(rid, term, self._answer(rid, request))
-        elif kind in (REQUEST, URGENT):
+        elif kind in (REQUEST, URGENT, OBJECT):
             _, rid, method, path, body, content_type, term, deadline = message
             data = json.dumps(body, separators=(",", ":")).encode()
             # urgent: on the binds' lane, and events wait while any is in flight; events yield to binds and urgent
             # writes (``ReportGate``); status patches do not wait
-            urgent = kind == URGENT
+            urgent = kind != REQUEST
             gate = self.events if not urgent and method == "POST" and path.endswith("/events") else None
             lane = self.binds if urgent else self.reports
-            request = functools.partial(self._request, lane, method, path, data, content_type, term, deadline, gate)
+            request = functools.partial(
+                self._request, lane, method, path, data, content_type, term, deadline, gate, kind == OBJECT
+            )
             self._start(rid, term, self._answer(rid, request, urgent=urgent))
         elif kind == EVICT:
             _, rid, namespace, name, uid, condition, term, deadline = message
@@ -322,9 +325,11 @@ class Writer:
         term: int,
         deadline: float,
         gate: ReportGate | None = None,
+        keep: bool = False,
     ) -> tuple[int, str]:
         """Send one request in ``term`` (``Refused`` when the term ended or its deadline passed, before its token,
-        after it, and right before it goes out); its status and, unless 2xx, the error body as text."""
+        after it, and right before it goes out); its status and, unless 2xx, the error body as text (``keep``:
+        the body whatever the status, asked for in JSON)."""
         refusal = self._refusal(term, deadline)
         if refusal is None:
             await lane.bucket.acquire()
@@ -334,13 +339,15 @@ class Writer:
         if not _PLAIN_PATH.fullmatch(path):
             path = quote(path, safe="/")
         kind = _CONTENT_TYPES.get(content_type) or f"Content-Type: {content_type}\r\n".encode()
-        head = lane.pool.head(method, self.prefix + path) + await self._auth_headers() + kind
+        head = lane.pool.head(method, self.prefix + path, JSON if keep else None) + await self._auth_headers() + kind
         if gate is None:
-            status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline))
+            status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline), keep)
         else:
             async with gate:
-                status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline))
-        return status, "" if 200 <= status <= 299 else _error_text(text)
+                status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline), keep)
+        if 200 <= status <= 299:
+            return status, text.decode(errors="replace") if keep else ""
+        return status, _error_text(text)
 
     def reply(self, rid: int, status: int, text: str) -> None:
         if not self.replies:  # one pipe write (one wake-up of the scheduler) per REPLY_DELAY, however many replies

@@ -14,6 +14,9 @@ kubeconfig appears on a command line), then arrays:
   and rate limit: preemption's writes (the preemptor's nomination, its victims' condition and deletion) are on
   the preemptor's way to its bind, so they do not queue behind the events and status patches of a burst of
   failed attempts;
+- ``[OBJECT, id, method, path, body, content_type, term, deadline]``: as ``URGENT``, in JSON both ways, and the
+  reply's ``text`` is the response body also on success (DynamicResources' claim writes: the written claim is
+  what its next write and the scheduler's assume cache need);
 - ``[EVICT, id, namespace, name, uid, condition, term, deadline]``: preemption's eviction of a victim, as kube's
   ``PreemptPod``: PATCH the pod's status with ``condition`` (``DisruptionTarget``), then, once that is written,
   DELETE it with the UID precondition; both urgent; one reply, the deletion's (or the condition's when it failed),
@@ -24,14 +27,15 @@ kubeconfig appears on a command line), then arrays:
 Writer -> scheduler: ``[READY_ID, READY, ""]`` once, when its client is built (the scheduler waits for it
 before its first decision, so the first writes do not wait in the pipe for the process's start); then
 ``[id, status, text]``: the HTTP status, ``UNSENT`` for a transport error (``text`` says
-which), ``REFUSED`` when it was not sent (term ended, deadline passed, cancelled); ``text`` is the error body.
+which), ``REFUSED`` when it was not sent (term ended, deadline passed, cancelled); ``text`` is the error body
+(for ``OBJECT``, the body whatever the status).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-REQUEST, CANCEL, END_TERM, BIND, URGENT, EVICT = 0, 1, 2, 3, 4, 5
+REQUEST, CANCEL, END_TERM, BIND, URGENT, EVICT, OBJECT = 0, 1, 2, 3, 4, 5, 6
 READY_ID = 0
 """the reply id of the writer's readiness (request ids start at 1)"""
 READY = 1

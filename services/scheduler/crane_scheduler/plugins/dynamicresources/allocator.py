@@ -19,12 +19,14 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from crane_scheduler.plugins.dynamicresources.nodeview import (
     Candidate,
     DeviceCache,
     NodeView,
     Shape,
-    ShapeDevices,
     shape_of,
     verdict,
 )
@@ -187,7 +189,6 @@ class Allocator:
         self.clock = clock
         self.cache = cache if cache is not None else DeviceCache()
         self.cache.refresh(classes, slices)
-        self._free: Callable[[ShapeDevices], int] | None = getattr(allocated, "free", None)
 
     def allocate(
         self, node: NodeInfo, claims: Sequence[Raw], deadline: float | None = None
@@ -231,35 +232,40 @@ class Allocator:
             need += per_claim
         return Plan(shape, self.cache.shape_key(shape), need) if shape is not None else None
 
-    def fits_nodes(self, nodes: Sequence[NodeInfo | None], plan: Plan) -> list[bool | None]:
-        """Per node, whether ``allocate(node, claims)`` finds a solution for claims that ``plan`` describes, by
-        counting the free devices of the plan's shape: True (it does), False (it returns None), None (no node, or
-        the count cannot tell: a selector fails on a device there, invalid pools change the message, gathering the
-        pools failed). Exact because with one shape and no constraint, kube's depth-first search takes the first
-        free devices in order and never needs to go back: it succeeds if and only if there are enough. One call
-        for all nodes: this is the loop that runs per pod and node."""
-        out: list[bool | None] = []
-        view_of, shape, key, need, free_of = self.cache.view, plan.shape, plan.key, plan.need, self._free
-        allocated = self.allocated
-        for node in nodes:
-            if node is None:
-                out.append(None)
-                continue
-            view = view_of(node)
-            if view.error is not None:
-                out.append(None)
-                continue
-            devices = view.shapes[key] if key in view.shapes else view.shape_devices(shape, key)
-            if devices is None:
-                out.append(None)
-                continue
-            free = free_of(devices) if free_of is not None else sum(1 for d in devices.ids if d not in allocated)
-            out.append(True if free >= need else None if view.invalid else False)
-        return out
+    def fits_nodes(self, nodes: Sequence[NodeInfo | None], plan: Plan, nodes_version: int | None = None) -> NodeFits:
+        """Per node (a row of ``nodes``, None for none), whether ``allocate(node, claims)`` finds a solution for
+        claims that ``plan`` describes, by counting the free devices of the plan's shape: ``fit`` (it does),
+        ``cannot`` (it returns None), and ``search``, the rows the count cannot tell (a selector fails on a device
+        there, invalid pools change the message, gathering the pools failed). Exact because with one shape and no
+        constraint, kube's depth-first search takes the first free devices in order and never needs to go back:
+        it succeeds if and only if there are enough. The counts are the shape's column (``DeviceCache.column``,
+        kept across cycles when ``allocated`` logs its changes, ``nodeview.HeldLog``): one numpy comparison for all
+        nodes. ``nodes_version``: the node table's, see ``ShapeColumn.sync``."""
+        column = self.cache.column(plan.shape, plan.key, nodes, self.allocated, nodes_version)
+        free = column.free
+        enough = free >= plan.need
+        countable = column.countable
+        return NodeFits(
+            fit=countable & enough,
+            cannot=countable & ~enough & ~column.invalid,
+            search=np.flatnonzero(column.present & ~(countable & (enough | ~column.invalid))),
+        )
 
     def fits(self, node: NodeInfo, plan: Plan) -> bool | None:
-        """``fits_nodes`` for one node."""
-        return self.fits_nodes([node], plan)[0]
+        """``fits_nodes`` for one node: True, False, or None (the search must answer)."""
+        return self.fits_nodes([node], plan).answer(0)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFits:
+    """``Allocator.fits_nodes``' answer: boolean masks over the rows and the rows left to the search."""
+
+    fit: npt.NDArray[np.bool_]
+    cannot: npt.NDArray[np.bool_]
+    search: npt.NDArray[np.intp]
+
+    def answer(self, row: int) -> bool | None:
+        return True if self.fit[row] else False if self.cannot[row] else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,12 @@
 """DynamicResources' binding cycle against the API (resource.k8s.io/v1 ResourceClaims): kube's ``bindClaim`` as a
-function over a ``ClaimWriter`` (so it is tested without a server), and ``ApiClaims``, the thin adapter on the
-scheduler's API client."""
+function over a ``ClaimWriter`` (so it is tested without a server), and its adapters: ``ApiClaims`` on the
+scheduler's API client, and ``LazyApiClaims``, the plugin's, whose writes go through the API writer process (the
+binds' connections and leadership term, ``protocol.OBJECT``) once the service has one, so the scheduling process
+only decides (its reads, the claim re-read after a conflict, stay on the client)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -148,7 +151,6 @@ class ApiClaims:
 
     async def unreserve(self, claim: Raw, pod_uid: str) -> None:
         m = claim.get("metadata") or {}
-        patch = {"metadata": {"uid": m.get("uid")}, "status": {"reservedFor": [{"$patch": "delete", "uid": pod_uid}]}}
         v1 = client.ResourceV1Api(self.api)
         await self._call(
             "unreserve",
@@ -156,25 +158,27 @@ class ApiClaims:
             v1.patch_namespaced_resource_claim_status,
             m.get("name"),
             m.get("namespace"),
-            patch,
+            _unreserve_patch(claim, pod_uid),
             _content_type="application/strategic-merge-patch+json",
         )
 
     async def deallocate(self, claim: Raw) -> None:
-        status = {
-            k: v for k, v in (claim.get("status") or {}).items() if k not in ("reservedFor", "allocation", "devices")
-        }
         v1 = client.ResourceV1Api(self.api)
         m = claim.get("metadata") or {}
-        body = {**claim, "status": status}
+        body = {**claim, "status": _deallocated_status(claim)}
         await self._call(
             "deallocate", claim, v1.replace_namespaced_resource_claim_status, m.get("name"), m.get("namespace"), body
         )
 
 
+CLAIM_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+
+
 class LazyApiClaims(ApiClaims):
-    """The handle's API client is set after the profiles are built (``serve``): read it at call time, and the
-    leadership term before every write."""
+    """The handle's API client and writer are set after the profiles are built (``serve``): read them at call
+    time, and the leadership term before every write. With the writer, each write is one ``write_object`` in the
+    writer's current term (refused by the process once the term ended or its deadline passed, as binds are);
+    without it (tests without the process), on the client."""
 
     def __init__(self, handle: Handle) -> None:
         self.handle = handle
@@ -183,3 +187,56 @@ class LazyApiClaims(ApiClaims):
     @property
     def api(self) -> Any:
         return self.handle.api
+
+    async def _through_writer(
+        self, what: str, claim: Raw, method: str, suffix: str, body: Any, content_type: str = "application/json"
+    ) -> Raw | None:
+        """The write through the API writer process, or None when there is none (the caller uses the client)."""
+        writer = self.handle.writer
+        if writer is None:
+            return None
+        if not self.may_write():
+            raise ClaimError(f"{what} claim {claim_ref(claim)}: the leadership term ended")
+        m = claim.get("metadata") or {}
+        path = CLAIM_PATH.format(namespace=m.get("namespace", ""), name=m.get("name", "")) + suffix
+        reply = await writer.write_object(method, path, body, writer.term, content_type)
+        if reply.status == 409:
+            raise Conflict(f"{what} claim {claim_ref(claim)}: conflict")
+        if not reply.ok:
+            raise ClaimError(f"{what} claim {claim_ref(claim)}: {reply.describe()}")
+        try:
+            out = json.loads(reply.text)
+        except ValueError as err:
+            raise ClaimError(f"{what} claim {claim_ref(claim)}: the answer is not JSON: {err}") from None
+        if not isinstance(out, dict):
+            raise ClaimError(f"{what} claim {claim_ref(claim)}: the answer is not an object")
+        return out
+
+    async def update(self, claim: Raw) -> Raw:
+        out = await self._through_writer("add finalizer to", claim, "PUT", "", claim)
+        return out if out is not None else await super().update(claim)
+
+    async def update_status(self, claim: Raw) -> Raw:
+        out = await self._through_writer("add allocation and reservation to", claim, "PUT", "/status", claim)
+        return out if out is not None else await super().update_status(claim)
+
+    async def unreserve(self, claim: Raw, pod_uid: str) -> None:
+        patch = _unreserve_patch(claim, pod_uid)
+        smp = "application/strategic-merge-patch+json"
+        if await self._through_writer("unreserve", claim, "PATCH", "/status", patch, smp) is None:
+            await super().unreserve(claim, pod_uid)
+
+    async def deallocate(self, claim: Raw) -> None:
+        body = {**claim, "status": _deallocated_status(claim)}
+        if await self._through_writer("deallocate", claim, "PUT", "/status", body) is None:
+            await super().deallocate(claim)
+
+
+def _unreserve_patch(claim: Raw, pod_uid: str) -> dict[str, Any]:
+    """The pod out of ``status.reservedFor`` (strategic merge), on the claim's uid."""
+    uid = (claim.get("metadata") or {}).get("uid")
+    return {"metadata": {"uid": uid}, "status": {"reservedFor": [{"$patch": "delete", "uid": pod_uid}]}}
+
+
+def _deallocated_status(claim: Raw) -> dict[str, Any]:
+    return {k: v for k, v in (claim.get("status") or {}).items() if k not in ("reservedFor", "allocation", "devices")}

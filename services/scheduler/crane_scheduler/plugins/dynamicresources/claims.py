@@ -8,24 +8,22 @@ kube's messages verbatim.
 
 ``ClaimTracker`` holds the allocations decided in Reserve and not yet written by PreBind (kube's
 ``SignalClaimPendingAllocation``) and the claims PreBind wrote, until the informer shows them (kube's assume
-cache): the devices of both count as allocated, so two pods in flight never get the same device.
+cache): the devices of both count as allocated, so two pods in flight never get the same device. ``Held`` is the
+set of devices held, kept as each claim changes, with the log of its changes that the shape columns follow.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from crane_scheduler.plugins.dynamicresources.allocator import DeviceID, allocated_devices
-from crane_scheduler.plugins.dynamicresources.nodeview import PoolKey, ShapeDevices
 
 Raw = Mapping[str, Any]
 ClaimGetter = Callable[[str, str], Raw | None]
 """(namespace, name) -> the claim as the scheduler sees it (assumed version first), None when absent."""
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
-_ZEROS = itertools.repeat(0)
 
 
 class ClaimError(Exception):
@@ -97,29 +95,47 @@ def claim_key(claim: Raw) -> str:
 
 
 class ClaimTracker:
-    """In-flight allocations (by claim uid) and written-but-not-yet-seen claims (by namespace/name)."""
+    """In-flight allocations (by claim uid) and written-but-not-yet-seen claims (by namespace/name), and ``held``,
+    the devices they and the lister's claims hold, kept up to date as each of them changes (not recomputed per
+    cycle: a burst keeps hundreds of claims in flight)."""
 
     def __init__(self, changed: set[str] | None = None) -> None:
         self.pending: dict[str, Raw] = {}
         self.assumed: dict[str, Raw] = {}
-        self.index = HeldIndex(changed)
+        self.held = Held()
+        self.index = HeldIndex(changed, self.held)
+        self._pending_devices: dict[str, tuple[DeviceID, ...]] = {}
+        self._effects: dict[str, tuple[tuple[DeviceID, ...], tuple[DeviceID, ...]]] = {}
+        """assumed key -> (its devices, the devices of the lister's older version it stands in for)"""
+        self._dirty: set[str] = set()  # assumed since the last cycle: compared with the lister's version then
 
     def signal_pending(self, claim: Raw) -> None:
         """Reserve: ``claim`` carries the allocation this pod's binding cycle is about to write."""
-        self.pending[str(_meta(claim).get("uid", ""))] = claim
+        uid = str(_meta(claim).get("uid", ""))
+        self.remove_pending(uid)
+        self.pending[uid] = claim
+        devices = self._pending_devices[uid] = tuple(allocated_devices([claim]))
+        self.held.add(devices, 1, 0)
 
     def has_pending(self, uid: str) -> bool:
         return uid in self.pending
 
     def remove_pending(self, uid: str) -> bool:
-        return self.pending.pop(uid, None) is not None
+        if self.pending.pop(uid, None) is None:
+            return False
+        self.held.add(self._pending_devices.pop(uid), -1, 0)
+        return True
 
     def assume(self, claim: Raw) -> None:
         """PreBind wrote ``claim``: answer it until the informer delivers this or a newer version."""
-        self.assumed[claim_key(claim)] = claim
+        key = claim_key(claim)
+        self.assumed[key] = claim
+        self._dirty.add(key)
 
     def restore(self, key: str) -> None:
-        self.assumed.pop(key, None)
+        if self.assumed.pop(key, None) is not None:
+            self._effect(key, None)
+        self._dirty.discard(key)
 
     def newest(self, key: str, seen: Raw | None) -> Raw | None:
         """The informer's version ``seen`` unless an assumed one is newer (kube's assume cache compares
@@ -129,7 +145,7 @@ class ClaimTracker:
         if mine is None:
             return seen
         if seen is None or _resource_version(seen) >= _resource_version(mine):  # deleted, or caught up
-            del self.assumed[key]
+            self.restore(key)
             return seen
         return mine
 
@@ -144,134 +160,141 @@ class ClaimTracker:
     def allocated(self, claims: Mapping[str, Raw]) -> Held:
         """Devices held by ``claims`` (the lister's, by key; newer assumed versions in place) and by the pending
         allocations. The lister's claims are counted incrementally (``HeldIndex``): a claim object is read once,
-        not once per pod, as kube's DRA manager keeps its allocated-devices set from claim events."""
-        self.index.update(claims)
-        minus: dict[DeviceID, int] = {}
-        plus: set[DeviceID] = set()
-        for key in list(self.assumed):
+        not once per pod, as kube's DRA manager keeps its allocated-devices set from claim events; an assumed
+        claim is compared with the lister's version when either changed."""
+        changed = self.index.update(claims)
+        keys = self._dirty | (set(self.assumed) if changed is None else self.assumed.keys() & changed)
+        self._dirty = set()
+        counted = self.index.counted
+        for key in keys:
+            if key not in self.assumed:
+                continue
             seen = claims.get(key)
             newest = self.newest(key, seen)
-            if newest is seen:
+            if newest is seen or seen is None or newest is None:
                 continue
-            for device in allocated_devices([seen] if seen is not None else []):
-                minus[device] = minus.get(device, 0) + 1
-            plus |= allocated_devices([newest] if newest is not None else [])
-        plus |= allocated_devices(list(self.pending.values()))
-        return Held(self.index.counts, minus, plus, self.index.versions)
+            entry = counted.get(key)
+            replaced = entry[1] if entry is not None and entry[0] is seen else tuple(allocated_devices([seen]))
+            self._effect(key, (tuple(allocated_devices([newest])), replaced))
+        self.held.trim()
+        return self.held
+
+    def _effect(self, key: str, effect: tuple[tuple[DeviceID, ...], tuple[DeviceID, ...]] | None) -> None:
+        old = self._effects.pop(key, None)
+        if old is not None:
+            self.held.add(old[0], -1, 0)
+            self.held.add(old[1], 0, -1)
+        if effect is not None:
+            self._effects[key] = effect
+            self.held.add(effect[0], 1, 0)
+            self.held.add(effect[1], 0, 1)
+
+
+class Held:
+    """The devices held now (``nodeview.HeldLog``): by the lister's claims (``counts``, kept by ``HeldIndex``)
+    less those an assumed newer version replaces (``minus``), plus the assumed and pending allocations
+    (``plus``); ``log`` lists each device that became held (+1) or free (-1), in order (the shape columns follow
+    it), trimmed after ``LOG_MAX`` entries, which makes its readers count again."""
+
+    LOG_MAX = 1 << 16
+
+    def __init__(self) -> None:
+        self.counts: dict[DeviceID, int] = {}
+        self.plus: dict[DeviceID, int] = {}
+        self.minus: dict[DeviceID, int] = {}
+        self.devices: set[DeviceID] = set()
+        self.log: list[tuple[DeviceID, int]] = []
+        self.log_base = 0
+
+    def __contains__(self, device: object) -> bool:
+        return device in self.devices
+
+    def add(self, devices: tuple[DeviceID, ...], plus: int, minus: int) -> None:
+        for device in devices:
+            if plus:
+                _bump(self.plus, device, plus)
+            if minus:
+                _bump(self.minus, device, minus)
+            self.recheck(device)
+
+    def recheck(self, device: DeviceID) -> None:
+        """``device``'s counts changed: log it if that changed whether it is held."""
+        now = device in self.plus or self.counts.get(device, 0) > self.minus.get(device, 0)
+        if now != (device in self.devices):
+            if now:
+                self.devices.add(device)
+            else:
+                self.devices.discard(device)
+            self.log.append((device, 1 if now else -1))
+
+    def trim(self) -> None:
+        if len(self.log) > self.LOG_MAX:
+            self.log_base += len(self.log)
+            self.log = []
+
+
+def _bump(counts: dict[DeviceID, int], device: DeviceID, step: int) -> None:
+    n = counts.get(device, 0) + step
+    if n:
+        counts[device] = n
+    else:
+        del counts[device]
 
 
 class HeldIndex:
-    """How many of the lister's claims hold each device, kept up to date by comparing each claim object with the
-    one last counted (the informer replaces an object on every change, so identity is its version). With
-    ``changed`` (the lister's ``changed_keys``), only the claims changed since the last update are compared;
-    without it, all of them. ``versions`` counts the changes per pool: a free count computed for a pool stays
-    true while its version does."""
+    """How many of the lister's claims hold each device (``held.counts``), kept up to date by comparing each
+    claim object with the one last counted (the informer replaces an object on every change, so identity is its
+    version). With ``changed`` (the lister's ``changed_keys``), only the claims changed since the last update
+    are compared; without it, all of them."""
 
-    def __init__(self, changed: set[str] | None = None) -> None:
-        self.counts: dict[DeviceID, int] = {}
-        self.versions: dict[PoolKey, int] = {}
+    def __init__(self, changed: set[str] | None = None, held: Held | None = None) -> None:
+        self.held = held if held is not None else Held()
+        self.counts = self.held.counts
         self.changed = changed
-        self._counted: dict[str, tuple[Raw, tuple[DeviceID, ...]]] = {}
+        self.counted: dict[str, tuple[Raw, tuple[DeviceID, ...]]] = {}
+        """key -> (the claim object counted, the devices it holds)"""
         self._seen = False  # the first update reads every claim (those listed before ``changed`` existed)
 
-    def update(self, claims: Mapping[str, Raw]) -> None:
+    def update(self, claims: Mapping[str, Raw]) -> list[str] | None:
+        """Count the changed claims; returns their keys, or None when every claim was compared."""
         if self.changed is not None and self._seen:
             keys = list(self.changed)
             self.changed.clear()
             for key in keys:
                 claim = claims.get(key)
                 if claim is None:
-                    entry = self._counted.pop(key, None)
+                    entry = self.counted.pop(key, None)
                     if entry is not None:
                         self._add(entry[1], -1)
                 else:
                     self._count(key, claim)
-            return
+            return keys
         if self.changed is not None:
             self.changed.clear()
             self._seen = True
         for key, claim in claims.items():
             self._count(key, claim)
-        counted = self._counted
+        counted = self.counted
         if len(counted) != len(claims):
             for key in [k for k in counted if k not in claims]:
                 self._add(counted.pop(key)[1], -1)
+        return None
 
     def _count(self, key: str, claim: Raw) -> None:
-        entry = self._counted.get(key)
+        entry = self.counted.get(key)
         if entry is not None and entry[0] is claim:
             return
         if entry is not None:
             self._add(entry[1], -1)
         devices = tuple(allocated_devices([claim]))
-        self._counted[key] = (claim, devices)
+        self.counted[key] = (claim, devices)
         self._add(devices, 1)
 
     def _add(self, devices: tuple[DeviceID, ...], step: int) -> None:
-        versions = self.versions
+        counts, recheck = self.counts, self.held.recheck
         for device in devices:
-            pool = device[:2]
-            versions[pool] = versions.get(pool, 0) + 1
-            n = self.counts.get(device, 0) + step
-            if n:
-                self.counts[device] = n
-            else:
-                del self.counts[device]
-
-
-class Held:
-    """The devices held in one cycle: the lister's counts less the claims an assumed version replaces, plus the
-    assumed and pending allocations (what the allocator asks: ``device in held``, and ``free``)."""
-
-    __slots__ = ("_overlay", "counts", "minus", "plus", "versions")
-
-    def __init__(
-        self,
-        counts: Mapping[DeviceID, int],
-        minus: Mapping[DeviceID, int],
-        plus: set[DeviceID],
-        versions: Mapping[PoolKey, int] | None = None,
-    ) -> None:
-        self.counts, self.minus, self.plus = counts, minus, plus
-        self.versions = versions
-        self._overlay: dict[PoolKey, list[tuple[DeviceID, int]]] | None = None
-
-    def free(self, devices: ShapeDevices) -> int:
-        """How many of ``devices`` are not held: the count over the lister's claims, kept in ``devices`` while
-        its pools' versions stay, corrected by this cycle's assumed and pending claims (usually a few pools)."""
-        versions, counts = self.versions, self.counts
-        if versions is None:
-            free = sum(1 for d in devices.ids if d not in counts)
-        else:
-            stamp = tuple(map(versions.get, devices.pools, _ZEROS))
-            if stamp != devices.stamp or devices.counted_by is not versions:
-                devices.free = sum(1 for d in devices.ids if d not in counts)
-                devices.stamp, devices.counted_by = stamp, versions
-            free = devices.free
-        overlay = self._overlay
-        if overlay is None:
-            overlay = self._overlay = self._overlay_by_pool()
-        if overlay:
-            for pool in devices.pools:
-                for device, delta in overlay.get(pool, ()):
-                    if device in devices.ids:
-                        free -= delta
-        return free
-
-    def _overlay_by_pool(self) -> dict[PoolKey, list[tuple[DeviceID, int]]]:
-        """Per pool, the devices whose held state the overlays change, with the change (+1 held, -1 freed)."""
-        out: dict[PoolKey, list[tuple[DeviceID, int]]] = {}
-        for device in {*self.plus, *self.minus}:
-            delta = (device in self) - (device in self.counts)
-            if delta:
-                out.setdefault(device[:2], []).append((device, delta))
-        return out
-
-    def __contains__(self, device: object) -> bool:
-        if device in self.plus:
-            return True
-        n = self.counts.get(device, 0)  # type: ignore[call-overload]
-        return bool(n) and n > self.minus.get(device, 0)  # type: ignore[call-overload]
+            _bump(counts, device, step)
+            recheck(device)
 
 
 def _resource_version(claim: Raw) -> int:

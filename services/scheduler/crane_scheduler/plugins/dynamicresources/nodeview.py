@@ -10,8 +10,11 @@ same work per node and per pod was most of the decision (bench/dra/RESULTS.md), 
   when that node's object changes while such a slice exists;
 - per candidate, the verdict of each selector set asked of it (a "shape": the class, its selectors and the
   request's), an error included, so CEL runs once per device and shape, not once per node and pod;
-- per view and shape, the devices that a simple request can take there (``ShapeDevices``) and how many of them
-  the held devices leave free, so Filter answers most nodes by a count (``Allocator.fits``).
+- per view and shape, the devices that a simple request can take there (``ShapeDevices``): Filter answers most
+  nodes by how many of them are free (``Allocator.fits_nodes``);
+- per shape, a ``ShapeColumn``: that free count for every row of the node table as one numpy column, moved by
+  the held devices that changed since the last cycle (``HeldLog``), so Filter compares one column with the
+  number of devices the pod needs instead of counting node by node.
 
 Evaluating a selector earlier than kube would is not observable: a verdict is only acted upon (an error raised)
 when the search reaches the device, as kube's does.
@@ -20,9 +23,12 @@ when the search reaches the device, as kube's does.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from crane_scheduler.plugins.dynamicresources.celenv import CelError, DeviceView, compile_selector, device_view
 from crane_scheduler.plugins.dynamicresources.pools import Pool, PoolError, gather_pools
@@ -31,7 +37,6 @@ from crane_scheduler.podinfo import NodeInfo
 Raw = Mapping[str, Any]
 DeviceID = tuple[str, str, str]
 """(driver, pool, device)."""
-PoolKey = tuple[str, str]
 Shape = tuple[str, tuple[str, ...], tuple[str, ...]]
 """(class name, the class's selector expressions, the request's selector expressions)."""
 SelectorError = tuple[bool, int, str]
@@ -94,13 +99,9 @@ def _evaluate(candidate: Candidate, shape: Shape) -> Verdict:
 @dataclass(slots=True)
 class ShapeDevices:
     """The devices of a view's complete, valid pools that a request of one shape may take (selected, no binding
-    conditions, no counters consumed), in search order, and the free count last computed for them."""
+    conditions, no counters consumed), in search order."""
 
     ids: tuple[DeviceID, ...]
-    pools: tuple[PoolKey, ...]
-    stamp: tuple[int, ...] | None = None
-    free: int = 0
-    counted_by: object = None  # the per-pool versions ``stamp`` was read from
 
 
 class NodeView:
@@ -130,12 +131,10 @@ class NodeView:
         if key in shapes:
             return shapes[key]
         ids: list[DeviceID] = []
-        pools: list[PoolKey] = []
         entry: ShapeDevices | None = None
         for pool, candidates in zip(self.pools, self.candidates, strict=True):
             if pool.incomplete or pool.invalid:
                 continue
-            pools.append((pool.driver, pool.name))
             for candidate in candidates:
                 if candidate.device.get("bindingConditions"):
                     continue
@@ -148,9 +147,121 @@ class NodeView:
                 continue
             break
         else:
-            entry = ShapeDevices(tuple(ids), tuple(pools))
+            entry = ShapeDevices(tuple(ids))
         shapes[key] = entry
         return entry
+
+
+class HeldLog(Protocol):
+    """The held devices (``device in held``) and the log of their changes (``claims.Held``): ``log[i -
+    log_base]`` is the i-th change since it was made, (device, +1 now held / -1 now free); entries before
+    ``log_base`` are gone."""
+
+    log: list[tuple[DeviceID, int]]
+    log_base: int
+
+    def __contains__(self, device: object) -> bool: ...
+
+
+BoolArray = npt.NDArray[np.bool_]
+
+
+class ShapeColumn:
+    """One shape's devices per node-table row (``nodes``: the rows' node objects, None for a free row): whether
+    the count answers the row (``countable``: a node whose pools were gathered and whose devices of the shape all
+    have a verdict), whether it has invalid pools, and ``free``, how many of its devices ``held`` does not hold.
+    Kept across cycles: ``sync`` re-reads the rows whose node object changed and applies the held devices'
+    changes logged since the last cycle (usually a few devices, each mapped to its rows by ``rows_of``)."""
+
+    __slots__ = (
+        "countable",
+        "devices",
+        "free",
+        "held",
+        "invalid",
+        "nodes",
+        "nodes_version",
+        "offset",
+        "present",
+        "rows_of",
+    )
+
+    def __init__(self, held: HeldLog | Container[DeviceID]) -> None:
+        self.held = held
+        self.nodes: list[NodeInfo | None] = []
+        self.devices: list[ShapeDevices | None] = []
+        self.rows_of: dict[DeviceID, list[int]] = {}
+        self.free = np.zeros(0, dtype=np.int64)
+        self.present = np.zeros(0, dtype=bool)
+        self.countable = np.zeros(0, dtype=bool)
+        self.invalid = np.zeros(0, dtype=bool)
+        self.offset = _log_end(held)
+        self.nodes_version: int | None = None
+
+    def sync(
+        self,
+        cache: DeviceCache,
+        nodes: Sequence[NodeInfo | None],
+        shape: Shape,
+        key: int,
+        nodes_version: int | None = None,
+    ) -> None:
+        """Catch up with the held devices' log and with ``nodes``; ``nodes_version``: the node table's (bumped
+        whenever a node is added, removed or changes what the scheduler reads), when the same as last time the rows
+        are not compared."""
+        log = getattr(self.held, "log", None)
+        if log is not None:
+            held: HeldLog = self.held  # type: ignore[assignment]
+            if self.offset < held.log_base:  # the log was trimmed past this column: count every row again
+                self.nodes = []
+            else:
+                free, rows_of = self.free, self.rows_of
+                for device, step in log[self.offset - held.log_base :]:
+                    for row in rows_of.get(device, ()):
+                        free[row] -= step
+            self.offset = held.log_base + len(log)
+        if nodes_version is not None and nodes_version == self.nodes_version and len(nodes) == len(self.nodes):
+            return
+        self.nodes_version = nodes_version
+        if len(nodes) != len(self.nodes):
+            n = len(nodes)
+            self.nodes, self.devices, self.rows_of = [None] * n, [None] * n, {}
+            self.free, self.present = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+            self.countable, self.invalid = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+            changed: Sequence[int] = range(n)
+        elif _same(nodes, self.nodes):
+            return
+        else:
+            changed = [row for row, (a, b) in enumerate(zip(nodes, self.nodes, strict=True)) if a is not b]
+        for row in changed:
+            self._set_row(row, nodes[row], cache, shape, key, self.held)
+
+    def _set_row(
+        self, row: int, node: NodeInfo | None, cache: DeviceCache, shape: Shape, key: int, held: Container[DeviceID]
+    ) -> None:
+        old = self.devices[row]
+        if old is not None:
+            for device in old.ids:
+                self.rows_of[device].remove(row)
+        entry: ShapeDevices | None = None
+        invalid = False
+        if node is not None:
+            view = cache.view(node)
+            if view.error is None:
+                entry = view.shapes[key] if key in view.shapes else view.shape_devices(shape, key)
+                invalid = view.invalid
+        self.nodes[row], self.devices[row] = node, entry
+        self.present[row], self.countable[row], self.invalid[row] = node is not None, entry is not None, invalid
+        self.free[row] = 0
+        if entry is not None:
+            for device in entry.ids:
+                self.rows_of.setdefault(device, []).append(row)
+            self.free[row] = sum(1 for d in entry.ids if d not in held)
+
+
+def _log_end(held: object) -> int:
+    log = getattr(held, "log", None)
+    return 0 if log is None else int(getattr(held, "log_base", 0)) + len(log)
 
 
 class DeviceCache:
@@ -165,6 +276,7 @@ class DeviceCache:
         self._selective = False  # some slice selects nodes by labels: a view also depends on the node object
         self._views: dict[str, NodeView] = {}
         self._shape_keys: dict[Shape, int] = {}
+        self._columns: dict[int, ShapeColumn] = {}
 
     def shape_key(self, shape: Shape) -> int:
         return self._shape_keys.setdefault(shape, len(self._shape_keys))
@@ -175,6 +287,7 @@ class DeviceCache:
             return
         self.slices, self._classes = list(slices), class_objects
         self._views.clear()
+        self._columns.clear()
         self._by_node, self._shared = {}, []
         for s in self.slices:
             name = (s.get("spec") or {}).get("nodeName")
@@ -197,6 +310,24 @@ class DeviceCache:
         self._views[node.name] = view
         return view
 
+    def column(
+        self,
+        shape: Shape,
+        key: int,
+        nodes: Sequence[NodeInfo | None],
+        held: HeldLog | Container[DeviceID],
+        nodes_version: int | None = None,
+    ) -> ShapeColumn:
+        """The shape's column for ``nodes`` (the node table's rows) under ``held``: kept across cycles when
+        ``held`` is a ``HeldLog`` (the same one each cycle); otherwise counted for this call."""
+        column = self._columns.get(key)
+        if column is None or column.held is not held:
+            column = ShapeColumn(held)
+            if hasattr(held, "log"):
+                self._columns[key] = column
+        column.sync(self, nodes, shape, key, nodes_version)
+        return column
 
-def _same(a: Sequence[Raw], b: Sequence[Raw]) -> bool:
+
+def _same(a: Sequence[Any], b: Sequence[Any]) -> bool:
     return len(a) == len(b) and all(map(operator.is_, a, b))

@@ -16,9 +16,10 @@
   patch on ``status``, in a task: Unreserve cannot wait).
 - PreBind, per claim not yet reserved for the pod, retried on conflict: the finalizer
   ``resource.kubernetes.io/delete-protection`` by Update, then ``status.allocation`` and ``status.reservedFor``
-  by UpdateStatus; the written claim is assumed until the informer shows it. Every write first checks the
-  leadership term (``Handle.may_bind``): a leader that may have lost its lease allocates nothing more
-  (``binding``: kube's ``bindClaim`` and the API adapter).
+  by UpdateStatus; the written claim is assumed until the informer shows it. The writes go through the API
+  writer process, as the bind does, in its leadership term; each first checks the term (``Handle.may_bind``), and
+  the process refuses a write past the term's deadline: a leader that may have lost its lease allocates nothing
+  more (``binding``: kube's ``bindClaim`` and the API adapters).
 - Score: per node, the sum over ``firstAvailable`` requests of 8 - the index of the subrequest the allocation
   chose; NormalizeScore scales by the maximum (weight 2 in the default profile). kube indexes the node's
   allocations (one per claim to allocate) by the claim's position among all the pod's claims, so a pod with an
@@ -127,14 +128,19 @@ class DraObjects(Protocol):
 
 class Allocations(Mapping[str, list[dict[str, Any]]]):
     """Node name -> the allocation results of the claims to allocate, for the nodes Filter found feasible. A node
-    Filter answered by counting (``Allocator.fits``) gets its results from the search when first asked (Reserve
-    asks for the chosen node; Score only when a request has subrequests, which counting never answers): the
-    search then runs on the same allocator, so it finds what it would have found in Filter."""
+    Filter answered by counting (``Allocator.fits_nodes``: a row of its ``fit`` mask, or one node) gets its
+    results from the search when first asked (Reserve asks for the chosen node; Score only when a request has
+    subrequests, which counting never answers): the search then runs on the same allocator, so it finds what it
+    would have found in Filter."""
 
     def __init__(self, allocator: Allocator | None = None, claims: Sequence[Raw] = ()) -> None:
         self.allocator, self.claims = allocator, claims  # what a deferred node's search runs with
         self._found: dict[str, list[dict[str, Any]]] = {}
         self._deferred: dict[str, NodeInfo] = {}
+        self._mask: np.ndarray[Any, np.dtype[np.bool_]] | None = None  # deferred rows of ``_nodes``
+        self._nodes: Sequence[NodeInfo | None] = ()
+        self._rows: Mapping[str, int] = {}
+        self._in_mask = 0
 
     def found(self, node: str, results: list[dict[str, Any]]) -> None:
         self._found[node] = results
@@ -142,10 +148,37 @@ class Allocations(Mapping[str, list[dict[str, Any]]]):
     def defer(self, node: NodeInfo) -> None:
         self._deferred[node.name] = node
 
+    def defer_rows(
+        self, mask: np.ndarray[Any, np.dtype[np.bool_]], nodes: Sequence[NodeInfo | None], rows: Mapping[str, int]
+    ) -> None:
+        """The rows of ``mask`` (owned from now on) in ``nodes`` (the node table's rows, copied); ``rows``: the
+        table's row of each node name."""
+        self._mask, self._nodes, self._rows = mask, list(nodes), rows
+        self._in_mask = int(np.count_nonzero(mask))
+
+    def _row(self, node: str) -> int | None:
+        """The row of a deferred node in the mask, None when not there."""
+        if self._mask is None or not self._in_mask:
+            return None
+        row = self._rows.get(node)
+        if row is None or row >= len(self._mask) or not self._mask[row]:
+            return None
+        info = self._nodes[row]
+        return row if info is not None and info.name == node else None
+
     def __getitem__(self, node: str) -> list[dict[str, Any]]:
         results = self._found.get(node)
         if results is None:
-            info = self._deferred.pop(node)
+            info = self._deferred.pop(node, None)
+            if info is None:
+                row = self._row(node)
+                if row is None:
+                    raise KeyError(node)
+                assert self._mask is not None
+                self._mask[row] = False
+                self._in_mask -= 1
+                info = self._nodes[row]
+                assert info is not None
             found = None
             if self.allocator is not None:
                 try:
@@ -159,14 +192,19 @@ class Allocations(Mapping[str, list[dict[str, Any]]]):
         return results
 
     def __contains__(self, node: object) -> bool:
-        return node in self._found or node in self._deferred
+        return node in self._found or node in self._deferred or (isinstance(node, str) and self._row(node) is not None)
 
     def __iter__(self) -> Iterator[str]:
         yield from self._found
         yield from self._deferred
+        if self._mask is not None:
+            for row in np.flatnonzero(self._mask):
+                info = self._nodes[int(row)]
+                if info is not None:
+                    yield info.name
 
     def __len__(self) -> int:
-        return len(self._found) + len(self._deferred)
+        return len(self._found) + len(self._deferred) + self._in_mask
 
 
 @dataclass
@@ -308,28 +346,26 @@ class DynamicResources(
         to_allocate = [st.claims[i] for i in st.to_allocate]
         nodes = table.nodes
         # Claims of one shape: every node answered by a count at once (Allocator.fits_nodes); the others search.
-        fits = st.allocator.fits_nodes(nodes, st.plan) if st.allocator is not None and st.plan is not None else None
+        fits = None
+        if st.allocator is not None and st.plan is not None:
+            fits = st.allocator.fits_nodes(nodes, st.plan, table.nodes_version)
         if fits is not None and all(selector is None for selector in st.available_on):
-            cannot = []
-            for row, (node, fit) in enumerate(zip(nodes, fits, strict=True)):
-                if node is None:
-                    continue
-                if fit is True:
-                    st.allocations.defer(node)
-                elif fit is False:
-                    cannot.append(row)
-                else:
-                    verdict = self._filter_node(st, node, to_allocate, deadline, None)
-                    if verdict is not None:
-                        masks.setdefault(verdict, np.zeros(table.n_rows, dtype=bool))[row] = True
-            if cannot:
+            for row in fits.search.tolist():
+                node = nodes[row]
+                assert node is not None  # a present row
+                verdict = self._filter_node(st, node, to_allocate, deadline, None)
+                if verdict is not None:
+                    masks.setdefault(verdict, np.zeros(table.n_rows, dtype=bool))[row] = True
+            st.allocations.defer_rows(fits.fit, nodes, table.rows)
+            if fits.cannot.any():
                 mask = masks.setdefault((REASON_CANNOT_ALLOCATE, False), np.zeros(table.n_rows, dtype=bool))
-                mask[cannot] = True
+                mask[: len(fits.cannot)] |= fits.cannot
         else:
             for row, node in enumerate(nodes):
                 if node is None:
                     continue
-                verdict = self._filter_node(st, node, to_allocate, deadline, fits[row] if fits is not None else None)
+                fit = fits.answer(row) if fits is not None else None
+                verdict = self._filter_node(st, node, to_allocate, deadline, fit)
                 if verdict is not None:
                     masks.setdefault(verdict, np.zeros(table.n_rows, dtype=bool))[row] = True
         return [Rejection(reason, mask, unresolvable=True, error=failed) for (reason, failed), mask in masks.items()]
