@@ -201,7 +201,7 @@ class Algorithm:
                     if count:
                         diagnosis.reasons[r.reason] += count
                         diagnosis.rejectors.add(name)
-                        diagnosis.retry_after = sooner(diagnosis.retry_after, r.retry_after)
+                        diagnosis.retry_after = sooner(diagnosis.retry_after, r.lifts_in())
             outside = table.num_nodes - len(cand_rows)
             if outside:
                 diagnosis.reasons[f"node(s) didn't satisfy plugin(s) [{' '.join(excluded_by)}]"] += outside

@@ -159,6 +159,25 @@ def test_a_node_hot_through_unmeasured_pods_stays_hot_and_the_pod_waits_for_its_
     assert diagnosis.retry_after == pytest.approx(470)
 
 
+def test_the_refusals_instant_is_computed_only_for_an_attempt_that_fails_and_once() -> None:
+    """Placed on a cool node, a pod does not pay for the hot nodes' retry instant; refused everywhere, it gets the
+    same instant as before (computed once for all of Filter's reasons)."""
+    s = setup(annotated("hot", 0.80), annotated("full", 0.10, memory=0.90), annotated("cool", 0.10))
+    computed = []
+    eager = s.plugin._retry_after
+
+    def counted(*args: Any) -> float | None:
+        computed.append(args)
+        return eager(*args)
+
+    s.plugin._retry_after = counted  # type: ignore[method-assign,assignment]
+    assert s.place(pod("p", cpu="100m")) == "cool" and computed == []
+    s.table.remove_node("cool")
+    diagnosis = s.place(pod("q", cpu="100m"))
+    assert isinstance(diagnosis, Diagnosis) and len(diagnosis.reasons) == 2  # two rejections: cpu, memory
+    assert len(computed) == 1 and diagnosis.retry_after == pytest.approx(470)
+
+
 def test_a_gone_victim_keeps_its_usage_out_so_the_preemptor_binds_and_preempts_no_more() -> None:
     s = hot_by_low_priority_pods()
     vip = pod("vip", cpu="2", priority=100)

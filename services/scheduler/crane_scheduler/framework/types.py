@@ -123,7 +123,15 @@ class Rejection:
     retry_after: float | None = None
     """Seconds until the earliest instant at which this refusal could lift with no cluster event at all (a load
     annotation turning stale, a recent binding's estimate leaving its window): the pod is retried then (a queueing
-    hint with a time). None: only a cluster event can lift it."""
+    hint with a time). None: only a cluster event can lift it. Read it through ``lifts_in``."""
+    retry_after_of: Callable[[], float | None] | None = None
+    """``retry_after`` computed on first read instead (memoised by the plugin): it matters only when the attempt
+    fails, and most refusals are of nodes a placed pod did not need. Consumers read ``lifts_in`` right after the
+    Filter call that returned the rejection, before any other, so it sees that call's inputs."""
+
+    def lifts_in(self) -> float | None:
+        """``retry_after``, computed now when the plugin deferred it."""
+        return self.retry_after if self.retry_after_of is None else self.retry_after_of()
 
 
 @dataclass(frozen=True, slots=True)

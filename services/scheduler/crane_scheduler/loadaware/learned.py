@@ -104,7 +104,7 @@ class WorkloadUsage:
 
     def estimate(self, metadata: Mapping[str, object] | None, now: float) -> PodUsage | None:
         """The learned usage of a pod of this workload, or None (not enough measured pods: the factor applies)."""
-        if not self.args.enabled:
+        if not self.args.enabled or not self._usage:  # nothing measured anywhere: no workload has samples
             return None
         key = workload_key(metadata)
         if key is None:

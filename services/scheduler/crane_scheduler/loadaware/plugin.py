@@ -23,6 +23,7 @@ applies to the next pod; an invalid one is refused with a logged reason and the 
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -334,11 +335,14 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
 
     def _horizon(self) -> float:
         """How long a binding can matter (longest hot-value range or estimate window); cached per policy."""
-        if self._horizon_of[0] is not self.args:
-            windows = [r.time_range.total_seconds() for r in self.args.policy.hot_value]
-            est = self.args.estimate
+        return self._horizon_for(self.args)
+
+    def _horizon_for(self, args: DynamicArgs) -> float:
+        if self._horizon_of[0] is not args:
+            windows = [r.time_range.total_seconds() for r in args.policy.hot_value]
+            est = args.estimate
             longest = max([est.window.total_seconds(), *(w.total_seconds() for w in est.windows.values()), *windows])
-            self._horizon_of = (self.args, longest)
+            self._horizon_of = (args, longest)
         return self._horizon_of[1]
 
     def recent_on(self, node: str, until: float = math.inf) -> list[RecentBinding]:
@@ -469,11 +473,15 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             return []
         rejections = []
         counts = np.bincount(codes[rejected], minlength=len(reasons)).tolist()
-        later = self._retry_after(rejected, now)  # the soonest over them all: what the queue retries at
+        # The soonest over them all (what the queue retries at), computed only if the attempt fails: a walk over
+        # the refused rows and their bindings that a pod placed elsewhere does not need (``Rejection.lifts_in``).
+        later = functools.cache(
+            functools.partial(self._retry_after, rejected, now, self.args, self.columns, self.recent)
+        )
         for k, count in enumerate(counts):  # the policy's order, as the reference gives them
             if count:
                 self.metrics.rejections.labels(_metric_of(reasons[k])).inc(count)
-                rejections.append(fwk.Rejection(reasons[k], rejected & (codes == k), retry_after=later))
+                rejections.append(fwk.Rejection(reasons[k], rejected & (codes == k), retry_after_of=later))
         return rejections
 
     def refuses(self, pod: PodInfo, table: NodeTable) -> Mask:
@@ -527,17 +535,20 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             codes = self._without_uncounted(codes, pod, table, extra, incoming, regular)
         return codes, now
 
-    def _retry_after(self, mask: Mask, now: float) -> float | None:
-        """Seconds until the refused rows' inputs could change with no event (``lift.py``)."""
+    def _retry_after(
+        self, mask: Mask, now: float, args: DynamicArgs, columns: LoadColumns, recent: RecentEffects
+    ) -> float | None:
+        """Seconds until the refused rows' inputs could change with no event (``lift.py``); ``args``, ``columns``
+        and ``recent`` as the Filter call saw them (a policy reload replaces them)."""
         rows = np.flatnonzero(mask)
-        policy = self.args.policy
+        policy = args.policy
         judged = {p.name for p in policy.predicate if p.max_limit_percent != 0}  # only these refuse a pod
         windows = {
             s.name: metric_freshness_window(s.period).total_seconds() for s in policy.sync_policy if s.name in judged
         }
-        stamps = {metric: self.columns.stamps[metric][rows] for metric in windows}
-        oldest = self.recent.oldest(mask)
-        soonest = next_change(stamps, windows, self.args.max_skew.total_seconds(), oldest, self._horizon(), now)
+        stamps = {metric: columns.stamps[metric][rows] for metric in windows}
+        oldest = recent.oldest(mask)
+        soonest = next_change(stamps, windows, args.max_skew.total_seconds(), oldest, self._horizon_for(args), now)
         return retry_after(soonest, now)
 
     def _without_uncounted(

@@ -294,7 +294,7 @@ def _not_fitting(out: DryRun, rejected: list[tuple[str, list[Rejection], Mask]],
             for r in rejections:
                 if r.mask[row]:
                     out.rejectors.add(name)
-                    out.retry_after = sooner(out.retry_after, r.retry_after)
+                    out.retry_after = sooner(out.retry_after, r.lifts_in())
 
 
 def _take_out(table: NodeTable, uids: list[str], *, notify: bool = False) -> list[PodRecord]:
