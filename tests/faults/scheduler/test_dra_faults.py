@@ -89,12 +89,15 @@ async def test_leader_killed_mid_allocation_no_device_twice_no_pod_lost_the_stan
         await create_pods(kube, ns, pods)
         await wait_for(lambda: at_least_bound(kube, ns, 3), timeout=60, what="3 claim pods bound by a")
 
-        async def mid_allocation() -> bool:  # a claim written, its pod not bound yet: the window the kill aims at
+        async def kill_now() -> bool:
+            """A claim written, its pod not bound yet (the window the kill aims at); or, where a loaded machine's
+            polls keep missing that window, half the devices bound: the kill still lands mid-burst."""
             held = sum(1 for c in await claims_json(kube, ns) if allocated(c))
-            return held > await bound_count(kube, ns)
+            bound = await bound_count(kube, ns)
+            return held > bound or bound >= DEVICES // 2
 
         deadline = time.monotonic() + 15  # a's binds are rate-limited (5 QPS): the window comes with each pod
-        while not await mid_allocation() and time.monotonic() < deadline:
+        while not await kill_now() and time.monotonic() < deadline:
             pass
         await a.proc.kill()
         killed = time.monotonic()
