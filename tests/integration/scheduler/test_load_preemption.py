@@ -15,7 +15,6 @@ from crane_sandbox.cluster import LocalCluster
 from crane_scheduler.__main__ import plugin_registry
 from crane_shared.annotations import encode_usage
 from crane_shared.batch import POD_USAGE_KEY, PodUsage, encode_pod_usage
-from crane_shared.kube import raw_json
 from tests.support.policy import UPSTREAM_METRICS, write_policy
 from tests.support.scheduler_cluster import (
     config_for,
@@ -57,12 +56,7 @@ def with_dynamic(scheduler_name: str, args: dict[str, Any] | None = None) -> dic
 
 
 async def preempted_names(kube: client.ApiClient, namespace: str) -> list[str]:
-    found = await raw_json(
-        client.EventsV1Api(kube).list_namespaced_event(
-            namespace, field_selector="reason=Preempted", _preload_content=False
-        )
-    )
-    return sorted(e["regarding"]["name"] for e in found["items"])
+    return sorted(e["regarding"]["name"] for e in await events(kube, namespace, "Preempted"))
 
 
 async def test_a_high_priority_pod_preempts_the_low_priority_pod_that_makes_the_node_hot(

@@ -18,6 +18,7 @@ from tests.support.scheduler_cluster import (
     config_for,
     create_nodes,
     create_pods,
+    events,
     in_process,
     node,
     pod,
@@ -94,17 +95,12 @@ async def test_high_priority_pod_preempts_the_lowest_priority_victim(
         placed = await wait_for(bound, timeout=30, what="the preemptor bound")
 
         async def preempted() -> list[dict[str, Any]] | None:
-            found = await raw_json(
-                client.EventsV1Api(kube).list_namespaced_event(
-                    namespace, field_selector="reason=Preempted", _preload_content=False
-                )
-            )
-            return list(found["items"]) or None
+            return await events(kube, namespace, "Preempted") or None
 
-        events = await wait_for(preempted, timeout=30, what="the victim's Preempted event")
+        found = await wait_for(preempted, timeout=30, what="the victim's Preempted event")
     assert placed["spec"]["nodeName"] == a
     # kube-scheduler's Eventf(victim, preemptor, Normal, "Preempted", "Preempting", "Preempted by pod <uid> on node")
-    [event] = events
+    [event] = found
     assert (event["type"], event["reason"], event["action"]) == ("Normal", "Preempted", "Preempting")
     assert event["note"] == f"Preempted by pod {placed['metadata']['uid']} on node {a}"
     assert event["regarding"]["name"] == "low" and event["regarding"]["uid"] == low["metadata"]["uid"]
