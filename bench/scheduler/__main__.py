@@ -799,19 +799,25 @@ def _line(run: Run) -> str:
     )
 
 
+def contender_arguments(parser: argparse.ArgumentParser, event_concurrency: int) -> None:
+    """The arguments ``run_ours`` and ``run_kube`` read, for every benchmark that runs them (one parser each, one
+    definition: a setting added here reaches them all)."""
+    parser.add_argument("--qps", type=float, default=5000, help="client QPS of both schedulers and the binder")
+    parser.add_argument("--burst", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=1024, help="our bind concurrency, and the binder's")
+    parser.add_argument("--event-concurrency", type=int, default=event_concurrency, help="our event writers")
+    parser.add_argument(
+        "--events-while-binds-wait", type=int, default=0, help="crane's setting of that name (0: its default)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.scheduler", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--nodes", default="1000,5000", help="comma-separated node counts")
     parser.add_argument("--pods", type=int, default=10000)
-    parser.add_argument("--qps", type=float, default=5000, help="client QPS of both schedulers and the binder")
-    parser.add_argument("--burst", type=int, default=5000)
-    parser.add_argument("--concurrency", type=int, default=1024, help="our bind concurrency, and the binder's")
-    parser.add_argument("--event-concurrency", type=int, default=64, help="our event writers")
-    parser.add_argument(
-        "--events-while-binds-wait", type=int, default=0, help="crane's setting of that name (0: its default)"
-    )
+    contender_arguments(parser, event_concurrency=64)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--skip-kube", action="store_true", help="only crane-scheduler and the bind ceiling")
     parser.add_argument(

@@ -76,6 +76,10 @@ RECOVERY_SETTLE = 35.0
 has landed (or failed) within its request timeout (30 s by default), and the cache has seen it"""
 log = get_logger("crane.scheduler")
 UNSCHEDULABLE_FLUSH_PERIOD = 30.0
+DECISION_SLICE = 0.001
+"""seconds of decisions in a row before the loop lets the informers and binding cycles run: a turn of the event
+loop (a ``select`` and the ready callbacks) after every decision cost about as much as a tenth of one; a pod the
+loop does not wait for anyway (a slot free, the queue not empty) is decided in the same turn"""
 WRITER_READY_TIMEOUT = 10.0
 """seconds the first decision waits for the API writer process to be ready (its writes would only wait in the
 pipe meanwhile, and a preemption's evictions with them); past that, scheduling goes on and the writes wait in the
@@ -390,6 +394,7 @@ class Scheduler:
         log.info("scheduling", profiles=sorted(self.profiles))
         self._scheduling = True
         try:
+            turn = time.perf_counter()
             while not stopping.is_set():
                 await self._slots.acquire()
                 qp = await self._next_pod(stopping)
@@ -397,7 +402,9 @@ class Scheduler:
                     self._slots.release()
                     break
                 self.schedule_one(qp)
-                await asyncio.sleep(0)  # let informers and binds run between decisions
+                if time.perf_counter() - turn >= DECISION_SLICE:
+                    await asyncio.sleep(0)  # let informers and binds run between decisions
+                    turn = time.perf_counter()
         finally:
             flusher.cancel()
             settled.cancel()
@@ -529,11 +536,11 @@ class Scheduler:
                 gc.enable()
         decided = time.perf_counter()
         after = thread_usage()
-        self.metrics.algorithm_duration.labels(profile.name).observe(decided - start)
+        self.metrics.child(self.metrics.algorithm_duration, profile.name).observe(decided - start)
         if before is not None and after is not None:
-            self.metrics.algorithm_cpu.labels(profile.name).observe(after[0] - before[0])
+            self.metrics.child(self.metrics.algorithm_cpu, profile.name).observe(after[0] - before[0])
             if after[1] > before[1]:
-                self.metrics.algorithm_preempted.labels(profile.name).inc()
+                self.metrics.child(self.metrics.algorithm_preempted, profile.name).inc()
         return result
 
     def _assume_and_bind(
@@ -601,10 +608,10 @@ class Scheduler:
         if status.code is Code.ALREADY_BOUND:
             self.table.forget(pod.uid)  # the informer will account the real binding
             self.reporter.already_bound(pod, profile.name)
-            self.metrics.bind_duration.labels("conflict").observe(time.perf_counter() - bind_start)
+            self.metrics.child(self.metrics.bind_duration, "conflict").observe(time.perf_counter() - bind_start)
             return
         if not status.success:
-            self.metrics.bind_duration.labels("error").observe(time.perf_counter() - bind_start)
+            self.metrics.child(self.metrics.bind_duration, "error").observe(time.perf_counter() - bind_start)
             profile.run_unreserve(state, pod, node)
             self.table.forget(pod.uid)
             # kube's handleBindingCycleError: the resources (and the peer) the assumption held are free again
@@ -612,11 +619,13 @@ class Scheduler:
             self.queue.on_event(ClusterEvent.POD_DELETE, ClusterChange(ClusterEvent.POD_DELETE, placed))
             self._failed(profile, qp, status, start)
             return
-        self.metrics.bind_duration.labels("bound").observe(time.perf_counter() - bind_start)
+        self.metrics.child(self.metrics.bind_duration, "bound").observe(time.perf_counter() - bind_start)
         profile.run_post_bind(state, pod, node)
         self.reporter.scheduled(pod.namespace, pod.name, pod.uid, node, profile.name)
-        self.metrics.schedule_attempts.labels("scheduled", profile.name).inc()
-        self.metrics.attempt_duration.labels("scheduled", profile.name).observe(time.perf_counter() - start)
+        self.metrics.child(self.metrics.schedule_attempts, "scheduled", profile.name).inc()
+        self.metrics.child(self.metrics.attempt_duration, "scheduled", profile.name).observe(
+            time.perf_counter() - start
+        )
 
     def _requeue_dropped(self, uid: str) -> None:
         """A pod whose bind was withheld goes back to activeQ quietly (no event: nothing failed), if still pending."""
@@ -643,8 +652,10 @@ class Scheduler:
         retry_after: float | None = None,
     ) -> None:
         """``retry_after``: seconds until a refusal could lift with no event (``Diagnosis.retry_after``)."""
-        self.metrics.schedule_attempts.labels("unschedulable", profile.name).inc()
-        self.metrics.attempt_duration.labels("unschedulable", profile.name).observe(time.perf_counter() - start)
+        self.metrics.child(self.metrics.schedule_attempts, "unschedulable", profile.name).inc()
+        self.metrics.child(self.metrics.attempt_duration, "unschedulable", profile.name).observe(
+            time.perf_counter() - start
+        )
         if qp.pod.uid in self.pending:  # still pending (not deleted, not bound meanwhile)
             self.queue.add_unschedulable(qp, rejectors, self.clock(), retry_after)
             self.reporter.failed(self.pending[qp.pod.uid], message, UNSCHEDULABLE, profile.name)
