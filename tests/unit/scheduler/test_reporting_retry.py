@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 from structlog.testing import capture_logs
 
-from crane_scheduler import reporting
 from crane_scheduler.podinfo import parse_pod
 from crane_scheduler.reporting import Reporter
+from crane_shared.events import scheduled_event_name
 from tests.support.scheduler import FakeWriter
 from tests.support.scheduler import pod as pod_of
 
@@ -36,7 +36,7 @@ async def test_scheduled_event_is_retried_through_503s_and_written_once() -> Non
         reporter.scheduled("ns", "p", "uid-1", "n1", "crane-scheduler")
     assert fake.answers == [], fake.answers
     assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"] * 3
-    assert {b["metadata"]["name"] for b in fake.bodies} == {reporting.scheduled_event_name("p", "uid-1")}
+    assert {b["metadata"]["name"] for b in fake.bodies} == {scheduled_event_name("p", "uid-1")}
 
 
 async def test_scheduled_event_is_retried_through_a_restarted_api_servers_403s() -> None:
