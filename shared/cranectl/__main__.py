@@ -139,6 +139,9 @@ def render_explain(body: dict[str, Any]) -> str:
             lines.append(f"  {n['node']:24} total {n.get('total', 0):>5}  {scores}{extra}")
         else:
             lines.append(f"  {n['node']:24} refused by {n['filter']['plugin']}: {n['filter']['reason']}{extra}")
+    scoring = next((n["load"]["scoring"] for n in body["nodes"] if "scoring" in n.get("load", {})), None)
+    if scoring is not None:  # the Dynamic score's strategy (spec.scoring)
+        lines.append(f"load score: {scoring}")
     judged = next((n["load"] for n in body["nodes"] if "podClass" in n.get("load", {})), None)
     if judged is not None:  # the load policy's view of the pod: its class and its estimated usage
         est = judged["podEstimate"]
