@@ -29,6 +29,8 @@ Pure: no I/O. Problems are appended to the caller's list, each naming its field 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, get_args
@@ -43,8 +45,12 @@ __all__ = [
     "ScoringPolicy",
     "dump_load_taint",
     "dump_scoring",
+    "is_ours",
     "read_load_taint",
     "read_scoring",
+    "taint_value",
+    "with_taint",
+    "without_taint",
 ]
 
 TAINT_KEY = "crane.io/load-hot"
@@ -177,3 +183,29 @@ def _thresholds(raw: object, path: str, synced: set[str], problems: list[str]) -
         elif value is not None:
             out.append((str(metric), value))
     return tuple(sorted(out))
+
+
+# --- the taint on a node ---------------------------------------------------------------------------------------
+
+
+def is_ours(taint: Mapping[str, object]) -> bool:
+    return taint.get("key") == TAINT_KEY
+
+
+_INVALID = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def taint_value(metric: str) -> str:
+    """The metric as a taint value (a label value: at most 63 of ``[A-Za-z0-9_.-]``, alphanumeric at both ends)."""
+    return _INVALID.sub("_", metric)[:63].strip("_.-")
+
+
+def with_taint(taints: Iterable[Mapping[str, object]], effect: str, metric: str) -> list[dict[str, object]]:
+    """The node's taints with ours set (any earlier one of ours replaced)."""
+    return [dict(t) for t in taints if not is_ours(t)] + [
+        {"key": TAINT_KEY, "value": taint_value(metric), "effect": effect}
+    ]
+
+
+def without_taint(taints: Iterable[Mapping[str, object]]) -> list[dict[str, object]]:
+    return [dict(t) for t in taints if not is_ours(t)]
