@@ -87,6 +87,7 @@ async def run(config: AnnotatorConfig) -> int:
             annotator.hot,
             annotator.written,
             lambda: annotator.leading,
+            annotator.taints,
         )
         log.info(
             "starting",

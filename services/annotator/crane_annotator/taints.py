@@ -27,7 +27,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_annotator.metrics import AnnotatorMetrics
 from crane_annotator.nodes import NodeInfo
-from crane_annotator.taintplan import Change, NodeState, TaintNode, plan
+from crane_annotator.taintplan import Change, NodeState, Reading, TaintNode, plan
 from crane_annotator.writer import Outcome
 from crane_shared.events import NODE_EVENT_NAMESPACE, node_event
 from crane_shared.kube import api_failure, raw_json
@@ -91,6 +91,8 @@ class LoadTaints:
         self._log_once = LogOnce(log)
         self.states: dict[str, NodeState] = {}
         self.held: list[str] = []
+        self.readings: dict[str, Reading] = {}
+        """node -> its reading at the last evaluation (debug endpoint)"""
         self.evaluations = 0
         self._pending: set[asyncio.Task[None]] = set()
 
@@ -131,6 +133,7 @@ class LoadTaints:
         result = plan(nodes, self.states, policy, self._args(policy), datetime.fromtimestamp(self._clock(), UTC))
         self.states = result.states
         self.held = result.held
+        self.readings = result.readings
         self.evaluations += 1
         gate = asyncio.Semaphore(WRITES_AT_ONCE)
         effect = policy.load_taint.effect if policy.load_taint is not None else "NoSchedule"
