@@ -128,10 +128,16 @@ def render_plan(body: dict[str, Any]) -> str:
         if nodes:
             shown = [f"{n} ({body['unknown'][n]})" if n in body.get("unknown", {}) else n for n in nodes]
             lines.append(f"  {name + ':':8} {', '.join(shown)}")
+    if body.get("draining"):
+        lines.append(f"  {'draining:':8} {', '.join(body['draining'])}")
     lines.append("evictions:" if body["evictions"] else "evictions: none")
     for e in body["evictions"]:
+        if e.get("kind") == "drain":
+            why = f"drain, {e['metric']} {e['value']:.3f} < {e['threshold']:g}"
+        else:
+            why = f"{e['metric']} {e['value']:.3f} > {e['threshold']:g}"
         lines.append(
-            f"  {e['pod']:40} from {e['node']}: {e['metric']} {e['value']:.3f} > {e['threshold']:g}"
+            f"  {e['pod']:40} from {e['node']}: {why}"
             f"  ({'batch, no place: yields' if e['target'] is None else 'target e.g. ' + e['target']})  {e['result']}"
         )
     skipped = body.get("skipped") or {}
