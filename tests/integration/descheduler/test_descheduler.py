@@ -10,6 +10,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -210,7 +211,7 @@ async def test_the_drain_empties_an_idle_node_whose_pods_all_have_a_place_and_ev
         proc = await scene.start("--policy", str(scheduler), "--descheduler-policy", str(path))
         read = scene.core.read_namespaced_pod
         for name in ("a1", "a2"):
-            await eventually(lambda n=name: _terminating(read, n, scene.namespace), timeout=60, what=f"{name} drained")
+            await eventually(partial(_terminating, read, name, scene.namespace), timeout=60, what=f"{name} drained")
 
         async def drained_events() -> list[Any]:
             events = await scene.core.list_namespaced_event(scene.namespace, field_selector="reason=LoadAwareDrained")
