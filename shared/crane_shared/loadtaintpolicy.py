@@ -36,7 +36,7 @@ from datetime import timedelta
 from typing import Any, Literal, get_args
 
 from crane_shared.durations import format_duration
-from crane_shared.policyyaml import check_keys, describe, duration, number
+from crane_shared.policyyaml import check_keys, count, describe, duration, number
 
 __all__ = [
     "OPT_OUT_KEY",
@@ -100,9 +100,9 @@ def read_load_taint(raw: object, synced: set[str], problems: list[str]) -> LoadT
     effect = raw.get("effect", default.effect)
     if effect not in EFFECTS:
         problems.append(f"{path}.effect: must be one of {', '.join(EFFECTS)}, got {describe(effect)}")
-    hot = _count(raw, path, "hotRounds", default.hot_rounds, 1, problems)
-    cool = _count(raw, path, "coolRounds", default.cool_rounds, 1, problems)
-    floor = _count(raw, path, "minUntaintedNodes", default.min_untainted_nodes, 0, problems)
+    hot = count(raw, path, "hotRounds", default.hot_rounds, 1, problems)
+    cool = count(raw, path, "coolRounds", default.cool_rounds, 1, problems)
+    floor = count(raw, path, "minUntaintedNodes", default.min_untainted_nodes, 0, problems)
     age = duration(raw, path, "maxDataAge", problems) if "maxDataAge" in raw else None
     thresholds = _thresholds(raw.get("thresholds"), f"{path}.thresholds", synced, problems)
     if len(problems) > before:
@@ -151,19 +151,6 @@ def read_scoring(raw: object, problems: list[str]) -> ScoringPolicy:
 
 def dump_scoring(policy: ScoringPolicy) -> dict[str, Any]:
     return {"strategy": policy.strategy, "targetUtilization": policy.target_utilization}
-
-
-def _count(raw: dict[Any, Any], path: str, key: str, default: int, minimum: int, problems: list[str]) -> int:
-    if key not in raw:
-        return default
-    value = raw[key]
-    if not isinstance(value, int) or isinstance(value, bool):
-        problems.append(f"{path}.{key}: must be an integer, got {describe(value)}")
-        return default
-    if value < minimum:
-        problems.append(f"{path}.{key}: must be >= {minimum}, got {value}")
-        return default
-    return value
 
 
 def _thresholds(raw: object, path: str, synced: set[str], problems: list[str]) -> tuple[tuple[str, float], ...]:

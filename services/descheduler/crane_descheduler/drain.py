@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from crane_descheduler.classify import Reading
-from crane_descheduler.plan import Eviction, NodeView, Plan, TargetFinder, Workload, rate_room, workload_allowance
+from crane_descheduler.plan import Eviction, NodeView, Plan, TargetFinder, Workload, rate_room, workload_refusal
 from crane_descheduler.pods import QOS_RANK, PodView, eviction_blocker, pdb_blocks, workload_of
 from crane_descheduler.policy import DeschedulerPolicy, Drain, NodePool
 from crane_shared.podresources import CPU, MEMORY
@@ -162,13 +162,7 @@ class Budget:
             return "node-budget"
         if self.namespaces[pod.namespace] >= limits.per_namespace_per_round:
             return "namespace-budget"
-        if pod.owner is not None:
-            key = workload_of(pod.owner, data.owners)
-            workload = data.workloads.get(key, Workload(1, 0))
-            allowed = workload_allowance(limits.max_unavailable_per_workload, workload.pods)
-            if workload.unavailable + self.workloads[key] + 1 > allowed:
-                return "workload-budget"
-        return None
+        return workload_refusal(pod, limits, data.workloads, data.owners, self.workloads)
 
     def spend(self, pod: PodView, data: DrainInput) -> None:
         self.room -= 1

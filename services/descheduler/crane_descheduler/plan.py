@@ -294,10 +294,21 @@ def _refusal(
         return "no-relief"
     if namespaces[pod.namespace] >= data.limits.per_namespace_per_round:
         return "namespace-budget"
-    if pod.owner is not None:
-        key = workload_of(pod.owner, data.owners)
-        workload = data.workloads.get(key, Workload(1, 0))
-        allowed = workload_allowance(data.limits.max_unavailable_per_workload, workload.pods)
-        if workload.unavailable + workloads[key] + 1 > allowed:
-            return "workload-budget"
-    return None
+    return workload_refusal(pod, data.limits, data.workloads, data.owners, workloads)
+
+
+def workload_refusal(
+    pod: PodView,
+    limits: Limits,
+    workloads: Mapping[str, Workload],
+    owners: Mapping[str, str],
+    planned: Counter[str],
+) -> str | None:
+    """``workload-budget`` when one more of the pod's workload down (not Ready, or planned this round) would exceed
+    ``maxUnavailablePerWorkload``."""
+    if pod.owner is None:
+        return None
+    key = workload_of(pod.owner, owners)
+    workload = workloads.get(key, Workload(1, 0))
+    allowed = workload_allowance(limits.max_unavailable_per_workload, workload.pods)
+    return "workload-budget" if workload.unavailable + planned[key] + 1 > allowed else None

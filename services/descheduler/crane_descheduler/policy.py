@@ -44,7 +44,7 @@ from typing import Any
 
 from crane_shared.loadaware.dynamic import resource_of
 from crane_shared.policy import DynamicSchedulerPolicy
-from crane_shared.policyyaml import PolicyError, check_keys, describe, duration, number, read_yaml
+from crane_shared.policyyaml import PolicyError, check_keys, count, describe, duration, number, read_yaml
 
 __all__ = [
     "API_VERSION",
@@ -223,26 +223,13 @@ def _section(spec: Mapping[str, Any], key: str, problems: list[str]) -> dict[str
     return raw
 
 
-def _count(section: Mapping[str, Any], path: str, key: str, default: int, minimum: int, problems: list[str]) -> int:
-    if key not in section:
-        return default
-    raw = section[key]
-    if not isinstance(raw, int) or isinstance(raw, bool):
-        problems.append(f"{path}.{key}: must be an integer, got {describe(raw)}")
-        return default
-    if raw < minimum:
-        problems.append(f"{path}.{key}: must be >= {minimum}, got {raw}")
-        return default
-    return raw
-
-
 def _anomaly(section: Mapping[str, Any], problems: list[str]) -> AnomalyCondition:
     path = "spec.anomaly"
     check_keys(section, path, _ANOMALY, problems)
     base = AnomalyCondition()
     return AnomalyCondition(
-        _count(section, path, "consecutiveAbnormalities", base.hot_rounds, 1, problems),
-        _count(section, path, "consecutiveNormalities", base.normal_rounds, 1, problems),
+        count(section, path, "consecutiveAbnormalities", base.hot_rounds, 1, problems),
+        count(section, path, "consecutiveNormalities", base.normal_rounds, 1, problems),
     )
 
 
@@ -371,8 +358,8 @@ def _drain(raw: object, scheduler: DynamicSchedulerPolicy, problems: list[str]) 
     return Drain(
         usage,
         requests,
-        _count(raw, path, "consecutiveRounds", base.rounds, 1, problems),
-        _count(raw, path, "maxNodes", base.max_nodes, 1, problems),
+        count(raw, path, "consecutiveRounds", base.rounds, 1, problems),
+        count(raw, path, "maxNodes", base.max_nodes, 1, problems),
     )
 
 
@@ -421,8 +408,8 @@ def _limits(section: Mapping[str, Any], problems: list[str]) -> Limits:
             expected = 'must be a count >= 0 or a percent like "25%"'
             problems.append(f"{path}.maxUnavailablePerWorkload: {expected}, got {describe(raw)}")
     return Limits(
-        _count(section, path, "maxPerNodePerRound", base.per_node_per_round, 0, problems),
-        _count(section, path, "maxPerNamespacePerRound", base.per_namespace_per_round, 0, problems),
+        count(section, path, "maxPerNodePerRound", base.per_node_per_round, 0, problems),
+        count(section, path, "maxPerNamespacePerRound", base.per_namespace_per_round, 0, problems),
         unavailable,
-        _count(section, path, "maxPerMinute", base.per_minute, 0, problems),
+        count(section, path, "maxPerMinute", base.per_minute, 0, problems),
     )
