@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crane_shared.annotations import encode_hot_value, encode_usage
+from crane_shared.annotations import decode, encode_hot_value, encode_usage
 from crane_shared.loadaware.dynamic import DynamicArgs, node_load, score, target_load
 from crane_shared.loadtaintpolicy import ScoringPolicy
 from crane_shared.policy import parse_policy
@@ -89,6 +89,7 @@ def test_against_the_spreading_order_reversed_below_the_target_kept_above_it(
     under the target, and first again once both are over it. Scores are rounded, so ties may appear in one
     strategy where the other separates the nodes: the preferences never cross."""
     pack = DynamicArgs(replace(ONE_METRIC, scoring=ScoringPolicy("pack", target)))
+    a, b = (decode(encode_usage(u, NOW)).value for u in (a, b))  # as the annotation holds them (five decimals)
     ua, ub = a + (pod or 0.0), b + (pod or 0.0)
     sa, sb = scored(SPREAD, a), scored(SPREAD, b)
     pa, pb = scored(pack, a, pod=pod), scored(pack, b, pod=pod)
