@@ -21,13 +21,13 @@ nothing behind that its successor does not clean up.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
 from crane_shared.debounce import Detector, step
-from crane_shared.loadaware.dynamic import DynamicArgs, node_load
+from crane_shared.loadaware.dynamic import DynamicArgs, node_load, valid_until
 from crane_shared.policy import DynamicSchedulerPolicy
 
 Reason = Literal["hot", "cooled", "stale", "opted-out", "disabled", "floor"]
@@ -93,8 +93,17 @@ class TaintPlan:
 
 def read(node: TaintNode, policy: DynamicSchedulerPolicy, args: DynamicArgs, now: datetime) -> Reading:
     """The node's taint reading: hot, cool, or not judged (a threshold metric missing, stale, unreadable)."""
+    return read_until(node, policy, args, now)[0]
+
+
+def read_until(
+    node: TaintNode, policy: DynamicSchedulerPolicy, args: DynamicArgs, now: datetime
+) -> tuple[Reading, float]:
+    """``read``, and the first instant (unix seconds) at which it may differ with the same annotations: a freshness
+    edge of the scheduler's reading (``dynamic.valid_until``) or a sample turning older than ``maxDataAge``."""
     thresholds = policy.taint_thresholds()
     load = node_load(node.name, node.annotations, args, now, regular=True)
+    until = valid_until(load, node.annotations, args, (), now.timestamp())
     max_age = policy.load_taint.max_data_age if policy.load_taint is not None else None
     stamps: list[float] = []
     worst: tuple[float, str, float, float] | None = None
@@ -103,17 +112,39 @@ def read(node: TaintNode, policy: DynamicSchedulerPolicy, args: DynamicArgs, now
         usage = reading.usage if reading is not None else None
         if reading is None or usage is None or reading.timestamp is None:
             state = reading.state if reading is not None else "missing"
-            return Reading(None, problem=f"{metric} is {state}")
+            return Reading(None, problem=f"{metric} is {state}"), until
         if max_age is not None and now - reading.timestamp > max_age:
-            return Reading(None, problem=f"{metric} is older than maxDataAge {_seconds(max_age)}")
+            return Reading(None, problem=f"{metric} is older than maxDataAge {_seconds(max_age)}"), until
+        if max_age is not None:
+            until = min(until, (reading.timestamp + max_age).timestamp())
         stamps.append(reading.timestamp.timestamp())
         ratio = usage / limit
         if worst is None or ratio > worst[0]:
             worst = (ratio, metric, usage, limit)
     if worst is None:
-        return Reading(None, problem="no threshold")
+        return Reading(None, problem="no threshold"), until
     _, metric, value, limit = worst
-    return Reading(value > limit, tuple(stamps), metric, value, limit)
+    return Reading(value > limit, tuple(stamps), metric, value, limit), until
+
+
+class Readings:
+    """Each node's reading, kept until its annotations change (a node update brings a new mapping) or time can
+    change it (``read_until``): between rounds an evaluation decodes nothing."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[Mapping[str, str], DynamicArgs, float, Reading]] = {}
+
+    def get(self, node: TaintNode, policy: DynamicSchedulerPolicy, args: DynamicArgs, now: datetime) -> Reading:
+        kept = self._kept.get(node.name)
+        if kept is not None and kept[0] is node.annotations and kept[1] is args and now.timestamp() < kept[2]:
+            return kept[3]
+        reading, until = read_until(node, policy, args, now)
+        self._kept[node.name] = (node.annotations, args, until, reading)
+        return reading
+
+    def retain(self, names: Collection[str]) -> None:
+        for name in self._kept.keys() - set(names):
+            del self._kept[name]
 
 
 def plan(
@@ -122,8 +153,10 @@ def plan(
     policy: DynamicSchedulerPolicy,
     args: DynamicArgs,
     now: datetime,
+    readings: Readings | None = None,
 ) -> TaintPlan:
-    """The changes to make now and the debounce state to carry to the next evaluation."""
+    """The changes to make now and the debounce state to carry to the next evaluation (``readings``: kept from
+    one evaluation to the next, ``args`` being ``policy``'s)."""
     out = TaintPlan()
     section = policy.load_taint
     if section is None:
@@ -138,7 +171,7 @@ def plan(
         state = states.get(name)
         if state is None:  # a new term: a taint found is taken as confirmed
             state = NodeState(Detector(hot=node.tainted))
-        reading = read(node, policy, args, now)
+        reading = readings.get(node, policy, args, now) if readings is not None else read(node, policy, args, now)
         out.readings[name] = reading
         if reading.hot is None:
             state = NodeState()

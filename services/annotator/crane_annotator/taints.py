@@ -27,7 +27,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_annotator.metrics import AnnotatorMetrics
 from crane_annotator.nodes import NodeInfo
-from crane_annotator.taintplan import Change, NodeState, Reading, TaintNode, plan
+from crane_annotator.taintplan import Change, NodeState, Reading, Readings, TaintNode, plan
 from crane_annotator.writer import Outcome
 from crane_shared.events import NODE_EVENT_NAMESPACE, node_event
 from crane_shared.kube import api_failure, raw_json
@@ -43,6 +43,8 @@ log = get_logger("crane.annotator.taints")
 CONTROLLER = "crane-annotator"
 EVENT_TIMEOUT = 10
 WRITES_AT_ONCE = 8
+YIELD_EVERY = 250
+"""nodes decoded between two turns of the event loop (the Lease renewals, the rounds' patches go on)"""
 
 TaintWriter = Callable[[str, list[dict[str, object]], str], Awaitable[Outcome]]
 """(node, its new taints, the resourceVersion they replace) -> outcome: ``NodePatcher.patch_taints``"""
@@ -83,6 +85,7 @@ class LoadTaints:
         self._write = write
         self._metrics = metrics
         self._events = client.EventsV1Api(api) if api is not None else None
+        self._core = client.CoreV1Api(api) if api is not None else None
         self._identity = identity
         self.interval = interval
         self._may_write = may_write
@@ -95,6 +98,7 @@ class LoadTaints:
         """node -> its reading at the last evaluation (debug endpoint)"""
         self.evaluations = 0
         self._pending: set[asyncio.Task[None]] = set()
+        self._readings = Readings()
 
     def begin_term(self) -> None:
         """A new term judges from scratch: the taints it finds count as confirmed (``taintplan``)."""
@@ -130,7 +134,15 @@ class LoadTaints:
             )
             for name, info in infos.items()
         }
-        result = plan(nodes, self.states, policy, self._args(policy), datetime.fromtimestamp(self._clock(), UTC))
+        args, now = self._args(policy), datetime.fromtimestamp(self._clock(), UTC)
+        if policy.load_taint is not None:  # decode the changed nodes first, yielding now and then (5,000 nodes)
+            for i, node in enumerate(nodes.values()):
+                self._readings.get(node, policy, args, now)
+                if i % YIELD_EVERY == YIELD_EVERY - 1:
+                    await asyncio.sleep(0)
+            nodes = {name: node for name, node in nodes.items() if name in self._nodes()}  # deleted meanwhile
+        self._readings.retain(nodes)
+        result = plan(nodes, self.states, policy, args, now, self._readings)
         self.states = result.states
         self.held = result.held
         self.readings = result.readings
@@ -140,11 +152,19 @@ class LoadTaints:
 
         async def apply(change: Change) -> tuple[Change, Outcome]:
             info = infos[change.node]
-            taints = (
-                with_taint(info.taints, effect, change.reading.metric) if change.taint else without_taint(info.taints)
-            )
+            current, version = info.taints, info.resource_version
             async with gate:
-                outcome = await self._write(change.node, taints, info.resource_version)
+                for attempt in range(2):  # a 409 (the node changed: our own round's patch, say): read it, once more
+                    taints = (
+                        with_taint(current, effect, change.reading.metric) if change.taint else without_taint(current)
+                    )
+                    outcome = await self._write(change.node, taints, version)
+                    if outcome != "conflict" or attempt or self._core is None:
+                        break
+                    fresh = await self._read(change.node)
+                    if fresh is None:
+                        break
+                    current, version = fresh
             self._record(change, outcome, info)
             return change, outcome
 
@@ -161,14 +181,27 @@ class LoadTaints:
             )
         return done
 
+    async def _read(self, node: str) -> tuple[tuple[Mapping[str, object], ...], str] | None:
+        """The node's taints and resourceVersion as the API server holds them now (None: unreadable, logged once)."""
+        assert self._core is not None
+        try:
+            raw = await raw_json(self._core.read_node(node, _preload_content=False, _request_timeout=EVENT_TIMEOUT))
+        except (ApiException, TimeoutError, OSError, aiohttp.ClientError) as err:
+            self._log_once.warning(
+                "read", "node not re-read after a conflict", node=node, **api_failure("get", f"node {node}", err)
+            )
+            return None
+        taints = tuple(t for t in (raw.get("spec") or {}).get("taints") or () if isinstance(t, dict))
+        return taints, str((raw.get("metadata") or {}).get("resourceVersion") or "")
+
     def _record(self, change: Change, outcome: Outcome, info: NodeInfo) -> None:
         action = "set" if change.taint else "lifted"
         self._metrics.load_taint_changes.labels(action, change.reason, outcome).inc()
         if outcome == "ok":
             log.info("load taint " + action, node=change.node, reason=change.reason, detail=note(change))
             self._spawn_event(change, info)
-        elif outcome == "conflict":  # the node changed meanwhile: the informer brings it, the next evaluation retries
-            log.info("load taint write met a newer node; retried next evaluation", node=change.node)
+        elif outcome == "conflict":  # changed again since it was re-read: the next evaluation retries
+            log.info("load taint write met a newer node twice; retried next evaluation", node=change.node)
 
     def _spawn_event(self, change: Change, info: NodeInfo) -> None:
         if self._events is None or not self._may_write():

@@ -98,6 +98,8 @@ def test_the_load_taint_adds_node_events_and_an_uninstall_hook_with_its_own_leas
     objects = render("--set", "policy.spec.loadTaint.hotRounds=2")
     events = [r for r in _rules_of(objects, "crane-annotator") if "events.k8s.io" in r["apiGroups"]]
     assert events == [{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}]
+    assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]} in _rules_of(objects, "crane-annotator")
+    assert not [r for r in _rules_of(plain, "crane-annotator") if "nodes" in r["resources"] and "get" in r["verbs"]]
     assert by_kind(objects, "Role")["crane-annotator-node-events"]["metadata"]["namespace"] == "default"
     job = by_kind(objects, "Job")["crane-cleanup"]
     hooks = [o for o in objects if o["metadata"]["name"] == "crane-cleanup"]
