@@ -88,9 +88,10 @@ Mode = Literal["replace", "second"]
 
 SCHEDULER_CONFIG_HEADER = """\
 # crane-scheduler's configuration in the sandbox: kube-scheduler's default plugins plus Dynamic, reading the
-# sandbox policy, and NodeResourceTopologyMatch (the simulated nodes publish NRTs; upstream's weight 2), in the
-# profile {scheduler_name} (in mode "replace" the same profile also as crane-scheduler, so pods that name it are
-# placed too). The lease lives in the sandbox's default namespace. The
+# sandbox policy, NodeResourceTopologyMatch (the simulated nodes publish NRTs; upstream's weight 2) and the gang
+# plugins (Coscheduling: PodGroups, in place of PrioritySort; GangScheduling: 1.35's Workload API; pods of no
+# group are placed as before), in the profile {scheduler_name} (in mode "replace" the same profile also as
+# crane-scheduler, so pods that name it are placed too). The lease lives in the sandbox's default namespace. The
 # estimate of a just-bound pod lasts as long as the fast rules take to absorb it (a 10 s average, 5 s sync),
 # not the 5 minutes of the upstream rules.
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -103,8 +104,11 @@ profiles:
 SCHEDULER_PROFILE = """\
   - schedulerName: {scheduler_name}
     plugins:
+      queueSort:
+        enabled: [{name: Coscheduling}]
+        disabled: [{name: "*"}]
       multiPoint:
-        enabled: [{name: NodeResourceTopologyMatch, weight: 2}]
+        enabled: [{name: NodeResourceTopologyMatch, weight: 2}, {name: Coscheduling}, {name: GangScheduling}]
     pluginConfig:
       - name: Dynamic
         args:

@@ -291,13 +291,15 @@ async def test_the_descheduler_relieves_a_hot_node_and_the_scheduler_keeps_the_r
 
         async def explained() -> list[dict[str, Any]]:
             events = await raw_json(
-                v1.list_namespaced_event(ns, field_selector="reason=LoadAwareDescheduled", _preload_content=False)
+                client.EventsV1Api(api).list_namespaced_event(
+                    ns, field_selector="reason=LoadAwareDescheduled", _preload_content=False
+                )
             )
             return list(events["items"])
 
-        items = await eventually(explained, 30, "the evictions' Events", interval=0.25)
-        assert [e["involvedObject"]["name"] for e in items] == [first["metadata"]["name"]]
-        assert f"evicted from node {hot}: " in items[0]["message"]
+        items = await eventually(explained, 30, "the evictions' Events (events.k8s.io/v1)", interval=0.25)
+        assert [e["regarding"]["name"] for e in items] == [first["metadata"]["name"]]
+        assert f"evicted from node {hot}: " in items[0]["note"]
         assert replaced[0]["metadata"]["name"] != first["metadata"]["name"]  # a new pod, placed elsewhere
         hog_now = await raw_json(v1.read_namespaced_pod("hog", ns, _preload_content=False))
         assert running(hog_now) and hog_now["spec"]["nodeName"] == hot
