@@ -139,3 +139,53 @@ def decode_pod_usage(text: str) -> NodePodUsage:
             raise PodUsageError(f"{POD_USAGE_KEY}.p[{key!r}]: expected [cpu_cores, memory_bytes], got {value!r}")
         pods[key] = PodUsage(float(value[0]), float(value[1]))
     return NodePodUsage(at, pods)
+
+
+# --- withdrawing a loan ------------------------------------------------------------------------------------------
+# A loan outlives its lender unless someone takes it back: batch pods would keep landing on capacity nobody
+# measures. The annotator withdraws it when spec.reclaim is removed (or was absent at start) and when a node's
+# inputs go stale; ``cranectl withdraw-batch`` (the chart's pre-delete hook) when the annotator is uninstalled.
+# Three merge patches per node, in this order: the extended resources to 0 in node status (no new batch pod fits
+# from then on, also if the next steps fail), then removed from it, then the batch annotations removed.
+
+BATCH_ANNOTATION_KEYS = (BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY, POD_USAGE_KEY)
+"""the per-resource batch usage and the per-pod usage the batch part of a round writes (beside the per-metric
+shares, ``batch.crane.io/<metric>``)"""
+
+
+def batch_annotations(annotations: Mapping[str, Any] | None) -> list[str]:
+    """The keys among a node's annotations that the annotator's batch part writes."""
+    return sorted(
+        key for key in (annotations or {}) if key in BATCH_ANNOTATION_KEYS or key.startswith(BATCH_METRIC_PREFIX)
+    )
+
+
+def lent(status: Mapping[str, Any] | None) -> dict[str, str]:
+    """The batch resources in a node's status (capacity or allocatable) as written: resource -> quantity."""
+    status = status or {}
+    out: dict[str, str] = {}
+    for section in ("allocatable", "capacity"):
+        for resource in BATCH_RESOURCES:
+            value = (status.get(section) or {}).get(resource)
+            if value is not None:
+                out.setdefault(resource, str(value))
+    return out
+
+
+def loan_status(cpu_milli: int | None, memory_bytes: int | None) -> dict[str, Any]:
+    """The ``nodes/status`` merge patch of a loan: the same values as capacity and allocatable (integers: extended
+    resources take no fractions); None removes the resource."""
+    resources = {
+        BATCH_CPU: None if cpu_milli is None else str(cpu_milli),
+        BATCH_MEMORY: None if memory_bytes is None else str(memory_bytes),
+    }
+    return {"status": {"capacity": resources, "allocatable": dict(resources)}}
+
+
+WITHDRAW_TO_ZERO = loan_status(0, 0)
+WITHDRAW_REMOVE = loan_status(None, None)
+
+
+def removed_annotations(keys: list[str]) -> dict[str, Any]:
+    """The merge patch removing ``keys`` from a node's annotations."""
+    return {"metadata": {"annotations": dict.fromkeys(keys)}}

@@ -78,7 +78,9 @@ async def test_place_alone_places_the_pod_with_a_warning_event() -> None:
     events = await reported(s, fake)
     ignored = [e for e in events if e["reason"] == gangless.IGNORED_REASON]
     assert [(e["regarding"]["name"], e["type"]) for e in ignored] == [("train-0", "Warning")]
-    assert "profile crane-scheduler has no gang plugin (Coscheduling is not enabled): placed alone" in ignored[0]["note"]
+    assert (
+        "profile crane-scheduler has no gang plugin (Coscheduling is not enabled): placed alone" in ignored[0]["note"]
+    )
 
 
 def both_gang_plugins() -> dict[str, Any]:
