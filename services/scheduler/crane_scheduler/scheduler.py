@@ -41,6 +41,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from crane_scheduler import gangless
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.explain import DecisionLog
@@ -56,7 +57,6 @@ from crane_scheduler.framework.types import (
     QueueingHints,
     Status,
 )
-from crane_scheduler import gangless
 from crane_scheduler.gangcycle import GangIndex, IndexedPending, futile_wakeups, gang_of, group_size, schedule_gang
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import NO_HINTS, SchedulingQueue
