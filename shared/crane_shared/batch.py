@@ -36,6 +36,7 @@ from datetime import datetime
 from typing import Any
 
 from crane_shared.annotations import AnnotationError, annotation_key, decode, format_timestamp
+from crane_shared.quantity import parse_quantity
 
 BATCH_CPU = "crane.io/batch-cpu"
 """Extended resource, millicores of reclaimable CPU."""
@@ -103,6 +104,45 @@ def is_batch(spec: Mapping[str, Any] | None) -> bool:
             if _requests_batch(container.get("resources")):
                 return True
     return False
+
+
+def regular_resources_of_batch_pod(spec: Mapping[str, Any] | None) -> str | None:
+    """For a batch pod, the first non-zero cpu or memory request or limit it sets, as a field path
+    (``spec.containers[0].resources.requests.cpu``); None for a regular pod or a batch pod without any.
+
+    A batch pod must be BestEffort: that is what protects the regular pods beside it (lowest CPU shares, first OOM
+    victim). A cpu or memory request would count against the node's regular requests, which the loan is not, and
+    would make it Burstable (CPU shares by its request, OOM-killed after BestEffort pods); a limit alone becomes
+    the request by the API server's defaulting. Schedulers refuse such a pod (``batch_refusal``)."""
+    spec = spec or {}
+    if not is_batch(spec):
+        return None
+    places: list[tuple[str, Mapping[str, Any] | None]] = [("spec.resources", spec.get("resources"))]
+    for key in ("initContainers", "containers"):
+        places += [(f"spec.{key}[{i}].resources", c.get("resources")) for i, c in enumerate(spec.get(key) or ())]
+    for where, resources in places:
+        for section in ("requests", "limits"):
+            named = (resources or {}).get(section) or {}
+            for resource in ("cpu", "memory"):
+                if resource in named and not _zero(named[resource]):
+                    return f"{where}.{section}.{resource}"
+    return None
+
+
+def _zero(value: Any) -> bool:
+    try:
+        return parse_quantity(value) == 0
+    except (TypeError, ValueError):
+        return False
+
+
+def batch_refusal(path: str) -> str:
+    """Why a batch pod with regular resources is not placed (its FailedScheduling message)."""
+    return (
+        f"batch pod sets {path}: a pod requesting crane.io/batch-cpu or crane.io/batch-memory must request no cpu "
+        "or memory (they would count against the node's regular requests and make it Burstable instead of "
+        "BestEffort, which is what protects the regular pods); ask for crane.io/batch-* only"
+    )
 
 
 def encode_pod_usage(pods: Mapping[str, PodUsage], at: datetime) -> str:
