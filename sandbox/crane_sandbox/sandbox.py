@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import importlib.util
 import ssl
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,6 +222,8 @@ class Sandbox:
     """GPUs published"""
     """KubeSchedulerConfiguration text; ``{policy}`` is replaced by the policy file's path"""
     services: tuple[str, ...] = ("event-recorder", "annotator", "scheduler", "descheduler")
+    kubectl: Path | None = None
+    """kubectl at the Kubernetes pin (``kubebin.kubectl_binary``), named by the banner's line; None: not built"""
     cluster: LocalCluster | None = None
     kwok: KwokController | None = None
     kube_scheduler: ManagedProcess | None = None
@@ -473,7 +476,10 @@ class Sandbox:
         lines += [
             f"run directory {self.run_dir}",
             "",
-            f"  export KUBECONFIG={kubeconfig}",
+            "In another shell, paste this line first (kubectl, cranectl and python on PATH, the sandbox's kubeconfig):",
+            "",
+            f"  {env_line(kubeconfig, self.kubectl)}",
+            "",
             "  kubectl create deployment web --image=nginx --replicas=6"
             + ("" if self.mode == "replace" else "   # placed by kube-scheduler"),
         ]
@@ -498,6 +504,14 @@ class Sandbox:
             lines.append(f"  {name + ':':14} not started (no entry point yet)")
         lines += ["", "Press Ctrl-C to stop; everything started here stops with it."]
         return "\n".join(lines)
+
+
+def env_line(kubeconfig: Path, kubectl: Path | None) -> str:
+    """The banner's one line to paste: PATH with kubectl's folder (~/.cache/crane-tools/...) and this interpreter's
+    (the project's .venv/bin: cranectl, python with the project), and KUBECONFIG."""
+    folders = [] if kubectl is None else [str(kubectl.parent)]
+    folders.append(str(Path(sys.executable).parent))
+    return f"export PATH={':'.join(dict.fromkeys(folders))}:$PATH KUBECONFIG={kubeconfig}"
 
 
 async def wait_ready(api_client: client.ApiClient, fleet: list[SimNode], timeout: float = 120.0) -> None:
