@@ -57,7 +57,6 @@ def shell(sandbox: Sandbox, command: str) -> subprocess.CompletedProcess[str]:
     project's tools on it."""
     assert sandbox.cluster is not None
     line = env_line(sandbox.cluster.kubeconfig_path, sandbox.kubectl)
-    assert f"  {line}" in sandbox.describe().splitlines()  # the banner prints it as is
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
     return subprocess.run(
         ["bash", "-c", f"{line}\n{command}"], env=env, capture_output=True, text=True, timeout=120, check=False
@@ -103,6 +102,9 @@ def bound(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_the_banners_line_puts_kubectl_and_cranectl_on_path(sandbox: Sandbox) -> None:
+    assert sandbox.cluster is not None
+    line = env_line(sandbox.cluster.kubeconfig_path, sandbox.kubectl)
+    assert f"  {line}" in sandbox.describe().splitlines()  # the banner prints it as is
     done = shell(
         sandbox,
         "command -v kubectl cranectl python && kubectl get nodes -o name && "
@@ -189,8 +191,8 @@ async def test_a_pod_group_that_cannot_fit_gets_no_member_bound(
     async def decided() -> str | None:
         if bound(await pods(api, ns)):
             return "a member was bound"
-        rejected = [e for e in await events(api, ns, "FailedScheduling") if "PodGroup" in e["note"]]
-        return "rejected" if rejected else None
+        notes = [e["note"] for e in await events(api, ns, "FailedScheduling")]
+        return "rejected" if any(f"PodGroup {ns}/big gets rejected due to" in n for n in notes) else None
 
     assert await eventually(decided, 60, "the group's fate", interval=0.25) == "rejected"
     assert bound(await pods(api, ns)) == []
