@@ -24,7 +24,8 @@ from crane_sandbox.devices import DRIVER
 from crane_sandbox.fleet import make_fleet
 from crane_sandbox.kubebin import kubectl_binary
 from crane_sandbox.sandbox import Sandbox, env_line
-from crane_shared.kube import api_client_from_dict, raw_json
+from crane_shared.kube import raw_json
+from tests.support.sandboxes import admin_api, ready_namespace
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -46,10 +47,8 @@ async def sandbox() -> AsyncIterator[Sandbox]:
 
 @pytest.fixture(scope="module")
 async def api(sandbox: Sandbox) -> AsyncIterator[client.ApiClient]:
-    assert sandbox.cluster is not None
-    api = await api_client_from_dict(sandbox.cluster.kubeconfig_dict())
-    yield api
-    await api.close()
+    async for api in admin_api(sandbox):
+        yield api
 
 
 def shell(sandbox: Sandbox, command: str) -> subprocess.CompletedProcess[str]:
@@ -71,16 +70,7 @@ async def kubectl(sandbox: Sandbox, *args: str) -> str:
 
 @pytest.fixture
 async def ns(api: client.ApiClient, request: pytest.FixtureRequest) -> str:
-    name = str(request.node.name).removeprefix("test_").replace("_", "-")[:50].strip("-")
-    v1 = client.CoreV1Api(api)
-    await v1.create_namespace({"metadata": {"name": name}})
-
-    async def has_account() -> bool:
-        accounts = await v1.list_namespaced_service_account(name)
-        return any(a.metadata.name == "default" for a in accounts.items)
-
-    await eventually(has_account, 30, f"ServiceAccount {name}/default", interval=0.25)
-    return name
+    return await ready_namespace(api, str(request.node.name))
 
 
 async def pods(api: client.ApiClient, ns: str, selector: str = "") -> list[dict[str, Any]]:
