@@ -26,8 +26,9 @@ from crane_sandbox.cluster import REPO_ROOT, LocalCluster
 from crane_shared.kube import api_client_from_dict
 
 CHART = REPO_ROOT / "deploy" / "helm" / "crane-scheduler"
-SERVICES = ("event-recorder", "annotator", "scheduler", "extender", "descheduler", "cleanup")
-"""the services' accounts, and the uninstall hook's (``cleanup``: ``cranectl load-taint clear``)"""
+SERVICES = ("event-recorder", "annotator", "scheduler", "extender", "descheduler", "uninstall")
+"""the services' accounts, and the uninstall hook's (``cranectl stop-annotator``, ``load-taint clear``,
+``withdraw-batch``)"""
 RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 DEFAULT_NAMESPACE = "crane-services"
 CHART_VALUES = (

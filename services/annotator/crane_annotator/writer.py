@@ -271,6 +271,11 @@ class NodePatcher:
         await self._limiter.acquire(False)
         return await self._patch(node, body, "/status")
 
+    async def patch_metadata(self, node: str, body: Mapping[str, object]) -> Outcome:
+        """One merge patch of the node itself sent now (a loan's annotations removed), as ``patch_status``."""
+        await self._limiter.acquire(False)
+        return await self._patch(node, body)
+
     async def patch_taints(self, node: str, taints: list[dict[str, object]], resource_version: str) -> Outcome:
         """Replace the node's ``spec.taints`` (a list that strategic merge cannot merge by key, so the whole list
         goes, as kube's own taint helpers send it) if the node is still at ``resource_version``: a concurrent

@@ -27,8 +27,8 @@ OURS = {"key": TAINT_KEY, "value": "cpu_usage_avg_5m", "effect": "NoSchedule"}
 async def test_the_uninstall_hook_stops_the_annotator_waits_for_its_lease_and_lifts_every_load_taint(
     cluster: LocalCluster, kube: client.ApiClient, namespace: str
 ) -> None:
-    hook = await service_identity(cluster, "cleanup", namespace)
-    annotator = hook.account.removesuffix("-cleanup") + "-annotator"  # the chart's names: <prefix>-<component>
+    hook = await service_identity(cluster, "uninstall", namespace)
+    annotator = hook.account.removesuffix("-uninstall") + "-annotator"  # the chart's names: <prefix>-<component>
     apps, core = client.AppsV1Api(kube), client.CoreV1Api(kube)
     labels = {"app": "annotator"}
     template = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "a", "image": "crane-annotator"}]}}
@@ -78,8 +78,8 @@ async def test_the_uninstall_hook_stops_the_annotator_waits_for_its_lease_and_li
 async def test_it_refuses_to_clear_while_the_lease_stays_held(
     cluster: LocalCluster, kube: client.ApiClient, namespace: str
 ) -> None:
-    hook = await service_identity(cluster, "cleanup", namespace)
-    annotator = hook.account.removesuffix("-cleanup") + "-annotator"
+    hook = await service_identity(cluster, "uninstall", namespace)
+    annotator = hook.account.removesuffix("-uninstall") + "-annotator"
     renewed = micro_time(datetime.now(UTC).timestamp())
     held = {"holderIdentity": "a", "leaseDurationSeconds": 3600, "renewTime": renewed}
     lease = {"metadata": {"name": annotator}, "spec": held}
@@ -98,4 +98,4 @@ async def test_it_refuses_to_clear_while_the_lease_stays_held(
         stderr=asyncio.subprocess.PIPE,
     )
     _, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 1 and "still held after 2s: not clearing" in err.decode()
+    assert proc.returncode == 1 and "still held after 2s: stopping here" in err.decode()
