@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from crane_shared.batch import BATCH_METRIC_PREFIX, is_batch
+from crane_shared.batch import BATCH_METRIC_PREFIX, batch_refusal, is_batch, regular_resources_of_batch_pod
 from crane_shared.loadaware.dynamic import (
     BATCH_USAGE_KEYS,
     DynamicArgs,
@@ -38,6 +38,7 @@ from crane_shared.loadaware.dynamic import (
     NodeLoad,
     RecentBinding,
     filter_reason,
+    incoming_fraction,
     node_load,
     resource_of,
     score,
@@ -98,6 +99,8 @@ class PodView:
     """estimated bytes"""
     batch: bool = False
     """a batch pod (requests ``crane.io/batch-*``): judged by the node's whole usage"""
+    refusal: str | None = None
+    """why no node is given to it whatever the load (a batch pod that also requests cpu or memory)"""
 
     @property
     def key(self) -> str:
@@ -319,7 +322,24 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         cpu=size.cpu,
         memory=size.memory,
         batch=is_batch(spec) if isinstance(spec, dict) else False,
+        refusal=_batch_refusal(spec) if isinstance(spec, dict) else None,
     )
+
+
+def _batch_refusal(spec: Mapping[str, Any]) -> str | None:
+    field = regular_resources_of_batch_pod(spec)
+    return batch_refusal(field) if field is not None else None
+
+
+def refused(req: ExtenderArgs, names: Sequence[str], reason: str) -> Obj:
+    """Every node Failed and Unresolvable for ``reason`` (no load would change it)."""
+    return {
+        "Nodes": {"items": []} if req.nodes is not None else None,
+        "NodeNames": [] if req.node_names is not None else None,
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": dict.fromkeys(names, reason),
+        "Error": "",
+    }
 
 
 def node_view(node: Mapping[str, Any]) -> NodeView:
@@ -360,6 +380,8 @@ def _candidates(req: ExtenderArgs, decide: Decide) -> list[tuple[str, NodeView |
 def filter_nodes(req: ExtenderArgs, decide: Decide) -> Obj:
     """``ExtenderFilterResult``: nodes above a predicate's threshold fail with the policy's node-free reason."""
     candidates = _candidates(req, decide)
+    if req.pod.refusal is not None:
+        return refused(req, [name for name, _ in candidates], req.pod.refusal)
     passed: list[int] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
@@ -389,9 +411,18 @@ def prioritize_nodes(req: ExtenderArgs, decide: Decide) -> list[Obj]:
         return daemonset_priorities(req)
     verdict_of, pod = decide.verdict_of, req.pod
     return [
-        {"Host": name, "Score": extender_score(verdict_of(name, view).of(pod).score)}
+        {"Host": name, "Score": extender_score(pod_score(verdict_of(name, view).of(pod), pod, decide.args))}
         for name, view in _candidates(req, decide)
     ]
+
+
+def pod_score(found: Verdict, pod: PodView, args: DynamicArgs) -> int:
+    """The Dynamic score of a node for ``pod`` (``found``: the verdict of its class): the cached one, except with
+    the ``pack`` strategy, whose score counts the pod's own estimated usage (``dynamic.pack_score``)."""
+    if args.policy.scoring.strategy != "pack":
+        return found.score
+    incoming = incoming_fraction(args.estimate, pod.cpu, pod.memory, found.capacity) if found.capacity else None
+    return score(found.load, args, incoming)
 
 
 def filter_verdicts(
@@ -399,6 +430,8 @@ def filter_verdicts(
 ) -> Obj:
     """``filter_nodes`` in node cache mode from verdicts already looked up; ``unknown``: not in the cache."""
     pod = req.pod
+    if pod.refusal is not None:
+        return refused(req, list(req.node_names or ()), pod.refusal)
     passed: list[str] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
@@ -433,13 +466,13 @@ def filter_verdicts(
     }
 
 
-def prioritize_verdicts(req: ExtenderArgs, verdicts: Sequence[Verdict]) -> list[Obj]:
+def prioritize_verdicts(req: ExtenderArgs, verdicts: Sequence[Verdict], args: DynamicArgs) -> list[Obj]:
     """``prioritize_nodes`` in node cache mode from verdicts already looked up."""
     if req.pod.daemonset:
         return daemonset_priorities(req)
     pod = req.pod
     return [
-        {"Host": name, "Score": extender_score(found.of(pod).score)}
+        {"Host": name, "Score": extender_score(pod_score(found.of(pod), pod, args))}
         for name, found in zip(req.node_names or (), verdicts, strict=True)
     ]
 

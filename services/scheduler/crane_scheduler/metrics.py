@@ -6,11 +6,7 @@ one in tests): nothing is registered at import time. Plugins register theirs thr
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
-M = TypeVar("M", Counter, Gauge, Histogram)
 
 _ATTEMPT_BUCKETS = tuple(0.001 * 2**i for i in range(15))  # 1 ms .. 16 s, as kube-scheduler
 _POINT_BUCKETS = tuple(0.0001 * 2**i for i in range(12))  # 0.1 ms .. 0.2 s
@@ -21,7 +17,6 @@ class SchedulerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = registry if registry is not None else CollectorRegistry()
         self.registry = r
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.schedule_attempts = Counter(
             "scheduler_schedule_attempts_total",
             "Number of attempts to schedule pods, by the result: scheduled, unschedulable, error.",
@@ -124,12 +119,3 @@ class SchedulerMetrics:
             ["profile"],
             registry=r,
         )
-
-    def child(self, metric: M, *values: str) -> M:
-        """``metric.labels(*values)``, looked up once: ``labels`` validates and locks on every call, a few
-        microseconds that the scheduling loop paid several times per pod."""
-        key = (id(metric), values)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = metric.labels(*values)
-        return found

@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 
 from crane_sandbox.devices import DEVICE_CLASS, DRIVER
 from crane_sandbox.sandbox import Sandbox, node_is_ready
-from crane_shared.kube import api_client_from_dict, raw_json
+from crane_shared.kube import raw_json
+from tests.support.sandboxes import admin_api, ready_namespace
 from tests.support.waiting import eventually
 
 T = TypeVar("T")
@@ -45,25 +49,13 @@ async def sandbox() -> AsyncIterator[Sandbox]:
 
 @pytest.fixture(scope="module")
 async def api(sandbox: Sandbox) -> AsyncIterator[client.ApiClient]:
-    assert sandbox.cluster is not None
-    api = await api_client_from_dict(sandbox.cluster.kubeconfig_dict())
-    yield api
-    await api.close()
+    async for api in admin_api(sandbox):
+        yield api
 
 
 @pytest.fixture
 async def ns(api: client.ApiClient, request: pytest.FixtureRequest) -> str:
-    """A fresh namespace whose ``default`` ServiceAccount exists (the admission plugin refuses pods before)."""
-    name = str(request.node.name).removeprefix("test_").replace("_", "-")[:50].strip("-")
-    v1 = client.CoreV1Api(api)
-    await v1.create_namespace({"metadata": {"name": name}})
-
-    async def has_account() -> bool:
-        accounts = await v1.list_namespaced_service_account(name)
-        return any(a.metadata.name == "default" for a in accounts.items)
-
-    await eventually(has_account, 30, f"ServiceAccount {name}/default", interval=0.25)
-    return name
+    return await ready_namespace(api, str(request.node.name))
 
 
 def template(app: str, cpu: str = "100m", memory: str = "64Mi") -> dict[str, Any]:
@@ -291,13 +283,15 @@ async def test_the_descheduler_relieves_a_hot_node_and_the_scheduler_keeps_the_r
 
         async def explained() -> list[dict[str, Any]]:
             events = await raw_json(
-                v1.list_namespaced_event(ns, field_selector="reason=LoadAwareDescheduled", _preload_content=False)
+                client.EventsV1Api(api).list_namespaced_event(
+                    ns, field_selector="reason=LoadAwareDescheduled", _preload_content=False
+                )
             )
             return list(events["items"])
 
-        items = await eventually(explained, 30, "the evictions' Events", interval=0.25)
-        assert [e["involvedObject"]["name"] for e in items] == [first["metadata"]["name"]]
-        assert f"evicted from node {hot}: " in items[0]["message"]
+        items = await eventually(explained, 30, "the evictions' Events (events.k8s.io/v1)", interval=0.25)
+        assert [e["regarding"]["name"] for e in items] == [first["metadata"]["name"]]
+        assert f"evicted from node {hot}: " in items[0]["note"]
         assert replaced[0]["metadata"]["name"] != first["metadata"]["name"]  # a new pod, placed elsewhere
         hog_now = await raw_json(v1.read_namespaced_pod("hog", ns, _preload_content=False))
         assert running(hog_now) and hog_now["spec"]["nodeName"] == hot
@@ -363,3 +357,76 @@ async def test_node_lifecycle_controller_keeps_healthy_nodes_untainted(sandbox: 
         if time.time() > registered + GRACE + 10:
             return
         await asyncio.sleep(1)
+
+
+async def test_the_load_taint_keeps_pods_off_a_hot_node_but_a_tolerating_daemonset_still_runs_there(
+    sandbox: Sandbox, api: client.ApiClient, ns: str
+) -> None:
+    """The annotator's crane.io/load-hot taint on the real parts: the policy file gains ``spec.loadTaint`` (reloaded
+    like a ConfigMap update) with a threshold every node is above and a floor that keeps all but one untainted, so
+    exactly the hottest node is tainted (and an Event says so). kube-controller-manager's DaemonSet controller adds
+    tolerations for ``node.kubernetes.io/*`` taints only: a DaemonSet that does not tolerate ours gets no pod on the
+    tainted node (the controller does not create it), one that tolerates it (what the README tells operators to add)
+    runs there, placed by crane-scheduler. Removing the section lifts the taint."""
+    original = sandbox.policy_path.read_text()
+    policy = yaml.safe_load(original)
+    policy["spec"]["loadTaint"] = {
+        "hotRounds": 1,
+        "thresholds": {"cpu_usage_avg_5m": 0.0001},
+        "minUntaintedNodes": NODES - 1,
+    }
+    v1, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+
+    async def tainted() -> list[str]:
+        nodes = await raw_json(v1.list_node(_preload_content=False))
+        return [
+            n["metadata"]["name"]
+            for n in nodes["items"]
+            if any(t["key"] == "crane.io/load-hot" for t in n["spec"].get("taints") or [])
+        ]
+
+    _swap(sandbox.policy_path, yaml.safe_dump(policy))
+    try:
+        [hot] = await eventually(tainted, 60, "the hottest node tainted", interval=0.5)
+
+        async def added() -> list[dict[str, Any]]:
+            events = await raw_json(
+                client.EventsV1Api(api).list_namespaced_event(
+                    "default", field_selector=f"regarding.name={hot},reason=LoadTaintAdded", _preload_content=False
+                )
+            )
+            return list(events["items"])
+
+        [event] = await eventually(added, 30, "the LoadTaintAdded Event", interval=0.25)
+        assert event["regarding"]["kind"] == "Node" and "above 0.0001" in event["note"]
+        tolerant = template("tolerant", cpu="10m")
+        tolerant["spec"]["tolerations"] = [{"key": "crane.io/load-hot", "operator": "Exists", "effect": "NoSchedule"}]
+        for app, tmpl in (("tolerant", tolerant), ("plain", template("plain", cpu="10m"))):
+            spec = {"selector": {"matchLabels": {"app": app}}, "template": tmpl}
+            await apps.create_namespaced_daemon_set(ns, {"metadata": {"name": app}, "spec": spec})
+        everywhere = await all_running(api, ns, "tolerant", NODES, timeout=90)
+        assert hot in {p["spec"]["nodeName"] for p in everywhere}
+
+        async def plain_settled() -> dict[str, Any] | None:
+            ds = await raw_json(apps.read_namespaced_daemon_set("plain", ns, _preload_content=False))
+            status = ds.get("status") or {}
+            done = status.get("observedGeneration") == ds["metadata"]["generation"]
+            return status if done and status.get("numberReady") == status.get("desiredNumberScheduled") else None
+
+        status = await eventually(plain_settled, 90, "the plain DaemonSet settled", interval=0.5)
+        assert status["desiredNumberScheduled"] == NODES - 1, status
+        assert hot not in {p["spec"]["nodeName"] for p in await pods(api, ns, "plain")}
+    finally:
+        _swap(sandbox.policy_path, original)
+    await eventually(lambda: _none(tainted), 60, "the taint lifted once spec.loadTaint is gone", interval=0.5)
+
+
+def _swap(path: Path, text: str) -> None:
+    """Replace a file as a ConfigMap update does (a new inode), so readers see all of it or none."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+async def _none(probe: Callable[[], Awaitable[list[str]]]) -> bool:
+    return not await probe()
