@@ -13,43 +13,13 @@ and ``bench.seedlive``/``bench.rebalance`` have smoke runs with the KWOK sandbox
 from __future__ import annotations
 
 import json
-import os
-import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT = 600.0
-
-
-def run_bench(*argv: str, timeout: float = TIMEOUT) -> str:
-    """``python -m <argv>`` from the repository root; its output (stdout + stderr) when it exits 0."""
-    started, cpu = time.monotonic(), _children_cpu()
-    proc = subprocess.run(
-        [sys.executable, "-m", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        check=False,
-    )
-    output = proc.stdout + proc.stderr
-    took = time.monotonic() - started
-    assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode} after {took:.0f}s:\n{output[-4000:]}"
-    print(f"{' '.join(argv)}: {took:.1f}s wall, {_children_cpu() - cpu:.1f} CPU-s with the servers it started")
-    return output
-
-
-def _children_cpu() -> float:
-    """CPU seconds (user + system) of this process's waited-for children and theirs (a benchmark and its servers)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
+from tests.support.benchsmoke import ROOT, TIMEOUT, run_bench
 
 # (argv, a line or fragment the closing report prints): benchmarks that start their own servers (a local API
 # server, Redis, Prometheus) or none at all.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.integration.test_bench_smoke import run_bench
+from tests.support.benchsmoke import run_bench
 
 
 def test_seedlive_runs_to_its_table(tmp_path: Path) -> None:
