@@ -37,12 +37,32 @@ def runs_root() -> Path:
     return Path.home() / ".cache" / "crane" / "runs"
 
 
+def _owner_alive(run: Path) -> bool:
+    """Whether the process that made ``run`` (its name ends in the pid) still runs: its servers may be using it."""
+    try:
+        pid = int(run.name.rsplit("-", 1)[-1])
+    except ValueError:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def new_run_dir(label: str, keep: int = 10) -> Path:
-    """A fresh directory for one run's logs and data; only the newest ``keep`` runs are kept."""
+    """A fresh directory for one run's logs and data; only the newest ``keep`` finished runs are kept.
+
+    A run whose process is still alive is never pruned: a test session makes many runs, and removing its first
+    one (the shared cluster's) took etcd's data directory from under a live API server.
+    """
     root = runs_root()
     root.mkdir(parents=True, exist_ok=True)
     runs = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
-    for old in runs[: max(0, len(runs) - keep + 1)]:
+    finished = [p for p in runs if not _owner_alive(p)]
+    for old in finished[: max(0, len(runs) - keep + 1)]:
         shutil.rmtree(old, ignore_errors=True)
     path = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{label}-{os.getpid()}"
     path.mkdir()
