@@ -129,15 +129,19 @@ def test_most_allocated_packs() -> None:
     assert _score(NodeResourcesFit(FitArgs("MostAllocated")), t, pod(cpu="500m", memory="512Mi")) == [46, 9]
 
 
-def test_balanced_allocation_prefers_even_cpu_memory_fractions() -> None:
+def test_balanced_allocation_prefers_the_node_the_pod_evens_out() -> None:
+    """kube 1.37 scores the change in balance: 50 + (50 + with pod - without) / 2."""
     t = table(
         node("a", cpu="4", memory="4Gi"),
         node("b", cpu="4", memory="4Gi"),
         bound=[pod("x", cpu="2", memory="100Mi", node_name="a")],
     )
-    # pod 1 cpu / 1Gi. a: cpu 0.75, mem ~0.274 -> 76; b: 0.25 / 0.25 -> 100
-    scores = _score(BalancedAllocation((("cpu", 1), ("memory", 1))), t, pod(cpu="1", memory="1Gi"))
-    assert scores == [76, 100]
+    ba = BalancedAllocation((("cpu", 1), ("memory", 1)))
+    # a memory-heavy pod: on a (cpu 0.5) memory goes 0.024 -> 0.524: balance 76 -> 98, 50 + (50 + 22) / 2 = 86;
+    # on empty b memory 0 -> 0.5 with cpu 0: 100 -> 75, 50 + (50 - 25) / 2 = 62
+    assert _score(ba, t, pod(cpu="0", memory="2Gi")) == [86, 62]
+    # 1 cpu / 1Gi keeps both nodes as balanced as they were (a 76 -> 76, b 100 -> 100): 75 each
+    assert _score(ba, t, pod(cpu="1", memory="1Gi")) == [75, 75]
 
 
 def test_balanced_allocation_skips_best_effort_pods() -> None:
