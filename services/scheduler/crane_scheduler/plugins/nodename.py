@@ -1,4 +1,8 @@
-"""NodeName: a pod that names a node (``spec.nodeName``) fits only that node."""
+"""NodeName: a pod that names a node (``spec.nodeName``) fits only that node.
+
+Since kube 1.37 its PreFilter also restricts the pod to that node (a ``PreFilterResult``), so every other node is
+"didn't satisfy plugin(s) [NodeName]" (UnschedulableAndUnresolvable, out of preemption's reach) rather than
+rejected by its Filter one by one."""
 
 from __future__ import annotations
 
@@ -14,9 +18,14 @@ from crane_scheduler.podinfo import PodInfo
 REASON = "node(s) didn't match the requested node name"
 
 
-class NodeName(fwk.FilterPlugin, fwk.EnqueueExtensions):
+class NodeName(fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.EnqueueExtensions):
     name = "NodeName"
     reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
+
+    def pre_filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> fwk.PreFilterResult:
+        if not pod.node_name:
+            return fwk.PreFilterResult()
+        return fwk.PreFilterResult(node_names=frozenset((pod.node_name,)))
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         if not pod.node_name:
@@ -28,7 +37,7 @@ class NodeName(fwk.FilterPlugin, fwk.EnqueueExtensions):
         return [fwk.Rejection(REASON, mask, unresolvable=True)]
 
     def events_to_register(self) -> fwk.ClusterEvent:
-        return fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE
+        return fwk.ClusterEvent.NODE_ADD  # kube 1.37: a node added (its name never changes)
 
 
 def new(args: Mapping[str, Any], handle: fwk.Handle) -> NodeName:
