@@ -1,4 +1,4 @@
-"""InterPodAffinity with kube-scheduler 1.35 semantics (``pkg/scheduler/framework/plugins/interpodaffinity``).
+"""InterPodAffinity with kube-scheduler 1.37 semantics (``pkg/scheduler/framework/plugins/interpodaffinity``).
 
 Filter: the incoming pod's required affinity (every term's topology domain must hold a pod matching *all* terms;
 the first pod of a group that matches its own terms may start anywhere with the topology keys), its required
@@ -110,14 +110,12 @@ class InterPodAffinity(PodIndexPlugin):
 
     def _matcher(self, term: AffinityTerm) -> tuple[frozenset[str] | None, Any]:
         """The incoming pod's term after kube's ``mergeAffinityTermNamespacesIfNotEmpty``: the namespaces its
-        namespace selector selects now join ``namespaces``.
-
-        kube quirk, kept for parity: that function receives the term by value, so its ``NamespaceSelector =
-        Nothing`` is lost and the selector is still matched later against *nil* namespace labels. A selector that
-        matches an empty label set (``{}``, ``NotIn``, ``DoesNotExist``) therefore admits every namespace."""
+        namespace selector selects now join ``namespaces`` and the selector is dropped (kube 1.37; 1.35 passed the
+        term by value and kept matching the selector against nil namespace labels, so a selector matching an empty
+        label set admitted every namespace). An empty selector (``{}``) is not merged: every namespace."""
         if term.ns_selector.nothing:
             return term.namespaces, term.selector
-        if term.ns_selector.matches({}):
+        if term.ns_selector.everything:
             return None, term.selector
         return term.namespaces | self.index.namespaces_matching(term.ns_selector), term.selector
 
