@@ -18,14 +18,16 @@ GATE = "UnsupportedFields"
 """The rejector name the queue sees (no plugin registers events under it, so any cluster event retries)."""
 
 # In-tree volume sources kube-scheduler counts against CSI attach limits through CSI migration (translated to
-# their CSI drivers on nodes whose CSINode says so), which NodeVolumeLimits does not do. PVCs, generic ephemeral
-# volumes, inline CSI, RBD and iSCSI are handled by VolumeBinding, VolumeRestrictions, VolumeZone and
-# NodeVolumeLimits.
+# their CSI drivers on nodes whose CSINode says so), which NodeVolumeLimits does not do (Portworx too since kube
+# 1.37, where its migration no longer depends on the CSINode's migrated-plugins annotation). PVCs, generic
+# ephemeral volumes, inline CSI, RBD and iSCSI are handled by VolumeBinding, VolumeRestrictions, VolumeZone and
+# NodeVolumeLimits; image volumes by ImageLocality.
 VOLUME_SOURCES: tuple[str, ...] = (
     "gcePersistentDisk",
     "awsElasticBlockStore",
     "azureDisk",
     "cinder",
+    "portworxVolume",
 )
 
 
@@ -51,7 +53,12 @@ UNSUPPORTED: dict[str, Callable[[Spec], str | None]] = {
     # Kubernetes 1.35's Workload API gangs: read where the profile enables GangScheduling, refused elsewhere
     "spec.workloadRef": _field("spec.workloadRef"),
 }
-"""field -> check(spec) returning the offending field path (None: the pod does not use it)."""
+"""field -> check(spec) returning the offending field path (None: the pod does not use it).
+
+Kube 1.37's other pod fields a scheduler reads are read here: ``spec.resources`` (pod-level requests, in every
+request reading) and a resizing pod's status resources (``crane_shared.podresources``), ``hostUsers`` with
+``hostNetwork``, containers' ``restartPolicyRules`` and volume mounts' ``bindMountOptions`` (NodeDeclaredFeatures),
+image volumes (ImageLocality)."""
 
 
 def unsupported_field(pod_raw: Mapping[str, Any], supported: Container[str] = frozenset()) -> str | None:

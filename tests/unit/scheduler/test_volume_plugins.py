@@ -130,6 +130,28 @@ def test_node_volume_limits_counts_volume_attachments_and_unbound_claims() -> No
     assert result.message == "0/1 nodes are available: 1 node(s) exceed max volume count."
 
 
+def test_a_csi_driver_preventing_scheduling_where_missing_must_be_installed_on_the_node() -> None:
+    """kube 1.37 (VolumeLimitScaling, beta and on): CSIDriver ``preventPodSchedulingIfMissing`` keeps pods with a
+    new volume of the driver off nodes whose CSINode does not list it (or that have none); checked before the
+    limits, so such a node gets that reason only."""
+    drv = "csi.example.com"
+    claims = [pvc(f"c{i}", volume=f"pv{i}", bound=True) for i in range(2)]
+    pvs = [pv(f"pv{i}", claim=f"c{i}", phase="Bound", csi=drv) for i in range(2)]
+    driver = {"metadata": {"name": drv}, "spec": {"preventPodSchedulingIfMissing": True}}
+    other = {"metadata": {"name": "b"}, "spec": {"drivers": [{"name": "other.example.com"}]}}
+    ls = listers(pvcs=claims, pvs=pvs, csinodes=[csinode("a", drv, 0), other], csidrivers=[driver])
+    t = table(node("a"), node("b"), node("c"))
+    result = decide(t, ls, pod_with_claims("p", "c0", "c1"))
+    assert isinstance(result, Diagnosis)
+    assert result.message == (
+        "0/3 nodes are available: 1 node(s) exceed max volume count, "
+        "2 csi.example.com CSI driver is not installed on the node."
+    )
+    ls.apply("csidrivers", "MODIFIED", {**driver, "spec": {}}, driver)  # the driver does not opt in: no check
+    result = decide(t, ls, pod_with_claims("p", "c0"))
+    assert isinstance(result, ScheduleResult) and result.node in ("b", "c")
+
+
 def test_volume_zone_beta_pv_label_matches_the_ga_node_label() -> None:
     beta = pv("pv1", claim="d", phase="Bound")
     beta["metadata"]["labels"] = {"failure-domain.beta.kubernetes.io/zone": "z1"}

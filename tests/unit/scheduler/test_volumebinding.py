@@ -1,5 +1,5 @@
-"""VolumeBinding against kube-scheduler 1.35's behaviour: PreFilter messages, Filter reasons, assume/revert,
-PreBind's writes and wait."""
+"""VolumeBinding against kube-scheduler 1.37's behaviour: PreFilter messages, Filter reasons, storage-capacity
+scoring, assume/revert, PreBind's writes and wait."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 import json
 from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 
 from crane_scheduler.algorithm import ScheduleResult
@@ -205,9 +206,62 @@ def test_args_are_checked() -> None:
     from crane_scheduler.framework import ArgsError, Handle
 
     with pytest.raises(ArgsError, match="shape"):
-        vb_plugin.new({"shape": [{"utilization": 0, "score": 0}]}, Handle(table()))
+        vb_plugin.new({"shape": [{"utilization": 50, "score": 0}, {"utilization": 10, "score": 5}]}, Handle(table()))
+    with pytest.raises(ArgsError, match="shape"):
+        vb_plugin.new({"shape": [{"utilization": 0, "score": 11}]}, Handle(table()))
+    assert vb_plugin.new({"shape": [{"utilization": 0, "score": 0}]}, Handle(table())).shape == ((0, 0),)
     with pytest.raises(ArgsError, match="bindTimeoutSeconds"):
         vb_plugin.new({"bindTimeoutSeconds": -1}, Handle(table()))
+
+
+def test_storage_capacity_scoring_prefers_the_node_with_more_free_storage() -> None:
+    """StorageCapacityScoring (beta, on in 1.37): provisioning scores by the share of the CSIStorageCapacity the
+    claim takes (kube's default shape: 0% -> 100, 100% -> 0); a static binding by its PV's share; a pod with
+    nothing to bind scores 0 and is not skipped."""
+    driver = {"metadata": {"name": "csi.example.com"}, "spec": {"storageCapacity": True}}
+    caps = [
+        {
+            "metadata": {"name": f"cap-{z}"},
+            "storageClassName": "csi",
+            "capacity": size,
+            "nodeTopology": {"matchLabels": {ZONE: z}},
+        }
+        for z, size in (("z1", "4Gi"), ("z2", "16Gi"))
+    ]
+    ls = listers(
+        storageclasses=[storage_class("csi", provisioner="csi.example.com")],
+        pvcs=[pvc("d", cls="csi", size="2Gi")],
+        csidrivers=[driver],
+        csistoragecapacities=caps,
+    )
+    t = nodes3()
+    prof = profile(t, ls)
+    plugin = prof.plugins["VolumeBinding"]
+    assert isinstance(plugin, vb_plugin.VolumeBinding)
+    p = parse_pod(pod_with_claims("p", "d"))
+    state: dict[str, Any] = {}
+    plugin.pre_filter(state, p, t)
+    plugin.filter(state, p, t)
+    assert plugin.pre_score(state, p, t, t.live_rows()).code.value == "Success"
+    # 2Gi of 4Gi in z1 (a, b): 50% -> 50; of 16Gi in z2 (c): 12% -> 88
+    assert plugin.score(state, p, t, t.live_rows()).tolist() == [50, 50, 88]
+    result = decide(t, ls, pod_with_claims("p", "d"))
+    assert isinstance(result, ScheduleResult) and result.node == "c"
+    # a static binding: its PV's share (2Gi of a 2Gi PV on b: 100% -> 0)
+    ls = listers(
+        storageclasses=[storage_class("local")],
+        pvcs=[pvc("d", cls="local", size="2Gi")],
+        pvs=[pv("pv1", node="b", size="2Gi")],
+    )
+    state = {}
+    plugin = profile(t, ls).plugins["VolumeBinding"]
+    assert isinstance(plugin, vb_plugin.VolumeBinding)
+    plugin.pre_filter(state, p, t)
+    plugin.filter(state, p, t)
+    assert plugin.score(state, p, t, np.array([t.rows["b"]])).tolist() == [0]
+    no_claims = parse_pod(pod_with_claims("q"))
+    assert plugin.pre_score({}, no_claims, t, t.live_rows()).code.value == "Success"
+    assert plugin.score({}, no_claims, t, t.live_rows()).tolist() == [0, 0, 0]
 
 
 class _Resp:

@@ -1,6 +1,9 @@
 """NodeVolumeLimits (kube-scheduler 1.35's CSI limits): a node's CSINode says how many volumes of each CSI driver
 it can attach (``spec.drivers[].allocatable.count``); the pod's new CSI volumes plus those already attached there
-(by its pods, and by VolumeAttachments) must fit.
+(by its pods, and by VolumeAttachments) must fit. With kube 1.37's VolumeLimitScaling (beta, on) a CSI driver
+whose CSIDriver says ``preventPodSchedulingIfMissing: true`` must also be installed on the node (listed in its
+CSINode) for a pod with a new volume of that driver: "<driver> CSI driver is not installed on the node"
+(Unschedulable), checked before the limits.
 
 A volume is ``<driver>/<volume handle>``: a bound claim's PV gives both; an unbound claim counts for its class's
 provisioner with a handle unique to the claim. A claim the pod names but that does not exist is
@@ -33,6 +36,13 @@ from crane_scheduler.rowcache import Rows
 NAME = "NodeVolumeLimits"
 STATE_KEY = "PreFilter" + NAME
 REASON = "node(s) exceed max volume count"
+
+
+def driver_not_installed(driver: str) -> str:
+    """kube 1.37's reason when a driver that prevents scheduling where it is missing is not on the node."""
+    return f"{driver} CSI driver is not installed on the node"
+
+
 _HANDLE_PREFIX = "crane-scheduler"  # kube uses a random prefix: a handle that never equals a real one
 
 
@@ -250,12 +260,35 @@ class NodeVolumeLimits(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk
         if not new:
             return []
         self._fresh()
+        out: list[fwk.Rejection] = []
+        missing = np.zeros(table.n_rows, dtype=bool)
+        for driver in sorted(set(new.values())):  # kube walks a map: one missing driver per node is reported
+            lacking = self._driver_missing(table, driver) & ~missing
+            if lacking.any():
+                out.append(fwk.Rejection(driver_not_installed(driver), lacking))
+                missing |= lacking
         if pod.uid in table.pods:  # a pod the table counts already (a what-if): its own volumes are not counted
             rejected = self._exceeding_walk(table, new, pod.uid)
         else:
             self._columns.refresh(table, lambda row: self._row(table, table.names[row]))
             rejected = self._columns.exceeding(new)
-        return [fwk.Rejection(REASON, rejected)] if rejected.any() else []
+        rejected &= ~missing
+        if rejected.any():
+            out.append(fwk.Rejection(REASON, rejected))
+        return out
+
+    def _driver_missing(self, table: NodeTable, driver: str) -> npt.NDArray[np.bool_]:
+        """``checkCSIDriverOnNode`` false: the CSIDriver opts in (``preventPodSchedulingIfMissing``) and the
+        node's CSINode does not list the driver (or the node has no CSINode)."""
+        missing = np.zeros(table.n_rows, dtype=bool)
+        obj = self.listers.csi_driver(driver)
+        if obj is None or (obj.get("spec") or {}).get("preventPodSchedulingIfMissing") is not True:
+            return missing
+        for row in table.live_rows():
+            csinode = self.listers.csinode(table.names[int(row)])
+            drivers = (csinode or {}).get("spec", {}).get("drivers") or ()
+            missing[row] = not any(d.get("name") == driver for d in drivers)
+        return missing
 
     def _row(self, table: NodeTable, name: str, exclude: str = "") -> RowVolumes:
         """A node's volumes attached by its pods (but ``exclude``), its attached count per driver (pods', then

@@ -207,14 +207,23 @@ def capacity_mask(table: NodeTable, pvc: Mapping[str, Any], cls: Mapping[str, An
     that opts in (``CSIDriver.spec.storageCapacity``) and a claim that requests storage: some CSIStorageCapacity
     of the class (any namespace) must reach the node (``nodeTopology``) with ``maximumVolumeSize`` (else
     ``capacity``) at least the request."""
-    n = table.n_rows
+    found = node_capacities(table, pvc, cls, listers)
+    return np.ones(table.n_rows, dtype=bool) if found is None else found >= 0
+
+
+def node_capacities(
+    table: NodeTable, pvc: Mapping[str, Any], cls: Mapping[str, Any], listers: Listers
+) -> IndexArray | None:
+    """The ``capacity`` of the CSIStorageCapacity ``hasEnoughCapacity`` finds for the claim on each row (the
+    first of the class reaching the node with room for the claim; -1 where none does), which storage-capacity
+    scoring reads; None where kube finds none to check (no storage request, a driver not opting in)."""
     requests = ((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}
     driver = listers.csi_driver(str(cls.get("provisioner") or ""))
     if "storage" not in requests or driver is None or not (driver.get("spec") or {}).get("storageCapacity"):
-        return np.ones(n, dtype=bool)
+        return None
     size = quantity(requests["storage"])
     name = meta(cls).get("name")
-    mask = np.zeros(n, dtype=bool)
+    out = np.full(table.n_rows, -1, dtype=np.int64)
     for capacity in listers.storage_capacities():
         if capacity.get("storageClassName") != name:
             continue
@@ -223,8 +232,9 @@ def capacity_mask(table: NodeTable, pvc: Mapping[str, Any], cls: Mapping[str, An
             limit = capacity.get("capacity")
         if limit is None or quantity(limit) < size:
             continue
-        mask |= label_selector_mask(table, capacity.get("nodeTopology"))
-    return mask
+        value = quantity(capacity["capacity"]) if capacity.get("capacity") is not None else 0
+        out[label_selector_mask(table, capacity.get("nodeTopology")) & (out < 0)] = value
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- static matching

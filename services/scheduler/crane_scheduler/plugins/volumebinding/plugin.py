@@ -1,4 +1,4 @@
-"""VolumeBinding (kube-scheduler 1.35): a pod's PersistentVolumeClaims must be bound, or bindable on the node.
+"""VolumeBinding (kube-scheduler 1.37): a pod's PersistentVolumeClaims must be bound, or bindable on the node.
 
 - PreFilter: a missing, lost or deleting claim keeps the pod Pending with kube's message
   (``persistentvolumeclaim "data" not found``), UnschedulableAndUnresolvable; an unbound claim of an Immediate
@@ -11,8 +11,12 @@
   through the API and waits for the PV controller to finish the binding (``bindTimeoutSeconds``, default 600);
   Unreserve drops the assumptions when anything later fails.
 
-Not implemented, and said so at configuration time rather than ignored: storage-capacity scoring (``shape``;
-the StorageCapacityScoring gate is off by default in 1.35, so kube's default profile does not score either).
+- Score (StorageCapacityScoring, beta and on in 1.37): per storage class, the share of its capacity the pod's
+  volumes would take on the node, through ``shape`` (default: 0% -> 10, 100% -> 0, so emptier storage wins),
+  averaged over the classes; the static bindings' PVs when the pod has any on the node, else its dynamic
+  provisionings' CSIStorageCapacity. A pod with nothing to bind or provision scores 0 everywhere (kube's
+  PreScore no longer skips it).
+
 Dynamic provisioning through a CSI driver whose CSIDriver says ``storageCapacity: true`` needs a
 CSIStorageCapacity of the class, reaching the node, with room for the claim ("node(s) did not have enough free
 storage"), as kube's ``hasEnoughCapacity``.
@@ -20,6 +24,7 @@ storage"), as kube's ``hasEnoughCapacity``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,6 +58,7 @@ from crane_scheduler.framework.interface import (
 )
 from crane_scheduler.listers import Obj
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
+from crane_scheduler.plugins.noderesources import broken_linear, parse_shape
 from crane_scheduler.plugins.volumebinding import binder
 from crane_scheduler.plugins.volumebinding.binder import (
     REASON_BIND_CONFLICT,
@@ -61,6 +67,7 @@ from crane_scheduler.plugins.volumebinding.binder import (
     REASON_PV_NOT_EXIST,
     REASON_UNBOUND_IMMEDIATE,
     ClaimError,
+    IndexArray,
     meta,
 )
 from crane_scheduler.podinfo import PodInfo
@@ -71,6 +78,8 @@ STATE_KEY = NAME
 DEFAULT_BIND_TIMEOUT = 600.0
 POLL_INTERVAL = 1.0  # kube's wait.PollUntilContextTimeout period in BindPodVolumes
 REQUEST_TIMEOUT = 30.0
+DEFAULT_SHAPE: tuple[tuple[int, int], ...] = ((0, 100), (100, 0))
+"""kube's default VolumeBindingArgs shape with StorageCapacityScoring (scores 10 -> 0, scaled to node scores)"""
 
 
 @dataclass
@@ -94,10 +103,16 @@ class VolumeBinding(
 ):
     name = NAME
 
-    def __init__(self, handle: Handle, bind_timeout: float = DEFAULT_BIND_TIMEOUT) -> None:
+    def __init__(
+        self,
+        handle: Handle,
+        bind_timeout: float = DEFAULT_BIND_TIMEOUT,
+        shape: tuple[tuple[int, int], ...] = DEFAULT_SHAPE,
+    ) -> None:
         self.handle = handle
         self.listers = handle.listers
         self.bind_timeout = bind_timeout
+        self.shape = shape
 
     # ------------------------------------------------------------------------------------------ scheduling cycle
 
@@ -191,11 +206,53 @@ class VolumeBinding(
         return binder.allowed_topologies_mask(table, cls), binder.capacity_mask(table, pvc, cls, self.listers)
 
     def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
-        """kube skips its Score unless the StorageCapacityScoring gate (alpha, off) gives it a scorer."""
-        return SKIP
+        """With StorageCapacityScoring on, kube's PreScore never skips (a pod without claims scores 0)."""
+        return SUCCESS
 
     def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
-        return np.zeros(len(rows), dtype=np.int64)
+        st: _State | None = state.get(STATE_KEY)
+        out = np.zeros(len(rows), dtype=np.int64)
+        if st is None or not st.claims.unbound_delayed:
+            return out  # nothing to bind or provision: no class to score
+        selected = [pvc for pvc in st.claims.unbound_delayed if binder.ANN_SELECTED_NODE in binder.annotations_of(pvc)]
+        capacities: dict[int, IndexArray | None] = {}
+        for i, row in enumerate(rows.tolist()):
+            classes: dict[str, list[int]] = {}
+            for pvc, pvs, chosen in st.matches:  # static bindings on this node win over provisionings
+                if row < len(chosen) and chosen[row] >= 0:
+                    pv = pvs[int(chosen[row])]
+                    entry = classes.setdefault(str((pv.get("spec") or {}).get("storageClassName") or ""), [0, 0])
+                    entry[0] += binder.storage_request(pvc)
+                    entry[1] += binder.pv_capacity(pv)
+            if not classes:
+                unmatched = [pvc for pvc, _, chosen in st.matches if row >= len(chosen) or chosen[row] < 0]
+                for pvc in selected + unmatched:
+                    key = id(pvc)
+                    if key not in capacities:
+                        capacities[key] = self._capacities(table, pvc)
+                    found = capacities[key]
+                    if found is None or found[row] < 0:
+                        continue
+                    entry = classes.setdefault(str((pvc.get("spec") or {}).get("storageClassName") or ""), [0, 0])
+                    entry[1] = int(found[row])  # kube: the capacity object's, not a sum
+                    entry[0] += binder.storage_request(pvc)
+            out[i] = self._class_score(classes)
+        return out
+
+    def _capacities(self, table: NodeTable, pvc: Obj) -> IndexArray | None:
+        cls = self.listers.storage_class(binder.claim_class(pvc))
+        return None if cls is None else binder.node_capacities(table, pvc, cls, self.listers)
+
+    def _class_score(self, classes: Mapping[str, list[int]]) -> int:
+        """kube's ``buildScorerFunction``: the shape at each class's utilization (100% when over capacity or of
+        none), the classes' mean rounded."""
+        if not classes:
+            return 0
+        total = 0
+        for requested, capacity in classes.values():
+            utilization = 100 if capacity == 0 or requested > capacity else requested * 100 // capacity
+            total += int(broken_linear(self.shape, np.array([utilization], dtype=np.int64))[0])
+        return math.floor(total / len(classes) + 0.5)  # math.Round of a non-negative mean
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         """``AssumePodVolumes``: the node's static bindings and provisionings, assumed in the listers."""
@@ -350,17 +407,18 @@ def _older(seen: Obj, written: Obj) -> bool:
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> VolumeBinding:
-    """VolumeBindingArgs: ``bindTimeoutSeconds`` (default 600); ``shape`` needs the StorageCapacityScoring gate,
-    which this scheduler does not implement."""
+    """VolumeBindingArgs: ``bindTimeoutSeconds`` (default 600); ``shape`` (StorageCapacityScoring, on in 1.37:
+    kube's default 0% -> 10, 100% -> 0 when absent or empty)."""
     problems: list[tuple[str, str]] = []
     timeout = args.get("bindTimeoutSeconds", int(DEFAULT_BIND_TIMEOUT))
     if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 0:
         problems.append(("bindTimeoutSeconds", "must be a non-negative integer"))
+    shape = DEFAULT_SHAPE
     if args.get("shape"):
-        problems.append(("shape", "storage capacity scoring (feature StorageCapacityScoring) is not supported"))
+        shape = parse_shape(args["shape"], "shape", problems)
     for key in args:
         if key not in ("bindTimeoutSeconds", "shape", "apiVersion", "kind"):
             problems.append((key, "unknown field"))
     if problems:
         raise ArgsError(problems)
-    return VolumeBinding(handle, float(timeout))
+    return VolumeBinding(handle, float(timeout), shape)
