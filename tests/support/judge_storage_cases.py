@@ -141,8 +141,10 @@ def _volumes(claims: list[str]) -> list[Json]:
 
 
 def _capacities(draw: Any, names: list[str]) -> dict[str, list[Json]]:
-    """The driver's CSIDriver (storage capacity tracking on or off, or none) and CSIStorageCapacities per zone,
-    per node or for every node, with room for some claim sizes only."""
+    """The driver's CSIDriver (storage capacity tracking on or off, or none; preventing scheduling where it is
+    not installed, kube 1.37's VolumeLimitScaling) and CSIStorageCapacities per zone, per node or for every node,
+    with room for some claim sizes only. One ``capacity`` per class: where several capacities of a class reach a
+    node, kube scores with the first its lister returns (map order), so they must not differ there."""
     tracking = draw(st.sampled_from((True, True, False, None)))
     if tracking is None:
         return {}
@@ -152,6 +154,9 @@ def _capacities(draw: Any, names: list[str]) -> dict[str, list[Json]]:
         "metadata": {"name": DRIVER},
         "spec": {"storageCapacity": tracking, "attachRequired": True},
     }
+    if draw(st.integers(0, 2)) == 0:
+        driver["spec"]["preventPodSchedulingIfMissing"] = draw(st.booleans())
+    per_class = {cls: draw(st.sampled_from(("1Gi", "3Gi", "10Gi"))) for cls in ("csi-wffc", "csi-immediate")}
     capacities = []
     for k in range(draw(st.integers(0, 3))):
         scope = draw(st.sampled_from(("zone", "node", "all", "none")))
@@ -163,12 +168,13 @@ def _capacities(draw: Any, names: list[str]) -> dict[str, list[Json]]:
             topology = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [host]}]}
         elif scope == "none":
             topology = None
+        cls = draw(st.sampled_from(("csi-wffc", "csi-wffc", "csi-immediate")))
         capacity: Json = {
             "apiVersion": "storage.k8s.io/v1",
             "kind": "CSIStorageCapacity",
             "metadata": {"name": f"cap-{k}", "namespace": draw(st.sampled_from(("kube-system", "default")))},
-            "storageClassName": draw(st.sampled_from(("csi-wffc", "csi-wffc", "csi-immediate"))),
-            "capacity": draw(st.sampled_from(("1Gi", "3Gi", "10Gi"))),
+            "storageClassName": cls,
+            "capacity": per_class[cls],
         }
         if topology is not None:
             capacity["nodeTopology"] = topology
@@ -221,12 +227,13 @@ def storage_cases(draw: Any, max_nodes: int = 4) -> Case:
     for name in names:
         if draw(st.booleans()):
             count = draw(st.integers(0, 3))
+            installed = DRIVER if draw(st.integers(0, 3)) > 0 else "other.example.com"  # not ours on this node
             csi_nodes.append(
                 {
                     "apiVersion": "storage.k8s.io/v1",
                     "kind": "CSINode",
                     "metadata": {"name": name},
-                    "spec": {"drivers": [{"name": DRIVER, "nodeID": name, "allocatable": {"count": count}}]},
+                    "spec": {"drivers": [{"name": installed, "nodeID": name, "allocatable": {"count": count}}]},
                 }
             )
     wanted = draw(
