@@ -375,6 +375,8 @@ func (j *judge) build(ctx context.Context, raw []byte, client clientset.Interfac
 			frameworkruntime.WithClientSet(client),
 			frameworkruntime.WithInformerFactory(informerFactory),
 			frameworkruntime.WithSnapshotSharedLister(pf.lister),
+			// 1.37's DefaultPreemption reads the nodes (and pod groups) through the mutable lister
+			frameworkruntime.WithMutableSnapshotLister(pf.lister),
 			frameworkruntime.WithParallelism(int(cfg.Parallelism)),
 			frameworkruntime.WithPodNominator(noNominator{}),
 			frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(informerFactory.Storage().V1().CSINodes().Lister())),
@@ -479,12 +481,12 @@ func (j *judge) handle(req *request) ([]podResult, error) {
 	return out, nil
 }
 
-func (j *judge) evaluate(pf *profileFramework, req *request, pod *v1.Pod) (podResult, error) {
+func (j *judge) evaluate(pf *profileFramework, req *request, pod *v1.Pod) (res podResult, err error) {
 	ctx := j.ctx
 	nodes := req.Nodes
 	fw := pf.fw
 	listed := fw.ListPlugins()
-	res := podResult{
+	res = podResult{
 		Pod:       pod.Namespace + "/" + pod.Name,
 		Plugins:   map[string][]pluginRef{},
 		PreFilter: map[string]preFilterVerdict{},
@@ -535,6 +537,15 @@ func (j *judge) evaluate(pf *profileFramework, req *request, pod *v1.Pod) (podRe
 
 	// The framework's run: kube-scheduler's findNodesThatFitPod without sampling or nominated nodes.
 	state := framework.NewCycleState()
+	// DynamicResources' Reserve (what it would allocate) runs per feasible node once everything else is done: since
+	// 1.37 it leaves the allocation in the cycle state (a pending allocation for the pod's group), which a later
+	// Filter or Score in the same state would take as already made.
+	var draNodes []int
+	defer func() {
+		for _, i := range draNodes {
+			res.Nodes[i].DRA = draAllocation(ctx, pf, state, pod, res.Nodes[i].Name)
+		}
+	}()
 	preRes, preStatus, restricting := fw.RunPreFilterPlugins(ctx, state, pod)
 	res.PreFilterStatus = toStatus(preStatus)
 	diagnosis := framework.Diagnosis{NodeToStatus: framework.NewDefaultNodeToStatus()}
@@ -570,7 +581,7 @@ func (j *judge) evaluate(pf *profileFramework, req *request, pod *v1.Pod) (podRe
 			if s.IsSuccess() {
 				nr.Feasible = true
 				feasible = append(feasible, ni)
-				nr.DRA = draAllocation(ctx, pf, state, pod, node.Name)
+				draNodes = append(draNodes, len(res.Nodes))
 			} else if s.IsRejected() {
 				diagnosis.NodeToStatus.Set(node.Name, s)
 			} else if res.FilterError == "" {
