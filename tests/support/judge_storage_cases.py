@@ -141,23 +141,23 @@ def _volumes(claims: list[str]) -> list[Json]:
 
 
 def _capacities(draw: Any, names: list[str]) -> dict[str, list[Json]]:
-    """The driver's CSIDriver (storage capacity tracking on or off, or none; preventing scheduling where it is
-    not installed, kube 1.37's VolumeLimitScaling) and CSIStorageCapacities per zone, per node or for every node,
-    with room for some claim sizes only. One ``capacity`` per class: where several capacities of a class reach a
-    node, kube scores with the first its lister returns (map order), so they must not differ there."""
+    """The driver's CSIDriver (storage capacity tracking on or off, or none) and CSIStorageCapacities per zone,
+    per node or for every node, with room for some claim sizes only."""
     tracking = draw(st.sampled_from((True, True, False, None)))
     if tracking is None:
         return {}
-    driver = {
+    driver: Json = {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "CSIDriver",
         "metadata": {"name": DRIVER},
         "spec": {"storageCapacity": tracking, "attachRequired": True},
     }
-    if draw(st.integers(0, 2)) == 0:
+    if draw(st.integers(0, 2)) == 0:  # kube 1.37's VolumeLimitScaling: the driver must be on the node
         driver["spec"]["preventPodSchedulingIfMissing"] = draw(st.booleans())
-    per_class = {cls: draw(st.sampled_from(("1Gi", "3Gi", "10Gi"))) for cls in ("csi-wffc", "csi-immediate")}
     capacities = []
+    # one ``capacity`` per class: kube 1.37 scores a provisioning by the capacity of whichever matching
+    # CSIStorageCapacity its lister (a map) yields first, so two of one class must not differ in it
+    per_class = {cls: draw(st.sampled_from(("1Gi", "3Gi", "10Gi"))) for cls in ("csi-wffc", "csi-immediate")}
     for k in range(draw(st.integers(0, 3))):
         scope = draw(st.sampled_from(("zone", "node", "all", "none")))
         topology: Json | None = {}
@@ -168,12 +168,11 @@ def _capacities(draw: Any, names: list[str]) -> dict[str, list[Json]]:
             topology = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [host]}]}
         elif scope == "none":
             topology = None
-        cls = draw(st.sampled_from(("csi-wffc", "csi-wffc", "csi-immediate")))
         capacity: Json = {
             "apiVersion": "storage.k8s.io/v1",
             "kind": "CSIStorageCapacity",
             "metadata": {"name": f"cap-{k}", "namespace": draw(st.sampled_from(("kube-system", "default")))},
-            "storageClassName": cls,
+            "storageClassName": (cls := draw(st.sampled_from(("csi-wffc", "csi-wffc", "csi-immediate")))),
             "capacity": per_class[cls],
         }
         if topology is not None:

@@ -50,20 +50,26 @@ def _field(path: str) -> Callable[[Spec], str | None]:
 
 UNSUPPORTED: dict[str, Callable[[Spec], str | None]] = {
     "spec.volumes": _volumes,
-    # Kubernetes 1.35's Workload API gangs: read where the profile enables GangScheduling, refused elsewhere
+    # The Workload API's gangs, 1.37's (PodGroup) and 1.35's (Workload): read where the profile enables
+    # GangScheduling, refused elsewhere
+    "spec.schedulingGroup": _field("spec.schedulingGroup"),
     "spec.workloadRef": _field("spec.workloadRef"),
 }
 """field -> check(spec) returning the offending field path (None: the pod does not use it).
 
-Kube 1.37's other pod fields a scheduler reads are read here: ``spec.resources`` (pod-level requests, in every
-request reading) and a resizing pod's status resources (``crane_shared.podresources``), ``hostUsers`` with
-``hostNetwork``, containers' ``restartPolicyRules`` and volume mounts' ``bindMountOptions`` (NodeDeclaredFeatures),
-image volumes (ImageLocality)."""
+Pod fields Kubernetes 1.36-1.37 added, and why each is here or not (reviewed against k8s.io/api v0.37.2's PodSpec):
+``schedulingGroup`` is above; ``evictionResponders`` (EvictionRequestAPI, alpha) is about who answers an
+eviction, not placement: kube-scheduler 1.37 does not read it either (its preemption deletes victims, as crane's
+does), so it passes; volume mounts' ``bindMountOptions`` are read by NodeDeclaredFeatures (with ``hostUsers`` and
+``hostNetwork``, and containers' ``restartPolicyRules``). The other pod fields 1.37 reads for placement are read
+too: ``spec.resources`` (pod-level requests, in every request reading) and a resizing pod's status resources
+(``crane_shared.podresources``), image volumes (ImageLocality)."""
 
 
 def unsupported_field(pod_raw: Mapping[str, Any], supported: Container[str] = frozenset()) -> str | None:
     """The first field ``pod_raw`` uses that is in ``UNSUPPORTED``, as a path into the pod; None if none. Fields in
-    ``supported`` are read by a plugin of the pod's profile (``supports_fields``: GangScheduling's workloadRef)."""
+    ``supported`` are read by a plugin of the pod's profile (``supports_fields``: GangScheduling's schedulingGroup and
+    workloadRef)."""
     spec = pod_raw.get("spec") or {}
     for name, check in UNSUPPORTED.items():
         if name in supported:

@@ -1,4 +1,4 @@
-"""VolumeBinding against kube-scheduler 1.37's behaviour: PreFilter messages, Filter reasons, storage-capacity
+"""VolumeBinding against kube-scheduler 1.37's behaviour: PreFilter messages, Filter reasons, storage capacity
 scoring, assume/revert, PreBind's writes and wait."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ import asyncio
 import json
 from typing import Any, ClassVar
 
-import numpy as np
 import pytest
 
 from crane_scheduler.algorithm import ScheduleResult
@@ -205,28 +204,53 @@ def test_no_provisioner_and_no_pv_is_a_bind_conflict() -> None:
 def test_args_are_checked() -> None:
     from crane_scheduler.framework import ArgsError, Handle
 
-    with pytest.raises(ArgsError, match="shape"):
-        vb_plugin.new({"shape": [{"utilization": 50, "score": 0}, {"utilization": 10, "score": 5}]}, Handle(table()))
-    with pytest.raises(ArgsError, match="shape"):
+    assert vb_plugin.new({}, Handle(table())).shape == ((0, 100), (100, 0))  # kube 1.37's default, scaled
+    shaped = vb_plugin.new(
+        {"shape": [{"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]}, Handle(table())
+    )
+    assert shaped.shape == ((0, 0), (100, 100))
+    with pytest.raises(ArgsError, match=r"shape\[1\]\.utilization"):
+        vb_plugin.new({"shape": [{"utilization": 50, "score": 1}, {"utilization": 10, "score": 2}]}, Handle(table()))
+    with pytest.raises(ArgsError, match=r"shape\[0\]\.score"):
         vb_plugin.new({"shape": [{"utilization": 0, "score": 11}]}, Handle(table()))
-    assert vb_plugin.new({"shape": [{"utilization": 0, "score": 0}]}, Handle(table())).shape == ((0, 0),)
     with pytest.raises(ArgsError, match="bindTimeoutSeconds"):
         vb_plugin.new({"bindTimeoutSeconds": -1}, Handle(table()))
 
 
-def test_storage_capacity_scoring_prefers_the_node_with_more_free_storage() -> None:
-    """StorageCapacityScoring (beta, on in 1.37): provisioning scores by the share of the CSIStorageCapacity the
-    claim takes (kube's default shape: 0% -> 100, 100% -> 0); a static binding by its PV's share; a pod with
-    nothing to bind scores 0 and is not skipped."""
+def _scores(t: Any, ls: Listers, p: dict[str, Any]) -> list[int]:
+    """VolumeBinding's PreScore verdict and Score on every node, after its PreFilter and Filter."""
+    import numpy as np
+
+    from crane_scheduler.framework import Handle
+
+    plugin = vb_plugin.new({}, Handle(t, listers=ls))
+    info, state = parse_pod(p), {}  # type: ignore[var-annotated]
+    plugin.pre_filter(state, info, t)
+    plugin.filter(state, info, t)
+    rows = np.array(sorted(t.rows.values()))
+    assert plugin.pre_score(state, info, t, rows).success  # kube 1.37 scores every pod (1.35 skipped)
+    scores: list[int] = plugin.score(state, info, t, rows).tolist()
+    return scores
+
+
+def test_storage_capacity_scoring_prefers_the_emptier_volume_or_pool_as_kube_137() -> None:
+    # static binding: the claim over the PV each node would bind (a: 1Gi of 4Gi -> 75, b: 1Gi of 1Gi -> 0)
+    ls = listers(
+        storageclasses=[storage_class("local")],
+        pvcs=[pvc("d", size="1Gi")],
+        pvs=[pv("pv-a", node="a", size="4Gi"), pv("pv-b", node="b", size="1Gi")],
+    )
+    assert _scores(nodes3(), ls, pod_with_claims("p", "d"))[:2] == [75, 0]
+    # provisioning with tracked capacity: the claim over the capacity that admitted it (z1: 2 of 8 -> 75, z2: 50)
     driver = {"metadata": {"name": "csi.example.com"}, "spec": {"storageCapacity": True}}
     caps = [
         {
-            "metadata": {"name": f"cap-{z}"},
+            "metadata": {"name": n},
             "storageClassName": "csi",
             "capacity": size,
             "nodeTopology": {"matchLabels": {ZONE: z}},
         }
-        for z, size in (("z1", "4Gi"), ("z2", "16Gi"))
+        for n, z, size in (("z1", "z1", "8Gi"), ("z2", "z2", "4Gi"))
     ]
     ls = listers(
         storageclasses=[storage_class("csi", provisioner="csi.example.com")],
@@ -234,34 +258,9 @@ def test_storage_capacity_scoring_prefers_the_node_with_more_free_storage() -> N
         csidrivers=[driver],
         csistoragecapacities=caps,
     )
-    t = nodes3()
-    prof = profile(t, ls)
-    plugin = prof.plugins["VolumeBinding"]
-    assert isinstance(plugin, vb_plugin.VolumeBinding)
-    p = parse_pod(pod_with_claims("p", "d"))
-    state: dict[str, Any] = {}
-    plugin.pre_filter(state, p, t)
-    plugin.filter(state, p, t)
-    assert plugin.pre_score(state, p, t, t.live_rows()).code.value == "Success"
-    # 2Gi of 4Gi in z1 (a, b): 50% -> 50; of 16Gi in z2 (c): 12% -> 88
-    assert plugin.score(state, p, t, t.live_rows()).tolist() == [50, 50, 88]
-    result = decide(t, ls, pod_with_claims("p", "d"))
-    assert isinstance(result, ScheduleResult) and result.node == "c"
-    # a static binding: its PV's share (2Gi of a 2Gi PV on b: 100% -> 0)
-    ls = listers(
-        storageclasses=[storage_class("local")],
-        pvcs=[pvc("d", cls="local", size="2Gi")],
-        pvs=[pv("pv1", node="b", size="2Gi")],
-    )
-    state = {}
-    plugin = profile(t, ls).plugins["VolumeBinding"]
-    assert isinstance(plugin, vb_plugin.VolumeBinding)
-    plugin.pre_filter(state, p, t)
-    plugin.filter(state, p, t)
-    assert plugin.score(state, p, t, np.array([t.rows["b"]])).tolist() == [0]
-    no_claims = parse_pod(pod_with_claims("q"))
-    assert plugin.pre_score({}, no_claims, t, t.live_rows()).code.value == "Success"
-    assert plugin.score({}, no_claims, t, t.live_rows()).tolist() == [0, 0, 0]
+    assert _scores(nodes3(), ls, pod_with_claims("p", "d")) == [75, 75, 50]
+    # a pod without claims: kube's PreScore still passes, every node scores 0
+    assert _scores(nodes3(), listers(), {"metadata": {"name": "q", "namespace": "ns"}, "spec": {}}) == [0, 0, 0]
 
 
 class _Resp:

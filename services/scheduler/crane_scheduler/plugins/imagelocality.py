@@ -1,7 +1,7 @@
 """ImageLocality: favour nodes that already have the pod's images, weighted by how widely each image is spread
-(kube-scheduler's ``imagelocality``): per image present on the node, ``size * nodes_with_it / nodes``, summed,
-clamped to [23 MiB, 1000 MiB x images] and scaled to 0..100 in integer math. The pod's images are its init and app
-containers' and (kube 1.37) its image volumes' (``spec.volumes[].image.reference``), each counted once per use.
+(kube-scheduler's ``imagelocality``): per container image (and, since 1.37, image volume) present on the node,
+``size * nodes_with_it / nodes``, summed, clamped to [23 MiB, 1000 MiB x images] and scaled to 0..100 in integer
+math.
 
 Image states (name -> size, nodes) are rebuilt from ``status.images`` only for nodes whose image list changed
 since the last decision; like kube's cache, an image's size is the one first seen for that name.
@@ -38,15 +38,8 @@ def normalized_image_name(name: str) -> str:
     return name + ":latest" if name.rfind(":") <= name.rfind("/") else name
 
 
-def pod_images(spec: Mapping[str, Any]) -> list[str]:
-    """kube 1.37's ``sumImageScores`` sources: init containers', app containers', image volumes' references."""
-    images = [str(c.get("image") or "") for key in ("initContainers", "containers") for c in spec.get(key) or ()]
-    images += [str(v["image"].get("reference") or "") for v in spec.get("volumes") or () if v.get("image") is not None]
-    return images
-
-
-def calculate_priority(sum_scores: int, num_images: int) -> int:
-    max_threshold = MAX_CONTAINER_THRESHOLD * num_images
+def calculate_priority(sum_scores: int, num_containers: int) -> int:
+    max_threshold = MAX_CONTAINER_THRESHOLD * num_containers
     sum_scores = min(max(sum_scores, MIN_THRESHOLD), max_threshold)
     return fwk.MAX_NODE_SCORE * (sum_scores - MIN_THRESHOLD) // (max_threshold - MIN_THRESHOLD)
 
@@ -95,7 +88,11 @@ class ImageLocality(fwk.ScorePlugin, fwk.EnqueueExtensions):
                         del self._states[name]
 
     def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
-        images = pod_images(pod.raw.get("spec") or {})
+        spec = pod.raw.get("spec") or {}
+        containers = list(spec.get("initContainers") or ()) + list(spec.get("containers") or ())
+        images = [str(c.get("image") or "") for c in containers]
+        # kube 1.37: image volumes (``volumes[].image.reference``) count as images too
+        images += [str(v["image"].get("reference") or "") for v in spec.get("volumes") or () if v.get("image")]
         if not images:
             return np.zeros(len(rows), dtype=np.int64)
         self._refresh(table)

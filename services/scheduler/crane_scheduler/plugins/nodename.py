@@ -1,8 +1,9 @@
 """NodeName: a pod that names a node (``spec.nodeName``) fits only that node.
 
-Since kube 1.37 its PreFilter also restricts the pod to that node (a ``PreFilterResult``), so every other node is
-"didn't satisfy plugin(s) [NodeName]" (UnschedulableAndUnresolvable, out of preemption's reach) rather than
-rejected by its Filter one by one."""
+Since Kubernetes 1.37 its PreFilter also restricts the cycle to that node (a ``PreFilterResult``): every other node
+is UnschedulableAndUnresolvable with the framework's ``node(s) didn't satisfy plugin(s) [NodeName]`` (so not a
+preemption target), and Filter's own reason is heard only on nodes by that name that PreFilter let through.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ class NodeName(fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.EnqueueExtensions):
     def pre_filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> fwk.PreFilterResult:
         if not pod.node_name:
             return fwk.PreFilterResult()
-        return fwk.PreFilterResult(node_names=frozenset((pod.node_name,)))
+        return fwk.PreFilterResult(node_names=frozenset({pod.node_name}))
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         if not pod.node_name:
@@ -37,7 +38,7 @@ class NodeName(fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.EnqueueExtensions):
         return [fwk.Rejection(REASON, mask, unresolvable=True)]
 
     def events_to_register(self) -> fwk.ClusterEvent:
-        return fwk.ClusterEvent.NODE_ADD  # kube 1.37: a node added (its name never changes)
+        return fwk.ClusterEvent.NODE_ADD  # kube 1.37: only a new node can be the one the pod names
 
 
 def new(args: Mapping[str, Any], handle: fwk.Handle) -> NodeName:

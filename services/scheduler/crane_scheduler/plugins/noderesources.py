@@ -3,9 +3,12 @@
 Fit filters on *requests* (allocatable - requested, per resource, plus the pod-count limit) and scores with
 LeastAllocated (default), MostAllocated or RequestedToCapacityRatio (a broken-line function of utilization).
 Scoring counts a container without cpu/memory requests as 100m / 200Mi, on the node and for the pod, so
-best-effort pods still spread; the filter never does.
-BalancedAllocation favours nodes whose cpu and memory fractions stay close, on plain requests, and skips
-best-effort pods (kube-scheduler >= 1.32). Integer arithmetic matches kube-scheduler's exactly.
+best-effort pods still spread; the filter never does. The pod is read as kube 1.37 reads it (``podinfo``): Filter
+its spec's requests with pod-level ones, Score its containers' spec requests only (kube's Fit does not pass its
+scorer the pod-level and resize options), BalancedAllocation its requests with pod-level ones and its status.
+BalancedAllocation favours nodes whose cpu and memory fractions the pod brings closer (kube 1.37 scores the
+balance's improvement, ``50 + (50 + with - without) / 2``; 1.35 scored the balance after the pod alone), on plain
+requests, and skips best-effort pods (kube-scheduler >= 1.32). Integer arithmetic matches kube-scheduler's exactly.
 
 Both keep their results per node row and pod size (``crane_scheduler.rowcache``): a row is recomputed only when
 the table says its allocatable or accounted requests changed (``NodeTable.row_versions``: a pod assumed, bound or

