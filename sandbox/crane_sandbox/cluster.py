@@ -188,6 +188,9 @@ class KubeApiServer:
                 f"--etcd-servers={self.etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                # Kubernetes 1.37 refuses a loopback advertise address for the `kubernetes` Service's endpoints
+                # (the lease reconciler validates it); nothing here reaches the API server through that Service
+                "--endpoint-reconciler-type=none",
                 f"--secure-port={self.port}",
                 f"--tls-cert-file={self.pki.serving_cert}",
                 f"--tls-private-key-file={self.pki.serving_key}",

@@ -432,6 +432,7 @@ def test_the_podgroup_crd_ships_and_the_scheduler_may_only_read_gangs_and_write_
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
+    # GangScheduling: the Workload API, 1.37's PodGroups or 1.35's Workloads; read only
     assert workloads == {("podgroups", "list"), ("podgroups", "watch"), ("workloads", "list"), ("workloads", "watch")}
 
 
