@@ -10,6 +10,9 @@ scored) and the cost per case of each side.
     .venv/bin/python -m bench.differential --suite storage     # volume plugins with PVs, claims, CSINodes
     .venv/bin/python -m bench.differential --suite preemption  # DefaultPreemption's candidates and choice
     .venv/bin/python -m bench.differential --suite dra --cases 1000  # DynamicResources and kube's allocator
+    .venv/bin/python -m bench.differential --suite declared-features  # NodeDeclaredFeatures (kube 1.37)
+    .venv/bin/python -m bench.differential --suite pod-level  # spec.resources in Fit, scores and preemption
+    .venv/bin/python -m bench.differential --suite resize     # pods resizing in place, as nodes hold them
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from tests.support.judge import Case, Judge, compare, judge_binary, ours
 from tests.support.judge_cases import cases
 from tests.support.judge_dra_cases import dra_cases
+from tests.support.judge_node_cases import declared_features_cases, pod_level_cases, resize_cases
 from tests.support.judge_storage_cases import preemption_cases, storage_cases
 
 
@@ -34,13 +38,20 @@ def main() -> int:
     parser.add_argument("--max-nodes", type=int, default=12)
     parser.add_argument("--max-pods", type=int, default=20)
     parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
-    parser.add_argument("--suite", choices=("builtin", "storage", "preemption", "dra"), default="builtin")
+    parser.add_argument(
+        "--suite",
+        choices=("builtin", "storage", "preemption", "dra", "declared-features", "pod-level", "resize"),
+        default="builtin",
+    )
     args = parser.parse_args()
     strategy = {
         "builtin": cases(max_nodes=args.max_nodes, max_pods=args.max_pods),
         "storage": storage_cases(max_nodes=args.max_nodes),
         "preemption": preemption_cases(max_nodes=args.max_nodes, max_pods=args.max_pods),
         "dra": dra_cases(),  # its own sizes (tests/differential/test_dynamic_resources.py's cases)
+        "declared-features": declared_features_cases(max_nodes=args.max_nodes),
+        "pod-level": pod_level_cases(max_nodes=args.max_nodes, max_pods=args.max_pods),
+        "resize": resize_cases(max_nodes=args.max_nodes, max_pods=args.max_pods),
     }[args.suite]
 
     judge = Judge(judge_binary())

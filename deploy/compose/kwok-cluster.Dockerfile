@@ -5,7 +5,7 @@
 # the sandbox's Kubernetes pin, kwok and kwokctl from its KWOK pin, kubectl (scripts/tools), etcd from Debian.
 # The build context holds bin/ and entrypoint.sh (copied from the KWOK module); tests/integration/deploy builds it:
 #   podman build -f deploy/compose/kwok-cluster.Dockerfile --build-arg BASE_IMAGE=localhost/crane-base:bookworm \
-#     --build-arg KUBE_VERSION=v1.35.4 CONTEXT
+#     --build-arg KUBE_VERSION=v1.37.2 CONTEXT
 ARG BASE_IMAGE=debian:bookworm-slim
 FROM ${BASE_IMAGE}
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server \

@@ -22,6 +22,7 @@ from crane_shared.annotations import HOT_VALUE_KEY, AnnotationError, decode
 from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY, BATCH_MEMORY, BATCH_MEMORY_USAGE_KEY
 from crane_shared.loadaware.dynamic import DynamicArgs, MetricReading, node_load
 from crane_shared.loadtaintpolicy import OPT_OUT_KEY, is_ours
+from crane_shared.podresources import CPU, pod_requests_of
 from crane_shared.policy import DynamicSchedulerPolicy
 from crane_shared.quantity import parse_quantity
 
@@ -46,14 +47,12 @@ class NodeRow:
 
 
 def pod_requests(pod: Mapping[str, Any], cpu_name: str = "cpu", memory_name: str = "memory") -> tuple[float, float]:
-    """(cores, bytes) requested by a pod's containers, as kube-scheduler counts a pod without init containers
-    (``crane.io/batch-cpu`` is in millicores: pass it as ``cpu_name`` and divide by 1000)."""
-    cpu = mem = 0.0
-    for container in pod.get("spec", {}).get("containers") or []:
-        requests = (container.get("resources") or {}).get("requests") or {}
-        cpu += float(parse_quantity(requests.get(cpu_name, "0")))
-        mem += float(parse_quantity(requests.get(memory_name, "0")))
-    return cpu, mem
+    """(cores, bytes) a pod holds on its node as kube-scheduler counts it (``crane_shared.podresources``: init
+    containers and sidecars, pod-level requests, overhead, a resize in progress); ``crane.io/batch-cpu`` is in
+    millicores as written: pass it as ``cpu_name`` and divide by 1000."""
+    requests = pod_requests_of(pod, use_status=True)
+    cpu = requests.get(cpu_name, 0)
+    return (cpu / 1000 if cpu_name == CPU else float(cpu)), float(requests.get(memory_name, 0))
 
 
 def _batch_cell(requested: float, lent: Any, usage_text: str | None, used_total: float, scale: float, unit: str) -> str:

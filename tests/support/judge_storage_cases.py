@@ -146,13 +146,18 @@ def _capacities(draw: Any, names: list[str]) -> dict[str, list[Json]]:
     tracking = draw(st.sampled_from((True, True, False, None)))
     if tracking is None:
         return {}
-    driver = {
+    driver: Json = {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "CSIDriver",
         "metadata": {"name": DRIVER},
         "spec": {"storageCapacity": tracking, "attachRequired": True},
     }
+    if draw(st.integers(0, 2)) == 0:  # kube 1.37's VolumeLimitScaling: the driver must be on the node
+        driver["spec"]["preventPodSchedulingIfMissing"] = draw(st.booleans())
     capacities = []
+    # one ``capacity`` per class: kube 1.37 scores a provisioning by the capacity of whichever matching
+    # CSIStorageCapacity its lister (a map) yields first, so two of one class must not differ in it
+    per_class = {cls: draw(st.sampled_from(("1Gi", "3Gi", "10Gi"))) for cls in ("csi-wffc", "csi-immediate")}
     for k in range(draw(st.integers(0, 3))):
         scope = draw(st.sampled_from(("zone", "node", "all", "none")))
         topology: Json | None = {}
@@ -167,8 +172,8 @@ def _capacities(draw: Any, names: list[str]) -> dict[str, list[Json]]:
             "apiVersion": "storage.k8s.io/v1",
             "kind": "CSIStorageCapacity",
             "metadata": {"name": f"cap-{k}", "namespace": draw(st.sampled_from(("kube-system", "default")))},
-            "storageClassName": draw(st.sampled_from(("csi-wffc", "csi-wffc", "csi-immediate"))),
-            "capacity": draw(st.sampled_from(("1Gi", "3Gi", "10Gi"))),
+            "storageClassName": (cls := draw(st.sampled_from(("csi-wffc", "csi-wffc", "csi-immediate")))),
+            "capacity": per_class[cls],
         }
         if topology is not None:
             capacity["nodeTopology"] = topology
@@ -221,12 +226,13 @@ def storage_cases(draw: Any, max_nodes: int = 4) -> Case:
     for name in names:
         if draw(st.booleans()):
             count = draw(st.integers(0, 3))
+            installed = DRIVER if draw(st.integers(0, 3)) > 0 else "other.example.com"  # not ours on this node
             csi_nodes.append(
                 {
                     "apiVersion": "storage.k8s.io/v1",
                     "kind": "CSINode",
                     "metadata": {"name": name},
-                    "spec": {"drivers": [{"name": DRIVER, "nodeID": name, "allocatable": {"count": count}}]},
+                    "spec": {"drivers": [{"name": installed, "nodeID": name, "allocatable": {"count": count}}]},
                 }
             )
     wanted = draw(

@@ -18,7 +18,7 @@ from crane_annotator.reclaim import NodePod, Resources
 from crane_shared.batch import is_batch
 from crane_shared.informer import Informer
 from crane_shared.logs import LogOnce, get_logger
-from crane_shared.podresources import CPU, MEMORY, pod_requests
+from crane_shared.podresources import CPU, MEMORY, pod_requests_of
 from crane_shared.retry import Backoff
 
 log = get_logger("crane.annotator.pods")
@@ -35,7 +35,7 @@ def node_pod(obj: Mapping[str, Any]) -> tuple[str, NodePod] | None:
     node = spec.get("nodeName")
     if not node or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return None
-    requests = pod_requests(spec)
+    requests = pod_requests_of(obj, use_status=True)  # what it holds on the node, resizing in place or not
     key = f"{meta['namespace']}/{meta['name']}"
     resources = Resources(requests.get(CPU, 0) / 1000, float(requests.get(MEMORY, 0)))
     return node, NodePod(key, is_batch(spec), resources, started_at((obj.get("status") or {}).get("startTime")))

@@ -20,7 +20,7 @@ from crane_descheduler.policy import Evictable
 from crane_shared.batch import is_batch
 from crane_shared.labels import label_selector_matches
 from crane_shared.loadaware.podsize import PodSize, is_daemonset_pod, pod_size
-from crane_shared.podresources import pod_requests
+from crane_shared.podresources import pod_requests_of
 
 PREFER_NO_EVICTION = "descheduler.alpha.kubernetes.io/prefer-no-eviction"
 MIRROR = "kubernetes.io/config.mirror"
@@ -108,7 +108,7 @@ def qos_class(pod: Mapping[str, Any]) -> QoS:
 def pod_view(pod: Mapping[str, Any]) -> PodView:
     """Raises KeyError/TypeError/ValueError for a pod too malformed to plan with (the caller skips and counts)."""
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
-    requests = pod_requests(spec)
+    requests = pod_requests_of(pod, use_status=True)  # what it holds on its node, resizing in place or not
     conditions = status.get("conditions") or ()
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     return PodView(

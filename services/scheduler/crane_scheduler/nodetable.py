@@ -272,6 +272,10 @@ class NodeTable:
         """A plugin-registered per-node column (see ``register_column``)."""
         return self._columns[name].array[: self.n_rows]
 
+    def has_column(self, name: str) -> bool:
+        """Whether ``register_column`` made ``name`` (one column serves every profile's instance of a plugin)."""
+        return name in self._columns
+
     def label_codes(self, key: str) -> tuple[npt.NDArray[np.int32], list[str]] | None:
         """The rows' codes for label ``key`` (-1: no such label) and the distinct values they index; None when no
         node has ever had the key. Plugins group rows into topology domains with this (``np.bincount``)."""
@@ -299,12 +303,13 @@ class NodeTable:
         if row is not None:
             old = self.nodes[row]
             assert old is not None
-            if (old.allocatable, old.labels, old.taints, old.unschedulable, old.annotations) == (
+            if (old.allocatable, old.labels, old.taints, old.unschedulable, old.annotations, old.declared_features) == (
                 node.allocatable,
                 node.labels,
                 node.taints,
                 node.unschedulable,
                 node.annotations,
+                node.declared_features,
             ) and (old.raw.get("status") or {}).get("images") == (node.raw.get("status") or {}).get("images"):
                 self.nodes[row] = node
                 return None

@@ -5,8 +5,17 @@ scheduling decision). Everything a plugin asks about a pod on every cycle (reque
 ports) is computed here once per pod update, with kube-scheduler's rules:
 
 - requests: max(sum of app containers + sidecars, each init container + the sidecars started before it), then
-  pod-level requests where set, plus overhead (component-helpers ``PodRequests``);
-- the non-zero variant used only for scoring counts a container without a cpu/memory request as 100m / 200Mi.
+  pod-level requests where set, plus overhead (component-helpers ``PodRequests``), read with the pod's status as
+  kube-scheduler 1.37 reads a pod on a node (``UseStatusResources``: a pod resizing in place holds the max of its
+  spec, allocated and actuated resources, ``crane_shared.podresources.status_requests``); ``fit_requests`` is the
+  spec's reading, NodeResourcesFit's request for the pod being scheduled (the same dict unless the status speaks
+  of resources);
+- the non-zero variants used only for scoring count a container without a cpu/memory request as 100m / 200Mi:
+  ``nonzero_*`` as a pod on a node is counted (kube's ``PodInfo.CalculateResource``: with pod-level requests only
+  for a resource the pod names nowhere); ``score_requests`` and ``score_nonzero_*`` as NodeResourcesFit's Score
+  reads the pod being scheduled: kube's Fit never gives its scorer the PodLevelResources and in-place resize
+  options (BalancedAllocation does), so it reads the containers' requests of the spec, both defaults, overhead,
+  and no pod-level request (the same dict as ``requests`` for a pod without pod-level requests or status).
 """
 
 from __future__ import annotations
@@ -22,6 +31,13 @@ from crane_shared.podresources import DEFAULT_MEMORY_REQUEST as DEFAULT_MEMORY_R
 from crane_shared.podresources import DEFAULT_MILLI_CPU_REQUEST as DEFAULT_MILLI_CPU_REQUEST
 from crane_shared.podresources import EPHEMERAL as EPHEMERAL
 from crane_shared.podresources import MEMORY as MEMORY
+from crane_shared.podresources import (
+    NON_MISSING,
+    non_missing_for,
+    pod_level_requests_set,
+    pod_requests_of,
+    resize_status_present,
+)
 from crane_shared.podresources import PODS as PODS
 from crane_shared.podresources import pod_requests as pod_requests
 from crane_shared.podresources import resource_list as resource_list
@@ -158,6 +174,10 @@ class PodInfo:
     requests: dict[str, int]
     nonzero_cpu: int
     nonzero_memory: int
+    fit_requests: dict[str, int]
+    score_requests: dict[str, int]
+    score_nonzero_cpu: int
+    score_nonzero_memory: int
     host_ports: tuple[HostPort, ...]
     tolerations: tuple[Toleration, ...]
     node_selector: dict[str, str]
@@ -193,9 +213,6 @@ def _host_ports(spec: Mapping[str, Any]) -> tuple[HostPort, ...]:
     )
 
 
-_NON_MISSING = {CPU: DEFAULT_MILLI_CPU_REQUEST, MEMORY: DEFAULT_MEMORY_REQUEST}
-
-
 def _states_cpu_and_memory(spec: Mapping[str, Any]) -> bool:
     for key in ("containers", "initContainers"):
         for c in spec.get(key) or ():
@@ -205,15 +222,47 @@ def _states_cpu_and_memory(spec: Mapping[str, Any]) -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class _Sizes:
+    requests: dict[str, int]
+    nonzero: tuple[int, int]
+    fit_requests: dict[str, int]
+    score_requests: dict[str, int]
+    score_nonzero: tuple[int, int]
+
+
+def _nonzero(reqs: Mapping[str, int]) -> tuple[int, int]:
+    return reqs.get(CPU, 0), reqs.get(MEMORY, 0)
+
+
+def _sizes(raw: Mapping[str, Any], spec: Mapping[str, Any]) -> _Sizes:
+    """The pod's readings (module docstring), each computed once; most pods need one or two passes: without
+    resources in their status the spec's reading is the status', and a pod whose containers state cpu and memory
+    has no default to fill in."""
+    with_status = resize_status_present(raw)
+    spec_reqs = pod_requests_of(raw, use_status=False)
+    stated = pod_requests_of(raw, use_status=True) if with_status else spec_reqs
+    # a status' lists (allocated, actuated) may leave out what the spec states: the shortcut is the spec's only
+    states_both = not with_status and _states_cpu_and_memory(spec)
+    missing = non_missing_for(stated, spec)
+    if not missing or states_both:
+        nonzero = _nonzero(stated)
+    else:
+        nonzero = _nonzero(pod_requests_of(raw, use_status=with_status, non_missing=missing))
+    requests = {k: v for k, v in stated.items() if v}
+    fit = requests if not with_status else {k: v for k, v in spec_reqs.items() if v}
+    if with_status or pod_level_requests_set(spec):  # NodeResourcesFit's Score reads neither
+        scored = pod_requests_of(raw, use_status=False, non_missing=NON_MISSING, skip_pod_level=True)
+        return _Sizes(requests, nonzero, fit, {k: v for k, v in scored.items() if v}, _nonzero(scored))
+    score_nonzero = nonzero  # no pod-level requests: both defaults for a placed pod too
+    return _Sizes(requests, nonzero, fit, requests, score_nonzero)
+
+
 def parse_pod(raw: dict[str, Any]) -> PodInfo:
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
     status = raw.get("status") or {}
-    stated = pod_requests(spec)
-    requests = {k: v for k, v in stated.items() if v}
-    # The scoring defaults fill in only what a container leaves out: when every container states both, they are
-    # the stated requests (most pods; one pass over the containers instead of two).
-    nonzero = stated if _states_cpu_and_memory(spec) else pod_requests(spec, _NON_MISSING)
+    sizes = _sizes(raw, spec)
     node_aff = (spec.get("affinity") or {}).get("nodeAffinity") or {}
     required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
     required_terms = None
@@ -235,9 +284,13 @@ def parse_pod(raw: dict[str, Any]) -> PodInfo:
         generation=int(meta.get("generation") or 0),
         deleting=bool(meta.get("deletionTimestamp")),
         gated=bool(spec.get("schedulingGates")),
-        requests=requests,
-        nonzero_cpu=nonzero.get(CPU, 0),
-        nonzero_memory=nonzero.get(MEMORY, 0),
+        requests=sizes.requests,
+        nonzero_cpu=sizes.nonzero[0],
+        nonzero_memory=sizes.nonzero[1],
+        fit_requests=sizes.fit_requests,
+        score_requests=sizes.score_requests,
+        score_nonzero_cpu=sizes.score_nonzero[0],
+        score_nonzero_memory=sizes.score_nonzero[1],
         host_ports=_host_ports(spec),
         tolerations=tuple(
             Toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or "")
@@ -284,6 +337,8 @@ class NodeInfo:
     unschedulable: bool
     allocatable: Mapping[str, int]
     raw: dict[str, Any] = field(repr=False, compare=False)
+    declared_features: tuple[str, ...] = ()
+    """``status.declaredFeatures`` as the node states them (NodeDeclaredFeatures reads the ones it knows)"""
 
 
 def parse_node(raw: dict[str, Any]) -> NodeInfo:
@@ -300,4 +355,5 @@ def parse_node(raw: dict[str, Any]) -> NodeInfo:
         unschedulable=bool(spec.get("unschedulable")),
         allocatable=resource_list(status.get("allocatable")),
         raw=raw,
+        declared_features=tuple(status.get("declaredFeatures") or ()),
     )

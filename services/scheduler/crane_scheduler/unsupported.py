@@ -18,14 +18,16 @@ GATE = "UnsupportedFields"
 """The rejector name the queue sees (no plugin registers events under it, so any cluster event retries)."""
 
 # In-tree volume sources kube-scheduler counts against CSI attach limits through CSI migration (translated to
-# their CSI drivers on nodes whose CSINode says so), which NodeVolumeLimits does not do. PVCs, generic ephemeral
-# volumes, inline CSI, RBD and iSCSI are handled by VolumeBinding, VolumeRestrictions, VolumeZone and
-# NodeVolumeLimits.
+# their CSI drivers on nodes whose CSINode says so), which NodeVolumeLimits does not do (Portworx too since kube
+# 1.37, where its migration no longer depends on the CSINode's migrated-plugins annotation). PVCs, generic
+# ephemeral volumes, inline CSI, RBD and iSCSI are handled by VolumeBinding, VolumeRestrictions, VolumeZone and
+# NodeVolumeLimits; image volumes by ImageLocality.
 VOLUME_SOURCES: tuple[str, ...] = (
     "gcePersistentDisk",
     "awsElasticBlockStore",
     "azureDisk",
     "cinder",
+    "portworxVolume",
 )
 
 
@@ -48,15 +50,26 @@ def _field(path: str) -> Callable[[Spec], str | None]:
 
 UNSUPPORTED: dict[str, Callable[[Spec], str | None]] = {
     "spec.volumes": _volumes,
-    # Kubernetes 1.35's Workload API gangs: read where the profile enables GangScheduling, refused elsewhere
+    # The Workload API's gangs, 1.37's (PodGroup) and 1.35's (Workload): read where the profile enables
+    # GangScheduling, refused elsewhere
+    "spec.schedulingGroup": _field("spec.schedulingGroup"),
     "spec.workloadRef": _field("spec.workloadRef"),
 }
-"""field -> check(spec) returning the offending field path (None: the pod does not use it)."""
+"""field -> check(spec) returning the offending field path (None: the pod does not use it).
+
+Pod fields Kubernetes 1.36-1.37 added, and why each is here or not (reviewed against k8s.io/api v0.37.2's PodSpec):
+``schedulingGroup`` is above; ``evictionResponders`` (EvictionRequestAPI, alpha) is about who answers an
+eviction, not placement: kube-scheduler 1.37 does not read it either (its preemption deletes victims, as crane's
+does), so it passes; volume mounts' ``bindMountOptions`` are read by NodeDeclaredFeatures (with ``hostUsers`` and
+``hostNetwork``, and containers' ``restartPolicyRules``). The other pod fields 1.37 reads for placement are read
+too: ``spec.resources`` (pod-level requests, in every request reading) and a resizing pod's status resources
+(``crane_shared.podresources``), image volumes (ImageLocality)."""
 
 
 def unsupported_field(pod_raw: Mapping[str, Any], supported: Container[str] = frozenset()) -> str | None:
     """The first field ``pod_raw`` uses that is in ``UNSUPPORTED``, as a path into the pod; None if none. Fields in
-    ``supported`` are read by a plugin of the pod's profile (``supports_fields``: GangScheduling's workloadRef)."""
+    ``supported`` are read by a plugin of the pod's profile (``supports_fields``: GangScheduling's schedulingGroup and
+    workloadRef)."""
     spec = pod_raw.get("spec") or {}
     for name, check in UNSUPPORTED.items():
         if name in supported:

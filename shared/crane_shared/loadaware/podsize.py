@@ -2,8 +2,9 @@
 
 - DaemonSet pods are exempt from the Dynamic filter (upstream: any owner reference of kind DaemonSet).
 - A pod's estimated size is its requests by kube's ``PodRequests`` rule (init containers, sidecars, pod-level
-  requests, overhead); a resource without any request falls back to the sum of the containers' limits, which is
-  what the API server's defaulting (request := limit) gives a pod it admitted.
+  requests, overhead); a resource without any request falls back to its pod-level limit (``spec.resources``),
+  else the sum of the containers' limits, which is what the API server's defaulting (request := limit, at the
+  pod level too) gives a pod it admitted.
 """
 
 from __future__ import annotations
@@ -45,4 +46,7 @@ def pod_size(spec: Mapping[str, Any] | None, requests: Mapping[str, int] | None 
         for name, text in ((container.get("resources") or {}).get("limits") or {}).items():
             if name in limits:
                 limits[name] += resource_value(name, text)
+    for name, text in ((spec.get("resources") or {}).get("limits") or {}).items():
+        if name in limits:  # kube's PodLimits: the pod-level limit replaces the containers' sum
+            limits[name] = resource_value(name, text)
     return PodSize(cpu or limits[CPU] / 1000, memory or float(limits[MEMORY]))

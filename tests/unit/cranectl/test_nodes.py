@@ -63,6 +63,17 @@ def test_rows_show_usage_against_thresholds_requests_hot_value_and_age() -> None
     assert "above threshold" in lines[-1]
 
 
+def test_requested_counts_pod_level_requests_and_a_resize_in_progress_as_the_scheduler_does() -> None:
+    pod_level = pod("n", "100m", "64Mi")
+    pod_level["spec"]["resources"] = {"requests": {"cpu": "2", "memory": "1Gi"}}
+    resizing = pod("n", "500m", "64Mi")
+    allocated = {"cpu": "3", "memory": "64Mi"}
+    resizing["status"]["containerStatuses"] = [{"name": "", "allocatedResources": allocated}]
+    resizing["spec"]["containers"][0]["name"] = ""
+    (row,) = node_rows([node("n", {})], [pod_level, resizing], default_policy(), NOW)
+    assert (row.cpu_requested, row.mem_requested) == (5.0, 1024**3 + 64 * 1024**2)
+
+
 def test_cranectl_does_not_import_the_sandbox() -> None:
     import subprocess
     import sys

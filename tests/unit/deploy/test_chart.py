@@ -432,7 +432,8 @@ def test_the_podgroup_crd_ships_and_the_scheduler_may_only_read_gangs_and_write_
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    assert workloads == {("workloads", "list"), ("workloads", "watch")}  # GangScheduling (Workload API)
+    # GangScheduling: the Workload API, 1.37's PodGroups or 1.35's Workloads; read only
+    assert workloads == {("podgroups", "list"), ("podgroups", "watch"), ("workloads", "list"), ("workloads", "watch")}
 
 
 def test_metrics_are_delegated_by_default_and_the_service_monitor_scrapes_with_the_reader_account() -> None:

@@ -40,6 +40,24 @@ CASES = {
         PodSize(0.15, 80.0 * 2**20),
     ),
     "nothing": (pod_with(c()), PodSize(0.0, 0.0)),
+    # pod-level resources (PodLevelResources, beta and on): the pod-level cpu and memory requests replace the
+    # containers' sum; a pod-level limit is the fallback where no request is stated
+    "pod-level requests": (
+        pod_with(
+            c({"cpu": "100m", "memory": "64Mi"}),
+            c({"cpu": "100m", "memory": "64Mi"}),
+            resources={"requests": {"cpu": "1", "memory": "1Gi"}},
+        ),
+        PodSize(1.0, 2.0**30),
+    ),
+    "pod-level cpu, container memory": (
+        pod_with(c({"memory": "256Mi"}), resources={"requests": {"cpu": "500m"}}),
+        PodSize(0.5, 256.0 * 2**20),
+    ),
+    "pod-level limits only": (
+        pod_with(c(limits={"cpu": "4"}), c(), resources={"limits": {"cpu": "2", "memory": "1Gi"}}),
+        PodSize(2.0, 2.0**30),
+    ),
 }
 
 

@@ -152,7 +152,7 @@ def test_no_file_is_the_default_crane_scheduler_profile_with_kube_weights() -> N
         ("TaintToleration", 3),
         ("NodeAffinity", 2),
         ("NodeResourcesFit", 1),
-        ("VolumeBinding", 1),  # kube's too; its PreScore skips it unless StorageCapacityScoring (alpha) is on
+        ("VolumeBinding", 1),  # kube's too: storage-capacity scoring (StorageCapacityScoring, on since 1.37)
         ("PodTopologySpread", 2),
         ("InterPodAffinity", 2),
         ("DynamicResources", 2),
@@ -160,8 +160,8 @@ def test_no_file_is_the_default_crane_scheduler_profile_with_kube_weights() -> N
         ("ImageLocality", 1),
     ]
     assert names(prof.filter) == [
+        "NodeName",  # before NodeUnschedulable since kube 1.37
         "NodeUnschedulable",
-        "NodeName",
         "TaintToleration",
         "NodeAffinity",
         "NodePorts",
@@ -173,6 +173,7 @@ def test_no_file_is_the_default_crane_scheduler_profile_with_kube_weights() -> N
         "PodTopologySpread",
         "InterPodAffinity",
         "DynamicResources",
+        "NodeDeclaredFeatures",  # appended by kube 1.37 (GA)
     ]
     assert prof.queue_sort.name == "PrioritySort" and names(prof.bind) == ["DefaultBinder"]
 

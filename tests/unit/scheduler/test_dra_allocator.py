@@ -294,6 +294,17 @@ def test_a_device_of_a_disabled_feature_is_never_chosen() -> None:
     assert allocate([resource_slice("s", [counted, conditioned], node="n1")], claim("c", exactly("gpu", "gpu"))) is None
 
 
+def test_a_device_tainted_against_pods_is_never_chosen_until_tolerations_are_read() -> None:
+    # DRADeviceTaints (GA in 1.37): kube allocates a NoSchedule/NoExecute-tainted device only to a request that
+    # tolerates it; crane reads no tolerations yet, so it refuses rather than misplaces; an effect None taint is
+    # informational
+    tainted = {**device("gpu-0"), "taints": [{"key": "broken", "effect": "NoSchedule"}]}
+    noted = {**device("gpu-1"), "taints": [{"key": "aging", "effect": "None"}]}
+    slices = [resource_slice("s", [tainted, noted], node="n1")]
+    assert picked(allocate(slices, claim("c", exactly("gpu", "gpu")))) == [[("gpu", "gpu-1")]]
+    assert allocate(slices, claim("c", exactly("gpu", "gpu", count=2))) is None
+
+
 def test_the_search_stops_at_the_deadline() -> None:
     ticks = itertools.count()
     slices = [gpus(*[f"gpu-{i}" for i in range(8)])]

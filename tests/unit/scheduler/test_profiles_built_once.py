@@ -56,12 +56,13 @@ def test_each_profile_registers_each_plugin_column_once(tmp_path: Path, columns:
 def test_connecting_the_api_keeps_the_validated_plugins(tmp_path: Path, columns: list[str]) -> None:
     loaded = load(tmp_path, CollectorRegistry())
     before = {name: dict(p.plugins) for name, p in loaded.profiles.items()}
+    registered = list(columns)  # Dynamic's per profile, NodeDeclaredFeatures' one for all
     api = object()
     writer = ApiWriter(Connection())  # not started: connecting only hands it to the plugins
     loaded.connect(api, writer)
     assert {name: dict(p.plugins) for name, p in loaded.profiles.items()} == before
     assert loaded.handles and all(h.api is api and h.writer is writer for h in loaded.handles)
-    assert len(columns) == 2  # connecting built nothing new
+    assert columns == registered and len(registered) == 3  # connecting built nothing new
 
 
 def test_a_malformed_annotation_is_decoded_and_counted_once_per_profile(tmp_path: Path, columns: list[str]) -> None:

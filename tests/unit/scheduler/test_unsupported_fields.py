@@ -17,7 +17,9 @@ def test_dra_resource_claims_are_dynamic_resources_business_now() -> None:
     assert result.message.startswith('0/2 nodes are available: could not find ResourceClaim "ns/gpu-claim".')
 
 
-@pytest.mark.parametrize("source", ["gcePersistentDisk", "awsElasticBlockStore", "azureDisk", "cinder"])
+@pytest.mark.parametrize(
+    "source", ["gcePersistentDisk", "awsElasticBlockStore", "azureDisk", "cinder", "portworxVolume"]
+)
 def test_in_tree_volumes_kube_counts_through_csi_migration_are_refused(source: str) -> None:
     t = table(node("a"))
     volumes = [{"name": "cfg", "configMap": {"name": "c"}}, {"name": "data", source: {"pdName": "x"}}]

@@ -1,4 +1,4 @@
-"""VolumeRestrictions, VolumeZone and NodeVolumeLimits with kube-scheduler 1.35's reasons."""
+"""VolumeRestrictions, VolumeZone and NodeVolumeLimits with kube-scheduler 1.37's reasons."""
 
 from __future__ import annotations
 
@@ -105,6 +105,24 @@ def test_node_volume_limits_counts_attached_csi_volumes_per_driver() -> None:
     assert isinstance(result, ScheduleResult)
 
 
+def test_a_driver_that_prevents_scheduling_where_it_is_missing_must_be_on_the_node_as_kube_137() -> None:
+    # VolumeLimitScaling (beta, on in 1.37): CSIDriver.spec.preventPodSchedulingIfMissing
+    drv = "csi.example.com"
+    driver = {"metadata": {"name": drv}, "spec": {"preventPodSchedulingIfMissing": True}}
+    claims, pvs = [pvc("c0", volume="pv0", bound=True)], [pv("pv0", claim="c0", phase="Bound", csi=drv)]
+    ls = listers(pvcs=claims, pvs=pvs, csidrivers=[driver], csinodes=[csinode("a", drv, 0), csinode("b", "other", 5)])
+    t = table(node("a"), node("b"), node("c"))
+    result = decide(t, ls, pod_with_claims("p", "c0"))
+    assert isinstance(result, Diagnosis)  # a: installed but full; b: another driver only; c: no CSINode
+    assert result.message == (
+        "0/3 nodes are available: 1 node(s) exceed max volume count, "
+        "2 csi.example.com CSI driver is not installed on the node."
+    )
+    ls.apply("csidrivers", "MODIFIED", {**driver, "spec": {}}, driver)  # not asked for: not checked
+    result = decide(t, ls, pod_with_claims("p", "c0"))
+    assert isinstance(result, ScheduleResult) and result.node in ("b", "c")
+
+
 def test_node_volume_limits_counts_volume_attachments_and_unbound_claims() -> None:
     drv = "csi.example.com"
     ls = listers(
@@ -128,6 +146,28 @@ def test_node_volume_limits_counts_volume_attachments_and_unbound_claims() -> No
     result = decide(t, ls, parse_pod(pod_with_claims("p", "new")), prof=profile(t, ls, cfg))
     assert isinstance(result, Diagnosis)
     assert result.message == "0/1 nodes are available: 1 node(s) exceed max volume count."
+
+
+def test_a_csi_driver_preventing_scheduling_where_missing_must_be_installed_on_the_node() -> None:
+    """kube 1.37 (VolumeLimitScaling, beta and on): CSIDriver ``preventPodSchedulingIfMissing`` keeps pods with a
+    new volume of the driver off nodes whose CSINode does not list it (or that have none); checked before the
+    limits, so such a node gets that reason only."""
+    drv = "csi.example.com"
+    claims = [pvc(f"c{i}", volume=f"pv{i}", bound=True) for i in range(2)]
+    pvs = [pv(f"pv{i}", claim=f"c{i}", phase="Bound", csi=drv) for i in range(2)]
+    driver = {"metadata": {"name": drv}, "spec": {"preventPodSchedulingIfMissing": True}}
+    other = {"metadata": {"name": "b"}, "spec": {"drivers": [{"name": "other.example.com"}]}}
+    ls = listers(pvcs=claims, pvs=pvs, csinodes=[csinode("a", drv, 0), other], csidrivers=[driver])
+    t = table(node("a"), node("b"), node("c"))
+    result = decide(t, ls, pod_with_claims("p", "c0", "c1"))
+    assert isinstance(result, Diagnosis)
+    assert result.message == (
+        "0/3 nodes are available: 1 node(s) exceed max volume count, "
+        "2 csi.example.com CSI driver is not installed on the node."
+    )
+    ls.apply("csidrivers", "MODIFIED", {**driver, "spec": {}}, driver)  # the driver does not opt in: no check
+    result = decide(t, ls, pod_with_claims("p", "c0"))
+    assert isinstance(result, ScheduleResult) and result.node in ("b", "c")
 
 
 def test_volume_zone_beta_pv_label_matches_the_ga_node_label() -> None:

@@ -1,11 +1,12 @@
-"""Built-in plugins with kube-scheduler 1.35 semantics, under kube-scheduler's names.
+"""Built-in plugins with kube-scheduler 1.37 semantics, under kube-scheduler's names.
 
 ``builtin_registry()`` returns a fresh ``Registry`` holding them; add your own with ``registry.register``.
 ``DEFAULT_MULTIPOINT`` is kube-scheduler's default profile restricted to the plugins implemented here, with the
 same order and score weights (TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1, PodTopologySpread 2,
-InterPodAffinity 2, NodeResourcesBalancedAllocation 1, ImageLocality 1); Dynamic is added by the load-aware
-package. Not yet here: SchedulingGates (gated pods never reach the queue); in-tree volume sources that kube counts
-against CSI limits through CSI migration are refused by the unsupported-field gate.
+InterPodAffinity 2, NodeResourcesBalancedAllocation 1, ImageLocality 1; 1.37 put NodeName before
+NodeUnschedulable and appends NodeDeclaredFeatures); Dynamic is added by the load-aware package. Not yet here:
+SchedulingGates (gated pods never reach the queue); in-tree volume sources that kube counts against CSI limits
+through CSI migration are refused by the unsupported-field gate.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from crane_scheduler.plugins import (
     imagelocality,
     interpodaffinity,
     nodeaffinity,
+    nodedeclaredfeatures,
     nodename,
     nodeports,
     noderesources,
@@ -36,8 +38,8 @@ from crane_scheduler.plugins.gangscheduling import register as register_gangsche
 
 DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
     ("PrioritySort", None),
-    ("NodeUnschedulable", None),
     ("NodeName", None),
+    ("NodeUnschedulable", None),
     ("TaintToleration", 3),
     ("NodeAffinity", 2),
     ("NodePorts", None),
@@ -53,6 +55,7 @@ DEFAULT_MULTIPOINT: tuple[tuple[str, int | None], ...] = (
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
     ("DefaultBinder", None),
+    ("NodeDeclaredFeatures", None),  # 1.37: GA, appended to the default multiPoint set (applyFeatureGates)
 )
 
 
@@ -63,6 +66,7 @@ def builtin_registry() -> Registry:
             "PrioritySort": queuesort.new,
             "NodeUnschedulable": nodeunschedulable.new,
             "NodeName": nodename.new,
+            "NodeDeclaredFeatures": nodedeclaredfeatures.new,
             "TaintToleration": tainttoleration.new,
             "NodeAffinity": nodeaffinity.new,
             "NodePorts": nodeports.new,

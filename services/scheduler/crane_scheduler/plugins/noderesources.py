@@ -3,9 +3,12 @@
 Fit filters on *requests* (allocatable - requested, per resource, plus the pod-count limit) and scores with
 LeastAllocated (default), MostAllocated or RequestedToCapacityRatio (a broken-line function of utilization).
 Scoring counts a container without cpu/memory requests as 100m / 200Mi, on the node and for the pod, so
-best-effort pods still spread; the filter never does.
-BalancedAllocation favours nodes whose cpu and memory fractions stay close, on plain requests, and skips
-best-effort pods (kube-scheduler >= 1.32). Integer arithmetic matches kube-scheduler's exactly.
+best-effort pods still spread; the filter never does. The pod is read as kube 1.37 reads it (``podinfo``): Filter
+its spec's requests with pod-level ones, Score its containers' spec requests only (kube's Fit does not pass its
+scorer the pod-level and resize options), BalancedAllocation its requests with pod-level ones and its status.
+BalancedAllocation favours nodes whose cpu and memory fractions the pod brings closer (kube 1.37 scores the
+balance's improvement, ``50 + (50 + with - without) / 2``; 1.35 scored the balance after the pod alone), on plain
+requests, and skips best-effort pods (kube-scheduler >= 1.32). Integer arithmetic matches kube-scheduler's exactly.
 
 Both keep their results per node row and pod size (``crane_scheduler.rowcache``): a row is recomputed only when
 the table says its allocatable or accounted requests changed (``NodeTable.row_versions``: a pod assumed, bound or
@@ -146,11 +149,16 @@ class FitArgs:
 
 
 def _pod_request(pod: PodInfo, res: str, nonzero: bool) -> int:
-    if nonzero and res == CPU:
-        return pod.nonzero_cpu
-    if nonzero and res == MEMORY:
-        return pod.nonzero_memory
-    return pod.requests.get(res, 0)
+    """The pod's request of ``res`` as kube's ``calculatePodResourceRequest`` reads the pod being scheduled:
+    ``nonzero`` (NodeResourcesFit's Score) its spec's container requests with the 100m / 200Mi defaults and no
+    pod-level request, else (BalancedAllocation) its requests with pod-level ones and its status."""
+    if not nonzero:
+        return pod.requests.get(res, 0)
+    if res == CPU:
+        return pod.score_nonzero_cpu
+    if res == MEMORY:
+        return pod.score_nonzero_memory
+    return pod.score_requests.get(res, 0)
 
 
 class _Rows:
@@ -237,9 +245,10 @@ class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin
         )
 
     def checked(self, pod: PodInfo) -> list[tuple[str, int]]:
-        """The (resource, request) pairs Filter holds against each node's free allocatable, besides one more pod."""
+        """The (resource, request) pairs Filter holds against each node's free allocatable, besides one more pod:
+        the spec's requests (kube's ``computePodResourceRequest``, no status: the pod is not on a node yet)."""
         return [
-            (res, want) for res, want in pod.requests.items() if want > 0 and res != PODS and not self._ignored(res)
+            (res, want) for res, want in pod.fit_requests.items() if want > 0 and res != PODS and not self._ignored(res)
         ]
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
@@ -387,7 +396,7 @@ def _fits_empty(pod: PodInfo, node: NodeInfo) -> bool:
     alloc = node.allocatable
     if alloc.get(PODS, 0) < 1:
         return False
-    return all(want <= 0 or r == PODS or want <= alloc.get(r, 0) for r, want in pod.requests.items())
+    return all(want <= 0 or r == PODS or want <= alloc.get(r, 0) for r, want in pod.fit_requests.items())
 
 
 def after_node_change(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
@@ -403,7 +412,7 @@ def after_node_change(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHi
     before, after = old.allocatable, new.allocatable
     if after.get(PODS, 0) > before.get(PODS, 0):
         return fwk.QueueingHint.QUEUE
-    grew = any(want > 0 and r != PODS and after.get(r, 0) > before.get(r, 0) for r, want in pod.requests.items())
+    grew = any(want > 0 and r != PODS and after.get(r, 0) > before.get(r, 0) for r, want in pod.fit_requests.items())
     return fwk.QueueingHint.QUEUE if grew else fwk.QueueingHint.SKIP
 
 
@@ -459,10 +468,14 @@ class BalancedAllocation(fwk.PreScorePlugin, fwk.ScorePlugin, fwk.EnqueueExtensi
         return out
 
     def _score(self, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
+        """kube 1.37's ``balancedResourceScorer``: the balance with the pod against the balance without it,
+        ``50 + (50 + with - without) / 2`` (75 where the pod changes nothing, towards 100 where it evens the
+        node out, towards 50 where it tilts it)."""
         if len(rows) <= ONE_BY_ONE and len(self.resources) == 2:
             return np.array([self._score_of(pod, table, row) for row in rows.tolist()], dtype=np.int64)
         gathered = _Rows(table, rows)
-        fractions: list[npt.NDArray[np.float64]] = []
+        with_pod: list[npt.NDArray[np.float64]] = []
+        without: list[npt.NDArray[np.float64]] = []
         valids: list[npt.NDArray[np.bool_]] = []
         for res, _ in self.resources:
             pair = gathered.pair(pod, res, nonzero=False)
@@ -470,46 +483,63 @@ class BalancedAllocation(fwk.PreScorePlugin, fwk.ScorePlugin, fwk.EnqueueExtensi
                 continue
             alloc, req = pair
             valid = alloc > 0
-            fractions.append(np.minimum(req / np.where(valid, alloc, 1), 1.0))
+            safe = np.where(valid, alloc, 1)
+            with_pod.append(np.minimum(req / safe, 1.0))
+            without.append(np.minimum((req - _pod_request(pod, res, nonzero=False)) / safe, 1.0))
             valids.append(valid)
-        if not fractions:
-            return np.full(len(rows), fwk.MAX_NODE_SCORE, dtype=np.int64)
-        if len(fractions) == 2:  # the default (cpu, memory): kube's |a - b| / 2
-            both = valids[0] & valids[1]
-            std = np.where(both, np.abs((fractions[0] - fractions[1]) / 2), 0.0)
-        else:
-            f, v = np.stack(fractions), np.stack(valids)
-            count = v.sum(axis=0)
-            hi = np.where(v, f, -np.inf).max(axis=0)
-            lo = np.where(v, f, np.inf).min(axis=0)
-            std = np.where(count == 2, (hi - lo) / 2, 0.0)  # max - min is the same float as |a - b|
-            safe_count = np.maximum(count, 1)
-            mean = np.where(v, f, 0.0).sum(axis=0) / safe_count
-            var = np.where(v, (f - mean) ** 2, 0.0).sum(axis=0) / safe_count
-            std = np.where(count > 2, np.sqrt(var), std)
-        result: IntArray = ((1.0 - std) * fwk.MAX_NODE_SCORE).astype(np.int64)
+        half = fwk.MAX_NODE_SCORE // 2
+        delta = _balance(with_pod, valids, len(rows)) - _balance(without, valids, len(rows))
+        result: IntArray = half + _trunc_div(half + delta, 2)
         return result
 
     def _score_of(self, pod: PodInfo, table: NodeTable, row: int) -> int:
         """``_score`` of one row, for two resources (the default: cpu and memory)."""
         alloc, requested = table.alloc[row].tolist(), table.requested[row].tolist()
-        fractions: list[float] = []
-        valids: list[bool] = []
+        with_pod: list[float] = []
+        without: list[float] = []
         for res, _ in self.resources:
             pod_req = _pod_request(pod, res, nonzero=False)
             col = table.resources.get(res)
             if (pod_req == 0 and is_scalar_resource(res)) or col is None:
                 continue
             a = alloc[col]
-            fractions.append(min(float(requested[col] + pod_req) / float(a if a > 0 else 1), 1.0))
-            valids.append(a > 0)
-        if not fractions:
-            return fwk.MAX_NODE_SCORE
-        std = abs((fractions[0] - fractions[1]) / 2) if len(fractions) == 2 and valids[0] and valids[1] else 0.0
-        return int((1.0 - std) * fwk.MAX_NODE_SCORE)
+            if a <= 0:
+                continue
+            with_pod.append(min(float(requested[col] + pod_req) / float(a), 1.0))
+            without.append(min(float(requested[col]) / float(a), 1.0))
+        half = fwk.MAX_NODE_SCORE // 2
+        delta = _balance_of(with_pod) - _balance_of(without)
+        return half + int((half + delta) / 2)  # Go's integer division (the numerator is never negative)
 
     def events_to_register(self) -> fwk.ClusterEvent:
         return fwk.ClusterEvent.ALL
+
+
+def _balance_of(fractions: list[float]) -> int:
+    """kube's ``balancedResourceScore`` for at most two fractions (the allocatable ones)."""
+    std = abs((fractions[0] - fractions[1]) / 2) if len(fractions) == 2 else 0.0
+    return int((1.0 - std) * fwk.MAX_NODE_SCORE)
+
+
+def _balance(fractions: list[npt.NDArray[np.float64]], valids: list[npt.NDArray[np.bool_]], n: int) -> IntArray:
+    """kube's ``balancedResourceScore`` per row: ``(1 - std) * 100`` over the fractions of the resources the row
+    has allocatable of (|a - b| / 2 for two, the population standard deviation for more, 0 below two)."""
+    if not fractions:
+        return np.full(n, fwk.MAX_NODE_SCORE, dtype=np.int64)
+    f, v = np.stack(fractions), np.stack(valids)
+    count = v.sum(axis=0)
+    if len(fractions) == 2:  # the default (cpu, memory): kube's |a - b| / 2 where both count
+        std = np.where(count == 2, np.abs((f[0] - f[1]) / 2), 0.0)
+    else:
+        hi = np.where(v, f, -np.inf).max(axis=0)
+        lo = np.where(v, f, np.inf).min(axis=0)
+        std = np.where(count == 2, (hi - lo) / 2, 0.0)  # max - min is the same float as |a - b|
+        safe_count = np.maximum(count, 1)
+        mean = np.where(v, f, 0.0).sum(axis=0) / safe_count
+        var = np.where(v, (f - mean) ** 2, 0.0).sum(axis=0) / safe_count
+        std = np.where(count > 2, np.sqrt(var), std)
+    out: IntArray = ((1.0 - std) * fwk.MAX_NODE_SCORE).astype(np.int64)
+    return out
 
 
 def new_fit(args: Mapping[str, Any], handle: fwk.Handle) -> NodeResourcesFit:

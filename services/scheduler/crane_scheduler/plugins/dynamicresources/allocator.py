@@ -28,6 +28,7 @@ from crane_scheduler.plugins.dynamicresources.nodeview import (
     NodeView,
     Shape,
     shape_of,
+    untolerated_taint,
     verdict,
 )
 from crane_scheduler.podinfo import NodeInfo
@@ -476,6 +477,8 @@ class _Search:
     def _selectable(self, ci: int, data: _Request, candidate: Candidate) -> bool:
         if candidate.device.get("bindingConditions"):
             return False  # DRADeviceBindingConditions is off
+        if untolerated_taint(candidate.device):
+            return False  # device taints: no request's tolerations are read yet
         v = verdict(candidate, data.shape)
         if v is True or v is False:
             return v

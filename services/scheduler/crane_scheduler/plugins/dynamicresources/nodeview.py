@@ -136,7 +136,7 @@ class NodeView:
             if pool.incomplete or pool.invalid:
                 continue
             for candidate in candidates:
-                if candidate.device.get("bindingConditions"):
+                if candidate.device.get("bindingConditions") or untolerated_taint(candidate.device):
                     continue
                 v = verdict(candidate, shape)
                 if v is not True and v is not False:
@@ -150,6 +150,13 @@ class NodeView:
             entry = ShapeDevices(tuple(ids))
         shapes[key] = entry
         return entry
+
+
+def untolerated_taint(device: Mapping[str, Any]) -> bool:
+    """A device taint that keeps pods off (``NoSchedule``/``NoExecute``; DRADeviceTaints, GA in 1.37). Requests'
+    ``tolerations`` are not read yet, so such a device is never allocated (kube allocates it to a request that
+    tolerates it: a refusal here, never a misplacement). DeviceTaintRules are not read yet either."""
+    return any(t.get("effect") in ("NoSchedule", "NoExecute") for t in device.get("taints") or ())
 
 
 class HeldLog(Protocol):
