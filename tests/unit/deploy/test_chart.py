@@ -164,6 +164,7 @@ def test_rbac_is_least_privilege_per_service() -> None:
             ("", "pods", "delete"),  # DefaultPreemption evicts its victims, as kube-scheduler does
             ("resource.k8s.io", "resourceclaims", "update"),  # DynamicResources' PreBind: the finalizer
             ("resource.k8s.io", "resourceclaims/status", "update"),  # ... the allocation and reservation
+            ("resource.k8s.io", "resourceclaims/binding", "update"),  # ... authorized there too since 1.36
             ("resource.k8s.io", "resourceslices", "watch"),
             ("resource.k8s.io", "deviceclasses", "watch"),
         },
