@@ -30,8 +30,10 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from crane_scheduler.plugins.dynamicresources.capacity import CapacityError, fits_capacity
 from crane_scheduler.plugins.dynamicresources.celenv import CelError, DeviceView, compile_selector, device_view
-from crane_scheduler.plugins.dynamicresources.pools import Pool, PoolError, gather_pools
+from crane_scheduler.plugins.dynamicresources.pools import Pool, PoolError, device_selects, gather_pools
+from crane_scheduler.plugins.dynamicresources.taints import blocked_without_tolerations
 from crane_scheduler.podinfo import NodeInfo
 
 Raw = Mapping[str, Any]
@@ -39,20 +41,25 @@ DeviceID = tuple[str, str, str]
 """(driver, pool, device)."""
 Shape = tuple[str, tuple[str, ...], tuple[str, ...]]
 """(class name, the class's selector expressions, the request's selector expressions)."""
-SelectorError = tuple[bool, int, str]
-"""(raised by a class selector rather than the request's, the selector's index, kube's text after the index)."""
+SelectorError = tuple[bool, int, str, str]
+"""(raised by a class selector rather than the request's, the selector's index, "compile" or "runtime", the CEL
+error's text)."""
 Verdict = bool | SelectorError
 
 
 @dataclass(slots=True, eq=False)
 class Candidate:
-    """A device of a pool a node reaches, with what has been learnt about it (kept while its slice is)."""
+    """A device of a pool a node reaches, with what has been learnt about it (kept while its slice is).
+    ``node_ok``: whether the device itself selects the node (True unless its slice selects nodes per device,
+    ``perDeviceNodeSelection``), or the error kube raises evaluating that."""
 
     id: DeviceID
     device: Raw
     slice: Raw
     verdicts: dict[Shape, Verdict] = field(default_factory=dict)
     view: DeviceView | None = None
+    node_ok: bool | str = True
+    pool: Pool | None = None
 
     def cel_view(self) -> DeviceView:
         if self.view is None:
@@ -87,19 +94,20 @@ def _evaluate(candidate: Candidate, shape: Shape) -> Verdict:
             try:
                 compiled = compile_selector(expression)
             except CelError as err:
-                return on_class, i, f"CEL compile error: {err}"
+                return on_class, i, "compile", str(err)
             try:
                 if not compiled.matches(candidate.cel_view()):
                     return False
             except CelError as err:
-                return on_class, i, f"CEL runtime error: {err}"
+                return on_class, i, "runtime", str(err)
     return True
 
 
 @dataclass(slots=True)
 class ShapeDevices:
-    """The devices of a view's complete, valid pools that a request of one shape may take (selected, no binding
-    conditions, no counters consumed), in search order."""
+    """The devices of a view's complete, valid pools that a plain request of one shape (no tolerations, no
+    capacity) may take: selected, selecting the node, no untolerated taint, its capacities' policies met by the
+    whole device; in search order."""
 
     ids: tuple[DeviceID, ...]
 
@@ -116,7 +124,13 @@ class NodeView:
         self.invalid = any(p.invalid for p in pools)
         self.candidates = [
             [
-                Candidate((pool.driver, pool.name, str(device.get("name", ""))), device, slice_)
+                Candidate(
+                    (pool.driver, pool.name, str(device.get("name", ""))),
+                    device,
+                    slice_,
+                    node_ok=_node_ok(node, slice_, device),
+                    pool=pool,
+                )
                 for slice_ in pool.slices
                 for device in (slice_.get("spec") or {}).get("devices") or ()
             ]
@@ -126,7 +140,9 @@ class NodeView:
 
     def shape_devices(self, shape: Shape, key: int) -> ShapeDevices | None:
         """The shape's devices here (``key``: the shape's number, ``DeviceCache.shape_key``, cheaper to hash than
-        the shape); None when a selector fails on one of them (the full search must meet it)."""
+        the shape); None when the count cannot answer: a selector or a node selection fails on one of them, or a
+        selected device consumes shared counters or can be allocated several times (the full search must meet
+        it)."""
         shapes = self.shapes
         if key in shapes:
             return shapes[key]
@@ -136,12 +152,25 @@ class NodeView:
             if pool.incomplete or pool.invalid:
                 continue
             for candidate in candidates:
-                if candidate.device.get("bindingConditions"):
-                    continue
                 v = verdict(candidate, shape)
                 if v is not True and v is not False:
                     break
-                if v and not candidate.device.get("consumesCounters"):
+                if not v:
+                    continue
+                ok = candidate.node_ok
+                if ok is not True and ok is not False:
+                    break
+                if not ok:
+                    continue
+                device = candidate.device
+                if device.get("consumesCounters") or device.get("allowMultipleAllocations"):
+                    break
+                if blocked_without_tolerations(device):
+                    continue
+                fits = _static_capacity(device)
+                if fits is None:
+                    break
+                if fits:
                     ids.append(candidate.id)
             else:
                 continue
@@ -150,6 +179,27 @@ class NodeView:
             entry = ShapeDevices(tuple(ids))
         shapes[key] = entry
         return entry
+
+
+def _node_ok(node: NodeInfo | None, slice_: Raw, device: Raw) -> bool | str:
+    if node is None or not (slice_.get("spec") or {}).get("perDeviceNodeSelection"):
+        return True
+    try:
+        return device_selects(node, device)
+    except PoolError as err:
+        return str(err)
+
+
+def _static_capacity(device: Raw) -> bool | None:
+    """Whether a device taken whole meets its capacities' request policies (kube checks it for every request
+    when DRAConsumableCapacity is on); None when kube would abort on it (a negative capacity)."""
+    capacities = device.get("capacity")
+    if not capacities:
+        return True
+    try:
+        return fits_capacity(None, capacities)
+    except (CapacityError, ValueError):
+        return None
 
 
 class HeldLog(Protocol):
@@ -295,7 +345,10 @@ class DeviceCache:
                 self._by_node.setdefault(name, []).append(s)
             else:
                 self._shared.append(s)
-        self._selective = any((s.get("spec") or {}).get("nodeSelector") is not None for s in self._shared)
+        self._selective = any(
+            (s.get("spec") or {}).get("nodeSelector") is not None or (s.get("spec") or {}).get("perDeviceNodeSelection")
+            for s in self._shared
+        )
 
     def view(self, node: NodeInfo) -> NodeView:
         view = self._views.get(node.name)
