@@ -58,6 +58,14 @@ def ci_order(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: stage[item.nodeid.split("::")[0]])  # stable: the order within a stage stays
 
 
+def pytest_report_header() -> str:
+    """Which Kubernetes release the session's servers run (``CRANE_KUBE_RELEASE``, docs/ci.md)."""
+    from crane_sandbox.kubebin import RELEASE_ENV, RELEASES, pinned_version, selected_release
+
+    release = selected_release()
+    return f"kubernetes: {pinned_version(RELEASES[release])} servers ({RELEASE_ENV}={release}); judge: the newest"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/integration/" in str(item.fspath):

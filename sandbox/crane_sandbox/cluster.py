@@ -144,6 +144,24 @@ class Etcd:
             await self.process.stop()
 
 
+def minor_release(version: str) -> int:
+    """The minor release of a ``k8s.io/kubernetes`` version (``v1.37.2`` -> 37)."""
+    parts = version.lstrip("v").split(".")
+    if len(parts) < 2 or parts[0] != "1" or not parts[1].isdigit():
+        raise ValueError(f"not a Kubernetes 1.x release: {version!r}")
+    return int(parts[1])
+
+
+def workload_api_version(version: str) -> str:
+    """The ``scheduling.k8s.io`` version that serves the Workload API at this release: 1.35's ``v1alpha1``
+    (Workload, pods' ``spec.workloadRef``), 1.36's ``v1alpha2``, 1.37's ``v1beta1`` (Workload and PodGroup, pods'
+    ``spec.schedulingGroup``). kube-apiserver refuses a ``--runtime-config`` naming a version it does not have."""
+    minor = minor_release(version)
+    if minor <= 35:
+        return "v1alpha1"
+    return "v1alpha2" if minor == 36 else "v1beta1"
+
+
 @dataclass
 class KubeApiServer:
     """A real kube-apiserver: TLS with a verified CA, static admin token, RBAC, service-account token signing."""
@@ -184,10 +202,10 @@ class KubeApiServer:
                 # Watch-list streams need etcd's watch progress requests (etcd >= 3.4.31), which Debian's etcd 3.4
                 # lacks; with the gate on, the server turns every watch from resourceVersion 0 into one (KWOK's
                 # watches are such) and fails it, and KWOK confirmed deletions only after re-listing, 20 s late.
-                # GenericWorkload + the alpha scheduling.k8s.io/v1alpha1 API: 1.35's Workload API (gangs by
-                # pod.spec.workloadRef), which crane-scheduler's GangScheduling plugin reads
+                # GenericWorkload + the Workload API's version of this release (off by default in 1.35 and 1.37),
+                # which crane-scheduler's GangScheduling plugin reads
                 "--feature-gates=WatchList=false,GenericWorkload=true",
-                "--runtime-config=scheduling.k8s.io/v1alpha1=true",
+                f"--runtime-config=scheduling.k8s.io/{workload_api_version(self.binaries.version)}=true",
                 "--max-requests-inflight=3000",
                 "--max-mutating-requests-inflight=1000",
                 "--enable-priority-and-fairness=false",

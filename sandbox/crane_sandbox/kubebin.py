@@ -1,7 +1,8 @@
 """Kubernetes and KWOK binaries, built from pinned Go modules and cached outside the work tree.
 
 No registry ships these binaries, so the sandbox builds them: kube-apiserver, kube-scheduler and
-kube-controller-manager from ``sandbox/kube`` (a tiny Go module pinning one ``k8s.io/kubernetes`` release), and
+kube-controller-manager from ``sandbox/kube`` (a tiny Go module pinning one ``k8s.io/kubernetes`` release, the
+newest supported: 1.37), the same three from ``sandbox/kube135`` (the oldest supported, 1.35) on demand, and
 KWOK's controller from ``sandbox/kwok`` (a separate module pinning ``sigs.k8s.io/kwok``, so KWOK's dependency
 versions never move the Kubernetes pin), and, on demand only, kubernetes-sigs/descheduler from
 ``sandbox/descheduler`` (bench/rebalance) and kubernetes-sigs/scheduler-plugins' scheduler with Coscheduling from
@@ -27,6 +28,14 @@ from pathlib import Path
 
 SANDBOX_DIR = Path(__file__).resolve().parent.parent
 MODULE_DIR = SANDBOX_DIR / "kube"
+"""the newest supported release: the servers of the sandbox, the tests and the benchmarks, and the judge"""
+RELEASES: dict[str, Path] = {"1.37": MODULE_DIR, "1.35": SANDBOX_DIR / "kube135"}
+"""Each supported Kubernetes release (the oldest and the newest: what the scheduler is tested against) and the
+module pinning it. The oldest module builds the three servers only (the judge is the newest's)."""
+NEWEST, OLDEST = "1.37", "1.35"
+RELEASE_ENV = "CRANE_KUBE_RELEASE"
+"""which release's servers ``ensure_binaries()`` returns (default the newest): ``CRANE_KUBE_RELEASE=1.35 pytest
+...`` runs the test clusters (and the reference kube-scheduler) on Kubernetes 1.35 (docs/ci.md)."""
 KWOK_MODULE_DIR = SANDBOX_DIR / "kwok"
 DESCHEDULER_MODULE_DIR = SANDBOX_DIR / "descheduler"
 COSCHEDULER_MODULE_DIR = SANDBOX_DIR / "schedplugins"
@@ -62,7 +71,8 @@ class KubeBinaries:
     apiserver: Path
     scheduler: Path
     controller_manager: Path
-    judge: Path
+    judge: Path | None
+    """None for a release built without it (the oldest: the judge is the newest release's, ``ensure_judge``)"""
 
 
 @dataclass(frozen=True)
@@ -98,9 +108,17 @@ def _build_key(module_dir: Path, version: str, prefix: str = "") -> str:
 
 
 def _ensure_built(
-    module_dir: Path, key: str, binaries: tuple[str, ...], what: str, *, quiet: bool, extra: tuple[str, ...] = ()
+    module_dir: Path,
+    key: str,
+    binaries: tuple[str, ...],
+    what: str,
+    *,
+    quiet: bool,
+    extra: tuple[str, ...] = (),
+    packages: tuple[str, ...] = ("./cmd/...",),
 ) -> Path:
-    """The cache directory holding ``binaries`` (and ``extra`` files), after one ``go build`` if needed."""
+    """The cache directory holding ``binaries`` (and ``extra`` files), after one ``go build`` of ``packages`` (the
+    module's own commands, or upstream's by import path) if needed."""
     target = cache_root() / key
     wanted = (*binaries, *extra)
     if all((target / b).exists() for b in wanted):
@@ -124,7 +142,7 @@ def _ensure_built(
         env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false"}
         started = time.monotonic()
         subprocess.run(
-            [go, "build", *GO_BUILD_FLAGS, "-o", str(staging) + "/", "./cmd/..."],
+            [go, "build", *GO_BUILD_FLAGS, "-o", str(staging) + "/", *packages],
             cwd=module_dir,
             env=env,
             check=True,
@@ -150,12 +168,39 @@ def _write_kwok_stages(go: str, module_dir: Path, env: dict[str, str], out: Path
     out.write_text("\n---\n".join(docs) + "\n")
 
 
-def ensure_binaries(module_dir: Path = MODULE_DIR, *, quiet: bool = False) -> KubeBinaries:
-    """Return the cached Kubernetes binaries, building them first if this pin was never built on this machine."""
+def selected_release() -> str:
+    """The release ``CRANE_KUBE_RELEASE`` names (default the newest)."""
+    release = os.environ.get(RELEASE_ENV) or NEWEST
+    if release not in RELEASES:
+        raise RuntimeError(f"{RELEASE_ENV}={release!r}: supported releases are {', '.join(sorted(RELEASES))}")
+    return release
+
+
+def ensure_binaries(module_dir: Path | None = None, *, quiet: bool = False) -> KubeBinaries:
+    """Return the cached Kubernetes binaries of ``module_dir`` (default: the release ``CRANE_KUBE_RELEASE``
+    selects, the newest unless set), building them first if this pin was never built on this machine."""
+    if module_dir is None:
+        module_dir = RELEASES[selected_release()]
     version = pinned_version(module_dir)
-    what = f"{', '.join(BINARIES)} {version}"
-    target = _ensure_built(module_dir, _build_key(module_dir, version), BINARIES, what, quiet=quiet)
-    return KubeBinaries(version, *(target / b for b in BINARIES))
+    # the newest: thin mains of its own, and the judge; the oldest: upstream's own commands (the same mains)
+    own = (module_dir / "cmd").is_dir()
+    binaries: tuple[str, ...] = BINARIES if own else tuple(b for b in BINARIES if b != "judge")
+    packages = ("./cmd/...",) if own else tuple(f"k8s.io/kubernetes/cmd/{b}" for b in binaries)
+    what = f"{', '.join(binaries)} {version}"
+    key = _build_key(module_dir, version)
+    target = _ensure_built(module_dir, key, binaries, what, quiet=quiet, packages=packages)
+    path = {b: target / b for b in binaries}
+    return KubeBinaries(
+        version, path["kube-apiserver"], path["kube-scheduler"], path["kube-controller-manager"], path.get("judge")
+    )
+
+
+def ensure_judge(*, quiet: bool = False) -> Path:
+    """The judge, always built from the newest release (kube-scheduler's own plugins: the reference the
+    differential suite compares with), whatever ``CRANE_KUBE_RELEASE`` says."""
+    judge = ensure_binaries(MODULE_DIR, quiet=quiet).judge
+    assert judge is not None, f"{MODULE_DIR}/cmd/judge is missing"
+    return judge
 
 
 def ensure_kwok(module_dir: Path = KWOK_MODULE_DIR, *, quiet: bool = False) -> KwokBinaries:
@@ -216,16 +261,20 @@ def main() -> None:
     parser.add_argument(
         "modules",
         nargs="*",
-        choices=("kube", "kwok", "descheduler", "coscheduler"),
+        choices=("kube", "kube135", "kwok", "descheduler", "coscheduler"),
         default=["kube", "kwok"],
-        help="which module to build (default kube and kwok); scripts/setup builds kube first and KWOK in the "
-        "background; the descheduler (bench/rebalance only) and the coscheduler (scheduler-plugins, bench/gangs "
-        "only) are built on demand",
+        help="which module to build (default kube and kwok); scripts/setup builds kube (the newest release, "
+        f"{NEWEST}) first and KWOK in the background; kube135 (the oldest supported release's servers, for "
+        f"{RELEASE_ENV}=1.35 test runs), the descheduler (bench/rebalance only) and the coscheduler "
+        "(scheduler-plugins, bench/gangs only) are built on demand",
     )
     args = parser.parse_args()
-    if "kube" in args.modules:
-        bins = ensure_binaries()
-        print(f"{bins.version}\n{bins.apiserver}\n{bins.scheduler}\n{bins.controller_manager}\n{bins.judge}")
+    for name, release in (("kube", NEWEST), ("kube135", OLDEST)):
+        if name in args.modules:
+            bins = ensure_binaries(RELEASES[release])
+            print(f"{bins.version}\n{bins.apiserver}\n{bins.scheduler}\n{bins.controller_manager}")
+            if bins.judge is not None:
+                print(bins.judge)
     if "kwok" in args.modules:
         kwok = ensure_kwok()
         print(f"{kwok.version}\n{kwok.kwok}")

@@ -42,6 +42,7 @@ __all__ = [
     "make_api_client",
     "micro_time",
     "raw_json",
+    "served_versions",
     "skip_per_request_env_lookups",
 ]
 
@@ -171,6 +172,17 @@ async def raw_json(call: Awaitable[Any]) -> Any:
         err.body, err.headers = data.decode(errors="replace"), resp.headers
         raise err
     return json.loads(data) if data else None
+
+
+async def served_versions(api: client.ApiClient, group: str) -> frozenset[str]:
+    """The versions of API group ``group`` the server serves, from discovery (``GET /apis``); empty when the group
+    is not served. How a component that supports several Kubernetes releases picks the API shape to speak (e.g.
+    ``scheduling.k8s.io``: 1.35's ``v1alpha1`` Workloads or 1.37's ``v1beta1`` PodGroups)."""
+    found = await raw_json(client.ApisApi(api).get_api_versions(_preload_content=False))
+    for entry in (found or {}).get("groups") or ():
+        if entry.get("name") == group:
+            return frozenset(str(v.get("version", "")) for v in entry.get("versions") or ())
+    return frozenset()
 
 
 class ApiCallError(ApiException):

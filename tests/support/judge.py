@@ -132,13 +132,14 @@ def ci_settings(examples: int) -> settings:
 
 
 def judge_binary() -> Path:
-    """The judge built by kubebin next to kube-apiserver (built on first use; cached per pin), or the binary named
-    by ``CRANE_JUDGE`` (while changing the judge itself: ``go build -o /tmp/judge ./cmd/judge`` in sandbox/kube)."""
-    from crane_sandbox.kubebin import ensure_binaries
+    """The judge built by kubebin next to the newest release's kube-apiserver (built on first use; cached per pin),
+    or the binary named by ``CRANE_JUDGE`` (while changing the judge itself: ``go build -o /tmp/judge ./cmd/judge``
+    in sandbox/kube)."""
+    from crane_sandbox.kubebin import ensure_judge
 
     if os.environ.get("CRANE_JUDGE"):
         return Path(os.environ["CRANE_JUDGE"])
-    return ensure_binaries(quiet=True).judge
+    return ensure_judge(quiet=True)
 
 
 class JudgeError(RuntimeError):

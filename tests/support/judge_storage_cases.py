@@ -153,6 +153,9 @@ def _capacities(draw: Any, names: list[str]) -> dict[str, list[Json]]:
         "spec": {"storageCapacity": tracking, "attachRequired": True},
     }
     capacities = []
+    # one ``capacity`` per class: kube 1.37 scores a provisioning by the capacity of whichever matching
+    # CSIStorageCapacity its lister (a map) yields first, so two of one class must not differ in it
+    per_class = {cls: draw(st.sampled_from(("1Gi", "3Gi", "10Gi"))) for cls in ("csi-wffc", "csi-immediate")}
     for k in range(draw(st.integers(0, 3))):
         scope = draw(st.sampled_from(("zone", "node", "all", "none")))
         topology: Json | None = {}
@@ -167,8 +170,8 @@ def _capacities(draw: Any, names: list[str]) -> dict[str, list[Json]]:
             "apiVersion": "storage.k8s.io/v1",
             "kind": "CSIStorageCapacity",
             "metadata": {"name": f"cap-{k}", "namespace": draw(st.sampled_from(("kube-system", "default")))},
-            "storageClassName": draw(st.sampled_from(("csi-wffc", "csi-wffc", "csi-immediate"))),
-            "capacity": draw(st.sampled_from(("1Gi", "3Gi", "10Gi"))),
+            "storageClassName": (cls := draw(st.sampled_from(("csi-wffc", "csi-wffc", "csi-immediate")))),
+            "capacity": per_class[cls],
         }
         if topology is not None:
             capacity["nodeTopology"] = topology

@@ -331,7 +331,7 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
         return
     blocker = failed[0][0].pod.name if failed else qp.pod.name
     refused = bool(failed) and all(_rejectors(r) == {plugin.name} for _, _, r in failed)
-    wait = plugin.gang_waiting(gang, waiting, blocker, len(assumed), refused)
+    wait = plugin.gang_waiting(gang, waiting, blocker, len(assumed), refused, placed, len(untried))
     rejectors = frozenset({plugin.name}).union(*(_rejectors(r) for _, _, r in failed))
     for member, state, result in failed:
         _fail(host, profile, member, state, result, rejectors, gang, plugin.name, start, wall)

@@ -48,15 +48,23 @@ def _field(path: str) -> Callable[[Spec], str | None]:
 
 UNSUPPORTED: dict[str, Callable[[Spec], str | None]] = {
     "spec.volumes": _volumes,
-    # Kubernetes 1.35's Workload API gangs: read where the profile enables GangScheduling, refused elsewhere
+    # The Workload API's gangs, 1.37's (PodGroup) and 1.35's (Workload): read where the profile enables
+    # GangScheduling, refused elsewhere
+    "spec.schedulingGroup": _field("spec.schedulingGroup"),
     "spec.workloadRef": _field("spec.workloadRef"),
 }
-"""field -> check(spec) returning the offending field path (None: the pod does not use it)."""
+"""field -> check(spec) returning the offending field path (None: the pod does not use it).
+
+Pod fields Kubernetes 1.36-1.37 added, and why each is here or not (reviewed against k8s.io/api v0.37.2's PodSpec):
+``schedulingGroup`` is above; ``evictionResponders`` (EvictionRequestAPI, alpha) is about who answers an
+eviction, not placement: kube-scheduler 1.37 does not read it either (its preemption deletes victims, as crane's
+does), so it passes."""
 
 
 def unsupported_field(pod_raw: Mapping[str, Any], supported: Container[str] = frozenset()) -> str | None:
     """The first field ``pod_raw`` uses that is in ``UNSUPPORTED``, as a path into the pod; None if none. Fields in
-    ``supported`` are read by a plugin of the pod's profile (``supports_fields``: GangScheduling's workloadRef)."""
+    ``supported`` are read by a plugin of the pod's profile (``supports_fields``: GangScheduling's schedulingGroup and
+    workloadRef)."""
     spec = pod_raw.get("spec") or {}
     for name, check in UNSUPPORTED.items():
         if name in supported:

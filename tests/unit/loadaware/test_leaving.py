@@ -225,10 +225,7 @@ def test_a_malformed_pod_usage_annotation_is_skipped_counted_and_logged_once() -
     with capture_logs() as logs:
         for name in ("vip", "vip2"):
             diagnosis, _ = attempt(s, pod(name, cpu="2", priority=100))
-            assert (
-                diagnosis.post_filter_msg
-                == f"preemption: 0/1 nodes are available: 1 {HOT}."
-            )
+            assert diagnosis.post_filter_msg == f"preemption: 0/1 nodes are available: 1 {HOT}."
     assert [e["event"] for e in logs].count(
         "malformed pod-usage annotation skipped: its pods count as not measured"
     ) == 1

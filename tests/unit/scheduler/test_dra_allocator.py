@@ -321,6 +321,16 @@ def test_a_device_of_a_disabled_feature_is_never_chosen() -> None:
         allocate(slices, claim("c", exactly("gpu", "gpu")))
 
 
+def test_a_device_tainted_against_pods_is_chosen_only_by_a_request_that_tolerates_it() -> None:
+    # DRADeviceTaints (GA in 1.37): kube allocates a NoSchedule/NoExecute-tainted device only to a request that
+    # tolerates it; an effect None taint is informational
+    tainted = {**device("gpu-0"), "taints": [{"key": "broken", "effect": "NoSchedule"}]}
+    noted = {**device("gpu-1"), "taints": [{"key": "aging", "effect": "None"}]}
+    slices = [resource_slice("s", [tainted, noted], node="n1")]
+    assert picked(allocate(slices, claim("c", exactly("gpu", "gpu")))) == [[("gpu", "gpu-1")]]
+    assert allocate(slices, claim("c", exactly("gpu", "gpu", count=2))) is None
+
+
 def test_the_search_stops_at_the_deadline() -> None:
     ticks = itertools.count()
     slices = [gpus(*[f"gpu-{i}" for i in range(8)])]

@@ -47,3 +47,13 @@ def test_image_changes_on_a_node_are_seen() -> None:
     assert list(plugin.score({}, info, t, t.live_rows())) == [0, 0]
     t.upsert_node(parse_node(with_images(node("b"), ("reg/app:1", 2000 * MB))))
     assert list(plugin.score({}, info, t, t.live_rows())) == [0, 100]  # 2000 MiB x 1/2 reaches the 1000 MiB cap
+
+
+def test_image_volumes_count_as_images_as_kube_137() -> None:
+    # the container's image is nowhere; the image volume's is on "has": 2000 MiB x 1/2 = 1000 MiB of the two
+    # images' 2000 MiB cap -> 100 x (1000 - 23) / (2000 - 23) = 49 (1.35 ignored image volumes: 0)
+    t = table(with_images(node("has"), ("reg/model:7", 2000 * MB)), node("lacks"))
+    p = pod(spec={"volumes": [{"name": "model", "image": {"reference": "reg/model:7"}}]})
+    p["spec"]["containers"][0]["image"] = "reg/app:1"
+    out = ImageLocality().score({}, parse_pod(p), t, t.live_rows())
+    assert out.tolist() == [49, 0]

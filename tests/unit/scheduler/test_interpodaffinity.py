@@ -242,14 +242,25 @@ def test_wakes_on_pod_and_node_events() -> None:
     assert np is not None
 
 
-def test_namespace_selector_matching_empty_labels_admits_every_namespace_as_kube_does() -> None:
-    # kube 1.35's mergeAffinityTermNamespacesIfNotEmpty takes the term by value, so a selector that matches an
-    # empty label set keeps matching every namespace (found by the differential check against the judge).
-    t = table(node("a"), bound=[labelled(pod("x", node_name="a"), namespace="team-b", app="web")])
+def test_a_namespace_selector_selects_the_namespaces_it_matches_now_and_no_other_as_kube_137_does() -> None:
+    # kube 1.37's mergeAffinityTermNamespacesIfNotEmpty spends the selector on the namespaces it lists; 1.35 took
+    # the term by value and kept matching the selector against nil labels, so a NotIn selector admitted every
+    # namespace (found by the differential check against the 1.37 judge)
+    t = table(
+        node("a"),
+        node("b"),
+        bound=[
+            labelled(pod("x", node_name="a"), namespace="team-b", app="web"),
+            labelled(pod("z", node_name="b"), namespace="team-a", app="web"),
+        ],
+    )
     PodIndex.of(t).set_namespace({"metadata": {"name": "team-b", "labels": {"team": "b"}}})
+    PodIndex.of(t).set_namespace({"metadata": {"name": "team-a", "labels": {"team": "a"}}})
     not_b = {"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["b"]}]}
     spec = affinity("podAntiAffinity", [term(ns_selector=not_b, app="web")])
-    assert failure(t, labelled(pod("y", spec=spec), app="web")).endswith("didn't match pod anti-affinity rules.")
+    assert chosen(t, labelled(pod("y", spec=spec), app="web")) == "a"  # team-b's pod is not selected
+    everyone = affinity("podAntiAffinity", [term(ns_selector={}, app="web")])  # {}: every namespace, as before
+    assert failure(t, labelled(pod("w", spec=everyone), app="web")).endswith("didn't match pod anti-affinity rules.")
 
 
 def test_the_pod_index_follows_assume_confirm_relabel_and_move_of_one_pod() -> None:

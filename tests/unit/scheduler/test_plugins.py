@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from crane_scheduler.framework import ClusterEvent
+from crane_scheduler.framework import ClusterEvent, Diagnosis
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.noderesources import BalancedAllocation, FitArgs, NodeResourcesFit
 from crane_scheduler.plugins.tainttoleration import TaintToleration
@@ -129,15 +129,19 @@ def test_most_allocated_packs() -> None:
     assert _score(NodeResourcesFit(FitArgs("MostAllocated")), t, pod(cpu="500m", memory="512Mi")) == [46, 9]
 
 
-def test_balanced_allocation_prefers_even_cpu_memory_fractions() -> None:
+def test_balanced_allocation_prefers_the_node_whose_balance_the_pod_improves() -> None:
     t = table(
         node("a", cpu="4", memory="4Gi"),
         node("b", cpu="4", memory="4Gi"),
         bound=[pod("x", cpu="2", memory="100Mi", node_name="a")],
     )
-    # pod 1 cpu / 1Gi. a: cpu 0.75, mem ~0.274 -> 76; b: 0.25 / 0.25 -> 100
-    scores = _score(BalancedAllocation((("cpu", 1), ("memory", 1))), t, pod(cpu="1", memory="1Gi"))
-    assert scores == [76, 100]
+    # kube 1.37: 50 + (50 + with - without) / 2. Pod 100m / 2Gi. a: cpu 0.525, mem ~0.524 -> 99, before 0.5 /
+    # ~0.024 -> 76: 86. b: 0.025 / 0.5 -> 76, before 0 / 0 -> 100: 63. (1.35 scored the balance after: 99, 76.)
+    scores = _score(BalancedAllocation((("cpu", 1), ("memory", 1))), t, pod(cpu="100m", memory="2Gi"))
+    assert scores == [86, 63]
+    # a pod that leaves a node's balance as it was scores 75 there
+    even = table(node("c", cpu="4", memory="4Gi"))
+    assert _score(BalancedAllocation((("cpu", 1), ("memory", 1))), even, pod(cpu="1", memory="1Gi")) == [75]
 
 
 def test_balanced_allocation_skips_best_effort_pods() -> None:
@@ -205,6 +209,18 @@ def test_node_name_plugin_only_accepts_the_named_node() -> None:
     info.node_name = "b"
     result = decide(t, info)
     assert getattr(result, "node", None) == "b"
+
+
+def test_node_name_restricts_the_cycle_to_its_node_in_prefilter_as_kube_137() -> None:
+    # kube 1.37's NodeName PreFilter: the other nodes are the framework's, not the plugin's Filter reason
+    t = table(node("a"), node("b", cpu="1"), node("c"))
+    info = parse_pod(pod(cpu="2"))
+    info.node_name = "b"
+    result = decide(t, info)
+    assert isinstance(result, Diagnosis)
+    assert result.message == (
+        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't satisfy plugin(s) [NodeName]."
+    )
 
 
 # --- NodeAffinity -------------------------------------------------------------------------------------------------

@@ -136,8 +136,7 @@ def test_preemption_policy_never_is_honoured() -> None:
     t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
     d, info = preempt(t, listers(), pod("vip", cpu="1", priority=100, spec={"preemptionPolicy": "Never"}))
     assert d.message == (
-        "0/1 nodes are available: 1 Insufficient cpu. "
-        "preemption: not eligible due to preemptionPolicy=Never."
+        "0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."
     )
     assert info.uid not in t.nominated
 

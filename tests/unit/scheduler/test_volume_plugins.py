@@ -1,4 +1,4 @@
-"""VolumeRestrictions, VolumeZone and NodeVolumeLimits with kube-scheduler 1.35's reasons."""
+"""VolumeRestrictions, VolumeZone and NodeVolumeLimits with kube-scheduler 1.37's reasons."""
 
 from __future__ import annotations
 
@@ -103,6 +103,24 @@ def test_node_volume_limits_counts_attached_csi_volumes_per_driver() -> None:
     # the same volume already attached on the node does not count twice
     result = decide(table(node("b"), bound=[pod_with_claims("x", "c1", node_name="b")]), ls, pod_with_claims("y", "c1"))
     assert isinstance(result, ScheduleResult)
+
+
+def test_a_driver_that_prevents_scheduling_where_it_is_missing_must_be_on_the_node_as_kube_137() -> None:
+    # VolumeLimitScaling (beta, on in 1.37): CSIDriver.spec.preventPodSchedulingIfMissing
+    drv = "csi.example.com"
+    driver = {"metadata": {"name": drv}, "spec": {"preventPodSchedulingIfMissing": True}}
+    claims, pvs = [pvc("c0", volume="pv0", bound=True)], [pv("pv0", claim="c0", phase="Bound", csi=drv)]
+    ls = listers(pvcs=claims, pvs=pvs, csidrivers=[driver], csinodes=[csinode("a", drv, 0), csinode("b", "other", 5)])
+    t = table(node("a"), node("b"), node("c"))
+    result = decide(t, ls, pod_with_claims("p", "c0"))
+    assert isinstance(result, Diagnosis)  # a: installed but full; b: another driver only; c: no CSINode
+    assert result.message == (
+        "0/3 nodes are available: 1 node(s) exceed max volume count, "
+        "2 csi.example.com CSI driver is not installed on the node."
+    )
+    ls.apply("csidrivers", "MODIFIED", {**driver, "spec": {}}, driver)  # not asked for: not checked
+    result = decide(t, ls, pod_with_claims("p", "c0"))
+    assert isinstance(result, ScheduleResult) and result.node in ("b", "c")
 
 
 def test_node_volume_limits_counts_volume_attachments_and_unbound_claims() -> None:

@@ -1,5 +1,5 @@
-"""VolumeBinding against kube-scheduler 1.35's behaviour: PreFilter messages, Filter reasons, assume/revert,
-PreBind's writes and wait."""
+"""VolumeBinding against kube-scheduler 1.37's behaviour: PreFilter messages, Filter reasons, storage capacity
+scoring, assume/revert, PreBind's writes and wait."""
 
 from __future__ import annotations
 
@@ -204,10 +204,63 @@ def test_no_provisioner_and_no_pv_is_a_bind_conflict() -> None:
 def test_args_are_checked() -> None:
     from crane_scheduler.framework import ArgsError, Handle
 
-    with pytest.raises(ArgsError, match="shape"):
-        vb_plugin.new({"shape": [{"utilization": 0, "score": 0}]}, Handle(table()))
+    assert vb_plugin.new({}, Handle(table())).shape == ((0, 100), (100, 0))  # kube 1.37's default, scaled
+    shaped = vb_plugin.new(
+        {"shape": [{"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]}, Handle(table())
+    )
+    assert shaped.shape == ((0, 0), (100, 100))
+    with pytest.raises(ArgsError, match=r"shape\[1\]\.utilization"):
+        vb_plugin.new({"shape": [{"utilization": 50, "score": 1}, {"utilization": 10, "score": 2}]}, Handle(table()))
+    with pytest.raises(ArgsError, match=r"shape\[0\]\.score"):
+        vb_plugin.new({"shape": [{"utilization": 0, "score": 11}]}, Handle(table()))
     with pytest.raises(ArgsError, match="bindTimeoutSeconds"):
         vb_plugin.new({"bindTimeoutSeconds": -1}, Handle(table()))
+
+
+def _scores(t: Any, ls: Listers, p: dict[str, Any]) -> list[int]:
+    """VolumeBinding's PreScore verdict and Score on every node, after its PreFilter and Filter."""
+    import numpy as np
+
+    from crane_scheduler.framework import Handle
+
+    plugin = vb_plugin.new({}, Handle(t, listers=ls))
+    info, state = parse_pod(p), {}  # type: ignore[var-annotated]
+    plugin.pre_filter(state, info, t)
+    plugin.filter(state, info, t)
+    rows = np.array(sorted(t.rows.values()))
+    assert plugin.pre_score(state, info, t, rows).success  # kube 1.37 scores every pod (1.35 skipped)
+    scores: list[int] = plugin.score(state, info, t, rows).tolist()
+    return scores
+
+
+def test_storage_capacity_scoring_prefers_the_emptier_volume_or_pool_as_kube_137() -> None:
+    # static binding: the claim over the PV each node would bind (a: 1Gi of 4Gi -> 75, b: 1Gi of 1Gi -> 0)
+    ls = listers(
+        storageclasses=[storage_class("local")],
+        pvcs=[pvc("d", size="1Gi")],
+        pvs=[pv("pv-a", node="a", size="4Gi"), pv("pv-b", node="b", size="1Gi")],
+    )
+    assert _scores(nodes3(), ls, pod_with_claims("p", "d"))[:2] == [75, 0]
+    # provisioning with tracked capacity: the claim over the capacity that admitted it (z1: 2 of 8 -> 75, z2: 50)
+    driver = {"metadata": {"name": "csi.example.com"}, "spec": {"storageCapacity": True}}
+    caps = [
+        {
+            "metadata": {"name": n},
+            "storageClassName": "csi",
+            "capacity": size,
+            "nodeTopology": {"matchLabels": {ZONE: z}},
+        }
+        for n, z, size in (("z1", "z1", "8Gi"), ("z2", "z2", "4Gi"))
+    ]
+    ls = listers(
+        storageclasses=[storage_class("csi", provisioner="csi.example.com")],
+        pvcs=[pvc("d", cls="csi", size="2Gi")],
+        csidrivers=[driver],
+        csistoragecapacities=caps,
+    )
+    assert _scores(nodes3(), ls, pod_with_claims("p", "d")) == [75, 75, 50]
+    # a pod without claims: kube's PreScore still passes, every node scores 0
+    assert _scores(nodes3(), listers(), {"metadata": {"name": "q", "namespace": "ns"}, "spec": {}}) == [0, 0, 0]
 
 
 class _Resp:

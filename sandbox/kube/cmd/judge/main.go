@@ -17,9 +17,10 @@
 // same snapshot (nothing is assumed). The answer is {"id", "results": [...]} or {"id", "error"}.
 //
 // Optional: "pvcs", "pvs", "storageClasses", "csiNodes", "csiDrivers", "csiStorageCapacities",
-// "volumeAttachments", "pdbs", "resourceClaims", "resourceSlices", "deviceClasses" are served to the plugins'
-// listers (VolumeBinding, VolumeRestrictions, VolumeZone, NodeVolumeLimits, DefaultPreemption, DynamicResources:
-// kube-scheduler's DRA manager over them) from a fake clientset made for the request; a node DynamicResources
+// "volumeAttachments", "pdbs", "resourceClaims", "resourceSlices", "deviceClasses", "deviceTaintRules" are served
+// to the plugins' listers (VolumeBinding, VolumeRestrictions, VolumeZone, NodeVolumeLimits, DefaultPreemption,
+// DynamicResources: kube-scheduler's DRA manager over them, its slice tracker applying the DeviceTaintRules as
+// kube-scheduler's does with DRADeviceTaintRules on) from a fake clientset made for the request; a node DynamicResources
 // lets through also gets "dra": the allocation results the plugin's Reserve signals for the incoming pod's claims
 // on that node (kube's allocator's first solution). With "preempt": true, an
 // incoming pod no node fits also gets "preemption": DefaultPreemption's message, or its dry-run candidates (node,
@@ -61,10 +62,12 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 	"k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
@@ -102,6 +105,7 @@ type request struct {
 	ResourceClaims       []*resourceapi.ResourceClaim    `json:"resourceClaims,omitempty"`
 	ResourceSlices       []*resourceapi.ResourceSlice    `json:"resourceSlices,omitempty"`
 	DeviceClasses        []*resourceapi.DeviceClass      `json:"deviceClasses,omitempty"`
+	DeviceTaintRules     []*resourceapi.DeviceTaintRule  `json:"deviceTaintRules,omitempty"`
 	// Preempt: for an incoming pod no node fits, also run DefaultPreemption's decision (eligibility, the
 	// evaluator's dry run on every potential node, the candidates pickOneNodeForPreemption may choose).
 	Preempt bool `json:"preempt,omitempty"`
@@ -119,6 +123,7 @@ func (r *request) objects() []runtime.Object {
 	out = appendObjects(out, r.ResourceClaims)
 	out = appendObjects(out, r.ResourceSlices)
 	out = appendObjects(out, r.DeviceClasses)
+	out = appendObjects(out, r.DeviceTaintRules)
 	return appendObjects(out, r.PDBs)
 }
 
@@ -223,11 +228,9 @@ func (noNominator) NominatedPodsForNode(string) []fwk.PodInfo                   
 
 // ---------------------------------------------------------------------------------------------- frameworks
 
-// swappableLister lets one framework (built once per configuration) look at a new snapshot per request.
-type swappableLister struct{ snap *internalcache.Snapshot }
-
-func (s *swappableLister) NodeInfos() fwk.NodeInfoLister       { return s.snap.NodeInfos() }
-func (s *swappableLister) StorageInfos() fwk.StorageInfoLister { return s.snap.StorageInfos() }
+// swappableLister lets one framework (built once per configuration) look at a new snapshot per request: every
+// SharedLister method (nodes, storage, and since 1.37 the pod groups) is the current snapshot's.
+type swappableLister struct{ *internalcache.Snapshot }
 
 type profileFramework struct {
 	fw      framework.Framework
@@ -351,17 +354,42 @@ func (j *judge) build(ctx context.Context, raw []byte, client clientset.Interfac
 		// kube-scheduler's DRA manager (scheduler.New): the claims' assume cache and the slice tracker.
 		logger := klog.FromContext(ctx)
 		claimCache := assumecache.NewAssumeCache(logger, informerFactory.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
-		slices, err := tracker.StartTracker(ctx, tracker.Options{SliceInformer: informerFactory.Resource().V1().ResourceSlices(), KubeClient: client})
+		// The tracker as scheduler.New makes it: with DRADeviceTaintRules (GA, on in 1.37) it applies the
+		// DeviceTaintRules to the slices the allocator sees.
+		trackerOpts := tracker.Options{
+			EnableDeviceTaintRules:   utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaintRules),
+			EnableConsumableCapacity: utilfeature.DefaultFeatureGate.Enabled(features.DRAConsumableCapacity),
+			SliceInformer:            informerFactory.Resource().V1().ResourceSlices(),
+			KubeClient:               client,
+		}
+		if trackerOpts.EnableDeviceTaintRules {
+			trackerOpts.TaintInformer = informerFactory.Resource().V1().DeviceTaintRules()
+		}
+		slices, err := tracker.StartTracker(ctx, trackerOpts)
 		if err != nil {
 			return nil, nil, err
 		}
 		dra := dynamicresources.NewDRAManager(ctx, claimCache, slices, informerFactory)
 		pf.claims = &recordingClaims{ResourceClaimTracker: dra.ResourceClaims()}
+		// The claims' assume cache is a handler of its own on the claims informer: wait for it too (a handler of
+		// ours on the informer says nothing of another handler's progress), or a PreFilter may list no claims.
+		draSynced := []toolscache.InformerSynced{claimCache.AddEventHandler(toolscache.ResourceEventHandlerFuncs{}).HasSynced}
+		// kube-scheduler's event handlers feed the DeviceClasses to the DRA manager's extended resource cache
+		// (DRAExtendedResource, GA in 1.37): the class an extended resource name maps to.
+		if erCache, ok := dra.DeviceClassResolver().(*extendedresourcecache.ExtendedResourceCache); ok && erCache != nil {
+			reg, err := informerFactory.Resource().V1().DeviceClasses().Informer().AddEventHandler(erCache)
+			if err != nil {
+				return nil, nil, err
+			}
+			draSynced = append(draSynced, reg.HasSynced)
+		}
 		fw, err := frameworkruntime.NewFramework(ctx, registry, prof,
 			frameworkruntime.WithSharedDRAManager(recordingDRAManager{dra, pf.claims}),
 			frameworkruntime.WithClientSet(client),
 			frameworkruntime.WithInformerFactory(informerFactory),
 			frameworkruntime.WithSnapshotSharedLister(pf.lister),
+			// 1.37's DefaultPreemption reads the nodes (and pod groups) through the mutable lister
+			frameworkruntime.WithMutableSnapshotLister(pf.lister),
 			frameworkruntime.WithParallelism(int(cfg.Parallelism)),
 			frameworkruntime.WithPodNominator(noNominator{}),
 			frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(informerFactory.Storage().V1().CSINodes().Lister())),
@@ -387,7 +415,7 @@ func (j *judge) build(ctx context.Context, raw []byte, client clientset.Interfac
 		}
 		informerFactory.Start(ctx.Done())
 		informerFactory.WaitForCacheSync(ctx.Done())
-		toolscache.WaitForCacheSync(ctx.Done(), synced...)
+		toolscache.WaitForCacheSync(ctx.Done(), append(append(synced, draSynced...), slices.HasSynced)...)
 		pf.fw = fw
 		fws[prof.SchedulerName] = pf
 		names = append(names, prof.SchedulerName)
@@ -455,7 +483,7 @@ func (j *judge) handle(req *request) ([]podResult, error) {
 		if !ok {
 			return nil, fmt.Errorf("profile %q is not in the configuration (profiles: %s)", name, strings.Join(names, ", "))
 		}
-		pf.lister.snap = snap
+		pf.lister.Snapshot = snap
 		res, err := j.evaluate(pf, req, pod)
 		if err != nil {
 			return nil, fmt.Errorf("incoming[%d] %s/%s: %w", i, pod.Namespace, pod.Name, err)
@@ -466,12 +494,12 @@ func (j *judge) handle(req *request) ([]podResult, error) {
 	return out, nil
 }
 
-func (j *judge) evaluate(pf *profileFramework, req *request, pod *v1.Pod) (podResult, error) {
+func (j *judge) evaluate(pf *profileFramework, req *request, pod *v1.Pod) (res podResult, err error) {
 	ctx := j.ctx
 	nodes := req.Nodes
 	fw := pf.fw
 	listed := fw.ListPlugins()
-	res := podResult{
+	res = podResult{
 		Pod:       pod.Namespace + "/" + pod.Name,
 		Plugins:   map[string][]pluginRef{},
 		PreFilter: map[string]preFilterVerdict{},
@@ -522,6 +550,15 @@ func (j *judge) evaluate(pf *profileFramework, req *request, pod *v1.Pod) (podRe
 
 	// The framework's run: kube-scheduler's findNodesThatFitPod without sampling or nominated nodes.
 	state := framework.NewCycleState()
+	// DynamicResources' Reserve (what it would allocate) runs per feasible node once everything else is done: since
+	// 1.37 it leaves the allocation in the cycle state (a pending allocation for the pod's group), which a later
+	// Filter or Score in the same state would take as already made.
+	var draNodes []int
+	defer func() {
+		for _, i := range draNodes {
+			res.Nodes[i].DRA = draAllocation(ctx, pf, state, pod, res.Nodes[i].Name)
+		}
+	}()
 	preRes, preStatus, restricting := fw.RunPreFilterPlugins(ctx, state, pod)
 	res.PreFilterStatus = toStatus(preStatus)
 	diagnosis := framework.Diagnosis{NodeToStatus: framework.NewDefaultNodeToStatus()}
@@ -557,7 +594,7 @@ func (j *judge) evaluate(pf *profileFramework, req *request, pod *v1.Pod) (podRe
 			if s.IsSuccess() {
 				nr.Feasible = true
 				feasible = append(feasible, ni)
-				nr.DRA = draAllocation(ctx, pf, state, pod, node.Name)
+				draNodes = append(draNodes, len(res.Nodes))
 			} else if s.IsRejected() {
 				diagnosis.NodeToStatus.Set(node.Name, s)
 			} else if res.FilterError == "" {
@@ -908,7 +945,7 @@ func main() {
 // state) and reports the allocations it signals, then Unreserve undoes it.
 func draAllocation(ctx context.Context, pf *profileFramework, state fwk.CycleState, pod *v1.Pod, node string) []resourceapi.AllocationResult {
 	pl, ok := pf.plugins[dynamicresources.Name].(*dynamicresources.DynamicResources)
-	if !ok || len(pod.Spec.ResourceClaims) == 0 {
+	if !ok { // a pod without claims may still get the claim for its extended resources
 		return nil
 	}
 	pf.claims.take()

@@ -348,10 +348,20 @@ class GangPlugin(Plugin, Protocol):
         """The cycle met the quorum: ``uids`` are assumed and about to bind."""
         ...
 
-    def gang_waiting(self, gang: str, uids: Sequence[str], blocker: str, feasible: int, refused: bool) -> GangWait:
+    def gang_waiting(
+        self,
+        gang: str,
+        uids: Sequence[str],
+        blocker: str,
+        feasible: int,
+        refused: bool,
+        placed: int = 0,
+        untried: int = 0,
+    ) -> GangWait:
         """The cycle did not meet the quorum (``blocker``: the first member that found no place; ``feasible``: how
-        many did; ``refused``: every failure was this plugin's own refusal, not a lack of room): nothing is
-        assumed, ``uids`` wait."""
+        many did; ``refused``: every failure was this plugin's own refusal, not a lack of room; ``placed``: members
+        bound or assumed before the cycle; ``untried``: members left undecided once the quorum was out of reach):
+        nothing is assumed, ``uids`` wait."""
         ...
 
     def gang_incomplete(self, gang: str, pod: PodInfo, members: int, quorum: int) -> str:

@@ -1,6 +1,7 @@
 """ImageLocality: favour nodes that already have the pod's images, weighted by how widely each image is spread
-(kube-scheduler's ``imagelocality``): per container image present on the node, ``size * nodes_with_it / nodes``,
-summed, clamped to [23 MiB, 1000 MiB x containers] and scaled to 0..100 in integer math.
+(kube-scheduler's ``imagelocality``): per container image (and, since 1.37, image volume) present on the node,
+``size * nodes_with_it / nodes``, summed, clamped to [23 MiB, 1000 MiB x images] and scaled to 0..100 in integer
+math.
 
 Image states (name -> size, nodes) are rebuilt from ``status.images`` only for nodes whose image list changed
 since the last decision; like kube's cache, an image's size is the one first seen for that name.
@@ -89,14 +90,13 @@ class ImageLocality(fwk.ScorePlugin, fwk.EnqueueExtensions):
     def score(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable, rows: fwk.Rows) -> IntArray:
         spec = pod.raw.get("spec") or {}
         containers = list(spec.get("initContainers") or ()) + list(spec.get("containers") or ())
-        if not containers:
+        images = [str(c.get("image") or "") for c in containers]
+        # kube 1.37: image volumes (``volumes[].image.reference``) count as images too
+        images += [str(v["image"].get("reference") or "") for v in spec.get("volumes") or () if v.get("image")]
+        if not images:
             return np.zeros(len(rows), dtype=np.int64)
         self._refresh(table)
-        states = [
-            found
-            for c in containers
-            if (found := self._states.get(normalized_image_name(str(c.get("image") or "")))) is not None
-        ]
+        states = [found for image in images if (found := self._states.get(normalized_image_name(image))) is not None]
         if not states:  # no node has any of the images: every sum is 0, below the threshold, so every score 0
             return np.zeros(len(rows), dtype=np.int64)
         total_nodes = table.num_nodes
@@ -104,8 +104,8 @@ class ImageLocality(fwk.ScorePlugin, fwk.EnqueueExtensions):
         for size, having in states:
             idx = np.fromiter(having, dtype=np.intp, count=len(having))
             sums[idx] += int(float(size) * (float(len(having)) / float(total_nodes)))
-        clamped = np.clip(sums[rows], MIN_THRESHOLD, MAX_CONTAINER_THRESHOLD * len(containers))
-        span = MAX_CONTAINER_THRESHOLD * len(containers) - MIN_THRESHOLD
+        clamped = np.clip(sums[rows], MIN_THRESHOLD, MAX_CONTAINER_THRESHOLD * len(images))
+        span = MAX_CONTAINER_THRESHOLD * len(images) - MIN_THRESHOLD
         out: IntArray = fwk.MAX_NODE_SCORE * (clamped - MIN_THRESHOLD) // span
         return out
 

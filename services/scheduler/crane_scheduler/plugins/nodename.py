@@ -1,4 +1,9 @@
-"""NodeName: a pod that names a node (``spec.nodeName``) fits only that node."""
+"""NodeName: a pod that names a node (``spec.nodeName``) fits only that node.
+
+Since Kubernetes 1.37 its PreFilter also restricts the cycle to that node (a ``PreFilterResult``): every other node
+is UnschedulableAndUnresolvable with the framework's ``node(s) didn't satisfy plugin(s) [NodeName]`` (so not a
+preemption target), and Filter's own reason is heard only on nodes by that name that PreFilter let through.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +19,14 @@ from crane_scheduler.podinfo import PodInfo
 REASON = "node(s) didn't match the requested node name"
 
 
-class NodeName(fwk.FilterPlugin, fwk.EnqueueExtensions):
+class NodeName(fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.EnqueueExtensions):
     name = "NodeName"
     reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
+
+    def pre_filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> fwk.PreFilterResult:
+        if not pod.node_name:
+            return fwk.PreFilterResult()
+        return fwk.PreFilterResult(node_names=frozenset({pod.node_name}))
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         if not pod.node_name:
@@ -28,7 +38,7 @@ class NodeName(fwk.FilterPlugin, fwk.EnqueueExtensions):
         return [fwk.Rejection(REASON, mask, unresolvable=True)]
 
     def events_to_register(self) -> fwk.ClusterEvent:
-        return fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE
+        return fwk.ClusterEvent.NODE_ADD  # kube 1.37: only a new node can be the one the pod names
 
 
 def new(args: Mapping[str, Any], handle: fwk.Handle) -> NodeName:

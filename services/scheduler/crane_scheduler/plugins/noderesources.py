@@ -4,8 +4,9 @@ Fit filters on *requests* (allocatable - requested, per resource, plus the pod-c
 LeastAllocated (default), MostAllocated or RequestedToCapacityRatio (a broken-line function of utilization).
 Scoring counts a container without cpu/memory requests as 100m / 200Mi, on the node and for the pod, so
 best-effort pods still spread; the filter never does.
-BalancedAllocation favours nodes whose cpu and memory fractions stay close, on plain requests, and skips
-best-effort pods (kube-scheduler >= 1.32). Integer arithmetic matches kube-scheduler's exactly.
+BalancedAllocation favours nodes whose cpu and memory fractions the pod brings closer (kube 1.37 scores the
+balance's improvement, ``50 + (50 + with - without) / 2``; 1.35 scored the balance after the pod alone), on plain
+requests, and skips best-effort pods (kube-scheduler >= 1.32). Integer arithmetic matches kube-scheduler's exactly.
 
 An extended resource a DeviceClass maps (DRAExtendedResource, GA in 1.37) is not checked on a node whose allocatable
 does not offer it: DynamicResources allocates devices for it there (kube's ``shouldDelegateResourceToDRA``).
@@ -477,6 +478,34 @@ def _reason_bits_of(
     return code
 
 
+def _balance(fractions: list[npt.NDArray[np.float64]], valids: list[npt.NDArray[np.bool_]]) -> IntArray:
+    """kube's ``balancedResourceScore`` per row: 100 x (1 - the standard deviation of the fractions of the
+    resources a node has)."""
+    if len(fractions) == 2:  # the default (cpu, memory): kube's |a - b| / 2
+        both = valids[0] & valids[1]
+        std = np.where(both, np.abs((fractions[0] - fractions[1]) / 2), 0.0)
+    else:
+        f, v = np.stack(fractions), np.stack(valids)
+        count = v.sum(axis=0)
+        hi = np.where(v, f, -np.inf).max(axis=0)
+        lo = np.where(v, f, np.inf).min(axis=0)
+        std = np.where(count == 2, (hi - lo) / 2, 0.0)  # max - min is the same float as |a - b|
+        safe_count = np.maximum(count, 1)
+        mean = np.where(v, f, 0.0).sum(axis=0) / safe_count
+        var = np.where(v, (f - mean) ** 2, 0.0).sum(axis=0) / safe_count
+        std = np.where(count > 2, np.sqrt(var), std)
+    result: IntArray = ((1.0 - std) * fwk.MAX_NODE_SCORE).astype(np.int64)
+    return result
+
+
+def improvement(with_pod: IntArray, without: IntArray) -> IntArray:
+    """kube 1.37's ``balancedResourceScorer``: how much the pod improves the node's balance, in [50, 100] (75: no
+    change). Both balances are in [50, 100], so the integer division never meets a negative (Go truncates)."""
+    half = fwk.MAX_NODE_SCORE // 2
+    result: IntArray = half + (half + with_pod - without) // 2
+    return result
+
+
 class BalancedAllocation(fwk.PreScorePlugin, fwk.ScorePlugin, fwk.EnqueueExtensions):
     name = "NodeResourcesBalancedAllocation"
 
@@ -499,7 +528,8 @@ class BalancedAllocation(fwk.PreScorePlugin, fwk.ScorePlugin, fwk.EnqueueExtensi
         if len(rows) <= ONE_BY_ONE and len(self.resources) == 2:
             return np.array([self._score_of(pod, table, row) for row in rows.tolist()], dtype=np.int64)
         gathered = _Rows(table, rows)
-        fractions: list[npt.NDArray[np.float64]] = []
+        with_pod: list[npt.NDArray[np.float64]] = []
+        without: list[npt.NDArray[np.float64]] = []
         valids: list[npt.NDArray[np.bool_]] = []
         for res, _ in self.resources:
             pair = gathered.pair(pod, res, nonzero=False)
@@ -507,43 +537,39 @@ class BalancedAllocation(fwk.PreScorePlugin, fwk.ScorePlugin, fwk.EnqueueExtensi
                 continue
             alloc, req = pair
             valid = alloc > 0
-            fractions.append(np.minimum(req / np.where(valid, alloc, 1), 1.0))
+            safe = np.where(valid, alloc, 1)
+            with_pod.append(np.minimum(req / safe, 1.0))
+            without.append(np.minimum((req - _pod_request(pod, res, nonzero=False)) / safe, 1.0))
             valids.append(valid)
-        if not fractions:
+        if not with_pod:
             return np.full(len(rows), fwk.MAX_NODE_SCORE, dtype=np.int64)
-        if len(fractions) == 2:  # the default (cpu, memory): kube's |a - b| / 2
-            both = valids[0] & valids[1]
-            std = np.where(both, np.abs((fractions[0] - fractions[1]) / 2), 0.0)
-        else:
-            f, v = np.stack(fractions), np.stack(valids)
-            count = v.sum(axis=0)
-            hi = np.where(v, f, -np.inf).max(axis=0)
-            lo = np.where(v, f, np.inf).min(axis=0)
-            std = np.where(count == 2, (hi - lo) / 2, 0.0)  # max - min is the same float as |a - b|
-            safe_count = np.maximum(count, 1)
-            mean = np.where(v, f, 0.0).sum(axis=0) / safe_count
-            var = np.where(v, (f - mean) ** 2, 0.0).sum(axis=0) / safe_count
-            std = np.where(count > 2, np.sqrt(var), std)
-        result: IntArray = ((1.0 - std) * fwk.MAX_NODE_SCORE).astype(np.int64)
-        return result
+        return improvement(_balance(with_pod, valids), _balance(without, valids))
 
     def _score_of(self, pod: PodInfo, table: NodeTable, row: int) -> int:
         """``_score`` of one row, for two resources (the default: cpu and memory)."""
         alloc, requested = table.alloc[row].tolist(), table.requested[row].tolist()
-        fractions: list[float] = []
+        with_pod: list[float] = []
+        without: list[float] = []
         valids: list[bool] = []
         for res, _ in self.resources:
             pod_req = _pod_request(pod, res, nonzero=False)
             col = table.resources.get(res)
             if (pod_req == 0 and is_scalar_resource(res)) or col is None:
                 continue
-            a = alloc[col]
-            fractions.append(min(float(requested[col] + pod_req) / float(a if a > 0 else 1), 1.0))
-            valids.append(a > 0)
-        if not fractions:
+            a = float(alloc[col] if alloc[col] > 0 else 1)
+            with_pod.append(min(float(requested[col] + pod_req) / a, 1.0))
+            without.append(min(float(requested[col]) / a, 1.0))
+            valids.append(alloc[col] > 0)
+        if not with_pod:
             return fwk.MAX_NODE_SCORE
-        std = abs((fractions[0] - fractions[1]) / 2) if len(fractions) == 2 and valids[0] and valids[1] else 0.0
-        return int((1.0 - std) * fwk.MAX_NODE_SCORE)
+        both = len(with_pod) == 2 and valids[0] and valids[1]
+
+        def balance(fractions: list[float]) -> int:
+            std = abs((fractions[0] - fractions[1]) / 2) if both else 0.0
+            return int((1.0 - std) * fwk.MAX_NODE_SCORE)
+
+        half = fwk.MAX_NODE_SCORE // 2
+        return half + (half + balance(with_pod) - balance(without)) // 2
 
     def events_to_register(self) -> fwk.ClusterEvent:
         return fwk.ClusterEvent.ALL

@@ -1,6 +1,7 @@
-"""NodeVolumeLimits (kube-scheduler 1.35's CSI limits): a node's CSINode says how many volumes of each CSI driver
+"""NodeVolumeLimits (kube-scheduler 1.37's CSI limits): a node's CSINode says how many volumes of each CSI driver
 it can attach (``spec.drivers[].allocatable.count``); the pod's new CSI volumes plus those already attached there
-(by its pods, and by VolumeAttachments) must fit.
+(by its pods, and by VolumeAttachments) must fit. Since 1.37 (VolumeLimitScaling, beta, on) a driver whose CSIDriver
+sets ``preventPodSchedulingIfMissing`` must also be installed on the node (listed by its CSINode).
 
 A volume is ``<driver>/<volume handle>``: a bound claim's PV gives both; an unbound claim counts for its class's
 provisioner with a handle unique to the claim. A claim the pod names but that does not exist is
@@ -249,13 +250,37 @@ class NodeVolumeLimits(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk
             return [fwk.Rejection(str(err), table.live.copy(), unresolvable=True)]
         if not new:
             return []
+        missing = self._drivers_missing(table, new)
         self._fresh()
         if pod.uid in table.pods:  # a pod the table counts already (a what-if): its own volumes are not counted
             rejected = self._exceeding_walk(table, new, pod.uid)
         else:
             self._columns.refresh(table, lambda row: self._row(table, table.names[row]))
             rejected = self._columns.exceeding(new)
-        return [fwk.Rejection(REASON, rejected)] if rejected.any() else []
+        for rejection in missing:
+            rejected &= ~rejection.mask  # kube returns at the missing driver: one reason per node
+        return [*missing, fwk.Rejection(REASON, rejected)] if rejected.any() else missing
+
+    def _drivers_missing(self, table: NodeTable, new: Mapping[str, str]) -> list[fwk.Rejection]:
+        """kube 1.37's VolumeLimitScaling check (beta, on): a CSI driver whose CSIDriver says
+        ``preventPodSchedulingIfMissing`` must be installed on the node (its CSINode lists it), else
+        ``<driver> CSI driver is not installed on the node`` (Unschedulable). Drivers in name order (kube's map
+        order is random); the first missing one names a node."""
+        out: list[fwk.Rejection] = []
+        taken = np.zeros(table.n_rows, dtype=bool)
+        for driver in sorted(set(new.values())):
+            found = self.listers.csi_driver(driver)
+            if found is None or not (found.get("spec") or {}).get("preventPodSchedulingIfMissing"):
+                continue
+            absent = np.zeros(table.n_rows, dtype=bool)
+            for row in table.live_rows().tolist():
+                csinode = self.listers.csinode(table.names[row])
+                drivers = ((csinode or {}).get("spec") or {}).get("drivers") or ()
+                absent[row] = not taken[row] and all(d.get("name") != driver for d in drivers)
+            if absent.any():
+                out.append(fwk.Rejection(f"{driver} CSI driver is not installed on the node", absent))
+                taken |= absent
+        return out
 
     def _row(self, table: NodeTable, name: str, exclude: str = "") -> RowVolumes:
         """A node's volumes attached by its pods (but ``exclude``), its attached count per driver (pods', then

@@ -178,7 +178,16 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
         self.waits.placed(gang)
         self._mark(gang)
 
-    def gang_waiting(self, gang: str, uids: Sequence[str], blocker: str, feasible: int, refused: bool) -> fwk.GangWait:
+    def gang_waiting(
+        self,
+        gang: str,
+        uids: Sequence[str],
+        blocker: str,
+        feasible: int,
+        refused: bool,
+        placed: int = 0,
+        untried: int = 0,
+    ) -> fwk.GangWait:
         self._mark(gang)
         group = self.groups.get(gang)
         timeout: float | None = None

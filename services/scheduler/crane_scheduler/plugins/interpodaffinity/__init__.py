@@ -110,14 +110,15 @@ class InterPodAffinity(PodIndexPlugin):
 
     def _matcher(self, term: AffinityTerm) -> tuple[frozenset[str] | None, Any]:
         """The incoming pod's term after kube's ``mergeAffinityTermNamespacesIfNotEmpty``: the namespaces its
-        namespace selector selects now join ``namespaces``.
+        namespace selector selects now join ``namespaces`` and the selector is spent (``Nothing``); an empty
+        selector (``{}``) is left as it is, so it admits every namespace, known or not.
 
-        kube quirk, kept for parity: that function receives the term by value, so its ``NamespaceSelector =
-        Nothing`` is lost and the selector is still matched later against *nil* namespace labels. A selector that
-        matches an empty label set (``{}``, ``NotIn``, ``DoesNotExist``) therefore admits every namespace."""
+        Kubernetes 1.37 (the judge's release) merges into the term itself. 1.35 took the term by value, so the
+        selector outlived the merge and was matched against *nil* namespace labels: there a selector matching an
+        empty label set (``NotIn``, ``DoesNotExist``) admitted every namespace, which crane copied until 1.37."""
         if term.ns_selector.nothing:
             return term.namespaces, term.selector
-        if term.ns_selector.matches({}):
+        if term.ns_selector.everything:
             return None, term.selector
         return term.namespaces | self.index.namespaces_matching(term.ns_selector), term.selector
 

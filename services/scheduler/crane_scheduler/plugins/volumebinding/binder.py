@@ -202,6 +202,37 @@ def label_selector_mask(table: NodeTable, selector: Mapping[str, Any] | None) ->
     return term_mask(table, SelectorTerm(tuple(reqs)))
 
 
+def node_capacities(
+    table: NodeTable, pvc: Mapping[str, Any], cls: Mapping[str, Any], listers: Listers
+) -> tuple[list[int], IndexArray] | None:
+    """What ``hasEnoughCapacity`` hands the score (a provisioning's ``NodeCapacity``): per row, the index of the
+    first CSIStorageCapacity (the lister's order) of the claim's class that reaches the node with room for it (-1:
+    none), and each one's ``capacity`` in bytes; None where capacity is not tracked for the claim (no storage
+    request, a driver that does not opt in: kube's ``NodeCapacity`` is nil, the claim does not score)."""
+    n = table.n_rows
+    requests = ((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}
+    driver = listers.csi_driver(str(cls.get("provisioner") or ""))
+    if "storage" not in requests or driver is None or not (driver.get("spec") or {}).get("storageCapacity"):
+        return None
+    size = quantity(requests["storage"])
+    name = meta(cls).get("name")
+    chosen = np.full(n, -1, dtype=np.int64)
+    values: list[int] = []
+    for capacity in listers.storage_capacities():
+        if capacity.get("storageClassName") != name:
+            continue
+        limit = capacity.get("maximumVolumeSize")
+        if limit is None:
+            limit = capacity.get("capacity")
+        if limit is None or quantity(limit) < size:
+            continue
+        reach = label_selector_mask(table, capacity.get("nodeTopology")) & (chosen < 0)
+        chosen[reach] = len(values)
+        raw = capacity.get("capacity")
+        values.append(quantity(raw) if raw is not None else 0)
+    return values, chosen
+
+
 def capacity_mask(table: NodeTable, pvc: Mapping[str, Any], cls: Mapping[str, Any], listers: Listers) -> Mask:
     """``hasEnoughCapacity``: rows where the claim's class can provision its size. Checked only for a CSI driver
     that opts in (``CSIDriver.spec.storageCapacity``) and a claim that requests storage: some CSIStorageCapacity

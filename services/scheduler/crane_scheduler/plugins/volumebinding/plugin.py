@@ -1,4 +1,4 @@
-"""VolumeBinding (kube-scheduler 1.35): a pod's PersistentVolumeClaims must be bound, or bindable on the node.
+"""VolumeBinding (kube-scheduler 1.37): a pod's PersistentVolumeClaims must be bound, or bindable on the node.
 
 - PreFilter: a missing, lost or deleting claim keeps the pod Pending with kube's message
   (``persistentvolumeclaim "data" not found``), UnschedulableAndUnresolvable; an unbound claim of an Immediate
@@ -11,8 +11,12 @@
   through the API and waits for the PV controller to finish the binding (``bindTimeoutSeconds``, default 600);
   Unreserve drops the assumptions when anything later fails.
 
-Not implemented, and said so at configuration time rather than ignored: storage-capacity scoring (``shape``;
-the StorageCapacityScoring gate is off by default in 1.35, so kube's default profile does not score either).
+- Score (StorageCapacityScoring: beta and on since 1.37; 1.35 skipped it): per storage class, the utilization the
+  pod's volumes would bring (its claims' requests over the matched PVs' capacity, or over the CSIStorageCapacity
+  that admitted a provisioning), through ``shape`` (default ``(0, 10), (100, 0)``: the emptier the better),
+  averaged over the classes; 0 on a node where the pod binds or provisions nothing with a known capacity, so every
+  pod gets the plugin's (weight 1) Score, as in kube.
+
 Dynamic provisioning through a CSI driver whose CSIDriver says ``storageCapacity: true`` needs a
 CSIStorageCapacity of the class, reaching the node, with room for the claim ("node(s) did not have enough free
 storage"), as kube's ``hasEnoughCapacity``.
@@ -20,6 +24,7 @@ storage"), as kube's ``hasEnoughCapacity``.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,6 +58,7 @@ from crane_scheduler.framework.interface import (
 )
 from crane_scheduler.listers import Obj
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
+from crane_scheduler.plugins.noderesources import broken_linear, parse_shape
 from crane_scheduler.plugins.volumebinding import binder
 from crane_scheduler.plugins.volumebinding.binder import (
     REASON_BIND_CONFLICT,
@@ -69,6 +75,8 @@ from crane_shared.kube import ApiCallError, raw_json
 NAME = "VolumeBinding"
 STATE_KEY = NAME
 DEFAULT_BIND_TIMEOUT = 600.0
+DEFAULT_SHAPE = ((0, 100), (100, 0))
+"""kube's default ``shape`` with StorageCapacityScoring on ((0, 10), (100, 0)), scores scaled to 0..100"""
 POLL_INTERVAL = 1.0  # kube's wait.PollUntilContextTimeout period in BindPodVolumes
 REQUEST_TIMEOUT = 30.0
 
@@ -94,10 +102,13 @@ class VolumeBinding(
 ):
     name = NAME
 
-    def __init__(self, handle: Handle, bind_timeout: float = DEFAULT_BIND_TIMEOUT) -> None:
+    def __init__(
+        self, handle: Handle, bind_timeout: float = DEFAULT_BIND_TIMEOUT, shape: tuple[tuple[int, int], ...] = ()
+    ) -> None:
         self.handle = handle
         self.listers = handle.listers
         self.bind_timeout = bind_timeout
+        self.shape = shape or DEFAULT_SHAPE
 
     # ------------------------------------------------------------------------------------------ scheduling cycle
 
@@ -191,11 +202,54 @@ class VolumeBinding(
         return binder.allowed_topologies_mask(table, cls), binder.capacity_mask(table, pvc, cls, self.listers)
 
     def pre_score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> Status:
-        """kube skips its Score unless the StorageCapacityScoring gate (alpha, off) gives it a scorer."""
-        return SKIP
+        """kube 1.37 scores every pod (StorageCapacityScoring on); 1.35 skipped (no scorer without the gate)."""
+        return SUCCESS
 
     def score(self, state: CycleState, pod: PodInfo, table: NodeTable, rows: Rows) -> IntArray:
-        return np.zeros(len(rows), dtype=np.int64)
+        """kube's ``Score``: per row, the classes of the PVs the pod's claims would bind to there (requests over
+        the PVs' capacity, summed per class) or, with no such PV, of its provisionings whose capacity is tracked
+        (requests summed per class over the CSIStorageCapacity's ``capacity``, the class's last one); then the
+        shape of each class's utilization, averaged and rounded."""
+        out = np.zeros(len(rows), dtype=np.int64)
+        st: _State | None = state.get(STATE_KEY)
+        if st is None or not st.claims.unbound_delayed:
+            return out
+        selected = [p for p in st.claims.unbound_delayed if binder.ANN_SELECTED_NODE in binder.annotations_of(p)]
+        # kube's claimsToProvision: the claims with a selected node, then those no PV matched (smallest first)
+        provisions = [(pvc, None, self._capacities(table, pvc)) for pvc in selected]
+        provisions += [(pvc, chosen, self._capacities(table, pvc)) for pvc, _, chosen in st.matches]
+        for i, row in enumerate(rows.tolist()):
+            classes: dict[str, list[int]] = {}  # class -> [requested, capacity]
+            for pvc, pvs, chosen in st.matches:
+                if chosen[row] >= 0:
+                    pv = pvs[int(chosen[row])]
+                    entry = classes.setdefault(str((pv.get("spec") or {}).get("storageClassName") or ""), [0, 0])
+                    entry[0] += binder.storage_request(pvc)
+                    entry[1] += binder.pv_capacity(pv)
+            if not classes:  # no static binding here: the provisionings with a tracked capacity
+                for pvc, unmatched, caps in provisions:
+                    if caps is None or (unmatched is not None and unmatched[row] >= 0) or caps[1][row] < 0:
+                        continue
+                    entry = classes.setdefault(str((pvc.get("spec") or {}).get("storageClassName") or ""), [0, 0])
+                    entry[0] += binder.storage_request(pvc)
+                    entry[1] = caps[0][int(caps[1][row])]  # kube assigns: the class's last provisioning's
+            out[i] = self._class_score(classes)
+        return out
+
+    def _capacities(self, table: NodeTable, pvc: Obj) -> tuple[list[int], IntArray] | None:
+        cls = self.listers.storage_class(binder.claim_class(pvc))
+        return None if cls is None else binder.node_capacities(table, pvc, cls, self.listers)
+
+    def _class_score(self, classes: Mapping[str, list[int]]) -> int:
+        """kube's ``buildScorerFunction``: each class's utilization (100 when over or of no capacity) through the
+        shape, averaged and rounded half away from zero."""
+        if not classes:
+            return 0
+        utilization = np.array(
+            [100 if cap == 0 or req > cap else req * 100 // cap for req, cap in classes.values()], dtype=np.int64
+        )
+        total = int(broken_linear(self.shape, utilization).sum())
+        return math.floor(total / len(classes) + 0.5)
 
     def reserve(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         """``AssumePodVolumes``: the node's static bindings and provisionings, assumed in the listers."""
@@ -350,17 +404,16 @@ def _older(seen: Obj, written: Obj) -> bool:
 
 
 def new(args: Mapping[str, Any], handle: Handle) -> VolumeBinding:
-    """VolumeBindingArgs: ``bindTimeoutSeconds`` (default 600); ``shape`` needs the StorageCapacityScoring gate,
-    which this scheduler does not implement."""
+    """VolumeBindingArgs: ``bindTimeoutSeconds`` (default 600); ``shape`` (default ``(0, 10), (100, 0)``, validated
+    as kube's ``validateFunctionShape``: utilization 0..100 increasing, score 0..10)."""
     problems: list[tuple[str, str]] = []
     timeout = args.get("bindTimeoutSeconds", int(DEFAULT_BIND_TIMEOUT))
     if not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 0:
         problems.append(("bindTimeoutSeconds", "must be a non-negative integer"))
-    if args.get("shape"):
-        problems.append(("shape", "storage capacity scoring (feature StorageCapacityScoring) is not supported"))
+    shape = parse_shape(args["shape"], "shape", problems) if "shape" in args else DEFAULT_SHAPE
     for key in args:
         if key not in ("bindTimeoutSeconds", "shape", "apiVersion", "kind"):
             problems.append((key, "unknown field"))
     if problems:
         raise ArgsError(problems)
-    return VolumeBinding(handle, float(timeout))
+    return VolumeBinding(handle, float(timeout), shape)
