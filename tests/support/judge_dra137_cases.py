@@ -33,6 +33,12 @@ OLD = "2000-01-01T00:00:00Z"  # an allocation long past any binding timeout
 NEW = "2099-01-01T00:00:00Z"  # one that cannot have timed out
 
 
+def rare(draw: Any, n: int) -> bool:
+    """True about once in ``n + 1`` draws (hypothesis favours a strategy's simplest values, so the common choice
+    comes first and is what shrinking goes back to)."""
+    return bool(draw(st.sampled_from((False,) * n + (True,))))
+
+
 def _node(i: int, allocatable: Json | None = None) -> Json:
     name = f"node-{i}"
     return {
@@ -130,29 +136,29 @@ def partitionable_cases(draw: Any) -> Case:
     held: list[Json] = []
     for i in range(n_nodes):
         name = f"node-{i}"
-        if draw(st.integers(0, 5)) == 0:
+        if rare(draw, 5):
             continue
         gpus = draw(st.integers(1, 2))
         layout = draw(st.sampled_from(("all", "all", "halves", "quarters", "whole")))
         devices = [d for g in range(gpus) for d in _partitions(g, layout)]
         counters = _counter_sets(gpus)
-        problem = draw(st.integers(0, 12))
-        if problem == 0:  # a device consuming a counter set the pool does not declare: invalid
+        problem = draw(st.sampled_from(("none",) * 12 + ("foreign set", "missing slice", "set twice")))
+        if problem == "foreign set":  # a device consuming a counter set the pool does not declare: invalid
             devices[0]["consumesCounters"][0]["counterSet"] = "gpu-9"
         count = 2
-        if problem == 1:  # the counter slice is missing: incomplete
+        if problem == "missing slice":  # the counter slice is missing: incomplete
             count = 3
         ctr = resource_slice(f"counters-{i}", [], node=name, driver=DRIVER, pool=name, count=count)
         del ctr["spec"]["devices"]
         ctr["spec"]["sharedCounters"] = counters
-        if problem == 2:  # a counter set twice: invalid
+        if problem == "set twice":  # a counter set twice: invalid
             ctr["spec"]["sharedCounters"] = counters + counters[:1]
         slices.append(ctr)
         slices.append(resource_slice(f"devices-{i}", devices, node=name, driver=DRIVER, pool=name, count=count))
         for d in devices:
-            if draw(st.integers(0, 6)) == 0:
+            if rare(draw, 6):
                 held.append(_held(name, d["name"]))
-    if n_nodes > 1 and draw(st.integers(0, 3)) == 0:
+    if n_nodes > 1 and rare(draw, 3):
         # one pool over the nodes: its counters everywhere, each partition on one node (perDeviceNodeSelection)
         ctr = resource_slice("shared-counters", [], all_nodes=True, driver=DRIVER, pool="shared", count=2)
         del ctr["spec"]["devices"]
@@ -168,7 +174,7 @@ def partitionable_cases(draw: Any) -> Case:
             held.append(_held("shared", devices[0]["name"], pool="shared"))
     mine: list[Json] = []
     for k in range(draw(st.integers(1, 2))):
-        if draw(st.integers(0, 3)) == 0:
+        if rare(draw, 3):
             subs = [sub_request(s, s, count=draw(st.sampled_from((1, 1, 2)))) for s in ("whole", "half", "quarter")]
             requests = [first_available("gpu", *subs[draw(st.integers(0, 2)) :])]
         else:
@@ -181,10 +187,10 @@ def partitionable_cases(draw: Any) -> Case:
                 for r in range(draw(st.integers(1, 2)))
             ]
         constraints = None
-        pick = draw(st.integers(0, 5))
-        if pick == 0:
+        pick = draw(st.sampled_from(("none",) * 4 + ("match", "distinct")))
+        if pick == "match":
             constraints = [{"matchAttribute": f"{DRIVER}/parent"}]
-        elif pick == 1:
+        elif pick == "distinct":
             constraints = [{"distinctAttribute": f"{DRIVER}/parent"}]
         mine.append(claim(f"claim-{k}", *requests, constraints=constraints))
     return _case(nodes, slices, list(PART_CLASSES), held + mine, _pod(mine))
@@ -212,7 +218,7 @@ def _taint(draw: Any) -> Json:
 @st.composite
 def _toleration(draw: Any) -> Json:
     out: Json = {}
-    if draw(st.integers(0, 3)):
+    if not rare(draw, 3):
         out["key"] = draw(st.sampled_from(TAINT_KEYS))
     operator = draw(st.sampled_from(("Exists", "Equal", "")))
     if operator:
@@ -233,31 +239,31 @@ def taint_cases(draw: Any) -> Case:
     names: list[tuple[str, str]] = []
     for i in range(n_nodes):
         name = f"node-{i}"
-        if draw(st.integers(0, 5)) == 0:
+        if rare(draw, 5):
             continue
         devices = []
         for j in range(draw(st.integers(1, 4))):
             d = device(f"gpu-{j}", model=draw(st.sampled_from(("A100", "H100"))))
             taints = draw(st.lists(_taint(), max_size=2))
-            if taints and draw(st.integers(0, 2)):
+            if taints and not rare(draw, 2):
                 d["taints"] = taints
             devices.append(d)
             names.append((name, d["name"]))
-            if draw(st.integers(0, 7)) == 0:
+            if rare(draw, 7):
                 held.append(_held(name, d["name"]))
         slices.append(resource_slice(f"slice-{i}", devices, node=name, driver=DRIVER))
     rules: list[Json] = []
     for r in range(draw(st.integers(0, 2))):
         selector: Json | None = {}
         assert selector is not None
-        if draw(st.integers(0, 2)):
+        if not rare(draw, 2):
             selector["driver"] = draw(st.sampled_from((DRIVER, DRIVER, "other.example.com")))
         if names and draw(st.booleans()):
             node_name, dev = draw(st.sampled_from(names))
             selector["pool"] = node_name
             if draw(st.booleans()):
                 selector["device"] = dev
-        if draw(st.integers(0, 6)) == 0:
+        if rare(draw, 6):
             selector = None  # a rule without a selector taints nothing
         spec: Json = {"taint": draw(_taint())}
         if selector is not None:
@@ -275,7 +281,7 @@ def taint_cases(draw: Any) -> Case:
         requests = []
         for r in range(draw(st.integers(1, 2))):
             tolerations = draw(st.lists(_toleration(), max_size=2))
-            if draw(st.integers(0, 4)) == 0:
+            if rare(draw, 4):
                 sub = sub_request("s0", draw(st.sampled_from(("gpu", "a100"))))
                 if tolerations:
                     sub["tolerations"] = tolerations
@@ -315,16 +321,16 @@ def consumable_cases(draw: Any) -> Case:
     held: list[Json] = []
     for i in range(n_nodes):
         name = f"node-{i}"
-        if draw(st.integers(0, 5)) == 0:
+        if rare(draw, 5):
             continue
         devices = []
         for j in range(draw(st.integers(1, 3))):
             d = device(f"gpu-{j}", numa=draw(st.integers(0, 1)))
-            multi = draw(st.integers(0, 3)) != 0
+            multi = not rare(draw, 3)
             if multi:
                 d["allowMultipleAllocations"] = True
             capacity: Json = {}
-            if draw(st.integers(0, 5)):
+            if not rare(draw, 5):
                 memory: Json = {"value": draw(st.sampled_from(("40Gi", "40Gi", "80Gi", "16Gi")))}
                 policy = draw(st.sampled_from(POLICIES))
                 if policy is not None:
@@ -335,7 +341,7 @@ def consumable_cases(draw: Any) -> Case:
             if capacity:
                 d["capacity"] = capacity
             devices.append(d)
-            if draw(st.integers(0, 4)) == 0:
+            if rare(draw, 4):
                 if multi:
                     consumed = {
                         "memory": draw(st.sampled_from(("10Gi", "20Gi", "35Gi"))),
@@ -353,16 +359,16 @@ def consumable_cases(draw: Any) -> Case:
         requests = []
         for r in range(draw(st.integers(1, 2))):
             req = exactly(f"r{r}", draw(st.sampled_from(("gpu", "shared"))), count=draw(st.sampled_from((1, 1, 2))))
-            if draw(st.integers(0, 3)):
+            if not rare(draw, 3):
                 asked = {"memory": draw(st.sampled_from(CAPACITY_REQUESTS))}
-                if draw(st.integers(0, 4)) == 0:
+                if rare(draw, 4):
                     asked["cores"] = draw(st.sampled_from(("2", "4", "16")))
-                if draw(st.integers(0, 12)) == 0:
+                if rare(draw, 12):
                     asked = {"bandwidth": "1"}  # a capacity no device has
                 req["exactly"]["capacity"] = {"requests": asked}
             requests.append(req)
         constraints = None
-        if len(requests) > 1 and draw(st.integers(0, 2)) == 0:
+        if len(requests) > 1 and rare(draw, 2):
             constraints = [{draw(st.sampled_from(("distinctAttribute", "matchAttribute"))): f"{DRIVER}/numa"}]
         mine.append(claim(f"claim-{k}", *requests, constraints=constraints))
     return _case(nodes, slices, list(CONSUMABLE_CLASSES), held + mine, _pod(mine))
@@ -378,11 +384,11 @@ BINDING_CLASSES: tuple[Json, ...] = (
 
 def _conditioned(name: str, draw: Any) -> Json:
     d = device(name)
-    if draw(st.integers(0, 2)):
+    if not rare(draw, 2):
         d["bindingConditions"] = ["attached"]
         if draw(st.booleans()):
             d["bindingFailureConditions"] = ["failed"]
-    if draw(st.integers(0, 2)) == 0:
+    if rare(draw, 2):
         d["bindsToNode"] = True
     return d
 
@@ -394,7 +400,7 @@ def binding_cases(draw: Any) -> Case:
     slices: list[Json] = []
     for i in range(n_nodes):
         name = f"node-{i}"
-        if draw(st.integers(0, 4)) == 0:
+        if rare(draw, 4):
             continue
         plain = [device(f"gpu-{j}") for j in range(draw(st.integers(0, 2)))]
         slices.append(resource_slice(f"a-{i}", plain, node=name, driver=DRIVER, pool=f"a-{name}"))
@@ -410,11 +416,11 @@ def binding_cases(draw: Any) -> Case:
             f"claim-{k}",
             exactly("r0", draw(st.sampled_from(("gpu", "fabric", "gpu"))), count=draw(st.sampled_from((1, 1, 2)))),
         )
-        if draw(st.integers(0, 2)) == 0:  # allocated by an earlier attempt, its device being attached
+        if rare(draw, 2):  # allocated by an earlier attempt, its device being attached
             target = f"node-{draw(st.integers(0, n_nodes - 1))}"
             result: Json = {"request": "r0", "driver": DRIVER, "pool": f"b-{target}", "device": "gpu-c0"}
             status: Json = {}
-            if draw(st.integers(0, 3)):
+            if not rare(draw, 3):
                 result["bindingConditions"] = ["attached"]
                 result["bindingFailureConditions"] = ["failed"]
                 conditions = []
@@ -464,7 +470,7 @@ def _extended_classes(draw: Any) -> list[Json]:
 def _container(draw: Any, name: str, sidecar: bool = False) -> Json:
     requests: Json = {"cpu": "100m"}
     for resource in draw(st.lists(st.sampled_from((EXTENDED, EXTENDED, IMPLICIT, UNBACKED)), max_size=2, unique=True)):
-        if resource == UNBACKED and draw(st.integers(0, 3)):
+        if resource == UNBACKED and not rare(draw, 3):
             continue
         requests[resource] = str(draw(st.sampled_from((1, 1, 2, 0))))
     out: Json = {
@@ -488,10 +494,10 @@ def extended_cases(draw: Any) -> Case:
         plugin = draw(st.sampled_from(("none", "none", "zero", "two", "one")))
         if plugin != "none":  # a device plugin publishes the resource here
             allocatable[EXTENDED] = {"zero": "0", "one": "1", "two": "2"}[plugin]
-        if draw(st.integers(0, 5)) == 0:
+        if rare(draw, 5):
             allocatable[UNBACKED] = "1"
         nodes.append(_node(i, allocatable))
-        if draw(st.integers(0, 4)):
+        if not rare(draw, 4):
             devices = [
                 device(f"gpu-{j}", model=draw(st.sampled_from(("A100", "H100"))))
                 for j in range(draw(st.integers(1, 3)))
@@ -500,7 +506,7 @@ def extended_cases(draw: Any) -> Case:
     held: list[Json] = []
     for s in slices:
         for d in s["spec"]["devices"]:
-            if draw(st.integers(0, 5)) == 0:
+            if rare(draw, 5):
                 held.append(_held(s["spec"]["nodeName"], d["name"]))
     containers = [draw(_container(f"app-{k}")) for k in range(draw(st.integers(1, 2)))]
     init = [draw(_container(f"init-{k}", sidecar=draw(st.booleans()))) for k in range(draw(st.integers(0, 2)))]
@@ -510,11 +516,11 @@ def extended_cases(draw: Any) -> Case:
         containers[0]["resources"]["requests"][EXTENDED] = "1"
         containers[0]["resources"]["limits"][EXTENDED] = "1"
     mine: list[Json] = []
-    if draw(st.integers(0, 3)) == 0:
+    if rare(draw, 3):
         mine.append(claim("claim-0", exactly("r0", draw(st.sampled_from(("gpu-class", "a100"))))))
     pod = _pod(mine, containers, init)
     claims = held + mine
-    if draw(st.integers(0, 9)) == 0:  # an earlier attempt's claim, written before its binding failed
+    if rare(draw, 9):  # an earlier attempt's claim, written before its binding failed
         stale = claim("incoming-extended-resources-x", exactly("container-0-request-0", "gpu-class"))
         stale["metadata"]["annotations"] = {"resource.kubernetes.io/extended-resource-claim": "true"}
         stale["metadata"]["ownerReferences"] = [
