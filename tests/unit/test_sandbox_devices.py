@@ -25,7 +25,8 @@ from tests.support.dra import claim, exactly
 
 
 def _devices(count: int, zones: int = 2, spare: bool = False) -> list[dict[str, Any]]:
-    return node_slices("node-0001", count, zones, spare=spare)[0]["spec"]["devices"]
+    devices: list[dict[str, Any]] = node_slices("node-0001", count, zones, spare=spare)[0]["spec"]["devices"]
+    return devices
 
 
 def test_a_node_pool_holds_its_gpus_spread_over_the_numa_zones_owned_by_the_node() -> None:

@@ -36,7 +36,7 @@ async def bound_to(kube: client.ApiClient, namespace: str, name: str) -> str:
         node_name = (p or {}).get("spec", {}).get("nodeName")
         return str(node_name) if node_name else None
 
-    return await wait_for(bound, timeout=30, what=f"{name} bound")
+    return str(await wait_for(bound, timeout=30, what=f"{name} bound"))
 
 
 async def refused(kube: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
@@ -44,12 +44,16 @@ async def refused(kube: client.ApiClient, namespace: str, name: str) -> dict[str
         cond = scheduled_condition(await read_pod(kube, namespace, name))
         return cond if cond and cond.get("status") == "False" else None
 
-    return await wait_for(condition, timeout=30, what=f"{name} refused")
+    cond: dict[str, Any] = await wait_for(condition, timeout=30, what=f"{name} refused")
+    return cond
 
 
 def partitioned(node_name: str, driver: str) -> list[dict[str, Any]]:
     """One physical GPU as its whole and two halves, sharing counters (a counter slice beside the devices)."""
-    consumes = lambda n: [{"counterSet": "gpu-0", "counters": {"memory": {"value": f"{40 * n}Gi"}}}]  # noqa: E731
+
+    def consumes(n: int) -> list[dict[str, Any]]:
+        return [{"counterSet": "gpu-0", "counters": {"memory": {"value": f"{40 * n}Gi"}}}]
+
     whole = {**device("gpu-0", partition="whole"), "consumesCounters": consumes(2)}
     halves = [{**device(f"gpu-0-h{k}", partition="half"), "consumesCounters": consumes(1)} for k in range(2)]
     devs = resource_slice(f"{node_name}-devices", [whole, *halves], node=node_name, pool=node_name, count=2)

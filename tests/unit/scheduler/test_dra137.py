@@ -147,7 +147,8 @@ def test_node_resources_fit_leaves_a_device_backed_resource_to_dra_where_no_devi
     fit = NodeResourcesFit(FitArgs(), objects.device_classes)
     t = table(node("n1"), node("n2", extra={EXTENDED: "1"}), node("n3", extra={EXTENDED: "0"}))
     two = parse_pod(gpu_pod(count="2"))
-    assert {(r.reason, tuple(t.nodes[i].name for i in r.mask.nonzero()[0])) for r in fit.filter({}, two, t)} == {
+    names = [n.name if n is not None else "" for n in t.nodes]
+    assert {(r.reason, tuple(names[i] for i in r.mask.nonzero()[0])) for r in fit.filter({}, two, t)} == {
         (f"Insufficient {EXTENDED}", ("n2",))
     }
     plain = NodeResourcesFit(FitArgs(), listers().device_classes)  # no class maps it: checked everywhere
@@ -162,7 +163,7 @@ PORT = {**device("port-0"), "bindingConditions": ["attached"], "bindingFailureCo
 
 def _conditioned(state: str, stamp: str) -> dict[str, Any]:
     c = claim("a", exactly("port", "gpu"), namespace="ns")
-    result = {"request": "port", "driver": DRIVER, "pool": "n1", "device": "port-0"}
+    result: dict[str, Any] = {"request": "port", "driver": DRIVER, "pool": "n1", "device": "port-0"}
     result.update(bindingConditions=["attached"], bindingFailureConditions=["failed"])
     c["status"] = {"allocation": {"devices": {"results": [result]}, "allocationTimestamp": stamp}}
     if state != "none":
