@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from crane_scheduler.framework import Code, CycleState
+from crane_scheduler.plugins.dynamicresources.allocator import Allocator
 from crane_scheduler.plugins.dynamicresources.capacity import parse
 from crane_scheduler.plugins.dynamicresources.plugin import DynamicResources
 from crane_scheduler.plugins.noderesources import FitArgs, NodeResourcesFit
@@ -369,3 +370,52 @@ def test_quantities_print_as_go_prints_them(text: str, canonical: str, fmt: str)
     q = parse(text)
     assert (q.text, q.fmt) == (canonical, fmt)
     assert q.plain(Decimal(10 * 2**30)).text == ("10Gi" if fmt == "BinarySI" else "10737418240")
+
+
+def test_the_search_memo_answers_as_a_fresh_search_does_while_devices_come_and_go() -> None:
+    # nodes whose devices share counters are searched node by node; a node no binding touched keeps its answer
+    # across cycles (SearchMemo): held to a fresh allocator's answer, pod after pod, as devices are taken and freed
+    def partitions(n: str) -> list[dict[str, Any]]:
+        devs = []
+        for k, size in (("w", 4), ("h0", 2), ("h1", 2), ("q0", 1), ("q1", 1)):
+            d = {
+                **device(f"gpu-{k}", size=size),
+                "consumesCounters": [{"counterSet": "gpu", "counters": {"s": {"value": str(size)}}}],
+            }
+            devs.append(d)
+        devices = resource_slice(f"{n}-devices", devs, node=n, pool=n, count=2)
+        counters = resource_slice(f"{n}-counters", [], node=n, pool=n, count=2)
+        del counters["spec"]["devices"]
+        counters["spec"]["sharedCounters"] = [{"name": "gpu", "counters": {"s": {"value": "4"}}}]
+        return [devices, counters]
+
+    nodes = [f"n{i}" for i in range(4)]
+    slices = [s for n in nodes for s in partitions(n)]
+    small = device_class("small", f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].size <= 2')
+    objects = listers(GPU, small, *slices)
+    plugin = DynamicResources(objects)
+    t = table(*(node(n) for n in nodes))
+    rng = __import__("random").Random(7)
+    placed: list[tuple[dict[str, Any], CycleState, str]] = []
+    for i in range(40):
+        if placed and rng.random() < 0.3:  # a pod leaves: its claim is gone
+            raw, state, on = placed.pop(rng.randrange(len(placed)))
+            plugin.unreserve(state, parse_pod(raw), on)
+            continue
+        c = claim(f"c{i}", exactly("gpu", rng.choice(["gpu", "small"]), count=rng.choice([1, 1, 2])), namespace="ns")
+        objects.apply("resourceclaims", "ADDED", c)
+        raw = dra_pod(f"p{i}", {"name": "g", "resourceClaimName": f"c{i}"})
+        state: CycleState = {}
+        assert plugin.pre_filter(state, parse_pod(raw), t).status.success
+        plugin.filter(state, parse_pod(raw), t)
+        st = state["DynamicResources"]
+        fresh = Allocator(objects.device_classes(), objects.resource_slices(), set(plugin.tracker.held.devices))
+        for n in nodes:
+            info = t.nodes[t.rows[n]]
+            assert info is not None
+            assert st.results(n) == fresh.allocate(info, [c]), (i, n)
+        feasible = [n for n in nodes if st.results(n) is not None]
+        if feasible:
+            on = rng.choice(feasible)
+            assert plugin.reserve(state, parse_pod(raw), on).success
+            placed.append((raw, state, on))

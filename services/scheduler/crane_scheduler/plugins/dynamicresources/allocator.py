@@ -21,6 +21,7 @@ with that message) and ``AllocationTimeout`` (the filter timeout).
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Container, Mapping, Sequence
@@ -317,6 +318,7 @@ class Allocator:
         self.cache = cache if cache is not None else DeviceCache()
         self.cache.refresh(classes, slices)
         self._counters: dict[str, CounterSets] = {}  # kube's availableCounters, per pool id, first computed wins
+        self._memo: tuple[Sequence[Raw], str | None] | None = None
 
     def allocate(
         self, node: NodeInfo, claims: Sequence[Raw], deadline: float | None = None
@@ -324,7 +326,29 @@ class Allocator:
         view = self.cache.view(node)
         if view.error is not None:
             raise AllocationError(view.error)
-        return _Search(self, node, claims, view, deadline).run()
+        key = self._memo_key(claims) if view.local else None
+        memo = self.cache.memo
+        if key is not None:
+            hit, answer = memo.get(key, node.name, view)
+            if hit:
+                return answer  # type: ignore[no-any-return]
+        answer = _Search(self, node, claims, view, deadline).run()
+        if key is not None:
+            memo.put(key, node.name, view, answer)
+        return answer
+
+    def _memo_key(self, claims: Sequence[Raw]) -> str | None:
+        """The claims' specs as the search memo's key (once per claims list and cycle); None when the answer
+        must not be reused: the held devices keep no log, or a device is shared."""
+        if self._memo is not None and self._memo[0] is claims:
+            return self._memo[1]
+        key: str | None = None
+        log = getattr(self.allocated, "log", None)
+        if log is not None and not self.shared.devices and not self.shared.capacity:
+            self.cache.memo.sync(self.allocated)  # type: ignore[arg-type]
+            key = json.dumps([(c.get("spec") or {}) for c in claims], sort_keys=True, separators=(",", ":"))
+        self._memo = (claims, key)
+        return key
 
     def is_allocated(self, device: DeviceID) -> bool:
         """kube's ``IsDeviceAllocated``: held whole, shared, or with capacity consumed."""

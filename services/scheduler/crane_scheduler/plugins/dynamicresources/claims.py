@@ -127,6 +127,7 @@ class ClaimTracker:
         self._effects: dict[str, tuple[tuple[DeviceID, ...], tuple[DeviceID, ...]]] = {}
         """assumed key -> (its devices, the devices of the lister's older version it stands in for)"""
         self._dirty: set[str] = set()  # assumed since the last cycle: compared with the lister's version then
+        self._created: set[str] = set()  # assumed claims PreBind created, the informer has not shown yet
 
     def signal_pending(self, claim: Raw) -> None:
         """Reserve: ``claim`` carries the allocation this pod's binding cycle is about to write."""
@@ -149,11 +150,15 @@ class ClaimTracker:
         self.held.add(self._pending_devices.pop(uid), -1, 0)
         return True
 
-    def assume(self, claim: Raw) -> None:
-        """PreBind wrote ``claim``: answer it until the informer delivers this or a newer version."""
+    def assume(self, claim: Raw, created: bool = False) -> None:
+        """PreBind wrote ``claim``: answer it until the informer delivers this or a newer version. ``created``:
+        PreBind made the claim (the extended resources'): until the informer shows it at all, it is not taken as
+        deleted, and its devices count as held."""
         key = claim_key(claim)
         self.assumed[key] = claim
         self._dirty.add(key)
+        if created:
+            self._created.add(key)
         shares = shares_of(claim)
         if shares:
             self._assumed_shares[key] = shares
@@ -164,6 +169,7 @@ class ClaimTracker:
         if self.assumed.pop(key, None) is not None:
             self._effect(key, None)
         self._dirty.discard(key)
+        self._created.discard(key)
         self._assumed_shares.pop(key, None)
 
     def shared(self, claims: Mapping[str, Raw]) -> SharedState:
@@ -193,6 +199,8 @@ class ClaimTracker:
         mine = self.assumed.get(key)
         if mine is None:
             return seen
+        if seen is None and key in self._created:  # not listed yet
+            return mine
         if seen is None or _resource_version(seen) >= _resource_version(mine):  # deleted, or caught up
             self.restore(key)
             return seen
@@ -220,6 +228,9 @@ class ClaimTracker:
                 continue
             seen = claims.get(key)
             newest = self.newest(key, seen)
+            if seen is None and newest is not None:  # created by PreBind, not listed yet
+                self._effect(key, (tuple(allocated_devices([newest])), ()))
+                continue
             if newest is seen or seen is None or newest is None:
                 continue
             entry = counted.get(key)

@@ -125,6 +125,44 @@ def find_claim(pod: PodInfo, claims: Sequence[Raw]) -> Raw | None:
     return None
 
 
+class ClaimIndex:
+    """The claims made for pods' extended resources (annotated, a pod their controlling owner), by that pod's uid:
+    kube's ``findExtendedResourceClaim`` without reading every claim per pod. Kept by the claims changed since the
+    last lookup (the lister's ``changed_keys``), or recounted whole without them."""
+
+    def __init__(self, changed: set[str] | None = None) -> None:
+        self.changed = changed
+        self.by_uid: dict[str, str] = {}
+        self.uid_of: dict[str, str] = {}
+        self._seen = False
+
+    def update(self, claims: Mapping[str, Raw]) -> None:
+        if self.changed is not None and self._seen:
+            keys = list(self.changed)
+            self.changed.clear()
+        else:
+            keys = [*claims, *self.uid_of]
+            if self.changed is not None:
+                self.changed.clear()
+                self._seen = True
+        for key in keys:
+            old = self.uid_of.pop(key, None)
+            if old is not None and self.by_uid.get(old) == key:
+                del self.by_uid[old]
+            claim = claims.get(key)
+            meta = (claim or {}).get("metadata") or {}
+            if claim is None or (meta.get("annotations") or {}).get(CLAIM_ANNOTATION) != "true":
+                continue
+            for ref in meta.get("ownerReferences") or ():
+                if ref.get("controller") and ref.get("uid"):
+                    self.by_uid[str(ref["uid"])] = key
+                    self.uid_of[key] = str(ref["uid"])
+
+    def key_of(self, pod: PodInfo, claims: Mapping[str, Raw]) -> str | None:
+        self.update(claims)
+        return self.by_uid.get(pod.uid)
+
+
 def in_memory_claim(pod: PodInfo) -> dict[str, Any]:
     """The claim kube keeps in memory until PreBind writes it."""
     return {

@@ -115,7 +115,7 @@ class ShapeDevices:
 class NodeView:
     """A node's pools (``gather_pools``, or the error it raised) with their candidates in search order."""
 
-    __slots__ = ("candidates", "error", "invalid", "node", "pools", "shapes")
+    __slots__ = ("candidates", "error", "invalid", "local", "node", "pools", "shapes")
 
     def __init__(self, node: NodeInfo | None, pools: list[Pool], error: str | None = None) -> None:
         self.node = node  # the object the view was built for, when node labels matter
@@ -137,6 +137,15 @@ class NodeView:
             for pool in pools
         ]
         self.shapes: dict[int, ShapeDevices | None] = {}
+        # the search's answers here depend on this node's devices only (``SearchMemo``): every pool node-local,
+        # no device allocated several times (each share gets a new ID)
+        name = node.name if node is not None else None
+        self.local = error is None and all(
+            not pool.not_targeting
+            and all((s.get("spec") or {}).get("nodeName") == name for s in pool.slices)
+            and not any(c.device.get("allowMultipleAllocations") for c in candidates)
+            for pool, candidates in zip(pools, self.candidates, strict=True)
+        )
 
     def shape_devices(self, shape: Shape, key: int) -> ShapeDevices | None:
         """The shape's devices here (``key``: the shape's number, ``DeviceCache.shape_key``, cheaper to hash than
@@ -314,11 +323,66 @@ def _log_end(held: object) -> int:
     return 0 if log is None else int(getattr(held, "log_base", 0)) + len(log)
 
 
+class SearchMemo:
+    """The search's answer per node and claims (by their specs), kept across cycles while the node's view is the
+    same and none of its devices changed whether it is held (the held devices' log, mapped to nodes by the
+    node-local pools' devices): a node a burst did not touch is not searched again. Only for views whose answer
+    depends on their own devices alone (``NodeView.local``) and while no device is shared."""
+
+    MAX_CLAIM_SETS = 64
+
+    def __init__(self) -> None:
+        self.node_of: dict[DeviceID, str] = {}
+        self.versions: dict[str, int] = {}
+        self.answers: dict[str, dict[str, tuple[NodeView, int, Any]]] = {}
+        self.held: HeldLog | None = None
+        self.offset = 0
+
+    def reset(self, slices: Sequence[Raw]) -> None:
+        self.answers.clear()
+        self.node_of = {}
+        for s in slices:
+            spec = s.get("spec") or {}
+            node = spec.get("nodeName")
+            if not node:
+                continue
+            pool = (spec.get("pool") or {}).get("name", "")
+            for device in spec.get("devices") or ():
+                self.node_of[(spec.get("driver", ""), pool, str(device.get("name", "")))] = node
+
+    def sync(self, held: HeldLog) -> None:
+        """Follow the held devices' changes since the last call."""
+        if held is not self.held or self.offset < held.log_base:
+            self.held, self.answers = held, {}
+        else:
+            versions, node_of = self.versions, self.node_of
+            for device, _ in held.log[self.offset - held.log_base :]:
+                node = node_of.get(device)
+                if node is not None:
+                    versions[node] = versions.get(node, 0) + 1
+        self.offset = held.log_base + len(held.log)
+
+    def get(self, key: str, node: str, view: NodeView) -> tuple[bool, Any]:
+        entry = self.answers.get(key, {}).get(node)
+        if entry is None or entry[0] is not view or entry[1] != self.versions.get(node, 0):
+            return False, None
+        return True, entry[2]
+
+    def put(self, key: str, node: str, view: NodeView, answer: Any) -> None:
+        per_node = self.answers.get(key)
+        if per_node is None:
+            if len(self.answers) >= self.MAX_CLAIM_SETS:
+                self.answers.clear()
+            per_node = self.answers[key] = {}
+        per_node[node] = (view, self.versions.get(node, 0), answer)
+
+
 class DeviceCache:
     """Node views across cycles (see the module's docstring); ``refresh`` once per cycle with the current
     objects."""
 
     def __init__(self) -> None:
+        self.memo = SearchMemo()
         self.slices: Sequence[Raw] = ()
         self._classes: list[Raw] = []
         self._by_node: dict[str, list[Raw]] = {}
@@ -338,6 +402,7 @@ class DeviceCache:
         self.slices, self._classes = list(slices), class_objects
         self._views.clear()
         self._columns.clear()
+        self.memo.reset(self.slices)
         self._by_node, self._shared = {}, []
         for s in self.slices:
             name = (s.get("spec") or {}).get("nodeName")

@@ -132,6 +132,8 @@ BINDING_POLL = 5.0
 REASON_CANNOT_ALLOCATE = "cannot allocate all claims"
 REASON_NOT_AVAILABLE = "resourceclaim not available on the node"
 RULES: Final = "devicetaintrules"
+EXT_MADE_KEPT = 1024
+"""extended resources' claims PreBind made, kept by pod until the informer shows them"""
 
 Raw = Mapping[str, Any]
 
@@ -305,6 +307,8 @@ class DynamicResources(
         self.handle = handle
         changed_keys = getattr(objects, "changed_keys", None)  # Listers: only changed claims are recounted
         self.tracker = ClaimTracker(changed_keys("resourceclaims") if changed_keys is not None else None)
+        self._ext_claims = extended.ClaimIndex(changed_keys("resourceclaims") if changed_keys is not None else None)
+        self._ext_made: dict[str, str] = {}  # pod uid -> the claim PreBind made for its extended resources
         self.devices = DeviceCache()  # node views and selector verdicts, kept while slices and classes are
         self._tasks: set[asyncio.Task[None]] = set()
         self._patched: tuple[list[Raw], list[Raw], list[Raw]] = ([], [], [])  # slices, rules -> patched slices
@@ -398,7 +402,7 @@ class DynamicResources(
             scalars = extended.backed_requests(pod, resolver)
             if scalars:
                 st.ext_scalars, st.classes = scalars, resolver
-                ext_claim = extended.find_claim(pod, self._all_claims()) or extended.in_memory_claim(pod)
+                ext_claim = self._ext_claim(pod) or extended.in_memory_claim(pod)
         if ext_claim is not None:
             claims = [*claims, ext_claim]
         if not claims:
@@ -439,12 +443,19 @@ class DynamicResources(
             st.ext_uid = str((ext_claim.get("metadata") or {}).get("uid", ""))
         return PreFilterResult()
 
-    def _all_claims(self) -> list[Raw]:
-        """Every claim as the scheduler sees it (kube's ``ResourceClaims().List()``: the assumed versions)."""
+    def _ext_claim(self, pod: PodInfo) -> Raw | None:
+        """The claim an earlier attempt made for the pod's extended resources, as the scheduler sees it (kube's
+        ``findExtendedResourceClaim`` over the assume cache): the lister's, or the one PreBind wrote."""
         listed = self.objects.resource_claims_by_key()
-        out = [self.tracker.newest(key, claim) or claim for key, claim in listed.items()]
-        out.extend(c for key, c in list(self.tracker.assumed.items()) if key not in listed)
-        return out
+        keys = {self._ext_claims.key_of(pod, listed), self._ext_made.get(pod.uid)}
+        found = []
+        for key in keys:
+            if key is None:
+                continue
+            claim = self.tracker.newest(key, listed.get(key))
+            if claim is not None:
+                found.append(claim)
+        return extended.find_claim(pod, found)
 
     def filter(self, state: CycleState, pod: PodInfo, table: NodeTable) -> list[Rejection]:
         st: _State | None = state.get(STATE_KEY)
@@ -501,39 +512,55 @@ class DynamicResources(
         self, st: _State, pod: PodInfo, table: NodeTable, reject: Callable[..., None]
     ) -> list[tuple[_Group | None, list[int] | None]]:
         """kube's ``filterExtendedResources`` per node: the nodes grouped by the claims they need allocated (the
-        rejected ones rejected); (group, rows) pairs, a None group for nodes with nothing to allocate."""
+        rejected ones rejected); (group, rows) pairs (rows None: every node). A node needs the resources a class
+        maps that its allocatable does not offer; with only such resources asked, the nodes are grouped by the
+        table's allocatable columns at once."""
         assert st.ext_index is not None and st.classes is not None
+        st.groups = []
         ext = st.claims[st.ext_index]
-        by_need: dict[extended.NodeRequests, list[int]] = {}
-        passing: list[int] = []
-        stale = extended.has_requests(ext)
+        live = table.live_rows()
+        if extended.has_requests(ext):  # an earlier attempt's claim: PostFilter deletes it
+            for row in live.tolist():
+                reject(int(row), extended.REASON_STALE)
+            return []
         allocated = (ext.get("status") or {}).get("allocation") is not None
-        for row, node in enumerate(table.nodes):
-            if node is None:
-                continue
-            if stale:
-                reject(row, extended.REASON_STALE)
-                continue
-            need = extended.node_requests(st.ext_scalars, node, st.classes)
-            if isinstance(need, str):
-                reject(row, need)
-                continue
-            if allocated or (st.ext_index == 0 and not need.resources):
-                passing.append(row)  # no node claim: the other claims only (or nothing to do at all)
-                continue
-            by_need.setdefault(need, []).append(row)
+        asked = [(n, q) for n, q in st.ext_scalars.items() if q and extended.is_extended_name(n)]
+        by_need: dict[extended.NodeRequests, list[int]] = {}
+        if all(st.classes.backed(n) for n, _ in asked):
+            offered = np.zeros((len(asked), len(live)), dtype=bool)
+            for i, (name, _) in enumerate(asked):
+                col = table.resources.get(name)
+                if col is not None:
+                    offered[i] = table.alloc[live, col] > 0
+            codes = np.zeros(len(live), dtype=np.int64)
+            for i in range(len(asked)):
+                codes |= offered[i].astype(np.int64) << i
+            for code in np.unique(codes).tolist():
+                need = extended.NodeRequests(tuple(sorted(a for i, a in enumerate(asked) if not code >> i & 1)))
+                by_need[need] = live[codes == code].tolist()
+        else:  # a resource no class maps: the node must have the key (kube's "cannot fit resource")
+            for row in live.tolist():
+                node = table.nodes[row]
+                assert node is not None
+                found = extended.node_requests(st.ext_scalars, node, st.classes)
+                if isinstance(found, str):
+                    reject(row, found)
+                else:
+                    by_need.setdefault(found, []).append(row)
         out: list[tuple[_Group | None, list[int] | None]] = []
-        if passing:
-            user = [st.claims[i] for i in st.to_allocate if i != st.ext_index]
-            if st.ext_index == 0:
-                out.append((None, passing))  # kube: no node claim and no user claim, nothing left to do
-            else:
-                group = self._group(st, user, None, [])
-                out.append((group, passing))
+        every = len(by_need) == 1 and len(next(iter(by_need.values()), ())) == len(live)
         for need, rows in by_need.items():
-            claim, mappings = extended.node_claim(ext, pod.raw, need, st.classes)
-            to_allocate = [claim if i == st.ext_index else st.claims[i] for i in st.to_allocate]
-            out.append((self._group(st, to_allocate, claim, mappings), rows))
+            if not need.resources and st.ext_index == 0:
+                continue  # no claim of the pod's own and nothing to allocate here: kube leaves these nodes be
+            group: _Group | None
+            if allocated:  # kube: no node claim; the claim is not allocated again
+                to_allocate = [st.claims[i] for i in st.to_allocate]
+                group = self._group(st, to_allocate, None, []) if st.allocator is not None else None
+            else:
+                claim, mappings = extended.node_claim(ext, pod.raw, need, st.classes)
+                to_allocate = [claim if i == st.ext_index else st.claims[i] for i in st.to_allocate]
+                group = self._group(st, to_allocate, claim, mappings)
+            out.append((group, None if every else rows))
         return out
 
     def _group(self, st: _State, claims: list[Raw], ext_claim: dict[str, Any] | None, mappings: list[Any]) -> _Group:
@@ -695,10 +722,12 @@ class DynamicResources(
                 self._spawn(self._unreserve(self.writer, claim, pod.uid))
         if st.ext_index is not None:
             ext = st.claims[st.ext_index]
-            if self.tracker.remove_pending(st.ext_uid):
+            self.tracker.remove_pending(st.ext_uid)
+            if not extended.is_in_memory(ext):
                 self.tracker.restore(claim_key(ext))
-            if not extended.is_in_memory(ext) and self.writer is not None:
-                self._spawn(self._delete(self.writer, ext))
+                self._ext_made.pop(pod.uid, None)
+                if self.writer is not None:
+                    self._spawn(self._delete(self.writer, ext))
 
     async def _unreserve(self, writer: ClaimWriter, claim: Raw, pod_uid: str) -> None:
         try:
@@ -740,12 +769,16 @@ class DynamicResources(
                     if extended.is_in_memory(claim):
                         claim = await self.writer.create(self._ext_claim_to_write(st))
                         st.claims[index] = claim
-                st.claims[index] = await bind_claim(self.writer, claim, allocation, pod.raw, self.tracker, stamp=True)
+                written = await bind_claim(self.writer, claim, allocation, pod.raw, self.tracker, stamp=True)
+                st.claims[index] = written
                 if is_ext:
+                    self.tracker.assume(written, created=True)  # its devices held until the informer shows it
                     self.tracker.remove_pending(st.ext_uid)
-                    await self.writer.pod_extended_status(
-                        pod.raw, st.claims[index], st.reserved.mappings if st.reserved else []
-                    )
+                    self._ext_made[pod.uid] = claim_key(written)
+                    if len(self._ext_made) > EXT_MADE_KEPT:  # the informer has shown most: the index finds those
+                        listed = self.objects.resource_claims_by_key()
+                        self._ext_made = {uid: k for uid, k in self._ext_made.items() if k not in listed}
+                    await self.writer.pod_extended_status(pod.raw, written, st.reserved.mappings if st.reserved else [])
             except (ClaimError, Conflict) as err:
                 return error(str(err))
         if has_binding_conditions(st.claims):
