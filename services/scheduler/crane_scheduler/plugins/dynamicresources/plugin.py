@@ -777,7 +777,8 @@ class DynamicResources(
                     self._ext_made[pod.uid] = claim_key(written)
                     if len(self._ext_made) > EXT_MADE_KEPT:  # the informer has shown most: the index finds those
                         listed = self.objects.resource_claims_by_key()
-                        self._ext_made = {uid: k for uid, k in self._ext_made.items() if k not in listed}
+                        kept = [(uid, k) for uid, k in self._ext_made.items() if k not in listed]
+                        self._ext_made = dict(kept[-EXT_MADE_KEPT // 2 :])
                     await self.writer.pod_extended_status(pod.raw, written, st.reserved.mappings if st.reserved else [])
             except (ClaimError, Conflict) as err:
                 return error(str(err))
