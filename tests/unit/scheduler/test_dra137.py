@@ -419,3 +419,35 @@ def test_the_search_memo_answers_as_a_fresh_search_does_while_devices_come_and_g
             on = rng.choice(feasible)
             assert plugin.reserve(state, parse_pod(raw), on).success
             placed.append((raw, state, on))
+
+
+def test_a_pod_refused_for_an_extended_resource_is_retried_when_a_class_comes_to_map_it() -> None:
+    from crane_scheduler.framework import ClusterChange, ClusterEvent, QueueingHint
+    from crane_scheduler.plugins.noderesources import after_device_class_change
+
+    info = parse_pod(gpu_pod())
+    mapped, other = gpu_class_with_resource(), device_class("other", "true")
+
+    def hint(new: dict[str, Any], old: dict[str, Any] | None = None) -> QueueingHint:
+        return after_device_class_change(
+            info, ClusterChange(ClusterEvent.DEVICE_CLASS_CHANGE, old_object=old, new_object=new)
+        )
+
+    assert hint(mapped) is QueueingHint.QUEUE
+    assert hint(other) is QueueingHint.SKIP
+    assert hint(mapped, old=mapped) is QueueingHint.SKIP  # the same name as before: nothing new
+    implicit = parse_pod(
+        pod(
+            containers=[
+                {
+                    "name": "c",
+                    "image": "x",
+                    "resources": {"requests": {"deviceclass.resource.kubernetes.io/other": "1"}},
+                }
+            ]
+        )
+    )
+    assert (
+        after_device_class_change(implicit, ClusterChange(ClusterEvent.DEVICE_CLASS_CHANGE, new_object=other))
+        is QueueingHint.QUEUE
+    )

@@ -114,7 +114,7 @@ class Cache:
         elif new is None and kind not in ("pdbs", "devicetaintrules"):
             return
         event = _OBJECT_EVENTS[kind]
-        if kind == "resourceclaims":  # DynamicResources' queueing hint reads the claims
+        if kind in ("resourceclaims", "deviceclasses"):  # DynamicResources' and NodeResourcesFit's hints read them
             self.queue.on_event(event, ClusterChange(event, old_object=old, new_object=new))
         else:
             self.queue.on_event(event)

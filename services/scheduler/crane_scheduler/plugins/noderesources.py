@@ -379,18 +379,21 @@ class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin
         return out
 
     def events_to_register(self) -> fwk.ClusterEvent:
-        """kube's: an assigned pod deleted or scaled down, a node added or its allocatable changed."""
+        """kube's: an assigned pod deleted or scaled down, a node added or its allocatable changed, a DeviceClass
+        added or changed (it may map an extended resource the pod asks for to devices)."""
         return (
             fwk.ClusterEvent.POD_DELETE
             | fwk.ClusterEvent.POD_UPDATE
             | fwk.ClusterEvent.NODE_ADD
             | fwk.ClusterEvent.NODE_UPDATE
+            | fwk.ClusterEvent.DEVICE_CLASS_CHANGE
         )
 
     def queueing_hints(self) -> fwk.QueueingHints:
         return {
             fwk.ClusterEvent.POD_DELETE | fwk.ClusterEvent.POD_UPDATE: after_pod_event,
             fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE: after_node_change,
+            fwk.ClusterEvent.DEVICE_CLASS_CHANGE: after_device_class_change,
         }
 
 
@@ -406,6 +409,22 @@ def after_pod_event(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint
         return fwk.QueueingHint.SKIP
     shrunk = any(want > 0 and old.requests.get(r, 0) > new.requests.get(r, 0) for r, want in pod.requests.items())
     return fwk.QueueingHint.QUEUE if shrunk else fwk.QueueingHint.SKIP
+
+
+def after_device_class_change(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
+    """kube's ``isSchedulableAfterDeviceClassEvent``: a class that now maps (explicitly, or by its implicit name
+    when added) an extended resource the pod asks for."""
+    new, old = change.new_object, change.old_object
+    if not isinstance(new, Mapping):  # the change came without its objects: maybe
+        return fwk.QueueingHint.QUEUE
+    name = (new.get("spec") or {}).get("extendedResourceName")
+    before = ((old or {}).get("spec") or {}).get("extendedResourceName") if isinstance(old, Mapping) else None
+    if name and name != before and pod.requests.get(name):
+        return fwk.QueueingHint.QUEUE
+    implicit = "deviceclass.resource.kubernetes.io/" + str((new.get("metadata") or {}).get("name", ""))
+    if old is None and pod.requests.get(implicit):
+        return fwk.QueueingHint.QUEUE
+    return fwk.QueueingHint.SKIP
 
 
 def _fits_empty(pod: PodInfo, node: NodeInfo) -> bool:
