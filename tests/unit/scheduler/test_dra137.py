@@ -6,6 +6,7 @@ allocated several times, quantities as Go writes them, NodeResourcesFit leaving 
 from __future__ import annotations
 
 import asyncio
+import random
 from decimal import Decimal
 from typing import Any
 
@@ -395,12 +396,12 @@ def test_the_search_memo_answers_as_a_fresh_search_does_while_devices_come_and_g
     objects = listers(GPU, small, *slices)
     plugin = DynamicResources(objects)
     t = table(*(node(n) for n in nodes))
-    rng = __import__("random").Random(7)
+    rng = random.Random(7)
     placed: list[tuple[dict[str, Any], CycleState, str]] = []
     for i in range(40):
         if placed and rng.random() < 0.3:  # a pod leaves: its claim is gone
-            raw, state, on = placed.pop(rng.randrange(len(placed)))
-            plugin.unreserve(state, parse_pod(raw), on)
+            gone, gone_state, on = placed.pop(rng.randrange(len(placed)))
+            plugin.unreserve(gone_state, parse_pod(gone), on)
             continue
         c = claim(f"c{i}", exactly("gpu", rng.choice(["gpu", "small"]), count=rng.choice([1, 1, 2])), namespace="ns")
         objects.apply("resourceclaims", "ADDED", c)
