@@ -38,6 +38,9 @@ resources backed by devices, get devices from ResourceSlices.
   message, and "not found" (kube's Error reading its cycle state) when a PreFilter before it rejected the pod.
 - Queueing: claim events with kube's hint (a deallocated claim, or the pod's own claim created or changed),
   slice, class, DeviceTaintRule and node events always.
+- DeviceTaintRules (resource.k8s.io/v1, served since 1.37): the plugin's worker (``run``) asks discovery whether they
+  are served and watches them into the listers; until they are listed, a pod with claims waits ("waiting for
+  DeviceTaintRules to be listed", as kube-scheduler waits for its informers) and is retried once they are.
 """
 
 from __future__ import annotations
