@@ -13,6 +13,8 @@ scored) and the cost per case of each side.
     .venv/bin/python -m bench.differential --suite declared-features  # NodeDeclaredFeatures (kube 1.37)
     .venv/bin/python -m bench.differential --suite pod-level  # spec.resources in Fit, scores and preemption
     .venv/bin/python -m bench.differential --suite resize     # pods resizing in place, as nodes hold them
+    .venv/bin/python -m bench.differential --suite dra-taints --cases 1000  # one of 1.37's DRA features:
+        # dra-partitionable, dra-taints, dra-consumable, dra-binding, dra-extended
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from hypothesis import HealthCheck, given, seed, settings
 
 from tests.support.judge import Case, Judge, compare, judge_binary, ours
 from tests.support.judge_cases import cases
+from tests.support.judge_dra137_cases import FEATURES as DRA_FEATURES
 from tests.support.judge_dra_cases import dra_cases
 from tests.support.judge_node_cases import declared_features_cases, pod_level_cases, resize_cases
 from tests.support.judge_storage_cases import preemption_cases, storage_cases
@@ -38,9 +41,10 @@ def main() -> int:
     parser.add_argument("--max-nodes", type=int, default=12)
     parser.add_argument("--max-pods", type=int, default=20)
     parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
+    dra137 = {f"dra-{name}": strategy for name, strategy in DRA_FEATURES.items()}
     parser.add_argument(
         "--suite",
-        choices=("builtin", "storage", "preemption", "dra", "declared-features", "pod-level", "resize"),
+        choices=("builtin", "storage", "preemption", "dra", "declared-features", "pod-level", "resize", *dra137),
         default="builtin",
     )
     args = parser.parse_args()
@@ -52,6 +56,7 @@ def main() -> int:
         "declared-features": declared_features_cases(max_nodes=args.max_nodes),
         "pod-level": pod_level_cases(max_nodes=args.max_nodes, max_pods=args.max_pods),
         "resize": resize_cases(max_nodes=args.max_nodes, max_pods=args.max_pods),
+        **{name: strategy() for name, strategy in dra137.items()},
     }[args.suite]
 
     judge = Judge(judge_binary())
@@ -123,6 +128,13 @@ def _tally(seen: Counter[str], kube: dict[str, Any]) -> None:
     }
     for plugin in varied:
         seen[f"Score differs across nodes: {plugin}"] += 1
+    dra_reasons = {
+        r for node in kube["nodes"] for r in (node["filter"].get("DynamicResources") or {}).get("reasons") or ()
+    }
+    for reason in dra_reasons:
+        seen[f"DynamicResources refuses: {reason[:70]}"] += 1
+    if any(node.get("dra") for node in kube["nodes"]):
+        seen["DynamicResources allocates devices on a node"] += 1
     preemption = kube.get("preemption")
     if preemption is not None:
         if preemption.get("message"):

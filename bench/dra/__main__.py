@@ -22,9 +22,26 @@ deletes their claims) and the next batch is created, for ``--duration`` seconds 
 Its workloads: empty_500nodes (``--init-pods 0``, kube's threshold 64), half_500nodes (``--init-pods 2500``: 70,
 60 with queueing hints), full_500nodes (``--init-pods 4990``: 60).
 
+Kubernetes 1.37's scheduler_perf adds (``--workload``):
+
+- ``extended-resource`` (``dra/extendedresource``, ExtendedResource): ``--classes`` DeviceClasses ``test-class-<i>``
+  (with ``--implicit``, none names an extended resource: pods ask for ``deviceclass.resource.kubernetes.io/
+  test-class-<i>``; else each names ``example.com/gpu-<i>``), every node a slice of 10 devices with the template's
+  attributes (``resourceslice-basic-devices.yaml``), pod i asking for one of resource ``i mod classes`` in its
+  resources; the init pods placed by the benchmark, each with the claim the scheduler would have made for it
+  (annotated, owned by the pod, allocated and reserved). No claim controller: the scheduler makes the claims.
+  Explicit_25classes_5000pods_500nodes threshold 120, Explicit_50classes 130, Implicit_25classes 130.
+- ``partitionable`` and ``partitionable-backtracking`` (``dra/partitionabledevices``): every node a pool of a counter
+  slice and a device slice (2 devices sharing 4 counters, or 8 devices sharing 8 cpu counters and 70Gi of memory),
+  ``--init-claims`` claims allocated (not reserved) one per node from the first node on, measured pods claiming 2
+  (backtracking: 7) devices through a template, steady state (``--steady-state``): empty_500nodes (0 init claims),
+  half_500nodes (250), full_500nodes (490). No thresholds in 1.37's config.
+
     .venv/bin/python -m bench.dra                                    # scheduler_perf's 5000pods_500nodes
     .venv/bin/python -m bench.dra --nodes 100 --claims-per-node 20 --init-pods 1000 --pods 1000   # 2000pods_100nodes
     .venv/bin/python -m bench.dra --steady-state --init-pods 0       # SteadyState...ClaimTemplate/empty_500nodes
+    .venv/bin/python -m bench.dra --workload extended-resource --classes 25   # Explicit_25classes_5000pods_500nodes
+    .venv/bin/python -m bench.dra --workload partitionable --steady-state --init-claims 250   # half_500nodes
 """
 
 from __future__ import annotations
@@ -67,8 +84,178 @@ def node_slice(node: str, devices: int) -> dict[str, Any]:
     }
 
 
-def claim_spec() -> dict[str, Any]:
-    return {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": CLASS}}]}}
+def claim_spec(count: int = 1) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": CLASS}
+    if count != 1:
+        exactly["count"] = count
+    return {"devices": {"requests": [{"name": "req-0", "exactly": exactly}]}}
+
+
+# ---------------------------------------------------------------------------------------------- 1.37's workloads
+
+EXTENDED_DEVICES = 10  # resourceslice-basic-devices.yaml's numDevices in the ExtendedResource workload
+CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+
+
+def basic_devices(n: int, pci_roots: int = 2) -> list[dict[str, Any]]:
+    """resourceslice-basic-devices.yaml's devices (an Intel GPU's attributes)."""
+    out = []
+    for i in range(n):
+        root = i % pci_roots
+        attributes = {
+            "driver": {"string": "xe"},
+            "driverVersion": {"version": "1.2.3"},
+            "resource.k8s.io/pciRoot": {"string": str(root)},
+            "family": {"string": "Arc Pro B-Series"},
+            "health": {"string": "Healthy"},
+            "model": {"string": "B60"},
+            "pciAddress": {"string": f"0000:0{i}:00.0"},
+            "pciId": {"string": "0xe211"},
+            "pciRoot": {"string": f"0{root}"},
+            "resource.kubernetes.io/pciBusID": {"string": f"0000:0{i}:00.0"},
+            "resource.kubernetes.io/pciRoot": {"string": f"pci0000:0{root}"},
+            "sriov": {"bool": True},
+            "type": {"string": "gpu"},
+        }
+        out.append(
+            {
+                "name": f"basic-device-{i}",
+                "attributes": attributes,
+                "capacity": {"memory": {"value": "24480Mi"}, "millicores": {"value": "1k"}},
+            }
+        )
+    return out
+
+
+def extended_class(i: int, implicit: bool) -> dict[str, Any]:
+    """deviceclass-extended-resource.yaml."""
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}
+    if not implicit:
+        spec["extendedResourceName"] = f"example.com/gpu-{i}"
+    return {"metadata": {"name": f"{CLASS}-{i}"}, "spec": spec}
+
+
+def extended_resource(i: int, classes: int, implicit: bool) -> str:
+    """pod-with-extended-resource.yaml's resource of pod ``i``."""
+    base_name = f"deviceclass.resource.kubernetes.io/{CLASS}" if implicit else "example.com/gpu"
+    return f"{base_name}-{i % classes}"
+
+
+def extended_pod(name: str, scheduler: str, resource: str, node: str | None = None) -> dict[str, Any]:
+    container = {
+        "name": "pause",
+        "image": "registry.k8s.io/pause:3.9",
+        "resources": {"requests": {resource: "1"}, "limits": {resource: "1"}},
+    }
+    spec: dict[str, Any] = {"schedulerName": scheduler, "containers": [container]}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+async def extended_init_pods(
+    api: client.ApiClient, namespace: str, n: int, nodes: int, args: argparse.Namespace
+) -> None:
+    """``n`` pods bound round-robin, each with the claim the scheduler makes for an extended resource (annotated,
+    owned by the pod, its one request ``container-0-request-0`` allocated to the next free device and reserved)."""
+    v1, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
+
+    async def one(i: int) -> None:
+        node, name = f"node-{i % nodes:05d}", f"init-{i:05d}"
+        wanted = extended_resource(i, args.classes, args.implicit)
+        pod = await raw_json(
+            v1.create_namespaced_pod(namespace, extended_pod(name, "nobody", wanted, node), _preload_content=False)
+        )
+        request = {"deviceClassName": f"{CLASS}-{i % args.classes}", "allocationMode": "ExactCount", "count": 1}
+        claim = {
+            "metadata": {
+                "name": f"{name}-extended-resources",
+                "annotations": {CLAIM_ANNOTATION: "true"},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": pod["metadata"]["uid"], "controller": True}
+                ],
+            },
+            "spec": {"devices": {"requests": [{"name": "container-0-request-0", "exactly": request}]}},
+        }
+        created = await raw_json(resource.create_namespaced_resource_claim(namespace, claim, _preload_content=False))
+        selector = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        result = {
+            "request": "container-0-request-0",
+            "driver": DRIVER,
+            "pool": node,
+            "device": f"basic-device-{i // nodes}",
+        }
+        created["status"] = {
+            "allocation": {"devices": {"results": [result]}, "nodeSelector": {"nodeSelectorTerms": [selector]}},
+            "reservedFor": [{"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]}],
+        }
+        resp = await resource.replace_namespaced_resource_claim_status(
+            created["metadata"]["name"], namespace, created, _preload_content=False
+        )
+        resp.release()
+
+    await base.gather_limited([one(i) for i in range(n)], 100)
+
+
+def partition_slices(node: str, backtracking: bool) -> list[dict[str, Any]]:
+    """resourceslice-partitionable-(backtracking-)countersets.yaml and -devices.yaml."""
+    pool = {"name": node, "generation": 1, "resourceSliceCount": 2}
+    if backtracking:
+        sets = [
+            {"name": "counter-set-for-cpu", "counters": {f"cpu{k}": {"value": "1"} for k in range(1, 9)}},
+            {"name": "counter-set-for-mem", "counters": {"mem": {"value": "70Gi"}}},
+        ]
+        devices = [
+            {
+                "name": f"device-{k}",
+                "consumesCounters": [
+                    {"counterSet": "counter-set-for-cpu", "counters": {f"cpu{k}": {"value": "1"}}},
+                    {"counterSet": "counter-set-for-mem", "counters": {"mem": {"value": "20Gi" if k == 1 else "10Gi"}}},
+                ],
+            }
+            for k in range(1, 9)
+        ]
+    else:
+        sets = [{"name": "counter-set", "counters": {f"counter{k}": {"value": "1"} for k in range(1, 5)}}]
+        devices = [
+            {
+                "name": f"device-{d}",
+                "consumesCounters": [
+                    {
+                        "counterSet": "counter-set",
+                        "counters": {f"counter{c}": {"value": "1"} for c in (2 * d - 1, 2 * d)},
+                    }
+                ],
+            }
+            for d in (1, 2)
+        ]
+    spec = {"driver": DRIVER, "nodeName": node, "pool": pool}
+    return [
+        {"metadata": {"name": f"{node}-countersets"}, "spec": {**spec, "sharedCounters": sets}},
+        {"metadata": {"name": f"{node}-devices"}, "spec": {**spec, "devices": devices}},
+    ]
+
+
+async def allocated_claims(api: client.ApiClient, namespace: str, n: int, backtracking: bool) -> None:
+    """scheduler_perf's ``allocResourceClaims`` of resourceclaim-partitionable(-backtracking).yaml: claim i allocated
+    (not reserved) on node i, to the devices kube's allocator picks there (device-1 and -2; backtracking: 2..8)."""
+    resource = client.ResourceV1Api(api)
+    count = 7 if backtracking else 2
+    names = [f"device-{k}" for k in (range(2, 9) if backtracking else (1, 2))]
+
+    async def one(i: int) -> None:
+        node, name = f"node-{i:05d}", f"test-claim-{i}"
+        claim = {"metadata": {"name": name}, "spec": claim_spec(count)}
+        created = await raw_json(resource.create_namespaced_resource_claim(namespace, claim, _preload_content=False))
+        selector = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        results = [{"request": "req-0", "driver": DRIVER, "pool": node, "device": d} for d in names]
+        created["status"] = {
+            "allocation": {"devices": {"results": results}, "nodeSelector": {"nodeSelectorTerms": [selector]}}
+        }
+        resp = await resource.replace_namespaced_resource_claim_status(name, namespace, created, _preload_content=False)
+        resp.release()
+
+    await base.gather_limited([one(i) for i in range(n)], 100)
 
 
 def pod_body(name: str, scheduler: str, claim: dict[str, str], node: str | None = None) -> dict[str, Any]:
@@ -85,13 +272,33 @@ def pod_body(name: str, scheduler: str, claim: dict[str, str], node: str | None 
     return {"metadata": {"name": name}, "spec": spec}
 
 
-async def publish(api: client.ApiClient, nodes: int, per_node: int) -> None:
+async def publish(api: client.ApiClient, nodes: int, per_node: int, args: argparse.Namespace | None = None) -> None:
     resource = client.ResourceV1Api(api)
-    (await resource.create_device_class(device_class(), _preload_content=False)).release()
+    workload = getattr(args, "workload", "claim-template")
+    if workload == "extended-resource":
+        assert args is not None
+        classes = [extended_class(i, args.implicit) for i in range(args.classes)]
+    else:
+        classes = [device_class()]
+    for body in classes:
+        (await resource.create_device_class(body, _preload_content=False)).release()
+
+    def slices(node: str) -> list[dict[str, Any]]:
+        if workload == "extended-resource":
+            spec = {
+                "driver": DRIVER,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            }
+            return [{"metadata": {"name": f"{node}-{DRIVER}"}, "spec": {**spec, "devices": basic_devices(per_node)}}]
+        if workload.startswith("partitionable"):
+            return partition_slices(node, workload.endswith("backtracking"))
+        return [node_slice(node, per_node)]
 
     async def one(i: int) -> None:
-        resp = await resource.create_resource_slice(node_slice(f"node-{i:05d}", per_node), _preload_content=False)
-        resp.release()
+        for body in slices(f"node-{i:05d}"):
+            resp = await resource.create_resource_slice(body, _preload_content=False)
+            resp.release()
 
     await base.gather_limited([one(i) for i in range(nodes)], 100)
 
@@ -243,7 +450,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         try:
             t = time.monotonic()
             await base.create_nodes(api, args.nodes)
-            await publish(api, args.nodes, args.claims_per_node)
+            await publish(api, args.nodes, args.claims_per_node, args)
             print(f"{args.nodes} nodes and slices created in {time.monotonic() - t:.1f}s", file=sys.stderr)
             contenders = [("ours", "crane")] + ([] if args.skip_kube else [("kube", "kube")])
             if args.kube_first:  # on a machine whose load drifts, alternate the order between runs
@@ -252,15 +459,26 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 measure_ns = await base.fresh_namespace(api, f"dra-{who}-1")
                 init_ns = await base.fresh_namespace(api, f"dra-{who}-0")
                 t = time.monotonic()
-                await init_pods(api, init_ns, args.init_pods, args.nodes)
-                template = {"metadata": {"name": TEMPLATE}, "spec": {"spec": claim_spec()}}
+                ready: Any = claims_made
+                if args.workload == "extended-resource":
+                    await extended_init_pods(api, init_ns, args.init_pods, args.nodes, args)
+                    ready = None  # the scheduler makes the pods' claims
+                elif args.workload.startswith("partitionable"):
+                    await allocated_claims(api, init_ns, args.init_claims, args.workload.endswith("backtracking"))
+                else:
+                    await init_pods(api, init_ns, args.init_pods, args.nodes)
+                count = {"partitionable": 2, "partitionable-backtracking": 7}.get(args.workload, 1)
+                template = {"metadata": {"name": TEMPLATE}, "spec": {"spec": claim_spec(count)}}
                 resp = await client.ResourceV1Api(api).create_namespaced_resource_claim_template(
                     measure_ns, template, _preload_content=False
                 )
                 resp.release()
-                print(f"  {args.init_pods} init pods placed in {time.monotonic() - t:.1f}s", file=sys.stderr)
+                print(f"  init pods/claims placed in {time.monotonic() - t:.1f}s", file=sys.stderr)
 
                 def body(name: str, scheduler: str) -> dict[str, Any]:
+                    if args.workload == "extended-resource":
+                        i = int(name.rsplit("-", 1)[1])
+                        return extended_pod(name, scheduler, extended_resource(i, args.classes, args.implicit))
                     return pod_body(name, scheduler, {"resourceClaimTemplateName": TEMPLATE})
 
                 if args.steady_state:
@@ -268,7 +486,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                         cluster, api, args, run_dir, key, measure_ns
                     )
                 else:
-                    with workloads.created_pods(body, claims_made):
+                    with workloads.created_pods(body, ready):
                         run = base.run_ours if key == "ours" else base.run_kube
                         result[key], result[f"{key}_latency"] = await run(cluster, api, args, run_dir, measure_ns)
                 allocated, twice = await doubled(api, [measure_ns, init_ns])
@@ -330,19 +548,43 @@ def main() -> None:
     )
     parser.add_argument("--batch", type=int, default=10, help="steady state: pods per batch")
     parser.add_argument("--duration", type=float, default=10.0, help="steady state: seconds from the first bind")
+    parser.add_argument(
+        "--workload",
+        choices=("claim-template", "extended-resource", "partitionable", "partitionable-backtracking"),
+        default="claim-template",
+        help="scheduler_perf's DRA workload (see above)",
+    )
+    parser.add_argument("--classes", type=int, default=25, help="extended-resource: device classes")
+    parser.add_argument("--implicit", action="store_true", help="extended-resource: the classes' implicit names")
+    parser.add_argument("--init-claims", type=int, default=0, help="partitionable: claims allocated beforehand")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument(
         "--py-spy", action="store_true", help="sample crane-scheduler with py-spy (bench/scheduler/spy.py)"
     )
     args = parser.parse_args()
+    if args.workload == "extended-resource":
+        args.claims_per_node = EXTENDED_DEVICES
     if args.steady_state:
         args.pods = 1_000_000  # the loop ends the run (measure waits for this many binds otherwise)
+    elif args.workload.startswith("partitionable"):
+        parser.error("the partitionable workloads are steady state: add --steady-state")
     elif args.init_pods + args.pods > args.nodes * args.claims_per_node:
         parser.error("more pods than devices: some would stay Pending and the run would wait for its timeout")
     args.plugins = "default"
     r = asyncio.run(bench(args))
     ours, kube = r["ours"], r.get("kube")
-    if args.steady_state:
+    if args.workload.startswith("partitionable"):
+        print(
+            f"\n{args.workload}: {args.nodes} nodes, {args.init_claims} init claims, batches of {args.batch} for "
+            f"{args.duration:g}s, QPS {args.qps:g}/{args.burst}"
+        )
+    elif args.workload == "extended-resource":
+        names = "implicit" if args.implicit else "explicit"
+        print(
+            f"\nExtendedResource ({names}, {args.classes} classes): {args.nodes} nodes x {args.claims_per_node} "
+            f"devices, {args.init_pods} init pods, {args.pods} measured, QPS {args.qps:g}/{args.burst}"
+        )
+    elif args.steady_state:
         print(
             f"\nSteadyStateClusterResourceClaimTemplate: {args.nodes} nodes x {args.claims_per_node} devices, "
             f"{args.init_pods} init pods, batches of {args.batch} for {args.duration:g}s, QPS {args.qps:g}/{args.burst}"

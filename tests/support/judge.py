@@ -87,6 +87,7 @@ LISTER_KINDS = {
     "resourceClaims": "resourceclaims",
     "resourceSlices": "resourceslices",
     "deviceClasses": "deviceclasses",
+    "deviceTaintRules": "devicetaintrules",
 }
 
 
@@ -252,8 +253,9 @@ def ours(case: Case, seed: int = 0) -> Json:
                 verdicts[plugin] = _status(code, tuple(r.reason for r in hits))
         entry: Json = {"name": name, "filter": verdicts}
         dra = state.get("DynamicResources")
-        if dra is not None and name in dra.allocations:
-            entry["dra"] = dra.allocations[name]
+        results = dra.results(name) if dra is not None else None
+        if results is not None:
+            entry["dra"] = results
         out["nodes"].append(entry)
 
     # The decision itself, through the real Algorithm (the scores it left in the cycle state are not used: the
@@ -349,7 +351,7 @@ def compare(kube: Json, mine: Json) -> list[str]:
                 diffs.append(f"Filter {plugin} on {name}: kube {k}, ours {o}")
         if node.get("feasible") and node.get("dra") is not None:
             mine_dra = ours_nodes[name].get("dra")
-            if _without_empty(node["dra"]) != _without_empty(mine_dra):
+            if _without_empty(_share_ids(node["dra"])) != _without_empty(_share_ids(mine_dra)):
                 diffs.append(f"DynamicResources' allocation on {name}:\n  kube: {node['dra']}\n  ours: {mine_dra}")
     if diffs:
         return diffs  # the outcome and scores follow from the verdicts; one root cause is enough to read
@@ -405,10 +407,20 @@ def compare(kube: Json, mine: Json) -> list[str]:
     return diffs
 
 
+def _share_ids(value: Any) -> Any:
+    """Allocation results with each ``shareID`` (a random UUID on either side) replaced by a mark that it is set."""
+    if isinstance(value, dict):
+        return {k: ("<set>" if k == "shareID" and v else _share_ids(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_share_ids(v) for v in value]
+    return value
+
+
 def _without_empty(value: Any) -> Any:
     """JSON with empty lists and maps dropped (Go's omitempty and Python's absent keys say the same)."""
     if isinstance(value, dict):
-        return {k: _without_empty(v) for k, v in value.items() if v not in (None, [], {})}
+        out = {k: _without_empty(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v not in (None, [], {})}
     if isinstance(value, list):
         return [_without_empty(v) for v in value]
     return value

@@ -88,7 +88,11 @@ async def in_process(
         finally:
             reporter.close()
 
-    tasks = [asyncio.create_task(c) for c in (scheduler.run_informers(stopping), reporter.run(stopping), schedule())]
+    workers = [w.run(stopping) for profile in profiles.values() for w in profile.workers]  # as the service runs them
+    tasks = [
+        asyncio.create_task(c)
+        for c in (scheduler.run_informers(stopping), reporter.run(stopping), schedule(), *workers)
+    ]
     try:
         await asyncio.wait_for(scheduler.synced.wait(), 30)
         yield scheduler

@@ -32,6 +32,7 @@ Kind = Literal[
     "resourceclaims",
     "resourceslices",
     "deviceclasses",
+    "devicetaintrules",
 ]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
@@ -102,6 +103,10 @@ class Listers:
 
     def device_classes(self) -> dict[str, Obj]:
         return self.objects["deviceclasses"]
+
+    def device_taint_rules(self) -> list[Obj]:
+        """resource.k8s.io/v1 DeviceTaintRules (watched by DynamicResources where the API server serves them)."""
+        return list(self.objects["devicetaintrules"].values())
 
     def changed_keys(self, kind: Kind) -> set[str]:
         """A set to which every later change of ``kind`` adds the object's key; its reader empties it as it

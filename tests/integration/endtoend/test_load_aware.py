@@ -104,7 +104,7 @@ async def test_fit_error_groups_the_load_reason(stack: tuple[Sandbox, Any]) -> N
         "23 node(s) didn't match Pod's node affinity/selector. "
         # DynamicResources' PostFilter, then DefaultPreemption (kube's default profile): only the loaded node could
         # be helped by preemption
-        "no new claims to deallocate, preemption: 0/24 nodes are available: 1 No preemption victims found for "
+        "preemption: 0/24 nodes are available: 1 No preemption victims found for "
         "incoming pod, "
         "23 Preemption is not helpful for scheduling."
     )

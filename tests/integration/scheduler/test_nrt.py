@@ -93,7 +93,7 @@ async def test_whole_cpu_pods_get_a_numa_zone_and_never_share_it(
     await publish_topologies(kube, [topology(f"{group}-split", [3, 3]), topology(f"{group}-numa", [2, 4])])
     expected_pending = (
         "0/3 nodes are available: 1 node(s) failed to get NRT, 2 node(s) had insufficient resource of NUMA node. "
-        "no new claims to deallocate, preemption: 0/3 nodes are available: 3 No preemption victims found for "
+        "preemption: 0/3 nodes are available: 3 No preemption victims found for "
         "incoming pod."
     )
 

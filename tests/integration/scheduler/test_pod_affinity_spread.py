@@ -110,7 +110,7 @@ async def test_required_affinity_lands_next_to_its_peer_and_waits_for_one(
         await create_pods(kube, namespace, [labelled(pod("cache", scheduler_name, spec=spec), app="cache")])
         failed = await wait_for(lambda: events(kube, namespace, "FailedScheduling"), what="no peer yet")
         assert failed[0]["note"] == (
-            "0/3 nodes are available: 3 node(s) didn't match pod affinity rules. no new claims to deallocate, "
+            "0/3 nodes are available: 3 node(s) didn't match pod affinity rules. "
             "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
         )
         await wait_for(lambda: _unschedulable(scheduler), what="the pod to wait among the unschedulable")

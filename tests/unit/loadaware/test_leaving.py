@@ -152,7 +152,7 @@ def test_the_victims_measured_usage_leaves_the_node_and_exactly_the_needed_victi
 def test_a_node_hot_through_unmeasured_pods_stays_hot_and_the_pod_waits_for_its_time() -> None:
     s = setup(annotated("b", 0.80), bound=[low("other", "b")])
     diagnosis, info = attempt(s, pod("vip", cpu="2", priority=100))
-    assert diagnosis.post_filter_msg == f"no new claims to deallocate, preemption: 0/1 nodes are available: 1 {HOT}."
+    assert diagnosis.post_filter_msg == f"preemption: 0/1 nodes are available: 1 {HOT}."
     assert info.uid not in s.table.nominated
     assert "Dynamic" in diagnosis.rejectors
     # the cpu_usage_avg_5m annotation (3m period) turns stale 8 minutes after its stamp, 10 s ago: 470 s
@@ -225,10 +225,7 @@ def test_a_malformed_pod_usage_annotation_is_skipped_counted_and_logged_once() -
     with capture_logs() as logs:
         for name in ("vip", "vip2"):
             diagnosis, _ = attempt(s, pod(name, cpu="2", priority=100))
-            assert (
-                diagnosis.post_filter_msg
-                == f"no new claims to deallocate, preemption: 0/1 nodes are available: 1 {HOT}."
-            )
+            assert diagnosis.post_filter_msg == f"preemption: 0/1 nodes are available: 1 {HOT}."
     assert [e["event"] for e in logs].count(
         "malformed pod-usage annotation skipped: its pods count as not measured"
     ) == 1

@@ -205,3 +205,37 @@ def test_pack_fills_the_fullest_nodes_toward_the_target_and_leaves_the_emptiest_
     placed = [pack.place(pod(f"p{i}", cpu="1")) for i in range(10)]
     assert placed.count("empty") == 0, placed
     assert placed.count("a") == 2 and placed.count("b") == 8, placed
+
+
+def test_a_device_asked_as_an_extended_resource_or_through_a_claim_is_judged_the_same() -> None:
+    # DRA's extended resources (1.37): ``example.com/gpu: 1`` in a container's requests is a claim the scheduler makes;
+    # Dynamic judges the pod by its cpu and memory whichever way it asks for the device: same refusals, same scores,
+    # same estimate left on the node it is placed on
+    nodes = [loaded("hot", 0.9), loaded("warm", 0.5, cpu="8"), loaded("cool", 0.2)]
+    seen = []
+    for way in ("extended resource", "claim"):
+        s = Setup(*nodes)
+        trainers = []
+        for i in range(3):
+            raw = pod(f"trainer-{i}", cpu="2", memory="4Gi")
+            if way == "extended resource":
+                raw["spec"]["containers"][0]["resources"]["requests"]["example.com/gpu"] = "1"
+                raw["spec"]["containers"][0]["resources"]["limits"] = {"example.com/gpu": "1"}
+            else:
+                raw["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": f"gpu-{i}"}]
+            trainers.append(parse_pod(raw))
+        verdicts = []
+        rows = np.arange(len(nodes), dtype=np.intp)
+        for info in trainers:
+            refused = {r.reason: r.mask[: len(nodes)].tolist() for r in s.plugin.filter({}, info, s.table)}
+            scores = s.plugin.score({}, info, s.table, rows).tolist()
+            verdicts.append((refused, scores, s.plugin.estimate_of(info, NOW)))
+            best = max((sc, -i) for i, sc in enumerate(scores) if not any(m[i] for m in refused.values()))
+            node_name = nodes[-best[1]]["metadata"]["name"]
+            s.plugin.reserve({}, info, node_name)
+            s.table.assume(info, node_name)
+        seen.append(verdicts)
+    assert seen[0] == seen[1]
+    refused, scores, _ = seen[0][0]
+    assert any(mask == [True, False, False] for mask in refused.values()), refused  # the hot node refused
+    assert scores[2] > scores[1]  # the cool node preferred

@@ -1,5 +1,5 @@
 """The structured-parameters allocator against kube's own (``structured/internal/incubating``, the implementation
-1.35's default gates select). Each expected result is traced by hand through kube's ``allocateOne``: claims, then
+1.37's default gates select). Each expected result is traced by hand through kube's ``allocateOne``: claims, then
 requests, then devices, candidates in pool/slice/device order, first complete solution wins."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from crane_scheduler.plugins.dynamicresources.allocator import (
     AllocationTimeout,
     Allocator,
     FailedOnNode,
+    Features,
     allocated_devices,
 )
 from crane_scheduler.plugins.dynamicresources.claims import ClaimTracker
@@ -192,19 +193,28 @@ def test_first_available_takes_the_first_subrequest_that_fits_and_its_class_conf
     )
     assert out is not None
     assert picked(out) == [[("gpu/two", "gpu-0"), ("gpu/two", "gpu-1")]]
+    # kube 1.37 drops the request list of a config that names every request of the claim ("empty means all")
     assert out[0]["devices"]["config"] == [
-        {"source": "FromClass", "requests": ["gpu/two"], **opaque(DRIVER, {"a": 1})},
-        {"source": "FromClaim", "requests": ["gpu/two"], **opaque(DRIVER, {"claim": True})},
+        {"source": "FromClass", **opaque(DRIVER, {"a": 1})},
+        {"source": "FromClaim", **opaque(DRIVER, {"claim": True})},
+    ]
+    three = [resource_slice("s", [device(f"gpu-{i}", model="A100") for i in range(3)], node="n1")]
+    two = claim("c", req, exactly("other", "a100"), config=[{"requests": ["gpu/two"], **opaque(DRIVER, {})}])
+    out = allocate(three, two, classes=[a100, h100])
+    assert out is not None and out[0]["devices"]["config"] == [
+        {"source": "FromClass", **opaque(DRIVER, {"a": 1})},  # gpu/two and other: all of them
+        {"source": "FromClaim", "requests": ["gpu/two"], **opaque(DRIVER, {})},
     ]
 
 
-def test_an_all_subrequest_continues_with_the_first_subrequest_as_kube_does() -> None:
-    # kube's allocateOne recurses for "All" with a deviceIndices literal that leaves subRequestIndex at 0, so after
-    # the first device of subrequest #1 it reads subrequest #0's count (1) and moves on: one device, not all.
+def test_an_all_subrequest_takes_all_devices() -> None:
+    # kube 1.35's allocateOne recursed for "All" leaving subRequestIndex at 0 (one device, not all); 1.37 keeps it.
     none = device_class("none", "false")
     slices = [resource_slice("s", [device("gpu-0"), device("gpu-1")], node="n1")]
     req = first_available("gpu", sub_request("first", "none"), sub_request("all", "gpu", mode="All"))
-    assert picked(allocate(slices, claim("c", req), classes=[GPU, none])) == [[("gpu/all", "gpu-0")]]
+    assert picked(allocate(slices, claim("c", req), classes=[GPU, none])) == [
+        [("gpu/all", "gpu-0"), ("gpu/all", "gpu-1")]
+    ]
 
 
 def test_match_attribute_backtracks_over_devices() -> None:
@@ -279,25 +289,41 @@ def test_errors_are_kube_errors() -> None:
     broken = device_class("gpu", f'device.attributes["{DRIVER}"].model == "x"')
     with pytest.raises(AllocationError) as err:
         allocate(slices, claim("c", exactly("gpu", "gpu")), classes=[broken])
-    assert str(err.value).startswith("class gpu: selector #0: CEL runtime error: ")
+    assert str(err.value).startswith("class gpu: selector #0 on device gpu.example.com/n1/gpu-0: CEL runtime error: ")
     with pytest.raises(AllocationError) as err:
         allocate(slices, claim("c", exactly("gpu", "gpu", "device.driver ==")))
     assert str(err.value).startswith("claim default/c: selector #0: CEL compile error: ")
     with pytest.raises(AllocationError) as err:
         allocate(slices, claim("c", exactly("gpu", "gpu", count=33)))
-    assert str(err.value) == "claim default/c: number of requested devices 33 exceeds the claim limit of 32"
+    assert str(err.value) == (
+        "claim default/c, request gpu: adding 33 devices exceeds the claim limit of 32, with 0 already accounted for"
+    )
+    with pytest.raises(AllocationError) as err:
+        allocate(slices, claim("c", exactly("a", "gpu", count=20), exactly("b", "gpu", count=13)))
+    assert str(err.value) == (
+        "claim default/c, request b: adding 13 devices exceeds the claim limit of 32, with 20 already accounted for"
+    )
 
 
 def test_a_device_of_a_disabled_feature_is_never_chosen() -> None:
     counted = {**device("gpu-0"), "consumesCounters": [{"counterSet": "s", "counters": {"mem": {"value": "1"}}}]}
     conditioned = {**device("gpu-1"), "bindingConditions": ["ready"]}
-    assert allocate([resource_slice("s", [counted, conditioned], node="n1")], claim("c", exactly("gpu", "gpu"))) is None
+    slices = [resource_slice("s", [conditioned], node="n1")]
+    off = Features(binding_conditions=False)
+    assert (
+        Allocator({"gpu": GPU}, slices, set(), features=off).allocate(node(), [claim("c", exactly("gpu", "gpu"))])
+        is None
+    )
+    assert picked(allocate(slices, claim("c", exactly("gpu", "gpu")))) == [[("gpu", "gpu-1")]]
+    slices = [resource_slice("s", [counted, conditioned], node="n1")]
+    # with 1.37's gates both are usable; a counter set no slice of the pool declares makes the pool invalid
+    with pytest.raises(FailedOnNode, match="invalid resource pools were encountered"):
+        allocate(slices, claim("c", exactly("gpu", "gpu")))
 
 
-def test_a_device_tainted_against_pods_is_never_chosen_until_tolerations_are_read() -> None:
+def test_a_device_tainted_against_pods_is_chosen_only_by_a_request_that_tolerates_it() -> None:
     # DRADeviceTaints (GA in 1.37): kube allocates a NoSchedule/NoExecute-tainted device only to a request that
-    # tolerates it; crane reads no tolerations yet, so it refuses rather than misplaces; an effect None taint is
-    # informational
+    # tolerates it; an effect None taint is informational
     tainted = {**device("gpu-0"), "taints": [{"key": "broken", "effect": "NoSchedule"}]}
     noted = {**device("gpu-1"), "taints": [{"key": "aging", "effect": "None"}]}
     slices = [resource_slice("s", [tainted, noted], node="n1")]

@@ -81,7 +81,7 @@ def test_a_template_claim_waits_for_the_resourceclaim_controller() -> None:
     )
     plugin = DynamicResources(listers(GPU, *SLICES, c))
     res = plugin.pre_filter({}, parse_pod(raw), table(node("n1")))
-    assert res.status.message == "ResourceClaim ns/p-gpu-x was not created for pod ns/p (pod is not owner)"
+    assert res.status.message == "ResourceClaim ns/p-gpu-x was not created for Pod ns/p (Pod is not owner)"
     c["metadata"]["ownerReferences"] = [{"uid": raw["metadata"]["uid"], "controller": True, "kind": "Pod", "name": "p"}]
     assert plugin.pre_enqueue(parse_pod(raw)) is False
     assert plugin.pre_filter({}, parse_pod(raw), table(node("n1"))).status.success
@@ -201,6 +201,25 @@ class FakeClaims:
         self.calls.append("unreserve")
         status = self.store[claim["metadata"]["name"]]["status"]
         status["reservedFor"] = [r for r in status["reservedFor"] if r["uid"] != pod_uid]
+
+    async def create(self, claim: Any) -> dict[str, Any]:
+        self.calls.append("create")
+        meta = dict(claim["metadata"])
+        name = meta.get("name") or f"{meta['generateName']}{len(self.store):05d}"
+        new = {
+            **copy.deepcopy(dict(claim)),
+            "metadata": {**meta, "name": name, "uid": f"uid-{name}", "resourceVersion": "1"},
+        }
+        self.store[name] = new
+        return copy.deepcopy(new)
+
+    async def delete(self, claim: Any) -> None:
+        self.calls.append("delete")
+        self.store.pop(claim["metadata"]["name"], None)
+
+    async def pod_extended_status(self, pod: Any, claim: Any, mappings: Any) -> None:
+        self.calls.append("pod status")
+        self.pod_status = {"requestMappings": list(mappings), "resourceClaimName": claim["metadata"]["name"]}
 
 
 def _scheduled(plugin: DynamicResources, raw: dict[str, Any]) -> CycleState:
@@ -333,7 +352,11 @@ def test_a_broken_selector_fails_the_attempt_as_kube_filter_error_does() -> None
     objects = listers(broken, SLICES[0], claim("a", exactly("gpu", "gpu"), namespace="ns"))
     result = _decide(objects, table(node("n1"), node("n2")), dra_pod("p", {"name": "g", "resourceClaimName": "a"}))
     assert isinstance(result, Status) and result.code is Code.ERROR
-    assert result.message.startswith('running "DynamicResources" filter plugin: class gpu: selector #0: CEL runtime')
+    assert result.message == (
+        'running "DynamicResources" filter plugin: class gpu: selector #0 on device gpu.example.com/n1/gpu-0: CEL '
+        "runtime error: no such key: missing. consider using CEL optional chaining (.? followed by orValue()) or "
+        "guarding the check with has() for optional fields"
+    )
 
 
 def test_the_first_available_subrequest_chosen_scores_the_node() -> None:
@@ -400,7 +423,8 @@ def test_post_filter_deallocates_a_claim_allocated_elsewhere_that_nobody_uses() 
     # a pod without claims, and one refused by an earlier PreFilter (no state): kube's answers
     no_claims: CycleState = {}
     plugin.pre_filter(no_claims, parse_pod(pod("plain")), t)
-    assert plugin.post_filter(no_claims, parse_pod(pod("plain")), Diagnosis(1)).message == "no new claims to deallocate"
+    plain = plugin.post_filter(no_claims, parse_pod(pod("plain")), Diagnosis(1))
+    assert (plain.code, plain.message) == (Code.UNSCHEDULABLE, "")  # kube 1.37: no message
     assert plugin.post_filter({}, parse_pod(pod("plain")), Diagnosis(1)).code is Code.ERROR
 
 

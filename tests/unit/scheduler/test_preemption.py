@@ -136,8 +136,7 @@ def test_preemption_policy_never_is_honoured() -> None:
     t = table(node("a", cpu="1"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
     d, info = preempt(t, listers(), pod("vip", cpu="1", priority=100, spec={"preemptionPolicy": "Never"}))
     assert d.message == (
-        "0/1 nodes are available: 1 Insufficient cpu. no new claims to deallocate, "
-        "preemption: not eligible due to preemptionPolicy=Never."
+        "0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."
     )
     assert info.uid not in t.nominated
 
@@ -151,7 +150,6 @@ def test_no_lower_priority_pods_means_no_victims() -> None:
     d, _ = preempt(t, listers(), pod("vip", cpu="1", priority=100))
     assert d.message == (
         "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint(s). "
-        "no new claims to deallocate, "  # kube 1.35: DynamicResources' PostFilter speaks first
         "preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, "
         "1 Preemption is not helpful for scheduling."
     )
@@ -440,7 +438,7 @@ def test_a_victim_elsewhere_in_the_zone_does_not_count_for_this_node() -> None:
     d, info = preempt(t, listers(), anti_web("vip", 100))
     assert info.uid not in t.nominated
     assert d.post_filter_msg == (
-        "no new claims to deallocate, preemption: 0/3 nodes are available: 1 No preemption victims found for "
+        "preemption: 0/3 nodes are available: 1 No preemption victims found for "
         "incoming pod, 2 node(s) didn't match pod anti-affinity rules."
     )
 

@@ -62,6 +62,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/dynamic-resource-allocation/deviceclass/extendedresourcecache"
 	"k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -370,6 +371,18 @@ func (j *judge) build(ctx context.Context, raw []byte, client clientset.Interfac
 		}
 		dra := dynamicresources.NewDRAManager(ctx, claimCache, slices, informerFactory)
 		pf.claims = &recordingClaims{ResourceClaimTracker: dra.ResourceClaims()}
+		// The claims' assume cache is a handler of its own on the claims informer: wait for it too (a handler of
+		// ours on the informer says nothing of another handler's progress), or a PreFilter may list no claims.
+		draSynced := []toolscache.InformerSynced{claimCache.AddEventHandler(toolscache.ResourceEventHandlerFuncs{}).HasSynced}
+		// kube-scheduler's event handlers feed the DeviceClasses to the DRA manager's extended resource cache
+		// (DRAExtendedResource, GA in 1.37): the class an extended resource name maps to.
+		if erCache, ok := dra.DeviceClassResolver().(*extendedresourcecache.ExtendedResourceCache); ok && erCache != nil {
+			reg, err := informerFactory.Resource().V1().DeviceClasses().Informer().AddEventHandler(erCache)
+			if err != nil {
+				return nil, nil, err
+			}
+			draSynced = append(draSynced, reg.HasSynced)
+		}
 		fw, err := frameworkruntime.NewFramework(ctx, registry, prof,
 			frameworkruntime.WithSharedDRAManager(recordingDRAManager{dra, pf.claims}),
 			frameworkruntime.WithClientSet(client),
@@ -402,7 +415,7 @@ func (j *judge) build(ctx context.Context, raw []byte, client clientset.Interfac
 		}
 		informerFactory.Start(ctx.Done())
 		informerFactory.WaitForCacheSync(ctx.Done())
-		toolscache.WaitForCacheSync(ctx.Done(), append(synced, slices.HasSynced)...)
+		toolscache.WaitForCacheSync(ctx.Done(), append(append(synced, draSynced...), slices.HasSynced)...)
 		pf.fw = fw
 		fws[prof.SchedulerName] = pf
 		names = append(names, prof.SchedulerName)
@@ -932,7 +945,7 @@ func main() {
 // state) and reports the allocations it signals, then Unreserve undoes it.
 func draAllocation(ctx context.Context, pf *profileFramework, state fwk.CycleState, pod *v1.Pod, node string) []resourceapi.AllocationResult {
 	pl, ok := pf.plugins[dynamicresources.Name].(*dynamicresources.DynamicResources)
-	if !ok || len(pod.Spec.ResourceClaims) == 0 {
+	if !ok { // a pod without claims may still get the claim for its extended resources
 		return nil
 	}
 	pf.claims.take()

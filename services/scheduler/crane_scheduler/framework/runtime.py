@@ -195,7 +195,7 @@ class Profile:
     def run_post_filter(self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis) -> None:
         """kube's ``RunPostFilterPlugins``: in order while they answer Unschedulable (their reasons joined with
         ", "); the first that succeeds, answers UnschedulableAndUnresolvable or fails ends it with its own message.
-        The message is appended to the FitError (kube 1.35: "... no new claims to deallocate, preemption: ...")."""
+        The message is appended to the FitError ("... preemption: ...")."""
         reasons: list[str] = []
         for pf in self.post_filter:
             status = pf.post_filter(state, pod, diagnosis)

@@ -196,8 +196,8 @@ class QueueingHint(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class ClusterChange:
     """One cluster event with its objects (kube's ``oldObj``/``newObj`` of a ``QueueingHintFn``): ``old`` is None
-    for an add, ``new`` None for a delete. Pods are ``PodInfo``, nodes ``NodeInfo``; ResourceClaims come as the
-    API's JSON in ``old_object``/``new_object``; other kinds carry none."""
+    for an add, ``new`` None for a delete. Pods are ``PodInfo``, nodes ``NodeInfo``; ResourceClaims and DeviceClasses
+    come as the API's JSON in ``old_object``/``new_object``; other kinds carry none."""
 
     event: ClusterEvent
     old: PodInfo | NodeInfo | None = None

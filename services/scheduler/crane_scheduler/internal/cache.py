@@ -32,6 +32,7 @@ _OBJECT_EVENTS: dict[Kind, ClusterEvent] = {
     "resourceclaims": ClusterEvent.RESOURCE_CLAIM_CHANGE,
     "resourceslices": ClusterEvent.RESOURCE_SLICE_CHANGE,
     "deviceclasses": ClusterEvent.DEVICE_CLASS_CHANGE,
+    "devicetaintrules": ClusterEvent.RESOURCE_SLICE_CHANGE,  # kube's tracker reports them as slice updates
 }
 NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -110,10 +111,10 @@ class Cache:
         elif kind == "csidrivers":
             if new is None or old is None:  # kube registers CSIDriver updates only
                 return
-        elif new is None and kind != "pdbs":
+        elif new is None and kind not in ("pdbs", "devicetaintrules"):
             return
         event = _OBJECT_EVENTS[kind]
-        if kind == "resourceclaims":  # DynamicResources' queueing hint reads the claims
+        if kind in ("resourceclaims", "deviceclasses"):  # DynamicResources' and NodeResourcesFit's hints read them
             self.queue.on_event(event, ClusterChange(event, old_object=old, new_object=new))
         else:
             self.queue.on_event(event)

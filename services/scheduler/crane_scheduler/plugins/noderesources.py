@@ -10,6 +10,9 @@ BalancedAllocation favours nodes whose cpu and memory fractions the pod brings c
 balance's improvement, ``50 + (50 + with - without) / 2``; 1.35 scored the balance after the pod alone), on plain
 requests, and skips best-effort pods (kube-scheduler >= 1.32). Integer arithmetic matches kube-scheduler's exactly.
 
+An extended resource a DeviceClass maps (DRAExtendedResource, GA in 1.37) is not checked on a node whose allocatable
+does not offer it: DynamicResources allocates devices for it there (kube's ``shouldDelegateResourceToDRA``).
+
 Both keep their results per node row and pod size (``crane_scheduler.rowcache``): a row is recomputed only when
 the table says its allocatable or accounted requests changed (``NodeTable.row_versions``: a pod assumed, bound or
 removed there, the node updated), so a burst of same-sized pods costs a lookup per decision, not a pass over
@@ -18,7 +21,7 @@ every scored row.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +30,8 @@ import numpy.typing as npt
 
 from crane_scheduler import framework as fwk
 from crane_scheduler.nodetable import IntArray, NodeTable
+from crane_scheduler.plugins.dynamicresources.extended import is_extended_name as is_dra_extended
+from crane_scheduler.plugins.dynamicresources.extended import resolver as extended_resolver
 from crane_scheduler.podinfo import CPU, MEMORY, PODS, NodeInfo, PodInfo, is_scalar_resource
 from crane_scheduler.rowcache import FilterCache
 
@@ -235,9 +240,20 @@ def insufficient(resource: str) -> str:
 class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin):
     name = "NodeResourcesFit"
 
-    def __init__(self, args: FitArgs) -> None:
+    def __init__(self, args: FitArgs, classes: Callable[[], Mapping[str, Any]] | None = None) -> None:
         self.args = args
+        self.classes = classes  # the DeviceClasses (DRA-backed extended resources), None without listers
         self._caches = _TableCaches()
+
+    def delegated(self, checked: list[tuple[str, int]]) -> frozenset[str]:
+        """The checked resources a DeviceClass maps: only checked where the node's allocatable offers them."""
+        if self.classes is None or not any(is_dra_extended(res) for res, _ in checked):
+            return frozenset()
+        classes = self.classes()
+        if not classes:
+            return frozenset()
+        mapped = extended_resolver(classes)
+        return frozenset(res for res, _ in checked if is_dra_extended(res) and mapped.backed(res))
 
     def _ignored(self, res: str) -> bool:
         return is_extended_resource(res) and (
@@ -254,10 +270,12 @@ class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         """The rejections of ``_filter_all``, from per-row reason bits kept per pod size (``_reason_bits``)."""
         checked = self.checked(pod)
+        delegated = self.delegated(checked)
         if len(checked) > MAX_CACHED_CHECKS:
-            return self._filter_all(pod, table)
+            return self._filter_all(pod, table, delegated)
         fits = self._caches.of(table)[0]
-        codes = fits.get(tuple(checked), table.n_rows, lambda rows: _reason_bits(table, checked, rows))
+        key = (*checked, delegated) if delegated else tuple(checked)
+        codes = fits.get(key, table.n_rows, lambda rows: _reason_bits(table, checked, rows, delegated))
         if not codes.any():
             return []
         present = int(np.bitwise_or.reduce(codes))
@@ -270,7 +288,9 @@ class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin
                     out.append(fwk.Rejection(insufficient(res), (codes & bit) != 0, unresolvable=unresolvable))
         return out
 
-    def _filter_all(self, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
+    def _filter_all(
+        self, pod: PodInfo, table: NodeTable, delegated: frozenset[str] = frozenset()
+    ) -> list[fwk.Rejection]:
         out: list[fwk.Rejection] = []
         too_many = table.pod_count + 1 > table.alloc[:, table.resources[PODS]]
         if too_many.any():
@@ -278,10 +298,15 @@ class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin
         for res, want in self.checked(pod):
             col = table.resources.get(res)
             if col is None:
+                if res in delegated:
+                    continue
                 mask = whole = np.ones(table.n_rows, dtype=bool)
             else:
                 mask = want > table.alloc[:, col] - table.requested[:, col]
                 whole = want > table.alloc[:, col]
+                if res in delegated:
+                    offered = table.alloc[:, col] > 0
+                    mask, whole = mask & offered, whole & offered
             # A request above the node's whole allocatable is UnschedulableAndUnresolvable in kube (preemption
             # cannot help there), otherwise Unschedulable: one reason, split by that flag (found by the judge).
             for part, unresolvable in ((mask & ~whole, False), (mask & whole, True)):
@@ -362,18 +387,21 @@ class NodeResourcesFit(fwk.FilterPlugin, fwk.ScorePlugin, fwk.QueueingHintPlugin
         return out
 
     def events_to_register(self) -> fwk.ClusterEvent:
-        """kube's: an assigned pod deleted or scaled down, a node added or its allocatable changed."""
+        """kube's: an assigned pod deleted or scaled down, a node added or its allocatable changed, a DeviceClass
+        added or changed (it may map an extended resource the pod asks for to devices)."""
         return (
             fwk.ClusterEvent.POD_DELETE
             | fwk.ClusterEvent.POD_UPDATE
             | fwk.ClusterEvent.NODE_ADD
             | fwk.ClusterEvent.NODE_UPDATE
+            | fwk.ClusterEvent.DEVICE_CLASS_CHANGE
         )
 
     def queueing_hints(self) -> fwk.QueueingHints:
         return {
             fwk.ClusterEvent.POD_DELETE | fwk.ClusterEvent.POD_UPDATE: after_pod_event,
             fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE: after_node_change,
+            fwk.ClusterEvent.DEVICE_CLASS_CHANGE: after_device_class_change,
         }
 
 
@@ -389,6 +417,22 @@ def after_pod_event(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint
         return fwk.QueueingHint.SKIP
     shrunk = any(want > 0 and old.requests.get(r, 0) > new.requests.get(r, 0) for r, want in pod.requests.items())
     return fwk.QueueingHint.QUEUE if shrunk else fwk.QueueingHint.SKIP
+
+
+def after_device_class_change(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
+    """kube's ``isSchedulableAfterDeviceClassEvent``: a class that now maps (explicitly, or by its implicit name
+    when added) an extended resource the pod asks for."""
+    new, old = change.new_object, change.old_object
+    if not isinstance(new, Mapping):  # the change came without its objects: maybe
+        return fwk.QueueingHint.QUEUE
+    name = (new.get("spec") or {}).get("extendedResourceName")
+    before = ((old or {}).get("spec") or {}).get("extendedResourceName") if isinstance(old, Mapping) else None
+    if name and name != before and pod.requests.get(name):
+        return fwk.QueueingHint.QUEUE
+    implicit = "deviceclass.resource.kubernetes.io/" + str((new.get("metadata") or {}).get("name", ""))
+    if old is None and pod.requests.get(implicit):
+        return fwk.QueueingHint.QUEUE
+    return fwk.QueueingHint.SKIP
 
 
 def _fits_empty(pod: PodInfo, node: NodeInfo) -> bool:
@@ -416,34 +460,46 @@ def after_node_change(pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHi
     return fwk.QueueingHint.QUEUE if grew else fwk.QueueingHint.SKIP
 
 
-def _reason_bits(table: NodeTable, checked: list[tuple[str, int]], rows: fwk.Rows) -> IntArray:
+def _reason_bits(
+    table: NodeTable, checked: list[tuple[str, int]], rows: fwk.Rows, delegated: frozenset[str] = frozenset()
+) -> IntArray:
     """``NodeResourcesFit._filter_all``'s reasons of ``rows`` as bits: 1 too many pods; for the i-th checked
-    resource 1 << (1 + 2i) insufficient, 1 << (2 + 2i) insufficient beyond the whole allocatable (unresolvable)."""
+    resource 1 << (1 + 2i) insufficient, 1 << (2 + 2i) insufficient beyond the whole allocatable (unresolvable).
+    A ``delegated`` resource is not checked where the node's allocatable lacks it (DynamicResources' then)."""
     if len(rows) <= ONE_BY_ONE:
-        return np.array([_reason_bits_of(table, checked, row) for row in rows.tolist()], dtype=np.int64)
+        return np.array([_reason_bits_of(table, checked, row, delegated) for row in rows.tolist()], dtype=np.int64)
     alloc = table.alloc[rows]
     codes = np.zeros(len(rows), dtype=np.int64)
     codes[table.pod_count[rows] + 1 > alloc[:, table.resources[PODS]]] = 1
     for i, (res, want) in enumerate(checked):
         col = table.resources.get(res)
         if col is None:  # no node has it: every row, unresolvable
-            codes |= 1 << (2 + 2 * i)
+            if res not in delegated:
+                codes |= 1 << (2 + 2 * i)
             continue
         mask = want > alloc[:, col] - table.requested[rows, col]
         whole = want > alloc[:, col]
+        if res in delegated:
+            offered = alloc[:, col] > 0
+            mask, whole = mask & offered, whole & offered
         codes[mask & ~whole] |= 1 << (1 + 2 * i)
         codes[mask & whole] |= 1 << (2 + 2 * i)
     return codes
 
 
-def _reason_bits_of(table: NodeTable, checked: list[tuple[str, int]], row: int) -> int:
+def _reason_bits_of(
+    table: NodeTable, checked: list[tuple[str, int]], row: int, delegated: frozenset[str] = frozenset()
+) -> int:
     """``_reason_bits`` of one row."""
     alloc, requested = table.alloc[row].tolist(), table.requested[row].tolist()
     code = 1 if int(table.pod_count[row]) + 1 > alloc[table.resources[PODS]] else 0
     for i, (res, want) in enumerate(checked):
         col = table.resources.get(res)
         if col is None:
-            code |= 1 << (2 + 2 * i)
+            if res not in delegated:
+                code |= 1 << (2 + 2 * i)
+        elif res in delegated and alloc[col] <= 0:
+            continue
         elif want > alloc[col] - requested[col]:
             code |= 1 << ((2 if want > alloc[col] else 1) + 2 * i)
     return code
@@ -543,7 +599,7 @@ def _balance(fractions: list[npt.NDArray[np.float64]], valids: list[npt.NDArray[
 
 
 def new_fit(args: Mapping[str, Any], handle: fwk.Handle) -> NodeResourcesFit:
-    return NodeResourcesFit(FitArgs.parse(args))
+    return NodeResourcesFit(FitArgs.parse(args), handle.listers.device_classes)
 
 
 def new_balanced_allocation(args: Mapping[str, Any], handle: fwk.Handle) -> BalancedAllocation:

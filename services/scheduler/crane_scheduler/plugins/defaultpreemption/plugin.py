@@ -229,8 +229,11 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             return True, None
         reading = [pl for pl in active if getattr(pl, "reads_node_pods", True)]
         if len(reading) == 1 and isinstance(reading[0], NodeResourcesFit):
+            checked = reading[0].checked(pod)
+            if reading[0].delegated(checked):  # a device-backed extended resource is checked on some nodes only
+                return True, None
             load = tuple(pl for pl in active if getattr(pl, "reads_victims_load", False))
-            return False, ResourceReprieve(tuple(reading[0].checked(pod)), load)
+            return False, ResourceReprieve(tuple(checked), load)
         return False, None
 
     def _none(self, d: Diagnosis) -> Choice:

@@ -1,36 +1,54 @@
-"""The structured-parameters allocator: kube's ``structured.Allocator`` as 1.35's default gates select it (the
-"incubating" implementation: DRAAdminAccess and DRAPrioritizedList on; partitionable devices, device taints,
-binding conditions and consumable capacity off), over the API's JSON (resource.k8s.io/v1).
+"""The structured-parameters allocator: kube's ``structured.Allocator`` as 1.37's default gates select it (the
+"incubating" implementation: DRAAdminAccess and DRAPrioritizedList (GA), DRAPartitionableDevices, DRADeviceTaints,
+DRADeviceBindingConditions with DRAResourceClaimDeviceStatus, DRAConsumableCapacity on; fractional capacity
+ranges, list-type and derived attributes, compatibility groups off), over the API's JSON (resource.k8s.io/v1).
 
-``Allocator`` is built once per scheduling cycle from the device classes, the slices and the devices already
-allocated; ``allocate(node, claims)`` answers one node: the allocation result of each claim, in order, or None
-when the claims do not fit there. The search is kube's: depth first over claims, their requests (a
-``firstAvailable`` request tries its subrequests in order), the devices each needs, and the candidate devices in
-pool, slice and device order; the first complete solution wins. What kube answers with an error is raised:
-``AllocationError`` (the plugin's Error status: a broken selector, an unknown class...), ``FailedOnNode`` (kube's
-``ErrFailedAllocationOnNode``: unschedulable on this node with that message) and ``AllocationTimeout`` (the
-filter timeout).
+``Allocator`` is built once per scheduling cycle from the device classes, the slices (DeviceTaintRules applied)
+and the devices already allocated (``Allocated``: held whole, shared, capacity consumed); ``allocate(node,
+claims)`` answers one node: the allocation result of each claim, in order, or None when the claims do not fit
+there. The search is kube's: depth first over claims, their requests (a ``firstAvailable`` request tries its
+subrequests in order), the devices each needs, and the candidate devices in pool, slice and device order, a
+request's next device only after its previous one (combinations, not permutations); the first complete solution
+wins. A candidate is skipped when in use, not selected (class and request selectors, then its own node selection
+for ``perDeviceNodeSelection`` slices), short of capacity (``capacity``), short of shared counters
+(``consumesCounters`` against the pool's ``sharedCounters``, less what allocated and chosen devices consume),
+tainted without a toleration (``taints``), or against a constraint (``matchAttribute``, ``distinctAttribute``).
+A device with ``allowMultipleAllocations`` is never "in use": each claim gets a share (``shareID``) consuming
+capacity. What kube answers with an error is raised: ``AllocationError`` (the plugin's Error status: a broken
+selector, an unknown class...), ``FailedOnNode`` (kube's ``ErrFailedAllocationOnNode``: unschedulable on this node
+with that message) and ``AllocationTimeout`` (the filter timeout).
 """
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from crane_scheduler.plugins.dynamicresources.capacity import (
+    CapacityError,
+    Quantity,
+    consumed_map,
+    fits_capacity,
+    parse,
+)
 from crane_scheduler.plugins.dynamicresources.nodeview import (
     Candidate,
     DeviceCache,
     NodeView,
     Shape,
     shape_of,
-    untolerated_taint,
     verdict,
 )
+from crane_scheduler.plugins.dynamicresources.pools import CounterSets, Pool
+from crane_scheduler.plugins.dynamicresources.taints import prevents_allocation
 from crane_scheduler.podinfo import NodeInfo
 
 Raw = Mapping[str, Any]
@@ -62,8 +80,27 @@ class _MaxSizeExceeded(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Features:
+    """kube's ``structured.Features`` as 1.37's default gates set them."""
+
     admin_access: bool = True
     prioritized_list: bool = True
+    partitionable_devices: bool = True
+    device_taints: bool = True
+    binding_conditions: bool = True  # DRADeviceBindingConditions and DRAResourceClaimDeviceStatus
+    consumable_capacity: bool = True
+
+
+@dataclass(slots=True)
+class SharedState:
+    """The shares of devices allocated several times (``allowMultipleAllocations``), from the claims and the
+    allocations in flight: the devices with a share (kube's ``AllocatedSharedDeviceIDs``) and per device the
+    capacity the shares consume (``AggregatedCapacity``)."""
+
+    devices: set[DeviceID] = field(default_factory=set)
+    capacity: dict[DeviceID, dict[str, Decimal]] = field(default_factory=dict)
+
+
+NO_SHARES = SharedState()
 
 
 def claim_ref(claim: Raw) -> str:
@@ -77,15 +114,44 @@ def device_id_text(device: DeviceID) -> str:
     return "/".join(device)
 
 
+def _results(claim: Raw) -> Sequence[Raw]:
+    allocation = (claim.get("status") or {}).get("allocation")
+    return ((allocation or {}).get("devices") or {}).get("results") or ()
+
+
 def allocated_devices(claims: Sequence[Raw]) -> set[DeviceID]:
-    """The devices the claims' allocations hold (kube's ``foreachAllocatedDevice``): admin access holds none."""
+    """The devices the claims' allocations hold whole (kube's ``foreachAllocatedDevice``): admin access holds
+    none, a share (``shareID``) is not held whole."""
     out: set[DeviceID] = set()
     for claim in claims:
-        allocation = (claim.get("status") or {}).get("allocation")
-        for result in ((allocation or {}).get("devices") or {}).get("results") or ():
-            if not result.get("adminAccess"):
+        for result in _results(claim):
+            if not result.get("adminAccess") and result.get("shareID") is None:
                 out.add((result.get("driver", ""), result.get("pool", ""), result.get("device", "")))
     return out
+
+
+Share = tuple[DeviceID, str, Raw | None]
+"""(device, shareID, consumedCapacity)"""
+
+
+def shares_of(claim: Raw) -> tuple[Share, ...]:
+    """The claim's shares of devices allocated several times."""
+    return tuple(
+        ((r.get("driver", ""), r.get("pool", ""), r.get("device", "")), str(r["shareID"]), r.get("consumedCapacity"))
+        for r in _results(claim)
+        if not r.get("adminAccess") and r.get("shareID") is not None
+    )
+
+
+def shared_state(shares: Sequence[Share]) -> SharedState:
+    state = SharedState()
+    for device, _, consumed in shares:
+        state.devices.add(device)
+        if consumed:
+            totals = state.capacity.setdefault(device, {})
+            for name, raw in consumed.items():
+                totals[name] = totals.get(name, Decimal(0)) + parse(raw).value
+    return state
 
 
 # ------------------------------------------------------------------------------------------------ requests
@@ -117,23 +183,57 @@ class _Request:
     def selectors(self) -> Sequence[Raw]:
         return self.spec.get("selectors") or ()
 
+    @property
+    def tolerations(self) -> Sequence[Raw]:
+        return self.spec.get("tolerations") or ()
 
-@dataclass(slots=True)
-class _MatchAttribute:
-    """All in-scope devices share the attribute's value (string, int, bool or version)."""
+    @property
+    def capacity_requests(self) -> Raw | None:
+        return (self.spec.get("capacity") or {}).get("requests")
 
-    requests: frozenset[str]
-    attribute: str
-    value: Raw | None = None
-    count: int = 0
 
-    def _applies(self, request: str, sub: str | None) -> bool:
+class _Constraint:
+    """A claim constraint over the devices of its requests (all of them when ``requests`` is empty)."""
+
+    __slots__ = ("attribute", "requests")
+
+    def __init__(self, requests: frozenset[str], attribute: str) -> None:
+        self.requests, self.attribute = requests, attribute
+
+    def applies(self, request: str, sub: str | None) -> bool:
         if not self.requests:
             return True
         return request in self.requests or (sub is not None and f"{request}/{sub}" in self.requests)
 
     def add(self, request: str, sub: str | None, device: Raw, device_id: DeviceID) -> bool:
-        if not self._applies(request, sub):
+        raise NotImplementedError
+
+    def remove(self, request: str, sub: str | None) -> None:
+        raise NotImplementedError
+
+
+_KINDS = ("string", "int", "bool", "version")
+
+
+def _kind(attr: Raw) -> str | None:
+    for kind in _KINDS:
+        if attr.get(kind) is not None:
+            return kind
+    return None
+
+
+class _MatchAttribute(_Constraint):
+    """All in-scope devices share the attribute's value (string, int, bool or version)."""
+
+    __slots__ = ("count", "value")
+
+    def __init__(self, requests: frozenset[str], attribute: str) -> None:
+        super().__init__(requests, attribute)
+        self.value: Raw | None = None
+        self.count = 0
+
+    def add(self, request: str, sub: str | None, device: Raw, device_id: DeviceID) -> bool:
+        if not self.applies(request, sub):
             return True
         attr = lookup_attribute(device, device_id, self.attribute)
         if attr is None:
@@ -142,19 +242,43 @@ class _MatchAttribute:
             self.value, self.count = attr, 1
             return True
         assert self.value is not None
-        for kind in ("string", "int", "bool", "version"):
-            if attr.get(kind) is not None:
-                if self.value.get(kind) is None or self.value[kind] != attr[kind]:
-                    return False
-                break
-        else:
+        kind = _kind(attr)
+        if kind is None or self.value.get(kind) is None or self.value[kind] != attr[kind]:
             return False
         self.count += 1
         return True
 
     def remove(self, request: str, sub: str | None) -> None:
-        if self._applies(request, sub):
+        if self.applies(request, sub):
             self.count -= 1
+
+
+class _DistinctAttribute(_Constraint):
+    """No two in-scope devices share the attribute's value."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, requests: frozenset[str], attribute: str) -> None:
+        super().__init__(requests, attribute)
+        self.values: list[Raw] = []
+
+    def add(self, request: str, sub: str | None, device: Raw, device_id: DeviceID) -> bool:
+        if not self.applies(request, sub):
+            return True
+        attr = lookup_attribute(device, device_id, self.attribute)
+        if attr is None:
+            return False
+        kind = _kind(attr)
+        if kind is None:
+            return False
+        if any(have.get(kind) is not None and have[kind] == attr[kind] for have in self.values):
+            return False
+        self.values.append(attr)
+        return True
+
+    def remove(self, request: str, sub: str | None) -> None:
+        if self.applies(request, sub):
+            self.values.pop()
 
 
 def lookup_attribute(device: Raw, device_id: DeviceID, name: str) -> Raw | None:
@@ -173,7 +297,8 @@ def lookup_attribute(device: Raw, device_id: DeviceID, name: str) -> Raw | None:
 
 class Allocator:
     """One cycle's allocator (see the module's docstring); reusable for every node of the cycle. ``cache`` keeps
-    the node views and selector verdicts across cycles (the plugin's); without it they last for this allocator."""
+    the node views and selector verdicts across cycles (the plugin's); without it they last for this allocator.
+    ``allocated``: the devices held whole; ``shared``: the shares of devices allocated several times."""
 
     def __init__(
         self,
@@ -183,13 +308,17 @@ class Allocator:
         features: Features = Features(),
         clock: Callable[[], float] = time.monotonic,
         cache: DeviceCache | None = None,
+        shared: SharedState = NO_SHARES,
     ) -> None:
         self.classes = classes
         self.allocated = allocated
+        self.shared = shared
         self.features = features
         self.clock = clock
         self.cache = cache if cache is not None else DeviceCache()
         self.cache.refresh(classes, slices)
+        self._counters: dict[str, CounterSets] = {}  # kube's availableCounters, per pool id, first computed wins
+        self._memo: tuple[Sequence[Raw], str | None] | None = None
 
     def allocate(
         self, node: NodeInfo, claims: Sequence[Raw], deadline: float | None = None
@@ -197,12 +326,64 @@ class Allocator:
         view = self.cache.view(node)
         if view.error is not None:
             raise AllocationError(view.error)
-        return _Search(self, node, claims, view, deadline).run()
+        key = self._memo_key(claims) if view.local else None
+        memo = self.cache.memo
+        if key is not None:
+            hit, answer = memo.get(key, node.name, view)
+            if hit:
+                return answer  # type: ignore[no-any-return]
+        answer = _Search(self, node, claims, view, deadline).run()
+        if key is not None:
+            memo.put(key, node.name, view, answer)
+        return answer
+
+    def _memo_key(self, claims: Sequence[Raw]) -> str | None:
+        """The claims' specs as the search memo's key (once per claims list and cycle); None when the answer
+        must not be reused: the held devices keep no log, or a device is shared."""
+        if self._memo is not None and self._memo[0] is claims:
+            return self._memo[1]
+        key: str | None = None
+        log = getattr(self.allocated, "log", None)
+        if log is not None and not self.shared.devices and not self.shared.capacity:
+            self.cache.memo.sync(self.allocated)  # type: ignore[arg-type]
+            key = json.dumps([(c.get("spec") or {}) for c in claims], sort_keys=True, separators=(",", ":"))
+        self._memo = (claims, key)
+        return key
+
+    def is_allocated(self, device: DeviceID) -> bool:
+        """kube's ``IsDeviceAllocated``: held whole, shared, or with capacity consumed."""
+        return device in self.allocated or device in self.shared.devices or device in self.shared.capacity
+
+    def available_counters(self, pool: Pool) -> CounterSets:
+        """The pool's shared counters less what its allocated devices consume (kube computes it once per pool and
+        allocator, from the first node that asks)."""
+        have = self._counters.get(pool.id)
+        if have is not None:
+            return have
+        available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
+        for slice_ in (*pool.slices, *pool.not_targeting):
+            spec = slice_.get("spec") or {}
+            for device in spec.get("devices") or ():
+                consumption = device.get("consumesCounters")
+                if not consumption:
+                    continue
+                if not self.is_allocated((pool.driver, pool.name, str(device.get("name", "")))):
+                    continue
+                for entry in consumption:
+                    counters = available.get(str(entry.get("counterSet", "")))
+                    if counters is None:
+                        continue
+                    for name, value in (entry.get("counters") or {}).items():
+                        if name in counters:
+                            counters[name] -= parse((value or {}).get("value", "0")).value
+        self._counters[pool.id] = available
+        return available
 
     def plan(self, claims: Sequence[Raw]) -> Plan | None:
         """The claims as one count of devices of one shape, when that is all they ask: every request an
-        ``exactly`` of ExactCount without admin access, all of one class and selectors, no constraint, nothing
-        ``allocate`` would refuse before searching. None otherwise (``allocate`` answers each node)."""
+        ``exactly`` of ExactCount without admin access, tolerations, capacity or derived attributes, all of one
+        class and selectors, no constraint, nothing ``allocate`` would refuse before searching. None otherwise
+        (``allocate`` answers each node)."""
         shape: Shape | None = None
         need = 0
         for claim in claims:
@@ -213,6 +394,10 @@ class Allocator:
             for request in devices.get("requests") or ():
                 exactly = request.get("exactly")
                 if request.get("firstAvailable") or not exactly or exactly.get("adminAccess") is not None:
+                    return None
+                if exactly.get("tolerations") or exactly.get("capacity") is not None:
+                    return None
+                if exactly.get("derivedAttributes"):
                     return None
                 if (exactly.get("allocationMode") or EXACT_COUNT) != EXACT_COUNT:
                     return None
@@ -237,11 +422,12 @@ class Allocator:
         """Per node (a row of ``nodes``, None for none), whether ``allocate(node, claims)`` finds a solution for
         claims that ``plan`` describes, by counting the free devices of the plan's shape: ``fit`` (it does),
         ``cannot`` (it returns None), and ``search``, the rows the count cannot tell (a selector fails on a device
-        there, invalid pools change the message, gathering the pools failed). Exact because with one shape and no
-        constraint, kube's depth-first search takes the first free devices in order and never needs to go back:
-        it succeeds if and only if there are enough. The counts are the shape's column (``DeviceCache.column``,
-        kept across cycles when ``allocated`` logs its changes, ``nodeview.HeldLog``): one numpy comparison for all
-        nodes. ``nodes_version``: the node table's, see ``ShapeColumn.sync``."""
+        there, a device shares counters or capacity, invalid pools change the message, gathering the pools failed).
+        Exact because with one shape, no constraint and no such device, kube's depth-first search takes the first
+        free devices in order and never needs to go back: it succeeds if and only if there are enough. The counts
+        are the shape's column (``DeviceCache.column``, kept across cycles when ``allocated`` logs its changes,
+        ``nodeview.HeldLog``): one numpy comparison for all nodes. ``nodes_version``: the node table's, see
+        ``ShapeColumn.sync``."""
         column = self.cache.column(plan.shape, plan.key, nodes, self.allocated, nodes_version)
         free = column.free
         enough = free >= plan.need
@@ -278,6 +464,25 @@ class Plan:
     need: int
 
 
+@dataclass(slots=True)
+class _Chosen:
+    data: _Request
+    candidate: Candidate
+    share_id: str | None = None
+    consumed: dict[str, Quantity] | None = None
+
+
+@dataclass(slots=True)
+class _Undo:
+    """What ``_allocate_device`` did for one candidate (kube's ``deviceRollbackState``)."""
+
+    counters: bool = False
+    constraints: int = 0
+    marked: bool = False
+    capacity: dict[str, Quantity] | None = None
+    result_at: int = -1
+
+
 class _Search:
     """One ``Allocate`` call (kube's ``allocator``)."""
 
@@ -285,15 +490,18 @@ class _Search:
         self, owner: Allocator, node: NodeInfo, claims: Sequence[Raw], view: NodeView, deadline: float | None
     ) -> None:
         self.owner = owner
+        self.features = owner.features
         self.node = node
         self.claims = claims
         self.view = view
         self.pools = view.pools
         self.deadline = deadline
         self.requests: dict[tuple[int, int, int], _Request] = {}
-        self.constraints: list[list[_MatchAttribute]] = []
+        self.constraints: list[list[_Constraint]] = []
         self.allocating: dict[DeviceID, set[int]] = {}
-        self.results: list[list[tuple[_Request, Candidate]]] = [[] for _ in claims]
+        self.allocating_capacity: dict[DeviceID, tuple[int, dict[str, Decimal]]] = {}
+        self.consumed_counters: dict[str, dict[str, dict[str, Decimal]]] = {}
+        self.results: list[list[_Chosen]] = [[] for _ in claims]
         self.invocations = 0
 
     # -- preparation (kube's loop over claims before allocateOne)
@@ -302,7 +510,7 @@ class _Search:
         for ci, claim in enumerate(self.claims):
             self._prepare_claim(ci, claim)
         try:
-            done = self._allocate_one((0, 0, 0, 0), False)
+            done = self._allocate_one((0, 0, 0, 0), False, (0, 0))
         except _MaxSizeExceeded:  # kube returns errAllocationResultMaxSizeExceeded itself from Allocate
             raise AllocationError("allocation max size exceeded") from None
         if not done:
@@ -314,51 +522,65 @@ class _Search:
     def _prepare_claim(self, ci: int, claim: Raw) -> None:
         devices = (claim.get("spec") or {}).get("devices") or {}
         min_devices = 0
+        ref = claim_ref(claim)
         for ri, request in enumerate(devices.get("requests") or ()):
             subs = request.get("firstAvailable") or ()
-            if subs:
-                if not self.owner.features.prioritized_list:
+            name = request.get("name", "")
+            if subs and not self.features.prioritized_list:
+                raise AllocationError(
+                    f"claim {ref}, request {name}: has subrequests, but the DRAPrioritizedList feature is disabled"
+                )
+            if not self.features.consumable_capacity:
+                if (request.get("exactly") or {}).get("capacity") is not None:
                     raise AllocationError(
-                        f"claim {claim_ref(claim)}, request {request.get('name', '')}: has subrequests, "
-                        "but the DRAPrioritizedList feature is disabled"
+                        f"claim {ref}, request {name}: has capacity requests, but the DRAConsumableCapacity "
+                        "feature is disabled"
                     )
-                least = None
+                for sub in subs:
+                    if sub.get("capacity") is not None:
+                        raise AllocationError(
+                            f"claim {ref}, subrequest {sub.get('name', '')}: has capacity requests, but the "
+                            "DRAConsumableCapacity feature is disabled"
+                        )
+            if subs:
+                least: int | None = None
                 for si, sub in enumerate(subs):
-                    data = self._validate(claim, sub.get("name", ""), request.get("name", ""), sub, False, ci, ri, si)
+                    data = self._validate(claim, sub.get("name", ""), name, sub, False, ci)
                     self.requests[(ci, ri, si)] = data
                     least = data.num_devices if least is None else min(least, data.num_devices)
-                min_devices += least or 0
+                per_request = least or 0
             else:
                 exactly = request.get("exactly") or {}
                 admin = exactly.get("adminAccess")
-                data = self._validate(claim, request.get("name", ""), None, exactly, admin is not None, ci, ri, 0)
+                data = self._validate(claim, name, None, exactly, admin is not None, ci)
                 data.admin_access = bool(admin)
                 self.requests[(ci, ri, 0)] = data
-                min_devices += data.num_devices
-        if min_devices > ALLOCATION_RESULTS_MAX_SIZE:
-            raise AllocationError(
-                f"claim {claim_ref(claim)}: number of requested devices {min_devices} exceeds the claim limit of "
-                f"{ALLOCATION_RESULTS_MAX_SIZE}"
-            )
-        constraints: list[_MatchAttribute] = []
-        for i, constraint in enumerate(devices.get("constraints") or ()):
-            if not constraint.get("matchAttribute"):
+                per_request = data.num_devices
+            if per_request > ALLOCATION_RESULTS_MAX_SIZE - min_devices:
                 raise AllocationError(
-                    f"claim {claim_ref(claim)}, constraint #{i}: empty constraint (unsupported constraint type?)"
+                    f"claim {ref}, request {name}: adding {per_request} devices exceeds the claim limit of "
+                    f"{ALLOCATION_RESULTS_MAX_SIZE}, with {min_devices} already accounted for"
                 )
-            constraints.append(
-                _MatchAttribute(frozenset(constraint.get("requests") or ()), constraint["matchAttribute"])
-            )
+            min_devices += per_request
+        constraints: list[_Constraint] = []
+        for i, constraint in enumerate(devices.get("constraints") or ()):
+            scope = frozenset(constraint.get("requests") or ())
+            if constraint.get("matchAttribute"):
+                constraints.append(_MatchAttribute(scope, constraint["matchAttribute"]))
+            elif constraint.get("distinctAttribute"):
+                constraints.append(_DistinctAttribute(scope, constraint["distinctAttribute"]))
+            else:
+                raise AllocationError(f"claim {ref}, constraint #{i}: empty constraint (unsupported constraint type?)")
         self.constraints.append(constraints)
 
-    def _validate(
-        self, claim: Raw, name: str, parent: str | None, spec: Raw, has_admin: bool, ci: int, ri: int, si: int
-    ) -> _Request:
+    def _validate(self, claim: Raw, name: str, parent: str | None, spec: Raw, has_admin: bool, ci: int) -> _Request:
         where = f"claim {claim_ref(claim)}, request {name}"
+        if spec.get("derivedAttributes"):
+            raise AllocationError(f"{where}: cannot handle request with derived attributes, the feature is disabled")
         for i, selector in enumerate(spec.get("selectors") or ()):
             if not (selector.get("cel") or {}).get("expression"):
                 raise AllocationError(f"{where}, selector #{i}: CEL expression empty (unsupported selector type?)")
-        if has_admin and not self.owner.features.admin_access:
+        if has_admin and not self.features.admin_access:
             raise AllocationError(f"{where}: admin access is requested, but the feature is disabled")
         class_name = spec.get("deviceClassName") or ""
         if not class_name:
@@ -386,8 +608,18 @@ class _Search:
                         f"{where}: asks for all devices, but resource pool {pool.id} is currently invalid"
                     )
                 for candidate in candidates:
-                    if self._selectable(ci, data, candidate):
-                        data.all_devices.append(candidate)
+                    if not self._selectable(ci, data, candidate):
+                        continue
+                    if self.features.consumable_capacity:
+                        try:
+                            fits = fits_capacity(data.capacity_requests, candidate.device.get("capacity") or {})
+                        except (CapacityError, ValueError) as err:
+                            raise AllocationError(
+                                f"{where}: checking capacity for device {candidate.id[2]}: {err}"
+                            ) from None
+                        if not fits:
+                            continue
+                    data.all_devices.append(candidate)
             data.num_devices = len(data.all_devices)
         else:
             raise AllocationError(f"{where}: unsupported count mode {mode}")
@@ -395,7 +627,7 @@ class _Search:
 
     # -- the search (kube's allocateOne)
 
-    def _allocate_one(self, r: tuple[int, int, int, int], allocate_sub: bool) -> bool:
+    def _allocate_one(self, r: tuple[int, int, int, int], allocate_sub: bool, start: tuple[int, int]) -> bool:
         self.invocations += 1
         if self.deadline is not None and self.owner.clock() > self.deadline:
             raise AllocationTimeout("filter operation aborted: context deadline exceeded")
@@ -405,7 +637,7 @@ class _Search:
         requests = ((self.claims[ci].get("spec") or {}).get("devices") or {}).get("requests") or ()
         if ri >= len(requests):
             try:
-                return self._allocate_one((ci + 1, 0, 0, 0), False)
+                return self._allocate_one((ci + 1, 0, 0, 0), False, (0, 0))
             except _MaxSizeExceeded:
                 return False
         data = self.requests[(ci, ri, si)]
@@ -414,13 +646,13 @@ class _Search:
             sub = 0
             while (ci, ri, sub) in self.requests:
                 try:
-                    success = self._allocate_one((ci, ri, sub, di), True)
+                    success = self._allocate_one((ci, ri, sub, di), True, (0, 0))
                 except _MaxSizeExceeded:
                     sub += 1
                     continue
                 all_exceeded = False
                 if success:
-                    data.selected_sub = sub
+                    self.requests[(ci, ri, si)].selected_sub = sub
                     return True
                 sub += 1
             if all_exceeded:
@@ -430,16 +662,15 @@ class _Search:
         if data.mode == ALL and not data.all_devices:
             return False
         if di >= data.num_devices:
-            return self._allocate_one((ci, ri + 1, 0, 0), False)
-        if len(self.results[ci]) + data.num_devices - di > ALLOCATION_RESULTS_MAX_SIZE:
+            return self._allocate_one((ci, ri + 1, 0, 0), False, (0, 0))
+        if data.num_devices - di > ALLOCATION_RESULTS_MAX_SIZE - len(self.results[ci]):
             raise _MaxSizeExceeded
         if data.mode == ALL:
             undo = self._allocate_device(r, data, data.all_devices[di], must=True)
             if undo is None:
                 return False
-            # kube continues with subRequestIndex 0 here (its deviceIndices literal leaves it out): kept as is.
             try:
-                done = self._allocate_one((ci, ri, 0, di + 1), allocate_sub)
+                done = self._allocate_one((ci, ri, si, di + 1), allocate_sub, (0, 0))
             except BaseException:
                 undo()
                 raise
@@ -447,10 +678,14 @@ class _Search:
                 undo()
             return done
 
-        for pool, candidates in zip(self.pools, self.view.candidates, strict=True):
+        consumable = self.features.consumable_capacity
+        for pi in range(start[0], len(self.pools)):
+            pool = self.pools[pi]
             if pool.incomplete or pool.invalid:
                 continue
-            for candidate in candidates:
+            candidates = self.view.candidates[pi]
+            for index in range(start[1] if pi == start[0] else 0, len(candidates)):
+                candidate = candidates[index]
                 if data.admin_access:
                     if ci in self.allocating.get(candidate.id, ()):
                         continue
@@ -458,11 +693,13 @@ class _Search:
                     continue
                 if not self._selectable(ci, data, candidate):
                     continue
+                if consumable and not self._fits_capacity(ci, data, candidate, "checking"):
+                    continue
                 undo = self._allocate_device(r, data, candidate, must=False)
                 if undo is None:
                     continue
                 try:
-                    done = self._allocate_one((ci, ri, si, di + 1), allocate_sub)
+                    done = self._allocate_one((ci, ri, si, di + 1), allocate_sub, (pi, index + 1))
                 except BaseException:
                     undo()
                     raise
@@ -474,63 +711,181 @@ class _Search:
     def _in_use(self, device: DeviceID) -> bool:
         return device in self.owner.allocated or bool(self.allocating.get(device))
 
+    def _capacity_in_use(self, device: DeviceID) -> bool:
+        shared = self.owner.shared
+        return device in shared.capacity or device in shared.devices or device in self.allocating_capacity
+
     def _selectable(self, ci: int, data: _Request, candidate: Candidate) -> bool:
-        if candidate.device.get("bindingConditions"):
-            return False  # DRADeviceBindingConditions is off
-        if untolerated_taint(candidate.device):
-            return False  # device taints: no request's tolerations are read yet
+        if not self.features.binding_conditions and candidate.device.get("bindingConditions"):
+            return False
         v = verdict(candidate, data.shape)
-        if v is True or v is False:
-            return v
-        on_class, i, text = v
-        where = (
-            f"class {(data.class_.get('metadata') or {}).get('name', '')}"
-            if on_class
-            else f"claim {claim_ref(self.claims[ci])}"
-        )
-        raise AllocationError(f"{where}: selector #{i}: {text}")
+        if v is False:
+            return False
+        if v is not True:
+            on_class, i, kind, text = v
+            where = (
+                f"class {(data.class_.get('metadata') or {}).get('name', '')}"
+                if on_class
+                else f"claim {claim_ref(self.claims[ci])}"
+            )
+            if kind == "compile":
+                raise AllocationError(f"{where}: selector #{i}: CEL compile error: {text}")
+            if "no such key:" in text:
+                text += (
+                    ". consider using CEL optional chaining (.? followed by orValue()) or guarding the check with "
+                    "has() for optional fields"
+                )
+            raise AllocationError(
+                f"{where}: selector #{i} on device {device_id_text(candidate.id)}: CEL runtime error: {text}"
+            )
+        ok = candidate.node_ok
+        if ok is True or ok is False:
+            return ok
+        raise AllocationError(ok)
+
+    def _fits_capacity(self, ci: int, data: _Request, candidate: Candidate, verb: str) -> bool:
+        """kube's ``CmpRequestOverCapacity`` for the candidate, with the shares allocated and being allocated."""
+        allocating = self.allocating_capacity.get(candidate.id)
+        try:
+            return fits_capacity(
+                data.capacity_requests,
+                candidate.device.get("capacity") or {},
+                self.owner.shared.capacity.get(candidate.id),
+                allocating[1] if allocating is not None else None,
+            )
+        except (CapacityError, ValueError) as err:
+            raise AllocationError(
+                f"claim {claim_ref(self.claims[ci])}, request {data.name}: {verb} capacity for device "
+                f"{device_id_text(candidate.id)}: {err}"
+            ) from None
 
     def _allocate_device(
         self, r: tuple[int, int, int, int], data: _Request, candidate: Candidate, must: bool
     ) -> Callable[[], None] | None:
         ci = r[0]
-        if data.admin_access:
-            if ci in self.allocating.get(candidate.id, ()):
-                return None
-        elif self._in_use(candidate.id):
+        device, device_id = candidate.device, candidate.id
+        multi = self.features.consumable_capacity and bool(device.get("allowMultipleAllocations"))
+        if not multi and data.admin_access and ci in self.allocating.get(device_id, ()):
             return None
-        if candidate.device.get("consumesCounters"):
-            return None  # DRAPartitionableDevices is off
+        if not data.admin_access and self._in_use(device_id):
+            return None
+        consumes = device.get("consumesCounters")
+        if not self.features.partitionable_devices and consumes:
+            return None
+        undo = _Undo(result_at=len(self.results[ci]))
+        if consumes and not (multi and self._capacity_in_use(device_id)):
+            if not self._take_counters(candidate):
+                return None
+            undo.counters = True
         base, sub = (data.name, None) if data.parent is None else (data.parent, data.name)
+
+        def rollback() -> None:
+            self._rollback(ci, candidate, base, sub, undo)
+
+        if self.features.device_taints and prevents_allocation(device, data.tolerations):
+            rollback()
+            return None
         constraints = self.constraints[ci]
-        for i, constraint in enumerate(constraints):
-            if not constraint.add(base, sub, candidate.device, candidate.id):
+        for constraint in constraints:
+            if not constraint.add(base, sub, device, device_id):
+                rollback()
                 if must:
                     raise AllocationError(
                         f"claim {claim_ref(self.claims[ci])}, request {data.name}: cannot add device "
-                        f"{device_id_text(candidate.id)} because a claim constraint would not be satisfied"
+                        f"{device_id_text(device_id)} because a claim constraint would not be satisfied"
                     )
-                for earlier in constraints[:i]:
-                    earlier.remove(base, sub)
                 return None
-        self.allocating.setdefault(candidate.id, set()).add(ci)
-        results = self.results[ci]
-        before = len(results)
-        results.append((data, candidate))
+            undo.constraints += 1
+        if not multi:
+            self.allocating.setdefault(device_id, set()).add(ci)
+            undo.marked = True
+        share_id: str | None = None
+        consumed: dict[str, Quantity] | None = None
+        if self.features.consumable_capacity:
+            try:
+                fits = self._fits_capacity(ci, data, candidate, "rechecking")
+            except AllocationError:
+                rollback()
+                raise
+            if not fits:
+                rollback()
+                return None
+            if multi:
+                try:
+                    consumed = consumed_map(data.capacity_requests, device.get("capacity") or {})
+                except (CapacityError, ValueError) as err:
+                    rollback()
+                    raise AllocationError(
+                        f"claim {claim_ref(self.claims[ci])}, request {data.name}: computing consumed capacity for "
+                        f"device {device_id_text(device_id)}: {err}"
+                    ) from None
+                share_id = str(uuid.uuid4())
+                count, totals = self.allocating_capacity.get(device_id, (0, {}))
+                totals = dict(totals)
+                for name, q in consumed.items():
+                    totals[name] = totals.get(name, Decimal(0)) + q.value
+                self.allocating_capacity[device_id] = (count + 1, totals)
+                undo.capacity = consumed
+        self.results[ci].append(_Chosen(data, candidate, share_id, consumed or None))
+        return rollback
 
-        def undo() -> None:
-            for constraint in constraints:
-                constraint.remove(base, sub)
+    def _rollback(self, ci: int, candidate: Candidate, base: str, sub: str | None, undo: _Undo) -> None:
+        """kube's ``rollbackDevice``: undo what ``_allocate_device`` recorded, in reverse order."""
+        del self.results[ci][undo.result_at :]
+        if undo.capacity is not None:
+            count, totals = self.allocating_capacity[candidate.id]
+            if count <= 1:
+                del self.allocating_capacity[candidate.id]
+            else:
+                totals = dict(totals)
+                for name, q in undo.capacity.items():
+                    totals[name] -= q.value
+                self.allocating_capacity[candidate.id] = (count - 1, totals)
+            undo.capacity = None
+        if undo.marked:
             self.allocating[candidate.id].discard(ci)
-            del results[before:]
+            undo.marked = False
+        constraints = self.constraints[ci]
+        for i in range(undo.constraints - 1, -1, -1):
+            constraints[i].remove(base, sub)
+        undo.constraints = 0
+        if undo.counters:
+            self._give_counters(candidate)
+            undo.counters = False
 
-        return undo
+    def _take_counters(self, candidate: Candidate) -> bool:
+        """kube's ``checkAvailableCounters``: add the device's consumption; False (and nothing added) when a
+        counter of the pool would be overdrawn."""
+        pool = candidate.pool
+        assert pool is not None
+        available = self.owner.available_counters(pool)
+        consumed = self.consumed_counters.setdefault(pool.id, {})
+        for entry in candidate.device.get("consumesCounters") or ():
+            counters = consumed.setdefault(str(entry.get("counterSet", "")), {})
+            for name, value in (entry.get("counters") or {}).items():
+                counters[name] = counters.get(name, Decimal(0)) + parse((value or {}).get("value", "0")).value
+        for set_name, counters in available.items():
+            used = consumed.get(set_name) or {}
+            for name, value in counters.items():
+                if value < used.get(name, Decimal(0)):
+                    self._give_counters(candidate)
+                    return False
+        return True
+
+    def _give_counters(self, candidate: Candidate) -> None:
+        assert candidate.pool is not None
+        consumed = self.consumed_counters[candidate.pool.id]
+        for entry in candidate.device.get("consumesCounters") or ():
+            counters = consumed[str(entry.get("counterSet", ""))]
+            for name, value in (entry.get("counters") or {}).items():
+                counters[name] -= parse((value or {}).get("value", "0")).value
 
     # -- the result (kube's loop after allocateOne)
 
     def _result(self, ci: int, claim: Raw) -> dict[str, Any]:
         out_results: list[dict[str, Any]] = []
-        for data, candidate in self.results[ci]:
+        for chosen in self.results[ci]:
+            data, candidate = chosen.data, chosen.candidate
             entry: dict[str, Any] = {
                 "request": data.full_name,
                 "driver": candidate.id[0],
@@ -539,9 +894,35 @@ class _Search:
             }
             if data.admin_access:
                 entry["adminAccess"] = True
-            if data.spec.get("tolerations"):
-                entry["tolerations"] = list(data.spec["tolerations"])
+            if data.tolerations:
+                entry["tolerations"] = list(data.tolerations)
+            if self.features.binding_conditions:
+                for key in ("bindingConditions", "bindingFailureConditions"):
+                    if candidate.device.get(key):
+                        entry[key] = list(candidate.device[key])
+            if chosen.share_id is not None:
+                entry["shareID"] = chosen.share_id
+            if chosen.consumed:
+                entry["consumedCapacity"] = {name: q.text for name, q in chosen.consumed.items()}
             out_results.append(entry)
+        allocation: dict[str, Any] = {"devices": {"results": out_results}}
+        config = self._config(ci, claim)
+        if config:
+            allocation["devices"]["config"] = config
+        selector = _node_selector(self.node, [chosen.candidate for chosen in self.results[ci]], claim)
+        if selector is not None:
+            allocation["nodeSelector"] = selector
+        return allocation
+
+    def _chosen_name(self, ci: int, ri: int, request: Raw) -> str | None:
+        """The full name of the subrequest chosen for a ``firstAvailable`` request, None for an exact one."""
+        data = self.requests[(ci, ri, 0)]
+        if data.parent is None:
+            return None
+        chosen = (request.get("firstAvailable") or ())[data.selected_sub]
+        return f"{request.get('name', '')}/{chosen.get('name', '')}"
+
+    def _config(self, ci: int, claim: Raw) -> list[dict[str, Any]]:
         config: list[dict[str, Any]] = []
         class_ranges: dict[str, tuple[int, int]] = {}
         devices = (claim.get("spec") or {}).get("devices") or {}
@@ -566,22 +947,20 @@ class _Search:
                 config.append({"source": "FromClaim", **_device_configuration(c)})
                 continue
             for ri, request in enumerate(requests):
-                if request.get("name") in wanted:
+                chosen = self._chosen_name(ci, ri, request)
+                if request.get("name") in wanted or (chosen is not None and chosen in wanted):
                     config.append({"source": "FromClaim", "requests": list(wanted), **_device_configuration(c)})
-                    continue
-                data = self.requests[(ci, ri, 0)]
-                if data.parent is None:
-                    continue
-                chosen = (request.get("firstAvailable") or ())[data.selected_sub]
-                if f"{request.get('name', '')}/{chosen.get('name', '')}" in wanted:
-                    config.append({"source": "FromClaim", "requests": list(wanted), **_device_configuration(c)})
-        allocation: dict[str, Any] = {"devices": {"results": out_results}}
-        if config:
-            allocation["devices"]["config"] = config
-        selector = _node_selector(claim, [candidate for _, candidate in self.results[ci]])
-        if selector is not None:
-            allocation["nodeSelector"] = selector
-        return allocation
+                    break
+        for entry in config:  # a config naming every request applies to all: kube drops the list
+            named = entry.get("requests")
+            if not named:
+                continue
+            if all(
+                request.get("name") in named or self._chosen_name(ci, ri, request) in named
+                for ri, request in enumerate(requests)
+            ):
+                del entry["requests"]
+        return config
 
 
 def _device_configuration(config: Raw) -> dict[str, Any]:
@@ -589,20 +968,22 @@ def _device_configuration(config: Raw) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k not in ("requests", "source")}
 
 
-def _node_selector(claim: Raw, devices: Sequence[Candidate]) -> dict[str, Any] | None:
-    """kube's ``createNodeSelector``: a node-local device pins the claim to that node; otherwise the slices' node
+def _node_selector(node: NodeInfo, devices: Sequence[Candidate], claim: Raw) -> dict[str, Any] | None:
+    """kube's ``createNodeSelector``: a node-local device (the slice's or, for ``perDeviceNodeSelection``, the
+    device's ``nodeName``) or one that binds to its node pins the claim to this node; otherwise the node
     selectors (one term each) are merged; none of either (``allNodes``) means no selector."""
     fields: list[Raw] = []
     expressions: list[Raw] = []
     for candidate in devices:
         spec = candidate.slice.get("spec") or {}
-        if spec.get("nodeName"):
+        source = candidate.device if spec.get("perDeviceNodeSelection") else spec
+        if source.get("nodeName") is not None or candidate.device.get("bindsToNode"):
             return {
                 "nodeSelectorTerms": [
-                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [spec["nodeName"]]}]}
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}
                 ]
             }
-        selector = spec.get("nodeSelector")
+        selector = source.get("nodeSelector")
         if selector is None:
             continue
         terms = selector.get("nodeSelectorTerms") or []

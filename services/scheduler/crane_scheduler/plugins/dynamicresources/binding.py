@@ -1,13 +1,16 @@
 """DynamicResources' binding cycle against the API (resource.k8s.io/v1 ResourceClaims): kube's ``bindClaim`` as a
-function over a ``ClaimWriter`` (so it is tested without a server), and its adapters: ``ApiClaims`` on the
-scheduler's API client, and ``LazyApiClaims``, the plugin's, whose writes go through the API writer process (the
-binds' connections and leadership term, ``protocol.OBJECT``) once the service has one, so the scheduling process
-only decides (its reads, the claim re-read after a conflict, stay on the client)."""
+function over a ``ClaimWriter`` (so it is tested without a server), the binding conditions' checks (kube's
+``isClaimReadyForBinding``, ``isClaimTimeout``), and the adapters: ``ApiClaims`` on the scheduler's API client,
+and ``LazyApiClaims``, the plugin's, whose writes go through the API writer process (the binds' connections and
+leadership term, ``protocol.OBJECT``) once the service has one, so the scheduling process only decides (its reads,
+the claim re-read after a conflict, stay on the client)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from kubernetes_asyncio import client
@@ -40,6 +43,94 @@ class ClaimWriter(Protocol):
     async def deallocate(self, claim: Raw) -> None:
         """Clear the claim's ``reservedFor``, ``allocation`` and ``devices`` (UpdateStatus)."""
 
+    async def create(self, claim: Raw) -> Raw:
+        """Create the claim (the extended resources' claim, ``generateName``); the API's object."""
+
+    async def delete(self, claim: Raw) -> None:
+        """kube's ``deleteClaim``: the finalizer taken off (Update, on conflict re-read), then Delete (a claim
+        already gone is fine)."""
+
+    async def pod_extended_status(self, pod: Raw, claim: Raw, mappings: Sequence[Any]) -> None:
+        """Write the pod's ``status.extendedResourceClaimStatus`` (a strategic-merge patch of the pod's status)."""
+
+
+class NotFound(ClaimError):
+    """The API answered 404."""
+
+
+class BindingFailed(Exception):
+    """A device's binding failed (a failure condition true) or timed out: PreBind's error, PostFilter's hint."""
+
+
+def _device_status(claim: Raw, result: Raw) -> Raw | None:
+    for status in (claim.get("status") or {}).get("devices") or ():
+        if (status.get("driver"), status.get("pool"), status.get("device")) == (
+            result.get("driver"),
+            result.get("pool"),
+            result.get("device"),
+        ):
+            return status  # type: ignore[no-any-return]
+    return None
+
+
+def _condition_true(status: Raw, kind: str) -> Raw | None:
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition  # type: ignore[no-any-return]
+    return None
+
+
+def ready_for_binding(claim: Raw) -> bool:
+    """kube's ``isClaimReadyForBinding``: every allocated device with binding conditions has them all true in
+    ``status.devices``; ``BindingFailed`` when a failure condition is true."""
+    allocation = (claim.get("status") or {}).get("allocation")
+    if allocation is None:
+        return False
+    for result in (allocation.get("devices") or {}).get("results") or ():
+        wanted = result.get("bindingConditions") or ()
+        if not wanted:
+            continue
+        status = _device_status(claim, result)
+        if status is None:
+            return False
+        for kind in result.get("bindingFailureConditions") or ():
+            failed = _condition_true(status, kind)
+            if failed is not None:
+                name = (claim.get("metadata") or {}).get("name", "")
+                raise BindingFailed(
+                    f"device binding failed: claim={name}, reason={failed.get('reason', '')}, "
+                    f"message={json.dumps(failed.get('message', ''))}"
+                )
+        if any(_condition_true(status, kind) is None for kind in wanted):
+            return False
+    return True
+
+
+def binding_timed_out(claim: Raw, timeout: float, now: float) -> bool:
+    """kube's ``isClaimTimeout``: allocated at ``allocationTimestamp`` longer than ``timeout`` seconds ago, with a
+    device that has binding conditions."""
+    allocation = (claim.get("status") or {}).get("allocation")
+    stamp = (allocation or {}).get("allocationTimestamp")
+    if not stamp:
+        return False
+    results = ((allocation or {}).get("devices") or {}).get("results") or ()
+    if not any(r.get("bindingConditions") is not None for r in results):
+        return False
+    try:
+        at = datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return False
+    return at + timeout < now
+
+
+def has_binding_conditions(claims: Sequence[Raw]) -> bool:
+    """kube's ``hasBindingConditions``: an allocated device with binding conditions."""
+    return any(
+        result.get("bindingConditions")
+        for claim in claims
+        for result in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or ()
+    )
+
 
 MAX_CONFLICT_RETRIES = 5
 """client-go's ``retry.DefaultRetry``: 5 steps."""
@@ -53,9 +144,12 @@ async def bind_claim(
     tracker: ClaimTracker,
     retries: int = MAX_CONFLICT_RETRIES,
     sleep: Callable[[float], Awaitable[None]] | None = None,
+    stamp: bool = True,
 ) -> Raw:
     """kube's ``bindClaim``: finalizer by Update, then allocation and the pod's reservation by UpdateStatus, the
-    whole retried on conflict (re-reading the claim); the written claim is assumed in ``tracker``."""
+    whole retried on conflict (re-reading the claim); the written claim is assumed in ``tracker``. ``stamp``
+    (DRADeviceBindingConditions, on in 1.37): the allocation gets its ``allocationTimestamp`` if it has none, and a
+    claim deallocated meanwhile is an error."""
     meta = pod.get("metadata") or {}
     uid = str((claim.get("metadata") or {}).get("uid", ""))
     current: Raw = claim
@@ -66,7 +160,7 @@ async def bind_claim(
                     (claim.get("metadata") or {}).get("namespace", ""), claim["metadata"]["name"]
                 )
             try:
-                written = await _write_claim(writer, current, allocation, meta)
+                written = await _write_claim(writer, current, allocation, meta, stamp)
             except Conflict:
                 if attempt + 1 == retries:
                     raise
@@ -81,7 +175,9 @@ async def bind_claim(
             tracker.remove_pending(uid)
 
 
-async def _write_claim(writer: ClaimWriter, claim: Raw, allocation: dict[str, Any] | None, pod_meta: Raw) -> Raw:
+async def _write_claim(
+    writer: ClaimWriter, claim: Raw, allocation: dict[str, Any] | None, pod_meta: Raw, stamp: bool
+) -> Raw:
     claim_meta = claim.get("metadata") or {}
     if claim_meta.get("deletionTimestamp"):
         raise ClaimError(f"claim {claim_ref(claim)} got deleted in the meantime")
@@ -98,6 +194,12 @@ async def _write_claim(writer: ClaimWriter, claim: Raw, allocation: dict[str, An
     reserved = list(status.get("reservedFor") or ())
     reserved.append({"resource": "pods", "name": pod_meta.get("name", ""), "uid": pod_meta.get("uid", "")})
     status["reservedFor"] = reserved
+    if stamp:
+        current = status.get("allocation")
+        if current is None:
+            raise ClaimError(f"claim {claim_ref(claim)} got deallocated elsewhere in the meantime")
+        if not current.get("allocationTimestamp"):
+            status["allocation"] = {**current, "allocationTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     return await writer.update_status({**claim, "status": status})
 
 
@@ -122,6 +224,8 @@ class ApiClaims:
         except ApiException as err:
             if err.status == 409:
                 raise Conflict(f"{what} claim {claim_ref(claim)}: conflict") from None
+            if err.status == 404:
+                raise NotFound(f"{what} claim {claim_ref(claim)}: {err.status} {err.reason}") from None
             raise ClaimError(f"{what} claim {claim_ref(claim)}: {err.status} {err.reason}") from None
         return out  # type: ignore[no-any-return]
 
@@ -170,8 +274,54 @@ class ApiClaims:
             "deallocate", claim, v1.replace_namespaced_resource_claim_status, m.get("name"), m.get("namespace"), body
         )
 
+    async def create(self, claim: Raw) -> Raw:
+        m = claim.get("metadata") or {}
+        v1 = client.ResourceV1Api(self.api)
+        return await self._call(
+            "create claim for extended resources", claim, v1.create_namespaced_resource_claim, m.get("namespace"), claim
+        )
+
+    async def _delete_call(self, claim: Raw) -> None:
+        m = claim.get("metadata") or {}
+        v1 = client.ResourceV1Api(self.api)
+        await self._call("delete", claim, v1.delete_namespaced_resource_claim, m.get("name"), m.get("namespace"))
+
+    async def delete(self, claim: Raw, retries: int = MAX_CONFLICT_RETRIES) -> None:
+        """kube's ``deleteClaim``: the finalizer off by Update (re-read after a conflict), then Delete."""
+        m = claim.get("metadata") or {}
+        current: Raw = claim
+        for attempt in range(retries):
+            if attempt:
+                current = await self.get(m.get("namespace", ""), m.get("name", ""))
+            meta = dict(current.get("metadata") or {})
+            meta["finalizers"] = [f for f in meta.get("finalizers") or () if f != FINALIZER]
+            try:
+                await self.update({**current, "metadata": meta})
+            except Conflict:
+                if attempt + 1 == retries:
+                    raise
+                continue
+            break
+        with contextlib.suppress(NotFound):
+            await self._delete_call(claim)
+
+    async def pod_extended_status(self, pod: Raw, claim: Raw, mappings: Sequence[Any]) -> None:
+        m = pod.get("metadata") or {}
+        core = client.CoreV1Api(self.api)
+        await self._call(
+            "update pod ExtendedResourceClaimStatus of",
+            claim,
+            core.patch_namespaced_pod_status,
+            m.get("name"),
+            m.get("namespace"),
+            _extended_status_patch(claim, mappings),
+            _content_type="application/strategic-merge-patch+json",
+        )
+
 
 CLAIM_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+CLAIMS_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
+POD_STATUS_PATH = "/api/v1/namespaces/{namespace}/pods/{name}/status"
 
 
 class LazyApiClaims(ApiClaims):
@@ -189,7 +339,14 @@ class LazyApiClaims(ApiClaims):
         return self.handle.api
 
     async def _through_writer(
-        self, what: str, claim: Raw, method: str, suffix: str, body: Any, content_type: str = "application/json"
+        self,
+        what: str,
+        claim: Raw,
+        method: str,
+        suffix: str,
+        body: Any,
+        content_type: str = "application/json",
+        path: str | None = None,
     ) -> Raw | None:
         """The write through the API writer process, or None when there is none (the caller uses the client)."""
         writer = self.handle.writer
@@ -198,10 +355,13 @@ class LazyApiClaims(ApiClaims):
         if not self.may_write():
             raise ClaimError(f"{what} claim {claim_ref(claim)}: the leadership term ended")
         m = claim.get("metadata") or {}
-        path = CLAIM_PATH.format(namespace=m.get("namespace", ""), name=m.get("name", "")) + suffix
+        if path is None:
+            path = CLAIM_PATH.format(namespace=m.get("namespace", ""), name=m.get("name", "")) + suffix
         reply = await writer.write_object(method, path, body, writer.term, content_type)
         if reply.status == 409:
             raise Conflict(f"{what} claim {claim_ref(claim)}: conflict")
+        if reply.status == 404:
+            raise NotFound(f"{what} claim {claim_ref(claim)}: {reply.describe()}")
         if not reply.ok:
             raise ClaimError(f"{what} claim {claim_ref(claim)}: {reply.describe()}")
         try:
@@ -231,11 +391,37 @@ class LazyApiClaims(ApiClaims):
         if await self._through_writer("deallocate", claim, "PUT", "/status", body) is None:
             await super().deallocate(claim)
 
+    async def create(self, claim: Raw) -> Raw:
+        m = claim.get("metadata") or {}
+        what = "create claim for extended resources"
+        path = CLAIMS_PATH.format(namespace=m.get("namespace", ""))
+        out = await self._through_writer(what, claim, "POST", "", claim, path=path)
+        return out if out is not None else await super().create(claim)
+
+    async def _delete_call(self, claim: Raw) -> None:
+        if await self._through_writer("delete", claim, "DELETE", "", None) is None:
+            await super()._delete_call(claim)
+
+    async def pod_extended_status(self, pod: Raw, claim: Raw, mappings: Sequence[Any]) -> None:
+        m = pod.get("metadata") or {}
+        path = POD_STATUS_PATH.format(namespace=m.get("namespace", ""), name=m.get("name", ""))
+        patch = _extended_status_patch(claim, mappings)
+        smp = "application/strategic-merge-patch+json"
+        what = "update pod ExtendedResourceClaimStatus of"
+        if await self._through_writer(what, claim, "PATCH", "", patch, smp, path=path) is None:
+            await super().pod_extended_status(pod, claim, mappings)
+
 
 def _unreserve_patch(claim: Raw, pod_uid: str) -> dict[str, Any]:
     """The pod out of ``status.reservedFor`` (strategic merge), on the claim's uid."""
     uid = (claim.get("metadata") or {}).get("uid")
     return {"metadata": {"uid": uid}, "status": {"reservedFor": [{"$patch": "delete", "uid": pod_uid}]}}
+
+
+def _extended_status_patch(claim: Raw, mappings: Sequence[Any]) -> dict[str, Any]:
+    """The pod's ``status.extendedResourceClaimStatus`` (kube's ``patchPodExtendedResourceClaimStatus``)."""
+    name = (claim.get("metadata") or {}).get("name", "")
+    return {"status": {"extendedResourceClaimStatus": {"requestMappings": list(mappings), "resourceClaimName": name}}}
 
 
 def _deallocated_status(claim: Raw) -> dict[str, Any]:

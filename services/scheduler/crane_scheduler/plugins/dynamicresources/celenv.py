@@ -9,7 +9,8 @@ evaluates a selector in ~4-14 us (`tests/unit/scheduler/dynamicresources/test_ce
 
 What kube's environment has and is built here:
 
-- ``device.driver``; ``device.attributes[domain][id]`` (string, int, bool, version); ``device.capacity[domain][id]``
+- ``device.driver``; ``device.allowMultipleAllocations`` (DRAConsumableCapacity's environment, on in 1.37);
+  ``device.attributes[domain][id]`` (string, int, bool, version); ``device.capacity[domain][id]``
   (a Quantity). An attribute name without a domain belongs to the driver's domain. kube's outer maps answer an
   absent domain with an empty map (``mapper.Find``), so ``"x" in device.attributes["other.io"]`` is false, not an
   error: here every domain named by a string literal of the expression (and the driver's) is present, empty when
@@ -241,6 +242,7 @@ class DeviceView:
     driver: str
     attributes: dict[str, dict[str, Any]]
     capacity: dict[str, dict[str, Any]]
+    allow_multiple_allocations: bool = False
 
 
 def _split(name: str, driver: str) -> tuple[str, str]:
@@ -270,7 +272,7 @@ def device_view(driver: str, device: Mapping[str, Any]) -> DeviceView:
     for name, cap in (device.get("capacity") or {}).items():
         domain, ident = _split(name, driver)
         capacity.setdefault(domain, {})[ident] = make_quantity(parse_quantity((cap or {}).get("value", "0")))
-    return DeviceView(driver, attributes, capacity)
+    return DeviceView(driver, attributes, capacity, bool(device.get("allowMultipleAllocations")))
 
 
 _LITERAL = re.compile(r"""(?:[rR]?)("(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')""")
@@ -291,14 +293,28 @@ class Selector:
         if missing:
             attributes = {**{d: {} for d in missing}, **attributes}
             capacity = {**{d: {} for d in missing}, **capacity}
-        device = {"driver": view.driver, "attributes": attributes, "capacity": capacity}
+        device = {
+            "driver": view.driver,
+            "allowMultipleAllocations": view.allow_multiple_allocations,
+            "attributes": attributes,
+            "capacity": capacity,
+        }
         result = self.program.eval(data={"device": device})
         kind = result.type()
         if kind == cel.Type.BOOL:
             return bool(result.plain_value())
         if kind == cel.Type.ERROR:
-            raise CelError(str(result.plain_value()))
+            raise CelError(_go_text(str(result.plain_value())))
         raise CelError(f"CEL result of type {kind.name().lower()} could not be converted to bool")
+
+
+_MISSING_KEY = re.compile(r'^NOT_FOUND: Key not found in map : "?(.*?)"?$')
+
+
+def _go_text(text: str) -> str:
+    """cel-cpp's text for a missing map key as cel-go words it (``no such key: <key>``: kube's hint keys on it)."""
+    m = _MISSING_KEY.match(text)
+    return f"no such key: {m.group(1)}" if m else text
 
 
 @functools.lru_cache(maxsize=256)

@@ -3,13 +3,15 @@
 ``pod_claims`` resolves ``spec.resourceClaims``: ``resourceClaimName`` names a shared claim; a
 ``resourceClaimTemplateName`` claim is created by kube-controller-manager's resourceclaim controller, which writes
 its name in ``status.resourceClaimStatuses`` (until then: "ResourceClaim not created yet") and makes the pod its
-controlling owner (else: "(pod is not owner)"); an entry with a null name there needs no claim. Errors carry
+controlling owner (else: "(Pod is not owner)"); an entry with a null name there needs no claim. Errors carry
 kube's messages verbatim.
 
 ``ClaimTracker`` holds the allocations decided in Reserve and not yet written by PreBind (kube's
 ``SignalClaimPendingAllocation``) and the claims PreBind wrote, until the informer shows them (kube's assume
 cache): the devices of both count as allocated, so two pods in flight never get the same device. ``Held`` is the
-set of devices held, kept as each claim changes, with the log of its changes that the shape columns follow.
+set of devices held whole, kept as each claim changes, with the log of its changes that the shape columns follow;
+the shares of devices allocated several times (``shareID``, consumable capacity) are gathered apart
+(``ClaimTracker.shared``): few claims have them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from crane_scheduler.plugins.dynamicresources.allocator import DeviceID, allocated_devices
+from crane_scheduler.plugins.dynamicresources.allocator import (
+    NO_SHARES,
+    DeviceID,
+    Share,
+    SharedState,
+    allocated_devices,
+    shared_state,
+    shares_of,
+)
 
 Raw = Mapping[str, Any]
 ClaimGetter = Callable[[str, str], Raw | None]
@@ -52,13 +62,22 @@ def claim_name(pod: Raw, pod_claim: Raw) -> tuple[str | None, bool]:
 
 def is_for_pod(pod: Raw, claim: Raw) -> bool:
     """kube's ``IsForPod``: same namespace and the pod is the claim's controlling owner."""
+    return not_for_pod(pod, claim) is None
+
+
+def not_for_pod(pod: Raw, claim: Raw) -> str | None:
+    """Why the claim was not made for the pod (kube 1.37's ``IsForPod`` messages), None when it was."""
     pod_meta, claim_meta = _meta(pod), _meta(claim)
-    if claim_meta.get("namespace") != pod_meta.get("namespace"):
-        return False
-    return any(
+    ns, name = claim_meta.get("namespace", ""), claim_meta.get("name", "")
+    pod_ref = f"{pod_meta.get('namespace', '')}/{pod_meta.get('name', '')}"
+    if ns != pod_meta.get("namespace"):
+        return f"ResourceClaim {ns}/{name} is not in the same namespace as Pod {pod_ref}"
+    if not any(
         ref.get("controller") and ref.get("uid") == pod_meta.get("uid")
         for ref in claim_meta.get("ownerReferences") or ()
-    )
+    ):
+        return f"ResourceClaim {ns}/{name} was not created for Pod {pod_ref} (Pod is not owner)"
+    return None
 
 
 def is_reserved_for_pod(pod: Raw, claim: Raw) -> bool:
@@ -79,12 +98,10 @@ def pod_claims(pod: Raw, get: ClaimGetter) -> list[Raw]:
             raise ClaimError(f'could not find ResourceClaim "{namespace}/{name}"')  # kube's assume cache
         if _meta(claim).get("deletionTimestamp"):
             raise ClaimError(f'resourceclaim "{name}" is being deleted')
-        if must_own and not is_for_pod(pod, claim):
-            pod_meta = _meta(pod)
-            raise ClaimError(
-                f"ResourceClaim {namespace}/{name} was not created for pod "
-                f"{pod_meta.get('namespace', '')}/{pod_meta.get('name', '')} (pod is not owner)"
-            )
+        if must_own:
+            problem = not_for_pod(pod, claim)
+            if problem is not None:
+                raise ClaimError(problem)
         out.append(claim)
     return out
 
@@ -105,9 +122,12 @@ class ClaimTracker:
         self.held = Held()
         self.index = HeldIndex(changed, self.held)
         self._pending_devices: dict[str, tuple[DeviceID, ...]] = {}
+        self._pending_shares: dict[str, tuple[Share, ...]] = {}
+        self._assumed_shares: dict[str, tuple[Share, ...]] = {}
         self._effects: dict[str, tuple[tuple[DeviceID, ...], tuple[DeviceID, ...]]] = {}
         """assumed key -> (its devices, the devices of the lister's older version it stands in for)"""
         self._dirty: set[str] = set()  # assumed since the last cycle: compared with the lister's version then
+        self._created: set[str] = set()  # assumed claims PreBind created, the informer has not shown yet
 
     def signal_pending(self, claim: Raw) -> None:
         """Reserve: ``claim`` carries the allocation this pod's binding cycle is about to write."""
@@ -116,6 +136,9 @@ class ClaimTracker:
         self.pending[uid] = claim
         devices = self._pending_devices[uid] = tuple(allocated_devices([claim]))
         self.held.add(devices, 1, 0)
+        shares = shares_of(claim)
+        if shares:
+            self._pending_shares[uid] = shares
 
     def has_pending(self, uid: str) -> bool:
         return uid in self.pending
@@ -123,19 +146,51 @@ class ClaimTracker:
     def remove_pending(self, uid: str) -> bool:
         if self.pending.pop(uid, None) is None:
             return False
+        self._pending_shares.pop(uid, None)
         self.held.add(self._pending_devices.pop(uid), -1, 0)
         return True
 
-    def assume(self, claim: Raw) -> None:
-        """PreBind wrote ``claim``: answer it until the informer delivers this or a newer version."""
+    def assume(self, claim: Raw, created: bool = False) -> None:
+        """PreBind wrote ``claim``: answer it until the informer delivers this or a newer version. ``created``:
+        PreBind made the claim (the extended resources'): until the informer shows it at all, it is not taken as
+        deleted, and its devices count as held."""
         key = claim_key(claim)
         self.assumed[key] = claim
         self._dirty.add(key)
+        if created:
+            self._created.add(key)
+        shares = shares_of(claim)
+        if shares:
+            self._assumed_shares[key] = shares
+        else:
+            self._assumed_shares.pop(key, None)
 
     def restore(self, key: str) -> None:
         if self.assumed.pop(key, None) is not None:
             self._effect(key, None)
         self._dirty.discard(key)
+        self._created.discard(key)
+        self._assumed_shares.pop(key, None)
+
+    def shared(self, claims: Mapping[str, Raw]) -> SharedState:
+        """The shares of devices allocated several times, from the lister's claims (an assumed newer version in
+        place) and the pending allocations (kube's ``AllocatedSharedDeviceIDs`` and ``AggregatedCapacity``); call
+        after ``allocated``, which brings the index up to date."""
+        listed = self.index.shares
+        if not listed and not self._assumed_shares and not self._pending_shares:
+            return NO_SHARES
+        out: list[Share] = []
+        for key, shares in listed.items():
+            if key not in self.assumed:
+                out.extend(shares)
+        for key in list(self.assumed):
+            newest = self.newest(key, claims.get(key))
+            if newest is None:
+                continue
+            out.extend(self._assumed_shares.get(key, ()) if newest is self.assumed.get(key) else shares_of(newest))
+        for shares in self._pending_shares.values():
+            out.extend(shares)
+        return shared_state(out)
 
     def newest(self, key: str, seen: Raw | None) -> Raw | None:
         """The informer's version ``seen`` unless an assumed one is newer (kube's assume cache compares
@@ -144,6 +199,8 @@ class ClaimTracker:
         mine = self.assumed.get(key)
         if mine is None:
             return seen
+        if seen is None and key in self._created:  # not listed yet
+            return mine
         if seen is None or _resource_version(seen) >= _resource_version(mine):  # deleted, or caught up
             self.restore(key)
             return seen
@@ -171,6 +228,9 @@ class ClaimTracker:
                 continue
             seen = claims.get(key)
             newest = self.newest(key, seen)
+            if seen is None and newest is not None:  # created by PreBind, not listed yet
+                self._effect(key, (tuple(allocated_devices([newest])), ()))
+                continue
             if newest is seen or seen is None or newest is None:
                 continue
             entry = counted.get(key)
@@ -253,6 +313,8 @@ class HeldIndex:
         self.changed = changed
         self.counted: dict[str, tuple[Raw, tuple[DeviceID, ...]]] = {}
         """key -> (the claim object counted, the devices it holds)"""
+        self.shares: dict[str, tuple[Share, ...]] = {}
+        """key -> the claim's shares of devices allocated several times (claims with some only)"""
         self._seen = False  # the first update reads every claim (those listed before ``changed`` existed)
 
     def update(self, claims: Mapping[str, Raw]) -> list[str] | None:
@@ -264,6 +326,7 @@ class HeldIndex:
                 claim = claims.get(key)
                 if claim is None:
                     entry = self.counted.pop(key, None)
+                    self.shares.pop(key, None)
                     if entry is not None:
                         self._add(entry[1], -1)
                 else:
@@ -278,6 +341,7 @@ class HeldIndex:
         if len(counted) != len(claims):
             for key in [k for k in counted if k not in claims]:
                 self._add(counted.pop(key)[1], -1)
+                self.shares.pop(key, None)
         return None
 
     def _count(self, key: str, claim: Raw) -> None:
@@ -289,6 +353,11 @@ class HeldIndex:
         devices = tuple(allocated_devices([claim]))
         self.counted[key] = (claim, devices)
         self._add(devices, 1)
+        shares = shares_of(claim)
+        if shares:
+            self.shares[key] = shares
+        else:
+            self.shares.pop(key, None)
 
     def _add(self, devices: tuple[DeviceID, ...], step: int) -> None:
         counts, recheck = self.counts, self.held.recheck

@@ -30,8 +30,10 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from crane_scheduler.plugins.dynamicresources.capacity import CapacityError, fits_capacity
 from crane_scheduler.plugins.dynamicresources.celenv import CelError, DeviceView, compile_selector, device_view
-from crane_scheduler.plugins.dynamicresources.pools import Pool, PoolError, gather_pools
+from crane_scheduler.plugins.dynamicresources.pools import Pool, PoolError, device_selects, gather_pools
+from crane_scheduler.plugins.dynamicresources.taints import blocked_without_tolerations
 from crane_scheduler.podinfo import NodeInfo
 
 Raw = Mapping[str, Any]
@@ -39,20 +41,25 @@ DeviceID = tuple[str, str, str]
 """(driver, pool, device)."""
 Shape = tuple[str, tuple[str, ...], tuple[str, ...]]
 """(class name, the class's selector expressions, the request's selector expressions)."""
-SelectorError = tuple[bool, int, str]
-"""(raised by a class selector rather than the request's, the selector's index, kube's text after the index)."""
+SelectorError = tuple[bool, int, str, str]
+"""(raised by a class selector rather than the request's, the selector's index, "compile" or "runtime", the CEL
+error's text)."""
 Verdict = bool | SelectorError
 
 
 @dataclass(slots=True, eq=False)
 class Candidate:
-    """A device of a pool a node reaches, with what has been learnt about it (kept while its slice is)."""
+    """A device of a pool a node reaches, with what has been learnt about it (kept while its slice is).
+    ``node_ok``: whether the device itself selects the node (True unless its slice selects nodes per device,
+    ``perDeviceNodeSelection``), or the error kube raises evaluating that."""
 
     id: DeviceID
     device: Raw
     slice: Raw
     verdicts: dict[Shape, Verdict] = field(default_factory=dict)
     view: DeviceView | None = None
+    node_ok: bool | str = True
+    pool: Pool | None = None
 
     def cel_view(self) -> DeviceView:
         if self.view is None:
@@ -87,19 +94,20 @@ def _evaluate(candidate: Candidate, shape: Shape) -> Verdict:
             try:
                 compiled = compile_selector(expression)
             except CelError as err:
-                return on_class, i, f"CEL compile error: {err}"
+                return on_class, i, "compile", str(err)
             try:
                 if not compiled.matches(candidate.cel_view()):
                     return False
             except CelError as err:
-                return on_class, i, f"CEL runtime error: {err}"
+                return on_class, i, "runtime", str(err)
     return True
 
 
 @dataclass(slots=True)
 class ShapeDevices:
-    """The devices of a view's complete, valid pools that a request of one shape may take (selected, no binding
-    conditions, no counters consumed), in search order."""
+    """The devices of a view's complete, valid pools that a plain request of one shape (no tolerations, no
+    capacity) may take: selected, selecting the node, no untolerated taint, its capacities' policies met by the
+    whole device; in search order."""
 
     ids: tuple[DeviceID, ...]
 
@@ -107,7 +115,7 @@ class ShapeDevices:
 class NodeView:
     """A node's pools (``gather_pools``, or the error it raised) with their candidates in search order."""
 
-    __slots__ = ("candidates", "error", "invalid", "node", "pools", "shapes")
+    __slots__ = ("candidates", "error", "invalid", "local", "node", "pools", "shapes")
 
     def __init__(self, node: NodeInfo | None, pools: list[Pool], error: str | None = None) -> None:
         self.node = node  # the object the view was built for, when node labels matter
@@ -116,17 +124,34 @@ class NodeView:
         self.invalid = any(p.invalid for p in pools)
         self.candidates = [
             [
-                Candidate((pool.driver, pool.name, str(device.get("name", ""))), device, slice_)
+                Candidate(
+                    (pool.driver, pool.name, str(device.get("name", ""))),
+                    device,
+                    slice_,
+                    node_ok=_node_ok(node, slice_, device),
+                    pool=pool,
+                )
                 for slice_ in pool.slices
                 for device in (slice_.get("spec") or {}).get("devices") or ()
             ]
             for pool in pools
         ]
         self.shapes: dict[int, ShapeDevices | None] = {}
+        # the search's answers here depend on this node's devices only (``SearchMemo``): every pool node-local,
+        # no device allocated several times (each share gets a new ID)
+        name = node.name if node is not None else None
+        self.local = error is None and all(
+            not pool.not_targeting
+            and all((s.get("spec") or {}).get("nodeName") == name for s in pool.slices)
+            and not any(c.device.get("allowMultipleAllocations") for c in candidates)
+            for pool, candidates in zip(pools, self.candidates, strict=True)
+        )
 
     def shape_devices(self, shape: Shape, key: int) -> ShapeDevices | None:
         """The shape's devices here (``key``: the shape's number, ``DeviceCache.shape_key``, cheaper to hash than
-        the shape); None when a selector fails on one of them (the full search must meet it)."""
+        the shape); None when the count cannot answer: a selector or a node selection fails on one of them, or a
+        selected device consumes shared counters or can be allocated several times (the full search must meet
+        it)."""
         shapes = self.shapes
         if key in shapes:
             return shapes[key]
@@ -136,12 +161,25 @@ class NodeView:
             if pool.incomplete or pool.invalid:
                 continue
             for candidate in candidates:
-                if candidate.device.get("bindingConditions") or untolerated_taint(candidate.device):
-                    continue
                 v = verdict(candidate, shape)
                 if v is not True and v is not False:
                     break
-                if v and not candidate.device.get("consumesCounters"):
+                if not v:
+                    continue
+                ok = candidate.node_ok
+                if ok is not True and ok is not False:
+                    break
+                if not ok:
+                    continue
+                device = candidate.device
+                if device.get("consumesCounters") or device.get("allowMultipleAllocations"):
+                    break
+                if blocked_without_tolerations(device):
+                    continue
+                fits = _static_capacity(device)
+                if fits is None:
+                    break
+                if fits:
                     ids.append(candidate.id)
             else:
                 continue
@@ -152,11 +190,25 @@ class NodeView:
         return entry
 
 
-def untolerated_taint(device: Mapping[str, Any]) -> bool:
-    """A device taint that keeps pods off (``NoSchedule``/``NoExecute``; DRADeviceTaints, GA in 1.37). Requests'
-    ``tolerations`` are not read yet, so such a device is never allocated (kube allocates it to a request that
-    tolerates it: a refusal here, never a misplacement). DeviceTaintRules are not read yet either."""
-    return any(t.get("effect") in ("NoSchedule", "NoExecute") for t in device.get("taints") or ())
+def _node_ok(node: NodeInfo | None, slice_: Raw, device: Raw) -> bool | str:
+    if node is None or not (slice_.get("spec") or {}).get("perDeviceNodeSelection"):
+        return True
+    try:
+        return device_selects(node, device)
+    except PoolError as err:
+        return str(err)
+
+
+def _static_capacity(device: Raw) -> bool | None:
+    """Whether a device taken whole meets its capacities' request policies (kube checks it for every request
+    when DRAConsumableCapacity is on); None when kube would abort on it (a negative capacity)."""
+    capacities = device.get("capacity")
+    if not capacities:
+        return True
+    try:
+        return fits_capacity(None, capacities)
+    except (CapacityError, ValueError):
+        return None
 
 
 class HeldLog(Protocol):
@@ -271,11 +323,66 @@ def _log_end(held: object) -> int:
     return 0 if log is None else int(getattr(held, "log_base", 0)) + len(log)
 
 
+class SearchMemo:
+    """The search's answer per node and claims (by their specs), kept across cycles while the node's view is the
+    same and none of its devices changed whether it is held (the held devices' log, mapped to nodes by the
+    node-local pools' devices): a node a burst did not touch is not searched again. Only for views whose answer
+    depends on their own devices alone (``NodeView.local``) and while no device is shared."""
+
+    MAX_CLAIM_SETS = 64
+
+    def __init__(self) -> None:
+        self.node_of: dict[DeviceID, str] = {}
+        self.versions: dict[str, int] = {}
+        self.answers: dict[str, dict[str, tuple[NodeView, int, Any]]] = {}
+        self.held: HeldLog | None = None
+        self.offset = 0
+
+    def reset(self, slices: Sequence[Raw]) -> None:
+        self.answers.clear()
+        self.node_of = {}
+        for s in slices:
+            spec = s.get("spec") or {}
+            node = spec.get("nodeName")
+            if not node:
+                continue
+            pool = (spec.get("pool") or {}).get("name", "")
+            for device in spec.get("devices") or ():
+                self.node_of[(spec.get("driver", ""), pool, str(device.get("name", "")))] = node
+
+    def sync(self, held: HeldLog) -> None:
+        """Follow the held devices' changes since the last call."""
+        if held is not self.held or self.offset < held.log_base:
+            self.held, self.answers = held, {}
+        else:
+            versions, node_of = self.versions, self.node_of
+            for device, _ in held.log[self.offset - held.log_base :]:
+                node = node_of.get(device)
+                if node is not None:
+                    versions[node] = versions.get(node, 0) + 1
+        self.offset = held.log_base + len(held.log)
+
+    def get(self, key: str, node: str, view: NodeView) -> tuple[bool, Any]:
+        entry = self.answers.get(key, {}).get(node)
+        if entry is None or entry[0] is not view or entry[1] != self.versions.get(node, 0):
+            return False, None
+        return True, entry[2]
+
+    def put(self, key: str, node: str, view: NodeView, answer: Any) -> None:
+        per_node = self.answers.get(key)
+        if per_node is None:
+            if len(self.answers) >= self.MAX_CLAIM_SETS:
+                self.answers.clear()
+            per_node = self.answers[key] = {}
+        per_node[node] = (view, self.versions.get(node, 0), answer)
+
+
 class DeviceCache:
     """Node views across cycles (see the module's docstring); ``refresh`` once per cycle with the current
     objects."""
 
     def __init__(self) -> None:
+        self.memo = SearchMemo()
         self.slices: Sequence[Raw] = ()
         self._classes: list[Raw] = []
         self._by_node: dict[str, list[Raw]] = {}
@@ -295,6 +402,7 @@ class DeviceCache:
         self.slices, self._classes = list(slices), class_objects
         self._views.clear()
         self._columns.clear()
+        self.memo.reset(self.slices)
         self._by_node, self._shared = {}, []
         for s in self.slices:
             name = (s.get("spec") or {}).get("nodeName")
@@ -302,7 +410,10 @@ class DeviceCache:
                 self._by_node.setdefault(name, []).append(s)
             else:
                 self._shared.append(s)
-        self._selective = any((s.get("spec") or {}).get("nodeSelector") is not None for s in self._shared)
+        self._selective = any(
+            (s.get("spec") or {}).get("nodeSelector") is not None or (s.get("spec") or {}).get("perDeviceNodeSelection")
+            for s in self._shared
+        )
 
     def view(self, node: NodeInfo) -> NodeView:
         view = self._views.get(node.name)
