@@ -267,7 +267,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         )
         lease_api = await make_lease_client(kube, lease)  # own pool, rate limit and timeout, as kube-scheduler
         try:
-            elector = LeaderElector(lease_api, lease)
+            elector = LeaderElector(lease_api, lease, registry=runtime.registry)
 
             def on_change(leading: bool) -> None:
                 runtime.leadership = "leader" if leading else "standby"
