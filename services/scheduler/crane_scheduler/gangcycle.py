@@ -86,11 +86,21 @@ def member_slots(table: NodeTable, request: Mapping[str, int]) -> int:
     return int(np.maximum(slots, 0).sum())
 
 
+def gang_of(plugins: Iterable[GangPlugin], pod: PodInfo) -> tuple[GangPlugin, str] | None:
+    """The first of a profile's gang plugins (Coscheduling's PodGroup label, GangScheduling's ``workloadRef``)
+    that puts the pod in a group, with that group; None for a pod of no gang."""
+    for plugin in plugins:
+        gang = plugin.gang_of(pod)
+        if gang is not None:
+            return plugin, gang
+    return None
+
+
 def futile_wakeups(
     table: NodeTable,
     index: GangIndex,
     pending: Mapping[str, PodInfo],
-    gangs: Mapping[str, GangPlugin | None],
+    gangs: Mapping[str, tuple[GangPlugin, ...]],
     pods: Iterable[PodInfo],
 ) -> set[str]:
     """The uids among ``pods`` (waiting pods a cluster event would move back to the queue) whose group could not
@@ -102,10 +112,10 @@ def futile_wakeups(
     slots: dict[tuple[tuple[str, int], ...], int] = {}
     held: set[str] = set()
     for pod in pods:
-        plugin = gangs.get(pod.scheduler_name)
-        gang = plugin.gang_of(pod) if plugin is not None else None
-        if plugin is None or gang is None:
+        found = gang_of(gangs.get(pod.scheduler_name, ()), pod)
+        if found is None:
             continue
+        plugin, gang = found
         verdict = verdicts.get(gang)
         if verdict is None:
             placed = index.placed.get(gang, set())

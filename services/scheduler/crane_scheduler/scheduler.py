@@ -41,6 +41,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from crane_scheduler import gangless
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.explain import DecisionLog
@@ -56,7 +57,7 @@ from crane_scheduler.framework.types import (
     QueueingHints,
     Status,
 )
-from crane_scheduler.gangcycle import GangIndex, IndexedPending, futile_wakeups, group_size, schedule_gang
+from crane_scheduler.gangcycle import GangIndex, IndexedPending, futile_wakeups, gang_of, group_size, schedule_gang
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import NO_HINTS, SchedulingQueue
 from crane_scheduler.listers import Listers
@@ -67,7 +68,7 @@ from crane_scheduler.reporting import Reporter
 from crane_scheduler.writer import ApiWriter
 from crane_shared.kube import api_failure
 from crane_shared.leader import Term
-from crane_shared.logs import get_logger
+from crane_shared.logs import LogOnce, get_logger
 from crane_shared.retry import sleep_unless
 from crane_shared.worker import cancel_and_wait
 
@@ -120,8 +121,12 @@ class Scheduler:
         metrics: SchedulerMetrics | None = None,
         listers: Listers | None = None,
         writer: ApiWriter | None = None,
+        pod_group_without_gang_plugin: gangless.Mode = "refuse",
     ) -> None:
         self.config = config
+        self.gangless: gangless.Mode = pod_group_without_gang_plugin
+        self._gangless_told: set[str] = set()  # uids of pods placed alone that heard so (place-alone)
+        self._gangless_log = LogOnce(log)
         self.metrics = metrics or reporter.metrics
         self.profiles = profiles
         self.table = table
@@ -173,8 +178,8 @@ class Scheduler:
                 profile.handle.activate = self._activate
                 profile.handle.record_event = functools.partial(self.reporter.event, profile.name)
                 profile.handle.claim_condition = self.reporter.condition_claimed
-        self._gangs: dict[str, GangPlugin | None] = {
-            name: next((p for p in profile.plugins.values() if isinstance(p, GangPlugin)), None)
+        self._gangs: dict[str, tuple[GangPlugin, ...]] = {
+            name: tuple(p for p in profile.plugins.values() if isinstance(p, GangPlugin))
             for name, profile in profiles.items()
         }
         self.gang_index = GangIndex(self._gang_of, table)
@@ -192,9 +197,11 @@ class Scheduler:
         self._scheduling = False  # the loop runs (a standby's cache sees the leader's binds: not its to report)
 
     def _gang_of(self, pod: PodInfo) -> str | None:
-        """The pod's gang as the first gang plugin says (a placed pod of any scheduler counts for its group)."""
-        plugin = self._gangs.get(pod.scheduler_name) or next((p for p in self._gangs.values() if p), None)
-        return plugin.gang_of(pod) if plugin is not None else None
+        """The pod's gang as its profile's gang plugins say (a placed pod of any scheduler counts for its group:
+        then every profile's plugins are asked)."""
+        plugins = self._gangs.get(pod.scheduler_name) or tuple(p for ps in self._gangs.values() for p in ps)
+        found = gang_of(plugins, pod)
+        return found[1] if found is not None else None
 
     def _gated(self, pod: PodInfo) -> bool:
         """kube's PreEnqueue: a plugin of the pod's profile holds it back (a preemptor whose victims are not gone),
@@ -207,10 +214,10 @@ class Scheduler:
     def _incomplete(self, pod: PodInfo) -> tuple[GangPlugin, str, int, int] | None:
         """(plugin, group, its pods, its quorum) when the pod's gang has fewer pods (pending or placed) than its
         quorum: no cycle could place it, so it waits outside the queue until a sibling completes the group."""
-        plugin = self._gangs.get(pod.scheduler_name)
-        gang = plugin.gang_of(pod) if plugin is not None else None
-        if plugin is None or gang is None:
+        found = gang_of(self._gangs.get(pod.scheduler_name, ()), pod)
+        if found is None:
             return None
+        plugin, gang = found
         quorum = plugin.quorum(gang)
         members = group_size(self.gang_index, gang)
         return (plugin, gang, members, quorum) if 0 < members < quorum else None
@@ -253,9 +260,10 @@ class Scheduler:
         held = futile_wakeups(self.table, self.gang_index, self.pending, self._gangs, pods)
         if held:
             skipped = Counter(
-                plugin.name
+                found[0].name
                 for uid in held
-                if (pod := self.pending.get(uid)) is not None and (plugin := self._gangs.get(pod.scheduler_name))
+                if (pod := self.pending.get(uid)) is not None
+                and (found := gang_of(self._gangs.get(pod.scheduler_name, ()), pod)) is not None
             )
             for name, count in skipped.items():
                 self.metrics.queue_hint_skips.labels(name).inc(count)
@@ -483,14 +491,14 @@ class Scheduler:
             self._slots.release()  # deleted, bound by someone else, or already on its way
             return
         qp.pod = pod
-        gangs = self._gangs.get(profile.name)
-        gang = gangs.gang_of(pod) if gangs is not None else None
-        if gangs is not None and gang is not None:
-            schedule_gang(self, profile, qp, gangs, gang)
+        found = gang_of(self._gangs.get(profile.name, ()), pod)
+        if found is not None:
+            schedule_gang(self, profile, qp, found[0], found[1])
             return
         state: CycleState = {}
         start = time.perf_counter()
-        result = self.decide(profile, pod, state)
+        refusal = self._without_gang_plugin(profile, pod)
+        result = self.decide(profile, pod, state) if refusal is None else refusal
         if isinstance(result, Diagnosis):  # PostFilter (preemption) first: its message is part of the decision
             profile.run_post_filter(state, pod, result)
         self.decisions.record(
@@ -512,6 +520,31 @@ class Scheduler:
             self._slots.release()
             return
         self._assume_and_bind(profile, qp, state, result, start)
+
+    def _without_gang_plugin(self, profile: Profile, pod: PodInfo) -> Diagnosis | None:
+        """A pod naming a PodGroup that no gang plugin of its profile reads (``gangless``): logged once per profile
+        and group; refused (the default), or told by a Warning event that it is placed alone."""
+        group = gangless.pod_group(pod.raw)
+        if group is None:
+            return None
+        text = gangless.message(profile.name, pod.namespace, group, self.gangless)
+        self._gangless_log.warning(
+            f"{profile.name}/{pod.namespace}/{group}",
+            "pod group in a profile without a gang plugin",
+            profile=profile.name,
+            missing_plugin=gangless.PLUGIN,
+            pod_group=f"{pod.namespace}/{group}",
+            action=self.gangless,
+        )
+        if self.gangless == "refuse":
+            return Diagnosis(self.table.num_nodes, rejectors={gangless.GATE}, pre_filter_msg=text)
+        if pod.uid not in self._gangless_told:
+            if len(self._gangless_told) > 100_000:
+                self._gangless_told.clear()
+            self._gangless_told.add(pod.uid)
+            regarding = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
+            self.reporter.event(profile.name, regarding, None, "Warning", gangless.IGNORED_REASON, "Scheduling", text)
+        return None
 
     def decide(self, profile: Profile, pod: PodInfo, state: CycleState) -> ScheduleResult | Diagnosis | Status:
         """The algorithm for one pod, timed (wall clock, CPU, preempted by the OS) with the collector paused."""
