@@ -75,12 +75,12 @@ async def test_leader_blackholed_longer_than_the_lease_stops_writing_before_the_
         await eventually(lambda: _is(b, "leader"), timeout=15, what="the standby leads")
         took_over = time.monotonic() - cut
         await asyncio.sleep(max(0.0, 8 - (time.monotonic() - cut)))  # blackholed for twice the lease
-        seen_before = await _saw_other_holder(a)
+        seen_before = await a.saw_other_holder()
         await proxy.heal()
         a_patches = await _patches(a)
 
         async def a_reached_the_lease() -> bool:  # two lease reads through the healed connection, both b's lease
-            return await _saw_other_holder(a) >= seen_before + 2
+            return bool(await a.saw_other_holder() >= seen_before + 2)
 
         await eventually(a_reached_the_lease, timeout=30, what="the old leader reads b's lease after the heal")
         assert await a.leadership_or_unreachable() == "standby", "the old leader took the lease back"
@@ -164,11 +164,6 @@ async def prometheus_faults(stack: Stack) -> AsyncIterator[PrometheusFaults]:
     await faults.start()
     yield faults
     await faults.stop()
-
-
-async def _saw_other_holder(proc: AnnotatorProc) -> float:
-    """Lease attempts that found another holder's lease (the standby's view through its connection)."""
-    return await proc.metric("crane_leader_election_attempts_total", result="held_by_other") or 0.0
 
 
 async def _errors(proc: AnnotatorProc, kind: str) -> float:

@@ -53,7 +53,7 @@ async def test_leader_blackholed_longer_than_the_lease_evicts_nothing_more(
         await eventually(lambda: _is(b, "leader"), timeout=15, what="the standby leads")
         took_over = time.monotonic() - cut
         await asyncio.sleep(max(0.0, 8 - (time.monotonic() - cut)))  # blackholed for twice the lease
-        seen_before = await _saw_other_holder(a)
+        seen_before = await a.saw_other_holder()
         await proxy.heal()
 
         async def planned_by_b() -> float:  # b sees "second" as a victim: it is there to be evicted
@@ -62,7 +62,7 @@ async def test_leader_blackholed_longer_than_the_lease_evicts_nothing_more(
         await eventually(lambda: _positive(planned_by_b), timeout=30, what="the new leader plans the second pod")
 
         async def a_reached_the_lease() -> bool:  # two lease reads through the healed connection, both b's lease
-            return await _saw_other_holder(a) >= seen_before + 2
+            return await a.saw_other_holder() >= seen_before + 2
 
         await eventually(a_reached_the_lease, timeout=30, what="the old leader reads b's lease after the heal")
         assert await a.leadership_or_unreachable() == "standby", "the old leader took the lease back"
@@ -128,11 +128,6 @@ async def _terminating(scene: Scene, name: str) -> bool:
 
 async def _is(proc: DeschedulerProc, state: str) -> bool:
     return await proc.leadership_or_unreachable() == state
-
-
-async def _saw_other_holder(proc: DeschedulerProc) -> float:
-    """Lease attempts that found another holder's lease (the standby's view through its connection)."""
-    return await proc.metric("crane_leader_election_attempts_total", result="held_by_other") or 0.0
 
 
 async def _positive(value: Any) -> bool:
