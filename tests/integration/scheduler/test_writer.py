@@ -189,6 +189,31 @@ async def test_ending_the_term_refuses_its_writes_waiting_for_a_rate_limit_token
     assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding"]
 
 
+async def test_a_write_refused_after_its_rate_limit_token_gives_the_token_to_the_next() -> None:
+    """A backlog of writes whose deadline passes while they wait for tokens must not take the tokens of the writes
+    that can still go out (a burst beyond qps x renew deadline, retried with backoff, took every token: nothing
+    was bound for a minute)."""
+    fake = _Api()
+    async with TestServer(fake.app) as server:
+        # one token, then one per 4 s
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0.25, burst=1)
+        async with ApiWriter(conn) as writer:
+            writer.term = Term()
+            assert (await writer.bind("ns", "first", "u", "n1")).ok  # takes the one token
+            writer.term = Term(deadline=time.monotonic() + 1)
+            late = asyncio.create_task(writer.bind("ns", "late", "u", "n1"))  # its token comes after its deadline
+            await _in_the_writer(writer)
+            writer.term = Term()
+            started = time.monotonic()
+            fresh = await writer.bind("ns", "fresh", "u", "n1")  # waits behind it for a token
+            took = time.monotonic() - started
+            assert (await late).status == REFUSED
+    assert fresh.ok
+    # the late write's token, given back (without it: one more refill, 4 s later)
+    assert took < 6, f"the write after a refused one waited {took:.1f} s: the refused one kept its token"
+    assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding", "/api/v1/namespaces/ns/pods/fresh/binding"]
+
+
 async def test_a_cancelled_caller_withdraws_its_write_from_the_writer() -> None:
     """``stop_binding`` cancels its binding cycles: a bind waiting in the writer process (here for the one
     connection, held by the API server) is withdrawn and never sent, though its connection frees up later."""

@@ -15,7 +15,9 @@ not queue behind the reports of a burst of failed attempts.
 
 Safety (leadership): a request carries its term and the instant its term may end (``deadline``, monotonic); it is
 refused once the deadline has passed or the term was ended (``END_TERM``), checked again after its rate-limiter
-token and once more when its connection is ready, right before it goes out; ``END_TERM`` and ``CANCEL`` also
+token and once more when its connection is ready, right before it goes out (refused then, it gives its token back:
+a backlog of writes whose deadline passed while they waited would otherwise take every token, and nothing would go
+out); ``END_TERM`` and ``CANCEL`` also
 cancel what is waiting for a token or a connection. The process gets SIGKILL when the scheduler dies
 (``PR_SET_PDEATHSIG``) and exits when its stdin closes, after finishing what it has started.
 """
@@ -334,17 +336,23 @@ class Writer:
         if refusal is None:
             await lane.bucket.acquire()
             refusal = self._refusal(term, deadline)
+            if refusal is not None:  # not sent: its token goes to the next write (a backlog of writes past their
+                lane.bucket.refund()  # deadline would otherwise take every token, and nothing would go out)
         if refusal is not None:
             raise Refused(refusal)
         if not _PLAIN_PATH.fullmatch(path):
             path = quote(path, safe="/")
         kind = _CONTENT_TYPES.get(content_type) or f"Content-Type: {content_type}\r\n".encode()
         head = lane.pool.head(method, self.prefix + path, JSON if keep else None) + await self._auth_headers() + kind
-        if gate is None:
-            status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline), keep)
-        else:
-            async with gate:
+        try:
+            if gate is None:
                 status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline), keep)
+            else:
+                async with gate:
+                    status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline), keep)
+        except Refused:
+            lane.bucket.refund()  # refused while it waited for a connection: never sent either
+            raise
         if 200 <= status <= 299:
             return status, text.decode(errors="replace") if keep else ""
         return status, _error_text(text)
