@@ -132,6 +132,8 @@ class LeaderElector:
         self._failing = False  # inside a streak of failed attempts (logged once)
         self.term: Term | None = None  # the current term while leading, else None
         self.on_change: Callable[[bool], None] = lambda leading: None
+        self.on_renew: Callable[[Term], None] = lambda term: None
+        """called with the term each time a renewal moves its deadline (a writer in another process is told)"""
         self._call = "get"  # the lease call in flight (get, create, update), named when it fails
 
     @property
@@ -303,6 +305,7 @@ class LeaderElector:
                     renewed_at = started
                     if self.term is not None:
                         self.term.deadline = renewed_at + self.config.renew_deadline
+                        self.on_renew(self.term)
                     break
                 if self._held_by_other():
                     log.warning("leadership lost: lease held by another", lease=self.config.name)

@@ -219,6 +219,19 @@ async def test_every_attempt_is_counted_by_result(store: Store, candidates: list
     await eventually(lambda: attempts("b", "failed") >= 1, 30, "the standby's failed attempt counted")
 
 
+async def test_each_renewal_that_moves_the_deadline_is_told_with_its_term(
+    store: Store, candidates: list[Candidate]
+) -> None:
+    a = await _make(store, candidates, "a")
+    renewed: list[tuple[int, float]] = []
+    a.elector.on_renew = lambda term: renewed.append((term.number, term.deadline))
+    term = await a.leading()
+    await eventually(lambda: len(renewed) >= 3, 30, "three renewals told")
+    assert {number for number, _ in renewed} == {term.number}
+    deadlines = [deadline for _, deadline in renewed]
+    assert deadlines == sorted(deadlines) and deadlines[-1] == term.deadline
+
+
 LONG_LEASE = {"lease_duration": 30.0, "renew_deadline": 2.0, "retry_period": 0.25}
 """a lease that outlives its renew deadline by far: on a loaded machine (timers late by seconds) what happens
 before the lease expires is still told apart from what happens after"""

@@ -285,6 +285,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
                     scheduler.stop_binding()
 
             elector.on_change = on_change
+            elector.on_renew = writer.renew  # writes queued in the writer process may leave until the new deadline
             runtime.leadership = "standby"
             await elector.run(lambda: scheduler.run(runtime.stopping, elector.term), runtime.stopping)
         finally:

@@ -214,6 +214,31 @@ async def test_a_write_refused_after_its_rate_limit_token_gives_the_token_to_the
     assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding", "/api/v1/namespaces/ns/pods/fresh/binding"]
 
 
+async def test_a_renewal_lets_the_writes_of_its_term_waiting_for_a_token_leave_after_their_first_deadline() -> None:
+    """A write carries its term's deadline as it was when queued; a renewal while it waits for its token moves it
+    (without, a burst longer than qps x renew deadline had its later binds refused while the term held, and a
+    gang's refused member could find its room taken: a gang left partly bound)."""
+    fake = _Api()
+    async with TestServer(fake.app) as server:
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0.25, burst=1)
+        async with ApiWriter(conn) as writer:
+            writer.term = term = Term(deadline=time.monotonic() + 60)
+            assert (await writer.bind("ns", "first", "u", "n1")).ok  # takes the one token; the next in 4 s
+            term.deadline = time.monotonic() + 1
+            waiting = asyncio.create_task(writer.bind("ns", "renewed", "u", "n1"))
+            await _in_the_writer(writer)
+            term.deadline = time.monotonic() + 60  # the elector renewed the lease
+            writer.renew(term)
+            reply = await asyncio.wait_for(waiting, 60)
+            assert reply.ok, reply.describe()
+            ended = Term(deadline=time.monotonic() + 60)  # an ended term's renewal lets nothing out
+            writer.term = ended
+            writer.end_term(ended)
+            writer.renew(ended)
+            assert (await writer.bind("ns", "after-end", "u", "n1")).refused
+    assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding", "/api/v1/namespaces/ns/pods/renewed/binding"]
+
+
 async def test_a_cancelled_caller_withdraws_its_write_from_the_writer() -> None:
     """``stop_binding`` cancels its binding cycles: a bind waiting in the writer process (here for the one
     connection, held by the API server) is withdrawn and never sent, though its connection frees up later."""

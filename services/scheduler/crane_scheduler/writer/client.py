@@ -35,6 +35,7 @@ from crane_scheduler.writer.protocol import (
     OBJECT,
     READY_ID,
     REFUSED,
+    RENEW,
     REQUEST,
     UNSENT,
     URGENT,
@@ -223,6 +224,11 @@ class ApiWriter:
         """Preemption's eviction in the current term (``protocol.EVICT``): the victim's ``condition`` written,
         then the pod deleted if its UID is still ``uid``; the deletion's reply, or the condition's if that failed."""
         return await self._send(EVICT, (namespace, name, uid, condition), self.term)
+
+    def renew(self, term: Term) -> None:
+        """The term was renewed: its writes waiting in the process may leave until its new deadline."""
+        if term.held:
+            self._buffer((RENEW, term.number, term.deadline))
 
     def end_term(self, term: Term) -> None:
         """The term is over: the process refuses its writes not yet sent, from now on (sent unbuffered)."""

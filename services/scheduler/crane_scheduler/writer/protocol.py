@@ -23,6 +23,9 @@ kubeconfig appears on a command line), then arrays:
   so the deletion does not wait for a round trip through the scheduling loop;
 - ``[CANCEL, id]``: the caller gave up (its binding cycle was dropped); not sent if not sent yet;
 - ``[END_TERM, term]``: the term ended; every request of it not yet sent is refused, at once.
+- ``[RENEW, term, deadline]``: the term was renewed: its requests not yet sent may leave until ``deadline`` (a
+  request carries its term's deadline as it was when it was queued; one that waits longer than that for a token or
+  a connection is refused unless a renewal moved it).
 
 Writer -> scheduler: ``[READY_ID, READY, ""]`` once, when its client is built (the scheduler waits for it
 before its first decision, so the first writes do not wait in the pipe for the process's start); then
@@ -35,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REQUEST, CANCEL, END_TERM, BIND, URGENT, EVICT, OBJECT = 0, 1, 2, 3, 4, 5, 6
+REQUEST, CANCEL, END_TERM, BIND, URGENT, EVICT, OBJECT, RENEW = 0, 1, 2, 3, 4, 5, 6, 7
 READY_ID = 0
 """the reply id of the writer's readiness (request ids start at 1)"""
 READY = 1
