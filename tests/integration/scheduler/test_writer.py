@@ -239,6 +239,24 @@ async def test_a_renewal_lets_the_writes_of_its_term_waiting_for_a_token_leave_a
     assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding", "/api/v1/namespaces/ns/pods/renewed/binding"]
 
 
+async def test_a_write_refused_for_its_deadline_is_sent_again_when_its_term_was_renewed_meanwhile() -> None:
+    fake = _Api()
+    async with TestServer(fake.app) as server:
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0.25, burst=1)
+        async with ApiWriter(conn) as writer:
+            writer.term = term = Term(deadline=time.monotonic() + 60)
+            assert (await writer.bind("ns", "first", "u", "n1")).ok  # takes the one token; the next in 4 s
+            term.deadline = time.monotonic() + 1
+            waiting = asyncio.create_task(writer.bind("ns", "again", "u", "n1"))
+            await _in_the_writer(writer)
+            term.deadline = time.monotonic() + 60  # renewed, and the process not told (no RENEW): it refuses
+            reply = await asyncio.wait_for(waiting, 60)
+            assert reply.ok, reply.describe()
+            term.deadline = time.monotonic() - 0.001  # not renewed: the refusal stands
+            assert (await writer.bind("ns", "late", "u", "n1")).refused
+    assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding", "/api/v1/namespaces/ns/pods/again/binding"]
+
+
 async def test_a_cancelled_caller_withdraws_its_write_from_the_writer() -> None:
     """``stop_binding`` cancels its binding cycles: a bind waiting in the writer process (here for the one
     connection, held by the API server) is withdrawn and never sent, though its connection frees up later."""

@@ -4,13 +4,14 @@ pod-status patches, preemption's nominations, conditions and evictions, DynamicR
 
 A write is packed and buffered; the buffer goes down the pipe after ``FLUSH_DELAY`` (or at ``FLUSH_BATCH``
 messages), so a burst of binds costs one pipe write (and one wake-up of the writer) per few milliseconds. Each
-write carries its term (``Term.number``) and the term's deadline (``Term.deadline``, monotonic); ``end_term``
-tells the writer at once, unbuffered, that a term is over. A caller that is cancelled (``stop_binding`` cancels
-its binding cycles) cancels its request in the writer too. If the process dies, the writes in flight answer
-``UNSENT`` (a bind is retried with backoff, an event is retried) and it is restarted with backoff; ``alive`` is
-a readiness check. ``ready`` is set once the process has built its client (its imports take ~1.4 s): the
-scheduler waits for it before its first decision, so a start with pods pending does not pile its first writes up
-in the pipe.
+write carries its term (``Term.number``) and the term's deadline (``Term.deadline``, monotonic), which ``renew``
+moves on in the process; a write refused for its deadline is sent again if the term was renewed meanwhile (the
+renewal's message came too late); ``end_term`` tells the writer at once, unbuffered, that a term is over. A caller
+that is cancelled (``stop_binding`` cancels its binding cycles) cancels its request in the writer too. If the
+process dies, the writes in flight answer ``UNSENT`` (a bind is retried with backoff, an event is retried) and it
+is restarted with backoff; ``alive`` is a readiness check. ``ready`` is set once the process has built its client
+(its imports take ~1.4 s): the scheduler waits for it before its first decision, so a start with pods pending does
+not pile its first writes up in the pipe.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import msgpack
 from crane_scheduler.writer.protocol import (
     BIND,
     CANCEL,
+    DEADLINE_PASSED,
     END_TERM,
     EVICT,
     JSON,
@@ -198,7 +200,19 @@ class ApiWriter:
         return True
 
     async def _send(self, kind: int, fields: tuple[Any, ...], term: Term | None) -> Reply:
-        """A ``REQUEST`` or ``BIND`` message (``protocol``) with its ``fields`` between the id and the term."""
+        """A ``REQUEST`` or ``BIND`` message (``protocol``) with its ``fields`` between the id and the term. A write
+        refused because its deadline passed while it waited in the process is sent again if the term has been
+        renewed since (it still holds, with a later deadline): refused, a gang member's bind would give its room
+        away while its siblings are bound."""
+        while True:
+            sent = term.deadline if term is not None else NO_DEADLINE
+            reply = await self._send_once(kind, fields, term)
+            if not (reply.refused and reply.text == DEADLINE_PASSED and term is not None and term.held):
+                return reply
+            if term.deadline <= sent:  # not renewed since: the refusal stands
+                return reply
+
+    async def _send_once(self, kind: int, fields: tuple[Any, ...], term: Term | None) -> Reply:
         if not self.alive:
             return Reply(UNSENT, "the API writer process is not running")
         if term is not None and not term.held:  # also after a restart, when the process never got its END_TERM

@@ -49,6 +49,7 @@ from crane_scheduler.writer.http import Endpoint, HttpPool, Refused
 from crane_scheduler.writer.protocol import (
     BIND,
     CANCEL,
+    DEADLINE_PASSED,
     END_TERM,
     EVICT,
     JSON,
@@ -271,7 +272,7 @@ class Writer:
         if term and term in self.ended:
             return "leadership term ended"
         if time.monotonic() >= max(deadline, self.renewed.get(term, deadline)):
-            return "leadership term deadline passed"
+            return DEADLINE_PASSED
         return None
 
     async def _auth_headers(self) -> bytes:

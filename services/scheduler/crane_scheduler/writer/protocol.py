@@ -47,6 +47,8 @@ REFUSED = -1
 JSON = "application/json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 NO_DEADLINE = float("inf")
+DEADLINE_PASSED = "leadership term deadline passed"
+"""the text of a ``REFUSED`` reply whose term's deadline passed before it could leave"""
 
 
 @dataclass(frozen=True, slots=True)
