@@ -48,6 +48,7 @@ from crane_scheduler.explain import DecisionLog
 from crane_scheduler.framework.interface import GangPlugin, QueueingHintPlugin
 from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import (
+    SCHEDULED_WITH_BIND,
     ClusterChange,
     ClusterEvent,
     Code,
@@ -178,6 +179,7 @@ class Scheduler:
                 profile.handle.activate = self._activate
                 profile.handle.record_event = functools.partial(self.reporter.event, profile.name)
                 profile.handle.claim_condition = self.reporter.condition_claimed
+                profile.handle.scheduled_report = functools.partial(self.reporter.with_bind, profile.name)
         self._gangs: dict[str, tuple[GangPlugin, ...]] = {
             name: tuple(p for p in profile.plugins.values() if isinstance(p, GangPlugin))
             for name, profile in profiles.items()
@@ -647,7 +649,10 @@ class Scheduler:
             return
         self.metrics.bind_duration.labels("bound").observe(time.perf_counter() - bind_start)
         profile.run_post_bind(state, pod, node)
-        self.reporter.scheduled(pod.namespace, pod.name, pod.uid, node, profile.name)
+        if state.get(SCHEDULED_WITH_BIND):
+            self.reporter.bound(pod.uid)  # its Scheduled event went with the bind (``Reporter.with_bind``)
+        else:
+            self.reporter.scheduled(pod.namespace, pod.name, pod.uid, node, profile.name)
         self.metrics.schedule_attempts.labels("scheduled", profile.name).inc()
         self.metrics.attempt_duration.labels("scheduled", profile.name).observe(time.perf_counter() - start)
 

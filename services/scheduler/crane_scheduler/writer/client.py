@@ -22,12 +22,14 @@ import itertools
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
 from crane_scheduler.writer.protocol import (
     BIND,
+    BIND_REPORTED,
     CANCEL,
     DEADLINE_PASSED,
     END_TERM,
@@ -57,6 +59,17 @@ FLUSH_BATCH = 256
 STOP_TIMEOUT = 10.0
 """seconds the process gets to finish its requests once its stdin is closed: by then the reporter is done and the
 binding cycles are drained, so only writes whose callers gave up are left"""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledReport:
+    """The ``Scheduled`` event a bind carries (``ApiWriter.bind``): reportingController, reportingInstance, the
+    event's time, and who hears how its write went."""
+
+    scheduler: str
+    instance: str
+    at: float
+    done: Callable[[Reply], None]
 
 
 class ApiWriter:
@@ -207,9 +220,7 @@ class ApiWriter:
         while True:
             sent = term.deadline if term is not None else NO_DEADLINE
             reply = await self._send_once(kind, fields, term)
-            if not (reply.refused and reply.text == DEADLINE_PASSED and term is not None and term.held):
-                return reply
-            if term.deadline <= sent:  # not renewed since: the refusal stands
+            if not _renewed_since(reply, term, sent):
                 return reply
 
     async def _send_once(self, kind: int, fields: tuple[Any, ...], term: Term | None) -> Reply:
@@ -229,10 +240,31 @@ class ApiWriter:
                 self._buffer((CANCEL, rid))
             raise
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> Reply:
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, report: ScheduledReport | None = None
+    ) -> Reply:
         """POST pods/<name>/binding in the current term. The UID precondition makes a bind of a deleted-and-
-        recreated pod fail instead of binding the new one."""
-        return await self._send(BIND, (namespace, name, uid, node), self.term)
+        recreated pod fail instead of binding the new one. With ``report``, the process also writes the pod's
+        ``Scheduled`` event once the bind succeeded (``protocol.BIND_REPORTED``) and ``report.done`` gets that
+        write's reply (``REFUSED`` with ``NOT_BOUND`` when the bind failed; ``UNSENT`` if the process died)."""
+        if report is None or not self.alive or (self.term is not None and not self.term.held):
+            return await self._send(BIND, (namespace, name, uid, node), self.term)  # (or its refusal, unsent)
+        term = self.term
+        while True:  # as ``_send``, each attempt with its own event id: only the last one's report counts
+            sent = term.deadline if term is not None else NO_DEADLINE
+            event_id = next(self._ids)
+            future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+            self._pending[event_id] = future  # answered, or failed with the rest (``_fail_pending``)
+            fields = (namespace, name, uid, node, event_id, report.scheduler, report.instance, report.at)
+            try:
+                reply = await self._send_once(BIND_REPORTED, fields, term)
+            except asyncio.CancelledError:
+                future.add_done_callback(lambda f: report.done(f.result()))
+                raise
+            if not _renewed_since(reply, term, sent):
+                future.add_done_callback(lambda f: report.done(f.result()))
+                return reply
+            self._pending.pop(event_id, None)  # this attempt's NOT_BOUND: sent again
 
     async def evict(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> Reply:
         """Preemption's eviction in the current term (``protocol.EVICT``): the victim's ``condition`` written,
@@ -264,3 +296,9 @@ class ApiWriter:
         proc = self._proc
         if data and proc is not None and proc.stdin is not None and not proc.stdin.is_closing():
             proc.stdin.write(data)
+
+
+def _renewed_since(reply: Reply, term: Term | None, sent: float) -> bool:
+    """Whether ``reply`` refused a write for its deadline (``sent``) while its term still holds with a later one:
+    a renewal came after the write left the scheduler, so it may go again."""
+    return reply.refused and reply.text == DEADLINE_PASSED and term is not None and term.held and term.deadline > sent
