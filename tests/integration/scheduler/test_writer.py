@@ -241,21 +241,29 @@ async def test_a_renewal_lets_the_writes_of_its_term_waiting_for_a_token_leave_a
 
 
 async def test_a_write_refused_for_its_deadline_is_sent_again_when_its_term_was_renewed_meanwhile() -> None:
+    """The bind carries its Scheduled event (``BIND_REPORTED``): the event of the attempt that went out is written
+    and reported, once; the refused attempt's "not bound" is not."""
     fake = _Api()
+    heard: list[Reply] = []
+    report = ScheduledReport("crane-test", "instance-1", time.time(), heard.append)
     async with TestServer(fake.app) as server:
         conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0.25, burst=1)
         async with ApiWriter(conn) as writer:
             writer.term = term = Term(deadline=time.monotonic() + 60)
             assert (await writer.bind("ns", "first", "u", "n1")).ok  # takes the one token; the next in 4 s
             term.deadline = time.monotonic() + 1
-            waiting = asyncio.create_task(writer.bind("ns", "again", "u", "n1"))
+            waiting = asyncio.create_task(writer.bind("ns", "again", "u", "n1", report))
             await _in_the_writer(writer)
             term.deadline = time.monotonic() + 60  # renewed, and the process not told (no RENEW): it refuses
             reply = await asyncio.wait_for(waiting, 60)
             assert reply.ok, reply.describe()
+            await eventually(lambda: heard, 30, "the event's report")
             term.deadline = time.monotonic() - 0.001  # not renewed: the refusal stands
             assert (await writer.bind("ns", "late", "u", "n1")).refused
-    assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding", "/api/v1/namespaces/ns/pods/again/binding"]
+    assert [r.ok for r in heard] == [True]
+    binds = [path for path in _sent(fake) if path.endswith("/binding")]
+    assert binds == ["/api/v1/namespaces/ns/pods/first/binding", "/api/v1/namespaces/ns/pods/again/binding"]
+    assert [path for path in _sent(fake) if path.endswith("/events")] == ["/apis/events.k8s.io/v1/namespaces/ns/events"]
 
 
 async def test_a_cancelled_caller_withdraws_its_write_from_the_writer() -> None:
