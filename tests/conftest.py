@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -73,6 +75,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
     ci_order(items)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """The skipped tests, counted by reason, in a section of their own: ``-q`` hides the reasons, and a skip must
+    never pass unseen (in CI a test whose tool cannot run fails instead: ``tests.support.unavailable``)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons: Counter[str] = Counter()
+    for report in skipped:
+        longrepr = report.longrepr
+        reasons[str(longrepr[2]) if isinstance(longrepr, tuple) else str(longrepr)] += 1
+    terminalreporter.write_sep("=", f"{len(skipped)} SKIPPED", yellow=True, bold=True)
+    for reason, count in reasons.most_common():
+        terminalreporter.write_line(f"{count:5d}  {reason[:300]}")
 
 
 @pytest.fixture(scope="session")

@@ -85,6 +85,13 @@ class TokenBucket:
                 self._refill()
             self._tokens -= 1
 
+    def refund(self) -> None:
+        """Give back the token of a request that was not sent after all (it was refused once it had its token), as
+        client-go's limiter cancels the reservation of a request whose context ends while it waits: a backlog of
+        requests that will be refused must not take the tokens of those that can still go out."""
+        if self.qps > 0:
+            self._tokens = min(float(self.burst), self._tokens + 1)
+
 
 def env_proxy(url: str) -> str | None:
     """The proxy the environment (``HTTPS_PROXY``/``HTTP_PROXY``, less ``NO_PROXY``) gives ``url``, as aiohttp

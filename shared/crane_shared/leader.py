@@ -17,6 +17,10 @@ What client-go's ``leaderelection`` package and kube-scheduler add, and this mod
   ``on_change(False)`` is called, *before* the lead task is cancelled, so writers stop at once;
 - errors of any kind (disconnects, timeouts, 5xx, bad JSON, a malformed Lease) only fail the attempt: they are
   retried every ``retry_period``, logged once per streak, never fatal.
+
+Every attempt is counted in ``crane_leader_election_attempts_total{result}`` (acquired, renewed, held_by_other,
+conflict, failed) on the service's registry: a standby's ``held_by_other`` rising says it reaches the API server
+and sees the leader's Lease; ``failed`` rising, that it does not.
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry
 
 from crane_shared.events import micro_time
 from crane_shared.kube import ApiCallError, KubeSettings, api_failure, make_api_client, raw_json
 from crane_shared.logs import get_logger
+from crane_shared.metrics import MetricSet
 from crane_shared.retry import sleep_unless
 
 log = get_logger("crane.leader")
@@ -70,6 +76,18 @@ async def make_lease_client(settings: KubeSettings, lease: LeaseConfig) -> clien
     return await make_api_client(settings, request_timeout=lease.request_timeout)
 
 
+class LeaseMetrics(MetricSet):
+    prefix = "crane_leader_election_"
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.attempts = self.counter(
+            "attempts_total",
+            "Lease acquire/renew attempts by result (acquired, renewed, held_by_other, conflict, failed).",
+            ["result"],
+        )
+
+
 _term_numbers = itertools.count(1)
 
 
@@ -97,8 +115,15 @@ class LeaderElector:
     ``api`` should come from ``make_lease_client`` (its own limiter and request timeout); the renew deadline is
     enforced here regardless of the client's timeout."""
 
-    def __init__(self, api: client.ApiClient, config: LeaseConfig, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        api: client.ApiClient,
+        config: LeaseConfig,
+        clock: Callable[[], float] = time.monotonic,
+        registry: CollectorRegistry | None = None,
+    ):
         self._api = client.CoordinationV1Api(api)
+        self._metrics = LeaseMetrics(registry or CollectorRegistry())
         self.config = config
         self._clock = clock
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
@@ -107,6 +132,8 @@ class LeaderElector:
         self._failing = False  # inside a streak of failed attempts (logged once)
         self.term: Term | None = None  # the current term while leading, else None
         self.on_change: Callable[[bool], None] = lambda leading: None
+        self.on_renew: Callable[[Term], None] = lambda term: None
+        """called with the term each time a renewal moves its deadline (a writer in another process is told)"""
         self._call = "get"  # the lease call in flight (get, create, update), named when it fails
 
     @property
@@ -173,22 +200,27 @@ class LeaderElector:
         """One attempt bounded by ``timeout`` (default: the lease request timeout); True when we hold the lease
         afterwards. Every failure (conflict, 5xx, disconnect, timeout, bad JSON, malformed Lease) is False."""
         budget = self.config.request_timeout if timeout is None else timeout
+        was_leader = self.is_leader
         try:
             async with asyncio.timeout(max(0.0, budget)):
                 held = await self._try_acquire_or_renew()
         except ApiException as err:
             if err.status != 409:  # 409: someone else wrote first, the normal race
                 self._failed(err)
+            self._metrics.attempts.labels("conflict" if err.status == 409 else "failed").inc()
             return False
         except TimeoutError:
             self._failed(ApiCallError(self._call, self._object, None, f"no answer within {budget:.1f}s"))
+            self._metrics.attempts.labels("failed").inc()
             return False
         except Exception as err:  # disconnects, bad JSON, malformed Lease: retried, never fatal
             self._failed(err)
+            self._metrics.attempts.labels("failed").inc()
             return False
         if self._failing:
             self._failing = False
             log.info("lease requests succeed again", lease=self.config.name)
+        self._metrics.attempts.labels(("renewed" if was_leader else "acquired") if held else "held_by_other").inc()
         return held
 
     @property
@@ -273,6 +305,7 @@ class LeaderElector:
                     renewed_at = started
                     if self.term is not None:
                         self.term.deadline = renewed_at + self.config.renew_deadline
+                        self.on_renew(self.term)
                     break
                 if self._held_by_other():
                     log.warning("leadership lost: lease held by another", lease=self.config.name)

@@ -30,6 +30,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import DEFAULT_MULTIPOINT, builtin_registry
 from crane_scheduler.podinfo import parse_node, parse_pod
 from tests.support.judge import go_available, judge_binary
+from tests.support.unavailable import unavailable
 
 Json = dict[str, Any]
 CASES = int(os.environ.get("CRANE_DIFF_CASES", "300"))
@@ -231,7 +232,7 @@ def judge_process() -> Iterator[subprocess.Popen[str]]:
     # built by kubebin with the Kubernetes binaries (waits for scripts/setup's build in CI); skipped only without Go,
     # as the differential suite's `judge` fixture
     if not go_available() and not os.environ.get("CRANE_JUDGE"):
-        pytest.skip("Go is not installed: the judge (kube-scheduler's plugins) is built from the pinned Kubernetes")
+        unavailable("Go is not installed: the judge (kube-scheduler's plugins) is built from the pinned Kubernetes")
     path = judge_binary()
     proc = subprocess.Popen([str(path), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     yield proc

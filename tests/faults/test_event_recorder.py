@@ -274,35 +274,51 @@ async def hot_values_right(redis: aioredis.Redis, made: Sequence[Binding]) -> fl
 
 
 @pytest.mark.slow_fault
-async def test_sentinel_primary_killed_mid_burst_loses_no_binding(
+async def test_sentinel_primary_killed_with_unreplicated_writes_the_relist_restores_them(
     kube: client.ApiClient,
     recorder_kube: client.ApiClient,
     run_dir: Path,
     namespace: str,
+    proxy_to: Callable[..., Any],
     fault_report: FaultReport,
 ) -> None:
-    """Redis behind Sentinel: the primary is SIGKILLed while events stream in. Writes not yet replicated are gone
-    with it; the promoted replica is another server (another run_id), so the recorder re-lists and restores them."""
+    """Redis behind Sentinel: replication to the replicas is held (Toxiproxy), the recorder writes 30 bindings
+    the primary acknowledges and no replica has, then the primary is SIGKILLed mid-burst. The promoted replica
+    lacks them and is another server (another run_id): only the recorder's re-list can bring them back."""
     made = bindings(namespace, 90)
-    row = fault_report.row("Redis Sentinel: primary killed mid-burst, replica promoted (event-recorder)")
-    async with SentinelGroup(run_dir / f"sentinel-{namespace}") as group:
+    row = fault_report.row(
+        "Redis Sentinel: primary killed with 30 unreplicated writes, replica promoted (event-recorder)"
+    )
+    async with SentinelGroup(run_dir / f"sentinel-{namespace}", proxy=proxy_to) as group:
         audit_client = make_redis(group.settings())
+        replicas = [group.client_of(port) for port in await group.replica_ports()]
         try:
             async with in_process(recorder_kube, group.settings(), namespace) as rec:
                 await eventually(rec.recorder.ready, timeout=30)
                 await report_all(kube, made[:30])
-                burst = asyncio.create_task(report_all(kube, made[30:60]))
-                await asyncio.sleep(0.2)  # the burst under way
+                await eventually(lambda: audit(audit_client, made[:30], row), what="the first 30 recorded")
+                assert await audit_client.wait(group.replicas, 5000) == group.replicas  # ... and replicated
+                await group.hold_replication()
+                await report_all(kube, made[30:60])
+                await eventually(lambda: rec.metric("bindings_recorded_total") == 60, what="60 written")
+                for replica in replicas:  # acknowledged by the primary, on no replica
+                    assert len(await stored(replica)) == 30, "the writes reached a replica: nothing is at stake"
+                burst = asyncio.create_task(report_all(kube, made[60:]))
                 killed = await group.kill_primary()
                 killed_at = time.monotonic()
                 hot_right = asyncio.create_task(hot_values_right(audit_client, made))
                 await burst
-                await report_all(kube, made[60:])
                 await all_recorded(audit_client, made, row, since=killed_at, timeout=90, failover=True)
                 hot_seconds = await asyncio.wait_for(hot_right, 30) - killed_at
                 assert await group.primary_port() != killed
                 relists = rec.metric("watch_restarts_total", reason="redis-reset")
-                row.note = f"hot values right {hot_seconds:.2f} s after the kill; recorder re-lists: {relists:g}"
+                assert relists >= 1, "the records came back without the recorder's re-list"
+                row.note = (
+                    f"30 writes lost with the primary, restored by {relists:g} re-list(s); hot values right "
+                    f"{hot_seconds:.2f} s after the kill"
+                )
         finally:
             await audit_client.aclose()
+            for replica in replicas:
+                await replica.aclose()
     assert row.doubled == 0 and row.lost == 0

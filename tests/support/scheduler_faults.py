@@ -251,12 +251,12 @@ class Stage:
     selector: str
     scheduler_name: str
 
-    async def pair(self, timing: dict[str, str] = TIMING, nodes: int = 10) -> Pair:
-        """The group's ``nodes`` nodes (64 cores, 256Gi, 500 pods each) and a ``Pair`` on one Lease as the chart's
-        scheduler ServiceAccount of the namespace (replicas still to be added)."""
+    async def pair(self, timing: dict[str, str] = TIMING, nodes: int = 10, cpu: str = "64") -> Pair:
+        """The group's ``nodes`` nodes (``cpu`` cores, 256Gi, 500 pods each) and a ``Pair`` on one Lease as the
+        chart's scheduler ServiceAccount of the namespace (replicas still to be added)."""
         group = self.group
         await create_nodes(
-            self.kube, [node(f"{group}-{i}", group, cpu="64", memory="256Gi", pods=500) for i in range(nodes)]
+            self.kube, [node(f"{group}-{i}", group, cpu=cpu, memory="256Gi", pods=500) for i in range(nodes)]
         )
         account = await service_identity(self.cluster, "scheduler", self.namespace)
         return Pair(self.cluster, account, self.selector, self.scheduler_name, timing)

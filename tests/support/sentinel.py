@@ -1,12 +1,18 @@
 """Redis with Sentinel high availability, real: a primary, its replicas and three sentinels (Debian's
 ``redis-server`` and ``redis-sentinel``), all on loopback, the primary and the sentinels password-protected as a
 production setup is. ``kill_primary`` SIGKILLs whichever server is the primary now; the sentinels promote a
-replica about a second later (``down-after-milliseconds`` 1000)."""
+replica about a second later (``down-after-milliseconds`` 1000).
+
+With ``proxy`` (the fault suite's ``proxy_to``), each replica reaches the first primary through a Toxiproxy proxy
+of its own, so ``hold_replication`` can stop the primary's replication stream while the links stay up: writes
+acknowledged by the primary then exist nowhere else, and a kill loses them, as an asynchronous replica's lag
+does in production. The sentinels and clients reach every server directly."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +20,7 @@ import redis.asyncio as aioredis
 
 from crane_sandbox.cluster import require
 from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
+from crane_sandbox.toxiproxy import Proxy
 from crane_shared.settings import RedisSettings
 
 MASTER = "crane"
@@ -29,6 +36,9 @@ class SentinelGroup:
     servers: dict[int, ManagedProcess] = field(default_factory=dict)
     """redis-server processes by port"""
     sentinel_ports: list[int] = field(default_factory=list)
+    proxy: Callable[[str], Awaitable[Proxy]] | None = None
+    """makes a Toxiproxy proxy to an upstream host:port: each replica then replicates through one"""
+    replication_links: list[Proxy] = field(default_factory=list)
     _sentinel_procs: list[ManagedProcess] = field(default_factory=list)
 
     @property
@@ -61,7 +71,12 @@ class SentinelGroup:
         primary = free_port()
         await self._server(primary, None)
         for _ in range(self.replicas):
-            await self._server(free_port(), primary)
+            source = primary
+            if self.proxy is not None:
+                link = await self.proxy(f"127.0.0.1:{primary}")
+                self.replication_links.append(link)
+                source = link.listen_port
+            await self._server(free_port(), source)
         for i in range(self.sentinels):
             port = free_port()
             conf = self.run_dir / f"sentinel-{i}.conf"  # the sentinel rewrites it: a file of its own
@@ -128,6 +143,23 @@ class SentinelGroup:
             if asyncio.get_running_loop().time() > deadline:
                 raise TimeoutError(f"sentinels know {replicas!r} replicas and {peers!r} peers")
             await asyncio.sleep(0.2)
+
+    async def hold_replication(self) -> None:
+        """Stop the replication stream to every replica (it stays connected, nothing reaches it): needs
+        ``proxy``."""
+        assert self.replication_links, "replicas replicate directly: start the group with proxy="
+        for link in self.replication_links:
+            await link.add_toxic("timeout", {"timeout": 0}, stream="downstream")
+
+    def client_of(self, port: int) -> aioredis.Redis:
+        """A client of one server, whatever its role (a replica answers reads)."""
+        return aioredis.Redis(port=port, password=PASSWORD, socket_timeout=5)
+
+    async def replica_ports(self) -> list[int]:
+        """The replicas' ports as the sentinels see them now."""
+        answer = await self._ask_sentinel("SENTINEL", "REPLICAS", MASTER)
+        assert isinstance(answer, list)  # redis-py parses each replica's fields into a dict
+        return [int(r["port"]) for r in answer]
 
     async def kill_primary(self) -> int:
         """SIGKILL the current primary (no shutdown, no last sync); returns its port."""

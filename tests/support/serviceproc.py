@@ -67,6 +67,11 @@ class ServiceProc:
         except (aiohttp.ClientError, OSError):
             return "unreachable"
 
+    async def saw_other_holder(self) -> float:
+        """Lease attempts that found another holder's lease: a standby reaching the API server and seeing the
+        leader (``crane_leader_election_attempts_total{result="held_by_other"}``)."""
+        return await self.metric("crane_leader_election_attempts_total", result="held_by_other") or 0.0
+
     async def stop(self) -> None:
         if self.process is not None:
             await self.process.stop()

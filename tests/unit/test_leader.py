@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client
+from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from crane_shared.kube import KubeSettings, api_client_from_dict, make_api_client
@@ -178,11 +179,16 @@ async def candidates(store: Store) -> AsyncIterator[list[Candidate]]:
 
 
 async def _make(
-    store: Store, made: list[Candidate], identity: str, config: dict[str, float] | None = None
+    store: Store,
+    made: list[Candidate],
+    identity: str,
+    config: dict[str, float] | None = None,
+    registry: CollectorRegistry | None = None,
 ) -> Candidate:
     front = Front(store)
     api = await front.start()
-    c = Candidate(front, api, LeaderElector(api, LeaseConfig("default", "lease", identity, **(config or CONFIG))))
+    lease = LeaseConfig("default", "lease", identity, **(config or CONFIG))
+    c = Candidate(front, api, LeaderElector(api, lease, registry=registry))
     made.append(c)
     c.start()
     return c
@@ -195,6 +201,35 @@ async def _leader_and_standby(
     a = await _make(store, made, "a", config)
     a_term = await a.leading()
     return a, a_term, await _make(store, made, "b", config)
+
+
+async def test_every_attempt_is_counted_by_result(store: Store, candidates: list[Candidate]) -> None:
+    registries = {"a": CollectorRegistry(), "b": CollectorRegistry()}
+
+    def attempts(who: str, result: str) -> float:
+        return registries[who].get_sample_value("crane_leader_election_attempts_total", {"result": result}) or 0.0
+
+    a = await _make(store, candidates, "a", registry=registries["a"])
+    await a.leading()
+    b = await _make(store, candidates, "b", registry=registries["b"])
+    await eventually(lambda: attempts("b", "held_by_other") >= 2, 30, "the standby sees the leader's lease")
+    await eventually(lambda: attempts("a", "renewed") >= 2, 30, "the leader renews")
+    assert attempts("a", "acquired") == 1 and attempts("b", "acquired") == 0
+    b.front.mode = "500"
+    await eventually(lambda: attempts("b", "failed") >= 1, 30, "the standby's failed attempt counted")
+
+
+async def test_each_renewal_that_moves_the_deadline_is_told_with_its_term(
+    store: Store, candidates: list[Candidate]
+) -> None:
+    a = await _make(store, candidates, "a")
+    renewed: list[tuple[int, float]] = []
+    a.elector.on_renew = lambda term: renewed.append((term.number, term.deadline))
+    term = await a.leading()
+    await eventually(lambda: len(renewed) >= 3, 30, "three renewals told")
+    assert {number for number, _ in renewed} == {term.number}
+    deadlines = [deadline for _, deadline in renewed]
+    assert deadlines == sorted(deadlines) and deadlines[-1] == term.deadline
 
 
 LONG_LEASE = {"lease_duration": 30.0, "renew_deadline": 2.0, "retry_period": 0.25}

@@ -63,7 +63,7 @@ async def run(config: AnnotatorConfig) -> int:
             load_taint_interval=config.load_taint_interval,
         )
         lease_api = await make_lease_client(common.kube, config.lease)
-        elector = LeaderElector(lease_api, config.lease)
+        elector = LeaderElector(lease_api, config.lease, registry=runtime.registry)
         annotator.patcher.may_write = lambda: elector.is_leader  # no PATCH leaves once the term has ended
 
         def on_change(leading: bool) -> None:

@@ -53,7 +53,7 @@ async def run(config: DeschedulerConfig) -> int:
             ),
         )
         lease_api = await make_lease_client(common.kube, config.lease)
-        elector = LeaderElector(lease_api, config.lease)
+        elector = LeaderElector(lease_api, config.lease, registry=runtime.registry)
 
         def on_change(leading: bool) -> None:
             runtime.leadership = "leader" if leading else "standby"

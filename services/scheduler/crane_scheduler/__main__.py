@@ -277,7 +277,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         )
         lease_api = await make_lease_client(kube, lease)  # own pool, rate limit and timeout, as kube-scheduler
         try:
-            elector = LeaderElector(lease_api, lease)
+            elector = LeaderElector(lease_api, lease, registry=runtime.registry)
 
             def on_change(leading: bool) -> None:
                 runtime.leadership = "leader" if leading else "standby"
@@ -285,6 +285,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
                     scheduler.stop_binding()
 
             elector.on_change = on_change
+            elector.on_renew = writer.renew  # writes queued in the writer process may leave until the new deadline
             runtime.leadership = "standby"
             await elector.run(lambda: scheduler.run(runtime.stopping, elector.term), runtime.stopping)
         finally:

@@ -80,9 +80,14 @@ async def test_leader_blackholed_longer_than_the_lease_stops_writing_before_the_
         await eventually(lambda: _is(b, "leader"), timeout=15, what="the standby leads")
         took_over = time.monotonic() - cut
         await asyncio.sleep(max(0.0, 8 - (time.monotonic() - cut)))  # blackholed for twice the lease
+        seen_before = await a.saw_other_holder()
         await proxy.heal()
         a_patches = await _patches(a)
-        await asyncio.sleep(3)
+
+        async def a_reached_the_lease() -> bool:  # two lease reads through the healed connection, both b's lease
+            return bool(await a.saw_other_holder() >= seen_before + 2)
+
+        await eventually(a_reached_the_lease, timeout=30, what="the old leader reads b's lease after the heal")
         assert await a.leadership_or_unreachable() == "standby", "the old leader took the lease back"
         assert await _patches(a) == a_patches, "the old leader patched after the partition healed"
     finally:
@@ -202,7 +207,9 @@ async def test_prometheus_garbage_wrong_types_or_hanging_is_skipped_counted_logg
     prometheus_faults.mode = mode
     await eventually(lambda: _errors_at_least(proc, kind, 2 * len(METRICS)), timeout=30, what=f"{kind} counted")
     frozen = await _stamps(stack)
-    await asyncio.sleep(3)  # several rounds of every fast metric during the fault
+    rounds = await _rounds(proc)
+    assert rounds, "no round counted"
+    await eventually(lambda: _rounds_since(proc, rounds, 2), timeout=30, what="two more rounds of every period")
     assert await _stamps(stack) == frozen, "a value from a bad answer was written"
     assert proc.process.running and (await proc.get("/healthz"))[0] == 200
     prometheus_faults.mode = "pass"
@@ -216,6 +223,18 @@ async def test_prometheus_garbage_wrong_types_or_hanging_is_skipped_counted_logg
     row.created = row.bound = len(stack.nodes)
     row.recovery = round(time.monotonic() - healed, 2)
     row.note = f"{int(await _errors(proc, kind))} queries skipped and counted; {len(logged)} log lines"
+
+
+async def _rounds(proc: AnnotatorProc) -> dict[str, float]:
+    """Rounds completed, per sync period (the count of ``crane_annotator_round_duration_seconds``)."""
+    metrics = await proc.metrics()
+    name = "crane_annotator_round_duration_seconds_count"
+    return {dict(labels)["period"]: v for (n, labels), v in metrics.items() if n == name}
+
+
+async def _rounds_since(proc: AnnotatorProc, before: dict[str, float], more: int) -> bool:
+    now = await _rounds(proc)
+    return all(now.get(period, 0.0) >= count + more for period, count in before.items())
 
 
 async def _errors_at_least(proc: AnnotatorProc, kind: str, count: float) -> bool:

@@ -53,14 +53,18 @@ async def test_leader_blackholed_longer_than_the_lease_evicts_nothing_more(
         await eventually(lambda: _is(b, "leader"), timeout=15, what="the standby leads")
         took_over = time.monotonic() - cut
         await asyncio.sleep(max(0.0, 8 - (time.monotonic() - cut)))  # blackholed for twice the lease
+        seen_before = await a.saw_other_holder()
         await proxy.heal()
-        healed = time.monotonic()
 
         async def planned_by_b() -> float:  # b sees "second" as a victim: it is there to be evicted
             return await b.counter("evictions", reason="cpu_usage_avg_5m", result="dry_run")
 
         await eventually(lambda: _positive(planned_by_b), timeout=30, what="the new leader plans the second pod")
-        await asyncio.sleep(max(0.0, 3 - (time.monotonic() - healed)))  # a's caches are back by now
+
+        async def a_reached_the_lease() -> bool:  # two lease reads through the healed connection, both b's lease
+            return await a.saw_other_holder() >= seen_before + 2
+
+        await eventually(a_reached_the_lease, timeout=30, what="the old leader reads b's lease after the heal")
         assert await a.leadership_or_unreachable() == "standby", "the old leader took the lease back"
         assert await a.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 1
         assert not pod_terminating(await scene.core.read_namespaced_pod("second", scene.namespace))

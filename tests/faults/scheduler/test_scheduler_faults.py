@@ -67,11 +67,19 @@ async def test_leader_blackholed_longer_than_the_lease_stops_binding_before_the_
         assert a_stopped - cut <= RENEW_DEADLINE + 1.0, "the old leader noticed the lost lease too late"
         # longer than the lease, then heal: a's dropped binds must not leave now
         await asyncio.sleep(max(0.0, 2 * LEASE_DURATION - (time.monotonic() - cut)))
+        seen_before = await a.metric("crane_leader_election_attempts_total", result="held_by_other")
         await proxy.heal()
         healed = time.monotonic()
         await audit(stage.kube, stage.namespace, created, row)
         row.recovery = round(time.monotonic() - healed, 2)
-        await asyncio.sleep(2.0)  # a's metrics after the heal: anything still queued would have left by now
+
+        async def a_settled() -> bool:
+            """No binding cycle left in a, and two of its lease reads went through the healed proxy (which let out
+            what it held the moment it healed) and found b's lease."""
+            seen = await a.metric("crane_leader_election_attempts_total", result="held_by_other")
+            return seen >= seen_before + 2 and await a.metric("crane_scheduler_binds_in_flight") == 0
+
+        await wait_for(a_settled, timeout=30, what="the old leader to read b's lease through the healed proxy")
         assert await a.metric("crane_scheduler_binds_dropped_total") > 0, "no queued bind was dropped: not tested"
         assert await a.metric("crane_scheduler_bind_duration_seconds_count", result="conflict") == 0, (
             "the old leader sent binds after losing the lease"

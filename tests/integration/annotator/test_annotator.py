@@ -22,8 +22,10 @@ from crane_shared.hotvalue import hot_value
 from crane_shared.kube import raw_json
 from crane_shared.loadtaintpolicy import TAINT_KEY
 from crane_shared.policy import HotValuePolicy
-from tests.support.annotator import SELECTOR_KEY, TEST_POLICY, Stack, peaks
+from crane_shared.redisconn import make_redis
+from tests.support.annotator import SELECTOR_KEY, TEST_POLICY, Stack, annotators, peaks
 from tests.support.policy import UPSTREAM_METRICS as METRICS
+from tests.support.sentinel import SentinelGroup
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -167,6 +169,43 @@ async def test_hot_value_equals_the_formula_and_follows_a_burst_within_a_second(
 
 async def _equals(value: Any, expected: int) -> bool:
     return bool(await value == expected)
+
+
+async def test_against_redis_sentinel_hot_values_follow_the_promoted_replica(
+    stack: Stack, run_dir: Path, namespace: str
+) -> None:
+    """The annotator with its Sentinel flags: hot values from the primary's records, then, once the primary is
+    killed, from bindings written to the promoted replica and announced on its stream."""
+    first, second = (n.name for n in stack.nodes[:2])
+    async with SentinelGroup(run_dir / f"sentinel-{namespace}", replicas=1) as group:
+        redis = make_redis(group.settings())
+        store = BindingStore(redis)
+
+        async def hot_of(node: str) -> int | None:
+            text = (await stack.annotations(node)).get("node_hot_value")
+            return None if text is None else int(decode(text).value)
+
+        async def bound(node: str, count: int) -> bool:
+            try:
+                await store.record(records(node, [time.time()] * count, node), stream_maxlen=10_000)
+            except (aioredis.ConnectionError, aioredis.TimeoutError, aioredis.ReadOnlyError):
+                return False  # the failover under way
+            return True
+
+        try:
+            async with annotators(stack, group.url, namespace, prefix="sentinel") as start:
+                # the periodic refresh once at start, then not for a minute: later bindings come via the stream
+                await start(*group.flags()[2:], "--hot-value-interval", "60s")
+                await bound(first, 4)
+                await eventually(lambda: _equals(hot_of(first), 2), timeout=30, what="the first node's hot value")
+                assert await redis.wait(1, 5000) == 1  # replicated before the kill
+                await group.kill_primary()
+                await eventually(lambda: bound(second, 6), timeout=60, interval=0.2, what="a write after the failover")
+                await eventually(
+                    lambda: _equals(hot_of(second), 1 + 3), timeout=30, what="hot value from the promoted replica"
+                )
+        finally:
+            await redis.aclose()
 
 
 async def test_two_annotators_one_writes_and_the_standby_takes_over_when_killed(

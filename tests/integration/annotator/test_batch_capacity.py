@@ -9,6 +9,7 @@ Two 8-core 32 GiB nodes whose system uses 10 % of each (the fleet's base load). 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -51,7 +52,7 @@ from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
-DEGRADE = 8.0  # seconds
+DEGRADE = 12.0  # seconds: long enough to watch the loan stand after Prometheus stops
 SHARES = {"cpu_usage_avg_5m": "batch_cpu_usage_avg_5m", "mem_usage_avg_5m": "batch_mem_usage_avg_5m"}
 POLICY = batch_policy(
     "2s",
@@ -188,22 +189,34 @@ async def test_removing_spec_reclaim_withdraws_the_loan_and_the_batch_annotation
 
 
 async def test_stale_metrics_degrade_the_loan_to_zero(batch_stack: Stack, start: Callable[..., Any]) -> None:
-    """Last in the module: it stops Prometheus."""
+    """Last in the module: it stops Prometheus. The loan stands until ``degradeAfter`` past the last measurement,
+    then is withdrawn."""
     nodes = [n.name for n in batch_stack.nodes]
     annotator = await start()
     for node in nodes:
         await eventually(partial(_published_positive, batch_stack, node), timeout=60, what=f"{node} lends")
-    last = min(
-        [
-            await annotator.metric("crane_annotator_metric_last_success_timestamp_seconds", metric=m) or 0.0
-            for m in ("cpu_usage_avg_5m", "mem_usage_avg_5m")
-        ]
-    )
     await batch_stack.prometheus.stop()
-    for node in nodes:  # set to 0, then removed with the batch annotations
+    # Read now: a query in flight at the stop can only make the true last success later than this, and the check
+    # below shorter than it could be, never wrong.
+    successes = [
+        await annotator.metric("crane_annotator_metric_last_success_timestamp_seconds", metric=m)
+        for m in ("cpu_usage_avg_5m", "mem_usage_avg_5m")
+    ]
+    assert None not in successes, f"no last success exported: {successes}"
+    last = min(s for s in successes if s is not None)
+    # Not before degradeAfter past the last measurement (the pods' may be a round, 2 s, older than the nodes')...
+    until = last + DEGRADE - 2.5
+    assert until - time.time() >= 2, f"only {until - time.time():.1f} s left to see the loan stand: not tested"
+    while time.time() < until:
+        for node in nodes:
+            assert await _published_positive(batch_stack, node), (
+                f"{node}'s loan withdrawn {time.time() - last:.1f} s after the last measurement (degradeAfter "
+                f"{DEGRADE:g} s)"
+            )
+        await asyncio.sleep(0.25)
+    # ... and then withdrawn: set to 0, then removed with the batch annotations.
+    for node in nodes:
         await eventually(partial(_withdrawn, batch_stack, node), timeout=60, interval=0.25, what="withdrawn")
-    # Not before degradeAfter past the last measurement (the pods' may be a round, 2 s, older than the nodes').
-    assert time.time() >= last + DEGRADE - 2
 
 
 async def _has_batch_annotations(stack: Stack, node: str) -> bool:

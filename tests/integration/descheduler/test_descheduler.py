@@ -2,21 +2,25 @@
 the chart's RBAC with the descheduler's own token) and a real Prometheus scraping the fleet's per-pod series.
 
 Node load is written as the annotator would write it; pods are bound to this test's nodes and marked Running (no
-kubelet here), so an eviction leaves them terminating, which is what the tests look for."""
+kubelet here), so an eviction leaves them terminating, which is what the tests look for. The budget tests run the
+kit's kube-controller-manager with its disruption controller, which computes each PodDisruptionBudget's status."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
 import pytest
+import pytest_asyncio
 import yaml
 from kubernetes_asyncio import client
 
+from crane_sandbox.cluster import ControllerManager, LocalCluster
 from crane_sandbox.fleet import GI, make_fleet
 from crane_sandbox.pod_follower import create_nodes
 from crane_shared.annotations import encode_usage
@@ -101,23 +105,81 @@ async def test_stale_node_data_is_never_acted_on(scene: Scene, kube: client.ApiC
     assert not pod_terminating(await scene.core.read_namespaced_pod("victim", scene.namespace))
 
 
-async def test_a_disruption_budget_refusal_429_is_retried_later_never_turned_into_a_delete(
-    scene: Scene, kube: client.ApiClient
+@pytest_asyncio.fixture
+async def disruption_controller(cluster: LocalCluster) -> AsyncIterator[ControllerManager]:
+    """kube-controller-manager of the kit running its disruption controller only: it computes every budget's
+    status (the session's cluster runs no controllers)."""
+    assert cluster.binaries is not None and cluster.pki is not None
+    run_dir = cluster.run_dir / f"disruption-{uuid.uuid4().hex[:6]}"
+    (run_dir / "logs").mkdir(parents=True)
+    kubeconfig = cluster.component_kubeconfig("system:kube-controller-manager")
+    manager = ControllerManager(run_dir, cluster.binaries, cluster.pki, kubeconfig, ("disruption-controller",))
+    await manager.start()
+    try:
+        yield manager
+    finally:
+        await manager.stop()
+
+
+async def budget(kube: client.ApiClient, namespace: str, min_available: int) -> None:
+    body = {
+        "metadata": {"name": "victim"},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "victim"}}},
+    }
+    await client.PolicyV1Api(kube).create_namespaced_pod_disruption_budget(namespace, body)
+
+
+async def computed_budget(kube: client.ApiClient, namespace: str) -> Any:
+    """The budget's status once the disruption controller has computed it for its current spec."""
+
+    async def status() -> Any:
+        pdb = await client.PolicyV1Api(kube).read_namespaced_pod_disruption_budget("victim", namespace)
+        observed = pdb.status.observed_generation if pdb.status else None
+        return pdb.status if observed == pdb.metadata.generation and pdb.status.expected_pods == 1 else None
+
+    return await eventually(status, timeout=60, what="the disruption controller's status of the budget")
+
+
+async def test_a_budget_that_allows_no_disruption_stops_the_eviction_before_it_is_sent(
+    scene: Scene, kube: client.ApiClient, disruption_controller: ControllerManager
 ) -> None:
+    """The descheduler's own pre-check alone: the budget's status, computed by the disruption controller, allows
+    none, so the pod is skipped and no eviction reaches the API server (no 429 counted)."""
     await scene.pods("victim", usage="cpu=3")
-    policy = client.PolicyV1Api(kube)
-    body = {"metadata": {"name": "victim"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "victim"}}}}
-    await policy.create_namespaced_pod_disruption_budget(scene.namespace, body)
-    # the status says one disruption is allowed but the API server has not processed the budget yet (no
-    # disruption controller here): the Eviction API answers 429, as it does for a budget that allows none
-    status = {"status": {"disruptionsAllowed": 1, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}
-    await policy.patch_namespaced_pod_disruption_budget_status("victim", scene.namespace, status)
+    await budget(kube, scene.namespace, min_available=1)
+    status = await computed_budget(kube, scene.namespace)
+    assert (status.disruptions_allowed, status.current_healthy, status.desired_healthy) == (0, 1, 1)
+    proc = await scene.start()
+
+    async def skipped() -> float:
+        return await proc.counter("skipped_pods", reason="pdb")
+
+    await eventually(lambda: _at_least(skipped, 2), timeout=60, what="the pod skipped for its budget twice")
+    assert await proc.counter("evictions", reason="cpu_usage_avg_5m", result="pdb") == 0, "an eviction was sent"
+    assert await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 0
+    assert not pod_terminating(await scene.core.read_namespaced_pod("victim", scene.namespace))
+
+
+async def test_a_disruption_budget_refusal_429_is_retried_later_never_turned_into_a_delete(
+    scene: Scene, kube: client.ApiClient, disruption_controller: ControllerManager
+) -> None:
+    """The API server's 429 alone: the status the descheduler reads allows one disruption (computed by the
+    controller for ``minAvailable: 0``), but the spec changed since (``minAvailable: 1``) and no controller has
+    processed it (stopped): the Eviction API answers 429 for a budget whose observedGeneration is behind."""
+    await scene.pods("victim", usage="cpu=3")
+    await budget(kube, scene.namespace, min_available=0)
+    status = await computed_budget(kube, scene.namespace)
+    assert (status.disruptions_allowed, status.current_healthy) == (1, 1)
+    await disruption_controller.stop()
+    change = {"spec": {"minAvailable": 1}}
+    await client.PolicyV1Api(kube).patch_namespaced_pod_disruption_budget("victim", scene.namespace, change)
     proc = await scene.start()
 
     async def refused() -> float:
         return await proc.counter("evictions", reason="cpu_usage_avg_5m", result="pdb")
 
     await eventually(lambda: _at_least(refused, 2), timeout=60, what="the eviction refused twice (429)")
+    assert await proc.counter("skipped_pods", reason="pdb") == 0, "the pre-check, not the API server, refused it"
     assert not pod_terminating(await scene.core.read_namespaced_pod("victim", scene.namespace))
     assert await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted") == 0
 

@@ -190,6 +190,82 @@ async def test_ending_the_term_refuses_its_writes_waiting_for_a_rate_limit_token
     assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding"]
 
 
+async def test_a_write_refused_after_its_rate_limit_token_gives_the_token_to_the_next() -> None:
+    """A backlog of writes whose deadline passes while they wait for tokens must not take the tokens of the writes
+    that can still go out (a burst beyond qps x renew deadline, retried with backoff, took every token: nothing
+    was bound for a minute)."""
+    fake = _Api()
+    async with TestServer(fake.app) as server:
+        # one token, then one per 4 s
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0.25, burst=1)
+        async with ApiWriter(conn) as writer:
+            writer.term = Term()
+            assert (await writer.bind("ns", "first", "u", "n1")).ok  # takes the one token
+            writer.term = Term(deadline=time.monotonic() + 1)
+            late = asyncio.create_task(writer.bind("ns", "late", "u", "n1"))  # its token comes after its deadline
+            await _in_the_writer(writer)
+            writer.term = Term()
+            started = time.monotonic()
+            fresh = await writer.bind("ns", "fresh", "u", "n1")  # waits behind it for a token
+            took = time.monotonic() - started
+            assert (await late).status == REFUSED
+    assert fresh.ok
+    # the late write's token, given back (without it: one more refill, 4 s later)
+    assert took < 6, f"the write after a refused one waited {took:.1f} s: the refused one kept its token"
+    assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding", "/api/v1/namespaces/ns/pods/fresh/binding"]
+
+
+async def test_a_renewal_lets_the_writes_of_its_term_waiting_for_a_token_leave_after_their_first_deadline() -> None:
+    """A write carries its term's deadline as it was when queued; a renewal while it waits for its token moves it
+    (without, a burst longer than qps x renew deadline had its later binds refused while the term held, and a
+    gang's refused member could find its room taken: a gang left partly bound)."""
+    fake = _Api()
+    async with TestServer(fake.app) as server:
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0.25, burst=1)
+        async with ApiWriter(conn) as writer:
+            writer.term = term = Term(deadline=time.monotonic() + 60)
+            assert (await writer.bind("ns", "first", "u", "n1")).ok  # takes the one token; the next in 4 s
+            term.deadline = time.monotonic() + 1
+            waiting = asyncio.create_task(writer.bind("ns", "renewed", "u", "n1"))
+            await _in_the_writer(writer)
+            term.deadline = time.monotonic() + 60  # the elector renewed the lease
+            writer.renew(term)
+            reply = await asyncio.wait_for(waiting, 60)
+            assert reply.ok, reply.describe()
+            ended = Term(deadline=time.monotonic() + 60)  # an ended term's renewal lets nothing out
+            writer.term = ended
+            writer.end_term(ended)
+            writer.renew(ended)
+            assert (await writer.bind("ns", "after-end", "u", "n1")).refused
+    assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding", "/api/v1/namespaces/ns/pods/renewed/binding"]
+
+
+async def test_a_write_refused_for_its_deadline_is_sent_again_when_its_term_was_renewed_meanwhile() -> None:
+    """The bind carries its Scheduled event (``BIND_REPORTED``): the event of the attempt that went out is written
+    and reported, once; the refused attempt's "not bound" is not."""
+    fake = _Api()
+    heard: list[Reply] = []
+    report = ScheduledReport("crane-test", "instance-1", time.time(), heard.append)
+    async with TestServer(fake.app) as server:
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0.25, burst=1)
+        async with ApiWriter(conn) as writer:
+            writer.term = term = Term(deadline=time.monotonic() + 60)
+            assert (await writer.bind("ns", "first", "u", "n1")).ok  # takes the one token; the next in 4 s
+            term.deadline = time.monotonic() + 1
+            waiting = asyncio.create_task(writer.bind("ns", "again", "u", "n1", report))
+            await _in_the_writer(writer)
+            term.deadline = time.monotonic() + 60  # renewed, and the process not told (no RENEW): it refuses
+            reply = await asyncio.wait_for(waiting, 60)
+            assert reply.ok, reply.describe()
+            await eventually(lambda: heard, 30, "the event's report")
+            term.deadline = time.monotonic() - 0.001  # not renewed: the refusal stands
+            assert (await writer.bind("ns", "late", "u", "n1")).refused
+    assert [r.ok for r in heard] == [True]
+    binds = [path for path in _sent(fake) if path.endswith("/binding")]
+    assert binds == ["/api/v1/namespaces/ns/pods/first/binding", "/api/v1/namespaces/ns/pods/again/binding"]
+    assert [path for path in _sent(fake) if path.endswith("/events")] == ["/apis/events.k8s.io/v1/namespaces/ns/events"]
+
+
 async def test_a_cancelled_caller_withdraws_its_write_from_the_writer() -> None:
     """``stop_binding`` cancels its binding cycles: a bind waiting in the writer process (here for the one
     connection, held by the API server) is withdrawn and never sent, though its connection frees up later."""

@@ -4,13 +4,14 @@ pod-status patches, preemption's nominations, conditions and evictions, DynamicR
 
 A write is packed and buffered; the buffer goes down the pipe after ``FLUSH_DELAY`` (or at ``FLUSH_BATCH``
 messages), so a burst of binds costs one pipe write (and one wake-up of the writer) per few milliseconds. Each
-write carries its term (``Term.number``) and the term's deadline (``Term.deadline``, monotonic); ``end_term``
-tells the writer at once, unbuffered, that a term is over. A caller that is cancelled (``stop_binding`` cancels
-its binding cycles) cancels its request in the writer too. If the process dies, the writes in flight answer
-``UNSENT`` (a bind is retried with backoff, an event is retried) and it is restarted with backoff; ``alive`` is
-a readiness check. ``ready`` is set once the process has built its client (its imports take ~1.4 s): the
-scheduler waits for it before its first decision, so a start with pods pending does not pile its first writes up
-in the pipe.
+write carries its term (``Term.number``) and the term's deadline (``Term.deadline``, monotonic), which ``renew``
+moves on in the process; a write refused for its deadline is sent again if the term was renewed meanwhile (the
+renewal's message came too late); ``end_term`` tells the writer at once, unbuffered, that a term is over. A caller
+that is cancelled (``stop_binding`` cancels its binding cycles) cancels its request in the writer too. If the
+process dies, the writes in flight answer ``UNSENT`` (a bind is retried with backoff, an event is retried) and it
+is restarted with backoff; ``alive`` is a readiness check. ``ready`` is set once the process has built its client
+(its imports take ~1.4 s): the scheduler waits for it before its first decision, so a start with pods pending does
+not pile its first writes up in the pipe.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from crane_scheduler.writer.protocol import (
     BIND,
     BIND_REPORTED,
     CANCEL,
+    DEADLINE_PASSED,
     END_TERM,
     EVICT,
     JSON,
@@ -37,6 +39,7 @@ from crane_scheduler.writer.protocol import (
     OBJECT,
     READY_ID,
     REFUSED,
+    RENEW,
     REQUEST,
     UNSENT,
     URGENT,
@@ -210,7 +213,17 @@ class ApiWriter:
         return True
 
     async def _send(self, kind: int, fields: tuple[Any, ...], term: Term | None) -> Reply:
-        """A ``REQUEST`` or ``BIND`` message (``protocol``) with its ``fields`` between the id and the term."""
+        """A ``REQUEST`` or ``BIND`` message (``protocol``) with its ``fields`` between the id and the term. A write
+        refused because its deadline passed while it waited in the process is sent again if the term has been
+        renewed since (it still holds, with a later deadline): refused, a gang member's bind would give its room
+        away while its siblings are bound."""
+        while True:
+            sent = term.deadline if term is not None else NO_DEADLINE
+            reply = await self._send_once(kind, fields, term)
+            if not _renewed_since(reply, term, sent):
+                return reply
+
+    async def _send_once(self, kind: int, fields: tuple[Any, ...], term: Term | None) -> Reply:
         if not self.alive:
             return Reply(UNSENT, "the API writer process is not running")
         if term is not None and not term.held:  # also after a restart, when the process never got its END_TERM
@@ -236,17 +249,32 @@ class ApiWriter:
         write's reply (``REFUSED`` with ``NOT_BOUND`` when the bind failed; ``UNSENT`` if the process died)."""
         if report is None or not self.alive or (self.term is not None and not self.term.held):
             return await self._send(BIND, (namespace, name, uid, node), self.term)  # (or its refusal, unsent)
-        event_id = next(self._ids)
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(lambda f: report.done(f.result()))
-        self._pending[event_id] = future  # answered, or failed with the rest (``_fail_pending``)
-        fields = (namespace, name, uid, node, event_id, report.scheduler, report.instance, report.at)
-        return await self._send(BIND_REPORTED, fields, self.term)
+        term = self.term
+        while True:  # as ``_send``, each attempt with its own event id: only the last one's report counts
+            sent = term.deadline if term is not None else NO_DEADLINE
+            event_id = next(self._ids)
+            future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+            self._pending[event_id] = future  # answered, or failed with the rest (``_fail_pending``)
+            fields = (namespace, name, uid, node, event_id, report.scheduler, report.instance, report.at)
+            try:
+                reply = await self._send_once(BIND_REPORTED, fields, term)
+            except asyncio.CancelledError:
+                future.add_done_callback(lambda f: report.done(f.result()))
+                raise
+            if not _renewed_since(reply, term, sent):
+                future.add_done_callback(lambda f: report.done(f.result()))
+                return reply
+            self._pending.pop(event_id, None)  # this attempt's NOT_BOUND: sent again
 
     async def evict(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> Reply:
         """Preemption's eviction in the current term (``protocol.EVICT``): the victim's ``condition`` written,
         then the pod deleted if its UID is still ``uid``; the deletion's reply, or the condition's if that failed."""
         return await self._send(EVICT, (namespace, name, uid, condition), self.term)
+
+    def renew(self, term: Term) -> None:
+        """The term was renewed: its writes waiting in the process may leave until its new deadline."""
+        if term.held:
+            self._buffer((RENEW, term.number, term.deadline))
 
     def end_term(self, term: Term) -> None:
         """The term is over: the process refuses its writes not yet sent, from now on (sent unbuffered)."""
@@ -268,3 +296,9 @@ class ApiWriter:
         proc = self._proc
         if data and proc is not None and proc.stdin is not None and not proc.stdin.is_closing():
             proc.stdin.write(data)
+
+
+def _renewed_since(reply: Reply, term: Term | None, sent: float) -> bool:
+    """Whether ``reply`` refused a write for its deadline (``sent``) while its term still holds with a later one:
+    a renewal came after the write left the scheduler, so it may go again."""
+    return reply.refused and reply.text == DEADLINE_PASSED and term is not None and term.held and term.deadline > sent

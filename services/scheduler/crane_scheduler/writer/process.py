@@ -13,10 +13,12 @@ two lanes, each with its own connections and token bucket, so events never queue
 preemption's writes (``URGENT``: nominations, victims' conditions and deletions) take the binds' lane, so they do
 not queue behind the reports of a burst of failed attempts.
 
-Safety (leadership): a request carries its term and the instant its term may end (``deadline``, monotonic); it is
-refused once the deadline has passed or the term was ended (``END_TERM``), checked again after its rate-limiter
-token and once more when its connection is ready, right before it goes out; ``END_TERM`` and ``CANCEL`` also
-cancel what is waiting for a token or a connection. The process gets SIGKILL when the scheduler dies
+Safety (leadership): a request carries its term and the instant its term may end (``deadline``, monotonic), which
+each renewal of the term moves on (``RENEW``); it is refused once the deadline has passed or the term was ended
+(``END_TERM``), checked again after its rate-limiter token and once more when its connection is ready, right
+before it goes out (refused then, it gives its token back: a backlog of writes whose deadline passed while they
+waited would otherwise take every token, and nothing would go out); ``END_TERM`` and ``CANCEL`` also cancel what
+is waiting for a token or a connection. The process gets SIGKILL when the scheduler dies
 (``PR_SET_PDEATHSIG``) and exits when its stdin closes, after finishing what it has started.
 """
 
@@ -48,6 +50,7 @@ from crane_scheduler.writer.protocol import (
     BIND,
     BIND_REPORTED,
     CANCEL,
+    DEADLINE_PASSED,
     END_TERM,
     EVICT,
     JSON,
@@ -57,6 +60,7 @@ from crane_scheduler.writer.protocol import (
     READY,
     READY_ID,
     REFUSED,
+    RENEW,
     REQUEST,
     STRATEGIC_MERGE_PATCH,
     UNSENT,
@@ -214,6 +218,7 @@ class Writer:
         self.packer = msgpack.Packer()
         self.tasks: dict[int, tuple[asyncio.Task[None], int]] = {}
         self.ended: set[int] = set()
+        self.renewed: dict[int, float] = {}  # term -> its latest deadline (``RENEW``)
         self._auth: tuple[dict[str, str], bytes] = ({}, b"")
 
     def receive(self, message: Any) -> None:
@@ -255,9 +260,14 @@ class Writer:
             found = self.tasks.get(message[1])
             if found is not None:
                 found[0].cancel()
+        elif kind == RENEW:
+            _, term, deadline = message
+            if term not in self.ended:
+                self.renewed[term] = max(deadline, self.renewed.get(term, deadline))
         elif kind == END_TERM:
             term = message[1]
             self.ended.add(term)
+            self.renewed.pop(term, None)
             for task, of in list(self.tasks.values()):
                 if of == term:
                     task.cancel()
@@ -275,8 +285,8 @@ class Writer:
     def _refusal(self, term: int, deadline: float) -> str | None:
         if term and term in self.ended:
             return "leadership term ended"
-        if time.monotonic() >= deadline:
-            return "leadership term deadline passed"
+        if time.monotonic() >= max(deadline, self.renewed.get(term, deadline)):
+            return DEADLINE_PASSED
         return None
 
     async def _auth_headers(self) -> bytes:
@@ -382,17 +392,23 @@ class Writer:
         if refusal is None:
             await lane.bucket.acquire()
             refusal = self._refusal(term, deadline)
+            if refusal is not None:  # not sent: its token goes to the next write (a backlog of writes past their
+                lane.bucket.refund()  # deadline would otherwise take every token, and nothing would go out)
         if refusal is not None:
             raise Refused(refusal)
         if not _PLAIN_PATH.fullmatch(path):
             path = quote(path, safe="/")
         kind = _CONTENT_TYPES.get(content_type) or f"Content-Type: {content_type}\r\n".encode()
         head = lane.pool.head(method, self.prefix + path, JSON if keep else None) + await self._auth_headers() + kind
-        if gate is None:
-            status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline), keep)
-        else:
-            async with gate:
+        try:
+            if gate is None:
                 status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline), keep)
+            else:
+                async with gate:
+                    status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline), keep)
+        except Refused:
+            lane.bucket.refund()  # refused while it waited for a connection: never sent either
+            raise
         if 200 <= status <= 299:
             return status, text.decode(errors="replace") if keep else ""
         return status, _error_text(text)

@@ -29,6 +29,9 @@ kubeconfig appears on a command line), then arrays:
   so the deletion does not wait for a round trip through the scheduling loop;
 - ``[CANCEL, id]``: the caller gave up (its binding cycle was dropped); not sent if not sent yet;
 - ``[END_TERM, term]``: the term ended; every request of it not yet sent is refused, at once.
+- ``[RENEW, term, deadline]``: the term was renewed: its requests not yet sent may leave until ``deadline`` (a
+  request carries its term's deadline as it was when it was queued; one that waits longer than that for a token or
+  a connection is refused unless a renewal moved it).
 
 Writer -> scheduler: ``[READY_ID, READY, ""]`` once, when its client is built (the scheduler waits for it
 before its first decision, so the first writes do not wait in the pipe for the process's start); then
@@ -41,7 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REQUEST, CANCEL, END_TERM, BIND, URGENT, EVICT, OBJECT, BIND_REPORTED = 0, 1, 2, 3, 4, 5, 6, 7
+REQUEST, CANCEL, END_TERM, BIND, URGENT, EVICT, OBJECT, BIND_REPORTED, RENEW = 0, 1, 2, 3, 4, 5, 6, 7, 8
 READY_ID = 0
 """the reply id of the writer's readiness (request ids start at 1)"""
 READY = 1
@@ -50,6 +53,8 @@ REFUSED = -1
 JSON = "application/json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 NO_DEADLINE = float("inf")
+DEADLINE_PASSED = "leadership term deadline passed"
+"""the text of a ``REFUSED`` reply whose term's deadline passed before it could leave"""
 NOT_BOUND = "not bound"
 """the text of a ``BIND_REPORTED`` event's ``REFUSED`` reply when its bind did not succeed (nothing to report)"""
 
