@@ -39,11 +39,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from crane_scheduler.algorithm import ScheduleResult
-from crane_scheduler.explain import DecisionLog
 from crane_scheduler.framework.interface import GANG, GANG_MEMBERS, GangPlugin
 from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import CycleState, Diagnosis, QueuedPod, Status
-from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PODS, PodInfo
 from crane_scheduler.schedule_one import CycleHost

@@ -81,7 +81,9 @@ class PodGroupMetrics:
         )
 
 
-class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlugin, fwk.GangPlugin, fwk.WorkerPlugin):
+class Coscheduling(
+    fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlugin, fwk.GangPlugin, fwk.WorkerPlugin, fwk.ObjectPlugin
+):
     """scheduler-plugins' Coscheduling contract, placed all or nothing by the scheduler's gang cycle."""
 
     name = NAME
@@ -224,6 +226,14 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
     def delete_group(self, key: str) -> None:
         self.groups.pop(key, None)
         self.waits.forget(key)
+
+    object_kinds = ("PodGroup",)
+
+    def apply_object(self, kind: str, event: EventType, obj: dict[str, Any]) -> None:
+        self._on_event(event, obj, None)
+
+    def objects_listed(self) -> None:
+        self.synced = True
 
     def _on_event(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind == "DELETED":

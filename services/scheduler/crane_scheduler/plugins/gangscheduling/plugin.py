@@ -89,7 +89,7 @@ def parse_args(args: Mapping[str, Any]) -> float:
     return float(value)
 
 
-class GangScheduling(fwk.PreFilterPlugin, fwk.EnqueueExtensions, fwk.GangPlugin, fwk.WorkerPlugin):
+class GangScheduling(fwk.PreFilterPlugin, fwk.EnqueueExtensions, fwk.GangPlugin, fwk.WorkerPlugin, fwk.ObjectPlugin):
     name = NAME
     supports_fields = ("spec.workloadRef",)
 
@@ -175,6 +175,14 @@ class GangScheduling(fwk.PreFilterPlugin, fwk.EnqueueExtensions, fwk.GangPlugin,
         self.workloads[key] = workload
         for gang in [g for g in self.waits.waiting if g.startswith(key + "/")]:
             self.activate(gang)
+
+    object_kinds = ("Workload",)
+
+    def apply_object(self, kind: str, event: EventType, obj: dict[str, Any]) -> None:
+        self._on_event(event, obj, None)
+
+    def objects_listed(self) -> None:
+        self.synced = True
 
     def _on_event(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind == "DELETED":
