@@ -31,7 +31,8 @@ PostFilter (preemption, DRA deallocation) is not run: it acts on the cluster; a 
 FitError's without its "preemption: ..." part.
 
 Time: ``clock`` (default: the wall clock) is every plugin handle's clock and Dynamic's wall clock (the freshness
-of load annotations, the window of recent bindings), so a caller that sets it replays virtual time.
+of load annotations, the window of recent bindings), so a caller that sets it replays virtual time. (The service
+runs its handles on the monotonic clock and Dynamic on the wall clock: ``wall_clock`` apart from ``clock``.)
 
 Seams for what comes next (issue 37's ``cranectl snapshot`` / ``simulate`` / replay; issue 40's decider workers):
 
@@ -85,7 +86,7 @@ from crane_scheduler.loadaware.args import parse_args as parse_dynamic_args
 from crane_scheduler.loadaware.plugin import NAME as DYNAMIC
 from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable, PodRecord
-from crane_scheduler.plugins import plugin_registry
+from crane_scheduler.plugins import builtin_registry, plugin_registry
 from crane_scheduler.podinfo import NodeInfo, PodInfo, parse_node, parse_pod
 from crane_scheduler.unsupported import GATE, refusal, unsupported_field
 from crane_shared.informer import object_key
@@ -236,23 +237,32 @@ class Simulator:
         *,
         seed: int | None = 0,
         clock: Callable[[], float] = time.time,
+        wall_clock: Callable[[], float] | None = None,
         dynamic: DynamicSchedulerPolicy | DynamicArgs | None = None,
         plugins: Mapping[str, PluginFactory] | None = None,
+        out_of_tree: bool = True,
         percentage_of_nodes_to_score: int | None = None,
+        table: NodeTable | None = None,
+        listers: Listers | None = None,
     ) -> None:
         """``config``: a ``KubeSchedulerConfiguration`` as the scheduler reads it (YAML text, a path to it, the
         parsed mapping, or a ``SchedulerConfig``; None: the default profile); raises ``ConfigError`` naming every
-        problem. ``seed``: the tie-break between equally scored nodes (None: unseeded). ``dynamic``: the load
-        policy Dynamic runs with instead of its ``policyConfigPath`` (a ``DynamicSchedulerPolicy``), or all of its
-        settings (``DynamicArgs``: the descheduler's). ``plugins``: factories by name replacing or adding plugins
-        (an added one is enabled through ``config``). ``percentage_of_nodes_to_score``: overrides the config's
-        (100: score every feasible node)."""
+        problem. ``seed``: the tie-break between equally scored nodes (None: unseeded). ``clock``: the plugins'
+        handles' time (the scheduler's queue runs on it); ``wall_clock``: Dynamic's (the load annotations'
+        timestamps, the window of recent bindings; default: ``clock``). ``dynamic``: the load policy Dynamic runs
+        with instead of its ``policyConfigPath`` (a ``DynamicSchedulerPolicy``), or all of its settings
+        (``DynamicArgs``: the descheduler's). ``plugins``: factories by name replacing or adding plugins (an added
+        one is enabled through ``config``). ``out_of_tree``: the plugins installed through the
+        ``crane_scheduler.plugins`` entry points, Dynamic among them, as the scheduler loads them (False: the
+        built-in ones only, kube-scheduler's with crane's NUMA and gang plugins). ``percentage_of_nodes_to_score``:
+        overrides the config's (100: score every feasible node). ``table``, ``listers``: a node table and listers
+        to share instead of new ones (the scheduler's own tests run several profiles over one table)."""
         self.config = _config(config)
         self.clock = clock
-        self.table = NodeTable()
-        self.listers = Listers()
+        self.table = table if table is not None else NodeTable()
+        self.listers = listers if listers is not None else Listers()
         self.metrics = PluginMetrics()
-        registry = _registry(clock, dynamic, plugins or {})
+        registry = _registry(wall_clock or clock, dynamic, plugins or {}, out_of_tree)
         self.profiles: dict[str, Profile] = build_profiles(
             self.config,
             registry,
@@ -489,6 +499,12 @@ class Simulator:
                 placement.node, placement.message = None, reservation.message
         return placement
 
+    def reseed(self, seed: int | None = 0) -> None:
+        """Start the node search afresh: kube's rotating start index back to the first node, the tie-break seeded
+        again (two runs over the same input from the same search state, e.g. two policies compared)."""
+        self.algorithm.rng = random.Random(seed)
+        self.algorithm.next_start = 0
+
     def take_out(self, uids: Iterable[str]) -> Removed:
         """Pods out of the accounting (and out of the pod index) for a what-if, until ``put_back``."""
         return Removed(self.table.simulate_remove(list(uids), notify=True))
@@ -553,11 +569,12 @@ def _registry(
     clock: Callable[[], float],
     dynamic: DynamicSchedulerPolicy | DynamicArgs | None,
     plugins: Mapping[str, PluginFactory],
+    out_of_tree: bool,
 ) -> Registry:
     """The scheduler's registry (built-ins and entry points), with Dynamic on ``clock`` (and ``dynamic``'s
     policy or settings) and ``plugins`` in place of, or beside, the registered factories."""
-    base = plugin_registry()
-    if DYNAMIC not in base:  # not installed through its entry point (a source tree without the metadata)
+    base = plugin_registry() if out_of_tree else builtin_registry()
+    if out_of_tree and DYNAMIC not in base:  # not installed through its entry point (no package metadata)
         register_dynamic(base)
 
     def dynamic_factory(raw: Mapping[str, Any], handle: Handle) -> Dynamic:
@@ -577,7 +594,8 @@ def _registry(
         return Dynamic(args, handle, clock)
 
     factories: dict[str, PluginFactory] = {name: functools.partial(base.create, name) for name in base}
-    factories[DYNAMIC] = dynamic_factory
+    if DYNAMIC in base:
+        factories[DYNAMIC] = dynamic_factory
     factories.update(plugins)
     return Registry(factories, base.defaults)
 
