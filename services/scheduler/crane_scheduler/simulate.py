@@ -87,7 +87,9 @@ from crane_scheduler.loadaware.plugin import NAME as DYNAMIC
 from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable, PodRecord
 from crane_scheduler.plugins import builtin_registry, plugin_registry
-from crane_scheduler.podinfo import NodeInfo, PodInfo, parse_node, parse_pod
+from crane_scheduler.plugins.coscheduling import gang
+from crane_scheduler.podinfo import NodeInfo, PodInfo, parse_node
+from crane_scheduler.podinfo import parse_pod as _parse_pod
 from crane_scheduler.unsupported import GATE, refusal, unsupported_field
 from crane_shared.informer import object_key
 from crane_shared.loadaware.dynamic import DynamicArgs
@@ -95,6 +97,8 @@ from crane_shared.policy import DynamicSchedulerPolicy
 
 __all__ = [
     "KINDS",
+    "POD_GROUP_LABEL",
+    "POD_GROUP_RESOURCE",
     "ConfigError",
     "Event",
     "NodeScore",
@@ -105,6 +109,7 @@ __all__ = [
     "Removed",
     "Reservation",
     "Simulator",
+    "parse_pod",
 ]
 
 Event = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -132,6 +137,10 @@ of the profiles does)"""
 KINDS = frozenset({"Node", "Pod", *LISTER_KINDS, *PLUGIN_KINDS})
 """every kind a ``Simulator`` takes (plus those an out-of-tree ``ObjectPlugin`` of its profiles names)"""
 TERMINAL = ("Succeeded", "Failed")
+POD_GROUP_LABEL = gang.POD_GROUP_LABEL
+"""the label naming a pod's PodGroup (scheduler-plugins' contract, which Coscheduling implements)"""
+POD_GROUP_RESOURCE = (gang.GROUP, gang.VERSION, gang.PLURAL)
+"""the PodGroup custom resource's group, version and plural (what a snapshot lists)"""
 
 
 class PluginError(RuntimeError):
@@ -378,7 +387,7 @@ class Simulator:
             self.pending.pop(uid, None)
             self.table.remove_pod(uid)
             return
-        pod = parse_pod(_with_uid(raw))
+        pod = parse_pod(raw)
         if pod.node_name:
             self.pending.pop(uid, None)
             self.table.nominated.pop(uid, None)
@@ -417,10 +426,11 @@ class Simulator:
 
     # ------------------------------------------------------------------------------------------ decisions
 
-    def place(self, pod: Mapping[str, Any], *, profile: str | None = None) -> Placement:
+    def place(self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None) -> Placement:
         """The scheduler's decision for ``pod`` (the profile of its ``schedulerName``, else the first), with the
-        table as it is; changes nothing but the search's rotating start (kube's ``nextStartNodeIndex``)."""
-        info = parse_pod(_with_uid(_dict(pod)))
+        table as it is; changes nothing but the search's rotating start (kube's ``nextStartNodeIndex``). ``pod``:
+        the object, or ``parse_pod``'s reading of it (a caller that places it more than once parses it once)."""
+        info = _pod_info(pod)
         prof = self._profile(profile, info)
         state: CycleState = {}
         try:
@@ -433,10 +443,10 @@ class Simulator:
         error = isinstance(result, Status)
         return self._placement(info, prof, state, None, result.message, error, self.table.num_nodes, [])
 
-    def filter(self, pod: Mapping[str, Any], *, profile: str | None = None) -> Placement:
+    def filter(self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None) -> Placement:
         """Every node that passes PreFilter and Filter for ``pod`` (no sampling, no scoring; the unsupported-field
         gate first), with the rejected ones' reasons; ``node`` is None. ``score`` and ``reserve`` take it on."""
-        info = parse_pod(_with_uid(_dict(pod)))
+        info = _pod_info(pod)
         prof = self._profile(profile, info)
         state: CycleState = {}
         table = self.table
@@ -488,7 +498,7 @@ class Simulator:
         self.table.forget(reservation.pod.uid)
         reservation.undone = True
 
-    def schedule(self, pod: Mapping[str, Any], *, profile: str | None = None) -> Placement:
+    def schedule(self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None) -> Placement:
         """``place`` then ``reserve`` on the chosen node: the pod counts there for the next pod. A pod Reserve
         refused is not placed (``node`` None, Reserve's message), as the scheduler reports it."""
         placement = self.place(pod, profile=profile)
@@ -602,6 +612,16 @@ def _registry(
 
 def _dict(obj: Mapping[str, Any]) -> Obj:
     return obj if isinstance(obj, dict) else dict(obj)
+
+
+def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
+    """The scheduler's reading of a pod object (what ``place`` takes as well as the object); a pod without a uid
+    (a manifest's) gets ``<namespace>/<name>``: the table keys pods by uid."""
+    return _parse_pod(_with_uid(_dict(pod)))
+
+
+def _pod_info(pod: Mapping[str, Any] | PodInfo) -> PodInfo:
+    return pod if isinstance(pod, PodInfo) else parse_pod(pod)
 
 
 def _with_uid(raw: Obj) -> Obj:

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from crane_scheduler.algorithm import (
-    Algorithm,
     ScheduleResult,
     num_feasible_nodes_to_find,
     sample_all,
@@ -17,7 +16,7 @@ from crane_scheduler.algorithm import (
 from crane_scheduler.framework import Diagnosis, fit_error_message
 from crane_scheduler.podinfo import parse_pod
 from crane_scheduler.reporting import truncate_note
-from tests.support.scheduler import node, pod, profile, table
+from tests.support.scheduler import node, pod, simulator, table
 
 
 def test_histogram_is_sorted_as_strings_joined_and_ended_with_a_period() -> None:
@@ -81,8 +80,8 @@ def test_sampling_when_every_candidate_is_feasible_is_the_general_sampling(n: in
 
 def test_successive_pods_are_scored_over_rotating_windows_of_nodes() -> None:
     t = table(*(node(f"n{i:03d}") for i in range(200)))  # 200 nodes: 48 % -> 100 nodes scored
-    algo = Algorithm(t)
-    prof = profile(t)
+    sim = simulator(t)
+    algo, prof = sim.algorithm, sim.profiles["crane-scheduler"]
     first = algo.schedule(prof, parse_pod(pod("a")), {})
     assert isinstance(first, ScheduleResult) and first.feasible == 100 and first.evaluated == 100
     assert algo.next_start == 100
