@@ -88,7 +88,7 @@ from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable, PodRecord
 from crane_scheduler.plugins import builtin_registry, plugin_registry
 from crane_scheduler.plugins.coscheduling import gang
-from crane_scheduler.podinfo import NodeInfo, PodInfo, parse_node
+from crane_scheduler.podinfo import PODS, NodeInfo, PodInfo, parse_node
 from crane_scheduler.podinfo import parse_pod as _parse_pod
 from crane_scheduler.unsupported import GATE, refusal, unsupported_field
 from crane_shared.informer import object_key
@@ -168,8 +168,8 @@ class Reservation:
     """A pod assumed on a node with its Reserve plugins run (``ok``), or why Reserve refused (``message``: then
     nothing is held). ``Simulator.undo`` takes it back."""
 
-    pod: PodInfo
-    profile: Profile
+    pod: PodInfo = field(repr=False)
+    profile: Profile = field(repr=False)
     node: str
     state: CycleState = field(repr=False)
     ok: bool = True
@@ -185,8 +185,8 @@ class Placement:
     FitError (``0/N nodes are available: ...``) or the failure (``error``). The per-node views are computed when
     read, from references the decision kept (nothing per node is built for a caller that does not ask)."""
 
-    pod: PodInfo
-    profile: Profile
+    pod: PodInfo = field(repr=False)
+    profile: Profile = field(repr=False)
     node: str | None
     message: str
     error: bool
@@ -408,8 +408,11 @@ class Simulator:
         return self._known.get(kind, {}).get(key)
 
     def requested(self, node: str) -> dict[str, int]:
-        """What the pods accounted on ``node`` request (bound and reserved), per resource (milli-CPU, bytes, ...)."""
-        return self._row_values(node, self.table.requested)
+        """What the pods accounted on ``node`` request (bound and reserved), per resource (milli-CPU, bytes, ...;
+        ``pods``: how many), the resources none of them asks left out."""
+        values = self._row_values(node, self.table.requested)
+        count = int(self.table.pod_count[self.table.rows[node]])
+        return values | {PODS: count} if count else values
 
     def allocatable(self, node: str) -> dict[str, int]:
         return self._row_values(node, self.table.alloc)
