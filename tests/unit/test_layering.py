@@ -61,12 +61,15 @@ INFRASTRUCTURE = {
 DEV_TOOLS = {"crane_sandbox", "bench", "tests"}
 
 
-def imports(path: Path) -> Iterator[str]:
+def imports(path: Path, names: bool = False) -> Iterator[str]:
+    """Every module imported (``names``: and every name imported from one, as ``module.name``)."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             yield node.module
+            if names:
+                yield from (f"{node.module}.{alias.name}" for alias in node.names)
 
 
 def under(module: str, packages: set[str]) -> bool:
@@ -141,16 +144,6 @@ ASSEMBLY_TESTS = {
 }
 
 
-def imported_names(path: Path) -> Iterator[str]:
-    """Every module imported and every name imported from one (``module.name``)."""
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.module
-            yield from (f"{node.module}.{alias.name}" for alias in node.names)
-
-
 def outside_scheduler() -> Iterator[tuple[str, Path]]:
     """(path relative to the repository, path) of every Python module that is not crane-scheduler's."""
     for root in [*OUTSIDE, *(path for name, path in SERVICES.items() if name != SCHEDULER)]:
@@ -195,7 +188,7 @@ def test_no_scheduler_is_assembled_by_hand_outside_crane_scheduler() -> None:
         f"{relative}: {m}"
         for relative, path in outside_scheduler()
         if relative not in ASSEMBLY_TESTS
-        for m in imported_names(path)
+        for m in imports(path, names=True)
         if m in ASSEMBLY
     }
     assert bad == set()
