@@ -114,8 +114,7 @@ class SchedulerTargets:
                 scores = sim.score(found, candidates)
             except PluginError:
                 return None, "no-target"
-            best = max(score.total for score in scores.values())
-            return min(name for name, score in scores.items() if score.total == best), None
+            return min(scores.best()), None
 
     def take(self, pod: PodView, target: str) -> None:
         """The eviction is planned: the pod leaves the accounting, its replacement is assumed on ``target`` and

@@ -108,6 +108,7 @@ __all__ = [
     "Rejected",
     "Removed",
     "Reservation",
+    "Scores",
     "Simulator",
     "parse_pod",
 ]
@@ -161,6 +162,45 @@ class NodeScore:
 
     total: int
     plugins: Mapping[str, int]
+
+
+class Scores(Mapping[str, NodeScore]):
+    """Node -> ``NodeScore`` for the nodes scored, each computed when read (a decision scores hundreds of nodes and
+    a caller reads a few); ``best()`` the top-scored ones."""
+
+    def __init__(self, names: Sequence[str], state: CycleState) -> None:
+        rows, explained = state.get(EXPLAIN_SCORES, (None, []))
+        self._names: list[str] = [] if rows is None else [names[row] for row in rows.tolist()]
+        self._explained: list[tuple[str, int, Any]] = list(explained)
+        self._index: dict[str, int] | None = None
+        self._totals: Any = None
+
+    def totals(self) -> Any:
+        """The weighted sums, one per scored node in the search's order (what the scheduler maximises)."""
+        if self._totals is None:
+            self._totals = np.zeros(len(self._names), dtype=np.int64)
+            for _, weight, scores in self._explained:
+                self._totals = self._totals + weight * scores.astype(np.int64)
+        return self._totals
+
+    def best(self) -> list[str]:
+        """The nodes with the highest total (the scheduler's tie-break picks one of them)."""
+        totals = self.totals()
+        if not len(totals):
+            return []
+        return [self._names[i] for i in np.flatnonzero(totals == totals.max()).tolist()]
+
+    def __getitem__(self, name: str) -> NodeScore:
+        if self._index is None:
+            self._index = {n: i for i, n in enumerate(self._names)}
+        i = self._index[name]
+        return NodeScore(int(self.totals()[i]), {plugin: int(s[i]) for plugin, _, s in self._explained})
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 @dataclass(eq=False)
@@ -220,9 +260,9 @@ class Placement:
         return out
 
     @functools.cached_property
-    def scores(self) -> dict[str, NodeScore]:
+    def scores(self) -> Scores:
         """Node -> its scores, for the nodes scored (none when one node was feasible: it is chosen unscored)."""
-        return _scores(self.decision.names, self.state)
+        return Scores(self.decision.names, self.state)
 
     def explain(self, limit: int = 50) -> dict[str, Any]:
         """``cranectl explain``'s JSON for this decision (the profile's ``ExplainPlugin``s add their sections)."""
@@ -393,6 +433,9 @@ class Simulator:
             self.table.nominated.pop(uid, None)
             self.table.add_pod(pod)
             return
+        record = self.table.pods.get(uid)
+        if record is not None and not record.assumed:  # said bound before (a snapshot edited by hand): as given now
+            self.table.remove_pod(uid)
         nominated = (raw.get("status") or {}).get("nominatedNodeName")
         if nominated and not pod.deleting:
             self.table.nominated[uid] = (pod, str(nominated))
@@ -466,7 +509,7 @@ class Simulator:
         rows = np.flatnonzero(alive).tolist()
         return self._placement(info, prof, state, None, "", False, table.num_nodes, rows)
 
-    def score(self, placement: Placement, nodes: Iterable[str] | None = None) -> dict[str, NodeScore]:
+    def score(self, placement: Placement, nodes: Iterable[str] | None = None) -> Scores:
         """PreScore and Score over ``nodes`` (default: the feasible ones) for the pod ``placement`` decided or
         filtered (its PreFilter state); raises ``PluginError`` when a plugin fails."""
         table = self.table
@@ -476,7 +519,7 @@ class Simulator:
         if isinstance(result, Status):
             raise PluginError(result.message)
         placement.__dict__.pop("scores", None)  # the cached view follows the latest scoring
-        return _scores(table.names, placement.state)
+        return Scores(table.names, placement.state)
 
     def reserve(self, placement: Placement, node: str | None = None) -> Reservation:
         """Assume the pod on ``node`` (default: the chosen one) and run Reserve, as the scheduler's cycle does: the
@@ -633,15 +676,3 @@ def _with_uid(raw: Obj) -> Obj:
     if meta.get("uid"):
         return raw
     return {**raw, "metadata": {**meta, "uid": object_key(raw)}}
-
-
-def _scores(names: Sequence[str], state: CycleState) -> dict[str, NodeScore]:
-    rows, explained = state.get(EXPLAIN_SCORES, (None, []))
-    if rows is None:
-        return {}
-    out: dict[str, NodeScore] = {}
-    for i, row in enumerate(rows.tolist()):
-        per_plugin = {plugin: int(scores[i]) for plugin, _, scores in explained}
-        total = sum(int(scores[i]) * weight for _, weight, scores in explained)
-        out[names[row]] = NodeScore(total, per_plugin)
-    return out
