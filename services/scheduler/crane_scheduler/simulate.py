@@ -366,17 +366,23 @@ class Simulator:
         an object when it changes) is applied again, one no longer there is deleted."""
         self._kind_of({}, kind)
         known = self._known.setdefault(kind, {})
+        field = "uid" if kind == "Pod" else "name"
+        namespaced = kind != "Pod"
         seen: set[str] = set()
-        for obj in objects:
-            raw = _dict(obj)
-            key = self._key(kind, raw)
+        for obj in objects:  # a steady re-list of tens of thousands of pods: nothing here but lookups, inline
+            meta = obj.get("metadata") or {}
+            key = meta.get(field) or ""
+            if not key or (namespaced and meta.get("namespace")):
+                key = _pod_key(obj) if kind == "Pod" else object_key(obj)
             seen.add(key)
             old = known.get(key)
-            if old is not raw:
+            if old is not obj:
+                raw = _dict(obj)
                 known[key] = raw
                 self._apply(kind, "ADDED" if old is None else "MODIFIED", raw)
-        for key in [k for k in known if k not in seen]:
-            self._apply(kind, "DELETED", known.pop(key))
+        if len(known) > len(seen):
+            for key in [k for k in known if k not in seen]:
+                self._apply(kind, "DELETED", known.pop(key))
 
     def load(self, objects: Iterable[Mapping[str, Any]]) -> None:
         """Objects of mixed kinds, each naming its ``kind`` (a snapshot's, ``kubectl get -o json``'s items): every
@@ -397,11 +403,8 @@ class Simulator:
         return kind
 
     @staticmethod
-    def _key(kind: str, raw: Obj) -> str:
-        meta = raw.get("metadata") or {}
-        if kind == "Pod":
-            return str(meta.get("uid") or object_key(raw))
-        return object_key(raw)
+    def _key(kind: str, raw: Mapping[str, Any]) -> str:
+        return _pod_key(raw) if kind == "Pod" else object_key(raw)
 
     def _apply(self, kind: str, event: Event, raw: Obj) -> None:
         if kind == "Node":
@@ -419,8 +422,7 @@ class Simulator:
     def _pod(self, event: Event, raw: Obj) -> None:
         """The scheduler cache's accounting: a bound pod counts on its node, a pending one nominated to a node
         counts there for Filter (kube's nominator), a terminal or deleted one is gone."""
-        meta = raw.get("metadata") or {}
-        uid = str(meta.get("uid") or object_key(raw))
+        uid = _pod_key(raw)
         phase = (raw.get("status") or {}).get("phase")
         if event == "DELETED" or phase in TERMINAL:
             self.table.nominated.pop(uid, None)
@@ -654,6 +656,11 @@ def _registry(
         factories[DYNAMIC] = dynamic_factory
     factories.update(plugins)
     return Registry(factories, base.defaults)
+
+
+def _pod_key(raw: Mapping[str, Any]) -> str:
+    """A pod's uid (the table's key), else ``namespace/name`` (a manifest's pod)."""
+    return str((raw.get("metadata") or {}).get("uid") or object_key(raw))
 
 
 def _dict(obj: Mapping[str, Any]) -> Obj:
