@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import subprocess
 import sys
 import time
 
 from crane_sandbox.devices import parse_devices, parse_node_devices
 from crane_sandbox.fleet import LoadShape
+from crane_sandbox.kubebin import kubectl_binary
 from crane_sandbox.sandbox import Mode, Sandbox
 from crane_sandbox.topology import TopologySpec, parse_node_topology
 from crane_shared.logs import configure_logging
@@ -110,8 +112,13 @@ async def run(
         loop.add_signal_handler(sig, stop.set)
     print("starting the sandbox (the first run builds Kubernetes and KWOK: minutes)...", flush=True)
     started = time.monotonic()
+    kubectl = asyncio.create_task(asyncio.to_thread(kubectl_binary))  # the banner's line names its folder
     await sandbox.start()
     try:
+        try:
+            sandbox.kubectl = await kubectl
+        except (OSError, subprocess.SubprocessError) as err:
+            print(f"kubectl could not be built ({err}); the line below lacks it", flush=True)
         print("waiting for the first load annotations (until then placement ignores node load)...", flush=True)
         waiting = asyncio.ensure_future(sandbox.wait_load_aware())
         stopped = asyncio.ensure_future(stop.wait())

@@ -198,6 +198,19 @@ def ensure_coscheduler(module_dir: Path = COSCHEDULER_MODULE_DIR, *, quiet: bool
     return CoschedulerBinaries(version, target / COSCHEDULER_BINARIES[0])
 
 
+def kubectl_binary() -> Path:
+    """kubectl at the sandbox's Kubernetes pin, built by scripts/tools (cached in ~/.cache/crane-tools; the first
+    call builds it, or waits for the build scripts/setup started)."""
+    out = subprocess.run(
+        [str(SANDBOX_DIR.parent / "scripts" / "tools"), "kubectl"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    return Path(out.stdout.strip())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(

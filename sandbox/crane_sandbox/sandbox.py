@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import importlib.util
 import ssl
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,9 +89,10 @@ Mode = Literal["replace", "second"]
 
 SCHEDULER_CONFIG_HEADER = """\
 # crane-scheduler's configuration in the sandbox: kube-scheduler's default plugins plus Dynamic, reading the
-# sandbox policy, and NodeResourceTopologyMatch (the simulated nodes publish NRTs; upstream's weight 2), in the
-# profile {scheduler_name} (in mode "replace" the same profile also as crane-scheduler, so pods that name it are
-# placed too). The lease lives in the sandbox's default namespace. The
+# sandbox policy, NodeResourceTopologyMatch (the simulated nodes publish NRTs; upstream's weight 2) and the gang
+# plugins (Coscheduling: PodGroups, in place of PrioritySort; GangScheduling: 1.35's Workload API; pods of no
+# group are placed as before), in the profile {scheduler_name} (in mode "replace" the same profile also as
+# crane-scheduler, so pods that name it are placed too). The lease lives in the sandbox's default namespace. The
 # estimate of a just-bound pod lasts as long as the fast rules take to absorb it (a 10 s average, 5 s sync),
 # not the 5 minutes of the upstream rules.
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -103,8 +105,11 @@ profiles:
 SCHEDULER_PROFILE = """\
   - schedulerName: {scheduler_name}
     plugins:
+      queueSort:
+        enabled: [{name: Coscheduling}]
+        disabled: [{name: "*"}]
       multiPoint:
-        enabled: [{name: NodeResourceTopologyMatch, weight: 2}]
+        enabled: [{name: NodeResourceTopologyMatch, weight: 2}, {name: Coscheduling}, {name: GangScheduling}]
     pluginConfig:
       - name: Dynamic
         args:
@@ -217,6 +222,8 @@ class Sandbox:
     """GPUs published"""
     """KubeSchedulerConfiguration text; ``{policy}`` is replaced by the policy file's path"""
     services: tuple[str, ...] = ("event-recorder", "annotator", "scheduler", "descheduler")
+    kubectl: Path | None = None
+    """kubectl at the Kubernetes pin (``kubebin.kubectl_binary``), named by the banner's line; None: not built"""
     cluster: LocalCluster | None = None
     kwok: KwokController | None = None
     kube_scheduler: ManagedProcess | None = None
@@ -469,7 +476,10 @@ class Sandbox:
         lines += [
             f"run directory {self.run_dir}",
             "",
-            f"  export KUBECONFIG={kubeconfig}",
+            "In another shell, paste this line first (kubectl, cranectl and python on PATH, the sandbox's kubeconfig):",
+            "",
+            f"  {env_line(kubeconfig, self.kubectl)}",
+            "",
             "  kubectl create deployment web --image=nginx --replicas=6"
             + ("" if self.mode == "replace" else "   # placed by kube-scheduler"),
         ]
@@ -494,6 +504,14 @@ class Sandbox:
             lines.append(f"  {name + ':':14} not started (no entry point yet)")
         lines += ["", "Press Ctrl-C to stop; everything started here stops with it."]
         return "\n".join(lines)
+
+
+def env_line(kubeconfig: Path, kubectl: Path | None) -> str:
+    """The banner's one line to paste: PATH with kubectl's folder (~/.cache/crane-tools/...) and this interpreter's
+    (the project's .venv/bin: cranectl, python with the project), and KUBECONFIG."""
+    folders = [] if kubectl is None else [str(kubectl.parent)]
+    folders.append(str(Path(sys.executable).parent))
+    return f"export PATH={':'.join(dict.fromkeys(folders))}:$PATH KUBECONFIG={kubeconfig}"
 
 
 async def wait_ready(api_client: client.ApiClient, fleet: list[SimNode], timeout: float = 120.0) -> None:

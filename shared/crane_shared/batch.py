@@ -36,6 +36,7 @@ from datetime import datetime
 from typing import Any
 
 from crane_shared.annotations import AnnotationError, annotation_key, decode, format_timestamp
+from crane_shared.quantity import parse_quantity
 
 BATCH_CPU = "crane.io/batch-cpu"
 """Extended resource, millicores of reclaimable CPU."""
@@ -105,6 +106,45 @@ def is_batch(spec: Mapping[str, Any] | None) -> bool:
     return False
 
 
+def regular_resources_of_batch_pod(spec: Mapping[str, Any] | None) -> str | None:
+    """For a batch pod, the first non-zero cpu or memory request or limit it sets, as a field path
+    (``spec.containers[0].resources.requests.cpu``); None for a regular pod or a batch pod without any.
+
+    A batch pod must be BestEffort: that is what protects the regular pods beside it (lowest CPU shares, first OOM
+    victim). A cpu or memory request would count against the node's regular requests, which the loan is not, and
+    would make it Burstable (CPU shares by its request, OOM-killed after BestEffort pods); a limit alone becomes
+    the request by the API server's defaulting. Schedulers refuse such a pod (``batch_refusal``)."""
+    spec = spec or {}
+    if not is_batch(spec):
+        return None
+    places: list[tuple[str, Mapping[str, Any] | None]] = [("spec.resources", spec.get("resources"))]
+    for key in ("initContainers", "containers"):
+        places += [(f"spec.{key}[{i}].resources", c.get("resources")) for i, c in enumerate(spec.get(key) or ())]
+    for where, resources in places:
+        for section in ("requests", "limits"):
+            named = (resources or {}).get(section) or {}
+            for resource in ("cpu", "memory"):
+                if resource in named and not _zero(named[resource]):
+                    return f"{where}.{section}.{resource}"
+    return None
+
+
+def _zero(value: Any) -> bool:
+    try:
+        return parse_quantity(value) == 0
+    except (TypeError, ValueError):
+        return False
+
+
+def batch_refusal(path: str) -> str:
+    """Why a batch pod with regular resources is not placed (its FailedScheduling message)."""
+    return (
+        f"batch pod sets {path}: a pod requesting crane.io/batch-cpu or crane.io/batch-memory must request no cpu "
+        "or memory (they would count against the node's regular requests and make it Burstable instead of "
+        "BestEffort, which is what protects the regular pods); ask for crane.io/batch-* only"
+    )
+
+
 def encode_pod_usage(pods: Mapping[str, PodUsage], at: datetime) -> str:
     """Compact JSON, keys sorted (equal inputs give equal text, so an unchanged node is not rewritten)."""
     body = {
@@ -139,3 +179,53 @@ def decode_pod_usage(text: str) -> NodePodUsage:
             raise PodUsageError(f"{POD_USAGE_KEY}.p[{key!r}]: expected [cpu_cores, memory_bytes], got {value!r}")
         pods[key] = PodUsage(float(value[0]), float(value[1]))
     return NodePodUsage(at, pods)
+
+
+# --- withdrawing a loan ------------------------------------------------------------------------------------------
+# A loan outlives its lender unless someone takes it back: batch pods would keep landing on capacity nobody
+# measures. The annotator withdraws it when spec.reclaim is removed (or was absent at start) and when a node's
+# inputs go stale; ``cranectl withdraw-batch`` (the chart's pre-delete hook) when the annotator is uninstalled.
+# Three merge patches per node, in this order: the extended resources to 0 in node status (no new batch pod fits
+# from then on, also if the next steps fail), then removed from it, then the batch annotations removed.
+
+BATCH_ANNOTATION_KEYS = (BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY, POD_USAGE_KEY)
+"""the per-resource batch usage and the per-pod usage the batch part of a round writes (beside the per-metric
+shares, ``batch.crane.io/<metric>``)"""
+
+
+def batch_annotations(annotations: Mapping[str, Any] | None) -> list[str]:
+    """The keys among a node's annotations that the annotator's batch part writes."""
+    return sorted(
+        key for key in (annotations or {}) if key in BATCH_ANNOTATION_KEYS or key.startswith(BATCH_METRIC_PREFIX)
+    )
+
+
+def lent(status: Mapping[str, Any] | None) -> dict[str, str]:
+    """The batch resources in a node's status (capacity or allocatable) as written: resource -> quantity."""
+    status = status or {}
+    out: dict[str, str] = {}
+    for section in ("allocatable", "capacity"):
+        for resource in BATCH_RESOURCES:
+            value = (status.get(section) or {}).get(resource)
+            if value is not None:
+                out.setdefault(resource, str(value))
+    return out
+
+
+def loan_status(cpu_milli: int | None, memory_bytes: int | None) -> dict[str, Any]:
+    """The ``nodes/status`` merge patch of a loan: the same values as capacity and allocatable (integers: extended
+    resources take no fractions); None removes the resource."""
+    resources = {
+        BATCH_CPU: None if cpu_milli is None else str(cpu_milli),
+        BATCH_MEMORY: None if memory_bytes is None else str(memory_bytes),
+    }
+    return {"status": {"capacity": resources, "allocatable": dict(resources)}}
+
+
+WITHDRAW_TO_ZERO = loan_status(0, 0)
+WITHDRAW_REMOVE = loan_status(None, None)
+
+
+def removed_annotations(keys: list[str]) -> dict[str, Any]:
+    """The merge patch removing ``keys`` from a node's annotations."""
+    return {"metadata": {"annotations": dict.fromkeys(keys)}}

@@ -1,8 +1,10 @@
-"""The ``Scheduled`` event contract, written by our scheduler and read by the event-recorder.
+"""The one Event format of every service, and the ``Scheduled`` event contract.
 
-kube-scheduler reports a binding as an events.k8s.io/v1 Event: reason ``Scheduled``, action ``Binding``, type
-Normal, note ``Successfully assigned <ns>/<pod> to <node>``, regarding the pod (with its UID). Writer and reader
-share this module so the two cannot drift.
+Every service that reports on a pod writes an events.k8s.io/v1 Event built by ``event_body`` (the scheduler's
+``Scheduled``, ``FailedScheduling``, ``Preempted``, the descheduler's ``LoadAwareDescheduled``), so users and the
+chart's RBAC see one API group. kube-scheduler reports a binding as such an Event: reason ``Scheduled``, action
+``Binding``, type Normal, note ``Successfully assigned <ns>/<pod> to <node>``, regarding the pod (with its UID).
+Writer and reader (the event-recorder) share this module so the two cannot drift.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def scheduled_event(
         action="Binding",
         type_="Normal",
         note=scheduled_note(namespace, pod, node),
-        scheduler=scheduler,
+        controller=scheduler,
         instance=instance,
         at=at,
     )
@@ -70,19 +72,21 @@ def event_body(
     action: str,
     type_: str,
     note: str,
-    scheduler: str,
+    controller: str,
     instance: str,
     at: float | None = None,
     related: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """An events.k8s.io/v1 Event regarding a pod; ``related`` is a second object reference (kube's ``Eventf``
-    related object, e.g. the preemptor of a ``Preempted`` victim)."""
+    """An events.k8s.io/v1 Event regarding a pod, reported by ``controller`` (its ``reportingController``: the
+    scheduler's profile name, ``crane-descheduler``) from ``instance``; ``related`` is a second object reference
+    (kube's ``Eventf`` related object, e.g. the preemptor of a ``Preempted`` victim). The note is cut at 1024
+    characters (the API's limit)."""
     body: dict[str, Any] = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
         "metadata": {"name": event_name(pod, secrets.token_hex(8)), "namespace": namespace},
         "eventTime": micro_time(time.time() if at is None else at),
-        "reportingController": scheduler,
+        "reportingController": controller,
         "reportingInstance": instance,
         "action": action,
         "reason": reason,

@@ -1,6 +1,7 @@
 """cranectl: the operator's tool. ``cranectl explain NS/POD`` asks the scheduler why a pod landed where it did,
 or why it is still pending; ``cranectl nodes`` shows each node's real usage, requests, hot value and freshness;
-``cranectl plan`` shows the descheduler's last round (node classes, evictions, pods passed over).
+``cranectl plan`` shows the descheduler's last round (node classes, evictions, pods passed over);
+``cranectl withdraw-batch`` takes back every node's batch loan (the chart's pre-delete hook runs it).
 (The development sandbox is ``python -m crane_sandbox``, not part of this tool.)"""
 
 from __future__ import annotations
@@ -48,6 +49,16 @@ def _nodes(args: argparse.Namespace) -> int:
         return 2
     print(render(node_rows(nodes, pods, policy, datetime.now(UTC)), policy))
     return 0
+
+
+def _withdraw_batch(args: argparse.Namespace) -> int:
+    from cranectl.withdraw import run
+
+    try:
+        return run(args.kubeconfig, args.dry_run)
+    except Exception as err:  # one line for the user, not a traceback
+        print(f"cannot withdraw the batch loan: {err}", file=sys.stderr)
+        return 2
 
 
 def _get_json(url: str, what: str, server: str) -> tuple[int, Any]:
@@ -165,6 +176,14 @@ def main() -> None:
     pl.add_argument("--descheduler", default="http://127.0.0.1:8084", help="base URL of the descheduler's HTTP server")
     pl.add_argument("-o", "--output", choices=["text", "json"], default="text")
     pl.set_defaults(func=_plan)
+    wd = sub.add_parser(
+        "withdraw-batch",
+        help="take back every node's batch loan: crane.io/batch-* to 0, then removed from node status, and the "
+        "batch annotations removed (when no annotator is left to do it)",
+    )
+    wd.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG, else in-cluster")
+    wd.add_argument("--dry-run", action="store_true", help="say what would be withdrawn, change nothing")
+    wd.set_defaults(func=_withdraw_batch)
     args = parser.parse_args()
     configure_logging("warning")
     sys.exit(args.func(args))

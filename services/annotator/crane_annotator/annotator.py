@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
-from crane_annotator.batchround import BATCH_KEYS, BatchCapacity, reload_problems
+from crane_annotator.batchround import BATCH_KEYS, BatchCapacity, Withdrawal, reload_problems
 from crane_annotator.debug import WriteLog
 from crane_annotator.hot import HotValues, RedisBindingTimes
 from crane_annotator.hotloop import HotValueLoops
@@ -109,7 +109,9 @@ class Annotator:
                 stamp=stamp,
                 concurrency=patch_concurrency,
                 policy_file=self._reclaim_file(policy_path),
+                patch_metadata=self.patcher.patch_metadata,
             )
+        self.withdrawal = Withdrawal(self.patcher.patch_status, self.patcher.patch_metadata, self.metrics)
         self.rounds = MetricRounds(
             self.specs,
             prometheus,
@@ -204,11 +206,23 @@ class Annotator:
             async with asyncio.TaskGroup() as group:
                 for worker in (self.rounds, self.hot_loops):
                     group.create_task(worker.run(stopping))
+                if self.batch is None:
+                    group.create_task(self._withdraw_leftovers(stopping))
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("writing loop failed; giving up the lease to restart it")
             raise
+
+    async def _withdraw_leftovers(self, stopping: asyncio.Event) -> None:
+        """Without ``spec.reclaim``: the loan an earlier configuration left on the nodes (an upgrade that removed
+        the section, a restart with it gone) is taken back, once per term, retried each minute while a node's
+        withdrawal fails."""
+        while not stopping.is_set():
+            left = [n for n, info in self.cache.nodes.items() if Withdrawal.holds(info)]
+            done = await self.withdrawal.nodes({n: self.cache.nodes[n] for n in left}, "spec.reclaim absent")
+            if len(done) == len(left) or await sleep_unless(stopping, 60.0):
+                return
 
     def _seed_written(self) -> None:
         """Start from the hot values already on the nodes, so an unchanged value is not rewritten at once."""

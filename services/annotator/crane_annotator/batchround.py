@@ -14,6 +14,11 @@ one merge patch of ``nodes/status``, but only when ``reclaim.should_write`` says
 ``changeThreshold`` of capacity, to or from zero, or a difference once the last write is ``maxAge`` old. An
 unchanged cluster costs no status write at all. The value compared with is the one the API server holds (the
 node informer), so a value changed by anyone else is put back.
+
+A loan never outlives what it was measured from (``Withdrawal``): a node whose inputs went stale, and every node
+once ``spec.reclaim`` is removed from the policy file (or was absent when the annotator started: a loan an earlier
+configuration left), gets its ``crane.io/batch-*`` resources set to 0, then removed from node status, and its batch
+annotations removed (``crane_shared.batch``). Put ``spec.reclaim`` back and the next round lends again.
 """
 
 from __future__ import annotations
@@ -41,14 +46,16 @@ from crane_annotator.reclaim import reclaimable as compute
 from crane_annotator.writer import Outcome
 from crane_shared.annotations import annotation_key
 from crane_shared.batch import (
-    BATCH_CPU,
     BATCH_CPU_USAGE_KEY,
-    BATCH_MEMORY,
     BATCH_MEMORY_USAGE_KEY,
     POD_USAGE_KEY,
+    WITHDRAW_REMOVE,
+    WITHDRAW_TO_ZERO,
     PodUsage,
     batch_metric_key,
     encode_pod_usage,
+    loan_status,
+    removed_annotations,
 )
 from crane_shared.logs import LogOnce, get_logger
 from crane_shared.podusage import fetch_pod_usage
@@ -66,8 +73,54 @@ BATCH_KEYS = (BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY)
 def status_patch(cpu_milli: int, memory_bytes: int) -> dict[str, object]:
     """The ``nodes/status`` merge patch: the same values as capacity and allocatable (integers: extended
     resources take no fractions)."""
-    resources = {BATCH_CPU: str(cpu_milli), BATCH_MEMORY: str(memory_bytes)}
-    return {"status": {"capacity": resources, "allocatable": dict(resources)}}
+    return loan_status(cpu_milli, memory_bytes)
+
+
+Patch = Callable[[str, Mapping[str, object]], Awaitable[Outcome]]
+
+
+class Withdrawal:
+    """Takes a loan back from a node: ``crane.io/batch-*`` to 0 in node status (no batch pod fits from then on,
+    also if what follows fails), then removed from it, then the node's batch annotations removed; each a merge
+    patch under the writer's QPS limit and leadership check, counted in ``crane_annotator_patches_total
+    {cause="batch_withdraw"}``. A step that fails stops the node's withdrawal: the next round tries again."""
+
+    def __init__(self, patch_status: Patch, patch_metadata: Patch, metrics: AnnotatorMetrics) -> None:
+        self._patch_status = patch_status
+        self._patch_metadata = patch_metadata
+        self._metrics = metrics
+
+    @staticmethod
+    def holds(info: NodeInfo) -> bool:
+        """Whether the node carries anything of a loan (a resource in status or a batch annotation)."""
+        return info.lending or bool(info.batch_keys)
+
+    async def node(self, name: str, info: NodeInfo, why: str) -> bool:
+        """Withdraw the node's loan; True once nothing of it is left (or the node is gone)."""
+        steps: list[tuple[Patch, Mapping[str, object]]] = []
+        if info.lending:
+            steps += [(self._patch_status, WITHDRAW_TO_ZERO), (self._patch_status, WITHDRAW_REMOVE)]
+        if info.batch_keys:
+            steps.append((self._patch_metadata, removed_annotations(list(info.batch_keys))))
+        for send, body in steps:
+            outcome = await send(name, body)
+            self._metrics.patches.labels("batch_withdraw", outcome).inc()
+            if outcome == "missing":
+                return True
+            if outcome != "ok":
+                return False
+        if steps:
+            log.info(
+                "batch loan withdrawn", node=name, why=why, resources=info.lending, annotations=list(info.batch_keys)
+            )
+        return True
+
+    async def nodes(self, nodes: Mapping[str, NodeInfo], why: str, skip: Iterable[str] = ()) -> list[str]:
+        """Withdraw every loan among ``nodes`` (but ``skip``); the nodes that hold nothing any more."""
+        skipped = set(skip)
+        holding = [n for n, info in nodes.items() if n not in skipped and self.holds(info)]
+        done = await asyncio.gather(*(self.node(n, nodes[n], why) for n in holding))
+        return [n for n, ok in zip(holding, done, strict=True) if ok]
 
 
 @dataclass
@@ -78,10 +131,10 @@ class PublishReport:
 
 
 def reload_problems(policy: DynamicSchedulerPolicy, synced: Iterable[str]) -> list[str]:
-    """Why a changed policy cannot be applied by a running annotator: ``syncPolicy`` is read at start only, so
-    switching reclaim off or naming a node metric not synced needs a restart."""
+    """Why a changed policy cannot be applied by a running annotator: ``syncPolicy`` is read at start only, so a
+    node metric not synced needs a restart. A removed ``spec.reclaim`` is applied (the loan is withdrawn)."""
     if policy.reclaim is None:
-        return ["spec.reclaim: removed; switching batch capacity off needs a restart"]
+        return []
     running = set(synced)
     return [
         f'spec.reclaim.{resource}.nodeMetric: "{rule.node_metric}" is not synced by this process (restart to '
@@ -105,6 +158,7 @@ class BatchCapacity:
         concurrency: int = 32,
         policy_file: PolicyFile[DynamicSchedulerPolicy] | None = None,
         clock: Callable[[], float] = time.time,
+        patch_metadata: Patch | None = None,
     ) -> None:
         self._policy_file = policy_file
         self._prometheus = prometheus
@@ -116,6 +170,9 @@ class BatchCapacity:
         self._gate = asyncio.Semaphore(max(1, concurrency))
         self._clock = clock
         self._log_once = LogOnce(log)
+        self.withdrawal = Withdrawal(patch_status, patch_metadata or _no_metadata_patch, metrics)
+        self.lending = True
+        """``spec.reclaim`` is in the policy file (False once it is removed: every loan is withdrawn)"""
         self._apply(policy)
         self.begin_term(clock())
 
@@ -136,8 +193,16 @@ class BatchCapacity:
         round; ``PolicyFile`` refuses an invalid one (logged, counted, the old policy kept), ``reload_problems``
         included."""
         new = self._policy_file.reload() if self._policy_file is not None else None
-        if new is None or new.reclaim is None or new.reclaim == self.policy:
+        if new is None:
             return False
+        if new.reclaim is None:
+            if self.lending:
+                self.lending = False
+                log.warning("spec.reclaim removed: withdrawing every node's batch loan")
+            return True
+        if self.lending and new.reclaim == self.policy:
+            return False
+        self.lending = True
         self._apply(new.reclaim)
         log.info("spec.reclaim reloaded", reclaim=str(new.reclaim))
         return True
@@ -155,15 +220,19 @@ class BatchCapacity:
         self.pod_usage_at: float | None = None
         self.written_at: dict[str, float] = {}
         self.last: dict[str, Reclaimable] = {}
+        self.withdrawn: set[str] = set()
+        """nodes whose loan this term took back (not tried again while the informer still shows it)"""
 
     def shares_of(self, due: Iterable[str]) -> dict[str, str]:
         """metric -> the PromQL of the batch pods' share of it (``spec.reclaim.batchMetrics``), for the due ones."""
+        if not self.lending:
+            return {}
         queries = dict(self.policy.batch_metrics)
         return {metric: queries[metric] for metric in due if metric in queries}
 
     def wants(self, due: Iterable[str]) -> bool:
         """Whether a round of these metrics measures the pods too (one of the reclaim node metrics is due)."""
-        return not self.metrics_read.isdisjoint(due)
+        return self.lending and not self.metrics_read.isdisjoint(due)
 
     async def measure(self) -> bool:
         """Query every pod's usage; False (and nothing changed) when Prometheus fails or answers in part."""
@@ -250,7 +319,15 @@ class BatchCapacity:
         """Compute every node's reclaimable capacity and write the ones the budget allows."""
         now = self._clock()
         report = PublishReport()
+        if not self.lending:  # spec.reclaim removed: every loan goes
+            nodes = self._nodes()
+            done = await self.withdrawal.nodes(nodes, "spec.reclaim removed", skip=self.withdrawn)
+            self.withdrawn.update(done)
+            report.written = done
+            report.failed = [n for n, i in nodes.items() if n not in self.withdrawn and Withdrawal.holds(i)]
+            return report
         writes: dict[str, Reclaimable] = {}
+        stale: list[str] = []
         for node, info in self._nodes().items():
             if info.capacity is None:
                 report.why["no-capacity"] = report.why.get("no-capacity", 0) + 1
@@ -261,17 +338,27 @@ class BatchCapacity:
             if result is None:
                 continue
             self.last[node] = result
+            if result.why == "stale":  # nothing measured it lately: the loan goes, not only its value
+                if info.lending and node not in self.withdrawn:
+                    stale.append(node)
+                continue
             old = None
             if info.batch is not None:
                 old = Published(info.batch[0], info.batch[1], self.written_at.get(node, self.term_started))
             if should_write(result, old, info.capacity, self.policy, now):
                 writes[node] = result
+        if stale:
+            nodes = self._nodes()
+            done = await self.withdrawal.nodes({n: nodes[n] for n in stale}, "inputs stale")
+            self.withdrawn.update(done)
+            report.written += done
         outcomes = await asyncio.gather(*(self._write(node, r) for node, r in writes.items()))
         for node, outcome in zip(writes, outcomes, strict=True):
             (report.written if outcome == "ok" else report.failed).append(node)
             self._metrics.patches.labels("batch_capacity", outcome).inc()
             if outcome == "ok":
                 self.written_at[node] = now
+                self.withdrawn.discard(node)
         for outcome_name in ("ok", "stale", "off", "bad-override", "unmeasured", "no-capacity"):
             self._metrics.reclaim_nodes.labels(outcome_name).set(report.why.get(outcome_name, 0))
         return report
@@ -279,3 +366,8 @@ class BatchCapacity:
     async def _write(self, node: str, value: Reclaimable) -> Outcome:
         async with self._gate:
             return await self._patch_status(node, status_patch(value.cpu_milli, value.memory_bytes))
+
+
+async def _no_metadata_patch(node: str, body: Mapping[str, object]) -> Outcome:
+    """A ``BatchCapacity`` given no metadata patcher (pure tests of its status writes): annotations stay."""
+    return "ok"

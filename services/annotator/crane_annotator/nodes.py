@@ -22,7 +22,7 @@ from kubernetes_asyncio import client
 from crane_annotator.matching import NodeAddresses
 from crane_annotator.reclaim import Resources
 from crane_shared.annotations import DEFAULT_LEGACY_ZONE, AnnotationError, decode
-from crane_shared.batch import BATCH_CPU, BATCH_MEMORY
+from crane_shared.batch import BATCH_CPU, BATCH_MEMORY, batch_annotations, lent
 from crane_shared.informer import Informer
 from crane_shared.logs import get_logger
 from crane_shared.quantity import quantity
@@ -49,6 +49,10 @@ class NodeInfo:
     """status.allocatable ``crane.io/batch-cpu`` (millicores), ``crane.io/batch-memory`` (bytes) when published"""
     reclaim_override: str | None = None
     """the ``crane.io/batch-reclaim`` annotation as written"""
+    lending: bool = False
+    """node status carries a ``crane.io/batch-*`` resource (in capacity or allocatable), whatever its value"""
+    batch_keys: tuple[str, ...] = ()
+    """the batch annotations the node carries (``crane_shared.batch.batch_annotations``)"""
 
 
 def node_info(obj: Mapping[str, Any], keys: Collection[str], legacy_zone: ZoneInfo = DEFAULT_LEGACY_ZONE) -> NodeInfo:
@@ -74,6 +78,8 @@ def node_info(obj: Mapping[str, Any], keys: Collection[str], legacy_zone: ZoneIn
         _resources(allocatable),
         _published(allocatable),
         annotations.get(OVERRIDE_KEY),
+        bool(lent(status)),
+        tuple(batch_annotations(annotations)),
     )
 
 

@@ -270,6 +270,11 @@ class NodePatcher:
         await self._limiter.acquire(False)
         return await self._patch(node, body, "/status")
 
+    async def patch_metadata(self, node: str, body: Mapping[str, object]) -> Outcome:
+        """One merge patch of the node itself sent now (a loan's annotations removed), as ``patch_status``."""
+        await self._limiter.acquire(False)
+        return await self._patch(node, body)
+
     async def _patch(self, node: str, patch: Mapping[str, object], subresource: str = "") -> Outcome:
         if not self.may_write():
             self._log_once.warning("patch-not-leader", "not patching: leadership lost", node=node)

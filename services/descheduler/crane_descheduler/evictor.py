@@ -3,7 +3,8 @@
 ``POST pods/{name}/eviction`` (policy/v1) with the pod's UID as a precondition, so a pod recreated under the same
 name is never the one evicted. The API server answers 429 when a PodDisruptionBudget forbids the eviction now:
 that is reported as ``pdb`` and the pod is simply considered again in a later round; it is never turned into a
-delete. Every request has a timeout and every answer is status-checked (``raw_json``).
+delete. Every request has a timeout and every answer is status-checked (``raw_json``). The Event is an
+events.k8s.io/v1 Event built by ``crane_shared.events.event_body``, the format every service writes.
 
 Leadership: the caller's ``Term`` is checked right before each request; a leader that may have lost its lease
 sends nothing more (``lost_lease``).
@@ -11,14 +12,14 @@ sends nothing more (``lost_lease``).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_descheduler.plan import Eviction
+from crane_shared.events import event_body as pod_event
 from crane_shared.kube import api_failure, raw_json
 from crane_shared.leader import Term
 from crane_shared.logs import LogOnce, get_logger
@@ -40,34 +41,27 @@ def message(e: Eviction) -> str:
     return f"evicted from node {e.node}: {e.metric} {e.value:.3f} above its threshold {e.threshold:g} ({place})"
 
 
-def event_body(e: Eviction, identity: str, now: datetime) -> dict[str, object]:
-    stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{e.pod.name}.", "namespace": e.pod.namespace},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "namespace": e.pod.namespace,
-            "name": e.pod.name,
-            "uid": e.pod.uid,
-        },
-        "reason": REASON,
-        "message": message(e),
-        "type": "Normal",
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "reportingInstance": identity,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
+def event_body(e: Eviction, identity: str, at: float | None = None) -> dict[str, Any]:
+    """The Normal ``LoadAwareDescheduled`` Event regarding the evicted pod (action ``Descheduled``, as
+    kubernetes-sigs/descheduler's)."""
+    return pod_event(
+        namespace=e.pod.namespace,
+        pod=e.pod.name,
+        pod_uid=e.pod.uid,
+        reason=REASON,
+        action="Descheduled",
+        type_="Normal",
+        note=message(e),
+        controller=COMPONENT,
+        instance=identity,
+        at=at,
+    )
 
 
 class Evictor:
     def __init__(self, api: client.ApiClient, identity: str) -> None:
         self._core = client.CoreV1Api(api)
+        self._events = client.EventsV1Api(api)
         self._identity = identity
         self._log = LogOnce(log)
 
@@ -107,9 +101,9 @@ class Evictor:
             return
         try:
             await raw_json(
-                self._core.create_namespaced_event(
+                self._events.create_namespaced_event(
                     e.pod.namespace,
-                    event_body(e, self._identity, datetime.now(UTC)),
+                    event_body(e, self._identity),
                     _preload_content=False,
                     _request_timeout=REQUEST_TIMEOUT,
                 )

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from crane_shared.batch import BATCH_METRIC_PREFIX, is_batch
+from crane_shared.batch import BATCH_METRIC_PREFIX, batch_refusal, is_batch, regular_resources_of_batch_pod
 from crane_shared.loadaware.dynamic import (
     BATCH_USAGE_KEYS,
     DynamicArgs,
@@ -98,6 +98,8 @@ class PodView:
     """estimated bytes"""
     batch: bool = False
     """a batch pod (requests ``crane.io/batch-*``): judged by the node's whole usage"""
+    refusal: str | None = None
+    """why no node is given to it whatever the load (a batch pod that also requests cpu or memory)"""
 
     @property
     def key(self) -> str:
@@ -319,7 +321,24 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         cpu=size.cpu,
         memory=size.memory,
         batch=is_batch(spec) if isinstance(spec, dict) else False,
+        refusal=_batch_refusal(spec) if isinstance(spec, dict) else None,
     )
+
+
+def _batch_refusal(spec: Mapping[str, Any]) -> str | None:
+    field = regular_resources_of_batch_pod(spec)
+    return batch_refusal(field) if field is not None else None
+
+
+def refused(req: ExtenderArgs, names: Sequence[str], reason: str) -> Obj:
+    """Every node Failed and Unresolvable for ``reason`` (no load would change it)."""
+    return {
+        "Nodes": {"items": []} if req.nodes is not None else None,
+        "NodeNames": [] if req.node_names is not None else None,
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": dict.fromkeys(names, reason),
+        "Error": "",
+    }
 
 
 def node_view(node: Mapping[str, Any]) -> NodeView:
@@ -360,6 +379,8 @@ def _candidates(req: ExtenderArgs, decide: Decide) -> list[tuple[str, NodeView |
 def filter_nodes(req: ExtenderArgs, decide: Decide) -> Obj:
     """``ExtenderFilterResult``: nodes above a predicate's threshold fail with the policy's node-free reason."""
     candidates = _candidates(req, decide)
+    if req.pod.refusal is not None:
+        return refused(req, [name for name, _ in candidates], req.pod.refusal)
     passed: list[int] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
@@ -399,6 +420,8 @@ def filter_verdicts(
 ) -> Obj:
     """``filter_nodes`` in node cache mode from verdicts already looked up; ``unknown``: not in the cache."""
     pod = req.pod
+    if pod.refusal is not None:
+        return refused(req, list(req.node_names or ()), pod.refusal)
     passed: list[str] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from crane_scheduler import explain
+from crane_scheduler import explain, gangless
 from crane_scheduler.config import ConfigError, SchedulerConfig, load_config
 from crane_scheduler.framework import Handle, PluginMetrics, Registry
 from crane_scheduler.framework.runtime import Profile, build_profiles
@@ -102,6 +102,15 @@ def build_parser() -> EnvArgumentParser:
         env="CRANE_SCHEDULER_NODE_SELECTOR",
         default=None,
         help="label selector: consider only these nodes (shard a fleet between schedulers)",
+    )
+    parser.add_argument(
+        gangless.FLAG,
+        env="CRANE_SCHEDULER_POD_GROUP_WITHOUT_GANG_PLUGIN",
+        choices=gangless.MODES,
+        default="refuse",
+        help=f"a pod naming a PodGroup (label {gangless.POD_GROUP_LABEL}) in a profile without the Coscheduling "
+        "plugin: 'refuse' it (unschedulable, the message names the profile and the plugin) or 'place-alone' (placed "
+        "as any pod, with a Warning event); never placed silently as if the label were absent",
     )
     parser.add_argument(
         "--identity",
@@ -216,6 +225,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         metrics=metrics,
         listers=loaded.listers,
         writer=writer,
+        pod_group_without_gang_plugin=args.pod_group_without_gang_plugin,
     )
     loaded.connect(
         api, writer, scheduler.may_bind

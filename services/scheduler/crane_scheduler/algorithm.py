@@ -35,6 +35,10 @@ from crane_scheduler.framework.types import (
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.unsupported import GATE, refusal, unsupported_field
+from crane_shared.batch import BATCH_CPU, BATCH_MEMORY, batch_refusal, regular_resources_of_batch_pod
+
+BATCH_GATE = "BatchPodResources"
+"""the rejector of a batch pod that also requests cpu or memory (``crane_shared.batch.batch_refusal``)"""
 
 MIN_FEASIBLE_NODES_TO_FIND = 100
 MIN_FEASIBLE_NODES_PERCENTAGE = 5
@@ -115,6 +119,11 @@ class Algorithm:
         field = unsupported_field(pod.raw, profile.supported_fields)
         if field is not None:  # refused, never placed as if the field were absent
             return Diagnosis(table.num_nodes, rejectors={GATE}, pre_filter_msg=refusal(field))
+        requests = pod.requests
+        if BATCH_CPU in requests or BATCH_MEMORY in requests:  # a batch pod: BestEffort, or refused
+            field = regular_resources_of_batch_pod(pod.raw.get("spec"))
+            if field is not None:
+                return Diagnosis(table.num_nodes, rejectors={BATCH_GATE}, pre_filter_msg=batch_refusal(field))
         t0 = time.perf_counter()
         skipped: set[str] = set()
         allowed: frozenset[str] | None = None

@@ -44,7 +44,7 @@ from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import CycleState, Diagnosis, QueuedPod, Status
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PODS, PodInfo
-from crane_scheduler.schedule_one import CycleHost
+from crane_scheduler.schedule_one import CycleHost, gang_of
 
 
 def quorum_met(placed: int, found: int, quorum: int) -> bool:
@@ -88,7 +88,7 @@ def futile_wakeups(
     table: NodeTable,
     index: GangIndex,
     pending: Mapping[str, PodInfo],
-    gangs: Mapping[str, GangPlugin | None],
+    gangs: Mapping[str, tuple[GangPlugin, ...]],
     pods: Iterable[PodInfo],
 ) -> set[str]:
     """The uids among ``pods`` (waiting pods a cluster event would move back to the queue) whose group could not
@@ -100,10 +100,10 @@ def futile_wakeups(
     slots: dict[tuple[tuple[str, int], ...], int] = {}
     held: set[str] = set()
     for pod in pods:
-        plugin = gangs.get(pod.scheduler_name)
-        gang = plugin.gang_of(pod) if plugin is not None else None
-        if plugin is None or gang is None:
+        found = gang_of(gangs.get(pod.scheduler_name, ()), pod)
+        if found is None:
             continue
+        plugin, gang = found
         verdict = verdicts.get(gang)
         if verdict is None:
             placed = index.placed.get(gang, set())

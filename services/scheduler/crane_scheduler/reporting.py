@@ -129,7 +129,7 @@ class Reporter:
             action="Scheduling",
             type_="Warning",
             note=truncate_note(message),
-            scheduler=scheduler,
+            controller=scheduler,
             instance=self.instance,
         )
         failure, term = (pod.uid, message), self.term
@@ -160,7 +160,7 @@ class Reporter:
             action=action,
             type_=type_,
             note=truncate_note(note),
-            scheduler=scheduler,
+            controller=scheduler,
             instance=self.instance,
             related=None if related is None else {"apiVersion": "v1", "kind": "Pod", **related},
         )

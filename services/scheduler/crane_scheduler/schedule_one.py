@@ -18,9 +18,10 @@ import dataclasses
 import gc
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from crane_scheduler import gangless
 from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.explain import DecisionLog
 from crane_scheduler.framework.interface import GangPlugin
@@ -32,7 +33,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import SCHEDULER_ERROR, UNSCHEDULABLE, PodInfo
 from crane_scheduler.reporting import Reporter
 from crane_shared.leader import Term
-from crane_shared.logs import get_logger
+from crane_shared.logs import LogOnce, get_logger
 
 log = get_logger("crane.scheduler")
 _RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)
@@ -44,6 +45,16 @@ def thread_usage() -> tuple[float, int] | None:
     if _RUSAGE_THREAD is None:
         return None
     return time.thread_time(), resource.getrusage(_RUSAGE_THREAD).ru_nivcsw
+
+
+def gang_of(plugins: Iterable[GangPlugin], pod: PodInfo) -> tuple[GangPlugin, str] | None:
+    """The first of a profile's gang plugins (Coscheduling's PodGroup label, GangScheduling's ``workloadRef``)
+    that puts the pod in a group, with that group; None for a pod of no gang."""
+    for plugin in plugins:
+        gang = plugin.gang_of(pod)
+        if gang is not None:
+            return plugin, gang
+    return None
 
 
 class CycleHost(Protocol):
@@ -95,7 +106,10 @@ class SchedulingCycle:
     metrics: SchedulerMetrics
     reporter: Reporter
     algorithm: Algorithm
-    _gangs: dict[str, GangPlugin | None]
+    _gangs: dict[str, tuple[GangPlugin, ...]]
+    gangless: gangless.Mode
+    _gangless_told: set[str]
+    _gangless_log: LogOnce
     _observers: dict[str, Callable[[str, str, float], None]]
     _slots: asyncio.Semaphore
     _binds: dict[asyncio.Task[None], tuple[Profile, CycleState, PodInfo, str]]
@@ -128,14 +142,14 @@ class SchedulingCycle:
             self._slots.release()  # deleted, bound by someone else, or already on its way
             return
         qp.pod = pod
-        gangs = self._gangs.get(profile.name)
-        gang = gangs.gang_of(pod) if gangs is not None else None
-        if gangs is not None and gang is not None:
-            self.schedule_gang(profile, qp, gangs, gang)
+        found = gang_of(self._gangs.get(profile.name, ()), pod)
+        if found is not None:
+            self.schedule_gang(profile, qp, found[0], found[1])
             return
         state: CycleState = {}
         start = time.perf_counter()
-        result = self.decide(profile, pod, state)
+        refusal = self._without_gang_plugin(profile, pod)
+        result = self.decide(profile, pod, state) if refusal is None else refusal
         if isinstance(result, Diagnosis):  # PostFilter (preemption) first: its message is part of the decision
             profile.run_post_filter(state, pod, result)
         self.decisions.record(
@@ -157,6 +171,31 @@ class SchedulingCycle:
             self._slots.release()
             return
         self._assume_and_bind(profile, qp, state, result, start)
+
+    def _without_gang_plugin(self, profile: Profile, pod: PodInfo) -> Diagnosis | None:
+        """A pod naming a PodGroup that no gang plugin of its profile reads (``gangless``): logged once per profile
+        and group; refused (the default), or told by a Warning event that it is placed alone."""
+        group = gangless.pod_group(pod.raw)
+        if group is None:
+            return None
+        text = gangless.message(profile.name, pod.namespace, group, self.gangless)
+        self._gangless_log.warning(
+            f"{profile.name}/{pod.namespace}/{group}",
+            "pod group in a profile without a gang plugin",
+            profile=profile.name,
+            missing_plugin=gangless.PLUGIN,
+            pod_group=f"{pod.namespace}/{group}",
+            action=self.gangless,
+        )
+        if self.gangless == "refuse":
+            return Diagnosis(self.table.num_nodes, rejectors={gangless.GATE}, pre_filter_msg=text)
+        if pod.uid not in self._gangless_told:
+            if len(self._gangless_told) > 100_000:
+                self._gangless_told.clear()
+            self._gangless_told.add(pod.uid)
+            regarding = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
+            self.reporter.event(profile.name, regarding, None, "Warning", gangless.IGNORED_REASON, "Scheduling", text)
+        return None
 
     def decide(self, profile: Profile, pod: PodInfo, state: CycleState) -> ScheduleResult | Diagnosis | Status:
         """The algorithm for one pod, timed (wall clock, CPU, preempted by the OS) with the collector paused."""

@@ -45,6 +45,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from crane_scheduler import gangless
 from crane_scheduler.algorithm import Algorithm
 from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.explain import DecisionLog
@@ -59,11 +60,11 @@ from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import UNSCHEDULABLE, PodInfo
 from crane_scheduler.reporting import Reporter
-from crane_scheduler.schedule_one import SchedulingCycle
+from crane_scheduler.schedule_one import SchedulingCycle, gang_of
 from crane_scheduler.writer import ApiWriter
 from crane_shared.kube import api_failure
 from crane_shared.leader import Term
-from crane_shared.logs import get_logger
+from crane_shared.logs import LogOnce, get_logger
 from crane_shared.retry import sleep_unless
 from crane_shared.worker import cancel_and_wait
 
@@ -107,8 +108,12 @@ class Scheduler(SchedulingCycle):
         metrics: SchedulerMetrics | None = None,
         listers: Listers | None = None,
         writer: ApiWriter | None = None,
+        pod_group_without_gang_plugin: gangless.Mode = "refuse",
     ) -> None:
         self.config = config
+        self.gangless: gangless.Mode = pod_group_without_gang_plugin
+        self._gangless_told: set[str] = set()  # uids of pods placed alone that heard so (place-alone)
+        self._gangless_log = LogOnce(log)
         self.metrics = metrics or reporter.metrics
         self.profiles = profiles
         self.table = table
@@ -160,8 +165,8 @@ class Scheduler(SchedulingCycle):
                 profile.handle.activate = self._activate
                 profile.handle.record_event = functools.partial(self.reporter.event, profile.name)
                 profile.handle.claim_condition = self.reporter.condition_claimed
-        self._gangs: dict[str, GangPlugin | None] = {
-            name: next((p for p in profile.plugins.values() if isinstance(p, GangPlugin)), None)
+        self._gangs: dict[str, tuple[GangPlugin, ...]] = {
+            name: tuple(p for p in profile.plugins.values() if isinstance(p, GangPlugin))
             for name, profile in profiles.items()
         }
         self.gang_index = GangIndex(self._gang_of, table)
@@ -179,9 +184,11 @@ class Scheduler(SchedulingCycle):
         self._scheduling = False  # the loop runs (a standby's cache sees the leader's binds: not its to report)
 
     def _gang_of(self, pod: PodInfo) -> str | None:
-        """The pod's gang as the first gang plugin says (a placed pod of any scheduler counts for its group)."""
-        plugin = self._gangs.get(pod.scheduler_name) or next((p for p in self._gangs.values() if p), None)
-        return plugin.gang_of(pod) if plugin is not None else None
+        """The pod's gang as its profile's gang plugins say (a placed pod of any scheduler counts for its group:
+        then every profile's plugins are asked)."""
+        plugins = self._gangs.get(pod.scheduler_name) or tuple(p for ps in self._gangs.values() for p in ps)
+        found = gang_of(plugins, pod)
+        return found[1] if found is not None else None
 
     def _gated(self, pod: PodInfo) -> bool:
         """kube's PreEnqueue: a plugin of the pod's profile holds it back (a preemptor whose victims are not gone),
@@ -194,10 +201,10 @@ class Scheduler(SchedulingCycle):
     def _incomplete(self, pod: PodInfo) -> tuple[GangPlugin, str, int, int] | None:
         """(plugin, group, its pods, its quorum) when the pod's gang has fewer pods (pending or placed) than its
         quorum: no cycle could place it, so it waits outside the queue until a sibling completes the group."""
-        plugin = self._gangs.get(pod.scheduler_name)
-        gang = plugin.gang_of(pod) if plugin is not None else None
-        if plugin is None or gang is None:
+        found = gang_of(self._gangs.get(pod.scheduler_name, ()), pod)
+        if found is None:
             return None
+        plugin, gang = found
         quorum = plugin.quorum(gang)
         members = group_size(self.gang_index, gang)
         return (plugin, gang, members, quorum) if 0 < members < quorum else None
@@ -240,9 +247,10 @@ class Scheduler(SchedulingCycle):
         held = futile_wakeups(self.table, self.gang_index, self.pending, self._gangs, pods)
         if held:
             skipped = Counter(
-                plugin.name
+                found[0].name
                 for uid in held
-                if (pod := self.pending.get(uid)) is not None and (plugin := self._gangs.get(pod.scheduler_name))
+                if (pod := self.pending.get(uid)) is not None
+                and (found := gang_of(self._gangs.get(pod.scheduler_name, ()), pod)) is not None
             )
             for name, count in skipped.items():
                 self.metrics.queue_hint_skips.labels(name).inc(count)

@@ -62,6 +62,7 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
+from crane_scheduler import gangless
 from crane_scheduler.algorithm import Algorithm, ScheduleResult, filter_error
 from crane_scheduler.config import ConfigError, SchedulerConfig, load_config, parse_config
 from crane_scheduler.explain import Decision, render
@@ -71,6 +72,7 @@ from crane_scheduler.framework import (
     Code,
     CycleState,
     Diagnosis,
+    GangPlugin,
     Handle,
     ObjectPlugin,
     Plugin,
@@ -293,6 +295,7 @@ class Simulator:
         percentage_of_nodes_to_score: int | None = None,
         table: NodeTable | None = None,
         listers: Listers | None = None,
+        pod_group_without_gang_plugin: gangless.Mode = "refuse",
     ) -> None:
         """``config``: a ``KubeSchedulerConfiguration`` as the scheduler reads it (YAML text, a path to it, the
         parsed mapping, or a ``SchedulerConfig``; None: the default profile); raises ``ConfigError`` naming every
@@ -305,7 +308,9 @@ class Simulator:
         ``crane_scheduler.plugins`` entry points, Dynamic among them, as the scheduler loads them (False: the
         built-in ones only, kube-scheduler's with crane's NUMA and gang plugins). ``percentage_of_nodes_to_score``:
         overrides the config's (100: score every feasible node). ``table``, ``listers``: a node table and listers
-        to share instead of new ones (the scheduler's own tests run several profiles over one table)."""
+        to share instead of new ones (the scheduler's own tests run several profiles over one table).
+        ``pod_group_without_gang_plugin``: the scheduler's flag of that name (``place`` refuses a pod naming a
+        PodGroup in a profile without a gang plugin, or places it alone)."""
         self.config = _config(config)
         self.clock = clock
         self.table = table if table is not None else NodeTable()
@@ -323,6 +328,12 @@ class Simulator:
             else self.config.percentage_of_nodes_to_score
         )
         self.algorithm = Algorithm(self.table, percentage, random.Random(seed))
+        self.gangless = pod_group_without_gang_plugin
+        self._gang_profiles = {
+            name
+            for name, profile in self.profiles.items()
+            if any(isinstance(p, GangPlugin) for p in profile.plugins.values())
+        }
         self.pending: dict[str, PodInfo] = {}
         """pending pods of the profiles in the synced state (not deleting, not gated), by uid"""
         self._known: dict[str, dict[str, Obj]] = {}
@@ -476,11 +487,18 @@ class Simulator:
 
     def place(self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None) -> Placement:
         """The scheduler's decision for ``pod`` (the profile of its ``schedulerName``, else the first), with the
-        table as it is; changes nothing but the search's rotating start (kube's ``nextStartNodeIndex``). ``pod``:
-        the object, or ``parse_pod``'s reading of it (a caller that places it more than once parses it once)."""
+        table as it is (a pod naming a PodGroup in a profile without a gang plugin refused first, as the
+        scheduler's cycle does: ``pod_group_without_gang_plugin``); changes nothing but the search's rotating start
+        (kube's ``nextStartNodeIndex``). ``pod``: the object, or ``parse_pod``'s reading of it (a caller that
+        places it more than once parses it once)."""
         info = _pod_info(pod)
         prof = self._profile(profile, info)
         state: CycleState = {}
+        group = gangless.pod_group(info.raw) if prof.name not in self._gang_profiles else None
+        if group is not None and self.gangless == "refuse":  # the scheduler's cycle refuses it before deciding
+            text = gangless.message(prof.name, info.namespace, group, self.gangless)
+            message = Diagnosis(self.table.num_nodes, rejectors={gangless.GATE}, pre_filter_msg=text).message
+            return self._placement(info, prof, state, None, message, False, self.table.num_nodes, [])
         try:
             result = self.algorithm.schedule(prof, info, state)
         except Exception as err:  # as the scheduler's cycle: an attempt that failed, not a crash

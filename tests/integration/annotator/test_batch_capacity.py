@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
@@ -29,9 +30,12 @@ from crane_shared.batch import (
     BATCH_CPU_USAGE_KEY,
     BATCH_MEMORY,
     POD_USAGE_KEY,
+    batch_annotations,
     batch_metric_key,
     decode_pod_usage,
+    lent,
 )
+from crane_shared.kube import raw_json
 from crane_shared.reclaimpolicy import OVERRIDE_KEY
 from tests.support.annotator import (
     SELECTOR_KEY,
@@ -162,6 +166,27 @@ async def test_extended_resources_appear_shrink_with_regular_usage_and_not_with_
     await core.patch_node(idle, {"metadata": {"annotations": {OVERRIDE_KEY: None}}})
 
 
+async def test_removing_spec_reclaim_withdraws_the_loan_and_the_batch_annotations(
+    batch_stack: Stack, start: Callable[..., Any]
+) -> None:
+    """The loan does not outlive its lender: with spec.reclaim removed from the policy file, the running annotator
+    takes back what it lent (crane.io/batch-* gone from node status) and its batch annotations."""
+    nodes = [n.name for n in batch_stack.nodes]
+    await start()
+    for node in nodes:
+        await eventually(partial(_published_positive, batch_stack, node), timeout=60, what=f"{node} lends")
+        await eventually(partial(_has_batch_annotations, batch_stack, node), timeout=30, what=f"{node} annotated")
+    text = batch_stack.policy_path.read_text()
+    document = yaml.safe_load(text)
+    del document["spec"]["reclaim"]
+    batch_stack.policy_path.write_text(yaml.safe_dump(document))
+    try:
+        for node in nodes:
+            await eventually(partial(_withdrawn, batch_stack, node), timeout=30, interval=0.25, what=f"{node}'s loan")
+    finally:
+        batch_stack.policy_path.write_text(text)
+
+
 async def test_stale_metrics_degrade_the_loan_to_zero(batch_stack: Stack, start: Callable[..., Any]) -> None:
     """Last in the module: it stops Prometheus."""
     nodes = [n.name for n in batch_stack.nodes]
@@ -175,10 +200,20 @@ async def test_stale_metrics_degrade_the_loan_to_zero(batch_stack: Stack, start:
         ]
     )
     await batch_stack.prometheus.stop()
-    for node in nodes:
-        await eventually(partial(_published_is, batch_stack, node, (0, 0)), timeout=60, interval=0.25, what="zero")
+    for node in nodes:  # set to 0, then removed with the batch annotations
+        await eventually(partial(_withdrawn, batch_stack, node), timeout=60, interval=0.25, what="withdrawn")
     # Not before degradeAfter past the last measurement (the pods' may be a round, 2 s, older than the nodes').
     assert time.time() >= last + DEGRADE - 2
+
+
+async def _has_batch_annotations(stack: Stack, node: str) -> bool:
+    return bool(batch_annotations(await stack.annotations(node)))
+
+
+async def _withdrawn(stack: Stack, node: str) -> bool:
+    """Nothing of a loan left on the node: no batch resource in its status, no batch annotation."""
+    found = await raw_json(client.CoreV1Api(stack.kube).read_node(node, _preload_content=False))
+    return not lent(found["status"]) and not batch_annotations(found["metadata"].get("annotations"))
 
 
 async def _batch_cpu_usage_is(stack: Stack, node: str, fraction: float) -> bool:

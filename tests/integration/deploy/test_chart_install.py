@@ -61,7 +61,8 @@ ACCESS: list[tuple[str, str, str, str, str | None, str | None, bool]] = [
     ("descheduler", "watch", "", "pods", None, None, True),
     ("descheduler", "watch", "policy", "poddisruptionbudgets", None, None, True),
     ("descheduler", "watch", "apps", "replicasets", None, None, True),
-    ("descheduler", "create", "", "events", "default", None, True),
+    ("descheduler", "create", "events.k8s.io", "events", "default", None, True),  # one Event format
+    ("descheduler", "create", "", "events", "default", None, False),
     ("descheduler", "patch", "", "nodes", None, None, False),
     ("descheduler", "update", "coordination.k8s.io", "leases", NS, "crane-descheduler", True),
     ("descheduler", "update", "coordination.k8s.io", "leases", NS, "crane-scheduler", False),

@@ -36,11 +36,11 @@ async def test_a_hot_node_is_relieved_through_the_eviction_api_sparing_ineligibl
     for spared in ("daemon", "bare"):
         assert not pod_terminating(await read(spared, scene.namespace)), spared
 
-    async def explained() -> list[Any]:  # written right after the eviction's answer
-        events = await scene.core.list_namespaced_event(
-            scene.namespace, field_selector="involvedObject.name=victim,reason=LoadAwareDescheduled"
+    async def explained() -> list[Any]:  # written right after the eviction's answer, as events.k8s.io/v1
+        events = await client.EventsV1Api(scene.core.api_client).list_namespaced_event(
+            scene.namespace, field_selector="reason=LoadAwareDescheduled"
         )
-        return list(events.items)
+        return [e for e in events.items if e.regarding.name == "victim"]
 
     (event,) = await eventually(explained, timeout=30, what="the eviction's Event")
 
@@ -48,8 +48,9 @@ async def test_a_hot_node_is_relieved_through_the_eviction_api_sparing_ineligibl
         return await proc.counter("evictions", reason="cpu_usage_avg_5m", result="evicted")
 
     assert await eventually(counted, timeout=30, what="the eviction counted") == 1
-    assert f"evicted from node {scene.hot}: cpu_usage_avg_5m 0.900 above its threshold 0.65" in event.message
-    assert scene.cool in event.message and event.reporting_component == "crane-descheduler"
+    assert f"evicted from node {scene.hot}: cpu_usage_avg_5m 0.900 above its threshold 0.65" in event.note
+    assert scene.cool in event.note and event.reporting_controller == "crane-descheduler"
+    assert event.type == "Normal" and event.action == "Descheduled"
     _, plan = await proc.get("/debug/plan")
     # after an eviction the node's debounce starts over: hot again only after two more hot rounds
     assert plan["classes"][scene.hot] in ("hot", "normal") and plan["classes"][scene.cool] == "idle"

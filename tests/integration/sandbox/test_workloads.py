@@ -22,7 +22,8 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.devices import DEVICE_CLASS, DRIVER
 from crane_sandbox.sandbox import Sandbox, node_is_ready
-from crane_shared.kube import api_client_from_dict, raw_json
+from crane_shared.kube import raw_json
+from tests.support.sandboxes import admin_api, ready_namespace
 from tests.support.waiting import eventually
 
 T = TypeVar("T")
@@ -45,25 +46,13 @@ async def sandbox() -> AsyncIterator[Sandbox]:
 
 @pytest.fixture(scope="module")
 async def api(sandbox: Sandbox) -> AsyncIterator[client.ApiClient]:
-    assert sandbox.cluster is not None
-    api = await api_client_from_dict(sandbox.cluster.kubeconfig_dict())
-    yield api
-    await api.close()
+    async for api in admin_api(sandbox):
+        yield api
 
 
 @pytest.fixture
 async def ns(api: client.ApiClient, request: pytest.FixtureRequest) -> str:
-    """A fresh namespace whose ``default`` ServiceAccount exists (the admission plugin refuses pods before)."""
-    name = str(request.node.name).removeprefix("test_").replace("_", "-")[:50].strip("-")
-    v1 = client.CoreV1Api(api)
-    await v1.create_namespace({"metadata": {"name": name}})
-
-    async def has_account() -> bool:
-        accounts = await v1.list_namespaced_service_account(name)
-        return any(a.metadata.name == "default" for a in accounts.items)
-
-    await eventually(has_account, 30, f"ServiceAccount {name}/default", interval=0.25)
-    return name
+    return await ready_namespace(api, str(request.node.name))
 
 
 def template(app: str, cpu: str = "100m", memory: str = "64Mi") -> dict[str, Any]:
@@ -291,13 +280,15 @@ async def test_the_descheduler_relieves_a_hot_node_and_the_scheduler_keeps_the_r
 
         async def explained() -> list[dict[str, Any]]:
             events = await raw_json(
-                v1.list_namespaced_event(ns, field_selector="reason=LoadAwareDescheduled", _preload_content=False)
+                client.EventsV1Api(api).list_namespaced_event(
+                    ns, field_selector="reason=LoadAwareDescheduled", _preload_content=False
+                )
             )
             return list(events["items"])
 
-        items = await eventually(explained, 30, "the evictions' Events", interval=0.25)
-        assert [e["involvedObject"]["name"] for e in items] == [first["metadata"]["name"]]
-        assert f"evicted from node {hot}: " in items[0]["message"]
+        items = await eventually(explained, 30, "the evictions' Events (events.k8s.io/v1)", interval=0.25)
+        assert [e["regarding"]["name"] for e in items] == [first["metadata"]["name"]]
+        assert f"evicted from node {hot}: " in items[0]["note"]
         assert replaced[0]["metadata"]["name"] != first["metadata"]["name"]  # a new pod, placed elsewhere
         hog_now = await raw_json(v1.read_namespaced_pod("hog", ns, _preload_content=False))
         assert running(hog_now) and hog_now["spec"]["nodeName"] == hot

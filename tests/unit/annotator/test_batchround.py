@@ -19,7 +19,15 @@ from crane_annotator.nodes import NodeInfo
 from crane_annotator.pods import PodCache, node_pod
 from crane_annotator.reclaim import Resources
 from crane_annotator.writer import Outcome
-from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY, POD_USAGE_KEY, batch_metric_key, decode_pod_usage
+from crane_shared.batch import (
+    BATCH_CPU,
+    BATCH_CPU_USAGE_KEY,
+    POD_USAGE_KEY,
+    WITHDRAW_REMOVE,
+    batch_metric_key,
+    decode_pod_usage,
+    removed_annotations,
+)
 from crane_shared.policy import (
     DynamicSchedulerPolicy,
     PolicyError,
@@ -48,9 +56,11 @@ class Answers:
         return QueryResult(series, 1)
 
 
-def info(name: str, batch: tuple[int, int] | None = None, override: str | None = None) -> NodeInfo:
+def info(
+    name: str, batch: tuple[int, int] | None = None, override: str | None = None, keys: tuple[str, ...] = ()
+) -> NodeInfo:
     cap = Resources(8, 32 * GI)
-    return NodeInfo(NodeAddresses(name, (), ()), {}, {}, cap, cap, batch, override)
+    return NodeInfo(NodeAddresses(name, (), ()), {}, {}, cap, cap, batch, override, batch is not None, keys)
 
 
 def pod(name: str, node: str, *, batch: bool = False) -> dict[str, object]:
@@ -65,9 +75,15 @@ def pod(name: str, node: str, *, batch: bool = False) -> dict[str, object]:
 class Writes:
     def __init__(self) -> None:
         self.sent: dict[str, Mapping[str, object]] = {}
+        self.log: list[tuple[str, Mapping[str, object]]] = []  # every patch, status and metadata, in order
 
     async def __call__(self, node: str, body: Mapping[str, object]) -> Outcome:
         self.sent[node] = body
+        self.log.append((node, body))
+        return "ok"
+
+    async def metadata(self, node: str, body: Mapping[str, object]) -> Outcome:
+        self.log.append((node, body))
         return "ok"
 
 
@@ -90,8 +106,17 @@ def capacity(
         AnnotatorMetrics(CollectorRegistry()),
         policy_file=file,
         clock=lambda: next(clock),
+        patch_metadata=writes.metadata,
     )
     return batch, writes
+
+
+WITHDRAWN_KEYS = (BATCH_CPU_USAGE_KEY, POD_USAGE_KEY, batch_metric_key("cpu_usage_avg_5m"))
+
+
+def withdrawal(node: str, keys: tuple[str, ...] = WITHDRAWN_KEYS) -> list[tuple[str, Mapping[str, object]]]:
+    """A loan taken back: 0, then removed from node status, then the batch annotations removed."""
+    return [(node, status_patch(0, 0)), (node, WITHDRAW_REMOVE), (node, removed_annotations(list(keys)))]
 
 
 async def test_a_round_annotates_the_nodes_it_patches_and_writes_status_within_the_budget() -> None:
@@ -112,15 +137,18 @@ async def test_a_round_annotates_the_nodes_it_patches_and_writes_status_within_t
     assert report.written == ["a"] and report.why == {"ok": 2}
 
 
-async def test_stale_inputs_are_written_as_zero() -> None:
-    nodes = {"b": info("b", batch=(4000, 17 * GI))}
+async def test_stale_inputs_withdraw_the_loan_to_zero_then_remove_it_with_its_annotations() -> None:
+    nodes = {"b": info("b", batch=(4000, 17 * GI), keys=WITHDRAWN_KEYS)}
     batch, writes = capacity(nodes)
     await batch.measure()
     batch.record({"cpu_usage_avg_5m": {"b": 0.1}, "mem_usage_avg_5m": {"b": 0.1}}, True, NOW)
     assert (await batch.publish()).written == []  # NOW + 30: fresh, unchanged
     await batch.publish()  # NOW + 60
     report = await batch.publish()  # NOW + 2000: older than 15 min
-    assert report.why == {"stale": 1} and writes.sent["b"] == status_patch(0, 0)
+    assert report.why == {"stale": 1} and writes.log == withdrawal("b")
+    nodes["b"] = info("b")  # as the informer shows it now: nothing lent, no batch annotation
+    await batch.publish()  # NOW + 2001: still stale, nothing left to withdraw
+    assert writes.log == withdrawal("b")
 
 
 def test_status_patch_sets_capacity_and_allocatable() -> None:
@@ -169,13 +197,10 @@ async def test_a_changed_reclaim_section_is_applied_and_a_bad_one_refused(tmp_pa
     assert not batch.reload()
     _write(path, {"cpu": {"reclaimThreshold": 0.5}, "maxAge": "1m"})
     assert batch.reload() and batch.policy.cpu.reclaim_threshold == 0.5
-    for bad in ({"cpu": {"reclaimThreshold": 5}}, None):  # invalid; reclaim removed (needs a restart)
-        _write(path, bad)
-        assert not batch.reload()
-        assert batch.policy.cpu.reclaim_threshold == 0.5
-    assert reload_problems(parse_policy(dump_policy(default_policy())), synced) == [
-        "spec.reclaim: removed; switching batch capacity off needs a restart"
-    ]
+    _write(path, {"cpu": {"reclaimThreshold": 5}})  # invalid: refused, the running section kept
+    assert not batch.reload()
+    assert batch.policy.cpu.reclaim_threshold == 0.5 and batch.lending
+    assert reload_problems(parse_policy(dump_policy(default_policy())), synced) == []  # removing it is applied
     elsewhere = dataclasses.replace(ReclaimPolicy(), cpu=ResourceReclaim("usage", 0.6, "cpu_usage_max_avg_1h"))
     policy = dataclasses.replace(default_policy(), reclaim=elsewhere)
     assert reload_problems(policy, ["cpu_usage_avg_5m", "mem_usage_avg_5m"]) == [
@@ -195,3 +220,29 @@ async def test_the_node_metrics_batch_share_from_the_same_round_splits_system_fr
     # a later round without shares (their query failed): the older shares are not paired with the newer metric
     batch.record(usage, True, NOW + 5)
     assert batch.inputs("a", info("a")).batch_share == {}
+
+
+async def test_removing_spec_reclaim_withdraws_every_loan_and_measures_nothing_more(tmp_path: Path) -> None:
+    """The loan outlives its lender no more: spec.reclaim removed from the policy file, every node that lends (or
+    carries batch annotations) gets 0, then nothing, in node status and loses its batch annotations; the rounds
+    stop measuring pods and querying shares. Put back, the next round lends again."""
+    path = tmp_path / "policy.yaml"
+    _write(path, {})
+    file = PolicyFile(str(path), load_policy, default_policy)
+    nodes = {
+        "a": info("a", batch=(2000, 13 * GI), keys=WITHDRAWN_KEYS),
+        "b": info("b", keys=(POD_USAGE_KEY,)),
+        "c": info("c"),  # never lent: untouched
+    }
+    batch, writes = capacity(nodes, file=file)
+    assert not batch.reload()
+    _write(path, None)
+    assert batch.reload() and not batch.lending
+    assert not batch.wants(["cpu_usage_avg_5m"]) and batch.shares_of(["cpu_usage_avg_5m"]) == {}
+    report = await batch.publish()
+    assert sorted(report.written) == ["a", "b"] and report.failed == []
+    assert sorted(writes.log, key=lambda w: w[0]) == [*withdrawal("a"), ("b", removed_annotations([POD_USAGE_KEY]))]
+    await batch.publish()  # the informer has not caught up yet: not withdrawn twice
+    assert len(writes.log) == 4
+    _write(path, {})
+    assert batch.reload() and batch.lending and batch.wants(["cpu_usage_avg_5m"])

@@ -80,10 +80,13 @@ async def test_a_leader_that_lost_its_term_sends_no_eviction():
         await api.close()
 
 
-def test_the_event_names_node_metric_value_threshold_and_target():
-    body = event_body(_eviction(), "me", datetime(2026, 1, 1, tzinfo=UTC))
-    assert body["reason"] == "LoadAwareDescheduled" and body["involvedObject"]["uid"] == "uid-victim"  # type: ignore[index]
-    assert body["message"] == (
+def test_the_event_is_the_shared_events_k8s_io_format_naming_node_metric_value_threshold_and_target():
+    body = event_body(_eviction(), "me", datetime(2026, 1, 1, tzinfo=UTC).timestamp())
+    assert body["apiVersion"] == "events.k8s.io/v1" and body["type"] == "Normal"
+    assert body["reason"] == "LoadAwareDescheduled" and body["regarding"]["uid"] == "uid-victim"
+    assert body["reportingController"] == "crane-descheduler" and body["reportingInstance"] == "me"
+    assert body["eventTime"] == "2026-01-01T00:00:00.000000Z"
+    assert body["note"] == (
         "evicted from node hot: cpu_usage_avg_5m 0.912 above its threshold 0.65 "
         "(another node, e.g. cool, passes the scheduler's filter for it)"
     )

@@ -290,3 +290,11 @@ def test_reserve_then_undo_restores_the_table_and_the_plugins_exactly(picks: lis
         sim.undo(reservation)
     assert state(sim) == before
     assert decisions(sim) == decided
+
+
+def test_a_pod_group_in_a_profile_without_a_gang_plugin_is_refused_as_the_scheduler_refuses_it() -> None:
+    member = pod("train-0", cpu="1")
+    member["metadata"]["labels"] = {POD_GROUP_LABEL: "train"}
+    refused = cluster().place(member)
+    assert refused.node is None and "profile crane-scheduler has no gang plugin" in refused.message
+    assert cluster(pod_group_without_gang_plugin="place-alone").place(member).node == "big"
