@@ -1,7 +1,9 @@
 """cranectl: the operator's tool. ``cranectl explain NS/POD`` asks the scheduler why a pod landed where it did,
 or why it is still pending; ``cranectl nodes`` shows each node's real usage, requests, hot value and freshness;
 ``cranectl plan`` shows the descheduler's last round (node classes, evictions, pods passed over);
-``cranectl withdraw-batch`` takes back every node's batch loan (the chart's pre-delete hook runs it).
+``cranectl load-taint clear`` lifts the annotator's ``crane.io/load-hot`` taint from every node and
+``cranectl withdraw-batch`` takes back every node's batch loan, after ``cranectl stop-annotator`` (the chart's
+pre-delete hook runs them).
 (The development sandbox is ``python -m crane_sandbox``, not part of this tool.)"""
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +52,77 @@ def _nodes(args: argparse.Namespace) -> int:
         return 2
     print(render(node_rows(nodes, pods, policy, datetime.now(UTC)), policy))
     return 0
+
+
+def _refs(args: argparse.Namespace, *flags: tuple[str, str]) -> list[tuple[str, str] | None] | None:
+    """NAMESPACE/NAME flags as pairs (None when not given); None after printing the problem."""
+    from cranectl.loadtaint import split
+
+    try:
+        return [split(getattr(args, attr), flag) if getattr(args, attr) else None for attr, flag in flags]
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return None
+
+
+async def _stopped(api: Any, stop: tuple[str, str] | None, lease: tuple[str, str] | None, timeout: float) -> bool:
+    """Scale the annotator to 0 and wait for its Lease to be free, as asked; False (said why) if it stays held."""
+    from cranectl.loadtaint import stop_annotator, wait_for_free_lease
+
+    if stop is not None:
+        await stop_annotator(api, *stop)
+        print(f"scaled deployment {stop[0]}/{stop[1]} to 0")
+    if lease is not None:
+        if not await wait_for_free_lease(api, *lease, timeout):
+            print(f"lease {lease[0]}/{lease[1]} still held after {timeout:g}s: stopping here", file=sys.stderr)
+            return False
+        print(f"lease {lease[0]}/{lease[1]} is free: no annotator writes")
+    return True
+
+
+def _with_api(args: argparse.Namespace, what: str, work: Callable[[Any], Coroutine[Any, Any, int]]) -> int:
+    from crane_shared.kube import KubeSettings, make_api_client
+
+    async def run() -> int:
+        api = await make_api_client(KubeSettings(kubeconfig=args.kubeconfig))
+        try:
+            return await work(api)
+        finally:
+            await api.close()
+
+    try:
+        return asyncio.run(run())
+    except Exception as err:  # one line for the user (or the hook's log), not a traceback
+        print(f"cannot {what}: {err}", file=sys.stderr)
+        return 2
+
+
+def _stop_annotator(args: argparse.Namespace) -> int:
+    refs = _refs(args, ("deployment", "--deployment"), ("lease", "--lease"))
+    if refs is None:
+        return 2
+
+    async def work(api: Any) -> int:
+        return 0 if await _stopped(api, refs[0], refs[1], args.timeout) else 1
+
+    return _with_api(args, "stop the annotator", work)
+
+
+def _load_taint_clear(args: argparse.Namespace) -> int:
+    from cranectl.loadtaint import clear_taints
+
+    refs = _refs(args, ("stop_annotator", "--stop-annotator"), ("lease", "--lease"))
+    if refs is None:
+        return 2
+
+    async def work(api: Any) -> int:
+        if not await _stopped(api, refs[0], refs[1], args.timeout):
+            return 1
+        cleared = await clear_taints(api, args.selector)
+        print(f"crane.io/load-hot lifted from {len(cleared)} node(s){': ' + ', '.join(cleared) if cleared else ''}")
+        return 0
+
+    return _with_api(args, "clear the load taint", work)
 
 
 def _withdraw_batch(args: argparse.Namespace) -> int:
@@ -102,10 +176,16 @@ def render_plan(body: dict[str, Any]) -> str:
         if nodes:
             shown = [f"{n} ({body['unknown'][n]})" if n in body.get("unknown", {}) else n for n in nodes]
             lines.append(f"  {name + ':':8} {', '.join(shown)}")
+    if body.get("draining"):
+        lines.append(f"  {'draining:':8} {', '.join(body['draining'])}")
     lines.append("evictions:" if body["evictions"] else "evictions: none")
     for e in body["evictions"]:
+        if e.get("kind") == "drain":
+            why = f"drain, {e['metric']} {e['value']:.3f} < {e['threshold']:g}"
+        else:
+            why = f"{e['metric']} {e['value']:.3f} > {e['threshold']:g}"
         lines.append(
-            f"  {e['pod']:40} from {e['node']}: {e['metric']} {e['value']:.3f} > {e['threshold']:g}"
+            f"  {e['pod']:40} from {e['node']}: {why}"
             f"  ({'batch, no place: yields' if e['target'] is None else 'target e.g. ' + e['target']})  {e['result']}"
         )
     skipped = body.get("skipped") or {}
@@ -150,6 +230,9 @@ def render_explain(body: dict[str, Any]) -> str:
             lines.append(f"  {n['node']:24} total {n.get('total', 0):>5}  {scores}{extra}")
         else:
             lines.append(f"  {n['node']:24} refused by {n['filter']['plugin']}: {n['filter']['reason']}{extra}")
+    scoring = next((n["load"]["scoring"] for n in body["nodes"] if "scoring" in n.get("load", {})), None)
+    if scoring is not None:  # the Dynamic score's strategy (spec.scoring)
+        lines.append(f"load score: {scoring}")
     judged = next((n["load"] for n in body["nodes"] if "podClass" in n.get("load", {})), None)
     if judged is not None:  # the load policy's view of the pod: its class and its estimated usage
         est = judged["podEstimate"]
@@ -184,6 +267,28 @@ def main() -> None:
     wd.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG, else in-cluster")
     wd.add_argument("--dry-run", action="store_true", help="say what would be withdrawn, change nothing")
     wd.set_defaults(func=_withdraw_batch)
+    st = sub.add_parser(
+        "stop-annotator",
+        help="scale the annotator to 0 and wait until its Lease is free (no annotator writes; the uninstall hook)",
+    )
+    st.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG, in-cluster")
+    st.add_argument("--deployment", metavar="NS/NAME", required=True, help="the annotator's Deployment")
+    st.add_argument("--lease", metavar="NS/NAME", help="its Lease (default: not waited for)")
+    st.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the Lease (default 120)")
+    st.set_defaults(func=_stop_annotator)
+    lt = sub.add_parser("load-taint", help="the annotator's crane.io/load-hot taint")
+    lt_sub = lt.add_subparsers(dest="action", required=True)
+    clear = lt_sub.add_parser(
+        "clear",
+        help="lift crane.io/load-hot from every node (uninstall; the chart's pre-delete hook runs it)",
+        description="Lift crane.io/load-hot from every node, after stopping the annotator so it cannot set it again.",
+    )
+    clear.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG, in-cluster")
+    clear.add_argument("--stop-annotator", metavar="NS/DEPLOYMENT", help="scale the annotator to 0 first")
+    clear.add_argument("--lease", metavar="NS/NAME", help="wait until the annotator's Lease is free first")
+    clear.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the Lease (default 120)")
+    clear.add_argument("--selector", help="only nodes matching this label selector")
+    clear.set_defaults(func=_load_taint_clear)
     args = parser.parse_args()
     configure_logging("warning")
     sys.exit(args.func(args))

@@ -34,10 +34,12 @@ SERVICES |= {"crane_descheduler": ROOT / "services" / "descheduler" / "crane_des
 DOMAIN = [
     "annotations",
     "bindings",
+    "debounce",
     "durations",
     "events",
     "hotvalue",
     "labels",
+    "loadtaintpolicy",
     "policy",
     "policyyaml",
     "quantity",

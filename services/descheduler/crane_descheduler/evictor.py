@@ -32,7 +32,15 @@ REASON = "LoadAwareDescheduled"
 log = get_logger("crane.descheduler.evictor")
 
 
+DRAIN_REASON = "LoadAwareDrained"
+
+
 def message(e: Eviction) -> str:
+    if e.kind == "drain":
+        return (
+            f"evicted from node {e.node} to empty it: real usage and requests are low ({e.metric} {e.value:.3f} "
+            f"below {e.threshold:g}) and every pod on it has a place elsewhere (this one, e.g. {e.target})"
+        )
     place = (
         "a batch pod yielding to the node's regular pods; no other node has room for it now"
         if e.target is None
@@ -42,13 +50,13 @@ def message(e: Eviction) -> str:
 
 
 def event_body(e: Eviction, identity: str, at: float | None = None) -> dict[str, Any]:
-    """The Normal ``LoadAwareDescheduled`` Event regarding the evicted pod (action ``Descheduled``, as
-    kubernetes-sigs/descheduler's)."""
+    """The Normal ``LoadAwareDescheduled`` (a drain: ``LoadAwareDrained``) Event regarding the evicted pod (action
+    ``Descheduled``, as kubernetes-sigs/descheduler's)."""
     return pod_event(
         namespace=e.pod.namespace,
         pod=e.pod.name,
         pod_uid=e.pod.uid,
-        reason=REASON,
+        reason=DRAIN_REASON if e.kind == "drain" else REASON,
         action="Descheduled",
         type_="Normal",
         note=message(e),

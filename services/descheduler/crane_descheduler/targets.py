@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crane_descheduler.pods import PodView
-from crane_scheduler.simulate import Placement, PluginError, Removed, Reservation, Simulator
+from crane_scheduler.simulate import DYNAMIC, Placement, PluginError, Removed, Reservation, Simulator
 from crane_shared.loadaware.dynamic import DynamicArgs
 
 Verdict = tuple[str | None, str | None]
@@ -94,8 +94,12 @@ class SchedulerTargets:
             self._sim = self.snapshot.sync(self.nodes, self.pods, self.args, self.now)
         return self._sim
 
-    def find(self, pod: PodView, source: str) -> Verdict:
-        """The node the scheduler would place ``pod``'s replacement on, other than ``source``; or why none."""
+    def find(self, pod: PodView, source: str, *, drain: bool = False) -> Verdict:
+        """The node the scheduler would place ``pod``'s replacement on, other than ``source``; or why none.
+
+        ``drain``: ``source`` is being emptied (it passes the Filter: it is idle); the replacement would return
+        only if Dynamic's score (the policy's strategy: with ``pack``, fuller nodes first) ranks ``source`` at
+        least as high as every other node that passes."""
         sim = self._build()
         raw = sim.get("Pod", pod.uid)
         if raw is None:
@@ -105,16 +109,22 @@ class SchedulerTargets:
             self._found[pod.uid] = found
             if found.error or not found.feasible:
                 return None, "no-target"
-            if source in found.feasible:
+            back = source in found.feasible
+            if back and not drain:
                 return None, "would-return"
-            candidates = [name for name in found.feasible if name not in self.hot]
-            if len(candidates) <= 1:
-                return (candidates[0], None) if candidates else (None, "no-target")
-            try:
-                scores = sim.score(found, candidates)
+            others = [name for name in found.feasible if name != source and name not in self.hot]
+            if not others:
+                return None, "no-target"
+            if not back and len(others) == 1:
+                return others[0], None
+            try:  # a drain scores the source too: where the scheduler's load score sends the replacement
+                scores = sim.score(found, [*others, source] if back else others)
             except PluginError:
                 return None, "no-target"
-            return min(scores.best()), None
+            load = scores.of(DYNAMIC) if back else None
+            if load is not None and load[source] >= max(load[name] for name in others):
+                return None, "would-return"
+            return min(scores.best(others)), None
 
     def take(self, pod: PodView, target: str) -> None:
         """The eviction is planned: the pod leaves the accounting, its replacement is assumed on ``target`` and
@@ -124,6 +134,21 @@ class SchedulerTargets:
         found = self._found.pop(pod.uid, None)
         if found is not None:
             self._planned.append(sim.reserve(found, target))
+
+    def checkpoint(self) -> tuple[int, int]:
+        """A mark to ``rollback`` to: a drain plans a node's pods together and keeps all or none."""
+        return len(self._planned), len(self._taken_out)
+
+    def rollback(self, mark: tuple[int, int]) -> None:
+        """Undo what was taken since ``mark``, as ``close`` undoes a round."""
+        if self._sim is None:
+            return
+        planned, taken = mark
+        for reservation in reversed(self._planned[planned:]):
+            self._sim.undo(reservation)
+        for removed in self._taken_out[taken:]:
+            self._sim.put_back(removed)
+        del self._planned[planned:], self._taken_out[taken:]
 
     def close(self) -> None:
         """Undo the round's plan on the snapshot: the next round starts from the cluster as the informers see it."""

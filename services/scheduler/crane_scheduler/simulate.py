@@ -85,7 +85,7 @@ from crane_scheduler.framework.runtime import Profile, build_profiles
 from crane_scheduler.listers import Kind, Listers
 from crane_scheduler.loadaware import register as register_dynamic
 from crane_scheduler.loadaware.args import parse_args as parse_dynamic_args
-from crane_scheduler.loadaware.plugin import NAME as DYNAMIC
+from crane_scheduler.loadaware.plugin import NAME as DYNAMIC_NAME
 from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable, PodRecord
 from crane_scheduler.plugins import builtin_registry, plugin_registry
@@ -98,6 +98,7 @@ from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.policy import DynamicSchedulerPolicy
 
 __all__ = [
+    "DYNAMIC",
     "KINDS",
     "POD_GROUP_LABEL",
     "POD_GROUP_RESOURCE",
@@ -140,6 +141,8 @@ of the profiles does)"""
 KINDS = frozenset({"Node", "Pod", *LISTER_KINDS, *PLUGIN_KINDS})
 """every kind a ``Simulator`` takes (plus those an out-of-tree ``ObjectPlugin`` of its profiles names)"""
 TERMINAL = ("Succeeded", "Failed")
+DYNAMIC = DYNAMIC_NAME
+"""the load-aware plugin's name (its scores: ``Scores.of(DYNAMIC)``)"""
 POD_GROUP_LABEL = gang.POD_GROUP_LABEL
 """the label naming a pod's PodGroup (scheduler-plugins' contract, which Coscheduling implements)"""
 POD_GROUP_RESOURCE = (gang.GROUP, gang.VERSION, gang.PLURAL)
@@ -185,17 +188,31 @@ class Scores(Mapping[str, NodeScore]):
                 self._totals = self._totals + weight * scores.astype(np.int64)
         return self._totals
 
-    def best(self) -> list[str]:
-        """The nodes with the highest total (the scheduler's tie-break picks one of them)."""
+    def best(self, among: Iterable[str] | None = None) -> list[str]:
+        """The nodes with the highest total (the scheduler's tie-break picks one of them), of ``among`` if given."""
         totals = self.totals()
-        if not len(totals):
+        if among is None:
+            picks = np.arange(len(totals))
+        else:
+            index = self._by_name()
+            picks = np.array([index[name] for name in among], dtype=np.intp)
+        if not len(picks):
             return []
-        return [self._names[i] for i in np.flatnonzero(totals == totals.max()).tolist()]
+        chosen = totals[picks]
+        return [self._names[i] for i in picks[chosen == chosen.max()].tolist()]
 
-    def __getitem__(self, name: str) -> NodeScore:
+    def of(self, plugin: str) -> dict[str, int] | None:
+        """``plugin``'s normalised score per node; None where it did not score (not enabled, or PreScore SKIP)."""
+        found = next((scores for name, _, scores in self._explained if name == plugin), None)
+        return None if found is None else dict(zip(self._names, found.tolist(), strict=True))
+
+    def _by_name(self) -> dict[str, int]:
         if self._index is None:
             self._index = {n: i for i, n in enumerate(self._names)}
-        i = self._index[name]
+        return self._index
+
+    def __getitem__(self, name: str) -> NodeScore:
+        i = self._by_name()[name]
         return NodeScore(int(self.totals()[i]), {plugin: int(s[i]) for plugin, _, s in self._explained})
 
     def __iter__(self) -> Iterator[str]:

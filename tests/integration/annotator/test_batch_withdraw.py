@@ -29,7 +29,7 @@ async def test_cranectl_withdraw_batch_takes_every_loan_back_as_the_uninstall_ho
     cluster: LocalCluster, kube: client.ApiClient
 ) -> None:
     await service_identity(cluster, "annotator")  # the chart's RBAC, hook account included, in the namespace
-    account = f"{chart_prefix(DEFAULT_NAMESPACE)}-batch-withdraw"
+    account = f"{chart_prefix(DEFAULT_NAMESPACE)}-uninstall"
     token = await account_token(kube, DEFAULT_NAMESPACE, account)
     kubeconfig = cluster.write_kubeconfig(
         cluster.run_dir / "kubeconfigs" / f"{account}.yaml", cluster.kubeconfig_dict(token, account)

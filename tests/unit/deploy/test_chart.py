@@ -91,6 +91,61 @@ def test_the_annotator_watches_pods_and_patches_node_status_only_with_spec_recla
     assert ("", "nodes/status", "update") not in granted
 
 
+def test_the_load_taint_adds_node_events_and_joins_the_uninstall_hook_with_its_least_privilege_account() -> None:
+    plain = render()
+    assert "crane-uninstall" not in json.dumps(plain), "no hook and no account without spec.loadTaint or reclaim"
+    assert not [r for r in _rules_of(plain, "crane-annotator") if "events.k8s.io" in r["apiGroups"]]
+    assert not [r for r in _rules_of(plain, "crane-annotator") if "nodes" in r["resources"] and "get" in r["verbs"]]
+    objects = render("--set", "policy.spec.loadTaint.hotRounds=2")
+    events = [r for r in _rules_of(objects, "crane-annotator") if "events.k8s.io" in r["apiGroups"]]
+    assert events == [{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}]
+    assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]} in _rules_of(objects, "crane-annotator")
+    assert by_kind(objects, "Role")["crane-annotator-node-events"]["metadata"]["namespace"] == "default"
+    hooks = [o for o in objects if o["metadata"]["name"] == "crane-uninstall"]
+    kinds = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Job"}
+    assert {o["kind"] for o in hooks} == kinds
+    for o in hooks:  # created before the release's objects go, removed once it succeeded
+        assert o["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete", o["kind"]
+    weights = {o["kind"]: int(o["metadata"]["annotations"]["helm.sh/hook-weight"]) for o in hooks}
+    assert max(w for k, w in weights.items() if k != "Job") < weights["Job"], "the account exists before the Job"
+
+    def steps(objects: list[dict[str, Any]]) -> list[list[str]]:
+        pod = by_kind(objects, "Job")["crane-uninstall"]["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == "crane-uninstall"
+        return [c["command"] for c in [*pod.get("initContainers", []), *pod["containers"]]]
+
+    stop = [
+        "cranectl",
+        "stop-annotator",
+        "--deployment=crane-system/crane-annotator",
+        "--lease=crane-system/crane-annotator",
+        "--timeout=120",
+    ]
+    clear, withdraw = ["cranectl", "load-taint", "clear"], ["cranectl", "withdraw-batch"]
+    assert steps(objects) == [stop, clear]
+    both = render("--set", "policy.spec.loadTaint.hotRounds=2,policy.spec.reclaim.maxAge=5m")
+    assert steps(both) == [stop, clear, withdraw]
+    assert steps(render("--set", "policy.spec.reclaim.maxAge=5m")) == [stop, withdraw]
+
+    def granted(objects: list[dict[str, Any]]) -> set[tuple[str, str, str, tuple[str, ...]]]:
+        return {
+            (group, resource, verb, tuple(rule.get("resourceNames", ())))
+            for rule in _rules_of(objects, "crane-uninstall")
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+
+    stopping = {
+        ("apps", "deployments/scale", "patch", ("crane-annotator",)),
+        ("coordination.k8s.io", "leases", "get", ("crane-annotator",)),
+    }
+    assert granted(objects) == stopping | {("", "nodes", v, ()) for v in ("get", "list", "patch")}
+    assert granted(both) == granted(objects) | {("", "nodes/status", "patch", ())}
+    off = render("--set", "policy.spec.loadTaint.hotRounds=2,annotator.loadTaintCleanup.enabled=false")
+    assert "Job" not in {o["kind"] for o in off}
+
+
 def test_rbac_is_least_privilege_per_service() -> None:
     objects = render(*FULL)
     allowed = {
@@ -431,7 +486,7 @@ def test_the_sandbox_applies_the_charts_own_roles_per_namespace() -> None:
     shipped = render(
         "--set",
         "fullnameOverride=crane,extender.enabled=true,scheduler.topologyAware=true,serviceMonitor.enabled=true,"
-        "policy.spec.reclaim.maxAge=5m",
+        "policy.spec.reclaim.maxAge=5m,policy.spec.loadTaint.hotRounds=2",
     )
     for kind in ("ClusterRole", "Role"):  # the same rules; Lease names carry the prefix
         ours = {

@@ -293,3 +293,11 @@ metadata:
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: {{ $name }}-lease}
 subjects: [{kind: ServiceAccount, name: {{ $name }}, namespace: {{ .root.Release.Namespace }}}]
 {{- end -}}
+
+{{/* A container of the uninstall hook Job: cranectl in the annotator's image. */}}
+{{- define "crane.hookContainer" -}}
+image: {{ include "crane.image" (dict "root" . "component" "annotator") }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+securityContext: {{- toYaml .Values.containerSecurityContext | nindent 2 }}
+resources: {requests: {cpu: 50m, memory: 64Mi}, limits: {memory: 256Mi}}
+{{- end -}}
