@@ -28,6 +28,8 @@ GO_BUILT = frozenset({"cluster", "judge", "toxiproxy"})
 build, the judge, Toxiproxy): a test using none of them can run while that build is still going."""
 
 KWOK = ("tests/integration/sandbox/", "tests/integration/endtoend/")
+BENCH_SMOKE = "tests/integration/test_bench_smoke.py"
+"""the benchmarks' smoke runs: child processes that start kube's servers (no fixture says so)"""
 LATE = ("tests/unit/deploy/", "tests/integration/deploy/", "tests/integration/annotator/test_thanos.py")
 """Tests of the tools scripts/setup builds last (helm, kube-state-metrics, grafanaquery, thanos, kwokctl, kubectl,
 the base image): they run at the end, so those builds have the rest of the suite's time."""
@@ -41,7 +43,7 @@ def _stage(item: pytest.Item) -> int:
         return 3
     if path.startswith("tests/unit/"):
         return 0
-    if path.startswith(("tests/differential/", "tests/faults/")):  # the judge, Toxiproxy, Kubernetes
+    if path.startswith(("tests/differential/", "tests/faults/", BENCH_SMOKE)):  # the judge, Toxiproxy, Kubernetes
         return 2
     return 2 if GO_BUILT & set(getattr(item, "fixturenames", ())) else 1
 

@@ -321,10 +321,7 @@ def main() -> None:
     parser.add_argument("--claims-per-node", type=int, default=10, help="devices per node (maxClaimsPerNode)")
     parser.add_argument("--init-pods", type=int, default=2500)
     parser.add_argument("--pods", type=int, default=2500, help="measured pods")
-    parser.add_argument("--qps", type=float, default=5000, help="client QPS of both schedulers")
-    parser.add_argument("--burst", type=int, default=5000)
-    parser.add_argument("--concurrency", type=int, default=1024, help="our bind concurrency")
-    parser.add_argument("--event-concurrency", type=int, default=32, help="our event writers")
+    base.contender_arguments(parser, event_concurrency=32)
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--skip-kube", action="store_true")
     parser.add_argument("--kube-first", action="store_true", help="run kube-scheduler before crane-scheduler")
@@ -342,7 +339,7 @@ def main() -> None:
         args.pods = 1_000_000  # the loop ends the run (measure waits for this many binds otherwise)
     elif args.init_pods + args.pods > args.nodes * args.claims_per_node:
         parser.error("more pods than devices: some would stay Pending and the run would wait for its timeout")
-    args.plugins, args.events_while_binds_wait = "default", 0
+    args.plugins = "default"
     r = asyncio.run(bench(args))
     ours, kube = r["ours"], r.get("kube")
     if args.steady_state:

@@ -77,9 +77,12 @@ def cost(nodes: int, bindings: tuple[int, ...] = (0, 1000, 10000), decisions: in
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.scheduler.dynamic_cost", description=__doc__)
     parser.add_argument("--nodes", default="1000,5000")
+    parser.add_argument("--bindings", default="0,1000,10000", help="recent bindings held, comma-separated")
+    parser.add_argument("--decisions", type=int, default=200, help="decisions timed per point")
     args = parser.parse_args()
+    bindings = tuple(int(x) for x in args.bindings.split(","))
     for n in (int(x) for x in args.nodes.split(",")):
-        for bound, ms in cost(n).items():
+        for bound, ms in cost(n, bindings, args.decisions).items():
             print(f"{n:>6} nodes, {bound:>6} recent bindings: {ms:6.3f} ms per Filter + Score", flush=True)
 
 

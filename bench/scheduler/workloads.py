@@ -52,6 +52,13 @@ SCALES: dict[str, dict[str, tuple[int, int]]] = {
         "TopologySpreading": (5000, 2000),
         "PreferredTopologySpreading": (5000, 2000),
     },
+    "smoke": {  # a few pods each: that every workload still runs (tests/integration/test_bench_smoke.py)
+        "SchedulingPodAntiAffinity": (2, 4),
+        "SchedulingPodAffinity": (3, 4),
+        "SchedulingPreferredPodAffinity": (3, 4),
+        "TopologySpreading": (3, 4),
+        "PreferredTopologySpreading": (3, 4),
+    },
 }
 
 
@@ -237,10 +244,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--scale", choices=sorted(SCALES), default="500Nodes", help="scheduler_perf's pod counts")
     parser.add_argument("--workloads", default=",".join(SCALES["500Nodes"]))
-    parser.add_argument("--qps", type=float, default=5000, help="client QPS of both schedulers")
-    parser.add_argument("--burst", type=int, default=5000)
-    parser.add_argument("--concurrency", type=int, default=1024, help="our bind concurrency")
-    parser.add_argument("--event-concurrency", type=int, default=32, help="our event writers")
+    base.contender_arguments(parser, event_concurrency=32)
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--skip-kube", action="store_true")
     parser.add_argument("--plugins", choices=sorted(base.PROFILES), default="default")

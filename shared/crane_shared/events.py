@@ -45,6 +45,22 @@ def event_name(pod: str, suffix: str) -> str:
     return f"{stem}.{suffix}"
 
 
+def scheduled_event_name(pod: str, uid: str) -> str:
+    """One name per pod UID, so a pod's ``Scheduled`` event can only be created once."""
+    return event_name(pod, uid.replace("-", ""))
+
+
+def once_scheduled_event(
+    *, namespace: str, pod: str, pod_uid: str, node: str, scheduler: str, instance: str, at: float | None = None
+) -> dict[str, Any]:
+    """``scheduled_event`` named by the pod's UID (``scheduled_event_name``): the body crane-scheduler writes."""
+    body = scheduled_event(
+        namespace=namespace, pod=pod, pod_uid=pod_uid, node=node, scheduler=scheduler, instance=instance, at=at
+    )
+    body["metadata"]["name"] = scheduled_event_name(pod, pod_uid)
+    return body
+
+
 def scheduled_event(
     *, namespace: str, pod: str, pod_uid: str, node: str, scheduler: str, instance: str, at: float | None = None
 ) -> dict[str, Any]:

@@ -38,7 +38,7 @@ class Decision:
     """(plugin, its rejections, the rows still alive before it ran)"""
     scored_rows: Rows | None = None
     scores: list[tuple[str, int, IntArray]] = field(default_factory=list)
-    """(plugin, weight, normalised scores over ``scored_rows``)"""
+    """(plugin, weight, normalised scores over ``scored_rows``; uint8: they are in [0, 100])"""
     node: str | None = None
     message: str = ""
     profile: str = ""

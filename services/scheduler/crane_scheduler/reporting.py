@@ -21,6 +21,7 @@ decision or a bind; reads (the pod behind a 409, the recovery list) use the sche
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -33,9 +34,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import PodRecord
 from crane_scheduler.podinfo import PodInfo, unscheduled_condition
-from crane_scheduler.writer import ApiWriter, Reply
-from crane_scheduler.writer.protocol import JSON, STRATEGIC_MERGE_PATCH, UNSENT
-from crane_shared.events import SCHEDULED_REASON, event_body, event_name, scheduled_event
+from crane_scheduler.writer import ApiWriter, Reply, ScheduledReport
+from crane_scheduler.writer.protocol import JSON, NOT_BOUND, STRATEGIC_MERGE_PATCH, UNSENT
+from crane_shared.events import SCHEDULED_REASON, event_body, once_scheduled_event
 from crane_shared.kube import ApiCallError, api_failure, raw_json
 from crane_shared.leader import Term
 from crane_shared.logs import LogOnce, get_logger
@@ -53,11 +54,6 @@ def truncate_note(message: str) -> str:
     if len(message) <= NOTE_LENGTH_LIMIT:
         return message
     return message[: NOTE_LENGTH_LIMIT - 4] + " ..."
-
-
-def scheduled_event_name(pod: str, uid: str) -> str:
-    """One name per pod UID, so the event can only be created once."""
-    return event_name(pod, uid.replace("-", ""))
 
 
 @dataclass(frozen=True)
@@ -104,13 +100,36 @@ class Reporter:
 
     def scheduled(self, namespace: str, pod: str, uid: str, node: str, scheduler: str) -> None:
         self._last_failure.pop(uid, None)
-        body = scheduled_event(
+        body = once_scheduled_event(
             namespace=namespace, pod=pod, pod_uid=uid, node=node, scheduler=scheduler, instance=self.instance
         )
-        body["metadata"]["name"] = scheduled_event_name(pod, uid)
         self._queue(  # a fact: kept
             "scheduled", f"{namespace}/{pod}", lambda: self._create_scheduled(namespace, body), of_term=False
         )
+
+    def with_bind(self, scheduler: str, pod: PodInfo) -> ScheduledReport | None:
+        """The ``Scheduled`` event for the bind of ``pod`` to carry (``ApiWriter.bind``): the writer process writes
+        it once the bind succeeded, so the scheduling loop builds, queues and awaits nothing per pod for it. A
+        write that failed (or never came back: the process died) falls back to ``already_bound``: the pod is read,
+        and if it is bound its event is written through the reporter's own retries. None without a writer."""
+        if self._writer is None:
+            return None
+        return ScheduledReport(scheduler, self.instance, time.time(), functools.partial(self._reported, pod, scheduler))
+
+    def bound(self, uid: str) -> None:
+        """A bind that carried its ``Scheduled`` event succeeded (``scheduled`` without the write)."""
+        self._last_failure.pop(uid, None)
+
+    def _reported(self, pod: PodInfo, scheduler: str, reply: Reply) -> None:
+        if reply.ok:
+            self.metrics.reports.labels("scheduled", "ok").inc()
+        elif reply.status == 409:  # the one Scheduled event for this UID exists already
+            self.metrics.reports.labels("scheduled", "exists").inc()
+        elif reply.refused and reply.text == NOT_BOUND:  # no bind, no event (a 409 bind ensures its own)
+            return
+        elif reply.status != 404:  # 404: namespace gone
+            self.metrics.reports.labels("scheduled", "error").inc()
+            self.already_bound(pod, scheduler)
 
     def failed(self, pod: PodInfo, message: str, reason: str, scheduler: str) -> bool:
         """Report a failed attempt, unless the same message went out for this pod less than

@@ -26,7 +26,16 @@ from crane_scheduler.algorithm import Algorithm, ScheduleResult
 from crane_scheduler.explain import DecisionLog
 from crane_scheduler.framework.interface import GangPlugin
 from crane_scheduler.framework.runtime import Profile
-from crane_scheduler.framework.types import ClusterChange, ClusterEvent, Code, CycleState, Diagnosis, QueuedPod, Status
+from crane_scheduler.framework.types import (
+    SCHEDULED_WITH_BIND,
+    ClusterChange,
+    ClusterEvent,
+    Code,
+    CycleState,
+    Diagnosis,
+    QueuedPod,
+    Status,
+)
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
@@ -298,7 +307,10 @@ class SchedulingCycle:
             return
         self.metrics.bind_duration.labels("bound").observe(time.perf_counter() - bind_start)
         profile.run_post_bind(state, pod, node)
-        self.reporter.scheduled(pod.namespace, pod.name, pod.uid, node, profile.name)
+        if state.get(SCHEDULED_WITH_BIND):
+            self.reporter.bound(pod.uid)  # its Scheduled event went with the bind (``Reporter.with_bind``)
+        else:
+            self.reporter.scheduled(pod.namespace, pod.name, pod.uid, node, profile.name)
         self.metrics.schedule_attempts.labels("scheduled", profile.name).inc()
         self.metrics.attempt_duration.labels("scheduled", profile.name).observe(time.perf_counter() - start)
 

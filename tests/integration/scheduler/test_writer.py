@@ -15,9 +15,10 @@ from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
-from crane_scheduler.writer import ApiWriter, Connection
+from crane_scheduler.writer import ApiWriter, Connection, Reply, ScheduledReport
 from crane_scheduler.writer.kubeproto import PROTOBUF
-from crane_scheduler.writer.protocol import JSON, REFUSED, STRATEGIC_MERGE_PATCH, UNSENT
+from crane_scheduler.writer.protocol import JSON, NOT_BOUND, REFUSED, STRATEGIC_MERGE_PATCH, UNSENT
+from crane_shared.events import scheduled_event_name
 from crane_shared.leader import Term
 from tests.support import kubeproto
 from tests.support.fakeapi import kubeconfig_for
@@ -473,3 +474,29 @@ async def test_an_eviction_writes_the_condition_then_deletes_the_pod_with_its_ui
     pods = await core.list_namespaced_pod(namespace)
     assert [p.metadata.name for p in pods.items if p.metadata.deletion_timestamp is None] == []
     assert missing.status == 404 and missing.text.startswith("the DisruptionTarget condition: "), missing.describe()
+
+
+async def test_a_bind_carries_its_scheduled_event_written_once_the_bind_succeeded(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str
+) -> None:
+    """``BIND_REPORTED``: the pod is bound, then its one ``Scheduled`` event (named by the UID, as the reporter
+    writes it) is written by the writer process and its reply reaches the caller's ``done``; a bind that fails
+    (409: already bound) writes no event and answers the report ``REFUSED``/``NOT_BOUND``."""
+    core = client.CoreV1Api(kube)
+    spec = {"schedulerName": "nobody", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    created = await core.create_namespaced_pod(namespace, {"metadata": {"name": "p"}, "spec": spec})
+    uid = created.metadata.uid
+    heard: list[Reply] = []
+    report = ScheduledReport("crane-test", "instance-1", time.time(), heard.append)
+    async with ApiWriter(Connection(kubeconfig_dict=cluster.kubeconfig_dict(), qps=0)) as writer:
+        bound = await writer.bind(namespace, "p", uid, "node-a", report)
+        again = await writer.bind(namespace, "p", uid, "node-b", report)
+        await eventually(lambda: len(heard) == 2, 10, "both reports answered")
+    assert bound.status == 201 and again.status == 409
+    assert sorted((r.status, r.text) for r in heard) == [(REFUSED, NOT_BOUND), (201, "")]
+    events = client.EventsV1Api(kube)
+    listed = (await events.list_namespaced_event(namespace, field_selector="reason=Scheduled")).items
+    assert [e.metadata.name for e in listed] == [scheduled_event_name("p", uid)]
+    event = listed[0]
+    assert event.regarding.uid == uid and event.reporting_controller == "crane-test"
+    assert event.reporting_instance == "instance-1" and event.note == f"Successfully assigned {namespace}/p to node-a"

@@ -34,7 +34,7 @@ from crane_scheduler.framework.types import (
 from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
-from crane_scheduler.writer import ApiWriter
+from crane_scheduler.writer import ApiWriter, ScheduledReport
 from crane_shared.informer import EventType
 
 __all__ = [
@@ -128,6 +128,10 @@ class Handle:
     )
     """kube's ``EventRecorder().Eventf(regarding, related, type, reason, action, note)`` for pods: references as
     {namespace, name, uid}; set by the scheduler to its reporter (this profile's name as reportingController)."""
+    scheduled_report: Callable[[PodInfo], ScheduledReport | None] = field(default=lambda pod: None)
+    """The ``Scheduled`` event a bind of the pod carries through the writer (``Reporter.with_bind``, this profile's
+    name as reportingController; set by the scheduler); a bind plugin that sends it sets ``SCHEDULED_WITH_BIND`` in
+    the cycle state, and the scheduler then writes no event of its own for that bind."""
     claim_condition: Callable[[str, str, str], None] = field(default=lambda uid, reason, message: None)
     """(pod uid, reason, message): this attempt's PodScheduled=False condition is written by the plugin itself, in
     a write of its own (preemption: with the nomination, kube's ``updatePod``), so the reporter does not patch it

@@ -23,6 +23,7 @@ __all__ = [
     "EXPLAIN_SCORES",
     "MAX_NODE_SCORE",
     "NO_NODES_MESSAGE",
+    "SCHEDULED_WITH_BIND",
     "SKIP",
     "SUCCESS",
     "ArgsError",
@@ -56,6 +57,8 @@ EXPLAIN_FILTERS = "explain.filters"
 """CycleState key: [(filter plugin, its rejections, rows alive before it)] of the last decision."""
 EXPLAIN_SCORES = "explain.scores"
 """CycleState key: (scored rows, [(score plugin, weight, normalised scores)]) of the last decision."""
+SCHEDULED_WITH_BIND = "scheduled.with-bind"
+"""CycleState key: the bind carried the pod's ``Scheduled`` event (``Handle.scheduled_report``)."""
 
 
 class Code(enum.Enum):

@@ -1,4 +1,5 @@
-"""DefaultBinder: POST pods/<name>/binding through the API writer process (``crane_scheduler.writer``). A 409
+"""DefaultBinder: POST pods/<name>/binding through the API writer process (``crane_scheduler.writer``), carrying
+the pod's ``Scheduled`` event (written by that process once the bind succeeded: ``Handle.scheduled_report``). A 409
 (already bound) is answered with ``Code.ALREADY_BOUND``, which the scheduler treats as someone else's success
 rather than an error to retry; nothing raises across the plugin boundary."""
 
@@ -10,7 +11,16 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from crane_scheduler.framework import SUCCESS, BindPlugin, Code, CycleState, Handle, Status, no_args
+from crane_scheduler.framework import (
+    SCHEDULED_WITH_BIND,
+    SUCCESS,
+    BindPlugin,
+    Code,
+    CycleState,
+    Handle,
+    Status,
+    no_args,
+)
 from crane_scheduler.podinfo import PodInfo
 from crane_shared.kube import raw_json
 
@@ -52,7 +62,13 @@ class DefaultBinder(BindPlugin):
         writer = self._handle.writer
         if writer is None:
             return Status(Code.ERROR, ("not binding: no API writer",), self.name)
-        reply = await writer.bind(pod.namespace, pod.name, pod.uid, node)
+        report = self._handle.scheduled_report(pod)
+        if report is not None:
+            state[SCHEDULED_WITH_BIND] = True  # the writer writes the Scheduled event once the bind succeeded
+        if report is None:
+            reply = await writer.bind(pod.namespace, pod.name, pod.uid, node)
+        else:
+            reply = await writer.bind(pod.namespace, pod.name, pod.uid, node, report)
         if reply.ok:
             return SUCCESS
         if reply.status == 409:

@@ -21,12 +21,14 @@ import itertools
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
 from crane_scheduler.writer.protocol import (
     BIND,
+    BIND_REPORTED,
     CANCEL,
     END_TERM,
     EVICT,
@@ -54,6 +56,17 @@ FLUSH_BATCH = 256
 STOP_TIMEOUT = 10.0
 """seconds the process gets to finish its requests once its stdin is closed: by then the reporter is done and the
 binding cycles are drained, so only writes whose callers gave up are left"""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledReport:
+    """The ``Scheduled`` event a bind carries (``ApiWriter.bind``): reportingController, reportingInstance, the
+    event's time, and who hears how its write went."""
+
+    scheduler: str
+    instance: str
+    at: float
+    done: Callable[[Reply], None]
 
 
 class ApiWriter:
@@ -214,10 +227,21 @@ class ApiWriter:
                 self._buffer((CANCEL, rid))
             raise
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> Reply:
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, report: ScheduledReport | None = None
+    ) -> Reply:
         """POST pods/<name>/binding in the current term. The UID precondition makes a bind of a deleted-and-
-        recreated pod fail instead of binding the new one."""
-        return await self._send(BIND, (namespace, name, uid, node), self.term)
+        recreated pod fail instead of binding the new one. With ``report``, the process also writes the pod's
+        ``Scheduled`` event once the bind succeeded (``protocol.BIND_REPORTED``) and ``report.done`` gets that
+        write's reply (``REFUSED`` with ``NOT_BOUND`` when the bind failed; ``UNSENT`` if the process died)."""
+        if report is None or not self.alive or (self.term is not None and not self.term.held):
+            return await self._send(BIND, (namespace, name, uid, node), self.term)  # (or its refusal, unsent)
+        event_id = next(self._ids)
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda f: report.done(f.result()))
+        self._pending[event_id] = future  # answered, or failed with the rest (``_fail_pending``)
+        fields = (namespace, name, uid, node, event_id, report.scheduler, report.instance, report.at)
+        return await self._send(BIND_REPORTED, fields, self.term)
 
     async def evict(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> Reply:
         """Preemption's eviction in the current term (``protocol.EVICT``): the victim's ``condition`` written,

@@ -46,10 +46,13 @@ from crane_scheduler.writer import kubeproto
 from crane_scheduler.writer.http import Endpoint, HttpPool, Refused
 from crane_scheduler.writer.protocol import (
     BIND,
+    BIND_REPORTED,
     CANCEL,
     END_TERM,
     EVICT,
     JSON,
+    NO_DEADLINE,
+    NOT_BOUND,
     OBJECT,
     READY,
     READY_ID,
@@ -60,6 +63,7 @@ from crane_scheduler.writer.protocol import (
     URGENT,
     Connection,
 )
+from crane_shared.events import once_scheduled_event
 from crane_shared.kube import KubeSettings, TokenBucket, api_client_from_dict, make_api_client, tls_context
 from crane_shared.logs import configure_logging, get_logger
 
@@ -221,6 +225,16 @@ class Writer:
                 self._request, self.binds, "POST", path, body, kubeproto.PROTOBUF, term, deadline
             )
             self._start(rid, term, self._answer(rid, request))
+        elif kind == BIND_REPORTED:
+            _, rid, namespace, name, uid, node, event_id, scheduler, instance, at, term, deadline = message
+            path, body = bind_request(namespace, name, uid, node)
+            request = functools.partial(
+                self._request, self.binds, "POST", path, body, kubeproto.PROTOBUF, term, deadline
+            )
+            event = once_scheduled_event(
+                namespace=namespace, pod=name, pod_uid=uid, node=node, scheduler=scheduler, instance=instance, at=at
+            )
+            self._start(rid, term, self._bind_and_report(rid, request, event_id, namespace, event))
         elif kind in (REQUEST, URGENT, OBJECT):
             _, rid, method, path, body, content_type, term, deadline = message
             data = json.dumps(body, separators=(",", ":")).encode()
@@ -293,6 +307,40 @@ class Writer:
             return status, f"the DisruptionTarget condition: {text}"
         delete = json.dumps({"preconditions": {"uid": uid}}, separators=(",", ":")).encode()
         return await self._request(self.binds, "DELETE", path, delete, JSON, term, deadline)
+
+    async def _bind_and_report(
+        self,
+        rid: int,
+        bind: Callable[[], Awaitable[tuple[int, str]]],
+        event_id: int,
+        namespace: str,
+        event: dict[str, Any],
+    ) -> None:
+        """``BIND_REPORTED``: the bind, answered as ``BIND``'s; once it answered 2xx, the pod's ``Scheduled`` event on
+        the reports' lane (behind the binds waiting for a connection, as every event), answered to ``event_id``;
+        ``REFUSED`` there when the bind did not succeed, so the caller's wait for it ends."""
+        bound = False
+
+        async def exchange() -> tuple[int, str]:
+            nonlocal bound
+            status, text = await bind()
+            bound = 200 <= status <= 299
+            return status, text
+
+        try:
+            await self._answer(rid, exchange)
+        finally:
+            if not bound:
+                self.reply(event_id, REFUSED, NOT_BOUND)
+        if not bound:
+            return
+        task = asyncio.current_task()
+        if task is not None and rid in self.tasks:
+            self.tasks[rid] = (task, 0)  # a fact now: the end of the bind's term does not cancel its report
+        data = json.dumps(event, separators=(",", ":")).encode()
+        path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+        report = functools.partial(self._request, self.reports, "POST", path, data, JSON, 0, NO_DEADLINE, self.events)
+        await self._answer(event_id, report)
 
     async def _answer(
         self, rid: int, exchange: Callable[[], Awaitable[tuple[int, str]]], *, urgent: bool = False

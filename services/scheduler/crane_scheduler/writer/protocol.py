@@ -10,6 +10,12 @@ kubeconfig appears on a command line), then arrays:
 - ``[BIND, id, namespace, name, uid, node, term, deadline]``: POST the pod's ``binding`` (the body is built by
   the writer from a template: four strings to pack instead of a nested map); binds have their own connections
   and rate limit in the writer, so events and status patches never queue behind a burst of binds;
+- ``[BIND_REPORTED, id, namespace, name, uid, node, event_id, scheduler, instance, at, term, deadline]``: as
+  ``BIND``, and once the bind answered 2xx, the pod's one ``Scheduled`` event (``crane_shared.events.
+  once_scheduled_event``, named by the UID, ``eventTime`` ``at``) as a report (the events' lane and gate, tied to no
+  term: it reports a bind that happened); the event's reply comes as ``[event_id, status, text]``, ``REFUSED`` when
+  the bind did not answer 2xx (nothing to report). The scheduling process then builds, packs and awaits nothing
+  per pod for the event;
 - ``[URGENT, id, method, path, body, content_type, term, deadline]``: as ``REQUEST``, on the binds' connections
   and rate limit: preemption's writes (the preemptor's nomination, its victims' condition and deletion) are on
   the preemptor's way to its bind, so they do not queue behind the events and status patches of a burst of
@@ -35,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REQUEST, CANCEL, END_TERM, BIND, URGENT, EVICT, OBJECT = 0, 1, 2, 3, 4, 5, 6
+REQUEST, CANCEL, END_TERM, BIND, URGENT, EVICT, OBJECT, BIND_REPORTED = 0, 1, 2, 3, 4, 5, 6, 7
 READY_ID = 0
 """the reply id of the writer's readiness (request ids start at 1)"""
 READY = 1
@@ -44,6 +50,8 @@ REFUSED = -1
 JSON = "application/json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 NO_DEADLINE = float("inf")
+NOT_BOUND = "not bound"
+"""the text of a ``BIND_REPORTED`` event's ``REFUSED`` reply when its bind did not succeed (nothing to report)"""
 
 
 @dataclass(frozen=True, slots=True)
