@@ -38,7 +38,7 @@ from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.rbac import DEFAULT_NAMESPACE, install_identities
 from crane_shared.kube import api_client_from_dict
 from tests.support.scheduler_cluster import create_nodes, create_pods, in_process, node, pod, pods_json
-from tests.support.usage_cluster import annotate, as_replica, dynamic_config, load_aware
+from tests.support.usage_cluster import annotate, as_replica, dynamic_config
 
 GI = 2**30
 THRESHOLD = 0.65
@@ -138,7 +138,7 @@ async def scale_up(
     wanted = {p["metadata"]["name"] for p in new}
     config = dynamic_config(scheduler, estimate={"learned": {"enabled": learned}})
     started = time.monotonic()
-    async with in_process(cluster, config, f"crane.test/group={group}", load_aware()):
+    async with in_process(cluster, config, f"crane.test/group={group}", load_aware=True):
         await create_pods(kube, namespace, new)
         while True:
             pods = [p for p in await pods_json(kube, namespace) if p["metadata"]["name"] in wanted]

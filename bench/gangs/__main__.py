@@ -17,16 +17,13 @@ import statistics
 import time
 from typing import Any
 
-from crane_scheduler.config import parse_config
-from crane_scheduler.framework import SUCCESS, CycleState, Handle, Registry, Status
-from crane_scheduler.framework.runtime import build_profiles
-from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
-from crane_scheduler.plugins.coscheduling.gang import GROUP, POD_GROUP_LABEL, VERSION
-from crane_scheduler.plugins.coscheduling.plugin import Coscheduling
+from crane_scheduler.framework import SUCCESS, CycleState, Status
 from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
+from crane_scheduler.simulate import POD_GROUP_LABEL, POD_GROUP_RESOURCE, Simulator
+
+GROUP, VERSION, _ = POD_GROUP_RESOURCE
 
 CONFIG = {
     "profiles": [
@@ -77,20 +74,15 @@ def _group(name: str, size: int) -> dict[str, Any]:
 
 
 async def run(nodes: int, gangs: int, size: int) -> list[float]:
-    table = NodeTable()
-    registry = builtin_registry()
-    factories: dict[str, Any] = {name: (lambda a, h, n=name: registry.create(n, a, h)) for name in registry}
-    factories["DefaultBinder"] = lambda args, handle: Binder()
-    config = parse_config(CONFIG)
-    profiles = build_profiles(config, Registry(factories, registry.defaults), lambda name: Handle(table))
-    s = Scheduler(config=config, profiles=profiles, table=table, reporter=Reporter(None, None, "bench"))
-    plugin = profiles["crane-scheduler"].plugins["Coscheduling"]
-    assert isinstance(plugin, Coscheduling)
-    plugin.synced = True
+    binder = Binder()
+    sim = Simulator(
+        CONFIG, clock=time.monotonic, out_of_tree=False, plugins={"DefaultBinder": lambda args, handle: binder}
+    )
+    s = Scheduler(config=sim.config, profiles=sim.profiles, table=sim.table, reporter=Reporter(None, None, "bench"))
     for i in range(nodes):
         s.on_node(_node(f"n{i}"))
     for g in range(gangs):
-        plugin.set_group(_group(f"g{g}", size))
+        sim.add(_group(f"g{g}", size))  # the PodGroup watch's event
         for i in range(size):
             s.on_pod(_member(f"g{g}", i))
     times = []
@@ -104,7 +96,7 @@ async def run(nodes: int, gangs: int, size: int) -> list[float]:
         times.append(time.perf_counter() - start)
         await asyncio.sleep(0)
     await s.drain()
-    assert sum(1 for r in table.pods.values()) == gangs * size, "every member placed"
+    assert len(sim.table.pods) == gangs * size, "every member placed"
     return times
 
 

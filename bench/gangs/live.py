@@ -54,9 +54,11 @@ from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.crds import PODGROUP_CRD, install_crd
 from crane_sandbox.kubebin import ensure_coscheduler
 from crane_sandbox.procs import ManagedProcess, free_port, tcp_open
-from crane_scheduler.plugins.coscheduling.gang import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
+from crane_scheduler.simulate import POD_GROUP_LABEL, POD_GROUP_RESOURCE
 from crane_shared.informer import EventType, Informer
 from crane_shared.kube import api_client_from_dict, raw_json
+
+GROUP, VERSION, PLURAL = POD_GROUP_RESOURCE
 
 TIMEOUT_WORDS = "rejected due to timeout after waiting"
 """kube's framework wording when a Permit wait ends (``framework.runtime``'s waiting pod), also crane's."""

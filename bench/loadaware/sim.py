@@ -1,7 +1,8 @@
 """A virtual-time replay of the seed experiment: three nodes, replicas added one by one, three schedulers.
 
-The decisions are made by the real framework (``Algorithm`` + built-in plugins + ``Dynamic``) over a real
-``NodeTable``; only the world around it is simulated, second by second on a virtual clock:
+The decisions are made by the real scheduler (``crane_scheduler.simulate``: the built-in plugins and ``Dynamic``,
+each placed replica assumed and reserved as the scheduler's cycle does); only the world around it is simulated,
+second by second on a virtual clock:
 
 - real usage of a node = its base load + the real usage of the replicas on it;
 - Prometheus: ``*_avg_5m`` is the mean of real usage over the last 5 minutes, ``*_max_avg_1h|1d`` the maximum of
@@ -15,22 +16,13 @@ behaviour: no own bindings, no estimates, hot value every 3m), ``ours`` (Dynamic
 
 from __future__ import annotations
 
-import random
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
-from crane_scheduler.config import parse_config
-from crane_scheduler.framework import Handle
-from crane_scheduler.framework.runtime import build_profiles
-from crane_scheduler.loadaware.args import parse_args
-from crane_scheduler.loadaware.plugin import Dynamic
-from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
-from crane_scheduler.podinfo import parse_node, parse_pod
+from crane_scheduler.simulate import Simulator
 from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.hotvalue import hot_value
 from crane_shared.policy import default_policy
@@ -135,36 +127,25 @@ def run(
     """Scale a Deployment to ``replicas``, one more every ``interval`` seconds (as the experiment did); pending
     replicas are retried every interval until ``settle`` seconds after the last one was created."""
     nodes = three_nodes()
-    table = NodeTable()
-    registry = builtin_registry()
     clock = [1_800_000_000.0]
-    dynamic: list[Dynamic] = []
     own = strategy == "ours"
-
-    def factory(raw: Any, handle: Handle) -> Dynamic:
-        p = Dynamic(parse_args(raw), handle, wall_clock=lambda: clock[0])
-        dynamic.append(p)
-        return p
-
-    registry.register("Dynamic", factory)
-    enabled = [{"name": "Dynamic", "weight": 3}] if strategy != "requests" else []
+    load_aware = strategy != "requests"
+    enabled = [{"name": "Dynamic", "weight": 3}] if load_aware else []
     args = {} if own else {"ownBindingsInHotValue": False, "estimate": {"enabled": False}}
-    config = parse_config(
-        {
-            "profiles": [
-                {
-                    "schedulerName": "crane-scheduler",
-                    "plugins": {"multiPoint": {"enabled": enabled}},
-                    "pluginConfig": [{"name": "Dynamic", "args": args}] if enabled else [],
-                }
-            ]
-        }
-    )
-    profile = next(iter(build_profiles(config, registry, lambda name: Handle(table)).values()))
-    algorithm = Algorithm(table, rng=random.Random(seed))
+    config = {
+        "profiles": [
+            {
+                "schedulerName": "crane-scheduler",
+                "plugins": {"multiPoint": {"enabled": enabled}},
+                "pluginConfig": [{"name": "Dynamic", "args": args}] if enabled else [],
+            }
+        ]
+    }
+    # requests-only: kube-scheduler's plugins (no Dynamic); the others: Dynamic on the virtual clock
+    sim = Simulator(config, clock=lambda: clock[0], seed=seed, out_of_tree=load_aware)
     for i, n in enumerate(nodes):
         if n.requested_cpu:
-            table.add_pod(parse_pod(_pod_obj(f"existing-{i}", n.requested_cpu, n.requested_mem_gi, n.name)))
+            sim.add(_pod_obj(f"existing-{i}", n.requested_cpu, n.requested_mem_gi, n.name), kind="Pod")
 
     annotations: dict[str, dict[str, str]] = {n.name: {} for n in nodes}
     last_sync: dict[str, float] = {}
@@ -197,7 +178,7 @@ def run(
                 annotations[n.name]["node_hot_value"] = encode_hot_value(hot_value(counts, POLICY.hot_value), stamp)
         if changed:
             for n in nodes:
-                table.upsert_node(parse_node(_node_obj(n, dict(annotations[n.name]))))
+                sim.update(_node_obj(n, dict(annotations[n.name])), kind="Node")
 
     def step(seconds: float) -> None:
         end = clock[0] + seconds
@@ -220,16 +201,11 @@ def run(
             created += 1
             pending += 1
         while pending:
-            info = parse_pod(_pod_obj(f"{svc.name}-{placed}", svc.req_cpu, svc.req_mem_gi))
-            state: dict[str, Any] = {}
-            result = algorithm.schedule(profile, info, state)
-            if not isinstance(result, ScheduleResult):
-                first_fail = first_fail or getattr(result, "message", str(result))
+            placement = sim.schedule(_pod_obj(f"{svc.name}-{placed}", svc.req_cpu, svc.req_mem_gi))
+            if placement.node is None:
+                first_fail = first_fail or placement.message
                 break  # stays Pending; retried next interval, when the metrics may have caught up
-            for pl in profile.reserve:
-                pl.reserve(state, info, result.node)
-            table.assume(info, result.node)
-            node = next(n for n in nodes if n.name == result.node)
+            node = next(n for n in nodes if n.name == placement.node)
             node.replicas.append(clock[0])
             bindings.append((clock[0], node.name))
             placed += 1

@@ -1,7 +1,7 @@
 """``python -m bench.nrt``: decision latency with NodeResourceTopologyMatch on, against the same profile without it.
 
 Both profiles see the same node table (N nodes, each with a two-zone NRT of 16 CPUs per zone and bound pods
-holding zone results); each decision runs PreFilter to node selection (``Algorithm.schedule``), no binding. The
+holding zone results); each decision runs PreFilter to node selection (``Simulator.place``), no binding. The
 pods are Guaranteed with whole CPUs (the plugin's targets: it evaluates every node's zones) or fractional
 (non-targets: the plugin only classifies the pod). Reported: median and p99 per decision, and the ratio
 plugin-on / plugin-off measured in the same run.
@@ -15,17 +15,11 @@ import statistics
 import time
 from typing import Any
 
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
-from crane_scheduler.config import parse_config
-from crane_scheduler.framework import Handle
-from crane_scheduler.framework.runtime import Profile, build_profiles
-from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
-from crane_scheduler.plugins.noderesourcetopology.model import ANNOTATION_RESULT
-from crane_scheduler.plugins.noderesourcetopology.plugin import NodeResourceTopologyMatch
-from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
+from crane_scheduler.simulate import Simulator, parse_pod
 
 PLUGIN = "NodeResourceTopologyMatch"
+ANNOTATION_RESULT = "topology.crane.io/topology-result"
+"""a bound pod's zones, as crane's agent and the plugin's PreBind write them"""
 
 
 def _node(name: str) -> dict[str, Any]:
@@ -62,33 +56,28 @@ def _pod(name: str, cpu: str, node: str = "", zone: str = "") -> dict[str, Any]:
     }
 
 
-def setup(n: int, rng: random.Random) -> tuple[NodeTable, Profile, Profile]:
-    table = NodeTable()
-    for i in range(n):
-        table.upsert_node(parse_node(_node(f"n{i}")))
-    registry = builtin_registry()
-    with_nrt = parse_config(
-        {"profiles": [{"schedulerName": "on", "plugins": {"multiPoint": {"enabled": [{"name": PLUGIN, "weight": 2}]}}}]}
-    )
-    on = build_profiles(with_nrt, registry, lambda name: Handle(table, profile=name))["on"]
-    off = build_profiles(parse_config({"profiles": [{"schedulerName": "off"}]}), registry, lambda name: Handle(table))
-    plugin = on.plugins[PLUGIN]
-    assert isinstance(plugin, NodeResourceTopologyMatch)
-    plugin.replace_topologies([_nrt(f"n{i}") for i in range(n)])
+def setup(n: int, rng: random.Random) -> tuple[Simulator, Simulator]:
+    """The profile with the plugin and the one without, over one node table (the built-in plugins, no Dynamic)."""
+    enabled = [{"name": PLUGIN, "weight": 2}]
+    with_nrt = {"profiles": [{"schedulerName": "on", "plugins": {"multiPoint": {"enabled": enabled}}}]}
+    on = Simulator(with_nrt, out_of_tree=False)
+    off = Simulator({"profiles": [{"schedulerName": "off"}]}, out_of_tree=False, table=on.table)
+    on.sync("Node", [_node(f"n{i}") for i in range(n)])
+    on.sync("NodeResourceTopology", [_nrt(f"n{i}") for i in range(n)])
     for i in range(n * 4):  # ~4 pods per node holding 1-4 CPUs of one zone
         node = f"n{rng.randrange(n)}"
-        table.add_pod(parse_pod(_pod(f"b{i}", str(rng.randint(1, 4)), node, f"node{rng.randrange(2)}")))
-    return table, on, off["off"]
+        on.add(_pod(f"b{i}", str(rng.randint(1, 4)), node, f"node{rng.randrange(2)}"), kind="Pod")
+    return on, off
 
 
-def measure(table: NodeTable, profile: Profile, pods: list[PodInfo]) -> list[float]:
-    algo = Algorithm(table, rng=random.Random(0))
+def measure(sim: Simulator, pods: list[Any]) -> list[float]:
+    sim.reseed(0)
     out = []
     for pod in pods:
         t0 = time.perf_counter()
-        result = algo.schedule(profile, pod, {})
+        placement = sim.place(pod)
         out.append(time.perf_counter() - t0)
-        assert isinstance(result, ScheduleResult), result
+        assert placement.node is not None, placement.message
     return out
 
 
@@ -102,11 +91,11 @@ def main() -> None:
         f"{'nodes':>6} {'pods':10} {'off p50':>9} {'on p50':>9} {'ratio':>6} {'off p99':>9} {'on p99':>9} {'ratio':>6}"
     )
     for n in args.nodes:
-        table, on, off = setup(n, rng)
+        on, off = setup(n, rng)
         for kind, cpu in (("whole-cpu", "4"), ("fraction", "1500m")):
             pods = [parse_pod(_pod(f"{kind}{i}", cpu)) for i in range(args.pods)]
-            measure(table, on, pods[:20])  # warm up
-            t_off, t_on = measure(table, off, pods), measure(table, on, pods)
+            measure(on, pods[:20])  # warm up
+            t_off, t_on = measure(off, pods), measure(on, pods)
             p50 = statistics.median(t_off), statistics.median(t_on)
             p99 = (statistics.quantiles(t_off, n=100)[98], statistics.quantiles(t_on, n=100)[98])
             print(

@@ -3,7 +3,7 @@ workloads, in process (no API server).
 
 The same pods as ``bench.scheduler.workloads`` (scheduler_perf's templates and 500Nodes/5000Nodes counts) on a
 node table of N nodes (hostname + zone labels, crane's load annotations): the init pods bound round-robin, then
-every measured pod goes through one decision (``Algorithm.schedule``), assume and Reserve, as the scheduling loop
+every measured pod goes through one decision, assume and Reserve (``Simulator.schedule``), as the scheduling loop
 does; ``SchedulingBasic`` (plain pods) is the baseline. Reports CPU ms per decision (process time, so other
 processes on a shared machine do not count; mean, p50 and p99) per workload; ``--profile`` prints cProfile's
 top functions, to find where a decision's time goes.
@@ -25,14 +25,7 @@ import numpy as np
 
 from bench.scheduler import __main__ as base
 from bench.scheduler.workloads import HOST, SCALES, ZONE, ZONES, pod_body, template
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
-from crane_scheduler.config import parse_config
-from crane_scheduler.framework import Handle
-from crane_scheduler.framework.registry import Registry
-from crane_scheduler.framework.runtime import Profile, build_profiles
-from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
-from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
+from crane_scheduler.simulate import Simulator, parse_pod
 
 SCHEDULER = "crane-bench"
 BASIC = "SchedulingBasic"
@@ -55,23 +48,20 @@ def node_json(i: int) -> dict[str, Any]:
 def _pod(name: str, namespace: str, labels: dict[str, str], extra: dict[str, Any], node: str | None) -> Any:
     body = pod_body(name, labels, extra, SCHEDULER, node)
     body["metadata"].update(namespace=namespace, uid=f"{namespace}/{name}")
-    return parse_pod(body)
+    return body
 
 
-def build(nodes: int, plugins: str, registry: Registry | None = None) -> tuple[NodeTable, Profile]:
-    """The node table and the profile; ``registry`` defaults to the built-in plugins only (kube-scheduler's: no
-    Dynamic, which the scheduler adds from its entry point, ``crane_scheduler.__main__.plugin_registry``)."""
-    table = NodeTable(capacity=nodes)
-    for i in range(nodes):
-        table.upsert_node(parse_node(node_json(i)))
+def build(nodes: int, plugins: str, out_of_tree: bool = False) -> Simulator:
+    """The scheduler over N nodes; the built-in plugins only by default (kube-scheduler's: no Dynamic, which the
+    scheduler adds from its entry point: ``out_of_tree``)."""
     config = {"profiles": [{"schedulerName": SCHEDULER, **base.PROFILES[plugins]}]}
-    registry = builtin_registry() if registry is None else registry
-    profiles = build_profiles(parse_config(config), registry, lambda name: Handle(table, profile=name))
-    return table, profiles[SCHEDULER]
+    sim = Simulator(config, out_of_tree=out_of_tree)
+    sim.sync("Node", [node_json(i) for i in range(nodes)])
+    return sim
 
 
 def run(workload: str, nodes: int, scale: str, plugins: str, prof: cProfile.Profile | None) -> dict[str, float]:
-    table, profile = build(nodes, plugins)
+    sim = build(nodes, plugins)
     namespaces = ["sched-1", "sched-0"]
     labels: dict[str, str]
     extra: dict[str, Any]
@@ -82,30 +72,23 @@ def run(workload: str, nodes: int, scale: str, plugins: str, prof: cProfile.Prof
         n_init, n_measured = SCALES[scale][workload]
         labels, extra = template(workload, namespaces, measured=False)
     for i in range(n_init):
-        table.add_pod(_pod(f"init-{i:05d}", "sched-0", labels, extra, f"node-{i % nodes:05d}"))
+        sim.add(_pod(f"init-{i:05d}", "sched-0", labels, extra, f"node-{i % nodes:05d}"), kind="Pod")
     if workload != BASIC:
         labels, extra = template(workload, namespaces, measured=True)
     pods = (_pod(f"pod-{i:05d}", "sched-1", labels, extra, None) for i in range(n_measured))
-    return {**timed_decisions(table, profile, pods, prof), "pods": n_measured}
+    return {**timed_decisions(sim, (parse_pod(body) for body in pods), prof), "pods": n_measured}
 
 
-def timed_decisions(
-    table: NodeTable, profile: Profile, pods: Iterable[PodInfo], prof: cProfile.Profile | None
-) -> dict[str, float]:
-    """Each pod through one decision, assume and Reserve, as the scheduling loop does: CPU ms per pod (mean,
-    p50, p99) and how many were placed."""
-    algorithm = Algorithm(table, 0)
+def timed_decisions(sim: Simulator, pods: Iterable[Any], prof: cProfile.Profile | None) -> dict[str, float]:
+    """Each pod (parsed) through one decision, assume and Reserve, as the scheduling loop does: CPU ms per pod
+    (mean, p50, p99) and how many were placed."""
     times = []
     placed = 0
     for pod in pods:
-        state: dict[str, Any] = {}
         if prof is not None:
             prof.enable()
         t = time.process_time()
-        result = algorithm.schedule(profile, pod, state)
-        if isinstance(result, ScheduleResult):
-            table.assume(pod, result.node)
-            profile.run_reserve(state, pod, result.node)
+        if sim.schedule(pod).node is not None:
             placed += 1
         times.append(time.process_time() - t)
         if prof is not None:

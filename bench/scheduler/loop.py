@@ -25,14 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from crane_scheduler.__main__ import plugin_registry
-from crane_scheduler.config import SchedulerConfig
-from crane_scheduler.framework import SUCCESS, CycleState, Handle, Registry, Status
-from crane_scheduler.framework.runtime import build_profiles
-from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.framework import SUCCESS, CycleState, Status
 from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler, tune_collector
+from crane_scheduler.simulate import Simulator
 from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.policy import default_policy
 
@@ -134,14 +131,14 @@ class Watch:
 
 async def run(nodes: int, pods: int, profiler: cProfile.Profile | None) -> dict[str, Any]:
     watch = Watch()
-    registry = plugin_registry()
-    factories: dict[str, Any] = {n: (lambda a, h, n=n: registry.create(n, a, h)) for n in registry}
-    factories["DefaultBinder"] = lambda args, handle: watch
-    table = NodeTable()
-    config = SchedulerConfig()
-    profiles = build_profiles(config, Registry(factories, registry.defaults), lambda name: Handle(table))
+    # the service's profile and clocks (handles and queue monotonic, Dynamic the wall clock), binds answered at once
+    sim = Simulator(clock=time.monotonic, wall_clock=time.time, plugins={"DefaultBinder": lambda args, handle: watch})
     s = Scheduler(
-        config=config, profiles=profiles, table=table, reporter=Reporter(None, None, "bench"), bind_concurrency=1024
+        config=sim.config,
+        profiles=sim.profiles,
+        table=sim.table,
+        reporter=Reporter(None, None, "bench"),
+        bind_concurrency=1024,
     )
     now = datetime.now(UTC)
     for i in range(nodes):

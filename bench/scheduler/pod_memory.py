@@ -14,18 +14,15 @@ import argparse
 import gc
 import json
 import os
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 import crane_scheduler.internal.cache as cache_module
 from bench.scheduler.loop import node, pod
-from crane_scheduler.__main__ import plugin_registry
-from crane_scheduler.config import SchedulerConfig
-from crane_scheduler.framework import Handle
-from crane_scheduler.framework.runtime import build_profiles
-from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
+from crane_scheduler.simulate import Simulator
 
 MANAGED_FIELDS = [
     {
@@ -80,10 +77,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.keep_managed_fields:
         cache_module.trim = lambda raw: raw
-    table = NodeTable()
-    config = SchedulerConfig()
-    profiles = build_profiles(config, plugin_registry(), lambda name: Handle(table))
-    s = Scheduler(config=config, profiles=profiles, table=table, reporter=Reporter(None, None, "bench"))
+    sim = Simulator(clock=time.monotonic, wall_clock=time.time)  # the service's profile and clocks
+    s = Scheduler(config=sim.config, profiles=sim.profiles, table=sim.table, reporter=Reporter(None, None, "bench"))
     now = datetime.now(UTC)
     for i in range(args.nodes):
         s.cache.node_event("ADDED", node(i, now), None)

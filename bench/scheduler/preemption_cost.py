@@ -7,8 +7,8 @@ then its victims leave the table (the informer's deletion events) and a second d
 nominated node (assume + Reserve). Reports CPU ms per pod per phase (process time: other processes on a shared
 machine do not count) and the victims; ``--profile`` prints cProfile's top functions.
 
-The profile is built from the scheduler's own registry (``plugin_registry``: the built-in plugins plus Dynamic
-from its entry point), so ``--plugins default`` includes Dynamic as the real run does (before wave 6 this bench
+The profile is built by ``crane_scheduler.simulate`` from the scheduler's own registry (the built-in plugins plus
+Dynamic from its entry point), so ``--plugins default`` includes Dynamic as the real run does (before wave 6 this bench
 used the built-in registry only: its "default" had no Dynamic). A preemptor whose second decision fails (its
 nominated node refused it, Dynamic's extra-victim case) preempts again, its new victims leave, and it is retried;
 those rounds count in "second decision".
@@ -34,8 +34,7 @@ import numpy as np
 
 from bench.scheduler.affinity_cost import build, node_json
 from bench.scheduler.preemption import PER_NODE, POD
-from crane_scheduler.__main__ import plugin_registry
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
+from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.framework import Diagnosis
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
@@ -76,7 +75,8 @@ def run(
     nodes: int, pods: int, plugins: str, prof: cProfile.Profile | None, burst: bool = False, pod_usage: bool = False
 ) -> tuple[dict[str, list[float]], int]:
     """CPU seconds per pod per phase, and the victims evicted."""
-    table, profile = build(nodes, plugins, plugin_registry())
+    sim = build(nodes, plugins, out_of_tree=True)
+    table, profile, algorithm = sim.table, sim.profiles[SCHEDULER], sim.algorithm  # the dry run's internals, timed
     for i in range(nodes * PER_NODE):
         table.add_pod(pod(f"low-{i:05d}", 1, f"node-{i % nodes:05d}"))
     if pod_usage:
@@ -86,7 +86,6 @@ def run(
             measured = {f"low/low-{i:05d}": PodUsage(0.1, 1e8) for i in range(n, nodes * PER_NODE, nodes)}
             raw["metadata"]["annotations"][POD_USAGE_KEY] = encode_pod_usage(measured, now)
             table.upsert_node(parse_node(raw))
-    algorithm = Algorithm(table, 0)
     phases: dict[str, list[float]] = {"first decision": [], "post filter": [], "second decision": []}
     plugin: Any = profile.plugins["DefaultPreemption"]
     victims: list[str] = []

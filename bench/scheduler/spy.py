@@ -20,8 +20,8 @@ from pathlib import Path
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("TLS handshake / connect", ("SSLObject.do_handshake", "SSLProtocol.connection_made", "_sock_connect")),
     ("decision (Algorithm.schedule)", ("Algorithm.schedule",)),
-    ("assume + Reserve", ("Scheduler._assume_and_bind",)),
-    ("binding cycle (bind request)", ("Scheduler._binding_cycle",)),
+    ("assume + Reserve", ("SchedulingCycle._assume_and_bind",)),
+    ("binding cycle (bind request)", ("SchedulingCycle._binding_cycle",)),
     ("event writer (Scheduled events)", ("Reporter._worker",)),
     ("informers (watch decode, cache, pod index)", ("Informer.",)),
     ("API writer pipe (pack, flush, replies)", ("ApiWriter.",)),

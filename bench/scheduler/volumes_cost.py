@@ -19,13 +19,7 @@ from typing import Any
 from bench.scheduler import __main__ as base
 from bench.scheduler.affinity_cost import node_json, timed_decisions
 from bench.scheduler.volumes import DRIVER, workload_objects
-from crane_scheduler.config import parse_config
-from crane_scheduler.framework import Handle
-from crane_scheduler.framework.runtime import build_profiles
-from crane_scheduler.listers import Listers
-from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
-from crane_scheduler.podinfo import parse_node, parse_pod
+from crane_scheduler.simulate import Simulator, parse_pod
 
 SCHEDULER = "crane-bench"
 NAMESPACE = "pv-crane"
@@ -44,30 +38,20 @@ def objects(i: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
 
 
 def run(nodes: int, pods: int, plugins: str, prof: cProfile.Profile | None) -> dict[str, float]:
-    table = NodeTable(capacity=nodes)
-    listers = Listers()
+    config = {"profiles": [{"schedulerName": SCHEDULER, **base.PROFILES[plugins]}]}
+    sim = Simulator(config, out_of_tree=False)
     for i in range(nodes):
-        table.upsert_node(parse_node(node_json(i)))
+        sim.add(node_json(i), kind="Node")
         name = f"node-{i:05d}"
-        listers.apply(
-            "csinodes",
-            "ADDED",
-            {
-                "metadata": {"name": name},
-                "spec": {"drivers": [{"name": DRIVER, "nodeID": name, "allocatable": {"count": 39}}]},
-            },
-        )
+        driver = {"name": DRIVER, "nodeID": name, "allocatable": {"count": 39}}
+        sim.add({"metadata": {"name": name}, "spec": {"drivers": [driver]}}, kind="CSINode")
     bodies = []
     for i in range(pods):
         pod, pvc, pv = objects(i)
-        listers.apply("pvs", "ADDED", pv)
-        listers.apply("pvcs", "ADDED", pvc)
+        sim.add(pv, kind="PersistentVolume")
+        sim.add(pvc, kind="PersistentVolumeClaim")
         bodies.append(pod)
-    config = {"profiles": [{"schedulerName": SCHEDULER, **base.PROFILES[plugins]}]}
-    profiles = build_profiles(
-        parse_config(config), builtin_registry(), lambda name: Handle(table, profile=name, listers=listers)
-    )
-    return timed_decisions(table, profiles[SCHEDULER], (parse_pod(body) for body in bodies), prof)
+    return timed_decisions(sim, (parse_pod(body) for body in bodies), prof)
 
 
 def main() -> None:

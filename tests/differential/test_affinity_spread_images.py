@@ -23,12 +23,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from crane_scheduler.config import parse_config
-from crane_scheduler.framework import Code, Handle, Status
-from crane_scheduler.framework.runtime import build_profiles
+from crane_scheduler.framework import Code, Status
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import DEFAULT_MULTIPOINT, builtin_registry
+from crane_scheduler.plugins import DEFAULT_MULTIPOINT
 from crane_scheduler.podinfo import parse_node, parse_pod
+from crane_scheduler.simulate import Simulator
 from tests.support.judge import go_available, judge_binary
 from tests.support.unavailable import unavailable
 
@@ -258,8 +257,7 @@ def ours(request: Json) -> Json:
         table.upsert_node(parse_node(n))
     for p in request["pods"]:
         table.add_pod(parse_pod(p))
-    profiles = build_profiles(parse_config(request["config"]), builtin_registry(), lambda name: Handle(table))
-    profile = profiles["default-scheduler"]
+    profile = Simulator(request["config"], table=table, out_of_tree=False).profiles["default-scheduler"]
     pod = parse_pod(request["incoming"][0])
     state: dict[str, Any] = {}
     pre: dict[str, Status] = {}

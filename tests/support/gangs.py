@@ -6,9 +6,11 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from crane_scheduler.plugins.coscheduling.gang import GROUP, PLURAL, POD_GROUP_LABEL, VERSION
+from crane_scheduler.simulate import POD_GROUP_LABEL, POD_GROUP_RESOURCE
 from crane_shared.kube import raw_json
 from tests.support.scheduler_cluster import pod
+
+GROUP, VERSION, PLURAL = POD_GROUP_RESOURCE
 
 COSCHEDULING = {
     "plugins": {

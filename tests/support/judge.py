@@ -15,15 +15,14 @@ lists every difference:
 - our Algorithm's choice is one of the judge's top-scored nodes.
 
 This module is the only place that knows both sides' shapes: it touches the scheduler only through its public
-pieces (``parse_node``/``parse_pod``, ``NodeTable``, ``parse_config``/``build_profiles``, ``builtin_registry``,
-``Algorithm``), so the framework's internals can move without breaking the suite.
+pieces (``parse_node``/``parse_pod``, ``NodeTable``, the offline scheduler ``crane_scheduler.simulate`` that
+builds the profiles and the algorithm), so the framework's internals can move without breaking the suite.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import subprocess
 import threading
@@ -35,15 +34,15 @@ from typing import Any
 import numpy as np
 from hypothesis import HealthCheck, settings
 
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
-from crane_scheduler.config import parse_config
-from crane_scheduler.framework import Code, Diagnosis, Handle, Status
-from crane_scheduler.framework.runtime import Profile, build_profiles
+from crane_scheduler.algorithm import ScheduleResult
+from crane_scheduler.framework import Code, Diagnosis, Status
+from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import DEFAULT_MULTIPOINT, builtin_registry
+from crane_scheduler.plugins import DEFAULT_MULTIPOINT
 from crane_scheduler.plugins.defaultpreemption.plugin import Choice, DefaultPreemption
 from crane_scheduler.podinfo import parse_node, parse_pod
+from crane_scheduler.simulate import Simulator
 
 Json = dict[str, Any]
 
@@ -199,14 +198,6 @@ def _status(code: Code | str, reasons: tuple[str, ...] | list[str] = ()) -> Json
     return out
 
 
-def _profile(table: NodeTable, config: Json, listers: Listers | None = None) -> Profile:
-    ls = listers or Listers()
-    profiles = build_profiles(
-        parse_config(config), builtin_registry(), lambda name: Handle(table, profile=name, listers=ls)
-    )
-    return profiles[SCHEDULER_NAME]
-
-
 def ours(case: Case, seed: int = 0) -> Json:
     """crane-scheduler's answers for the case, in the judge's result shape (the fields ``compare`` reads)."""
     table = NodeTable(capacity=max(2, len(case.nodes)))
@@ -219,7 +210,8 @@ def ours(case: Case, seed: int = 0) -> Json:
     for field_name, kind in LISTER_KINDS.items():
         for obj in case.objects.get(field_name, ()):
             listers.apply(kind, "ADDED", obj)  # type: ignore[arg-type]
-    profile = _profile(table, case.config, listers)
+    sim = Simulator(case.config, table=table, listers=listers, seed=seed, out_of_tree=False)
+    profile = sim.profiles[SCHEDULER_NAME]
 
     out: Json = {"preFilter": {}, "nodes": [], "preScore": {}}
     state: dict[str, Any] = {}
@@ -260,7 +252,7 @@ def ours(case: Case, seed: int = 0) -> Json:
 
     # The decision itself, through the real Algorithm (the scores it left in the cycle state are not used: the
     # plugins are asked again below, on every feasible node, also when only one is feasible).
-    decision = Algorithm(table, rng=random.Random(seed)).schedule(profile, pod, {})
+    decision = sim.algorithm.schedule(profile, pod, {})
     out["decision"] = decision
     if isinstance(decision, Status):  # a plugin error: the attempt fails (kube: the judge's scoreError)
         out["error"] = f"{decision.plugin}: {decision.message}"

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
-from crane_scheduler.config import parse_config
-from crane_scheduler.framework import Diagnosis, Handle
-from crane_scheduler.framework.runtime import build_profiles
-from crane_scheduler.loadaware.args import parse_args
+from crane_scheduler.algorithm import ScheduleResult
+from crane_scheduler.framework import Diagnosis
 from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
-from crane_scheduler.podinfo import parse_node, parse_pod
+from crane_scheduler.podinfo import parse_pod
+from crane_scheduler.simulate import Simulator
 from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.batch import (
     BATCH_CPU,
@@ -46,45 +42,39 @@ def loaded(
 
 
 class Setup:
+    """The default profile with Dynamic (weight 3, ``args``) over ``nodes``, on the clock ``NOW``."""
+
     def __init__(self, *nodes: dict[str, Any], args: dict[str, Any] | None = None) -> None:
-        self.table = NodeTable(capacity=2)
-        for n in nodes:
-            self.table.upsert_node(parse_node(n))
-        registry = builtin_registry()
-        self.plugins: list[Dynamic] = []
-
-        def factory(raw: Any, handle: Handle) -> Dynamic:
-            p = Dynamic(parse_args(raw), handle, wall_clock=lambda: NOW)
-            self.plugins.append(p)
-            return p
-
-        registry.register("Dynamic", factory)
-        config = parse_config(
-            {
-                "profiles": [
-                    {
-                        "schedulerName": "crane-scheduler",
-                        "plugins": {"multiPoint": {"enabled": [{"name": "Dynamic", "weight": 3}]}},
-                        "pluginConfig": [{"name": "Dynamic", "args": args or {}}],
-                    }
-                ]
-            }
-        )
-        self.profile = next(iter(build_profiles(config, registry, lambda name: Handle(self.table)).values()))
-        self.algorithm = Algorithm(self.table, rng=random.Random(0))
+        config = {
+            "profiles": [
+                {
+                    "schedulerName": "crane-scheduler",
+                    "plugins": {"multiPoint": {"enabled": [{"name": "Dynamic", "weight": 3}]}},
+                    "pluginConfig": [{"name": "Dynamic", "args": args or {}}],
+                }
+            ]
+        }
+        self.sim = Simulator(config, clock=lambda: NOW)
+        self.sim.sync("Node", nodes)
+        self.table: NodeTable = self.sim.table
+        self.profile = self.sim.profiles["crane-scheduler"]
+        self.algorithm = self.sim.algorithm
 
     @property
     def plugin(self) -> Dynamic:
-        return self.plugins[0]
+        plugin = self.sim.plugin("Dynamic")
+        assert isinstance(plugin, Dynamic)
+        return plugin
 
     def place(self, raw_pod: dict[str, Any]) -> str | Diagnosis:
+        """The decision, and the pod assumed and reserved on its node (the next one sees it); the algorithm's own
+        ``Diagnosis`` when no node fits."""
         info = parse_pod(raw_pod)
         state: dict[str, Any] = {}
         result = self.algorithm.schedule(self.profile, info, state)
         if isinstance(result, ScheduleResult):
-            for pl in self.profile.reserve:
-                pl.reserve(state, info, result.node)
             self.table.assume(info, result.node)
+            assert self.profile.run_reserve(state, info, result.node).success
             return result.node
         assert isinstance(result, Diagnosis), result
         return result

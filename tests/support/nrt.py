@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import random
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
-from crane_scheduler.config import parse_config
-from crane_scheduler.framework import CycleState, Diagnosis, Handle, Registry, Status
-from crane_scheduler.framework.runtime import build_profiles
+from crane_scheduler.algorithm import ScheduleResult
+from crane_scheduler.framework import CycleState, Diagnosis, Handle, Status
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.plugins.noderesourcetopology.args import parse_args
 from crane_scheduler.plugins.noderesourcetopology.model import (
     ANNOTATION_AWARENESS,
@@ -24,6 +19,7 @@ from crane_scheduler.plugins.noderesourcetopology.model import (
 )
 from crane_scheduler.plugins.noderesourcetopology.plugin import NAME, NodeResourceTopologyMatch
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
+from crane_scheduler.simulate import Simulator
 from tests.support.scheduler import node
 
 NOW = 1_800_000_000.0
@@ -166,22 +162,16 @@ def decide(
     setup: Setup, raw: dict[str, Any], weight: int = 2
 ) -> tuple[ScheduleResult | Diagnosis | Status, CycleState]:
     """One decision through the real framework with the plugin enabled (the Setup's instance)."""
-    registry = builtin_registry()
-    base = registry
-    registry = Registry(
-        {name: (lambda a, h: setup.plugin) if name == NAME else partial(base.create, name) for name in base},
-        base.defaults,
+    config = {
+        "profiles": [
+            {
+                "schedulerName": "crane-scheduler",
+                "plugins": {"multiPoint": {"enabled": [{"name": NAME, "weight": weight}]}},
+            }
+        ]
+    }
+    sim = Simulator(
+        config, table=setup.table, plugins={NAME: lambda args, handle: setup.plugin}, out_of_tree=False, seed=0
     )
-    config = parse_config(
-        {
-            "profiles": [
-                {
-                    "schedulerName": "crane-scheduler",
-                    "plugins": {"multiPoint": {"enabled": [{"name": NAME, "weight": weight}]}},
-                }
-            ]
-        }
-    )
-    profile = build_profiles(config, registry, lambda name: setup.handle)["crane-scheduler"]
     state: CycleState = {}
-    return Algorithm(setup.table, rng=random.Random(0)).schedule(profile, parse_pod(raw), state), state
+    return sim.algorithm.schedule(sim.profiles["crane-scheduler"], parse_pod(raw), state), state

@@ -8,15 +8,14 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
-from crane_scheduler.config import SchedulerConfig, parse_config
-from crane_scheduler.framework import EXPLAIN_SCORES, SUCCESS, CycleState, Diagnosis, Handle, Registry, Status
-from crane_scheduler.framework.runtime import Profile, build_profiles
+from crane_scheduler.algorithm import ScheduleResult
+from crane_scheduler.framework import EXPLAIN_SCORES, SUCCESS, CycleState, Diagnosis, Status
+from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
+from crane_scheduler.simulate import Simulator
 from crane_scheduler.writer import ApiWriter, Connection, Reply
 from crane_scheduler.writer.protocol import JSON
 from tests.support.fakeapi import kubeconfig_for
@@ -101,19 +100,22 @@ def table(*nodes: dict[str, Any], bound: list[dict[str, Any]] | None = None) -> 
     return t
 
 
+def simulator(t: NodeTable, config: dict[str, Any] | None = None, seed: int | None = 0) -> Simulator:
+    """The offline scheduler over ``t`` with kube-scheduler's built-in plugins (no Dynamic) and ``config``."""
+    return Simulator(config, table=t, seed=seed, out_of_tree=False)
+
+
 def profile(t: NodeTable, config: dict[str, Any] | None = None) -> Profile:
-    cfg = parse_config(config) if config is not None else SchedulerConfig()
-    profiles = build_profiles(cfg, builtin_registry(), lambda name: Handle(t, profile=name))
-    return next(iter(profiles.values()))
+    return next(iter(simulator(t, config).profiles.values()))
 
 
 def decide(
     t: NodeTable, p: dict[str, Any] | PodInfo, config: dict[str, Any] | None = None, seed: int = 0
 ) -> ScheduleResult | Diagnosis | Status:
-    import random
-
+    """The algorithm's own answer (its result types: these fixtures serve crane-scheduler's own tests)."""
     info = p if isinstance(p, PodInfo) else parse_pod(p)
-    return Algorithm(t, rng=random.Random(seed)).schedule(profile(t, config), info, {})
+    sim = simulator(t, config, seed)
+    return sim.algorithm.schedule(next(iter(sim.profiles.values())), info, {})
 
 
 def chosen(t: NodeTable, p: dict[str, Any], config: dict[str, Any] | None = None) -> str:
@@ -126,7 +128,8 @@ def feasible(t: NodeTable, p: dict[str, Any], config: dict[str, Any] | None = No
     """The nodes that passed every filter for ``p`` (all of them scored: tables here are below the sampling
     threshold); empty when none did."""
     state: dict[str, Any] = {}
-    result = Algorithm(t).schedule(profile(t, config), parse_pod(p), state)
+    sim = simulator(t, config, None)
+    result = sim.algorithm.schedule(next(iter(sim.profiles.values())), parse_pod(p), state)
     if not isinstance(result, ScheduleResult):
         return set()
     if EXPLAIN_SCORES not in state:  # one feasible node: chosen without scoring
@@ -223,17 +226,9 @@ def scheduler_with(
     """A ``Scheduler`` with the default profile (or ``config``'s, whose plugins then get ``clock`` too) on a fresh
     node table, its DefaultBinder replaced by ``binder``; no API client; reports stay queued, or go to ``writer``
     while its reporter runs."""
-    registry = builtin_registry()
-    factories: dict[str, Any] = {name: (lambda a, h, n=name: registry.create(n, a, h)) for name in registry}
-    factories["DefaultBinder"] = lambda args, handle: binder
-    t = NodeTable()
-    cfg = SchedulerConfig() if config is None else parse_config(config)
-    handle: Callable[[str], Handle] = (
-        (lambda name: Handle(t)) if config is None else (lambda name: Handle(t, clock=clock, profile=name))
-    )
-    profiles = build_profiles(cfg, Registry(factories, registry.defaults), handle)
+    sim = Simulator(config, clock=clock, plugins={"DefaultBinder": lambda args, handle: binder}, out_of_tree=False)
     reporter = Reporter(None if writer is None else writer.as_writer(), None, "test", clock=clock)
-    return Scheduler(config=cfg, profiles=profiles, table=t, reporter=reporter, clock=clock)
+    return Scheduler(config=sim.config, profiles=sim.profiles, table=sim.table, reporter=reporter, clock=clock)
 
 
 async def step(s: Scheduler) -> None:

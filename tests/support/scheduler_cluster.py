@@ -18,13 +18,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import ManagedProcess, free_port, service_argv
 from crane_sandbox.rbac import identity, service_identity
-from crane_scheduler.config import parse_config
-from crane_scheduler.framework import Handle, Registry
-from crane_scheduler.framework.runtime import build_profiles
-from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
+from crane_scheduler.simulate import Simulator
 from crane_scheduler.writer import ApiWriter, Connection
 from crane_shared.kube import api_client_from_dict, raw_json
 
@@ -56,25 +52,25 @@ def config_for(scheduler_name: str, **extra: Any) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def in_process(
-    cluster: LocalCluster, config: dict[str, Any], node_selector: str, registry: Registry | None = None
+    cluster: LocalCluster, config: dict[str, Any], node_selector: str, load_aware: bool = False
 ) -> AsyncIterator[Scheduler]:
     """The scheduler as asyncio tasks of this test's event loop, as the chart's scheduler ServiceAccount; stopped
-    (binds drained) on exit. ``registry``: the plugins (default: the built-in ones; the service's own
-    ``plugin_registry()`` adds Dynamic)."""
+    (binds drained) on exit. ``load_aware``: the installed plugins, Dynamic among them, as the service loads them
+    (default: the built-in ones only)."""
     account = (await service_identity(cluster, "scheduler")).kubeconfig_dict()
     api = await api_client_from_dict(account, qps=0, burst=200)
     writer = ApiWriter(Connection(kubeconfig_dict=account, qps=0))
     await writer.start()
-    cfg = parse_config(config)
-    table = NodeTable()
-    profiles = build_profiles(
-        cfg, registry or builtin_registry(), lambda name: Handle(table, api, time.monotonic, name, writer=writer)
-    )
+    # the service's clocks: the handles' (and the queue's) monotonic, Dynamic's the wall clock
+    sim = Simulator(config, clock=time.monotonic, wall_clock=time.time, out_of_tree=load_aware)
+    for profile in sim.profiles.values():
+        if profile.handle is not None:  # connected as the service connects its handles
+            profile.handle.api, profile.handle.writer = api, writer
     reporter = Reporter(writer, api, "test")
     scheduler = Scheduler(
-        config=cfg,
-        profiles=profiles,
-        table=table,
+        config=sim.config,
+        profiles=sim.profiles,
+        table=sim.table,
         reporter=reporter,
         api=api,
         node_selector=node_selector,

@@ -9,9 +9,6 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from crane_scheduler.framework.registry import Registry
-from crane_scheduler.loadaware import register
-from crane_scheduler.plugins import builtin_registry
 from crane_shared.annotations import encode_usage
 from crane_shared.batch import (
     BATCH_CPU,
@@ -67,13 +64,6 @@ def as_replica(pod: dict[str, Any], workload: str) -> dict[str, Any]:
         {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": workload, "uid": f"rs-{workload}", "controller": True}
     ]
     return pod
-
-
-def load_aware() -> Registry:
-    """The built-in plugins and Dynamic (enabled by default, as ``crane-scheduler`` installs it)."""
-    registry = builtin_registry()
-    register(registry)
-    return registry
 
 
 def dynamic_config(scheduler_name: str, **plugin_args: Any) -> dict[str, Any]:

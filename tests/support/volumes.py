@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import random
+from collections import OrderedDict
 from typing import Any
 
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
-from crane_scheduler.config import SchedulerConfig, parse_config
-from crane_scheduler.framework import CycleState, Diagnosis, Handle, Status
-from crane_scheduler.framework.runtime import Profile, build_profiles
+from crane_scheduler.algorithm import ScheduleResult
+from crane_scheduler.framework import CycleState, Diagnosis, Status
+from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import PodInfo, parse_pod
+from crane_scheduler.simulate import Simulator
 from tests.support.scheduler import pod
 
 
@@ -101,25 +100,49 @@ def pod_with_claims(name: str, *claims: str, **kw: Any) -> dict[str, Any]:
 
 
 def listers(**objects: list[dict[str, Any]]) -> Listers:
-    out = Listers()
+    out = Listers()  # the listers' own kinds (pvcs, pvs, ...): the tests read and change them directly
     for kind, items in objects.items():
         for obj in items:
             out.apply(kind, "ADDED", obj)  # type: ignore[arg-type]
     return out
 
 
+_BUILT: OrderedDict[int, Simulator] = OrderedDict()
+"""id(profile) -> the simulator that built it (the latest few): ``decide`` runs a profile's own search"""
+
+
+def simulator(
+    t: NodeTable, ls: Listers, config: dict[str, Any] | None = None, api: Any = None, writer: Any = None
+) -> Simulator:
+    """The offline scheduler over ``t`` and ``ls`` with the built-in plugins, its handles connected to ``api`` and
+    ``writer`` (the binding cycle's PreBind and preemption's writes), as the service connects them."""
+    sim = Simulator(config, table=t, listers=ls, out_of_tree=False)
+    for prof in sim.profiles.values():
+        if prof.handle is not None:
+            prof.handle.api, prof.handle.writer = api, writer
+    return sim
+
+
 def profile(
     t: NodeTable, ls: Listers, config: dict[str, Any] | None = None, api: Any = None, writer: Any = None
 ) -> Profile:
-    cfg = parse_config(config) if config is not None else SchedulerConfig()
-    profiles = build_profiles(
-        cfg, builtin_registry(), lambda name: Handle(t, api, profile=name, listers=ls, writer=writer)
-    )
-    return next(iter(profiles.values()))
+    sim = simulator(t, ls, config, api, writer)
+    prof = next(iter(sim.profiles.values()))
+    _BUILT[id(prof)] = sim
+    while len(_BUILT) > 32:
+        _BUILT.popitem(last=False)
+    return prof
 
 
 def decide(
     t: NodeTable, ls: Listers, p: dict[str, Any] | PodInfo, state: CycleState | None = None, prof: Profile | None = None
 ) -> ScheduleResult | Diagnosis | Status:
+    """The algorithm's own answer for ``p`` with ``prof`` (one of ``profile``'s; default: a new default profile),
+    from a fresh search (the first node, the tie-break seeded 0)."""
     info = p if isinstance(p, PodInfo) else parse_pod(p)
-    return Algorithm(t, rng=random.Random(0)).schedule(prof or profile(t, ls), info, state if state is not None else {})
+    if prof is None:
+        prof = profile(t, ls)
+    sim = _BUILT[id(prof)]
+    assert next(iter(sim.profiles.values())) is prof, "a profile built by tests.support.volumes.profile"
+    sim.reseed(0)
+    return sim.algorithm.schedule(prof, info, state if state is not None else {})

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.metadata
 import os
 import socket
 import sys
@@ -31,7 +30,7 @@ from crane_scheduler.framework.runtime import Profile, build_profiles
 from crane_scheduler.listers import Listers
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
+from crane_scheduler.plugins import plugin_registry
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
 from crane_scheduler.writer import ApiWriter, Connection
@@ -121,15 +120,6 @@ def build_parser() -> EnvArgumentParser:
     )
     add_common_flags(parser, default_port=DEFAULT_PORT)
     return parser
-
-
-def plugin_registry() -> Registry:
-    """The built-in plugins plus out-of-tree ones: every installed ``crane_scheduler.plugins`` entry point names a
-    ``register(registry)`` function (e.g. ``loadaware = "crane_scheduler.loadaware.plugin:register"``)."""
-    registry = builtin_registry()
-    for entry in importlib.metadata.entry_points(group="crane_scheduler.plugins"):
-        entry.load()(registry)
-    return registry
 
 
 @dataclass

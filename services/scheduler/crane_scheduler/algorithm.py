@@ -225,7 +225,7 @@ class Algorithm:
         if len(rows) == 1:
             return ScheduleResult(table.names[int(rows[0])], processed, 1)
 
-        scored = self._score(profile, pod, state, rows)
+        scored = self.score(profile, pod, state, rows)
         if isinstance(scored, Status):
             return scored
         self._observe("Score", "Success", time.perf_counter() - t2)
@@ -233,7 +233,7 @@ class Algorithm:
         pick = int(best[self.rng.randrange(len(best))]) if len(best) > 1 else int(best[0])
         return ScheduleResult(table.names[int(rows[pick])], processed, len(rows))
 
-    def _score(self, profile: Profile, pod: PodInfo, state: CycleState, rows: Rows) -> IntArray | Status:
+    def score(self, profile: Profile, pod: PodInfo, state: CycleState, rows: Rows) -> IntArray | Status:
         skipped = set()
         for pre in profile.pre_score:
             status = pre.pre_score(state, pod, self.table, rows)

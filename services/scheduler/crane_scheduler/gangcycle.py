@@ -32,7 +32,6 @@ it, every pod deleted from a full cluster (a finished gang's pods, one watch eve
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
@@ -40,13 +39,12 @@ from typing import Any, Protocol
 import numpy as np
 
 from crane_scheduler.algorithm import ScheduleResult
-from crane_scheduler.explain import DecisionLog
 from crane_scheduler.framework.interface import GANG, GANG_MEMBERS, GangPlugin
 from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import CycleState, Diagnosis, QueuedPod, Status
-from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PODS, PodInfo
+from crane_scheduler.schedule_one import CycleHost, gang_of
 
 
 def quorum_met(placed: int, found: int, quorum: int) -> bool:
@@ -84,16 +82,6 @@ def member_slots(table: NodeTable, request: Mapping[str, int]) -> int:
             return 0
         slots = np.minimum(slots, (table.alloc[rows, col] - table.requested[rows, col]) // want)
     return int(np.maximum(slots, 0).sum())
-
-
-def gang_of(plugins: Iterable[GangPlugin], pod: PodInfo) -> tuple[GangPlugin, str] | None:
-    """The first of a profile's gang plugins (Coscheduling's PodGroup label, GangScheduling's ``workloadRef``)
-    that puts the pod in a group, with that group; None for a pod of no gang."""
-    for plugin in plugins:
-        gang = plugin.gang_of(pod)
-        if gang is not None:
-            return plugin, gang
-    return None
 
 
 def futile_wakeups(
@@ -140,39 +128,10 @@ def no_preemption(gang: str) -> str:
     return f"preemption: not attempted for a member of pod group {gang} (gang preemption is not supported)"
 
 
-class GangHost(Protocol):
-    """What the gang cycle needs from the scheduler."""
+class GangHost(CycleHost, Protocol):
+    """What the gang cycle needs from the scheduler: the cycle's public steps, and the group index."""
 
-    table: NodeTable
-    queue: SchedulingQueue
-    pending: dict[str, PodInfo]
-    decisions: DecisionLog
-    clock: Callable[[], float]
     gang_index: GangIndex
-    _slots: asyncio.Semaphore
-
-    def may_bind(self) -> bool: ...
-
-    def decide(self, profile: Profile, pod: PodInfo, state: CycleState) -> ScheduleResult | Diagnosis | Status: ...
-
-    def start_binding(
-        self, profile: Profile, qp: QueuedPod, state: CycleState, node: str, start: float, holds_slot: bool
-    ) -> None: ...
-
-    def _requeue_dropped(self, uid: str) -> None: ...
-
-    def _unschedulable(
-        self,
-        profile: Profile,
-        qp: QueuedPod,
-        rejectors: frozenset[str],
-        message: str,
-        start: float,
-        *,
-        retry_after: float | None = None,
-    ) -> None: ...
-
-    def _error(self, profile: Profile, qp: QueuedPod, message: str, start: float) -> None: ...
 
 
 class GangIndex:
@@ -324,10 +283,10 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
     for member, state, node in reversed(assumed):  # none is kept: the gang holds nothing while it waits
         profile.run_unreserve(state, member.pod, node)
         host.table.forget(member.pod.uid)
-    host._slots.release()
+    host.release_slot()
     if not host.may_bind():  # the term ended during this cycle: leave the group to the next leader
         for member in queued:
-            host._requeue_dropped(member.pod.uid)
+            host.requeue_dropped(member.pod.uid)
         return
     blocker = failed[0][0].pod.name if failed else qp.pod.name
     refused = bool(failed) and all(_rejectors(r) == {plugin.name} for _, _, r in failed)
@@ -337,10 +296,10 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
         _fail(host, profile, member, state, result, rejectors, gang, plugin.name, start, wall)
     for member, state, _ in assumed:
         host.decisions.record(member.pod, wall, host.table, state, None, wait.message)
-        host._unschedulable(profile, member, rejectors, wait.message, start)
+        host.unschedulable(profile, member, rejectors, wait.message, start)
     for member in untried:
         host.decisions.record(member.pod, wall, host.table, {}, None, wait.message)
-        host._unschedulable(profile, member, rejectors, wait.message, start)
+        host.unschedulable(profile, member, rejectors, wait.message, start)
     _explain(host, gang, quorum, placed, "timed out" if wait.timed_out else "waiting", queued, assumed)
 
 
@@ -401,13 +360,13 @@ def _fail(
             result.post_filter_msg = no_preemption(gang)
         message = result.message
         host.decisions.record(member.pod, wall, host.table, state, None, message)
-        host._unschedulable(
+        host.unschedulable(
             profile, member, frozenset(result.rejectors) | extra, message, start, retry_after=result.retry_after
         )
     elif result.rejected:
         message = result.message
         host.decisions.record(member.pod, wall, host.table, state, None, message)
-        host._unschedulable(profile, member, _rejectors(result) | extra, message, start)
+        host.unschedulable(profile, member, _rejectors(result) | extra, message, start)
     else:
         host.decisions.record(member.pod, wall, host.table, state, None, result.message)
-        host._error(profile, member, result.message, start)
+        host.error(profile, member, result.message, start)

@@ -1,5 +1,11 @@
 """The scheduler: informers feed the node table and the queue; one loop decides; binds run concurrently.
 
+This module assembles the service (kube-scheduler's ``scheduler.go``): the cache, the queue with the plugins'
+hints and gates, the reporter and the API writer wired together, the informers, the loop and leadership. What
+happens to each popped pod (decide, assume, Reserve, the binding cycle, failures) is ``schedule_one.py``
+(``schedule_one.go``), whose steps ``Scheduler`` inherits; the gang cycle (``gangcycle.py``) runs on their public
+interface (``schedule_one.CycleHost``).
+
 Life of a pod (kube-scheduler's scheduleOne, in asyncio):
 
 1. The pod informer sees a pending pod of one of our profiles; it enters activeQ.
@@ -30,10 +36,8 @@ new leader bound meanwhile has left the pending set through the informer).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import gc
-import resource
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -42,30 +46,21 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from crane_scheduler import gangless
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
+from crane_scheduler.algorithm import Algorithm
 from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.explain import DecisionLog
 from crane_scheduler.framework.interface import GangPlugin, QueueingHintPlugin
 from crane_scheduler.framework.runtime import Profile
-from crane_scheduler.framework.types import (
-    SCHEDULED_WITH_BIND,
-    ClusterChange,
-    ClusterEvent,
-    Code,
-    CycleState,
-    Diagnosis,
-    QueuedPod,
-    QueueingHints,
-    Status,
-)
-from crane_scheduler.gangcycle import GangIndex, IndexedPending, futile_wakeups, gang_of, group_size, schedule_gang
+from crane_scheduler.framework.types import ClusterEvent, CycleState, Diagnosis, QueuedPod, QueueingHints
+from crane_scheduler.gangcycle import GangIndex, IndexedPending, futile_wakeups, group_size, schedule_gang
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import NO_HINTS, SchedulingQueue
 from crane_scheduler.listers import Listers
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.podinfo import SCHEDULER_ERROR, UNSCHEDULABLE, PodInfo
+from crane_scheduler.podinfo import UNSCHEDULABLE, PodInfo
 from crane_scheduler.reporting import Reporter
+from crane_scheduler.schedule_one import SchedulingCycle, gang_of
 from crane_scheduler.writer import ApiWriter
 from crane_shared.kube import api_failure
 from crane_shared.leader import Term
@@ -84,17 +79,8 @@ pipe meanwhile, and a preemption's evictions with them); past that, scheduling g
 pipe until the process reads them (or answer UNSENT if it exits)"""
 OLD_GENERATION_THRESHOLD = 1_000_000
 """gen1 collections before CPython may collect the old generation: in effect never by itself (see ``collector``)"""
-_RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)
 FULL_COLLECTION_PERIOD = 300.0
 """seconds between full collections, run when the scheduler is idle (or after twice as long regardless)"""
-
-
-def thread_usage() -> tuple[float, int] | None:
-    """(CPU seconds, involuntary context switches) of the calling thread so far; None where the OS cannot say
-    (``RUSAGE_THREAD`` is Linux's). The CPU time is ``thread_time``'s: getrusage's is tick-sampled per thread."""
-    if _RUSAGE_THREAD is None:
-        return None
-    return time.thread_time(), resource.getrusage(_RUSAGE_THREAD).ru_nivcsw
 
 
 def tune_collector() -> None:
@@ -107,7 +93,7 @@ def tune_collector() -> None:
     gc.set_threshold(young, middle, OLD_GENERATION_THRESHOLD)
 
 
-class Scheduler:
+class Scheduler(SchedulingCycle):
     def __init__(
         self,
         *,
@@ -362,10 +348,6 @@ class Scheduler:
         if self._scheduling and self.may_bind():
             self.reporter.scheduled(pod.namespace, pod.name, pod.uid, pod.node_name, pod.scheduler_name)
 
-    def may_bind(self) -> bool:
-        """Whether a bind may be sent now: always without leader election, else only while the term holds."""
-        return self._term is None or self._term.held
-
     def stop_binding(self) -> int:
         """Leadership is lost: cancel every binding cycle and, right here, undo its Reserve, forget its
         assumption and requeue its pod (also for a cycle whose task has not started yet, which no handler inside
@@ -474,6 +456,9 @@ class Scheduler:
                 self._wake()
             self.update_gauges()
 
+    def schedule_gang(self, profile: Profile, qp: QueuedPod, plugin: GangPlugin, gang: str) -> None:
+        schedule_gang(self, profile, qp, plugin, gang)
+
     def update_gauges(self) -> None:
         self.metrics.pending_pods.labels("active").set(self.queue.active_len)
         self.metrics.pending_pods.labels("backoff").set(self.queue.backoff_len)
@@ -481,220 +466,6 @@ class Scheduler:
         self.metrics.cache_size.labels("nodes").set(self.table.num_nodes)
         self.metrics.cache_size.labels("pods").set(len(self.table.pods))
         self.metrics.cache_size.labels("assumed_pods").set(sum(1 for r in self.table.pods.values() if r.assumed))
-
-    # ------------------------------------------------------------------------------------------ one pod
-
-    def schedule_one(self, qp: QueuedPod) -> None:
-        """Scheduling cycle for one popped pod; hands a chosen node to a binding task. Holds one bind slot,
-        released here unless a binding task takes it over."""
-        pod = self.pending.get(qp.pod.uid)
-        profile = self.profiles.get(pod.scheduler_name) if pod else None
-        if pod is None or profile is None or self.table.is_assumed(pod.uid):
-            self._slots.release()  # deleted, bound by someone else, or already on its way
-            return
-        qp.pod = pod
-        found = gang_of(self._gangs.get(profile.name, ()), pod)
-        if found is not None:
-            schedule_gang(self, profile, qp, found[0], found[1])
-            return
-        state: CycleState = {}
-        start = time.perf_counter()
-        refusal = self._without_gang_plugin(profile, pod)
-        result = self.decide(profile, pod, state) if refusal is None else refusal
-        if isinstance(result, Diagnosis):  # PostFilter (preemption) first: its message is part of the decision
-            profile.run_post_filter(state, pod, result)
-        self.decisions.record(
-            pod,
-            time.time(),
-            self.table,
-            state,
-            result.node if isinstance(result, ScheduleResult) else None,
-            result.message if isinstance(result, Diagnosis | Status) else "",
-        )
-        if isinstance(result, Diagnosis):
-            self._unschedulable(
-                profile, qp, frozenset(result.rejectors), result.message, start, retry_after=result.retry_after
-            )
-            self._slots.release()
-            return
-        if isinstance(result, Status):
-            self._error(profile, qp, result.message, start)
-            self._slots.release()
-            return
-        self._assume_and_bind(profile, qp, state, result, start)
-
-    def _without_gang_plugin(self, profile: Profile, pod: PodInfo) -> Diagnosis | None:
-        """A pod naming a PodGroup that no gang plugin of its profile reads (``gangless``): logged once per profile
-        and group; refused (the default), or told by a Warning event that it is placed alone."""
-        group = gangless.pod_group(pod.raw)
-        if group is None:
-            return None
-        text = gangless.message(profile.name, pod.namespace, group, self.gangless)
-        self._gangless_log.warning(
-            f"{profile.name}/{pod.namespace}/{group}",
-            "pod group in a profile without a gang plugin",
-            profile=profile.name,
-            missing_plugin=gangless.PLUGIN,
-            pod_group=f"{pod.namespace}/{group}",
-            action=self.gangless,
-        )
-        if self.gangless == "refuse":
-            return Diagnosis(self.table.num_nodes, rejectors={gangless.GATE}, pre_filter_msg=text)
-        if pod.uid not in self._gangless_told:
-            if len(self._gangless_told) > 100_000:
-                self._gangless_told.clear()
-            self._gangless_told.add(pod.uid)
-            regarding = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
-            self.reporter.event(profile.name, regarding, None, "Warning", gangless.IGNORED_REASON, "Scheduling", text)
-        return None
-
-    def decide(self, profile: Profile, pod: PodInfo, state: CycleState) -> ScheduleResult | Diagnosis | Status:
-        """The algorithm for one pod, timed (wall clock, CPU, preempted by the OS) with the collector paused."""
-        collecting = gc.isenabled()
-        gc.disable()  # a collection triggered by the decision's allocations runs right after it instead
-        before = thread_usage()  # system calls, outside the timed section: the OS may preempt at their return
-        start = time.perf_counter()
-        try:
-            result = self.algorithm.schedule(profile, pod, state, self._observers[profile.name])
-        except Exception as err:
-            log.exception("scheduling failed", pod=pod.key)
-            result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))
-        finally:
-            if collecting:
-                gc.enable()
-        decided = time.perf_counter()
-        after = thread_usage()
-        self.metrics.algorithm_duration.labels(profile.name).observe(decided - start)
-        if before is not None and after is not None:
-            self.metrics.algorithm_cpu.labels(profile.name).observe(after[0] - before[0])
-            if after[1] > before[1]:
-                self.metrics.algorithm_preempted.labels(profile.name).inc()
-        return result
-
-    def _assume_and_bind(
-        self, profile: Profile, qp: QueuedPod, state: CycleState, result: ScheduleResult, start: float
-    ) -> None:
-        pod, node = qp.pod, result.node
-        if not self.may_bind():  # the term ended during this cycle: leave the pod for the next leader
-            self._requeue_dropped(pod.uid)
-            self._slots.release()
-            return
-        self.table.assume(pod, node)
-        status = profile.run_reserve(state, pod, node)
-        if not status.success:
-            self.table.forget(pod.uid)
-            self._failed(profile, qp, status, start)
-            self._slots.release()
-            return
-        self.start_binding(profile, qp, state, node, start)
-
-    def start_binding(
-        self, profile: Profile, qp: QueuedPod, state: CycleState, node: str, start: float, holds_slot: bool = True
-    ) -> None:
-        """The binding cycle of an assumed, reserved pod, as a task (holding the popped pod's bind slot, unless
-        ``holds_slot`` is False: a gang's other members)."""
-        task = asyncio.create_task(self._binding_cycle(profile, qp, state, node, start))
-        self._binds[task] = (profile, state, qp.pod, node)
-        if not holds_slot:
-            self._slotless.add(task)
-        task.add_done_callback(self._bind_done)
-
-    def _bind_done(self, task: asyncio.Task[None]) -> None:
-        """Every binding cycle ends here, even one cancelled before it started: its bind slot is freed, and a
-        cycle cancelled by anything but ``stop_binding`` (which undid it already) is undone."""
-        profile, state, pod, node = self._binds.pop(task)
-        if task in self._slotless:
-            self._slotless.discard(task)
-        else:
-            self._slots.release()
-        if task in self._dropped:
-            self._dropped.discard(task)
-        elif task.cancelled():
-            self._undo(profile, state, pod, node)
-
-    def _undo(self, profile: Profile, state: CycleState, pod: PodInfo, node: str) -> None:
-        """A bind that will not be sent by us: Unreserve, forget the assumption, requeue the pod quietly."""
-        profile.run_unreserve(state, pod, node)
-        self.table.forget(pod.uid)
-        self._requeue_dropped(pod.uid)
-
-    async def _binding_cycle(self, profile: Profile, qp: QueuedPod, state: CycleState, node: str, start: float) -> None:
-        pod = qp.pod
-        self.metrics.binds_in_flight.inc()
-        bind_start = time.perf_counter()
-        try:
-            status = await profile.run_binding(state, pod, node, self._observers[profile.name])
-        finally:
-            self.metrics.binds_in_flight.dec()
-        if asyncio.current_task() in self._dropped:  # dropped (and undone) by stop_binding while finishing
-            return
-        if not status.success and status.code is not Code.ALREADY_BOUND and not self.may_bind():
-            profile.run_unreserve(state, pod, node)
-            self.table.forget(pod.uid)
-            self._requeue_dropped(pod.uid)
-            return
-        if status.code is Code.ALREADY_BOUND:
-            self.table.forget(pod.uid)  # the informer will account the real binding
-            self.reporter.already_bound(pod, profile.name)
-            self.metrics.bind_duration.labels("conflict").observe(time.perf_counter() - bind_start)
-            return
-        if not status.success:
-            self.metrics.bind_duration.labels("error").observe(time.perf_counter() - bind_start)
-            profile.run_unreserve(state, pod, node)
-            self.table.forget(pod.uid)
-            # kube's handleBindingCycleError: the resources (and the peer) the assumption held are free again
-            placed = dataclasses.replace(pod, node_name=node)
-            self.queue.on_event(ClusterEvent.POD_DELETE, ClusterChange(ClusterEvent.POD_DELETE, placed))
-            self._failed(profile, qp, status, start)
-            return
-        self.metrics.bind_duration.labels("bound").observe(time.perf_counter() - bind_start)
-        profile.run_post_bind(state, pod, node)
-        if state.get(SCHEDULED_WITH_BIND):
-            self.reporter.bound(pod.uid)  # its Scheduled event went with the bind (``Reporter.with_bind``)
-        else:
-            self.reporter.scheduled(pod.namespace, pod.name, pod.uid, node, profile.name)
-        self.metrics.schedule_attempts.labels("scheduled", profile.name).inc()
-        self.metrics.attempt_duration.labels("scheduled", profile.name).observe(time.perf_counter() - start)
-
-    def _requeue_dropped(self, uid: str) -> None:
-        """A pod whose bind was withheld goes back to activeQ quietly (no event: nothing failed), if still pending."""
-        pod = self.pending.get(uid)
-        if pod is not None and not self.table.is_assumed(uid):
-            self.queue.add(pod, self.clock())
-
-    # ------------------------------------------------------------------------------------------ failures
-
-    def _failed(self, profile: Profile, qp: QueuedPod, status: Status, start: float) -> None:
-        if status.rejected:
-            self._unschedulable(profile, qp, frozenset({status.plugin} - {""}), status.message, start)
-        else:
-            self._error(profile, qp, status.message, start)
-
-    def _unschedulable(
-        self,
-        profile: Profile,
-        qp: QueuedPod,
-        rejectors: frozenset[str],
-        message: str,
-        start: float,
-        *,
-        retry_after: float | None = None,
-    ) -> None:
-        """``retry_after``: seconds until a refusal could lift with no event (``Diagnosis.retry_after``)."""
-        self.metrics.schedule_attempts.labels("unschedulable", profile.name).inc()
-        self.metrics.attempt_duration.labels("unschedulable", profile.name).observe(time.perf_counter() - start)
-        if qp.pod.uid in self.pending:  # still pending (not deleted, not bound meanwhile)
-            self.queue.add_unschedulable(qp, rejectors, self.clock(), retry_after)
-            self.reporter.failed(self.pending[qp.pod.uid], message, UNSCHEDULABLE, profile.name)
-
-    def _error(self, profile: Profile, qp: QueuedPod, message: str, start: float) -> None:
-        self.metrics.schedule_attempts.labels("error", profile.name).inc()
-        self.metrics.attempt_duration.labels("error", profile.name).observe(time.perf_counter() - start)
-        log.warning("scheduling attempt failed, retrying with backoff", pod=qp.pod.key, error=message)
-        if qp.pod.uid in self.pending:
-            self.queue.add_backoff(qp, self.clock())
-            self.reporter.failed(self.pending[qp.pod.uid], message, SCHEDULER_ERROR, profile.name)
-            self._wake()
 
 
 def _observer(metrics: SchedulerMetrics, profile: str) -> Callable[[str, str, float], None]:

@@ -12,7 +12,6 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
-from crane_scheduler.__main__ import plugin_registry
 from crane_shared.annotations import encode_usage
 from crane_shared.batch import POD_USAGE_KEY, PodUsage, encode_pod_usage
 from tests.support.policy import UPSTREAM_METRICS, write_policy
@@ -83,7 +82,7 @@ async def test_a_high_priority_pod_preempts_the_low_priority_pod_that_makes_the_
             victim("other", scheduler_name, b, priorities["low"]),
         ],
     )
-    async with in_process(cluster, with_dynamic(scheduler_name), selector, plugin_registry()):
+    async with in_process(cluster, with_dynamic(scheduler_name), selector, load_aware=True):
         vip = pod("vip", scheduler_name, cpu="2", spec={"priorityClassName": priorities["high"]})
         await create_pods(kube, namespace, [vip])
 
@@ -134,7 +133,7 @@ async def test_a_pod_refused_only_by_recent_estimates_is_retried_when_they_leave
     first = [pod(f"first-{i}", scheduler_name, cpu="1", spec={"priorityClassName": priorities["mid"]}) for i in (1, 2)]
     late = pod("late", scheduler_name, cpu="1", spec={"priorityClassName": priorities["low"]})
     await create_pods(kube, namespace, [*first, late])
-    async with in_process(cluster, with_dynamic(scheduler_name, args), selector, plugin_registry()) as scheduler:
+    async with in_process(cluster, with_dynamic(scheduler_name, args), selector, load_aware=True) as scheduler:
         scheduler.queue.max_unschedulable = 3600.0  # the flush of unschedulable pods cannot be what retries it
 
         async def bound() -> str | None:
@@ -166,7 +165,7 @@ async def test_a_node_nominated_by_someone_else_is_tried_first_and_the_others_wh
     await create_nodes(kube, [annotated(idle, group, 0.10), annotated(warm, group, 0.50), annotated(hot, group, 0.90)])
     gate = {"schedulingGates": [{"name": "example.com/autoscaler"}]}
     v1 = client.CoreV1Api(kube)
-    async with in_process(cluster, with_dynamic(scheduler_name), selector, plugin_registry()):
+    async with in_process(cluster, with_dynamic(scheduler_name), selector, load_aware=True):
         await create_pods(
             kube,
             namespace,

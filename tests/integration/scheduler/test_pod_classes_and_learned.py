@@ -28,7 +28,6 @@ from tests.support.usage_cluster import (
     as_replica,
     batch_resources,
     dynamic_config,
-    load_aware,
 )
 
 GI = float(2**30)
@@ -54,7 +53,7 @@ async def test_a_regular_pod_passes_a_node_hot_only_by_batch_work_and_a_batch_po
     await annotate(kube, f"{group}-hot", 0.8, batch=0.4)  # 0.4 of the node is regular work: under 0.65
     batch = pod("batch", scheduler_name)
     batch["spec"]["containers"][0]["resources"] = batch_resources()
-    async with in_process(cluster, dynamic_config(scheduler_name), selector, load_aware()):
+    async with in_process(cluster, dynamic_config(scheduler_name), selector, load_aware=True):
         await create_pods(kube, namespace, [pod("regular", scheduler_name), batch])
         landed = await wait_for(lambda: node_of(kube, namespace, "regular"), what="the regular pod to be bound")
         message = await refusal(kube, namespace, "batch")
@@ -106,7 +105,7 @@ async def test_a_scale_up_is_judged_by_the_workloads_measured_usage(
     new = [as_replica(pod(f"web-{3 + i}", scheduler_name, cpu, memory), "web") for i in range(replicas)]
     config = dynamic_config(scheduler_name, ownBindingsInHotValue=False, estimate={"learned": {"enabled": learned}})
     expected = with_learned if learned else with_factor
-    async with in_process(cluster, config, selector, load_aware()):
+    async with in_process(cluster, config, selector, load_aware=True):
         await create_pods(kube, namespace, new)
 
         async def decided() -> dict[str, Any] | None:

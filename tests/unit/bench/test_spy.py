@@ -10,8 +10,8 @@ from bench.scheduler.spy import breakdown
 def test_samples_go_to_the_first_matching_part_and_imports_are_left_out(tmp_path: Path) -> None:
     raw = tmp_path / "spy.txt"
     raw.write_text(
-        "run (a.py:1);Scheduler.schedule_one (s.py:2);Algorithm.schedule (alg.py:3);domain_sums (p.py:4) 6\n"
-        "run (a.py:1);Scheduler._binding_cycle (s.py:9);SSLObject.do_handshake (ssl.py:1) 2\n"
+        "run (a.py:1);SchedulingCycle.schedule_one (s.py:2);Algorithm.schedule (alg.py:3);domain_sums (p.py:4) 6\n"
+        "run (a.py:1);SchedulingCycle._binding_cycle (s.py:9);SSLObject.do_handshake (ssl.py:1) 2\n"
         "run (a.py:1);Reporter._worker (r.py:1) 1\n"
         "run (a.py:1);BaseEventLoop._run_once (b.py:1) 1\n"
         "<module> (m.py:1);_find_and_load (<frozen importlib._bootstrap>:1176) 50\n"

@@ -8,12 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from crane_scheduler.config import parse_config
-from crane_scheduler.framework import Handle
-from crane_scheduler.framework.runtime import build_profiles
-from crane_scheduler.loadaware import register
-from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
+from crane_scheduler.simulate import Simulator
 from crane_shared.policy import default_policy, load_policy, parse_policy
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
@@ -44,9 +39,7 @@ def test_shipped_scheduler_configurations_are_valid(text: str) -> None:
     for profile in data["profiles"]:
         for pc in profile.get("pluginConfig", []):
             pc["args"]["policyConfigPath"] = str(DEPLOY / "policy.yaml")
-    registry = builtin_registry()
-    register(registry)
-    profiles = build_profiles(parse_config(data), registry, lambda name: Handle(NodeTable(), profile=name))
+    profiles = Simulator(data).profiles  # as the scheduler builds them, Dynamic from its entry point
     assert "Dynamic" in profiles["crane-scheduler"].plugins
     assert data["leaderElection"].get("resourceName", "crane-scheduler") != "kube-scheduler"
 

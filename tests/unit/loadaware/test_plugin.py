@@ -9,15 +9,13 @@ import numpy as np
 import pytest
 import yaml
 
-from crane_scheduler.config import ConfigError, parse_config
-from crane_scheduler.framework import ArgsError, Diagnosis, Handle
-from crane_scheduler.framework.runtime import build_profiles
+from crane_scheduler.config import ConfigError
+from crane_scheduler.framework import ArgsError, Diagnosis
 from crane_scheduler.loadaware import plugin as dynamic_plugin
 from crane_scheduler.loadaware.args import parse_args
 from crane_scheduler.loadaware.plugin import Dynamic
-from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
-from crane_scheduler.podinfo import parse_node, parse_pod
+from crane_scheduler.podinfo import parse_pod
+from crane_scheduler.simulate import Simulator
 from crane_shared.policy import default_policy, dump_policy
 from tests.support.loadaware import NOW, Setup, loaded
 from tests.support.policy import write_policy
@@ -157,19 +155,12 @@ def test_bad_args_name_the_field(args: dict[str, Any], path: str) -> None:
 
 
 def test_every_profile_has_its_own_view_of_node_load() -> None:
-    table = NodeTable(capacity=2)
-    registry = builtin_registry()
-    from crane_scheduler.loadaware import register
-
-    register(registry)
-    config = parse_config({"profiles": [{"schedulerName": "a"}, {"schedulerName": "b"}]})
-    profiles = build_profiles(config, registry, lambda name: Handle(table, profile=name))
-    table.upsert_node(parse_node(loaded("busy", 0.9)))
+    sim = Simulator({"profiles": [{"schedulerName": "a"}, {"schedulerName": "b"}]}, clock=lambda: NOW)
+    sim.add(loaded("busy", 0.9), kind="Node")
     for name in ("a", "b"):
-        dynamic = profiles[name].plugins["Dynamic"]
+        dynamic = sim.plugin("Dynamic", name)
         assert isinstance(dynamic, Dynamic)
-        dynamic.wall_clock = lambda: NOW
-        [rejection] = dynamic.filter({}, parse_pod(pod()), table)
+        [rejection] = dynamic.filter({}, parse_pod(pod()), sim.table)
         assert rejection.reason == "node(s) had cpu_usage_avg_5m above 0.65"
 
 

@@ -310,37 +310,29 @@ def test_score_prefers_one_zone_over_two() -> None:
 
 def test_upstreams_shipped_configuration_loads() -> None:
     """Upstream's deploy: the plugin at all five points, Score weight 2, args with apiVersion/kind."""
-    from crane_scheduler.config import parse_config
-    from crane_scheduler.framework import Handle
-    from crane_scheduler.framework.runtime import build_profiles
-    from crane_scheduler.nodetable import NodeTable
-    from crane_scheduler.plugins import builtin_registry
+    from crane_scheduler.simulate import Simulator
 
     points: dict[str, Any] = {p: {"enabled": [{"name": NAME}]} for p in ("preFilter", "filter", "reserve", "preBind")}
     points["score"] = {"enabled": [{"name": NAME, "weight": 2}]}
-    config = parse_config(
-        {
-            "profiles": [
-                {
-                    "schedulerName": "default-scheduler",
-                    "plugins": points,
-                    "pluginConfig": [
-                        {
-                            "name": NAME,
-                            "args": {
-                                "apiVersion": "kubescheduler.config.k8s.io/v1beta2",
-                                "kind": "NodeResourceTopologyMatchArgs",
-                                "topologyAwareResources": ["cpu"],
-                            },
-                        }
-                    ],
-                }
-            ]
-        }
-    )
-    profile = build_profiles(config, builtin_registry(), lambda name: Handle(NodeTable(), profile=name))[
-        "default-scheduler"
-    ]
+    config = {
+        "profiles": [
+            {
+                "schedulerName": "default-scheduler",
+                "plugins": points,
+                "pluginConfig": [
+                    {
+                        "name": NAME,
+                        "args": {
+                            "apiVersion": "kubescheduler.config.k8s.io/v1beta2",
+                            "kind": "NodeResourceTopologyMatchArgs",
+                            "topologyAwareResources": ["cpu"],
+                        },
+                    }
+                ],
+            }
+        ]
+    }
+    profile = Simulator(config, out_of_tree=False).profiles["default-scheduler"]
     assert [w for p, w in profile.score if p.name == NAME] == [2]
     for point in ("pre_filter", "filter", "reserve", "pre_bind"):
         assert NAME in [p.name for p in getattr(profile, point)], point

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from crane_scheduler.config import parse_config
 from crane_scheduler.explain import render
 from crane_scheduler.framework import (
     ArgsError,
@@ -17,20 +16,18 @@ from crane_scheduler.framework import (
     Handle,
     QueuedPod,
     QueueingHint,
-    Registry,
 )
-from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.gangcycle import member_slots, quorum_met, quorum_out_of_reach, smallest_request
 from crane_scheduler.loadaware.args import parse_args as parse_dynamic_args
 from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.plugins.coscheduling import gang as g
 from crane_scheduler.plugins.coscheduling.plugin import Coscheduling, allocatable_grew, parse_args
 from crane_scheduler.plugins.gangwait import go_duration, timed_out
 from crane_scheduler.podinfo import parse_node, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
+from crane_scheduler.simulate import Simulator
 from cranectl.__main__ import render_explain
 from tests.support.loadaware import NOW, loaded
 from tests.support.scheduler import Clock, HeldBinder, node, pod, scheduler_with, step
@@ -377,27 +374,21 @@ def load_aware_gangs(
 ) -> tuple[Scheduler, HeldBinder, Coscheduling, list[Dynamic]]:
     """A scheduler with Coscheduling and Dynamic (weight 3, clock at ``NOW``), binds held."""
     binder, clock = HeldBinder(), Clock()
-    registry = builtin_registry()
-    factories: dict[str, Any] = {name: (lambda a, h, n=name: registry.create(n, a, h)) for name in registry}
-    factories["DefaultBinder"] = lambda args, handle: binder
     dynamics: list[Dynamic] = []
 
     def dynamic(args: Any, handle: Handle) -> Dynamic:
         dynamics.append(Dynamic(parse_dynamic_args(args), handle, wall_clock=lambda: NOW))
         return dynamics[-1]
 
-    factories["Dynamic"] = dynamic
     config = json.loads(json.dumps(CONFIG))
     profile = config["profiles"][0]
     profile["plugins"]["multiPoint"]["enabled"].append({"name": "Dynamic", "weight": 3})
     profile["pluginConfig"] = [{"name": "Dynamic", "args": dynamic_args}]
-    t = NodeTable()
-    cfg = parse_config(config)
-    profiles = build_profiles(cfg, Registry(factories, registry.defaults), lambda name: Handle(t, clock=clock))
-    s = Scheduler(
-        config=cfg, profiles=profiles, table=t, reporter=Reporter(None, None, "test", clock=clock), clock=clock
-    )
-    plugin = profiles["crane-scheduler"].plugins["Coscheduling"]
+    plugins = {"DefaultBinder": lambda args, handle: binder, "Dynamic": dynamic}
+    sim = Simulator(config, clock=clock, out_of_tree=False, plugins=plugins)
+    reporter = Reporter(None, None, "test", clock=clock)
+    s = Scheduler(config=sim.config, profiles=sim.profiles, table=sim.table, reporter=reporter, clock=clock)
+    plugin = sim.plugin("Coscheduling")
     assert isinstance(plugin, Coscheduling)
     return s, binder, plugin, dynamics
 

@@ -6,13 +6,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import random
 from typing import Any
 
 import pytest
 
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
-from crane_scheduler.config import SchedulerConfig
+from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.framework import (
     ArgsError,
     ClusterChange,
@@ -24,13 +22,12 @@ from crane_scheduler.framework import (
     QueueingHint,
     Status,
 )
-from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.listers import Listers
-from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.plugins.dynamicresources.binding import ApiClaims, Conflict, LazyApiClaims
 from crane_scheduler.plugins.dynamicresources.claims import FINALIZER, ClaimError
 from crane_scheduler.plugins.dynamicresources.plugin import DynamicResources, new
 from crane_scheduler.podinfo import parse_pod
+from crane_scheduler.simulate import Simulator
 from crane_scheduler.writer.protocol import JSON, REFUSED, Reply
 from tests.support.dra import DRIVER, claim, device, device_class, exactly, first_available, resource_slice, sub_request
 from tests.support.scheduler import node, pod, table
@@ -341,10 +338,8 @@ def test_claim_writes_go_through_the_api_writer_in_its_term_and_answer_the_writt
 
 
 def _decide(objects: Listers, t: Any, raw: dict[str, Any]) -> Any:
-    profiles = build_profiles(
-        SchedulerConfig(), builtin_registry(), lambda name: Handle(t, profile=name, listers=objects)
-    )
-    return Algorithm(t, rng=random.Random(0)).schedule(next(iter(profiles.values())), parse_pod(raw), {})
+    sim = Simulator(table=t, listers=objects, out_of_tree=False)
+    return sim.algorithm.schedule(sim.profiles["crane-scheduler"], parse_pod(raw), {})
 
 
 def test_a_broken_selector_fails_the_attempt_as_kube_filter_error_does() -> None:

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from crane_scheduler.algorithm import (
-    Algorithm,
     ScheduleResult,
     num_feasible_nodes_to_find,
     sample_all,
@@ -18,7 +17,7 @@ from crane_scheduler.algorithm import (
 from crane_scheduler.framework import Diagnosis, fit_error_message
 from crane_scheduler.podinfo import parse_pod
 from crane_scheduler.reporting import truncate_note
-from tests.support.scheduler import node, pod, profile, table
+from tests.support.scheduler import node, pod, simulator, table
 
 
 def test_histogram_is_sorted_as_strings_joined_and_ended_with_a_period() -> None:
@@ -82,8 +81,8 @@ def test_sampling_when_every_candidate_is_feasible_is_the_general_sampling(n: in
 
 def test_successive_pods_are_scored_over_rotating_windows_of_nodes() -> None:
     t = table(*(node(f"n{i:03d}") for i in range(200)))  # 200 nodes: 48 % -> 100 nodes scored
-    algo = Algorithm(t)
-    prof = profile(t)
+    sim = simulator(t)
+    algo, prof = sim.algorithm, sim.profiles["crane-scheduler"]
     first = algo.schedule(prof, parse_pod(pod("a")), {})
     assert isinstance(first, ScheduleResult) and first.feasible == 100 and first.evaluated == 100
     assert algo.next_start == 100
@@ -98,7 +97,8 @@ def test_a_decisions_explain_record_holds_small_copies_not_views_of_the_whole_ta
     record holds its own copies: the rows as int32, each plugin's scores as uint8."""
     t = table(*(node(f"n{i:03d}") for i in range(400)))
     state: dict[str, Any] = {}
-    result = Algorithm(t).schedule(profile(t), parse_pod(pod()), state)
+    sim = simulator(t)
+    result = sim.algorithm.schedule(sim.profiles["crane-scheduler"], parse_pod(pod()), state)
     assert isinstance(result, ScheduleResult) and result.feasible < 400  # sampled: a slice of the rotation
     rows, explained = state["explain.scores"]
     assert rows.base is None and rows.dtype == np.int32 and len(rows) == result.feasible

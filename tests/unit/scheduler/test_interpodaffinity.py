@@ -45,10 +45,10 @@ def zoned(name: str, zone: str) -> dict[str, Any]:
 
 def scores(t: NodeTable, p: dict[str, Any], plugin: str = "InterPodAffinity") -> dict[str, int]:
     state: dict[str, Any] = {}
-    from crane_scheduler.algorithm import Algorithm
-    from tests.support.scheduler import profile
+    from tests.support.scheduler import simulator
 
-    result = Algorithm(t).schedule(profile(t), parse_pod(p), state)
+    sim = simulator(t)
+    result = sim.algorithm.schedule(sim.profiles["crane-scheduler"], parse_pod(p), state)
     assert isinstance(result, ScheduleResult), result
     rows, explained = state[EXPLAIN_SCORES]
     by_plugin = {name: s for name, _, s in explained}

@@ -65,3 +65,31 @@ def test_plugins_and_the_framework_import_no_scheduler_internals() -> None:
 
 def test_reporting_does_not_import_the_algorithm() -> None:
     assert not [d for d in graph()["crane_scheduler.reporting"] if d.startswith("crane_scheduler.algorithm")]
+
+
+def test_the_public_module_imports_none_of_the_service_shell() -> None:
+    """``simulate`` (the offline scheduler, the future decider workers' replica) runs no loop and calls no API: the
+    queue, the cache, the cycle, the reporter and the API writer stay out of it."""
+    shell = (
+        "crane_scheduler.scheduler",
+        "crane_scheduler.schedule_one",
+        "crane_scheduler.gangcycle",
+        "crane_scheduler.internal",
+        "crane_scheduler.reporting",
+        "crane_scheduler.writer",
+        "crane_scheduler.metrics",
+        "crane_scheduler.__main__",
+    )
+    assert [d for d in graph()["crane_scheduler.simulate"] if d.startswith(shell)] == []
+
+
+def test_the_cycle_knows_neither_the_assembly_nor_the_gang_cycle() -> None:
+    """``schedule_one`` (kube's ``schedule_one.go``) is the steps; ``scheduler`` assembles the service and hands gang
+    members to ``gangcycle``, which runs on the steps' public interface (``CycleHost``)."""
+    g = graph()
+    assert not [
+        d
+        for d in g["crane_scheduler.schedule_one"]
+        if d.startswith(("crane_scheduler.scheduler", "crane_scheduler.gangcycle"))
+    ]
+    assert not [d for d in g["crane_scheduler.gangcycle"] if d.startswith("crane_scheduler.scheduler")]

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
+from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.framework import EXPLAIN_SCORES, ArgsError, Handle
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.podtopologyspread import Args, PodTopologySpread
 from crane_scheduler.podinfo import parse_pod
-from tests.support.scheduler import chosen, failure, feasible, node, pod, profile, table
+from tests.support.scheduler import chosen, failure, feasible, node, pod, simulator, table
 
 ZONE = "topology.kubernetes.io/zone"
 HOST = "kubernetes.io/hostname"
@@ -45,7 +45,8 @@ def zoned(name: str, zone: str, **labels: str) -> dict[str, Any]:
 
 def score_of(t: NodeTable, p: dict[str, Any], config: dict[str, Any] | None = None) -> dict[str, int]:
     state: dict[str, Any] = {}
-    result = Algorithm(t).schedule(profile(t, config), parse_pod(p), state)
+    sim = simulator(t, config)
+    result = sim.algorithm.schedule(next(iter(sim.profiles.values())), parse_pod(p), state)
     assert isinstance(result, ScheduleResult), result
     rows, explained = state[EXPLAIN_SCORES]
     found = {name: s for name, _, s in explained}.get("PodTopologySpread")

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from crane_scheduler import __main__ as entry
 from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.plugins import plugin_registry
 from crane_scheduler.podinfo import parse_node
 from crane_scheduler.writer import ApiWriter, Connection
 from tests.support.scheduler import node
@@ -42,7 +43,7 @@ def load(tmp_path: Path, registry: CollectorRegistry) -> entry.Loaded:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(TWO_PROFILES))
     args = entry.build_parser().parse_args(["--config", str(path)])
-    return entry.load(args, entry.plugin_registry(), registry)
+    return entry.load(args, plugin_registry(), registry)
 
 
 def test_each_profile_registers_each_plugin_column_once(tmp_path: Path, columns: list[str]) -> None:

@@ -9,12 +9,11 @@ from typing import Any
 import pytest
 
 from crane_scheduler.framework import SUCCESS, Code, CycleState, Handle, Status
-from crane_scheduler.framework.runtime import build_profiles
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import PodInfo, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
+from crane_scheduler.simulate import Simulator
 from crane_shared.leader import Term
 from tests.support.scheduler import Clock, FakeWriter, node, pod, scheduler_with, step
 from tests.support.waiting import eventually
@@ -171,8 +170,6 @@ def test_factories_receive_args_and_handle() -> None:
         seen.append(args)
         return _Probe()
 
-    registry = builtin_registry()
-    registry.register("Probe", factory)
     config = {
         "profiles": [
             {
@@ -182,9 +179,7 @@ def test_factories_receive_args_and_handle() -> None:
             }
         ]
     }
-    from crane_scheduler.config import parse_config
-
-    build_profiles(parse_config(config), registry, lambda name: Handle(NodeTable()))
+    Simulator(config, plugins={"Probe": factory})  # an added plugin, enabled through the configuration
     assert seen == [{"threshold": 0.65}]
 
 

@@ -35,6 +35,7 @@ from crane_scheduler.listers import Listers
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 from crane_scheduler.writer import ApiWriter, ScheduledReport
+from crane_shared.informer import EventType
 
 __all__ = [
     "EXTENSION_POINTS",
@@ -49,6 +50,7 @@ __all__ = [
     "GangWait",
     "Handle",
     "NormalizeScorePlugin",
+    "ObjectPlugin",
     "PermitPlugin",
     "Plugin",
     "PluginMetrics",
@@ -312,6 +314,21 @@ class WorkerPlugin(Plugin, Protocol):
     its whole life under the one worker contract."""
 
     async def run(self, stopping: asyncio.Event) -> None: ...
+
+
+@runtime_checkable
+class ObjectPlugin(Plugin, Protocol):
+    """Optional: a plugin that reads API objects of kinds of its own (PodGroups, Workloads, NRTs, namespaces, the
+    owners of default spread constraints), kept by its ``WorkerPlugin`` watch in the scheduler. Fed directly where
+    there is no watch (the offline scheduler, ``crane_scheduler.simulate``): ``object_kinds`` names the Kubernetes
+    kinds it reads, ``apply_object`` applies one event, ``objects_listed`` says the objects given so far are the
+    whole list (what the watch's first list says: a missing object is missing, not "not listed yet")."""
+
+    object_kinds: tuple[str, ...]
+
+    def apply_object(self, kind: str, event: EventType, obj: dict[str, Any]) -> None: ...
+
+    def objects_listed(self) -> None: ...
 
 
 GANG_MEMBERS = "gang/members"

@@ -31,7 +31,7 @@ class Registry:
     """Plugin name -> factory, plus the default profile's ``multiPoint`` set (name, score weight).
 
     The built-in set comes from ``crane_scheduler.plugins.builtin_registry()``; installed packages add theirs
-    through the ``crane_scheduler.plugins`` entry-point group (see ``__main__.plugin_registry``)."""
+    through the ``crane_scheduler.plugins`` entry-point group (``crane_scheduler.plugins.plugin_registry``)."""
 
     def __init__(
         self, factories: Mapping[str, PluginFactory] | None = None, defaults: Iterable[tuple[str, int | None]] = ()

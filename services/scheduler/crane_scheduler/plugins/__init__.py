@@ -11,6 +11,8 @@ through CSI migration are refused by the unsupported-field gate.
 
 from __future__ import annotations
 
+import importlib.metadata
+
 from crane_scheduler.framework.registry import Registry
 from crane_scheduler.plugins import (
     defaultbinder,
@@ -87,4 +89,13 @@ def builtin_registry() -> Registry:
     noderesourcetopology.register(registry)  # crane's NUMA placement; not in the default profile
     register_coscheduling(registry)  # gangs (PodGroup); replaces PrioritySort where enabled
     register_gangscheduling(registry)  # gangs (1.35's Workload API)
+    return registry
+
+
+def plugin_registry() -> Registry:
+    """The built-in plugins plus out-of-tree ones: every installed ``crane_scheduler.plugins`` entry point names a
+    ``register(registry)`` function (e.g. ``loadaware = "crane_scheduler.loadaware:register"``)."""
+    registry = builtin_registry()
+    for entry in importlib.metadata.entry_points(group="crane_scheduler.plugins"):
+        entry.load()(registry)
     return registry

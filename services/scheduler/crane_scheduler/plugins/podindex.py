@@ -451,6 +451,7 @@ class PodIndexPlugin(
     fwk.NormalizeScorePlugin,
     fwk.QueueingHintPlugin,
     fwk.WorkerPlugin,
+    fwk.ObjectPlugin,
     fwk.CrossNodeFilterPlugin,
 ):
     """What InterPodAffinity and PodTopologySpread share: their extension points, the node table's one

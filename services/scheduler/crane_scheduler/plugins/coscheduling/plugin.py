@@ -81,7 +81,9 @@ class PodGroupMetrics:
         )
 
 
-class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlugin, fwk.GangPlugin, fwk.WorkerPlugin):
+class Coscheduling(
+    fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlugin, fwk.GangPlugin, fwk.WorkerPlugin, fwk.ObjectPlugin
+):
     """scheduler-plugins' Coscheduling contract, placed all or nothing by the scheduler's gang cycle."""
 
     name = NAME
@@ -233,6 +235,17 @@ class Coscheduling(fwk.QueueSortPlugin, fwk.PreFilterPlugin, fwk.QueueingHintPlu
     def delete_group(self, key: str) -> None:
         self.groups.pop(key, None)
         self.waits.forget(key)
+
+    object_kinds = ("PodGroup",)
+
+    def apply_object(self, kind: str, event: EventType, obj: dict[str, Any]) -> None:
+        """scheduler-plugins' PodGroups only: Kubernetes' own (``scheduling.k8s.io``) are GangScheduling's."""
+        if str(obj.get("apiVersion", "")).startswith("scheduling.k8s.io/"):
+            return
+        self._on_event(event, obj, None)
+
+    def objects_listed(self) -> None:
+        self.synced = True
 
     def _on_event(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind == "DELETED":

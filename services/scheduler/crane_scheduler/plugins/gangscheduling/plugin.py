@@ -205,7 +205,7 @@ def is_pod_group_key(gang: str) -> bool:
     return gang.count("/") == 1
 
 
-class GangScheduling(fwk.PreFilterPlugin, fwk.EnqueueExtensions, fwk.GangPlugin, fwk.WorkerPlugin):
+class GangScheduling(fwk.PreFilterPlugin, fwk.EnqueueExtensions, fwk.GangPlugin, fwk.WorkerPlugin, fwk.ObjectPlugin):
     name = NAME
     supports_fields = ("spec.workloadRef", "spec.schedulingGroup")
 
@@ -360,6 +360,19 @@ class GangScheduling(fwk.PreFilterPlugin, fwk.EnqueueExtensions, fwk.GangPlugin,
         key = pod_group_key(group.namespace, group.name)
         self.pod_groups[key] = group
         self._activate_under(key, exact=True)
+
+    object_kinds = ("Workload", "PodGroup")
+
+    def apply_object(self, kind: str, event: EventType, obj: dict[str, Any]) -> None:
+        """Offline, the version is the objects': 1.37's PodGroups (``scheduling.k8s.io/v1beta1``) or 1.35's
+        Workloads; scheduler-plugins' PodGroups (``scheduling.x-k8s.io``) are Coscheduling's, not ours."""
+        if kind == "PodGroup" and obj.get("apiVersion") != f"{GROUP}/{POD_GROUP_VERSION}":
+            return
+        self.version = POD_GROUP_VERSION if kind == "PodGroup" else VERSION
+        self._on_event(event, obj, None)
+
+    def objects_listed(self) -> None:
+        self.synced = True
 
     def _on_event(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         meta = obj.get("metadata") or {}

@@ -298,6 +298,14 @@ class InterPodAffinity(PodIndexPlugin):
         hated = any(t.matches(pod.namespace, labels, ns_labels) for t in theirs)
         return fwk.QueueingHint.QUEUE if hated else fwk.QueueingHint.SKIP
 
+    object_kinds = ("Namespace",)
+
+    def apply_object(self, kind: str, event: EventType, obj: dict[str, Any]) -> None:
+        self._on_namespace(event, obj, None)
+
+    def objects_listed(self) -> None:
+        pass
+
     def _on_namespace(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         self.index.set_namespace(obj, deleted=kind == "DELETED")
 

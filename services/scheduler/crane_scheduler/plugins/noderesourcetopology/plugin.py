@@ -101,6 +101,7 @@ class NodeResourceTopologyMatch(
     fwk.PreBindPlugin,
     fwk.PodExplainPlugin,
     fwk.WorkerPlugin,
+    fwk.ObjectPlugin,
 ):
     name = NAME
 
@@ -349,6 +350,14 @@ class NodeResourceTopologyMatch(
         }
 
     # -- the NRT watch ------------------------------------------------------------------------------------------
+
+    object_kinds = ("NodeResourceTopology",)
+
+    def apply_object(self, kind: str, event: EventType, obj: dict[str, Any]) -> None:
+        self._on_event(event, obj, None)
+
+    def objects_listed(self) -> None:
+        self._fed = True
 
     def _on_event(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind == "DELETED":

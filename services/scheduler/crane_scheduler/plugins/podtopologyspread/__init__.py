@@ -423,6 +423,14 @@ class PodTopologySpread(PodIndexPlugin):
             return fwk.QueueingHint.QUEUE if now and (moved or old.taints != new.taints) else fwk.QueueingHint.SKIP
         return fwk.QueueingHint.QUEUE if was or now else fwk.QueueingHint.SKIP
 
+    object_kinds = ("Service", "ReplicationController", "ReplicaSet", "StatefulSet")
+
+    def apply_object(self, kind: str, event: EventType, obj: dict[str, Any]) -> None:
+        self.owners.on_event(kind, event, obj)
+
+    def objects_listed(self) -> None:
+        pass
+
     async def run(self, stopping: asyncio.Event) -> None:
         """Watch the owners' selectors while default constraints are configured (kube sets its listers then)."""
         if self.handle.api is None or not self.args.default_constraints:

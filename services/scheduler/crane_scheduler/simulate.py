@@ -1,0 +1,720 @@
+"""crane-scheduler as a library: the same plugins, profiles and algorithm as the service, offline.
+
+This is crane-scheduler's one public module: the descheduler's target check, the benchmarks and the tests' shared
+fixtures use it, never the scheduler's internals (``tests/unit/test_layering.py``). A ``Simulator`` owns a node
+table, the plugin registry (the built-in plugins, the installed ``crane_scheduler.plugins`` entry points, the
+load-aware ``Dynamic``), the profiles of a ``KubeSchedulerConfiguration`` built exactly as the scheduler builds
+them, the listers of the other objects plugins read, and the algorithm with a seeded tie-break::
+
+    sim = Simulator(config_yaml, clock=lambda: now)      # or Simulator() for the default profile
+    sim.sync("Node", nodes)                              # the whole list of a kind ...
+    sim.sync("Pod", pods)
+    sim.apply("MODIFIED", node)                          # ... or one change at a time (the object's ``kind``)
+    placement = sim.place(pod)                           # the node the scheduler would choose, or why none
+    placement.node, placement.message, placement.rejected["n3"], placement.scores["n1"].plugins
+    reservation = sim.reserve(placement)                 # assume + Reserve: the next decision sees it
+    sim.undo(reservation)                                # Unreserve + forget: the table as before
+
+What it takes (``KINDS``): nodes (with the load annotations Dynamic reads), pods (bound ones are accounted, a
+pending one with ``status.nominatedNodeName`` is a nomination, terminal ones are gone), the objects the listers
+keep (PVCs, PVs, StorageClasses, CSINodes, VolumeAttachments, PDBs, CSIDrivers, CSIStorageCapacities,
+ResourceClaims, ResourceSlices, DeviceClasses) and those the ``ObjectPlugin``s of the profiles read (PodGroups,
+Workloads, NodeResourceTopologies, Namespaces, the owners of default spread constraints). An object of another
+kind is refused naming it, never ignored.
+
+What it answers: ``place`` (the scheduler's decision: PreFilter, Filter, sampling, Score, the seeded tie-break;
+the FitError message when nothing fits, and per node the first plugin that rejected it and why, as ``cranectl
+explain`` words them; ``explain()`` is that command's JSON), ``filter`` (every feasible node, no sampling),
+``score`` (per node, per plugin), ``reserve`` / ``undo``, ``schedule`` (place and reserve: pods placed one after
+another, each seeing the earlier), and ``take_out`` / ``put_back`` (a what-if without some pods: an eviction).
+PostFilter (preemption, DRA deallocation) is not run: it acts on the cluster; a pending pod's message is the
+FitError's without its "preemption: ..." part.
+
+Time: ``clock`` (default: the wall clock) is every plugin handle's clock and Dynamic's wall clock (the freshness
+of load annotations, the window of recent bindings), so a caller that sets it replays virtual time. (The service
+runs its handles on the monotonic clock and Dynamic on the wall clock: ``wall_clock`` apart from ``clock``.)
+
+Seams for what comes next (issue 37's ``cranectl snapshot`` / ``simulate`` / replay; issue 40's decider workers):
+
+- A snapshot file (nodes, pods, claims, slices, classes, PodGroups, the policy, the profile) loads straight in:
+  ``Simulator(profile_yaml, dynamic=policy, clock=...)`` then ``load(objects)`` (each object's ``kind`` says where
+  it goes; every kind present is synced whole). Manifests' pods are placed one after another with ``schedule``;
+  a pod without a uid gets ``<namespace>/<name>``. ``requested(node)`` / ``allocatable(node)`` give each node's
+  accounting before and after.
+- The incremental path (``apply``) is what a worker process holding a replica of the node table needs: one object
+  per call, the same table updates the scheduler's cache makes, no asyncio and no API client; ``place``, ``reserve``
+  and ``undo`` touch only the table and the plugins' own state, and ``undo`` restores them exactly (a property test
+  holds incremental and whole syncs to the same answers). Nothing here starts a task or reads the API: plugins'
+  watches (``WorkerPlugin.run``) are never run, their objects come through ``apply``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+
+from crane_scheduler import gangless
+from crane_scheduler.algorithm import Algorithm, ScheduleResult, filter_error
+from crane_scheduler.config import ConfigError, SchedulerConfig, load_config, parse_config
+from crane_scheduler.explain import Decision, render
+from crane_scheduler.framework import (
+    EXPLAIN_FILTERS,
+    EXPLAIN_SCORES,
+    Code,
+    CycleState,
+    Diagnosis,
+    GangPlugin,
+    Handle,
+    ObjectPlugin,
+    Plugin,
+    PluginFactory,
+    PluginMetrics,
+    Registry,
+    Status,
+)
+from crane_scheduler.framework.runtime import Profile, build_profiles
+from crane_scheduler.listers import Kind, Listers
+from crane_scheduler.loadaware import register as register_dynamic
+from crane_scheduler.loadaware.args import parse_args as parse_dynamic_args
+from crane_scheduler.loadaware.plugin import NAME as DYNAMIC_NAME
+from crane_scheduler.loadaware.plugin import Dynamic
+from crane_scheduler.nodetable import NodeTable, PodRecord
+from crane_scheduler.plugins import builtin_registry, plugin_registry
+from crane_scheduler.plugins.coscheduling import gang
+from crane_scheduler.podinfo import PODS, NodeInfo, PodInfo, parse_node
+from crane_scheduler.podinfo import parse_pod as _parse_pod
+from crane_scheduler.unsupported import GATE, refusal, unsupported_field
+from crane_shared.informer import object_key
+from crane_shared.loadaware.dynamic import DynamicArgs
+from crane_shared.policy import DynamicSchedulerPolicy
+
+__all__ = [
+    "DYNAMIC",
+    "KINDS",
+    "POD_GROUP_LABEL",
+    "POD_GROUP_RESOURCE",
+    "ConfigError",
+    "Event",
+    "NodeScore",
+    "Placement",
+    "PluginError",
+    "PluginFactory",
+    "Rejected",
+    "Removed",
+    "Reservation",
+    "Scores",
+    "Simulator",
+    "parse_pod",
+]
+
+Event = Literal["ADDED", "MODIFIED", "DELETED"]
+Obj = dict[str, Any]
+
+LISTER_KINDS: dict[str, Kind] = {
+    "PersistentVolumeClaim": "pvcs",
+    "PersistentVolume": "pvs",
+    "StorageClass": "storageclasses",
+    "CSINode": "csinodes",
+    "VolumeAttachment": "volumeattachments",
+    "PodDisruptionBudget": "pdbs",
+    "CSIDriver": "csidrivers",
+    "CSIStorageCapacity": "csistoragecapacities",
+    "ResourceClaim": "resourceclaims",
+    "ResourceSlice": "resourceslices",
+    "DeviceClass": "deviceclasses",
+}
+PLUGIN_KINDS = frozenset(
+    {"PodGroup", "Workload", "NodeResourceTopology", "Namespace", "Service", "ReplicationController", "ReplicaSet"}
+    | {"StatefulSet"}
+)
+"""the kinds the built-in ``ObjectPlugin``s read (taken, and kept for a profile that enables one, also when none
+of the profiles does)"""
+KINDS = frozenset({"Node", "Pod", *LISTER_KINDS, *PLUGIN_KINDS})
+"""every kind a ``Simulator`` takes (plus those an out-of-tree ``ObjectPlugin`` of its profiles names)"""
+TERMINAL = ("Succeeded", "Failed")
+DYNAMIC = DYNAMIC_NAME
+"""the load-aware plugin's name (its scores: ``Scores.of(DYNAMIC)``)"""
+POD_GROUP_LABEL = gang.POD_GROUP_LABEL
+"""the label naming a pod's PodGroup (scheduler-plugins' contract, which Coscheduling implements)"""
+POD_GROUP_RESOURCE = (gang.GROUP, gang.VERSION, gang.PLURAL)
+"""the PodGroup custom resource's group, version and plural (what a snapshot lists)"""
+
+
+class PluginError(RuntimeError):
+    """A plugin failed (not rejected) while scoring: kube's Error status, its message as the scheduler reports it."""
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The first plugin (in profile order) that rejected a node, and its reason."""
+
+    plugin: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class NodeScore:
+    """A node's total (the weighted sum the scheduler maximises) and each Score plugin's normalised score."""
+
+    total: int
+    plugins: Mapping[str, int]
+
+
+class Scores(Mapping[str, NodeScore]):
+    """Node -> ``NodeScore`` for the nodes scored, each computed when read (a decision scores hundreds of nodes and
+    a caller reads a few); ``best()`` the top-scored ones."""
+
+    def __init__(self, names: Sequence[str], state: CycleState) -> None:
+        rows, explained = state.get(EXPLAIN_SCORES, (None, []))
+        self._names: list[str] = [] if rows is None else [names[row] for row in rows.tolist()]
+        self._explained: list[tuple[str, int, Any]] = list(explained)
+        self._index: dict[str, int] | None = None
+        self._totals: Any = None
+
+    def totals(self) -> Any:
+        """The weighted sums, one per scored node in the search's order (what the scheduler maximises)."""
+        if self._totals is None:
+            self._totals = np.zeros(len(self._names), dtype=np.int64)
+            for _, weight, scores in self._explained:
+                self._totals = self._totals + weight * scores.astype(np.int64)
+        return self._totals
+
+    def best(self, among: Iterable[str] | None = None) -> list[str]:
+        """The nodes with the highest total (the scheduler's tie-break picks one of them), of ``among`` if given."""
+        totals = self.totals()
+        if among is None:
+            picks = np.arange(len(totals))
+        else:
+            index = self._by_name()
+            picks = np.array([index[name] for name in among], dtype=np.intp)
+        if not len(picks):
+            return []
+        chosen = totals[picks]
+        return [self._names[i] for i in picks[chosen == chosen.max()].tolist()]
+
+    def of(self, plugin: str) -> dict[str, int] | None:
+        """``plugin``'s normalised score per node; None where it did not score (not enabled, or PreScore SKIP)."""
+        found = next((scores for name, _, scores in self._explained if name == plugin), None)
+        return None if found is None else dict(zip(self._names, found.tolist(), strict=True))
+
+    def _by_name(self) -> dict[str, int]:
+        if self._index is None:
+            self._index = {n: i for i, n in enumerate(self._names)}
+        return self._index
+
+    def __getitem__(self, name: str) -> NodeScore:
+        i = self._by_name()[name]
+        return NodeScore(int(self.totals()[i]), {plugin: int(s[i]) for plugin, _, s in self._explained})
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+@dataclass(eq=False)
+class Reservation:
+    """A pod assumed on a node with its Reserve plugins run (``ok``), or why Reserve refused (``message``: then
+    nothing is held). ``Simulator.undo`` takes it back."""
+
+    pod: PodInfo = field(repr=False)
+    profile: Profile = field(repr=False)
+    node: str
+    state: CycleState = field(repr=False)
+    ok: bool = True
+    message: str = ""
+    undone: bool = False
+
+
+@dataclass(eq=False)
+class Placement:
+    """One decision (``place``, ``schedule``) or feasibility check (``filter``) of one pod.
+
+    ``node``: the chosen node (None: none fits, a plugin failed, or ``filter``); ``message``: why not, kube's
+    FitError (``0/N nodes are available: ...``) or the failure (``error``). The per-node views are computed when
+    read, from references the decision kept (nothing per node is built for a caller that does not ask)."""
+
+    pod: PodInfo = field(repr=False)
+    profile: Profile = field(repr=False)
+    node: str | None
+    message: str
+    error: bool
+    evaluated: int
+    """nodes the search examined (kube's sampling: all of them below 100 nodes)"""
+    decision: Decision = field(repr=False)
+    feasible_rows: Sequence[int] = field(repr=False)
+    state: CycleState = field(repr=False)
+    reservation: Reservation | None = None
+    """set by ``schedule`` (and by ``reserve``'s caller's choice, not here)"""
+
+    @property
+    def placed(self) -> bool:
+        return self.node is not None
+
+    @functools.cached_property
+    def feasible(self) -> list[str]:
+        """The nodes that passed every Filter: all of them (``filter``), or those the sampling found (``place``;
+        the chosen node alone when the pod's nominated node fits)."""
+        names = self.decision.names
+        return [names[row] for row in self.feasible_rows]
+
+    @functools.cached_property
+    def rejected(self) -> dict[str, Rejected]:
+        """Node -> the first plugin that rejected it and why (a node PreFilter excluded is not listed)."""
+        out: dict[str, Rejected] = {}
+        for name, verdict in self.decision.verdicts().items():
+            found = verdict["filter"]
+            if isinstance(found, dict):
+                out[name] = Rejected(found["plugin"], found["reason"])
+        return out
+
+    @functools.cached_property
+    def scores(self) -> Scores:
+        """Node -> its scores, for the nodes scored (none when one node was feasible: it is chosen unscored)."""
+        return Scores(self.decision.names, self.state)
+
+    def explain(self, limit: int = 50) -> dict[str, Any]:
+        """``cranectl explain``'s JSON for this decision (the profile's ``ExplainPlugin``s add their sections)."""
+        return render(self.decision, list(self.profile.plugins.values()), limit)
+
+
+@dataclass(frozen=True, eq=False)
+class Removed:
+    """Pods taken out of the accounting for a what-if (``take_out``), until ``put_back``."""
+
+    records: list[PodRecord]
+
+
+class Simulator:
+    """crane-scheduler's node table, plugins, profiles and algorithm, fed plain objects (see the module's
+    docstring)."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig | Mapping[str, Any] | str | Path | None = None,
+        *,
+        seed: int | None = 0,
+        clock: Callable[[], float] = time.time,
+        wall_clock: Callable[[], float] | None = None,
+        dynamic: DynamicSchedulerPolicy | DynamicArgs | None = None,
+        plugins: Mapping[str, PluginFactory] | None = None,
+        out_of_tree: bool = True,
+        percentage_of_nodes_to_score: int | None = None,
+        table: NodeTable | None = None,
+        listers: Listers | None = None,
+        pod_group_without_gang_plugin: gangless.Mode = "refuse",
+    ) -> None:
+        """``config``: a ``KubeSchedulerConfiguration`` as the scheduler reads it (YAML text, a path to it, the
+        parsed mapping, or a ``SchedulerConfig``; None: the default profile); raises ``ConfigError`` naming every
+        problem. ``seed``: the tie-break between equally scored nodes (None: unseeded). ``clock``: the plugins'
+        handles' time (the scheduler's queue runs on it); ``wall_clock``: Dynamic's (the load annotations'
+        timestamps, the window of recent bindings; default: ``clock``). ``dynamic``: the load policy Dynamic runs
+        with instead of its ``policyConfigPath`` (a ``DynamicSchedulerPolicy``), or all of its settings
+        (``DynamicArgs``: the descheduler's). ``plugins``: factories by name replacing or adding plugins (an added
+        one is enabled through ``config``). ``out_of_tree``: the plugins installed through the
+        ``crane_scheduler.plugins`` entry points, Dynamic among them, as the scheduler loads them (False: the
+        built-in ones only, kube-scheduler's with crane's NUMA and gang plugins). ``percentage_of_nodes_to_score``:
+        overrides the config's (100: score every feasible node). ``table``, ``listers``: a node table and listers
+        to share instead of new ones (the scheduler's own tests run several profiles over one table).
+        ``pod_group_without_gang_plugin``: the scheduler's flag of that name (``place`` refuses a pod naming a
+        PodGroup in a profile without a gang plugin, or places it alone)."""
+        self.config = _config(config)
+        self.clock = clock
+        self.table = table if table is not None else NodeTable()
+        self.listers = listers if listers is not None else Listers()
+        self.metrics = PluginMetrics()
+        registry = _registry(wall_clock or clock, dynamic, plugins or {}, out_of_tree)
+        self.profiles: dict[str, Profile] = build_profiles(
+            self.config,
+            registry,
+            lambda name: Handle(self.table, None, clock, name, self.metrics, listers=self.listers),
+        )
+        percentage = (
+            percentage_of_nodes_to_score
+            if percentage_of_nodes_to_score is not None
+            else self.config.percentage_of_nodes_to_score
+        )
+        self.algorithm = Algorithm(self.table, percentage, random.Random(seed))
+        self.gangless = pod_group_without_gang_plugin
+        self._gang_profiles = {
+            name
+            for name, profile in self.profiles.items()
+            if any(isinstance(p, GangPlugin) for p in profile.plugins.values())
+        }
+        self.pending: dict[str, PodInfo] = {}
+        """pending pods of the profiles in the synced state (not deleting, not gated), by uid"""
+        self._known: dict[str, dict[str, Obj]] = {}
+        """kind -> key -> the object last applied (``sync`` re-applies only what is not that very object)"""
+        self._readers: dict[str, list[ObjectPlugin]] = {}
+        for profile in self.profiles.values():
+            for plugin in profile.plugins.values():
+                if isinstance(plugin, ObjectPlugin):
+                    plugin.objects_listed()  # offline, the objects given are the whole list
+                    for kind in plugin.object_kinds:
+                        self._readers.setdefault(kind, []).append(plugin)
+        self.kinds = KINDS | frozenset(self._readers)
+        """the kinds this simulator takes"""
+        self._snapshot: tuple[int, list[str], list[NodeInfo | None]] = (-1, [], [])
+
+    # ------------------------------------------------------------------------------------------ the cluster
+
+    def apply(self, event: Event, obj: Mapping[str, Any], kind: str | None = None) -> None:
+        """One watch event: ``obj`` added, modified or deleted (``kind``: else the object's own ``kind``)."""
+        kind = self._kind_of(obj, kind)
+        raw = _dict(obj)
+        key = self._key(kind, raw)
+        known = self._known.setdefault(kind, {})
+        if event == "DELETED":
+            known.pop(key, None)
+        else:
+            known[key] = raw
+        self._apply(kind, event, raw)
+
+    def add(self, obj: Mapping[str, Any], kind: str | None = None) -> None:
+        self.apply("ADDED", obj, kind)
+
+    def update(self, obj: Mapping[str, Any], kind: str | None = None) -> None:
+        self.apply("MODIFIED", obj, kind)
+
+    def delete(self, obj: Mapping[str, Any], kind: str | None = None) -> None:
+        self.apply("DELETED", obj, kind)
+
+    def sync(self, kind: str, objects: Iterable[Mapping[str, Any]]) -> None:
+        """Bring ``kind`` to exactly ``objects``: an object that is not the one last applied (an informer replaces
+        an object when it changes) is applied again, one no longer there is deleted."""
+        self._kind_of({}, kind)
+        known = self._known.setdefault(kind, {})
+        field = "uid" if kind == "Pod" else "name"
+        namespaced = kind != "Pod"
+        seen: set[str] = set()
+        for obj in objects:  # a steady re-list of tens of thousands of pods: nothing here but lookups, inline
+            meta = obj.get("metadata") or {}
+            key = meta.get(field) or ""
+            if not key or (namespaced and meta.get("namespace")):
+                key = _pod_key(obj) if kind == "Pod" else object_key(obj)
+            seen.add(key)
+            old = known.get(key)
+            if old is not obj:
+                raw = _dict(obj)
+                known[key] = raw
+                self._apply(kind, "ADDED" if old is None else "MODIFIED", raw)
+        if len(known) > len(seen):
+            for key in [k for k in known if k not in seen]:
+                self._apply(kind, "DELETED", known.pop(key))
+
+    def load(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        """Objects of mixed kinds, each naming its ``kind`` (a snapshot's, ``kubectl get -o json``'s items): every
+        kind present is synced to exactly its objects here, nodes first, then the other objects, pods last."""
+        by_kind: dict[str, list[Mapping[str, Any]]] = {}
+        for obj in objects:
+            by_kind.setdefault(self._kind_of(obj, None), []).append(obj)
+        order = sorted(by_kind, key=lambda k: (k != "Node", k == "Pod"))
+        for kind in order:
+            self.sync(kind, by_kind[kind])
+
+    def _kind_of(self, obj: Mapping[str, Any], kind: str | None) -> str:
+        kind = kind or str(obj.get("kind") or "")
+        if kind not in self.kinds:
+            raise ValueError(
+                f"kind {kind!r}: not an object the scheduler reads (known: {', '.join(sorted(self.kinds))})"
+            )
+        return kind
+
+    @staticmethod
+    def _key(kind: str, raw: Mapping[str, Any]) -> str:
+        return _pod_key(raw) if kind == "Pod" else object_key(raw)
+
+    def _apply(self, kind: str, event: Event, raw: Obj) -> None:
+        if kind == "Node":
+            if event == "DELETED":
+                self.table.remove_node(str((raw.get("metadata") or {}).get("name", "")))
+            else:
+                self.table.upsert_node(parse_node(raw))
+        elif kind == "Pod":
+            self._pod(event, raw)
+        elif kind in LISTER_KINDS:
+            self.listers.apply(LISTER_KINDS[kind], event, raw)
+        for plugin in self._readers.get(kind, ()):
+            plugin.apply_object(kind, event, raw)
+
+    def _pod(self, event: Event, raw: Obj) -> None:
+        """The scheduler cache's accounting: a bound pod counts on its node, a pending one nominated to a node
+        counts there for Filter (kube's nominator), a terminal or deleted one is gone."""
+        uid = _pod_key(raw)
+        phase = (raw.get("status") or {}).get("phase")
+        if event == "DELETED" or phase in TERMINAL:
+            self.table.nominated.pop(uid, None)
+            self.pending.pop(uid, None)
+            self.table.remove_pod(uid)
+            return
+        pod = parse_pod(raw)
+        if pod.node_name:
+            self.pending.pop(uid, None)
+            self.table.nominated.pop(uid, None)
+            self.table.add_pod(pod)
+            return
+        record = self.table.pods.get(uid)
+        if record is not None and not record.assumed:  # said bound before (a snapshot edited by hand): as given now
+            self.table.remove_pod(uid)
+        nominated = (raw.get("status") or {}).get("nominatedNodeName")
+        if nominated and not pod.deleting:
+            self.table.nominated[uid] = (pod, str(nominated))
+        else:
+            self.table.nominated.pop(uid, None)
+        if pod.scheduler_name in self.profiles and not (pod.deleting or pod.gated):
+            self.pending[uid] = pod
+        else:
+            self.pending.pop(uid, None)
+
+    def get(self, kind: str, key: str) -> Obj | None:
+        """The object of ``kind`` last applied under ``key`` (a pod's uid, else ``namespace/name`` or ``name``)."""
+        return self._known.get(kind, {}).get(key)
+
+    def requested(self, node: str) -> dict[str, int]:
+        """What the pods accounted on ``node`` request (bound and reserved), per resource (milli-CPU, bytes, ...;
+        ``pods``: how many), the resources none of them asks left out."""
+        values = self._row_values(node, self.table.requested)
+        count = int(self.table.pod_count[self.table.rows[node]])
+        return values | {PODS: count} if count else values
+
+    def allocatable(self, node: str) -> dict[str, int]:
+        return self._row_values(node, self.table.alloc)
+
+    def _row_values(self, node: str, columns: np.ndarray[Any, Any]) -> dict[str, int]:
+        row = self.table.rows.get(node)
+        if row is None:
+            raise KeyError(node)
+        return {name: int(columns[row, col]) for name, col in self.table.resources.items() if columns[row, col]}
+
+    def plugin(self, name: str, profile: str | None = None) -> Plugin:
+        """A plugin instance of ``profile`` (default: the first profile)."""
+        return self._profile(profile).plugins[name]
+
+    # ------------------------------------------------------------------------------------------ decisions
+
+    def place(self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None) -> Placement:
+        """The scheduler's decision for ``pod`` (the profile of its ``schedulerName``, else the first), with the
+        table as it is (a pod naming a PodGroup in a profile without a gang plugin refused first, as the
+        scheduler's cycle does: ``pod_group_without_gang_plugin``); changes nothing but the search's rotating start
+        (kube's ``nextStartNodeIndex``). ``pod``: the object, or ``parse_pod``'s reading of it (a caller that
+        places it more than once parses it once)."""
+        info = _pod_info(pod)
+        prof = self._profile(profile, info)
+        state: CycleState = {}
+        group = gangless.pod_group(info.raw) if prof.name not in self._gang_profiles else None
+        if group is not None and self.gangless == "refuse":  # the scheduler's cycle refuses it before deciding
+            text = gangless.message(prof.name, info.namespace, group, self.gangless)
+            message = Diagnosis(self.table.num_nodes, rejectors={gangless.GATE}, pre_filter_msg=text).message
+            return self._placement(info, prof, state, None, message, False, self.table.num_nodes, [])
+        try:
+            result = self.algorithm.schedule(prof, info, state)
+        except Exception as err:  # as the scheduler's cycle: an attempt that failed, not a crash
+            result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))
+        if isinstance(result, ScheduleResult):
+            rows = state[EXPLAIN_SCORES][0] if EXPLAIN_SCORES in state else [self.table.rows[result.node]]
+            return self._placement(info, prof, state, result.node, "", False, result.evaluated, rows)
+        error = isinstance(result, Status)
+        return self._placement(info, prof, state, None, result.message, error, self.table.num_nodes, [])
+
+    def filter(self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None) -> Placement:
+        """Every node that passes PreFilter and Filter for ``pod`` (no sampling, no scoring; the unsupported-field
+        gate first), with the rejected ones' reasons; ``node`` is None. ``score`` and ``reserve`` take it on."""
+        info = _pod_info(pod)
+        prof = self._profile(profile, info)
+        state: CycleState = {}
+        table = self.table
+        field_ = unsupported_field(info.raw, prof.supported_fields)
+        if field_ is not None:
+            message = Diagnosis(table.num_nodes, rejectors={GATE}, pre_filter_msg=refusal(field_)).message
+            return self._placement(info, prof, state, None, message, False, table.num_nodes, [])
+        alive = table.live.copy()
+        rejected = prof.run_prefilter_and_filter(state, info, table, alive)
+        state[EXPLAIN_FILTERS] = rejected
+        failed = filter_error(rejected)
+        if failed is not None:
+            return self._placement(info, prof, state, None, failed.message, True, table.num_nodes, [])
+        rows = np.flatnonzero(alive).tolist()
+        return self._placement(info, prof, state, None, "", False, table.num_nodes, rows)
+
+    def score(self, placement: Placement, nodes: Iterable[str] | None = None) -> Scores:
+        """PreScore and Score over ``nodes`` (default: the feasible ones) for the pod ``placement`` decided or
+        filtered (its PreFilter state); raises ``PluginError`` when a plugin fails."""
+        table = self.table
+        names = placement.feasible if nodes is None else nodes
+        rows = np.array(sorted(table.rows[n] for n in names if n in table.rows), dtype=np.intp)
+        result = self.algorithm.score(placement.profile, placement.pod, placement.state, rows)
+        if isinstance(result, Status):
+            raise PluginError(result.message)
+        placement.__dict__.pop("scores", None)  # the cached view follows the latest scoring
+        return Scores(table.names, placement.state)
+
+    def reserve(self, placement: Placement, node: str | None = None) -> Reservation:
+        """Assume the pod on ``node`` (default: the chosen one) and run Reserve, as the scheduler's cycle does: the
+        next decision sees it (its requests, ports, spread, Dynamic's estimate). A refusal (``ok`` False) is undone
+        at once. The pod must not be in the table already (a new pod, or one ``take_out`` took out)."""
+        target = node if node is not None else placement.node
+        if target is None:
+            raise ValueError(f"pod {placement.pod.key}: no node to reserve ({placement.message})")
+        pod, profile, state = placement.pod, placement.profile, placement.state
+        self.table.assume(pod, target)
+        status = profile.run_reserve(state, pod, target)
+        if not status.success:
+            self.table.forget(pod.uid)
+            return Reservation(pod, profile, target, state, ok=False, message=status.message)
+        return Reservation(pod, profile, target, state)
+
+    def undo(self, reservation: Reservation) -> None:
+        """Unreserve and forget the assumption: the table and the plugins as before ``reserve``."""
+        if not reservation.ok or reservation.undone:
+            return
+        reservation.profile.run_unreserve(reservation.state, reservation.pod, reservation.node)
+        self.table.forget(reservation.pod.uid)
+        reservation.undone = True
+
+    def schedule(self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None) -> Placement:
+        """``place`` then ``reserve`` on the chosen node: the pod counts there for the next pod. A pod Reserve
+        refused is not placed (``node`` None, Reserve's message), as the scheduler reports it."""
+        placement = self.place(pod, profile=profile)
+        if placement.node is not None:
+            reservation = self.reserve(placement)
+            placement.reservation = reservation
+            if not reservation.ok:
+                placement.node, placement.message = None, reservation.message
+        return placement
+
+    def reseed(self, seed: int | None = 0) -> None:
+        """Start the node search afresh: kube's rotating start index back to the first node, the tie-break seeded
+        again (two runs over the same input from the same search state, e.g. two policies compared)."""
+        self.algorithm.rng = random.Random(seed)
+        self.algorithm.next_start = 0
+
+    def take_out(self, uids: Iterable[str]) -> Removed:
+        """Pods out of the accounting (and out of the pod index) for a what-if, until ``put_back``."""
+        return Removed(self.table.simulate_remove(list(uids), notify=True))
+
+    def put_back(self, removed: Removed) -> None:
+        self.table.simulate_add(removed.records, notify=True)
+
+    @contextlib.contextmanager
+    def without(self, uids: Iterable[str]) -> Iterator[Removed]:
+        """``take_out`` for the duration of a ``with`` block."""
+        removed = self.take_out(uids)
+        try:
+            yield removed
+        finally:
+            self.put_back(removed)
+
+    # ------------------------------------------------------------------------------------------ internals
+
+    def _profile(self, name: str | None, pod: PodInfo | None = None) -> Profile:
+        if name is not None:
+            found = self.profiles.get(name)
+            if found is None:
+                raise KeyError(f"no profile {name!r} (profiles: {', '.join(self.profiles)})")
+            return found
+        if pod is not None and pod.scheduler_name in self.profiles:
+            return self.profiles[pod.scheduler_name]
+        return next(iter(self.profiles.values()))
+
+    def _placement(
+        self,
+        pod: PodInfo,
+        profile: Profile,
+        state: CycleState,
+        node: str | None,
+        message: str,
+        error: bool,
+        evaluated: int,
+        rows: Sequence[int],
+    ) -> Placement:
+        table = self.table
+        if self._snapshot[0] != table.nodes_version:  # the node objects, shared until a node changes
+            self._snapshot = (table.nodes_version, list(table.names), list(table.nodes))
+        _, names, nodes = self._snapshot
+        decision = Decision.from_state(pod, self.clock(), table, state, node, message, (names, nodes))
+        return Placement(pod, profile, node, message, error, evaluated, decision, rows, state)
+
+
+def _config(config: SchedulerConfig | Mapping[str, Any] | str | Path | None) -> SchedulerConfig:
+    if config is None or isinstance(config, SchedulerConfig):
+        return config or SchedulerConfig()
+    if isinstance(config, Path):
+        return load_config(config)
+    if isinstance(config, str):
+        try:
+            return parse_config(yaml.safe_load(config))
+        except yaml.YAMLError as err:
+            raise ConfigError([f"not valid YAML: {err}"]) from err
+    return parse_config(config)
+
+
+def _registry(
+    clock: Callable[[], float],
+    dynamic: DynamicSchedulerPolicy | DynamicArgs | None,
+    plugins: Mapping[str, PluginFactory],
+    out_of_tree: bool,
+) -> Registry:
+    """The scheduler's registry (built-ins and entry points), with Dynamic on ``clock`` (and ``dynamic``'s
+    policy or settings) and ``plugins`` in place of, or beside, the registered factories."""
+    base = plugin_registry() if out_of_tree else builtin_registry()
+    if out_of_tree and DYNAMIC not in base:  # not installed through its entry point (no package metadata)
+        register_dynamic(base)
+
+    def dynamic_factory(raw: Mapping[str, Any], handle: Handle) -> Dynamic:
+        args = parse_dynamic_args(raw)
+        if isinstance(dynamic, DynamicArgs):
+            args = replace(
+                args,
+                policy_path=None,
+                stale=dynamic.stale,
+                legacy_zone=dynamic.legacy_zone,
+                own_bindings_in_hot_value=dynamic.own_bindings_in_hot_value,
+                estimate=dynamic.estimate,
+            )
+            return Dynamic(args, handle, clock, policy=dynamic.policy)
+        if dynamic is not None:
+            return Dynamic(replace(args, policy_path=None), handle, clock, policy=dynamic)
+        return Dynamic(args, handle, clock)
+
+    factories: dict[str, PluginFactory] = {name: functools.partial(base.create, name) for name in base}
+    if DYNAMIC in base:
+        factories[DYNAMIC] = dynamic_factory
+    factories.update(plugins)
+    return Registry(factories, base.defaults)
+
+
+def _pod_key(raw: Mapping[str, Any]) -> str:
+    """A pod's uid (the table's key), else ``namespace/name`` (a manifest's pod)."""
+    return str((raw.get("metadata") or {}).get("uid") or object_key(raw))
+
+
+def _dict(obj: Mapping[str, Any]) -> Obj:
+    return obj if isinstance(obj, dict) else dict(obj)
+
+
+def parse_pod(pod: Mapping[str, Any]) -> PodInfo:
+    """The scheduler's reading of a pod object (what ``place`` takes as well as the object); a pod without a uid
+    (a manifest's) gets ``<namespace>/<name>``: the table keys pods by uid."""
+    return _parse_pod(_with_uid(_dict(pod)))
+
+
+def _pod_info(pod: Mapping[str, Any] | PodInfo) -> PodInfo:
+    return pod if isinstance(pod, PodInfo) else parse_pod(pod)
+
+
+def _with_uid(raw: Obj) -> Obj:
+    """A pod without a uid (a manifest's) gets ``<namespace>/<name>``: the table keys pods by uid."""
+    meta = raw.get("metadata") or {}
+    if meta.get("uid"):
+        return raw
+    return {**raw, "metadata": {**meta, "uid": object_key(raw)}}

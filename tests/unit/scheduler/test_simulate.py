@@ -1,0 +1,300 @@
+"""crane_scheduler.simulate, the public offline scheduler: decisions with their reasons, reserve and undo, and the
+incremental sync that must equal the whole one (a decider worker's replica will be fed deltas through it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from crane_scheduler.simulate import POD_GROUP_LABEL, POD_GROUP_RESOURCE, Rejected, Simulator
+from tests.support.dra import DRIVER, claim, device, device_class, exactly, resource_slice
+from tests.support.loadaware import NOW, loaded
+from tests.support.scheduler import HOST, ZONE, container, labelled, node, pod
+
+TAINT = {"key": "dedicated", "value": "db", "effect": "NoSchedule"}
+
+
+def cluster(**kw: Any) -> Simulator:
+    sim = Simulator(clock=lambda: NOW, **kw)
+    sim.sync(
+        "Node",
+        [
+            node("small", cpu="1"),
+            node("tainted", cpu="8", taints=[TAINT]),
+            node("big", cpu="8"),
+        ],
+    )
+    return sim
+
+
+def test_place_answers_the_node_or_why_not_with_each_node_s_reason() -> None:
+    sim = cluster()
+    placed = sim.place(pod("web", cpu="2"))
+    assert placed.node == "big" and placed.message == "" and not placed.error
+    assert placed.feasible == ["big"] and placed.scores == {}  # one feasible node: chosen unscored
+    assert placed.rejected == {
+        "small": Rejected("NodeResourcesFit", "Insufficient cpu"),
+        "tainted": Rejected("TaintToleration", "node(s) had untolerated taint(s)"),
+    }
+    assert sim.requested("big") == {}  # placing changes nothing
+
+    pending = sim.place(pod("huge", cpu="16"))
+    assert pending.node is None
+    assert pending.message == "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu."
+    assert pending.rejected["big"] == Rejected("NodeResourcesFit", "Insufficient cpu")
+    assert pending.explain()["result"] == {"pending": pending.message}  # cranectl explain's words
+
+
+def test_filter_gives_every_feasible_node_and_score_each_plugin_s_share() -> None:
+    sim = cluster()
+    sim.add(node("other", cpu="8"), kind="Node")
+    sim.add(pod("busy", cpu="4", node_name="other"), kind="Pod")
+    found = sim.filter(pod("web", cpu="2"))
+    assert found.node is None and sorted(found.feasible) == ["big", "other"]
+    scores = sim.score(found)
+    assert set(scores) == {"big", "other"}
+    fit = {name: s.plugins["NodeResourcesFit"] for name, s in scores.items()}
+    assert fit["big"] > fit["other"]  # least allocated: the idle node
+    assert scores["big"].total > scores["other"].total
+    assert sim.place(pod("web2", cpu="2")).scores == scores  # the decision's own scores, as explain shows them
+
+
+def test_pods_scheduled_one_after_another_each_see_the_earlier() -> None:
+    sim = Simulator(clock=lambda: NOW)
+    sim.sync("Node", [node("a", cpu="2"), node("b", cpu="2")])
+    first, second = sim.schedule(pod("p1", cpu="1500m")), sim.schedule(pod("p2", cpu="1500m"))
+    assert {first.node, second.node} == {"a", "b"}
+    third = sim.schedule(pod("p3", cpu="1500m"))
+    assert third.node is None and third.message == "0/2 nodes are available: 2 Insufficient cpu."
+    assert sim.requested("a") == sim.requested("b") == {"cpu": 1500, "memory": 100 * 2**20, "pods": 1}
+    assert first.reservation is not None
+    sim.undo(first.reservation)
+    assert sim.schedule(pod("p4", cpu="1500m")).node == first.node
+
+
+def test_a_pod_group_and_dra_objects_load_straight_in() -> None:
+    """A snapshot's objects of mixed kinds: each goes where the scheduler keeps it (listers, plugin watches)."""
+    gang_profile = {
+        "profiles": [
+            {
+                "schedulerName": "crane-scheduler",
+                "plugins": {
+                    "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
+                    "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
+                },
+            }
+        ]
+    }
+    sim = Simulator(gang_profile, clock=lambda: NOW)
+    group, version, _ = POD_GROUP_RESOURCE
+    member = pod("train-0", cpu="1")
+    member["metadata"]["labels"] = {POD_GROUP_LABEL: "train"}
+    gpu_pod = pod("cuda", spec={"resourceClaims": [{"name": "g", "resourceClaimName": "gpu"}]})
+    sim.load([{**node("n1"), "kind": "Node"}])
+    missing = sim.place(member)
+    assert missing.node is None and "PodGroup not found" in missing.message
+    assert sim.place(gpu_pod).message == '0/1 nodes are available: could not find ResourceClaim "ns/gpu".'
+    sim.load(
+        [
+            {**node("n1"), "kind": "Node"},
+            {**node("n2"), "kind": "Node"},
+            {
+                "apiVersion": f"{group}/{version}",
+                "kind": "PodGroup",
+                "metadata": {"name": "train", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"minMember": 1},
+            },
+            device_class("gpu", f'device.driver == "{DRIVER}"'),
+            resource_slice("s2", [device("gpu-0")], node="n2"),
+            claim("gpu", exactly("g", "gpu"), namespace="ns"),
+        ]
+    )
+    assert sim.place(member).node in {"n1", "n2"}
+    assert sim.place(gpu_pod).node == "n2"  # the only node with the device
+    with pytest.raises(ValueError, match="kind 'Secret': not an object the scheduler reads"):
+        sim.add({"kind": "Secret", "metadata": {"name": "s"}})
+
+
+def test_take_out_is_a_what_if_without_the_pods() -> None:
+    sim = Simulator(clock=lambda: NOW)
+    sim.sync("Node", [node("a", cpu="2")])
+    sim.sync("Pod", [pod("old", cpu="1500m", node_name="a")])
+    uid = next(iter(sim.table.pods))
+    assert sim.place(pod("new", cpu="1500m")).node is None
+    with sim.without([uid]):
+        assert sim.place(pod("new", cpu="1500m")).node == "a"
+    assert sim.place(pod("new", cpu="1500m")).node is None
+
+
+# -- properties -----------------------------------------------------------------------------------------------------
+
+NODES = ["n0", "n1", "n2", "n3"]
+APPS = ["x", "y"]
+
+
+def probe_pods() -> list[dict[str, Any]]:
+    """Pods whose decisions read what the syncs and the reservations move: requests, ports, labels of other pods
+    (spread, anti-affinity) and load."""
+    spread = {
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": ZONE,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "x"}},
+            }
+        ]
+    }
+    anti = {
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": HOST, "labelSelector": {"matchLabels": {"app": "y"}}}
+                ]
+            }
+        }
+    }
+    port = [container("500m", ports=[{"containerPort": 80, "hostPort": 8080}])]
+    return [
+        pod("probe-plain", cpu="1"),
+        labelled(pod("probe-spread", cpu="100m", spec=spread), app="x"),
+        labelled(pod("probe-anti", cpu="100m", spec=anti), app="y"),
+        pod("probe-port", containers=port),
+    ]
+
+
+def decisions(sim: Simulator) -> list[Any]:
+    """Per probe pod: the feasible nodes, each rejected node's reason and each feasible node's scores."""
+    out = []
+    for raw in probe_pods():
+        found = sim.filter(raw)
+        scores = sim.score(found) if len(found.feasible) > 1 else {}
+        out.append((sorted(found.feasible), found.rejected, found.message, scores))
+    return out
+
+
+def state(sim: Simulator) -> Any:
+    """The table by node name (row numbers differ between histories), and Dynamic's own bindings."""
+    t = sim.table
+    per_node = {}
+    dynamic: Any = sim.plugin("Dynamic")
+    for name, row in t.rows.items():
+        if t.live[row]:
+            per_node[name] = (
+                sim.allocatable(name),
+                sim.requested(name),
+                tuple(int(v) for v in t.nonzero_requested[row]),
+                t.nodes[row],
+                sorted(r.uid for r in t.pods_on(name)),
+                [(b.node, b.cpu, b.memory) for b in dynamic.recent_on(name)],
+            )
+    ports = {port: sorted(map(str, hosts)) for port, hosts in t.ports.items() if hosts}
+    return per_node, sorted(t.pods), ports, sorted(t.nominated)
+
+
+node_events = st.tuples(
+    st.just("Node"),
+    st.sampled_from(NODES),
+    st.sampled_from(["1", "2", "4"]),
+    st.sampled_from(["a", "b"]),
+    st.sampled_from([None, 0.2, 0.9]),
+    st.booleans(),
+)
+pod_events = st.tuples(
+    st.just("Pod"),
+    st.sampled_from([f"p{i}" for i in range(6)]),
+    st.sampled_from([None, *NODES]),
+    st.sampled_from(["100m", "500m", "1"]),
+    st.sampled_from(APPS),
+    st.sampled_from(["Running", "Succeeded"]),
+)
+deletions = st.tuples(st.just("DELETE"), st.sampled_from([*NODES, *(f"p{i}" for i in range(6))]))
+
+
+def node_object(name: str, cpu: str, zone: str, usage: float | None, tainted: bool) -> dict[str, Any]:
+    raw = loaded(name, usage, cpu=cpu, memory="8Gi") if usage is not None else node(name, cpu=cpu)
+    raw["metadata"]["labels"][ZONE] = zone
+    raw["spec"]["taints"] = [TAINT] if tainted else []
+    return raw
+
+
+def pod_object(name: str, where: str | None, cpu: str, app: str, phase: str) -> dict[str, Any]:
+    raw = labelled(pod(name, cpu=cpu, node_name=where or ""), app=app)
+    raw["metadata"]["uid"] = f"uid-{name}"
+    raw["status"] = {"phase": phase if where else "Pending"}
+    if where is None and phase == "Running":  # a pending pod preemption nominated somewhere
+        raw["status"]["nominatedNodeName"] = "n0"
+    return raw
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(node_events, pod_events, deletions), min_size=1, max_size=25))
+def test_an_incremental_sync_equals_a_whole_one(events: list[tuple[Any, ...]]) -> None:
+    """The same cluster reached one watch event at a time, or listed whole into a fresh simulator: the same table,
+    and the same decisions (feasible nodes, reasons, scores) for pods that read requests, ports, labels and load."""
+    incremental = Simulator(clock=lambda: NOW)
+    nodes: dict[str, dict[str, Any]] = {}
+    pods: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if event[0] == "Node":
+            obj = node_object(*event[1:])
+            incremental.apply("MODIFIED" if event[1] in nodes else "ADDED", obj, "Node")
+            nodes[event[1]] = obj
+        elif event[0] == "Pod":
+            obj = pod_object(*event[1:])
+            incremental.apply("MODIFIED" if event[1] in pods else "ADDED", obj, "Pod")
+            pods[event[1]] = obj
+        elif event[1] in nodes:
+            incremental.delete(nodes.pop(event[1]), "Node")
+        elif event[1] in pods:
+            incremental.delete(pods.pop(event[1]), "Pod")
+    whole = Simulator(clock=lambda: NOW)
+    whole.sync("Node", list(nodes.values()))
+    whole.sync("Pod", list(pods.values()))
+    assert state(incremental) == state(whole)
+    assert decisions(incremental) == decisions(whole)
+    incremental.sync("Node", list(nodes.values()))  # a re-list that finds nothing new changes nothing
+    incremental.sync("Pod", list(pods.values()))
+    assert state(incremental) == state(whole)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.sampled_from(range(len(probe_pods()))), st.integers(0, 99)), min_size=1, max_size=8),
+    st.randoms(use_true_random=False),
+)
+def test_reserve_then_undo_restores_the_table_and_the_plugins_exactly(picks: list[tuple[int, int]], order: Any) -> None:
+    """Reservations taken back in any order leave the table, the pod index, Dynamic's recent bindings and every
+    later decision as they were."""
+    sim = Simulator(clock=lambda: NOW)
+    sim.sync("Node", [node_object(n, "4", "ab"[i % 2], 0.2, False) for i, n in enumerate(NODES)])
+    sim.sync(
+        "Pod", [pod_object("bound-x", "n0", "500m", "x", "Running"), pod_object("bound-y", "n1", "1", "y", "Running")]
+    )
+    before, decided = state(sim), decisions(sim)
+    reservations = []
+    for k, (which, salt) in enumerate(picks):
+        raw = probe_pods()[which]
+        raw["metadata"]["name"] = f"{raw['metadata']['name']}-{k}-{salt}"
+        raw["metadata"]["uid"] = f"r-{k}"
+        placement = sim.schedule(raw)
+        if placement.reservation is not None and placement.reservation.ok:
+            reservations.append(placement.reservation)
+    if reservations:
+        assert state(sim) != before
+    order.shuffle(reservations)
+    for reservation in reservations:
+        sim.undo(reservation)
+    assert state(sim) == before
+    assert decisions(sim) == decided
+
+
+def test_a_pod_group_in_a_profile_without_a_gang_plugin_is_refused_as_the_scheduler_refuses_it() -> None:
+    member = pod("train-0", cpu="1")
+    member["metadata"]["labels"] = {POD_GROUP_LABEL: "train"}
+    refused = cluster().place(member)
+    assert refused.node is None and "profile crane-scheduler has no gang plugin" in refused.message
+    assert cluster(pod_group_without_gang_plugin="place-alone").place(member).node == "big"
