@@ -62,7 +62,7 @@ async def in_process(
     writer = ApiWriter(Connection(kubeconfig_dict=account, qps=0))
     await writer.start()
     # the service's clocks: the handles' (and the queue's) monotonic, Dynamic's the wall clock
-    sim = Simulator(config, clock=time.monotonic, wall_clock=time.time, out_of_tree=load_aware)
+    sim = Simulator(config, clock=time.monotonic, wall_clock=time.time, out_of_tree=load_aware, watched=True)
     for profile in sim.profiles.values():
         if profile.handle is not None:  # connected as the service connects its handles
             profile.handle.api, profile.handle.writer = api, writer
@@ -84,7 +84,9 @@ async def in_process(
         finally:
             reporter.close()
 
-    workers = [w.run(stopping) for profile in profiles.values() for w in profile.workers]  # as the service runs them
+    workers = [
+        w.run(stopping) for profile in sim.profiles.values() for w in profile.workers
+    ]  # as the service runs them
     tasks = [
         asyncio.create_task(c)
         for c in (scheduler.run_informers(stopping), reporter.run(stopping), schedule(), *workers)

@@ -313,6 +313,7 @@ class Simulator:
         table: NodeTable | None = None,
         listers: Listers | None = None,
         pod_group_without_gang_plugin: gangless.Mode = "refuse",
+        watched: bool = False,
     ) -> None:
         """``config``: a ``KubeSchedulerConfiguration`` as the scheduler reads it (YAML text, a path to it, the
         parsed mapping, or a ``SchedulerConfig``; None: the default profile); raises ``ConfigError`` naming every
@@ -327,7 +328,9 @@ class Simulator:
         overrides the config's (100: score every feasible node). ``table``, ``listers``: a node table and listers
         to share instead of new ones (the scheduler's own tests run several profiles over one table).
         ``pod_group_without_gang_plugin``: the scheduler's flag of that name (``place`` refuses a pod naming a
-        PodGroup in a profile without a gang plugin, or places it alone)."""
+        PodGroup in a profile without a gang plugin, or places it alone). ``watched``: the plugins' own watches
+        will list their objects (a live scheduler assembled from the simulator's parts: the tests' in-process
+        one); by default the objects given are the whole list, so no plugin waits for a list."""
         self.config = _config(config)
         self.clock = clock
         self.table = table if table is not None else NodeTable()
@@ -359,7 +362,8 @@ class Simulator:
         for profile in self.profiles.values():
             for plugin in profile.plugins.values():
                 if isinstance(plugin, ObjectPlugin):
-                    plugin.objects_listed()  # offline, the objects given are the whole list
+                    if not watched:
+                        plugin.objects_listed()  # offline, the objects given are the whole list
                     for kind in plugin.object_kinds:
                         self._readers.setdefault(kind, []).append(plugin)
         self.kinds = KINDS | frozenset(self._readers)
