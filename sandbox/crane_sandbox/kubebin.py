@@ -163,6 +163,8 @@ def _ensure_built(
         )
         for name, write in extra.items():
             write(go, module_dir, build_env, staging / name)
+        if target.exists():  # an older build of this key, without an output added since: replaced whole
+            shutil.rmtree(target)
         staging.rename(target)
         if not quiet:
             print(f"built {what} in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
@@ -274,20 +276,40 @@ than the module's ``go`` line, Go fetches that toolchain once through the module
 instead of refusing; a local Go that is new enough is used as it is."""
 
 
-def ensure_karpenter(module_dir: Path = KARPENTER_MODULE_DIR, *, quiet: bool = False) -> KarpenterBinaries:
-    """Return the cached Karpenter (KWOK provider) and its CRDs, building them first if needed (not built by
-    scripts/setup: only ``--autoscaler karpenter`` and bench/autoscale run it; the first build takes many minutes)."""
+KARPENTER_EXTRA = {
+    "karpenter-crds.yaml": _module_files_writer("sigs.k8s.io/karpenter", KARPENTER_CRDS),
+    "karpenter-chart": _module_tree_writer("sigs.k8s.io/karpenter", KARPENTER_CHART),
+}
+
+
+def _karpenter_target(module_dir: Path) -> tuple[str, str, Path]:
     version = pinned_version(module_dir, "sigs.k8s.io/karpenter")
     key = _build_key(module_dir, version, prefix="karpenter-")
-    crds, chart = "karpenter-crds.yaml", "karpenter-chart"
-    extra = {
-        crds: _module_files_writer("sigs.k8s.io/karpenter", KARPENTER_CRDS),
-        chart: _module_tree_writer("sigs.k8s.io/karpenter", KARPENTER_CHART),
-    }
-    target = _ensure_built(
-        module_dir, key, KARPENTER_BINARIES, f"karpenter {version}", quiet=quiet, extra=extra, env=KARPENTER_GO_ENV
-    )
+    return version, key, cache_root() / key
+
+
+def _karpenter_binaries(version: str, target: Path) -> KarpenterBinaries:
+    crds, chart = KARPENTER_EXTRA
     return KarpenterBinaries(version, target / KARPENTER_BINARIES[0], target / crds, target / chart)
+
+
+def ensure_karpenter(module_dir: Path = KARPENTER_MODULE_DIR, *, quiet: bool = False) -> KarpenterBinaries:
+    """Return the cached Karpenter (KWOK provider), its CRDs and chart, building them first if needed (not built
+    by scripts/setup: only ``--autoscaler karpenter`` and bench/autoscale run it; the first build takes many
+    minutes)."""
+    version, key, _ = _karpenter_target(module_dir)
+    what = f"karpenter {version}"
+    target = _ensure_built(
+        module_dir, key, KARPENTER_BINARIES, what, quiet=quiet, extra=KARPENTER_EXTRA, env=KARPENTER_GO_ENV
+    )
+    return _karpenter_binaries(version, target)
+
+
+def built_karpenter(module_dir: Path = KARPENTER_MODULE_DIR) -> KarpenterBinaries | None:
+    """The cached Karpenter of the pin, or None when it was never built on this machine (nothing is built)."""
+    version, _, target = _karpenter_target(module_dir)
+    found = _karpenter_binaries(version, target)
+    return found if all(p.exists() for p in (found.karpenter, found.crds, found.chart)) else None
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """The sandbox: the local cluster with kube-controller-manager, KWOK's simulated kubelets, a simulated
-node-exporter fleet with uneven base load, Prometheus and the three services.
+node-exporter fleet with uneven base load, Prometheus and the services; on request an autoscaler (Karpenter with
+its KWOK provider) whose nodes join the simulated fleet.
 
 Composition only: every part lives in its own module (cluster, kwok, fleet, exporter, prometheus, pod_follower)
 and each service runs as its own process with its real command line, exactly as in a container, logging to the run
@@ -13,6 +14,7 @@ import contextlib
 import importlib.util
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -27,10 +29,12 @@ from crane_sandbox.crds import install_crd as install_crd_file
 from crane_sandbox.devices import DEVICE_CLASS, publish_devices
 from crane_sandbox.exporter import FleetExporter
 from crane_sandbox.fleet import FleetState, LoadShape, SimNode, base_loads, make_fleet
-from crane_sandbox.kubebin import ensure_binaries, ensure_kwok
+from crane_sandbox.karpenter import NODEPOOL, KarpenterController, NodePoolSettings
+from crane_sandbox.kubebin import KarpenterBinaries, ensure_binaries, ensure_karpenter, ensure_kwok
 from crane_sandbox.kwok import USER as KWOK_USER
 from crane_sandbox.kwok import KwokController
 from crane_sandbox.kwok import grant as grant_kwok
+from crane_sandbox.node_follower import NodeFollower
 from crane_sandbox.pod_follower import PodFollower, create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port, service_argv
 from crane_sandbox.prometheus import PrometheusServer
@@ -85,6 +89,29 @@ spec:
 
 
 Mode = Literal["replace", "second"]
+Autoscaler = Literal["karpenter"]
+
+
+def autoscaling_policy(policy: str) -> str:
+    """The sandbox policy as ``--autoscaler`` runs it: the load taint on, so an autoscaler's simulation sees a
+    hot node as full and adds nodes for the pods crane-scheduler refuses there (issue 39). The hook for the
+    policy's taint fields: until the scheduler's policy has them this is the policy unchanged."""
+    return policy
+
+
+def autoscaling_scheduler_args() -> dict[str, Any]:
+    """Dynamic's further args under ``--autoscaler``: the packing score (fill nodes toward a target real
+    utilisation, leave the emptiest empty, so the autoscaler can remove them). The hook for the packing mode's
+    args: until Dynamic has them, none."""
+    return {}
+
+
+def autoscaling_descheduler_policy(policy: str) -> str:
+    """The descheduler policy under ``--autoscaler``: the drain strategy on (empty the nodes whose real usage and
+    requests are both low, when the rest has room by the scheduler's Filter). The hook for its fields: until the
+    descheduler has them, the policy unchanged."""
+    return policy
+
 
 SCHEDULER_CONFIG_HEADER = """\
 # crane-scheduler's configuration in the sandbox: kube-scheduler's default plugins plus Dynamic, reading the
@@ -115,11 +142,21 @@ SCHEDULER_PROFILE = """\
 """
 
 
-def sandbox_scheduler_config(names: tuple[str, ...]) -> str:
-    """The sandbox's configuration with the same profile under each of ``names``."""
-    return SCHEDULER_CONFIG_HEADER.replace("{scheduler_name}", names[0]) + "".join(
+def sandbox_scheduler_config(names: tuple[str, ...], dynamic_args: Mapping[str, Any] | None = None) -> str:
+    """The sandbox's configuration with the same profile under each of ``names``; ``dynamic_args`` are further
+    args of Dynamic (``autoscaling_scheduler_args``)."""
+    text = SCHEDULER_CONFIG_HEADER.replace("{scheduler_name}", names[0]) + "".join(
         SCHEDULER_PROFILE.replace("{scheduler_name}", name) for name in names
     )
+    if not dynamic_args:
+        return text
+    config = yaml.safe_load(text)
+    for profile in config["profiles"]:
+        for plugin in profile["pluginConfig"]:
+            if plugin["name"] == "Dynamic":
+                plugin["args"].update(dynamic_args)
+    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+    return header + yaml.safe_dump(config, sort_keys=False)
 
 
 UPSTREAM_STYLE = "crane-upstream-style"
@@ -217,6 +254,17 @@ class Sandbox:
     """GPUs published"""
     """KubeSchedulerConfiguration text; ``{policy}`` is replaced by the policy file's path"""
     services: tuple[str, ...] = ("event-recorder", "annotator", "scheduler", "descheduler")
+    autoscaler: Autoscaler | None = None
+    """``karpenter``: Karpenter with its KWOK provider and the sandbox's NodePool (``nodepool``); its nodes join
+    the simulated fleet (``NodeFollower``); the policies turn on what lets an autoscaler see load (the hooks
+    ``autoscaling_*`` apply to the default policies only: a caller's own policy text is taken as it is)"""
+    load_signals: bool = True
+    """with an autoscaler, whether the policies turn on the load taint, packing and the drain strategy (False: the
+    product's defaults beside the autoscaler, bench.autoscale's variant (b))"""
+    nodepool: NodePoolSettings = field(default_factory=NodePoolSettings)
+    karpenter_env: dict[str, str] = field(default_factory=dict)
+    """further Karpenter settings, e.g. ``BATCH_MAX_DURATION``"""
+    karpenter: KarpenterController | None = None
     cluster: LocalCluster | None = None
     kwok: KwokController | None = None
     kube_scheduler: ManagedProcess | None = None
@@ -229,7 +277,15 @@ class Sandbox:
     """each service's ServiceAccount under the chart's RBAC, in the scheduler's lease namespace"""
     _api: client.ApiClient | None = None
     _follower: PodFollower | None = None
+    _node_follower: NodeFollower | None = None
     state: FleetState | None = None
+
+    def __post_init__(self) -> None:
+        if self.autoscaler is not None and self.load_signals:
+            if self.policy == SANDBOX_POLICY:
+                self.policy = autoscaling_policy(self.policy)
+            if self.descheduler_policy == SANDBOX_DESCHEDULER_POLICY:
+                self.descheduler_policy = autoscaling_descheduler_policy(self.descheduler_policy)
 
     @property
     def policy_path(self) -> Path:
@@ -262,8 +318,8 @@ class Sandbox:
 
     async def start(self) -> None:
         try:
-            kwok_bins, kube_bins = await asyncio.gather(
-                asyncio.to_thread(ensure_kwok), asyncio.to_thread(ensure_binaries)
+            kwok_bins, kube_bins, karpenter_bins = await asyncio.gather(
+                asyncio.to_thread(ensure_kwok), asyncio.to_thread(ensure_binaries), self._autoscaler_binaries()
             )
             self.cluster = LocalCluster(self.run_dir, binaries=kube_bins, controllers=True)
             await self.cluster.start()
@@ -292,10 +348,15 @@ class Sandbox:
             )
             self._follower = PodFollower(self._api, state)
             self._follower.start()
+            if self.autoscaler is not None:
+                self._node_follower = NodeFollower(self._api, state)
+                self._node_follower.start()
             self.policy_path.write_text(self.policy)
             self.descheduler_policy_path.write_text(self.descheduler_policy)
             if self.scheduler_config is None:
-                config = sandbox_scheduler_config(crane_scheduler_names(self.mode))
+                signals = self.autoscaler is not None and self.load_signals
+                dynamic_args = autoscaling_scheduler_args() if signals else None
+                config = sandbox_scheduler_config(crane_scheduler_names(self.mode), dynamic_args)
             else:
                 config = self.scheduler_config.replace("{scheduler_name}", self.scheduler_name)
             self.scheduler_config_path.write_text(config.replace("{policy}", str(self.policy_path)))
@@ -306,12 +367,26 @@ class Sandbox:
             starts = [self._start_service(spec) for spec in self._service_specs()]
             if self.mode == "second":
                 starts.append(self._start_kube_scheduler())
+            if karpenter_bins is not None:
+                starts.append(self._start_karpenter(karpenter_bins))
             await asyncio.gather(*starts, wait_ready(self._api, fleet))
             if fleet:
                 await self.kwok.warm_ip_pool(self._api, fleet[0].name)
         except BaseException:
             await self.stop()
             raise
+
+    async def _autoscaler_binaries(self) -> KarpenterBinaries | None:
+        if self.autoscaler is None:
+            return None
+        return await asyncio.to_thread(ensure_karpenter)
+
+    async def _start_karpenter(self, binaries: KarpenterBinaries) -> None:
+        assert self.cluster is not None and self._api is not None
+        self.karpenter = KarpenterController(
+            self.cluster, binaries, settings=self.nodepool, env=dict(self.karpenter_env)
+        )
+        await self.karpenter.start(self._api)
 
     async def _start_kube_scheduler(self) -> None:
         assert self.cluster is not None and self.cluster.binaries is not None and self.cluster.pki is not None
@@ -410,13 +485,14 @@ class Sandbox:
         await process.wait_ready(lambda: _healthy(spec.port), timeout=60)
 
     async def stop(self) -> None:
-        for process in [*self.processes.values(), self.kube_scheduler]:
+        for process in [*self.processes.values(), self.kube_scheduler, self.karpenter]:
             if process is not None:
                 with contextlib.suppress(Exception):
                     await process.stop()
-        if self._follower is not None:
-            with contextlib.suppress(Exception):
-                await self._follower.stop()
+        for follower in (self._follower, self._node_follower):
+            if follower is not None:
+                with contextlib.suppress(Exception):
+                    await follower.stop()
         for part in (self.kwok, self.prometheus, self.exporter):
             if part is not None:
                 with contextlib.suppress(Exception):
@@ -466,6 +542,12 @@ class Sandbox:
             lines.append(
                 f"{self.gpus} simulated GPUs in ResourceSlices, DeviceClass {DEVICE_CLASS} (kubectl get resourceslices)"
             )
+        if self.karpenter is not None:
+            lines.append(
+                f"Karpenter {self.karpenter.binaries.version} (KWOK provider) adds up to {self.nodepool.max_nodes} "
+                f"nodes from NodePool {NODEPOOL} and removes them once empty for {self.nodepool.consolidate_after} "
+                "(kubectl get nodepools,nodeclaims)"
+            )
         lines += [
             f"run directory {self.run_dir}",
             "",
@@ -490,6 +572,8 @@ class Sandbox:
         lines += ["", f"  Prometheus:  {self.prometheus.url}"]
         for name, port in self.ports.items():
             lines.append(f"  {name + ':':14} http://127.0.0.1:{port}/metrics   (log: logs/{name}.log)")
+        if self.karpenter is not None:
+            lines.append(f"  {'karpenter:':14} {self.karpenter.metrics_url}   (log: logs/karpenter.log)")
         for name in self.skipped:
             lines.append(f"  {name + ':':14} not started (no entry point yet)")
         lines += ["", "Press Ctrl-C to stop; everything started here stops with it."]
