@@ -32,7 +32,16 @@ from pathlib import Path
 
 from bench.autoscale.live import VARIANTS, run_variant
 from bench.autoscale.scenario import PHASES, Scenario
-from bench.autoscale.score import Figures, Record, figures, series, table, verdict_table, verdicts
+from bench.autoscale.score import (
+    Figures,
+    Record,
+    figures,
+    node_timeline,
+    series,
+    table,
+    verdict_table,
+    verdicts,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -59,6 +68,8 @@ def plot(records: list[Record], path: Path) -> None:
         right = ax.twinx()
         right.plot(cols["minutes"], cols["mean_cpu"], color="tab:blue", linewidth=1, label="mean CPU %")
         right.plot(cols["minutes"], cols["max_cpu"], color="tab:red", linewidth=1, label="hottest node CPU %")
+        tainted = cols["tainted"]
+        ax.step(cols["minutes"], tainted, where="post", color="tab:orange", linewidth=0.8, label="load-tainted nodes")
         right.axhline(record.threshold * 100, color="red", linestyle="--", linewidth=0.8)
         right.set_ylim(0, 105)
         if ax is axes[0][-1]:
@@ -148,6 +159,7 @@ def main() -> int:
             "phases": {p: getattr(scenario, f"{p}_s") for p in PHASES},
             "figures": [f.as_dict() for f in rows],
             "series": {r.variant: series(r) for r in records},
+            "nodes": {r.variant: node_timeline(r) for r in records},
         }
         (out / "autoscale.json").write_text(json.dumps(data, indent=1) + "\n")
         plot(records, out / "autoscale.png")

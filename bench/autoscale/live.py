@@ -29,6 +29,7 @@ from crane_shared.policy import parse_policy
 NAMESPACE = "autoscale"
 APP = "app"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
+LOAD_TAINT = "crane.io/load-hot"
 TIMEOUT = 30.0
 PATCH_CONCURRENCY = 8
 ALL_SERVICES = ("event-recorder", "annotator", "scheduler", "descheduler")
@@ -102,6 +103,7 @@ class Driver:
         self.hpa = Hpa(self.scenario)
         self.replicas = self.scenario.initial_replicas
         self.claims: dict[str, float] = {}
+        self._surge_end_seen = False
         self._gate = asyncio.Semaphore(PATCH_CONCURRENCY)
 
     async def prepare(self) -> None:
@@ -162,6 +164,9 @@ class Driver:
         wanted = usage_annotation(cpu, self.scenario.pod_memory_usage)
         await asyncio.gather(*(self._set_usage(p, wanted) for p in live if _usage(p) != wanted))
         self._observe_pods(t, pods)
+        if not self._surge_end_seen and t >= self.scenario.fall_start:
+            self._surge_end_seen = True
+            self.record.notes += pending_reasons(live)
         self._observe_claims(t, claims)
         usages = self._observe_nodes(t, nodes)
         self.record.ticks.append(
@@ -233,11 +238,25 @@ class Driver:
             if ready and life.ready is None:
                 life.ready = t
             cpu, memory = state.usage(name) if name in state.nodes else (0.0, 0.0)
-            out.append(NodeUsage(name, cpu, memory, added, ready))
+            tainted = LOAD_TAINT in {t.get("key") for t in (node.get("spec") or {}).get("taints") or []}
+            out.append(NodeUsage(name, cpu, memory, added, ready, tainted))
         for name, life in self.record.nodes.items():
             if name not in seen and life.gone is None:
                 life.gone = t
         return tuple(out)
+
+
+def pending_reasons(pods: list[dict[str, Any]]) -> list[str]:
+    """Why the pods not Running were pending (their ``PodScheduled`` condition), counted by reason."""
+    counts: dict[str, int] = {}
+    for pod in pods:
+        if _running(pod):
+            continue
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        scheduled: dict[str, Any] = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+        reason = scheduled.get("message") or ("bound, not yet Running" if pod["spec"].get("nodeName") else "none")
+        counts[reason] = counts.get(reason, 0) + 1
+    return [f"pending at the surge's end, {n} x: {reason}" for reason, n in sorted(counts.items(), key=lambda x: -x[1])]
 
 
 def _running(pod: dict[str, Any]) -> bool:

@@ -26,11 +26,11 @@ PHASES: tuple[Phase, ...] = ("warm", "surge", "fall")
 class Scenario:
     """Every size and duration of one run (``--smoke``: ``Scenario.smoke()``, seconds instead of minutes)."""
 
-    nodes: int = 3
+    nodes: int = 2
     """the sandbox's own nodes (8 CPUs each, 10 % base load; Karpenter never removes them)"""
     warm_s: float = 60.0
-    surge_s: float = 240.0
-    fall_s: float = 480.0
+    surge_s: float = 180.0
+    fall_s: float = 420.0
     base_work: float = 8.0
     """the service's CPU demand in cores outside the surge"""
     surge_work: float = 32.0
