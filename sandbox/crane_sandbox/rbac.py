@@ -26,7 +26,8 @@ from crane_sandbox.cluster import REPO_ROOT, LocalCluster
 from crane_shared.kube import api_client_from_dict
 
 CHART = REPO_ROOT / "deploy" / "helm" / "crane-scheduler"
-SERVICES = ("event-recorder", "annotator", "scheduler", "extender", "descheduler")
+SERVICES = ("event-recorder", "annotator", "scheduler", "extender", "descheduler", "cleanup")
+"""the services' accounts, and the uninstall hook's (``cleanup``: ``cranectl load-taint clear``)"""
 RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 DEFAULT_NAMESPACE = "crane-services"
 CHART_VALUES = (
@@ -36,6 +37,8 @@ CHART_VALUES = (
     "scheduler.topologyAware=true",
     # the annotator's batch capacity (pods watch, node status patch): granted when the policy has spec.reclaim
     "policy.spec.reclaim.maxAge=5m",
+    # the annotator's load taint (node Events in "default") and the uninstall hook's account
+    "policy.spec.loadTaint.hotRounds=2",
     # the ServiceMonitor's scraper account, bound to the metrics-reader role (/metrics under delegated access)
     "serviceMonitor.enabled=true",
     # Redis is not a Kubernetes object here; the chart only needs a URL to render

@@ -74,9 +74,11 @@ def event_body(
     instance: str,
     at: float | None = None,
     related: Mapping[str, Any] | None = None,
+    regarding: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """An events.k8s.io/v1 Event regarding a pod; ``related`` is a second object reference (kube's ``Eventf``
-    related object, e.g. the preemptor of a ``Preempted`` victim)."""
+    """An events.k8s.io/v1 Event regarding a pod (or the object ``regarding`` names: ``node_event``); ``related``
+    is a second object reference (kube's ``Eventf`` related object, e.g. the preemptor of a ``Preempted``
+    victim)."""
     body: dict[str, Any] = {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
@@ -88,8 +90,43 @@ def event_body(
         "reason": reason,
         "type": type_,
         "note": note[:1024],
-        "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod, "uid": pod_uid},
+        "regarding": dict(regarding)
+        if regarding is not None
+        else {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod, "uid": pod_uid},
     }
     if related is not None:
         body["related"] = dict(related)
     return body
+
+
+NODE_EVENT_NAMESPACE = "default"
+"""where Events about a cluster-scoped object live (as the kubelet's and the node controller's)"""
+
+
+def node_event(
+    *,
+    node: str,
+    node_uid: str,
+    reason: str,
+    action: str,
+    type_: str,
+    note: str,
+    controller: str,
+    instance: str,
+    at: float | None = None,
+) -> dict[str, Any]:
+    """An events.k8s.io/v1 Event regarding a Node, in ``NODE_EVENT_NAMESPACE`` (``kubectl describe node`` shows
+    it)."""
+    return event_body(
+        namespace=NODE_EVENT_NAMESPACE,
+        pod=node,
+        pod_uid=node_uid,
+        reason=reason,
+        action=action,
+        type_=type_,
+        note=note,
+        scheduler=controller,
+        instance=instance,
+        at=at,
+        regarding={"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid},
+    )

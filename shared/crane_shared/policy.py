@@ -12,7 +12,7 @@ import functools
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib import resources
 from typing import Any
@@ -21,6 +21,14 @@ import yaml
 
 from crane_shared.annotations import HOT_VALUE_KEY, AnnotationKeyError, annotation_key
 from crane_shared.durations import format_duration
+from crane_shared.loadtaintpolicy import (
+    LoadTaintPolicy,
+    ScoringPolicy,
+    dump_load_taint,
+    dump_scoring,
+    read_load_taint,
+    read_scoring,
+)
 from crane_shared.policyyaml import PolicyError, check_keys, describe, duration, number, read_yaml
 from crane_shared.reclaimpolicy import ReclaimPolicy, dump_reclaim, read_reclaim
 
@@ -45,7 +53,7 @@ KIND = "DynamicSchedulerPolicy"
 _THRESHOLD = "maxLimitPecent"  # sic: upstream's field name
 _THRESHOLD_ALIAS = "maxLimitPercent"
 _TOP_KEYS = ("apiVersion", "kind", "spec")
-_SPEC_KEYS = ("syncPolicy", "predicate", "priority", "hotValue", "reclaim")
+_SPEC_KEYS = ("syncPolicy", "predicate", "priority", "hotValue", "reclaim", "scoring", "loadTaint")
 _SECTION = re.compile(r"spec\.(\w+)(?:\[(\d+)\])?")
 
 
@@ -87,6 +95,16 @@ class DynamicSchedulerPolicy:
     hot_value: tuple[HotValuePolicy, ...] = ()
     reclaim: ReclaimPolicy | None = None
     """capacity reclaimed for batch pods (the annotator's, ``crane_shared.reclaimpolicy``); None: off"""
+    scoring: ScoringPolicy = field(default_factory=ScoringPolicy)
+    """the Dynamic score's strategy: spread (upstream) or pack (``crane_shared.loadtaintpolicy``)"""
+    load_taint: LoadTaintPolicy | None = None
+    """the annotator's ``crane.io/load-hot`` taint on hot nodes (``crane_shared.loadtaintpolicy``); None: off"""
+
+    def taint_thresholds(self) -> dict[str, float]:
+        """metric -> ratio a node is tainted above: ``loadTaint.thresholds``, else the enabled predicates'."""
+        if self.load_taint is not None and self.load_taint.thresholds:
+            return dict(self.load_taint.thresholds)
+        return {p.name: p.max_limit_percent for p in self.predicate if p.max_limit_percent > 0}
 
     def period_of(self, metric: str) -> timedelta:
         """Sync period of ``metric``; its annotation stays fresh for this period plus a grace."""
@@ -158,6 +176,10 @@ def dump_policy(policy: DynamicSchedulerPolicy) -> str:
     }
     if policy.reclaim is not None:
         document["spec"]["reclaim"] = dump_reclaim(policy.reclaim)
+    if policy.scoring != ScoringPolicy():
+        document["spec"]["scoring"] = dump_scoring(policy.scoring)
+    if policy.load_taint is not None:
+        document["spec"]["loadTaint"] = dump_load_taint(policy.load_taint)
     return yaml.safe_dump(document, sort_keys=False)
 
 
@@ -188,7 +210,12 @@ def _read_document(document: object, problems: list[str]) -> DynamicSchedulerPol
     hot_value = _read_list(spec, "hotValue", _read_hot_value, problems)
     _check_metrics(sync, predicate, priority, problems)
     _check_hot_value(hot_value, problems)
-    reclaim = read_reclaim(spec.get("reclaim"), {name for _, name, _ in sync if name is not None}, problems)
+    synced = {name for _, name, _ in sync if name is not None}
+    reclaim = read_reclaim(spec.get("reclaim"), synced, problems)
+    scoring = read_scoring(spec.get("scoring"), problems)
+    load_taint = read_load_taint(spec.get("loadTaint"), synced, problems)
+    if load_taint is not None and not load_taint.thresholds and not any(limit for _, _, limit in _complete(predicate)):
+        problems.append("spec.loadTaint.thresholds: required when no predicate threshold is enabled")
     if problems:
         return None
     return DynamicSchedulerPolicy(
@@ -197,6 +224,8 @@ def _read_document(document: object, problems: list[str]) -> DynamicSchedulerPol
         priority=tuple(PriorityPolicy(name, weight) for _, name, weight in _complete(priority)),
         hot_value=tuple(HotValuePolicy(time_range, count) for _, time_range, count in _complete(hot_value)),
         reclaim=reclaim,
+        scoring=scoring,
+        load_taint=load_taint,
     )
 
 

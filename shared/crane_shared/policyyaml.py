@@ -121,6 +121,20 @@ def number(item: Mapping[Any, Any], path: str, key: str, problems: list[str]) ->
     return value
 
 
+def count(item: Mapping[Any, Any], path: str, key: str, default: int, minimum: int, problems: list[str]) -> int:
+    """An optional integer field of at least ``minimum``; ``default`` when absent or wrong (the problem noted)."""
+    if key not in item:
+        return default
+    raw = item[key]
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        problems.append(f"{path}.{key}: must be an integer, got {describe(raw)}")
+        return default
+    if raw < minimum:
+        problems.append(f"{path}.{key}: must be >= {minimum}, got {raw}")
+        return default
+    return raw
+
+
 def describe(value: object) -> str:
     """A value as the YAML author wrote it, so the error can be matched to the file."""
     if value is None:

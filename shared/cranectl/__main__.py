@@ -1,6 +1,7 @@
 """cranectl: the operator's tool. ``cranectl explain NS/POD`` asks the scheduler why a pod landed where it did,
 or why it is still pending; ``cranectl nodes`` shows each node's real usage, requests, hot value and freshness;
-``cranectl plan`` shows the descheduler's last round (node classes, evictions, pods passed over).
+``cranectl plan`` shows the descheduler's last round (node classes, evictions, pods passed over);
+``cranectl load-taint clear`` lifts the annotator's ``crane.io/load-hot`` taint from every node (uninstall).
 (The development sandbox is ``python -m crane_sandbox``, not part of this tool.)"""
 
 from __future__ import annotations
@@ -50,6 +51,42 @@ def _nodes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_taint_clear(args: argparse.Namespace) -> int:
+    from crane_shared.kube import KubeSettings, make_api_client
+    from cranectl.loadtaint import clear_taints, split, stop_annotator, wait_for_free_lease
+
+    try:
+        stop = split(args.stop_annotator, "--stop-annotator") if args.stop_annotator else None
+        lease = split(args.lease, "--lease") if args.lease else None
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return 2
+
+    async def run() -> int:
+        api = await make_api_client(KubeSettings(kubeconfig=args.kubeconfig))
+        try:
+            if stop is not None:
+                await stop_annotator(api, *stop)
+                print(f"scaled deployment {stop[0]}/{stop[1]} to 0")
+            if lease is not None:
+                if not await wait_for_free_lease(api, *lease, args.timeout):
+                    held = f"lease {lease[0]}/{lease[1]} still held after {args.timeout:g}s"
+                    print(f"{held}: not clearing", file=sys.stderr)
+                    return 1
+                print(f"lease {lease[0]}/{lease[1]} is free: no annotator writes")
+            cleared = await clear_taints(api, args.selector)
+        finally:
+            await api.close()
+        print(f"crane.io/load-hot lifted from {len(cleared)} node(s){': ' + ', '.join(cleared) if cleared else ''}")
+        return 0
+
+    try:
+        return asyncio.run(run())
+    except Exception as err:  # one line for the user (or the hook's log), not a traceback
+        print(f"cannot clear the load taint: {err}", file=sys.stderr)
+        return 2
+
+
 def _get_json(url: str, what: str, server: str) -> tuple[int, Any]:
     """(0, body) or (exit code, None) with the reason printed: 1 for an error answer, 2 when unreachable."""
     try:
@@ -91,10 +128,16 @@ def render_plan(body: dict[str, Any]) -> str:
         if nodes:
             shown = [f"{n} ({body['unknown'][n]})" if n in body.get("unknown", {}) else n for n in nodes]
             lines.append(f"  {name + ':':8} {', '.join(shown)}")
+    if body.get("draining"):
+        lines.append(f"  {'draining:':8} {', '.join(body['draining'])}")
     lines.append("evictions:" if body["evictions"] else "evictions: none")
     for e in body["evictions"]:
+        if e.get("kind") == "drain":
+            why = f"drain, {e['metric']} {e['value']:.3f} < {e['threshold']:g}"
+        else:
+            why = f"{e['metric']} {e['value']:.3f} > {e['threshold']:g}"
         lines.append(
-            f"  {e['pod']:40} from {e['node']}: {e['metric']} {e['value']:.3f} > {e['threshold']:g}"
+            f"  {e['pod']:40} from {e['node']}: {why}"
             f"  ({'batch, no place: yields' if e['target'] is None else 'target e.g. ' + e['target']})  {e['result']}"
         )
     skipped = body.get("skipped") or {}
@@ -139,6 +182,9 @@ def render_explain(body: dict[str, Any]) -> str:
             lines.append(f"  {n['node']:24} total {n.get('total', 0):>5}  {scores}{extra}")
         else:
             lines.append(f"  {n['node']:24} refused by {n['filter']['plugin']}: {n['filter']['reason']}{extra}")
+    scoring = next((n["load"]["scoring"] for n in body["nodes"] if "scoring" in n.get("load", {})), None)
+    if scoring is not None:  # the Dynamic score's strategy (spec.scoring)
+        lines.append(f"load score: {scoring}")
     judged = next((n["load"] for n in body["nodes"] if "podClass" in n.get("load", {})), None)
     if judged is not None:  # the load policy's view of the pod: its class and its estimated usage
         est = judged["podEstimate"]
@@ -165,6 +211,19 @@ def main() -> None:
     pl.add_argument("--descheduler", default="http://127.0.0.1:8084", help="base URL of the descheduler's HTTP server")
     pl.add_argument("-o", "--output", choices=["text", "json"], default="text")
     pl.set_defaults(func=_plan)
+    lt = sub.add_parser("load-taint", help="the annotator's crane.io/load-hot taint")
+    lt_sub = lt.add_subparsers(dest="action", required=True)
+    clear = lt_sub.add_parser(
+        "clear",
+        help="lift crane.io/load-hot from every node (uninstall; the chart's pre-delete hook runs it)",
+        description="Lift crane.io/load-hot from every node, after stopping the annotator so it cannot set it again.",
+    )
+    clear.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG, in-cluster")
+    clear.add_argument("--stop-annotator", metavar="NS/DEPLOYMENT", help="scale the annotator to 0 first")
+    clear.add_argument("--lease", metavar="NS/NAME", help="wait until the annotator's Lease is free first")
+    clear.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the Lease (default 120)")
+    clear.add_argument("--selector", help="only nodes matching this label selector")
+    clear.set_defaults(func=_load_taint_clear)
     args = parser.parse_args()
     configure_logging("warning")
     sys.exit(args.func(args))

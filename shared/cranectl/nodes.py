@@ -4,7 +4,8 @@ Per node: the real usage of every policy metric (the annotator's annotations, re
 Dynamic plugin reads them; ``!`` marks a value above the policy's threshold, ``?`` one that is stale or
 unreadable; ``r`` then the regular usage, the metric less the batch pods' share of it as a regular pod is judged,
 where a share is taken), the CPU and memory requested by the pods bound to it against its allocatable, its hot
-value, and the age of its oldest usage annotation. With batch capacity (the policy's ``spec.reclaim``, or nodes
+value, and the age of its oldest usage annotation; with the policy's ``spec.loadTaint`` (or nodes carrying it), the
+annotator's ``crane.io/load-hot`` taint. With batch capacity (the policy's ``spec.reclaim``, or nodes
 publishing it): the ``crane.io/batch-cpu`` / ``crane.io/batch-memory`` the batch pods request against what the
 node lends, and what they use (the annotator's ``crane.io/batch-*-usage``). Rendering is a pure function of the
 API objects, so it is tested without a cluster.
@@ -20,6 +21,7 @@ from typing import Any
 from crane_shared.annotations import HOT_VALUE_KEY, AnnotationError, decode
 from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY, BATCH_MEMORY, BATCH_MEMORY_USAGE_KEY
 from crane_shared.loadaware.dynamic import DynamicArgs, MetricReading, node_load
+from crane_shared.loadtaintpolicy import OPT_OUT_KEY, is_ours
 from crane_shared.policy import DynamicSchedulerPolicy
 from crane_shared.quantity import parse_quantity
 
@@ -39,6 +41,8 @@ class NodeRow:
     batch_cpu: str = "-"
     """batch pods' crane.io/batch-cpu requests / the node's reclaimable (cores) (their measured use)"""
     batch_mem: str = "-"
+    load_taint: str = "-"
+    """the annotator's ``crane.io/load-hot`` taint: its effect and metric, ``off`` (opted out), ``-`` (none)"""
 
 
 def pod_requests(pod: Mapping[str, Any], cpu_name: str = "cpu", memory_name: str = "memory") -> tuple[float, float]:
@@ -105,6 +109,9 @@ def node_rows(
         batch_cpu, batch_mem = batch.get(name, (0.0, 0.0))
         cores = float(parse_quantity(capacity.get("cpu", "0")))
         memory_gib = float(parse_quantity(capacity.get("memory", "0"))) / GI
+        ours = next((t for t in (node.get("spec") or {}).get("taints") or [] if is_ours(t)), None)
+        opted_out = str(annotations.get(OPT_OUT_KEY, "")).strip().lower() == "off"
+        taint = f"{ours.get('effect')} ({ours.get('value') or '?'})" if ours else "off" if opted_out else "-"
         rows.append(
             NodeRow(
                 name=name,
@@ -126,6 +133,7 @@ def node_rows(
                     GI,
                     "Gi",
                 ),
+                load_taint=taint,
             )
         )
     return rows
@@ -150,7 +158,17 @@ def _usage_cell(reading: MetricReading, threshold: float | None) -> str:
 def render(rows: list[NodeRow], policy: DynamicSchedulerPolicy) -> str:
     metrics = policy.metrics()
     batch = policy.reclaim is not None or any(r.batch_cpu != "-" or r.batch_mem != "-" for r in rows)
-    header = ["NODE", *metrics, "CPU REQ", "MEM REQ", *(["BATCH CPU", "BATCH MEM"] if batch else []), "HOT", "AGE"]
+    taint = policy.load_taint is not None or any(r.load_taint != "-" for r in rows)
+    header = [
+        "NODE",
+        *metrics,
+        "CPU REQ",
+        "MEM REQ",
+        *(["BATCH CPU", "BATCH MEM"] if batch else []),
+        "HOT",
+        "AGE",
+        *(["LOAD TAINT"] if taint else []),
+    ]
     table = [header]
     for r in rows:
         table.append(
@@ -162,6 +180,7 @@ def render(rows: list[NodeRow], policy: DynamicSchedulerPolicy) -> str:
                 *([r.batch_cpu, r.batch_mem] if batch else []),
                 r.hot,
                 r.age,
+                *([r.load_taint] if taint else []),
             ]
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
@@ -171,6 +190,11 @@ def render(rows: list[NodeRow], policy: DynamicSchedulerPolicy) -> str:
         f"(usage: fraction of the node; ! above threshold [{thresholds}], ? stale or unreadable; r: regular usage, "
         "less the batch pods' share)"
     )
+    if taint:
+        lines.append(
+            "(load taint: crane.io/load-hot set by the annotator on nodes hot by the policy (effect and metric); "
+            'off: the node opted out with crane.io/load-taint: "off")'
+        )
     if batch:
         lines.append(
             "(batch: crane.io/batch-* requested by batch pods / reclaimable capacity the node lends (batch use))"

@@ -77,6 +77,7 @@ def pod(
     ready: bool = True,
     priority_class: str | None = None,
     batch_cpu: str | None = None,
+    affinity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``batch_cpu``: millicores of ``crane.io/batch-cpu`` requested (and limited, as the API server requires of an
     extended resource): a batch pod."""
@@ -100,6 +101,8 @@ def pod(
     }
     if priority_class:
         spec["priorityClassName"] = priority_class
+    if affinity:
+        spec["affinity"] = affinity
     if batch_cpu is not None:
         resources = spec["containers"][0]["resources"]
         resources["requests"][BATCH_CPU] = batch_cpu

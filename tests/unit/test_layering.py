@@ -31,10 +31,12 @@ SERVICES |= {"crane_descheduler": ROOT / "services" / "descheduler" / "crane_des
 DOMAIN = [
     "annotations",
     "bindings",
+    "debounce",
     "durations",
     "events",
     "hotvalue",
     "labels",
+    "loadtaintpolicy",
     "policy",
     "policyyaml",
     "quantity",

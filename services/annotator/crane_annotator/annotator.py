@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import redis.asyncio as aioredis
 from kubernetes_asyncio import client
@@ -27,10 +27,13 @@ from crane_annotator.nodes import NodeCache
 from crane_annotator.patches import DEFAULT_STAMP, Stamp
 from crane_annotator.pods import PodCache
 from crane_annotator.rounds import MetricRounds, MetricSpec
+from crane_annotator.taints import LoadTaints
 from crane_annotator.writer import NodePatcher, Outcome
 from crane_shared.annotations import HOT_VALUE_KEY, annotation_key
+from crane_shared.batch import batch_metric_key
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingSchema
+from crane_shared.loadaware.dynamic import BATCH_USAGE_KEYS, DynamicArgs
 from crane_shared.logs import get_logger
 from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, default_policy, load_policy
 from crane_shared.policyfile import PolicyFile
@@ -42,6 +45,24 @@ log = get_logger("crane.annotator")
 
 HOT_STALE_INTERVALS = 2
 """a round recounts a node's hot value when the loops have not for this many ``--hot-value-interval``s"""
+
+
+def load_keys(policy: DynamicSchedulerPolicy) -> list[str]:
+    """The annotations the load taint reads as written: every synced metric, its batch share, the batch usage."""
+    keys = [annotation_key(s.name) for s in policy.sync_policy]
+    return keys + [batch_metric_key(s.name) for s in policy.sync_policy] + list(BATCH_USAGE_KEYS.values())
+
+
+def _args_of(stamp: Stamp) -> Callable[[DynamicSchedulerPolicy], DynamicArgs]:
+    """The Dynamic arguments a policy is read with (the annotator's legacy zone), built once per policy."""
+    last: list[tuple[DynamicSchedulerPolicy, DynamicArgs]] = []
+
+    def args(policy: DynamicSchedulerPolicy) -> DynamicArgs:
+        if not last or last[0][0] is not policy:
+            last[:] = [(policy, DynamicArgs(policy, legacy_zone=stamp.legacy_zone))]
+        return last[0][1]
+
+    return args
 
 
 def metric_specs(policy: DynamicSchedulerPolicy) -> list[MetricSpec]:
@@ -72,6 +93,8 @@ class Annotator:
         partial_response: PartialResponse = "reject",
         latency_offset: float = 0.0,
         policy_path: str | None = None,
+        identity: str = "",
+        load_taint_interval: float = 15.0,
     ) -> None:
         self.specs = metric_specs(policy)
         shortest = min((s.period for s in self.specs), default=0.0)
@@ -84,7 +107,7 @@ class Annotator:
             )
         keys = [s.key for s in self.specs] + [HOT_VALUE_KEY] + (list(BATCH_KEYS) if policy.reclaim else [])
         self.metrics = AnnotatorMetrics(registry)
-        self.cache = NodeCache(api, keys, stamp.legacy_zone, node_selector)
+        self.cache = NodeCache(api, keys, stamp.legacy_zone, node_selector, texts=load_keys(policy))
         self.store = BindingStore(redis, BindingSchema(redis_prefix))
         self.hot = HotValues(RedisBindingTimes(redis, self.store.schema), policy.hot_value, stamp)
         self.written = WriteLog()
@@ -139,6 +162,18 @@ class Annotator:
             debounce=hot_value_debounce,
             max_age=hot_value_max_age,
         )
+        self.taints = LoadTaints(
+            PolicyFile(policy_path, load_policy, lambda: policy),
+            _args_of(stamp),
+            lambda: self.cache.nodes,
+            self.patcher.patch_taints,
+            self.metrics,
+            api,
+            identity=identity,
+            interval=load_taint_interval,
+            may_write=lambda: self.patcher.may_write(),
+        )
+        self.rounds.after_round = self.taints.wake
         registry.register(
             AgeCollector(lambda: self.cache.nodes, keys, lambda: self.rounds.last_success, started=time.time())
         )
@@ -201,8 +236,9 @@ class Annotator:
             if self.batch is not None:
                 self.batch.begin_term(time.time())
             self.rounds.first_round_done.clear()  # a new term starts with a full round again
+            self.taints.begin_term()  # ... and judges the load taint afresh (the taints found count as confirmed)
             async with asyncio.TaskGroup() as group:
-                for worker in (self.rounds, self.hot_loops):
+                for worker in (self.rounds, self.hot_loops, self.taints):
                     group.create_task(worker.run(stopping))
         except asyncio.CancelledError:
             raise

@@ -59,6 +59,8 @@ async def run(config: AnnotatorConfig) -> int:
             retry_base=config.retry_base,
             partial_response=config.prometheus.partial_response,
             latency_offset=config.prometheus.latency_offset,
+            identity=config.lease.identity,
+            load_taint_interval=config.load_taint_interval,
         )
         lease_api = await make_lease_client(common.kube, config.lease)
         elector = LeaderElector(lease_api, config.lease)
@@ -85,6 +87,7 @@ async def run(config: AnnotatorConfig) -> int:
             annotator.hot,
             annotator.written,
             lambda: annotator.leading,
+            annotator.taints,
         )
         log.info(
             "starting",

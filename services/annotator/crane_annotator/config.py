@@ -51,6 +51,7 @@ class AnnotatorConfig:
     patch_concurrency: int
     retry_base: float
     stamp: Stamp
+    load_taint_interval: float = 15.0
 
 
 def build_parser() -> EnvArgumentParser:
@@ -106,6 +107,15 @@ def build_parser() -> EnvArgumentParser:
         default=240.0,
         help="rewrite an unchanged non-zero hot value once its annotation is this old, if no metric patch "
         "did (below 5m, when readers drop it; above the sync period, so rounds refresh it first)",
+    )
+    t = parser.add_argument_group("load taint (the policy's spec.loadTaint)")
+    t.add_argument(
+        "--load-taint-interval",
+        env="CRANE_LOAD_TAINT_INTERVAL",
+        type=positive_duration,
+        default=15.0,
+        help="judge the load taint at least this often (and after every metric round): a taint is lifted this "
+        "soon after its node's data turns stale",
     )
     w = parser.add_argument_group("writing")
     w.add_argument(
@@ -164,4 +174,5 @@ def parse_config(argv: Sequence[str] | None = None) -> AnnotatorConfig:
         patch_concurrency=args.patch_concurrency,
         retry_base=args.round_retry_base,
         stamp=Stamp(TimestampStyle(args.timestamp_style), args.legacy_zone),
+        load_taint_interval=args.load_taint_interval,
     )

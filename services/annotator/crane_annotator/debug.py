@@ -2,7 +2,8 @@
 
 Shows the series each metric's last query matched to the node (and how: ip, ip:port, hostname, name), series
 that also matched but lost the tie-break, values refused, the last values this instance wrote, the hot value
-with its binding counts, and the annotations the API server currently holds. ``GET /debug/nodes`` lists the
+with its binding counts, the annotations the API server currently holds, and the load taint's reading and
+debounce (the leader's last evaluation). ``GET /debug/nodes`` lists the
 nodes without a series per metric, the answer to "why no annotations".
 """
 
@@ -19,6 +20,7 @@ from crane_annotator.hot import HotValues
 from crane_annotator.matching import Match
 from crane_annotator.nodes import NodeInfo
 from crane_annotator.rounds import MetricRounds
+from crane_annotator.taints import LoadTaints
 from crane_shared.durations import format_duration
 
 
@@ -49,6 +51,7 @@ def node_report(
     hot: HotValues,
     written: WriteLog,
     leader: bool,
+    taints: LoadTaints | None = None,
 ) -> dict[str, Any]:
     metrics: dict[str, Any] = {}
     for spec in rounds.specs.values():
@@ -83,6 +86,28 @@ def node_report(
         "on_node": {}
         if info is None
         else {key: {"value": info.values[key], "timestamp": _iso(info.stamps[key])} for key in sorted(info.stamps)},
+        "load_taint": None if taints is None else taint_report(name, taints),
+    }
+
+
+def taint_report(name: str, taints: LoadTaints) -> dict[str, Any] | None:
+    """The load taint's view of the node at the leader's last evaluation: the reading and the debounce."""
+    reading = taints.readings.get(name)
+    if reading is None:
+        return None
+    state = taints.states.get(name)
+    return {
+        "evaluation": taints.evaluations,
+        "hot": reading.hot,
+        "problem": reading.problem or None,
+        "metric": reading.metric or None,
+        "value": reading.value,
+        "threshold": reading.threshold,
+        "sample": [_iso(t) for t in reading.sample],
+        "confirmed_hot": state.detector.hot if state else False,
+        "streak": state.detector.streak if state else 0,
+        "counted_sample": [_iso(t) for t in state.sample] if state and state.sample else [],
+        "held_by_floor": name in taints.held,
     }
 
 
@@ -106,11 +131,12 @@ def add_routes(
     hot: HotValues,
     written: WriteLog,
     leader: Callable[[], bool],
+    taints: LoadTaints | None = None,
 ) -> None:
     async def one(request: web.Request) -> web.Response:
         name = request.match_info["name"]
         info = nodes().get(name)
-        body = node_report(name, info, rounds, hot, written, leader())
+        body = node_report(name, info, rounds, hot, written, leader(), taints)
         return web.json_response(body, status=200 if info is not None else 404)
 
     async def summary(request: web.Request) -> web.Response:

@@ -97,6 +97,18 @@ class AnnotatorMetrics(MetricSet):
             ["reason"],
         )
         self.is_leader = self.gauge("is_leader", "1 while this instance holds the lease and writes.")
+        self.load_taint_changes = self.counter(
+            "load_taint_changes_total",
+            "crane.io/load-hot taint writes, by change (set, lifted), reason (hot, cooled, stale, opted-out, disabled, "
+            "floor) and outcome (ok, conflict: the node changed meanwhile, retried; missing; error).",
+            ["change", "reason", "outcome"],
+        )
+        self.load_tainted_nodes = self.gauge(
+            "load_tainted_nodes", "Nodes carrying the crane.io/load-hot taint after the last evaluation (leader)."
+        )
+        self.load_taint_held = self.gauge(
+            "load_taint_held_nodes", "Nodes confirmed hot but left untainted by spec.loadTaint.minUntaintedNodes."
+        )
         self.reclaim_nodes = self.gauge(
             "reclaim_nodes",
             "Nodes by the outcome of the last reclaimable-capacity computation (ok, stale: inputs older than "

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import math
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -24,6 +24,7 @@ from crane_annotator.reclaim import Resources
 from crane_shared.annotations import DEFAULT_LEGACY_ZONE, AnnotationError, decode
 from crane_shared.batch import BATCH_CPU, BATCH_MEMORY
 from crane_shared.informer import Informer
+from crane_shared.loadtaintpolicy import OPT_OUT_KEY
 from crane_shared.logs import get_logger
 from crane_shared.quantity import quantity
 from crane_shared.reclaimpolicy import OVERRIDE_KEY
@@ -49,11 +50,27 @@ class NodeInfo:
     """status.allocatable ``crane.io/batch-cpu`` (millicores), ``crane.io/batch-memory`` (bytes) when published"""
     reclaim_override: str | None = None
     """the ``crane.io/batch-reclaim`` annotation as written"""
+    texts: Mapping[str, str] = field(default_factory=dict)
+    """the load annotations as written (the keys ``NodeCache`` was given as ``texts``): what the load taint reads"""
+    taints: tuple[Mapping[str, Any], ...] = ()
+    """``spec.taints`` as the API server holds them"""
+    unschedulable: bool = False
+    """``spec.unschedulable`` (cordoned)"""
+    uid: str = ""
+    resource_version: str = ""
+    taint_opt_out: bool = False
+    """the ``crane.io/load-taint: "off"`` annotation"""
 
 
-def node_info(obj: Mapping[str, Any], keys: Collection[str], legacy_zone: ZoneInfo = DEFAULT_LEGACY_ZONE) -> NodeInfo:
+def node_info(
+    obj: Mapping[str, Any],
+    keys: Collection[str],
+    legacy_zone: ZoneInfo = DEFAULT_LEGACY_ZONE,
+    texts: Collection[str] = (),
+) -> NodeInfo:
     """Pick out of a Node object what the annotator needs; annotations that do not decode are left out."""
     meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     addresses = status.get("addresses") or []
     ips = tuple(a["address"] for a in addresses if a.get("type") == "InternalIP" and a.get("address"))
@@ -74,6 +91,12 @@ def node_info(obj: Mapping[str, Any], keys: Collection[str], legacy_zone: ZoneIn
         _resources(allocatable),
         _published(allocatable),
         annotations.get(OVERRIDE_KEY),
+        {key: annotations[key] for key in texts if key in annotations} if texts else {},
+        tuple(t for t in spec.get("taints") or () if isinstance(t, dict)),
+        bool(spec.get("unschedulable")),
+        str(meta.get("uid") or ""),
+        str(meta.get("resourceVersion") or ""),
+        str(annotations.get(OPT_OUT_KEY, "")).strip().lower() == "off",
     )
 
 
@@ -127,10 +150,12 @@ class NodeCache:
         legacy_zone: ZoneInfo = DEFAULT_LEGACY_ZONE,
         selector: str | None = None,
         *,
+        texts: Collection[str] = (),
         on_restart: Callable[[str], None] = lambda reason: None,
         backoff: Backoff | None = None,
     ) -> None:
         self._keys = frozenset(keys)
+        self._texts = frozenset(texts)
         self._legacy_zone = legacy_zone
         self.nodes: dict[str, NodeInfo] = {}
         self.informer = Informer(
@@ -148,7 +173,7 @@ class NodeCache:
         self.synced = self.informer.synced
 
     def _info(self, obj: Mapping[str, Any]) -> NodeInfo:
-        return node_info(obj, self._keys, self._legacy_zone)
+        return node_info(obj, self._keys, self._legacy_zone, self._texts)
 
     def _on_list(self, items: list[dict[str, Any]]) -> None:
         fresh: dict[str, NodeInfo] = {}

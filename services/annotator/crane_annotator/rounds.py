@@ -132,6 +132,8 @@ class MetricRounds:
         self.last_success: dict[str, float] = dict.fromkeys(self.specs, 0.0)
         self.first_round_done = asyncio.Event()
         """set after the first round, which wrote every node's hot value along with its metrics"""
+        self.after_round: Callable[[], None] = lambda: None
+        """told after every round (the load taint counts new samples)"""
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Rounds until ``stopping``, each with the metrics due at its start (see ``schedule``); a round under
@@ -208,6 +210,7 @@ class MetricRounds:
         report.duration = self._clock() - started
         self._record(report)
         self.first_round_done.set()
+        self.after_round()
         return report
 
     async def _query_and_match(

@@ -32,7 +32,8 @@ from crane_shared.logs import LogOnce, get_logger
 
 log = get_logger("crane.annotator.writer")
 
-Outcome = Literal["ok", "missing", "error"]
+Outcome = Literal["ok", "missing", "error", "conflict"]
+"""``conflict``: a write with a resourceVersion precondition met a newer object (409)"""
 ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
 """Only the node's metadata back: the API server encodes (and we receive) a fraction of the Node, whose status
 (images, conditions) is most of its size; plain JSON from a server that cannot transform."""
@@ -180,7 +181,7 @@ class NodePatcher:
             raise
         for node, entry in waiting.items():
             outcome: Outcome = "error" if entry.done.cancelled() or entry.done.exception() else entry.done.result()
-            {"ok": report.ok, "missing": report.missing, "error": report.failed}[outcome].append(node)
+            {"ok": report.ok, "missing": report.missing}.get(outcome, report.failed).append(node)
         return report
 
     def _submit(
@@ -270,6 +271,16 @@ class NodePatcher:
         await self._limiter.acquire(False)
         return await self._patch(node, body, "/status")
 
+    async def patch_taints(self, node: str, taints: list[dict[str, object]], resource_version: str) -> Outcome:
+        """Replace the node's ``spec.taints`` (a list that strategic merge cannot merge by key, so the whole list
+        goes, as kube's own taint helpers send it) if the node is still at ``resource_version``: a concurrent
+        change of someone else's taint answers ``conflict``, never lost. Sent now, under the same QPS limit
+        (urgent: a taint matters more than a routine annotation), leadership check, timeout and status check as
+        annotation patches."""
+        await self._limiter.acquire(True)
+        body = {"metadata": {"resourceVersion": resource_version}, "spec": {"taints": taints}}
+        return await self._patch(node, body)
+
     async def _patch(self, node: str, patch: Mapping[str, object], subresource: str = "") -> Outcome:
         if not self.may_write():
             self._log_once.warning("patch-not-leader", "not patching: leadership lost", node=node)
@@ -295,6 +306,8 @@ class NodePatcher:
         if status == 404:
             self._urls.pop(node, None)
             return "missing"
+        if status == 409:
+            return "conflict"
         failed = ApiCallError("PATCH", what, status, payload[:300].decode(errors="replace")).log_fields()
         self._log_once.warning(f"patch-{status}", "node patch failed", node=node, **failed)
         return "error"

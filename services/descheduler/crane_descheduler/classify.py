@@ -16,8 +16,9 @@ batch pods first. A node hot only with its batch pods' share keeps its regular p
 yields). A share that is missing, from another round, stale or malformed takes nothing out (the node is judged as
 before batch work existed); a malformed one is reported (``batch_problem``).
 
-The debounce (koordinator's anomaly detector): a node is *confirmed* hot after ``hot_rounds`` consecutive hot
-rounds and cools after ``normal_rounds`` consecutive rounds that are not hot. Evictions need both a confirmed hot
+The debounce (koordinator's anomaly detector, ``crane_shared.debounce``, shared with the annotator's load taint): a
+node is *confirmed* hot after ``hot_rounds`` consecutive hot rounds and cools after ``normal_rounds`` consecutive
+rounds that are not hot. Evictions need both a confirmed hot
 node and a hot reading this round.
 """
 
@@ -29,6 +30,8 @@ from datetime import datetime
 from typing import Literal
 
 from crane_descheduler.policy import AnomalyCondition, NodePool
+from crane_shared.debounce import Detector as Detector  # re-exported: the descheduler's rounds carry it
+from crane_shared.debounce import step as debounce_step
 from crane_shared.loadaware.dynamic import DynamicArgs, NodeLoad, node_load
 
 RawClass = Literal["hot", "normal", "idle", "unknown"]
@@ -82,25 +85,10 @@ def read_node(
     return Reading(node, raw, usage, load, batch=batch, batch_problem=problem)
 
 
-@dataclass(frozen=True)
-class Detector:
-    """The debounce state of one node: ``hot`` once confirmed, ``streak`` rounds that contradicted it so far."""
-
-    hot: bool = False
-    streak: int = 0
-
-
 def step(detector: Detector, raw: RawClass, condition: AnomalyCondition) -> Detector:
-    if raw == "unknown":
-        return Detector()
-    contradicts = (raw == "hot") != detector.hot
-    if not contradicts:
-        return Detector(detector.hot, 0)
-    streak = detector.streak + 1
-    needed = condition.normal_rounds if detector.hot else condition.hot_rounds
-    if streak >= needed:
-        return Detector(not detector.hot, 0)
-    return Detector(detector.hot, streak)
+    """One round of the shared debounce (``crane_shared.debounce``): an unknown reading starts it over."""
+    hot = None if raw == "unknown" else raw == "hot"
+    return debounce_step(detector, hot, condition.hot_rounds, condition.normal_rounds)
 
 
 def node_class(detector: Detector, raw: RawClass) -> RawClass:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from crane_descheduler import policy as dpolicy
 from crane_descheduler.classify import Detector
+from crane_descheduler.drain import DrainState
 from crane_descheduler.evictor import Evictor, Result
 from crane_descheduler.metrics import CLASSES, DeschedulerMetrics
 from crane_descheduler.plan import RATE_WINDOW, Evicted, Eviction
@@ -61,6 +62,8 @@ class PlanView:
     evictions: list[dict[str, Any]]
     skipped: dict[str, int]
     dry_run: bool
+    draining: list[str] = field(default_factory=list)
+    """nodes being emptied (``spec.drain``)"""
 
 
 class Descheduler:
@@ -104,6 +107,8 @@ class Descheduler:
         base = args or DynamicArgs(self.scheduler_file.policy)
         self.args = replace(base, policy=self.scheduler_file.policy)
         self.detectors: dict[str, Detector] = {}
+        self.drain = DrainState()
+        """the drain's idle counts and the nodes being emptied (a new term starts over)"""
         self._views: dict[str, tuple[str, PodView]] = {}
         self._snapshot = SchedulerSnapshot()
         """the scheduler's node table for the target check, kept up to date from round to round"""
@@ -146,6 +151,8 @@ class Descheduler:
     async def lead(self, term: Term) -> None:
         """The leader's loop: a round every interval until the term ends."""
         self.detectors = {}
+        self.drain = DrainState()
+        self._warn_drain_without_packing()
         stopping = term.lost
         await sleep_unless(stopping, None, until=self._synced())
         while not stopping.is_set():
@@ -190,8 +197,10 @@ class Descheduler:
             self._views,
             list(self.replicasets.cache.values()),
             self._snapshot,
+            self.drain,
         )
         self.detectors = result.detectors
+        self.drain = result.drain
         self._report(result)
         self.metrics.rounds.labels(outcome).inc()
         results = [await self._execute(e, term, usage) for e in result.plan.evictions]
@@ -205,6 +214,7 @@ class Descheduler:
             evictions=[_describe(e, r) for e, r in zip(result.plan.evictions, results, strict=True)],
             skipped=dict(result.plan.skipped),
             dry_run=self.options.dry_run,
+            draining=sorted(result.drain.draining),
         )
         self.rounds_done += 1
         return result
@@ -225,6 +235,16 @@ class Descheduler:
             self.metrics.malformed.labels(kind).inc(count)
         for reason, count in result.plan.skipped.items():
             self.metrics.skipped.labels(reason).inc(count)
+        self.metrics.draining.set(len(result.drain.draining))
+
+    def _warn_drain_without_packing(self) -> None:
+        if self.policy_file.policy.drain is not None and self.args.policy.scoring.strategy != "pack":
+            self._log.warning(
+                "drain-spread",
+                "spec.drain with the scheduler policy's spread scoring: the emptiest node is where the scheduler "
+                "sends pods, so a drain would be undone and none is started (drain-would-return); set the scheduler "
+                "policy's scoring.strategy: pack",
+            )
 
     def _windows(self) -> list[timedelta]:
         estimate = self.args.estimate
@@ -232,24 +252,30 @@ class Descheduler:
 
     async def _execute(self, e: Eviction, term: Term, usage: dict[str, PodUsage]) -> Result | str:
         if self.options.dry_run:
-            log.info("dry run: would evict", pod=e.pod.key, node=e.node, metric=e.metric, value=e.value)
-            self.metrics.evictions.labels(e.metric, "dry_run").inc()
+            log.info("dry run: would evict", pod=e.pod.key, node=e.node, kind=e.kind, metric=e.metric, value=e.value)
+            self.metrics.evictions.labels(_reason(e), "dry_run").inc()
             return "dry_run"
         result = await self.evictor.evict(e, term)
-        self.metrics.evictions.labels(e.metric, result).inc()
+        self.metrics.evictions.labels(_reason(e), result).inc()
         if result == "pdb":
             self._log.warning(  # counted every time (evictions_total{result="pdb"}), logged once
                 "pdb", "eviction refused by a disruption budget (429): retried in a later round", pod=e.pod.key
             )
         if result == "evicted":
             self.evicted.append(Evicted(e.node, time.time(), usage.get(e.pod.key, PodUsage(0.0, 0.0))))
-            log.info("evicted", pod=e.pod.key, node=e.node, metric=e.metric, value=e.value, threshold=e.threshold)
+            log.info("evicted", pod=e.pod.key, node=e.node, kind=e.kind, metric=e.metric, value=e.value)
         return result
+
+
+def _reason(e: Eviction) -> str:
+    """The evictions metric's reason: the metric over its threshold, or ``drain``."""
+    return e.metric if e.kind == "hot" else "drain"
 
 
 def _describe(e: Eviction, result: str) -> dict[str, Any]:
     return {
         "pod": e.pod.key,
+        "kind": e.kind,
         "node": e.node,
         "target": e.target,
         "metric": e.metric,

@@ -31,7 +31,15 @@ REASON = "LoadAwareDescheduled"
 log = get_logger("crane.descheduler.evictor")
 
 
+DRAIN_REASON = "LoadAwareDrained"
+
+
 def message(e: Eviction) -> str:
+    if e.kind == "drain":
+        return (
+            f"evicted from node {e.node} to empty it: real usage and requests are low ({e.metric} {e.value:.3f} "
+            f"below {e.threshold:g}) and every pod on it has a place elsewhere (this one, e.g. {e.target})"
+        )
     place = (
         "a batch pod yielding to the node's regular pods; no other node has room for it now"
         if e.target is None
@@ -53,7 +61,7 @@ def event_body(e: Eviction, identity: str, now: datetime) -> dict[str, object]:
             "name": e.pod.name,
             "uid": e.pod.uid,
         },
-        "reason": REASON,
+        "reason": DRAIN_REASON if e.kind == "drain" else REASON,
         "message": message(e),
         "type": "Normal",
         "source": {"component": COMPONENT},

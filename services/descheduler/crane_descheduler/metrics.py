@@ -17,7 +17,7 @@ class DeschedulerMetrics(MetricSet):
         super().__init__(registry)
         self.evictions = self.counter(
             "evictions_total",
-            "Planned evictions by reason (the metric over its threshold) and result (evicted, dry_run, "
+            "Planned evictions by reason (the metric over its threshold, or drain) and result (evicted, dry_run, "
             "pdb: refused with 429 and retried in a later round, gone, lost_lease, error).",
             ["reason", "result"],
         )
@@ -49,3 +49,6 @@ class DeschedulerMetrics(MetricSet):
             "usage_values_dropped_total", "Per-pod usage samples refused (unlabelled, non-finite, negative)."
         )
         self.reloads = self.counter("policy_reloads_total", "Policy file reloads by result.", ["result"])
+        self.draining = self.gauge(
+            "draining_nodes", "Nodes being emptied by spec.drain (every pod on them has a place elsewhere)."
+        )

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 from crane_descheduler.classify import Reading
 from crane_descheduler.pods import QOS_RANK, PodView, workload_of
@@ -75,6 +75,9 @@ class Eviction:
     metric: str
     value: float
     threshold: float
+    kind: Literal["hot", "drain"] = "hot"
+    """hot: the metric above its threshold; drain: the node is emptied (``drain``), the metric nearest its idle
+    threshold, below it"""
 
 
 @dataclass
@@ -96,12 +99,21 @@ class Evicted:
 class TargetFinder(Protocol):
     """Where the scheduler would place a pod's replacement (``targets.SchedulerTargets``)."""
 
-    def find(self, pod: PodView, source: str) -> tuple[str | None, str | None]:
-        """(target, None), or (None, why not: ``would-return`` or ``no-target``)."""
+    def find(self, pod: PodView, source: str, *, drain: bool = False) -> tuple[str | None, str | None]:
+        """(target, None), or (None, why not: ``would-return`` or ``no-target``); ``drain``: ``source`` is being
+        emptied (it passes the Filter), the replacement returns only if the load score prefers it."""
         ...
 
     def take(self, pod: PodView, target: str) -> None:
         """The eviction is planned: the next pods of the round see it."""
+        ...
+
+    def checkpoint(self) -> Any:
+        """A mark of what was taken so far."""
+        ...
+
+    def rollback(self, mark: Any) -> None:
+        """Undo what was taken since ``mark`` (a drain keeps a node's places all or none)."""
         ...
 
 
@@ -282,10 +294,21 @@ def _refusal(
         return "no-relief"
     if namespaces[pod.namespace] >= data.limits.per_namespace_per_round:
         return "namespace-budget"
-    if pod.owner is not None:
-        key = workload_of(pod.owner, data.owners)
-        workload = data.workloads.get(key, Workload(1, 0))
-        allowed = workload_allowance(data.limits.max_unavailable_per_workload, workload.pods)
-        if workload.unavailable + workloads[key] + 1 > allowed:
-            return "workload-budget"
-    return None
+    return workload_refusal(pod, data.limits, data.workloads, data.owners, workloads)
+
+
+def workload_refusal(
+    pod: PodView,
+    limits: Limits,
+    workloads: Mapping[str, Workload],
+    owners: Mapping[str, str],
+    planned: Counter[str],
+) -> str | None:
+    """``workload-budget`` when one more of the pod's workload down (not Ready, or planned this round) would exceed
+    ``maxUnavailablePerWorkload``."""
+    if pod.owner is None:
+        return None
+    key = workload_of(pod.owner, owners)
+    workload = workloads.get(key, Workload(1, 0))
+    allowed = workload_allowance(limits.max_unavailable_per_workload, workload.pods)
+    return "workload-budget" if workload.unavailable + planned[key] + 1 > allowed else None

@@ -24,6 +24,13 @@ descheduler calls hot is one the scheduler's Dynamic filter refuses (the loop is
         maxPerNamespacePerRound: 2
         maxUnavailablePerWorkload: 1  # or "25%"
         maxPerMinute: 5
+      drain:                          # opt-in (absent: off): empty the nodes real usage and requests leave idle
+        usageBelow: {}                # metric -> ratio; default: each pool's lowThresholds
+        requestsBelow: {cpu: 0.5, memory: 0.5}   # the pods' requests / the node's allocatable
+        consecutiveRounds: 3          # idle this many rounds in a row (fresh data every round)
+        maxNodes: 1                   # nodes drained at once
+
+The drain (LowNodeUtilization's idea by measured usage, so an autoscaler can remove the node): see ``drain``.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from typing import Any
 
 from crane_shared.loadaware.dynamic import resource_of
 from crane_shared.policy import DynamicSchedulerPolicy
-from crane_shared.policyyaml import PolicyError, check_keys, describe, duration, number, read_yaml
+from crane_shared.policyyaml import PolicyError, check_keys, count, describe, duration, number, read_yaml
 
 __all__ = [
     "API_VERSION",
@@ -45,6 +52,7 @@ __all__ = [
     "KIND",
     "AnomalyCondition",
     "DeschedulerPolicy",
+    "Drain",
     "Evictable",
     "Limits",
     "NodePool",
@@ -67,7 +75,8 @@ LOW_BELOW_HIGH = 0.3
 """Default low threshold: this far under the high one."""
 
 _TOP = ("apiVersion", "kind", "spec")
-_SPEC = ("anomaly", "nodePools", "evictable", "limits")
+_SPEC = ("anomaly", "nodePools", "evictable", "limits", "drain")
+_DRAIN = ("usageBelow", "requestsBelow", "consecutiveRounds", "maxNodes")
 _ANOMALY = ("consecutiveAbnormalities", "consecutiveNormalities")
 _POOL = ("name", "nodeSelector", "highThresholds", "lowThresholds")
 _EVICTABLE = ("minPodAge", "evictLocalStorage", "recreatingOwnerKinds", "excludeNamespaces")
@@ -114,11 +123,25 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Drain:
+    """Empty nodes whose real usage and requests are both low, so an autoscaler can remove them (``drain``)."""
+
+    usage_below: Mapping[str, float] = field(default_factory=dict)
+    """metric -> ratio; empty: each pool's low thresholds"""
+    requests_below: Mapping[str, float] = field(default_factory=lambda: {"cpu": 0.5, "memory": 0.5})
+    """resource -> requested / allocatable"""
+    rounds: int = 3
+    max_nodes: int = 1
+
+
+@dataclass(frozen=True)
 class DeschedulerPolicy:
     pools: tuple[NodePool, ...]
     anomaly: AnomalyCondition = field(default_factory=AnomalyCondition)
     evictable: Evictable = field(default_factory=Evictable)
     limits: Limits = field(default_factory=Limits)
+    drain: Drain | None = None
+    """None: no node is drained"""
 
     def pool_of(self, labels: Mapping[str, str]) -> NodePool | None:
         return next((pool for pool in self.pools if pool.selects(labels)), None)
@@ -184,9 +207,10 @@ def _read(document: object, scheduler: DynamicSchedulerPolicy, problems: list[st
     pools = _pools(spec.get("nodePools"), scheduler, problems)
     evictable = _evictable(_section(spec, "evictable", problems), problems)
     limits = _limits(_section(spec, "limits", problems), problems)
+    drain = _drain(spec.get("drain"), scheduler, problems) if "drain" in spec else None
     if problems:
         return None
-    return DeschedulerPolicy(pools, anomaly, evictable, limits)
+    return DeschedulerPolicy(pools, anomaly, evictable, limits, drain)
 
 
 def _section(spec: Mapping[str, Any], key: str, problems: list[str]) -> dict[str, Any]:
@@ -199,26 +223,13 @@ def _section(spec: Mapping[str, Any], key: str, problems: list[str]) -> dict[str
     return raw
 
 
-def _count(section: Mapping[str, Any], path: str, key: str, default: int, minimum: int, problems: list[str]) -> int:
-    if key not in section:
-        return default
-    raw = section[key]
-    if not isinstance(raw, int) or isinstance(raw, bool):
-        problems.append(f"{path}.{key}: must be an integer, got {describe(raw)}")
-        return default
-    if raw < minimum:
-        problems.append(f"{path}.{key}: must be >= {minimum}, got {raw}")
-        return default
-    return raw
-
-
 def _anomaly(section: Mapping[str, Any], problems: list[str]) -> AnomalyCondition:
     path = "spec.anomaly"
     check_keys(section, path, _ANOMALY, problems)
     base = AnomalyCondition()
     return AnomalyCondition(
-        _count(section, path, "consecutiveAbnormalities", base.hot_rounds, 1, problems),
-        _count(section, path, "consecutiveNormalities", base.normal_rounds, 1, problems),
+        count(section, path, "consecutiveAbnormalities", base.hot_rounds, 1, problems),
+        count(section, path, "consecutiveNormalities", base.normal_rounds, 1, problems),
     )
 
 
@@ -320,6 +331,38 @@ def _thresholds(
     return out
 
 
+def _drain(raw: object, scheduler: DynamicSchedulerPolicy, problems: list[str]) -> Drain | None:
+    path = "spec.drain"
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        problems.append(f"{path}: must be a mapping, got {describe(raw)}")
+        return None
+    check_keys(raw, path, _DRAIN, problems)
+    base = Drain()
+    usage = _thresholds(raw, path, "usageBelow", {}, scheduler, problems)
+    requests = dict(base.requests_below)
+    given = raw.get("requestsBelow")
+    if given is not None and not isinstance(given, dict):
+        problems.append(f"{path}.requestsBelow: must be a mapping of cpu and memory to a ratio, got {describe(given)}")
+    elif given is not None:
+        for resource in given:
+            if resource not in ("cpu", "memory"):
+                problems.append(f"{path}.requestsBelow.{resource}: only cpu and memory")
+                continue
+            value = number(given, f"{path}.requestsBelow", resource, problems)
+            if value is not None and not 0 < value <= 1:
+                problems.append(f"{path}.requestsBelow.{resource}: must be within (0, 1], got {value:g}")
+            elif value is not None:
+                requests[resource] = value
+    return Drain(
+        usage,
+        requests,
+        count(raw, path, "consecutiveRounds", base.rounds, 1, problems),
+        count(raw, path, "maxNodes", base.max_nodes, 1, problems),
+    )
+
+
 def _evictable(section: Mapping[str, Any], problems: list[str]) -> Evictable:
     path = "spec.evictable"
     check_keys(section, path, _EVICTABLE, problems)
@@ -365,8 +408,8 @@ def _limits(section: Mapping[str, Any], problems: list[str]) -> Limits:
             expected = 'must be a count >= 0 or a percent like "25%"'
             problems.append(f"{path}.maxUnavailablePerWorkload: {expected}, got {describe(raw)}")
     return Limits(
-        _count(section, path, "maxPerNodePerRound", base.per_node_per_round, 0, problems),
-        _count(section, path, "maxPerNamespacePerRound", base.per_namespace_per_round, 0, problems),
+        count(section, path, "maxPerNodePerRound", base.per_node_per_round, 0, problems),
+        count(section, path, "maxPerNamespacePerRound", base.per_namespace_per_round, 0, problems),
         unavailable,
-        _count(section, path, "maxPerMinute", base.per_minute, 0, problems),
+        count(section, path, "maxPerMinute", base.per_minute, 0, problems),
     )

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from crane_descheduler.classify import Detector, RawClass, Reading, node_class, read_node, step
+from crane_descheduler.drain import DrainInput, DrainState, plan_drain
 from crane_descheduler.plan import (
     Candidate,
     Evicted,
@@ -45,6 +46,8 @@ class RoundResult:
     """objects skipped, by kind"""
     batch_problems: dict[str, str] = field(default_factory=dict)
     """node -> why its batch usage annotation was ignored (counted as no batch usage)"""
+    drain: DrainState = field(default_factory=DrainState)
+    """the drain's state for the next round (``drain``)"""
 
 
 def node_view(node: Mapping[str, Any]) -> NodeView:
@@ -70,11 +73,13 @@ def run_round(
     views_cache: dict[str, tuple[str, PodView]] | None = None,
     replicasets: Sequence[Mapping[str, Any]] = (),
     snapshot: SchedulerSnapshot | None = None,
+    drain: DrainState | None = None,
 ) -> RoundResult:
     """``views_cache`` (uid -> (resourceVersion, view)), kept by the caller from round to round, spares reading
     the pods that did not change again; it is updated here and loses the pods that are gone. ``replicasets``: a
     ReplicaSet's pods count under its controller (the Deployment) for the workload budget. ``snapshot``, kept by the
-    caller too, is the scheduler's node table the target check runs on (a fresh one when None)."""
+    caller too, is the scheduler's node table the target check runs on (a fresh one when None). ``drain``: the
+    drain's state of the previous round (``spec.drain``)."""
     malformed: Counter[str] = Counter()
     views: list[tuple[PodView, Mapping[str, Any]]] = []
     cache = views_cache if views_cache is not None else {}
@@ -144,14 +149,18 @@ def run_round(
         if view.node in hot:
             blocker = eviction_blocker(raw, now, policy.evictable) or ("pdb" if pdb_blocks(raw, pdbs) else None)
             candidates.setdefault(view.node, []).append(Candidate(view, blocker))
+    previous = drain or DrainState()
+    excluded = set(hot) | set(previous.draining)  # no pod is sent to a hot node or one being emptied
     targets = SchedulerTargets(
         snapshot or SchedulerSnapshot(),
         nodes,
         [raw for view, raw in views if view.node],
         args,
         now.timestamp(),
-        frozenset(hot),
+        excluded,
     )
+    drained = DrainState()
+    workload_counts = {uid: Workload(c[0], c[1]) for uid, c in workloads.items()}
     try:
         plan = plan_round(
             RoundInput(
@@ -164,12 +173,36 @@ def run_round(
                 hot=hot,
                 candidates=candidates,
                 usage=usage,
-                workloads={uid: Workload(c[0], c[1]) for uid, c in workloads.items()},
+                workloads=workload_counts,
                 owners=owners,
                 targets=targets,
                 evicted=evicted,
             )
         )
+        if policy.drain is not None:
+            by_node: dict[str, list[tuple[PodView, Mapping[str, Any]]]] = {}
+            for view, raw in views:
+                if view.node:
+                    by_node.setdefault(view.node, []).append((view, raw))
+            drained = plan_drain(
+                DrainInput(
+                    now=now,
+                    policy=policy,
+                    nodes=node_views,
+                    readings=readings,
+                    pools=pools,
+                    hot=frozenset(hot),
+                    pods=by_node,
+                    workloads=workload_counts,
+                    owners=owners,
+                    pdbs=pdbs,
+                    evicted_at=[e.at for e in evicted],
+                    targets=targets,
+                    excluded=excluded,
+                    state=previous,
+                ),
+                plan,
+            )
     finally:
         targets.close()
-    return RoundResult(plan, classes, new_detectors, readings, pools, unknown, malformed, batch_problems)
+    return RoundResult(plan, classes, new_detectors, readings, pools, unknown, malformed, batch_problems, drained)

@@ -34,6 +34,7 @@ from crane_scheduler.algorithm import Algorithm, filter_error
 from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.framework import Handle, PluginMetrics, Registry
 from crane_scheduler.framework.runtime import Profile, build_profiles
+from crane_scheduler.framework.types import EXPLAIN_SCORES
 from crane_scheduler.loadaware import DYNAMIC_WEIGHT
 from crane_scheduler.loadaware.args import PluginArgs
 from crane_scheduler.loadaware.plugin import NAME as DYNAMIC
@@ -161,8 +162,12 @@ class SchedulerTargets:
             self._built = self.snapshot.sync(self.nodes, self.pods, self.args, self.now)
         return self._built
 
-    def find(self, pod: PodView, source: str) -> Verdict:
-        """The node the scheduler would place ``pod``'s replacement on, other than ``source``; or why none."""
+    def find(self, pod: PodView, source: str, *, drain: bool = False) -> Verdict:
+        """The node the scheduler would place ``pod``'s replacement on, other than ``source``; or why none.
+
+        ``drain``: ``source`` is being emptied (it passes the Filter: it is idle); the replacement would return
+        only if Dynamic's score (the policy's strategy: with ``pack``, fuller nodes first) ranks ``source`` at
+        least as high as every other node that passes."""
         table, profile, algorithm = self._build()
         raw = self.snapshot.raw(pod.uid)
         if raw is None:
@@ -178,20 +183,31 @@ class SchedulerTargets:
             rejected = profile.run_prefilter_and_filter(state, info, table, alive)
             if filter_error(rejected) is not None:
                 return None, "no-target"
-            if source in table.rows and alive[table.rows[source]]:
+            src = table.rows.get(source, -1)
+            if src >= 0 and alive[src] and not drain:
                 return None, "would-return"
             for name in self.hot:
                 row = table.rows.get(name)
-                if row is not None:
+                if row is not None and row != src:
                     alive[row] = False
-            rows = np.flatnonzero(alive)
+            others = alive.copy()
+            if src >= 0:
+                others[src] = False
+            rows = np.flatnonzero(others)
             if len(rows) == 0:
                 return None, "no-target"
-            if len(rows) == 1:
+            if src >= 0 and alive[src]:  # a drain: where the scheduler's load score sends the replacement
+                rows = np.append(rows, src)
+            elif len(rows) == 1:
                 return table.names[int(rows[0])], None
             scores = algorithm._score(profile, info, state, rows)
             if not isinstance(scores, np.ndarray):
                 return None, "no-target"
+            if rows[-1] == src:
+                load = dict((name, sc) for name, _, sc in state.get(EXPLAIN_SCORES, ((), []))[1]).get(DYNAMIC)
+                if load is not None and load[-1] >= load[:-1].max():
+                    return None, "would-return"
+                rows, scores = rows[:-1], scores[:-1]
             best = [str(table.names[int(r)]) for r in rows[scores == scores.max()]]
             return min(best), None
         finally:
@@ -209,6 +225,22 @@ class SchedulerTargets:
         table.assume(info, target)
         profile.run_reserve(state, info, target)
         self._planned.append((info, state, target))
+
+    def checkpoint(self) -> tuple[int, int]:
+        """A mark to ``rollback`` to: a drain plans a node's pods together and keeps all or none."""
+        return len(self._planned), len(self._taken_out)
+
+    def rollback(self, mark: tuple[int, int]) -> None:
+        """Undo what was taken since ``mark``, as ``close`` undoes a round."""
+        if self._built is None:
+            return
+        table, profile, _ = self._built
+        planned, taken = mark
+        for info, state, target in reversed(self._planned[planned:]):
+            profile.run_unreserve(state, info, target)
+            table.forget(info.uid)
+        table.simulate_add(self._taken_out[taken:], notify=True)
+        del self._planned[planned:], self._taken_out[taken:]
 
     def close(self) -> None:
         """Undo the round's plan on the snapshot: the next round starts from the cluster as the informers see it."""

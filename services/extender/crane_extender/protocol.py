@@ -38,6 +38,7 @@ from crane_shared.loadaware.dynamic import (
     NodeLoad,
     RecentBinding,
     filter_reason,
+    incoming_fraction,
     node_load,
     resource_of,
     score,
@@ -389,9 +390,18 @@ def prioritize_nodes(req: ExtenderArgs, decide: Decide) -> list[Obj]:
         return daemonset_priorities(req)
     verdict_of, pod = decide.verdict_of, req.pod
     return [
-        {"Host": name, "Score": extender_score(verdict_of(name, view).of(pod).score)}
+        {"Host": name, "Score": extender_score(pod_score(verdict_of(name, view).of(pod), pod, decide.args))}
         for name, view in _candidates(req, decide)
     ]
+
+
+def pod_score(found: Verdict, pod: PodView, args: DynamicArgs) -> int:
+    """The Dynamic score of a node for ``pod`` (``found``: the verdict of its class): the cached one, except with
+    the ``pack`` strategy, whose score counts the pod's own estimated usage (``dynamic.pack_score``)."""
+    if args.policy.scoring.strategy != "pack":
+        return found.score
+    incoming = incoming_fraction(args.estimate, pod.cpu, pod.memory, found.capacity) if found.capacity else None
+    return score(found.load, args, incoming)
 
 
 def filter_verdicts(
@@ -433,13 +443,13 @@ def filter_verdicts(
     }
 
 
-def prioritize_verdicts(req: ExtenderArgs, verdicts: Sequence[Verdict]) -> list[Obj]:
+def prioritize_verdicts(req: ExtenderArgs, verdicts: Sequence[Verdict], args: DynamicArgs) -> list[Obj]:
     """``prioritize_nodes`` in node cache mode from verdicts already looked up."""
     if req.pod.daemonset:
         return daemonset_priorities(req)
     pod = req.pod
     return [
-        {"Host": name, "Score": extender_score(found.of(pod).score)}
+        {"Host": name, "Score": extender_score(pod_score(found.of(pod), pod, args))}
         for name, found in zip(req.node_names or (), verdicts, strict=True)
     ]
 

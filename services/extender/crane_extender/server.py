@@ -205,7 +205,7 @@ class Extender:
                     lambda name: decide.verdict_of(name, decide.resolve(name)),
                 )
                 if verb == "prioritize":
-                    return prioritize_verdicts(req, verdicts), "ok"
+                    return prioritize_verdicts(req, verdicts, self.args), "ok"
                 result = filter_verdicts(req, verdicts, unknown, self.args.estimate)
             elif verb == "prioritize":
                 return prioritize_nodes(req, decide), "ok"

@@ -358,9 +358,45 @@ def raw_score(load: NodeLoad, args: DynamicArgs) -> float:
     return weighted * MAX_SCORE / weights if weights > 0 else NEUTRAL_SCORE
 
 
-def score(load: NodeLoad, args: DynamicArgs) -> int:
-    """The Dynamic score, 0..100: rounded, clamped, minus ``10 * hot``."""
+def score(load: NodeLoad, args: DynamicArgs, incoming: Mapping[str, float] | None = None) -> int:
+    """The Dynamic score, 0..100, by the policy's ``scoring.strategy``: ``spread`` (upstream's, rounded, clamped,
+    minus ``10 * hot``; ``incoming`` unused) or ``pack`` (``pack_score``)."""
+    if args.policy.scoring.strategy == "pack":
+        return pack_score(load, args, incoming)
     value = raw_score(load, args) - HOT_VALUE_PENALTY * load.hot
+    return max(0, min(MAX_SCORE, round(value)))
+
+
+def target_load(usage: float, target: float) -> float:
+    """Trimaran TargetLoadPacking's score of one usage (fractions), 0..1: rising from ``target`` at an empty node
+    to 1 at ``target``, then falling to 0 at a full node, 0 beyond."""
+    u = max(usage, 0.0)
+    if u > 1.0:
+        return 0.0
+    if u > target:
+        return target * (1.0 - u) / (1.0 - target)
+    return (1.0 - target) * u / target + target
+
+
+def pack_score(load: NodeLoad, args: DynamicArgs, incoming: Mapping[str, float] | None = None) -> int:
+    """The packing score, 0..100: ``target_load`` of each priority metric's usage with the incoming pod's estimated
+    share of its resource added (``incoming``, as the Filter adds it), weighted over the valid metrics (neutral
+    with none), rounded once. The hot value is no penalty here: recent bindings count through the estimate, and
+    packing wants pods together up to the target (the Filter still stops them at its thresholds)."""
+    target = args.policy.scoring.target_utilization
+    weighted = 0.0
+    weights = 0.0
+    for priority in args.policy.priority:
+        reading = load.readings.get(priority.name)
+        usage = reading.usage if reading else None
+        if usage is None or priority.weight == 0:
+            continue
+        resource = resource_of(priority.name)
+        if incoming and resource:
+            usage = usage + incoming.get(resource, 0.0)
+        weighted += target_load(usage, target) * priority.weight
+        weights += priority.weight
+    value = weighted * MAX_SCORE / weights if weights > 0 else NEUTRAL_SCORE
     return max(0, min(MAX_SCORE, round(value)))
 
 

@@ -9,9 +9,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 import pytest_asyncio
+import yaml
 from aiohttp import web
 from kubernetes_asyncio import client
 
@@ -26,7 +29,9 @@ from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.procs import free_port
 from crane_sandbox.rbac import identity, service_identity
 from crane_shared.annotations import decode
-from tests.support.annotator import SELECTOR_KEY, AnnotatorProc, Stack
+from crane_shared.kube import raw_json
+from crane_shared.loadtaintpolicy import TAINT_KEY
+from tests.support.annotator import SELECTOR_KEY, TEST_POLICY, AnnotatorProc, Stack
 from tests.support.faults import FaultReport, api_host_port, kubeconfig_via, restart_apiserver
 from tests.support.policy import UPSTREAM_METRICS as METRICS
 from tests.support.scheduler_cluster import pods_json
@@ -321,3 +326,144 @@ async def test_prometheus_faults_under_two_scheduler_replicas_every_pod_bound_on
         await pair.stop()
         await client.CoreV1Api(kube).delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
     assert row.doubled == 0 and row.lost == 0 and row.bound == row.created
+
+
+# --- the load taint (spec.loadTaint) under faults --------------------------------------------------------------
+
+
+def _taint_policy(tmp_path: Path, **section: Any) -> Path:
+    policy = yaml.safe_load(TEST_POLICY)
+    policy["spec"]["loadTaint"] = section
+    path = tmp_path / "taint-policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    return path
+
+
+@contextlib.contextmanager
+def _loaded(stack: Stack, loads: dict[str, float]) -> Iterator[Callable[[str, float], None]]:
+    """Set fleet nodes' CPU load (their series follow at once); every node's load is put back afterwards."""
+    before = {n.name: n for n in stack.nodes}
+
+    def load(name: str, cpu: float) -> None:
+        stack.state.add_node(dataclasses.replace(before[name], base_cpu_fraction=cpu))
+
+    for name, cpu in loads.items():
+        load(name, cpu)
+    try:
+        yield load
+    finally:
+        for node in before.values():
+            stack.state.add_node(node)
+
+
+async def _tainted(stack: Stack) -> set[str]:
+    out = set()
+    for node in stack.nodes:
+        raw = await raw_json(client.CoreV1Api(stack.kube).read_node(node.name, _preload_content=False))
+        if any(t["key"] == TAINT_KEY for t in raw["spec"].get("taints") or []):
+            out.add(node.name)
+    return out
+
+
+async def _taints_are(stack: Stack, expected: set[str]) -> bool:
+    return await _tainted(stack) == expected
+
+
+async def test_the_taint_writer_killed_mid_debounce_leaves_no_taint_on_a_node_that_cooled(
+    stack: Stack, start_annotator: Callable[..., Any], tmp_path: Path, fault_report: FaultReport
+) -> None:
+    """Two nodes hot and tainted; one cools; the leader has counted one of the two cool samples that lift its
+    taint when it is killed (SIGKILL, its rounds running every 2 s). The new leader starts with no debounce state:
+    it takes the taints it finds as confirmed, lifts the cooled node's after its own first two cool samples, and
+    keeps the hot one's."""
+    row = fault_report.row("load-taint writer kill -9 mid-debounce (a tainted node cooling)")
+    path = _taint_policy(tmp_path, hotRounds=1, coolRounds=2)
+    x, y = stack.nodes[0].name, stack.nodes[1].name
+    flags = (*FAST_LEASE, "--policy", str(path), "--load-taint-interval", "0.5s")
+    with _loaded(stack, {x: 0.9, y: 0.9}) as load:
+        a = await start_annotator(*flags, name="annotator-a")
+        await eventually(lambda: _is(a, "leader"), what="a leads")
+        b = await start_annotator(*flags, name="annotator-b")
+        await eventually(lambda: _taints_are(stack, {x, y}), timeout=30, what="both hot nodes tainted")
+        load(x, 0.05)
+
+        async def mid_debounce() -> bool:
+            _, body = await a.get(f"/debug/nodes/{x}")
+            report = (body or {}).get("load_taint") or {}
+            return report.get("confirmed_hot") is True and report.get("streak") == 1
+
+        await eventually(mid_debounce, timeout=30, interval=0.1, what="one cool sample of x counted by a")
+        await a.process.kill()
+        killed = time.monotonic()
+        assert await _tainted(stack) == {x, y}, "the killed leader's taints are still there"
+        await eventually(lambda: _is(b, "leader"), timeout=15, what="the standby leads")
+        await eventually(lambda: _taints_are(stack, {y}), timeout=30, what="x lifted by the new leader")
+        recovered = time.monotonic() - killed
+        lifted = await b.metric(
+            "crane_annotator_load_taint_changes_total", change="lifted", reason="cooled", outcome="ok"
+        )
+        assert lifted == 1 and await _tainted(stack) == {y}, "the hot node keeps its taint under the new leader"
+    await eventually(lambda: _taints_are(stack, set()), timeout=30, what="y lifted once it cools (cleanup)")
+    row.created = row.bound = 2
+    row.recovery = round(recovered, 2)
+    row.note = "the new leader adopted both taints; x lifted after its own 2 cool samples, y kept"
+
+
+async def test_prometheus_down_lifts_the_taints_after_the_staleness_limit_and_taints_nothing_new(
+    stack: Stack, start_annotator: Callable[..., Any], tmp_path: Path, fault_report: FaultReport
+) -> None:
+    """A node hot and tainted, another turning hot as Prometheus goes away: no new sample arrives, so nothing new is
+    tainted; once the last samples are older than ``maxDataAge`` (8 s) every taint is lifted; when Prometheus comes
+    back, the hot node is tainted again after two new samples."""
+    row = fault_report.row("Prometheus down with a node tainted (maxDataAge 8s)")
+    path = _taint_policy(tmp_path, hotRounds=2, coolRounds=2, maxDataAge="8s")
+    x, y = stack.nodes[0].name, stack.nodes[1].name
+    with _loaded(stack, {x: 0.9}) as load:
+        flags = ("--policy", str(path), "--load-taint-interval", "0.5s", "--prometheus-timeout", "500ms")
+        annotator = await start_annotator(*flags, "--prometheus-retries", "1")
+        await eventually(lambda: _taints_are(stack, {x}), timeout=30, what="x tainted")
+        load(y, 0.9)
+        await stack.prometheus.stop()
+        down_at = datetime.now(UTC)
+        try:
+            last_samples = await _sample_times(stack, (x, y))
+            await eventually(lambda: _taints_are(stack, set()), timeout=30, what="every taint lifted")
+            lifted_at = datetime.now(UTC)
+            set_during = await annotator.metric(
+                "crane_annotator_load_taint_changes_total", change="set", reason="hot", outcome="ok"
+            )
+            stale = await annotator.metric(
+                "crane_annotator_load_taint_changes_total", change="lifted", reason="stale", outcome="ok"
+            )
+            assert stale is not None and stale >= 1
+            newest = max(last_samples.values())
+            assert (lifted_at - newest).total_seconds() >= 8, "lifted before the data was older than maxDataAge"
+            # nothing is tainted while no sample arrives, however long it lasts
+            await eventually(lambda: _no_round_since(annotator, down_at), timeout=15, what="rounds failing")
+            assert await _tainted(stack) == set()
+            assert (
+                await annotator.metric(
+                    "crane_annotator_load_taint_changes_total", change="set", reason="hot", outcome="ok"
+                )
+                == set_during
+            )
+        finally:
+            await stack.prometheus.start()
+        back = time.monotonic()
+        await eventually(lambda: _taints_are(stack, {x, y}), timeout=60, what="x and y tainted again")
+        recovered = time.monotonic() - back
+    await eventually(lambda: _taints_are(stack, set()), timeout=30, what="lifted once cool again (cleanup)")
+    row.created = row.bound = 2
+    row.recovery = round(recovered, 2)
+    row.note = f"lifted {(lifted_at - down_at).total_seconds():.1f}s after the outage began; nothing tainted meanwhile"
+
+
+async def _sample_times(stack: Stack, names: tuple[str, ...]) -> dict[str, datetime]:
+    return {n: decode((await stack.annotations(n))["cpu_usage_avg_5m"]).timestamp for n in names}
+
+
+async def _no_round_since(annotator: AnnotatorProc, since: datetime) -> bool:
+    """Prometheus is seen down (the last query failed) and no metric was queried successfully since ``since``."""
+    up = await annotator.metric("crane_annotator_prometheus_up")
+    last = await annotator.metric("crane_annotator_metric_last_success_timestamp_seconds", metric="cpu_usage_avg_5m")
+    return up == 0 and last is not None and last < since.timestamp()

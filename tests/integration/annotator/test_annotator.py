@@ -5,19 +5,24 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import redis.asyncio as aioredis
+import yaml
+from kubernetes_asyncio import client
 
 from crane_sandbox.fleet import GI, make_fleet
-from crane_shared.annotations import decode
+from crane_shared.annotations import decode, encode_usage
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingRecord
 from crane_shared.hotvalue import hot_value
+from crane_shared.kube import raw_json
+from crane_shared.loadtaintpolicy import TAINT_KEY
 from crane_shared.policy import HotValuePolicy
-from tests.support.annotator import SELECTOR_KEY, Stack, peaks
+from tests.support.annotator import SELECTOR_KEY, TEST_POLICY, Stack, peaks
 from tests.support.policy import UPSTREAM_METRICS as METRICS
 from tests.support.waiting import eventually
 
@@ -205,3 +210,125 @@ async def _is_leader(proc: Any) -> bool:
 async def _patches(proc: Any) -> float:
     metrics = await proc.metrics()
     return float(sum(v for (name, _), v in metrics.items() if name == "crane_annotator_patches_total"))
+
+
+# --- the load taint (spec.loadTaint) --------------------------------------------------------------------------
+
+
+class Samples:
+    """Load samples written on nodes no series matches (so no round overwrites them), as the annotator writes them:
+    each one stamped at least a second after the last (a new sample for the debounce)."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.last: dict[str, datetime] = {}
+
+    async def write(self, node: str, cpu: float, age: float = 0.0) -> datetime:
+        stamp = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=age)
+        if node in self.last:
+            stamp = max(stamp, self.last[node] + timedelta(seconds=1))
+        self.last[node] = stamp
+        body = {"metadata": {"annotations": {"cpu_usage_avg_5m": encode_usage(cpu, stamp)}}}
+        await client.CoreV1Api(self.stack.kube).patch_node(node, body, _content_type="application/merge-patch+json")
+        return stamp
+
+
+async def load_taint(stack: Stack, node: str) -> dict[str, Any] | None:
+    raw = await raw_json(client.CoreV1Api(stack.kube).read_node(node, _preload_content=False))
+    return next((t for t in raw["spec"].get("taints") or [] if t["key"] == TAINT_KEY), None)
+
+
+async def node_events(stack: Stack, node: str) -> list[str]:
+    raw = await raw_json(
+        client.EventsV1Api(stack.kube).list_namespaced_event(
+            "default", field_selector=f"regarding.name={node}", _preload_content=False
+        )
+    )
+    return [e["reason"] for e in raw["items"] if e.get("reportingController") == "crane-annotator"]
+
+
+async def test_the_load_taint_follows_the_debounce_and_is_never_set_on_stale_data_and_lifted_when_data_goes_stale(
+    stack: Stack, start_annotator: Callable[..., Any], tmp_path: Path
+) -> None:
+    policy = yaml.safe_load(TEST_POLICY)
+    policy["spec"]["loadTaint"] = {"hotRounds": 2, "coolRounds": 2, "maxDataAge": "8s"}
+    path = tmp_path / "taint-policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    a, b = f"lt-{stack.label}-a", f"lt-{stack.label}-b"
+    v1 = client.CoreV1Api(stack.kube)
+    for name in (a, b):  # selected by the annotator, matched by no series
+        await v1.create_node({"metadata": {"name": name, "labels": {SELECTOR_KEY: stack.label}}})
+    try:
+        annotator = await start_annotator("--policy", str(path), "--load-taint-interval", "0.5s")
+        await eventually(lambda: annotator.leadership_or_unreachable(), what="up")
+        samples = Samples(stack)
+
+        async def counted(node: str, stamp: datetime) -> dict[str, Any]:
+            """The leader's debug view of the first evaluation after its informer held the sample ``stamp``
+            (an evaluation reads the informer and records its readings without yielding: no earlier one can
+            finish after it)."""
+            iso = stamp.isoformat(timespec="seconds")
+
+            async def holding() -> int | None:
+                _, body = await annotator.get(f"/debug/nodes/{node}")
+                on_node = (body or {}).get("on_node", {}).get("cpu_usage_avg_5m", {})
+                report = (body or {}).get("load_taint") or {}
+                return report.get("evaluation", 0) if on_node.get("timestamp") == iso else None
+
+            seen = await eventually(holding, timeout=15, what=f"{node}'s sample of {iso} in the leader's informer")
+
+            async def judged() -> dict[str, Any] | None:
+                _, body = await annotator.get(f"/debug/nodes/{node}")
+                report = (body or {}).get("load_taint") or {}
+                return report if report.get("evaluation", 0) > seen else None
+
+            return await eventually(judged, timeout=15, what=f"{node}'s sample of {iso} judged")
+
+        # K = 2 hot samples: one is not enough, the second taints
+        report = await counted(a, await samples.write(a, 0.9))
+        assert (report["hot"], report["streak"], report["confirmed_hot"]) == (True, 1, False)
+        assert await load_taint(stack, a) is None
+        await samples.write(a, 0.9)  # the annotator writes one sample per sync period; judged in turn
+        taint = await eventually(lambda: load_taint(stack, a), timeout=15, what="a tainted after 2 hot samples")
+        assert taint == {"key": TAINT_KEY, "value": "cpu_usage_avg_5m", "effect": "NoSchedule"}
+        # M = 2 cool samples: one keeps it, the second lifts it
+        report = await counted(a, await samples.write(a, 0.2))
+        assert (report["hot"], report["streak"], report["confirmed_hot"]) == (False, 1, True)
+        assert await load_taint(stack, a) is not None
+        await samples.write(a, 0.2)
+        await eventually(lambda: _untainted(stack, a), timeout=15, what="a lifted after 2 cool samples")
+        events = await eventually(lambda: _both(stack, a), what="an Event per change on a")
+        assert events == ["LoadTaintAdded", "LoadTaintRemoved"]
+
+        # never set on stale data: hot samples older than maxDataAge are not judged
+        for age in (30, 29):
+            report = await counted(b, await samples.write(b, 0.95, age=age))
+            assert report["hot"] is None and "older than maxDataAge" in report["problem"]
+        assert await load_taint(stack, b) is None
+        # lifted when the data goes stale: tainted, then no new sample
+        await counted(b, await samples.write(b, 0.95))  # each sample judged before the next replaces it
+        last = await samples.write(b, 0.95)
+        await eventually(lambda: load_taint(stack, b), timeout=15, what="b tainted")
+        await eventually(lambda: _untainted(stack, b), timeout=20, what="b lifted once its data is stale")
+        lifted_at = datetime.now(UTC)
+        assert lifted_at - last >= timedelta(seconds=8), "lifted before its data was older than maxDataAge"
+        assert (
+            await annotator.metric(
+                "crane_annotator_load_taint_changes_total", change="lifted", reason="stale", outcome="ok"
+            )
+            == 1
+        )
+        for node in stack.nodes:  # the fleet's nodes, fresh and cool, were never touched
+            assert await load_taint(stack, node.name) is None
+    finally:
+        for name in (a, b):
+            await v1.delete_node(name)
+
+
+async def _untainted(stack: Stack, node: str) -> bool:
+    return await load_taint(stack, node) is None
+
+
+async def _both(stack: Stack, node: str) -> list[str] | None:
+    reasons = sorted(await node_events(stack, node))
+    return reasons if len(reasons) >= 2 else None

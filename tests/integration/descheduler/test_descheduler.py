@@ -10,14 +10,27 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 
+from crane_sandbox.fleet import GI, make_fleet
+from crane_sandbox.pod_follower import create_nodes
 from crane_shared.annotations import encode_usage
 from crane_shared.batch import BATCH_CPU, BATCH_CPU_USAGE_KEY
-from tests.support.descheduler import FAST_POLICY, Fleet, Scene, annotate_load, pod_terminating
+from crane_shared.policy import default_policy, dump_policy
+from tests.support.descheduler import (
+    FAST_POLICY,
+    SELECTOR_KEY,
+    Fleet,
+    Scene,
+    annotate_load,
+    pod_terminating,
+    run_pod,
+)
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -158,3 +171,68 @@ async def _terminating(read: Callable[..., Awaitable[Any]], name: str, namespace
 
 async def _at_least(value: Callable[[], Awaitable[float]], floor: float) -> bool:
     return await value() >= floor
+
+
+async def test_the_drain_empties_an_idle_node_whose_pods_all_have_a_place_and_evicts_nothing_otherwise(
+    scene: Scene, fleet: Fleet, kube: client.ApiClient
+) -> None:
+    """``spec.drain`` with the scheduler policy's ``pack`` score: two idle nodes (10 % CPU, few requests), one
+    busier node with room. Every pod of ``idle-a`` has a place on the busier node by crane-scheduler's Filter:
+    both are evicted (Eviction API, ``LoadAwareDrained`` Events). On ``idle-b`` one pod may run on ``idle-b``
+    only (required node affinity): its node keeps both its pods, though the other one would fit elsewhere."""
+    busy, idle_a = scene.hot, scene.cool
+    labels = {SELECTOR_KEY: scene.label}
+    [extra] = make_fleet(1, cpu_cores=8, memory_bytes=32 * GI, labels=labels, prefix=f"ds-{scene.label}-b-")
+    idle_b = extra.name
+    fleet.state.add_node(extra)
+    await create_nodes(kube, [extra])
+    try:
+        now = datetime.now(UTC)
+        for name, cpu in ((busy, 0.5), (idle_a, 0.1), (idle_b, 0.1)):
+            await annotate_load(kube, name, cpu, now)
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [idle_b]}]}
+        pinned = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+        for name, node_name, kw in (
+            ("a1", idle_a, {}),
+            ("a2", idle_a, {}),
+            ("b1", idle_b, {}),
+            ("b2", idle_b, {"affinity": pinned}),
+        ):
+            await run_pod(kube, fleet.state, scene.namespace, name, node_name, scene.label, owner=f"web-{name}", **kw)
+        policy = yaml.safe_load(scheduler_policy_text())
+        policy["spec"]["scoring"] = {"strategy": "pack", "targetUtilization": 0.6}
+        scheduler = fleet.run_dir / f"pack-{scene.label}.yaml"
+        scheduler.write_text(yaml.safe_dump(policy))
+        descheduler = yaml.safe_load(FAST_POLICY.replace("LABEL", scene.label))
+        descheduler["spec"]["drain"] = {"consecutiveRounds": 2, "maxNodes": 2}
+        descheduler["spec"]["limits"]["maxPerNodePerRound"] = 2
+        path = fleet.run_dir / f"drain-{scene.label}.yaml"
+        path.write_text(yaml.safe_dump(descheduler))
+        proc = await scene.start("--policy", str(scheduler), "--descheduler-policy", str(path))
+        read = scene.core.read_namespaced_pod
+        for name in ("a1", "a2"):
+            await eventually(partial(_terminating, read, name, scene.namespace), timeout=60, what=f"{name} drained")
+
+        async def drained_events() -> list[Any]:
+            events = await scene.core.list_namespaced_event(scene.namespace, field_selector="reason=LoadAwareDrained")
+            return list(events.items) if len(events.items) == 2 else []
+
+        events = await eventually(drained_events, timeout=30, what="the drain's Events")
+        assert all(f"evicted from node {idle_a} to empty it" in e.message and busy in e.message for e in events)
+
+        async def refused() -> float:  # idle-b's two pods passed over, round after round
+            count = await proc.counter("skipped_pods", reason="drain-no-target")
+            return count if count >= 6 else 0.0
+
+        await eventually(refused, timeout=60, what="idle-b refused in three rounds")
+        for name in ("b1", "b2"):
+            assert not pod_terminating(await read(name, scene.namespace)), name
+        assert await proc.counter("evictions", reason="drain", result="evicted") == 2
+        _, plan = await proc.get("/debug/plan")
+        assert idle_b not in plan["draining"]
+    finally:
+        await client.CoreV1Api(kube).delete_node(idle_b)
+
+
+def scheduler_policy_text() -> str:
+    return dump_policy(default_policy())

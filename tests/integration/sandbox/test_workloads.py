@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 
 from crane_sandbox.devices import DEVICE_CLASS, DRIVER
@@ -363,3 +366,76 @@ async def test_node_lifecycle_controller_keeps_healthy_nodes_untainted(sandbox: 
         if time.time() > registered + GRACE + 10:
             return
         await asyncio.sleep(1)
+
+
+async def test_the_load_taint_keeps_pods_off_a_hot_node_but_a_tolerating_daemonset_still_runs_there(
+    sandbox: Sandbox, api: client.ApiClient, ns: str
+) -> None:
+    """The annotator's crane.io/load-hot taint on the real parts: the policy file gains ``spec.loadTaint`` (reloaded
+    like a ConfigMap update) with a threshold every node is above and a floor that keeps all but one untainted, so
+    exactly the hottest node is tainted (and an Event says so). kube-controller-manager's DaemonSet controller adds
+    tolerations for ``node.kubernetes.io/*`` taints only: a DaemonSet that does not tolerate ours gets no pod on the
+    tainted node (the controller does not create it), one that tolerates it (what the README tells operators to add)
+    runs there, placed by crane-scheduler. Removing the section lifts the taint."""
+    original = sandbox.policy_path.read_text()
+    policy = yaml.safe_load(original)
+    policy["spec"]["loadTaint"] = {
+        "hotRounds": 1,
+        "thresholds": {"cpu_usage_avg_5m": 0.0001},
+        "minUntaintedNodes": NODES - 1,
+    }
+    v1, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+
+    async def tainted() -> list[str]:
+        nodes = await raw_json(v1.list_node(_preload_content=False))
+        return [
+            n["metadata"]["name"]
+            for n in nodes["items"]
+            if any(t["key"] == "crane.io/load-hot" for t in n["spec"].get("taints") or [])
+        ]
+
+    _swap(sandbox.policy_path, yaml.safe_dump(policy))
+    try:
+        [hot] = await eventually(tainted, 60, "the hottest node tainted", interval=0.5)
+
+        async def added() -> list[dict[str, Any]]:
+            events = await raw_json(
+                client.EventsV1Api(api).list_namespaced_event(
+                    "default", field_selector=f"regarding.name={hot},reason=LoadTaintAdded", _preload_content=False
+                )
+            )
+            return list(events["items"])
+
+        [event] = await eventually(added, 30, "the LoadTaintAdded Event", interval=0.25)
+        assert event["regarding"]["kind"] == "Node" and "above 0.0001" in event["note"]
+        tolerant = template("tolerant", cpu="10m")
+        tolerant["spec"]["tolerations"] = [{"key": "crane.io/load-hot", "operator": "Exists", "effect": "NoSchedule"}]
+        for app, tmpl in (("tolerant", tolerant), ("plain", template("plain", cpu="10m"))):
+            spec = {"selector": {"matchLabels": {"app": app}}, "template": tmpl}
+            await apps.create_namespaced_daemon_set(ns, {"metadata": {"name": app}, "spec": spec})
+        everywhere = await all_running(api, ns, "tolerant", NODES, timeout=90)
+        assert hot in {p["spec"]["nodeName"] for p in everywhere}
+
+        async def plain_settled() -> dict[str, Any] | None:
+            ds = await raw_json(apps.read_namespaced_daemon_set("plain", ns, _preload_content=False))
+            status = ds.get("status") or {}
+            done = status.get("observedGeneration") == ds["metadata"]["generation"]
+            return status if done and status.get("numberReady") == status.get("desiredNumberScheduled") else None
+
+        status = await eventually(plain_settled, 90, "the plain DaemonSet settled", interval=0.5)
+        assert status["desiredNumberScheduled"] == NODES - 1, status
+        assert hot not in {p["spec"]["nodeName"] for p in await pods(api, ns, "plain")}
+    finally:
+        _swap(sandbox.policy_path, original)
+    await eventually(lambda: _none(tainted), 60, "the taint lifted once spec.loadTaint is gone", interval=0.5)
+
+
+def _swap(path: Path, text: str) -> None:
+    """Replace a file as a ConfigMap update does (a new inode), so readers see all of it or none."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+async def _none(probe: Callable[[], Awaitable[list[str]]]) -> bool:
+    return not await probe()

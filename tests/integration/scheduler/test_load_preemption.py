@@ -147,3 +147,46 @@ async def test_a_pod_refused_only_by_recent_estimates_is_retried_when_they_leave
     refused = [e["note"] for e in await events(kube, namespace, "FailedScheduling")]
     assert refused and all(f"1 {PUSHED}" in note for note in refused), refused
     assert timed >= 1  # retried by the time its refusal could lift
+
+
+async def test_a_node_nominated_by_someone_else_is_tried_first_and_the_others_when_it_does_not_fit(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+) -> None:
+    """An autoscaler's hint (kube 1.35's NominatedNodeNameForExpectation: it nominates the node it adds): a pod
+    whose ``status.nominatedNodeName`` another component wrote is placed on that node when it passes every
+    Filter, though Dynamic scores another node higher (kube's ``evaluateNominatedNode``); a pod nominated to a
+    node it does not fit is placed on the best of the others. The pods wait behind a scheduling gate until the
+    nomination is written, as a controller that nominates before it releases them."""
+    idle, warm, hot = f"{group}-idle", f"{group}-warm", f"{group}-hot"
+    await create_nodes(kube, [annotated(idle, group, 0.10), annotated(warm, group, 0.50), annotated(hot, group, 0.90)])
+    gate = {"schedulingGates": [{"name": "example.com/autoscaler"}]}
+    v1 = client.CoreV1Api(kube)
+    async with in_process(cluster, with_dynamic(scheduler_name), selector, plugin_registry()):
+        await create_pods(
+            kube,
+            namespace,
+            [pod(name, scheduler_name, spec=gate) for name in ("hinted", "misled", "plain")],
+        )
+        for name, nominated in (("hinted", warm), ("misled", hot)):
+            await v1.patch_namespaced_pod_status(
+                name,
+                namespace,
+                {"status": {"nominatedNodeName": nominated}},
+                _content_type="application/merge-patch+json",
+            )
+        for name in ("hinted", "misled", "plain"):
+            await v1.patch_namespaced_pod(
+                name, namespace, {"spec": {"schedulingGates": None}}, _content_type="application/merge-patch+json"
+            )
+
+        async def placed() -> dict[str, str] | None:
+            found = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in await pods_json(kube, namespace)}
+            return found if all(found.values()) and len(found) == 3 else None
+
+        nodes = await wait_for(placed, timeout=30, what="the three pods bound")
+    assert nodes == {"plain": idle, "hinted": warm, "misled": idle}

@@ -97,3 +97,21 @@ def test_a_metric_with_its_batch_share_shows_the_regular_usage_a_regular_pod_is_
     (row,) = node_rows([node("n", annotations)], [], default_policy(), NOW)
     assert row.usage["cpu_usage_avg_5m"] == "0.80! r0.50"
     assert row.usage["mem_usage_avg_5m"] == "0.70!"
+
+
+def test_the_load_taint_column_shows_the_annotators_taint_and_the_opt_out() -> None:
+    tainted = node("hot", {"cpu_usage_avg_5m": f"0.90000,{stamp(10)}"})
+    tainted["spec"] = {
+        "taints": [
+            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+            {"key": "crane.io/load-hot", "value": "cpu_usage_avg_5m", "effect": "NoSchedule"},
+        ]
+    }
+    nodes = [tainted, node("calm", {}), node("mine", {"crane.io/load-taint": "off"})]
+    rows = {r.name: r for r in node_rows(nodes, [], default_policy(), NOW)}
+    assert rows["hot"].load_taint == "NoSchedule (cpu_usage_avg_5m)"
+    assert (rows["calm"].load_taint, rows["mine"].load_taint) == ("-", "off")
+    text = render(list(rows.values()), default_policy())
+    assert "LOAD TAINT" in text.splitlines()[0]
+    # no section in the policy and no node tainted: no column
+    assert "LOAD TAINT" not in render([rows["calm"]], default_policy())

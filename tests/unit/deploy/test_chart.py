@@ -91,6 +91,56 @@ def test_the_annotator_watches_pods_and_patches_node_status_only_with_spec_recla
     assert ("", "nodes/status", "update") not in granted
 
 
+def test_the_load_taint_adds_node_events_and_an_uninstall_hook_with_its_own_least_privilege_account() -> None:
+    plain = render()
+    assert "crane-cleanup" not in json.dumps(plain), "no hook and no account without spec.loadTaint"
+    assert not [r for r in _rules_of(plain, "crane-annotator") if "events.k8s.io" in r["apiGroups"]]
+    objects = render("--set", "policy.spec.loadTaint.hotRounds=2")
+    events = [r for r in _rules_of(objects, "crane-annotator") if "events.k8s.io" in r["apiGroups"]]
+    assert events == [{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}]
+    assert by_kind(objects, "Role")["crane-annotator-node-events"]["metadata"]["namespace"] == "default"
+    job = by_kind(objects, "Job")["crane-cleanup"]
+    hooks = [o for o in objects if o["metadata"]["name"] == "crane-cleanup"]
+    assert {o["kind"] for o in hooks} == {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Job",
+    }
+    for o in hooks:  # created before the release's objects go, removed once it succeeded
+        assert o["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete", o["kind"]
+    weights = {o["kind"]: int(o["metadata"]["annotations"]["helm.sh/hook-weight"]) for o in hooks}
+    assert max(w for k, w in weights.items() if k != "Job") < weights["Job"], "the account exists before the Job"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "crane-cleanup"
+    assert pod["containers"][0]["command"] == [
+        "cranectl",
+        "load-taint",
+        "clear",
+        "--stop-annotator=crane-system/crane-annotator",
+        "--lease=crane-system/crane-annotator",
+        "--timeout=120",
+    ]
+    granted = {
+        (group, resource, verb, tuple(rule.get("resourceNames", ())))
+        for rule in _rules_of(objects, "crane-cleanup")
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == {
+        ("", "nodes", "get", ()),
+        ("", "nodes", "list", ()),
+        ("", "nodes", "patch", ()),
+        ("apps", "deployments/scale", "patch", ("crane-annotator",)),
+        ("coordination.k8s.io", "leases", "get", ("crane-annotator",)),
+    }
+    off = render("--set", "policy.spec.loadTaint.hotRounds=2,annotator.loadTaintCleanup.enabled=false")
+    assert "Job" not in {o["kind"] for o in off}
+
+
 def test_rbac_is_least_privilege_per_service() -> None:
     objects = render(*FULL)
     allowed = {
@@ -424,7 +474,7 @@ def test_the_sandbox_applies_the_charts_own_roles_per_namespace() -> None:
     shipped = render(
         "--set",
         "fullnameOverride=crane,extender.enabled=true,scheduler.topologyAware=true,serviceMonitor.enabled=true,"
-        "policy.spec.reclaim.maxAge=5m",
+        "policy.spec.reclaim.maxAge=5m,policy.spec.loadTaint.hotRounds=2",
     )
     for kind in ("ClusterRole", "Role"):  # the same rules; Lease names carry the prefix
         ours = {

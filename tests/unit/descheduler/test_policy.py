@@ -101,3 +101,28 @@ def test_invalid_yaml_and_wrong_kind_are_refused():
         parse_policy(HEAD + "spec: {}\nspec: {}\n", scheduler_default())
     with pytest.raises(PolicyError, match='kind: must be "LoadAwareDeschedulerPolicy", got "Other"'):
         parse_policy("apiVersion: descheduler.policy.crane.io/v1alpha1\nkind: Other\n", scheduler_default())
+
+
+def test_the_drain_is_off_unless_given_and_its_fields_are_checked() -> None:
+    from crane_descheduler.policy import Drain
+
+    assert default_policy(scheduler_default()).drain is None
+    on = parse_policy(HEAD + "spec:\n  drain: {}\n", scheduler_default())
+    assert on.drain == Drain({}, {"cpu": 0.5, "memory": 0.5}, 3, 1)
+    given = parse_policy(
+        HEAD + "spec:\n  drain: {usageBelow: {cpu_usage_avg_5m: 0.2}, requestsBelow: {cpu: 0.4}, maxNodes: 2}\n",
+        scheduler_default(),
+    )
+    assert given.drain == Drain({"cpu_usage_avg_5m": 0.2}, {"cpu": 0.4, "memory": 0.5}, 3, 2)
+    text = HEAD + (
+        "spec:\n  drain: {usageBelow: {gpu: 0.1}, requestsBelow: {cpu: 0, pods: 0.5}, consecutiveRounds: 0, max: 1}\n"
+    )
+    with pytest.raises(PolicyError) as err:
+        parse_policy(text, scheduler_default())
+    assert err.value.problems == [
+        "spec.drain.max: unknown field (expected one of: usageBelow, requestsBelow, consecutiveRounds, maxNodes)",
+        'spec.drain.usageBelow.gpu: metric "gpu" has no syncPolicy entry in the scheduler policy',
+        "spec.drain.requestsBelow.cpu: must be within (0, 1], got 0",
+        "spec.drain.requestsBelow.pods: only cpu and memory",
+        "spec.drain.consecutiveRounds: must be >= 1, got 0",
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -27,9 +28,11 @@ from crane_shared.loadaware.dynamic import (
     NodeCapacity,
     RecentBinding,
     filter_reason,
+    incoming_fraction,
     node_load,
     score,
 )
+from crane_shared.loadtaintpolicy import ScoringPolicy
 from crane_shared.policy import default_policy
 from tests.support.extender import NOW, names_args, node, nodes_args, pod, usage
 from tests.support.policy import UPSTREAM_METRICS as METRICS
@@ -181,23 +184,27 @@ usages = st.floats(min_value=0, max_value=1.2, allow_nan=False)
     ages=st.lists(st.integers(min_value=0, max_value=3 * 3600), min_size=6, max_size=6),
     hot=st.integers(min_value=0, max_value=4),
     recent_count=st.integers(min_value=0, max_value=6),
+    pack=st.booleans(),
 )
 def test_verdicts_and_scores_equal_the_dynamic_module(
-    values: list[dict[str, float]], ages: list[int], hot: int, recent_count: int
+    values: list[dict[str, float]], ages: list[int], hot: int, recent_count: int, pack: bool
 ) -> None:
-    args = DynamicArgs(default_policy())
+    """Also with the ``pack`` strategy, whose score counts the pod's own estimate."""
+    policy = replace(default_policy(), scoring=ScoringPolicy("pack", 0.6)) if pack else default_policy()
+    args = DynamicArgs(policy)
     fleet = [node(f"n{i}", usage(v, age=timedelta(seconds=ages[i]), hot=hot)) for i, v in enumerate(values)]
     recent = {"n0": [RecentBinding("n0", NOW.timestamp() - 20, cpu=1, memory=2**30)] * recent_count}
     d = decide(recent=recent, args=args)
-    result = run_filter(nodes_args(pod(), fleet), d)
-    scores = {h["Host"]: h["Score"] for h in prioritize_nodes(parse_args(nodes_args(pod(), fleet)), d)}
+    sized = pod(cpu="1", memory="1Gi")
+    result = run_filter(nodes_args(sized, fleet), d)
+    scores = {h["Host"]: h["Score"] for h in prioritize_nodes(parse_args(nodes_args(sized, fleet)), d)}
+    capacity = NodeCapacity(8, 32 * 2**30)
+    incoming = incoming_fraction(args.estimate, 1.0, float(2**30), capacity)
     for n in fleet:
         name = n["metadata"]["name"]
-        load = node_load(
-            name, n["metadata"]["annotations"], args, NOW, recent.get(name, ()), NodeCapacity(8, 32 * 2**30)
-        )
-        assert result["FailedNodes"].get(name) == filter_reason(load, args)
-        assert scores[name] == extender_score(score(load, args))
+        load = node_load(name, n["metadata"]["annotations"], args, NOW, recent.get(name, ()), capacity)
+        assert result["FailedNodes"].get(name) == filter_reason(load, args, incoming=incoming)
+        assert scores[name] == extender_score(score(load, args, incoming))
 
 
 # --- malformed requests ---------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -20,6 +21,7 @@ from crane_shared.loadaware.dynamic import (
     node_load,
     score,
 )
+from crane_shared.loadtaintpolicy import ScoringPolicy
 from crane_shared.policy import default_policy
 from tests.support.policy import UPSTREAM_METRICS as METRICS
 
@@ -68,11 +70,18 @@ def node_annotations(draw: st.DrawFn) -> dict[str, str]:
     closed=st.booleans(),
     incoming=st.one_of(st.none(), st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))),
     regular=st.booleans(),
+    target=st.one_of(st.none(), st.floats(0.05, 0.95)),
 )
 def test_vectorised_filter_and_score_equal_the_reference(
-    nodes: list[dict[str, str]], closed: bool, incoming: tuple[float, float] | None, regular: bool
+    nodes: list[dict[str, str]],
+    closed: bool,
+    incoming: tuple[float, float] | None,
+    regular: bool,
+    target: float | None,
 ) -> None:
-    args = DynamicArgs(POLICY, stale="fail-closed" if closed else "fail-open")
+    """``target``: the ``pack`` strategy toward it (its score counts the incoming pod), else ``spread``."""
+    policy = POLICY if target is None else replace(POLICY, scoring=ScoringPolicy("pack", target))
+    args = DynamicArgs(policy, stale="fail-closed" if closed else "fail-open")
     cols = LoadColumns(args, capacity=2)  # also exercises growth
     for row, ann in enumerate(nodes):
         cols.set_row(row, ann)
@@ -88,14 +97,14 @@ def test_vectorised_filter_and_score_equal_the_reference(
         for i in np.flatnonzero(mask).tolist():
             assert reasons[i] is None, "a node gets one reason"
             reasons[i] = reason
-    vector_scores = cols.scores(rows, now, regular=regular).tolist()
+    vector_scores = cols.scores(rows, now, regular=regular, incoming=extra).tolist()
     for i, ann in enumerate(nodes):
         ref = node_load(f"n{i}", ann, args, NOW, regular=regular)
         pod = None if incoming is None else {"cpu": incoming[0], "memory": incoming[1]}
         assert reasons[i] == filter_reason(ref, args, incoming=pod)
-        assert vector_scores[i] == score(ref, args)
+        assert vector_scores[i] == score(ref, args, pod)
         assert cols.reason_of(i, extra, regular=regular) == reasons[i], "the one-row path agrees"
-        assert cols.score_of(i, regular=regular) == vector_scores[i]
+        assert cols.score_of(i, regular=regular, incoming=extra) == vector_scores[i]
 
 
 bindings = st.lists(

@@ -95,3 +95,21 @@ def test_decisions_share_the_node_snapshot_until_a_node_changes() -> None:
     log.record(parse_pod(pod("p3")), NOW, s.table, {}, None, "")
     third = log.get("ns/p3")
     assert third is not None and third.nodes is not first.nodes and "c" in third.names
+
+
+def test_explain_shows_the_packing_strategy_and_the_pack_score(tmp_path: Any) -> None:
+    import yaml
+
+    from crane_shared.policy import default_policy, dump_policy
+    from tests.support.policy import write_policy
+
+    spec = yaml.safe_load(dump_policy(default_policy()))["spec"]
+    spec["scoring"] = {"strategy": "pack", "targetUtilization": 0.6}
+    path = write_policy(tmp_path / "policy.yaml", spec)
+    s = Setup(loaded("fuller", 0.5, hot=0), loaded("emptier", 0.1, hot=0), args={"policyConfigPath": str(path)})
+    out = decide(s, pod("p"))
+    assert out["result"] == {"node": "fuller"}
+    fuller = next(n for n in out["nodes"] if n["node"] == "fuller")
+    assert fuller["load"]["scoring"].startswith("pack toward 0.6")
+    assert fuller["scores"]["Dynamic"] == fuller["load"]["dynamicScore"] == 93
+    assert "load score: pack toward 0.6" in render_explain(out)

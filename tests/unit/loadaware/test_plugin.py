@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from crane_scheduler.config import ConfigError, parse_config
 from crane_scheduler.framework import ArgsError, Diagnosis, Handle
@@ -17,6 +18,7 @@ from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins import builtin_registry
 from crane_scheduler.podinfo import parse_node, parse_pod
+from crane_shared.policy import default_policy, dump_policy
 from tests.support.loadaware import NOW, Setup, loaded
 from tests.support.policy import write_policy
 from tests.support.scheduler import node, pod
@@ -188,3 +190,18 @@ def test_daemonset_pods_skip_the_dynamic_score_as_they_skip_the_filter() -> None
     ]
     assert len(set(s.plugin.score({}, parse_pod(pod()), s.table, rows).tolist())) > 1
     assert s.plugin.score({}, parse_pod(ds), s.table, rows).tolist() == [0] * len(rows)
+
+
+def test_pack_fills_the_fullest_nodes_toward_the_target_and_leaves_the_emptiest_empty(tmp_path: Path) -> None:
+    spec = yaml.safe_load(dump_policy(default_policy()))["spec"]
+    spec["scoring"] = {"strategy": "pack", "targetUtilization": 0.6}
+    path = write_policy(tmp_path / "policy.yaml", spec)
+    nodes = (loaded("a", 0.5, hot=0), loaded("b", 0.3, hot=0), loaded("empty", 0.0, hot=0))
+    spread = Setup(*nodes)
+    assert spread.place(pod("first", cpu="1")) == "empty"
+    pack = Setup(*nodes, args={"policyConfigPath": str(path)})
+    # each pod adds 0.6 x 1/16 to its node's estimate (and counts its own share in the score): a reaches the
+    # target after 2, b after 8; the empty node is not touched meanwhile, though the request-based plugins prefer it
+    placed = [pack.place(pod(f"p{i}", cpu="1")) for i in range(10)]
+    assert placed.count("empty") == 0, placed
+    assert placed.count("a") == 2 and placed.count("b") == 8, placed

@@ -38,6 +38,7 @@ from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     batch_window,
     resource_of,
+    target_load,
 )
 from crane_shared.policy import PredicatePolicy
 
@@ -290,8 +291,12 @@ class LoadColumns:
         extra: Mapping[str, FloatArray] | None = None,
         own_hot: FloatArray | None = None,
         regular: bool = False,
+        incoming: Mapping[str, FloatArray] | None = None,
     ) -> npt.NDArray[np.int64]:
-        """Dynamic scores 0..100 for ``rows`` (renormalised over valid metrics, rounded, minus 10 x hot)."""
+        """Dynamic scores 0..100 for ``rows`` (renormalised over valid metrics, rounded, minus 10 x hot); with the
+        ``pack`` strategy ``dynamic.pack_score``'s (``incoming``: the pod's share per resource, per row)."""
+        if self.args.policy.scoring.strategy == "pack":
+            return self._pack_scores(rows, now, extra, regular, incoming)
         weighted = np.zeros(len(rows))
         weights = np.zeros(len(rows))
         for priority in self.args.policy.priority:
@@ -308,6 +313,36 @@ class LoadColumns:
         value = raw - HOT_VALUE_PENALTY * hot
         # Python's round() is round-half-even, as is numpy's: both paths agree on .5 cases.
         return np.clip(np.round(value), 0, MAX_SCORE).astype(np.int64)
+
+    def _pack_scores(
+        self,
+        rows: npt.NDArray[np.intp],
+        now: float,
+        extra: Mapping[str, FloatArray] | None,
+        regular: bool,
+        incoming: Mapping[str, FloatArray] | None,
+    ) -> npt.NDArray[np.int64]:
+        """``dynamic.pack_score`` for ``rows``: the same operations in the same order (``target_load`` per metric)."""
+        target = self.args.policy.scoring.target_utilization
+        weighted = np.zeros(len(rows))
+        weights = np.zeros(len(rows))
+        for priority in self.args.policy.priority:
+            if priority.weight == 0:
+                continue
+            usage = self.usage(priority.name, rows, now, extra, regular)
+            valid = ~np.isnan(usage)
+            pod = incoming.get(resource_of(priority.name) or "") if incoming else None
+            if pod is not None:
+                usage = usage + pod[rows]
+            u = np.maximum(np.where(valid, usage, 0.0), 0.0)
+            with np.errstate(invalid="ignore"):
+                below = (1.0 - target) * u / target + target
+                part = np.where(u > 1.0, 0.0, np.where(u > target, target * (1.0 - u) / (1.0 - target), below))
+            weighted += np.where(valid, part * priority.weight, 0.0)
+            weights += np.where(valid, priority.weight, 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            raw = np.where(weights > 0, weighted * MAX_SCORE / np.where(weights > 0, weights, 1.0), NEUTRAL_SCORE)
+        return np.clip(np.round(raw), 0, MAX_SCORE).astype(np.int64)
 
     # -- one row at a time: the same arithmetic as ``filter`` and ``scores``, in Python floats (IEEE doubles, the
     # same operations in the same order, so bit-identical), for the few rows a decision refreshes: a numpy call
@@ -346,8 +381,11 @@ class LoadColumns:
         extra: Mapping[str, FloatArray] | None = None,
         own_hot: FloatArray | None = None,
         regular: bool = False,
+        incoming: Mapping[str, FloatArray] | None = None,
     ) -> int:
         """``scores`` for one row. ``evaluate`` must have run for the decision's time."""
+        if self.args.policy.scoring.strategy == "pack":
+            return self._pack_score_of(row, extra, regular, incoming)
         weighted = weights = 0.0
         for priority in self.args.policy.priority:
             if priority.weight == 0:
@@ -369,6 +407,31 @@ class LoadColumns:
         )
         value = raw - HOT_VALUE_PENALTY * hot
         return min(max(round(value), 0), MAX_SCORE)
+
+    def _pack_score_of(
+        self,
+        row: int,
+        extra: Mapping[str, FloatArray] | None,
+        regular: bool,
+        incoming: Mapping[str, FloatArray] | None,
+    ) -> int:
+        target = self.args.policy.scoring.target_utilization
+        weighted = weights = 0.0
+        for priority in self.args.policy.priority:
+            if priority.weight == 0:
+                continue
+            usage = float((self.regular_values if regular else self.fresh_values)[priority.name][row])
+            if extra is not None and priority.name in extra:
+                usage = usage + float(extra[priority.name][row])
+            if math.isnan(usage):
+                continue
+            pod = incoming.get(resource_of(priority.name) or "") if incoming else None
+            if pod is not None:
+                usage = usage + float(pod[row])
+            weighted += target_load(usage, target) * priority.weight
+            weights += priority.weight
+        raw = weighted * MAX_SCORE / weights if weights > 0 else NEUTRAL_SCORE
+        return min(max(round(raw), 0), MAX_SCORE)
 
 
 EARLY = 1e-3

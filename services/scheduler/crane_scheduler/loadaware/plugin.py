@@ -161,6 +161,8 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         self.versions = RowVersions()
         self._scores = {regular: ScoreCache(self.versions) for regular in (False, True)}
         self._codes = FilterCache(self.versions)
+        self._pack_scores = FilterCache(self.versions)
+        """``pack`` strategy: scores per pod size (they count the incoming pod)"""
         self._batch_ignored = 0
         self._reasons = self.columns.all_reasons()
         self._reason_index = {r: i for i, r in enumerate(self._reasons)}
@@ -329,6 +331,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         self._reasons = self.columns.all_reasons()
         self._reason_index = {r: i for i, r in enumerate(self._reasons)}
         self._codes.clear()
+        self._pack_scores.clear()
         self.versions.touch_all()
 
     # -- recent bindings of this scheduler ----------------------------------------------------------------------
@@ -433,7 +436,8 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             "preemptionVictimsGone": len(gone),
             "podClass": "regular" if regular else "batch",
             "podEstimate": {"cpu": cpu, "memory": memory, "source": "learned" if learned else "factor x request"},
-            "dynamicScore": score(load, self.args),
+            "dynamicScore": score(load, self.args, incoming),
+            "scoring": _scoring(self.args),
             "filter": filter_reason(filtered, self.args, incoming=incoming) or "passed",
         }
 
@@ -602,10 +606,38 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
                 )
             return self.columns.scores(changed, now, extra, own_hot, regular)
 
+        if self.args.policy.scoring.strategy == "pack":
+            return self._pack(state, pod, table, rows, now, extra, regular)
         scores = self._scores[regular].get(table.n_rows, compute)
         group = state.get(fwk.GANG)
         if self.gang_hot_value == "together" and group is not None:
             scores = self._without_own_gang(scores, group, now, extra, own_hot, regular)
+        return scores[rows]
+
+    def _pack(
+        self,
+        state: fwk.CycleState,
+        pod: PodInfo,
+        table: NodeTable,
+        rows: fwk.Rows,
+        now: float,
+        extra: dict[str, FloatArray],
+        regular: bool,
+    ) -> IntArray:
+        """The ``pack`` strategy's scores (``dynamic.pack_score``): they count the pod's own estimate, so they are
+        cached per pod size, as Filter's codes are. No hot-value term, so ``gangHotValue`` changes nothing here."""
+        size = state.get("Dynamic.size")
+        cpu, memory, learned = size if size is not None else self.estimate_of(pod, now)
+        incoming = self._incoming(table, cpu, memory, learned)
+
+        def compute(changed: fwk.Rows) -> IntArray:
+            if len(changed) <= ONE_BY_ONE:
+                return np.array(
+                    [self.columns.score_of(row, extra, None, regular, incoming) for row in changed.tolist()], np.int64
+                )
+            return self.columns.scores(changed, now, extra, None, regular, incoming)
+
+        scores: IntArray = self._pack_scores.get(self._size_key(cpu, memory, learned, regular), table.n_rows, compute)
         return scores[rows]
 
     def _without_own_gang(
@@ -647,6 +679,14 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
     def queueing_hints(self) -> fwk.QueueingHints:
         """Node events always queue (annotations change the load); a pod deletion only when it was a victim."""
         return {fwk.ClusterEvent.POD_DELETE: _victim_left}
+
+
+def _scoring(args: DynamicArgs) -> str:
+    """The score's strategy as explain shows it."""
+    scoring = args.policy.scoring
+    if scoring.strategy == "pack":
+        return f"pack toward {scoring.target_utilization:g} (the pod's estimate included; no hot-value penalty)"
+    return "spread (least used first, minus 10 x hot value)"
 
 
 def _lower(record: PodRecord | None, priority: int) -> bool:

@@ -1,0 +1,94 @@
+"""``spec.drain``: an idle node (real usage and requests low, K rounds) is emptied only when every pod on it has a
+place elsewhere by the scheduler's own Filter, and the scheduler's load score would not bring it back; otherwise
+nothing is evicted from it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from crane_descheduler.drain import DrainState
+from crane_descheduler.policy import Drain, Limits, default_policy
+from crane_descheduler.rounds import RoundResult, run_round
+from crane_shared.loadaware.dynamic import DynamicArgs
+from crane_shared.loadtaintpolicy import ScoringPolicy
+from crane_shared.policy import default_policy as scheduler_default
+from tests.support.descheduler import NOW, node, pod
+
+PACK = DynamicArgs(replace(scheduler_default(), scoring=ScoringPolicy("pack", 0.6)))
+SPREAD = DynamicArgs(scheduler_default())
+POLICY = replace(
+    default_policy(scheduler_default()),
+    drain=Drain(rounds=2),
+    limits=Limits(per_node_per_round=5, per_namespace_per_round=5, max_unavailable_per_workload=5, per_minute=30),
+)
+
+
+def rounds(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], *, args: DynamicArgs = PACK, policy=POLICY, times: int = 2
+) -> RoundResult:
+    state = DrainState()
+    result = None
+    for _ in range(times):
+        result = run_round(nodes, pods, {}, policy, args, {}, NOW, drain=state)
+        state = result.drain
+    assert result is not None
+    return result
+
+
+def drained(result: RoundResult) -> dict[str, str | None]:
+    return {e.pod.name: e.target for e in result.plan.evictions if e.kind == "drain"}
+
+
+def fleet() -> list[dict[str, Any]]:
+    return [node("idle", cpu=0.1, mem=0.05), node("busy", cpu=0.5, mem=0.5), node("warm", cpu=0.4, mem=0.4)]
+
+
+def test_an_idle_node_is_emptied_after_k_rounds_onto_the_fullest_node_that_passes_the_filter() -> None:
+    pods = [pod("a", "idle", owner="a"), pod("b", "idle", owner="b"), pod("agent", "idle", owner_kind="DaemonSet")]
+    first = rounds(fleet(), pods, times=1)
+    assert drained(first) == {} and first.drain.idle == {"idle": 1}
+    second = rounds(fleet(), pods)
+    # every pod has a place; pack sends them to the fullest node under its target; the DaemonSet pod stays
+    assert drained(second) == {"a": "busy", "b": "busy"}
+    assert second.drain.draining == frozenset({"idle"})
+    e = second.plan.evictions[0]
+    assert (e.node, e.metric, e.threshold) == ("idle", "cpu_usage_avg_5m", 0.35) and e.value == 0.1
+
+
+def test_nothing_is_evicted_when_one_pod_has_no_place_elsewhere() -> None:
+    nodes = [*fleet()[:1], node("busy", cpu=0.45, mem=0.3, cores=4)]
+    # "big" fits nowhere else by requests (4 cores, 3 of them taken): so "small", which would fit, stays too
+    pods = [pod("small", "idle", owner="s"), pod("big", "idle", cpu="2", owner="b"), pod("x", "busy", cpu="3")]
+    result = rounds(nodes, pods)
+    assert drained(result) == {}
+    assert result.plan.skipped["drain-no-target"] == 2 and result.drain.draining == frozenset()
+    # the places tried for "small" were given back: the next idle node's pods still find them
+    freed = rounds([*nodes, node("idle2", cpu=0.05, mem=0.05)], [*pods, pod("c", "idle2", cpu="1", owner="c")])
+    assert drained(freed) == {"c": "busy"}
+
+
+def test_with_the_spread_score_the_replacement_would_come_back_so_nothing_is_drained() -> None:
+    result = rounds(fleet(), [pod("a", "idle", owner="a")], args=SPREAD)
+    assert drained(result) == {} and result.plan.skipped["drain-would-return"] == 1
+
+
+def test_a_pod_no_controller_recreates_keeps_its_node_out_of_the_drain() -> None:
+    pods = [pod("a", "idle", owner="a"), pod("bare", "idle", owner_kind=None)]
+    result = rounds(fleet(), pods)
+    assert drained(result) == {} and result.plan.skipped["drain-blocked"] == 1
+
+
+def test_a_node_whose_requests_are_high_is_not_idle_however_low_its_usage() -> None:
+    pods = [pod("a", "idle", cpu="5", owner="a")]  # 5 of 8 cores requested: above requestsBelow 0.5
+    result = rounds(fleet(), pods)
+    assert drained(result) == {} and result.drain.idle == {}
+
+
+def test_one_node_at_a_time_the_emptiest_first_and_budgets_pace_the_evictions() -> None:
+    nodes = [*fleet(), node("idle2", cpu=0.1, mem=0.1)]
+    pods = [pod("a", "idle", owner="a"), pod("b", "idle", owner="b"), pod("c", "idle2", cpu="2", owner="c")]
+    paced = replace(POLICY, limits=replace(POLICY.limits, per_node_per_round=1))
+    result = rounds(nodes, pods, policy=paced)
+    assert list(drained(result)) == ["a"] and result.drain.draining == frozenset({"idle"})
+    assert result.plan.skipped["drain-node-budget"] == 1
