@@ -14,7 +14,6 @@ import contextlib
 import importlib.util
 import ssl
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -92,25 +91,43 @@ Mode = Literal["replace", "second"]
 Autoscaler = Literal["karpenter"]
 
 
+AUTOSCALING_POLICY = """\
+  # --autoscaler (README, "With an autoscaler"): a node hot for 2 samples in a row carries
+  # crane.io/load-hot:NoSchedule, so the autoscaler's simulation sees it full and adds a node for the pods refused
+  # there; lifted after 2 cool samples. The 5-minute averages taint at 0.55, ten points under the predicates: the
+  # Filter also refuses a node that the incoming pod would push over 0.65, and a node refusing every pod without
+  # the taint would hide the pending pods from the autoscaler; the 1-hour maxima at the predicates' 0.75. The score
+  # packs toward 50 % real usage, leaving the emptiest nodes empty.
+  loadTaint:
+    hotRounds: 2
+    coolRounds: 2
+    thresholds:
+      cpu_usage_avg_5m: 0.55
+      mem_usage_avg_5m: 0.55
+      cpu_usage_max_avg_1h: 0.75
+      mem_usage_max_avg_1h: 0.75
+  scoring: {strategy: pack, targetUtilization: 0.5}
+"""
+
+AUTOSCALING_DESCHEDULER_POLICY = """\
+  # --autoscaler: nodes whose real usage (under the low thresholds) and requests (under half) are low for 3 rounds
+  # are emptied, two at a time, when every pod has a place elsewhere by the scheduler's Filter, so the autoscaler
+  # removes them.
+  drain: {consecutiveRounds: 3, maxNodes: 2}
+"""
+
+
 def autoscaling_policy(policy: str) -> str:
-    """The sandbox policy as ``--autoscaler`` runs it: the load taint on, so an autoscaler's simulation sees a
-    hot node as full and adds nodes for the pods crane-scheduler refuses there (issue 39). The hook for the
-    policy's taint fields: until the scheduler's policy has them this is the policy unchanged."""
-    return policy
-
-
-def autoscaling_scheduler_args() -> dict[str, Any]:
-    """Dynamic's further args under ``--autoscaler``: the packing score (fill nodes toward a target real
-    utilisation, leave the emptiest empty, so the autoscaler can remove them). The hook for the packing mode's
-    args: until Dynamic has them, none."""
-    return {}
+    """The sandbox policy as ``--autoscaler`` runs it (``AUTOSCALING_POLICY`` added to its spec): the load taint,
+    so an autoscaler's simulation sees a hot node as full and adds nodes for the pods crane-scheduler refuses
+    there, and the packing score."""
+    return policy.rstrip("\n") + "\n" + AUTOSCALING_POLICY
 
 
 def autoscaling_descheduler_policy(policy: str) -> str:
-    """The descheduler policy under ``--autoscaler``: the drain strategy on (empty the nodes whose real usage and
-    requests are both low, when the rest has room by the scheduler's Filter). The hook for its fields: until the
-    descheduler has them, the policy unchanged."""
-    return policy
+    """The descheduler policy under ``--autoscaler`` (``AUTOSCALING_DESCHEDULER_POLICY`` added to its spec): the
+    drain, which empties idle nodes so the autoscaler can remove them."""
+    return policy.rstrip("\n") + "\n" + AUTOSCALING_DESCHEDULER_POLICY
 
 
 SCHEDULER_CONFIG_HEADER = """\
@@ -142,21 +159,11 @@ SCHEDULER_PROFILE = """\
 """
 
 
-def sandbox_scheduler_config(names: tuple[str, ...], dynamic_args: Mapping[str, Any] | None = None) -> str:
-    """The sandbox's configuration with the same profile under each of ``names``; ``dynamic_args`` are further
-    args of Dynamic (``autoscaling_scheduler_args``)."""
-    text = SCHEDULER_CONFIG_HEADER.replace("{scheduler_name}", names[0]) + "".join(
+def sandbox_scheduler_config(names: tuple[str, ...]) -> str:
+    """The sandbox's configuration with the same profile under each of ``names``."""
+    return SCHEDULER_CONFIG_HEADER.replace("{scheduler_name}", names[0]) + "".join(
         SCHEDULER_PROFILE.replace("{scheduler_name}", name) for name in names
     )
-    if not dynamic_args:
-        return text
-    config = yaml.safe_load(text)
-    for profile in config["profiles"]:
-        for plugin in profile["pluginConfig"]:
-            if plugin["name"] == "Dynamic":
-                plugin["args"].update(dynamic_args)
-    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
-    return header + yaml.safe_dump(config, sort_keys=False)
 
 
 UPSTREAM_STYLE = "crane-upstream-style"
@@ -354,9 +361,7 @@ class Sandbox:
             self.policy_path.write_text(self.policy)
             self.descheduler_policy_path.write_text(self.descheduler_policy)
             if self.scheduler_config is None:
-                signals = self.autoscaler is not None and self.load_signals
-                dynamic_args = autoscaling_scheduler_args() if signals else None
-                config = sandbox_scheduler_config(crane_scheduler_names(self.mode), dynamic_args)
+                config = sandbox_scheduler_config(crane_scheduler_names(self.mode))
             else:
                 config = self.scheduler_config.replace("{scheduler_name}", self.scheduler_name)
             self.scheduler_config_path.write_text(config.replace("{policy}", str(self.policy_path)))

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
+from crane_descheduler.policy import parse_policy as parse_descheduler_policy
 from crane_sandbox.karpenter import INSTANCE_CPU, INSTANCE_TYPE, NodePoolSettings, chart_rbac, nodepool_manifest
-from crane_sandbox.sandbox import SANDBOX_POLICY, Sandbox, sandbox_scheduler_config
+from crane_sandbox.sandbox import SANDBOX_POLICY, Sandbox
+from crane_shared.policy import parse_policy
 
 RENDERED = """\
 ---
@@ -63,12 +64,18 @@ def test_bad_nodepool_settings_are_refused_naming_the_field(settings: dict[str, 
         NodePoolSettings(**settings)  # type: ignore[arg-type]
 
 
-def test_dynamic_args_reach_every_profile_of_the_sandbox_configuration() -> None:
-    text = sandbox_scheduler_config(("default-scheduler", "crane-scheduler"), {"scoringStrategy": "x"})
-    config = yaml.safe_load(text)
-    args = [p["args"] for prof in config["profiles"] for p in prof["pluginConfig"] if p["name"] == "Dynamic"]
-    assert len(args) == 2 and all(a["scoringStrategy"] == "x" and "policyConfigPath" in a for a in args)
-    assert text.startswith("# crane-scheduler's configuration in the sandbox")
+def test_with_an_autoscaler_the_policies_turn_the_taint_packing_and_the_drain_on(tmp_path: Path) -> None:
+    sandbox = Sandbox(nodes=1, run_dir=tmp_path, autoscaler="karpenter")
+    policy = parse_policy(sandbox.policy)
+    assert policy.scoring.strategy == "pack"
+    assert policy.load_taint is not None and policy.load_taint.effect == "NoSchedule"
+    thresholds = dict(policy.load_taint.thresholds)
+    filters = {p.name: p.max_limit_percent for p in policy.predicate if p.max_limit_percent}
+    assert set(thresholds) == set(filters)  # a node the Filter refuses on any metric can be tainted for it
+    assert all(thresholds[m] <= filters[m] for m in thresholds)
+    assert thresholds["cpu_usage_avg_5m"] < filters["cpu_usage_avg_5m"]  # before the Filter refuses every pod
+    drain = parse_descheduler_policy(sandbox.descheduler_policy, policy).drain
+    assert drain is not None and drain.max_nodes == 2
 
 
 def test_without_an_autoscaler_or_its_signals_the_sandbox_policies_are_the_defaults(tmp_path: Path) -> None:
