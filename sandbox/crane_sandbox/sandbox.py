@@ -94,16 +94,17 @@ Autoscaler = Literal["karpenter"]
 AUTOSCALING_POLICY = """\
   # --autoscaler (README, "With an autoscaler"): a node hot for 2 samples in a row carries
   # crane.io/load-hot:NoSchedule, so the autoscaler's simulation sees it full and adds a node for the pods refused
-  # there; lifted after 2 cool samples. The 5-minute averages taint at 0.55, ten points under the predicates: the
+  # there; lifted after 2 cool samples. The 5-minute averages taint at 0.6, five points under the predicates: the
   # Filter also refuses a node that the incoming pod would push over 0.65, and a node refusing every pod without
-  # the taint would hide the pending pods from the autoscaler; the 1-hour maxima at the predicates' 0.75. The score
-  # packs toward 50 % real usage, leaving the emptiest nodes empty.
+  # the taint hides the pending pods from the autoscaler (above the uneven fleet's highest base load, 0.55 CPU and
+  # 0.6 memory, so no idle node is tainted); the 1-hour maxima at the predicates' 0.75. The score packs toward
+  # 50 % real usage, leaving the emptiest nodes empty.
   loadTaint:
     hotRounds: 2
     coolRounds: 2
     thresholds:
-      cpu_usage_avg_5m: 0.55
-      mem_usage_avg_5m: 0.55
+      cpu_usage_avg_5m: 0.6
+      mem_usage_avg_5m: 0.6
       cpu_usage_max_avg_1h: 0.75
       mem_usage_max_avg_1h: 0.75
   scoring: {strategy: pack, targetUtilization: 0.5}

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from crane_descheduler.policy import parse_policy as parse_descheduler_policy
+from crane_sandbox.fleet import base_loads
 from crane_sandbox.karpenter import INSTANCE_CPU, INSTANCE_TYPE, NodePoolSettings, chart_rbac, nodepool_manifest
 from crane_sandbox.sandbox import SANDBOX_POLICY, Sandbox
 from crane_shared.policy import parse_policy
@@ -74,6 +75,8 @@ def test_with_an_autoscaler_the_policies_turn_the_taint_packing_and_the_drain_on
     assert set(thresholds) == set(filters)  # a node the Filter refuses on any metric can be tainted for it
     assert all(thresholds[m] <= filters[m] for m in thresholds)
     assert thresholds["cpu_usage_avg_5m"] < filters["cpu_usage_avg_5m"]  # before the Filter refuses every pod
+    idle = base_loads("uneven", 10)
+    assert all(cpu <= thresholds["cpu_usage_avg_5m"] and mem <= thresholds["mem_usage_avg_5m"] for cpu, mem in idle)
     drain = parse_descheduler_policy(sandbox.descheduler_policy, policy).drain
     assert drain is not None and drain.max_nodes == 2
 
