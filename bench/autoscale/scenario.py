@@ -34,14 +34,15 @@ class Scenario:
     base_work: float = 8.0
     """the service's CPU demand in cores outside the surge"""
     surge_work: float = 32.0
-    pod_cpu_request: float = 1.0
-    pod_cpu_limit: float = 2.0
-    pod_memory_request: str = "1Gi"
-    pod_memory_usage: str = "512Mi"
-    target: float = 0.8
-    """the HPA's target CPU per replica (80 % of the request)"""
+    pod_cpu_request: float = 0.5
+    pod_cpu_limit: float = 1.0
+    pod_memory_request: str = "512Mi"
+    pod_memory_usage: str = "256Mi"
+    target: float = 0.4
+    """the HPA's target CPU per replica (80 % of the request; 5 % of a node: under the gap between the sandbox's
+    load taint, 0.6, and the Filter's 0.65, so a node the Filter refuses for one more replica is tainted)"""
     min_replicas: int = 2
-    max_replicas: int = 60
+    max_replicas: int = 120
     hpa_period_s: float = 5.0
     scale_down_window_s: float = 30.0
     tick_s: float = 2.0
@@ -73,7 +74,7 @@ class Scenario:
             fall_s=30.0,
             base_work=2.4,
             surge_work=7.2,
-            max_replicas=12,
+            max_replicas=24,
             hpa_period_s=2.0,
             scale_down_window_s=5.0,
             tick_s=1.0,
