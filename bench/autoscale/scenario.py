@@ -31,8 +31,8 @@ class Scenario:
     warm_s: float = 60.0
     surge_s: float = 180.0
     fall_s: float = 420.0
-    base_work: float = 8.0
-    """the service's CPU demand in cores outside the surge"""
+    base_work: float = 6.0
+    """the service's CPU demand in cores outside the surge (15 replicas: the two nodes at 47 %, under the taint)"""
     surge_work: float = 32.0
     pod_cpu_request: float = 0.5
     pod_cpu_limit: float = 1.0

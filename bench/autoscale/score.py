@@ -244,11 +244,11 @@ def series(record: Record) -> Mapping[str, list[float]]:
     """The plot's columns: time (minutes), nodes, Ready nodes, mean and max CPU utilisation (%), pending pods."""
     ticks = record.ticks
     return {
-        "minutes": [k.t / 60 for k in ticks],
+        "minutes": [round(k.t / 60, 3) for k in ticks],
         "nodes": [float(len(k.nodes)) for k in ticks],
         "ready": [float(sum(n.ready for n in k.nodes)) for k in ticks],
-        "mean_cpu": [100 * sum(n.cpu for n in k.nodes) / len(k.nodes) if k.nodes else 0.0 for k in ticks],
-        "max_cpu": [100 * max((n.cpu for n in k.nodes), default=0.0) for k in ticks],
+        "mean_cpu": [round(100 * sum(n.cpu for n in k.nodes) / len(k.nodes), 1) if k.nodes else 0.0 for k in ticks],
+        "max_cpu": [round(100 * max((n.cpu for n in k.nodes), default=0.0), 1) for k in ticks],
         "pending": [float(k.pending) for k in ticks],
         "tainted": [float(sum(n.tainted for n in k.nodes)) for k in ticks],
     }
