@@ -4,7 +4,9 @@ A real control plane (etcd, kube-apiserver, kube-controller-manager), KWOK's sim
 node-exporter fleet with uneven base load (and each pod's cAdvisor series), Prometheus, and the services
 (event-recorder, annotator, scheduler, descheduler). By default crane-scheduler serves
 ``default-scheduler`` ("replace" mode, so any Deployment is scheduled by it unchanged); ``--mode second`` runs it
-as a second scheduler (``schedulerName: crane-scheduler``) beside the real kube-scheduler.
+as a second scheduler (``schedulerName: crane-scheduler``) beside the real kube-scheduler. ``--autoscaler
+karpenter`` adds Karpenter with its KWOK provider and a NodePool (built on first use: many minutes), and turns on
+what makes load visible to it: a hot node grows the cluster, an emptied one is removed.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import time
 
 from crane_sandbox.devices import parse_devices, parse_node_devices
 from crane_sandbox.fleet import LoadShape
+from crane_sandbox.karpenter import NodePoolSettings
 from crane_sandbox.kubebin import kubectl_binary
-from crane_sandbox.sandbox import Mode, Sandbox
+from crane_sandbox.sandbox import Autoscaler, Mode, Sandbox
 from crane_sandbox.topology import TopologySpec, parse_node_topology
 from crane_shared.logs import configure_logging
 
@@ -73,9 +76,25 @@ def main() -> None:
         metavar="NODE=gpu=COUNT",
         help="one node's GPUs, e.g. node-0003=gpu=0 for a node without any (repeatable)",
     )
+    parser.add_argument(
+        "--autoscaler",
+        choices=["none", "karpenter"],
+        default="none",
+        help="karpenter: Karpenter (KWOK provider) adds nodes from a NodePool for pods no node can take and removes "
+        "empty ones; the policy turns the load taint and packing on (default none; first use builds it: minutes)",
+    )
+    parser.add_argument(
+        "--autoscaler-max-nodes",
+        type=int,
+        default=10,
+        metavar="N",
+        help="the NodePool's limit: at most N nodes added (8 CPUs each, like the sandbox's own; default 10)",
+    )
     args = parser.parse_args()
     if args.nodes < 1:
         parser.error("--nodes must be at least 1")
+    if args.autoscaler_max_nodes < 1:
+        parser.error("--autoscaler-max-nodes must be at least 1")
     try:
         topology = TopologySpec(args.numa_zones, args.reserved_cpus)
         per_node = dict(parse_node_topology(t) for t in args.node_topology)
@@ -84,7 +103,9 @@ def main() -> None:
     except ValueError as err:
         parser.error(str(err))
     configure_logging("warning")
-    asyncio.run(run(args.nodes, args.load, args.mode, topology, per_node, devices, node_devices))
+    autoscaler = None if args.autoscaler == "none" else args.autoscaler
+    nodepool = NodePoolSettings(max_nodes=args.autoscaler_max_nodes)
+    asyncio.run(run(args.nodes, args.load, args.mode, topology, per_node, devices, node_devices, autoscaler, nodepool))
     sys.exit(0)
 
 
@@ -96,6 +117,8 @@ async def run(
     per_node: dict[str, TopologySpec],
     devices: int = 0,
     node_devices: dict[str, int] | None = None,
+    autoscaler: Autoscaler | None = None,
+    nodepool: NodePoolSettings | None = None,
 ) -> None:
     sandbox = Sandbox(
         nodes=nodes,
@@ -105,12 +128,15 @@ async def run(
         node_topologies=per_node,
         devices=devices,
         node_devices=dict(node_devices or {}),
+        autoscaler=autoscaler,
+        nodepool=nodepool or NodePoolSettings(),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print("starting the sandbox (the first run builds Kubernetes and KWOK: minutes)...", flush=True)
+    built = "Kubernetes, KWOK and Karpenter" if autoscaler else "Kubernetes and KWOK"
+    print(f"starting the sandbox (the first run builds {built}: minutes)...", flush=True)
     started = time.monotonic()
     kubectl = asyncio.create_task(asyncio.to_thread(kubectl_binary))  # the banner's line names its folder
     await sandbox.start()

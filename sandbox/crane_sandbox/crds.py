@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes_asyncio import client
@@ -22,8 +23,13 @@ TIMEOUT = 10.0
 
 async def install_crd(api: client.ApiClient, path: Path, timeout: float = 30.0) -> None:
     """Create the CRD in ``path`` (kept if present) and wait until it is Established."""
-    ext = client.ApiextensionsV1Api(api)
     body = yaml.safe_load(await asyncio.to_thread(path.read_text))
+    await install_crd_body(api, body, timeout)
+
+
+async def install_crd_body(api: client.ApiClient, body: dict[str, Any], timeout: float = 30.0) -> None:
+    """Create the CRD ``body`` (kept if present) and wait until it is Established."""
+    ext = client.ApiextensionsV1Api(api)
     try:
         await raw_json(ext.create_custom_resource_definition(body, _preload_content=False, _request_timeout=TIMEOUT))
     except ApiException as err:

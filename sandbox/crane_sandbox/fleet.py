@@ -159,6 +159,56 @@ def base_loads(shape: LoadShape, n: int, low: float = 0.10, high: float = 0.55) 
     return [(round(low + (high - low) * f, 4), round(low + 0.05 + (high - low) * f, 4)) for f in fractions]
 
 
+NEW_NODE_BASE = (0.10, 0.15)
+"""(cpu, memory) base fractions of a node the sandbox did not create (an autoscaler's): a fresh node's system
+load, the low end of ``base_loads``."""
+
+INSTANCE_CPU_LABEL = "karpenter.kwok.sh/instance-cpu"
+INSTANCE_MEMORY_LABEL = "karpenter.kwok.sh/instance-memory"
+
+
+def sim_node_of(node: Mapping[str, Any], base: tuple[float, float] = NEW_NODE_BASE) -> SimNode | None:
+    """The simulated node behind a Node object someone else created (Karpenter's KWOK provider), or None while it
+    has no CPUs to tell. Its size is its instance type's (the provider's ``instance-cpu``/``instance-memory``
+    labels: the provider sets the node's capacity to the requests that launched it), else its capacity, else its
+    allocatable (a node without both CPUs and memory is not simulated yet). Its series are exported with
+    ``instance`` = the node name: such a node has no address of ours,
+    and KWOK may give every node it initializes the same InternalIP."""
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = node.get("status") or {}
+    sources: list[Mapping[str, Any]] = [
+        {"cpu": labels.get(INSTANCE_CPU_LABEL), "memory": labels.get(INSTANCE_MEMORY_LABEL)},
+        status.get("capacity") or {},
+        status.get("allocatable") or {},
+    ]
+    cpu = next((c for c in (_quantity(s.get("cpu"), parse_cpu) for s in sources) if c), None)
+    memory = next((m for m in (_quantity(s.get("memory"), parse_memory) for s in sources) if m), None)
+    if not cpu or not memory:
+        return None
+    ip = next((a.get("address", "") for a in status.get("addresses") or [] if a.get("type") == "InternalIP"), "")
+    return SimNode(
+        name=str(meta.get("name")),
+        internal_ip=str(ip),
+        cpu_cores=cpu,
+        memory_bytes=int(memory),
+        base_cpu_fraction=base[0],
+        base_mem_fraction=base[1],
+        labels=dict(labels),
+        instance_style="name",
+    )
+
+
+def _quantity(text: Any, parse: Callable[[str], float] | Callable[[str], int]) -> float | None:
+    """``parse(text)``, or None when ``text`` is absent or not a quantity."""
+    if text is None or text == "":
+        return None
+    try:
+        return parse(str(text))
+    except ValueError:
+        return None
+
+
 def node_manifest(node: SimNode) -> dict[str, Any]:
     """The Node object to create; status is a subresource and goes separately (see ``node_status``)."""
     return {
@@ -404,6 +454,19 @@ class FleetState:
         self.advance(now)
         self._nodes[node.name] = node
         self._counters.setdefault(node.name, _Counters())
+
+    def remove_node(self, name: str, now: float | None = None) -> None:
+        """Forget a deleted node and the pods still counted on it: its series leave the exporter."""
+        if name not in self._nodes:
+            return
+        self.advance(now)
+        for uid in list(self._by_node.get(name, {})):
+            self._drop(uid)
+            self._pod_cpu.pop(uid, None)
+        del self._nodes[name]
+        self._counters.pop(name, None)
+        self._used.pop(name, None)
+        self._by_node.pop(name, None)
 
     def on_pod(self, pod: Mapping[str, Any] | Any, now: float | None = None) -> BoundPod | None:
         """Apply an added or modified pod; returns its usage, or None when it no longer loads a node."""

@@ -6,7 +6,8 @@ newest supported: 1.37), the same three from ``sandbox/kube135`` (the oldest sup
 KWOK's controller from ``sandbox/kwok`` (a separate module pinning ``sigs.k8s.io/kwok``, so KWOK's dependency
 versions never move the Kubernetes pin), and, on demand only, kubernetes-sigs/descheduler from
 ``sandbox/descheduler`` (bench/rebalance) and kubernetes-sigs/scheduler-plugins' scheduler with Coscheduling from
-``sandbox/schedplugins`` (bench/gangs), each its own module too. Each module is one ``go build`` invocation. The
+``sandbox/schedplugins`` (bench/gangs), and Karpenter with its KWOK cloud provider from ``sandbox/karpenter``
+(``--autoscaler karpenter``, bench/autoscale), each its own module too. Each module is one ``go build`` invocation. The
 cache key hashes the module's files, so binaries are rebuilt only when a pin (or a build file) changes; a fresh
 clone on the same machine reuses them. The first build takes several minutes. The judge (``cmd/judge``:
 kube-scheduler's own plugins as a JSON oracle for tests/differential) is built next to them.
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +41,7 @@ RELEASE_ENV = "CRANE_KUBE_RELEASE"
 KWOK_MODULE_DIR = SANDBOX_DIR / "kwok"
 DESCHEDULER_MODULE_DIR = SANDBOX_DIR / "descheduler"
 COSCHEDULER_MODULE_DIR = SANDBOX_DIR / "schedplugins"
+KARPENTER_MODULE_DIR = SANDBOX_DIR / "karpenter"
 BINARIES = (
     "kube-apiserver",
     "kube-scheduler",
@@ -48,6 +51,7 @@ BINARIES = (
 KWOK_BINARIES = ("kwok",)
 DESCHEDULER_BINARIES = ("descheduler",)
 COSCHEDULER_BINARIES = ("coscheduler",)
+KARPENTER_BINARIES = ("karpenter",)
 GO_BUILD_FLAGS = ("-trimpath", "-ldflags=-s -w", "-gcflags=all=-dwarf=false")
 """No symbol table or debug information: the linker drops DWARF anyway (-w), and not generating it saves ~8% of
 the compile's CPU. scripts/tools and scripts/build-toxiproxy use the same flags, so packages they share with these
@@ -63,6 +67,25 @@ KWOK_STAGES = (
 """KWOK's default stages as ``kwokctl`` configures them (node-fast, heartbeat with Lease, pod-fast), copied from
 the pinned module at build time: nodes become Ready and renew their Lease, bound pods go Running with an IP, Job
 pods complete, deletions are confirmed."""
+
+KARPENTER_CRDS = (
+    "kwok/charts/crds/karpenter.sh_nodepools.yaml",
+    "kwok/charts/crds/karpenter.sh_nodeclaims.yaml",
+    "kwok/charts/crds/karpenter.sh_nodeoverlays.yaml",
+    "kwok/charts/crds/autoscaling.x-k8s.io_capacitybuffers.yaml",
+    "kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml",
+)
+"""The CRDs of Karpenter's KWOK chart (NodePool, NodeClaim, NodeOverlay, CapacityBuffer; the chart's NodePool
+variant reserves the ``karpenter.kwok.sh`` label domain) and the provider's KWOKNodeClass, copied from the pinned
+module at build time."""
+
+KARPENTER_CHART = "kwok/charts"
+"""Karpenter's KWOK Helm chart, copied from the pinned module at build time: ``crane_sandbox.karpenter`` renders it
+(``helm template``) and applies its ServiceAccount, roles and bindings, so the sandbox's Karpenter runs with exactly
+the permissions of the pinned release's chart."""
+
+ExtraWriter = Callable[[str, Path, dict[str, str], Path], None]
+"""Writes one extra file of a build from the pinned module's sources: (go, module_dir, env, out)."""
 
 
 @dataclass(frozen=True)
@@ -114,11 +137,14 @@ def _ensure_built(
     what: str,
     *,
     quiet: bool,
-    extra: tuple[str, ...] = (),
+    extra: Mapping[str, ExtraWriter] | None = None,
+    env: Mapping[str, str] | None = None,
     packages: tuple[str, ...] = ("./cmd/...",),
 ) -> Path:
-    """The cache directory holding ``binaries`` (and ``extra`` files), after one ``go build`` of ``packages`` (the
-    module's own commands, or upstream's by import path) if needed."""
+    """The cache directory holding ``binaries`` (and the ``extra`` files, each written by its writer), after one
+    ``go build`` of ``packages`` (the module's own commands, or upstream's by import path) if needed; ``env`` adds
+    to the build's environment."""
+    extra = extra or {}
     target = cache_root() / key
     wanted = (*binaries, *extra)
     if all((target / b).exists() for b in wanted):
@@ -139,33 +165,61 @@ def _ensure_built(
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root()))
         if not quiet:
             print(f"building {what} (first time: minutes)...", file=sys.stderr, flush=True)
-        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false"}
+        build_env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false", **(env or {})}
         started = time.monotonic()
         subprocess.run(
             [go, "build", *GO_BUILD_FLAGS, "-o", str(staging) + "/", *packages],
             cwd=module_dir,
-            env=env,
+            env=build_env,
             check=True,
         )
-        if extra:
-            _write_kwok_stages(go, module_dir, env, staging / extra[0])
+        for name, write in extra.items():
+            write(go, module_dir, build_env, staging / name)
+        if target.exists():  # an older build of this key, without an output added since: replaced whole
+            shutil.rmtree(target)
         staging.rename(target)
         if not quiet:
             print(f"built {what} in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
     return target
 
 
-def _write_kwok_stages(go: str, module_dir: Path, env: dict[str, str], out: Path) -> None:
-    source = subprocess.run(
-        [go, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kwok"],
+def _module_dir(go: str, module_dir: Path, env: dict[str, str], module: str) -> Path:
+    """Where the pinned ``module``'s source tree is (Go's module cache)."""
+    out = subprocess.run(
+        [go, "list", "-m", "-f", "{{.Dir}}", module],
         cwd=module_dir,
         env=env,
         check=True,
         capture_output=True,
         text=True,
-    ).stdout.strip()
-    docs = [(Path(source) / rel).read_text().strip() for rel in KWOK_STAGES]
-    out.write_text("\n---\n".join(docs) + "\n")
+    )
+    return Path(out.stdout.strip())
+
+
+def _module_files_writer(module: str, files: tuple[str, ...]) -> ExtraWriter:
+    """A writer of one YAML stream made of ``files`` from the pinned ``module``'s source tree."""
+
+    def write(go: str, module_dir: Path, env: dict[str, str], out: Path) -> None:
+        source = _module_dir(go, module_dir, env, module)
+        docs = [(source / rel).read_text().strip().removeprefix("---").strip() for rel in files]
+        out.write_text("\n---\n".join(docs) + "\n")
+
+    return write
+
+
+def _module_tree_writer(module: str, tree: str) -> ExtraWriter:
+    """A writer of a copy of the directory ``tree`` of the pinned ``module``'s source tree (writable, unlike the
+    module cache's read-only files)."""
+
+    def write(go: str, module_dir: Path, env: dict[str, str], out: Path) -> None:
+        source = _module_dir(go, module_dir, env, module) / tree
+        for path in sorted(source.rglob("*")):
+            if path.is_file():
+                target = out / path.relative_to(source)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(path.read_bytes())
+
+    return write
 
 
 def selected_release() -> str:
@@ -208,7 +262,8 @@ def ensure_kwok(module_dir: Path = KWOK_MODULE_DIR, *, quiet: bool = False) -> K
     version = pinned_version(module_dir, "sigs.k8s.io/kwok")
     key = _build_key(module_dir, version, prefix="kwok-")
     stages = "kwok-stages.yaml"
-    target = _ensure_built(module_dir, key, KWOK_BINARIES, f"kwok {version}", quiet=quiet, extra=(stages,))
+    extra = {stages: _module_files_writer("sigs.k8s.io/kwok", KWOK_STAGES)}
+    target = _ensure_built(module_dir, key, KWOK_BINARIES, f"kwok {version}", quiet=quiet, extra=extra)
     return KwokBinaries(version, target / KWOK_BINARIES[0], target / stages)
 
 
@@ -256,17 +311,71 @@ def kubectl_binary() -> Path:
     return Path(out.stdout.strip())
 
 
+@dataclass(frozen=True)
+class KarpenterBinaries:
+    version: str
+    karpenter: Path
+    """Karpenter core with the KWOK cloud provider (sigs.k8s.io/karpenter's kwok/main.go)"""
+    crds: Path
+    """one YAML stream with the CRDs of ``KARPENTER_CRDS``"""
+    chart: Path
+    """Karpenter's KWOK Helm chart (``KARPENTER_CHART``)"""
+
+
+KARPENTER_GO_ENV = {"GOTOOLCHAIN": "auto"}
+"""Karpenter's releases follow Go's patch releases closely (v1.15.0 needs Go 1.26.9): where the local Go is older
+than the module's ``go`` line, Go fetches that toolchain once through the module proxy (golang.org/toolchain)
+instead of refusing; a local Go that is new enough is used as it is."""
+
+
+KARPENTER_EXTRA = {
+    "karpenter-crds.yaml": _module_files_writer("sigs.k8s.io/karpenter", KARPENTER_CRDS),
+    "karpenter-chart": _module_tree_writer("sigs.k8s.io/karpenter", KARPENTER_CHART),
+}
+
+
+def _karpenter_target(module_dir: Path) -> tuple[str, str, Path]:
+    version = pinned_version(module_dir, "sigs.k8s.io/karpenter")
+    key = _build_key(module_dir, version, prefix="karpenter-")
+    return version, key, cache_root() / key
+
+
+def _karpenter_binaries(version: str, target: Path) -> KarpenterBinaries:
+    crds, chart = KARPENTER_EXTRA
+    return KarpenterBinaries(version, target / KARPENTER_BINARIES[0], target / crds, target / chart)
+
+
+def ensure_karpenter(module_dir: Path = KARPENTER_MODULE_DIR, *, quiet: bool = False) -> KarpenterBinaries:
+    """Return the cached Karpenter (KWOK provider), its CRDs and chart, building them first if needed (not built
+    by scripts/setup: only ``--autoscaler karpenter`` and bench/autoscale run it; the first build takes many
+    minutes)."""
+    version, key, _ = _karpenter_target(module_dir)
+    what = f"karpenter {version}"
+    target = _ensure_built(
+        module_dir, key, KARPENTER_BINARIES, what, quiet=quiet, extra=KARPENTER_EXTRA, env=KARPENTER_GO_ENV
+    )
+    return _karpenter_binaries(version, target)
+
+
+def built_karpenter(module_dir: Path = KARPENTER_MODULE_DIR) -> KarpenterBinaries | None:
+    """The cached Karpenter of the pin, or None when it was never built on this machine (nothing is built)."""
+    version, _, target = _karpenter_target(module_dir)
+    found = _karpenter_binaries(version, target)
+    return found if all(p.exists() for p in (found.karpenter, found.crds, found.chart)) else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "modules",
         nargs="*",
-        choices=("kube", "kube135", "kwok", "descheduler", "coscheduler"),
+        choices=("kube", "kube135", "kwok", "descheduler", "coscheduler", "karpenter"),
         default=["kube", "kwok"],
         help="which module to build (default kube and kwok); scripts/setup builds kube (the newest release, "
         f"{NEWEST}) first and KWOK in the background; kube135 (the oldest supported release's servers, for "
-        f"{RELEASE_ENV}=1.35 test runs), the descheduler (bench/rebalance only) and the coscheduler "
-        "(scheduler-plugins, bench/gangs only) are built on demand",
+        f"{RELEASE_ENV}=1.35 test runs), the descheduler (bench/rebalance only), the coscheduler "
+        "(scheduler-plugins, bench/gangs only) and Karpenter (--autoscaler karpenter, bench/autoscale) are built "
+        "on demand",
     )
     args = parser.parse_args()
     for name, release in (("kube", NEWEST), ("kube135", OLDEST)):
@@ -284,6 +393,9 @@ def main() -> None:
     if "coscheduler" in args.modules:
         cosched = ensure_coscheduler()
         print(f"{cosched.version}\n{cosched.coscheduler}")
+    if "karpenter" in args.modules:
+        karp = ensure_karpenter()
+        print(f"{karp.version}\n{karp.karpenter}\n{karp.crds}\n{karp.chart}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The sandbox: the local cluster with kube-controller-manager, KWOK's simulated kubelets, a simulated
-node-exporter fleet with uneven base load, Prometheus and the three services.
+node-exporter fleet with uneven base load, Prometheus and the services; on request an autoscaler (Karpenter with
+its KWOK provider) whose nodes join the simulated fleet.
 
 Composition only: every part lives in its own module (cluster, kwok, fleet, exporter, prometheus, pod_follower)
 and each service runs as its own process with its real command line, exactly as in a container, logging to the run
@@ -28,10 +29,12 @@ from crane_sandbox.crds import install_crd as install_crd_file
 from crane_sandbox.devices import DEVICE_CLASS, publish_devices
 from crane_sandbox.exporter import FleetExporter
 from crane_sandbox.fleet import FleetState, LoadShape, SimNode, base_loads, make_fleet
-from crane_sandbox.kubebin import ensure_binaries, ensure_kwok
+from crane_sandbox.karpenter import NODEPOOL, KarpenterController, NodePoolSettings
+from crane_sandbox.kubebin import KarpenterBinaries, ensure_binaries, ensure_karpenter, ensure_kwok
 from crane_sandbox.kwok import USER as KWOK_USER
 from crane_sandbox.kwok import KwokController
 from crane_sandbox.kwok import grant as grant_kwok
+from crane_sandbox.node_follower import NodeFollower
 from crane_sandbox.pod_follower import PodFollower, create_nodes
 from crane_sandbox.procs import ManagedProcess, free_port, service_argv
 from crane_sandbox.prometheus import PrometheusServer
@@ -86,6 +89,48 @@ spec:
 
 
 Mode = Literal["replace", "second"]
+Autoscaler = Literal["karpenter"]
+
+
+AUTOSCALING_POLICY = """\
+  # --autoscaler (README, "With an autoscaler"): a node hot for 2 samples in a row carries
+  # crane.io/load-hot:NoSchedule, so the autoscaler's simulation sees it full and adds a node for the pods refused
+  # there; lifted after 2 cool samples. The 5-minute averages taint at 0.6, five points under the predicates: the
+  # Filter also refuses a node that the incoming pod would push over 0.65, and a node refusing every pod without
+  # the taint hides the pending pods from the autoscaler (above the uneven fleet's highest base load, 0.55 CPU and
+  # 0.6 memory, so no idle node is tainted); the 1-hour maxima at the predicates' 0.75. The score packs toward
+  # 50 % real usage, leaving the emptiest nodes empty.
+  loadTaint:
+    hotRounds: 2
+    coolRounds: 2
+    thresholds:
+      cpu_usage_avg_5m: 0.6
+      mem_usage_avg_5m: 0.6
+      cpu_usage_max_avg_1h: 0.75
+      mem_usage_max_avg_1h: 0.75
+  scoring: {strategy: pack, targetUtilization: 0.5}
+"""
+
+AUTOSCALING_DESCHEDULER_POLICY = """\
+  # --autoscaler: nodes whose real usage (under the low thresholds) and requests (under half) are low for 3 rounds
+  # are emptied, two at a time, when every pod has a place elsewhere by the scheduler's Filter, so the autoscaler
+  # removes them.
+  drain: {consecutiveRounds: 3, maxNodes: 2}
+"""
+
+
+def autoscaling_policy(policy: str) -> str:
+    """The sandbox policy as ``--autoscaler`` runs it (``AUTOSCALING_POLICY`` added to its spec): the load taint,
+    so an autoscaler's simulation sees a hot node as full and adds nodes for the pods crane-scheduler refuses
+    there, and the packing score."""
+    return policy.rstrip("\n") + "\n" + AUTOSCALING_POLICY
+
+
+def autoscaling_descheduler_policy(policy: str) -> str:
+    """The descheduler policy under ``--autoscaler`` (``AUTOSCALING_DESCHEDULER_POLICY`` added to its spec): the
+    drain, which empties idle nodes so the autoscaler can remove them."""
+    return policy.rstrip("\n") + "\n" + AUTOSCALING_DESCHEDULER_POLICY
+
 
 SCHEDULER_CONFIG_HEADER = """\
 # crane-scheduler's configuration in the sandbox: kube-scheduler's default plugins plus Dynamic, reading the
@@ -224,6 +269,17 @@ class Sandbox:
     services: tuple[str, ...] = ("event-recorder", "annotator", "scheduler", "descheduler")
     kubectl: Path | None = None
     """kubectl at the Kubernetes pin (``kubebin.kubectl_binary``), named by the banner's line; None: not built"""
+    autoscaler: Autoscaler | None = None
+    """``karpenter``: Karpenter with its KWOK provider and the sandbox's NodePool (``nodepool``); its nodes join
+    the simulated fleet (``NodeFollower``); the policies turn on what lets an autoscaler see load (the hooks
+    ``autoscaling_*`` apply to the default policies only: a caller's own policy text is taken as it is)"""
+    load_signals: bool = True
+    """with an autoscaler, whether the policies turn on the load taint, packing and the drain strategy (False: the
+    product's defaults beside the autoscaler, bench.autoscale's variant (b))"""
+    nodepool: NodePoolSettings = field(default_factory=NodePoolSettings)
+    karpenter_env: dict[str, str] = field(default_factory=dict)
+    """further Karpenter settings, e.g. ``BATCH_MAX_DURATION``"""
+    karpenter: KarpenterController | None = None
     cluster: LocalCluster | None = None
     kwok: KwokController | None = None
     kube_scheduler: ManagedProcess | None = None
@@ -236,7 +292,15 @@ class Sandbox:
     """each service's ServiceAccount under the chart's RBAC, in the scheduler's lease namespace"""
     _api: client.ApiClient | None = None
     _follower: PodFollower | None = None
+    _node_follower: NodeFollower | None = None
     state: FleetState | None = None
+
+    def __post_init__(self) -> None:
+        if self.autoscaler is not None and self.load_signals:
+            if self.policy == SANDBOX_POLICY:
+                self.policy = autoscaling_policy(self.policy)
+            if self.descheduler_policy == SANDBOX_DESCHEDULER_POLICY:
+                self.descheduler_policy = autoscaling_descheduler_policy(self.descheduler_policy)
 
     @property
     def policy_path(self) -> Path:
@@ -269,8 +333,8 @@ class Sandbox:
 
     async def start(self) -> None:
         try:
-            kwok_bins, kube_bins = await asyncio.gather(
-                asyncio.to_thread(ensure_kwok), asyncio.to_thread(ensure_binaries)
+            kwok_bins, kube_bins, karpenter_bins = await asyncio.gather(
+                asyncio.to_thread(ensure_kwok), asyncio.to_thread(ensure_binaries), self._autoscaler_binaries()
             )
             self.cluster = LocalCluster(self.run_dir, binaries=kube_bins, controllers=True)
             await self.cluster.start()
@@ -299,6 +363,9 @@ class Sandbox:
             )
             self._follower = PodFollower(self._api, state)
             self._follower.start()
+            if self.autoscaler is not None:
+                self._node_follower = NodeFollower(self._api, state)
+                self._node_follower.start()
             self.policy_path.write_text(self.policy)
             self.descheduler_policy_path.write_text(self.descheduler_policy)
             if self.scheduler_config is None:
@@ -313,12 +380,26 @@ class Sandbox:
             starts = [self._start_service(spec) for spec in self._service_specs()]
             if self.mode == "second":
                 starts.append(self._start_kube_scheduler())
+            if karpenter_bins is not None:
+                starts.append(self._start_karpenter(karpenter_bins))
             await asyncio.gather(*starts, wait_ready(self._api, fleet))
             if fleet:
                 await self.kwok.warm_ip_pool(self._api, fleet[0].name)
         except BaseException:
             await self.stop()
             raise
+
+    async def _autoscaler_binaries(self) -> KarpenterBinaries | None:
+        if self.autoscaler is None:
+            return None
+        return await asyncio.to_thread(ensure_karpenter)
+
+    async def _start_karpenter(self, binaries: KarpenterBinaries) -> None:
+        assert self.cluster is not None and self._api is not None
+        self.karpenter = KarpenterController(
+            self.cluster, binaries, settings=self.nodepool, env=dict(self.karpenter_env)
+        )
+        await self.karpenter.start(self._api)
 
     async def _start_kube_scheduler(self) -> None:
         assert self.cluster is not None and self.cluster.binaries is not None and self.cluster.pki is not None
@@ -417,13 +498,14 @@ class Sandbox:
         await process.wait_ready(lambda: _healthy(spec.port), timeout=60)
 
     async def stop(self) -> None:
-        for process in [*self.processes.values(), self.kube_scheduler]:
+        for process in [*self.processes.values(), self.kube_scheduler, self.karpenter]:
             if process is not None:
                 with contextlib.suppress(Exception):
                     await process.stop()
-        if self._follower is not None:
-            with contextlib.suppress(Exception):
-                await self._follower.stop()
+        for follower in (self._follower, self._node_follower):
+            if follower is not None:
+                with contextlib.suppress(Exception):
+                    await follower.stop()
         for part in (self.kwok, self.prometheus, self.exporter):
             if part is not None:
                 with contextlib.suppress(Exception):
@@ -473,6 +555,12 @@ class Sandbox:
             lines.append(
                 f"{self.gpus} simulated GPUs in ResourceSlices, DeviceClass {DEVICE_CLASS} (kubectl get resourceslices)"
             )
+        if self.karpenter is not None:
+            lines.append(
+                f"Karpenter {self.karpenter.binaries.version} (KWOK provider) adds up to {self.nodepool.max_nodes} "
+                f"nodes from NodePool {NODEPOOL} and removes them once empty for {self.nodepool.consolidate_after} "
+                "(kubectl get nodepools,nodeclaims)"
+            )
         lines += [
             f"run directory {self.run_dir}",
             "",
@@ -500,6 +588,8 @@ class Sandbox:
         lines += ["", f"  Prometheus:  {self.prometheus.url}"]
         for name, port in self.ports.items():
             lines.append(f"  {name + ':':14} http://127.0.0.1:{port}/metrics   (log: logs/{name}.log)")
+        if self.karpenter is not None:
+            lines.append(f"  {'karpenter:':14} {self.karpenter.metrics_url}   (log: logs/karpenter.log)")
         for name in self.skipped:
             lines.append(f"  {name + ':':14} not started (no entry point yet)")
         lines += ["", "Press Ctrl-C to stop; everything started here stops with it."]

@@ -32,6 +32,7 @@ from crane_sandbox.fleet import (
     parse_cpu,
     parse_memory,
     parse_usage,
+    sim_node_of,
 )
 
 MI = 1024**2
@@ -342,3 +343,49 @@ def test_make_fleet_takes_one_base_load_per_node() -> None:
     assert [(n.base_cpu_fraction, n.base_mem_fraction) for n in fleet] == [(0.1, 0.2), (0.3, 0.4), (0.5, 0.6)]
     with pytest.raises(ValueError, match="base_loads has 2 entries for 3 nodes"):
         make_fleet(3, base_loads=[(0.1, 0.2), (0.3, 0.4)])
+
+
+# ---------------------------------------------------------------------------------------------- nodes joining
+
+
+def karpenter_node(name: str = "kwok-np-abc-1", **status: Any) -> dict[str, Any]:
+    """A node as Karpenter's KWOK provider creates it: the instance type's size in labels, the launching pods'
+    requests as its capacity."""
+    labels = {"karpenter.kwok.sh/instance-cpu": "8", "karpenter.kwok.sh/instance-memory": "32Gi"}
+    return {"metadata": {"name": name, "labels": labels}, "status": status}
+
+
+def test_a_node_created_by_the_autoscaler_takes_its_instance_types_size_and_exports_under_its_name() -> None:
+    node = sim_node_of(karpenter_node(capacity={"cpu": "2", "memory": "2Gi"}), base=(0.1, 0.15))
+    assert node is not None
+    assert (node.cpu_cores, node.memory_bytes) == (8.0, 32 * GI)  # not the capacity (the launching requests)
+    assert (node.base_cpu_fraction, node.base_mem_fraction, node.instance_label) == (0.1, 0.15, "kwok-np-abc-1")
+
+
+def test_a_node_without_instance_labels_takes_its_capacity_then_allocatable_and_none_without_a_size() -> None:
+    plain = {"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "4"}, "allocatable": {"memory": "8Gi"}}}
+    node = sim_node_of(plain)
+    assert node is not None and (node.cpu_cores, node.memory_bytes) == (4.0, 8 * GI)
+    assert sim_node_of({"metadata": {"name": "n"}, "status": {"capacity": {"cpu": "4"}}}) is None
+    assert sim_node_of({"metadata": {"name": "n", "labels": {"karpenter.kwok.sh/instance-cpu": "x"}}}) is None
+
+
+def test_a_removed_node_leaves_the_exporter_with_its_pods_and_the_rest_keeps_counting() -> None:
+    state = FleetState(make_fleet(2), now=T0)
+    state.on_pod(pod("p", node="node-0002", usage="cpu=2"), now=T0)
+    added = sim_node_of(karpenter_node())
+    assert added is not None
+    state.add_node(added, now=T0)
+    state.remove_node("node-0002", now=T0 + 1)
+    state.remove_node("never-there", now=T0 + 1)
+    names = {s.nodename for s in state.snapshot(now=T0 + 2)}
+    assert names == {"node-0001", "kwok-np-abc-1"}
+    assert "p" not in state.pods
+    text = render(state.snapshot(now=T0 + 3)).decode()
+    instances = {
+        s.labels["instance"]
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "node_cpu_seconds_total"
+    }
+    assert instances == {"10.0.0.1", "kwok-np-abc-1"}
