@@ -120,6 +120,9 @@ INTERNALS: dict[str, str] = {
     "tests/support/loadaware.py": "the Dynamic plugin and its Diagnosis",
     "tests/support/nrt.py": "the NUMA plugin alone and in a profile",
     "tests/support/judge.py": "each plugin's verdicts for the differential judge",
+    "tests/support/dra_plugin.py": "DynamicResources alone for its unit tests",
+    "tests/support/judge_node_cases.py": "NodeDeclaredFeatures' feature names in generated cases",
+    "tests/unit/test_sandbox_devices.py": "the sandbox's devices as DRA's allocator reads them",
     # benchmarks of internals and of the running service
     "bench/scheduler/loop.py": "the service's scheduling loop in process",
     "bench/scheduler/pod_memory.py": "the service cache's memory per pod",

@@ -13,6 +13,7 @@ from kubernetes_asyncio import client
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.kube import api_client_from_dict
 from tests.support.dra import claim, device, device_class, exactly, resource_slice
+from tests.support.dra_cluster import claim_pod, devices, gpu_class, read_claim
 from tests.support.scheduler_cluster import (
     config_for,
     create_nodes,
@@ -20,36 +21,12 @@ from tests.support.scheduler_cluster import (
     in_process,
     node,
     pod,
-    read_object,
     read_pod,
     scheduled_condition,
     wait_for,
 )
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
-
-
-async def read_claim(kube: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
-    v1 = client.ResourceV1Api(kube)
-    return await read_object(v1.read_namespaced_resource_claim(name, namespace, _preload_content=False))
-
-
-async def devices(
-    kube: client.ApiClient, driver: str, classes: list[dict[str, Any]], slices: list[dict[str, Any]]
-) -> None:
-    v1 = client.ResourceV1Api(kube)
-    for c in classes:
-        await v1.create_device_class(c)
-    for s in slices:
-        await v1.create_resource_slice({**s, "spec": {**s["spec"], "driver": driver}})
-
-
-def gpu_class(name: str, driver: str) -> dict[str, Any]:
-    return device_class(name, f'device.driver == "{driver}"')
-
-
-def claim_pod(name: str, scheduler: str, claim_name: str) -> dict[str, Any]:
-    return pod(name, scheduler, spec={"resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}]})
 
 
 async def test_a_pod_with_a_claim_binds_where_the_device_is_and_the_claim_is_allocated_to_it(

@@ -14,8 +14,8 @@ from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_shared.kube import raw_json
-from tests.integration.scheduler.test_dra import claim_pod, devices, gpu_class, read_claim
 from tests.support.dra import claim, device, device_class, exactly, resource_slice
+from tests.support.dra_cluster import claim_pod, devices, gpu_class, read_claim
 from tests.support.scheduler_cluster import (
     config_for,
     create_nodes,

@@ -19,8 +19,8 @@ from crane_scheduler.plugins.dynamicresources.plugin import DynamicResources
 from crane_scheduler.plugins.noderesources import FitArgs, NodeResourcesFit
 from crane_scheduler.podinfo import parse_pod
 from tests.support.dra import DRIVER, claim, device, device_class, exactly, resource_slice
+from tests.support.dra_plugin import GPU, FakeClaims, dra_pod, listers, rejections
 from tests.support.scheduler import node, pod, table
-from tests.unit.scheduler.test_dra_plugin import GPU, FakeClaims, dra_pod, listers, rejections
 
 EXTENDED = "example.com/gpu"
 
