@@ -131,6 +131,49 @@ async def test_the_dra_example_gives_each_trainer_its_own_gpu_and_leaves_the_sev
 
     await eventually(told, 60, "the seventh trainer's FailedScheduling", interval=0.25)
     assert len(bound(await pods(api, ns, "app=trainer"))) == 6
+    # the GPUs back for the next example: the resourceclaim controller deletes the claims of the pods gone
+    await kubectl(sandbox, "delete", "-n", ns, "-f", str(EXAMPLES / "trainer.yaml"), "--wait=true")
+    await eventually(lambda: _no_claims(api, ns), 60, "the trainers' claims deleted", interval=0.25)
+
+
+async def _no_claims(api: client.ApiClient, ns: str) -> bool:
+    claims = await raw_json(client.ResourceV1Api(api).list_namespaced_resource_claim(ns, _preload_content=False))
+    return not claims["items"]
+
+
+async def test_the_extended_resource_example_gets_a_whole_gpu_and_never_the_tainted_spare(
+    sandbox: Sandbox, api: client.ApiClient, ns: str
+) -> None:
+    await kubectl(sandbox, "apply", "-n", ns, "-f", str(EXAMPLES / "gpu-extended.yaml"))
+
+    async def running() -> dict[str, Any] | None:
+        one = next((p for p in await pods(api, ns) if p["metadata"]["name"] == "gpu-one"), None)
+        return one if one and one["status"].get("phase") == "Running" else None
+
+    one = await eventually(running, 120, "gpu-one Running", interval=0.25)
+    assert one["spec"]["nodeName"] != NO_GPU
+    status = one["status"]["extendedResourceClaimStatus"]
+    assert status["requestMappings"] == [
+        {"containerName": "main", "requestName": "container-0-request-1", "resourceName": "example.com/gpu"}
+    ]
+    claim = await raw_json(
+        client.ResourceV1Api(api).read_namespaced_resource_claim(
+            status["resourceClaimName"], ns, _preload_content=False
+        )
+    )
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["pool"], result["device"]) in {
+        (one["spec"]["nodeName"], "gpu-0"),
+        (one["spec"]["nodeName"], "gpu-1"),
+    }
+
+    async def told() -> list[dict[str, Any]]:
+        return [e for e in await events(api, ns, "FailedScheduling") if e["regarding"]["name"] == "gpu-three"]
+
+    [event, *_] = await eventually(told, 60, "gpu-three's FailedScheduling", interval=0.25)
+    assert "cannot allocate all claims" in event["note"]  # node-0001's third whole GPU is the tainted spare
+    assert not bound([p for p in await pods(api, ns) if p["metadata"]["name"] == "gpu-three"])
+    await kubectl(sandbox, "delete", "-n", ns, "-f", str(EXAMPLES / "gpu-extended.yaml"), "--wait=true")
 
 
 async def test_the_gang_example_is_placed_whole(sandbox: Sandbox, api: client.ApiClient, ns: str) -> None:
