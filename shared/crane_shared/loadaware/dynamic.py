@@ -11,10 +11,12 @@ Fixed on purpose:
 - non-finite, negative and future-dated values are rejected (treated as missing);
 - failure reasons name the metric, not the node, so the FitError histogram groups them:
   ``node(s) had cpu_usage_avg_5m above 0.65``;
-- missing/stale data fails open (as upstream) or closed (``stale="fail-closed"``), except a metric the node was
-  never annotated with (a new node) that this scheduler bound pods to recently: it is judged by their estimates
-  (``usage = 0 + Σ estimates``, none absorbed), so a node an autoscaler just added fills to the thresholds by the
-  estimates and not to its whole capacity by requests before its first reading;
+- missing/stale data fails open (as upstream) or closed (``stale="fail-closed"``), except on a node that carries
+  none of the policy's metrics yet (a new node) and that this scheduler bound pods to recently: each metric is
+  judged by their estimates (``usage = 0 + Σ estimates``, none absorbed), so a node an autoscaler just added fills
+  to the thresholds by the estimates, not to its whole capacity by requests, before its first reading. Once one
+  metric is annotated the node is measured: that reading plus the estimates bounds it, and a metric still missing
+  (the annotator writes each on its own period, a 1-day maximum up to 3 hours later) is no data, as before;
 - hot spots: the node's hot value adds the scheduler's own bindings made after the hot-value annotation was
   written, and the usage adds an estimate of recently bound pods that the averaged metric has not absorbed yet.
 
@@ -131,8 +133,8 @@ class MetricReading:
     batch: float = 0.0
     """the batch pods' usage taken out (a regular pod's reading; 0 for a batch pod's or without fresh data)"""
     bindings: int = 0
-    """a ``missing`` reading: how many recent bindings' estimates judge it (``estimate`` is their sum, none
-    absorbed); 0: no data, the predicate fails open or closed"""
+    """a ``missing`` reading of a node without any metric annotation: how many recent bindings' estimates judge it
+    (``estimate`` is their sum, none absorbed); 0: no data, the predicate fails open or closed"""
 
     @property
     def usage(self) -> float | None:
@@ -267,7 +269,7 @@ def _estimate(
 def _estimate_missing(
     metric: str, now: datetime, recent: Sequence[RecentBinding], capacity: NodeCapacity | None, args: EstimateArgs
 ) -> tuple[float, int]:
-    """A never-annotated metric's estimate: (fraction of allocatable, bindings counted). Nothing has measured the
+    """A new node's metric's estimate: (fraction of allocatable, bindings counted). Nothing has measured the
     bindings, so none is absorbed; each counts while ``now < bound_at + window`` (after that, an average over the
     window taken now would hold it whole: the binding is as old as any reading the estimate stands in for)."""
     resource = resource_of(metric)
@@ -309,6 +311,7 @@ def node_load(
     annotations = annotations or {}
     policy = args.policy
     batch = batch_usage(annotations, args, now) if regular else {}
+    never = not any(annotation_key(s.name) in annotations for s in policy.sync_policy)  # a new node: not measured
     states: dict[str, ReadingState] = {}
     readings: dict[str, MetricReading] = {}
     for sync in policy.sync_policy:
@@ -316,7 +319,7 @@ def node_load(
         state, value, ts, error = _read(text, metric_freshness_window(sync.period), now, args)
         estimate = _estimate(sync.name, ts, recent, capacity, args.estimate) if state == "fresh" and ts else 0.0
         bound = 0
-        if state == "missing":
+        if state == "missing" and never:
             estimate, bound = _estimate_missing(sync.name, now, recent, capacity, args.estimate)
         taken = 0.0
         resource = resource_of(sync.name)

@@ -278,8 +278,18 @@ def test_a_new_nodes_score_follows_its_estimates_instead_of_staying_neutral() ->
     assert filled < empty  # cpu metrics 0.6 used, memory metrics 16 x 0.6 x 0.5 GiB / 32 GiB
 
 
+def test_once_one_metric_is_annotated_a_missing_one_is_no_data_as_before() -> None:
+    """The annotator writes each metric on its own period (a 1-day maximum up to 3 hours after the 5-minute
+    average): a measured node is bounded by its fresh readings plus the estimates, not by estimates alone."""
+    only_5m = annotated({"cpu_usage_avg_5m": 0.3, "mem_usage_avg_5m": 0.2})
+    loaded = load(only_5m, ESTIMATING, recent=replicas(8), capacity=EIGHT_CORES)
+    assert loaded.readings["cpu_usage_avg_5m"].usage == pytest.approx(0.3 + 8 * 0.0375)
+    day = loaded.readings["cpu_usage_max_avg_1d"]
+    assert (day.state, day.bindings, day.usage) == ("missing", 0, None)
+
+
 @pytest.mark.parametrize("annotation", ["stale", "future", "malformed"])
-def test_only_a_never_annotated_metric_is_judged_by_estimates(annotation: str) -> None:
+def test_only_a_node_without_any_metric_annotation_is_judged_by_estimates(annotation: str) -> None:
     text = {
         "stale": encode_usage(0.1, NOW - timedelta(hours=5)),
         "future": encode_usage(0.1, NOW + timedelta(hours=1)),

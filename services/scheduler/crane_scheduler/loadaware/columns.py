@@ -9,8 +9,8 @@ the fresh value less the batch pods' share of it (``dynamic.batch_share``: the m
 same round, else the per-resource batch usage while fresh), clamped at 0, kept next to
 ``fresh_values`` and refreshed with them, so choosing the class costs nothing per decision. The effects of this
 scheduler's recent bindings come in as per-row arrays (``extra``, ``own_hot``) that ``recent.RecentEffects`` keeps
-up to date, with ``judged``: per metric, the rows whose metric was never annotated (a new node) and that recent
-bindings judge, read as ``0 + extra`` instead of no data (``dynamic.MetricReading.usage``).
+up to date, with ``judged``: per metric, the rows of nodes not annotated with any metric yet (a new node) that
+recent bindings judge, read as ``0 + extra`` instead of no data (``dynamic.MetricReading.usage``).
 """
 
 from __future__ import annotations
@@ -103,6 +103,13 @@ class LoadColumns:
         """every annotation decoded into a column: the metrics, the hot value, the batch usage per resource, the
         metrics' batch shares"""
         return [*self.metrics, HOT_VALUE_KEY, *BATCH_USAGE_KEYS.values(), *self._share_of.values()]
+
+    def never_annotated(self, row: int) -> bool:
+        """The row's node carries none of the policy's metric annotations (not even a malformed one): a new node,
+        never measured (``dynamic.node_load``'s ``never``)."""
+        if row >= self.capacity:
+            return True
+        return all(math.isnan(self.stamps[m][row]) and not self.malformed[m][row] for m in self.metrics)
 
     def _taken(self, metric: str, rows: npt.NDArray[np.intp] | None) -> FloatArray:
         """What a regular pod's reading of ``metric`` takes out (NaN: nothing), ``dynamic.batch_share``: the
@@ -224,7 +231,7 @@ class LoadColumns:
     ) -> FloatArray:
         """Annotated usage (plus ``extra[metric]``, the estimate) where fresh, else NaN (the window strict,
         future stamps beyond the skew rejected); ``regular``: less the batch pods' usage; ``judged[metric]``: rows
-        never annotated that recent bindings judge, their usage 0 plus the estimate."""
+        of new nodes (no metric annotated) that recent bindings judge, their usage 0 plus the estimate."""
         self.evaluate(now)
         usage = (self.regular_values if regular else self.fresh_values)[metric][rows]
         if judged is not None and metric in judged:
@@ -464,7 +471,7 @@ def _fresh(values: FloatArray, stamps: FloatArray, now: float, window: float, ar
 
 
 def _base(values: Mapping[str, FloatArray], metric: str, row: int, judged: Mapping[str, Mask] | None) -> float:
-    """One row's usage before the estimate: 0.0 where recent bindings judge a never-annotated metric, else the
+    """One row's usage before the estimate: 0.0 where recent bindings judge a new node's metric, else the
     (fresh or regular) value, NaN without one (``usage``'s ``np.where``)."""
     if judged is not None and metric in judged and judged[metric][row]:
         return 0.0

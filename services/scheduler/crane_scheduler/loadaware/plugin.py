@@ -3,8 +3,8 @@
 Filter and Score evaluate every node at once over ``LoadColumns`` (decoded when a node's annotations change, not
 per pod). Reserve remembers the pods this scheduler placed (``RecentEffects``): they add to their node's hot value
 (only bindings after the hot-value annotation's timestamp, so none is counted twice) and their estimated usage is
-added until the averaged metric has absorbed them; a metric the node was never annotated with (a node just added)
-is judged by their estimates alone, none absorbed, while they are younger than the estimate window. Both effects
+added until the averaged metric has absorbed them; a node annotated with no metric yet (just added) is judged by
+their estimates alone, none absorbed, while they are younger than the estimate window. Both effects
 are cached per node and updated when a binding or an annotation changes, so a decision costs a few vector
 operations however many pods were bound recently. A burst of pods therefore spreads instead of piling onto the
 node that looked idlest a minute ago; a gang's members may be kept out of each other's hot value
@@ -451,7 +451,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
 
     def _sync(self, now: float, n_rows: int) -> tuple[dict[str, FloatArray], FloatArray, dict[str, Mask]]:
         """Bring freshness and the recent bindings' effects to ``now``; mark the rows whose inputs changed.
-        Returns (estimated extra usage per metric, own hot value, judged never-annotated metrics) over the rows."""
+        Returns (estimated extra usage per metric, own hot value, judged metrics of new nodes) over the rows."""
         self.columns.evaluate(now)
         self.recent.prune(now - self._horizon(), now)
         extra, own_hot = self.recent.at(now, n_rows)
@@ -563,7 +563,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         oldest = recent.oldest(mask)
         skew = args.max_skew.total_seconds()
         soonest = next_change(stamps, windows, skew, oldest, self._horizon_for(args), now)
-        if windows:  # a binding leaves a never-annotated metric's estimate at ``bound_at + window``
+        if windows:  # a binding leaves a new node's estimate at ``bound_at + window``
             left = min(args.estimate.window_of(metric).total_seconds() for metric in windows)
             soonest = min(soonest, next_change({}, {}, skew, oldest, left, now))
         return retry_after(soonest, now)
@@ -705,7 +705,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
 
 
 def _judged_by(reading: MetricReading) -> dict[str, str]:
-    """explain's note on a never-annotated metric that recent bindings judge (none otherwise)."""
+    """explain's note on a new node's metric that recent bindings judge (none otherwise)."""
     if reading.state != "missing" or not reading.bindings:
         return {}
     n = reading.bindings

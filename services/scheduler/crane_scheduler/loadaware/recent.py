@@ -6,8 +6,8 @@ A recent binding changes a node's load in two ways (``dynamic.node_load`` is the
   ``T`` is the metric annotation's timestamp. It depends on the bindings, the annotation and the allocatable, and
   not on the clock: the decay over the window is measured against the annotation's stamp (what the averaged
   metric has absorbed), so the value is exact until one of those inputs changes. It is recomputed for one node
-  when a binding to it is added, removed or pruned, or its annotations or allocatable change. A metric the node
-  was never annotated with (a new node) has no stamp: its estimate is ``Σ factor·request / allocatable`` over the
+  when a binding to it is added, removed or pruned, or its annotations or allocatable change. A node annotated
+  with no metric yet (a new node) has no stamp: each metric's estimate is ``Σ factor·request / allocatable`` over the
   bindings with ``now < bound_at + W`` (nothing absorbed), ``judged`` marks it, and it also changes at each
   ``bound_at + W`` (a step, kept with the hot value's next change time below);
 - own bindings in the hot value: ``Σ_rules floor(#{b : b > after, b > now - range} / count)``, with ``after``
@@ -68,7 +68,7 @@ class _Node:
 
 class RecentEffects:
     """Recent bindings per node row and their cached effects: ``extra[metric]`` (estimated usage to add, as a
-    fraction of allocatable), ``judged[metric]`` (the metric was never annotated and bindings count: its usage is
+    fraction of allocatable), ``judged[metric]`` (a new node, no metric annotated, and bindings count: its usage is
     ``0 + extra``) and ``own_hot`` (own bindings in the hot value), arrays over the node rows."""
 
     def __init__(self, cols: LoadColumns, capacity: int = 64) -> None:
@@ -300,12 +300,12 @@ class RecentEffects:
         self._est_next[row] = math.inf
         # Metrics of one resource with the same window and annotation time get the same estimate: summed once.
         done: dict[tuple[str | None, float, float], float] = {}
+        never = self.cols.never_annotated(row)
         for metric, arr in self.extra.items():
-            inside = row < self.cols.capacity
-            stamp = float(self.cols.stamps[metric][row]) if inside else math.nan
+            stamp = float(self.cols.stamps[metric][row]) if row < self.cols.capacity else math.nan
             self.judged[metric][row] = False
-            if math.isnan(stamp) and not (inside and self.cols.malformed[metric][row]):
-                arr[row] = self._missing(row, metric, bindings, now)  # never annotated: dynamic._estimate_missing
+            if never:
+                arr[row] = self._missing(row, metric, bindings, now)  # a new node: dynamic._estimate_missing
                 continue
             if not est.enabled or not bindings or math.isnan(stamp):
                 arr[row] = 0.0
@@ -329,7 +329,7 @@ class RecentEffects:
             arr[row] = added / total
 
     def _missing(self, row: int, metric: str, bindings: list[_Binding], now: float) -> float:
-        """A never-annotated metric's estimate (``dynamic._estimate_missing``, term by term): the bindings with
+        """A new node's metric's estimate (``dynamic._estimate_missing``, term by term): the bindings with
         ``now < bound_at + window``, nothing absorbed; sets ``judged`` and the next time one leaves."""
         est = self.cols.args.estimate
         resource = resource_of(metric)

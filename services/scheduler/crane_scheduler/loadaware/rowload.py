@@ -20,7 +20,7 @@ class RowLoad:
             metric: np.zeros(capacity) for metric in cols.metrics if resource_of(metric) is not None
         }
         self.judged: dict[str, Mask] = {metric: np.zeros(capacity, dtype=bool) for metric in self.extra}
-        """rows whose metric was never annotated that these pods judge (``recent.RecentEffects.judged``)"""
+        """rows of new nodes (no metric annotated) that these pods judge (``recent.RecentEffects.judged``)"""
         self.alloc_cpu = np.zeros(capacity)
         self.alloc_memory = np.zeros(capacity)
 
