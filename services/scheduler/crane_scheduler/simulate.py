@@ -333,6 +333,7 @@ class Simulator:
         one); by default the objects given are the whole list, so no plugin waits for a list."""
         self.config = _config(config)
         self.clock = clock
+        self.wall_clock = wall_clock or clock
         self.table = table if table is not None else NodeTable()
         self.listers = listers if listers is not None else Listers()
         self.metrics = PluginMetrics()
@@ -499,6 +500,20 @@ class Simulator:
         if row is None:
             raise KeyError(node)
         return {name: int(columns[row, col]) for name, col in self.table.resources.items() if columns[row, col]}
+
+    def node_load(self, node: str, profile: str | None = None) -> dict[str, Any] | None:
+        """The load Dynamic sees on ``node`` now (``wall_clock``), as ``cranectl explain`` shows it: per metric the
+        annotated usage, ``estimate`` (what the pods reserved since the annotation add, by Dynamic's estimate),
+        ``usage`` (their sum, None unless fresh) and the policy's ``threshold``; the hot value. None when the
+        profile (default: the first) runs no Dynamic."""
+        plugin = self._profile(profile).plugins.get(DYNAMIC)
+        row = self.table.rows.get(node)
+        if row is None:
+            raise KeyError(node)
+        info = self.table.nodes[row]
+        if not isinstance(plugin, Dynamic) or info is None:
+            return None
+        return plugin.explain_node(info, self.wall_clock())
 
     def plugin(self, name: str, profile: str | None = None) -> Plugin:
         """A plugin instance of ``profile`` (default: the first profile)."""
