@@ -301,10 +301,10 @@ def _simulate(args: argparse.Namespace) -> int:
         else:
             snapshot = _snapshot_of(args)
         workload = whatif.expand(whatif.read_manifests(args.filename))
-        base = whatif.base_setup(snapshot, "as is" if not args.compare else "A")
+        base = whatif.base_setup(snapshot, "as is" if not args.compare else "snapshot")
         setups = [base]
         if args.compare:
-            setups.append(whatif.setup_of(load_document(args.compare, "--compare"), base, "B"))
+            setups.append(whatif.setup_of(load_document(args.compare, "--compare"), base, Path(args.compare).stem))
         outcomes = [whatif.run(snapshot, workload, s) for s in setups]
         text = whatif.table(outcomes, limit=args.nodes)
         if args.plot or args.html:

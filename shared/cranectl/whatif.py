@@ -350,9 +350,14 @@ def _arrow(before: float | None, after: float | None, threshold: float | None = 
     return f"{_fraction(before)}->{_fraction(after)}{mark}"
 
 
-def shown_metrics(outcome: Outcome) -> list[str]:
-    """The policy's Filter metrics (those with a threshold), in policy order."""
-    return list(outcome.thresholds)
+def shown_metrics(outcomes: Sequence[Outcome]) -> list[str]:
+    """The policies' Filter metrics (those with a threshold), in policy order, the first run's first."""
+    return list(dict.fromkeys(m for o in outcomes for m in o.thresholds))
+
+
+def _threshold(outcome: Outcome, metric: str) -> str:
+    found = outcome.thresholds.get(metric)
+    return "no threshold" if found is None else f"{found:g}"
 
 
 def table(outcomes: Sequence[Outcome], limit: int | None = None) -> str:
@@ -374,11 +379,11 @@ def table(outcomes: Sequence[Outcome], limit: int | None = None) -> str:
     if reasons:
         lines.append("pending:")
         lines += reasons
-    metrics = shown_metrics(first)
-    header = ["NODE", "CPU REQ", "MEM REQ"]
-    header += [f"{m} ({first.thresholds[m]:g})" for m in metrics]
-    if len(outcomes) > 1:
-        header = ["NODE", *(f"{col} {o.label}" for o in outcomes for col in header[1:])]
+    metrics = shown_metrics(outcomes)
+    header = ["NODE"]
+    for o in outcomes:
+        run = ["CPU REQ", "MEM REQ", *(f"{m} ({_threshold(o, m)})" for m in metrics)]
+        header += [f"{o.label}: {col}" for col in run] if len(outcomes) > 1 else run
     node_rows = [header]
     changed = [i for i, n in enumerate(first.nodes) if any(o.nodes[i] != _unchanged(o.nodes[i]) for o in outcomes)]
     shown = changed if limit is not None and len(first.nodes) > limit else list(range(len(first.nodes)))
@@ -388,7 +393,7 @@ def table(outcomes: Sequence[Outcome], limit: int | None = None) -> str:
             n = o.nodes[i]
             cells.append(f"{_arrow(*n.cpu, n.cpu_allocatable)}/{n.cpu_allocatable:g}")
             cells.append(f"{_arrow(n.memory[0] / GI, n.memory[1] / GI)}/{n.memory_allocatable / GI:.0f}Gi")
-            cells += [_arrow(*n.load.get(m, (None, None)), o.thresholds[m]) for m in metrics]
+            cells += [_arrow(*n.load.get(m, (None, None)), o.thresholds.get(m)) for m in metrics]
         node_rows.append(cells)
     lines.append("")
     lines += _columns(node_rows)
@@ -435,7 +440,7 @@ def plot_png(outcomes: Sequence[Outcome], limit: int = 40) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = shown_metrics(outcomes[0])
+    metrics = shown_metrics(outcomes)
     rows = max(1, len(metrics))
 
     def growth(i: int) -> float:
@@ -462,11 +467,11 @@ def plot_png(outcomes: Sequence[Outcome], limit: int = 40) -> bytes:
             x = list(range(len(order)))
             ax.bar(x, base, color="#7f9fbf", label="before")
             ax.bar(x, added, bottom=base, color="#f0a040", hatch="//", label="added by the placed pods")
-            ax.axhline(
-                o.thresholds[m], color="red", linestyle="--", linewidth=1, label=f"threshold {o.thresholds[m]:g}"
-            )
-            ax.set_ylim(0, max(1.0, *after, o.thresholds[m]) * 1.05)
-            ax.set_title(f"{o.label}: {m} ({o.placed}/{len(o.pods)} placed)", fontsize=9)
+            limit_line = o.thresholds.get(m)
+            if limit_line is not None:
+                ax.axhline(limit_line, color="red", linestyle="--", linewidth=1, label=f"threshold {limit_line:g}")
+            ax.set_ylim(0, max(1.0, *after, limit_line or 0) * 1.05)
+            ax.set_title(f"{o.label}: {m}, threshold {_threshold(o, m)} ({o.placed}/{len(o.pods)} placed)", fontsize=9)
             ax.set_xticks(x, names, rotation=60, ha="right", fontsize=7)
             ax.set_ylabel("fraction of node")
             if row == 0 and col == 0:
