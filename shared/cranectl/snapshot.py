@@ -206,7 +206,8 @@ async def take(
 def write(document: Mapping[str, Any], path: Path) -> None:
     """YAML for ``.yaml``/``.yml``, else JSON."""
     if path.suffix in (".yaml", ".yml"):
-        path.write_text(yaml.safe_dump(dict(document), sort_keys=False))
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        path.write_text(yaml.dump(dict(document), Dumper=dumper, sort_keys=False))
     else:
         path.write_text(json.dumps(document, indent=1))
 
@@ -218,9 +219,12 @@ def read(path: Path) -> dict[str, Any]:
     except OSError as err:
         raise ValueError(f"{path}: {err.strerror}") from err
     try:
-        doc = yaml.safe_load(text)  # JSON is YAML
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not JSON or YAML: {err}") from err
+        doc = json.loads(text)  # JSON first: a large snapshot parses ~100x faster than as YAML
+    except ValueError:
+        try:
+            doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except yaml.YAMLError as err:
+            raise ValueError(f"{path}: not JSON or YAML: {err}") from err
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
         raise ValueError(f"{path}: not a snapshot (kind: {KIND} expected)")
     if not isinstance(doc.get("objects"), list) or not isinstance(doc.get("takenAt"), str):

@@ -24,6 +24,7 @@ import html
 import io
 import json
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -260,8 +261,13 @@ def _usage(load: Mapping[str, Any] | None) -> dict[str, float | None]:
     return {m: v.get("usage") for m, v in (load.get("metrics") or {}).items()}
 
 
-def run(snapshot: Mapping[str, Any], workload: Workload, setup: Setup) -> Outcome:
-    """Place ``workload``'s pods on the snapshot with ``setup`` (see the module's docstring)."""
+def run(
+    snapshot: Mapping[str, Any], workload: Workload, setup: Setup, phases: dict[str, float] | None = None
+) -> Outcome:
+    """Place ``workload``'s pods on the snapshot with ``setup`` (see the module's docstring); ``phases``: the
+    seconds spent loading the snapshot (``load``) and placing the pods (``place``) go there."""
+    phases = {} if phases is None else phases
+    started = time.perf_counter()
     taken = datetime.fromisoformat(str(snapshot["takenAt"])).timestamp()
     try:
         sim = Simulator(setup.config, dynamic=setup.policy, clock=lambda: taken)
@@ -273,6 +279,8 @@ def run(snapshot: Mapping[str, Any], workload: Workload, setup: Setup) -> Outcom
         raise ManifestError(f"snapshot: {err}") from err
     names = list(sim.table.names)
     before = {n: (sim.requested(n), _usage(sim.node_load(n))) for n in names}
+    phases["load"] = time.perf_counter() - started
+    started = time.perf_counter()
     results: dict[str, PodResult] = {}
     placements = {}
     for pod in workload.pods:
@@ -288,6 +296,7 @@ def run(snapshot: Mapping[str, Any], workload: Workload, setup: Setup) -> Outcom
         placements[key] = placement
         results[key] = PodResult(key, placement.node, placement.message)
     _gangs(sim, workload, placements, results)
+    phases["place"] = time.perf_counter() - started
     thresholds = {p.name: p.max_limit_percent for p in setup.policy.predicate}
     nodes = []
     for n in names:
