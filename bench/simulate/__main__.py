@@ -111,7 +111,7 @@ def main() -> None:
         times |= phases
         times["run"] = time.perf_counter() - start
         start = time.perf_counter()
-        text = whatif.table([outcome], limit=50)
+        whatif.table([outcome], limit=50)
         whatif.as_json([outcome], snap)
         times["table+json"] = time.perf_counter() - start
         if not args.no_plot:
@@ -122,7 +122,7 @@ def main() -> None:
     load = os.getloadavg()
     label = "kube's plugins only (reference)" if args.no_dynamic else "with Dynamic (the default profile)"
     print(f"{args.pods} pods onto {args.nodes} nodes ({args.bound} bound per node), {label}")
-    print(text.splitlines()[-3])
+    print(f"{outcome.placed}/{len(outcome.pods)} pods placed, {len(outcome.pods) - outcome.placed} pending")
     for phase, seconds in times.items():
         print(f"  {phase:14} {seconds:7.2f} s")
     print(f"  per pod        {times['place'] / max(1, args.pods) * 1000:7.3f} ms")

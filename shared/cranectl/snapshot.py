@@ -14,7 +14,7 @@ Dynamic policy when given (``--config`` / ``--policy``: local files, e.g. the ch
   ``managedFields`` are dropped. Nothing is read from Secrets or ConfigMaps;
 - PodGroups (scheduler-plugins' ``scheduling.x-k8s.io``, Kubernetes' ``scheduling.k8s.io`` PodGroups and
   Workloads), DRA objects (ResourceClaims, ResourceSlices, DeviceClasses), PVCs, PVs, StorageClasses, CSINodes,
-  PodDisruptionBudgets, Namespaces.
+  PodDisruptionBudgets, Namespaces, NodeResourceTopologies (crane's NUMA plugin).
 
 An API group the server does not serve (404) is recorded in ``notServed`` and skipped; any other error stops the
 command naming the resource and the status. Every request has a timeout (``--timeout``). Lists are paged.
@@ -52,10 +52,12 @@ CONTAINER_SECRETS = (
 )
 
 # (kind, group, version, plural): the custom and newer APIs, listed through the generic client; a 404 is "not
-# served" (an older cluster, a CRD not installed), recorded, not an error.
+# served" (an older cluster, a CRD not installed), recorded, not an error. Of two versions of one resource, the
+# first served is listed (the same objects, not twice).
 GROUPED: list[tuple[str, str, str, str]] = [
     ("PodGroup", "scheduling.x-k8s.io", "v1alpha1", "podgroups"),
     ("PodGroup", "scheduling.k8s.io", "v1beta1", "podgroups"),
+    ("Workload", "scheduling.k8s.io", "v1beta1", "workloads"),
     ("Workload", "scheduling.k8s.io", "v1alpha1", "workloads"),
     ("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims"),
     ("ResourceSlice", "resource.k8s.io", "v1", "resourceslices"),
@@ -63,6 +65,7 @@ GROUPED: list[tuple[str, str, str, str]] = [
     ("StorageClass", "storage.k8s.io", "v1", "storageclasses"),
     ("CSINode", "storage.k8s.io", "v1", "csinodes"),
     ("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets"),
+    ("NodeResourceTopology", "topology.crane.io", "v1alpha1", "noderesourcetopologies"),
 ]
 
 
@@ -175,7 +178,10 @@ async def take(
         scrub(o, "PersistentVolume") for o in await _paged("persistentvolumes", core(v1.list_persistent_volume))
     ]
     not_served: list[str] = []
+    listed: set[tuple[str, str]] = set()
     for kind, group, version, plural in GROUPED:
+        if (plural, group) in listed:
+            continue
 
         def call(token: str | None, g: str = group, v: str = version, p: str = plural) -> Awaitable[Any]:
             extra = {"_continue": token} if token else {}
@@ -190,6 +196,7 @@ async def take(
                 not_served.append(f"{plural}.{group}/{version}")
                 continue
             raise
+        listed.add((plural, group))
         objects += [scrub(o, kind) for o in found]
     return {
         "apiVersion": API_VERSION,
