@@ -10,6 +10,7 @@ pod lands on the same node, or stays pending with the same reason (the live mess
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import sys
@@ -164,7 +165,7 @@ async def test_simulate_on_a_snapshot_places_every_pod_where_the_live_scheduler_
         for p in pods:  # one at a time: each decision sees the ones before, as the simulation does
             name = p["metadata"]["name"]
             await v1.create_namespaced_pod(namespace, p)
-            live[name] = await wait_for(lambda n=name: outcome(kube, namespace, n), what=f"{name} decided")
+            live[name] = await wait_for(functools.partial(outcome, kube, namespace, name), what=f"{name} decided")
             if live[name][0] == "pending":  # out of the way: no retry can change what came after
                 await v1.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
 
