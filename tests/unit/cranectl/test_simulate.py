@@ -298,3 +298,81 @@ def test_simulate_json_and_a_bad_manifest(
     manifests.write_text(yaml.safe_dump({"kind": "CronJob", "metadata": {"name": "c"}}))
     assert run_cli(monkeypatch, "simulate", "--snapshot", str(snap), "-f", str(manifests)) == 2
     assert "CronJob default/c: kind 'CronJob' is not simulated" in capsys.readouterr().err
+
+
+class Response:
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        self.status, self.reason, self._body = status, "Status", body
+        self.headers: dict[str, str] = {}
+
+    async def read(self) -> bytes:
+        return json.dumps(self._body).encode()
+
+
+class FakeApi:
+    """The list calls ``take`` makes, answered from ``pages`` (``(resource, continue token) -> (status, body)``);
+    every call's keyword arguments are kept (each must carry a timeout)."""
+
+    def __init__(self, pages: dict[tuple[str, str | None], tuple[int, dict[str, Any]]]) -> None:
+        self.pages = pages
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __call__(self, _api: Any) -> FakeApi:
+        return self
+
+    def _answer(self, resource: str, kw: dict[str, Any]) -> Any:
+        self.calls.append((resource, kw))
+        status, body = self.pages.get((resource, kw.get("_continue")), (200, {"items": []}))
+
+        async def answer() -> Response:
+            return Response(status, body)
+
+        return answer()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("list_cluster_custom_object"):
+            return lambda group, version, plural, **kw: self._answer(f"{plural}.{group}/{version}", kw)
+        return lambda **kw: self._answer(name, kw)
+
+
+def test_take_pages_scrubs_skips_what_is_not_served_and_names_what_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from cranectl import snapshot as snap_module
+
+    pod_on = {"metadata": {"name": "a"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "env": [{}]}]}}
+    pod_elsewhere = {"metadata": {"name": "b"}, "spec": {"nodeName": "other"}}
+    pending = {"metadata": {"name": "c"}, "spec": {}, "status": {"phase": "Pending"}}
+    done = {"metadata": {"name": "d"}, "spec": {"nodeName": "n1"}, "status": {"phase": "Succeeded"}}
+    fake = FakeApi(
+        {
+            ("list_node", None): (200, {"items": [{"metadata": {"name": "n1"}}]}),
+            ("list_pod_for_all_namespaces", None): (
+                200,
+                {"items": [pod_on, pod_elsewhere], "metadata": {"continue": "t"}},
+            ),
+            ("list_pod_for_all_namespaces", "t"): (200, {"items": [pending, done]}),
+            ("podgroups.scheduling.k8s.io/v1beta1", None): (404, {"message": "not found"}),
+        }
+    )
+    monkeypatch.setattr("cranectl.snapshot.client.CoreV1Api", fake)
+    monkeypatch.setattr("cranectl.snapshot.client.CustomObjectsApi", fake)
+    doc = asyncio.run(snap_module.take(object(), node_selector="pool=a", timeout=7, now=NOW))
+    assert [(o["kind"], o["metadata"]["name"]) for o in doc["objects"] if o["kind"] in ("Node", "Pod")] == [
+        ("Node", "n1"),
+        ("Pod", "a"),  # bound to a node of the snapshot
+        ("Pod", "c"),  # pending (the second page)
+    ]
+    assert "env" not in json.dumps(doc["objects"])
+    assert doc["notServed"] == ["podgroups.scheduling.k8s.io/v1beta1"]
+    assert doc["takenAt"] == NOW.isoformat()
+    assert all(kw.get("_request_timeout") == 7 for _, kw in fake.calls)  # every request has its timeout
+    assert fake.calls[0] == (
+        "list_node",
+        {"limit": 500, "_preload_content": False, "_request_timeout": 7, "label_selector": "pool=a"},
+    )
+    fake.pages[("resourceslices.resource.k8s.io/v1", None)] = (403, {"message": "forbidden: cannot list"})
+    with pytest.raises(
+        snap_module.SnapshotError, match=r"listing resourceslices.resource.k8s.io/v1: HTTP 403 .*forbidden"
+    ):
+        asyncio.run(snap_module.take(object(), now=NOW))
