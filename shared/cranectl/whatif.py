@@ -407,7 +407,10 @@ def table(outcomes: Sequence[Outcome], limit: int | None = None) -> str:
     lines.append("")
     lines += _columns(node_rows)
     if len(shown) < len(first.nodes):
-        lines.append(f"({len(shown[:limit])} of {len(first.nodes)} nodes shown: those whose requests changed)")
+        lines.append(
+            f"({len(shown[:limit])} of {len(first.nodes)} nodes shown: {len(changed)} changed, the first {limit} "
+            "of them in the snapshot's order; -o json has every node)"
+        )
     for o in outcomes:
         lines.append(f"{o.label}: {o.placed}/{len(o.pods)} pods placed, {len(o.pods) - o.placed} pending")
     lines.append(
