@@ -250,15 +250,22 @@ def render_explain(body: dict[str, Any]) -> str:
 def _snapshot_of(args: argparse.Namespace) -> dict[str, Any]:
     """The cluster's state now (``--kubeconfig``), with the ``--config`` and ``--policy`` files."""
     from crane_shared.kube import KubeSettings, make_api_client
-    from cranectl.snapshot import load_document, take
+    from cranectl.snapshot import load_document, policy_path_of, take
 
     config = load_document(args.config, "--config")
     policy = load_document(args.policy, "--policy")
+    source = args.policy
+    named = policy_path_of(config)
+    if policy is None and named and os.path.isfile(named):  # the file the configuration names, readable here
+        policy, source = load_document(named, "the configuration's Dynamic policyConfigPath"), named
 
     async def fetch() -> dict[str, Any]:
         api = await make_api_client(KubeSettings(kubeconfig=args.kubeconfig), request_timeout=args.timeout)
         try:
-            return await take(api, node_selector=args.node_selector, timeout=args.timeout, config=config, policy=policy)
+            found = await take(
+                api, node_selector=args.node_selector, timeout=args.timeout, config=config, policy=policy
+            )
+            return found | {"policySource": source}
         finally:
             await api.close()
 
@@ -281,6 +288,7 @@ def _snapshot(args: argparse.Namespace) -> int:
         kinds[obj["kind"]] = kinds.get(obj["kind"], 0) + 1
     counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
     print(f"snapshot at {document['takenAt']} written to {args.output}: {counts or 'nothing'}")
+    print(f"policy: {document['policySource'] or 'none given (simulate uses the upstream default policy)'}")
     if document["notServed"]:
         print(f"not served by this cluster (skipped): {', '.join(document['notServed'])}")
     return 0
@@ -327,7 +335,11 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", help="the scheduler's KubeSchedulerConfiguration file (default: the default profile)"
     )
-    parser.add_argument("--policy", help="the DynamicSchedulerPolicy file (default: the upstream default policy)")
+    parser.add_argument(
+        "--policy",
+        help="the DynamicSchedulerPolicy file (default: the one --config's Dynamic policyConfigPath names, else the "
+        "upstream default policy)",
+    )
 
 
 def main() -> None:

@@ -239,6 +239,17 @@ def read(path: Path) -> dict[str, Any]:
     return doc
 
 
+def policy_path_of(config: Mapping[str, Any] | None) -> str | None:
+    """The Dynamic plugin's ``policyConfigPath`` in a scheduler configuration (the first profile naming one)."""
+    for profile in (config or {}).get("profiles") or ():
+        for entry in (profile or {}).get("pluginConfig") or ():
+            if (entry or {}).get("name") == "Dynamic":
+                path = ((entry or {}).get("args") or {}).get("policyConfigPath")
+                if path:
+                    return str(path)
+    return None
+
+
 def load_document(path: str | None, what: str) -> dict[str, Any] | None:
     """A local YAML file given by a flag (``--config``, ``--policy``), parsed; ``ValueError`` naming the flag."""
     if path is None:

@@ -15,7 +15,7 @@ import yaml
 
 from cranectl import whatif
 from cranectl.__main__ import main
-from cranectl.snapshot import KIND, read, scrub_pod
+from cranectl.snapshot import KIND, policy_path_of, read, scrub_pod
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 METRICS = ["cpu_usage_avg_5m", "cpu_usage_max_avg_1h", "cpu_usage_max_avg_1d"]
@@ -376,3 +376,11 @@ def test_take_pages_scrubs_skips_what_is_not_served_and_names_what_failed(monkey
         snap_module.SnapshotError, match=r"listing resourceslices.resource.k8s.io/v1: HTTP 403 .*forbidden"
     ):
         asyncio.run(snap_module.take(object(), now=NOW))
+
+
+def test_the_policy_a_scheduler_configuration_names_is_found() -> None:
+    dynamic = {"name": "Dynamic", "args": {"policyConfigPath": "/etc/crane/policy.yaml"}}
+    config = {"profiles": [{"schedulerName": "a"}, {"schedulerName": "b", "pluginConfig": [{"name": "X"}, dynamic]}]}
+    assert policy_path_of(config) == "/etc/crane/policy.yaml"
+    assert policy_path_of({"profiles": [{"schedulerName": "a"}]}) is None
+    assert policy_path_of(None) is None
