@@ -211,3 +211,21 @@ async def test_simulate_on_a_snapshot_places_every_pod_where_the_live_scheduler_
     with_gpu = [f"p-{i:03d}" for i in range(CLAIM_EVERY - 1, PODS, CLAIM_EVERY)]
     assert 0 < sum(1 for n in with_gpu if live[n][0] == "node") <= 2 * len(GPU_NODES)  # devices allocated, once each
     assert await node_of(kube, namespace, "p-000") is not None
+
+    # without --snapshot: the live cluster read once, nothing written to it (the placed pods count as they are)
+    one = tmp_path / "one.yaml"
+    one.write_text(yaml.safe_dump({**as_manifests[0], "metadata": {"name": "what-if", "namespace": namespace}}))
+    before = len((await v1.list_namespaced_pod(namespace)).items)
+    said = await cranectl(
+        "simulate",
+        "--kubeconfig",
+        kubeconfig,
+        "--node-selector",
+        selector,
+        "--config",
+        str(config_path),
+        "-f",
+        str(one),
+    )
+    assert f"{namespace}/what-if" in said
+    assert len((await v1.list_namespaced_pod(namespace)).items) == before
