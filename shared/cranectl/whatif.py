@@ -301,7 +301,8 @@ def run(
     nodes = []
     for n in names:
         requested, load = before[n]
-        after, load_after = sim.requested(n), _usage(sim.node_load(n))
+        after = sim.requested(n)
+        load_after = load if after == requested else _usage(sim.node_load(n))  # Dynamic adds only placed pods
         alloc = sim.allocatable(n)
         nodes.append(
             NodeResult(
