@@ -18,6 +18,8 @@ Dynamic policy when given (``--config`` / ``--policy``: local files, e.g. the ch
 
 An API group the server does not serve (404) is recorded in ``notServed`` and skipped; any other error stops the
 command naming the resource and the status. Every request has a timeout (``--timeout``). Lists are paged.
+The account needs only ``list`` on those resources (a cluster-wide read-only role such as ``view`` plus nodes,
+PVs, StorageClasses, CSINodes and the DRA and NUMA kinds); nothing is written.
 """
 
 from __future__ import annotations
