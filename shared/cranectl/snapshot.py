@@ -14,7 +14,8 @@ Dynamic policy when given (``--config`` / ``--policy``: local files, e.g. the ch
   ``managedFields`` are dropped. Nothing is read from Secrets or ConfigMaps;
 - PodGroups (scheduler-plugins' ``scheduling.x-k8s.io``, Kubernetes' ``scheduling.k8s.io`` PodGroups and
   Workloads), DRA objects (ResourceClaims, ResourceSlices, DeviceClasses), PVCs, PVs, StorageClasses, CSINodes,
-  PodDisruptionBudgets, Namespaces, NodeResourceTopologies (crane's NUMA plugin).
+  PodDisruptionBudgets, Namespaces, NodeResourceTopologies (crane's NUMA plugin), PriorityClasses (a manifest's
+  ``priorityClassName`` resolved as admission would).
 
 An API group the server does not serve (404) is recorded in ``notServed`` and skipped; any other error stops the
 command naming the resource and the status. Every request has a timeout (``--timeout``). Lists are paged.
@@ -67,6 +68,7 @@ GROUPED: list[tuple[str, str, str, str]] = [
     ("StorageClass", "storage.k8s.io", "v1", "storageclasses"),
     ("CSINode", "storage.k8s.io", "v1", "csinodes"),
     ("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets"),
+    ("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses"),
     ("NodeResourceTopology", "topology.crane.io", "v1alpha1", "noderesourcetopologies"),
 ]
 

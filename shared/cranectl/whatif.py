@@ -4,7 +4,9 @@ Input: a snapshot (``cranectl snapshot``) or the live cluster read once (nothing
 Workloads are expanded as their controllers would: a Deployment's or ReplicaSet's ``replicas``, a StatefulSet's
 (``<name>-<ordinal>``), a Job's ``parallelism`` (at most its ``completions``), plain Pods; PodGroups are taken as
 objects. Any other kind is refused naming it (and so are the fields not simulated: a StatefulSet's
-``volumeClaimTemplates``). The pods are placed one after another in manifest order by crane-scheduler itself
+``volumeClaimTemplates``). A pod's priority is its ``priorityClassName``'s (the snapshot's PriorityClasses, as
+admission resolves it). The pods are placed one after another, higher priority first, then in manifest order (as
+the scheduler's queue takes pods that arrive together), by crane-scheduler itself
 (``crane_scheduler.simulate.Simulator``: the same plugins, profile and Dynamic policy, the load annotations read at
 the snapshot's time), each seeing those placed before it. A PodGroup's members are kept only when at least
 ``minMember`` of them found a node (no gang is placed in part); else they are reported pending with that reason.
@@ -273,17 +275,19 @@ def run(
         sim = Simulator(setup.config, dynamic=setup.policy, clock=lambda: taken)
     except ConfigError as err:
         raise ManifestError(f"{setup.label}: scheduler configuration: {err}") from err
+    classes = [o for o in snapshot["objects"] if o.get("kind") == "PriorityClass"]
     try:
-        sim.load([*snapshot["objects"], *workload.objects])
+        sim.load([*(o for o in snapshot["objects"] if o.get("kind") != "PriorityClass"), *workload.objects])
     except ValueError as err:
         raise ManifestError(f"snapshot: {err}") from err
+    pods = queue_order(with_priority(workload.pods, classes))
     names = list(sim.table.names)
     before = {n: (sim.requested(n), _usage(sim.node_load(n))) for n in names}
     phases["load"] = time.perf_counter() - started
     started = time.perf_counter()
     results: dict[str, PodResult] = {}
     placements = {}
-    for pod in workload.pods:
+    for pod in pods:
         key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         if key in results:
             raise ManifestError(f"pod {key}: given twice")
@@ -315,6 +319,33 @@ def run(
             )
         )
     return Outcome(setup.label, list(results.values()), nodes, thresholds)
+
+
+def with_priority(pods: Sequence[dict[str, Any]], classes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each pod's ``spec.priority`` as the Priority admission plugin sets it: its ``priorityClassName``'s value,
+    else the global default class's, else 0 (a value the manifest gives is kept); an unknown class is refused."""
+    values = {str((c.get("metadata") or {}).get("name")): int(c.get("value") or 0) for c in classes}
+    default = next((int(c.get("value") or 0) for c in classes if c.get("globalDefault")), 0)
+    out = []
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        if spec.get("priority") is not None:
+            out.append(pod)
+            continue
+        name = spec.get("priorityClassName")
+        if name and name not in values:
+            meta = pod.get("metadata") or {}
+            raise ManifestError(
+                f"pod {meta.get('namespace')}/{meta.get('name')}: spec.priorityClassName {name!r}: no such "
+                "PriorityClass in the snapshot"
+            )
+        out.append({**pod, "spec": {**spec, "priority": values[name] if name else default}})
+    return out
+
+
+def queue_order(pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The order the scheduler's queue takes pods that arrive together: higher priority first, then as given."""
+    return sorted(pods, key=lambda p: -int((p.get("spec") or {}).get("priority") or 0))
 
 
 def _gangs(sim: Simulator, workload: Workload, placements: Mapping[str, Any], results: dict[str, PodResult]) -> None:

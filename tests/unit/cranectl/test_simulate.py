@@ -384,3 +384,21 @@ def test_the_policy_a_scheduler_configuration_names_is_found() -> None:
     assert policy_path_of(config) == "/etc/crane/policy.yaml"
     assert policy_path_of({"profiles": [{"schedulerName": "a"}]}) is None
     assert policy_path_of(None) is None
+
+
+def test_priority_classes_order_the_pods_as_the_queue_would_and_an_unknown_one_is_refused() -> None:
+    snap = snapshot(node("n1", 0.1, cpu="4"))  # 2 of its 4 cores taken: room for one 2-core pod
+    high = {"kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000}
+    low = {"kind": "PriorityClass", "metadata": {"name": "low"}, "value": 10, "globalDefault": True}
+    snap["objects"] += [high, low]
+    first = deployment("first", 1, "2")
+    urgent = deployment("urgent", 1, "2")
+    urgent["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    outcome = whatif.run(snap, whatif.expand([first, urgent]), whatif.base_setup(snap))
+    assert [(p.pod, p.node) for p in outcome.pods] == [
+        ("default/urgent-simulated-0", "n1"),  # 1000 before the global default's 10, though given second
+        ("default/first-simulated-0", None),
+    ]
+    urgent["spec"]["template"]["spec"]["priorityClassName"] = "nope"
+    with pytest.raises(whatif.ManifestError, match=r"urgent-simulated-0: spec\.priorityClassName 'nope'"):
+        whatif.run(snap, whatif.expand([first, urgent]), whatif.base_setup(snap))
