@@ -313,7 +313,7 @@ def _simulate(args: argparse.Namespace) -> int:
         setups = [base]
         if args.compare:
             setups.append(whatif.setup_of(load_document(args.compare, "--compare"), base, Path(args.compare).stem))
-        outcomes = [whatif.run(snapshot, workload, s) for s in setups]
+        outcomes = [whatif.run(snapshot, workload, s, feasible=args.feasible) for s in setups]
         text = whatif.table(outcomes, limit=args.nodes)
         if args.plot or args.html:
             png = whatif.plot_png(outcomes, limit=args.plot_nodes)
@@ -403,6 +403,7 @@ def main() -> None:
     sm.add_argument("-f", "--filename", action="append", required=True, help="manifests (repeatable; - for stdin)")
     sm.add_argument("--compare", metavar="FILE", help="a second DynamicSchedulerPolicy or scheduler config to run")
     sm.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    sm.add_argument("--feasible", action="store_true", help="-o json: each pod's feasible nodes too")
     sm.add_argument("--plot", metavar="PNG", help="write per-node load before/after, thresholds drawn")
     sm.add_argument("--html", metavar="FILE", help="write the plot and the table as one self-contained page")
     sm.add_argument("--nodes", type=int, default=50, help="nodes in the table beyond which only changed ones show")

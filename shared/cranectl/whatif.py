@@ -230,6 +230,8 @@ class PodResult:
     pod: str
     node: str | None
     reason: str
+    feasible: list[str] | None = None
+    """the nodes that passed every Filter for it (asked for: ``run(feasible=True)``, ``--feasible``)"""
 
 
 @dataclass(frozen=True)
@@ -264,10 +266,16 @@ def _usage(load: Mapping[str, Any] | None) -> dict[str, float | None]:
 
 
 def run(
-    snapshot: Mapping[str, Any], workload: Workload, setup: Setup, phases: dict[str, float] | None = None
+    snapshot: Mapping[str, Any],
+    workload: Workload,
+    setup: Setup,
+    phases: dict[str, float] | None = None,
+    *,
+    feasible: bool = False,
 ) -> Outcome:
     """Place ``workload``'s pods on the snapshot with ``setup`` (see the module's docstring); ``phases``: the
-    seconds spent loading the snapshot (``load``) and placing the pods (``place``) go there."""
+    seconds spent loading the snapshot (``load``) and placing the pods (``place``) go there; ``feasible``: each
+    pod's feasible nodes kept (as the search found them: all of them below 100 nodes, kube's sampling above)."""
     phases = {} if phases is None else phases
     started = time.perf_counter()
     taken = datetime.fromisoformat(str(snapshot["takenAt"])).timestamp()
@@ -298,7 +306,8 @@ def run(
             continue
         placement = sim.schedule(pod)
         placements[key] = placement
-        results[key] = PodResult(key, placement.node, placement.message)
+        found = list(placement.feasible) if feasible else None
+        results[key] = PodResult(key, placement.node, placement.message, found)
     _gangs(sim, workload, placements, results)
     phases["place"] = time.perf_counter() - started
     thresholds = {p.name: p.max_limit_percent for p in setup.policy.predicate}
@@ -374,7 +383,7 @@ def _gangs(sim: Simulator, workload: Workload, placements: Mapping[str, Any], re
         for p in pods:
             why = results[p].reason if results[p].node is None else ""
             text = f"gang {group}: {len(placed)} of minMember {need} members found a node"
-            results[p] = PodResult(p, None, f"{text}{'; ' + why if why else ''}")
+            results[p] = PodResult(p, None, f"{text}{'; ' + why if why else ''}", results[p].feasible)
 
 
 # ------------------------------------------------------------------------------------------ rendering

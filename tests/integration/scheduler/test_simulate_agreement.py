@@ -4,8 +4,9 @@ Nodes of several sizes, zones, taints, GPUs (DRA) and real-load annotations; a s
 command from the real API server; then seeded random pods (requests, node affinity, tolerations, topology spread,
 claims of a GPU, a few that fit nowhere) placed by crane-scheduler running against that API server, one after
 another, and the same pods simulated by ``cranectl simulate`` on the snapshot, in the same order with the same
-seeded tie-break: every pod lands on the same node, or stays pending with the same reason (the live message may add
-preemption's part). Not covered here: gangs (the live gang cycle orders its members itself).
+seeded tie-break: every pod has the same feasible nodes and lands on the same node, or stays pending with the same
+reason (the live message may add preemption's part). Not covered here: gangs (the live gang cycle orders its
+members itself).
 """
 
 from __future__ import annotations
@@ -180,6 +181,7 @@ async def test_simulate_on_a_snapshot_places_every_pod_where_the_live_scheduler_
     manifests.write_text(yaml.safe_dump_all(as_manifests))
 
     live: dict[str, tuple[str, str]] = {}
+    feasible: dict[str, set[str]] = {}  # the live decision's feasible nodes (its explain record)
     v1 = client.CoreV1Api(kube)
     async with in_process(cluster, config, selector, load_aware=True) as scheduler:
         scheduler.algorithm.rng = random.Random(0)  # the simulator's seeded tie-break, from the same start
@@ -188,12 +190,15 @@ async def test_simulate_on_a_snapshot_places_every_pod_where_the_live_scheduler_
             name = p["metadata"]["name"]
             await v1.create_namespaced_pod(namespace, p)
             live[name] = await wait_for(functools.partial(outcome, kube, namespace, name), what=f"{name} decided")
+            decision = scheduler.decisions.get(f"{namespace}/{name}")
+            assert decision is not None, name
+            feasible[name] = {n for n, v in decision.verdicts().items() if v["filter"] == "passed"}
             if live[name][0] == "pending":  # out of the way: no retry can change what came after
                 await v1.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
 
-    simulated = json.loads(await cranectl("simulate", "--snapshot", str(snap), "-f", str(manifests), "-o", "json"))[
-        "runs"
-    ][0]["pods"]
+    simulated = json.loads(
+        await cranectl("simulate", "--snapshot", str(snap), "-f", str(manifests), "-o", "json", "--feasible")
+    )["runs"][0]["pods"]
     assert len(simulated) == PODS
     disagreements = []
     for s in simulated:
@@ -203,6 +208,8 @@ async def test_simulate_on_a_snapshot_places_every_pod_where_the_live_scheduler_
             disagreements.append(f"{name}: live {value}, simulated {s['node'] or 'pending: ' + s['reason']}")
         if kind == "pending" and (s["node"] is not None or not value.startswith(s["reason"].rstrip("."))):
             disagreements.append(f"{name}: live pending ({value}), simulated {s['node'] or s['reason']}")
+        if set(s["feasible"]) != feasible[name]:
+            disagreements.append(f"{name}: feasible live {sorted(feasible[name])}, simulated {sorted(s['feasible'])}")
     assert disagreements == []
     pending = [v for k, v in live.values() if k == "pending"]
     print(f"{PODS - len(pending)} placed, {len(pending)} pending, 0 disagreements")

@@ -295,6 +295,10 @@ def test_simulate_json_and_a_bad_manifest(
     body = json.loads(capsys.readouterr().out)
     assert [p["node"] for p in body["runs"][0]["pods"]] == ["n1", "n1"]
     assert body["runs"][0]["placed"] == 2
+    assert body["runs"][0]["pods"][0]["feasible"] is None  # asked for only
+    argv = ("simulate", "--snapshot", str(snap), "-f", str(manifests), "-o", "json", "--feasible")
+    assert run_cli(monkeypatch, *argv) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["pods"][0]["feasible"] == ["n1"]
     manifests.write_text(yaml.safe_dump({"kind": "CronJob", "metadata": {"name": "c"}}))
     assert run_cli(monkeypatch, "simulate", "--snapshot", str(snap), "-f", str(manifests)) == 2
     assert "CronJob default/c: kind 'CronJob' is not simulated" in capsys.readouterr().err
