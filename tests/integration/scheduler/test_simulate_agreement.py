@@ -25,8 +25,10 @@ from kubernetes_asyncio import client
 from crane_sandbox.cluster import LocalCluster
 from tests.support.dra import claim, device, exactly, resource_slice
 from tests.support.dra_cluster import devices, gpu_class
+from tests.support.gangs import COSCHEDULING, create_group, members
 from tests.support.scheduler_cluster import (
     create_nodes,
+    create_pods,
     in_process,
     node,
     node_of,
@@ -114,6 +116,33 @@ async def cranectl(*args: str) -> str:
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode == 0, err.decode()
     return out.decode()
+
+
+def apart(gang: str, hosts: list[str]) -> dict[str, Any]:
+    """On ``hosts`` only, one member of ``gang`` per node."""
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": hosts}]}
+    return {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}},
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"scheduling.x-k8s.io/pod-group": gang}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        },
+    }
+
+
+async def gang_decided(kube: client.ApiClient, namespace: str, gang: str, names: list[str]) -> bool:
+    """Every member bound, or the gang rejected because a member fits nowhere (Coscheduling's words on a member;
+    not a rejection for siblings still arriving)."""
+    found = await asyncio.gather(*(read_pod(kube, namespace, n) for n in names))
+    if all(p and p["spec"].get("nodeName") for p in found):
+        return True
+    messages = [str((scheduled_condition(p) or {}).get("message", "")) for p in found]
+    rejected = f"PodGroup {namespace}/{gang} gets rejected"
+    return any(m.startswith(rejected) and m.endswith("unschedulable even after PostFilter") for m in messages)
 
 
 async def outcome(kube: client.ApiClient, namespace: str, name: str) -> tuple[str, str] | None:
@@ -236,3 +265,76 @@ async def test_simulate_on_a_snapshot_places_every_pod_where_the_live_scheduler_
     )
     assert f"{namespace}/what-if" in said
     assert len((await v1.list_namespaced_pod(namespace)).items) == before
+
+
+GANGS = [("a", 3, "1"), ("b", 4, "3"), ("c", 3, "1")]
+"""(PodGroup, members = minMember, each member's CPU) on 6 nodes of 8 cores; c's members keep apart from each
+other on two nodes: 2 of 3 find a node, so none may stay.
+Nothing is placed after the failed gang: the live scheduler retries its members (each attempt moves the seeded
+tie-break), the simulation tries them once, so later ties may be broken differently."""
+
+
+async def test_gangs_simulated_all_or_nothing_where_the_live_gang_cycle_places_them(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    tmp_path: Path,
+) -> None:
+    rng = random.Random(38)
+    nodes = [node(f"{group}-{i}", group, "8", "32Gi") for i in range(6)]
+    await create_nodes(kube, nodes)
+    for n in nodes:
+        await annotate(kube, n["metadata"]["name"], round(rng.uniform(0.05, 0.3), 3))
+    config = dynamic_config(scheduler_name)
+    config["profiles"][0].update(COSCHEDULING)
+    config_path, snap = tmp_path / "scheduler.yaml", tmp_path / "snapshot.json"
+    config_path.write_text(yaml.safe_dump(config))
+    await cranectl(
+        "snapshot", "--kubeconfig", str(cluster.kubeconfig_path), "--node-selector", selector,
+        "--config", str(config_path), "-o", str(snap),
+    )  # fmt: skip
+    manifests: list[dict[str, Any]] = []
+    live: dict[str, str | None] = {}
+    v1 = client.CoreV1Api(kube)
+    async with in_process(cluster, config, selector, load_aware=True) as scheduler:
+        scheduler.algorithm.rng = random.Random(0)
+        scheduler.algorithm.next_start = 0
+        for name, count, cpu in GANGS:  # one gang at a time, each whole before the next
+            await create_group(kube, namespace, name, count)
+            pods = members(name, scheduler_name, count, cpu)
+            if name == "c":
+                for p in pods:
+                    p["spec"]["affinity"] = apart(name, [f"{group}-0", f"{group}-1"])
+            await create_pods(kube, namespace, pods)
+            manifests.append(
+                {
+                    "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                    "kind": "PodGroup",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "spec": {"minMember": count},
+                }
+            )
+            manifests += [
+                {"apiVersion": "v1", "kind": "Pod", **p, "metadata": {**p["metadata"], "namespace": namespace}}
+                for p in pods
+            ]
+            names = [p["metadata"]["name"] for p in pods]
+            # decided: every member bound, or the gang rejected (a member may be reported unschedulable before its
+            # siblings arrive: that is not the gang's answer)
+            await wait_for(functools.partial(gang_decided, kube, namespace, name, names), timeout=60, what=name)
+            for n in names:
+                found = await read_pod(kube, namespace, n)
+                live[n] = str(found["spec"]["nodeName"]) if found and found["spec"].get("nodeName") else None
+            if any(live[p["metadata"]["name"]] is None for p in pods):
+                for p in pods:
+                    await v1.delete_namespaced_pod(p["metadata"]["name"], namespace, grace_period_seconds=0)
+    path = tmp_path / "gangs.yaml"
+    path.write_text(yaml.safe_dump_all(manifests))
+    simulated = json.loads(await cranectl("simulate", "--snapshot", str(snap), "-f", str(path), "-o", "json"))
+    placed = {s["pod"].split("/", 1)[1]: s["node"] for s in simulated["runs"][0]["pods"]}
+    assert placed == live
+    assert [live[f"c-{i}"] for i in range(3)] == [None, None, None]  # all or nothing, live and simulated
+    assert all(live[f"{g}-{i}"] for g, count, _ in GANGS if g != "c" for i in range(count)), live
