@@ -5,8 +5,8 @@ command from the real API server; then seeded random pods (requests, node affini
 claims of a GPU, a few that fit nowhere) placed by crane-scheduler running against that API server, one after
 another, and the same pods simulated by ``cranectl simulate`` on the snapshot, in the same order with the same
 seeded tie-break: every pod has the same feasible nodes and lands on the same node, or stays pending with the same
-reason (the live message may add preemption's part). Not covered here: gangs (the live gang cycle orders its
-members itself).
+reason (the live message may add preemption's part). Gangs in their own test: PodGroups placed whole or not at all
+by the live gang cycle and by the simulation alike.
 """
 
 from __future__ import annotations
