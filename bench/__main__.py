@@ -20,6 +20,7 @@ BENCHMARKS = (
     "dra",
     "descheduler",
     "estimates",
+    "simulate",
     "differential",
 )
 

@@ -4,6 +4,10 @@ or why it is still pending; ``cranectl nodes`` shows each node's real usage, req
 ``cranectl load-taint clear`` lifts the annotator's ``crane.io/load-hot`` taint from every node and
 ``cranectl withdraw-batch`` takes back every node's batch loan, after ``cranectl stop-annotator`` (the chart's
 pre-delete hook runs them).
+``cranectl snapshot -o FILE`` writes the state that decides placement (nodes, pods without env or commands,
+PodGroups, DRA objects, the policy and the scheduler's configuration); ``cranectl simulate -f MANIFEST`` places
+manifests' pods on a snapshot (or the live cluster, read-only) with crane-scheduler itself and reports each pod's
+node or why it stays pending, and each node's requests and estimated load before and after (table, JSON, a plot).
 (The development sandbox is ``python -m crane_sandbox``, not part of this tool.)"""
 
 from __future__ import annotations
@@ -245,6 +249,101 @@ def render_explain(body: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _snapshot_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The cluster's state now (``--kubeconfig``), with the ``--config`` and ``--policy`` files."""
+    from crane_shared.kube import KubeSettings, make_api_client
+    from cranectl.snapshot import load_document, policy_path_of, take
+
+    config = load_document(args.config, "--config")
+    policy = load_document(args.policy, "--policy")
+    source = args.policy
+    named = policy_path_of(config)
+    if policy is None and named and os.path.isfile(named):  # the file the configuration names, readable here
+        policy, source = load_document(named, "the configuration's Dynamic policyConfigPath"), named
+
+    async def fetch() -> dict[str, Any]:
+        api = await make_api_client(KubeSettings(kubeconfig=args.kubeconfig), request_timeout=args.timeout)
+        try:
+            found = await take(
+                api, node_selector=args.node_selector, timeout=args.timeout, config=config, policy=policy
+            )
+            return found | {"policySource": source}
+        finally:
+            await api.close()
+
+    return asyncio.run(fetch())
+
+
+def _snapshot(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cranectl.snapshot import write
+
+    try:
+        document = _snapshot_of(args)
+        write(document, Path(args.output))
+    except Exception as err:  # one line for the user, not a traceback
+        print(f"cannot take the snapshot: {err}", file=sys.stderr)
+        return 2
+    kinds: dict[str, int] = {}
+    for obj in document["objects"]:
+        kinds[obj["kind"]] = kinds.get(obj["kind"], 0) + 1
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    print(f"snapshot at {document['takenAt']} written to {args.output}: {counts or 'nothing'}")
+    print(f"policy: {document['policySource'] or 'none given (simulate uses the upstream default policy)'}")
+    if document["notServed"]:
+        print(f"not served by this cluster (skipped): {', '.join(document['notServed'])}")
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cranectl import whatif
+    from cranectl.snapshot import load_document, read
+
+    try:
+        if args.snapshot:
+            snapshot = read(Path(args.snapshot))
+            if args.config or args.policy:  # as given, over the snapshot's
+                snapshot["schedulerConfig"] = load_document(args.config, "--config") or snapshot["schedulerConfig"]
+                snapshot["policy"] = load_document(args.policy, "--policy") or snapshot["policy"]
+        else:
+            snapshot = _snapshot_of(args)
+        workload = whatif.expand(whatif.read_manifests(args.filename))
+        base = whatif.base_setup(snapshot, "as is" if not args.compare else "snapshot")
+        setups = [base]
+        if args.compare:
+            setups.append(whatif.setup_of(load_document(args.compare, "--compare"), base, Path(args.compare).stem))
+        outcomes = [whatif.run(snapshot, workload, s, feasible=args.feasible) for s in setups]
+        text = whatif.table(outcomes, limit=args.nodes)
+        if args.plot or args.html:
+            png = whatif.plot_png(outcomes, limit=args.plot_nodes)
+            if args.plot:
+                Path(args.plot).write_bytes(png)
+            if args.html:
+                Path(args.html).write_text(whatif.html_page(outcomes, png, text))
+    except Exception as err:  # one line for the user, not a traceback
+        print(f"cannot simulate: {err}", file=sys.stderr)
+        return 2
+    print(whatif.as_json(outcomes, snapshot) if args.output == "json" else text)
+    return 0
+
+
+def _cluster_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG, in-cluster")
+    parser.add_argument("--node-selector", help="only the nodes the scheduler sees (its --node-selector)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per API request (default 60)")
+    parser.add_argument(
+        "--config", help="the scheduler's KubeSchedulerConfiguration file (default: the default profile)"
+    )
+    parser.add_argument(
+        "--policy",
+        help="the DynamicSchedulerPolicy file (default: the one --config's Dynamic policyConfigPath names, else the "
+        "upstream default policy)",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="cranectl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -291,6 +390,27 @@ def main() -> None:
     clear.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the Lease (default 120)")
     clear.add_argument("--selector", help="only nodes matching this label selector")
     clear.set_defaults(func=_load_taint_clear)
+    sn = sub.add_parser(
+        "snapshot", help="write the state that decides placement to a file (JSON, or YAML by extension)"
+    )
+    _cluster_flags(sn)
+    sn.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write it (.json, .yaml)")
+    sn.set_defaults(func=_snapshot)
+    sm = sub.add_parser(
+        "simulate",
+        help="where manifests' pods would go, what stays pending and why, each node's load before and after",
+    )
+    _cluster_flags(sm)
+    sm.add_argument("--snapshot", metavar="FILE", help="a cranectl snapshot (default: the live cluster, read-only)")
+    sm.add_argument("-f", "--filename", action="append", required=True, help="manifests (repeatable; - for stdin)")
+    sm.add_argument("--compare", metavar="FILE", help="a second DynamicSchedulerPolicy or scheduler config to run")
+    sm.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    sm.add_argument("--feasible", action="store_true", help="-o json: each pod's feasible nodes too")
+    sm.add_argument("--plot", metavar="PNG", help="write per-node load before/after, thresholds drawn")
+    sm.add_argument("--html", metavar="FILE", help="write the plot and the table as one self-contained page")
+    sm.add_argument("--nodes", type=int, default=50, help="nodes in the table beyond which only changed ones show")
+    sm.add_argument("--plot-nodes", type=int, default=40, help="nodes in the plot: those whose load grew most")
+    sm.set_defaults(func=_simulate)
     args = parser.parse_args()
     configure_logging("warning")
     sys.exit(args.func(args))

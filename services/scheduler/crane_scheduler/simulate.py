@@ -34,13 +34,15 @@ Time: ``clock`` (default: the wall clock) is every plugin handle's clock and Dyn
 of load annotations, the window of recent bindings), so a caller that sets it replays virtual time. (The service
 runs its handles on the monotonic clock and Dynamic on the wall clock: ``wall_clock`` apart from ``clock``.)
 
-Seams for what comes next (issue 37's ``cranectl snapshot`` / ``simulate`` / replay; issue 40's decider workers):
+Its users beyond the service (``cranectl snapshot`` / ``simulate``; next, replay in virtual time and issue 40's
+decider workers):
 
 - A snapshot file (nodes, pods, claims, slices, classes, PodGroups, the policy, the profile) loads straight in:
   ``Simulator(profile_yaml, dynamic=policy, clock=...)`` then ``load(objects)`` (each object's ``kind`` says where
   it goes; every kind present is synced whole). Manifests' pods are placed one after another with ``schedule``;
   a pod without a uid gets ``<namespace>/<name>``. ``requested(node)`` / ``allocatable(node)`` give each node's
-  accounting before and after.
+  accounting before and after, ``node_load(node)`` the load Dynamic estimates there (``cranectl simulate`` does
+  exactly this, ``shared/cranectl/whatif.py``).
 - The incremental path (``apply``) is what a worker process holding a replica of the node table needs: one object
   per call, the same table updates the scheduler's cache makes, no asyncio and no API client; ``place``, ``reserve``
   and ``undo`` touch only the table and the plugins' own state, and ``undo`` restores them exactly (a property test
@@ -333,6 +335,7 @@ class Simulator:
         one); by default the objects given are the whole list, so no plugin waits for a list."""
         self.config = _config(config)
         self.clock = clock
+        self.wall_clock = wall_clock or clock
         self.table = table if table is not None else NodeTable()
         self.listers = listers if listers is not None else Listers()
         self.metrics = PluginMetrics()
@@ -499,6 +502,20 @@ class Simulator:
         if row is None:
             raise KeyError(node)
         return {name: int(columns[row, col]) for name, col in self.table.resources.items() if columns[row, col]}
+
+    def node_load(self, node: str, profile: str | None = None) -> dict[str, Any] | None:
+        """The load Dynamic sees on ``node`` now (``wall_clock``), as ``cranectl explain`` shows it: per metric the
+        annotated usage, ``estimate`` (what the pods reserved since the annotation add, by Dynamic's estimate),
+        ``usage`` (their sum, None unless fresh) and the policy's ``threshold``; the hot value. None when the
+        profile (default: the first) runs no Dynamic."""
+        plugin = self._profile(profile).plugins.get(DYNAMIC)
+        row = self.table.rows.get(node)
+        if row is None:
+            raise KeyError(node)
+        info = self.table.nodes[row]
+        if not isinstance(plugin, Dynamic) or info is None:
+            return None
+        return plugin.explain_node(info, self.wall_clock())
 
     def plugin(self, name: str, profile: str | None = None) -> Plugin:
         """A plugin instance of ``profile`` (default: the first profile)."""

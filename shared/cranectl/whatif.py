@@ -1,0 +1,547 @@
+"""``cranectl simulate``: where would these manifests' pods go, and what would the nodes' load become?
+
+Input: a snapshot (``cranectl snapshot``) or the live cluster read once (nothing is written to it), and manifests.
+Workloads are expanded as their controllers would: a Deployment's or ReplicaSet's ``replicas``, a StatefulSet's
+(``<name>-<ordinal>``), a Job's ``parallelism`` (at most its ``completions``), plain Pods; PodGroups are taken as
+objects. Any other kind is refused naming it (and so are the fields not simulated: a StatefulSet's
+``volumeClaimTemplates``). A pod's priority is its ``priorityClassName``'s (the snapshot's PriorityClasses, as
+admission resolves it). The pods are placed one after another, higher priority first, then in manifest order (as
+the scheduler's queue takes pods that arrive together), by crane-scheduler itself
+(``crane_scheduler.simulate.Simulator``: the same plugins, profile and Dynamic policy, the load annotations read at
+the snapshot's time), each seeing those placed before it. A PodGroup's members are kept only when at least
+``minMember`` of them found a node (no gang is placed in part); else they are reported pending with that reason.
+
+The answer: per pod its node, or pending with the scheduler's reason (kube's FitError message); per node the CPU
+and memory requested before and after, and the load the Dynamic policy estimates (the annotated usage plus its
+estimate of each pod placed) before and after, against the policy's thresholds. ``--compare`` runs a second
+policy or scheduler configuration on the same input. Rendering (table, JSON, PNG, HTML) is pure and tested
+without a cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import html
+import io
+import json
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from crane_scheduler.simulate import POD_GROUP_LABEL, ConfigError, Simulator
+from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, default_policy, parse_policy
+
+WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "Pod", "PodGroup")
+GI = 1024**3
+
+
+class ManifestError(ValueError):
+    """A manifest the simulation cannot take: the message names the object and the field."""
+
+
+@dataclass
+class Workload:
+    """Manifests expanded: the pods to place (in order) and the objects they need (owners, PodGroups)."""
+
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    objects: list[dict[str, Any]] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------ manifests
+
+
+def read_manifests(paths: Sequence[str]) -> list[dict[str, Any]]:
+    """Every document of every file (``-``: stdin), a ``List``'s items flattened; ``ManifestError`` naming the
+    file for unreadable ones."""
+    docs: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text()
+            loaded = list(yaml.safe_load_all(text))
+        except OSError as err:
+            raise ManifestError(f"{path}: {err.strerror}") from err
+        except yaml.YAMLError as err:
+            raise ManifestError(f"{path}: not YAML: {err}") from err
+        for doc in loaded:
+            if doc is None:
+                continue
+            if not isinstance(doc, dict):
+                raise ManifestError(f"{path}: a document is not a mapping")
+            docs.extend(doc.get("items") or [] if doc.get("kind") == "List" else [doc])
+    return docs
+
+
+def _name(doc: Mapping[str, Any]) -> str:
+    meta = doc.get("metadata") or {}
+    return f"{doc.get('kind')} {meta.get('namespace') or 'default'}/{meta.get('name')}"
+
+
+def _owner(kind: str, api_version: str, ns: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": f"simulated-{kind.lower()}-{ns}-{name}",
+        "controller": True,
+    }
+
+
+def _pod_of(
+    template: Mapping[str, Any], ns: str, name: str, owner: dict[str, Any], labels: Mapping[str, str]
+) -> dict[str, Any]:
+    meta = template.get("metadata") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {**(meta.get("labels") or {}), **labels},
+            "annotations": dict(meta.get("annotations") or {}),
+            "ownerReferences": [owner],
+        },
+        "spec": copy.deepcopy(template.get("spec") or {}),
+        "status": {"phase": "Pending"},
+    }
+
+
+def _count(doc: Mapping[str, Any], field_: str, default: int = 1) -> int:
+    value = (doc.get("spec") or {}).get(field_, default)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ManifestError(f"{_name(doc)}: spec.{field_} must be a non-negative integer, not {value!r}")
+    return value
+
+
+def expand(docs: Iterable[Mapping[str, Any]]) -> Workload:
+    """Pods as the workloads' controllers would create them, and the objects they refer to."""
+    out = Workload()
+    for doc in docs:
+        kind = doc.get("kind")
+        meta = doc.get("metadata") or {}
+        name, ns = meta.get("name"), meta.get("namespace") or "default"
+        if not name:
+            raise ManifestError(f"a {kind or 'document'} without metadata.name")
+        spec = doc.get("spec") or {}
+        if kind == "Pod":
+            pod = copy.deepcopy(dict(doc))
+            pod["metadata"] = {**pod.get("metadata", {}), "namespace": ns}
+            pod["status"] = {"phase": "Pending"}
+            out.pods.append(pod)
+        elif kind == "PodGroup":
+            out.objects.append({**copy.deepcopy(dict(doc)), "metadata": {**meta, "namespace": ns}})
+        elif kind in ("Deployment", "ReplicaSet", "StatefulSet", "Job"):
+            template = spec.get("template")
+            if not isinstance(template, dict):
+                raise ManifestError(f"{_name(doc)}: spec.template is missing")
+            out.pods.extend(_replicas(doc, str(kind), ns, str(name), template, out.objects))
+        else:
+            raise ManifestError(
+                f"{_name(doc)}: kind {kind!r} is not simulated (these are: {', '.join(WORKLOAD_KINDS)})"
+            )
+    return out
+
+
+def _replicas(
+    doc: Mapping[str, Any], kind: str, ns: str, name: str, template: Mapping[str, Any], objects: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    spec = doc.get("spec") or {}
+    selector = spec.get("selector")
+    if kind == "Job":
+        count = _count(doc, "parallelism")
+        completions = spec.get("completions")
+        if completions is not None:
+            count = min(count, _count(doc, "completions"))
+        owner = _owner("Job", "batch/v1", ns, name)
+        labels = {"batch.kubernetes.io/job-name": name, "job-name": name}
+        return [_pod_of(template, ns, f"{name}-{i}", owner, labels) for i in range(count)]
+    count = _count(doc, "replicas")
+    if kind == "StatefulSet":
+        if spec.get("volumeClaimTemplates"):
+            raise ManifestError(f"{_name(doc)}: spec.volumeClaimTemplates is not simulated (its claims do not exist)")
+        owner = _owner("StatefulSet", "apps/v1", ns, name)
+        objects.append({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(owner, ns), "spec": spec})
+        return [
+            _pod_of(template, ns, f"{name}-{i}", owner, {"statefulset.kubernetes.io/pod-name": f"{name}-{i}"})
+            for i in range(count)
+        ]
+    rs = name if kind == "ReplicaSet" else f"{name}-simulated"  # a Deployment's pods belong to its ReplicaSet
+    owner = _owner("ReplicaSet", "apps/v1", ns, rs)
+    objects.append(
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": _meta(owner, ns), "spec": {"selector": selector}}
+    )
+    return [_pod_of(template, ns, f"{rs}-{i}", owner, {}) for i in range(count)]
+
+
+def _meta(owner: Mapping[str, Any], ns: str) -> dict[str, Any]:
+    return {"name": owner["name"], "namespace": ns, "uid": owner["uid"]}
+
+
+# ------------------------------------------------------------------------------------------ policies
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One side of a run: a label, the scheduler configuration (None: the default profile) and the policy."""
+
+    label: str
+    config: Mapping[str, Any] | None
+    policy: DynamicSchedulerPolicy
+
+
+def setup_of(doc: Mapping[str, Any] | None, base: Setup, label: str) -> Setup:
+    """``--compare``'s file: a DynamicSchedulerPolicy replaces the policy, a KubeSchedulerConfiguration the
+    configuration."""
+    if doc is None:
+        return base
+    kind = doc.get("kind")
+    if kind == "DynamicSchedulerPolicy":
+        try:
+            return Setup(label, base.config, parse_policy(yaml.safe_dump(dict(doc)), label))
+        except PolicyError as err:
+            raise ManifestError(str(err)) from err
+    if kind == "KubeSchedulerConfiguration":
+        return Setup(label, doc, base.policy)
+    raise ManifestError(f"{label}: kind {kind!r}: a DynamicSchedulerPolicy or a KubeSchedulerConfiguration expected")
+
+
+def base_setup(snapshot: Mapping[str, Any], label: str = "as is") -> Setup:
+    policy_doc = snapshot.get("policy")
+    try:
+        policy = parse_policy(yaml.safe_dump(policy_doc), "snapshot policy") if policy_doc else default_policy()
+    except PolicyError as err:
+        raise ManifestError(str(err)) from err
+    return Setup(label, snapshot.get("schedulerConfig"), policy)
+
+
+# ------------------------------------------------------------------------------------------ the run
+
+
+@dataclass(frozen=True)
+class PodResult:
+    pod: str
+    node: str | None
+    reason: str
+    feasible: list[str] | None = None
+    """the nodes that passed every Filter for it (asked for: ``run(feasible=True)``, ``--feasible``)"""
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    node: str
+    cpu: tuple[float, float]
+    """cores requested before, after"""
+    memory: tuple[float, float]
+    """bytes requested before, after"""
+    cpu_allocatable: float
+    memory_allocatable: float
+    load: dict[str, tuple[float | None, float | None]]
+    """metric -> the estimated usage (a fraction of the node) before, after; None: no fresh annotation"""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    label: str
+    pods: list[PodResult]
+    nodes: list[NodeResult]
+    thresholds: dict[str, float]
+
+    @property
+    def placed(self) -> int:
+        return sum(1 for p in self.pods if p.node is not None)
+
+
+def _usage(load: Mapping[str, Any] | None) -> dict[str, float | None]:
+    if load is None:
+        return {}
+    return {m: v.get("usage") for m, v in (load.get("metrics") or {}).items()}
+
+
+def run(
+    snapshot: Mapping[str, Any],
+    workload: Workload,
+    setup: Setup,
+    phases: dict[str, float] | None = None,
+    *,
+    feasible: bool = False,
+) -> Outcome:
+    """Place ``workload``'s pods on the snapshot with ``setup`` (see the module's docstring); ``phases``: the
+    seconds spent loading the snapshot (``load``) and placing the pods (``place``) go there; ``feasible``: each
+    pod's feasible nodes kept (as the search found them: all of them below 100 nodes, kube's sampling above)."""
+    phases = {} if phases is None else phases
+    started = time.perf_counter()
+    taken = datetime.fromisoformat(str(snapshot["takenAt"])).timestamp()
+    try:
+        sim = Simulator(setup.config, dynamic=setup.policy, clock=lambda: taken)
+    except ConfigError as err:
+        raise ManifestError(f"{setup.label}: scheduler configuration: {err}") from err
+    classes = [o for o in snapshot["objects"] if o.get("kind") == "PriorityClass"]
+    try:
+        sim.load([*(o for o in snapshot["objects"] if o.get("kind") != "PriorityClass"), *workload.objects])
+    except ValueError as err:
+        raise ManifestError(f"snapshot: {err}") from err
+    pods = queue_order(with_priority(workload.pods, classes))
+    names = list(sim.table.names)
+    before = {n: (sim.requested(n), _usage(sim.node_load(n))) for n in names}
+    phases["load"] = time.perf_counter() - started
+    started = time.perf_counter()
+    results: dict[str, PodResult] = {}
+    placements = {}
+    for pod in pods:
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        if key in results:
+            raise ManifestError(f"pod {key}: given twice")
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if bound:  # placed by hand: accounted where it says
+            sim.add({**pod, "status": {"phase": "Running"}})
+            results[key] = PodResult(key, str(bound), "spec.nodeName")
+            continue
+        placement = sim.schedule(pod)
+        placements[key] = placement
+        found = list(placement.feasible) if feasible else None
+        results[key] = PodResult(key, placement.node, placement.message, found)
+    _gangs(sim, workload, placements, results)
+    phases["place"] = time.perf_counter() - started
+    thresholds = {p.name: p.max_limit_percent for p in setup.policy.predicate}
+    nodes = []
+    for n in names:
+        requested, load = before[n]
+        after = sim.requested(n)
+        load_after = load if after == requested else _usage(sim.node_load(n))  # Dynamic adds only placed pods
+        alloc = sim.allocatable(n)
+        nodes.append(
+            NodeResult(
+                n,
+                (requested.get("cpu", 0) / 1000, after.get("cpu", 0) / 1000),
+                (float(requested.get("memory", 0)), float(after.get("memory", 0))),
+                alloc.get("cpu", 0) / 1000,
+                float(alloc.get("memory", 0)),
+                {m: (load.get(m), load_after.get(m)) for m in sorted(set(load) | set(load_after))},
+            )
+        )
+    return Outcome(setup.label, list(results.values()), nodes, thresholds)
+
+
+def with_priority(pods: Sequence[dict[str, Any]], classes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each pod's ``spec.priority`` as the Priority admission plugin sets it: its ``priorityClassName``'s value,
+    else the global default class's, else 0 (a value the manifest gives is kept); an unknown class is refused."""
+    values = {str((c.get("metadata") or {}).get("name")): int(c.get("value") or 0) for c in classes}
+    default = next((int(c.get("value") or 0) for c in classes if c.get("globalDefault")), 0)
+    out = []
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        if spec.get("priority") is not None:
+            out.append(pod)
+            continue
+        name = spec.get("priorityClassName")
+        if name and name not in values:
+            meta = pod.get("metadata") or {}
+            raise ManifestError(
+                f"pod {meta.get('namespace')}/{meta.get('name')}: spec.priorityClassName {name!r}: no such "
+                "PriorityClass in the snapshot"
+            )
+        out.append({**pod, "spec": {**spec, "priority": values[name] if name else default}})
+    return out
+
+
+def queue_order(pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The order the scheduler's queue takes pods that arrive together: higher priority first, then as given."""
+    return sorted(pods, key=lambda p: -int((p.get("spec") or {}).get("priority") or 0))
+
+
+def _gangs(sim: Simulator, workload: Workload, placements: Mapping[str, Any], results: dict[str, PodResult]) -> None:
+    """A PodGroup with fewer than ``minMember`` members placed keeps none (the scheduler's all-or-nothing)."""
+    groups = {
+        f"{(g.get('metadata') or {}).get('namespace')}/{(g.get('metadata') or {}).get('name')}": g
+        for g in workload.objects
+        if g.get("kind") == "PodGroup"
+    }
+    members: dict[str, list[str]] = {}
+    for pod in workload.pods:
+        label = ((pod.get("metadata") or {}).get("labels") or {}).get(POD_GROUP_LABEL)
+        if label:
+            key = f"{pod['metadata']['namespace']}/{label}"
+            members.setdefault(key, []).append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+    for group, pods in members.items():
+        spec = (groups.get(group) or {}).get("spec") or {}
+        need = int(spec.get("minMember") or 0)
+        placed = [p for p in pods if results[p].node is not None]
+        if len(placed) >= need:
+            continue
+        for p in placed:
+            reservation = placements[p].reservation if p in placements else None
+            if reservation is not None:
+                sim.undo(reservation)
+        for p in pods:
+            why = results[p].reason if results[p].node is None else ""
+            text = f"gang {group}: {len(placed)} of minMember {need} members found a node"
+            results[p] = PodResult(p, None, f"{text}{'; ' + why if why else ''}", results[p].feasible)
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+
+def _fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _arrow(before: float | None, after: float | None, threshold: float | None = None) -> str:
+    mark = "!" if threshold is not None and after is not None and after > threshold else ""
+    if before == after:
+        return _fraction(after) + mark
+    return f"{_fraction(before)}->{_fraction(after)}{mark}"
+
+
+def shown_metrics(outcomes: Sequence[Outcome]) -> list[str]:
+    """The policies' Filter metrics (those with a threshold), in policy order, the first run's first."""
+    return list(dict.fromkeys(m for o in outcomes for m in o.thresholds))
+
+
+def _threshold(outcome: Outcome, metric: str) -> str:
+    found = outcome.thresholds.get(metric)
+    return "no threshold" if found is None else f"{found:g}"
+
+
+def table(outcomes: Sequence[Outcome], limit: int | None = None) -> str:
+    """Pods (node or pending and why; one column per run), then nodes (requests and load before -> after)."""
+    first = outcomes[0]
+    rows = [["POD", *(o.label.upper() if len(outcomes) > 1 else "NODE" for o in outcomes)]]
+    reasons: list[str] = []
+    for i, pod in enumerate(first.pods):
+        cells = []
+        for o in outcomes:
+            r = o.pods[i]
+            if r.node is not None:
+                cells.append(r.node)
+            else:
+                cells.append("pending")
+                reasons.append(f"  {pod.pod}{' (' + o.label + ')' if len(outcomes) > 1 else ''}: {r.reason}")
+        rows.append([pod.pod, *cells])
+    lines = _columns(rows)
+    if reasons:
+        lines.append("pending:")
+        lines += reasons
+    metrics = shown_metrics(outcomes)
+    header = ["NODE"]
+    for o in outcomes:
+        run = ["CPU REQ", "MEM REQ", *(f"{m} ({_threshold(o, m)})" for m in metrics)]
+        header += [f"{o.label}: {col}" for col in run] if len(outcomes) > 1 else run
+    node_rows = [header]
+    changed = [i for i, n in enumerate(first.nodes) if any(o.nodes[i] != _unchanged(o.nodes[i]) for o in outcomes)]
+    shown = changed if limit is not None and len(first.nodes) > limit else list(range(len(first.nodes)))
+    for i in shown[: limit if limit is not None else None]:
+        cells = [first.nodes[i].node]
+        for o in outcomes:
+            n = o.nodes[i]
+            cells.append(f"{_arrow(*n.cpu, n.cpu_allocatable)}/{n.cpu_allocatable:g}")
+            cells.append(f"{_arrow(n.memory[0] / GI, n.memory[1] / GI)}/{n.memory_allocatable / GI:.0f}Gi")
+            cells += [_arrow(*n.load.get(m, (None, None)), o.thresholds.get(m)) for m in metrics]
+        node_rows.append(cells)
+    lines.append("")
+    lines += _columns(node_rows)
+    if len(shown) < len(first.nodes):
+        lines.append(
+            f"({len(shown[:limit])} of {len(first.nodes)} nodes shown: {len(changed)} changed, the first {limit} "
+            "of them in the snapshot's order; -o json has every node)"
+        )
+    for o in outcomes:
+        lines.append(f"{o.label}: {o.placed}/{len(o.pods)} pods placed, {len(o.pods) - o.placed} pending")
+    lines.append(
+        "(load: the Dynamic policy's estimate, a fraction of the node: the annotated usage plus the pods placed; "
+        "! above the threshold)"
+    )
+    return "\n".join(lines)
+
+
+def _unchanged(n: NodeResult) -> NodeResult:
+    return NodeResult(
+        n.node,
+        (n.cpu[0], n.cpu[0]),
+        (n.memory[0], n.memory[0]),
+        n.cpu_allocatable,
+        n.memory_allocatable,
+        {m: (b, b) for m, (b, _) in n.load.items()},
+    )
+
+
+def _columns(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def as_json(outcomes: Sequence[Outcome], snapshot: Mapping[str, Any]) -> str:
+    return json.dumps(
+        {"takenAt": snapshot.get("takenAt"), "runs": [asdict(o) | {"placed": o.placed} for o in outcomes]}, indent=1
+    )
+
+
+def plot_png(outcomes: Sequence[Outcome], limit: int = 40) -> bytes:
+    """Per node, per Filter metric, the estimated load before (solid) and added by the placed pods (hatched),
+    stacked, with the threshold drawn; one column of charts per run. The ``limit`` nodes that changed most."""
+    try:
+        import matplotlib
+    except ImportError as err:
+        raise ManifestError("plots need matplotlib: pip install 'crane-scheduler-py[plot]'") from err
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = shown_metrics(outcomes)
+    rows = max(1, len(metrics))
+
+    def growth(i: int) -> float:
+        return (
+            max(
+                (o.nodes[i].load.get(m, (0, 0))[1] or 0) - (o.nodes[i].load.get(m, (0, 0))[0] or 0)
+                for o in outcomes
+                for m in metrics or [""]
+            )
+            + max(o.nodes[i].cpu[1] - o.nodes[i].cpu[0] for o in outcomes) * 1e-6
+        )
+
+    order = sorted(range(len(outcomes[0].nodes)), key=lambda i: (-growth(i), outcomes[0].nodes[i].node))[:limit]
+    order.sort(key=lambda i: outcomes[0].nodes[i].node)
+    width = max(6.0, 0.3 * len(order) + 2)
+    fig, axes = plt.subplots(rows, len(outcomes), figsize=(width * len(outcomes), 3.2 * rows), squeeze=False)
+    names = [outcomes[0].nodes[i].node for i in order]
+    for col, o in enumerate(outcomes):
+        for row, m in enumerate(metrics):
+            ax = axes[row][col]
+            base = [o.nodes[i].load.get(m, (None, None))[0] or 0.0 for i in order]
+            after = [o.nodes[i].load.get(m, (None, None))[1] or 0.0 for i in order]
+            added = [max(0.0, a - b) for a, b in zip(after, base, strict=True)]
+            x = list(range(len(order)))
+            ax.bar(x, base, color="#7f9fbf", label="before")
+            ax.bar(x, added, bottom=base, color="#f0a040", hatch="//", label="added by the placed pods")
+            limit_line = o.thresholds.get(m)
+            if limit_line is not None:
+                ax.axhline(limit_line, color="red", linestyle="--", linewidth=1, label=f"threshold {limit_line:g}")
+            ax.set_ylim(0, max(1.0, *after, limit_line or 0) * 1.05)
+            ax.set_title(f"{o.label}: {m}, threshold {_threshold(o, m)} ({o.placed}/{len(o.pods)} placed)", fontsize=9)
+            ax.set_xticks(x, names, rotation=60, ha="right", fontsize=7)
+            ax.set_ylabel("fraction of node")
+            if row == 0 and col == 0:
+                ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def html_page(outcomes: Sequence[Outcome], png: bytes, text: str) -> str:
+    """One self-contained page: the plot (embedded) and the table."""
+    title = "cranectl simulate" + (f": {' vs '.join(o.label for o in outcomes)}" if len(outcomes) > 1 else "")
+    return (
+        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head><body>\n"
+        f"<h1>{html.escape(title)}</h1>\n"
+        f"<img alt='load per node before and after' src='data:image/png;base64,{base64.b64encode(png).decode()}'>\n"
+        f"<pre>{html.escape(text)}</pre>\n</body></html>\n"
+    )
