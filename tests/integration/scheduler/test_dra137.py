@@ -189,8 +189,11 @@ async def test_a_pod_asking_for_an_extended_resource_gets_a_device_through_the_c
 
         written = await wait_for(status, timeout=30, what="the pod's extendedResourceClaimStatus")
     p = (await read_pod(kube, namespace, "trainer")) or {}
+    # kube's request name: the container's index, then the resource's among all of the container's requests
+    # sorted (cpu, memory, then the device's): container-0-request-2
+    assert sorted(body["spec"]["containers"][0]["resources"]["requests"]) == ["cpu", "memory", resource]
     assert written["requestMappings"] == [
-        {"containerName": "c", "resourceName": resource, "requestName": "container-0-request-0"}
+        {"containerName": "c", "resourceName": resource, "requestName": "container-0-request-2"}
     ]
     made = (await read_claim(kube, namespace, written["resourceClaimName"])) or {}
     assert made["metadata"]["name"].startswith("trainer-extended-resources-")
@@ -200,12 +203,12 @@ async def test_a_pod_asking_for_an_extended_resource_gets_a_device_through_the_c
     ]
     assert made["spec"]["devices"]["requests"] == [
         {
-            "name": "container-0-request-0",
+            "name": "container-0-request-2",
             "exactly": {"deviceClassName": f"{group}-gpu", "allocationMode": "ExactCount", "count": 1},
         }
     ]
     assert made["status"]["allocation"]["devices"]["results"] == [
-        {"request": "container-0-request-0", "driver": driver, "pool": b, "device": "gpu-0"}
+        {"request": "container-0-request-2", "driver": driver, "pool": b, "device": "gpu-0"}
     ]
     assert [r["uid"] for r in made["status"]["reservedFor"]] == [p["metadata"]["uid"]]
 

@@ -157,9 +157,11 @@ async def test_pod_that_fits_nowhere_stays_pending_with_kube_schedulers_message(
         ],
     )
     expected = (
-        # the pod asks more than the small node has at all: kube 1.35 calls that unresolvable, preemption too
-        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint(s). no new claims to "
-        "deallocate, preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        # the pod asks more than the small node has at all: kube calls that unresolvable, preemption too (1.37's
+        # DynamicResources adds nothing to PostFilter's message without a claim to free; 1.35 said "no new claims
+        # to deallocate")
+        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint(s). preemption: 0/3 "
+        "nodes are available: 3 Preemption is not helpful for scheduling."
     )
     async with in_process(cluster, config_for(scheduler_name), selector):
         await create_pods(kube, namespace, [pod("stuck", scheduler_name, cpu="2")])
