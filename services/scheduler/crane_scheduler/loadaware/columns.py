@@ -9,8 +9,7 @@ the fresh value less the batch pods' share of it (``dynamic.batch_share``: the m
 same round, else the per-resource batch usage while fresh), clamped at 0, kept next to
 ``fresh_values`` and refreshed with them, so choosing the class costs nothing per decision. The effects of this
 scheduler's recent bindings come in as per-row arrays (``extra``, ``own_hot``) that ``recent.RecentEffects`` keeps
-up to date, with ``judged``: per metric, the rows of nodes not annotated with any metric yet (a new node) that
-recent bindings judge, read as ``0 + extra`` instead of no data (``dynamic.MetricReading.usage``).
+up to date.
 """
 
 from __future__ import annotations
@@ -103,13 +102,6 @@ class LoadColumns:
         """every annotation decoded into a column: the metrics, the hot value, the batch usage per resource, the
         metrics' batch shares"""
         return [*self.metrics, HOT_VALUE_KEY, *BATCH_USAGE_KEYS.values(), *self._share_of.values()]
-
-    def never_annotated(self, row: int) -> bool:
-        """The row's node carries none of the policy's metric annotations (not even a malformed one): a new node,
-        never measured (``dynamic.node_load``'s ``never``)."""
-        if row >= self.capacity:
-            return True
-        return all(math.isnan(self.stamps[m][row]) and not self.malformed[m][row] for m in self.metrics)
 
     def _taken(self, metric: str, rows: npt.NDArray[np.intp] | None) -> FloatArray:
         """What a regular pod's reading of ``metric`` takes out (NaN: nothing), ``dynamic.batch_share``: the
@@ -227,15 +219,11 @@ class LoadColumns:
         now: float,
         extra: Mapping[str, FloatArray] | None = None,
         regular: bool = False,
-        judged: Mapping[str, Mask] | None = None,
     ) -> FloatArray:
         """Annotated usage (plus ``extra[metric]``, the estimate) where fresh, else NaN (the window strict,
-        future stamps beyond the skew rejected); ``regular``: less the batch pods' usage; ``judged[metric]``: rows
-        of new nodes (no metric annotated) that recent bindings judge, their usage 0 plus the estimate."""
+        future stamps beyond the skew rejected); ``regular``: less the batch pods' usage."""
         self.evaluate(now)
         usage = (self.regular_values if regular else self.fresh_values)[metric][rows]
-        if judged is not None and metric in judged:
-            usage = np.where(judged[metric][rows], 0.0, usage)
         if extra is not None and metric in extra:
             usage = usage + extra[metric][rows]
         return usage
@@ -267,7 +255,6 @@ class LoadColumns:
         incoming: Mapping[str, FloatArray] | None = None,
         extra: Mapping[str, FloatArray] | None = None,
         regular: bool = False,
-        judged: Mapping[str, Mask] | None = None,
     ) -> list[tuple[str, Mask]]:
         """(reason, rejected mask over ``rows``) per predicate, in policy order; a node takes the first reason.
 
@@ -278,7 +265,7 @@ class LoadColumns:
             if predicate.max_limit_percent == 0:
                 continue
             no_fresh, above, pushed_above = self.reasons(predicate)
-            usage = self.usage(predicate.name, rows, now, extra, regular, judged)
+            usage = self.usage(predicate.name, rows, now, extra, regular)
             missing = np.isnan(usage)
             if no_fresh is not None:
                 closed = missing & ~taken
@@ -305,18 +292,17 @@ class LoadColumns:
         own_hot: FloatArray | None = None,
         regular: bool = False,
         incoming: Mapping[str, FloatArray] | None = None,
-        judged: Mapping[str, Mask] | None = None,
     ) -> npt.NDArray[np.int64]:
         """Dynamic scores 0..100 for ``rows`` (renormalised over valid metrics, rounded, minus 10 x hot); with the
         ``pack`` strategy ``dynamic.pack_score``'s (``incoming``: the pod's share per resource, per row)."""
         if self.args.policy.scoring.strategy == "pack":
-            return self._pack_scores(rows, now, extra, regular, incoming, judged)
+            return self._pack_scores(rows, now, extra, regular, incoming)
         weighted = np.zeros(len(rows))
         weights = np.zeros(len(rows))
         for priority in self.args.policy.priority:
             if priority.weight == 0:
                 continue
-            usage = self.usage(priority.name, rows, now, extra, regular, judged)
+            usage = self.usage(priority.name, rows, now, extra, regular)
             valid = ~np.isnan(usage)
             idle = 1.0 - np.clip(np.where(valid, usage, 0.0), 0.0, 1.0)
             weighted += np.where(valid, idle * priority.weight, 0.0)
@@ -335,7 +321,6 @@ class LoadColumns:
         extra: Mapping[str, FloatArray] | None,
         regular: bool,
         incoming: Mapping[str, FloatArray] | None,
-        judged: Mapping[str, Mask] | None,
     ) -> npt.NDArray[np.int64]:
         """``dynamic.pack_score`` for ``rows``: the same operations in the same order (``target_load`` per metric)."""
         target = self.args.policy.scoring.target_utilization
@@ -344,7 +329,7 @@ class LoadColumns:
         for priority in self.args.policy.priority:
             if priority.weight == 0:
                 continue
-            usage = self.usage(priority.name, rows, now, extra, regular, judged)
+            usage = self.usage(priority.name, rows, now, extra, regular)
             valid = ~np.isnan(usage)
             pod = incoming.get(resource_of(priority.name) or "") if incoming else None
             if pod is not None:
@@ -369,7 +354,6 @@ class LoadColumns:
         incoming: Mapping[str, FloatArray] | None = None,
         extra: Mapping[str, FloatArray] | None = None,
         regular: bool = False,
-        judged: Mapping[str, Mask] | None = None,
     ) -> str | None:
         """``filter``'s reason for one row (None: passes). ``evaluate`` must have run for the decision's time."""
         for predicate in self.args.policy.predicate:
@@ -377,7 +361,7 @@ class LoadColumns:
             if limit == 0:
                 continue
             no_fresh, above, pushed_above = self.reasons(predicate)
-            usage = _base(self.regular_values if regular else self.fresh_values, predicate.name, row, judged)
+            usage = float((self.regular_values if regular else self.fresh_values)[predicate.name][row])
             if extra is not None and predicate.name in extra:
                 usage = usage + float(extra[predicate.name][row])
             if math.isnan(usage):
@@ -398,16 +382,15 @@ class LoadColumns:
         own_hot: FloatArray | None = None,
         regular: bool = False,
         incoming: Mapping[str, FloatArray] | None = None,
-        judged: Mapping[str, Mask] | None = None,
     ) -> int:
         """``scores`` for one row. ``evaluate`` must have run for the decision's time."""
         if self.args.policy.scoring.strategy == "pack":
-            return self._pack_score_of(row, extra, regular, incoming, judged)
+            return self._pack_score_of(row, extra, regular, incoming)
         weighted = weights = 0.0
         for priority in self.args.policy.priority:
             if priority.weight == 0:
                 continue
-            usage = _base(self.regular_values if regular else self.fresh_values, priority.name, row, judged)
+            usage = float((self.regular_values if regular else self.fresh_values)[priority.name][row])
             if extra is not None and priority.name in extra:
                 usage = usage + float(extra[priority.name][row])
             if math.isnan(usage):
@@ -431,14 +414,13 @@ class LoadColumns:
         extra: Mapping[str, FloatArray] | None,
         regular: bool,
         incoming: Mapping[str, FloatArray] | None,
-        judged: Mapping[str, Mask] | None,
     ) -> int:
         target = self.args.policy.scoring.target_utilization
         weighted = weights = 0.0
         for priority in self.args.policy.priority:
             if priority.weight == 0:
                 continue
-            usage = _base(self.regular_values if regular else self.fresh_values, priority.name, row, judged)
+            usage = float((self.regular_values if regular else self.fresh_values)[priority.name][row])
             if extra is not None and priority.name in extra:
                 usage = usage + float(extra[priority.name][row])
             if math.isnan(usage):
@@ -468,14 +450,6 @@ def _fresh(values: FloatArray, stamps: FloatArray, now: float, window: float, ar
     skew = args.max_skew.total_seconds()
     ok = ~np.isnan(stamps) & (stamps <= now + skew) & (now < stamps + window)
     return np.where(ok, values, np.nan)
-
-
-def _base(values: Mapping[str, FloatArray], metric: str, row: int, judged: Mapping[str, Mask] | None) -> float:
-    """One row's usage before the estimate: 0.0 where recent bindings judge a new node's metric, else the
-    (fresh or regular) value, NaN without one (``usage``'s ``np.where``)."""
-    if judged is not None and metric in judged and judged[metric][row]:
-        return 0.0
-    return float(values[metric][row])
 
 
 def _without_batch(fresh: FloatArray, batch: FloatArray) -> FloatArray:
