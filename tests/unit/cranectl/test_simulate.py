@@ -252,6 +252,9 @@ def test_a_file_that_is_not_a_snapshot_is_refused(tmp_path: Path) -> None:
 
 def run_cli(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
     monkeypatch.setattr(sys, "argv", ["cranectl", *argv])
+    # the process's logging stays as the test session has it: configured here, it would cache every module's
+    # logger on first use, and later tests' log captures would see nothing
+    monkeypatch.setattr("cranectl.__main__.configure_logging", lambda *_: None)
     with pytest.raises(SystemExit) as done:
         main()
     return int(done.value.code or 0)
