@@ -81,13 +81,20 @@ async def test_batch_annotations_add_no_patch_and_status_is_written_once_while_n
         more_patches = await node_patches(big_stack.cluster) - patches
         more_status = await node_patches(big_stack.cluster, "status") - status
         ran = await rounds_done(annotator) - rounds
+
+        async def p0_listed() -> bool:
+            # a round whose per-pod sample of node 0 came back empty lists no pod there; a later round does
+            notes = await big_stack.annotations(big_stack.nodes[0].name)
+            text = notes.get(POD_USAGE_KEY)
+            return text is not None and set(decode_pod_usage(text).pods) == {f"{namespace}/p0"}
+
+        await eventually(p0_listed, timeout=4 * PERIOD, interval=0.5, what="node 0's pod usage listing p0")
     assert more_status == 0, f"{more_status} status writes in {ran} rounds with nothing moving at {N} nodes"
     # One annotation patch per node per round, the batch keys riding on it (a round under way at either count
     # may have sent only part of its patches, hence the round either side).
     assert (ran - 1) * N <= more_patches <= (ran + 1) * N, f"{more_patches} node patches in {ran} rounds at {N} nodes"
     notes = await big_stack.annotations(big_stack.nodes[0].name)
     assert BATCH_CPU_USAGE_KEY in notes
-    assert set(decode_pod_usage(notes[POD_USAGE_KEY]).pods) == {f"{namespace}/p0"}
 
 
 async def _computed(annotator: AnnotatorProc) -> bool:
