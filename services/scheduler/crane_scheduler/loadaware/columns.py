@@ -390,12 +390,8 @@ class LoadColumns:
         for priority in self.args.policy.priority:
             if priority.weight == 0:
                 continue
-            usage = float((self.regular_values if regular else self.fresh_values)[priority.name][row])
-            if extra is not None and priority.name in extra:
-                usage = usage + float(extra[priority.name][row])
+            usage = self._row_usage(priority.name, row, extra, regular)
             if math.isnan(usage):
-                weighted += 0.0
-                weights += 0.0
                 continue
             idle = 1.0 - min(max(usage, 0.0), 1.0)
             weighted += idle * priority.weight
@@ -407,6 +403,13 @@ class LoadColumns:
         )
         value = raw - HOT_VALUE_PENALTY * hot
         return min(max(round(value), 0), MAX_SCORE)
+
+    def _row_usage(self, metric: str, row: int, extra: Mapping[str, FloatArray] | None, regular: bool) -> float:
+        """One row's usage of ``metric`` as the pod's class reads it, with ``extra`` added (NaN: no valid reading)."""
+        usage = float((self.regular_values if regular else self.fresh_values)[metric][row])
+        if extra is not None and metric in extra:
+            usage += float(extra[metric][row])
+        return usage
 
     def _pack_score_of(
         self,
@@ -420,9 +423,7 @@ class LoadColumns:
         for priority in self.args.policy.priority:
             if priority.weight == 0:
                 continue
-            usage = float((self.regular_values if regular else self.fresh_values)[priority.name][row])
-            if extra is not None and priority.name in extra:
-                usage = usage + float(extra[priority.name][row])
+            usage = self._row_usage(priority.name, row, extra, regular)
             if math.isnan(usage):
                 continue
             pod = incoming.get(resource_of(priority.name) or "") if incoming else None
