@@ -11,21 +11,23 @@ shared informer (``crane_shared.informer``), as plain JSON dicts.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
 from kubernetes_asyncio import client
 
 from crane_sandbox.fleet import NEW_NODE_BASE, FleetState, SimNode, sim_node_of
+from crane_sandbox.pod_follower import InformerTask
 from crane_shared.informer import EventType, Informer, Obj
 
 log = logging.getLogger(__name__)
 
 
-class NodeFollower:
+class NodeFollower(InformerTask):
     """Keeps the nodes of ``state`` equal to the cluster's: a node appears once it tells its size, and goes when
     it is deleted. ``on_change(name, added)`` is called after each change (the bench's timeline)."""
+
+    task_name = "node-follower"
 
     def __init__(
         self,
@@ -39,8 +41,7 @@ class NodeFollower:
         self.base = base
         self.on_change = on_change
         self.informer = Informer("sandbox-nodes", client.CoreV1Api(api_client).list_node, handler=self._on_event)
-        self._stopping = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        super().__init__()
 
     @property
     def synced(self) -> asyncio.Event:
@@ -65,17 +66,3 @@ class NodeFollower:
     def _changed(self, name: str, *, added: bool) -> None:
         if self.on_change is not None:
             self.on_change(name, added)
-
-    def start(self) -> asyncio.Task[None]:
-        if self._task is None or self._task.done():
-            self._stopping.clear()
-            self._task = asyncio.create_task(self.informer.run(self._stopping), name="node-follower")
-        return self._task
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._stopping.set()
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None

@@ -22,12 +22,39 @@ from crane_shared.kube import raw_json
 log = logging.getLogger(__name__)
 
 
-class PodFollower:
+class InformerTask:
+    """One informer run as a task of the sandbox's loop: ``start`` (again after ``stop``) and ``stop``."""
+
+    informer: Informer
+    task_name: str
+
+    def __init__(self) -> None:
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> asyncio.Task[None]:
+        if self._task is None or self._task.done():
+            self._stopping.clear()
+            self._task = asyncio.create_task(self.informer.run(self._stopping), name=self.task_name)
+        return self._task
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._stopping.set()
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+
+class PodFollower(InformerTask):
     """Keeps ``state`` in step with the pods that run on its nodes (all namespaces), through an ``Informer``.
 
     The informer reports a re-list as ADDED/MODIFIED/DELETED differences, so pods deleted while the watch was
     down disappear from the state too. ``synced`` is set after the first full list.
     """
+
+    task_name = "pod-follower"
 
     def __init__(self, api_client: client.ApiClient, state: FleetState) -> None:
         self.state = state
@@ -38,8 +65,7 @@ class PodFollower:
             handler=self._on_event,
             field_selector="status.phase=Running",
         )
-        self._stopping = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        super().__init__()
 
     @property
     def synced(self) -> asyncio.Event:
@@ -52,20 +78,6 @@ class PodFollower:
         bound = self.state.on_pod(new)
         if bound is not None:
             _warn_annotation(bound)
-
-    def start(self) -> asyncio.Task[None]:
-        if self._task is None or self._task.done():
-            self._stopping.clear()
-            self._task = asyncio.create_task(self.informer.run(self._stopping), name="pod-follower")
-        return self._task
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._stopping.set()
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
 
 def _warn_annotation(bound: BoundPod) -> None:
