@@ -247,6 +247,8 @@ class NodeTable:
         self.pod_removed: list[Callable[[str], None]] = []
         # Plugins that must see a pod as soon as it is assumed (InterPodAffinity, PodTopologySpread): (pod, node).
         self.pod_assumed: list[Callable[[PodInfo, str], None]] = []
+        # An assumption undone (its bind failed or was withheld), with its record: the decider workers' feed.
+        self.pod_forgotten: list[Callable[[PodRecord], None]] = []
         # What-ifs that must be seen by plugins reading other nodes' pods (preemption's per-node dry run, kube's
         # PreFilterExtensions RemovePod/AddPod): (records, -1 taken out / +1 put back), with ``notify=True`` only.
         self.pod_simulated: list[Callable[[list[PodRecord], int], None]] = []
@@ -513,6 +515,8 @@ class NodeTable:
         if record is None or not record.assumed:
             return False
         self.remove_pod(uid)
+        for forgotten in self.pod_forgotten:
+            forgotten(record)
         return True
 
     def is_assumed(self, uid: str) -> bool:

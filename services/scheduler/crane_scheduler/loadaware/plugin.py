@@ -120,6 +120,9 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
     # VictimLoadFilterPlugin: preemption's victims take their usage out of the node (``leaving.py``)
     reads_victims_load = True
     explain_section = "load"
+    # A decider worker's replica replays this Reserve for every assumption of the scheduling process (its recent
+    # bindings count in Filter and Score), with an empty state: the estimate is computed again from the pod.
+    replicated_reserve = True
 
     def __init__(
         self,
