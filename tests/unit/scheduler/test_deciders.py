@@ -3,6 +3,8 @@ and profiles go to a worker at all."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,7 +71,7 @@ def test_profiles_with_numa_or_gang_plugins_decide_in_the_scheduling_process() -
     assert profile_refusal(next(iter(Simulator(numa).profiles.values()))) == "plugin NodeResourceTopologyMatch"
 
 
-def test_the_default_worker_count_follows_the_cgroup_quota_not_the_host(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_default_worker_count_follows_the_cgroup_quota_not_the_host(tmp_path: Path) -> None:
     (tmp_path / "cpu.max").write_text("250000 100000\n")
     assert quota_cpus(tmp_path) == 2.5
     assert usable_cpus(tmp_path) <= 3
