@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -243,11 +244,12 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
     deciders = (
         DeciderPool(
             count,
-            args.config,
+            Path(args.config) if args.config else None,
             nodes_hint=lambda: table.num_nodes,
             log_level=common.log_level,
             log_format=common.log_format,
             on_restart=metrics.decider_restarts.inc,
+            on_ready=metrics.decider_workers.set,
         )
         if count
         else None
@@ -322,6 +324,8 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
             await lease_api.close()
 
     await writer.start()
+    if deciders is not None:
+        await deciders.start()  # on every replica: a standby's workers follow its cache, warm for its term
     try:
         return await runtime.run(
             scheduler.run_informers(runtime.stopping),

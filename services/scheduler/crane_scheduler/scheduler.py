@@ -491,8 +491,6 @@ class Scheduler(SchedulingCycle):
         schedule_gang(self, profile, qp, plugin, gang)
 
     def update_gauges(self) -> None:
-        if self.deciders is not None:
-            self.metrics.decider_workers.set(self.deciders.ready)
         self.metrics.pending_pods.labels("active").set(self.queue.active_len)
         self.metrics.pending_pods.labels("backoff").set(self.queue.backoff_len)
         self.metrics.pending_pods.labels("unschedulable").set(len(self.queue.unschedulable))

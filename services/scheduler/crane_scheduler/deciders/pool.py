@@ -24,6 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -58,23 +59,28 @@ class _Worker:
 
 
 class DeciderPool:
-    """``count`` decider workers for a scheduling process whose profiles come from ``config`` (what
-    ``Simulator`` takes: a path, a mapping, or None for the default profile) and a registry with the installed
-    plugins (``out_of_tree``, as ``Simulator``)."""
+    """``count`` decider workers for a scheduling process whose profiles come from ``config`` (the
+    ``KubeSchedulerConfiguration`` file, its parsed mapping, or None for the default profile) and a registry with
+    the installed plugins (``out_of_tree``, as ``Simulator``)."""
 
     def __init__(
         self,
         count: int,
-        config: str | Mapping[str, Any] | None,
+        config: Path | Mapping[str, Any] | None,
         *,
         nodes_hint: Callable[[], int] = lambda: 0,
         log_level: str = "info",
         log_format: str = "text",
         on_restart: Callable[[], None] = lambda: None,
+        on_ready: Callable[[int], None] = lambda ready: None,
         out_of_tree: bool = True,
     ) -> None:
         self.count = count
-        self.options = {"config": config, "out_of_tree": out_of_tree}
+        self.options = {
+            "config_path": str(config) if isinstance(config, Path) else None,
+            "config": None if isinstance(config, Path) else config,
+            "out_of_tree": out_of_tree,
+        }
         """what each replica's ``Simulator`` is built with: the scheduling process's profiles, built alike"""
         self.versions = RowVersions(count)
         self.hinted: tuple[str, str, int] | None = None
@@ -82,6 +88,8 @@ class DeciderPool:
         self._nodes_hint = nodes_hint
         self._argv = [sys.executable, "-m", "crane_scheduler.deciders", str(os.getpid()), log_level, log_format]
         self._on_restart = on_restart
+        self._on_ready = on_ready
+        """told how many workers answer, whenever that changes (the readiness gauge, on a standby too)"""
         self._workers = [_Worker(i) for i in range(count)]
         self._ids = itertools.count(1)
         self._packer = msgpack.Packer()
@@ -211,6 +219,7 @@ class DeciderPool:
             for rid, node, seen in unpacker:
                 if rid == READY_ID:
                     w.ready = True
+                    self._on_ready(self.ready)
                     backoff.reset()
                     self._room.set()
                     continue
@@ -220,7 +229,9 @@ class DeciderPool:
             self._room.set()
 
     def _lose(self, w: _Worker) -> None:
-        w.ready = False
+        if w.ready:
+            w.ready = False
+            self._on_ready(self.ready)
         w.proc = None
         w.out = []
         pending, w.pending = w.pending, {}

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -44,8 +45,9 @@ class Replica:
 
     def __init__(self, options: dict[str, Any], seed: int, first_row: int, base: int) -> None:
         self.clock = ReplicaClock()
+        path = options.get("config_path")
         self.sim = Simulator(
-            options.get("config"),
+            Path(path) if path else options.get("config"),
             seed=seed,
             clock=time.monotonic,
             wall_clock=self.clock,

@@ -4,7 +4,8 @@ Scheduling process -> worker, in the order the scheduling process's table change
 is one step of the replica's state; the worker counts them, and its answers carry the count):
 
 - ``[INIT, options, seed, first_row, base]``: once, first: how to build the replica's ``Simulator``
-  (``config``: the ``KubeSchedulerConfiguration`` as a path, the parsed mapping, or None for the default profile;
+  (``config_path``: the ``KubeSchedulerConfiguration`` file, else ``config``: its parsed mapping, or None for the
+  default profile;
   ``out_of_tree``: the installed plugins too), the tie-break seed, where the rotating node search starts, and the
   count the replica starts from (the state messages that follow at once are the whole state as of now);
 - ``[APPLY, kind, event, object]``: one watch event of a kind the simulator takes (nodes, bound or nominated pods,
