@@ -21,6 +21,7 @@ import numpy as np
 
 from crane_scheduler.framework.runtime import Observe, Profile
 from crane_scheduler.framework.types import (
+    EXPLAIN_DECIDER,
     EXPLAIN_FILTERS,
     EXPLAIN_SCORES,
     MAX_NODE_SCORE,
@@ -191,6 +192,7 @@ class Algorithm:
                     pl.name in skipped for pl in profile.filter if getattr(pl, "reads_other_nodes", False)
                 ):
                     self.hints_taken += 1
+                    state[EXPLAIN_DECIDER] = "a decider worker's node, its row unchanged since the worker's view"
                     self._observe("Filter", "Success", time.perf_counter() - t1)
                     return ScheduleResult(hint.node, 1, 1)
                 only = np.zeros(table.n_rows, dtype=bool)
@@ -198,6 +200,7 @@ class Algorithm:
                 rejected = profile.run_filter_plugins(state, pod, table, only, skipped)
                 if only[hint_row] and filter_error(rejected) is None:
                     state[EXPLAIN_FILTERS] = rejected
+                    state[EXPLAIN_DECIDER] = "a decider worker's node, filtered again here (its row had changed)"
                     self.hints_checked += 1
                     self._observe("Filter", "Success", time.perf_counter() - t1)
                     return ScheduleResult(hint.node, 1, 1)

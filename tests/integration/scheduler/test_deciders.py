@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 from crane_scheduler.deciders.pool import DeciderPool
+from crane_scheduler.explain import render
 from crane_scheduler.framework import SUCCESS, CycleState, Status
 from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.reporting import Reporter
@@ -101,6 +102,11 @@ async def test_three_workers_racing_for_three_nodes_never_overfill_one() -> None
     # the race happened: answers that were no longer fresh were filtered again, or refused and decided again
     assert results.get("checked", 0) + results.get("refused", 0) > 0, results
     assert results.get("taken", 0) > 0, results
+    uid, bound_to = binds.calls[0]  # and cranectl explain says who decided
+    decision = s.decisions.get(f"ns/{binds.raw[uid]['metadata']['name']}")
+    assert decision is not None
+    result = render(decision)["result"]
+    assert result["node"] == bound_to and "decider worker" in result["decidedBy"], result
 
 
 async def test_a_worker_killed_mid_burst_its_pods_are_decided_anyway_once_and_it_comes_back() -> None:
