@@ -174,12 +174,14 @@ class SchedulingCycle:
         """A worker's answer: the scheduling cycle, with its node as a hint (``algorithm.Hint``), fresh when the
         node's row did not change since the worker's view and the pod is the version it decided."""
         uid = sent.uid
-        if self._deciding.get(uid) is not future:  # abandoned (the loop stopped) or superseded
-            return
-        del self._deciding[uid]
         pool = self.deciders
         assert pool is not None
         node, seen, worker = future.result()
+        if self._deciding.get(uid) is not future:  # abandoned (the loop stopped) or superseded
+            if worker >= 0:
+                pool.done(uid, worker)  # the worker counts it nowhere any more
+            return
+        del self._deciding[uid]
         if not node:
             self.metrics.decider_results.labels("lost" if seen < 0 else "none").inc()
             self.schedule_one(qp)
