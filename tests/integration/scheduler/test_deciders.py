@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from crane_scheduler.deciders import pool as pool_module
 from crane_scheduler.deciders.pool import DeciderPool
 from crane_scheduler.explain import render
 from crane_scheduler.framework import SUCCESS, CycleState, Status
@@ -127,3 +128,22 @@ async def test_a_worker_killed_mid_burst_its_pods_are_decided_anyway_once_and_it
     assert max(Counter(n for _, n in binds.calls).values()) <= 40  # 4 CPUs of 100m pods
     assert restarts == [1]
     assert _results(s).get("lost", 0) > 0  # its decisions in flight were decided by the scheduling process
+
+
+async def test_a_worker_that_stops_answering_is_replaced_and_its_pods_decided_anyway(monkeypatch: Any) -> None:
+    """SIGSTOP: alive but silent. The watchdog kills it once its oldest decision is overdue; nothing waits forever."""
+    monkeypatch.setattr(pool_module, "ANSWER_TIMEOUT", 1.0)
+    nodes = [node(f"n{i}", cpu="4", memory="64Gi") for i in range(10)]
+    pods = [pod(f"p{i:03d}", "100m", "10Mi") for i in range(200)]
+    stopped: list[int] = []
+
+    def stop_one(s: Scheduler, b: Binds, pool: DeciderPool) -> bool:
+        if len(b.calls) < 40 or not pool.pids:
+            return False
+        stopped.append(pool.pids[0])
+        os.kill(stopped[0], signal.SIGSTOP)
+        return True
+
+    _, binds, _, restarts = await _run(1, nodes, pods, lambda s, b: len(b.calls) >= 200, stop_one)
+    assert stopped and len({uid for uid, _ in binds.calls}) == 200
+    assert restarts == [1]

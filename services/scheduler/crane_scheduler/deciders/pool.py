@@ -43,6 +43,9 @@ IN_FLIGHT = 8
 RECENT_ASSUMPTIONS = 3600.0
 """seconds an assumption is replayed to a new worker (longer than any Dynamic window of recent bindings)"""
 STOP_TIMEOUT = 5.0
+ANSWER_TIMEOUT = 10.0
+"""seconds a worker may take to answer its oldest decision (one takes milliseconds); past it, the worker is
+killed and restarted, and its decisions are made by the scheduling process"""
 Answer = tuple[str, int, int]
 """a decision's answer: (node or "", state messages the worker had applied, the worker's index)"""
 LOST: Answer = ("", -1, -1)
@@ -55,6 +58,8 @@ class _Worker:
     proc: asyncio.subprocess.Process | None = None
     out: list[bytes] = field(default_factory=list)
     pending: dict[int, asyncio.Future[Answer]] = field(default_factory=dict)
+    sent_at: dict[int, float] = field(default_factory=dict)
+    """decision id -> when it was queued (monotonic): the watchdog's clock"""
     ready: bool = False
 
 
@@ -114,6 +119,7 @@ class DeciderPool:
         if self._supervisors:
             return
         self._supervisors = [asyncio.create_task(self._supervise(w)) for w in self._workers]
+        self._supervisors.append(asyncio.create_task(self._watchdog()))
 
     async def close(self) -> None:
         self._closing = True
@@ -181,6 +187,18 @@ class DeciderPool:
             self._on_restart()
             await asyncio.sleep(backoff.next_delay())
 
+    async def _watchdog(self) -> None:
+        """A worker alive but silent (stuck) would hold its decisions, and the loop waiting for room, forever."""
+        while not self._closing:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for w in self._workers:
+                oldest = next(iter(w.sent_at.values()), None)
+                if oldest is not None and now - oldest > ANSWER_TIMEOUT and w.proc is not None:
+                    log.error("a decider worker did not answer in time; restarting it", worker=w.index)
+                    with contextlib.suppress(ProcessLookupError):
+                        w.proc.kill()
+
     def _begin(self, w: _Worker, proc: asyncio.subprocess.Process) -> None:
         """Synchronously (nothing else is sent meanwhile): what the others have queued leaves first, then the new
         worker gets its INIT and the whole state as of the messages sent so far."""
@@ -224,6 +242,7 @@ class DeciderPool:
                     self._room.set()
                     continue
                 future = w.pending.pop(rid, None)
+                w.sent_at.pop(rid, None)
                 if future is not None and not future.done():
                     future.set_result((node, seen, w.index))
             self._room.set()
@@ -235,6 +254,7 @@ class DeciderPool:
         w.proc = None
         w.out = []
         pending, w.pending = w.pending, {}
+        w.sent_at.clear()
         for future in pending.values():
             if not future.done():
                 future.set_result(LOST)
@@ -342,6 +362,7 @@ class DeciderPool:
         rid = next(self._ids)
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         best.pending[rid] = future
+        best.sent_at[rid] = time.monotonic()
         best.out.append(self._packer.pack((DECIDE, rid, profile, pod.raw)))
         self._schedule_flush()
         return future
