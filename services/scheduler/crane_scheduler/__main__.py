@@ -120,8 +120,8 @@ def build_parser() -> EnvArgumentParser:
         default="auto",
         help="decider worker processes (each with a replica of the node table) that decide pods in parallel, "
         "the scheduling process checking and assuming each answer; 0: decide in the scheduling process; 'auto': "
-        "0 up to 3 usable CPUs, else one per CPU beyond 2, at most 8 (CPUs from the cgroup quota and affinity, "
-        "not the host's count)",
+        "from the container's CPU limit (cgroup quota, not the host's count): 0 without a limit or up to 3 CPUs, "
+        "else one per CPU beyond 2, at most 8",
     )
     parser.add_argument(
         "--node-selector",
