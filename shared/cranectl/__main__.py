@@ -8,6 +8,9 @@ pre-delete hook runs them).
 PodGroups, DRA objects, the policy and the scheduler's configuration); ``cranectl simulate -f MANIFEST`` places
 manifests' pods on a snapshot (or the live cluster, read-only) with crane-scheduler itself and reports each pod's
 node or why it stays pending, and each node's requests and estimated load before and after (table, JSON, a plot).
+``cranectl replay --trace builtin:seed`` runs a trace (pods arriving and leaving, their usage drifting) through
+the scheduler and the descheduler's rounds on a virtual clock and reports each node's load, the nodes over the
+thresholds, the evictions and the pending pods over time.
 (The development sandbox is ``python -m crane_sandbox``, not part of this tool.)"""
 
 from __future__ import annotations
@@ -496,7 +499,7 @@ def main() -> None:
     rp.add_argument("-o", "--output", choices=["table", "json"], default="table")
     rp.add_argument("--plot", metavar="PNG", help="write load per node over time, thresholds, pending, evictions")
     rp.add_argument("--html", metavar="FILE", help="write the plot and the table as one self-contained page")
-    rp.add_argument("--every", type=_seconds, help="time between the table's rows (default: a twelfth of the trace)")
+    rp.add_argument("--every", type=_seconds, help="time between the table's rows (default: about ten rows)")
     rp.add_argument("--nodes", type=int, default=8, help="nodes in the table's columns (default 8)")
     rp.add_argument("--plot-nodes", type=int, default=12, help="nodes in the plot: those with the highest peak")
     rp.add_argument("--print-trace", action="store_true", help="print the built-in trace as YAML (to edit) and stop")

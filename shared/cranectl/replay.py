@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import re
 import time
 from collections import deque
@@ -61,7 +62,7 @@ from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.policy import DynamicSchedulerPolicy
 from cranectl.snapshot import load_document
 from cranectl.traces import Trace, WorkloadSpec, format_duration_s
-from cranectl.whatif import ManifestError, Setup, page, png_of, pyplot, setup_of
+from cranectl.whatif import ManifestError, Setup, columns, page, png_of, pyplot, setup_of
 
 T0 = 1_767_225_600.0
 """2026-01-01T00:00:00Z: where virtual time starts (whole seconds: annotations are stamped to the second)"""
@@ -618,6 +619,10 @@ def _minutes(seconds: float) -> str:
     return format_duration_s(round(seconds))
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def summary(results: Sequence[Result]) -> list[str]:
     metrics = list(dict.fromkeys(m for r in results for t in r.thresholds.values() for m in t))
     rows = [
@@ -645,12 +650,12 @@ def summary(results: Sequence[Result]) -> list[str]:
                 f"{r.seconds:.2f}s",
             ]
         )
-    return _columns(rows)
+    return columns(rows)
 
 
 def timeline(result: Result, every: float, limit: int) -> list[str]:
-    """Every ``every`` seconds: each node's real CPU/memory usage (``!``: over a threshold), nodes over, pending
-    pods, evictions since the previous row."""
+    """A row every ``every`` seconds: each node's real CPU/memory usage (``!``: over a threshold), the nodes over,
+    the pending pods, the evictions since the previous row."""
     nodes = result.nodes[:limit]
     rows = [["TIME", *nodes, "OVER", "PENDING", "EVICTED"]]
     last = -1e18
@@ -664,42 +669,39 @@ def timeline(result: Result, every: float, limit: int) -> list[str]:
         cells = [f"{sample.usage[n][0]:.2f}/{sample.usage[n][1]:.2f}{'!' if n in sample.over else ''}" for n in nodes]
         rows.append([_minutes(sample.t), *cells, str(len(sample.over)), str(sample.pending), str(evicted)])
     lines = [f"{result.label}: real usage per node (CPU/memory, a fraction of the node; ! over a threshold)"]
-    lines += _columns(rows)
+    lines += columns(rows)
     if len(result.nodes) > limit:
         lines.append(f"({limit} of {len(result.nodes)} nodes shown; -o json has every node)")
     return lines
 
 
 def table(trace: Trace, results: Sequence[Result], every: float | None = None, limit: int = 8) -> str:
-    every = every or max(60.0, round(trace.duration / 12 / 60) * 60)
+    every = every or max(60.0, math.ceil(trace.duration / 10 / 60) * 60)  # about ten rows
     lines = [
         f"trace {trace.name}: {trace.description}",
         f"{_minutes(trace.duration)} of virtual time in steps of {_minutes(trace.step)}, {len(trace.nodes)} nodes, "
-        f"{len(trace.workloads)} workloads, {len(trace.events)} events",
+        f"{_count(len(trace.workloads), 'workload')}, {_count(len(trace.events), 'event')}",
         "",
         *summary(results),
     ]
     for r in results:
         lines += ["", *timeline(r, every, limit)]
         for e in r.evictions:
-            target = f"-> {e.target}" if e.target else "(no place: yields)"
+            target = f"(target e.g. {e.target})" if e.target else "(batch, no place: yields)"
             why = f"{e.metric} {e.value:.3f} > {e.threshold:g}"
             lines.append(f"  evicted at {_minutes(e.t)}: {e.pod} from {e.node} {target}, {why}")
-        for pod, why in list(r.reasons.items())[:5]:
-            lines.append(f"  pending at the end: {pod}: {why}")
-        if len(r.reasons) > 5:
-            lines.append(f"  ... and {len(r.reasons) - 5} more pending")
+        by_reason: dict[str, list[str]] = {}
+        for pod, why in r.reasons.items():
+            by_reason.setdefault(why, []).append(pod)
+        for why, pods in by_reason.items():
+            named = ", ".join(pods[:3]) + (f" and {len(pods) - 3} more" if len(pods) > 3 else "")
+            lines.append(f"  pending at the end: {named}: {why}")
     lines.append("")
     lines.append(
         "(OVER: node-minutes with a judged metric above its high threshold; WAIT: creation to binding; TOOK: wall "
         "time of the replay)"
     )
     return "\n".join(lines)
-
-
-def _columns(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
 def as_json(trace: Trace, results: Sequence[Result]) -> str:

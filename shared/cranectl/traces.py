@@ -429,7 +429,7 @@ def _seed(cpu: bool) -> dict[str, Any]:
         "seed-cpu" if cpu else "seed",
         f"the seed experiment: a {what} service scaled up one replica a minute on three nodes whose real load "
         "requests do not show (node-03 busiest, fewest requests)",
-        {"duration": "45m", "step": "15s", "nodes": nodes, "workloads": [*others, workload], "events": events},
+        {"duration": "30m", "step": "15s", "nodes": nodes, "workloads": [*others, workload], "events": events},
     )
 
 

@@ -425,7 +425,7 @@ def table(outcomes: Sequence[Outcome], limit: int | None = None) -> str:
                 cells.append("pending")
                 reasons.append(f"  {pod.pod}{' (' + o.label + ')' if len(outcomes) > 1 else ''}: {r.reason}")
         rows.append([pod.pod, *cells])
-    lines = _columns(rows)
+    lines = columns(rows)
     if reasons:
         lines.append("pending:")
         lines += reasons
@@ -446,7 +446,7 @@ def table(outcomes: Sequence[Outcome], limit: int | None = None) -> str:
             cells += [_arrow(*n.load.get(m, (None, None)), o.thresholds.get(m)) for m in metrics]
         node_rows.append(cells)
     lines.append("")
-    lines += _columns(node_rows)
+    lines += columns(node_rows)
     if len(shown) < len(first.nodes):
         lines.append(
             f"({len(shown[:limit])} of {len(first.nodes)} nodes shown: {len(changed)} changed, the first {limit} "
@@ -472,7 +472,8 @@ def _unchanged(n: NodeResult) -> NodeResult:
     )
 
 
-def _columns(rows: list[list[str]]) -> list[str]:
+def columns(rows: list[list[str]]) -> list[str]:
+    """Rows as left-aligned columns, two spaces apart (trailing blanks cut)."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
