@@ -4,6 +4,7 @@ reads the outcome: nodes over the thresholds, evictions, pending pods; the same 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -161,3 +162,17 @@ def test_what_replay_does_not_simulate_is_refused_naming_it(
     assert run_cli(monkeypatch, "replay", "--trace", "builtin:nope") == 2
     assert "builtin:nope: no such trace" in capsys.readouterr().err
     assert default_descheduler_policy(POLICY).pools  # the judge's pools come from the scheduler policy
+
+
+def test_the_readme_shows_what_the_seed_replay_prints_today(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    command = "$ cranectl replay --trace builtin:seed --compare requests --plot docs/replay/seed.png\n"
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    shown = readme.split(command, 1)[1].split("```", 1)[0]
+    assert run_cli(monkeypatch, "replay", "--trace", "builtin:seed", "--compare", "requests") == 0
+
+    def untimed(text: str) -> str:  # the TOOK column is this machine's wall time
+        return re.sub(r"[0-9.]+s$", "", text.strip(), flags=re.MULTILINE)
+
+    assert untimed(capsys.readouterr().out) == untimed(shown)
