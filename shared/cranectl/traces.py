@@ -24,8 +24,15 @@ suggestion, every problem reported at once, each naming its field path)::
           usage: {cpu: 1.2, memory: 2Gi}     # each pod's real usage (cores, bytes)
           replicas: 12             # at the start
           priority: 0
-          lifetime: 30m            # Job: a pod ends this long after it started
-          node: node-1             # optional: its pods are bound there by hand (not scheduled)
+        - name: batch
+          kind: Job
+          requests: {cpu: "4", memory: 8Gi}
+          usage: {cpu: 3.5, memory: 6Gi}
+          lifetime: 30m            # a pod ends this long after it started
+        - name: agent
+          kind: Pod
+          node: node-1             # its pods are bound there by hand (not scheduled)
+          replicas: 1
       events:                      # at: time since the start; one change each
         - {at: 15m, node: node-1, base: {cpu: 0.55}}
         - {at: 20m, workload: web, usage: {cpu: 1.5}}

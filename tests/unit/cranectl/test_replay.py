@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 
@@ -176,3 +177,12 @@ def test_the_readme_shows_what_the_seed_replay_prints_today(
         return re.sub(r"[0-9.]+s$", "", text.strip(), flags=re.MULTILINE)
 
     assert untimed(capsys.readouterr().out) == untimed(shown)
+
+
+def test_the_documented_trace_example_is_a_trace() -> None:
+    doc = traces.__doc__ or ""
+    example = textwrap.dedent(doc.split("::\n\n", 1)[1].split("\n\nBuilt in", 1)[0])
+    trace = traces.read_trace(example, "the traces module's docstring")
+    assert [w.kind for w in trace.workloads] == ["Deployment", "Job", "Pod"]
+    assert [n.name for n in trace.nodes] == ["node-1", "node-2", "node-3", "node-4"]
+    assert run(trace)[0].placed > 12  # the Deployment and the Job's pods, scheduled
