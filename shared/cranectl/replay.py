@@ -150,6 +150,7 @@ class _Workload:
 @dataclass
 class _Pod:
     uid: str
+    """``namespace/name``, also its key in the descheduler's usage answer"""
     workload: _Workload
     obj: dict[str, Any]
     created: float
@@ -439,11 +440,7 @@ class Replay:
         if self.rounds is None or self.side.descheduler is None or self.now - self._last_round < self.side.interval:
             return
         self._last_round = self.now
-        measured = {
-            f"{p.workload.spec.namespace}/{p.uid.split('/', 1)[1]}": PodUsage(*p.workload.usage)
-            for p in self.pods.values()
-            if p.node is not None
-        }
+        measured = {p.uid: PodUsage(*p.workload.usage) for p in self.pods.values() if p.node is not None}
         result = self.rounds.plan(
             list(self.node_objs.values()),
             [p.obj for p in self.pods.values()],
@@ -494,27 +491,8 @@ class Replay:
             self._deschedule()
             self._reconcile()
             self._schedule()
-            over = self._over()
-            result.node_minutes_over += len(over) * self.trace.step / 60
-            pending = sum(1 for p in self.pods.values() if p.node is None)
-            result.max_pending = max(result.max_pending, pending)
-            for name, judged in result.thresholds.items():
-                for metric in judged:
-                    value = self.recorder.values[name][metric]
-                    result.peak[metric] = max(result.peak.get(metric, 0.0), value)
-            elapsed = self.now - T0
-            if elapsed + 1e-9 >= next_report:
+            if self._measure(usage, self.now - T0 + 1e-9 >= next_report):
                 next_report += report
-                result.samples.append(
-                    Sample(
-                        elapsed,
-                        {n: (round(c, 4), round(m, 4)) for n, (c, m) in usage.items()},
-                        {n: {m: round(self.recorder.values[n][m], 4) for m in t} for n, t in result.thresholds.items()},
-                        over,
-                        pending,
-                        len(self.pods) - pending,
-                    )
-                )
             self.now += self.trace.step
         result.pending_at_end = sum(1 for p in self.pods.values() if p.node is None)
         result.reasons = {
@@ -522,6 +500,29 @@ class Replay:
         }
         result.seconds = time.perf_counter() - started
         return result
+
+    def _measure(self, usage: Mapping[str, tuple[float, float]], sample: bool) -> bool:
+        """The tick's totals (node-minutes over, pending, peaks), and a ``Sample`` when ``sample``."""
+        result, values = self.result, self.recorder.values
+        over = self._over()
+        result.node_minutes_over += len(over) * self.trace.step / 60
+        pending = sum(1 for p in self.pods.values() if p.node is None)
+        result.max_pending = max(result.max_pending, pending)
+        for name, judged in result.thresholds.items():
+            for metric in judged:
+                result.peak[metric] = max(result.peak.get(metric, 0.0), values[name][metric])
+        if sample:
+            result.samples.append(
+                Sample(
+                    self.now - T0,
+                    {n: (round(c, 4), round(m, 4)) for n, (c, m) in usage.items()},
+                    {n: {m: round(values[n][m], 4) for m in t} for n, t in result.thresholds.items()},
+                    over,
+                    pending,
+                    len(self.pods) - pending,
+                )
+            )
+        return sample
 
     def _over(self) -> list[str]:
         values = self.recorder.values
@@ -689,6 +690,8 @@ def table(trace: Trace, results: Sequence[Result], every: float | None = None, l
         for e in r.evictions:
             target = f"(target e.g. {e.target})" if e.target else "(batch, no place: yields)"
             why = f"{e.metric} {e.value:.3f} > {e.threshold:g}"
+            if e.kind == "drain":  # an idle node emptied (spec.drain)
+                why = f"drain, {e.metric} {e.value:.3f} < {e.threshold:g}"
             lines.append(f"  evicted at {_minutes(e.t)}: {e.pod} from {e.node} {target}, {why}")
         by_reason: dict[str, list[str]] = {}
         for pod, why in r.reasons.items():
