@@ -494,7 +494,8 @@ def main() -> None:
         action="append",
         metavar="MODE|FILE",
         help="also run: requests (kube-scheduler's plugins alone), upstream (upstream crane's Dynamic), "
-        "no-descheduler, or a DynamicSchedulerPolicy / KubeSchedulerConfiguration file (repeatable)",
+        "no-descheduler, or a DynamicSchedulerPolicy, KubeSchedulerConfiguration or LoadAwareDeschedulerPolicy "
+        "file (repeatable)",
     )
     rp.add_argument("-o", "--output", choices=["table", "json"], default="table")
     rp.add_argument("--plot", metavar="PNG", help="write load per node over time, thresholds, pending, evictions")

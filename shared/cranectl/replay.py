@@ -50,6 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from crane_descheduler.policy import KIND as DESCHEDULER_KIND
 from crane_descheduler.policy import DeschedulerPolicy
 from crane_descheduler.policy import default_policy as default_descheduler_policy
 from crane_descheduler.policy import load_policy as load_descheduler_policy
@@ -582,8 +583,9 @@ def sides(
     interval: float = 60.0,
     compare: Sequence[str] = (),
 ) -> tuple[list[Side], DeschedulerPolicy]:
-    """The runs the command line asks for (the base, then each ``--compare``: a ``MODES`` name, or a policy or
-    scheduler configuration file, as ``cranectl simulate --compare`` reads it) and the descheduler policy that
+    """The runs the command line asks for (the base, then each ``--compare``: a ``MODES`` name, a
+    LoadAwareDeschedulerPolicy file, or a scheduler policy or configuration file, as ``cranectl simulate
+    --compare`` reads it) and the descheduler policy that
     judges them all (the base's: ``descheduler_policy``'s file, else the built-in one over ``policy``)."""
     check_policy(policy, policy_source)
 
@@ -600,7 +602,11 @@ def sides(
         if mode in MODES:
             out.append(mode_side(mode, base, judged))
             continue
-        setup = setup_of(load_document(mode, "--compare"), Setup(label, config, policy), Path(mode).stem)
+        doc = load_document(mode, "--compare")
+        if doc is not None and doc.get("kind") == DESCHEDULER_KIND:  # another descheduler policy, the same scheduler
+            out.append(replace(base, label=Path(mode).stem, descheduler=load_descheduler_policy(mode, policy)))
+            continue
+        setup = setup_of(doc, Setup(label, config, policy), Path(mode).stem)
         check_policy(setup.policy, mode)
         chosen = deschedule(setup.policy) if descheduler else None
         out.append(replace(base, label=setup.label, config=setup.config, policy=setup.policy, descheduler=chosen))

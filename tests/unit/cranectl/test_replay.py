@@ -186,3 +186,18 @@ def test_the_documented_trace_example_is_a_trace() -> None:
     assert [w.kind for w in trace.workloads] == ["Deployment", "Job", "Pod"]
     assert [n.name for n in trace.nodes] == ["node-1", "node-2", "node-3", "node-4"]
     assert run(trace)[0].placed > 12  # the Deployment and the Job's pods, scheduled
+
+
+def test_a_second_descheduler_policy_is_compared_on_the_same_trace(tmp_path: Path) -> None:
+    eager = tmp_path / "eager.yaml"
+    eager.write_text(
+        "apiVersion: descheduler.policy.crane.io/v1alpha1\nkind: LoadAwareDeschedulerPolicy\n"
+        "spec:\n  anomaly: {consecutiveAbnormalities: 1, consecutiveNormalities: 2}\n"
+    )
+    sides, judged = replay.sides(POLICY, None, policy_source="default", compare=[str(eager)])
+    assert [s.label for s in sides] == ["crane", "eager"]
+    base, fast = replay.replay(traces.builtin("hotspot"), sides, judged)
+    # hot after one round instead of three: the node is relieved sooner, by as many evictions
+    assert fast.evictions[0].t < base.evictions[0].t
+    assert fast.node_minutes_over < base.node_minutes_over
+    assert len(fast.evictions) == len(base.evictions)
