@@ -53,8 +53,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from crane_shared.durations import DurationError, format_duration, parse_duration
-from crane_shared.policyyaml import PolicyError, check_keys, count, describe, read_yaml
+from crane_shared.durations import format_duration
+from crane_shared.policyyaml import PolicyError, check_keys, count, describe, duration, read_yaml
 from crane_shared.quantity import parse_quantity
 
 KIND = "CraneTrace"
@@ -204,19 +204,11 @@ def _duration(
     required: bool = False,
     default: float = 0.0,
 ) -> float:
-    if key not in item:
-        if required:
-            problems.append(f"{path}.{key}: required")
+    """Seconds of a Go duration field (0 allowed); ``default`` when it is optional and absent, or wrong."""
+    if key not in item and not required:
         return default
-    raw = item[key]
-    if not isinstance(raw, str):
-        problems.append(f'{path}.{key}: must be a duration like "15m", got {describe(raw)}')
-        return default
-    try:
-        return parse_duration(raw).total_seconds()
-    except DurationError as err:
-        problems.append(f"{path}.{key}: {err}")
-        return default
+    value = duration(item, path, key, problems, allow_zero=True)
+    return default if value is None else value.total_seconds()
 
 
 def _quantity(raw: object, path: str, problems: list[str]) -> float | None:
