@@ -19,8 +19,8 @@ Dynamic policy when given (``--config`` / ``--policy``: local files, e.g. the ch
 
 An API group the server does not serve (404) is recorded in ``notServed`` and skipped; any other error stops the
 command naming the resource and the status. Every request has a timeout (``--timeout``). Lists are paged.
-The account needs only ``list`` on those resources (a cluster-wide read-only role such as ``view`` plus nodes,
-PVs, StorageClasses, CSINodes and the DRA and NUMA kinds); nothing is written.
+The account needs only ``list`` on those resources (``CORE`` and ``GROUPED``); nothing is written. The chart's
+opt-in ``snapshot.rbac.enabled`` grants exactly that to a ServiceAccount ``<release>-snapshot``.
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ CONTAINER_SECRETS = (
     "startupProbe",
     "lifecycle",
 )
+
+CORE = ("nodes", "pods", "namespaces", "persistentvolumeclaims", "persistentvolumes")
+"""the core group's resources listed (``take``); with ``GROUPED``, what the chart's snapshot role grants ``list`` on"""
 
 # (kind, group, version, plural): the custom and newer APIs, listed through the generic client; a 404 is "not
 # served" (an older cluster, a CRD not installed), recorded, not an error. Of two versions of one resource, the

@@ -229,6 +229,27 @@ def test_rbac_is_least_privilege_per_service() -> None:
         assert named and all(r.get("resourceNames") == [sa] for r in named), (sa, lease_rules)
 
 
+def test_the_snapshot_account_is_opt_in_and_may_only_list_what_a_snapshot_reads() -> None:
+    from cranectl.snapshot import CORE, GROUPED
+
+    assert "crane-snapshot" not in json.dumps(render(*FULL)), "off by default"
+    objects = render("--set", "snapshot.rbac.enabled=true")
+    ours = [o for o in objects if o["metadata"]["name"] == "crane-snapshot"]
+    assert {o["kind"] for o in ours} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    granted = {
+        (group, resource, verb)
+        for rule in _rules_of(objects, "crane-snapshot")
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    # list, exactly the kinds cranectl snapshot lists: no get, no watch, no write, no Secret, no ConfigMap
+    assert granted == {("", r, "list") for r in CORE} | {(g, p, "list") for _, g, _, p in GROUPED}
+    assert not any(
+        rule.get("resourceNames") or rule.get("nonResourceURLs") for rule in _rules_of(objects, "crane-snapshot")
+    )
+
+
 def test_each_service_has_its_account_pdb_network_policy_and_metrics_service() -> None:
     objects = render(*FULL)
     deployments = by_kind(objects, "Deployment")
@@ -496,7 +517,7 @@ def test_the_sandbox_applies_the_charts_own_roles_per_namespace() -> None:
     shipped = render(
         "--set",
         "fullnameOverride=crane,extender.enabled=true,scheduler.topologyAware=true,serviceMonitor.enabled=true,"
-        "policy.spec.reclaim.maxAge=5m,policy.spec.loadTaint.hotRounds=2",
+        "policy.spec.reclaim.maxAge=5m,policy.spec.loadTaint.hotRounds=2,snapshot.rbac.enabled=true",
     )
     for kind in ("ClusterRole", "Role"):  # the same rules; Lease names carry the prefix
         ours = {
