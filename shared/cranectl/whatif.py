@@ -11,7 +11,9 @@ the scheduler's queue takes pods that arrive together), by crane-scheduler itsel
 the snapshot's time), each seeing those placed before it. A PodGroup's members are kept only when at least
 ``minMember`` of them found a node (no gang is placed in part); else they are reported pending with that reason.
 
-The answer: per pod its node, or pending with the scheduler's reason (kube's FitError message); per node the CPU
+The answer: per pod its node, or pending with the scheduler's reason (kube's FitError message, with preemption's
+part: DefaultPreemption is dry-run, nothing is evicted, and a pod that would preempt is reported pending with the
+node it would be nominated to and the victims there); per node the CPU
 and memory requested before and after, and the load the Dynamic policy estimates (the annotated usage plus its
 estimate of each pod placed) before and after, against the policy's thresholds. ``--compare`` runs a second
 policy or scheduler configuration on the same input. Rendering (table, JSON, PNG, HTML) is pure and tested
@@ -232,6 +234,9 @@ class PodResult:
     reason: str
     feasible: list[str] | None = None
     """the nodes that passed every Filter for it (asked for: ``run(feasible=True)``, ``--feasible``)"""
+    preemption: dict[str, Any] | None = None
+    """pending and preemption would make room: ``node`` (where it would be nominated) and ``victims`` (the pods it
+    would evict there, ``namespace/name``); nothing is evicted in the simulation"""
 
 
 @dataclass(frozen=True)
@@ -307,7 +312,9 @@ def run(
         placement = sim.schedule(pod)
         placements[key] = placement
         found = list(placement.feasible) if feasible else None
-        results[key] = PodResult(key, placement.node, placement.message, found)
+        would = placement.preemption
+        preempts = {"node": would.node, "victims": list(would.victims)} if would and would.possible else None
+        results[key] = PodResult(key, placement.node, placement.message, found, preempts)
     _gangs(sim, workload, placements, results)
     phases["place"] = time.perf_counter() - started
     thresholds = {p.name: p.max_limit_percent for p in setup.policy.predicate}
@@ -424,6 +431,9 @@ def table(outcomes: Sequence[Outcome], limit: int | None = None) -> str:
             else:
                 cells.append("pending")
                 reasons.append(f"  {pod.pod}{' (' + o.label + ')' if len(outcomes) > 1 else ''}: {r.reason}")
+                if r.preemption is not None:
+                    victims = ", ".join(r.preemption["victims"])
+                    reasons.append(f"    would preempt on {r.preemption['node']}: {victims}")
         rows.append([pod.pod, *cells])
     lines = columns(rows)
     if reasons:
