@@ -26,7 +26,8 @@ What it answers: ``place`` (the scheduler's decision: PreFilter, Filter, samplin
 the FitError message when nothing fits, and per node the first plugin that rejected it and why, as ``cranectl
 explain`` words them; ``explain()`` is that command's JSON), ``filter`` (every feasible node, no sampling),
 ``score`` (per node, per plugin), ``reserve`` / ``undo``, ``schedule`` (place and reserve: pods placed one after
-another, each seeing the earlier), and ``take_out`` / ``put_back`` (a what-if without some pods: an eviction).
+another, each seeing the earlier), ``schedule_gang`` (a PodGroup's members as the gang cycle places them: kept whole
+or given back at once), and ``take_out`` / ``put_back`` (a what-if without some pods: an eviction).
 
 PostFilter is a dry run: when nothing fits, the profile's PostFilter plugins run as the scheduler runs them, but
 DefaultPreemption only decides (its evaluator: eligibility, the candidates' what-if, which it undoes, kube's
@@ -89,8 +90,9 @@ from crane_scheduler.framework import (
     Registry,
     Status,
 )
+from crane_scheduler.framework.interface import GANG, GANG_MEMBERS
 from crane_scheduler.framework.runtime import Profile, build_profiles
-from crane_scheduler.gangcycle import no_preemption
+from crane_scheduler.gangcycle import no_preemption, quorum_met, quorum_out_of_reach
 from crane_scheduler.listers import Kind, Listers
 from crane_scheduler.loadaware import register as register_dynamic
 from crane_scheduler.loadaware.args import parse_args as parse_dynamic_args
@@ -115,6 +117,7 @@ __all__ = [
     "POD_GROUP_RESOURCE",
     "ConfigError",
     "Event",
+    "GangPlacement",
     "NodeScore",
     "Placement",
     "PluginError",
@@ -245,6 +248,8 @@ class Reservation:
     state: CycleState = field(repr=False)
     ok: bool = True
     message: str = ""
+    plugin: str = ""
+    """the Reserve plugin that refused"""
     undone: bool = False
 
 
@@ -290,6 +295,8 @@ class Placement:
     preemption: Preemption | None = None
     """DefaultPreemption's dry run for a pod no node fits (None: placed, failed, ``preemption=False``, or no
     DefaultPreemption in the profile)"""
+    rejectors: frozenset[str] = frozenset()
+    """the plugins that rejected the pod (or failed, or refused it in Reserve) when it was not placed"""
 
     @property
     def placed(self) -> bool:
@@ -320,6 +327,25 @@ class Placement:
     def explain(self, limit: int = 50) -> dict[str, Any]:
         """``cranectl explain``'s JSON for this decision (the profile's ``ExplainPlugin``s add their sections)."""
         return render(self.decision, list(self.profile.plugins.values()), limit)
+
+
+@dataclass(eq=False)
+class GangPlacement:
+    """One gang cycle (``schedule_gang``): the group, its quorum (``minMember``) and the members placed before,
+    the members decided in name order (``placements``) and those left undecided once the quorum was out of reach
+    (``untried``); ``kept``: the quorum was met and the members found places are reserved, else none is."""
+
+    gang: str
+    quorum: int
+    placed_before: int
+    placements: list[Placement]
+    untried: list[PodInfo]
+    kept: bool
+
+    @property
+    def found(self) -> int:
+        """Members this cycle found a place for (kept or not)."""
+        return sum(1 for p in self.placements if p.node is not None)
 
 
 @dataclass(frozen=True, eq=False)
@@ -570,8 +596,9 @@ class Simulator:
         starts (kube's ``nextStartNodeIndex``, preemption's random offset, both seeded). ``pod``: the object, or
         ``parse_pod``'s reading of it (a caller that places it more than once parses it once)."""
         info = _pod_info(pod)
-        prof = self._profile(profile, info)
-        state: CycleState = {}
+        return self._place(info, self._profile(profile, info), {}, preemption)
+
+    def _place(self, info: PodInfo, prof: Profile, state: CycleState, preemption: bool) -> Placement:
         group = gangless.pod_group(info.raw) if prof.name not in self._gang_profiles else None
         result: ScheduleResult | Diagnosis | Status
         if group is not None and self.gangless == "refuse":  # the scheduler's cycle refuses it before deciding
@@ -589,6 +616,9 @@ class Simulator:
         error = isinstance(result, Status)
         placement = self._placement(info, prof, state, None, result.message, error, self.table.num_nodes, [])
         placement.preemption = found
+        placement.rejectors = (
+            frozenset(result.rejectors) if isinstance(result, Diagnosis) else frozenset({result.plugin})
+        )
         return placement
 
     def _post_filter(
@@ -664,7 +694,7 @@ class Simulator:
         status = profile.run_reserve(state, pod, target)
         if not status.success:
             self.table.forget(pod.uid)
-            return Reservation(pod, profile, target, state, ok=False, message=status.message)
+            return Reservation(pod, profile, target, state, ok=False, message=status.message, plugin=status.plugin)
         return Reservation(pod, profile, target, state)
 
     def undo(self, reservation: Reservation) -> None:
@@ -674,6 +704,78 @@ class Simulator:
         reservation.profile.run_unreserve(reservation.state, reservation.pod, reservation.node)
         self.table.forget(reservation.pod.uid)
         reservation.undone = True
+
+    def gang_of(self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None) -> str | None:
+        """The group (``namespace/name``) a gang plugin of the pod's profile puts it in; None: no gang."""
+        info = _pod_info(pod)
+        found = gang_of(self._gang_plugins(self._profile(profile, info)), info)
+        return found[1] if found is not None else None
+
+    def schedule_gang(
+        self, pods: Sequence[Mapping[str, Any] | PodInfo], *, profile: str | None = None
+    ) -> GangPlacement:
+        """The scheduler's gang cycle for the pending members ``pods`` of one group (``gang_of``): decided one
+        after another in name order, each seeing those before it assumed (with the cycle state the gang cycle
+        gives its plugins), none decided once the group's quorum is out of reach; then the members found places
+        are kept (reserved, as ``schedule`` does) if the members placed already plus them meet the quorum
+        (``minMember``), else every one is undone at once, before the next pod is placed, as the gang cycle
+        does: a group that waits holds nothing. No preemption for a member (the gang cycle's words)."""
+        infos = sorted((_pod_info(p) for p in pods), key=lambda p: p.name)
+        if not infos:
+            raise ValueError("schedule_gang: no pods")
+        prof = self._profile(profile, infos[0])
+        plugins = self._gang_plugins(prof)
+        found = gang_of(plugins, infos[0])
+        if found is None:
+            raise ValueError(f"pod {infos[0].key}: in no gang of profile {prof.name}")
+        plugin, gang = found
+        for info in infos:
+            if not self._in_gang(plugins, info, gang):
+                raise ValueError(f"pod {info.key}: not a member of {gang}")
+        mine = {info.uid for info in infos}
+        placed = sum(
+            1
+            for record in self.table.pods.values()
+            if record.pod is not None and record.uid not in mine and self._in_gang(plugins, record.pod, gang)
+        )
+        quorum = plugin.quorum(gang)
+        total = placed + len(infos)
+        placements: list[Placement] = []
+        failed: list[Placement] = []
+        untried: list[PodInfo] = []
+        for i, info in enumerate(infos):  # the gang cycle's loop (``gangcycle.schedule_gang``)
+            # the gang plugin's own refusals (a group-level verdict, in PreFilter) go on: each member hears its own
+            if (
+                failed
+                and failed[-1].rejectors != {plugin.name}
+                and quorum_out_of_reach(placed, len(infos), len(failed), quorum)
+            ):
+                untried = infos[i:]
+                break
+            placement = self._place(info, prof, {GANG_MEMBERS: total, GANG: gang}, True)
+            placements.append(placement)
+            if placement.node is not None:
+                placement.reservation = self.reserve(placement)
+                if not placement.reservation.ok:
+                    placement.node, placement.message = None, placement.reservation.message
+                    placement.rejectors = frozenset({placement.reservation.plugin})
+            if placement.node is None:
+                failed.append(placement)
+        assumed = [p for p in placements if p.node is not None]
+        kept = quorum_met(placed, len(assumed), quorum)
+        if not kept:
+            for placement in reversed(assumed):
+                assert placement.reservation is not None
+                self.undo(placement.reservation)
+        return GangPlacement(gang, quorum, placed, placements, untried, kept)
+
+    @staticmethod
+    def _in_gang(plugins: list[GangPlugin], pod: PodInfo, gang: str) -> bool:
+        found = gang_of(plugins, pod)
+        return found is not None and found[1] == gang
+
+    def _gang_plugins(self, profile: Profile) -> list[GangPlugin]:
+        return [p for p in profile.plugins.values() if isinstance(p, GangPlugin)]
 
     def schedule(
         self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None, preemption: bool = True

@@ -272,11 +272,10 @@ async def test_simulate_on_a_snapshot_places_every_pod_where_the_live_scheduler_
     assert len((await v1.list_namespaced_pod(namespace)).items) == before
 
 
-GANGS = [("a", 3, "1"), ("b", 4, "3"), ("c", 3, "1")]
+GANGS = [("a", 3, "1"), ("b", 4, "3"), ("c", 3, "1"), ("d", 3, "1"), ("e", 4, "1")]
 """(PodGroup, members = minMember, each member's CPU) on 6 nodes of 8 cores; c's members keep apart from each
-other on two nodes: 2 of 3 find a node, so none may stay.
-Nothing is placed after the failed gang: the live scheduler retries its members (each attempt moves the seeded
-tie-break), the simulation tries them once, so later ties may be broken differently."""
+other on two nodes: 2 of 3 find a node, so none may stay; d and e are placed after it, on the nodes c's two
+members held for a moment (the simulation gives them back at once, as the live gang cycle does)."""
 
 
 async def test_gangs_simulated_all_or_nothing_where_the_live_gang_cycle_places_them(

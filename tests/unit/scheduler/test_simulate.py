@@ -154,21 +154,68 @@ def test_a_pod_that_cannot_preempt_gets_kubes_words_for_it() -> None:
     assert live_post_filter(never) == (refused.message, None)
 
 
+GANG_PROFILE = {
+    "profiles": [
+        {
+            "schedulerName": "crane-scheduler",
+            "plugins": {
+                "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
+                "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
+            },
+        }
+    ]
+}
+
+
+def pod_group(name: str, min_member: int) -> dict[str, Any]:
+    group, version, _ = POD_GROUP_RESOURCE
+    return {
+        "apiVersion": f"{group}/{version}",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"minMember": min_member},
+    }
+
+
+def gang(name: str, count: int, cpu: str) -> list[dict[str, Any]]:
+    out = []
+    for i in range(count):
+        member = pod(f"{name}-{i}", cpu=cpu)
+        member["metadata"]["labels"] = {POD_GROUP_LABEL: name}
+        out.append(member)
+    return out
+
+
+def test_a_gang_is_kept_whole_or_given_back_at_once_as_the_gang_cycle_does() -> None:
+    sim = Simulator(GANG_PROFILE, clock=lambda: NOW)
+    sim.load([{**node("n1", cpu="4"), "kind": "Node"}, {**node("n2", cpu="4"), "kind": "Node"}])
+    sim.load([pod_group("fits", 2), pod_group("short", 3), pod_group("first-fails", 3)])
+    fits = sim.schedule_gang(gang("fits", 2, "2"))
+    assert fits.kept and fits.gang == "ns/fits" and fits.quorum == 2 and fits.found == 2
+    assert all(p.node and p.reservation and p.reservation.ok for p in fits.placements)
+    taken = {n: sim.requested(n) for n in ("n1", "n2")}
+    # 4 cores left: 2 of 3 members of 2 cores find a node, the third none: the group is given back at once, so the
+    # next pod sees the room it held (the gang cycle undoes before it takes the next pod)
+    short = sim.schedule_gang(gang("short", 3, "1500m"))
+    assert not short.kept and short.found == 2 and not short.untried
+    assert short.placements[2].message.endswith(
+        "preemption: not attempted for a member of pod group ns/short (gang preemption is not supported)"
+    )
+    assert {n: sim.requested(n) for n in ("n1", "n2")} == taken
+    # a member that finds no place puts the quorum out of reach: the others are not decided (no search, no tie-break)
+    big = gang("first-fails", 3, "1")
+    big[0]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "64"
+    stopped = sim.schedule_gang(big)
+    assert [p.pod.name for p in stopped.placements] == ["first-fails-0"]
+    assert [p.name for p in stopped.untried] == ["first-fails-1", "first-fails-2"]
+    assert sim.gang_of(big[1]) == "ns/first-fails" and sim.gang_of(pod("alone")) is None
+    with pytest.raises(ValueError, match="not a member of ns/fits"):
+        sim.schedule_gang([*gang("fits", 1, "1"), *gang("short", 1, "1")])
+
+
 def test_a_pod_group_and_dra_objects_load_straight_in() -> None:
     """A snapshot's objects of mixed kinds: each goes where the scheduler keeps it (listers, plugin watches)."""
-    gang_profile = {
-        "profiles": [
-            {
-                "schedulerName": "crane-scheduler",
-                "plugins": {
-                    "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
-                    "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
-                },
-            }
-        ]
-    }
-    sim = Simulator(gang_profile, clock=lambda: NOW)
-    group, version, _ = POD_GROUP_RESOURCE
+    sim = Simulator(GANG_PROFILE, clock=lambda: NOW)
     member = pod("train-0", cpu="1")
     member["metadata"]["labels"] = {POD_GROUP_LABEL: "train"}
     gpu_pod = pod("cuda", spec={"resourceClaims": [{"name": "g", "resourceClaimName": "gpu"}]})
@@ -183,12 +230,7 @@ def test_a_pod_group_and_dra_objects_load_straight_in() -> None:
         [
             {**node("n1"), "kind": "Node"},
             {**node("n2"), "kind": "Node"},
-            {
-                "apiVersion": f"{group}/{version}",
-                "kind": "PodGroup",
-                "metadata": {"name": "train", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
-                "spec": {"minMember": 1},
-            },
+            pod_group("train", 1),
             device_class("gpu", f'device.driver == "{DRIVER}"'),
             resource_slice("s2", [device("gpu-0")], node="n2"),
             claim("gpu", exactly("g", "gpu"), namespace="ns"),
