@@ -617,7 +617,7 @@ class Simulator:
         placement = self._placement(info, prof, state, None, result.message, error, self.table.num_nodes, [])
         placement.preemption = found
         placement.rejectors = (
-            frozenset(result.rejectors) if isinstance(result, Diagnosis) else frozenset({result.plugin})
+            frozenset(result.rejectors) if isinstance(result, Diagnosis) else frozenset({result.plugin} - {""})
         )
         return placement
 
@@ -758,7 +758,7 @@ class Simulator:
                 placement.reservation = self.reserve(placement)
                 if not placement.reservation.ok:
                     placement.node, placement.message = None, placement.reservation.message
-                    placement.rejectors = frozenset({placement.reservation.plugin})
+                    placement.rejectors = frozenset({placement.reservation.plugin} - {""})
             if placement.node is None:
                 failed.append(placement)
         assumed = [p for p in placements if p.node is not None]
