@@ -227,7 +227,7 @@ def test_a_snapshot_never_keeps_env_commands_or_the_last_applied_manifest() -> N
                 {"name": "creds", "secret": {"secretName": "s", "items": [{"key": "k", "path": "p"}]}},
             ],
         },
-        "status": {"phase": "Running", "podIP": "10.0.0.1"},
+        "status": {"phase": "Running", "podIP": "10.0.0.1", "startTime": "2026-01-01T10:00:00Z"},
     }
     out = scrub_pod(pod)
     text = json.dumps(out)
@@ -240,6 +240,7 @@ def test_a_snapshot_never_keeps_env_commands_or_the_last_applied_manifest() -> N
         {"name": "creds", "secret": {}},
     ]
     assert pod["spec"]["containers"][0]["env"]  # the input is not changed
+    assert out["status"] == {"phase": "Running", "startTime": "2026-01-01T10:00:00Z"}  # preemption orders by it
 
 
 def test_a_file_that_is_not_a_snapshot_is_refused(tmp_path: Path) -> None:
