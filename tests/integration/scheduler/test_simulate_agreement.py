@@ -393,11 +393,7 @@ async def test_a_preemption_simulated_on_a_snapshot_is_the_one_the_live_schedule
 
     async with in_process(cluster, config, selector, load_aware=True):
         await create_pods(kube, namespace, [vip])
-
-        async def bound() -> str | None:
-            p = await read_pod(kube, namespace, "vip")
-            return p["spec"].get("nodeName") if p else None
-
+        bound = functools.partial(node_of, kube, namespace, "vip")
         assert await wait_for(bound, timeout=30, what="the preemptor bound") == a
     assert await read_pod(kube, namespace, "new") is None
     assert await read_pod(kube, namespace, "old") is not None
