@@ -92,7 +92,7 @@ from crane_scheduler.framework import (
 )
 from crane_scheduler.framework.interface import GANG, GANG_MEMBERS
 from crane_scheduler.framework.runtime import Profile, build_profiles
-from crane_scheduler.gangcycle import no_preemption, quorum_met, quorum_out_of_reach
+from crane_scheduler.gangrules import gang_of, no_preemption, quorum_met, quorum_out_of_reach
 from crane_scheduler.listers import Kind, Listers
 from crane_scheduler.loadaware import register as register_dynamic
 from crane_scheduler.loadaware.args import parse_args as parse_dynamic_args
@@ -104,7 +104,6 @@ from crane_scheduler.plugins.coscheduling import gang
 from crane_scheduler.plugins.defaultpreemption.plugin import DefaultPreemption
 from crane_scheduler.podinfo import PODS, NodeInfo, PodInfo, parse_node
 from crane_scheduler.podinfo import parse_pod as _parse_pod
-from crane_scheduler.schedule_one import gang_of
 from crane_scheduler.unsupported import GATE, refusal, unsupported_field
 from crane_shared.informer import object_key
 from crane_shared.loadaware.dynamic import DynamicArgs
@@ -626,7 +625,7 @@ class Simulator:
     ) -> Preemption | None:
         """The profile's PostFilter (``Profile.run_post_filter``, which writes its part of ``diagnosis``'s message)
         with DefaultPreemption's dry run in place of its ``post_filter``. A gang's member runs none: the gang cycle
-        never preempts for one, and says so when room was what it lacked (``gangcycle.no_preemption``)."""
+        never preempts for one, and says so when room was what it lacked (``gangrules.no_preemption``)."""
         member = gang_of((p for p in profile.plugins.values() if isinstance(p, GangPlugin)), pod)
         if member is not None:
             plugin, group = member
