@@ -18,7 +18,7 @@ import dataclasses
 import gc
 import resource
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Protocol
 
 from crane_scheduler import gangless
@@ -38,6 +38,7 @@ from crane_scheduler.framework.types import (
     QueuedPod,
     Status,
 )
+from crane_scheduler.gangrules import gang_of
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
@@ -56,16 +57,6 @@ def thread_usage() -> tuple[float, int] | None:
     if _RUSAGE_THREAD is None:
         return None
     return time.thread_time(), resource.getrusage(_RUSAGE_THREAD).ru_nivcsw
-
-
-def gang_of(plugins: Iterable[GangPlugin], pod: PodInfo) -> tuple[GangPlugin, str] | None:
-    """The first of a profile's gang plugins (Coscheduling's PodGroup label, GangScheduling's ``workloadRef``)
-    that puts the pod in a group, with that group; None for a pod of no gang."""
-    for plugin in plugins:
-        gang = plugin.gang_of(pod)
-        if gang is not None:
-            return plugin, gang
-    return None
 
 
 class CycleHost(Protocol):

@@ -55,6 +55,7 @@ from crane_scheduler.framework.interface import GangPlugin, ObjectPlugin, Queuei
 from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import ClusterEvent, CycleState, Diagnosis, QueuedPod, QueueingHints
 from crane_scheduler.gangcycle import GangIndex, IndexedPending, futile_wakeups, group_size, schedule_gang
+from crane_scheduler.gangrules import gang_of
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import NO_HINTS, SchedulingQueue
 from crane_scheduler.listers import Listers
@@ -62,7 +63,7 @@ from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import UNSCHEDULABLE, PodInfo
 from crane_scheduler.reporting import Reporter
-from crane_scheduler.schedule_one import SchedulingCycle, gang_of
+from crane_scheduler.schedule_one import SchedulingCycle
 from crane_scheduler.writer import ApiWriter
 from crane_shared.kube import api_failure
 from crane_shared.leader import Term

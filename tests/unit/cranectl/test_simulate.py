@@ -3,9 +3,7 @@ placed by the scheduler on a snapshot, what a snapshot keeps out, and the table,
 
 from __future__ import annotations
 
-import base64
 import json
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,13 +12,12 @@ import pytest
 import yaml
 
 from cranectl import whatif
-from cranectl.__main__ import main
 from cranectl.snapshot import KIND, policy_path_of, read, scrub_pod
+from tests.support.cranectl import assert_plot_and_page, run_cli
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 METRICS = ["cpu_usage_avg_5m", "cpu_usage_max_avg_1h", "cpu_usage_max_avg_1d"]
 METRICS += ["mem_usage_avg_5m", "mem_usage_max_avg_1h", "mem_usage_max_avg_1d"]
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def node(name: str, usage: float, cpu: str = "8") -> dict[str, Any]:
@@ -173,6 +170,11 @@ def test_a_gang_short_of_min_member_places_nobody() -> None:
     outcome = whatif.run(snap, whatif.expand([group, job]), whatif.base_setup(snap))
     assert [p.node for p in outcome.pods] == [None, None, None]  # two fit, the third does not: none kept
     assert all("gang default/train: 2 of minMember 3 members found a node" in p.reason for p in outcome.pods)
+    # the member that found no place: the gang cycle's words (it never preempts for a gang's member)
+    assert outcome.pods[2].reason.endswith(
+        "2 Insufficient cpu. preemption: not attempted for a member of pod group default/train "
+        "(gang preemption is not supported)"
+    )
     assert {n.node: n.cpu[1] for n in outcome.nodes} == {"n1": 2.0, "n2": 0.0}  # reservations undone
 
 
@@ -225,7 +227,7 @@ def test_a_snapshot_never_keeps_env_commands_or_the_last_applied_manifest() -> N
                 {"name": "creds", "secret": {"secretName": "s", "items": [{"key": "k", "path": "p"}]}},
             ],
         },
-        "status": {"phase": "Running", "podIP": "10.0.0.1"},
+        "status": {"phase": "Running", "podIP": "10.0.0.1", "startTime": "2026-01-01T10:00:00Z"},
     }
     out = scrub_pod(pod)
     text = json.dumps(out)
@@ -238,6 +240,7 @@ def test_a_snapshot_never_keeps_env_commands_or_the_last_applied_manifest() -> N
         {"name": "creds", "secret": {}},
     ]
     assert pod["spec"]["containers"][0]["env"]  # the input is not changed
+    assert out["status"] == {"phase": "Running", "startTime": "2026-01-01T10:00:00Z"}  # preemption orders by it
 
 
 def test_a_file_that_is_not_a_snapshot_is_refused(tmp_path: Path) -> None:
@@ -248,16 +251,6 @@ def test_a_file_that_is_not_a_snapshot_is_refused(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ the command
-
-
-def run_cli(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
-    monkeypatch.setattr(sys, "argv", ["cranectl", *argv])
-    # the process's logging stays as the test session has it: configured here, it would cache every module's
-    # logger on first use, and later tests' log captures would see nothing
-    monkeypatch.setattr("cranectl.__main__.configure_logging", lambda *_: None)
-    with pytest.raises(SystemExit) as done:
-        main()
-    return int(done.value.code or 0)
 
 
 def test_simulate_prints_the_table_and_writes_a_png_and_a_self_contained_page(
@@ -275,17 +268,8 @@ def test_simulate_prints_the_table_and_writes_a_png_and_a_self_contained_page(
     out = capsys.readouterr().out
     assert "default/web-simulated-2" in out
     assert "as is: 3/3 pods placed, 0 pending" in out
-    data = png.read_bytes()
-    assert data.startswith(PNG_MAGIC)
-    import matplotlib.image
-
-    height, width = matplotlib.image.imread(str(png)).shape[:2]  # decodes: a whole image, not a header
-    assert height > 100
-    assert width > 100
-    html = page.read_text()
-    assert f"data:image/png;base64,{base64.b64encode(data).decode()}" in html  # the same plot, embedded
+    html = assert_plot_and_page(png, page)
     assert "default/web-simulated-2" in html
-    assert "src='http" not in html  # nothing fetched from elsewhere
 
 
 def test_simulate_json_and_a_bad_manifest(
@@ -409,3 +393,31 @@ def test_priority_classes_order_the_pods_as_the_queue_would_and_an_unknown_one_i
     urgent["spec"]["template"]["spec"]["priorityClassName"] = "nope"
     with pytest.raises(whatif.ManifestError, match=r"urgent-simulated-0: spec\.priorityClassName 'nope'"):
         whatif.run(snap, whatif.expand([first, urgent]), whatif.base_setup(snap))
+
+
+def test_a_pod_that_would_preempt_is_shown_with_its_node_and_victims_and_nothing_is_evicted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = snapshot(node("n1", 0.1, cpu="4"))  # the bound pod "old" (priority 0) holds 2 of its 4 cores
+    base["objects"].append({"kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000})
+    urgent, plain = deployment("urgent", 1, "3"), deployment("plain", 1, "3")
+    urgent["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    snap, manifests = tmp_path / "snap.json", tmp_path / "app.yaml"
+    snap.write_text(json.dumps(base))
+    manifests.write_text(yaml.safe_dump_all([urgent, plain]))
+    assert run_cli(monkeypatch, "simulate", "--snapshot", str(snap), "-f", str(manifests), "-o", "json") == 0
+    pods = {p["pod"]: p for p in json.loads(capsys.readouterr().out)["runs"][0]["pods"]}
+    would = pods["default/urgent-simulated-0"]
+    assert would["node"] is None
+    assert would["preemption"] == {"node": "n1", "victims": ["default/old"]}
+    assert would["reason"] == "0/1 nodes are available: 1 Insufficient cpu."  # as the scheduler reports it then
+    cannot = pods["default/plain-simulated-0"]  # old is not of lower priority, and stays: nothing was evicted
+    assert cannot["preemption"] is None
+    assert cannot["reason"] == (
+        "0/1 nodes are available: 1 Insufficient cpu. "
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    )
+    assert run_cli(monkeypatch, "simulate", "--snapshot", str(snap), "-f", str(manifests)) == 0
+    out = capsys.readouterr().out
+    assert "  default/urgent-simulated-0: 0/1 nodes are available: 1 Insufficient cpu.\n" in out
+    assert "    would preempt on n1: default/old\n" in out
