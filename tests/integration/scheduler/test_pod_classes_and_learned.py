@@ -1,4 +1,5 @@
-"""The load-aware policy's two pod classes and its learned estimates, on the real API server.
+"""The load-aware policy's two pod classes, its learned estimates and a node without load data, on the real API
+server.
 
 Annotations are written as the annotator writes them (stamped now): the node's load, the batch pods' share of it,
 and the measured usage of each running pod."""
@@ -128,3 +129,40 @@ async def test_a_scale_up_is_judged_by_the_workloads_measured_usage(
     assert len(bound) == expected, outcome
     for message in refused:
         assert f"1 node(s) would have {metric} above 0.65" in message, message
+
+
+async def test_a_node_without_load_data_takes_pods_until_their_estimates_reach_the_threshold(
+    cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
+) -> None:
+    """An autoscaler's new node (no annotation yet) beside a hot one: 1.0 x 0.5 core / 8 per pod, so 10 bind
+    there (0.625) and the rest pend, for the autoscaler to see, instead of 16 filling it by requests."""
+    await create_nodes(kube, [node(f"{group}-hot", group, cpu="8"), node(f"{group}-new", group, cpu="8")])
+    await annotate(kube, f"{group}-hot", 0.9)
+    new = [pod(f"p-{i}", scheduler_name, cpu="500m") for i in range(12)]
+    config = dynamic_config(scheduler_name, estimate={"cpuFactor": 1.0, "learned": {"enabled": False}})
+    async with in_process(cluster, config, selector, load_aware=True):
+        await create_pods(kube, namespace, new)
+
+        async def decided() -> dict[str, str] | None:
+            out: dict[str, str] = {}
+            for p in new:
+                name = p["metadata"]["name"]
+                found = await read_pod(kube, namespace, name)
+                cond = scheduled_condition(found)
+                if found and found["spec"].get("nodeName"):
+                    out[name] = found["spec"]["nodeName"]
+                elif cond and cond["status"] == "False":
+                    out[name] = cond["message"]
+                else:
+                    return None
+            return out
+
+        outcome = await wait_for(decided, what="every pod to be bound or refused")
+    placed = [v for v in outcome.values() if v == f"{group}-new"]
+    refused = [v for v in outcome.values() if v != f"{group}-new"]
+    assert len(placed) == 10, outcome
+    for message in refused:
+        assert message.startswith(
+            "0/2 nodes are available: 1 node(s) had cpu_usage_avg_5m above 0.65,"
+            " 1 node(s) would have cpu_usage_avg_5m above 0.65."
+        ), message

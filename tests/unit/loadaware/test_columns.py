@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -114,34 +115,56 @@ CAPACITY = NodeCapacity(8.0, 32.0 * 2**30)
 
 
 def _check_against_reference(
-    cols: LoadColumns, effects: RecentEffects, nodes: list[dict[str, str]], args: DynamicArgs, at: float
+    cols: LoadColumns,
+    effects: RecentEffects,
+    nodes: list[dict[str, str]],
+    args: DynamicArgs,
+    at: float,
+    incoming: tuple[float, float] | None = None,
+    regular: bool = False,
 ) -> None:
     now = datetime.fromtimestamp(at, UTC)
     extra, own = effects.at(at, len(nodes))
+    judged = effects.judged_at(len(nodes))
     rows = np.arange(len(nodes), dtype=np.intp)
-    scores = cols.scores(rows, at, extra, own).tolist()
+    pod = (
+        None
+        if incoming is None
+        else {"cpu": np.full(len(nodes), incoming[0]), "memory": np.full(len(nodes), incoming[1])}
+    )
+    scores = cols.scores(rows, at, extra, own, regular, pod, judged).tolist()
     reasons: list[str | None] = [None] * len(nodes)
-    for reason, mask in cols.filter(rows, at, None, extra):
+    for reason, mask in cols.filter(rows, at, pod, extra, regular, judged):
         for i in np.flatnonzero(mask).tolist():
             reasons[i] = reason
     for i, ann in enumerate(nodes):
         recent = [RecentBinding(f"n{i}", t, c, m, learned) for t, c, m, learned in effects.bindings_of(i)]
-        ref = node_load(f"n{i}", ann, args, now, recent, CAPACITY)
+        ref = node_load(f"n{i}", ann, args, now, recent, CAPACITY, regular=regular)
         assert own[i] == ref.own_hot, f"own hot value of n{i} at {at}"
         for metric, reading in ref.readings.items():
-            if reading.state == "fresh" and metric in extra:
+            if metric not in extra:
+                continue
+            if reading.state == "fresh" or reading.bindings:
                 assert extra[metric][i] == reading.estimate, f"estimate of {metric} on n{i}"
-        assert scores[i] == score(ref, args)
-        assert reasons[i] == filter_reason(ref, args)
+            assert judged[metric][i] == (reading.bindings > 0), f"{metric} of n{i} judged by its bindings"
+        ref_pod = None if incoming is None else {"cpu": incoming[0], "memory": incoming[1]}
+        assert scores[i] == score(ref, args, ref_pod)
+        assert reasons[i] == filter_reason(ref, args, incoming=ref_pod)
+        assert cols.reason_of(i, pod, extra, regular, judged) == reasons[i], "the one-row path agrees"
+        assert cols.score_of(i, extra, own, regular, pod, judged) == scores[i]
 
 
 @settings(max_examples=200, deadline=None)
 @given(
-    nodes=st.lists(node_annotations(), min_size=1, max_size=8),
+    nodes=st.lists(st.one_of(node_annotations(), st.just({})), min_size=1, max_size=8),  # {}: a new node
     recent=bindings,
     later=st.lists(st.integers(0, 1200), max_size=5),
     changed=st.lists(st.tuples(st.integers(0, 7), node_annotations()), max_size=3),
     removed=st.lists(st.integers(0, 11), max_size=3),
+    closed=st.booleans(),
+    incoming=st.one_of(st.none(), st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))),
+    regular=st.booleans(),
+    target=st.one_of(st.none(), st.floats(0.05, 0.95)),
 )
 def test_cached_recent_effects_equal_the_reference_as_time_passes(
     nodes: list[dict[str, str]],
@@ -149,10 +172,19 @@ def test_cached_recent_effects_equal_the_reference_as_time_passes(
     later: list[int],
     changed: list[tuple[int, dict[str, str]]],
     removed: list[int],
+    closed: bool,
+    incoming: tuple[float, float] | None,
+    regular: bool,
+    target: float | None,
 ) -> None:
     """Bindings added, unreserved and pruned, annotations changed, the clock moving over the hot-value ranges and
-    the annotations' freshness edges: the per-node cached effects stay equal to ``node_load`` recomputed."""
-    args = DynamicArgs(POLICY)
+    the annotations' freshness edges: the per-node cached effects stay equal to ``node_load`` recomputed, and so do
+    the verdicts and scores, for either strategy and class, with or without the incoming pod, fail-open or closed.
+    Nodes without an annotation (``{}`` or a metric left out: a new node) are judged by their bindings' estimates
+    while a binding is younger than the estimate window, and by nothing once the last one passed it."""
+    policy = POLICY if target is None else replace(POLICY, scoring=ScoringPolicy("pack", target))
+    args = DynamicArgs(policy, stale="fail-closed" if closed else "fail-open")
+    check = functools.partial(_check_against_reference, incoming=incoming, regular=regular)
     cols = LoadColumns(args, capacity=2)
     effects = RecentEffects(cols, capacity=2)  # also exercises growth
     start = NOW.timestamp()
@@ -163,7 +195,7 @@ def test_cached_recent_effects_equal_the_reference_as_time_passes(
     for i, (row, age, cpu, memory) in enumerate(ordered):
         learned = i % 3 == 1  # some carry a learned usage (no factor)
         effects.add(f"uid-{i}", row % len(nodes), f"n{row % len(nodes)}", start + age, cpu, memory, learned)
-    _check_against_reference(cols, effects, nodes, args, start + 5)
+    check(cols, effects, nodes, args, start + 5)
     for i in removed:
         effects.remove(f"uid-{i}", start + 5)
     for row, ann in changed:
@@ -171,12 +203,12 @@ def test_cached_recent_effects_equal_the_reference_as_time_passes(
         nodes[row] = ann
         cols.set_row(row, ann)
         effects.node_changed(row, f"n{row}", CAPACITY.cpu, CAPACITY.memory, start + 5)
-    _check_against_reference(cols, effects, nodes, args, start + 5)
+    check(cols, effects, nodes, args, start + 5)
     at = start + 5
     for step in sorted(later):
         at = start + 5 + step
         effects.prune(at - 600, at)
-        _check_against_reference(cols, effects, nodes, args, at)
+        check(cols, effects, nodes, args, at)
 
 
 def test_a_decision_recomputes_only_nodes_whose_own_hot_value_can_have_changed() -> None:

@@ -230,3 +230,17 @@ def test_a_device_asked_as_an_extended_resource_or_through_a_claim_is_judged_the
     refused, scores, _ = seen[0][0]
     assert any(mask == [True, False, False] for mask in refused.values()), refused  # the hot node refused
     assert scores[2] > scores[1]  # the cool node preferred
+
+
+def test_a_node_without_load_data_fills_by_the_estimates_of_the_pods_bound_to_it() -> None:
+    """An autoscaler's new node (no annotation yet) beside a hot one: it takes pods until their estimates
+    (1.0 x 0.5 core / 8 each) reach the threshold, not its whole capacity by requests (16)."""
+    s = Setup(loaded("hot", 0.9), node("new", cpu="8"), args={"estimate": {"cpuFactor": 1.0}})
+    placed = [s.place(pod(f"p{i}", cpu="500m")) for i in range(12)]
+    assert placed[:10] == ["new"] * 10  # 10 x 0.0625 = 0.625; the 11th would make 0.6875
+    refused = placed[10]
+    assert isinstance(refused, Diagnosis)
+    assert refused.message == (
+        "0/2 nodes are available: 1 node(s) had cpu_usage_avg_5m above 0.65,"
+        " 1 node(s) would have cpu_usage_avg_5m above 0.65."
+    )

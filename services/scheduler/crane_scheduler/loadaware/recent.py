@@ -6,7 +6,10 @@ A recent binding changes a node's load in two ways (``dynamic.node_load`` is the
   ``T`` is the metric annotation's timestamp. It depends on the bindings, the annotation and the allocatable, and
   not on the clock: the decay over the window is measured against the annotation's stamp (what the averaged
   metric has absorbed), so the value is exact until one of those inputs changes. It is recomputed for one node
-  when a binding to it is added, removed or pruned, or its annotations or allocatable change;
+  when a binding to it is added, removed or pruned, or its annotations or allocatable change. A node annotated
+  with no metric yet (a new node) has no stamp: each metric's estimate is ``Σ factor·request / allocatable`` over the
+  bindings with ``now < bound_at + W`` (nothing absorbed), ``judged`` marks it, and it also changes at each
+  ``bound_at + W`` (a step, kept with the hot value's next change time below);
 - own bindings in the hot value: ``Σ_rules floor(#{b : b > after, b > now - range} / count)``, with ``after``
   the hot-value annotation's stamp while it is fresh. This one depends on the clock, but only in steps: it is
   piecewise constant and can change only at ``bound_at + range`` of a binding, or when the hot-value annotation
@@ -36,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
+from crane_scheduler.loadaware.columns import FloatArray, LoadColumns, Mask
 from crane_shared.annotations import HOT_VALUE_FRESHNESS, HOT_VALUE_KEY
 from crane_shared.loadaware.dynamic import resource_of
 
@@ -65,17 +68,24 @@ class _Node:
 
 class RecentEffects:
     """Recent bindings per node row and their cached effects: ``extra[metric]`` (estimated usage to add, as a
-    fraction of allocatable) and ``own_hot`` (own bindings in the hot value), arrays over the node rows."""
+    fraction of allocatable), ``judged[metric]`` (a new node, no metric annotated, and bindings count: its usage is
+    ``0 + extra``) and ``own_hot`` (own bindings in the hot value), arrays over the node rows."""
 
     def __init__(self, cols: LoadColumns, capacity: int = 64) -> None:
         self.cols = cols
         self._cap = capacity
         self.extra: dict[str, FloatArray] = {}
+        self.judged: dict[str, Mask] = {}
         for metric in cols.metrics:
             if resource_of(metric) is not None:
                 self.extra[metric] = np.zeros(capacity)
+                self.judged[metric] = np.zeros(capacity, dtype=bool)
         self.own_hot = np.zeros(capacity)
         self.own_next = np.full(capacity, math.inf)
+        """the row's next possible change with the clock: its own hot value, or a binding leaving a judged metric"""
+        self.estimated_at = np.zeros(capacity)
+        """when each row's estimate was computed (a judged metric's bindings count while ``now < bound_at + W``)"""
+        self._est_next = np.full(capacity, math.inf)
         self.alloc_cpu = np.zeros(capacity)
         self.alloc_memory = np.zeros(capacity)
         self._nodes: dict[int, _Node] = {}
@@ -111,6 +121,12 @@ class RecentEffects:
         cap = max(row + 1, 2 * self._cap)
         for name, arr in self.extra.items():
             self.extra[name] = _grown(arr, cap, 0.0)
+        for name, mask in self.judged.items():
+            grown = np.zeros(cap, dtype=bool)
+            grown[: len(mask)] = mask
+            self.judged[name] = grown
+        self.estimated_at = _grown(self.estimated_at, cap, 0.0)
+        self._est_next = _grown(self._est_next, cap, math.inf)
         self.own_hot = _grown(self.own_hot, cap, 0.0)
         self.own_next = _grown(self.own_next, cap, math.inf)
         self.alloc_cpu = _grown(self.alloc_cpu, cap, 0.0)
@@ -227,10 +243,15 @@ class RecentEffects:
         if node is None or not any(b.uid in uids for b in node.bindings):
             return {}
         kept = {m: float(a[row]) for m, a in self.extra.items()}
-        self._estimate(row, [b for b in node.bindings if b.uid not in uids])
+        kept_judged = {m: bool(a[row]) for m, a in self.judged.items()}
+        kept_next = float(self._est_next[row])
+        at = float(self.estimated_at[row])
+        self._estimate(row, [b for b in node.bindings if b.uid not in uids], at)
         without = {m: float(a[row]) for m, a in self.extra.items()}
         for m, value in kept.items():
             self.extra[m][row] = value
+            self.judged[m][row] = kept_judged[m]
+        self._est_next[row] = kept_next
         return {m: kept[m] - without[m] for m in kept}
 
     def oldest(self, mask: npt.NDArray[np.bool_]) -> FloatArray:
@@ -245,14 +266,22 @@ class RecentEffects:
     # -- per decision ---------------------------------------------------------------------------------------------
 
     def at(self, now: float, n_rows: int) -> tuple[dict[str, FloatArray], FloatArray]:
-        """(extra usage per metric, own hot value) over rows ``[:n_rows]`` at ``now`` (views, do not modify)."""
+        """(extra usage per metric, own hot value) over rows ``[:n_rows]`` at ``now`` (views, do not modify);
+        ``judged_at`` gives the judged masks of the same instant."""
         self._ensure(max(0, n_rows - 1))
         due = np.flatnonzero(self.own_next[:n_rows] <= now).tolist()
         for row in due:
+            if self._est_next[row] - EARLY <= now:
+                node = self._nodes.get(row)
+                self._estimate(row, node.bindings if node else [], now)
             self._own(row, now)
         self.changed.update(due)
         self.recomputed += len(due)
         return {m: a[:n_rows] for m, a in self.extra.items()}, self.own_hot[:n_rows]
+
+    def judged_at(self, n_rows: int) -> dict[str, Mask]:
+        """The judged masks over rows ``[:n_rows]`` as of the last ``at`` (views, do not modify)."""
+        return {m: a[:n_rows] for m, a in self.judged.items()}
 
     # -- per node: the reference's arithmetic -----------------------------------------------------------------------
 
@@ -261,16 +290,23 @@ class RecentEffects:
         bindings = node.bindings if node else []
         if node is not None and not bindings:
             del self._nodes[row]
-        self._estimate(row, bindings)
+        self._estimate(row, bindings, now)
         self._own(row, now)
         self.changed.add(row)
 
-    def _estimate(self, row: int, bindings: list[_Binding]) -> None:
+    def _estimate(self, row: int, bindings: list[_Binding], now: float) -> None:
         est = self.cols.args.estimate
+        self.estimated_at[row] = now
+        self._est_next[row] = math.inf
         # Metrics of one resource with the same window and annotation time get the same estimate: summed once.
         done: dict[tuple[str | None, float, float], float] = {}
+        never = self.cols.never_annotated(row)
         for metric, arr in self.extra.items():
             stamp = float(self.cols.stamps[metric][row]) if row < self.cols.capacity else math.nan
+            self.judged[metric][row] = False
+            if never:
+                arr[row] = self._missing(row, metric, bindings, now)  # a new node: dynamic._estimate_missing
+                continue
             if not est.enabled or not bindings or math.isnan(stamp):
                 arr[row] = 0.0
                 continue
@@ -292,10 +328,32 @@ class RecentEffects:
                 done[key] = added
             arr[row] = added / total
 
+    def _missing(self, row: int, metric: str, bindings: list[_Binding], now: float) -> float:
+        """A new node's metric's estimate (``dynamic._estimate_missing``, term by term): the bindings with
+        ``now < bound_at + window``, nothing absorbed; sets ``judged`` and the next time one leaves."""
+        est = self.cols.args.estimate
+        resource = resource_of(metric)
+        total = float(self.alloc_cpu[row] if resource == "cpu" else self.alloc_memory[row])
+        window = est.window_of(metric).total_seconds()
+        if not est.enabled or not bindings or total <= 0 or window <= 0:
+            return 0.0
+        factor = est.cpu_factor if resource == "cpu" else est.memory_factor
+        added = 0.0
+        counted = 0
+        for b in bindings:
+            end = b.bound_at + window
+            if now < end:
+                amount = b.cpu if resource == "cpu" else b.memory
+                added += (1.0 if b.learned else factor) * amount
+                counted += 1
+                self._est_next[row] = min(float(self._est_next[row]), end)
+        self.judged[metric][row] = counted > 0
+        return added / total
+
     def _own(self, row: int, now: float) -> None:
         total, nxt = self._own_value(row, now, set())
         self.own_hot[row] = total
-        self.own_next[row] = nxt - EARLY
+        self.own_next[row] = min(nxt, float(self._est_next[row])) - EARLY
 
     def _own_value(self, row: int, now: float, skip: set[str]) -> tuple[float, float]:
         """(own hot value, its next possible change time) of the row, bindings in ``skip`` left out."""
