@@ -11,14 +11,16 @@ Fixed on purpose:
 - non-finite, negative and future-dated values are rejected (treated as missing);
 - failure reasons name the metric, not the node, so the FitError histogram groups them:
   ``node(s) had cpu_usage_avg_5m above 0.65``;
-- missing/stale data fails open (as upstream) or closed (``stale="fail-closed"``), except on a node that carries
-  none of the policy's metrics yet (a new node) and that this scheduler bound pods to recently: each metric is
-  judged by their estimates (``usage = 0 + Σ estimates``, none absorbed), so a node an autoscaler just added fills
-  to the thresholds by the estimates, not to its whole capacity by requests, before its first reading. Once one
-  metric is annotated the node is measured: that reading plus the estimates bounds it, and a metric still missing
-  (the annotator writes each on its own period, a 1-day maximum up to 3 hours later) is no data, as before;
+- missing/stale data fails open (as upstream) or closed (``stale="fail-closed"``); with the policy's opt-in
+  ``newNodes.estimate`` (off by default: upstream's fail-open), a node that carries none of the policy's metrics
+  yet (a new node) and that this scheduler bound pods to recently is judged per metric by their estimates
+  (``usage = 0 + Σ estimates``, none absorbed), so a node an autoscaler just added fills to the thresholds by the
+  estimates, not to its whole capacity by requests, before its first reading. Once one metric is annotated the
+  node is measured: that reading plus the estimates bounds it, and a metric still missing (the annotator writes
+  each on its own period, a 1-day maximum up to 3 hours later) is no data, as before;
 - hot spots: the node's hot value adds the scheduler's own bindings made after the hot-value annotation was
-  written, and the usage adds an estimate of recently bound pods that the averaged metric has not absorbed yet.
+  written, and the usage adds an estimate of recently bound pods that the averaged metric has not absorbed yet
+  (none for a pod since seen deleted or terminal: ``RecentBinding.left``).
 
 Everything here is a pure function of (annotations, policy, now, recent bindings), so the in-process plugin, the
 extender and ``cranectl explain`` give the same answer for the same inputs.
@@ -110,6 +112,9 @@ class RecentBinding:
     """bytes"""
     learned: bool = False
     """``cpu``/``memory`` are the usage learned from the pod's workload: the factor is not applied"""
+    left: bool = False
+    """the pod was since seen deleted or terminal: it adds nothing to the estimate (it runs no more) and still
+    counts in the hot value (its ``Scheduled`` event does in the annotator's)"""
 
 
 @dataclass(frozen=True)
@@ -260,6 +265,8 @@ def _estimate(
     factor = args.cpu_factor if resource == "cpu" else args.memory_factor
     added = 0.0
     for b in recent:
+        if b.left:
+            continue
         absorbed = min(1.0, max(0.0, (stamped_at - b.bound_at) / window)) if window > 0 else 1.0
         amount = b.cpu if resource == "cpu" else b.memory
         added += (1.0 if b.learned else factor) * amount * (1.0 - absorbed)
@@ -284,7 +291,7 @@ def _estimate_missing(
     added = 0.0
     counted = 0
     for b in recent:
-        if now_s < b.bound_at + window:
+        if now_s < b.bound_at + window and not b.left:
             amount = b.cpu if resource == "cpu" else b.memory
             added += (1.0 if b.learned else factor) * amount
             counted += 1
@@ -311,7 +318,9 @@ def node_load(
     annotations = annotations or {}
     policy = args.policy
     batch = batch_usage(annotations, args, now) if regular else {}
-    never = not any(annotation_key(s.name) in annotations for s in policy.sync_policy)  # a new node: not measured
+    never = policy.new_nodes.estimate and not any(  # a new node, not measured, judged by its bindings (opt-in)
+        annotation_key(s.name) in annotations for s in policy.sync_policy
+    )
     states: dict[str, ReadingState] = {}
     readings: dict[str, MetricReading] = {}
     for sync in policy.sync_policy:
@@ -467,7 +476,7 @@ def valid_until(
             window = args.estimate.window_of(sync.name).total_seconds()  # a binding leaves it at bound_at + window
             for binding in recent:
                 end = binding.bound_at + window
-                if end > computed_at:
+                if end > computed_at and not binding.left:
                     until = min(until, end)
         if reading is not None and reading.timestamp is not None:
             until = min(

@@ -17,12 +17,11 @@ from crane_shared.batch import BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY, batc
 from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
-    RecentBinding,
     filter_reason,
     node_load,
     score,
 )
-from crane_shared.loadtaintpolicy import ScoringPolicy
+from crane_shared.loadtaintpolicy import NewNodesPolicy, ScoringPolicy
 from crane_shared.policy import default_policy
 from tests.support.policy import UPSTREAM_METRICS as METRICS
 
@@ -138,7 +137,7 @@ def _check_against_reference(
         for i in np.flatnonzero(mask).tolist():
             reasons[i] = reason
     for i, ann in enumerate(nodes):
-        recent = [RecentBinding(f"n{i}", t, c, m, learned) for t, c, m, learned in effects.bindings_of(i)]
+        recent = effects.bindings_of(i)
         ref = node_load(f"n{i}", ann, args, now, recent, CAPACITY, regular=regular)
         assert own[i] == ref.own_hot, f"own hot value of n{i} at {at}"
         for metric, reading in ref.readings.items():
@@ -161,10 +160,12 @@ def _check_against_reference(
     later=st.lists(st.integers(0, 1200), max_size=5),
     changed=st.lists(st.tuples(st.integers(0, 7), node_annotations()), max_size=3),
     removed=st.lists(st.integers(0, 11), max_size=3),
+    departed=st.lists(st.integers(0, 11), max_size=4),
     closed=st.booleans(),
     incoming=st.one_of(st.none(), st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))),
     regular=st.booleans(),
     target=st.one_of(st.none(), st.floats(0.05, 0.95)),
+    new_nodes=st.booleans(),
 )
 def test_cached_recent_effects_equal_the_reference_as_time_passes(
     nodes: list[dict[str, str]],
@@ -172,17 +173,22 @@ def test_cached_recent_effects_equal_the_reference_as_time_passes(
     later: list[int],
     changed: list[tuple[int, dict[str, str]]],
     removed: list[int],
+    departed: list[int],
     closed: bool,
     incoming: tuple[float, float] | None,
     regular: bool,
     target: float | None,
+    new_nodes: bool,
 ) -> None:
-    """Bindings added, unreserved and pruned, annotations changed, the clock moving over the hot-value ranges and
-    the annotations' freshness edges: the per-node cached effects stay equal to ``node_load`` recomputed, and so do
-    the verdicts and scores, for either strategy and class, with or without the incoming pod, fail-open or closed.
-    Nodes without an annotation (``{}`` or a metric left out: a new node) are judged by their bindings' estimates
-    while a binding is younger than the estimate window, and by nothing once the last one passed it."""
+    """Bindings added, unreserved, departed (pod deleted) and pruned, annotations changed, the clock moving over
+    the hot-value ranges and the annotations' freshness edges: the per-node cached effects stay equal to
+    ``node_load`` recomputed, and so do the verdicts and scores, for either strategy and class, with or without the
+    incoming pod, fail-open or closed.
+    With ``newNodes.estimate``, nodes without an annotation (``{}``: a new node) are judged by their bindings'
+    estimates while a binding is younger than the estimate window and its pod not deleted, and by nothing once the
+    last one passed it; without, they fail open or closed as upstream."""
     policy = POLICY if target is None else replace(POLICY, scoring=ScoringPolicy("pack", target))
+    policy = replace(policy, new_nodes=NewNodesPolicy(new_nodes))
     args = DynamicArgs(policy, stale="fail-closed" if closed else "fail-open")
     check = functools.partial(_check_against_reference, incoming=incoming, regular=regular)
     cols = LoadColumns(args, capacity=2)
@@ -198,6 +204,8 @@ def test_cached_recent_effects_equal_the_reference_as_time_passes(
     check(cols, effects, nodes, args, start + 5)
     for i in removed:
         effects.remove(f"uid-{i}", start + 5)
+    for i in departed:
+        effects.depart(f"uid-{i}", start + 5)
     for row, ann in changed:
         row %= len(nodes)
         nodes[row] = ann

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,6 +23,7 @@ from crane_shared.loadaware.dynamic import (
     score,
     valid_until,
 )
+from crane_shared.loadtaintpolicy import NewNodesPolicy
 from crane_shared.policy import default_policy, parse_policy
 from tests.support.policy import UPSTREAM_METRICS as METRICS
 from tests.support.policy import policy_yaml
@@ -224,15 +226,25 @@ def test_incoming_fraction_applies_the_factors_to_the_node_size() -> None:
     assert incoming_fraction(EstimateArgs(incoming_pod=False), 2, 10, NodeCapacity(8, 100)) == {}
 
 
-# --- a node never annotated (an autoscaler's new node) -------------------------------------------------------------
+# --- a node never annotated (an autoscaler's new node): the opt-in ``newNodes.estimate`` ---------------------------
 
 EIGHT_CORES = NodeCapacity(cpu=8, memory=32 * 2**30)
-ESTIMATING = DynamicArgs(default_policy())  # factor 0.6, 5-minute window, incoming pod counted
+NEW_NODES = replace(default_policy(), new_nodes=NewNodesPolicy(estimate=True))
+ESTIMATING = DynamicArgs(NEW_NODES)  # factor 0.6, 5-minute window, incoming pod counted
 
 
 def replicas(n: int, age: float = 10, cpu: float = 0.5, learned: bool = False) -> list[RecentBinding]:
     """``n`` pods of ``cpu`` cores (512 MiB) bound ``age`` seconds ago."""
     return [RecentBinding("n1", NOW.timestamp() - age, cpu, 2**29, learned)] * n
+
+
+def test_without_the_opt_in_a_new_node_passes_whatever_was_bound_to_it_as_upstream() -> None:
+    upstream = DynamicArgs(default_policy(), own_bindings_in_hot_value=False)  # the score without hot-value terms
+    eighteen = load({}, upstream, recent=replicas(18), capacity=EIGHT_CORES)
+    reading = eighteen.readings["cpu_usage_avg_5m"]
+    assert (reading.state, reading.bindings, reading.usage) == ("missing", 0, None)
+    assert filter_reason(eighteen, upstream) is None  # fail-open
+    assert score(eighteen, upstream) == 50  # neutral
 
 
 def test_a_new_node_is_judged_by_the_estimates_of_the_pods_bound_to_it() -> None:
@@ -260,13 +272,13 @@ def test_a_new_nodes_bindings_leave_its_estimate_after_the_window() -> None:
     assert filter_reason(young, ESTIMATING) == "node(s) had cpu_usage_avg_5m above 0.65"
     assert old.readings["cpu_usage_avg_5m"].bindings == 0
     assert filter_reason(old, ESTIMATING) is None  # no data left: fail-open as before
-    closed = DynamicArgs(default_policy(), stale="fail-closed")
+    closed = DynamicArgs(NEW_NODES, stale="fail-closed")
     gone = load({}, closed, recent=replicas(18, age=300), capacity=EIGHT_CORES)
     assert filter_reason(gone, closed) == "node(s) had no fresh cpu_usage_avg_5m"
 
 
 def test_a_new_node_with_bindings_passes_fail_closed_while_under_the_thresholds() -> None:
-    closed = DynamicArgs(default_policy(), stale="fail-closed")
+    closed = DynamicArgs(NEW_NODES, stale="fail-closed")
     assert filter_reason(load({}, closed, capacity=EIGHT_CORES), closed) == "node(s) had no fresh cpu_usage_avg_5m"
     assert filter_reason(load({}, closed, recent=replicas(2), capacity=EIGHT_CORES), closed) is None
 
@@ -302,10 +314,28 @@ def test_only_a_node_without_any_metric_annotation_is_judged_by_estimates(annota
 
 
 def test_a_new_nodes_verdict_changes_when_a_binding_leaves_the_window() -> None:
-    args = DynamicArgs(default_policy(), own_bindings_in_hot_value=False)  # no hot-value edge at the same time
+    args = DynamicArgs(NEW_NODES, own_bindings_in_hot_value=False)  # no hot-value edge at the same time
     recent = replicas(18, age=100)
     loaded = load({}, args, recent=recent, capacity=EIGHT_CORES)
     assert filter_reason(loaded, args) is not None
     until = valid_until(loaded, {}, args, recent, NOW.timestamp())
     assert until == NOW.timestamp() + 200  # bound 100 s ago, counted for 300 s
     assert valid_until(load({}, args, capacity=EIGHT_CORES), {}, args, (), NOW.timestamp()) == math.inf
+
+
+def test_a_deleted_pods_estimate_no_longer_counts_on_its_node_but_its_binding_stays_in_the_hot_value() -> None:
+    """A pod seen deleted or terminal runs no more: a new node judged by it alone is empty again (and passes,
+    fail-open), a measured node loses its unabsorbed estimate; the hot value still counts the binding, as the
+    annotator's counts its ``Scheduled`` event."""
+    gone = [replace(b, left=True) for b in replicas(18)]
+    new = load({}, ESTIMATING, recent=gone, capacity=EIGHT_CORES)
+    assert filter_reason(load({}, ESTIMATING, recent=replicas(18), capacity=EIGHT_CORES), ESTIMATING) is not None
+    assert new.readings["cpu_usage_avg_5m"].bindings == 0
+    assert filter_reason(new, ESTIMATING) is None
+    assert valid_until(new, {}, ESTIMATING, gone, NOW.timestamp()) == NOW.timestamp() - 10 + 60  # the 1m hot rule
+    measured = annotated(0.3)
+    kept = load(measured, ESTIMATING, recent=replicas(4), capacity=EIGHT_CORES)
+    left = load(measured, ESTIMATING, recent=[replace(b, left=True) for b in replicas(4)], capacity=EIGHT_CORES)
+    assert kept.readings["cpu_usage_avg_5m"].estimate > 0
+    assert left.readings["cpu_usage_avg_5m"].estimate == 0
+    assert left.own_hot == kept.own_hot > 0

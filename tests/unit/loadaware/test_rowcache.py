@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +17,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import parse_node, parse_pod
 from crane_scheduler.rowcache import FilterCache, RowVersions, ScoreCache
 from crane_shared.annotations import encode_hot_value, encode_usage
+from crane_shared.loadtaintpolicy import NewNodesPolicy
 from crane_shared.policy import default_policy
 from tests.support.scheduler import node, pod
 
@@ -47,6 +49,7 @@ events = st.lists(
     st.one_of(
         st.tuples(st.just("bind"), st.integers(0, 9), st.sampled_from(["100m", "1", "3"])),
         st.tuples(st.just("unbind"), st.integers(0, 30), st.just("")),
+        st.tuples(st.just("delete"), st.integers(0, 30), st.just("")),  # the bound pod seen deleted
         st.tuples(st.just("annotate"), st.integers(0, 9), st.tuples(usages, st.integers(-60, 4000), st.integers(0, 9))),
         st.tuples(st.just("resize"), st.integers(0, 9), st.sampled_from(["2", "4", "16"])),
         st.tuples(st.just("remove"), st.integers(0, 9), st.just("")),
@@ -58,18 +61,20 @@ events = st.lists(
 
 @settings(max_examples=120, deadline=None)
 @given(
-    start=st.lists(  # None: a node never annotated (judged by its bindings' estimates for 5 minutes)
+    start=st.lists(  # None: a node never annotated (with ``new_nodes``: judged by its bindings' estimates)
         st.one_of(st.none(), st.tuples(usages, st.integers(-60, 4000), st.integers(0, 9))), min_size=1, max_size=10
     ),
     steps=events,
     sizes=st.lists(st.sampled_from(["100m", "500m", "2", "6"]), min_size=1, max_size=4),
+    new_nodes=st.booleans(),
 )
 def test_cached_filter_and_score_equal_a_full_evaluation(
-    start: list[tuple[float, int, int] | None], steps: list[tuple[str, Any, Any]], sizes: list[str]
+    start: list[tuple[float, int, int] | None], steps: list[tuple[str, Any, Any]], sizes: list[str], new_nodes: bool
 ) -> None:
     clock = [NOW]
     table = NodeTable(capacity=2)
-    plugin = Dynamic(parse_args({}), Handle(table), wall_clock=lambda: clock[0])
+    policy = replace(default_policy(), new_nodes=NewNodesPolicy(new_nodes))
+    plugin = Dynamic(parse_args({}), Handle(table), wall_clock=lambda: clock[0], policy=policy)
     cpus = {}
     for i, first in enumerate(start):
         cpus[i] = "8"
@@ -85,6 +90,8 @@ def test_cached_filter_and_score_equal_a_full_evaluation(
             bound.append(p)
         elif kind == "unbind" and bound:
             plugin.unreserve({}, bound.pop(arg % len(bound)), "")
+        elif kind == "delete" and bound:
+            plugin.recent.depart(bound[arg % len(bound)].uid, clock[0])
         elif kind == "annotate":
             usage, age, hot = extra
             stamp_age = age - (clock[0] - NOW)

@@ -10,7 +10,8 @@ same round, else the per-resource batch usage while fresh), clamped at 0, kept n
 ``fresh_values`` and refreshed with them, so choosing the class costs nothing per decision. The effects of this
 scheduler's recent bindings come in as per-row arrays (``extra``, ``own_hot``) that ``recent.RecentEffects`` keeps
 up to date, with ``judged``: per metric, the rows of nodes not annotated with any metric yet (a new node) that
-recent bindings judge, read as ``0 + extra`` instead of no data (``dynamic.MetricReading.usage``).
+recent bindings judge when the policy opts in (``newNodes.estimate``), read as ``0 + extra`` instead of no data
+(``dynamic.MetricReading.usage``).
 """
 
 from __future__ import annotations
@@ -104,9 +105,12 @@ class LoadColumns:
         metrics' batch shares"""
         return [*self.metrics, HOT_VALUE_KEY, *BATCH_USAGE_KEYS.values(), *self._share_of.values()]
 
-    def never_annotated(self, row: int) -> bool:
-        """The row's node carries none of the policy's metric annotations (not even a malformed one): a new node,
-        never measured (``dynamic.node_load``'s ``never``)."""
+    def judged_as_new(self, row: int) -> bool:
+        """The policy judges new nodes by their bindings' estimates (``newNodes.estimate``, opt-in) and the row's
+        node carries none of the policy's metric annotations (not even a malformed one): a new node, never
+        measured (``dynamic.node_load``'s ``never``)."""
+        if not self.args.policy.new_nodes.estimate:
+            return False
         if row >= self.capacity:
             return True
         return all(math.isnan(self.stamps[m][row]) and not self.malformed[m][row] for m in self.metrics)

@@ -168,7 +168,7 @@ class NominatedLoad(RowLoad):
         """Per metric: the row's node has no metric annotated and a counted nominee's estimate judges it (a binding
         made now: ``dynamic._estimate_missing``'s conditions)."""
         est = self.cols.args.estimate
-        missing = self.cols.never_annotated(row)
+        missing = self.cols.judged_as_new(row)
         out: dict[str, bool] = {}
         for metric in self.extra:
             total = float(self.alloc_cpu[row] if resource_of(metric) == "cpu" else self.alloc_memory[row])
@@ -180,7 +180,7 @@ class NominatedLoad(RowLoad):
         """Per metric, ``factor·Σ request / allocatable`` (a binding made now, nothing absorbed), where the
         metric is annotated or the node has no metric annotated (``RecentEffects._estimate``'s conditions)."""
         est = self.cols.args.estimate
-        never = self.cols.never_annotated(row)
+        never = self.cols.judged_as_new(row)
         out: dict[str, float] = {}
         for metric in self.extra:
             stamp = float(self.cols.stamps[metric][row]) if row < self.cols.capacity else math.nan

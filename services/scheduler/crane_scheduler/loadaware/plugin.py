@@ -187,6 +187,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             self._nomination_changed(uid, nomination)
         table.victims_simulated.append(self._victims_simulated)
         table.pod_left.append(self._pod_left)
+        table.pod_deleted.append(self._pod_deleted)
         table.pod_added.append(self._pod_added)
         table.pod_removed.append(self.learned.pod_removed)
         for record in table.pods.values():
@@ -282,6 +283,11 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             self.leaving.depart(row, record.uid, entry)
         self.recent.remove(record.uid, now)
 
+    def _pod_deleted(self, record: PodRecord) -> None:
+        """A pod seen deleted or terminal: its estimate stops counting on its node now (``RecentEffects.depart``),
+        on a new node judged by its bindings (``newNodes.estimate``) as on a measured one."""
+        self.recent.depart(record.uid, self.wall_clock())
+
     def _pod_added(self, pod: PodInfo) -> None:
         self.learned.pod_added(pod.uid, pod.namespace, pod.name, pod.raw.get("metadata"))
 
@@ -326,8 +332,10 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
                 self.columns.set_row(row, node.annotations)
                 self.recent.node_changed(row, node.name, *_capacity(node), now)
                 self.nominated.node_changed(row, node.name, *_capacity(node))
-                for uid, bound_at, cpu, memory, learned, group in old.uids_of(row):
+                for uid, bound_at, cpu, memory, learned, group, left in old.uids_of(row):
                     self.recent.add(uid, row, node.name, bound_at, cpu, memory, learned, group)
+                    if left:
+                        self.recent.depart(uid, now)
                 self.leaving.node_changed(row, node.name, *_capacity(node))
                 for uid, entry in gone.get(row, {}).items():
                     self.leaving.depart(row, uid, entry)
@@ -356,7 +364,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         row = self.handle.table.rows.get(node)
         if row is None:
             return []
-        return [RecentBinding(node, t, c, m, lr) for t, c, m, lr in self.recent.bindings_of(row) if t <= until]
+        return [b for b in self.recent.bindings_of(row) if b.bound_at <= until]
 
     def _size_key(
         self, cpu: float, memory: float, learned: bool, regular: bool
@@ -563,7 +571,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         oldest = recent.oldest(mask)
         skew = args.max_skew.total_seconds()
         soonest = next_change(stamps, windows, skew, oldest, self._horizon_for(args), now)
-        if windows:  # a binding leaves a new node's estimate at ``bound_at + window``
+        if windows and policy.new_nodes.estimate:  # a binding leaves a new node's estimate at ``bound_at + window``
             left = min(args.estimate.window_of(metric).total_seconds() for metric in windows)
             soonest = min(soonest, next_change({}, {}, skew, oldest, left, now))
         return retry_after(soonest, now)
@@ -696,12 +704,20 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         self.recent.remove(pod.uid, self.wall_clock())
 
     def events_to_register(self) -> fwk.ClusterEvent:
-        # POD_DELETE: a preemption victim leaving takes its usage out of its node (``leaving.py``)
+        # POD_DELETE: a preemption victim leaving takes its usage out of its node (``leaving.py``), a recent
+        # binding of ours its estimate
         return fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE | fwk.ClusterEvent.POD_DELETE
 
     def queueing_hints(self) -> fwk.QueueingHints:
-        """Node events always queue (annotations change the load); a pod deletion only when it was a victim."""
-        return {fwk.ClusterEvent.POD_DELETE: _victim_left}
+        """Node events always queue (annotations change the load); a pod deletion only when it was a victim or one
+        of our recent bindings (its estimate left its node: ``_pod_deleted`` ran before the hint)."""
+        return {fwk.ClusterEvent.POD_DELETE: self._pod_left_hint}
+
+    def _pod_left_hint(self, pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
+        gone = change.old
+        if isinstance(gone, PodInfo) and gone.uid in self.recent:
+            return fwk.QueueingHint.QUEUE
+        return _victim_left(pod, change)
 
 
 def _judged_by(reading: MetricReading) -> dict[str, str]:

@@ -6,10 +6,11 @@ A recent binding changes a node's load in two ways (``dynamic.node_load`` is the
   ``T`` is the metric annotation's timestamp. It depends on the bindings, the annotation and the allocatable, and
   not on the clock: the decay over the window is measured against the annotation's stamp (what the averaged
   metric has absorbed), so the value is exact until one of those inputs changes. It is recomputed for one node
-  when a binding to it is added, removed or pruned, or its annotations or allocatable change. A node annotated
-  with no metric yet (a new node) has no stamp: each metric's estimate is ``Σ factor·request / allocatable`` over the
-  bindings with ``now < bound_at + W`` (nothing absorbed), ``judged`` marks it, and it also changes at each
-  ``bound_at + W`` (a step, kept with the hot value's next change time below);
+  when a binding to it is added, removed, pruned or departed (its pod deleted or terminal: ``depart``), or its
+  annotations or allocatable change. With the policy's ``newNodes.estimate``, a node annotated with no metric yet (a
+  new node) has no stamp: each metric's estimate is ``Σ factor·request / allocatable`` over the bindings with
+  ``now < bound_at + W`` (nothing absorbed), ``judged`` marks it, and it also changes at each ``bound_at + W`` (a
+  step, kept with the hot value's next change time below);
 - own bindings in the hot value: ``Σ_rules floor(#{b : b > after, b > now - range} / count)``, with ``after``
   the hot-value annotation's stamp while it is fresh. This one depends on the clock, but only in steps: it is
   piecewise constant and can change only at ``bound_at + range`` of a binding, or when the hot-value annotation
@@ -20,6 +21,10 @@ A recent binding changes a node's load in two ways (``dynamic.node_load`` is the
 A binding may belong to a gang (``group``): with Dynamic's ``gangHotValue: together`` a member's score leaves its
 own group's bindings out of the hot value (``own_hot_without``, recomputed for the few rows holding them), so the
 members of one gang cycle are not pushed apart by each other; the estimate still counts every member.
+
+A departed binding (its pod seen deleted, or terminal: the pod watch drops it) adds nothing to the estimate from
+then on, on any node: the pod runs no more, and on a new node its estimate was all that judged it. It still
+counts in the hot value until its range passes, as its ``Scheduled`` event does in the annotator's hot value.
 
 Per decision the cost is therefore a comparison over the node table, independent of how many pods were bound
 recently. The per-node recomputation repeats the reference's arithmetic in the reference's order (bindings in time
@@ -41,7 +46,7 @@ import numpy.typing as npt
 
 from crane_scheduler.loadaware.columns import FloatArray, LoadColumns, Mask
 from crane_shared.annotations import HOT_VALUE_FRESHNESS, HOT_VALUE_KEY
-from crane_shared.loadaware.dynamic import resource_of
+from crane_shared.loadaware.dynamic import RecentBinding, resource_of
 
 EARLY = 1e-3
 """Seconds by which a next-change time is brought forward (float-rounding margin; costs a recomputation)."""
@@ -57,6 +62,8 @@ class _Binding:
     """``cpu``/``memory`` are the workload's learned usage (no factor)"""
     group: str | None = None
     """the gang the pod belongs to (``gangHotValue: together``)"""
+    left: bool = False
+    """the pod was seen deleted or terminal: no estimate, still in the hot value (``depart``)"""
 
 
 @dataclass
@@ -197,6 +204,19 @@ class RecentEffects:
         node.bindings = [b for b in node.bindings if b.uid != uid]
         self._refresh(row, now)
 
+    def depart(self, uid: str, now: float) -> bool:
+        """The pod ``uid`` was seen deleted or terminal: its estimate leaves its node now; it stays in the hot value
+        until pruned. True when it was a binding whose estimate counted (a refusal may have lifted)."""
+        row = self._where.get(uid)
+        if row is None:
+            return False
+        binding = next((b for b in self._nodes[row].bindings if b.uid == uid), None)
+        if binding is None or binding.left:
+            return False
+        binding.left = True
+        self._refresh(row, now)
+        return True
+
     def prune(self, before: float, now: float) -> None:
         """Forget bindings at or before ``before`` (outside every window); amortised O(1) per binding."""
         touched: set[int] = set()
@@ -216,16 +236,20 @@ class RecentEffects:
         for row in touched:
             self._refresh(row, now)
 
-    def bindings_of(self, row: int) -> list[tuple[float, float, float, bool]]:
-        """(bound_at, cpu, memory, learned) of the row's bindings, oldest first (for explain and the reference)."""
+    def bindings_of(self, row: int) -> list[RecentBinding]:
+        """The row's bindings, oldest first, as the reference takes them (for explain and ``node_load``)."""
         node = self._nodes.get(row)
-        return [(b.bound_at, b.cpu, b.memory, b.learned) for b in node.bindings] if node else []
+        if node is None:
+            return []
+        return [RecentBinding(node.name, b.bound_at, b.cpu, b.memory, b.learned, b.left) for b in node.bindings]
 
-    def uids_of(self, row: int) -> list[tuple[str, float, float, float, bool, str | None]]:
-        """(uid, bound_at, cpu, memory, learned, group) of the row's bindings, oldest first (to carry them over a
-        policy reload)."""
+    def uids_of(self, row: int) -> list[tuple[str, float, float, float, bool, str | None, bool]]:
+        """(uid, bound_at, cpu, memory, learned, group, left) of the row's bindings, oldest first (to carry them
+        over a policy reload)."""
         node = self._nodes.get(row)
-        return [(b.uid, b.bound_at, b.cpu, b.memory, b.learned, b.group) for b in node.bindings] if node else []
+        if node is None:
+            return []
+        return [(b.uid, b.bound_at, b.cpu, b.memory, b.learned, b.group, b.left) for b in node.bindings]
 
     def rows_of(self, group: str) -> list[int]:
         """The rows holding bindings of ``group``'s members (a gang's few nodes)."""
@@ -296,11 +320,12 @@ class RecentEffects:
 
     def _estimate(self, row: int, bindings: list[_Binding], now: float) -> None:
         est = self.cols.args.estimate
+        bindings = [b for b in bindings if not b.left]  # a departed pod adds nothing (``dynamic._estimate``)
         self.estimated_at[row] = now
         self._est_next[row] = math.inf
         # Metrics of one resource with the same window and annotation time get the same estimate: summed once.
         done: dict[tuple[str | None, float, float], float] = {}
-        never = self.cols.never_annotated(row)
+        never = self.cols.judged_as_new(row)
         for metric, arr in self.extra.items():
             stamp = float(self.cols.stamps[metric][row]) if row < self.cols.capacity else math.nan
             self.judged[metric][row] = False
