@@ -3,12 +3,12 @@
 Filter and Score evaluate every node at once over ``LoadColumns`` (decoded when a node's annotations change, not
 per pod). Reserve remembers the pods this scheduler placed (``RecentEffects``): they add to their node's hot value
 (only bindings after the hot-value annotation's timestamp, so none is counted twice) and their estimated usage is
-added until the averaged metric has absorbed them; a node annotated with no metric yet (just added) is judged by
-their estimates alone, none absorbed, while they are younger than the estimate window. Both effects
-are cached per node and updated when a binding or an annotation changes, so a decision costs a few vector
-operations however many pods were bound recently. A burst of pods therefore spreads instead of piling onto the
-node that looked idlest a minute ago; a gang's members may be kept out of each other's hot value
-(``gangHotValue: together``, see ``args``).
+added until the averaged metric has absorbed them or their pod is seen deleted or terminal; with the policy's
+``newNodes.estimate`` (opt-in), a node annotated with no metric yet (just added) is judged by their estimates alone,
+none absorbed, while they are younger than the estimate window. Both effects are cached per node and updated
+when a binding or an annotation changes, so a decision costs a few vector operations however many pods were bound
+recently. A burst of pods therefore spreads instead of piling onto the node that looked idlest a minute ago; a
+gang's members may be kept out of each other's hot value (``gangHotValue: together``, see ``args``).
 
 Preemption's victims leave a node in Filter (``leaving.py``): in the dry run's what-if (told through
 ``NodeTable.victims_simulated``) and once gone, their measured usage (``crane.io/pod-usage``) and their estimates
