@@ -48,6 +48,22 @@ async def refusal(kube: client.ApiClient, namespace: str, name: str) -> str:
     return message
 
 
+async def decisions(kube: client.ApiClient, namespace: str, pods: list[dict[str, Any]]) -> dict[str, str] | None:
+    """Each pod's node once bound, or its refusal's message; None while one of them is still undecided."""
+    out: dict[str, str] = {}
+    for p in pods:
+        name = p["metadata"]["name"]
+        found = await read_pod(kube, namespace, name)
+        cond = scheduled_condition(found)
+        if found and found["spec"].get("nodeName"):
+            out[name] = found["spec"]["nodeName"]
+        elif cond and cond["status"] == "False":
+            out[name] = cond["message"]
+        else:
+            return None
+    return out
+
+
 async def test_a_regular_pod_passes_a_node_hot_only_by_batch_work_and_a_batch_pod_is_refused(
     cluster: LocalCluster, kube: client.ApiClient, namespace: str, group: str, selector: str, scheduler_name: str
 ) -> None:
@@ -111,24 +127,9 @@ async def test_a_scale_up_is_judged_by_the_workloads_measured_usage(
     expected = with_learned if learned else with_factor
     async with in_process(cluster, config, selector, load_aware=True):
         await create_pods(kube, namespace, new)
-
-        async def decided() -> dict[str, Any] | None:
-            out: dict[str, Any] = {}
-            for p in new:
-                name = p["metadata"]["name"]
-                found = await read_pod(kube, namespace, name)
-                cond = scheduled_condition(found)
-                if found and found["spec"].get("nodeName"):
-                    out[name] = "bound"
-                elif cond and cond["status"] == "False":
-                    out[name] = cond["message"]
-                else:
-                    return None
-            return out
-
-        outcome = await wait_for(decided, what="every new replica to be bound or refused")
-    bound = [n for n, v in outcome.items() if v == "bound"]
-    refused = [v for v in outcome.values() if v != "bound"]
+        outcome = await wait_for(lambda: decisions(kube, namespace, new), what="every new replica bound or refused")
+    bound = [n for n, v in outcome.items() if v == full]
+    refused = [v for v in outcome.values() if v != full]
     assert len(bound) == expected, outcome
     for message in refused:
         assert f"1 node(s) would have {metric} above 0.65" in message, message
@@ -156,22 +157,7 @@ async def test_a_node_without_load_data_takes_pods_until_their_estimates_reach_t
     )
     async with in_process(cluster, config, selector, load_aware=True):
         await create_pods(kube, namespace, new)
-
-        async def decided() -> dict[str, str] | None:
-            out: dict[str, str] = {}
-            for p in new:
-                name = p["metadata"]["name"]
-                found = await read_pod(kube, namespace, name)
-                cond = scheduled_condition(found)
-                if found and found["spec"].get("nodeName"):
-                    out[name] = found["spec"]["nodeName"]
-                elif cond and cond["status"] == "False":
-                    out[name] = cond["message"]
-                else:
-                    return None
-            return out
-
-        outcome = await wait_for(decided, what="every pod to be bound or refused")
+        outcome = await wait_for(lambda: decisions(kube, namespace, new), what="every pod to be bound or refused")
         placed = [name for name, v in outcome.items() if v == f"{group}-new"]
         refused = [name for name, v in outcome.items() if v != f"{group}-new"]
         assert len(placed) == 10, outcome
