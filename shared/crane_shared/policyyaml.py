@@ -87,7 +87,10 @@ def check_keys(
         problems.append(f"{where}: unknown field ({hint})")
 
 
-def duration(item: Mapping[Any, Any], path: str, key: str, problems: list[str]) -> timedelta | None:
+def duration(
+    item: Mapping[Any, Any], path: str, key: str, problems: list[str], *, allow_zero: bool = False
+) -> timedelta | None:
+    """A required Go duration field, > 0 (``allow_zero``: >= 0); None when absent or wrong (the problem noted)."""
     if key not in item:
         problems.append(f"{path}.{key}: required")
         return None
@@ -100,7 +103,7 @@ def duration(item: Mapping[Any, Any], path: str, key: str, problems: list[str]) 
     except DurationError as exc:
         problems.append(f"{path}.{key}: {exc}")
         return None
-    if value <= timedelta(0):
+    if value < timedelta(0) or (value == timedelta(0) and not allow_zero):
         problems.append(f"{path}.{key}: must be > 0, got {raw!r}")
         return None
     return value

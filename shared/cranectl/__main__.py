@@ -8,6 +8,9 @@ pre-delete hook runs them).
 PodGroups, DRA objects, the policy and the scheduler's configuration); ``cranectl simulate -f MANIFEST`` places
 manifests' pods on a snapshot (or the live cluster, read-only) with crane-scheduler itself and reports each pod's
 node or why it stays pending, and each node's requests and estimated load before and after (table, JSON, a plot).
+``cranectl replay --trace builtin:seed`` runs a trace (pods arriving and leaving, their usage drifting) through
+the scheduler and the descheduler's rounds on a virtual clock and reports each node's load, the nodes over the
+thresholds, the evictions and the pending pods over time.
 (The development sandbox is ``python -m crane_sandbox``, not part of this tool.)"""
 
 from __future__ import annotations
@@ -330,6 +333,50 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import yaml
+
+    from crane_shared.policy import policy_or_default
+    from cranectl import replay, traces
+    from cranectl.snapshot import load_document
+
+    try:
+        if args.trace.startswith("builtin:"):
+            name = args.trace.removeprefix("builtin:")
+            if args.print_trace:
+                print(yaml.safe_dump(traces.document(name, args.seed), sort_keys=False), end="")
+                return 0
+            trace = traces.builtin(name, args.seed)
+        elif args.print_trace:
+            raise ValueError("--print-trace prints a built-in trace (builtin:NAME)")
+        else:
+            trace = traces.read_trace(Path(args.trace).read_text(), args.trace)
+        sides, judged = replay.sides(
+            policy_or_default(args.policy),
+            load_document(args.config, "--config"),
+            policy_source=args.policy or "the default policy",
+            descheduler_policy=args.descheduler_policy,
+            descheduler=not args.no_descheduler,
+            interval=args.descheduler_interval,
+            compare=args.compare or (),
+        )
+        results = replay.replay(trace, sides, judged, seed=args.seed)
+        text = replay.table(trace, results, args.every, args.nodes)
+        if args.plot or args.html:
+            png = replay.plot_png(results, args.plot_nodes)
+            if args.plot:
+                Path(args.plot).write_bytes(png)
+            if args.html:
+                Path(args.html).write_text(replay.html_page(trace, results, png, text))
+    except Exception as err:  # one line for the user, not a traceback
+        print(f"cannot replay: {err}", file=sys.stderr)
+        return 2
+    print(replay.as_json(trace, results) if args.output == "json" else text)
+    return 0
+
+
 def _cluster_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: $KUBECONFIG, in-cluster")
     parser.add_argument("--node-selector", help="only the nodes the scheduler sees (its --node-selector)")
@@ -342,6 +389,19 @@ def _cluster_flags(parser: argparse.ArgumentParser) -> None:
         help="the DynamicSchedulerPolicy file (default: the one --config's Dynamic policyConfigPath names, else the "
         "upstream default policy)",
     )
+
+
+def _seconds(text: str) -> float:
+    """A duration flag (``90s``, ``5m``) in seconds."""
+    from crane_shared.durations import DurationError, parse_duration
+
+    try:
+        value = parse_duration(text).total_seconds()
+    except DurationError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
+    return value
 
 
 def main() -> None:
@@ -411,6 +471,42 @@ def main() -> None:
     sm.add_argument("--nodes", type=int, default=50, help="nodes in the table beyond which only changed ones show")
     sm.add_argument("--plot-nodes", type=int, default=40, help="nodes in the plot: those whose load grew most")
     sm.set_defaults(func=_simulate)
+    rp = sub.add_parser(
+        "replay",
+        help="a trace (pods arriving and leaving, usage drifting) through the scheduler and the descheduler in "
+        "virtual time: load per node, nodes over the thresholds, evictions, pending pods over time",
+    )
+    rp.add_argument(
+        "--trace",
+        default="builtin:seed",
+        help="a CraneTrace file, or builtin:NAME (seed, seed-cpu, hotspot, random; default builtin:seed)",
+    )
+    rp.add_argument("--seed", type=int, default=0, help="the scheduler's tie-break, and builtin:random's trace")
+    rp.add_argument("--policy", help="the DynamicSchedulerPolicy file (default: the upstream default policy)")
+    rp.add_argument("--config", help="the scheduler's KubeSchedulerConfiguration file (default: the default profile)")
+    rp.add_argument(
+        "--descheduler-policy", help="the LoadAwareDeschedulerPolicy file (default: the descheduler's built-in one)"
+    )
+    rp.add_argument(
+        "--descheduler-interval", type=_seconds, default=60.0, help="time between descheduler rounds (default 1m)"
+    )
+    rp.add_argument("--no-descheduler", action="store_true", help="the scheduler alone")
+    rp.add_argument(
+        "--compare",
+        action="append",
+        metavar="MODE|FILE",
+        help="also run: requests (kube-scheduler's plugins alone), upstream (upstream crane's Dynamic), "
+        "no-descheduler, or a DynamicSchedulerPolicy, KubeSchedulerConfiguration or LoadAwareDeschedulerPolicy "
+        "file (repeatable)",
+    )
+    rp.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    rp.add_argument("--plot", metavar="PNG", help="write load per node over time, thresholds, pending, evictions")
+    rp.add_argument("--html", metavar="FILE", help="write the plot and the table as one self-contained page")
+    rp.add_argument("--every", type=_seconds, help="time between the table's rows (default: about ten rows)")
+    rp.add_argument("--nodes", type=int, default=8, help="nodes in the table's columns (default 8)")
+    rp.add_argument("--plot-nodes", type=int, default=12, help="nodes in the plot: those with the highest peak")
+    rp.add_argument("--print-trace", action="store_true", help="print the built-in trace as YAML (to edit) and stop")
+    rp.set_defaults(func=_replay)
     args = parser.parse_args()
     configure_logging("warning")
     sys.exit(args.func(args))

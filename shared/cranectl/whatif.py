@@ -425,7 +425,7 @@ def table(outcomes: Sequence[Outcome], limit: int | None = None) -> str:
                 cells.append("pending")
                 reasons.append(f"  {pod.pod}{' (' + o.label + ')' if len(outcomes) > 1 else ''}: {r.reason}")
         rows.append([pod.pod, *cells])
-    lines = _columns(rows)
+    lines = columns(rows)
     if reasons:
         lines.append("pending:")
         lines += reasons
@@ -446,7 +446,7 @@ def table(outcomes: Sequence[Outcome], limit: int | None = None) -> str:
             cells += [_arrow(*n.load.get(m, (None, None)), o.thresholds.get(m)) for m in metrics]
         node_rows.append(cells)
     lines.append("")
-    lines += _columns(node_rows)
+    lines += columns(node_rows)
     if len(shown) < len(first.nodes):
         lines.append(
             f"({len(shown[:limit])} of {len(first.nodes)} nodes shown: {len(changed)} changed, the first {limit} "
@@ -472,7 +472,8 @@ def _unchanged(n: NodeResult) -> NodeResult:
     )
 
 
-def _columns(rows: list[list[str]]) -> list[str]:
+def columns(rows: list[list[str]]) -> list[str]:
+    """Rows as left-aligned columns, two spaces apart (trailing blanks cut)."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
@@ -486,13 +487,7 @@ def as_json(outcomes: Sequence[Outcome], snapshot: Mapping[str, Any]) -> str:
 def plot_png(outcomes: Sequence[Outcome], limit: int = 40) -> bytes:
     """Per node, per Filter metric, the estimated load before (solid) and added by the placed pods (hatched),
     stacked, with the threshold drawn; one column of charts per run. The ``limit`` nodes that changed most."""
-    try:
-        import matplotlib
-    except ImportError as err:
-        raise ManifestError("plots need matplotlib: pip install 'crane-scheduler-py[plot]'") from err
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     metrics = shown_metrics(outcomes)
     rows = max(1, len(metrics))
 
@@ -529,19 +524,41 @@ def plot_png(outcomes: Sequence[Outcome], limit: int = 40) -> bytes:
             ax.set_ylabel("fraction of node")
             if row == 0 and col == 0:
                 ax.legend(fontsize=7, loc="upper right")
+    return png_of(fig)
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display); a clear error when the ``plot`` extra is missing."""
+    try:
+        import matplotlib
+    except ImportError as err:
+        raise ManifestError("plots need matplotlib: pip install 'crane-scheduler-py[plot]'") from err
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def png_of(fig: Any) -> bytes:
+    """A figure laid out, rendered as PNG bytes and closed."""
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
+    pyplot().close(fig)
     return buf.getvalue()
+
+
+def page(title: str, alt: str, png: bytes, text: str) -> str:
+    """One self-contained page: a title, the plot embedded, and the text below it."""
+    return (
+        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head><body>\n"
+        f"<h1>{html.escape(title)}</h1>\n"
+        f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>\n"
+        f"<pre>{html.escape(text)}</pre>\n</body></html>\n"
+    )
 
 
 def html_page(outcomes: Sequence[Outcome], png: bytes, text: str) -> str:
     """One self-contained page: the plot (embedded) and the table."""
     title = "cranectl simulate" + (f": {' vs '.join(o.label for o in outcomes)}" if len(outcomes) > 1 else "")
-    return (
-        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head><body>\n"
-        f"<h1>{html.escape(title)}</h1>\n"
-        f"<img alt='load per node before and after' src='data:image/png;base64,{base64.b64encode(png).decode()}'>\n"
-        f"<pre>{html.escape(text)}</pre>\n</body></html>\n"
-    )
+    return page(title, "load per node before and after", png, text)

@@ -204,3 +204,17 @@ def test_every_named_exception_still_exists() -> None:
     stale = [key for key in INTERNALS if not (ROOT / key).exists()]
     stale += [key for key in ASSEMBLY_TESTS if not (ROOT / key).exists()]
     assert stale == []
+
+
+DESCHEDULER_SEAMS = {"crane_descheduler.rounds", "crane_descheduler.policy"}
+"""what ``cranectl replay`` may use of the descheduler: its rounds (``RoundState``) and its policy reader"""
+
+
+def test_cranectl_drives_the_descheduler_through_its_rounds_and_policy_only() -> None:
+    bad = {
+        f"{path.relative_to(ROOT)}: {m}"
+        for path in sources(ROOT / "shared" / "cranectl")
+        for m in imports(path)
+        if under(m, {"crane_descheduler"}) and m not in DESCHEDULER_SEAMS
+    }
+    assert bad == set()

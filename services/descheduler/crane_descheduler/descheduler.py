@@ -1,7 +1,7 @@
 """The descheduler's assembly: informers (nodes, pods, PDBs, ReplicaSets), policy files, the leader's rounds.
 
 Every replica keeps its caches warm; only the Lease holder runs rounds. A round: reload the policies if their
-files changed, query per-pod usage (two queries), run the pure round (``rounds.run_round``) on the caches, then
+files changed, query per-pod usage (two queries), run the pure round (``rounds.RoundState.plan``) on the caches, then
 send the planned evictions one by one, the term checked right before each. The debounce starts over with every
 term, so a new leader needs K hot rounds of its own before it evicts.
 """
@@ -10,23 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
 from prometheus_client import CollectorRegistry
 
 from crane_descheduler import policy as dpolicy
-from crane_descheduler.classify import Detector
-from crane_descheduler.drain import DrainState
 from crane_descheduler.evictor import Evictor, Result
 from crane_descheduler.metrics import CLASSES, DeschedulerMetrics
-from crane_descheduler.plan import RATE_WINDOW, Evicted, Eviction
-from crane_descheduler.pods import PodView
-from crane_descheduler.rounds import RoundResult, run_round
-from crane_descheduler.targets import SchedulerSnapshot
+from crane_descheduler.plan import Eviction
+from crane_descheduler.rounds import RoundResult, RoundState
 from crane_descheduler.usage import fetch_usage
 from crane_shared.batch import PodUsage
 from crane_shared.informer import Informer
@@ -106,14 +101,8 @@ class Descheduler:
         self.policy_file = self._policy_file(self.scheduler_file.policy)
         base = args or DynamicArgs(self.scheduler_file.policy)
         self.args = replace(base, policy=self.scheduler_file.policy)
-        self.detectors: dict[str, Detector] = {}
-        self.drain = DrainState()
-        """the drain's idle counts and the nodes being emptied (a new term starts over)"""
-        self._views: dict[str, tuple[str, PodView]] = {}
-        self._snapshot = SchedulerSnapshot()
-        """the scheduler's node table for the target check, kept up to date from round to round"""
-        self.evicted: deque[Evicted] = deque()
-        """this leader's evictions, kept while an averaged metric may still carry them"""
+        self.rounds = RoundState()
+        """debounce, drain, the scheduler's snapshot and the recent evictions (a new term starts over)"""
         self.last: PlanView | None = None
         self._log = LogOnce(log)
         self.rounds_done = 0
@@ -150,8 +139,7 @@ class Descheduler:
 
     async def lead(self, term: Term) -> None:
         """The leader's loop: a round every interval until the term ends."""
-        self.detectors = {}
-        self.drain = DrainState()
+        self.rounds.new_term()
         self._warn_drain_without_packing()
         stopping = term.lost
         await sleep_unless(stopping, None, until=self._synced())
@@ -181,32 +169,19 @@ class Descheduler:
             self.metrics.prometheus_errors.labels("pod_usage", err.kind).inc()
             self._log.warning(f"prometheus-{err.kind}", "per-pod usage unavailable: nothing evicted", error=str(err))
             outcome = "no_usage"
-        keep = max([RATE_WINDOW, *(w.total_seconds() for w in self._windows())])
-        while self.evicted and self.evicted[0].at < now.timestamp() - keep:
-            self.evicted.popleft()
-        result = run_round(
+        result = self.rounds.plan(
             list(self.nodes.cache.values()),
             list(self.pods.cache.values()),
             usage,
             self.policy_file.policy,
             self.args,
-            self.detectors,
             now,
-            tuple(self.evicted),
             list(self.pdbs.cache.values()),
-            self._views,
             list(self.replicasets.cache.values()),
-            self._snapshot,
-            self.drain,
         )
-        self.detectors = result.detectors
-        self.drain = result.drain
         self._report(result)
         self.metrics.rounds.labels(outcome).inc()
         results = [await self._execute(e, term, usage) for e in result.plan.evictions]
-        for e, r in zip(result.plan.evictions, results, strict=True):
-            if r == "evicted":  # as koordinator: a relieved node must be found hot K rounds in a row again
-                self.detectors[e.node] = Detector()
         self.last = PlanView(
             at=now.isoformat(),
             classes=dict(result.classes),
@@ -246,10 +221,6 @@ class Descheduler:
                 "policy's scoring.strategy: pack",
             )
 
-    def _windows(self) -> list[timedelta]:
-        estimate = self.args.estimate
-        return [estimate.window_of(m) for m in self.args.policy.metrics()]
-
     async def _execute(self, e: Eviction, term: Term, usage: dict[str, PodUsage]) -> Result | str:
         if self.options.dry_run:
             log.info("dry run: would evict", pod=e.pod.key, node=e.node, kind=e.kind, metric=e.metric, value=e.value)
@@ -261,8 +232,8 @@ class Descheduler:
             self._log.warning(  # counted every time (evictions_total{result="pdb"}), logged once
                 "pdb", "eviction refused by a disruption budget (429): retried in a later round", pod=e.pod.key
             )
-        if result == "evicted":
-            self.evicted.append(Evicted(e.node, time.time(), usage.get(e.pod.key, PodUsage(0.0, 0.0))))
+        if result == "evicted":  # its node must be found hot K rounds in a row again (as koordinator)
+            self.rounds.evicted(e, time.time(), usage.get(e.pod.key, PodUsage(0.0, 0.0)))
             log.info("evicted", pod=e.pod.key, node=e.node, kind=e.kind, metric=e.metric, value=e.value)
         return result
 

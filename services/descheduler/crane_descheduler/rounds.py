@@ -2,11 +2,15 @@
 
 Node and pod JSON that cannot be read is skipped and counted (``malformed``), never fatal. The debounce state is
 carried from round to round by the caller (``detectors``); a node that disappears drops its state.
+
+``RoundState`` is what a leader carries from one round to the next (debounce, drain, the scheduler's snapshot,
+its own recent evictions) and the one way to drive rounds: the service feeds it its informers' caches and
+Prometheus' answers on the wall clock, ``cranectl replay`` a simulated cluster on a virtual clock.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,8 +19,10 @@ from typing import Any
 from crane_descheduler.classify import Detector, RawClass, Reading, node_class, read_node, step
 from crane_descheduler.drain import DrainInput, DrainState, plan_drain
 from crane_descheduler.plan import (
+    RATE_WINDOW,
     Candidate,
     Evicted,
+    Eviction,
     NodeView,
     Plan,
     RoundInput,
@@ -206,3 +212,61 @@ def run_round(
     finally:
         targets.close()
     return RoundResult(plan, classes, new_detectors, readings, pools, unknown, malformed, batch_problems, drained)
+
+
+@dataclass
+class RoundState:
+    """A leader's rounds: what one round leaves to the next. ``plan`` runs a round at ``now`` on the cluster as
+    given (``run_round``) and keeps its debounce and drain state; ``evicted`` records an eviction that was made,
+    so the budgets and the next rounds' projections count it and its node must be found hot K rounds in a row
+    again (as koordinator); ``new_term`` starts the debounce and the drain over (a new leader)."""
+
+    detectors: dict[str, Detector] = field(default_factory=dict)
+    drain: DrainState = field(default_factory=DrainState)
+    snapshot: SchedulerSnapshot = field(default_factory=SchedulerSnapshot)
+    """the scheduler's node table for the target check, kept up to date from round to round"""
+    views: dict[str, tuple[str, PodView]] = field(default_factory=dict)
+    recent: deque[Evicted] = field(default_factory=deque)
+    """this leader's evictions, kept while an averaged metric may still carry them"""
+
+    def new_term(self) -> None:
+        self.detectors = {}
+        self.drain = DrainState()
+
+    def plan(
+        self,
+        nodes: Sequence[Mapping[str, Any]],
+        pods: Sequence[Mapping[str, Any]],
+        usage: Mapping[str, PodUsage],
+        policy: DeschedulerPolicy,
+        args: DynamicArgs,
+        now: datetime,
+        pdbs: Sequence[Mapping[str, Any]] = (),
+        replicasets: Sequence[Mapping[str, Any]] = (),
+    ) -> RoundResult:
+        keep = max([RATE_WINDOW, *(args.estimate.window_of(m).total_seconds() for m in args.policy.metrics())])
+        while self.recent and self.recent[0].at < now.timestamp() - keep:
+            self.recent.popleft()
+        result = run_round(
+            nodes,
+            pods,
+            usage,
+            policy,
+            args,
+            self.detectors,
+            now,
+            tuple(self.recent),
+            pdbs,
+            self.views,
+            replicasets,
+            self.snapshot,
+            self.drain,
+        )
+        self.detectors = result.detectors
+        self.drain = result.drain
+        return result
+
+    def evicted(self, eviction: Eviction, at: float, use: PodUsage) -> None:
+        """``eviction`` was made at ``at`` (unix seconds); ``use``: the pod's measured usage then."""
+        self.recent.append(Evicted(eviction.node, at, use))
+        self.detectors[eviction.node] = Detector()

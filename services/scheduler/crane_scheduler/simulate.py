@@ -34,8 +34,8 @@ Time: ``clock`` (default: the wall clock) is every plugin handle's clock and Dyn
 of load annotations, the window of recent bindings), so a caller that sets it replays virtual time. (The service
 runs its handles on the monotonic clock and Dynamic on the wall clock: ``wall_clock`` apart from ``clock``.)
 
-Its users beyond the service (``cranectl snapshot`` / ``simulate``; next, replay in virtual time and issue 40's
-decider workers):
+Its users beyond the service (``cranectl snapshot`` / ``simulate``, ``cranectl replay`` on a virtual ``clock``;
+next, issue 40's decider workers):
 
 - A snapshot file (nodes, pods, claims, slices, classes, PodGroups, the policy, the profile) loads straight in:
   ``Simulator(profile_yaml, dynamic=policy, clock=...)`` then ``load(objects)`` (each object's ``kind`` says where

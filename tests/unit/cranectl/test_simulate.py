@@ -3,9 +3,7 @@ placed by the scheduler on a snapshot, what a snapshot keeps out, and the table,
 
 from __future__ import annotations
 
-import base64
 import json
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -14,13 +12,12 @@ import pytest
 import yaml
 
 from cranectl import whatif
-from cranectl.__main__ import main
 from cranectl.snapshot import KIND, policy_path_of, read, scrub_pod
+from tests.support.cranectl import assert_plot_and_page, run_cli
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 METRICS = ["cpu_usage_avg_5m", "cpu_usage_max_avg_1h", "cpu_usage_max_avg_1d"]
 METRICS += ["mem_usage_avg_5m", "mem_usage_max_avg_1h", "mem_usage_max_avg_1d"]
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def node(name: str, usage: float, cpu: str = "8") -> dict[str, Any]:
@@ -250,16 +247,6 @@ def test_a_file_that_is_not_a_snapshot_is_refused(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ the command
 
 
-def run_cli(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
-    monkeypatch.setattr(sys, "argv", ["cranectl", *argv])
-    # the process's logging stays as the test session has it: configured here, it would cache every module's
-    # logger on first use, and later tests' log captures would see nothing
-    monkeypatch.setattr("cranectl.__main__.configure_logging", lambda *_: None)
-    with pytest.raises(SystemExit) as done:
-        main()
-    return int(done.value.code or 0)
-
-
 def test_simulate_prints_the_table_and_writes_a_png_and_a_self_contained_page(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -275,17 +262,8 @@ def test_simulate_prints_the_table_and_writes_a_png_and_a_self_contained_page(
     out = capsys.readouterr().out
     assert "default/web-simulated-2" in out
     assert "as is: 3/3 pods placed, 0 pending" in out
-    data = png.read_bytes()
-    assert data.startswith(PNG_MAGIC)
-    import matplotlib.image
-
-    height, width = matplotlib.image.imread(str(png)).shape[:2]  # decodes: a whole image, not a header
-    assert height > 100
-    assert width > 100
-    html = page.read_text()
-    assert f"data:image/png;base64,{base64.b64encode(data).decode()}" in html  # the same plot, embedded
+    html = assert_plot_and_page(png, page)
     assert "default/web-simulated-2" in html
-    assert "src='http" not in html  # nothing fetched from elsewhere
 
 
 def test_simulate_json_and_a_bad_manifest(
