@@ -524,7 +524,7 @@ class Simulator:
         if event == "DELETED" or phase in TERMINAL:
             self.table.nominated.pop(uid, None)
             self.pending.pop(uid, None)
-            self.table.remove_pod(uid)
+            self.table.remove_pod(uid, deleted=True)
             return
         pod = parse_pod(raw)
         if pod.node_name:

@@ -244,7 +244,7 @@ class Cache:
         self.pending.pop(uid, None)
         self.queue.delete(uid)
         self.forget(uid)
-        record = self.table.remove_pod(uid)
+        record = self.table.remove_pod(uid, deleted=True)  # deleted, or terminal (out of the watch's selector)
         if record is not None:
             change = None if record.pod is None else ClusterChange(ClusterEvent.POD_DELETE, record.pod)
             self.queue.on_event(ClusterEvent.POD_DELETE, change)
