@@ -211,11 +211,15 @@ class DeciderPool:
         w.out = [self._packer.pack((INIT, self.options, w.index, first_row, base)), *snapshot]
         self._schedule_flush()
 
-    def _snapshot(self) -> list[bytes]:
-        pack = self._packer.pack
-        cutoff = time.time() - RECENT_ASSUMPTIONS
+    def _prune(self, now: float) -> None:
+        """Assumptions older than any window of recent bindings are no longer replayed to a new worker."""
+        cutoff = now - RECENT_ASSUMPTIONS
         while self._assumed and next(iter(self._assumed.values()))[2] < cutoff:
             self._assumed.popitem(last=False)
+
+    def _snapshot(self) -> list[bytes]:
+        pack = self._packer.pack
+        self._prune(time.time())
         out = [pack((APPLY, "Node", "ADDED", obj)) for obj in self._state.get("Node", {}).values()]
         for kind, objects in self._state.items():
             if kind in ("Node", "Pod"):
@@ -313,6 +317,7 @@ class DeciderPool:
 
     def assumed(self, pod: PodInfo, node: str) -> None:
         at = time.time()
+        self._prune(at)
         self._state.setdefault("Pod", {})[pod.uid] = pod.raw
         self._pod_nodes[pod.uid] = node
         self._assumed[pod.uid] = (node, pod.scheduler_name, at)
