@@ -75,7 +75,8 @@ async def test_three_workers_racing_for_three_tight_nodes_never_overfill_one(sta
 async def test_a_decider_worker_killed_mid_burst_every_pod_bound_once(stage: Stage, fault_report: FaultReport) -> None:
     row = fault_report.row(f"scheduler: kill -9 of one of the leader's {WORKERS} decider workers mid-burst")
     pair = await stage.pair()
-    a = pair.add("a", "--decision-workers", WORKERS)
+    # its binds paced (as the leader-kill rows do), so the burst is still on when the worker dies
+    a = pair.add("a", "--decision-workers", WORKERS, "--kube-api-qps", "30", "--kube-api-burst", "30")
     pair.add("b", "--decision-workers", WORKERS)
     killed: list[int] = []
 
