@@ -41,6 +41,7 @@ from crane_scheduler.plugins.dynamicresources.capacity import (
 )
 from crane_scheduler.plugins.dynamicresources.nodeview import (
     Candidate,
+    Consumption,
     DeviceCache,
     NodeView,
     Shape,
@@ -76,6 +77,14 @@ class AllocationTimeout(AllocationError):
 
 class _MaxSizeExceeded(Exception):
     """kube's ``errAllocationResultMaxSizeExceeded``: this branch would put more than 32 devices in a claim."""
+
+
+class _NoSolution(Exception):
+    """The search is proven to end without a solution and without an error: it stops (``_Search._next_claim``)."""
+
+
+class _OverBudget(Exception):
+    """A probe (``_Search._probe``) used up its invocations before it could tell."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,11 +492,34 @@ class _Undo:
     result_at: int = -1
 
 
+PROBE_MIN_BUDGET = 2_000
+"""Invocations a probe may use at least (``_Search._probe``); more once the search itself has used more."""
+
+
 class _Search:
-    """One ``Allocate`` call (kube's ``allocator``)."""
+    """One ``Allocate`` call (kube's ``allocator``).
+
+    kube's search is exhaustive: when a later claim fits nowhere, it still tries that claim again after every
+    way of allocating the earlier ones, which takes seconds in Go and minutes here. Two shortcuts prune only
+    what is certain to fail the same way, so every answer (the first solution, None, the error) stays kube's
+    (``_next_claim``): the claims from ``c`` on are not searched again from a state (the devices the earlier
+    claims hold) where they already failed; and once they fail, they are tried alone, as if nothing else were
+    allocated (a probe): failing there, they fail from every state the search can reach, because taking devices
+    only ever takes options away (in use, counters and capacity consumed) and the claims' constraints are their
+    own. Then no state is tried again and, when the rest of the search cannot raise an error (``_quiet``),
+    the search stops at once. Both hold only without devices allocated several times (a share skips the
+    counters a first share took, so more allocated can mean more allowed) and when no claim can pass the
+    32 devices of a result (that limit cuts the search short in ways that depend on the path); otherwise the
+    search is kube's, step for step."""
 
     def __init__(
-        self, owner: Allocator, node: NodeInfo, claims: Sequence[Raw], view: NodeView, deadline: float | None
+        self,
+        owner: Allocator,
+        node: NodeInfo,
+        claims: Sequence[Raw],
+        view: NodeView,
+        deadline: float | None,
+        budget: float = float("inf"),
     ) -> None:
         self.owner = owner
         self.features = owner.features
@@ -501,8 +533,14 @@ class _Search:
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, tuple[int, dict[str, Decimal]]] = {}
         self.consumed_counters: dict[str, dict[str, dict[str, Decimal]]] = {}
+        self.pool_counters: dict[str, tuple[CounterSets, bool]] = {}
         self.results: list[list[_Chosen]] = [[] for _ in claims]
         self.invocations = 0
+        self.budget = budget
+        self.prunable: bool | None = None  # whether the shortcuts hold (``_can_prune``), once asked
+        self.failed: set[tuple[int, tuple[DeviceID, ...]]] = set()  # (claim, held by earlier claims): no solution
+        self.hopeless: set[int] = set()  # the claims from there on fail from every state
+        self.probe_at: dict[int, float] = {}  # per claim, the invocations before it is probed (again)
 
     # -- preparation (kube's loop over claims before allocateOne)
 
@@ -513,6 +551,8 @@ class _Search:
             done = self._allocate_one((0, 0, 0, 0), False, (0, 0))
         except _MaxSizeExceeded:  # kube returns errAllocationResultMaxSizeExceeded itself from Allocate
             raise AllocationError("allocation max size exceeded") from None
+        except _NoSolution:
+            done = False
         if not done:
             if self.view.invalid:
                 raise FailedOnNode("invalid resource pools were encountered")
@@ -629,6 +669,8 @@ class _Search:
 
     def _allocate_one(self, r: tuple[int, int, int, int], allocate_sub: bool, start: tuple[int, int]) -> bool:
         self.invocations += 1
+        if self.invocations > self.budget:
+            raise _OverBudget
         if self.deadline is not None and self.owner.clock() > self.deadline:
             raise AllocationTimeout("filter operation aborted: context deadline exceeded")
         ci, ri, si, di = r
@@ -636,10 +678,7 @@ class _Search:
             return True
         requests = ((self.claims[ci].get("spec") or {}).get("devices") or {}).get("requests") or ()
         if ri >= len(requests):
-            try:
-                return self._allocate_one((ci + 1, 0, 0, 0), False, (0, 0))
-            except _MaxSizeExceeded:
-                return False
+            return self._next_claim(ci + 1)
         data = self.requests[(ci, ri, si)]
         if not allocate_sub and data.parent is not None:
             all_exceeded = True
@@ -708,6 +747,114 @@ class _Search:
                 undo()
         return False
 
+    # -- the shortcuts over later claims (see the class docstring)
+
+    def _next_claim(self, c: int) -> bool:
+        """kube's step to the next claim, ``c``, once the earlier ones have their devices."""
+        if c >= len(self.claims) or self.prunable is False:
+            return self._enter(c)
+        if c in self.hopeless:
+            return False
+        key = self._held_key(c) if self.failed else None
+        if key is not None and (c, key) in self.failed:
+            return False
+        if self._enter(c):
+            return True
+        if not self._can_prune():
+            return False
+        self.failed.add((c, key if key is not None else self._held_key(c)))
+        if self.invocations >= self.probe_at.get(c, 0):
+            self._learn(c)
+        return False
+
+    def _enter(self, c: int) -> bool:
+        try:
+            return self._allocate_one((c, 0, 0, 0), False, (0, 0))
+        except _MaxSizeExceeded:
+            return False
+
+    def _learn(self, c: int) -> None:
+        """Probe the claims from ``c`` on; when they fail alone, stop trying them, and stop the whole search if
+        nothing left to try before them can raise an error."""
+        budget = max(PROBE_MIN_BUDGET, self.invocations)
+        alone = self._probe(c, budget) if any(self.results[:c]) else False
+        if alone is None:  # over budget: again once the search has used as much again
+            self.probe_at[c] = self.invocations + 2 * budget
+            return
+        if alone:
+            self.probe_at[c] = float("inf")
+            return
+        self.hopeless.add(c)
+        if self._quiet(c):
+            raise _NoSolution
+
+    def _probe(self, c: int, budget: int) -> bool | None:
+        """Whether the claims from ``c`` on fit with nothing else allocated in this search (None: unknown, over
+        ``budget`` or an error there)."""
+        probe = _Search(self.owner, self.node, self.claims[c:], self.view, self.deadline, budget)
+        try:
+            for ci, claim in enumerate(probe.claims):
+                probe._prepare_claim(ci, claim)
+            return probe._allocate_one((0, 0, 0, 0), False, (0, 0))
+        except _NoSolution:
+            return False
+        except AllocationTimeout:
+            raise
+        except (_OverBudget, _MaxSizeExceeded):
+            return None
+        except AllocationError:
+            self.probe_at[c] = float("inf")  # the same error each time
+            return None
+
+    def _held_key(self, c: int) -> tuple[DeviceID, ...]:
+        """What decides how the claims from ``c`` on fare: the devices the earlier claims hold (the counters
+        they consume follow), sorted."""
+        return tuple(sorted(chosen.candidate.id for results in self.results[:c] for chosen in results))
+
+    def _can_prune(self) -> bool:
+        """No device allocated several times, no claim that can pass the result limit (see the class docstring)."""
+        if self.prunable is None:
+            multi = self.features.consumable_capacity and any(
+                candidate.device.get("allowMultipleAllocations") for pool in self.view.candidates for candidate in pool
+            )
+            self.prunable = not multi and all(
+                self._most_devices(ci) <= ALLOCATION_RESULTS_MAX_SIZE for ci in range(len(self.claims))
+            )
+        return self.prunable
+
+    def _most_devices(self, ci: int) -> int:
+        most = 0
+        ri = 0
+        while (ci, ri, 0) in self.requests:
+            si, per_request = 0, 0
+            while (ci, ri, si) in self.requests:
+                per_request = max(per_request, self.requests[(ci, ri, si)].num_devices)
+                si += 1
+            most += per_request
+            ri += 1
+        return most
+
+    def _quiet(self, c: int) -> bool:
+        """Whether searching the claims before ``c`` can raise no error, wherever it goes: no selector, node
+        selection or capacity check fails on any of their candidates, and no "All" request meets a constraint
+        (the result limit is ruled out by ``_can_prune``)."""
+        consumable = self.features.consumable_capacity
+        for (ci, _, _), data in self.requests.items():
+            if ci >= c:
+                continue
+            if data.mode == ALL and self.constraints[ci]:
+                return False
+            for pool, candidates in zip(self.pools, self.view.candidates, strict=True):
+                if pool.incomplete or pool.invalid:
+                    continue
+                for candidate in candidates:
+                    try:
+                        if self._selectable(ci, data, candidate) and consumable:
+                            self._fits_capacity(ci, data, candidate, "checking")
+                    except AllocationError:
+                        return False
+        return True
+
     def _in_use(self, device: DeviceID) -> bool:
         return device in self.owner.allocated or bool(self.allocating.get(device))
 
@@ -744,12 +891,16 @@ class _Search:
         raise AllocationError(ok)
 
     def _fits_capacity(self, ci: int, data: _Request, candidate: Candidate, verb: str) -> bool:
-        """kube's ``CmpRequestOverCapacity`` for the candidate, with the shares allocated and being allocated."""
+        """kube's ``CmpRequestOverCapacity`` for the candidate, with the shares allocated and being allocated
+        (nothing to compare when neither the request nor the device names a capacity: most devices)."""
+        requests, capacities = data.capacity_requests, candidate.device.get("capacity")
+        if not requests and not capacities:
+            return True
         allocating = self.allocating_capacity.get(candidate.id)
         try:
             return fits_capacity(
-                data.capacity_requests,
-                candidate.device.get("capacity") or {},
+                requests,
+                capacities or {},
                 self.owner.shared.capacity.get(candidate.id),
                 allocating[1] if allocating is not None else None,
             )
@@ -855,30 +1006,53 @@ class _Search:
 
     def _take_counters(self, candidate: Candidate) -> bool:
         """kube's ``checkAvailableCounters``: add the device's consumption; False (and nothing added) when a
-        counter of the pool would be overdrawn."""
+        counter of the pool would be overdrawn. kube compares every counter of the pool; only the device's can
+        have changed since the last check, which left them all within bounds, unless the pool was overdrawn
+        before the search took anything (what its allocated devices consume passes a counter): then every device
+        consuming its counters fails, as in kube."""
         pool = candidate.pool
         assert pool is not None
-        available = self.owner.available_counters(pool)
+        available, overdrawn = self._pool_counters(pool)
+        consumption = _consumption(candidate)
         consumed = self.consumed_counters.setdefault(pool.id, {})
-        for entry in candidate.device.get("consumesCounters") or ():
-            counters = consumed.setdefault(str(entry.get("counterSet", "")), {})
-            for name, value in (entry.get("counters") or {}).items():
-                counters[name] = counters.get(name, Decimal(0)) + parse((value or {}).get("value", "0")).value
-        for set_name, counters in available.items():
-            used = consumed.get(set_name) or {}
-            for name, value in counters.items():
-                if value < used.get(name, Decimal(0)):
-                    self._give_counters(candidate)
-                    return False
-        return True
+        for set_name, counters in consumption:
+            used = consumed.setdefault(set_name, {})
+            for name, value in counters:
+                used[name] = used.get(name, _ZERO) + value
+        fits = not overdrawn
+        if fits:
+            for set_name, counters in consumption:
+                have = available.get(set_name)
+                if have is None:
+                    continue
+                used = consumed[set_name]
+                for name, _ in counters:
+                    limit = have.get(name)
+                    if limit is not None and limit < used[name]:
+                        fits = False
+                        break
+                if not fits:
+                    break
+        if not fits:
+            self._give_counters(candidate)
+        return fits
 
     def _give_counters(self, candidate: Candidate) -> None:
         assert candidate.pool is not None
         consumed = self.consumed_counters[candidate.pool.id]
-        for entry in candidate.device.get("consumesCounters") or ():
-            counters = consumed[str(entry.get("counterSet", ""))]
-            for name, value in (entry.get("counters") or {}).items():
-                counters[name] -= parse((value or {}).get("value", "0")).value
+        for set_name, counters in _consumption(candidate):
+            used = consumed[set_name]
+            for name, value in counters:
+                used[name] -= value
+
+    def _pool_counters(self, pool: Pool) -> tuple[CounterSets, bool]:
+        """The pool's available counters (``Allocator.available_counters``) and whether one is already below zero."""
+        have = self.pool_counters.get(pool.id)
+        if have is None:
+            available = self.owner.available_counters(pool)
+            overdrawn = any(value < 0 for counters in available.values() for value in counters.values())
+            have = self.pool_counters[pool.id] = (available, overdrawn)
+        return have
 
     # -- the result (kube's loop after allocateOne)
 
@@ -961,6 +1135,26 @@ class _Search:
             ):
                 del entry["requests"]
         return config
+
+
+_ZERO = Decimal(0)
+
+
+def _consumption(candidate: Candidate) -> Consumption:
+    """The candidate's ``consumesCounters``, parsed once (kept on the candidate, which lives as long as its slice)."""
+    known = candidate.consumption
+    if known is None:
+        known = candidate.consumption = tuple(
+            (
+                str(entry.get("counterSet", "")),
+                tuple(
+                    (name, parse((value or {}).get("value", "0")).value)
+                    for name, value in (entry.get("counters") or {}).items()
+                ),
+            )
+            for entry in candidate.device.get("consumesCounters") or ()
+        )
+    return known
 
 
 def _device_configuration(config: Raw) -> dict[str, Any]:
