@@ -9,8 +9,9 @@ claims)`` answers one node: the allocation result of each claim, in order, or No
 there. The search is kube's: depth first over claims, their requests (a ``firstAvailable`` request tries its
 subrequests in order), the devices each needs, and the candidate devices in pool, slice and device order, a
 request's next device only after its previous one (combinations, not permutations); the first complete solution
-wins. A candidate is skipped when in use, not selected (class and request selectors, then its own node selection
-for ``perDeviceNodeSelection`` slices), short of capacity (``capacity``), short of shared counters
+wins; it skips only branches certain to fail as kube's would (``_Search``: a later claim that fits nowhere). A
+candidate is skipped when in use, not selected (class and request selectors, then its own node selection for
+``perDeviceNodeSelection`` slices), short of capacity (``capacity``), short of shared counters
 (``consumesCounters`` against the pool's ``sharedCounters``, less what allocated and chosen devices consume),
 tainted without a toleration (``taints``), or against a constraint (``matchAttribute``, ``distinctAttribute``).
 A device with ``allowMultipleAllocations`` is never "in use": each claim gets a share (``shareID``) consuming
