@@ -803,7 +803,7 @@ class _Search:
             raise
         except (_OverBudget, _MaxSizeExceeded):
             return None
-        except AllocationError:
+        except (AllocationError, ValueError):  # ValueError: a counter that does not parse
             self.probe_at[c] = float("inf")  # the same error each time
             return None
 
@@ -837,8 +837,8 @@ class _Search:
 
     def _quiet(self, c: int) -> bool:
         """Whether searching the claims before ``c`` can raise no error, wherever it goes: no selector, node
-        selection or capacity check fails on any of their candidates, and no "All" request meets a constraint
-        (the result limit is ruled out by ``_can_prune``)."""
+        selection, capacity check or counter fails on any of their candidates, and no "All" request meets a
+        constraint (the result limit is ruled out by ``_can_prune``)."""
         consumable = self.features.consumable_capacity
         for (ci, _, _), data in self.requests.items():
             if ci >= c:
@@ -852,7 +852,8 @@ class _Search:
                     try:
                         if self._selectable(ci, data, candidate) and consumable:
                             self._fits_capacity(ci, data, candidate, "checking")
-                    except AllocationError:
+                        _consumption(candidate)
+                    except (AllocationError, ValueError):
                         return False
         return True
 
