@@ -493,8 +493,9 @@ class _Undo:
     result_at: int = -1
 
 
-PROBE_MIN_BUDGET = 2_000
-"""Invocations a probe may use at least (``_Search._probe``); more once the search itself has used more."""
+PROBE_MIN_BUDGET = 100
+"""Invocations a probe may use at least (``_Search._probe``); as many as the search has used once that is more
+(it is tried again with a doubled budget after as many more), so probing never costs much more than searching."""
 
 
 class _Search:
