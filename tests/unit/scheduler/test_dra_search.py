@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from crane_scheduler.plugins.dynamicresources import allocator
 from crane_scheduler.plugins.dynamicresources.allocator import (
     AllocationError,
     AllocationTimeout,
@@ -73,6 +74,41 @@ def test_a_later_claim_that_fits_nowhere_is_refused_without_trying_it_after_ever
     assert allocator.allocate(node(), claims, deadline=1_000.0) is None
 
 
+def test_claims_that_fit_alone_but_not_together_are_refused_once_the_counters_left_cannot_take_the_rest() -> None:
+    # twelve partitions of two GPUs of four slices each: each claim fits alone, so no probe helps; kube tries
+    # every way of giving the first six before the second finds too little left
+    claims = [
+        claim("a", exactly("r0", "gpu", count=3), exactly("r1", "gpu", count=3)),
+        claim("b", exactly("r0", "gpu", count=3), exactly("r1", "gpu", count=3)),
+    ]
+    allocator = Allocator(CLASSES, partitioned(2), set(), clock=ticking())
+    assert allocator.allocate(node(), claims, deadline=2_000.0) is None
+    # eight fit: the first solution is kube's, the eight quarters in order
+    claims[1] = claim("b", exactly("r0", "gpu"), exactly("r1", "quarter"))
+    found = Allocator(CLASSES, partitioned(2), set(), clock=ticking()).allocate(node(), claims, deadline=20_000.0)
+    assert found is not None
+    assert [r["device"] for a in found for r in a["devices"]["results"]] == [
+        "gpu-0-q0", "gpu-0-q1", "gpu-0-q2", "gpu-0-q3", "gpu-1-q0", "gpu-1-q1", "gpu-1-q2", "gpu-1-q3",
+    ]  # fmt: skip
+
+
+def test_too_little_left_is_not_concluded_where_kube_meets_an_error_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the bound from the first step on: twelve partitions never fit in eight slices, but kube fails on the second
+    # claim's selector (an attribute no device has) as soon as the first claim has its six
+    monkeypatch.setattr(allocator, "BOUND_AFTER", 0)
+    classes = {**CLASSES, "broken": device_class("broken", f'device.attributes["{DRIVER}"].spare == true')}
+    claims = [
+        claim("a", exactly("r0", "gpu", count=3), exactly("r1", "gpu", count=3)),
+        claim("b", exactly("r0", "broken", count=3), exactly("r1", "gpu", count=3)),
+    ]
+    with pytest.raises(AllocationError, match="CEL runtime error"):
+        Allocator(classes, partitioned(2), set()).allocate(node(), claims)
+    claims[1] = claim("b", exactly("r0", "gpu", count=3), exactly("r1", "gpu", count=3))
+    counted = ticking()
+    assert Allocator(classes, partitioned(2), set(), clock=counted).allocate(node(), claims, deadline=100.0) is None
+    assert counted() < 5  # refused at the first step
+
+
 def test_an_error_the_earlier_claims_would_still_meet_is_raised_as_kube_raises_it() -> None:
     # the second claim fits nowhere, but kube goes on with the first claim's next device, whose selector fails
     flaky = f'device.attributes["{DRIVER}"].ok == 1'
@@ -130,7 +166,8 @@ def _answer(allocator: Allocator, claims: list[dict[str, Any]]) -> Any:
 def test_the_shortcuts_never_change_an_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     # the same random claims over partitioned GPUs, with the shortcuts and with kube's plain search: identical
     # results, None or errors ("broken" selects by an attribute half the devices lack); the differential judge
-    # checks the same against kube itself
+    # checks the same against kube itself; the counters' bound from the first step on, to meet it everywhere
+    monkeypatch.setattr(allocator, "BOUND_AFTER", 0)
     classes = {**CLASSES, "broken": device_class("broken", f'device.attributes["{DRIVER}"].spare == true')}
     rng = random.Random(38)
     pruned_faster = 0

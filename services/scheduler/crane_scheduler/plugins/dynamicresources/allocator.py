@@ -482,6 +482,15 @@ class _Chosen:
     consumed: dict[str, Quantity] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """``_Search._short``'s tables: per counter, what is left of it at most and its devices (those consuming it
+    first) by what they consume, smallest first; the devices the requests after each one need at least."""
+
+    groups: list[tuple[tuple[str, str, str], Decimal, list[tuple[Decimal, DeviceID]]]]
+    need_after: dict[tuple[int, int], int]
+
+
 @dataclass(slots=True)
 class _Undo:
     """What ``_allocate_device`` did for one candidate (kube's ``deviceRollbackState``)."""
@@ -493,6 +502,10 @@ class _Undo:
     result_at: int = -1
 
 
+BOUND_AFTER = 64
+"""Invocations before the search starts comparing what it still needs with the counters left (``_short``): a
+search that ends sooner never pays for it."""
+
 PROBE_MIN_BUDGET = 100
 """Invocations a probe may use at least (``_Search._probe``); as many as the search has used once that is more
 (it is tried again with a doubled budget after as many more), so probing never costs much more than searching."""
@@ -502,17 +515,18 @@ class _Search:
     """One ``Allocate`` call (kube's ``allocator``).
 
     kube's search is exhaustive: when a later claim fits nowhere, it still tries that claim again after every
-    way of allocating the earlier ones, which takes seconds in Go and minutes here. Two shortcuts prune only
-    what is certain to fail the same way, so every answer (the first solution, None, the error) stays kube's
-    (``_next_claim``): the claims from ``c`` on are not searched again from a state (the devices the earlier
-    claims hold) where they already failed; and once they fail, they are tried alone, as if nothing else were
-    allocated (a probe): failing there, they fail from every state the search can reach, because taking devices
-    only ever takes options away (in use, counters and capacity consumed) and the claims' constraints are their
-    own. Then no state is tried again and, when the rest of the search cannot raise an error (``_quiet``),
-    the search stops at once. Both hold only without devices allocated several times (a share skips the
-    counters a first share took, so more allocated can mean more allowed) and when no claim can pass the
-    32 devices of a result (that limit cuts the search short in ways that depend on the path); otherwise the
-    search is kube's, step for step."""
+    way of allocating the earlier ones, which takes seconds in Go and minutes here. Three shortcuts prune only
+    what is certain to fail the same way, so every answer (the first solution, None, the error) stays kube's.
+    At a claim (``_next_claim``): the claims from ``c`` on are not searched again from a state (the devices the
+    earlier claims hold) where they already failed; and once they fail, they are tried alone, as if nothing
+    else were allocated (a probe): failing there, they fail from every state the search can reach, because
+    taking devices only ever takes options away (in use, counters and capacity consumed) and the claims'
+    constraints are their own. Then no state is tried again and, when the rest of the search cannot raise an
+    error (``_quiet``), the search stops at once. At a request (``_short``): when the devices still to pick
+    cannot fit in the shared counters left, and no error can be met, the request is not searched. All hold only
+    without devices allocated several times (a share skips the counters a first share took, so more allocated
+    can mean more allowed) and when no claim can pass the 32 devices of a result (that limit cuts the search
+    short in ways that depend on the path); otherwise the search is kube's, step for step."""
 
     def __init__(
         self,
@@ -543,6 +557,7 @@ class _Search:
         self.failed: set[tuple[int, tuple[DeviceID, ...]]] = set()  # (claim, held by earlier claims): no solution
         self.hopeless: set[int] = set()  # the claims from there on fail from every state
         self.probe_at: dict[int, float] = {}  # per claim, the invocations before it is probed (again)
+        self.bound: _Bound | bool | None = None  # ``_short``'s tables, False where it does not hold, once asked
 
     # -- preparation (kube's loop over claims before allocateOne)
 
@@ -700,6 +715,8 @@ class _Search:
                 raise _MaxSizeExceeded
             return False
 
+        if di == 0 and self.invocations > BOUND_AFTER and self._short(ci, ri, data):
+            return False
         if data.mode == ALL and not data.all_devices:
             return False
         if di >= data.num_devices:
@@ -807,6 +824,76 @@ class _Search:
         except (AllocationError, ValueError):  # ValueError: a counter that does not parse
             self.probe_at[c] = float("inf")  # the same error each time
             return None
+
+    def _short(self, ci: int, ri: int, data: _Request) -> bool:
+        """Whether the devices still to pick, from this request on, cannot fit in the shared counters left: then
+        kube's search below fails, and it can raise no error there (``_quiet``), so it is not searched. Each
+        device consumes a counter ("its" counter, the first it consumes), each pick takes a device not in use,
+        so a counter lets in at most as many of its devices as the smallest of them fit in what is left of it.
+        Only where every device the node reaches consumes counters and no request has admin access (a device
+        taken again)."""
+        if self.bound is None:
+            self.bound = self._bound_tables()
+        if self.bound is False:
+            return False
+        assert isinstance(self.bound, _Bound)
+        need = data.num_devices + self.bound.need_after[(ci, ri + 1)]
+        room = 0
+        for (pool_id, set_name, name), limit, devices in self.bound.groups:
+            left = limit - ((self.consumed_counters.get(pool_id) or {}).get(set_name) or {}).get(name, _ZERO)
+            for value, device in devices:
+                if value > left:
+                    break
+                if not self._in_use(device):
+                    left -= value
+                    room += 1
+            if room >= need:
+                return False
+        return True
+
+    def _bound_tables(self) -> _Bound | bool:
+        if not self._can_prune() or any(data.admin_access for data in self.requests.values()):
+            return False
+        groups: dict[tuple[str, str, str], list[tuple[Decimal, DeviceID]]] = {}
+        limits: dict[tuple[str, str, str], Decimal] = {}
+        for pool, candidates in zip(self.pools, self.view.candidates, strict=True):
+            if pool.incomplete or pool.invalid:
+                continue
+            for candidate in candidates:
+                try:
+                    consumption = _consumption(candidate)
+                except ValueError:
+                    return False
+                totals: dict[tuple[str, str], Decimal] = {}
+                for set_name, counters in consumption:
+                    for name, value in counters:
+                        totals[(set_name, name)] = totals.get((set_name, name), _ZERO) + value
+                first = next(((key, value) for key, value in totals.items() if value > 0), None)
+                if first is None:
+                    return False  # a device consuming nothing: no bound
+                (set_name, name), value = first
+                limit = self._pool_counters(pool)[0].get(set_name, {}).get(name)
+                if limit is None:
+                    return False
+                key = (pool.id, set_name, name)
+                limits[key] = limit
+                groups.setdefault(key, []).append((value, candidate.id))
+        if not self._quiet(len(self.claims)):
+            return False
+        least: dict[tuple[int, int], int] = {}  # per request, the fewest devices one of its subrequests takes
+        for (ci, ri, _), data in self.requests.items():
+            least[(ci, ri)] = min(least.get((ci, ri), data.num_devices), data.num_devices)
+        need_after: dict[tuple[int, int], int] = {}
+        later = 0
+        for ci in range(len(self.claims) - 1, -1, -1):
+            ri = sum(1 for c, _ in least if c == ci)
+            need_after[(ci, ri)] = later
+            for r in range(ri - 1, -1, -1):
+                later += least[(ci, r)]
+                need_after[(ci, r)] = later
+        return _Bound(
+            groups=[(key, limits[key], sorted(devices)) for key, devices in groups.items()], need_after=need_after
+        )
 
     def _held_key(self, c: int) -> tuple[DeviceID, ...]:
         """What decides how the claims from ``c`` on fare: the devices the earlier claims hold (the counters
