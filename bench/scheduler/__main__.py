@@ -474,6 +474,8 @@ async def run_ours(
         "--event-concurrency",
         str(args.event_concurrency),
         *(["--events-while-binds-wait", str(args.events_while_binds_wait)] if args.events_while_binds_wait else []),
+        "--decision-workers",
+        str(args.decision_workers),
     )
     if not pace:
         await create_pods(api, namespace, args.pods, name)
@@ -821,6 +823,11 @@ def contender_arguments(parser: argparse.ArgumentParser, event_concurrency: int)
     parser.add_argument("--event-concurrency", type=int, default=event_concurrency, help="our event writers")
     parser.add_argument(
         "--events-while-binds-wait", type=int, default=0, help="crane's setting of that name (0: its default)"
+    )
+    parser.add_argument(
+        "--decision-workers",
+        default="auto",
+        help="crane's decider worker processes (a number, or auto: from the CPUs; their CPU counts as children's)",
     )
 
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import gc
+import os
 import pstats
 import time
 from datetime import UTC, datetime
@@ -25,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from crane_scheduler.deciders.pool import DeciderPool
 from crane_scheduler.framework import SUCCESS, CycleState, Status
 from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.reporting import Reporter
@@ -129,16 +132,29 @@ class Watch:
         self.confirmed += len(batch)
 
 
-async def run(nodes: int, pods: int, profiler: cProfile.Profile | None) -> dict[str, Any]:
+def _cpu_of(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes used so far, from ``/proc``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # noqa: SIM115
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+async def run(nodes: int, pods: int, profiler: cProfile.Profile | None, workers: int = 0) -> dict[str, Any]:
     watch = Watch()
     # the service's profile and clocks (handles and queue monotonic, Dynamic the wall clock), binds answered at once
     sim = Simulator(clock=time.monotonic, wall_clock=time.time, plugins={"DefaultBinder": lambda args, handle: watch})
+    pool = DeciderPool(workers, None, nodes_hint=lambda: sim.table.num_nodes) if workers else None
     s = Scheduler(
         config=sim.config,
         profiles=sim.profiles,
         table=sim.table,
         reporter=Reporter(None, None, "bench"),
         bind_concurrency=1024,
+        deciders=pool,
     )
     now = datetime.now(UTC)
     for i in range(nodes):
@@ -147,6 +163,14 @@ async def run(nodes: int, pods: int, profiler: cProfile.Profile | None) -> dict[
         raw = pod(i)
         watch.raw[raw["metadata"]["uid"]] = raw
         s.on_pod(raw)
+    if pool is not None:
+        await pool.start()
+        if not await pool.wait_ready(120):
+            raise SystemExit("the decider workers did not start")
+        for _ in range(200):  # until their replicas hold every node (they answer after the snapshot)
+            if all(_cpu_of([pid]) > 0 for pid in pool.pids):
+                break
+            await asyncio.sleep(0.05)
     gc.collect()
     thresholds = gc.get_threshold()
     tune_collector()  # as the scheduler does after its initial sync
@@ -176,20 +200,29 @@ async def run(nodes: int, pods: int, profiler: cProfile.Profile | None) -> dict[
     gc.callbacks.append(on_gc)
     stopping = asyncio.Event()
     s.synced.set()
-    t0, c0 = time.perf_counter(), time.process_time()
+    pids = pool.pids if pool is not None else []
+    t0, c0, w0 = time.perf_counter(), time.process_time(), _cpu_of(pids)
     if profiler is not None:
         profiler.enable()
     loop = asyncio.create_task(s.run(stopping))
     while watch.confirmed < pods:
         await asyncio.sleep(CONFIRM_EVERY)
         watch.deliver(s)
-    elapsed, cpu_used = time.perf_counter() - t0, time.process_time() - c0
+    elapsed, cpu_used, workers_cpu = time.perf_counter() - t0, time.process_time() - c0, _cpu_of(pids) - w0
     if profiler is not None:
         profiler.disable()
     gc.callbacks.remove(on_gc)
     stopping.set()
     s._wake()
     await loop
+    hints = {
+        sample.labels["result"]: int(sample.value)
+        for metric in s.metrics.decider_results.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
+    if pool is not None:
+        await pool.close()
     gc.unfreeze()
     gc.set_threshold(*thresholds)
     d, dc = np.array(decisions) * 1e3, np.array(cpu) * 1e3
@@ -199,6 +232,9 @@ async def run(nodes: int, pods: int, profiler: cProfile.Profile | None) -> dict[
         "pods_per_s": pods / elapsed,
         "loop_ms_per_pod": elapsed / pods * 1e3,
         "cpu_ms_per_pod": cpu_used / pods * 1e3,
+        "workers": workers,
+        "workers_cpu_ms_per_pod": workers_cpu / pods * 1e3,
+        "hints": hints,
         "decision_ms": {q: float(np.percentile(d, q)) for q in (50, 90, 99, 99.9)} | {"max": float(d.max())},
         "decision_cpu_ms": {q: float(np.percentile(dc, q)) for q in (50, 90, 99, 99.9)} | {"max": float(dc.max())},
         "gc": {g: (len(p), 1e3 * sum(p), 1e3 * max(p, default=0.0)) for g, p in pauses.items()},
@@ -209,15 +245,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.scheduler.loop", description=__doc__)
     parser.add_argument("--nodes", default="1000,5000")
     parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument(
+        "--workers", default="0", help="decider worker processes, a list to compare (e.g. 0,1,2,4); 0: none"
+    )
     parser.add_argument("--cprofile", type=int, default=0, help="print the top N functions by own time")
     parser.add_argument("--cprofile-out", help="also dump the profile (pstats) to this file")
     args = parser.parse_args()
-    for n in (int(x) for x in args.nodes.split(",")):
+    for n, workers in ((int(x), int(w)) for x in args.nodes.split(",") for w in args.workers.split(",")):
         profiler = cProfile.Profile(time.process_time) if args.cprofile else None
-        r = asyncio.run(run(n, args.pods, profiler))
+        r = asyncio.run(run(n, args.pods, profiler, workers))
         print(
-            f"{n:>6} nodes, {r['pods']} pods: {r['pods_per_s']:.0f} pods/s ({r['loop_ms_per_pod']:.3f} ms per pod, "
-            f"{r['cpu_ms_per_pod']:.3f} ms CPU per pod)",
+            f"{n:>6} nodes, {r['pods']} pods, {workers} workers: {r['pods_per_s']:.0f} pods/s "
+            f"({r['loop_ms_per_pod']:.3f} ms per pod, {r['cpu_ms_per_pod']:.3f} ms CPU per pod in the scheduling "
+            f"process, {r['workers_cpu_ms_per_pod']:.3f} in the workers) {r['hints'] or ''}",
             flush=True,
         )
         for what in ("decision_ms", "decision_cpu_ms"):

@@ -26,9 +26,9 @@ from crane_sandbox.cluster import REPO_ROOT, LocalCluster
 from crane_shared.kube import api_client_from_dict
 
 CHART = REPO_ROOT / "deploy" / "helm" / "crane-scheduler"
-SERVICES = ("event-recorder", "annotator", "scheduler", "extender", "descheduler", "uninstall")
-"""the services' accounts, and the uninstall hook's (``cranectl stop-annotator``, ``load-taint clear``,
-``withdraw-batch``)"""
+SERVICES = ("event-recorder", "annotator", "scheduler", "extender", "descheduler", "uninstall", "snapshot")
+"""the services' accounts, the uninstall hook's (``cranectl stop-annotator``, ``load-taint clear``,
+``withdraw-batch``) and ``cranectl snapshot``'s (read-only, ``snapshot.rbac.enabled``)"""
 RBAC_KINDS = ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 DEFAULT_NAMESPACE = "crane-services"
 CHART_VALUES = (
@@ -42,6 +42,8 @@ CHART_VALUES = (
     "policy.spec.loadTaint.hotRounds=2",
     # the ServiceMonitor's scraper account, bound to the metrics-reader role (/metrics under delegated access)
     "serviceMonitor.enabled=true",
+    # cranectl snapshot's read-only account
+    "snapshot.rbac.enabled=true",
     # Redis is not a Kubernetes object here; the chart only needs a URL to render
     "redis.enabled=false",
     "redis.external.url=redis://unused:6379/0",

@@ -99,7 +99,9 @@ AUTOSCALING_POLICY = """\
   # Filter also refuses a node that the incoming pod would push over 0.65, and a node refusing every pod without
   # the taint hides the pending pods from the autoscaler (above the uneven fleet's highest base load, 0.55 CPU and
   # 0.6 memory, so no idle node is tainted); the 1-hour maxima at the predicates' 0.75. The score packs toward
-  # 50 % real usage, leaving the emptiest nodes empty.
+  # 50 % real usage, leaving the emptiest nodes empty. A node Karpenter just added, before the annotator's first
+  # round, is judged by the estimates of the pods bound to it (newNodes.estimate), not passed whatever its load:
+  # it fills to the thresholds, not to its whole capacity by requests.
   loadTaint:
     hotRounds: 2
     coolRounds: 2
@@ -109,6 +111,7 @@ AUTOSCALING_POLICY = """\
       cpu_usage_max_avg_1h: 0.75
       mem_usage_max_avg_1h: 0.75
   scoring: {strategy: pack, targetUtilization: 0.5}
+  newNodes: {estimate: true}
 """
 
 AUTOSCALING_DESCHEDULER_POLICY = """\
@@ -122,7 +125,7 @@ AUTOSCALING_DESCHEDULER_POLICY = """\
 def autoscaling_policy(policy: str) -> str:
     """The sandbox policy as ``--autoscaler`` runs it (``AUTOSCALING_POLICY`` added to its spec): the load taint,
     so an autoscaler's simulation sees a hot node as full and adds nodes for the pods crane-scheduler refuses
-    there, and the packing score."""
+    there, the packing score, and new nodes judged by their bindings' estimates."""
     return policy.rstrip("\n") + "\n" + AUTOSCALING_POLICY
 
 

@@ -1,5 +1,6 @@
-"""The ``spec.loadTaint`` and ``spec.scoring`` sections of the ``DynamicSchedulerPolicy``: real load made visible
-to every scheduler and autoscaler, and the packing mode of the Dynamic score.
+"""The ``spec.loadTaint``, ``spec.scoring`` and ``spec.newNodes`` sections of the ``DynamicSchedulerPolicy``: real
+load made visible to every scheduler and autoscaler, the packing mode of the Dynamic score, and how a node an
+autoscaler just added is judged.
 
 ``loadTaint`` (the annotator's, opt-in: absent, no node is tainted and any ``crane.io/load-hot`` taint the
 annotator finds is lifted)::
@@ -24,6 +25,14 @@ A node opts out with the annotation ``crane.io/load-taint: "off"``.
       strategy: spread            # spread (upstream: the least used node first) | pack
       targetUtilization: 0.6      # pack: fill nodes toward this usage (Trimaran's TargetLoadPacking per metric)
 
+``newNodes`` (read by the scheduler, the extender and ``cranectl``; opt-in)::
+
+    newNodes:
+      estimate: false             # true: a node that carries none of the policy's metric annotations yet (an
+                                  # autoscaler's node before the annotator's first round) is judged by the
+                                  # estimates of the pods this scheduler bound there in the estimate window,
+                                  # none absorbed; false (upstream): such a node passes the Filter (fail-open)
+
 Pure: no I/O. Problems are appended to the caller's list, each naming its field path, as every policy reader does.
 """
 
@@ -42,11 +51,14 @@ __all__ = [
     "OPT_OUT_KEY",
     "TAINT_KEY",
     "LoadTaintPolicy",
+    "NewNodesPolicy",
     "ScoringPolicy",
     "dump_load_taint",
+    "dump_new_nodes",
     "dump_scoring",
     "is_ours",
     "read_load_taint",
+    "read_new_nodes",
     "read_scoring",
     "taint_value",
     "with_taint",
@@ -82,8 +94,15 @@ class ScoringPolicy:
     target_utilization: float = 0.6
 
 
+@dataclass(frozen=True)
+class NewNodesPolicy:
+    estimate: bool = False
+    """judge a node without any metric annotation by its recent bindings' estimates (off: upstream's fail-open)"""
+
+
 _TAINT_KEYS = ("effect", "hotRounds", "coolRounds", "thresholds", "maxDataAge", "minUntaintedNodes")
 _SCORING_KEYS = ("strategy", "targetUtilization")
+_NEW_NODES_KEYS = ("estimate",)
 
 
 def read_load_taint(raw: object, synced: set[str], problems: list[str]) -> LoadTaintPolicy | None:
@@ -151,6 +170,27 @@ def read_scoring(raw: object, problems: list[str]) -> ScoringPolicy:
 
 def dump_scoring(policy: ScoringPolicy) -> dict[str, Any]:
     return {"strategy": policy.strategy, "targetUtilization": policy.target_utilization}
+
+
+def read_new_nodes(raw: object, problems: list[str]) -> NewNodesPolicy:
+    """``spec.newNodes`` (absent: upstream's fail-open for a node without data)."""
+    default = NewNodesPolicy()
+    if raw is None:
+        return default
+    path = "spec.newNodes"
+    if not isinstance(raw, dict):
+        problems.append(f"{path}: must be a mapping, got {describe(raw)}")
+        return default
+    check_keys(raw, path, _NEW_NODES_KEYS, problems)
+    estimate = raw.get("estimate", default.estimate)
+    if not isinstance(estimate, bool):  # YAML's true/false only: "yes" or 1 is a typo, not a switch
+        problems.append(f"{path}.estimate: must be true or false, got {describe(estimate)}")
+        return default
+    return NewNodesPolicy(estimate)
+
+
+def dump_new_nodes(policy: NewNodesPolicy) -> dict[str, Any]:
+    return {"estimate": policy.estimate}
 
 
 def _thresholds(raw: object, path: str, synced: set[str], problems: list[str]) -> tuple[tuple[str, float], ...]:

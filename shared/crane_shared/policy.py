@@ -23,10 +23,13 @@ from crane_shared.annotations import HOT_VALUE_KEY, AnnotationKeyError, annotati
 from crane_shared.durations import format_duration
 from crane_shared.loadtaintpolicy import (
     LoadTaintPolicy,
+    NewNodesPolicy,
     ScoringPolicy,
     dump_load_taint,
+    dump_new_nodes,
     dump_scoring,
     read_load_taint,
+    read_new_nodes,
     read_scoring,
 )
 from crane_shared.policyyaml import PolicyError, check_keys, describe, duration, number, read_yaml
@@ -53,7 +56,7 @@ KIND = "DynamicSchedulerPolicy"
 _THRESHOLD = "maxLimitPecent"  # sic: upstream's field name
 _THRESHOLD_ALIAS = "maxLimitPercent"
 _TOP_KEYS = ("apiVersion", "kind", "spec")
-_SPEC_KEYS = ("syncPolicy", "predicate", "priority", "hotValue", "reclaim", "scoring", "loadTaint")
+_SPEC_KEYS = ("syncPolicy", "predicate", "priority", "hotValue", "reclaim", "scoring", "loadTaint", "newNodes")
 _SECTION = re.compile(r"spec\.(\w+)(?:\[(\d+)\])?")
 
 
@@ -99,6 +102,8 @@ class DynamicSchedulerPolicy:
     """the Dynamic score's strategy: spread (upstream) or pack (``crane_shared.loadtaintpolicy``)"""
     load_taint: LoadTaintPolicy | None = None
     """the annotator's ``crane.io/load-hot`` taint on hot nodes (``crane_shared.loadtaintpolicy``); None: off"""
+    new_nodes: NewNodesPolicy = field(default_factory=NewNodesPolicy)
+    """how Dynamic judges a node without any metric annotation: fail-open (upstream) or by its bindings' estimates"""
 
     def taint_thresholds(self) -> dict[str, float]:
         """metric -> ratio a node is tainted above: ``loadTaint.thresholds``, else the enabled predicates'."""
@@ -180,6 +185,8 @@ def dump_policy(policy: DynamicSchedulerPolicy) -> str:
         document["spec"]["scoring"] = dump_scoring(policy.scoring)
     if policy.load_taint is not None:
         document["spec"]["loadTaint"] = dump_load_taint(policy.load_taint)
+    if policy.new_nodes != NewNodesPolicy():
+        document["spec"]["newNodes"] = dump_new_nodes(policy.new_nodes)
     return yaml.safe_dump(document, sort_keys=False)
 
 
@@ -214,6 +221,7 @@ def _read_document(document: object, problems: list[str]) -> DynamicSchedulerPol
     reclaim = read_reclaim(spec.get("reclaim"), synced, problems)
     scoring = read_scoring(spec.get("scoring"), problems)
     load_taint = read_load_taint(spec.get("loadTaint"), synced, problems)
+    new_nodes = read_new_nodes(spec.get("newNodes"), problems)
     if load_taint is not None and not load_taint.thresholds and not any(limit for _, _, limit in _complete(predicate)):
         problems.append("spec.loadTaint.thresholds: required when no predicate threshold is enabled")
     if problems:
@@ -226,6 +234,7 @@ def _read_document(document: object, problems: list[str]) -> DynamicSchedulerPol
         reclaim=reclaim,
         scoring=scoring,
         load_taint=load_taint,
+        new_nodes=new_nodes,
     )
 
 

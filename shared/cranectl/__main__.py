@@ -231,7 +231,9 @@ def render_explain(body: dict[str, Any]) -> str:
             f"{m}={v['usage']:.2f}" for m, v in metrics.items() if v.get("usage") is not None and m.endswith("avg_5m")
         )
         hot = load.get("hotValue", {})
-        extra = f"  [{usage}{' hot=' + str(hot.get('total')) if hot else ''}]" if load else ""
+        new = next((v["judgedBy"] for v in metrics.values() if "judgedBy" in v), None)  # a never-annotated node
+        note = f"; {new}" if new else ""
+        extra = f"  [{usage}{' hot=' + str(hot.get('total')) if hot else ''}{note}]" if load else ""
         if n["filter"] == "passed":
             scores = ", ".join(f"{k} {v}" for k, v in n.get("scores", {}).items())
             lines.append(f"  {n['node']:24} total {n.get('total', 0):>5}  {scores}{extra}")

@@ -467,7 +467,7 @@ class Replay:
         self._changed = False
         self._last_pass = self.now
         for pod in sorted(pending, key=lambda p: -p.workload.spec.priority):  # stable: oldest first
-            placement = self.sim.schedule(pod.obj)
+            placement = self.sim.schedule(pod.obj, preemption=False)  # no preemption: see the docstring
             if placement.node is not None:
                 self._bind(pod, placement.node)
             else:

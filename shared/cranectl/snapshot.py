@@ -7,10 +7,11 @@ Dynamic policy when given (``--config`` / ``--policy``: local files, e.g. the ch
 
 - nodes (labels, annotations: the load, the hot value, the batch loan; taints, allocatable), ``--node-selector``
   keeping only the nodes the scheduler sees (its flag of that name);
-- pods bound to those nodes and pending pods (not finished): metadata (labels, owners), and the spec fields the
-  scheduler reads. Never written: containers' ``env``, ``envFrom``, ``command``, ``args``, probes and lifecycle
-  hooks; volumes other than claims are kept by name and type only; annotations are kept except
-  ``kubectl.kubernetes.io/last-applied-configuration`` (a copy of the whole manifest, env included) and
+- pods bound to those nodes and pending pods (not finished): metadata (labels, owners), the spec fields the
+  scheduler reads, and of the status the phase, the start time (preemption orders its victims by it), the
+  nomination, the conditions and an in-place resize's. Never written: containers' ``env``, ``envFrom``, ``command``,
+  ``args``, probes and lifecycle hooks; volumes other than claims are kept by name and type only; annotations are
+  kept except ``kubectl.kubernetes.io/last-applied-configuration`` (a copy of the whole manifest, env included) and
   ``managedFields`` are dropped. Nothing is read from Secrets or ConfigMaps;
 - PodGroups (scheduler-plugins' ``scheduling.x-k8s.io``, Kubernetes' ``scheduling.k8s.io`` PodGroups and
   Workloads), DRA objects (ResourceClaims, ResourceSlices, DeviceClasses), PVCs, PVs, StorageClasses, CSINodes,
@@ -19,8 +20,8 @@ Dynamic policy when given (``--config`` / ``--policy``: local files, e.g. the ch
 
 An API group the server does not serve (404) is recorded in ``notServed`` and skipped; any other error stops the
 command naming the resource and the status. Every request has a timeout (``--timeout``). Lists are paged.
-The account needs only ``list`` on those resources (a cluster-wide read-only role such as ``view`` plus nodes,
-PVs, StorageClasses, CSINodes and the DRA and NUMA kinds); nothing is written.
+The account needs only ``list`` on those resources (``CORE`` and ``GROUPED``); nothing is written. The chart's
+opt-in ``snapshot.rbac.enabled`` grants exactly that to a ServiceAccount ``<release>-snapshot``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ API_VERSION = "crane.io/v1alpha1"
 PAGE = 500
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 TERMINAL = ("Succeeded", "Failed")
+POD_STATUS = ("phase", "startTime", "nominatedNodeName", "conditions", "resize")
+"""what of a pod's status is kept (``startTime``: preemption orders its victims by it)"""
 CONTAINER_SECRETS = (
     "env",
     "envFrom",
@@ -53,6 +56,9 @@ CONTAINER_SECRETS = (
     "startupProbe",
     "lifecycle",
 )
+
+CORE = ("nodes", "pods", "namespaces", "persistentvolumeclaims", "persistentvolumes")
+"""the core group's resources listed (``take``); with ``GROUPED``, what the chart's snapshot role grants ``list`` on"""
 
 # (kind, group, version, plural): the custom and newer APIs, listed through the generic client; a 404 is "not
 # served" (an older cluster, a CRD not installed), recorded, not an error. Of two versions of one resource, the
@@ -99,7 +105,7 @@ def scrub_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     if volumes:
         spec["volumes"] = volumes
     status = out.get("status") or {}
-    out["status"] = {k: status[k] for k in ("phase", "nominatedNodeName", "conditions", "resize") if k in status}
+    out["status"] = {k: status[k] for k in POD_STATUS if k in status}
     if "containerStatuses" in status:  # an in-place resize's allocated resources
         out["status"]["containerStatuses"] = [
             {k: c[k] for k in ("name", "allocatedResources", "resources") if k in c}

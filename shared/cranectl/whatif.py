@@ -8,10 +8,14 @@ objects. Any other kind is refused naming it (and so are the fields not simulate
 admission resolves it). The pods are placed one after another, higher priority first, then in manifest order (as
 the scheduler's queue takes pods that arrive together), by crane-scheduler itself
 (``crane_scheduler.simulate.Simulator``: the same plugins, profile and Dynamic policy, the load annotations read at
-the snapshot's time), each seeing those placed before it. A PodGroup's members are kept only when at least
-``minMember`` of them found a node (no gang is placed in part); else they are reported pending with that reason.
+the snapshot's time), each seeing those placed before it. A PodGroup's members are decided together when its first
+member's turn comes, as the scheduler's gang cycle decides them (``Simulator.schedule_gang``), and kept only when
+with the members placed already they meet ``minMember`` (no gang is placed in part); else they are reported pending
+with that reason and the room they held is given back before the next pod is placed.
 
-The answer: per pod its node, or pending with the scheduler's reason (kube's FitError message); per node the CPU
+The answer: per pod its node, or pending with the scheduler's reason (kube's FitError message, with preemption's
+part: DefaultPreemption is dry-run, nothing is evicted, and a pod that would preempt is reported pending with the
+node it would be nominated to and the victims there); per node the CPU
 and memory requested before and after, and the load the Dynamic policy estimates (the annotated usage plus its
 estimate of each pod placed) before and after, against the policy's thresholds. ``--compare`` runs a second
 policy or scheduler configuration on the same input. Rendering (table, JSON, PNG, HTML) is pure and tested
@@ -28,14 +32,14 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from crane_scheduler.simulate import POD_GROUP_LABEL, ConfigError, Simulator
+from crane_scheduler.simulate import ConfigError, GangPlacement, Placement, Simulator
 from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, default_policy, parse_policy
 
 WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "Pod", "PodGroup")
@@ -232,6 +236,9 @@ class PodResult:
     reason: str
     feasible: list[str] | None = None
     """the nodes that passed every Filter for it (asked for: ``run(feasible=True)``, ``--feasible``)"""
+    preemption: dict[str, Any] | None = None
+    """pending and preemption would make room: ``node`` (where it would be nominated) and ``victims`` (the pods it
+    would evict there, ``namespace/name``); nothing is evicted in the simulation"""
 
 
 @dataclass(frozen=True)
@@ -294,21 +301,25 @@ def run(
     phases["load"] = time.perf_counter() - started
     started = time.perf_counter()
     results: dict[str, PodResult] = {}
-    placements = {}
+    order = [_key(pod) for pod in pods]
+    if len(set(order)) < len(order):
+        raise ManifestError(f"pod {next(k for k in order if order.count(k) > 1)}: given twice")
+    gangs: dict[str, list[dict[str, Any]]] = {}  # group -> its pending members, in queue order
     for pod in pods:
-        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
-        if key in results:
-            raise ManifestError(f"pod {key}: given twice")
+        if not (pod.get("spec") or {}).get("nodeName") and (gang := sim.gang_of(pod)) is not None:
+            gangs.setdefault(gang, []).append(pod)
+    for pod in pods:
+        key = _key(pod)
+        if key in results:  # a gang's member, decided with the group
+            continue
         bound = (pod.get("spec") or {}).get("nodeName")
         if bound:  # placed by hand: accounted where it says
             sim.add({**pod, "status": {"phase": "Running"}})
             results[key] = PodResult(key, str(bound), "spec.nodeName")
-            continue
-        placement = sim.schedule(pod)
-        placements[key] = placement
-        found = list(placement.feasible) if feasible else None
-        results[key] = PodResult(key, placement.node, placement.message, found)
-    _gangs(sim, workload, placements, results)
+        elif (gang := sim.gang_of(pod)) is not None:  # the group decided now, whole or not at all
+            results |= _gang(sim.schedule_gang(gangs[gang]), feasible)
+        else:
+            results[key] = _result(key, sim.schedule(pod), feasible)
     phases["place"] = time.perf_counter() - started
     thresholds = {p.name: p.max_limit_percent for p in setup.policy.predicate}
     nodes = []
@@ -327,7 +338,7 @@ def run(
                 {m: (load.get(m), load_after.get(m)) for m in sorted(set(load) | set(load_after))},
             )
         )
-    return Outcome(setup.label, list(results.values()), nodes, thresholds)
+    return Outcome(setup.label, [results[k] for k in order], nodes, thresholds)
 
 
 def with_priority(pods: Sequence[dict[str, Any]], classes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -357,33 +368,36 @@ def queue_order(pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(pods, key=lambda p: -int((p.get("spec") or {}).get("priority") or 0))
 
 
-def _gangs(sim: Simulator, workload: Workload, placements: Mapping[str, Any], results: dict[str, PodResult]) -> None:
-    """A PodGroup with fewer than ``minMember`` members placed keeps none (the scheduler's all-or-nothing)."""
-    groups = {
-        f"{(g.get('metadata') or {}).get('namespace')}/{(g.get('metadata') or {}).get('name')}": g
-        for g in workload.objects
-        if g.get("kind") == "PodGroup"
-    }
-    members: dict[str, list[str]] = {}
-    for pod in workload.pods:
-        label = ((pod.get("metadata") or {}).get("labels") or {}).get(POD_GROUP_LABEL)
-        if label:
-            key = f"{pod['metadata']['namespace']}/{label}"
-            members.setdefault(key, []).append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
-    for group, pods in members.items():
-        spec = (groups.get(group) or {}).get("spec") or {}
-        need = int(spec.get("minMember") or 0)
-        placed = [p for p in pods if results[p].node is not None]
-        if len(placed) >= need:
-            continue
-        for p in placed:
-            reservation = placements[p].reservation if p in placements else None
-            if reservation is not None:
-                sim.undo(reservation)
-        for p in pods:
-            why = results[p].reason if results[p].node is None else ""
-            text = f"gang {group}: {len(placed)} of minMember {need} members found a node"
-            results[p] = PodResult(p, None, f"{text}{'; ' + why if why else ''}", results[p].feasible)
+def _key(pod: Mapping[str, Any]) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def _result(key: str, placement: Placement, feasible: bool, reason: str | None = None) -> PodResult:
+    found = list(placement.feasible) if feasible else None
+    would = placement.preemption
+    preempts = {"node": would.node, "victims": list(would.victims)} if would and would.possible else None
+    return PodResult(key, placement.node, placement.message if reason is None else reason, found, preempts)
+
+
+def _gang(cycle: GangPlacement, feasible: bool) -> dict[str, PodResult]:
+    """A gang cycle's members: where they go when the group's quorum was met; else all pending, saying how many
+    found a node (and, for one that did not, its own reason), as nothing of the group is kept."""
+    out: dict[str, PodResult] = {}
+    if cycle.kept:
+        for placement in cycle.placements:
+            out[placement.pod.key] = _result(placement.pod.key, placement, feasible)
+    else:
+        text = (
+            f"gang {cycle.gang}: {cycle.placed_before + cycle.found} of minMember {cycle.quorum} members found a node"
+        )
+        for placement in cycle.placements:
+            why = f"{text}; {placement.message}" if placement.node is None else text
+            out[placement.pod.key] = replace(_result(placement.pod.key, placement, feasible, why), node=None)
+    for pod in cycle.untried:
+        out[pod.key] = PodResult(
+            pod.key, None, f"gang {cycle.gang}: not decided once minMember {cycle.quorum} was out of reach"
+        )
+    return out
 
 
 # ------------------------------------------------------------------------------------------ rendering
@@ -424,6 +438,9 @@ def table(outcomes: Sequence[Outcome], limit: int | None = None) -> str:
             else:
                 cells.append("pending")
                 reasons.append(f"  {pod.pod}{' (' + o.label + ')' if len(outcomes) > 1 else ''}: {r.reason}")
+                if r.preemption is not None:
+                    victims = ", ".join(r.preemption["victims"])
+                    reasons.append(f"    would preempt on {r.preemption['node']}: {victims}")
         rows.append([pod.pod, *cells])
     lines = columns(rows)
     if reasons:

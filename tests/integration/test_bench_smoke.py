@@ -30,7 +30,7 @@ SMOKES: list[tuple[tuple[str, ...], str]] = [
     (("bench.gangs", "--nodes", "30", "--gangs", "5"), "per gang cycle"),
     (("bench.nrt", "--nodes", "10", "--pods", "5"), "whole-cpu"),
     (("bench.simulate", "--nodes", "10", "--pods", "20", "--no-plot"), "20/20 pods placed"),
-    (("bench.scheduler.loop", "--nodes", "20", "--pods", "30"), "decision_cpu_ms"),
+    (("bench.scheduler.loop", "--nodes", "20", "--pods", "30", "--workers", "0,1"), "1 workers"),
     (("bench.scheduler.dynamic_cost", "--nodes", "20", "--bindings", "0,40", "--decisions", "5"), "recent bindings"),
     (("bench.scheduler.affinity_cost", "--nodes", "12", "--scale", "smoke"), "PreferredTopologySpreading"),
     (("bench.scheduler.preemption_cost", "--nodes", "8", "--pods", "8"), "second decision"),

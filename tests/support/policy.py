@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from crane_shared.policy import default_policy, dump_policy
+
 UPSTREAM_METRICS = (
     "cpu_usage_avg_5m",
     "cpu_usage_max_avg_1h",
@@ -51,6 +53,14 @@ def fast_policy(periods: Mapping[str, str]) -> str:
 def write_policy(path: Path, spec: Mapping[str, Any]) -> Path:
     path.write_text(policy_yaml(spec))
     return path
+
+
+def default_policy_with(path: Path, **sections: Any) -> Path:
+    """The product's default policy with these ``spec`` sections set (``newNodes={"estimate": True}``), written to
+    ``path`` (a plugin's ``policyConfigPath``)."""
+    spec = yaml.safe_load(dump_policy(default_policy()))["spec"]
+    spec.update(sections)
+    return write_policy(path, spec)
 
 
 def _plain(value: Any) -> Any:

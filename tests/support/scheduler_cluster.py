@@ -208,6 +208,13 @@ async def create_pods(
     await asyncio.gather(*(one(p) for p in pods))
 
 
+async def delete_pods(kube: client.ApiClient, namespace: str, names: list[str]) -> None:
+    v1 = client.CoreV1Api(kube)
+    for name in names:  # no kubelet confirms a graceful deletion here
+        resp = await v1.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False)
+        resp.release()
+
+
 async def pods_json(kube: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
     resp = await client.CoreV1Api(kube).list_namespaced_pod(namespace, _preload_content=False)
     items: list[dict[str, Any]] = json.loads(await resp.read())["items"]

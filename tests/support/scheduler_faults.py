@@ -224,10 +224,13 @@ async def burst_with_fault(
     fault: Callable[[], Any],
     created: int = 300,
     cut_at: int = 50,
+    started: Callable[[], Any] | None = None,
 ) -> float:
     """Create ``created`` pods at once, run ``fault`` once ``cut_at`` are bound, audit; returns when the fault
-    ended (monotonic)."""
+    ended (monotonic). ``started``: awaited once the pair runs, before the pods are created."""
     await pair.start()
+    if started is not None:
+        await started()
     await create_pods(kube, namespace, [pod(f"p-{i:03d}", scheduler_name) for i in range(created)])
     await wait_for(lambda: at_least_bound(kube, namespace, cut_at), timeout=60, what=f"{cut_at} pods bound")
     assert await bound_count(kube, namespace) < created - 50, "the burst was nearly over: nothing was tested"
@@ -267,8 +270,10 @@ class Stage:
         kubeconfig_via(self.cluster, server, path, account=pair.account)
         return path
 
-    async def burst_with_fault(self, pair: Pair, row: Any, fault: Callable[[], Any]) -> float:
-        return await burst_with_fault(self.kube, self.namespace, self.scheduler_name, pair, row, fault)
+    async def burst_with_fault(
+        self, pair: Pair, row: Any, fault: Callable[[], Any], started: Callable[[], Any] | None = None
+    ) -> float:
+        return await burst_with_fault(self.kube, self.namespace, self.scheduler_name, pair, row, fault, started=started)
 
 
 @pytest.fixture

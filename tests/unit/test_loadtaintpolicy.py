@@ -1,5 +1,5 @@
-"""``spec.loadTaint`` and ``spec.scoring`` of the DynamicSchedulerPolicy: defaults, round trip, and one problem per
-bad value, naming its field path."""
+"""``spec.loadTaint``, ``spec.scoring`` and ``spec.newNodes`` of the DynamicSchedulerPolicy: defaults, round trip,
+and one problem per bad value, naming its field path."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 import yaml
 
-from crane_shared.loadtaintpolicy import LoadTaintPolicy, ScoringPolicy
+from crane_shared.loadtaintpolicy import LoadTaintPolicy, NewNodesPolicy, ScoringPolicy
 from crane_shared.policy import PolicyError, default_policy, dump_policy, parse_policy
 
 
@@ -22,9 +22,11 @@ def test_absent_sections_spread_and_taint_nothing_and_empty_ones_take_the_defaul
     policy = default_policy()
     assert policy.load_taint is None
     assert policy.scoring == ScoringPolicy("spread", 0.6)
-    policy = parse_policy(policy_text(loadTaint={}, scoring={}))
+    assert policy.new_nodes == NewNodesPolicy(estimate=False)  # upstream's fail-open unless asked
+    policy = parse_policy(policy_text(loadTaint={}, scoring={}, newNodes={}))
     assert policy.load_taint == LoadTaintPolicy("NoSchedule", 2, 2, (), None, 0)
     assert policy.scoring == ScoringPolicy("spread", 0.6)
+    assert policy.new_nodes == NewNodesPolicy(estimate=False)
     # default thresholds: the enabled predicates, as the Filter refuses
     assert policy.taint_thresholds() == {
         "cpu_usage_avg_5m": 0.65,
@@ -43,12 +45,17 @@ def test_choices_are_read_and_round_trip_through_yaml() -> None:
         "maxDataAge": "90s",
         "minUntaintedNodes": 2,
     }
-    policy = parse_policy(policy_text(loadTaint=taint, scoring={"strategy": "pack", "targetUtilization": 0.5}))
+    policy = parse_policy(
+        policy_text(
+            loadTaint=taint, scoring={"strategy": "pack", "targetUtilization": 0.5}, newNodes={"estimate": True}
+        )
+    )
     assert policy.load_taint == LoadTaintPolicy(
         "PreferNoSchedule", 3, 1, (("cpu_usage_avg_5m", 0.7),), timedelta(seconds=90), 2
     )
     assert policy.taint_thresholds() == {"cpu_usage_avg_5m": 0.7}
     assert policy.scoring == ScoringPolicy("pack", 0.5)
+    assert policy.new_nodes == NewNodesPolicy(estimate=True)
     assert parse_policy(dump_policy(policy)) == policy
 
 
@@ -72,6 +79,10 @@ def test_choices_are_read_and_round_trip_through_yaml() -> None:
         ),
         ({"scoring": {"strategy": "binpack"}}, 'spec.scoring.strategy: must be one of spread, pack, got "binpack"'),
         ({"scoring": {"targetUtilization": 1}}, "spec.scoring.targetUtilization: must be within (0, 1), got 1"),
+        ({"newNodes": True}, "spec.newNodes: must be a mapping, got true"),
+        ({"newNodes": {"estimates": True}}, 'spec.newNodes.estimates: unknown field (did you mean "estimate"?)'),
+        ({"newNodes": {"estimate": "yes"}}, 'spec.newNodes.estimate: must be true or false, got "yes"'),
+        ({"newNodes": {"estimate": 1}}, "spec.newNodes.estimate: must be true or false, got 1"),
         (
             {"loadTaint": {}, "predicate": [{"name": "cpu_usage_avg_5m", "maxLimitPecent": 0}]},
             "spec.loadTaint.thresholds: required when no predicate threshold is enabled",

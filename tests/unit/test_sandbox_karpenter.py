@@ -65,10 +65,11 @@ def test_bad_nodepool_settings_are_refused_naming_the_field(settings: dict[str, 
         NodePoolSettings(**settings)  # type: ignore[arg-type]
 
 
-def test_with_an_autoscaler_the_policies_turn_the_taint_packing_and_the_drain_on(tmp_path: Path) -> None:
+def test_with_an_autoscaler_the_policies_turn_the_taint_packing_new_nodes_and_the_drain_on(tmp_path: Path) -> None:
     sandbox = Sandbox(nodes=1, run_dir=tmp_path, autoscaler="karpenter")
     policy = parse_policy(sandbox.policy)
     assert policy.scoring.strategy == "pack"
+    assert policy.new_nodes.estimate  # Karpenter's new nodes judged by their bindings' estimates
     assert policy.load_taint is not None and policy.load_taint.effect == "NoSchedule"
     thresholds = dict(policy.load_taint.thresholds)
     filters = {p.name: p.max_limit_percent for p in policy.predicate if p.max_limit_percent}
@@ -83,6 +84,7 @@ def test_with_an_autoscaler_the_policies_turn_the_taint_packing_and_the_drain_on
 
 def test_without_an_autoscaler_or_its_signals_the_sandbox_policies_are_the_defaults(tmp_path: Path) -> None:
     assert Sandbox(nodes=1, run_dir=tmp_path).policy == SANDBOX_POLICY
+    assert not parse_policy(SANDBOX_POLICY).new_nodes.estimate  # upstream's fail-open
     assert Sandbox(nodes=1, run_dir=tmp_path, autoscaler="karpenter", load_signals=False).policy == SANDBOX_POLICY
     own = "apiVersion: scheduler.policy.crane.io/v1alpha1\nkind: DynamicSchedulerPolicy\nspec: {}\n"
     sandbox = Sandbox(nodes=1, run_dir=tmp_path, autoscaler="karpenter", policy=own)

@@ -20,11 +20,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from crane_scheduler import explain, gangless
 from crane_scheduler.config import ConfigError, SchedulerConfig, load_config
+from crane_scheduler.deciders.cpus import default_workers, usable_cpus
+from crane_scheduler.deciders.pool import DeciderPool
 from crane_scheduler.framework import Handle, PluginMetrics, Registry
 from crane_scheduler.framework.runtime import Profile, build_profiles
 from crane_scheduler.listers import Listers
@@ -42,6 +45,19 @@ from crane_shared.settings import EnvArgumentParser, add_common_flags, common_se
 
 DEFAULT_PORT = 10261
 log = get_logger("crane.scheduler")
+
+
+def decision_workers(value: str) -> int | None:
+    """``--decision-workers``: a count (0 or more), or ``auto`` (None: from the usable CPUs)."""
+    if value == "auto":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: a number of workers (0 or more) or 'auto'") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: a number of workers must be 0 or more")
+    return count
 
 
 def build_parser() -> EnvArgumentParser:
@@ -96,6 +112,16 @@ def build_parser() -> EnvArgumentParser:
         default=64,
         help="binds in flight at once in the writer process: that many keep-alive connections, so a burst does "
         "not open (and TLS-handshake) one per bind (events and status patches have --event-concurrency more)",
+    )
+    parser.add_argument(
+        "--decision-workers",
+        env="CRANE_SCHEDULER_DECISION_WORKERS",
+        type=decision_workers,
+        default="auto",
+        help="decider worker processes (each with a replica of the node table) that decide pods in parallel, "
+        "the scheduling process checking and assuming each answer; 0: decide in the scheduling process; 'auto': "
+        "from the container's CPU limit (cgroup quota, not the host's count): 0 without a limit or up to 3 CPUs, "
+        "else one per CPU beyond 2, at most 8",
     )
     parser.add_argument(
         "--node-selector",
@@ -214,6 +240,20 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         on_restart=metrics.writer_restarts.inc,
     )
     reporter = Reporter(writer, api, identity, workers=args.event_concurrency, metrics=metrics)
+    count = args.decision_workers if args.decision_workers is not None else default_workers(usable_cpus())
+    deciders = (
+        DeciderPool(
+            count,
+            Path(args.config) if args.config else None,
+            nodes_hint=lambda: table.num_nodes,
+            log_level=common.log_level,
+            log_format=common.log_format,
+            on_restart=metrics.decider_restarts.inc,
+            on_ready=metrics.decider_workers.set,
+        )
+        if count
+        else None
+    )
     scheduler = Scheduler(
         config=config,
         profiles=profiles,
@@ -226,6 +266,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         listers=loaded.listers,
         writer=writer,
         pod_group_without_gang_plugin=args.pod_group_without_gang_plugin,
+        deciders=deciders,
     )
     loaded.connect(
         api, writer, scheduler.may_bind
@@ -246,6 +287,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
         burst=kube.burst,
         lease=f"{le.resource_namespace}/{le.resource_name}" if le.leader_elect else None,
         pid=os.getpid(),
+        decision_workers=count,
     )
 
     async def schedule() -> None:
@@ -282,6 +324,8 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
             await lease_api.close()
 
     await writer.start()
+    if deciders is not None:
+        await deciders.start()  # on every replica: a standby's workers follow its cache, warm for its term
     try:
         return await runtime.run(
             scheduler.run_informers(runtime.stopping),
@@ -291,6 +335,8 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
             grace=20.0,
         )
     finally:
+        if deciders is not None:
+            await deciders.close()
         await writer.close()  # after the reporter: the events of the last binds are written
         await api.close()
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from crane_scheduler.framework.runtime import Observe, Profile
 from crane_scheduler.framework.types import (
+    EXPLAIN_DECIDER,
     EXPLAIN_FILTERS,
     EXPLAIN_SCORES,
     MAX_NODE_SCORE,
@@ -49,6 +50,18 @@ class ScheduleResult:
     node: str
     evaluated: int
     feasible: int
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """A node a decider worker chose for the pod on its replica of the table (``crane_scheduler.deciders``).
+    ``fresh``: the worker had seen the node's row as it is here now (no change to it since), so a Filter reading
+    only that row would answer as it did there: with every Filter that reads other nodes skipped by PreFilter, the
+    hint is taken without filtering. Otherwise the node is filtered alone here, as a nominated node is; a node that
+    no longer fits falls back to the whole decision."""
+
+    node: str
+    fresh: bool = False
 
 
 def num_feasible_nodes_to_find(percentage: int, num_nodes: int) -> int:
@@ -106,12 +119,20 @@ class Algorithm:
         self.percentage = percentage_of_nodes_to_score
         self.rng = rng or random.Random()
         self.next_start = 0
+        self.hints_taken = self.hints_checked = self.hints_refused = 0
+        """decider workers' hints: taken as they were, taken after filtering the node alone, refused"""
 
     def schedule(
-        self, profile: Profile, pod: PodInfo, state: CycleState, observe: Observe | None = None
+        self,
+        profile: Profile,
+        pod: PodInfo,
+        state: CycleState,
+        observe: Observe | None = None,
+        hint: Hint | None = None,
     ) -> ScheduleResult | Diagnosis | Status:
         """A node, or a Diagnosis when none fits, or an error Status (plugin failure). ``observe`` receives
-        each extension point's duration (for the metrics)."""
+        each extension point's duration (for the metrics); ``hint``: a decider worker's choice, checked first
+        (``Hint``)."""
         table = self.table
         self._observe = observe or _ignore
         if table.num_nodes == 0:
@@ -164,6 +185,26 @@ class Algorithm:
             pinned[[table.rows[n] for n in allowed if n in table.rows]] = True
             candidates &= pinned
             excluded_by = sorted(restricting)
+        if hint is not None:
+            hint_row = table.rows.get(hint.node, -1)
+            if hint_row >= 0 and candidates[hint_row]:
+                if hint.fresh and all(
+                    pl.name in skipped for pl in profile.filter if getattr(pl, "reads_other_nodes", False)
+                ):
+                    self.hints_taken += 1
+                    state[EXPLAIN_DECIDER] = "a decider worker's node, its row unchanged since the worker's view"
+                    self._observe("Filter", "Success", time.perf_counter() - t1)
+                    return ScheduleResult(hint.node, 1, 1)
+                only = np.zeros(table.n_rows, dtype=bool)
+                only[hint_row] = True
+                rejected = profile.run_filter_plugins(state, pod, table, only, skipped)
+                if only[hint_row] and filter_error(rejected) is None:
+                    state[EXPLAIN_FILTERS] = rejected
+                    state[EXPLAIN_DECIDER] = "a decider worker's node, filtered again here (its row had changed)"
+                    self.hints_checked += 1
+                    self._observe("Filter", "Success", time.perf_counter() - t1)
+                    return ScheduleResult(hint.node, 1, 1)
+            self.hints_refused += 1  # taken by another worker's pod meanwhile: the whole decision, here
         own = table.nominated.get(pod.uid)
         nominated_row = table.rows.get(own[1] if own else nominated_node(pod), -1)
         if nominated_row >= 0 and candidates[nominated_row]:

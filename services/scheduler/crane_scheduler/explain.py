@@ -20,7 +20,7 @@ import numpy as np
 from aiohttp import web
 
 from crane_scheduler.framework.interface import ExplainPlugin, Plugin, PodExplainPlugin
-from crane_scheduler.framework.types import EXPLAIN_FILTERS, EXPLAIN_SCORES, Rejection, Rows
+from crane_scheduler.framework.types import EXPLAIN_DECIDER, EXPLAIN_FILTERS, EXPLAIN_SCORES, Rejection, Rows
 from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 from crane_shared.service import query_int, query_params
@@ -45,6 +45,8 @@ class Decision:
     priority: int = 0
     gang: dict[str, Any] | None = None
     """a gang member's cycle: its group, quorum, the members found places and those missing with why"""
+    decider: str = ""
+    """how a decider worker's node was taken (the worker's filters and scores are not kept)"""
 
     @classmethod
     def from_state(
@@ -73,6 +75,7 @@ class Decision:
             message,
             pod.scheduler_name,
             pod.priority,
+            decider=str(state.get(EXPLAIN_DECIDER, "")),
         )
 
     def verdicts(self) -> dict[str, dict[str, Any]]:
@@ -116,6 +119,8 @@ def render(decision: Decision, explainers: Sequence[Plugin] = (), limit: int = 5
     for _, verdict in rejected:
         reasons[verdict["filter"]["reason"]] = reasons.get(verdict["filter"]["reason"], 0) + 1
     result: dict[str, Any] = {"node": decision.node} if decision.node else {"pending": decision.message}
+    if decision.decider:
+        result["decidedBy"] = decision.decider
     if decision.node:
         for explainer in explainers:
             if isinstance(explainer, PodExplainPlugin):

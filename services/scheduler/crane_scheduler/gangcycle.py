@@ -42,20 +42,10 @@ from crane_scheduler.algorithm import ScheduleResult
 from crane_scheduler.framework.interface import GANG, GANG_MEMBERS, GangPlugin
 from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import CycleState, Diagnosis, QueuedPod, Status
+from crane_scheduler.gangrules import gang_of, no_preemption, quorum_met, quorum_out_of_reach
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PODS, PodInfo
-from crane_scheduler.schedule_one import CycleHost, gang_of
-
-
-def quorum_met(placed: int, found: int, quorum: int) -> bool:
-    """All or nothing: the members placed already (bound or assumed) plus those this cycle found places for reach
-    the quorum; a cycle that found none places nothing."""
-    return found > 0 and placed + found >= quorum
-
-
-def quorum_out_of_reach(placed: int, members: int, failed: int, quorum: int) -> bool:
-    """So many members failed this cycle that the others can no longer reach the quorum: stop deciding."""
-    return placed + members - failed < quorum
+from crane_scheduler.schedule_one import CycleHost
 
 
 def smallest_request(pods: Iterable[PodInfo]) -> dict[str, int]:
@@ -122,10 +112,6 @@ def futile_wakeups(
         if verdict:
             held.add(pod.uid)
     return held
-
-
-def no_preemption(gang: str) -> str:
-    return f"preemption: not attempted for a member of pod group {gang} (gang preemption is not supported)"
 
 
 class GangHost(CycleHost, Protocol):

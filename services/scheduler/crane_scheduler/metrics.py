@@ -67,6 +67,22 @@ class SchedulerMetrics:
             "Times the API writer process (binds, events) exited unexpectedly and was restarted.",
             registry=r,
         )
+        self.decider_results = Counter(
+            "crane_scheduler_decider_results",
+            "Decisions made by decider workers, by what the scheduling process did with the node: taken (its row "
+            "unchanged since), checked (filtered alone, fits), refused (no longer fits: decided again), none (no "
+            "node fit on the worker: decided again), lost (the worker died: decided again).",
+            ["result"],
+            registry=r,
+        )
+        self.decider_restarts = Counter(
+            "crane_scheduler_decider_restarts",
+            "Times a decider worker process exited unexpectedly and was restarted.",
+            registry=r,
+        )
+        self.decider_workers = Gauge(
+            "crane_scheduler_decider_workers_ready", "Decider worker processes answering now.", registry=r
+        )
         self.reports = Counter(
             "crane_scheduler_api_writes_total",
             "Events and pod status patches the scheduler wrote, by kind and result.",

@@ -247,6 +247,8 @@ class NodeTable:
         self.pod_removed: list[Callable[[str], None]] = []
         # Plugins that must see a pod as soon as it is assumed (InterPodAffinity, PodTopologySpread): (pod, node).
         self.pod_assumed: list[Callable[[PodInfo, str], None]] = []
+        # An assumption undone (its bind failed or was withheld), with its record: the decider workers' feed.
+        self.pod_forgotten: list[Callable[[PodRecord], None]] = []
         # What-ifs that must be seen by plugins reading other nodes' pods (preemption's per-node dry run, kube's
         # PreFilterExtensions RemovePod/AddPod): (records, -1 taken out / +1 put back), with ``notify=True`` only.
         self.pod_simulated: list[Callable[[list[PodRecord], int], None]] = []
@@ -257,6 +259,9 @@ class NodeTable:
         # A pod left the table (deleted, or its assumption forgotten), with its last record: plugins that keep
         # something about the pod's node after it is gone (Dynamic: a preemption victim's usage) listen here.
         self.pod_left: list[Callable[[PodRecord], None]] = []
+        # A pod left the cluster (deleted, or terminal: the pod watch's field selector drops it), after ``pod_left``:
+        # plugins that count something of a bound pod beyond the table's accounting (Dynamic: its estimate).
+        self.pod_deleted: list[Callable[[PodRecord], None]] = []
 
     # ------------------------------------------------------------------------------------------ views
 
@@ -513,13 +518,17 @@ class NodeTable:
         if record is None or not record.assumed:
             return False
         self.remove_pod(uid)
+        for forgotten in self.pod_forgotten:
+            forgotten(record)
         return True
 
     def is_assumed(self, uid: str) -> bool:
         record = self.pods.get(uid)
         return record is not None and record.assumed
 
-    def remove_pod(self, uid: str) -> PodRecord | None:
+    def remove_pod(self, uid: str, deleted: bool = False) -> PodRecord | None:
+        """Take the pod out of the accounting; ``deleted``: it left the cluster (deleted or terminal), not just the
+        table (a forgotten assumption, a resize re-inserted), and the ``pod_deleted`` hooks hear of it too."""
         record = self.pods.pop(uid, None)
         if record is None:
             return None
@@ -535,6 +544,9 @@ class NodeTable:
             removed(uid)
         for left in self.pod_left:
             left(record)
+        if deleted:
+            for gone in self.pod_deleted:
+                gone(record)
         return record
 
     def what_if(self, victims: list[PodRecord], sign: int) -> None:

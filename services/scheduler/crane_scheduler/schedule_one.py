@@ -18,11 +18,13 @@ import dataclasses
 import gc
 import resource
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Protocol
 
 from crane_scheduler import gangless
-from crane_scheduler.algorithm import Algorithm, ScheduleResult
+from crane_scheduler.algorithm import Algorithm, Hint, ScheduleResult
+from crane_scheduler.deciders.eligible import pod_refusal
+from crane_scheduler.deciders.pool import Answer, DeciderPool
 from crane_scheduler.explain import DecisionLog
 from crane_scheduler.framework.interface import GangPlugin
 from crane_scheduler.framework.runtime import Profile
@@ -36,6 +38,7 @@ from crane_scheduler.framework.types import (
     QueuedPod,
     Status,
 )
+from crane_scheduler.gangrules import gang_of
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
@@ -54,16 +57,6 @@ def thread_usage() -> tuple[float, int] | None:
     if _RUSAGE_THREAD is None:
         return None
     return time.thread_time(), resource.getrusage(_RUSAGE_THREAD).ru_nivcsw
-
-
-def gang_of(plugins: Iterable[GangPlugin], pod: PodInfo) -> tuple[GangPlugin, str] | None:
-    """The first of a profile's gang plugins (Coscheduling's PodGroup label, GangScheduling's ``workloadRef``)
-    that puts the pod in a group, with that group; None for a pod of no gang."""
-    for plugin in plugins:
-        gang = plugin.gang_of(pod)
-        if gang is not None:
-            return plugin, gang
-    return None
 
 
 class CycleHost(Protocol):
@@ -125,6 +118,9 @@ class SchedulingCycle:
     _dropped: set[asyncio.Task[None]]
     _slotless: set[asyncio.Task[None]]
     _term: Term | None
+    deciders: DeciderPool | None
+    _deciding: dict[str, asyncio.Future[Answer]]
+    _worker_refusals: dict[str, str | None]
 
     def schedule_gang(self, profile: Profile, qp: QueuedPod, plugin: GangPlugin, gang: str) -> None:
         """A popped gang member's cycle (the scheduler runs ``gangcycle.schedule_gang`` on itself)."""
@@ -142,13 +138,77 @@ class SchedulingCycle:
         """Whether a bind may be sent now: always without leader election, else only while the term holds."""
         return self._term is None or self._term.held
 
-    def schedule_one(self, qp: QueuedPod) -> None:
+    def dispatch(self, qp: QueuedPod) -> bool:
+        """Hand a popped pod's decision to a decider worker (``crane_scheduler.deciders``) if one may decide it
+        and can take it now; its answer comes back to ``schedule_one`` as a hint. False: decide it here."""
+        pool = self.deciders
+        pod = self.pending.get(qp.pod.uid)
+        profile = self.profiles.get(pod.scheduler_name) if pod else None
+        if pool is None or pod is None or profile is None or self.table.is_assumed(pod.uid):
+            return False
+        if (
+            self._worker_refusals.get(profile.name) is not None
+            or gangless.pod_group(pod.raw) is not None
+            or pod.uid in self.table.nominated
+            or pod_refusal(pod) is not None
+        ):
+            return False
+        future = pool.submit(profile.name, pod)
+        if future is None:
+            return False
+        qp.pod = pod
+        self._deciding[pod.uid] = future
+        future.add_done_callback(lambda done: self._decided(qp, pod, done))
+        return True
+
+    def _decided(self, qp: QueuedPod, sent: PodInfo, future: asyncio.Future[Answer]) -> None:
+        """A worker's answer: the scheduling cycle, with its node as a hint (``algorithm.Hint``), fresh when the
+        node's row did not change since the worker's view and the pod is the version it decided."""
+        uid = sent.uid
+        pool = self.deciders
+        assert pool is not None
+        node, seen, worker = future.result()
+        if self._deciding.get(uid) is not future:  # abandoned (the loop stopped) or superseded
+            if worker >= 0:
+                pool.done(uid, worker)  # the worker counts it nowhere any more
+            return
+        del self._deciding[uid]
+        if not node:
+            self.metrics.decider_results.labels("lost" if seen < 0 else "none").inc()
+            self.schedule_one(qp)
+            if worker >= 0:
+                pool.done(uid, worker)
+            return
+        fresh = (
+            pool.fresh(node, seen, worker)
+            and self.pending.get(uid) is sent
+            and not any(True for _ in self.table.nominated.on_node(node))
+        )
+        pool.hinted = (uid, node, worker)
+        try:
+            self.schedule_one(qp, Hint(node, fresh))
+        finally:
+            pool.hinted = None
+        pool.done(uid, worker)
+
+    def abandon_decisions(self) -> None:
+        """The loop stopped: the pods workers still decide go back to the queue (their answers are ignored)."""
+        for uid in list(self._deciding):
+            del self._deciding[uid]
+            self._slots.release()
+            self.requeue_dropped(uid)
+
+    def schedule_one(self, qp: QueuedPod, hint: Hint | None = None) -> None:
         """Scheduling cycle for one popped pod; hands a chosen node to a binding task. Holds one bind slot,
-        released here unless a binding task takes it over."""
+        released here unless a binding task takes it over. ``hint``: a decider worker's node (``dispatch``)."""
         pod = self.pending.get(qp.pod.uid)
         profile = self.profiles.get(pod.scheduler_name) if pod else None
         if pod is None or profile is None or self.table.is_assumed(pod.uid):
             self._slots.release()  # deleted, bound by someone else, or already on its way
+            return
+        if pod.deleting or pod.gated:  # changed so while a worker decided it (the cache left it pending)
+            del self.pending[pod.uid]
+            self._slots.release()
             return
         qp.pod = pod
         found = gang_of(self._gangs.get(profile.name, ()), pod)
@@ -158,7 +218,9 @@ class SchedulingCycle:
         state: CycleState = {}
         start = time.perf_counter()
         refusal = self._without_gang_plugin(profile, pod)
-        result = self.decide(profile, pod, state) if refusal is None else refusal
+        result = self.decide(profile, pod, state, hint) if refusal is None else refusal
+        if hint is not None:
+            self._count_hint(hint, result)
         if isinstance(result, Diagnosis):  # PostFilter (preemption) first: its message is part of the decision
             profile.run_post_filter(state, pod, result)
         self.decisions.record(
@@ -206,14 +268,21 @@ class SchedulingCycle:
             self.reporter.event(profile.name, regarding, None, "Warning", gangless.IGNORED_REASON, "Scheduling", text)
         return None
 
-    def decide(self, profile: Profile, pod: PodInfo, state: CycleState) -> ScheduleResult | Diagnosis | Status:
+    def _count_hint(self, hint: Hint, result: ScheduleResult | Diagnosis | Status) -> None:
+        taken = isinstance(result, ScheduleResult) and result.node == hint.node and result.evaluated == 1
+        outcome = ("taken" if hint.fresh else "checked") if taken else "refused"
+        self.metrics.decider_results.labels(outcome).inc()
+
+    def decide(
+        self, profile: Profile, pod: PodInfo, state: CycleState, hint: Hint | None = None
+    ) -> ScheduleResult | Diagnosis | Status:
         """The algorithm for one pod, timed (wall clock, CPU, preempted by the OS) with the collector paused."""
         collecting = gc.isenabled()
         gc.disable()  # a collection triggered by the decision's allocations runs right after it instead
         before = thread_usage()  # system calls, outside the timed section: the OS may preempt at their return
         start = time.perf_counter()
         try:
-            result = self.algorithm.schedule(profile, pod, state, self._observers[profile.name])
+            result = self.algorithm.schedule(profile, pod, state, self._observers[profile.name], hint)
         except Exception as err:
             log.exception("scheduling failed", pod=pod.key)
             result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))

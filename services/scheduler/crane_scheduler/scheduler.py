@@ -48,11 +48,14 @@ from kubernetes_asyncio import client
 from crane_scheduler import gangless
 from crane_scheduler.algorithm import Algorithm
 from crane_scheduler.config import SchedulerConfig
+from crane_scheduler.deciders.eligible import profile_refusal
+from crane_scheduler.deciders.pool import Answer, DeciderPool
 from crane_scheduler.explain import DecisionLog
-from crane_scheduler.framework.interface import GangPlugin, QueueingHintPlugin
+from crane_scheduler.framework.interface import GangPlugin, ObjectPlugin, QueueingHintPlugin
 from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import ClusterEvent, CycleState, Diagnosis, QueuedPod, QueueingHints
 from crane_scheduler.gangcycle import GangIndex, IndexedPending, futile_wakeups, group_size, schedule_gang
+from crane_scheduler.gangrules import gang_of
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import NO_HINTS, SchedulingQueue
 from crane_scheduler.listers import Listers
@@ -60,7 +63,7 @@ from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import UNSCHEDULABLE, PodInfo
 from crane_scheduler.reporting import Reporter
-from crane_scheduler.schedule_one import SchedulingCycle, gang_of
+from crane_scheduler.schedule_one import SchedulingCycle
 from crane_scheduler.writer import ApiWriter
 from crane_shared.kube import api_failure
 from crane_shared.leader import Term
@@ -109,6 +112,7 @@ class Scheduler(SchedulingCycle):
         listers: Listers | None = None,
         writer: ApiWriter | None = None,
         pod_group_without_gang_plugin: gangless.Mode = "refuse",
+        deciders: DeciderPool | None = None,
     ) -> None:
         self.config = config
         self.gangless: gangless.Mode = pod_group_without_gang_plugin
@@ -182,6 +186,11 @@ class Scheduler(SchedulingCycle):
         self._dropped: set[asyncio.Task[None]] = set()
         self._slotless: set[asyncio.Task[None]] = set()  # a gang's binding cycles beyond the popped member's
         self._term: Term | None = None  # the leadership term the loop runs in; None without leader election
+        self.deciders = deciders
+        self._deciding: dict[str, asyncio.Future[Answer]] = {}  # pods a decider worker has
+        self._worker_refusals = {name: profile_refusal(p) for name, p in profiles.items()}
+        if deciders is not None:
+            self._feed(deciders)
         self._scheduling = False  # the loop runs (a standby's cache sees the leader's binds: not its to report)
 
     def _gang_of(self, pod: PodInfo) -> str | None:
@@ -366,6 +375,22 @@ class Scheduler(SchedulingCycle):
         self.reporter.drop_lost()  # and the events and conditions the lost term queued
         return len(binds)
 
+    def _feed(self, pool: DeciderPool) -> None:
+        """The decider workers' replicas follow this process's table: the cache's node and pod events, the
+        assumptions and their undoing, the objects the plugins' watches read (one plugin per kind)."""
+        self.cache.mirror = pool
+        self.cache.in_flight = self._deciding
+        pool.watch(self.table)
+        tapped: set[str] = set()
+        for profile in self.profiles.values():
+            for plugin in profile.plugins.values():
+                if isinstance(plugin, ObjectPlugin) and not tapped.issuperset(plugin.object_kinds):
+                    tapped.update(plugin.object_kinds)
+                    plugin.apply_object = _tapped(plugin.apply_object, pool.object_event)  # type: ignore[method-assign]
+        for name, why in self._worker_refusals.items():
+            if why is not None:
+                log.info("profile decided in the scheduling process only", profile=name, reason=why)
+
     async def run(self, stopping: asyncio.Event, term: Term | None = None) -> None:
         """Schedule until ``stopping`` (or until cancelled on losing leadership, ``term``); in-flight binds
         finish, or are dropped by ``stop_binding``."""
@@ -381,16 +406,23 @@ class Scheduler(SchedulingCycle):
         settled = asyncio.create_task(self._recover_once_settled(stopping))
         log.info("scheduling", profiles=sorted(self.profiles))
         self._scheduling = True
+        pool = self.deciders
+        if pool is not None:
+            await pool.start()
         try:
             while not stopping.is_set():
                 await self._slots.acquire()
+                if pool is not None:
+                    await pool.room()
                 qp = await self._next_pod(stopping)
                 if qp is None:
                     self._slots.release()
                     break
-                self.schedule_one(qp)
+                if not self.dispatch(qp):
+                    self.schedule_one(qp)
                 await asyncio.sleep(0)  # let informers and binds run between decisions
         finally:
+            self.abandon_decisions()
             flusher.cancel()
             settled.cancel()
             try:
@@ -466,6 +498,14 @@ class Scheduler(SchedulingCycle):
         self.metrics.cache_size.labels("nodes").set(self.table.num_nodes)
         self.metrics.cache_size.labels("pods").set(len(self.table.pods))
         self.metrics.cache_size.labels("assumed_pods").set(sum(1 for r in self.table.pods.values() if r.assumed))
+
+
+def _tapped(apply: Callable[[str, Any, dict[str, Any]], None], also: Callable[[str, Any, dict[str, Any]], None]) -> Any:
+    def apply_object(kind: str, event: Any, obj: dict[str, Any]) -> None:
+        apply(kind, event, obj)
+        also(kind, event, obj)
+
+    return apply_object
 
 
 def _observer(metrics: SchedulerMetrics, profile: str) -> Callable[[str, str, float], None]:

@@ -26,9 +26,16 @@ What it answers: ``place`` (the scheduler's decision: PreFilter, Filter, samplin
 the FitError message when nothing fits, and per node the first plugin that rejected it and why, as ``cranectl
 explain`` words them; ``explain()`` is that command's JSON), ``filter`` (every feasible node, no sampling),
 ``score`` (per node, per plugin), ``reserve`` / ``undo``, ``schedule`` (place and reserve: pods placed one after
-another, each seeing the earlier), and ``take_out`` / ``put_back`` (a what-if without some pods: an eviction).
-PostFilter (preemption, DRA deallocation) is not run: it acts on the cluster; a pending pod's message is the
-FitError's without its "preemption: ..." part.
+another, each seeing the earlier), ``schedule_gang`` (a PodGroup's members as the gang cycle places them: kept whole
+or given back at once), and ``take_out`` / ``put_back`` (a what-if without some pods: an eviction).
+
+PostFilter is a dry run: when nothing fits, the profile's PostFilter plugins run as the scheduler runs them, but
+DefaultPreemption only decides (its evaluator: eligibility, the candidates' what-if, which it undoes, kube's
+choice of a node) and nominates and evicts nothing; DynamicResources deallocates nothing (the simulator gives it no
+writer). So a pending pod's ``message`` is the one the scheduler reports, "preemption: ..." part included, and
+``Placement.preemption`` says what preemption would do: the node it would nominate and the victims it would evict
+there (the scheduler then places the pod on that node once they are gone), or kube's words for why it cannot help.
+The table is left as it was (``preemption=False``: no PostFilter, the bare FitError).
 
 Time: ``clock`` (default: the wall clock) is every plugin handle's clock and Dynamic's wall clock (the freshness
 of load annotations, the window of recent bindings), so a caller that sets it replays virtual time. (The service
@@ -83,7 +90,9 @@ from crane_scheduler.framework import (
     Registry,
     Status,
 )
+from crane_scheduler.framework.interface import GANG, GANG_MEMBERS
 from crane_scheduler.framework.runtime import Profile, build_profiles
+from crane_scheduler.gangrules import gang_of, no_preemption, quorum_met, quorum_out_of_reach
 from crane_scheduler.listers import Kind, Listers
 from crane_scheduler.loadaware import register as register_dynamic
 from crane_scheduler.loadaware.args import parse_args as parse_dynamic_args
@@ -92,6 +101,7 @@ from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable, PodRecord
 from crane_scheduler.plugins import builtin_registry, plugin_registry
 from crane_scheduler.plugins.coscheduling import gang
+from crane_scheduler.plugins.defaultpreemption.plugin import DefaultPreemption
 from crane_scheduler.podinfo import PODS, NodeInfo, PodInfo, parse_node
 from crane_scheduler.podinfo import parse_pod as _parse_pod
 from crane_scheduler.unsupported import GATE, refusal, unsupported_field
@@ -106,10 +116,12 @@ __all__ = [
     "POD_GROUP_RESOURCE",
     "ConfigError",
     "Event",
+    "GangPlacement",
     "NodeScore",
     "Placement",
     "PluginError",
     "PluginFactory",
+    "Preemption",
     "Rejected",
     "Removed",
     "Reservation",
@@ -235,7 +247,28 @@ class Reservation:
     state: CycleState = field(repr=False)
     ok: bool = True
     message: str = ""
+    plugin: str = ""
+    """the Reserve plugin that refused"""
     undone: bool = False
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """What DefaultPreemption would do for a pod that fits nowhere (a dry run: nothing nominated, nothing evicted).
+
+    ``message``: its part of the pod's message as the scheduler reports it (kube's ``preemption: ...``); empty when
+    preemption would succeed (the scheduler then reports the FitError alone and nominates the pod). ``node``: the
+    node it would nominate, None when it cannot help; ``victims``: the pods it would evict there
+    (``namespace/name``), in its order."""
+
+    message: str
+    node: str | None = None
+    victims: tuple[str, ...] = ()
+
+    @property
+    def possible(self) -> bool:
+        """Preemption would make room: ``node`` once ``victims`` are gone."""
+        return self.node is not None
 
 
 @dataclass(eq=False)
@@ -258,6 +291,11 @@ class Placement:
     state: CycleState = field(repr=False)
     reservation: Reservation | None = None
     """set by ``schedule`` (and by ``reserve``'s caller's choice, not here)"""
+    preemption: Preemption | None = None
+    """DefaultPreemption's dry run for a pod no node fits (None: placed, failed, ``preemption=False``, or no
+    DefaultPreemption in the profile)"""
+    rejectors: frozenset[str] = frozenset()
+    """the plugins that rejected the pod (or failed, or refused it in Reserve) when it was not placed"""
 
     @property
     def placed(self) -> bool:
@@ -288,6 +326,25 @@ class Placement:
     def explain(self, limit: int = 50) -> dict[str, Any]:
         """``cranectl explain``'s JSON for this decision (the profile's ``ExplainPlugin``s add their sections)."""
         return render(self.decision, list(self.profile.plugins.values()), limit)
+
+
+@dataclass(eq=False)
+class GangPlacement:
+    """One gang cycle (``schedule_gang``): the group, its quorum (``minMember``) and the members placed before,
+    the members decided in name order (``placements``) and those left undecided once the quorum was out of reach
+    (``untried``); ``kept``: the quorum was met and the members found places are reserved, else none is."""
+
+    gang: str
+    quorum: int
+    placed_before: int
+    placements: list[Placement]
+    untried: list[PodInfo]
+    kept: bool
+
+    @property
+    def found(self) -> int:
+        """Members this cycle found a place for (kept or not)."""
+        return sum(1 for p in self.placements if p.node is not None)
 
 
 @dataclass(frozen=True, eq=False)
@@ -351,6 +408,11 @@ class Simulator:
             else self.config.percentage_of_nodes_to_score
         )
         self.algorithm = Algorithm(self.table, percentage, random.Random(seed))
+        self._preemption = [
+            p for prof in self.profiles.values() for p in prof.post_filter if isinstance(p, DefaultPreemption)
+        ]
+        for preemption in self._preemption:  # where the candidates' search starts: seeded as the tie-break
+            preemption.rng = random.Random(seed)
         self.gangless = pod_group_without_gang_plugin
         self._gang_profiles = {
             name
@@ -462,7 +524,7 @@ class Simulator:
         if event == "DELETED" or phase in TERMINAL:
             self.table.nominated.pop(uid, None)
             self.pending.pop(uid, None)
-            self.table.remove_pod(uid)
+            self.table.remove_pod(uid, deleted=True)
             return
         pod = parse_pod(raw)
         if pod.node_name:
@@ -523,29 +585,69 @@ class Simulator:
 
     # ------------------------------------------------------------------------------------------ decisions
 
-    def place(self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None) -> Placement:
+    def place(
+        self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None, preemption: bool = True
+    ) -> Placement:
         """The scheduler's decision for ``pod`` (the profile of its ``schedulerName``, else the first), with the
         table as it is (a pod naming a PodGroup in a profile without a gang plugin refused first, as the
-        scheduler's cycle does: ``pod_group_without_gang_plugin``); changes nothing but the search's rotating start
-        (kube's ``nextStartNodeIndex``). ``pod``: the object, or ``parse_pod``'s reading of it (a caller that
-        places it more than once parses it once)."""
+        scheduler's cycle does: ``pod_group_without_gang_plugin``); when nothing fits, PostFilter as a dry run
+        (``Placement.preemption``; ``preemption=False``: not run). Changes nothing but the searches' rotating
+        starts (kube's ``nextStartNodeIndex``, preemption's random offset, both seeded). ``pod``: the object, or
+        ``parse_pod``'s reading of it (a caller that places it more than once parses it once)."""
         info = _pod_info(pod)
-        prof = self._profile(profile, info)
-        state: CycleState = {}
+        return self._place(info, self._profile(profile, info), {}, preemption)
+
+    def _place(self, info: PodInfo, prof: Profile, state: CycleState, preemption: bool) -> Placement:
         group = gangless.pod_group(info.raw) if prof.name not in self._gang_profiles else None
+        result: ScheduleResult | Diagnosis | Status
         if group is not None and self.gangless == "refuse":  # the scheduler's cycle refuses it before deciding
             text = gangless.message(prof.name, info.namespace, group, self.gangless)
-            message = Diagnosis(self.table.num_nodes, rejectors={gangless.GATE}, pre_filter_msg=text).message
-            return self._placement(info, prof, state, None, message, False, self.table.num_nodes, [])
-        try:
-            result = self.algorithm.schedule(prof, info, state)
-        except Exception as err:  # as the scheduler's cycle: an attempt that failed, not a crash
-            result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))
+            result = Diagnosis(self.table.num_nodes, rejectors={gangless.GATE}, pre_filter_msg=text)
+        else:
+            try:
+                result = self.algorithm.schedule(prof, info, state)
+            except Exception as err:  # as the scheduler's cycle: an attempt that failed, not a crash
+                result = Status(Code.ERROR, (f"running the scheduling framework: {err!r}",))
         if isinstance(result, ScheduleResult):
             rows = state[EXPLAIN_SCORES][0] if EXPLAIN_SCORES in state else [self.table.rows[result.node]]
             return self._placement(info, prof, state, result.node, "", False, result.evaluated, rows)
+        found = self._post_filter(prof, info, state, result) if preemption and isinstance(result, Diagnosis) else None
         error = isinstance(result, Status)
-        return self._placement(info, prof, state, None, result.message, error, self.table.num_nodes, [])
+        placement = self._placement(info, prof, state, None, result.message, error, self.table.num_nodes, [])
+        placement.preemption = found
+        placement.rejectors = (
+            frozenset(result.rejectors) if isinstance(result, Diagnosis) else frozenset({result.plugin} - {""})
+        )
+        return placement
+
+    def _post_filter(
+        self, profile: Profile, pod: PodInfo, state: CycleState, diagnosis: Diagnosis
+    ) -> Preemption | None:
+        """The profile's PostFilter (``Profile.run_post_filter``, which writes its part of ``diagnosis``'s message)
+        with DefaultPreemption's dry run in place of its ``post_filter``. A gang's member runs none: the gang cycle
+        never preempts for one, and says so when room was what it lacked (``gangrules.no_preemption``)."""
+        member = gang_of((p for p in profile.plugins.values() if isinstance(p, GangPlugin)), pod)
+        if member is not None:
+            plugin, group = member
+            if not diagnosis.rejectors - {plugin.name}:  # the gang plugin's own refusal: not a matter of room
+                return None
+            diagnosis.post_filter_msg = no_preemption(group)
+            return Preemption(diagnosis.post_filter_msg)
+        found: list[Preemption] = []
+
+        def call(plugin: Any) -> Status:
+            if not isinstance(plugin, DefaultPreemption):
+                return plugin.post_filter(state, pod, diagnosis)  # type: ignore[no-any-return]
+            status, choice = plugin.dry_run(pod, diagnosis)
+            best = choice.best
+            if best is None:
+                found.append(Preemption(choice.message))
+            else:
+                found.append(Preemption("", best.node, tuple(f"{v.namespace}/{v.name}" for v in best.victims)))
+            return status
+
+        profile.run_post_filter(state, pod, diagnosis, call)
+        return found[0] if found else None
 
     def filter(self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None) -> Placement:
         """Every node that passes PreFilter and Filter for ``pod`` (no sampling, no scoring; the unsupported-field
@@ -591,7 +693,7 @@ class Simulator:
         status = profile.run_reserve(state, pod, target)
         if not status.success:
             self.table.forget(pod.uid)
-            return Reservation(pod, profile, target, state, ok=False, message=status.message)
+            return Reservation(pod, profile, target, state, ok=False, message=status.message, plugin=status.plugin)
         return Reservation(pod, profile, target, state)
 
     def undo(self, reservation: Reservation) -> None:
@@ -602,10 +704,85 @@ class Simulator:
         self.table.forget(reservation.pod.uid)
         reservation.undone = True
 
-    def schedule(self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None) -> Placement:
+    def gang_of(self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None) -> str | None:
+        """The group (``namespace/name``) a gang plugin of the pod's profile puts it in; None: no gang."""
+        info = _pod_info(pod)
+        found = gang_of(self._gang_plugins(self._profile(profile, info)), info)
+        return found[1] if found is not None else None
+
+    def schedule_gang(
+        self, pods: Sequence[Mapping[str, Any] | PodInfo], *, profile: str | None = None
+    ) -> GangPlacement:
+        """The scheduler's gang cycle for the pending members ``pods`` of one group (``gang_of``): decided one
+        after another in name order, each seeing those before it assumed (with the cycle state the gang cycle
+        gives its plugins), none decided once the group's quorum is out of reach; then the members found places
+        are kept (reserved, as ``schedule`` does) if the members placed already plus them meet the quorum
+        (``minMember``), else every one is undone at once, before the next pod is placed, as the gang cycle
+        does: a group that waits holds nothing. No preemption for a member (the gang cycle's words)."""
+        infos = sorted((_pod_info(p) for p in pods), key=lambda p: p.name)
+        if not infos:
+            raise ValueError("schedule_gang: no pods")
+        prof = self._profile(profile, infos[0])
+        plugins = self._gang_plugins(prof)
+        found = gang_of(plugins, infos[0])
+        if found is None:
+            raise ValueError(f"pod {infos[0].key}: in no gang of profile {prof.name}")
+        plugin, gang = found
+        for info in infos:
+            if not self._in_gang(plugins, info, gang):
+                raise ValueError(f"pod {info.key}: not a member of {gang}")
+        mine = {info.uid for info in infos}
+        placed = sum(
+            1
+            for record in self.table.pods.values()
+            if record.pod is not None and record.uid not in mine and self._in_gang(plugins, record.pod, gang)
+        )
+        quorum = plugin.quorum(gang)
+        total = placed + len(infos)
+        placements: list[Placement] = []
+        failed: list[Placement] = []
+        untried: list[PodInfo] = []
+        for i, info in enumerate(infos):  # the gang cycle's loop (``gangcycle.schedule_gang``)
+            # the gang plugin's own refusals (a group-level verdict, in PreFilter) go on: each member hears its own
+            if (
+                failed
+                and failed[-1].rejectors != {plugin.name}
+                and quorum_out_of_reach(placed, len(infos), len(failed), quorum)
+            ):
+                untried = infos[i:]
+                break
+            placement = self._place(info, prof, {GANG_MEMBERS: total, GANG: gang}, True)
+            placements.append(placement)
+            if placement.node is not None:
+                placement.reservation = self.reserve(placement)
+                if not placement.reservation.ok:
+                    placement.node, placement.message = None, placement.reservation.message
+                    placement.rejectors = frozenset({placement.reservation.plugin} - {""})
+            if placement.node is None:
+                failed.append(placement)
+        assumed = [p for p in placements if p.node is not None]
+        kept = quorum_met(placed, len(assumed), quorum)
+        if not kept:
+            for placement in reversed(assumed):
+                assert placement.reservation is not None
+                self.undo(placement.reservation)
+        return GangPlacement(gang, quorum, placed, placements, untried, kept)
+
+    @staticmethod
+    def _in_gang(plugins: list[GangPlugin], pod: PodInfo, gang: str) -> bool:
+        found = gang_of(plugins, pod)
+        return found is not None and found[1] == gang
+
+    def _gang_plugins(self, profile: Profile) -> list[GangPlugin]:
+        return [p for p in profile.plugins.values() if isinstance(p, GangPlugin)]
+
+    def schedule(
+        self, pod: Mapping[str, Any] | PodInfo, *, profile: str | None = None, preemption: bool = True
+    ) -> Placement:
         """``place`` then ``reserve`` on the chosen node: the pod counts there for the next pod. A pod Reserve
-        refused is not placed (``node`` None, Reserve's message), as the scheduler reports it."""
-        placement = self.place(pod, profile=profile)
+        refused is not placed (``node`` None, Reserve's message), as the scheduler reports it. A pod that would
+        preempt stays pending (``Placement.preemption``): nothing is evicted."""
+        placement = self.place(pod, profile=profile, preemption=preemption)
         if placement.node is not None:
             reservation = self.reserve(placement)
             placement.reservation = reservation
@@ -618,6 +795,8 @@ class Simulator:
         again (two runs over the same input from the same search state, e.g. two policies compared)."""
         self.algorithm.rng = random.Random(seed)
         self.algorithm.next_start = 0
+        for preemption in self._preemption:
+            preemption.rng = random.Random(seed)
 
     def take_out(self, uids: Iterable[str]) -> Removed:
         """Pods out of the accounting (and out of the pod index) for a what-if, until ``put_back``."""

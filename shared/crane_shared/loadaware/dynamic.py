@@ -11,9 +11,16 @@ Fixed on purpose:
 - non-finite, negative and future-dated values are rejected (treated as missing);
 - failure reasons name the metric, not the node, so the FitError histogram groups them:
   ``node(s) had cpu_usage_avg_5m above 0.65``;
-- missing/stale data fails open (as upstream) or closed (``stale="fail-closed"``);
+- missing/stale data fails open (as upstream) or closed (``stale="fail-closed"``); with the policy's opt-in
+  ``newNodes.estimate`` (off by default: upstream's fail-open), a node that carries none of the policy's metrics
+  yet (a new node) and that this scheduler bound pods to recently is judged per metric by their estimates
+  (``usage = 0 + Σ estimates``, none absorbed), so a node an autoscaler just added fills to the thresholds by the
+  estimates, not to its whole capacity by requests, before its first reading. Once one metric is annotated the
+  node is measured: that reading plus the estimates bounds it, and a metric still missing (the annotator writes
+  each on its own period, a 1-day maximum up to 3 hours later) is no data, as before;
 - hot spots: the node's hot value adds the scheduler's own bindings made after the hot-value annotation was
-  written, and the usage adds an estimate of recently bound pods that the averaged metric has not absorbed yet.
+  written, and the usage adds an estimate of recently bound pods that the averaged metric has not absorbed yet
+  (none for a pod since seen deleted or terminal: ``RecentBinding.left``).
 
 Everything here is a pure function of (annotations, policy, now, recent bindings), so the in-process plugin, the
 extender and ``cranectl explain`` give the same answer for the same inputs.
@@ -105,6 +112,9 @@ class RecentBinding:
     """bytes"""
     learned: bool = False
     """``cpu``/``memory`` are the usage learned from the pod's workload: the factor is not applied"""
+    left: bool = False
+    """the pod was since seen deleted or terminal: it adds nothing to the estimate (it runs no more) and still
+    counts in the hot value (its ``Scheduled`` event does in the annotator's)"""
 
 
 @dataclass(frozen=True)
@@ -127,9 +137,14 @@ class MetricReading:
     error: str | None = None
     batch: float = 0.0
     """the batch pods' usage taken out (a regular pod's reading; 0 for a batch pod's or without fresh data)"""
+    bindings: int = 0
+    """a ``missing`` reading of a node without any metric annotation: how many recent bindings' estimates judge it
+    (``estimate`` is their sum, none absorbed); 0: no data, the predicate fails open or closed"""
 
     @property
     def usage(self) -> float | None:
+        if self.state == "missing" and self.bindings:
+            return self.estimate  # never measured: 0 plus the estimates of the pods bound since it joined
         if self.annotated is None or self.state != "fresh":
             return None
         own = max(0.0, self.annotated - self.batch) if self.batch else self.annotated
@@ -250,10 +265,37 @@ def _estimate(
     factor = args.cpu_factor if resource == "cpu" else args.memory_factor
     added = 0.0
     for b in recent:
+        if b.left:
+            continue
         absorbed = min(1.0, max(0.0, (stamped_at - b.bound_at) / window)) if window > 0 else 1.0
         amount = b.cpu if resource == "cpu" else b.memory
         added += (1.0 if b.learned else factor) * amount * (1.0 - absorbed)
     return added / total
+
+
+def _estimate_missing(
+    metric: str, now: datetime, recent: Sequence[RecentBinding], capacity: NodeCapacity | None, args: EstimateArgs
+) -> tuple[float, int]:
+    """A new node's metric's estimate: (fraction of allocatable, bindings counted). Nothing has measured the
+    bindings, so none is absorbed; each counts while ``now < bound_at + window`` (after that, an average over the
+    window taken now would hold it whole: the binding is as old as any reading the estimate stands in for)."""
+    resource = resource_of(metric)
+    if not args.enabled or resource is None or capacity is None or not recent:
+        return 0.0, 0
+    total = capacity.cpu if resource == "cpu" else capacity.memory
+    window = args.window_of(metric).total_seconds()
+    if total <= 0 or window <= 0:
+        return 0.0, 0
+    now_s = now.timestamp()
+    factor = args.cpu_factor if resource == "cpu" else args.memory_factor
+    added = 0.0
+    counted = 0
+    for b in recent:
+        if now_s < b.bound_at + window and not b.left:
+            amount = b.cpu if resource == "cpu" else b.memory
+            added += (1.0 if b.learned else factor) * amount
+            counted += 1
+    return added / total, counted
 
 
 def node_load(
@@ -276,18 +318,26 @@ def node_load(
     annotations = annotations or {}
     policy = args.policy
     batch = batch_usage(annotations, args, now) if regular else {}
+    never = policy.new_nodes.estimate and not any(  # a new node, not measured, judged by its bindings (opt-in)
+        annotation_key(s.name) in annotations for s in policy.sync_policy
+    )
     states: dict[str, ReadingState] = {}
     readings: dict[str, MetricReading] = {}
     for sync in policy.sync_policy:
         text = annotations.get(annotation_key(sync.name))
         state, value, ts, error = _read(text, metric_freshness_window(sync.period), now, args)
         estimate = _estimate(sync.name, ts, recent, capacity, args.estimate) if state == "fresh" and ts else 0.0
+        bound = 0
+        if state == "missing" and never:
+            estimate, bound = _estimate_missing(sync.name, now, recent, capacity, args.estimate)
         taken = 0.0
         resource = resource_of(sync.name)
         if regular and resource is not None:
             key, share_state, taken = batch_share(annotations, sync.name, resource, state, ts, batch, args)
             states[key] = share_state
-        readings[sync.name] = MetricReading(sync.name, state, value, ts, estimate, error, taken)
+            if state == "missing":
+                taken = 0.0  # nothing measured to take the batch pods' share out of
+        readings[sync.name] = MetricReading(sync.name, state, value, ts, estimate, error, taken, bound)
     hot_state, hot_annotated, hot_ts, _ = _read(annotations.get(HOT_VALUE_KEY), HOT_VALUE_FRESHNESS, now, args)
     annotated_hot = int(hot_annotated) if hot_state == "fresh" and hot_annotated is not None else 0
     own_hot = 0
@@ -422,6 +472,12 @@ def valid_until(
     until = math.inf
     for sync in args.policy.sync_policy:
         reading = load.readings.get(sync.name)
+        if reading is not None and reading.state == "missing" and reading.bindings:
+            window = args.estimate.window_of(sync.name).total_seconds()  # a binding leaves it at bound_at + window
+            for binding in recent:
+                end = binding.bound_at + window
+                if end > computed_at and not binding.left:
+                    until = min(until, end)
         if reading is not None and reading.timestamp is not None:
             until = min(
                 until,

@@ -24,6 +24,7 @@ from tests.support.scheduler_cluster import (
     config_for,
     create_nodes,
     create_pods,
+    delete_pods,
     events,
     node,
     pod,
@@ -68,13 +69,6 @@ async def failed_notes(kube: client.ApiClient, namespace: str) -> dict[str, set[
     for e in await events(kube, namespace, "FailedScheduling"):
         notes.setdefault(e["regarding"]["name"], set()).add(e.get("note", ""))
     return notes
-
-
-async def delete_pods(kube: client.ApiClient, namespace: str, names: list[str]) -> None:
-    v1 = client.CoreV1Api(kube)
-    for name in names:  # no kubelet confirms a graceful deletion here
-        resp = await v1.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _preload_content=False)
-        resp.release()
 
 
 async def test_a_gang_binds_whole_or_not_at_all_and_a_waiting_gang_holds_no_room(

@@ -1,19 +1,23 @@
-"""The load-aware policy's two pod classes and its learned estimates, on the real API server.
+"""The load-aware policy's two pod classes, its learned estimates and a node without load data, on the real API
+server.
 
 Annotations are written as the annotator writes them (stamped now): the node's load, the batch pods' share of it,
 and the measured usage of each running pod."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
+from tests.support.policy import default_policy_with
 from tests.support.scheduler_cluster import (
     create_nodes,
     create_pods,
+    delete_pods,
     in_process,
     node,
     node_of,
@@ -42,6 +46,22 @@ async def refusal(kube: client.ApiClient, namespace: str, name: str) -> str:
 
     message: str = await wait_for(unschedulable, what=f"{name} to be reported unschedulable")
     return message
+
+
+async def decisions(kube: client.ApiClient, namespace: str, pods: list[dict[str, Any]]) -> dict[str, str] | None:
+    """Each pod's node once bound, or its refusal's message; None while one of them is still undecided."""
+    out: dict[str, str] = {}
+    for p in pods:
+        name = p["metadata"]["name"]
+        found = await read_pod(kube, namespace, name)
+        cond = scheduled_condition(found)
+        if found and found["spec"].get("nodeName"):
+            out[name] = found["spec"]["nodeName"]
+        elif cond and cond["status"] == "False":
+            out[name] = cond["message"]
+        else:
+            return None
+    return out
 
 
 async def test_a_regular_pod_passes_a_node_hot_only_by_batch_work_and_a_batch_pod_is_refused(
@@ -107,24 +127,52 @@ async def test_a_scale_up_is_judged_by_the_workloads_measured_usage(
     expected = with_learned if learned else with_factor
     async with in_process(cluster, config, selector, load_aware=True):
         await create_pods(kube, namespace, new)
-
-        async def decided() -> dict[str, Any] | None:
-            out: dict[str, Any] = {}
-            for p in new:
-                name = p["metadata"]["name"]
-                found = await read_pod(kube, namespace, name)
-                cond = scheduled_condition(found)
-                if found and found["spec"].get("nodeName"):
-                    out[name] = "bound"
-                elif cond and cond["status"] == "False":
-                    out[name] = cond["message"]
-                else:
-                    return None
-            return out
-
-        outcome = await wait_for(decided, what="every new replica to be bound or refused")
-    bound = [n for n, v in outcome.items() if v == "bound"]
-    refused = [v for v in outcome.values() if v != "bound"]
+        outcome = await wait_for(lambda: decisions(kube, namespace, new), what="every new replica bound or refused")
+    bound = [n for n, v in outcome.items() if v == full]
+    refused = [v for v in outcome.values() if v != full]
     assert len(bound) == expected, outcome
     for message in refused:
         assert f"1 node(s) would have {metric} above 0.65" in message, message
+
+
+async def test_a_node_without_load_data_takes_pods_until_their_estimates_reach_the_threshold_and_more_once_some_go(
+    cluster: LocalCluster,
+    kube: client.ApiClient,
+    namespace: str,
+    group: str,
+    selector: str,
+    scheduler_name: str,
+    tmp_path: Path,
+) -> None:
+    """With ``newNodes.estimate``, an autoscaler's new node (no annotation yet) beside a hot one: 1.0 x 0.5 core / 8
+    per pod, so 10 bind there (0.625) and the rest pend, for the autoscaler to see, instead of 16 filling it by
+    requests. Then one bound pod is deleted and one finishes (Succeeded): their estimates leave the node as the
+    scheduler sees them go, and the two pending pods bind at once, not 5 minutes later (the estimate window)."""
+    await create_nodes(kube, [node(f"{group}-hot", group, cpu="8"), node(f"{group}-new", group, cpu="8")])
+    await annotate(kube, f"{group}-hot", 0.9)
+    new = [pod(f"p-{i}", scheduler_name, cpu="500m") for i in range(12)]
+    policy = default_policy_with(tmp_path / "policy.yaml", newNodes={"estimate": True})
+    config = dynamic_config(
+        scheduler_name, policyConfigPath=str(policy), estimate={"cpuFactor": 1.0, "learned": {"enabled": False}}
+    )
+    async with in_process(cluster, config, selector, load_aware=True):
+        await create_pods(kube, namespace, new)
+        outcome = await wait_for(lambda: decisions(kube, namespace, new), what="every pod to be bound or refused")
+        placed = [name for name, v in outcome.items() if v == f"{group}-new"]
+        refused = [name for name, v in outcome.items() if v != f"{group}-new"]
+        assert len(placed) == 10, outcome
+        for name in refused:
+            assert outcome[name].startswith(
+                "0/2 nodes are available: 1 node(s) had cpu_usage_avg_5m above 0.65,"
+                " 1 node(s) would have cpu_usage_avg_5m above 0.65."
+            ), outcome[name]
+        await delete_pods(kube, namespace, placed[:1])
+        resp = await client.CoreV1Api(kube).patch_namespaced_pod_status(
+            placed[1], namespace, {"status": {"phase": "Succeeded"}}, _preload_content=False
+        )
+        resp.release()
+
+        async def rebound() -> bool:
+            return all([await node_of(kube, namespace, name) == f"{group}-new" for name in refused])
+
+        await wait_for(rebound, timeout=60, what="the pending pods to bind where the finished ones were")

@@ -170,6 +170,11 @@ def test_a_gang_short_of_min_member_places_nobody() -> None:
     outcome = whatif.run(snap, whatif.expand([group, job]), whatif.base_setup(snap))
     assert [p.node for p in outcome.pods] == [None, None, None]  # two fit, the third does not: none kept
     assert all("gang default/train: 2 of minMember 3 members found a node" in p.reason for p in outcome.pods)
+    # the member that found no place: the gang cycle's words (it never preempts for a gang's member)
+    assert outcome.pods[2].reason.endswith(
+        "2 Insufficient cpu. preemption: not attempted for a member of pod group default/train "
+        "(gang preemption is not supported)"
+    )
     assert {n.node: n.cpu[1] for n in outcome.nodes} == {"n1": 2.0, "n2": 0.0}  # reservations undone
 
 
@@ -222,7 +227,7 @@ def test_a_snapshot_never_keeps_env_commands_or_the_last_applied_manifest() -> N
                 {"name": "creds", "secret": {"secretName": "s", "items": [{"key": "k", "path": "p"}]}},
             ],
         },
-        "status": {"phase": "Running", "podIP": "10.0.0.1"},
+        "status": {"phase": "Running", "podIP": "10.0.0.1", "startTime": "2026-01-01T10:00:00Z"},
     }
     out = scrub_pod(pod)
     text = json.dumps(out)
@@ -235,6 +240,7 @@ def test_a_snapshot_never_keeps_env_commands_or_the_last_applied_manifest() -> N
         {"name": "creds", "secret": {}},
     ]
     assert pod["spec"]["containers"][0]["env"]  # the input is not changed
+    assert out["status"] == {"phase": "Running", "startTime": "2026-01-01T10:00:00Z"}  # preemption orders by it
 
 
 def test_a_file_that_is_not_a_snapshot_is_refused(tmp_path: Path) -> None:
@@ -387,3 +393,31 @@ def test_priority_classes_order_the_pods_as_the_queue_would_and_an_unknown_one_i
     urgent["spec"]["template"]["spec"]["priorityClassName"] = "nope"
     with pytest.raises(whatif.ManifestError, match=r"urgent-simulated-0: spec\.priorityClassName 'nope'"):
         whatif.run(snap, whatif.expand([first, urgent]), whatif.base_setup(snap))
+
+
+def test_a_pod_that_would_preempt_is_shown_with_its_node_and_victims_and_nothing_is_evicted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = snapshot(node("n1", 0.1, cpu="4"))  # the bound pod "old" (priority 0) holds 2 of its 4 cores
+    base["objects"].append({"kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000})
+    urgent, plain = deployment("urgent", 1, "3"), deployment("plain", 1, "3")
+    urgent["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    snap, manifests = tmp_path / "snap.json", tmp_path / "app.yaml"
+    snap.write_text(json.dumps(base))
+    manifests.write_text(yaml.safe_dump_all([urgent, plain]))
+    assert run_cli(monkeypatch, "simulate", "--snapshot", str(snap), "-f", str(manifests), "-o", "json") == 0
+    pods = {p["pod"]: p for p in json.loads(capsys.readouterr().out)["runs"][0]["pods"]}
+    would = pods["default/urgent-simulated-0"]
+    assert would["node"] is None
+    assert would["preemption"] == {"node": "n1", "victims": ["default/old"]}
+    assert would["reason"] == "0/1 nodes are available: 1 Insufficient cpu."  # as the scheduler reports it then
+    cannot = pods["default/plain-simulated-0"]  # old is not of lower priority, and stays: nothing was evicted
+    assert cannot["preemption"] is None
+    assert cannot["reason"] == (
+        "0/1 nodes are available: 1 Insufficient cpu. "
+        "preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    )
+    assert run_cli(monkeypatch, "simulate", "--snapshot", str(snap), "-f", str(manifests)) == 0
+    out = capsys.readouterr().out
+    assert "  default/urgent-simulated-0: 0/1 nodes are available: 1 Insufficient cpu.\n" in out
+    assert "    would preempt on n1: default/old\n" in out

@@ -77,15 +77,20 @@ def _rules_of(objects: list[dict[str, Any]], subject: str) -> list[dict[str, Any
     return rules
 
 
-def test_the_annotator_watches_pods_and_patches_node_status_only_with_spec_reclaim() -> None:
-    objects = render("--set", "policy.spec.reclaim.maxAge=5m")
-    granted = {
+def _granted(objects: list[dict[str, Any]], subject: str) -> set[tuple[str, str, str]]:
+    """(API group, resource, verb) of every rule bound to the ServiceAccount ``subject``."""
+    return {
         (group, resource, verb)
-        for rule in _rules_of(objects, "crane-annotator")
+        for rule in _rules_of(objects, subject)
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
+
+
+def test_the_annotator_watches_pods_and_patches_node_status_only_with_spec_reclaim() -> None:
+    objects = render("--set", "policy.spec.reclaim.maxAge=5m")
+    granted = _granted(objects, "crane-annotator")
     assert {("", "pods", "list"), ("", "pods", "watch"), ("", "nodes/status", "patch")} <= granted
     assert not {(g, r, v) for g, r, v in granted if r.startswith("pods") and v not in ("list", "watch")}
     assert ("", "nodes/status", "update") not in granted
@@ -185,13 +190,7 @@ def test_rbac_is_least_privilege_per_service() -> None:
     for sa, must in allowed.items():
         if sa != "crane-redis":  # delegated /metrics: each service asks the API server about its scrapers
             must = must | {("authentication.k8s.io", "tokenreviews", "create")}
-        granted = {
-            (group, resource, verb)
-            for rule in _rules_of(objects, sa)
-            for group in rule["apiGroups"]
-            for resource in rule["resources"]
-            for verb in rule["verbs"]
-        }
+        granted = _granted(objects, sa)
         assert must <= granted, (sa, must - granted)
         for group, resource, verb in granted:
             assert "*" not in (group, resource, verb), (sa, group, resource, verb)
@@ -213,13 +212,7 @@ def test_rbac_is_least_privilege_per_service() -> None:
     assert ("pods", "list") not in annotator  # no spec.reclaim: no pod is read
     # ... but node status is patched: an annotator without spec.reclaim withdraws a loan an earlier one left
     assert ("nodes/status", "patch") in annotator
-    descheduler = {
-        (g, r, v)
-        for rule in _rules_of(objects, "crane-descheduler")
-        for g in rule["apiGroups"]
-        for r in rule["resources"]
-        for v in rule["verbs"]
-    }
+    descheduler = _granted(objects, "crane-descheduler")
     assert ("", "pods", "delete") not in descheduler and ("", "pods", "patch") not in descheduler
     assert ("", "events", "create") not in descheduler  # events.k8s.io only, as every other service
     # Lease access: create, then only their own Lease by name.
@@ -227,6 +220,21 @@ def test_rbac_is_least_privilege_per_service() -> None:
         lease_rules = [r for r in _rules_of(objects, sa) if r["resources"] == ["leases"]]
         named = [r for r in lease_rules if "update" in r["verbs"]]
         assert named and all(r.get("resourceNames") == [sa] for r in named), (sa, lease_rules)
+
+
+def test_the_snapshot_account_is_opt_in_and_may_only_list_what_a_snapshot_reads() -> None:
+    from cranectl.snapshot import CORE, GROUPED
+
+    assert "crane-snapshot" not in json.dumps(render(*FULL)), "off by default"
+    objects = render("--set", "snapshot.rbac.enabled=true")
+    ours = [o for o in objects if o["metadata"]["name"] == "crane-snapshot"]
+    assert {o["kind"] for o in ours} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+    granted = _granted(objects, "crane-snapshot")
+    # list, exactly the kinds cranectl snapshot lists: no get, no watch, no write, no Secret, no ConfigMap
+    assert granted == {("", r, "list") for r in CORE} | {(g, p, "list") for _, g, _, p in GROUPED}
+    assert not any(
+        rule.get("resourceNames") or rule.get("nonResourceURLs") for rule in _rules_of(objects, "crane-snapshot")
+    )
 
 
 def test_each_service_has_its_account_pdb_network_policy_and_metrics_service() -> None:
@@ -496,7 +504,7 @@ def test_the_sandbox_applies_the_charts_own_roles_per_namespace() -> None:
     shipped = render(
         "--set",
         "fullnameOverride=crane,extender.enabled=true,scheduler.topologyAware=true,serviceMonitor.enabled=true,"
-        "policy.spec.reclaim.maxAge=5m,policy.spec.loadTaint.hotRounds=2",
+        "policy.spec.reclaim.maxAge=5m,policy.spec.loadTaint.hotRounds=2,snapshot.rbac.enabled=true",
     )
     for kind in ("ClusterRole", "Role"):  # the same rules; Lease names carry the prefix
         ours = {

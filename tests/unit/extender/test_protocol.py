@@ -32,7 +32,7 @@ from crane_shared.loadaware.dynamic import (
     node_load,
     score,
 )
-from crane_shared.loadtaintpolicy import ScoringPolicy
+from crane_shared.loadtaintpolicy import NewNodesPolicy, ScoringPolicy
 from crane_shared.policy import default_policy
 from tests.support.extender import NOW, names_args, node, nodes_args, pod, usage
 from tests.support.policy import UPSTREAM_METRICS as METRICS
@@ -171,6 +171,16 @@ def test_the_estimate_of_recently_bound_pods_can_push_a_node_over_the_threshold(
     big = {"x": [RecentBinding("x", NOW.timestamp() - 1, cpu=4)]}
     result = run_filter(nodes_args(pod(), fleet), decide(recent=big, args=args))
     assert result["FailedNodes"] == {"x": HOT_REASON}
+
+
+@pytest.mark.parametrize("estimate", [False, True])
+def test_a_node_without_load_data_is_judged_by_its_bindings_only_with_the_opt_in(estimate: bool) -> None:
+    """``newNodes.estimate``: the extender reads the same policy; off (the default), upstream's fail-open."""
+    policy = replace(default_policy(), new_nodes=NewNodesPolicy(estimate))
+    args = DynamicArgs(policy, estimate=EstimateArgs(cpu_factor=1))
+    bound = {"new": [RecentBinding("new", NOW.timestamp() - 10, cpu=0.5)] * 11}  # 11 x 0.5 / 8 = 0.6875
+    result = run_filter(nodes_args(pod(), [node("new", {}, cpu="8")]), decide(recent=bound, args=args))
+    assert result["FailedNodes"] == ({"new": HOT_REASON} if estimate else {})
 
 
 # --- same answer as the in-process Dynamic plugins ----------------------------------------------------------------

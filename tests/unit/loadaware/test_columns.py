@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -16,12 +17,11 @@ from crane_shared.batch import BATCH_CPU_USAGE_KEY, BATCH_MEMORY_USAGE_KEY, batc
 from crane_shared.loadaware.dynamic import (
     DynamicArgs,
     NodeCapacity,
-    RecentBinding,
     filter_reason,
     node_load,
     score,
 )
-from crane_shared.loadtaintpolicy import ScoringPolicy
+from crane_shared.loadtaintpolicy import NewNodesPolicy, ScoringPolicy
 from crane_shared.policy import default_policy
 from tests.support.policy import UPSTREAM_METRICS as METRICS
 
@@ -114,34 +114,58 @@ CAPACITY = NodeCapacity(8.0, 32.0 * 2**30)
 
 
 def _check_against_reference(
-    cols: LoadColumns, effects: RecentEffects, nodes: list[dict[str, str]], args: DynamicArgs, at: float
+    cols: LoadColumns,
+    effects: RecentEffects,
+    nodes: list[dict[str, str]],
+    args: DynamicArgs,
+    at: float,
+    incoming: tuple[float, float] | None = None,
+    regular: bool = False,
 ) -> None:
     now = datetime.fromtimestamp(at, UTC)
     extra, own = effects.at(at, len(nodes))
+    judged = effects.judged_at(len(nodes))
     rows = np.arange(len(nodes), dtype=np.intp)
-    scores = cols.scores(rows, at, extra, own).tolist()
+    pod = (
+        None
+        if incoming is None
+        else {"cpu": np.full(len(nodes), incoming[0]), "memory": np.full(len(nodes), incoming[1])}
+    )
+    scores = cols.scores(rows, at, extra, own, regular, pod, judged).tolist()
     reasons: list[str | None] = [None] * len(nodes)
-    for reason, mask in cols.filter(rows, at, None, extra):
+    for reason, mask in cols.filter(rows, at, pod, extra, regular, judged):
         for i in np.flatnonzero(mask).tolist():
             reasons[i] = reason
     for i, ann in enumerate(nodes):
-        recent = [RecentBinding(f"n{i}", t, c, m, learned) for t, c, m, learned in effects.bindings_of(i)]
-        ref = node_load(f"n{i}", ann, args, now, recent, CAPACITY)
+        recent = effects.bindings_of(i)
+        ref = node_load(f"n{i}", ann, args, now, recent, CAPACITY, regular=regular)
         assert own[i] == ref.own_hot, f"own hot value of n{i} at {at}"
         for metric, reading in ref.readings.items():
-            if reading.state == "fresh" and metric in extra:
+            if metric not in extra:
+                continue
+            if reading.state == "fresh" or reading.bindings:
                 assert extra[metric][i] == reading.estimate, f"estimate of {metric} on n{i}"
-        assert scores[i] == score(ref, args)
-        assert reasons[i] == filter_reason(ref, args)
+            assert judged[metric][i] == (reading.bindings > 0), f"{metric} of n{i} judged by its bindings"
+        ref_pod = None if incoming is None else {"cpu": incoming[0], "memory": incoming[1]}
+        assert scores[i] == score(ref, args, ref_pod)
+        assert reasons[i] == filter_reason(ref, args, incoming=ref_pod)
+        assert cols.reason_of(i, pod, extra, regular, judged) == reasons[i], "the one-row path agrees"
+        assert cols.score_of(i, extra, own, regular, pod, judged) == scores[i]
 
 
 @settings(max_examples=200, deadline=None)
 @given(
-    nodes=st.lists(node_annotations(), min_size=1, max_size=8),
+    nodes=st.lists(st.one_of(node_annotations(), st.just({})), min_size=1, max_size=8),  # {}: a new node
     recent=bindings,
     later=st.lists(st.integers(0, 1200), max_size=5),
     changed=st.lists(st.tuples(st.integers(0, 7), node_annotations()), max_size=3),
     removed=st.lists(st.integers(0, 11), max_size=3),
+    departed=st.lists(st.integers(0, 11), max_size=4),
+    closed=st.booleans(),
+    incoming=st.one_of(st.none(), st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))),
+    regular=st.booleans(),
+    target=st.one_of(st.none(), st.floats(0.05, 0.95)),
+    new_nodes=st.booleans(),
 )
 def test_cached_recent_effects_equal_the_reference_as_time_passes(
     nodes: list[dict[str, str]],
@@ -149,10 +173,24 @@ def test_cached_recent_effects_equal_the_reference_as_time_passes(
     later: list[int],
     changed: list[tuple[int, dict[str, str]]],
     removed: list[int],
+    departed: list[int],
+    closed: bool,
+    incoming: tuple[float, float] | None,
+    regular: bool,
+    target: float | None,
+    new_nodes: bool,
 ) -> None:
-    """Bindings added, unreserved and pruned, annotations changed, the clock moving over the hot-value ranges and
-    the annotations' freshness edges: the per-node cached effects stay equal to ``node_load`` recomputed."""
-    args = DynamicArgs(POLICY)
+    """Bindings added, unreserved, departed (pod deleted) and pruned, annotations changed, the clock moving over
+    the hot-value ranges and the annotations' freshness edges: the per-node cached effects stay equal to
+    ``node_load`` recomputed, and so do the verdicts and scores, for either strategy and class, with or without the
+    incoming pod, fail-open or closed.
+    With ``newNodes.estimate``, nodes without an annotation (``{}``: a new node) are judged by their bindings'
+    estimates while a binding is younger than the estimate window and its pod not deleted, and by nothing once the
+    last one passed it; without, they fail open or closed as upstream."""
+    policy = POLICY if target is None else replace(POLICY, scoring=ScoringPolicy("pack", target))
+    policy = replace(policy, new_nodes=NewNodesPolicy(new_nodes))
+    args = DynamicArgs(policy, stale="fail-closed" if closed else "fail-open")
+    check = functools.partial(_check_against_reference, incoming=incoming, regular=regular)
     cols = LoadColumns(args, capacity=2)
     effects = RecentEffects(cols, capacity=2)  # also exercises growth
     start = NOW.timestamp()
@@ -163,20 +201,22 @@ def test_cached_recent_effects_equal_the_reference_as_time_passes(
     for i, (row, age, cpu, memory) in enumerate(ordered):
         learned = i % 3 == 1  # some carry a learned usage (no factor)
         effects.add(f"uid-{i}", row % len(nodes), f"n{row % len(nodes)}", start + age, cpu, memory, learned)
-    _check_against_reference(cols, effects, nodes, args, start + 5)
+    check(cols, effects, nodes, args, start + 5)
     for i in removed:
         effects.remove(f"uid-{i}", start + 5)
+    for i in departed:
+        effects.depart(f"uid-{i}", start + 5)
     for row, ann in changed:
         row %= len(nodes)
         nodes[row] = ann
         cols.set_row(row, ann)
         effects.node_changed(row, f"n{row}", CAPACITY.cpu, CAPACITY.memory, start + 5)
-    _check_against_reference(cols, effects, nodes, args, start + 5)
+    check(cols, effects, nodes, args, start + 5)
     at = start + 5
     for step in sorted(later):
         at = start + 5 + step
         effects.prune(at - 600, at)
-        _check_against_reference(cols, effects, nodes, args, at)
+        check(cols, effects, nodes, args, at)
 
 
 def test_a_decision_recomputes_only_nodes_whose_own_hot_value_can_have_changed() -> None:

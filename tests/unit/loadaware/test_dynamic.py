@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,7 +21,9 @@ from crane_shared.loadaware.dynamic import (
     node_load,
     raw_score,
     score,
+    valid_until,
 )
+from crane_shared.loadtaintpolicy import NewNodesPolicy
 from crane_shared.policy import default_policy, parse_policy
 from tests.support.policy import UPSTREAM_METRICS as METRICS
 from tests.support.policy import policy_yaml
@@ -220,3 +224,118 @@ def test_incoming_fraction_applies_the_factors_to_the_node_size() -> None:
     est = EstimateArgs(cpu_factor=0.5, memory_factor=1.0)
     assert incoming_fraction(est, cpu=2, memory=10, capacity=NodeCapacity(8, 100)) == {"cpu": 0.125, "memory": 0.1}
     assert incoming_fraction(EstimateArgs(incoming_pod=False), 2, 10, NodeCapacity(8, 100)) == {}
+
+
+# --- a node never annotated (an autoscaler's new node): the opt-in ``newNodes.estimate`` ---------------------------
+
+EIGHT_CORES = NodeCapacity(cpu=8, memory=32 * 2**30)
+NEW_NODES = replace(default_policy(), new_nodes=NewNodesPolicy(estimate=True))
+ESTIMATING = DynamicArgs(NEW_NODES)  # factor 0.6, 5-minute window, incoming pod counted
+
+
+def replicas(n: int, age: float = 10, cpu: float = 0.5, learned: bool = False) -> list[RecentBinding]:
+    """``n`` pods of ``cpu`` cores (512 MiB) bound ``age`` seconds ago."""
+    return [RecentBinding("n1", NOW.timestamp() - age, cpu, 2**29, learned)] * n
+
+
+def test_without_the_opt_in_a_new_node_passes_whatever_was_bound_to_it_as_upstream() -> None:
+    upstream = DynamicArgs(default_policy(), own_bindings_in_hot_value=False)  # the score without hot-value terms
+    eighteen = load({}, upstream, recent=replicas(18), capacity=EIGHT_CORES)
+    reading = eighteen.readings["cpu_usage_avg_5m"]
+    assert (reading.state, reading.bindings, reading.usage) == ("missing", 0, None)
+    assert filter_reason(eighteen, upstream) is None  # fail-open
+    assert score(eighteen, upstream) == 50  # neutral
+
+
+def test_a_new_node_is_judged_by_the_estimates_of_the_pods_bound_to_it() -> None:
+    pod = incoming_fraction(ESTIMATING.estimate, 0.5, 2**29, EIGHT_CORES)  # 0.6 x 0.5 / 8 = 0.0375 of the cpu
+    assert filter_reason(load({}, ESTIMATING, capacity=EIGHT_CORES), ESTIMATING, incoming=pod) is None  # fail-open
+    sixteen = load({}, ESTIMATING, recent=replicas(16), capacity=EIGHT_CORES)
+    reading = sixteen.readings["cpu_usage_avg_5m"]
+    assert (reading.state, reading.bindings) == ("missing", 16)
+    assert reading.usage == pytest.approx(16 * 0.0375)  # 0 + every estimate, none absorbed: 0.6
+    assert filter_reason(sixteen, ESTIMATING, incoming=pod) is None  # 0.6375: one more fits
+    seventeen = load({}, ESTIMATING, recent=replicas(17), capacity=EIGHT_CORES)
+    assert filter_reason(seventeen, ESTIMATING, incoming=pod) == "node(s) would have cpu_usage_avg_5m above 0.65"
+    eighteen = load({}, ESTIMATING, recent=replicas(18), capacity=EIGHT_CORES)
+    assert filter_reason(eighteen, ESTIMATING) == "node(s) had cpu_usage_avg_5m above 0.65"
+
+
+def test_a_new_nodes_learned_estimates_count_as_they_are() -> None:
+    loaded = load({}, ESTIMATING, recent=replicas(4, cpu=1.0, learned=True), capacity=EIGHT_CORES)
+    assert loaded.readings["cpu_usage_avg_5m"].usage == pytest.approx(4 / 8)
+
+
+def test_a_new_nodes_bindings_leave_its_estimate_after_the_window() -> None:
+    young = load({}, ESTIMATING, recent=replicas(18, age=299), capacity=EIGHT_CORES)
+    old = load({}, ESTIMATING, recent=replicas(18, age=300), capacity=EIGHT_CORES)
+    assert filter_reason(young, ESTIMATING) == "node(s) had cpu_usage_avg_5m above 0.65"
+    assert old.readings["cpu_usage_avg_5m"].bindings == 0
+    assert filter_reason(old, ESTIMATING) is None  # no data left: fail-open as before
+    closed = DynamicArgs(NEW_NODES, stale="fail-closed")
+    gone = load({}, closed, recent=replicas(18, age=300), capacity=EIGHT_CORES)
+    assert filter_reason(gone, closed) == "node(s) had no fresh cpu_usage_avg_5m"
+
+
+def test_a_new_node_with_bindings_passes_fail_closed_while_under_the_thresholds() -> None:
+    closed = DynamicArgs(NEW_NODES, stale="fail-closed")
+    assert filter_reason(load({}, closed, capacity=EIGHT_CORES), closed) == "node(s) had no fresh cpu_usage_avg_5m"
+    assert filter_reason(load({}, closed, recent=replicas(2), capacity=EIGHT_CORES), closed) is None
+
+
+def test_a_new_nodes_score_follows_its_estimates_instead_of_staying_neutral() -> None:
+    empty = score(load({}, ESTIMATING, capacity=EIGHT_CORES), ESTIMATING)
+    filled = score(load({}, ESTIMATING, recent=replicas(16), capacity=EIGHT_CORES), ESTIMATING)
+    assert empty == 50
+    assert filled < empty  # cpu metrics 0.6 used, memory metrics 16 x 0.6 x 0.5 GiB / 32 GiB
+
+
+def test_once_one_metric_is_annotated_a_missing_one_is_no_data_as_before() -> None:
+    """The annotator writes each metric on its own period (a 1-day maximum up to 3 hours after the 5-minute
+    average): a measured node is bounded by its fresh readings plus the estimates, not by estimates alone."""
+    only_5m = annotated({"cpu_usage_avg_5m": 0.3, "mem_usage_avg_5m": 0.2})
+    loaded = load(only_5m, ESTIMATING, recent=replicas(8), capacity=EIGHT_CORES)
+    assert loaded.readings["cpu_usage_avg_5m"].usage == pytest.approx(0.3 + 8 * 0.0375)
+    day = loaded.readings["cpu_usage_max_avg_1d"]
+    assert (day.state, day.bindings, day.usage) == ("missing", 0, None)
+
+
+@pytest.mark.parametrize("annotation", ["stale", "future", "malformed"])
+def test_only_a_node_without_any_metric_annotation_is_judged_by_estimates(annotation: str) -> None:
+    text = {
+        "stale": encode_usage(0.1, NOW - timedelta(hours=5)),
+        "future": encode_usage(0.1, NOW + timedelta(hours=1)),
+        "malformed": "garbage",
+    }[annotation]
+    loaded = load({m: text for m in METRICS}, ESTIMATING, recent=replicas(18), capacity=EIGHT_CORES)
+    reading = loaded.readings["cpu_usage_avg_5m"]
+    assert (reading.state, reading.bindings, reading.usage) == (annotation, 0, None)
+    assert filter_reason(loaded, ESTIMATING) is None  # fail-open, as before
+
+
+def test_a_new_nodes_verdict_changes_when_a_binding_leaves_the_window() -> None:
+    args = DynamicArgs(NEW_NODES, own_bindings_in_hot_value=False)  # no hot-value edge at the same time
+    recent = replicas(18, age=100)
+    loaded = load({}, args, recent=recent, capacity=EIGHT_CORES)
+    assert filter_reason(loaded, args) is not None
+    until = valid_until(loaded, {}, args, recent, NOW.timestamp())
+    assert until == NOW.timestamp() + 200  # bound 100 s ago, counted for 300 s
+    assert valid_until(load({}, args, capacity=EIGHT_CORES), {}, args, (), NOW.timestamp()) == math.inf
+
+
+def test_a_deleted_pods_estimate_no_longer_counts_on_its_node_but_its_binding_stays_in_the_hot_value() -> None:
+    """A pod seen deleted or terminal runs no more: a new node judged by it alone is empty again (and passes,
+    fail-open), a measured node loses its unabsorbed estimate; the hot value still counts the binding, as the
+    annotator's counts its ``Scheduled`` event."""
+    gone = [replace(b, left=True) for b in replicas(18)]
+    new = load({}, ESTIMATING, recent=gone, capacity=EIGHT_CORES)
+    assert filter_reason(load({}, ESTIMATING, recent=replicas(18), capacity=EIGHT_CORES), ESTIMATING) is not None
+    assert new.readings["cpu_usage_avg_5m"].bindings == 0
+    assert filter_reason(new, ESTIMATING) is None
+    assert valid_until(new, {}, ESTIMATING, gone, NOW.timestamp()) == NOW.timestamp() - 10 + 60  # the 1m hot rule
+    measured = annotated(0.3)
+    kept = load(measured, ESTIMATING, recent=replicas(4), capacity=EIGHT_CORES)
+    left = load(measured, ESTIMATING, recent=[replace(b, left=True) for b in replicas(4)], capacity=EIGHT_CORES)
+    assert kept.readings["cpu_usage_avg_5m"].estimate > 0
+    assert left.readings["cpu_usage_avg_5m"].estimate == 0
+    assert left.own_hot == kept.own_hot > 0

@@ -113,3 +113,18 @@ def test_explain_shows_the_packing_strategy_and_the_pack_score(tmp_path: Any) ->
     assert fuller["load"]["scoring"].startswith("pack toward 0.6")
     assert fuller["scores"]["Dynamic"] == fuller["load"]["dynamicScore"] == 93
     assert "load score: pack toward 0.6" in render_explain(out)
+
+
+def test_explain_says_a_node_without_load_data_is_judged_by_its_recent_bindings(tmp_path: Any) -> None:
+    from tests.support.policy import default_policy_with
+
+    path = default_policy_with(tmp_path / "policy.yaml", newNodes={"estimate": True})
+    s = Setup(node("new", cpu="8"), args={"estimate": {"cpuFactor": 1.0}, "policyConfigPath": str(path)})
+    assert "judgedBy" not in decide(s, pod("first", cpu="500m"))["nodes"][0]["load"]["metrics"]["cpu_usage_avg_5m"]
+    for i in range(3):
+        assert s.place(pod(f"p{i}", cpu="500m")) == "new"
+    out = decide(s, pod("next", cpu="500m"))
+    metric = out["nodes"][0]["load"]["metrics"]["cpu_usage_avg_5m"]
+    assert metric["state"] == "missing" and metric["usage"] == 3 * 0.0625
+    assert metric["judgedBy"] == "missing: judged by 3 recent bindings' estimates (none absorbed)"
+    assert "judged by 3 recent bindings' estimates" in render_explain(out)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from crane_scheduler.config import ConfigError
-from crane_scheduler.framework import ArgsError, Diagnosis
+from crane_scheduler.framework import ArgsError, ClusterChange, ClusterEvent, Diagnosis, QueueingHint
 from crane_scheduler.loadaware import plugin as dynamic_plugin
 from crane_scheduler.loadaware.args import parse_args
 from crane_scheduler.loadaware.plugin import Dynamic
@@ -18,7 +18,7 @@ from crane_scheduler.podinfo import parse_pod
 from crane_scheduler.simulate import Simulator
 from crane_shared.policy import default_policy, dump_policy
 from tests.support.loadaware import NOW, Setup, loaded
-from tests.support.policy import write_policy
+from tests.support.policy import default_policy_with, write_policy
 from tests.support.scheduler import node, pod
 
 
@@ -230,3 +230,52 @@ def test_a_device_asked_as_an_extended_resource_or_through_a_claim_is_judged_the
     refused, scores, _ = seen[0][0]
     assert any(mask == [True, False, False] for mask in refused.values()), refused  # the hot node refused
     assert scores[2] > scores[1]  # the cool node preferred
+
+
+def new_nodes_by_estimates(tmp_path: Path) -> dict[str, Any]:
+    """Dynamic's args: the default policy with ``newNodes.estimate`` on, a factor of 1 (0.5 core / 8 = 0.0625)."""
+    path = default_policy_with(tmp_path / "policy.yaml", newNodes={"estimate": True})
+    return {"estimate": {"cpuFactor": 1.0}, "policyConfigPath": str(path)}
+
+
+def test_a_node_without_load_data_fills_by_the_estimates_of_the_pods_bound_to_it(tmp_path: Path) -> None:
+    """An autoscaler's new node (no annotation yet) beside a hot one: it takes pods until their estimates
+    (1.0 x 0.5 core / 8 each) reach the threshold, not its whole capacity by requests (16)."""
+    s = Setup(loaded("hot", 0.9), node("new", cpu="8"), args=new_nodes_by_estimates(tmp_path))
+    placed = [s.place(pod(f"p{i}", cpu="500m")) for i in range(12)]
+    assert placed[:10] == ["new"] * 10  # 10 x 0.0625 = 0.625; the 11th would make 0.6875
+    refused = placed[10]
+    assert isinstance(refused, Diagnosis)
+    assert refused.message == (
+        "0/2 nodes are available: 1 node(s) had cpu_usage_avg_5m above 0.65,"
+        " 1 node(s) would have cpu_usage_avg_5m above 0.65."
+    )
+
+
+def test_without_the_opt_in_a_node_without_load_data_takes_pods_up_to_its_requests_as_upstream() -> None:
+    s = Setup(loaded("hot", 0.9), node("new", cpu="8"), args={"estimate": {"cpuFactor": 1.0}})
+    placed = [s.place(pod(f"p{i}", cpu="500m")) for i in range(17)]
+    assert placed[:16] == ["new"] * 16  # fail-open: the requests (8 cores) are the only bound
+    assert isinstance(placed[16], Diagnosis)
+
+
+def test_a_deleted_or_terminal_pods_estimate_leaves_a_new_node_at_once(tmp_path: Path) -> None:
+    """The pods bound to a new node are deleted (or finish): it takes pods again at once, not 5 minutes later when
+    their estimates would have left the window (a gang whose predecessor was just deleted waited that long)."""
+    s = Setup(node("new", cpu="8"), args=new_nodes_by_estimates(tmp_path))
+    pods = [pod(f"p{i}", cpu="500m") for i in range(10)]
+    assert [s.place(p) for p in pods] == ["new"] * 10
+    assert isinstance(s.place(pod("next", cpu="500m")), Diagnosis)
+    s.sim.delete({**pods[0], "spec": {**pods[0]["spec"], "nodeName": "new"}}, "Pod")
+    finished = {**pods[1], "spec": {**pods[1]["spec"], "nodeName": "new"}, "status": {"phase": "Succeeded"}}
+    s.sim.update(finished, "Pod")  # terminal: gone from the accounting, as the pod watch's selector drops it
+    hint = s.plugin.queueing_hints()[ClusterEvent.POD_DELETE]
+    waiting = parse_pod(pod("next", cpu="500m"))
+    bound = parse_pod({**pods[0], "spec": {**pods[0]["spec"], "nodeName": "new"}})
+    ours = ClusterChange(ClusterEvent.POD_DELETE, bound)
+    other = ClusterChange(ClusterEvent.POD_DELETE, parse_pod({**pod("theirs"), "spec": {"nodeName": "new"}}))
+    assert (hint(waiting, ours), hint(waiting, other)) == (QueueingHint.QUEUE, QueueingHint.SKIP)  # retried at once
+    assert [s.place(pod(f"again{i}", cpu="500m")) for i in range(2)] == ["new", "new"]
+    assert isinstance(s.place(pod("full", cpu="500m")), Diagnosis)
+    bindings = s.plugin.recent_on("new")
+    assert (len(bindings), sum(b.left for b in bindings)) == (12, 2)  # still in the hot value

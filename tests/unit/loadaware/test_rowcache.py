@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +17,7 @@ from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import parse_node, parse_pod
 from crane_scheduler.rowcache import FilterCache, RowVersions, ScoreCache
 from crane_shared.annotations import encode_hot_value, encode_usage
+from crane_shared.loadtaintpolicy import NewNodesPolicy
 from crane_shared.policy import default_policy
 from tests.support.scheduler import node, pod
 
@@ -34,11 +36,12 @@ def annotated(name: str, usage: float, age: float, hot: int, cpu: str) -> dict[s
 def uncached(plugin: Dynamic, table: NodeTable, state: dict[str, Any]) -> tuple[list[tuple[str, list[int]]], Any]:
     """The plugin's Filter and Score computed from scratch over every row, as before the caches."""
     now, extra, own_hot = state["Dynamic.inputs"]
+    judged = state["Dynamic.judged"]
     cpu, memory, learned = state["Dynamic.size"]
     rows = np.arange(table.n_rows, dtype=np.intp)
-    masks = plugin.columns.filter(rows, now, plugin._incoming(table, cpu, memory, learned), extra)
+    masks = plugin.columns.filter(rows, now, plugin._incoming(table, cpu, memory, learned), extra, judged=judged)
     reasons = [(r, np.flatnonzero(m & table.live).tolist()) for r, m in masks]
-    return [(r, hit) for r, hit in reasons if hit], plugin.columns.scores(rows, now, extra, own_hot)
+    return [(r, hit) for r, hit in reasons if hit], plugin.columns.scores(rows, now, extra, own_hot, judged=judged)
 
 
 usages = st.floats(0, 1.2, allow_nan=False)
@@ -46,6 +49,7 @@ events = st.lists(
     st.one_of(
         st.tuples(st.just("bind"), st.integers(0, 9), st.sampled_from(["100m", "1", "3"])),
         st.tuples(st.just("unbind"), st.integers(0, 30), st.just("")),
+        st.tuples(st.just("delete"), st.integers(0, 30), st.just("")),  # the bound pod seen deleted
         st.tuples(st.just("annotate"), st.integers(0, 9), st.tuples(usages, st.integers(-60, 4000), st.integers(0, 9))),
         st.tuples(st.just("resize"), st.integers(0, 9), st.sampled_from(["2", "4", "16"])),
         st.tuples(st.just("remove"), st.integers(0, 9), st.just("")),
@@ -57,20 +61,26 @@ events = st.lists(
 
 @settings(max_examples=120, deadline=None)
 @given(
-    start=st.lists(st.tuples(usages, st.integers(-60, 4000), st.integers(0, 9)), min_size=1, max_size=10),
+    start=st.lists(  # None: a node never annotated (with ``new_nodes``: judged by its bindings' estimates)
+        st.one_of(st.none(), st.tuples(usages, st.integers(-60, 4000), st.integers(0, 9))), min_size=1, max_size=10
+    ),
     steps=events,
     sizes=st.lists(st.sampled_from(["100m", "500m", "2", "6"]), min_size=1, max_size=4),
+    new_nodes=st.booleans(),
 )
 def test_cached_filter_and_score_equal_a_full_evaluation(
-    start: list[tuple[float, int, int]], steps: list[tuple[str, Any, Any]], sizes: list[str]
+    start: list[tuple[float, int, int] | None], steps: list[tuple[str, Any, Any]], sizes: list[str], new_nodes: bool
 ) -> None:
     clock = [NOW]
     table = NodeTable(capacity=2)
-    plugin = Dynamic(parse_args({}), Handle(table), wall_clock=lambda: clock[0])
+    policy = replace(default_policy(), new_nodes=NewNodesPolicy(new_nodes))
+    plugin = Dynamic(parse_args({}), Handle(table), wall_clock=lambda: clock[0], policy=policy)
     cpus = {}
-    for i, (usage, age, hot) in enumerate(start):
+    for i, first in enumerate(start):
         cpus[i] = "8"
-        table.upsert_node(parse_node(annotated(f"n{i}", usage, age, hot, "8")))
+        table.upsert_node(
+            parse_node(node(f"n{i}", cpu="8", memory="16Gi") if first is None else annotated(f"n{i}", *first, "8"))
+        )
     bound: list[Any] = []
     for k, (kind, arg, extra) in enumerate(steps):
         name = f"n{arg % max(1, len(start))}"
@@ -80,14 +90,20 @@ def test_cached_filter_and_score_equal_a_full_evaluation(
             bound.append(p)
         elif kind == "unbind" and bound:
             plugin.unreserve({}, bound.pop(arg % len(bound)), "")
+        elif kind == "delete" and bound:
+            plugin.recent.depart(bound[arg % len(bound)].uid, clock[0])
         elif kind == "annotate":
             usage, age, hot = extra
             stamp_age = age - (clock[0] - NOW)
             table.upsert_node(parse_node(annotated(name, usage, stamp_age, hot, cpus.get(arg, "8"))))
         elif kind == "resize" and name in table.rows:
             cpus[arg % len(start)] = extra
-            usage, age, hot = start[arg % len(start)]
-            table.upsert_node(parse_node(annotated(name, usage, age, hot, extra)))
+            initial = start[arg % len(start)]
+            if initial is None:
+                table.upsert_node(parse_node(node(name, cpu=extra, memory="16Gi")))
+            else:
+                usage, age, hot = initial
+                table.upsert_node(parse_node(annotated(name, usage, age, hot, extra)))
         elif kind == "remove":
             table.remove_node(name)
         elif kind == "wait":

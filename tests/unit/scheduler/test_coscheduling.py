@@ -17,7 +17,8 @@ from crane_scheduler.framework import (
     QueuedPod,
     QueueingHint,
 )
-from crane_scheduler.gangcycle import member_slots, quorum_met, quorum_out_of_reach, smallest_request
+from crane_scheduler.gangcycle import member_slots, smallest_request
+from crane_scheduler.gangrules import quorum_met, quorum_out_of_reach
 from crane_scheduler.loadaware.args import parse_args as parse_dynamic_args
 from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable

@@ -9,7 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crane_scheduler.simulate import POD_GROUP_LABEL, POD_GROUP_RESOURCE, Rejected, Simulator
+from crane_scheduler.framework import Diagnosis
+from crane_scheduler.simulate import (
+    POD_GROUP_LABEL,
+    POD_GROUP_RESOURCE,
+    Preemption,
+    Rejected,
+    Simulator,
+    parse_pod,
+)
 from tests.support.dra import DRIVER, claim, device, device_class, exactly, resource_slice
 from tests.support.loadaware import NOW, loaded
 from tests.support.scheduler import HOST, ZONE, container, labelled, node, pod
@@ -43,7 +51,12 @@ def test_place_answers_the_node_or_why_not_with_each_node_s_reason() -> None:
 
     pending = sim.place(pod("huge", cpu="16"))
     assert pending.node is None
-    assert pending.message == "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu."
+    fit_error = "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu."
+    # more than any node's allocatable: unresolvable, so preemption has no node to try (kube's words)
+    preemption = "preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+    assert pending.message == f"{fit_error} {preemption}"
+    assert pending.preemption == Preemption(preemption)
+    assert sim.place(pod("huge", cpu="16"), preemption=False).message == fit_error
     assert pending.rejected["big"] == Rejected("NodeResourcesFit", "Insufficient cpu")
     assert pending.explain()["result"] == {"pending": pending.message}  # cranectl explain's words
 
@@ -68,45 +81,156 @@ def test_pods_scheduled_one_after_another_each_see_the_earlier() -> None:
     first, second = sim.schedule(pod("p1", cpu="1500m")), sim.schedule(pod("p2", cpu="1500m"))
     assert {first.node, second.node} == {"a", "b"}
     third = sim.schedule(pod("p3", cpu="1500m"))
-    assert third.node is None and third.message == "0/2 nodes are available: 2 Insufficient cpu."
+    assert third.node is None and third.message == (
+        "0/2 nodes are available: 2 Insufficient cpu. "
+        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+    )
     assert sim.requested("a") == sim.requested("b") == {"cpu": 1500, "memory": 100 * 2**20, "pods": 1}
     assert first.reservation is not None
     sim.undo(first.reservation)
     assert sim.schedule(pod("p4", cpu="1500m")).node == first.node
 
 
+def full() -> Simulator:
+    """Two full nodes: on a, one pod of priority 10; on b, one of priority 5 and a small one of priority 1."""
+    sim = Simulator(clock=lambda: NOW, out_of_tree=False)
+    sim.sync("Node", [node("a", cpu="2"), node("b", cpu="2")])
+    sim.sync(
+        "Pod",
+        [
+            pod("low-a", cpu="1500m", priority=10, node_name="a"),
+            pod("low-b", cpu="1500m", priority=5, node_name="b"),
+            pod("small-b", cpu="200m", priority=1, node_name="b"),
+        ],
+    )
+    return sim
+
+
+def test_a_pod_that_would_preempt_shows_the_node_and_the_victims_and_nothing_is_evicted() -> None:
+    sim = full()
+    urgent = pod("urgent", cpu="1500m", priority=100)
+    placement = sim.schedule(urgent)
+    # kube's choice: the node whose most important victim is the least important (b: 5, a: 10); on b the small
+    # pod is reprieved (with it back the pod still fits), so low-b alone is evicted
+    assert placement.node is None
+    assert placement.preemption == Preemption("", "b", ("ns/low-b",))
+    assert placement.preemption.possible
+    assert placement.message == "0/2 nodes are available: 2 Insufficient cpu."  # as the scheduler reports it then
+    assert sim.requested("b")["cpu"] == 1700 and sim.requested("a")["cpu"] == 1500  # nothing evicted
+    assert not sim.table.nominated and placement.reservation is None  # nothing nominated, nothing reserved
+    assert sim.place(urgent).preemption == placement.preemption  # again: the same answer
+
+    assert live_post_filter(urgent) == (placement.message, "b")  # what the live scheduler says and nominates
+
+
+def live_post_filter(raw: dict[str, Any]) -> tuple[str, str | None]:
+    """The live scheduler's PostFilter (DefaultPreemption's ``post_filter``, which nominates) for ``raw`` on
+    ``full()``: the pod's message and the node it was nominated to."""
+    live = full()
+    info = parse_pod(raw)
+    profile = live.profiles["crane-scheduler"]
+    state: dict[str, Any] = {}
+    diagnosis = live.algorithm.schedule(profile, info, state)
+    assert isinstance(diagnosis, Diagnosis)
+    profile.run_post_filter(state, info, diagnosis)
+    nominated = live.table.nominated.get(info.uid)
+    return diagnosis.message, nominated[1] if nominated else None
+
+
+def test_a_pod_that_cannot_preempt_gets_kubes_words_for_it() -> None:
+    sim = full()
+    # only small-b is of lower priority, and without it the pod still does not fit on b
+    raw = pod("equal", cpu="1500m", priority=2)
+    equal = sim.place(raw)
+    assert equal.preemption == Preemption(
+        "preemption: 0/2 nodes are available: 1 Insufficient cpu, 1 No preemption victims found for incoming pod."
+    )
+    assert equal.message == f"0/2 nodes are available: 2 Insufficient cpu. {equal.preemption.message}"
+    assert live_post_filter(raw) == (equal.message, None)
+    never = pod("never", cpu="1500m", priority=100, spec={"preemptionPolicy": "Never"})
+    refused = sim.place(never)
+    assert refused.preemption == Preemption("preemption: not eligible due to preemptionPolicy=Never.")
+    assert not refused.preemption.possible
+    assert live_post_filter(never) == (refused.message, None)
+
+
+GANG_PROFILE = {
+    "profiles": [
+        {
+            "schedulerName": "crane-scheduler",
+            "plugins": {
+                "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
+                "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
+            },
+        }
+    ]
+}
+
+
+def pod_group(name: str, min_member: int) -> dict[str, Any]:
+    group, version, _ = POD_GROUP_RESOURCE
+    return {
+        "apiVersion": f"{group}/{version}",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"minMember": min_member},
+    }
+
+
+def gang(name: str, count: int, cpu: str) -> list[dict[str, Any]]:
+    out = []
+    for i in range(count):
+        member = pod(f"{name}-{i}", cpu=cpu)
+        member["metadata"]["labels"] = {POD_GROUP_LABEL: name}
+        out.append(member)
+    return out
+
+
+def test_a_gang_is_kept_whole_or_given_back_at_once_as_the_gang_cycle_does() -> None:
+    sim = Simulator(GANG_PROFILE, clock=lambda: NOW)
+    sim.load([{**node("n1", cpu="4"), "kind": "Node"}, {**node("n2", cpu="4"), "kind": "Node"}])
+    sim.load([pod_group("fits", 2), pod_group("short", 3), pod_group("first-fails", 3)])
+    fits = sim.schedule_gang(gang("fits", 2, "2"))
+    assert fits.kept and fits.gang == "ns/fits" and fits.quorum == 2 and fits.found == 2
+    assert all(p.node and p.reservation and p.reservation.ok for p in fits.placements)
+    taken = {n: sim.requested(n) for n in ("n1", "n2")}
+    # 4 cores left: 2 of 3 members of 2 cores find a node, the third none: the group is given back at once, so the
+    # next pod sees the room it held (the gang cycle undoes before it takes the next pod)
+    short = sim.schedule_gang(gang("short", 3, "1500m"))
+    assert not short.kept and short.found == 2 and not short.untried
+    assert short.placements[2].message.endswith(
+        "preemption: not attempted for a member of pod group ns/short (gang preemption is not supported)"
+    )
+    assert {n: sim.requested(n) for n in ("n1", "n2")} == taken
+    # a member that finds no place puts the quorum out of reach: the others are not decided (no search, no tie-break)
+    big = gang("first-fails", 3, "1")
+    big[0]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "64"
+    stopped = sim.schedule_gang(big)
+    assert [p.pod.name for p in stopped.placements] == ["first-fails-0"]
+    assert [p.name for p in stopped.untried] == ["first-fails-1", "first-fails-2"]
+    assert sim.gang_of(big[1]) == "ns/first-fails" and sim.gang_of(pod("alone")) is None
+    with pytest.raises(ValueError, match="not a member of ns/fits"):
+        sim.schedule_gang([*gang("fits", 1, "1"), *gang("short", 1, "1")])
+
+
 def test_a_pod_group_and_dra_objects_load_straight_in() -> None:
     """A snapshot's objects of mixed kinds: each goes where the scheduler keeps it (listers, plugin watches)."""
-    gang_profile = {
-        "profiles": [
-            {
-                "schedulerName": "crane-scheduler",
-                "plugins": {
-                    "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
-                    "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
-                },
-            }
-        ]
-    }
-    sim = Simulator(gang_profile, clock=lambda: NOW)
-    group, version, _ = POD_GROUP_RESOURCE
+    sim = Simulator(GANG_PROFILE, clock=lambda: NOW)
     member = pod("train-0", cpu="1")
     member["metadata"]["labels"] = {POD_GROUP_LABEL: "train"}
     gpu_pod = pod("cuda", spec={"resourceClaims": [{"name": "g", "resourceClaimName": "gpu"}]})
     sim.load([{**node("n1"), "kind": "Node"}])
     missing = sim.place(member)
     assert missing.node is None and "PodGroup not found" in missing.message
-    assert sim.place(gpu_pod).message == '0/1 nodes are available: could not find ResourceClaim "ns/gpu".'
+    assert sim.place(gpu_pod).message == (
+        '0/1 nodes are available: could not find ResourceClaim "ns/gpu". '
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    )
     sim.load(
         [
             {**node("n1"), "kind": "Node"},
             {**node("n2"), "kind": "Node"},
-            {
-                "apiVersion": f"{group}/{version}",
-                "kind": "PodGroup",
-                "metadata": {"name": "train", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
-                "spec": {"minMember": 1},
-            },
+            pod_group("train", 1),
             device_class("gpu", f'device.driver == "{DRIVER}"'),
             resource_slice("s2", [device("gpu-0")], node="n2"),
             claim("gpu", exactly("g", "gpu"), namespace="ns"),

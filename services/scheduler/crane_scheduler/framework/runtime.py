@@ -192,13 +192,20 @@ class Profile:
                 alive &= pinned
         return self.run_filter_plugins(state, pod, table, alive, skipped, with_nominated=with_nominated)
 
-    def run_post_filter(self, state: CycleState, pod: PodInfo, diagnosis: Diagnosis) -> None:
+    def run_post_filter(
+        self,
+        state: CycleState,
+        pod: PodInfo,
+        diagnosis: Diagnosis,
+        call: Callable[[PostFilterPlugin], Status] | None = None,
+    ) -> None:
         """kube's ``RunPostFilterPlugins``: in order while they answer Unschedulable (their reasons joined with
         ", "); the first that succeeds, answers UnschedulableAndUnresolvable or fails ends it with its own message.
-        The message is appended to the FitError ("... preemption: ...")."""
+        The message is appended to the FitError ("... preemption: ..."). ``call``: how each plugin is run instead of
+        its ``post_filter`` (the simulator's dry run of preemption)."""
         reasons: list[str] = []
         for pf in self.post_filter:
-            status = pf.post_filter(state, pod, diagnosis)
+            status = call(pf) if call is not None else pf.post_filter(state, pod, diagnosis)
             if status.code is Code.UNSCHEDULABLE:
                 reasons.extend(status.reasons)
                 continue

@@ -57,6 +57,8 @@ EXPLAIN_FILTERS = "explain.filters"
 """CycleState key: [(filter plugin, its rejections, rows alive before it)] of the last decision."""
 EXPLAIN_SCORES = "explain.scores"
 """CycleState key: (scored rows, [(score plugin, weight, normalised scores)]) of the last decision."""
+EXPLAIN_DECIDER = "explain.decider"
+"""CycleState key: how a decider worker's node was taken (its filters and scores ran on the worker's replica)."""
 SCHEDULED_WITH_BIND = "scheduled.with-bind"
 """CycleState key: the bind carried the pod's ``Scheduled`` event (``Handle.scheduled_report``)."""
 

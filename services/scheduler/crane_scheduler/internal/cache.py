@@ -10,7 +10,7 @@ and keeps its previous view when a list fails, so a failed list can never wipe t
 from __future__ import annotations
 
 from collections.abc import Callable, Container
-from typing import Any
+from typing import Any, Protocol
 
 from crane_scheduler.framework.types import ClusterChange, ClusterEvent
 from crane_scheduler.internal.queue import SchedulingQueue
@@ -50,6 +50,12 @@ def _labels(pod: PodInfo | None) -> Any:
     return None if pod is None else (pod.raw.get("metadata") or {}).get("labels")
 
 
+class Mirror(Protocol):
+    def node_event(self, event: str, raw: dict[str, Any]) -> None: ...
+
+    def pod_event(self, event: str, raw: dict[str, Any], accounting_changed: bool = True) -> None: ...
+
+
 class Cache:
     """Applies node and pod events to the table and the queue. ``forget(uid)`` tells the reporter a pod left the
     pending set; ``wake()`` tells the scheduling loop there may be work."""
@@ -79,6 +85,11 @@ class Cache:
         was lost (it landed, the answer did not, and the attempt was counted as failed), or a bind by someone
         else; the scheduler makes sure it has its Scheduled event"""
         self.pending: dict[str, PodInfo] = {}  # pending pods of our profiles, latest version
+        self.in_flight: Container[str] = ()
+        """pods popped and not yet decided (a decider worker has them): an update keeps their latest version in
+        ``pending`` but does not queue them again"""
+        self.mirror: Mirror | None = None
+        """the decider workers' feed (``deciders.pool.DeciderPool``): every node and pod event as applied here"""
 
     # ------------------------------------------------------------------------------------------ informers
 
@@ -144,6 +155,8 @@ class Cache:
         node = parse_node(raw)
         old = self._node(node.name)
         kind = self.table.upsert_node(node)
+        if self.mirror is not None:
+            self.mirror.node_event("MODIFIED" if old is not None else "ADDED", raw)
         if kind is not None:
             event = ClusterEvent.NODE_ADD if kind == "add" else ClusterEvent.NODE_UPDATE
             self.queue.on_event(event, ClusterChange(event, old if kind == "update" else None, node))
@@ -152,6 +165,8 @@ class Cache:
     def on_node_deleted(self, raw: dict[str, Any]) -> None:
         name = (raw.get("metadata") or {}).get("name", "")
         old = self._node(name)
+        if self.mirror is not None:
+            self.mirror.node_event("DELETED", raw)
         if self.table.remove_node(name):
             self.queue.on_event(ClusterEvent.NODE_DELETE, ClusterChange(ClusterEvent.NODE_DELETE, old))
             self.wake()
@@ -159,6 +174,8 @@ class Cache:
     def on_pod(self, raw: dict[str, Any]) -> None:
         spec = raw.get("spec") or {}
         self._track_nomination(raw)
+        if self.mirror is not None and not spec.get("nodeName"):
+            self.mirror.pod_event("MODIFIED", raw)  # a nomination, or one withdrawn (nothing else is sent)
         if not spec.get("nodeName") and spec.get("schedulerName", "default-scheduler") not in self.schedulers:
             return  # another scheduler's pending pod: nothing to account, nothing to schedule
         pod = parse_pod(raw)
@@ -172,16 +189,21 @@ class Cache:
             old = before.pod if before is not None else None  # add_pod may update the record in place
             old_labels = _labels(old)
             if before is None or before.assumed:
-                self.table.add_pod(pod)  # a new peer (affinity) or count (topology spread)
+                changed = self.table.add_pod(pod)  # a new peer (affinity) or count (topology spread)
                 self.queue.on_event(ClusterEvent.POD_ADD, ClusterChange(ClusterEvent.POD_ADD, None, pod))
-            elif self.table.add_pod(pod) or old_labels != _labels(pod):
-                change = None if old is None else ClusterChange(ClusterEvent.POD_UPDATE, old, pod)
-                self.queue.on_event(ClusterEvent.POD_UPDATE, change)
+            else:
+                changed = self.table.add_pod(pod)
+                if changed or old_labels != _labels(pod):
+                    change = None if old is None else ClusterChange(ClusterEvent.POD_UPDATE, old, pod)
+                    self.queue.on_event(ClusterEvent.POD_UPDATE, change)
+            if self.mirror is not None:
+                self.mirror.pod_event("MODIFIED", raw, changed or before is None)
             self.forget(pod.uid)
             return
         if pod.scheduler_name not in self.schedulers:
             return
-        if self.table.is_assumed(pod.uid):  # our bind is in flight: keep the latest version, do not queue
+        if self.table.is_assumed(pod.uid) or pod.uid in self.in_flight:
+            # our bind is in flight, or our decision: keep the latest version, do not queue
             self.pending[pod.uid] = pod
             return
         if pod.deleting or pod.gated:
@@ -216,11 +238,13 @@ class Cache:
 
     def on_pod_deleted(self, raw: dict[str, Any]) -> None:
         uid = (raw.get("metadata") or {}).get("uid", "")
+        if self.mirror is not None:
+            self.mirror.pod_event("DELETED", raw)
         self.table.nominated.pop(uid, None)
         self.pending.pop(uid, None)
         self.queue.delete(uid)
         self.forget(uid)
-        record = self.table.remove_pod(uid)
+        record = self.table.remove_pod(uid, deleted=True)  # deleted, or terminal (out of the watch's selector)
         if record is not None:
             change = None if record.pod is None else ClusterChange(ClusterEvent.POD_DELETE, record.pod)
             self.queue.on_event(ClusterEvent.POD_DELETE, change)

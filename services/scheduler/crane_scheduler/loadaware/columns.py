@@ -9,7 +9,9 @@ the fresh value less the batch pods' share of it (``dynamic.batch_share``: the m
 same round, else the per-resource batch usage while fresh), clamped at 0, kept next to
 ``fresh_values`` and refreshed with them, so choosing the class costs nothing per decision. The effects of this
 scheduler's recent bindings come in as per-row arrays (``extra``, ``own_hot``) that ``recent.RecentEffects`` keeps
-up to date.
+up to date, with ``judged``: per metric, the rows of nodes not annotated with any metric yet (a new node) that
+recent bindings judge when the policy opts in (``newNodes.estimate``), read as ``0 + extra`` instead of no data
+(``dynamic.MetricReading.usage``).
 """
 
 from __future__ import annotations
@@ -102,6 +104,16 @@ class LoadColumns:
         """every annotation decoded into a column: the metrics, the hot value, the batch usage per resource, the
         metrics' batch shares"""
         return [*self.metrics, HOT_VALUE_KEY, *BATCH_USAGE_KEYS.values(), *self._share_of.values()]
+
+    def judged_as_new(self, row: int) -> bool:
+        """The policy judges new nodes by their bindings' estimates (``newNodes.estimate``, opt-in) and the row's
+        node carries none of the policy's metric annotations (not even a malformed one): a new node, never
+        measured (``dynamic.node_load``'s ``never``)."""
+        if not self.args.policy.new_nodes.estimate:
+            return False
+        if row >= self.capacity:
+            return True
+        return all(math.isnan(self.stamps[m][row]) and not self.malformed[m][row] for m in self.metrics)
 
     def _taken(self, metric: str, rows: npt.NDArray[np.intp] | None) -> FloatArray:
         """What a regular pod's reading of ``metric`` takes out (NaN: nothing), ``dynamic.batch_share``: the
@@ -219,11 +231,15 @@ class LoadColumns:
         now: float,
         extra: Mapping[str, FloatArray] | None = None,
         regular: bool = False,
+        judged: Mapping[str, Mask] | None = None,
     ) -> FloatArray:
         """Annotated usage (plus ``extra[metric]``, the estimate) where fresh, else NaN (the window strict,
-        future stamps beyond the skew rejected); ``regular``: less the batch pods' usage."""
+        future stamps beyond the skew rejected); ``regular``: less the batch pods' usage; ``judged[metric]``: rows
+        of new nodes (no metric annotated) that recent bindings judge, their usage 0 plus the estimate."""
         self.evaluate(now)
         usage = (self.regular_values if regular else self.fresh_values)[metric][rows]
+        if judged is not None and metric in judged:
+            usage = np.where(judged[metric][rows], 0.0, usage)
         if extra is not None and metric in extra:
             usage = usage + extra[metric][rows]
         return usage
@@ -255,6 +271,7 @@ class LoadColumns:
         incoming: Mapping[str, FloatArray] | None = None,
         extra: Mapping[str, FloatArray] | None = None,
         regular: bool = False,
+        judged: Mapping[str, Mask] | None = None,
     ) -> list[tuple[str, Mask]]:
         """(reason, rejected mask over ``rows``) per predicate, in policy order; a node takes the first reason.
 
@@ -265,7 +282,7 @@ class LoadColumns:
             if predicate.max_limit_percent == 0:
                 continue
             no_fresh, above, pushed_above = self.reasons(predicate)
-            usage = self.usage(predicate.name, rows, now, extra, regular)
+            usage = self.usage(predicate.name, rows, now, extra, regular, judged)
             missing = np.isnan(usage)
             if no_fresh is not None:
                 closed = missing & ~taken
@@ -292,17 +309,18 @@ class LoadColumns:
         own_hot: FloatArray | None = None,
         regular: bool = False,
         incoming: Mapping[str, FloatArray] | None = None,
+        judged: Mapping[str, Mask] | None = None,
     ) -> npt.NDArray[np.int64]:
         """Dynamic scores 0..100 for ``rows`` (renormalised over valid metrics, rounded, minus 10 x hot); with the
         ``pack`` strategy ``dynamic.pack_score``'s (``incoming``: the pod's share per resource, per row)."""
         if self.args.policy.scoring.strategy == "pack":
-            return self._pack_scores(rows, now, extra, regular, incoming)
+            return self._pack_scores(rows, now, extra, regular, incoming, judged)
         weighted = np.zeros(len(rows))
         weights = np.zeros(len(rows))
         for priority in self.args.policy.priority:
             if priority.weight == 0:
                 continue
-            usage = self.usage(priority.name, rows, now, extra, regular)
+            usage = self.usage(priority.name, rows, now, extra, regular, judged)
             valid = ~np.isnan(usage)
             idle = 1.0 - np.clip(np.where(valid, usage, 0.0), 0.0, 1.0)
             weighted += np.where(valid, idle * priority.weight, 0.0)
@@ -321,6 +339,7 @@ class LoadColumns:
         extra: Mapping[str, FloatArray] | None,
         regular: bool,
         incoming: Mapping[str, FloatArray] | None,
+        judged: Mapping[str, Mask] | None,
     ) -> npt.NDArray[np.int64]:
         """``dynamic.pack_score`` for ``rows``: the same operations in the same order (``target_load`` per metric)."""
         target = self.args.policy.scoring.target_utilization
@@ -329,7 +348,7 @@ class LoadColumns:
         for priority in self.args.policy.priority:
             if priority.weight == 0:
                 continue
-            usage = self.usage(priority.name, rows, now, extra, regular)
+            usage = self.usage(priority.name, rows, now, extra, regular, judged)
             valid = ~np.isnan(usage)
             pod = incoming.get(resource_of(priority.name) or "") if incoming else None
             if pod is not None:
@@ -354,6 +373,7 @@ class LoadColumns:
         incoming: Mapping[str, FloatArray] | None = None,
         extra: Mapping[str, FloatArray] | None = None,
         regular: bool = False,
+        judged: Mapping[str, Mask] | None = None,
     ) -> str | None:
         """``filter``'s reason for one row (None: passes). ``evaluate`` must have run for the decision's time."""
         for predicate in self.args.policy.predicate:
@@ -361,7 +381,7 @@ class LoadColumns:
             if limit == 0:
                 continue
             no_fresh, above, pushed_above = self.reasons(predicate)
-            usage = float((self.regular_values if regular else self.fresh_values)[predicate.name][row])
+            usage = _base(self.regular_values if regular else self.fresh_values, predicate.name, row, judged)
             if extra is not None and predicate.name in extra:
                 usage = usage + float(extra[predicate.name][row])
             if math.isnan(usage):
@@ -382,15 +402,16 @@ class LoadColumns:
         own_hot: FloatArray | None = None,
         regular: bool = False,
         incoming: Mapping[str, FloatArray] | None = None,
+        judged: Mapping[str, Mask] | None = None,
     ) -> int:
         """``scores`` for one row. ``evaluate`` must have run for the decision's time."""
         if self.args.policy.scoring.strategy == "pack":
-            return self._pack_score_of(row, extra, regular, incoming)
+            return self._pack_score_of(row, extra, regular, incoming, judged)
         weighted = weights = 0.0
         for priority in self.args.policy.priority:
             if priority.weight == 0:
                 continue
-            usage = self._row_usage(priority.name, row, extra, regular)
+            usage = self._row_usage(priority.name, row, extra, regular, judged)
             if math.isnan(usage):
                 continue
             idle = 1.0 - min(max(usage, 0.0), 1.0)
@@ -404,9 +425,17 @@ class LoadColumns:
         value = raw - HOT_VALUE_PENALTY * hot
         return min(max(round(value), 0), MAX_SCORE)
 
-    def _row_usage(self, metric: str, row: int, extra: Mapping[str, FloatArray] | None, regular: bool) -> float:
-        """One row's usage of ``metric`` as the pod's class reads it, with ``extra`` added (NaN: no valid reading)."""
-        usage = float((self.regular_values if regular else self.fresh_values)[metric][row])
+    def _row_usage(
+        self,
+        metric: str,
+        row: int,
+        extra: Mapping[str, FloatArray] | None,
+        regular: bool,
+        judged: Mapping[str, Mask] | None,
+    ) -> float:
+        """One row's usage of ``metric`` as the pod's class reads it, with ``extra`` added (NaN: no valid reading;
+        0 before ``extra`` where ``judged`` marks a new node's metric, ``_base``)."""
+        usage = _base(self.regular_values if regular else self.fresh_values, metric, row, judged)
         if extra is not None and metric in extra:
             usage += float(extra[metric][row])
         return usage
@@ -417,13 +446,14 @@ class LoadColumns:
         extra: Mapping[str, FloatArray] | None,
         regular: bool,
         incoming: Mapping[str, FloatArray] | None,
+        judged: Mapping[str, Mask] | None,
     ) -> int:
         target = self.args.policy.scoring.target_utilization
         weighted = weights = 0.0
         for priority in self.args.policy.priority:
             if priority.weight == 0:
                 continue
-            usage = self._row_usage(priority.name, row, extra, regular)
+            usage = self._row_usage(priority.name, row, extra, regular, judged)
             if math.isnan(usage):
                 continue
             pod = incoming.get(resource_of(priority.name) or "") if incoming else None
@@ -451,6 +481,14 @@ def _fresh(values: FloatArray, stamps: FloatArray, now: float, window: float, ar
     skew = args.max_skew.total_seconds()
     ok = ~np.isnan(stamps) & (stamps <= now + skew) & (now < stamps + window)
     return np.where(ok, values, np.nan)
+
+
+def _base(values: Mapping[str, FloatArray], metric: str, row: int, judged: Mapping[str, Mask] | None) -> float:
+    """One row's usage before the estimate: 0.0 where recent bindings judge a new node's metric, else the
+    (fresh or regular) value, NaN without one (``usage``'s ``np.where``)."""
+    if judged is not None and metric in judged and judged[metric][row]:
+        return 0.0
+    return float(values[metric][row])
 
 
 def _without_batch(fresh: FloatArray, batch: FloatArray) -> FloatArray:

@@ -4,7 +4,8 @@ kube-scheduler's Filter counts the pods nominated to a node with at least the in
 (``RunFilterPluginsWithNominatedPods``: the room preemption freed is kept for the preemptor). Dynamic is crane's
 plugin, not kube's, but the same reasoning holds for load: a nominated pod will run on its node, so its estimated
 usage counts there as a binding of this scheduler made now (``RecentEffects``'s term with nothing absorbed yet:
-``factor·request / allocatable`` per metric, on rows whose metric is annotated). Without it two preemptors could
+``factor·request / allocatable`` per metric; on a row of a node annotated with no metric yet it also judges the
+readings, ``judged``, as recent bindings do). Without it two preemptors could
 be nominated to a node whose load headroom takes one; the one retried second then fails Dynamic on its nominated
 node and preempts again elsewhere (PreemptionBasic at 500 nodes: 14-20 % more victims than preemptors).
 
@@ -142,6 +143,11 @@ class NominatedLoad(RowLoad):
             rows[row] = self._estimate(row, self.counting(self._names.get(row, ""), uid, priority))
         return rows
 
+    def judges(self, row: int, uid: str, priority: int) -> dict[str, bool]:
+        """Per metric, whether the nominated pods that count for the pod ``uid`` of ``priority`` judge the row's
+        new node's metric (``exclusions``'s rows)."""
+        return self._judges(row, bool(self.counting(self._names.get(row, ""), uid, priority)))
+
     # -- per node -------------------------------------------------------------------------------------------------
 
     def _refresh_node(self, node: str) -> None:
@@ -154,18 +160,33 @@ class NominatedLoad(RowLoad):
         counted = [n for n in nominees if not n.placed]
         for metric, value in self._estimate(row, counted).items():
             self.extra[metric][row] = value
+        for metric, judged in self._judges(row, bool(counted)).items():
+            self.judged[metric][row] = judged
         self.changed.add(row)
+
+    def _judges(self, row: int, any_counted: bool) -> dict[str, bool]:
+        """Per metric: the row's node has no metric annotated and a counted nominee's estimate judges it (a binding
+        made now: ``dynamic._estimate_missing``'s conditions)."""
+        est = self.cols.args.estimate
+        missing = self.cols.judged_as_new(row)
+        out: dict[str, bool] = {}
+        for metric in self.extra:
+            total = float(self.alloc_cpu[row] if resource_of(metric) == "cpu" else self.alloc_memory[row])
+            window = est.window_of(metric).total_seconds()
+            out[metric] = any_counted and missing and est.enabled and total > 0 and window > 0
+        return out
 
     def _estimate(self, row: int, nominees: list[Nominee]) -> dict[str, float]:
         """Per metric, ``factor·Σ request / allocatable`` (a binding made now, nothing absorbed), where the
-        metric is annotated (``RecentEffects._estimate``'s conditions)."""
+        metric is annotated or the node has no metric annotated (``RecentEffects._estimate``'s conditions)."""
         est = self.cols.args.estimate
+        never = self.cols.judged_as_new(row)
         out: dict[str, float] = {}
         for metric in self.extra:
             stamp = float(self.cols.stamps[metric][row]) if row < self.cols.capacity else math.nan
             resource = resource_of(metric)
             total = float(self.alloc_cpu[row] if resource == "cpu" else self.alloc_memory[row])
-            if not est.enabled or not nominees or math.isnan(stamp) or total <= 0:
+            if not est.enabled or not nominees or (math.isnan(stamp) and not never) or total <= 0:
                 out[metric] = 0.0
                 continue
             if est.window_of(metric).total_seconds() <= 0:

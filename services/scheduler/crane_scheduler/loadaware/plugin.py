@@ -3,10 +3,12 @@
 Filter and Score evaluate every node at once over ``LoadColumns`` (decoded when a node's annotations change, not
 per pod). Reserve remembers the pods this scheduler placed (``RecentEffects``): they add to their node's hot value
 (only bindings after the hot-value annotation's timestamp, so none is counted twice) and their estimated usage is
-added until the averaged metric has absorbed them. Both effects are cached per node and updated when a binding or
-an annotation changes, so a decision costs a few vector operations however many pods were bound recently.
-A burst of pods therefore spreads instead of piling onto the node that looked idlest a minute ago; a gang's members
-may be kept out of each other's hot value (``gangHotValue: together``, see ``args``).
+added until the averaged metric has absorbed them or their pod is seen deleted or terminal; with the policy's
+``newNodes.estimate`` (opt-in), a node annotated with no metric yet (just added) is judged by their estimates alone,
+none absorbed, while they are younger than the estimate window. Both effects are cached per node and updated
+when a binding or an annotation changes, so a decision costs a few vector operations however many pods were bound
+recently. A burst of pods therefore spreads instead of piling onto the node that looked idlest a minute ago; a
+gang's members may be kept out of each other's hot value (``gangHotValue: together``, see ``args``).
 
 Preemption's victims leave a node in Filter (``leaving.py``): in the dry run's what-if (told through
 ``NodeTable.victims_simulated``) and once gone, their measured usage (``crane.io/pod-usage``) and their estimates
@@ -49,6 +51,7 @@ from crane_shared.annotations import metric_freshness_window
 from crane_shared.batch import BATCH_CPU, BATCH_MEMORY, POD_USAGE_KEY
 from crane_shared.loadaware.dynamic import (
     DynamicArgs,
+    MetricReading,
     NodeCapacity,
     RecentBinding,
     filter_reason,
@@ -120,6 +123,9 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
     # VictimLoadFilterPlugin: preemption's victims take their usage out of the node (``leaving.py``)
     reads_victims_load = True
     explain_section = "load"
+    # A decider worker's replica replays this Reserve for every assumption of the scheduling process (its recent
+    # bindings count in Filter and Score), with an empty state: the estimate is computed again from the pod.
+    replicated_reserve = True
 
     def __init__(
         self,
@@ -184,6 +190,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             self._nomination_changed(uid, nomination)
         table.victims_simulated.append(self._victims_simulated)
         table.pod_left.append(self._pod_left)
+        table.pod_deleted.append(self._pod_deleted)
         table.pod_added.append(self._pod_added)
         table.pod_removed.append(self.learned.pod_removed)
         for record in table.pods.values():
@@ -279,6 +286,11 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             self.leaving.depart(row, record.uid, entry)
         self.recent.remove(record.uid, now)
 
+    def _pod_deleted(self, record: PodRecord) -> None:
+        """A pod seen deleted or terminal: its estimate stops counting on its node now (``RecentEffects.depart``),
+        on a new node judged by its bindings (``newNodes.estimate``) as on a measured one."""
+        self.recent.depart(record.uid, self.wall_clock())
+
     def _pod_added(self, pod: PodInfo) -> None:
         self.learned.pod_added(pod.uid, pod.namespace, pod.name, pod.raw.get("metadata"))
 
@@ -323,8 +335,10 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
                 self.columns.set_row(row, node.annotations)
                 self.recent.node_changed(row, node.name, *_capacity(node), now)
                 self.nominated.node_changed(row, node.name, *_capacity(node))
-                for uid, bound_at, cpu, memory, learned, group in old.uids_of(row):
+                for uid, bound_at, cpu, memory, learned, group, left in old.uids_of(row):
                     self.recent.add(uid, row, node.name, bound_at, cpu, memory, learned, group)
+                    if left:
+                        self.recent.depart(uid, now)
                 self.leaving.node_changed(row, node.name, *_capacity(node))
                 for uid, entry in gone.get(row, {}).items():
                     self.leaving.depart(row, uid, entry)
@@ -353,7 +367,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         row = self.handle.table.rows.get(node)
         if row is None:
             return []
-        return [RecentBinding(node, t, c, m, lr) for t, c, m, lr in self.recent.bindings_of(row) if t <= until]
+        return [b for b in self.recent.bindings_of(row) if b.bound_at <= until]
 
     def _size_key(
         self, cpu: float, memory: float, learned: bool, regular: bool
@@ -412,7 +426,9 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         if gone:  # preemption's victims gone from here: their usage is out of Filter's (``leaving.py``)
             out = self.leaving.extra
             readings = {
-                m: replace(r, estimate=r.estimate - float(out[m][row])) if m in out and r.state == "fresh" else r
+                m: replace(r, estimate=r.estimate - float(out[m][row]))
+                if m in out and (r.state == "fresh" or r.bindings)
+                else r
                 for m, r in filtered.readings.items()
             }
             filtered = replace(filtered, readings=readings)
@@ -422,6 +438,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             "metrics": {
                 r.metric: {
                     "state": r.state,
+                    **_judged_by(r),
                     "annotated": r.annotated,
                     "estimate": round(r.estimate, 5),
                     "usage": r.usage,
@@ -443,12 +460,13 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
 
     # -- extension points ---------------------------------------------------------------------------------------
 
-    def _sync(self, now: float, n_rows: int) -> tuple[dict[str, FloatArray], FloatArray]:
+    def _sync(self, now: float, n_rows: int) -> tuple[dict[str, FloatArray], FloatArray, dict[str, Mask]]:
         """Bring freshness and the recent bindings' effects to ``now``; mark the rows whose inputs changed.
-        Returns (estimated extra usage per metric, own hot value) over the rows."""
+        Returns (estimated extra usage per metric, own hot value, judged metrics of new nodes) over the rows."""
         self.columns.evaluate(now)
         self.recent.prune(now - self._horizon(), now)
         extra, own_hot = self.recent.at(now, n_rows)
+        judged = self.recent.judged_at(n_rows)
         self.nominated.ensure(max(0, n_rows - 1))  # its columns cover every row the decision reads
         self.leaving.ensure(max(0, n_rows - 1))
         self.leaving.prune(now)
@@ -464,7 +482,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             self.metrics.batch_ignored.inc(self.columns.batch_ignored - self._batch_ignored)
             self._batch_ignored = self.columns.batch_ignored
             self._log_once.warning("batch-stale", "stale batch-usage annotation: regular pods see the whole usage")
-        return extra, own_hot
+        return extra, own_hot, judged
 
     def filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> list[fwk.Rejection]:
         found = self._codes_of(state, pod, table)
@@ -504,21 +522,23 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             return None
         now = self.wall_clock()
         n = table.n_rows
-        extra, own_hot = self._sync(now, n)
+        extra, own_hot, judged = self._sync(now, n)
         state["Dynamic.inputs"] = (now, extra, own_hot)  # Score uses the same inputs
+        state["Dynamic.judged"] = judged
         cpu, memory, learned = self.estimate_of(pod, now)
         state["Dynamic.size"] = (cpu, memory, learned)  # Reserve records the same estimate
         regular = is_regular(pod)
         state["Dynamic.regular"] = regular  # Score judges the same class
-        judged = self._judged
-        judged[pod.uid] = (regular, cpu, memory, learned)
-        if len(judged) > JUDGED_KEPT:
-            del judged[next(iter(judged))]
+        kept = self._judged
+        kept[pod.uid] = (regular, cpu, memory, learned)
+        if len(kept) > JUDGED_KEPT:
+            del kept[next(iter(kept))]
         index = self._reason_index
         nominated = self.nominated
         if nominated.counted:  # Filter's estimate: recent bindings plus every nominated pod not placed yet
             nom = nominated.extra
             extra = {metric: arr + nom[metric][:n] for metric, arr in extra.items()}
+            judged = {metric: arr | nominated.judged[metric][:n] for metric, arr in judged.items()}
         if self.leaving.counted:  # ... less what preemption's victims take out (what-if, or gone)
             out = self.leaving.extra
             extra = {metric: arr - out[metric][:n] for metric, arr in extra.items()}
@@ -526,17 +546,17 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         def compute(rows: fwk.Rows) -> Codes:
             incoming = self._incoming(table, cpu, memory, learned)
             if len(rows) <= ONE_BY_ONE:
-                found = [self.columns.reason_of(row, incoming, extra, regular) for row in rows.tolist()]
+                found = [self.columns.reason_of(row, incoming, extra, regular, judged) for row in rows.tolist()]
                 return np.array([PASS if r is None else index[r] for r in found], dtype=np.int8)
             codes = np.full(len(rows), PASS, dtype=np.int8)
-            for reason, mask in self.columns.filter(rows, now, incoming, extra, regular):
+            for reason, mask in self.columns.filter(rows, now, incoming, extra, regular, judged):
                 codes[mask] = index[reason]
             return codes
 
         codes = self._codes.get(self._size_key(cpu, memory, learned, regular), n, compute)
         if nominated.counted:
             incoming = self._incoming(table, cpu, memory, learned)
-            codes = self._without_uncounted(codes, pod, table, extra, incoming, regular)
+            codes = self._without_uncounted(codes, pod, table, extra, incoming, regular, judged)
         return codes, now
 
     def _retry_after(
@@ -552,7 +572,11 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         }
         stamps = {metric: columns.stamps[metric][rows] for metric in windows}
         oldest = recent.oldest(mask)
-        soonest = next_change(stamps, windows, args.max_skew.total_seconds(), oldest, self._horizon_for(args), now)
+        skew = args.max_skew.total_seconds()
+        soonest = next_change(stamps, windows, skew, oldest, self._horizon_for(args), now)
+        if windows and policy.new_nodes.estimate:  # a binding leaves a new node's estimate at ``bound_at + window``
+            left = min(args.estimate.window_of(metric).total_seconds() for metric in windows)
+            soonest = min(soonest, next_change({}, {}, skew, oldest, left, now))
         return retry_after(soonest, now)
 
     def _without_uncounted(
@@ -563,6 +587,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         extra: dict[str, FloatArray],
         incoming: dict[str, FloatArray] | None,
         regular: bool,
+        judged: dict[str, Mask],
     ) -> Codes:
         """The cached codes count every nominated pod not placed yet; on the rows holding ones that do not count
         for ``pod`` (its own nomination, lower priorities: kube's ``addGENominatedPods``) the verdict is taken
@@ -573,6 +598,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         recent, n = self.recent.extra, table.n_rows
         out = self.leaving.extra if self.leaving.counted else None
         fixed = {metric: arr.copy() for metric, arr in extra.items()}
+        fixed_judged = {metric: arr.copy() for metric, arr in judged.items()}
         for row, nominated in rows.items():
             if row >= n:
                 continue
@@ -580,10 +606,12 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
                 arr[row] = recent[metric][row] + nominated.get(metric, 0.0)
                 if out is not None:
                     arr[row] = arr[row] - out[metric][row]
+            for metric, judges in self.nominated.judges(row, pod.uid, pod.priority).items():
+                fixed_judged[metric][row] = self.recent.judged[metric][row] or judges
         codes = codes.copy()
         for row in rows:
             if row < n:
-                reason = self.columns.reason_of(row, incoming, fixed, regular)
+                reason = self.columns.reason_of(row, incoming, fixed, regular, fixed_judged)
                 codes[row] = PASS if reason is None else self._reason_index[reason]
         return codes
 
@@ -591,9 +619,11 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         if is_daemonset_pod(pod.raw.get("metadata")):  # exempt from the score as from the filter: no ranking
             return np.zeros(len(rows), dtype=np.int64)
         inputs = state.get("Dynamic.inputs")
-        if inputs is None:  # Filter disabled in this profile
+        judged = state.get("Dynamic.judged")
+        if inputs is None or judged is None:  # Filter disabled in this profile
             now = self.wall_clock()
-            inputs = (now, *self._sync(now, table.n_rows))
+            extra, own_hot, judged = self._sync(now, table.n_rows)
+            inputs = (now, extra, own_hot)
         now, extra, own_hot = inputs
         regular = state.get("Dynamic.regular")
         if regular is None:
@@ -602,16 +632,17 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         def compute(changed: fwk.Rows) -> IntArray:
             if len(changed) <= ONE_BY_ONE:
                 return np.array(
-                    [self.columns.score_of(row, extra, own_hot, regular) for row in changed.tolist()], np.int64
+                    [self.columns.score_of(row, extra, own_hot, regular, None, judged) for row in changed.tolist()],
+                    np.int64,
                 )
-            return self.columns.scores(changed, now, extra, own_hot, regular)
+            return self.columns.scores(changed, now, extra, own_hot, regular, None, judged)
 
         if self.args.policy.scoring.strategy == "pack":
-            return self._pack(state, pod, table, rows, now, extra, regular)
+            return self._pack(state, pod, table, rows, now, extra, regular, judged)
         scores = self._scores[regular].get(table.n_rows, compute)
         group = state.get(fwk.GANG)
         if self.gang_hot_value == "together" and group is not None:
-            scores = self._without_own_gang(scores, group, now, extra, own_hot, regular)
+            scores = self._without_own_gang(scores, group, now, extra, own_hot, regular, judged)
         return scores[rows]
 
     def _pack(
@@ -623,6 +654,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         now: float,
         extra: dict[str, FloatArray],
         regular: bool,
+        judged: dict[str, Mask],
     ) -> IntArray:
         """The ``pack`` strategy's scores (``dynamic.pack_score``): they count the pod's own estimate, so they are
         cached per pod size, as Filter's codes are. No hot-value term, so ``gangHotValue`` changes nothing here."""
@@ -633,9 +665,10 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         def compute(changed: fwk.Rows) -> IntArray:
             if len(changed) <= ONE_BY_ONE:
                 return np.array(
-                    [self.columns.score_of(row, extra, None, regular, incoming) for row in changed.tolist()], np.int64
+                    [self.columns.score_of(row, extra, None, regular, incoming, judged) for row in changed.tolist()],
+                    np.int64,
                 )
-            return self.columns.scores(changed, now, extra, None, regular, incoming)
+            return self.columns.scores(changed, now, extra, None, regular, incoming, judged)
 
         scores: IntArray = self._pack_scores.get(self._size_key(cpu, memory, learned, regular), table.n_rows, compute)
         return scores[rows]
@@ -648,6 +681,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         extra: dict[str, FloatArray],
         own_hot: FloatArray,
         regular: bool,
+        judged: dict[str, Mask],
     ) -> IntArray:
         """``gangHotValue: together``: the cached scores with the rows holding ``group``'s members scored again
         leaving those members out of the own-bindings hot value (usually a handful of rows)."""
@@ -659,7 +693,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
             own[row] = self.recent.own_hot_without(row, group, now)
         scores = scores.copy()
         for row in rows:
-            scores[row] = self.columns.score_of(row, extra, own, regular)
+            scores[row] = self.columns.score_of(row, extra, own, regular, None, judged)
         return scores
 
     def reserve(self, state: fwk.CycleState, pod: PodInfo, node: str) -> fwk.Status:
@@ -673,12 +707,28 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         self.recent.remove(pod.uid, self.wall_clock())
 
     def events_to_register(self) -> fwk.ClusterEvent:
-        # POD_DELETE: a preemption victim leaving takes its usage out of its node (``leaving.py``)
+        # POD_DELETE: a preemption victim leaving takes its usage out of its node (``leaving.py``), a recent
+        # binding of ours its estimate
         return fwk.ClusterEvent.NODE_ADD | fwk.ClusterEvent.NODE_UPDATE | fwk.ClusterEvent.POD_DELETE
 
     def queueing_hints(self) -> fwk.QueueingHints:
-        """Node events always queue (annotations change the load); a pod deletion only when it was a victim."""
-        return {fwk.ClusterEvent.POD_DELETE: _victim_left}
+        """Node events always queue (annotations change the load); a pod deletion only when it was a victim or one
+        of our recent bindings (its estimate left its node: ``_pod_deleted`` ran before the hint)."""
+        return {fwk.ClusterEvent.POD_DELETE: self._pod_left_hint}
+
+    def _pod_left_hint(self, pod: PodInfo, change: fwk.ClusterChange) -> fwk.QueueingHint:
+        gone = change.old
+        if isinstance(gone, PodInfo) and gone.uid in self.recent:
+            return fwk.QueueingHint.QUEUE
+        return _victim_left(pod, change)
+
+
+def _judged_by(reading: MetricReading) -> dict[str, str]:
+    """explain's note on a new node's metric that recent bindings judge (none otherwise)."""
+    if reading.state != "missing" or not reading.bindings:
+        return {}
+    n = reading.bindings
+    return {"judgedBy": f"missing: judged by {n} recent binding{'s' if n > 1 else ''}' estimates (none absorbed)"}
 
 
 def _scoring(args: DynamicArgs) -> str:

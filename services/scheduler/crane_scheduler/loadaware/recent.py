@@ -6,7 +6,11 @@ A recent binding changes a node's load in two ways (``dynamic.node_load`` is the
   ``T`` is the metric annotation's timestamp. It depends on the bindings, the annotation and the allocatable, and
   not on the clock: the decay over the window is measured against the annotation's stamp (what the averaged
   metric has absorbed), so the value is exact until one of those inputs changes. It is recomputed for one node
-  when a binding to it is added, removed or pruned, or its annotations or allocatable change;
+  when a binding to it is added, removed, pruned or departed (its pod deleted or terminal: ``depart``), or its
+  annotations or allocatable change. With the policy's ``newNodes.estimate``, a node annotated with no metric yet (a
+  new node) has no stamp: each metric's estimate is ``Σ factor·request / allocatable`` over the bindings with
+  ``now < bound_at + W`` (nothing absorbed), ``judged`` marks it, and it also changes at each ``bound_at + W`` (a
+  step, kept with the hot value's next change time below);
 - own bindings in the hot value: ``Σ_rules floor(#{b : b > after, b > now - range} / count)``, with ``after``
   the hot-value annotation's stamp while it is fresh. This one depends on the clock, but only in steps: it is
   piecewise constant and can change only at ``bound_at + range`` of a binding, or when the hot-value annotation
@@ -17,6 +21,10 @@ A recent binding changes a node's load in two ways (``dynamic.node_load`` is the
 A binding may belong to a gang (``group``): with Dynamic's ``gangHotValue: together`` a member's score leaves its
 own group's bindings out of the hot value (``own_hot_without``, recomputed for the few rows holding them), so the
 members of one gang cycle are not pushed apart by each other; the estimate still counts every member.
+
+A departed binding (its pod seen deleted, or terminal: the pod watch drops it) adds nothing to the estimate from
+then on, on any node: the pod runs no more, and on a new node its estimate was all that judged it. It still
+counts in the hot value until its range passes, as its ``Scheduled`` event does in the annotator's hot value.
 
 Per decision the cost is therefore a comparison over the node table, independent of how many pods were bound
 recently. The per-node recomputation repeats the reference's arithmetic in the reference's order (bindings in time
@@ -36,9 +44,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
+from crane_scheduler.loadaware.columns import FloatArray, LoadColumns, Mask
 from crane_shared.annotations import HOT_VALUE_FRESHNESS, HOT_VALUE_KEY
-from crane_shared.loadaware.dynamic import resource_of
+from crane_shared.loadaware.dynamic import RecentBinding, resource_of
 
 EARLY = 1e-3
 """Seconds by which a next-change time is brought forward (float-rounding margin; costs a recomputation)."""
@@ -54,6 +62,8 @@ class _Binding:
     """``cpu``/``memory`` are the workload's learned usage (no factor)"""
     group: str | None = None
     """the gang the pod belongs to (``gangHotValue: together``)"""
+    left: bool = False
+    """the pod was seen deleted or terminal: no estimate, still in the hot value (``depart``)"""
 
 
 @dataclass
@@ -65,17 +75,24 @@ class _Node:
 
 class RecentEffects:
     """Recent bindings per node row and their cached effects: ``extra[metric]`` (estimated usage to add, as a
-    fraction of allocatable) and ``own_hot`` (own bindings in the hot value), arrays over the node rows."""
+    fraction of allocatable), ``judged[metric]`` (a new node, no metric annotated, and bindings count: its usage is
+    ``0 + extra``) and ``own_hot`` (own bindings in the hot value), arrays over the node rows."""
 
     def __init__(self, cols: LoadColumns, capacity: int = 64) -> None:
         self.cols = cols
         self._cap = capacity
         self.extra: dict[str, FloatArray] = {}
+        self.judged: dict[str, Mask] = {}
         for metric in cols.metrics:
             if resource_of(metric) is not None:
                 self.extra[metric] = np.zeros(capacity)
+                self.judged[metric] = np.zeros(capacity, dtype=bool)
         self.own_hot = np.zeros(capacity)
         self.own_next = np.full(capacity, math.inf)
+        """the row's next possible change with the clock: its own hot value, or a binding leaving a judged metric"""
+        self.estimated_at = np.zeros(capacity)
+        """when each row's estimate was computed (a judged metric's bindings count while ``now < bound_at + W``)"""
+        self._est_next = np.full(capacity, math.inf)
         self.alloc_cpu = np.zeros(capacity)
         self.alloc_memory = np.zeros(capacity)
         self._nodes: dict[int, _Node] = {}
@@ -111,6 +128,12 @@ class RecentEffects:
         cap = max(row + 1, 2 * self._cap)
         for name, arr in self.extra.items():
             self.extra[name] = _grown(arr, cap, 0.0)
+        for name, mask in self.judged.items():
+            grown = np.zeros(cap, dtype=bool)
+            grown[: len(mask)] = mask
+            self.judged[name] = grown
+        self.estimated_at = _grown(self.estimated_at, cap, 0.0)
+        self._est_next = _grown(self._est_next, cap, math.inf)
         self.own_hot = _grown(self.own_hot, cap, 0.0)
         self.own_next = _grown(self.own_next, cap, math.inf)
         self.alloc_cpu = _grown(self.alloc_cpu, cap, 0.0)
@@ -181,6 +204,19 @@ class RecentEffects:
         node.bindings = [b for b in node.bindings if b.uid != uid]
         self._refresh(row, now)
 
+    def depart(self, uid: str, now: float) -> bool:
+        """The pod ``uid`` was seen deleted or terminal: its estimate leaves its node now; it stays in the hot value
+        until pruned. True when it was a binding whose estimate counted (a refusal may have lifted)."""
+        row = self._where.get(uid)
+        if row is None:
+            return False
+        binding = next((b for b in self._nodes[row].bindings if b.uid == uid), None)
+        if binding is None or binding.left:
+            return False
+        binding.left = True
+        self._refresh(row, now)
+        return True
+
     def prune(self, before: float, now: float) -> None:
         """Forget bindings at or before ``before`` (outside every window); amortised O(1) per binding."""
         touched: set[int] = set()
@@ -200,16 +236,20 @@ class RecentEffects:
         for row in touched:
             self._refresh(row, now)
 
-    def bindings_of(self, row: int) -> list[tuple[float, float, float, bool]]:
-        """(bound_at, cpu, memory, learned) of the row's bindings, oldest first (for explain and the reference)."""
+    def bindings_of(self, row: int) -> list[RecentBinding]:
+        """The row's bindings, oldest first, as the reference takes them (for explain and ``node_load``)."""
         node = self._nodes.get(row)
-        return [(b.bound_at, b.cpu, b.memory, b.learned) for b in node.bindings] if node else []
+        if node is None:
+            return []
+        return [RecentBinding(node.name, b.bound_at, b.cpu, b.memory, b.learned, b.left) for b in node.bindings]
 
-    def uids_of(self, row: int) -> list[tuple[str, float, float, float, bool, str | None]]:
-        """(uid, bound_at, cpu, memory, learned, group) of the row's bindings, oldest first (to carry them over a
-        policy reload)."""
+    def uids_of(self, row: int) -> list[tuple[str, float, float, float, bool, str | None, bool]]:
+        """(uid, bound_at, cpu, memory, learned, group, left) of the row's bindings, oldest first (to carry them
+        over a policy reload)."""
         node = self._nodes.get(row)
-        return [(b.uid, b.bound_at, b.cpu, b.memory, b.learned, b.group) for b in node.bindings] if node else []
+        if node is None:
+            return []
+        return [(b.uid, b.bound_at, b.cpu, b.memory, b.learned, b.group, b.left) for b in node.bindings]
 
     def rows_of(self, group: str) -> list[int]:
         """The rows holding bindings of ``group``'s members (a gang's few nodes)."""
@@ -227,10 +267,15 @@ class RecentEffects:
         if node is None or not any(b.uid in uids for b in node.bindings):
             return {}
         kept = {m: float(a[row]) for m, a in self.extra.items()}
-        self._estimate(row, [b for b in node.bindings if b.uid not in uids])
+        kept_judged = {m: bool(a[row]) for m, a in self.judged.items()}
+        kept_next = float(self._est_next[row])
+        at = float(self.estimated_at[row])
+        self._estimate(row, [b for b in node.bindings if b.uid not in uids], at)
         without = {m: float(a[row]) for m, a in self.extra.items()}
         for m, value in kept.items():
             self.extra[m][row] = value
+            self.judged[m][row] = kept_judged[m]
+        self._est_next[row] = kept_next
         return {m: kept[m] - without[m] for m in kept}
 
     def oldest(self, mask: npt.NDArray[np.bool_]) -> FloatArray:
@@ -245,14 +290,22 @@ class RecentEffects:
     # -- per decision ---------------------------------------------------------------------------------------------
 
     def at(self, now: float, n_rows: int) -> tuple[dict[str, FloatArray], FloatArray]:
-        """(extra usage per metric, own hot value) over rows ``[:n_rows]`` at ``now`` (views, do not modify)."""
+        """(extra usage per metric, own hot value) over rows ``[:n_rows]`` at ``now`` (views, do not modify);
+        ``judged_at`` gives the judged masks of the same instant."""
         self._ensure(max(0, n_rows - 1))
         due = np.flatnonzero(self.own_next[:n_rows] <= now).tolist()
         for row in due:
+            if self._est_next[row] - EARLY <= now:
+                node = self._nodes.get(row)
+                self._estimate(row, node.bindings if node else [], now)
             self._own(row, now)
         self.changed.update(due)
         self.recomputed += len(due)
         return {m: a[:n_rows] for m, a in self.extra.items()}, self.own_hot[:n_rows]
+
+    def judged_at(self, n_rows: int) -> dict[str, Mask]:
+        """The judged masks over rows ``[:n_rows]`` as of the last ``at`` (views, do not modify)."""
+        return {m: a[:n_rows] for m, a in self.judged.items()}
 
     # -- per node: the reference's arithmetic -----------------------------------------------------------------------
 
@@ -261,16 +314,24 @@ class RecentEffects:
         bindings = node.bindings if node else []
         if node is not None and not bindings:
             del self._nodes[row]
-        self._estimate(row, bindings)
+        self._estimate(row, bindings, now)
         self._own(row, now)
         self.changed.add(row)
 
-    def _estimate(self, row: int, bindings: list[_Binding]) -> None:
+    def _estimate(self, row: int, bindings: list[_Binding], now: float) -> None:
         est = self.cols.args.estimate
+        bindings = [b for b in bindings if not b.left]  # a departed pod adds nothing (``dynamic._estimate``)
+        self.estimated_at[row] = now
+        self._est_next[row] = math.inf
         # Metrics of one resource with the same window and annotation time get the same estimate: summed once.
         done: dict[tuple[str | None, float, float], float] = {}
+        never = self.cols.judged_as_new(row)
         for metric, arr in self.extra.items():
             stamp = float(self.cols.stamps[metric][row]) if row < self.cols.capacity else math.nan
+            self.judged[metric][row] = False
+            if never:
+                arr[row] = self._missing(row, metric, bindings, now)  # a new node: dynamic._estimate_missing
+                continue
             if not est.enabled or not bindings or math.isnan(stamp):
                 arr[row] = 0.0
                 continue
@@ -292,10 +353,32 @@ class RecentEffects:
                 done[key] = added
             arr[row] = added / total
 
+    def _missing(self, row: int, metric: str, bindings: list[_Binding], now: float) -> float:
+        """A new node's metric's estimate (``dynamic._estimate_missing``, term by term): the bindings with
+        ``now < bound_at + window``, nothing absorbed; sets ``judged`` and the next time one leaves."""
+        est = self.cols.args.estimate
+        resource = resource_of(metric)
+        total = float(self.alloc_cpu[row] if resource == "cpu" else self.alloc_memory[row])
+        window = est.window_of(metric).total_seconds()
+        if not est.enabled or not bindings or total <= 0 or window <= 0:
+            return 0.0
+        factor = est.cpu_factor if resource == "cpu" else est.memory_factor
+        added = 0.0
+        counted = 0
+        for b in bindings:
+            end = b.bound_at + window
+            if now < end:
+                amount = b.cpu if resource == "cpu" else b.memory
+                added += (1.0 if b.learned else factor) * amount
+                counted += 1
+                self._est_next[row] = min(float(self._est_next[row]), end)
+        self.judged[metric][row] = counted > 0
+        return added / total
+
     def _own(self, row: int, now: float) -> None:
         total, nxt = self._own_value(row, now, set())
         self.own_hot[row] = total
-        self.own_next[row] = nxt - EARLY
+        self.own_next[row] = min(nxt, float(self._est_next[row])) - EARLY
 
     def _own_value(self, row: int, now: float, skip: set[str]) -> tuple[float, float]:
         """(own hot value, its next possible change time) of the row, bindings in ``skip`` left out."""

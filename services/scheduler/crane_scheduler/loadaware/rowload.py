@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crane_scheduler.loadaware.columns import FloatArray, LoadColumns
+from crane_scheduler.loadaware.columns import FloatArray, LoadColumns, Mask
 from crane_shared.loadaware.dynamic import resource_of
 
 
@@ -19,6 +19,8 @@ class RowLoad:
         self.extra: dict[str, FloatArray] = {
             metric: np.zeros(capacity) for metric in cols.metrics if resource_of(metric) is not None
         }
+        self.judged: dict[str, Mask] = {metric: np.zeros(capacity, dtype=bool) for metric in self.extra}
+        """rows of new nodes (no metric annotated) that these pods judge (``recent.RecentEffects.judged``)"""
         self.alloc_cpu = np.zeros(capacity)
         self.alloc_memory = np.zeros(capacity)
 
@@ -29,6 +31,10 @@ class RowLoad:
         cap = max(row + 1, 2 * self._cap)
         for name, arr in self.extra.items():
             self.extra[name] = grown(arr, cap)
+        for name, mask in self.judged.items():
+            bigger = np.zeros(cap, dtype=bool)
+            bigger[: len(mask)] = mask
+            self.judged[name] = bigger
         self.alloc_cpu = grown(self.alloc_cpu, cap)
         self.alloc_memory = grown(self.alloc_memory, cap)
         self._cap = cap

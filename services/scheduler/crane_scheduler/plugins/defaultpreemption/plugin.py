@@ -175,6 +175,14 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         self._nominate(pod, choice.best, diagnosis.message)
         return Status(Code.SUCCESS, ())
 
+    def dry_run(self, pod: PodInfo, diagnosis: Diagnosis) -> tuple[Status, Choice]:
+        """``post_filter``'s answer without its actions: nothing nominated (in the table or the API), nothing
+        evicted, no metric (the simulator's dry run; ``select`` decides)."""
+        choice = self.select(pod, diagnosis)
+        if choice.best is None:
+            return Status(Code.UNSCHEDULABLE, (choice.message,)), choice
+        return Status(Code.SUCCESS, ()), choice
+
     def select(self, pod: PodInfo, diagnosis: Diagnosis) -> Choice:
         """``Evaluator.Preempt`` up to the choice, without side effects: eligibility, the dry run, the candidate
         kube's ``SelectCandidate`` picks (ties: the first found)."""

@@ -301,19 +301,21 @@ class InterPodAffinity(PodIndexPlugin):
     object_kinds = ("Namespace",)
 
     def apply_object(self, kind: str, event: EventType, obj: dict[str, Any]) -> None:
-        self._on_namespace(event, obj, None)
+        self.index.set_namespace(obj, deleted=event == "DELETED")
 
     def objects_listed(self) -> None:
         pass
-
-    def _on_namespace(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        self.index.set_namespace(obj, deleted=kind == "DELETED")
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Watch namespaces (their labels resolve ``namespaceSelector``); nothing to do without an API."""
         if self.handle.api is None:
             return
-        informer = Informer("namespaces", client.CoreV1Api(self.handle.api).list_namespace, self._on_namespace)
+        # through ``apply_object``: the scheduler's decider workers are fed from there
+        informer = Informer(
+            "namespaces",
+            client.CoreV1Api(self.handle.api).list_namespace,
+            lambda event, obj, old: self.apply_object("Namespace", event, obj),
+        )
         await informer.run(stopping)
 
 

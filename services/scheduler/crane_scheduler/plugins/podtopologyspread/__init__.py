@@ -444,7 +444,8 @@ class PodTopologySpread(PodIndexPlugin):
         )
 
         def handler(kind: str) -> Any:
-            return lambda event, obj, old: self.owners.on_event(kind, event, obj)
+            # through ``apply_object``: the scheduler's decider workers are fed from there
+            return lambda event, obj, old: self.apply_object(kind, event, obj)
 
         informers = [Informer(resource, list_fn, handler(kind)) for kind, resource, list_fn in sources]
         await asyncio.gather(*(i.run(stopping) for i in informers))

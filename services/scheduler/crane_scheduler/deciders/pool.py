@@ -1,0 +1,395 @@
+"""The scheduling process's side of the decider workers: their replicas' feed, dispatch, answers, restarts.
+
+Every change the scheduling process makes to its table reaches every worker in the same order (``protocol``):
+node events, placed and nominated pods' events, the plugins' watched objects (from the cache and the plugins'
+watches), and its own assumptions and their undoing (from the table's ``pod_assumed`` / ``pod_forgotten``
+hooks). A message is packed once and queued for every live worker; the queues are written once per event-loop
+turn. ``submit`` queues a decision behind them on the least busy worker; its answer resolves a future with
+(node, messages seen), and ``fresh`` tells whether that node's row changed since (``versions.RowVersions``).
+
+A worker that dies (or answers something unreadable) is restarted with backoff; its decisions in flight resolve
+as ("", -1) at once, so the scheduling process decides those pods itself. A new worker first gets the whole
+replicated state as of now (``_snapshot``: nodes, pods, objects, the recent assumptions with their times) and
+counts from the number of messages sent so far, so its answers compare with the same numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from crane_scheduler.deciders.protocol import APPLY, ASSUME, DECIDE, DONE, FORGET, INIT, READY_ID
+from crane_scheduler.deciders.versions import RowVersions
+from crane_scheduler.nodetable import NodeTable, PodRecord
+from crane_scheduler.podinfo import PodInfo
+from crane_shared.informer import object_key
+from crane_shared.logs import get_logger
+from crane_shared.retry import Backoff
+
+log = get_logger("crane.scheduler.deciders")
+IN_FLIGHT = 8
+"""decisions queued on one worker at most (it always has the next one while its answer travels)"""
+RECENT_ASSUMPTIONS = 3600.0
+"""seconds an assumption is replayed to a new worker (longer than any Dynamic window of recent bindings)"""
+STOP_TIMEOUT = 5.0
+ANSWER_TIMEOUT = 10.0
+"""seconds a worker may take to answer its oldest decision (one takes milliseconds); past it, the worker is
+killed and restarted, and its decisions are made by the scheduling process"""
+Answer = tuple[str, int, int]
+"""a decision's answer: (node or "", state messages the worker had applied, the worker's index)"""
+LOST: Answer = ("", -1, -1)
+"""the answer of a decision whose worker died: decide it in the scheduling process"""
+
+
+@dataclass
+class _Worker:
+    index: int
+    proc: asyncio.subprocess.Process | None = None
+    out: list[bytes] = field(default_factory=list)
+    pending: dict[int, asyncio.Future[Answer]] = field(default_factory=dict)
+    sent_at: dict[int, float] = field(default_factory=dict)
+    """decision id -> when it was queued (monotonic): the watchdog's clock"""
+    ready: bool = False
+
+
+class DeciderPool:
+    """``count`` decider workers for a scheduling process whose profiles come from ``config`` (the
+    ``KubeSchedulerConfiguration`` file, its parsed mapping, or None for the default profile) and a registry with
+    the installed plugins (``out_of_tree``, as ``Simulator``)."""
+
+    def __init__(
+        self,
+        count: int,
+        config: Path | Mapping[str, Any] | None,
+        *,
+        nodes_hint: Callable[[], int] = lambda: 0,
+        log_level: str = "info",
+        log_format: str = "text",
+        on_restart: Callable[[], None] = lambda: None,
+        on_ready: Callable[[int], None] = lambda ready: None,
+        out_of_tree: bool = True,
+    ) -> None:
+        self.count = count
+        self.options = {
+            "config_path": str(config) if isinstance(config, Path) else None,
+            "config": None if isinstance(config, Path) else config,
+            "out_of_tree": out_of_tree,
+        }
+        """what each replica's ``Simulator`` is built with: the scheduling process's profiles, built alike"""
+        self.versions = RowVersions(count)
+        self.hinted: tuple[str, str, int] | None = None
+        """(uid, node, worker) while the scheduling process acts on that worker's answer (``assumed`` tags it)"""
+        self._nodes_hint = nodes_hint
+        self._argv = [sys.executable, "-m", "crane_scheduler.deciders", str(os.getpid()), log_level, log_format]
+        self._on_restart = on_restart
+        self._on_ready = on_ready
+        """told how many workers answer, whenever that changes (the readiness gauge, on a standby too)"""
+        self._workers = [_Worker(i) for i in range(count)]
+        self._ids = itertools.count(1)
+        self._packer = msgpack.Packer()
+        self._flush_scheduled = False
+        self._room = asyncio.Event()
+        self._closing = False
+        self._supervisors: list[asyncio.Task[None]] = []
+        # what a new worker is given: kind -> key -> object; pods' nodes; assumptions (uid -> node, profile, at)
+        self._state: dict[str, dict[str, dict[str, Any]]] = {}
+        self._pod_nodes: dict[str, str] = {}
+        self._assumed: OrderedDict[str, tuple[str, str, float]] = OrderedDict()
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+
+    def watch(self, table: NodeTable) -> None:
+        """Follow the scheduling process's own assumptions and their undoing."""
+        table.pod_assumed.append(self.assumed)
+        table.pod_forgotten.append(self.forgotten)
+
+    async def start(self) -> None:
+        """Start the workers (each restarted until ``close``); returns at once, they get ready on their own."""
+        if self._supervisors:
+            return
+        self._supervisors = [asyncio.create_task(self._supervise(w)) for w in self._workers]
+        self._supervisors.append(asyncio.create_task(self._watchdog()))
+
+    async def close(self) -> None:
+        self._closing = True
+        for w in self._workers:
+            if w.proc is not None and w.proc.returncode is None and w.proc.stdin is not None:
+                w.proc.stdin.close()
+        for w in self._workers:
+            if w.proc is not None and w.proc.returncode is None:
+                try:
+                    await asyncio.wait_for(w.proc.wait(), STOP_TIMEOUT)
+                except TimeoutError:
+                    w.proc.kill()
+        for task in self._supervisors:
+            task.cancel()
+        for task in self._supervisors:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for w in self._workers:
+            self._lose(w)
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Until every worker answers (or ``timeout`` seconds): whether they all do."""
+        deadline = time.monotonic() + timeout
+        while self.ready < self.count:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._room.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), left)
+        return True
+
+    @property
+    def pids(self) -> list[int]:
+        """the running workers' process ids (benchmarks read their CPU time)"""
+        return [w.proc.pid for w in self._workers if w.proc is not None and w.proc.returncode is None]
+
+    @property
+    def ready(self) -> int:
+        """workers answering now"""
+        return sum(1 for w in self._workers if w.ready)
+
+    async def _supervise(self, w: _Worker) -> None:
+        backoff = Backoff(initial=0.5, maximum=10.0)
+        while not self._closing:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *self._argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=1 << 20
+                )
+            except Exception as err:
+                log.error("could not start a decider worker", worker=w.index, error=repr(err))
+                await asyncio.sleep(backoff.next_delay())
+                continue
+            self._begin(w, proc)
+            try:
+                await self._read(w, proc, backoff)
+            except Exception as err:  # an answer that does not decode: restart rather than trust it
+                log.error("unreadable answer from a decider worker; restarting it", worker=w.index, error=repr(err))
+                proc.kill()
+            code = await proc.wait()
+            self._lose(w)
+            if self._closing:
+                return
+            log.error("a decider worker exited; restarting it", worker=w.index, code=code)
+            self._on_restart()
+            await asyncio.sleep(backoff.next_delay())
+
+    async def _watchdog(self) -> None:
+        """A worker alive but silent (stuck) would hold its decisions, and the loop waiting for room, forever."""
+        while not self._closing:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for w in self._workers:
+                oldest = next(iter(w.sent_at.values()), None)
+                if oldest is not None and now - oldest > ANSWER_TIMEOUT and w.proc is not None:
+                    log.error("a decider worker did not answer in time; restarting it", worker=w.index)
+                    with contextlib.suppress(ProcessLookupError):
+                        w.proc.kill()
+
+    def _begin(self, w: _Worker, proc: asyncio.subprocess.Process) -> None:
+        """Synchronously (nothing else is sent meanwhile): what the others have queued leaves first, then the new
+        worker gets its INIT and the whole state as of the messages sent so far."""
+        self.flush()
+        first_row = self._nodes_hint() * w.index // max(1, self.count)  # workers search from spread-out starts
+        w.proc = proc
+        snapshot = self._snapshot()
+        # the replica counts the snapshot's messages too: after them it has seen exactly what was sent so far
+        base = self.versions.sent - len(snapshot)
+        w.out = [self._packer.pack((INIT, self.options, w.index, first_row, base)), *snapshot]
+        self._schedule_flush()
+
+    def _snapshot(self) -> list[bytes]:
+        pack = self._packer.pack
+        cutoff = time.time() - RECENT_ASSUMPTIONS
+        while self._assumed and next(iter(self._assumed.values()))[2] < cutoff:
+            self._assumed.popitem(last=False)
+        out = [pack((APPLY, "Node", "ADDED", obj)) for obj in self._state.get("Node", {}).values()]
+        for kind, objects in self._state.items():
+            if kind in ("Node", "Pod"):
+                continue
+            out.extend(pack((APPLY, kind, "ADDED", obj)) for obj in objects.values())
+        for uid, obj in self._state.get("Pod", {}).items():
+            assumed = self._assumed.get(uid)
+            if assumed is not None:
+                out.append(pack((ASSUME, obj, assumed[0], assumed[1], assumed[2])))
+            if (obj.get("spec") or {}).get("nodeName") or assumed is None:
+                out.append(pack((APPLY, "Pod", "ADDED", obj)))
+        return out
+
+    async def _read(self, w: _Worker, proc: asyncio.subprocess.Process, backoff: Backoff) -> None:
+        assert proc.stdout is not None
+        unpacker = msgpack.Unpacker(raw=False)
+        while chunk := await proc.stdout.read(1 << 16):
+            unpacker.feed(chunk)
+            for rid, node, seen in unpacker:
+                if rid == READY_ID:
+                    w.ready = True
+                    self._on_ready(self.ready)
+                    backoff.reset()
+                    self._room.set()
+                    continue
+                future = w.pending.pop(rid, None)
+                w.sent_at.pop(rid, None)
+                if future is not None and not future.done():
+                    future.set_result((node, seen, w.index))
+            self._room.set()
+
+    def _lose(self, w: _Worker) -> None:
+        if w.ready:
+            w.ready = False
+            self._on_ready(self.ready)
+        w.proc = None
+        w.out = []
+        pending, w.pending = w.pending, {}
+        w.sent_at.clear()
+        for future in pending.values():
+            if not future.done():
+                future.set_result(LOST)
+
+    # ------------------------------------------------------------------------------------------ the feed
+
+    def node_event(self, event: str, raw: dict[str, Any]) -> None:
+        name = str((raw.get("metadata") or {}).get("name") or "")
+        nodes = self._state.setdefault("Node", {})
+        if event == "DELETED":
+            nodes.pop(name, None)
+        else:
+            nodes[name] = raw
+        self.versions.step(name)
+        self._send((APPLY, "Node", event, raw))
+
+    def pod_event(self, event: str, raw: dict[str, Any], accounting_changed: bool = True) -> None:
+        """Bound pods and nominated ones (and the last word on a pod the workers know); a pending pod of no
+        nomination is nothing to a replica (a worker gets a pod it decides with the decision).
+        ``accounting_changed`` False: the table counted this pod on its node exactly so already (the informer
+        confirming an assumption): the replica gets the object, but the row is unchanged."""
+        meta = raw.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        pods = self._state.setdefault("Pod", {})
+        before = self._pod_nodes.get(uid, "")
+        node = str((raw.get("spec") or {}).get("nodeName") or "")
+        nominated = "" if node else str((raw.get("status") or {}).get("nominatedNodeName") or "")
+        if event == "DELETED" or not (node or nominated):
+            if uid not in pods:
+                return
+            del pods[uid]
+            self._pod_nodes.pop(uid, None)
+            self._assumed.pop(uid, None)
+            self.versions.step(before)
+            self._send((APPLY, "Pod", "DELETED", raw))
+            return
+        pods[uid] = raw
+        self._pod_nodes[uid] = node or nominated
+        if accounting_changed or before != node:
+            self.versions.step(before, node or nominated)
+        else:
+            self.versions.step()
+        self._send((APPLY, "Pod", event, raw))
+
+    def object_event(self, kind: str, event: str, raw: dict[str, Any]) -> None:
+        """An object a plugin watches (namespaces, owners, NUMA topologies: a topology is its node's row)."""
+        key = object_key(raw)
+        objects = self._state.setdefault(kind, {})
+        if event == "DELETED":
+            objects.pop(key, None)
+        else:
+            objects[key] = raw
+        row = key if kind == "NodeResourceTopology" else ""
+        self.versions.step(row)
+        self._send((APPLY, kind, event, raw))
+
+    def assumed(self, pod: PodInfo, node: str) -> None:
+        at = time.time()
+        self._state.setdefault("Pod", {})[pod.uid] = pod.raw
+        self._pod_nodes[pod.uid] = node
+        self._assumed[pod.uid] = (node, pod.scheduler_name, at)
+        self._assumed.move_to_end(pod.uid)
+        hinted = self.hinted
+        by = hinted[2] if hinted is not None and hinted[0] == pod.uid and hinted[1] == node else None
+        self.versions.step(node, by=by)
+        self._send((ASSUME, pod.raw, node, pod.scheduler_name, at))
+
+    def forgotten(self, record: PodRecord) -> None:
+        self._assumed.pop(record.uid, None)
+        pods = self._state.get("Pod", {})
+        raw = pods.get(record.uid)
+        if raw is not None and not (raw.get("spec") or {}).get("nodeName"):
+            del pods[record.uid]
+            self._pod_nodes.pop(record.uid, None)
+        profile = record.pod.scheduler_name if record.pod is not None else ""
+        self.versions.step(record.node)
+        self._send((FORGET, record.uid, record.node, profile))
+
+    def _send(self, message: Any) -> None:
+        data = self._packer.pack(message)
+        for w in self._workers:
+            if w.proc is not None:
+                w.out.append(data)
+        self._schedule_flush()
+
+    # ------------------------------------------------------------------------------------------ decisions
+
+    def has_room(self) -> bool:
+        return any(w.ready and len(w.pending) < IN_FLIGHT for w in self._workers)
+
+    async def room(self) -> None:
+        """Until a worker can take a decision (or none is ready: the scheduling process decides then)."""
+        while self.ready and not self.has_room():
+            self._room.clear()
+            await self._room.wait()
+
+    def submit(self, profile: str, pod: PodInfo) -> asyncio.Future[Answer] | None:
+        """Queue ``pod``'s decision on the least busy ready worker; None when none can take it."""
+        best: _Worker | None = None
+        for w in self._workers:
+            if w.ready and len(w.pending) < IN_FLIGHT and (best is None or len(w.pending) < len(best.pending)):
+                best = w
+        if best is None:
+            return None
+        rid = next(self._ids)
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        best.pending[rid] = future
+        best.sent_at[rid] = time.monotonic()
+        best.out.append(self._packer.pack((DECIDE, rid, profile, pod.raw)))
+        self._schedule_flush()
+        return future
+
+    def fresh(self, node: str, seen: int, worker: int) -> bool:
+        return seen >= 0 and self.versions.fresh(node, seen, worker)
+
+    def done(self, uid: str, worker: int) -> None:
+        """The scheduling process acted on ``worker``'s answer for ``uid`` (after its ``ASSUME``, if any)."""
+        w = self._workers[worker]
+        if w.proc is not None:
+            w.out.append(self._packer.pack((DONE, uid)))
+            self._schedule_flush()
+
+    # ------------------------------------------------------------------------------------------ pipes
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        for w in self._workers:
+            if not w.out:
+                continue
+            data, w.out = b"".join(w.out), []
+            proc = w.proc
+            if proc is not None and proc.stdin is not None and not proc.stdin.is_closing():
+                proc.stdin.write(data)

@@ -1,0 +1,32 @@
+"""The scheduling process <-> decider worker wire format: msgpack arrays back to back on the worker's stdin/stdout.
+
+Scheduling process -> worker, in the order the scheduling process's table changed (every message but ``DECIDE``
+is one step of the replica's state; the worker counts them, and its answers carry the count):
+
+- ``[INIT, options, seed, first_row, base]``: once, first: how to build the replica's ``Simulator``
+  (``config_path``: the ``KubeSchedulerConfiguration`` file, else ``config``: its parsed mapping, or None for the
+  default profile;
+  ``out_of_tree``: the installed plugins too), the tie-break seed, where the rotating node search starts, and the
+  count the replica starts from (the state messages that follow at once are the whole state as of now);
+- ``[APPLY, kind, event, object]``: one watch event of a kind the simulator takes (nodes, bound or nominated pods,
+  the plugins' watched objects);
+- ``[ASSUME, pod, node, profile, at]``: the scheduling process assumed ``pod`` (its object) on ``node`` at wall
+  clock ``at``; the replica assumes it and replays the Reserve of the plugins that account it (Dynamic's recent
+  binding, stamped ``at``);
+- ``[FORGET, uid, node, profile]``: that assumption was undone (a bind that failed or was withheld);
+- ``[DECIDE, id, profile, pod]``: decide ``pod`` (not a state step). The worker counts the pod on the node it
+  answers at once (a provisional assumption: its next decisions see it), until the scheduling process's ``ASSUME``
+  of that pod (which replaces it) or ``DONE``;
+- ``[DONE, uid]``: to the worker that decided the pod, once the scheduling process acted on its answer: its
+  provisional assumption, if still there, is dropped (not a state step: the scheduling process's table never
+  had it).
+
+Worker -> scheduling process: ``[id, node, seen]``: the node chosen ("" when none fits or the attempt failed) and
+how many state messages the replica had applied when it decided; ``[READY_ID, seen, ""]`` once the replica is built.
+"""
+
+from __future__ import annotations
+
+INIT, APPLY, ASSUME, FORGET, DECIDE, DONE = 0, 1, 2, 3, 4, 5
+READY_ID = 0
+"""the answer id of a worker's readiness (decision ids start at 1)"""
