@@ -18,7 +18,9 @@ deleted between them.
 ``--steady-state`` is scheduler_perf's ``createPodsSteadily``: ``--batch`` (10) pods claiming a device through the
 template; once all of a batch are bound, they are deleted together (the resourceclaim controller then frees and
 deletes their claims) and the next batch is created, for ``--duration`` seconds from the first bind. Throughput
-= pods bound / (last bind - first bind): the loop's speed, the claim controller's latency included, as kube's.
+= pods bound / (last bind - first bind): the loop's speed, the claim controller's latency included, as kube's;
+the median batch's round trip is printed in parts (the controller's claims, then the binds, then the benchmark's
+deletion and creation), to tell which of them paces the loop.
 Its workloads: empty_500nodes (``--init-pods 0``, kube's threshold 64), half_500nodes (``--init-pods 2500``: 70,
 60 with queueing hints), full_500nodes (``--init-pods 4990``: 60).
 
@@ -343,7 +345,12 @@ async def claims_made(api: client.ApiClient, namespace: str, n: int) -> None:
 class Steady:
     """scheduler_perf's ``createPodsSteadily`` over one namespace (see the module's docstring): ``run`` creates
     the first batch, then replaces each batch once it is bound, until ``duration`` after the first bind; ``stop``
-    is set then (``bench.scheduler.measure`` ends the run on it)."""
+    is set then (``bench.scheduler.measure`` ends the run on it).
+
+    ``phases``: per batch, where its round trip went, as this process's watches see it: from the creation of its
+    pods to the resourceclaim controller's last claim for them (``claims``), from there to the last bind
+    (``scheduler``: the scheduler's reaction to the claims, its decisions, claim writes and binds), and from the
+    last bind to the next batch's pods created (``bench``: the deletion and creation)."""
 
     def __init__(
         self, api: client.ApiClient, namespace: str, scheduler: str, batch: int, duration: float, template: str
@@ -353,19 +360,55 @@ class Steady:
         self.stop = asyncio.Event()
         self.generation = 0
         self.bound: set[str] = set()  # names of the current batch's pods seen bound
+        self.claimed: set[str] = set()  # names of the claims made for the current batch's pods
         self.changed = asyncio.Event()
+        self.marks: dict[str, float] = {}  # the current batch's created / claims / bound times
+        self.phases: list[dict[str, float]] = []
         core = client.CoreV1Api(api)
+        resource = client.ResourceV1Api(api)
 
         async def list_fn(**kw: Any) -> Any:
             return await core.list_namespaced_pod(namespace, **kw)
 
+        async def list_claims(**kw: Any) -> Any:
+            return await resource.list_namespaced_resource_claim(namespace, **kw)
+
         self.informer = Informer("bench-steady-pods", list_fn, self.seen)
+        self.claim_informer = Informer("bench-steady-claims", list_claims, self.claim_seen)
 
     def seen(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         name = obj["metadata"]["name"]
         if kind != "DELETED" and obj["spec"].get("nodeName") and name.startswith(self.prefix):
             self.bound.add(name)
+            if len(self.bound) == self.batch:
+                self.marks.setdefault("bound", time.monotonic())
             self.changed.set()
+
+    def claim_seen(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        name = obj["metadata"]["name"]  # the controller's <pod>-<pod claim>-<suffix>
+        if kind == "ADDED" and name.startswith(self.prefix):
+            self.claimed.add(name)
+            if len(self.claimed) == self.batch:
+                self.marks.setdefault("claims", time.monotonic())
+
+    def phase_summary(self) -> dict[str, float]:
+        """Median seconds per batch of each phase (see the class docstring), over the batches seen whole."""
+        out: dict[str, float] = {"batches": float(len(self.phases))}
+        for phase in ("claims", "scheduler", "bench"):
+            values = sorted(p[phase] for p in self.phases if phase in p)
+            if values:
+                out[phase] = values[len(values) // 2]
+        return out
+
+    def _next_marks(self) -> None:
+        """Close the current batch's phases (at the next batch's creation) and start the next one's."""
+        now = time.monotonic()
+        m = self.marks
+        if self.generation >= 2 and {"created", "claims", "bound"} <= m.keys():  # not the first (made before)
+            self.phases.append(
+                {"claims": m["claims"] - m["created"], "scheduler": m["bound"] - m["claims"], "bench": now - m["bound"]}
+            )
+        self.marks = {"created": now}
 
     @property
     def prefix(self) -> str:
@@ -379,14 +422,17 @@ class Steady:
             body = pod_body(f"{self.prefix}{i:03d}", self.scheduler, claim)
             (await v1.create_namespaced_pod(self.namespace, body, _preload_content=False)).release()
 
+        self._next_marks()
         await asyncio.gather(*(one(i) for i in range(self.batch)))
 
     async def run(self) -> None:
         stopping = asyncio.Event()
         watcher = asyncio.create_task(self.informer.run(stopping))
+        claim_watcher = asyncio.create_task(self.claim_informer.run(stopping))
         v1 = client.CoreV1Api(self.api)
         try:
             await self.informer.synced.wait()
+            await self.claim_informer.synced.wait()
             first: float | None = None
             while True:
                 await self.changed.wait()
@@ -401,12 +447,13 @@ class Steady:
                 )
                 resp.release()
                 self.generation += 1
-                self.bound = set()
+                self.bound, self.claimed = set(), set()
                 await self.create_batch()
         finally:
             self.stop.set()
             stopping.set()
             watcher.cancel()
+            claim_watcher.cancel()
 
 
 async def doubled(api: client.ApiClient, namespaces: list[str]) -> tuple[int, int]:
@@ -482,7 +529,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                     return pod_body(name, scheduler, {"resourceClaimTemplateName": TEMPLATE})
 
                 if args.steady_state:
-                    result[key], result[f"{key}_latency"] = await steady_run(
+                    result[key], result[f"{key}_latency"], result[f"{key}_phases"] = await steady_run(
                         cluster, api, args, run_dir, key, measure_ns
                     )
                 else:
@@ -502,9 +549,10 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 async def steady_run(
     cluster: LocalCluster, api: client.ApiClient, args: argparse.Namespace, run_dir: Any, key: str, namespace: str
-) -> tuple[base.Run, dict[str, float]]:
+) -> tuple[base.Run, dict[str, float], dict[str, float]]:
     """One scheduler on the steady workload: the first batch is created (and its claims made) before it starts,
-    as the base runners' backlog; the loop runs beside the measurement and ends it."""
+    as the base runners' backlog; the loop runs beside the measurement and ends it. Also the loop's phases
+    (``Steady.phase_summary``)."""
     scheduler = "crane-bench" if key == "ours" else "kube-bench"
     steady = Steady(api, namespace, scheduler, args.batch, args.duration, TEMPLATE)
     tasks: list[asyncio.Task[None]] = []
@@ -520,7 +568,7 @@ async def steady_run(
         run = base.run_ours if key == "ours" else base.run_kube
         measured, latency = await run(cluster, api, args, run_dir, namespace, stop=steady.stop)
         measured.pods = measured.bound  # as many as the loop made
-        return measured, latency
+        return measured, latency, steady.phase_summary()
     finally:
         base.create_pods = original
         for task in tasks:
@@ -595,17 +643,29 @@ def main() -> None:
             f"{args.init_pods} init pods, {args.pods} measured, QPS {args.qps:g}/{args.burst}"
         )
     print(f"{summary_of(ours)}; decision p50 {ours_p(r, 'p50')} p99 {ours_p(r, 'p99')}; audit {r['ours_audit']}")
+    if "ours_phases" in r:
+        print(f"  per batch (median): {phases_text(r['ours_phases'])}")
     if kube is not None:
         print(f"{summary_of(kube)}; audit {r['kube_audit']}")
+        if "kube_phases" in r:
+            print(f"  per batch (median): {phases_text(r['kube_phases'])}")
         print(f"ratio crane / kube: {ours.rate / kube.rate:.2f}" if kube.rate > 0 else "ratio: -")
     if args.json:
-        figures = {
+        figures: dict[str, Any] = {
             k: {"bound": v.bound, "pods": v.pods, "seconds": v.seconds, "rate": v.rate}
             for k, v in r.items()
             if isinstance(v, base.Run)
         }
+        figures.update({k: v for k, v in r.items() if k.endswith("_phases")})
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=2)
+
+
+def phases_text(phases: dict[str, float]) -> str:
+    """A steady run's ``Steady.phase_summary``: where a batch's round trip went."""
+    names = {"claims": "claims made", "scheduler": "then all bound", "bench": "then the next batch created"}
+    parts = [f"{label} {phases[key] * 1e3:.0f} ms" for key, label in names.items() if key in phases]
+    return ", ".join(parts) + f" ({phases.get('batches', 0):.0f} batches)"
 
 
 def ours_p(r: dict[str, Any], q: str) -> str:

@@ -81,7 +81,7 @@ SMOKES: list[tuple[tuple[str, ...], str]] = [
             "--duration",
             "2",
         ),
-        "SteadyState",
+        "per batch (median): claims made",
     ),
     (
         (

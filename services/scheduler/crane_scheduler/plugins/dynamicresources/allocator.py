@@ -9,8 +9,9 @@ claims)`` answers one node: the allocation result of each claim, in order, or No
 there. The search is kube's: depth first over claims, their requests (a ``firstAvailable`` request tries its
 subrequests in order), the devices each needs, and the candidate devices in pool, slice and device order, a
 request's next device only after its previous one (combinations, not permutations); the first complete solution
-wins. A candidate is skipped when in use, not selected (class and request selectors, then its own node selection
-for ``perDeviceNodeSelection`` slices), short of capacity (``capacity``), short of shared counters
+wins; it skips only branches certain to fail as kube's would (``_Search``: a later claim that fits nowhere). A
+candidate is skipped when in use, not selected (class and request selectors, then its own node selection for
+``perDeviceNodeSelection`` slices), short of capacity (``capacity``), short of shared counters
 (``consumesCounters`` against the pool's ``sharedCounters``, less what allocated and chosen devices consume),
 tainted without a toleration (``taints``), or against a constraint (``matchAttribute``, ``distinctAttribute``).
 A device with ``allowMultipleAllocations`` is never "in use": each claim gets a share (``shareID``) consuming
@@ -41,6 +42,7 @@ from crane_scheduler.plugins.dynamicresources.capacity import (
 )
 from crane_scheduler.plugins.dynamicresources.nodeview import (
     Candidate,
+    Consumption,
     DeviceCache,
     NodeView,
     Shape,
@@ -76,6 +78,14 @@ class AllocationTimeout(AllocationError):
 
 class _MaxSizeExceeded(Exception):
     """kube's ``errAllocationResultMaxSizeExceeded``: this branch would put more than 32 devices in a claim."""
+
+
+class _NoSolution(Exception):
+    """The search is proven to end without a solution and without an error: it stops (``_Search._next_claim``)."""
+
+
+class _OverBudget(Exception):
+    """A probe (``_Search._probe``) used up its invocations before it could tell."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,6 +482,15 @@ class _Chosen:
     consumed: dict[str, Quantity] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """``_Search._short``'s tables: per counter, what is left of it at most and its devices (those consuming it
+    first) by what they consume, smallest first; the devices the requests after each one need at least."""
+
+    groups: list[tuple[tuple[str, str, str], Decimal, list[tuple[Decimal, DeviceID]]]]
+    need_after: dict[tuple[int, int], int]
+
+
 @dataclass(slots=True)
 class _Undo:
     """What ``_allocate_device`` did for one candidate (kube's ``deviceRollbackState``)."""
@@ -483,11 +502,40 @@ class _Undo:
     result_at: int = -1
 
 
+BOUND_AFTER = 64
+"""Invocations before the search starts comparing what it still needs with the counters left (``_short``): a
+search that ends sooner never pays for it."""
+
+PROBE_MIN_BUDGET = 100
+"""Invocations a probe may use at least (``_Search._probe``); as many as the search has used once that is more
+(it is tried again with a doubled budget after as many more), so probing never costs much more than searching."""
+
+
 class _Search:
-    """One ``Allocate`` call (kube's ``allocator``)."""
+    """One ``Allocate`` call (kube's ``allocator``).
+
+    kube's search is exhaustive: when a later claim fits nowhere, it still tries that claim again after every
+    way of allocating the earlier ones, which takes seconds in Go and minutes here. Three shortcuts prune only
+    what is certain to fail the same way, so every answer (the first solution, None, the error) stays kube's.
+    At a claim (``_next_claim``): the claims from ``c`` on are not searched again from a state (the devices the
+    earlier claims hold) where they already failed; and once they fail, they are tried alone, as if nothing
+    else were allocated (a probe): failing there, they fail from every state the search can reach, because
+    taking devices only ever takes options away (in use, counters and capacity consumed) and the claims'
+    constraints are their own. Then no state is tried again and, when the rest of the search cannot raise an
+    error (``_quiet``), the search stops at once. At a request (``_short``): when the devices still to pick
+    cannot fit in the shared counters left, and no error can be met, the request is not searched. All hold only
+    without devices allocated several times (a share skips the counters a first share took, so more allocated
+    can mean more allowed) and when no claim can pass the 32 devices of a result (that limit cuts the search
+    short in ways that depend on the path); otherwise the search is kube's, step for step."""
 
     def __init__(
-        self, owner: Allocator, node: NodeInfo, claims: Sequence[Raw], view: NodeView, deadline: float | None
+        self,
+        owner: Allocator,
+        node: NodeInfo,
+        claims: Sequence[Raw],
+        view: NodeView,
+        deadline: float | None,
+        budget: float = float("inf"),
     ) -> None:
         self.owner = owner
         self.features = owner.features
@@ -501,8 +549,15 @@ class _Search:
         self.allocating: dict[DeviceID, set[int]] = {}
         self.allocating_capacity: dict[DeviceID, tuple[int, dict[str, Decimal]]] = {}
         self.consumed_counters: dict[str, dict[str, dict[str, Decimal]]] = {}
+        self.pool_counters: dict[str, tuple[CounterSets, bool]] = {}
         self.results: list[list[_Chosen]] = [[] for _ in claims]
         self.invocations = 0
+        self.budget = budget
+        self.prunable: bool | None = None  # whether the shortcuts hold (``_can_prune``), once asked
+        self.failed: set[tuple[int, tuple[DeviceID, ...]]] = set()  # (claim, held by earlier claims): no solution
+        self.hopeless: set[int] = set()  # the claims from there on fail from every state
+        self.probe_at: dict[int, float] = {}  # per claim, the invocations before it is probed (again)
+        self.bound: _Bound | bool | None = None  # ``_short``'s tables, False where it does not hold, once asked
 
     # -- preparation (kube's loop over claims before allocateOne)
 
@@ -513,6 +568,8 @@ class _Search:
             done = self._allocate_one((0, 0, 0, 0), False, (0, 0))
         except _MaxSizeExceeded:  # kube returns errAllocationResultMaxSizeExceeded itself from Allocate
             raise AllocationError("allocation max size exceeded") from None
+        except _NoSolution:
+            done = False
         if not done:
             if self.view.invalid:
                 raise FailedOnNode("invalid resource pools were encountered")
@@ -629,6 +686,8 @@ class _Search:
 
     def _allocate_one(self, r: tuple[int, int, int, int], allocate_sub: bool, start: tuple[int, int]) -> bool:
         self.invocations += 1
+        if self.invocations > self.budget:
+            raise _OverBudget
         if self.deadline is not None and self.owner.clock() > self.deadline:
             raise AllocationTimeout("filter operation aborted: context deadline exceeded")
         ci, ri, si, di = r
@@ -636,10 +695,7 @@ class _Search:
             return True
         requests = ((self.claims[ci].get("spec") or {}).get("devices") or {}).get("requests") or ()
         if ri >= len(requests):
-            try:
-                return self._allocate_one((ci + 1, 0, 0, 0), False, (0, 0))
-            except _MaxSizeExceeded:
-                return False
+            return self._next_claim(ci + 1)
         data = self.requests[(ci, ri, si)]
         if not allocate_sub and data.parent is not None:
             all_exceeded = True
@@ -659,6 +715,8 @@ class _Search:
                 raise _MaxSizeExceeded
             return False
 
+        if di == 0 and self.invocations > BOUND_AFTER and self._short(ci, ri, data):
+            return False
         if data.mode == ALL and not data.all_devices:
             return False
         if di >= data.num_devices:
@@ -708,6 +766,185 @@ class _Search:
                 undo()
         return False
 
+    # -- the shortcuts over later claims (see the class docstring)
+
+    def _next_claim(self, c: int) -> bool:
+        """kube's step to the next claim, ``c``, once the earlier ones have their devices."""
+        if c >= len(self.claims) or self.prunable is False:
+            return self._enter(c)
+        if c in self.hopeless:
+            return False
+        key = self._held_key(c) if self.failed else None
+        if key is not None and (c, key) in self.failed:
+            return False
+        if self._enter(c):
+            return True
+        if not self._can_prune():
+            return False
+        self.failed.add((c, key if key is not None else self._held_key(c)))
+        if self.invocations >= self.probe_at.get(c, 0):
+            self._learn(c)
+        return False
+
+    def _enter(self, c: int) -> bool:
+        try:
+            return self._allocate_one((c, 0, 0, 0), False, (0, 0))
+        except _MaxSizeExceeded:
+            return False
+
+    def _learn(self, c: int) -> None:
+        """Probe the claims from ``c`` on; when they fail alone, stop trying them, and stop the whole search if
+        nothing left to try before them can raise an error."""
+        budget = max(PROBE_MIN_BUDGET, self.invocations)
+        alone = self._probe(c, budget) if any(self.results[:c]) else False
+        if alone is None:  # over budget: again once the search has used as much again
+            self.probe_at[c] = self.invocations + 2 * budget
+            return
+        if alone:
+            self.probe_at[c] = float("inf")
+            return
+        self.hopeless.add(c)
+        if self._quiet(c):
+            raise _NoSolution
+
+    def _probe(self, c: int, budget: int) -> bool | None:
+        """Whether the claims from ``c`` on fit with nothing else allocated in this search (None: unknown, over
+        ``budget`` or an error there)."""
+        probe = _Search(self.owner, self.node, self.claims[c:], self.view, self.deadline, budget)
+        try:
+            for ci, claim in enumerate(probe.claims):
+                probe._prepare_claim(ci, claim)
+            return probe._allocate_one((0, 0, 0, 0), False, (0, 0))
+        except _NoSolution:
+            return False
+        except AllocationTimeout:
+            raise
+        except (_OverBudget, _MaxSizeExceeded):
+            return None
+        except (AllocationError, ValueError):  # ValueError: a counter that does not parse
+            self.probe_at[c] = float("inf")  # the same error each time
+            return None
+
+    def _short(self, ci: int, ri: int, data: _Request) -> bool:
+        """Whether the devices still to pick, from this request on, cannot fit in the shared counters left: then
+        kube's search below fails, and it can raise no error there (``_quiet``), so it is not searched. Each
+        device consumes a counter ("its" counter, the first it consumes), each pick takes a device not in use,
+        so a counter lets in at most as many of its devices as the smallest of them fit in what is left of it.
+        Only where every device the node reaches consumes counters and no request has admin access (a device
+        taken again)."""
+        if self.bound is None:
+            self.bound = self._bound_tables()
+        if self.bound is False:
+            return False
+        assert isinstance(self.bound, _Bound)
+        need = data.num_devices + self.bound.need_after[(ci, ri + 1)]
+        room = 0
+        for (pool_id, set_name, name), limit, devices in self.bound.groups:
+            left = limit - ((self.consumed_counters.get(pool_id) or {}).get(set_name) or {}).get(name, _ZERO)
+            for value, device in devices:
+                if value > left:
+                    break
+                if not self._in_use(device):
+                    left -= value
+                    room += 1
+            if room >= need:
+                return False
+        return True
+
+    def _bound_tables(self) -> _Bound | bool:
+        if not self._can_prune() or any(data.admin_access for data in self.requests.values()):
+            return False
+        groups: dict[tuple[str, str, str], list[tuple[Decimal, DeviceID]]] = {}
+        limits: dict[tuple[str, str, str], Decimal] = {}
+        for pool, candidates in zip(self.pools, self.view.candidates, strict=True):
+            if pool.incomplete or pool.invalid:
+                continue
+            for candidate in candidates:
+                try:
+                    consumption = _consumption(candidate)
+                except ValueError:
+                    return False
+                totals: dict[tuple[str, str], Decimal] = {}
+                for set_name, counters in consumption:
+                    for name, value in counters:
+                        totals[(set_name, name)] = totals.get((set_name, name), _ZERO) + value
+                first = next(((key, value) for key, value in totals.items() if value > 0), None)
+                if first is None:
+                    return False  # a device consuming nothing: no bound
+                (set_name, name), value = first
+                limit = self._pool_counters(pool)[0].get(set_name, {}).get(name)
+                if limit is None:
+                    return False
+                key = (pool.id, set_name, name)
+                limits[key] = limit
+                groups.setdefault(key, []).append((value, candidate.id))
+        if not self._quiet(len(self.claims)):
+            return False
+        least: dict[tuple[int, int], int] = {}  # per request, the fewest devices one of its subrequests takes
+        for (ci, ri, _), data in self.requests.items():
+            least[(ci, ri)] = min(least.get((ci, ri), data.num_devices), data.num_devices)
+        need_after: dict[tuple[int, int], int] = {}
+        later = 0
+        for ci in range(len(self.claims) - 1, -1, -1):
+            ri = sum(1 for c, _ in least if c == ci)
+            need_after[(ci, ri)] = later
+            for r in range(ri - 1, -1, -1):
+                later += least[(ci, r)]
+                need_after[(ci, r)] = later
+        return _Bound(
+            groups=[(key, limits[key], sorted(devices)) for key, devices in groups.items()], need_after=need_after
+        )
+
+    def _held_key(self, c: int) -> tuple[DeviceID, ...]:
+        """What decides how the claims from ``c`` on fare: the devices the earlier claims hold (the counters
+        they consume follow), sorted."""
+        return tuple(sorted(chosen.candidate.id for results in self.results[:c] for chosen in results))
+
+    def _can_prune(self) -> bool:
+        """No device allocated several times, no claim that can pass the result limit (see the class docstring)."""
+        if self.prunable is None:
+            multi = self.features.consumable_capacity and any(
+                candidate.device.get("allowMultipleAllocations") for pool in self.view.candidates for candidate in pool
+            )
+            self.prunable = not multi and all(
+                self._most_devices(ci) <= ALLOCATION_RESULTS_MAX_SIZE for ci in range(len(self.claims))
+            )
+        return self.prunable
+
+    def _most_devices(self, ci: int) -> int:
+        most = 0
+        ri = 0
+        while (ci, ri, 0) in self.requests:
+            si, per_request = 0, 0
+            while (ci, ri, si) in self.requests:
+                per_request = max(per_request, self.requests[(ci, ri, si)].num_devices)
+                si += 1
+            most += per_request
+            ri += 1
+        return most
+
+    def _quiet(self, c: int) -> bool:
+        """Whether searching the claims before ``c`` can raise no error, wherever it goes: no selector, node
+        selection, capacity check or counter fails on any of their candidates, and no "All" request meets a
+        constraint (the result limit is ruled out by ``_can_prune``)."""
+        consumable = self.features.consumable_capacity
+        for (ci, _, _), data in self.requests.items():
+            if ci >= c:
+                continue
+            if data.mode == ALL and self.constraints[ci]:
+                return False
+            for pool, candidates in zip(self.pools, self.view.candidates, strict=True):
+                if pool.incomplete or pool.invalid:
+                    continue
+                for candidate in candidates:
+                    try:
+                        if self._selectable(ci, data, candidate) and consumable:
+                            self._fits_capacity(ci, data, candidate, "checking")
+                        _consumption(candidate)
+                    except (AllocationError, ValueError):
+                        return False
+        return True
+
     def _in_use(self, device: DeviceID) -> bool:
         return device in self.owner.allocated or bool(self.allocating.get(device))
 
@@ -744,12 +981,16 @@ class _Search:
         raise AllocationError(ok)
 
     def _fits_capacity(self, ci: int, data: _Request, candidate: Candidate, verb: str) -> bool:
-        """kube's ``CmpRequestOverCapacity`` for the candidate, with the shares allocated and being allocated."""
+        """kube's ``CmpRequestOverCapacity`` for the candidate, with the shares allocated and being allocated
+        (nothing to compare when neither the request nor the device names a capacity: most devices)."""
+        requests, capacities = data.capacity_requests, candidate.device.get("capacity")
+        if not requests and not capacities:
+            return True
         allocating = self.allocating_capacity.get(candidate.id)
         try:
             return fits_capacity(
-                data.capacity_requests,
-                candidate.device.get("capacity") or {},
+                requests,
+                capacities or {},
                 self.owner.shared.capacity.get(candidate.id),
                 allocating[1] if allocating is not None else None,
             )
@@ -855,30 +1096,53 @@ class _Search:
 
     def _take_counters(self, candidate: Candidate) -> bool:
         """kube's ``checkAvailableCounters``: add the device's consumption; False (and nothing added) when a
-        counter of the pool would be overdrawn."""
+        counter of the pool would be overdrawn. kube compares every counter of the pool; only the device's can
+        have changed since the last check, which left them all within bounds, unless the pool was overdrawn
+        before the search took anything (what its allocated devices consume passes a counter): then every device
+        consuming its counters fails, as in kube."""
         pool = candidate.pool
         assert pool is not None
-        available = self.owner.available_counters(pool)
+        available, overdrawn = self._pool_counters(pool)
+        consumption = _consumption(candidate)
         consumed = self.consumed_counters.setdefault(pool.id, {})
-        for entry in candidate.device.get("consumesCounters") or ():
-            counters = consumed.setdefault(str(entry.get("counterSet", "")), {})
-            for name, value in (entry.get("counters") or {}).items():
-                counters[name] = counters.get(name, Decimal(0)) + parse((value or {}).get("value", "0")).value
-        for set_name, counters in available.items():
-            used = consumed.get(set_name) or {}
-            for name, value in counters.items():
-                if value < used.get(name, Decimal(0)):
-                    self._give_counters(candidate)
-                    return False
-        return True
+        for set_name, counters in consumption:
+            used = consumed.setdefault(set_name, {})
+            for name, value in counters:
+                used[name] = used.get(name, _ZERO) + value
+        fits = not overdrawn
+        if fits:
+            for set_name, counters in consumption:
+                have = available.get(set_name)
+                if have is None:
+                    continue
+                used = consumed[set_name]
+                for name, _ in counters:
+                    limit = have.get(name)
+                    if limit is not None and limit < used[name]:
+                        fits = False
+                        break
+                if not fits:
+                    break
+        if not fits:
+            self._give_counters(candidate)
+        return fits
 
     def _give_counters(self, candidate: Candidate) -> None:
         assert candidate.pool is not None
         consumed = self.consumed_counters[candidate.pool.id]
-        for entry in candidate.device.get("consumesCounters") or ():
-            counters = consumed[str(entry.get("counterSet", ""))]
-            for name, value in (entry.get("counters") or {}).items():
-                counters[name] -= parse((value or {}).get("value", "0")).value
+        for set_name, counters in _consumption(candidate):
+            used = consumed[set_name]
+            for name, value in counters:
+                used[name] -= value
+
+    def _pool_counters(self, pool: Pool) -> tuple[CounterSets, bool]:
+        """The pool's available counters (``Allocator.available_counters``) and whether one is already below zero."""
+        have = self.pool_counters.get(pool.id)
+        if have is None:
+            available = self.owner.available_counters(pool)
+            overdrawn = any(value < 0 for counters in available.values() for value in counters.values())
+            have = self.pool_counters[pool.id] = (available, overdrawn)
+        return have
 
     # -- the result (kube's loop after allocateOne)
 
@@ -961,6 +1225,26 @@ class _Search:
             ):
                 del entry["requests"]
         return config
+
+
+_ZERO = Decimal(0)
+
+
+def _consumption(candidate: Candidate) -> Consumption:
+    """The candidate's ``consumesCounters``, parsed once (kept on the candidate, which lives as long as its slice)."""
+    known = candidate.consumption
+    if known is None:
+        known = candidate.consumption = tuple(
+            (
+                str(entry.get("counterSet", "")),
+                tuple(
+                    (name, parse((value or {}).get("value", "0")).value)
+                    for name, value in (entry.get("counters") or {}).items()
+                ),
+            )
+            for entry in candidate.device.get("consumesCounters") or ()
+        )
+    return known
 
 
 def _device_configuration(config: Raw) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Protocol
 
 import numpy as np
@@ -45,6 +46,8 @@ SelectorError = tuple[bool, int, str, str]
 """(raised by a class selector rather than the request's, the selector's index, "compile" or "runtime", the CEL
 error's text)."""
 Verdict = bool | SelectorError
+Consumption = tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...]
+"""A device's ``consumesCounters``: (counter set, ((counter, value), ...)) per entry, in order."""
 
 
 @dataclass(slots=True, eq=False)
@@ -60,6 +63,7 @@ class Candidate:
     view: DeviceView | None = None
     node_ok: bool | str = True
     pool: Pool | None = None
+    consumption: Consumption | None = None  # its ``consumesCounters`` parsed (the allocator's, on first use)
 
     def cel_view(self) -> DeviceView:
         if self.view is None:
