@@ -90,9 +90,11 @@ async def test_batch_annotations_add_no_patch_and_status_is_written_once_while_n
 
         await eventually(p0_listed, timeout=4 * PERIOD, interval=0.5, what="node 0's pod usage listing p0")
     assert more_status == 0, f"{more_status} status writes in {ran} rounds with nothing moving at {N} nodes"
-    # One annotation patch per node per round, the batch keys riding on it (a round under way at either count
-    # may have sent only part of its patches, hence the round either side).
-    assert (ran - 1) * N <= more_patches <= (ran + 1) * N, f"{more_patches} node patches in {ran} rounds at {N} nodes"
+    # One annotation patch per node per round, the batch keys riding on it: never more (a round under way at
+    # either count may have sent only part of its patches, hence the round either side). The lower bound allows a
+    # round more: on a loaded machine one round's Prometheus answer may come back partial, and a partial answer is
+    # refused, so that round patches nothing (CI: 2,539 patches in 4 rounds at 1,000 nodes).
+    assert (ran - 2) * N <= more_patches <= (ran + 1) * N, f"{more_patches} node patches in {ran} rounds at {N} nodes"
     notes = await big_stack.annotations(big_stack.nodes[0].name)
     assert BATCH_CPU_USAGE_KEY in notes
 
