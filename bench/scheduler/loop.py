@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import cProfile
 import gc
 import os
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.scheduler.cpus import proc_stats
 from crane_scheduler.deciders.pool import DeciderPool
 from crane_scheduler.framework import SUCCESS, CycleState, Status
 from crane_scheduler.podinfo import PodInfo
@@ -134,13 +134,8 @@ class Watch:
 
 def _cpu_of(pids: list[int]) -> float:
     """CPU seconds (user + system) the processes used so far, from ``/proc``."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # noqa: SIM115
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    wanted, tick = set(pids), os.sysconf("SC_CLK_TCK")
+    return sum((int(f[11]) + int(f[12])) / tick for pid, f in proc_stats() if pid in wanted)
 
 
 async def run(nodes: int, pods: int, profiler: cProfile.Profile | None, workers: int = 0) -> dict[str, Any]:
@@ -165,12 +160,8 @@ async def run(nodes: int, pods: int, profiler: cProfile.Profile | None, workers:
         s.on_pod(raw)
     if pool is not None:
         await pool.start()
-        if not await pool.wait_ready(120):
+        if not await pool.wait_ready(120):  # ready: their replicas hold every node
             raise SystemExit("the decider workers did not start")
-        for _ in range(200):  # until their replicas hold every node (they answer after the snapshot)
-            if all(_cpu_of([pid]) > 0 for pid in pool.pids):
-                break
-            await asyncio.sleep(0.05)
     gc.collect()
     thresholds = gc.get_threshold()
     tune_collector()  # as the scheduler does after its initial sync

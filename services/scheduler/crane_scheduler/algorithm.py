@@ -119,8 +119,6 @@ class Algorithm:
         self.percentage = percentage_of_nodes_to_score
         self.rng = rng or random.Random()
         self.next_start = 0
-        self.hints_taken = self.hints_checked = self.hints_refused = 0
-        """decider workers' hints: taken as they were, taken after filtering the node alone, refused"""
 
     def schedule(
         self,
@@ -191,7 +189,6 @@ class Algorithm:
                 if hint.fresh and all(
                     pl.name in skipped for pl in profile.filter if getattr(pl, "reads_other_nodes", False)
                 ):
-                    self.hints_taken += 1
                     state[EXPLAIN_DECIDER] = "a decider worker's node, its row unchanged since the worker's view"
                     self._observe("Filter", "Success", time.perf_counter() - t1)
                     return ScheduleResult(hint.node, 1, 1)
@@ -201,10 +198,9 @@ class Algorithm:
                 if only[hint_row] and filter_error(rejected) is None:
                     state[EXPLAIN_FILTERS] = rejected
                     state[EXPLAIN_DECIDER] = "a decider worker's node, filtered again here (its row had changed)"
-                    self.hints_checked += 1
                     self._observe("Filter", "Success", time.perf_counter() - t1)
                     return ScheduleResult(hint.node, 1, 1)
-            self.hints_refused += 1  # taken by another worker's pod meanwhile: the whole decision, here
+            # taken by another worker's pod meanwhile: the whole decision, here
         own = table.nominated.get(pod.uid)
         nominated_row = table.rows.get(own[1] if own else nominated_node(pod), -1)
         if nominated_row >= 0 and candidates[nominated_row]:

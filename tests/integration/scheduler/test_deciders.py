@@ -81,6 +81,19 @@ async def _run(
     return s, binds, pool, restarts
 
 
+def _signal_a_worker(sig: signal.Signals, after: int, pids: list[int]) -> Any:
+    """A fault for ``_run``: ``sig`` to one worker once ``after`` pods are bound (its pid appended to ``pids``)."""
+
+    def fault(s: Scheduler, b: Binds, pool: DeciderPool) -> bool:
+        if len(b.calls) < after or not pool.pids:
+            return False
+        pids.append(pool.pids[0])
+        os.kill(pids[0], sig)
+        return True
+
+    return fault
+
+
 def _results(s: Scheduler) -> dict[str, int]:
     return {
         sample.labels["result"]: int(sample.value)
@@ -114,14 +127,7 @@ async def test_a_worker_killed_mid_burst_its_pods_are_decided_anyway_once_and_it
     nodes = [node(f"n{i}", cpu="4", memory="64Gi") for i in range(10)]
     pods = [pod(f"p{i:03d}", "100m", "10Mi") for i in range(300)]
     killed: list[int] = []
-
-    def kill_one(s: Scheduler, b: Binds, pool: DeciderPool) -> bool:
-        if len(b.calls) < 60 or not pool.pids:
-            return False
-        killed.append(pool.pids[0])
-        os.kill(killed[0], signal.SIGKILL)
-        return True
-
+    kill_one = _signal_a_worker(signal.SIGKILL, after=60, pids=killed)
     s, binds, _, restarts = await _run(2, nodes, pods, lambda s, b: len(b.calls) >= 300, kill_one)
     assert killed and len(binds.calls) == 300
     assert len({uid for uid, _ in binds.calls}) == 300  # every pod bound once
@@ -136,14 +142,7 @@ async def test_a_worker_that_stops_answering_is_replaced_and_its_pods_decided_an
     nodes = [node(f"n{i}", cpu="4", memory="64Gi") for i in range(10)]
     pods = [pod(f"p{i:03d}", "100m", "10Mi") for i in range(200)]
     stopped: list[int] = []
-
-    def stop_one(s: Scheduler, b: Binds, pool: DeciderPool) -> bool:
-        if len(b.calls) < 40 or not pool.pids:
-            return False
-        stopped.append(pool.pids[0])
-        os.kill(stopped[0], signal.SIGSTOP)
-        return True
-
+    stop_one = _signal_a_worker(signal.SIGSTOP, after=40, pids=stopped)
     _, binds, _, restarts = await _run(1, nodes, pods, lambda s, b: len(b.calls) >= 200, stop_one)
     assert stopped and len({uid for uid, _ in binds.calls}) == 200
     assert restarts == [1]

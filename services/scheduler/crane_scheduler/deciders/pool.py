@@ -208,7 +208,7 @@ class DeciderPool:
         snapshot = self._snapshot()
         # the replica counts the snapshot's messages too: after them it has seen exactly what was sent so far
         base = self.versions.sent - len(snapshot)
-        w.out = [self._packer.pack((INIT, self.options, w.index, first_row, base)), *snapshot]
+        w.out = [self._packer.pack((INIT, self.options, w.index, first_row, base, self.versions.sent)), *snapshot]
         self._schedule_flush()
 
     def _prune(self, now: float) -> None:

@@ -121,6 +121,7 @@ def serve(read: Any, write: Any) -> None:
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=1 << 31)
     packer = msgpack.Packer()
     replica: Replica | None = None
+    ready_at: int | None = None  # READY once the snapshot that follows INIT is applied: it decides on the state
     while chunk := read(READ_SIZE):
         unpacker.feed(chunk)
         out: list[bytes] = []
@@ -143,7 +144,10 @@ def serve(read: Any, write: Any) -> None:
                 replica.done(message[1])
             elif kind == INIT:
                 replica = Replica(message[1], message[2], message[3], message[4])
-                out.append(packer.pack((READY_ID, 0, "")))
+                ready_at = message[5]
+        if ready_at is not None and replica is not None and replica.seen >= ready_at:
+            out.append(packer.pack((READY_ID, replica.seen, "")))
+            ready_at = None
         if out:
             write(b"".join(out))
 

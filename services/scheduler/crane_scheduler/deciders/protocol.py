@@ -3,11 +3,12 @@
 Scheduling process -> worker, in the order the scheduling process's table changed (every message but ``DECIDE``
 is one step of the replica's state; the worker counts them, and its answers carry the count):
 
-- ``[INIT, options, seed, first_row, base]``: once, first: how to build the replica's ``Simulator``
+- ``[INIT, options, seed, first_row, base, synced]``: once, first: how to build the replica's ``Simulator``
   (``config_path``: the ``KubeSchedulerConfiguration`` file, else ``config``: its parsed mapping, or None for the
   default profile;
   ``out_of_tree``: the installed plugins too), the tie-break seed, where the rotating node search starts, and the
-  count the replica starts from (the state messages that follow at once are the whole state as of now);
+  count the replica starts from (the state messages that follow at once are the whole state as of now, which
+  it has applied once its count reaches ``synced``);
 - ``[APPLY, kind, event, object]``: one watch event of a kind the simulator takes (nodes, bound or nominated pods,
   the plugins' watched objects);
 - ``[ASSUME, pod, node, profile, at]``: the scheduling process assumed ``pod`` (its object) on ``node`` at wall
@@ -22,7 +23,8 @@ is one step of the replica's state; the worker counts them, and its answers carr
   had it).
 
 Worker -> scheduling process: ``[id, node, seen]``: the node chosen ("" when none fits or the attempt failed) and
-how many state messages the replica had applied when it decided; ``[READY_ID, seen, ""]`` once the replica is built.
+how many state messages the replica had applied when it decided; ``[READY_ID, seen, ""]`` once the replica
+holds the whole state it was started with (no decision is sent to a worker before).
 """
 
 from __future__ import annotations
