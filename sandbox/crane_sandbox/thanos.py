@@ -38,7 +38,10 @@ async def _ready(url: str) -> bool:
 class Sidecar(Server):
     """``thanos sidecar`` in front of one Prometheus (its URL and its TSDB directory)."""
 
-    def __init__(self, run_dir: Path, name: str, prometheus_url: str, tsdb: Path) -> None:
+    def __init__(self, run_dir: Path, name: str, prometheus_url: str, tsdb: Path, heartbeat: str = "30s") -> None:
+        """``heartbeat``: how often the sidecar checks its Prometheus (``--prometheus.get_config_interval``, also
+        its retry interval while waiting for it at start). A sidecar whose check fails turns not ready and Query
+        stops asking it (Thanos 0.35+); until then Query asks it and gets errors: partial answers."""
         self.grpc_port, self.http_port = free_port(), free_port()
         self.process = ManagedProcess(
             f"thanos-sidecar-{name}",
@@ -49,6 +52,7 @@ class Sidecar(Server):
                 f"--tsdb.path={tsdb}",
                 f"--grpc-address=127.0.0.1:{self.grpc_port}",
                 f"--http-address=127.0.0.1:{self.http_port}",
+                f"--prometheus.get_config_interval={heartbeat}",
                 "--log.level=warn",
             ],
             run_dir / f"thanos-sidecar-{name}.log",

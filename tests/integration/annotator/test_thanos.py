@@ -53,7 +53,13 @@ async def pair(stack: Stack) -> AsyncIterator[Pair]:
     async with contextlib.AsyncExitStack() as exits:
         for replica in replicas:
             await exits.enter_async_context(replica)
-        sidecars = [Sidecar(stack.run_dir, n, r.url, r.data_dir) for n, r in zip("ab", replicas, strict=True)]
+        # Each replica is ready before its sidecar starts, so the sidecars' first check passes at once. Their
+        # heartbeat is then slower than the module: a stopped replica's sidecar stays in Query's fan-out and its
+        # errors make every answer partial for as long as the last test needs (with the default 30 s, Query drops
+        # it within a minute and answers from the other replica alone, no longer partially).
+        sidecars = [
+            Sidecar(stack.run_dir, n, r.url, r.data_dir, heartbeat="1h") for n, r in zip("ab", replicas, strict=True)
+        ]
         for sidecar in sidecars:
             await exits.enter_async_context(sidecar)
         query = await exits.enter_async_context(Query(stack.run_dir, [s.grpc for s in sidecars]))
