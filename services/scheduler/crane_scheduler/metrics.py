@@ -6,6 +6,10 @@ one in tests): nothing is registered at import time. Plugins register theirs thr
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _ATTEMPT_BUCKETS = tuple(0.001 * 2**i for i in range(15))  # 1 ms .. 16 s, as kube-scheduler
@@ -17,6 +21,9 @@ class SchedulerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = registry if registry is not None else CollectorRegistry()
         self.registry = r
+        self.child: Callable[..., Any] = functools.cache(lambda metric, *values: metric.labels(*values))
+        """``child(metric, *label_values)``: ``metric.labels(*label_values)``, looked up once: the per-pod paths
+        call it several times a pod, and ``labels`` (validation, a lock, a tuple) costs more than the update."""
         self.schedule_attempts = Counter(
             "scheduler_schedule_attempts_total",
             "Number of attempts to schedule pods, by the result: scheduled, unschedulable, error.",

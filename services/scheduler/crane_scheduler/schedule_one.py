@@ -174,7 +174,7 @@ class SchedulingCycle:
             return
         del self._deciding[uid]
         if not node:
-            self.metrics.decider_results.labels("lost" if seen < 0 else "none").inc()
+            self.metrics.child(self.metrics.decider_results, "lost" if seen < 0 else "none").inc()
             self.schedule_one(qp)
             if worker >= 0:
                 pool.done(uid, worker)
@@ -271,7 +271,7 @@ class SchedulingCycle:
     def _count_hint(self, hint: Hint, result: ScheduleResult | Diagnosis | Status) -> None:
         taken = isinstance(result, ScheduleResult) and result.node == hint.node and result.evaluated == 1
         outcome = ("taken" if hint.fresh else "checked") if taken else "refused"
-        self.metrics.decider_results.labels(outcome).inc()
+        self.metrics.child(self.metrics.decider_results, outcome).inc()
 
     def decide(
         self, profile: Profile, pod: PodInfo, state: CycleState, hint: Hint | None = None
@@ -291,11 +291,11 @@ class SchedulingCycle:
                 gc.enable()
         decided = time.perf_counter()
         after = thread_usage()
-        self.metrics.algorithm_duration.labels(profile.name).observe(decided - start)
+        self.metrics.child(self.metrics.algorithm_duration, profile.name).observe(decided - start)
         if before is not None and after is not None:
-            self.metrics.algorithm_cpu.labels(profile.name).observe(after[0] - before[0])
+            self.metrics.child(self.metrics.algorithm_cpu, profile.name).observe(after[0] - before[0])
             if after[1] > before[1]:
-                self.metrics.algorithm_preempted.labels(profile.name).inc()
+                self.metrics.child(self.metrics.algorithm_preempted, profile.name).inc()
         return result
 
     def _assume_and_bind(
@@ -363,10 +363,10 @@ class SchedulingCycle:
         if status.code is Code.ALREADY_BOUND:
             self.table.forget(pod.uid)  # the informer will account the real binding
             self.reporter.already_bound(pod, profile.name)
-            self.metrics.bind_duration.labels("conflict").observe(time.perf_counter() - bind_start)
+            self.metrics.child(self.metrics.bind_duration, "conflict").observe(time.perf_counter() - bind_start)
             return
         if not status.success:
-            self.metrics.bind_duration.labels("error").observe(time.perf_counter() - bind_start)
+            self.metrics.child(self.metrics.bind_duration, "error").observe(time.perf_counter() - bind_start)
             profile.run_unreserve(state, pod, node)
             self.table.forget(pod.uid)
             # kube's handleBindingCycleError: the resources (and the peer) the assumption held are free again
@@ -374,14 +374,16 @@ class SchedulingCycle:
             self.queue.on_event(ClusterEvent.POD_DELETE, ClusterChange(ClusterEvent.POD_DELETE, placed))
             self._failed(profile, qp, status, start)
             return
-        self.metrics.bind_duration.labels("bound").observe(time.perf_counter() - bind_start)
+        self.metrics.child(self.metrics.bind_duration, "bound").observe(time.perf_counter() - bind_start)
         profile.run_post_bind(state, pod, node)
         if state.get(SCHEDULED_WITH_BIND):
             self.reporter.bound(pod.uid)  # its Scheduled event went with the bind (``Reporter.with_bind``)
         else:
             self.reporter.scheduled(pod.namespace, pod.name, pod.uid, node, profile.name)
-        self.metrics.schedule_attempts.labels("scheduled", profile.name).inc()
-        self.metrics.attempt_duration.labels("scheduled", profile.name).observe(time.perf_counter() - start)
+        self.metrics.child(self.metrics.schedule_attempts, "scheduled", profile.name).inc()
+        self.metrics.child(self.metrics.attempt_duration, "scheduled", profile.name).observe(
+            time.perf_counter() - start
+        )
 
     def requeue_dropped(self, uid: str) -> None:
         """A pod whose bind was withheld goes back to activeQ quietly (no event: nothing failed), if still pending."""
@@ -408,15 +410,17 @@ class SchedulingCycle:
         retry_after: float | None = None,
     ) -> None:
         """``retry_after``: seconds until a refusal could lift with no event (``Diagnosis.retry_after``)."""
-        self.metrics.schedule_attempts.labels("unschedulable", profile.name).inc()
-        self.metrics.attempt_duration.labels("unschedulable", profile.name).observe(time.perf_counter() - start)
+        self.metrics.child(self.metrics.schedule_attempts, "unschedulable", profile.name).inc()
+        self.metrics.child(self.metrics.attempt_duration, "unschedulable", profile.name).observe(
+            time.perf_counter() - start
+        )
         if qp.pod.uid in self.pending:  # still pending (not deleted, not bound meanwhile)
             self.queue.add_unschedulable(qp, rejectors, self.clock(), retry_after)
             self.reporter.failed(self.pending[qp.pod.uid], message, UNSCHEDULABLE, profile.name)
 
     def error(self, profile: Profile, qp: QueuedPod, message: str, start: float) -> None:
-        self.metrics.schedule_attempts.labels("error", profile.name).inc()
-        self.metrics.attempt_duration.labels("error", profile.name).observe(time.perf_counter() - start)
+        self.metrics.child(self.metrics.schedule_attempts, "error", profile.name).inc()
+        self.metrics.child(self.metrics.attempt_duration, "error", profile.name).observe(time.perf_counter() - start)
         log.warning("scheduling attempt failed, retrying with backoff", pod=qp.pod.key, error=message)
         if qp.pod.uid in self.pending:
             self.queue.add_backoff(qp, self.clock())

@@ -100,6 +100,12 @@ def resolver(classes: Mapping[str, Raw]) -> ClassResolver:
     return made
 
 
+def has_scalar_requests(pod: PodInfo) -> bool:
+    """The pod asks for something besides cpu, memory, ephemeral storage and pods: only then can a request be a
+    DRA-backed extended resource (most pods: no, and the resolver is not looked at)."""
+    return not _NATIVE.issuperset(pod.requests)
+
+
 def backed_requests(pod: PodInfo, classes: ClassResolver) -> dict[str, int]:
     """The pod's scalar requests (kube's ``podScalarResources``) when one of them is a DRA-backed extended
     resource, else an empty dict (the pod does not use the feature)."""

@@ -400,7 +400,7 @@ class DynamicResources(
             return PreFilterResult(unschedulable(str(err), unresolvable=True))
         classes = self.objects.device_classes()
         ext_claim: Raw | None = None
-        if pod.requests:
+        if extended.has_scalar_requests(pod):
             resolver = extended.resolver(classes)
             scalars = extended.backed_requests(pod, resolver)
             if scalars:
