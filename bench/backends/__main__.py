@@ -140,7 +140,10 @@ async def thanos_pair(
     try:
         for r in replicas:
             await r.start(timeout=60)
-        sidecars = [Sidecar(run_dir, n, r.url, r.data_dir) for n, r in zip("ab", replicas, strict=True)]
+        # hourly heartbeats: a stopped replica's sidecar stays in Query's fan-out, so the partial rounds below see
+        # partial answers however long the earlier rounds took (Query drops a sidecar that reports its Prometheus
+        # down, within a minute at the default 30 s)
+        sidecars = [Sidecar(run_dir, n, r.url, r.data_dir, heartbeat="1h") for n, r in zip("ab", replicas, strict=True)]
         for s in sidecars:
             await s.start()
         query = Query(run_dir, [s.grpc for s in sidecars])
