@@ -6,7 +6,8 @@ a 5 s scrape and evaluation), scraped by:
 - Prometheus (the reference), also reached through a gateway that enforces a bearer token
   (``tests.support.promauth``) to price the auth hop;
 - VictoriaMetrics single-node with vmalert evaluating the same rules (Debian's ``victoria-metrics``), queried under
-  its ``/prometheus`` prefix with its default 30 s latency offset and ``--prometheus-latency-offset 30s``;
+  its ``/prometheus`` prefix with its default 30 s latency offset and ``--prometheus-latency-offset 30s``
+  (``--vm-latency-offset``: both, another value);
 - with ``--thanos``: Thanos Query over two Prometheus replicas with sidecars (``scripts/tools thanos`` builds it on
   first use), deduplicating on ``replica``; then one replica's Prometheus is stopped (its sidecar stays, as when a
   replica dies) and a round runs with ``--prometheus-partial-response`` reject and accept.
@@ -206,7 +207,8 @@ async def run(args: argparse.Namespace) -> None:
         targets = prometheus.targets
         try:
             async with contextlib.AsyncExitStack() as stack:
-                vm = VictoriaMetrics(run_dir, targets, scrape_interval="5s")
+                offset = args.vm_latency_offset
+                vm = VictoriaMetrics(run_dir, targets, scrape_interval="5s", latency_offset=f"{offset:g}s")
                 await stack.enter_async_context(vm)
                 await stack.enter_async_context(Vmalert(run_dir, vm.url, rules, interval="5s"))
                 pki = await asyncio.to_thread(make_pki, run_dir / "pki")
@@ -217,10 +219,14 @@ async def run(args: argparse.Namespace) -> None:
                 if args.thanos:
                     thanos = await stack.enter_async_context(thanos_pair(run_dir, targets, rules))
                 print("waiting for every series on every backend", flush=True)
+                started = time.monotonic()
                 await wait_for_series(prometheus, args.nodes)
+                print(f"  Prometheus complete after {time.monotonic() - started:.0f} s", flush=True)
                 await wait_backend(f"{vm.url}/prometheus", args.nodes)
+                print(f"  VictoriaMetrics complete after {time.monotonic() - started:.0f} s", flush=True)
                 if thanos is not None:
                     await wait_backend(thanos[0].url, args.nodes)
+                    print(f"  Thanos complete after {time.monotonic() - started:.0f} s", flush=True)
                 reference = Backend("Prometheus", PrometheusSettings(prometheus.url))
                 backends = [
                     reference,
@@ -229,8 +235,8 @@ async def run(args: argparse.Namespace) -> None:
                         PrometheusSettings(gateway.url, bearer_token_file=str(token)),
                     ),
                     Backend(
-                        "VictoriaMetrics + vmalert (offset 30s)",
-                        PrometheusSettings(f"{vm.url}/prometheus", latency_offset=30.0),
+                        f"VictoriaMetrics + vmalert (offset {offset:g}s)",
+                        PrometheusSettings(f"{vm.url}/prometheus", latency_offset=offset),
                     ),
                 ]
                 if thanos is not None:
@@ -261,6 +267,13 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000, help="fleet size")
     parser.add_argument("--rounds", type=int, default=3, help="full rounds per backend")
     parser.add_argument("--thanos", action="store_true", help="also Thanos Query over two replicas (builds thanos)")
+    parser.add_argument(
+        "--vm-latency-offset",
+        type=float,
+        default=30.0,
+        help="VictoriaMetrics' -search.latencyOffset and the annotator's --prometheus-latency-offset, seconds "
+        "(default 30: VictoriaMetrics' own; the smoke run takes less to wait less)",
+    )
     asyncio.run(run(parser.parse_args()))
 
 

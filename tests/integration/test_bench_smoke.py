@@ -58,7 +58,7 @@ SMOKES: list[tuple[tuple[str, ...], str]] = [
         "recorded",
     ),
     (("bench.annotator", "--nodes", "10", "--rounds", "1", "--upstream-seconds", "2", "--budget-periods", "0"), "10"),
-    (("bench.backends", "--nodes", "10", "--rounds", "1"), "10"),
+    (("bench.backends", "--nodes", "10", "--rounds", "1", "--vm-latency-offset", "2"), "10"),
     (("bench.estimates", "--replicas", "3"), "learned"),
     (("bench.scheduler.writer_cost", "--pods", "40"), "40"),
     (("bench.scheduler.preemption", "--nodes", "4", "--pods", "4"), "4"),
