@@ -85,7 +85,10 @@ async def test_kill_9_of_the_leader_between_evictions_the_standby_finishes_and_n
     names = [f"p{i}" for i in range(4)]
     for i, name in enumerate(names):  # 4 x 0.3 cores never relieve the node: one eviction per hot round each
         await scene.pods(name, usage="cpu=300m", owner=f"w{i}")
-    a = await scene.start(*FAST_LEASE, "--identity", "descheduler-a")
+    # the leader's rounds 3 s apart (the standby's 0.5 s, as the scene's): it is killed after its first eviction
+    # and before it could evict the rest, even when the first is seen seconds late on a loaded machine (with 0.5 s
+    # rounds a CI run saw the leader evict all four before the kill, leaving the standby nothing to finish)
+    a = await scene.start(*FAST_LEASE, "--identity", "descheduler-a", "--interval", "3s")
     b = await scene.start(*FAST_LEASE, "--identity", "descheduler-b")
     await eventually(lambda: _count_terminating(scene, names, 1), timeout=60, what="the first eviction")
     assert a.process is not None
