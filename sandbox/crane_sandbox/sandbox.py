@@ -98,20 +98,22 @@ AUTOSCALING_POLICY = """\
   # there; lifted after 2 cool samples. The 5-minute averages taint at 0.6, five points under the predicates: the
   # Filter also refuses a node that the incoming pod would push over 0.65, and a node refusing every pod without
   # the taint hides the pending pods from the autoscaler (above the uneven fleet's highest base load, 0.55 CPU and
-  # 0.6 memory, so no idle node is tainted); the 1-hour maxima at the predicates' 0.75. The score packs toward
-  # 50 % real usage, leaving the emptiest nodes empty. A node Karpenter just added, before the annotator's first
-  # round, is judged by the estimates of the pods bound to it (newNodes.estimate), not passed whatever its load:
-  # it fills to the thresholds, not to its whole capacity by requests.
+  # 0.6 memory, so no idle node is tainted); the 1-hour maxima at 0.7, five points under their predicates' 0.75 for
+  # the same reason. The score packs toward 50 % real usage, leaving the emptiest nodes empty. A node Karpenter
+  # just added, before the annotator's first round, is judged by the estimates of the pods bound to it
+  # (newNodes.estimate), not passed whatever its load: it fills to the thresholds, not to its whole capacity by
+  # requests; each binding counts there for up to 2 minutes (newNodes.window), longer than a new node waits for its
+  # first reading (scraped, averaged, annotated), where the 15 s estimate window would let it fill by requests.
   loadTaint:
     hotRounds: 2
     coolRounds: 2
     thresholds:
       cpu_usage_avg_5m: 0.6
       mem_usage_avg_5m: 0.6
-      cpu_usage_max_avg_1h: 0.75
-      mem_usage_max_avg_1h: 0.75
+      cpu_usage_max_avg_1h: 0.7
+      mem_usage_max_avg_1h: 0.7
   scoring: {strategy: pack, targetUtilization: 0.5}
-  newNodes: {estimate: true}
+  newNodes: {estimate: true, window: 2m}
 """
 
 AUTOSCALING_DESCHEDULER_POLICY = """\

@@ -32,6 +32,10 @@ A node opts out with the annotation ``crane.io/load-taint: "off"``.
                                   # autoscaler's node before the annotator's first round) is judged by the
                                   # estimates of the pods this scheduler bound there in the estimate window,
                                   # none absorbed; false (upstream): such a node passes the Filter (fail-open)
+      window: 2m                  # with estimate: how long a binding counts on such a node (default: the
+                                  # estimate's window of the metric). Set it to how long a new node waits for
+                                  # its first reading (the exporter scraped, the average, the annotator's round):
+                                  # a shorter window lets the node take pods on requests alone in between
 
 Pure: no I/O. Problems are appended to the caller's list, each naming its field path, as every policy reader does.
 """
@@ -98,11 +102,13 @@ class ScoringPolicy:
 class NewNodesPolicy:
     estimate: bool = False
     """judge a node without any metric annotation by its recent bindings' estimates (off: upstream's fail-open)"""
+    window: timedelta | None = None
+    """how long a binding counts on such a node; None: the estimate's window of each metric"""
 
 
 _TAINT_KEYS = ("effect", "hotRounds", "coolRounds", "thresholds", "maxDataAge", "minUntaintedNodes")
 _SCORING_KEYS = ("strategy", "targetUtilization")
-_NEW_NODES_KEYS = ("estimate",)
+_NEW_NODES_KEYS = ("estimate", "window")
 
 
 def read_load_taint(raw: object, synced: set[str], problems: list[str]) -> LoadTaintPolicy | None:
@@ -186,11 +192,20 @@ def read_new_nodes(raw: object, problems: list[str]) -> NewNodesPolicy:
     if not isinstance(estimate, bool):  # YAML's true/false only: "yes" or 1 is a typo, not a switch
         problems.append(f"{path}.estimate: must be true or false, got {describe(estimate)}")
         return default
-    return NewNodesPolicy(estimate)
+    window = None
+    if "window" in raw:
+        window = duration(raw, path, "window", problems)
+        if window is not None and not estimate:  # it would change nothing: refused, not ignored
+            problems.append(f"{path}.window: only with {path}.estimate: true (nothing is estimated without it)")
+            window = None
+    return NewNodesPolicy(estimate, window)
 
 
 def dump_new_nodes(policy: NewNodesPolicy) -> dict[str, Any]:
-    return {"estimate": policy.estimate}
+    out: dict[str, Any] = {"estimate": policy.estimate}
+    if policy.window is not None:
+        out["window"] = format_duration(policy.window)
+    return out
 
 
 def _thresholds(raw: object, path: str, synced: set[str], problems: list[str]) -> tuple[tuple[str, float], ...]:

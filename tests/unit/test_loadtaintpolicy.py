@@ -47,7 +47,9 @@ def test_choices_are_read_and_round_trip_through_yaml() -> None:
     }
     policy = parse_policy(
         policy_text(
-            loadTaint=taint, scoring={"strategy": "pack", "targetUtilization": 0.5}, newNodes={"estimate": True}
+            loadTaint=taint,
+            scoring={"strategy": "pack", "targetUtilization": 0.5},
+            newNodes={"estimate": True, "window": "2m"},
         )
     )
     assert policy.load_taint == LoadTaintPolicy(
@@ -55,7 +57,7 @@ def test_choices_are_read_and_round_trip_through_yaml() -> None:
     )
     assert policy.taint_thresholds() == {"cpu_usage_avg_5m": 0.7}
     assert policy.scoring == ScoringPolicy("pack", 0.5)
-    assert policy.new_nodes == NewNodesPolicy(estimate=True)
+    assert policy.new_nodes == NewNodesPolicy(estimate=True, window=timedelta(minutes=2))
     assert parse_policy(dump_policy(policy)) == policy
 
 
@@ -83,6 +85,14 @@ def test_choices_are_read_and_round_trip_through_yaml() -> None:
         ({"newNodes": {"estimates": True}}, 'spec.newNodes.estimates: unknown field (did you mean "estimate"?)'),
         ({"newNodes": {"estimate": "yes"}}, 'spec.newNodes.estimate: must be true or false, got "yes"'),
         ({"newNodes": {"estimate": 1}}, "spec.newNodes.estimate: must be true or false, got 1"),
+        (
+            {"newNodes": {"window": "2m"}},
+            "spec.newNodes.window: only with spec.newNodes.estimate: true (nothing is estimated without it)",
+        ),
+        (
+            {"newNodes": {"estimate": True, "window": 120}},
+            'spec.newNodes.window: must be a Go duration string like "3m", got 120',
+        ),
         (
             {"loadTaint": {}, "predicate": [{"name": "cpu_usage_avg_5m", "maxLimitPecent": 0}]},
             "spec.loadTaint.thresholds: required when no predicate threshold is enabled",

@@ -26,7 +26,7 @@ from typing import Protocol
 from crane_extender.protocol import PodView
 from crane_shared.binding_store import StreamBatch
 from crane_shared.bindings import BindingRecord
-from crane_shared.loadaware.dynamic import DynamicArgs, RecentBinding
+from crane_shared.loadaware.dynamic import DynamicArgs, RecentBinding, binding_horizon
 from crane_shared.logs import LogOnce, get_logger
 
 __all__ = ["RecentBindings", "follow_bindings", "retention_for"]
@@ -35,12 +35,8 @@ log = get_logger("crane.extender.bindings")
 
 
 def retention_for(args: DynamicArgs) -> timedelta:
-    """How long a binding can still matter: the longest hot-value range or estimate window."""
-    estimate = args.estimate
-    windows = [args.policy.longest_hot_value_window()]
-    if estimate.enabled:
-        windows += [estimate.window, *estimate.windows.values()]
-    return max(windows)
+    """How long a binding can still matter (``dynamic.binding_horizon``)."""
+    return binding_horizon(args)
 
 
 @dataclass

@@ -273,17 +273,40 @@ def _estimate(
     return added / total
 
 
+def binding_horizon(args: DynamicArgs) -> timedelta:
+    """How long a binding can still matter: the longest hot-value range, estimate window or new-node window."""
+    windows = [args.policy.longest_hot_value_window()]
+    estimate = args.estimate
+    if estimate.enabled:
+        windows += [estimate.window, *estimate.windows.values()]
+        if args.policy.new_nodes.window is not None:
+            windows.append(args.policy.new_nodes.window)
+    return max(windows)
+
+
+def new_node_window(args: DynamicArgs, metric: str) -> float:
+    """Seconds a binding counts on a node never measured (``spec.newNodes.window``; default the estimate's window
+    of the metric)."""
+    window = args.policy.new_nodes.window
+    return (window if window is not None else args.estimate.window_of(metric)).total_seconds()
+
+
 def _estimate_missing(
-    metric: str, now: datetime, recent: Sequence[RecentBinding], capacity: NodeCapacity | None, args: EstimateArgs
+    metric: str,
+    now: datetime,
+    recent: Sequence[RecentBinding],
+    capacity: NodeCapacity | None,
+    args: EstimateArgs,
+    window: float,
 ) -> tuple[float, int]:
     """A new node's metric's estimate: (fraction of allocatable, bindings counted). Nothing has measured the
-    bindings, so none is absorbed; each counts while ``now < bound_at + window`` (after that, an average over the
-    window taken now would hold it whole: the binding is as old as any reading the estimate stands in for)."""
+    bindings, so none is absorbed; each counts while ``now < bound_at + window`` (``new_node_window``: by default
+    the estimate's window, after which an average over the window taken now would hold it whole; longer where a
+    new node's first reading comes later than that)."""
     resource = resource_of(metric)
     if not args.enabled or resource is None or capacity is None or not recent:
         return 0.0, 0
     total = capacity.cpu if resource == "cpu" else capacity.memory
-    window = args.window_of(metric).total_seconds()
     if total <= 0 or window <= 0:
         return 0.0, 0
     now_s = now.timestamp()
@@ -329,7 +352,9 @@ def node_load(
         estimate = _estimate(sync.name, ts, recent, capacity, args.estimate) if state == "fresh" and ts else 0.0
         bound = 0
         if state == "missing" and never:
-            estimate, bound = _estimate_missing(sync.name, now, recent, capacity, args.estimate)
+            estimate, bound = _estimate_missing(
+                sync.name, now, recent, capacity, args.estimate, new_node_window(args, sync.name)
+            )
         taken = 0.0
         resource = resource_of(sync.name)
         if regular and resource is not None:
@@ -473,7 +498,7 @@ def valid_until(
     for sync in args.policy.sync_policy:
         reading = load.readings.get(sync.name)
         if reading is not None and reading.state == "missing" and reading.bindings:
-            window = args.estimate.window_of(sync.name).total_seconds()  # a binding leaves it at bound_at + window
+            window = new_node_window(args, sync.name)  # a binding leaves it at bound_at + window
             for binding in recent:
                 end = binding.bound_at + window
                 if end > computed_at and not binding.left:

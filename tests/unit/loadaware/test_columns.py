@@ -166,6 +166,7 @@ def _check_against_reference(
     regular=st.booleans(),
     target=st.one_of(st.none(), st.floats(0.05, 0.95)),
     new_nodes=st.booleans(),
+    new_window=st.one_of(st.none(), st.integers(1, 600)),
 )
 def test_cached_recent_effects_equal_the_reference_as_time_passes(
     nodes: list[dict[str, str]],
@@ -179,16 +180,18 @@ def test_cached_recent_effects_equal_the_reference_as_time_passes(
     regular: bool,
     target: float | None,
     new_nodes: bool,
+    new_window: int | None,
 ) -> None:
     """Bindings added, unreserved, departed (pod deleted) and pruned, annotations changed, the clock moving over
     the hot-value ranges and the annotations' freshness edges: the per-node cached effects stay equal to
     ``node_load`` recomputed, and so do the verdicts and scores, for either strategy and class, with or without the
     incoming pod, fail-open or closed.
     With ``newNodes.estimate``, nodes without an annotation (``{}``: a new node) are judged by their bindings'
-    estimates while a binding is younger than the estimate window and its pod not deleted, and by nothing once the
-    last one passed it; without, they fail open or closed as upstream."""
+    estimates while a binding is younger than the estimate window (or ``newNodes.window``) and its pod not
+    deleted, and by nothing once the last one passed it; without, they fail open or closed as upstream."""
     policy = POLICY if target is None else replace(POLICY, scoring=ScoringPolicy("pack", target))
-    policy = replace(policy, new_nodes=NewNodesPolicy(new_nodes))
+    window = timedelta(seconds=new_window) if new_nodes and new_window is not None else None
+    policy = replace(policy, new_nodes=NewNodesPolicy(new_nodes, window))
     args = DynamicArgs(policy, stale="fail-closed" if closed else "fail-open")
     check = functools.partial(_check_against_reference, incoming=incoming, regular=regular)
     cols = LoadColumns(args, capacity=2)

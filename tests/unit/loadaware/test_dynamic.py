@@ -277,6 +277,24 @@ def test_a_new_nodes_bindings_leave_its_estimate_after_the_window() -> None:
     assert filter_reason(gone, closed) == "node(s) had no fresh cpu_usage_avg_5m"
 
 
+@pytest.mark.parametrize(("window", "counted_at", "gone_at"), [(120, 119, 120), (600, 599, 600)])
+def test_a_new_nodes_bindings_count_for_the_new_nodes_window_when_one_is_set(
+    window: int, counted_at: int, gone_at: int
+) -> None:
+    """``newNodes.window``: how long a binding counts on a node never measured, shorter or longer than the
+    estimate's 5 minutes (an autoscaler's node whose first reading comes later than the estimate window)."""
+    policy = replace(NEW_NODES, new_nodes=NewNodesPolicy(estimate=True, window=timedelta(seconds=window)))
+    args = DynamicArgs(policy, own_bindings_in_hot_value=False)
+    young = load({}, args, recent=replicas(18, age=counted_at), capacity=EIGHT_CORES)
+    old = load({}, args, recent=replicas(18, age=gone_at), capacity=EIGHT_CORES)
+    assert filter_reason(young, args) == "node(s) had cpu_usage_avg_5m above 0.65"
+    assert old.readings["cpu_usage_avg_5m"].bindings == 0
+    assert filter_reason(old, args) is None
+    recent = replicas(18, age=window - 10)
+    loaded = load({}, args, recent=recent, capacity=EIGHT_CORES)
+    assert valid_until(loaded, {}, args, recent, NOW.timestamp()) == NOW.timestamp() + 10  # when the window ends
+
+
 def test_a_new_node_with_bindings_passes_fail_closed_while_under_the_thresholds() -> None:
     closed = DynamicArgs(NEW_NODES, stale="fail-closed")
     assert filter_reason(load({}, closed, capacity=EIGHT_CORES), closed) == "node(s) had no fresh cpu_usage_avg_5m"

@@ -54,8 +54,10 @@ from crane_shared.loadaware.dynamic import (
     MetricReading,
     NodeCapacity,
     RecentBinding,
+    binding_horizon,
     filter_reason,
     incoming_fraction,
+    new_node_window,
     node_load,
     score,
 )
@@ -351,15 +353,12 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
     # -- recent bindings of this scheduler ----------------------------------------------------------------------
 
     def _horizon(self) -> float:
-        """How long a binding can matter (longest hot-value range or estimate window); cached per policy."""
+        """How long a binding can matter (``dynamic.binding_horizon``); cached per policy."""
         return self._horizon_for(self.args)
 
     def _horizon_for(self, args: DynamicArgs) -> float:
         if self._horizon_of[0] is not args:
-            windows = [r.time_range.total_seconds() for r in args.policy.hot_value]
-            est = args.estimate
-            longest = max([est.window.total_seconds(), *(w.total_seconds() for w in est.windows.values()), *windows])
-            self._horizon_of = (args, longest)
+            self._horizon_of = (args, binding_horizon(args).total_seconds())
         return self._horizon_of[1]
 
     def recent_on(self, node: str, until: float = math.inf) -> list[RecentBinding]:
@@ -575,7 +574,7 @@ class Dynamic(fwk.FilterPlugin, fwk.ScorePlugin, fwk.ReservePlugin, fwk.Queueing
         skew = args.max_skew.total_seconds()
         soonest = next_change(stamps, windows, skew, oldest, self._horizon_for(args), now)
         if windows and policy.new_nodes.estimate:  # a binding leaves a new node's estimate at ``bound_at + window``
-            left = min(args.estimate.window_of(metric).total_seconds() for metric in windows)
+            left = min(new_node_window(args, metric) for metric in windows)
             soonest = min(soonest, next_change({}, {}, skew, oldest, left, now))
         return retry_after(soonest, now)
 

@@ -46,7 +46,7 @@ import numpy.typing as npt
 
 from crane_scheduler.loadaware.columns import FloatArray, LoadColumns, Mask
 from crane_shared.annotations import HOT_VALUE_FRESHNESS, HOT_VALUE_KEY
-from crane_shared.loadaware.dynamic import RecentBinding, resource_of
+from crane_shared.loadaware.dynamic import RecentBinding, new_node_window, resource_of
 
 EARLY = 1e-3
 """Seconds by which a next-change time is brought forward (float-rounding margin; costs a recomputation)."""
@@ -359,7 +359,7 @@ class RecentEffects:
         est = self.cols.args.estimate
         resource = resource_of(metric)
         total = float(self.alloc_cpu[row] if resource == "cpu" else self.alloc_memory[row])
-        window = est.window_of(metric).total_seconds()
+        window = new_node_window(self.cols.args, metric)
         if not est.enabled or not bindings or total <= 0 or window <= 0:
             return 0.0
         factor = est.cpu_factor if resource == "cpu" else est.memory_factor
