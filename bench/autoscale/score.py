@@ -206,7 +206,7 @@ def verdicts(c: Figures, a: Figures, round_s: float) -> list[Verdict]:
         Verdict(
             "node-hours against (a)",
             "at least 25 % fewer",
-            f"{saved:.0%} fewer ({c.node_hours:.2f} vs {a.node_hours:.2f})",
+            f"{abs(saved):.0%} {'fewer' if saved >= 0 else 'more'} ({c.node_hours:.2f} vs {a.node_hours:.2f})",
             saved >= 0.25,
         ),
     ]

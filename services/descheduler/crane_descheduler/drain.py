@@ -8,10 +8,12 @@ At most ``maxNodes`` nodes are drained at once, the ones already under way first
 
 A node is drained only when **every** pod on it that must move has a place elsewhere by the scheduler's own
 Filter (``targets.SchedulerTargets.find(drain=True)``: crane-scheduler's profile, the other pods of the round
-assumed and reserved, nodes being drained and hot nodes excluded as targets) and the scheduler's load score would
-not send it back (with ``scoring.strategy: pack`` fuller nodes rank first; with ``spread`` the emptiest node does,
-and the drain reports ``would-return``): if one has none, the node's plan is undone and nothing is evicted from
-it (``drain-no-target``, ``drain-would-return``). DaemonSet, static and terminating pods do not move (an autoscaler
+assumed and reserved, nodes being drained and hot nodes excluded as targets) and the scheduler's score (every
+scoring plugin of its profile, weighted: Dynamic's strategy and kube's own) would not send it back (with
+``scoring.strategy: pack`` Dynamic ranks fuller nodes first; with ``spread`` the emptiest node, so the drain
+reports ``would-return``; kube's least-allocated and spreading scores can still favour the emptied node): if one
+has none, the node's plan is undone and nothing is evicted from it (``drain-no-target``, ``drain-would-return``).
+DaemonSet, static and terminating pods do not move (an autoscaler
 ignores them too); a pod that may never be evicted (``pods.eviction_blocker``: not recreated, system-critical,
 local storage, excluded namespace, ``prefer-no-eviction``) keeps its node out of the drain (``drain-blocked``).
 Then the pods are evicted under the same budgets as a hot node's (per node and namespace per round, per workload,

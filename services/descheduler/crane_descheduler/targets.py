@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crane_descheduler.pods import PodView
-from crane_scheduler.simulate import DYNAMIC, Placement, PluginError, Removed, Reservation, Simulator
+from crane_scheduler.simulate import Placement, PluginError, Removed, Reservation, Simulator
 from crane_shared.loadaware.dynamic import DynamicArgs
 
 Verdict = tuple[str | None, str | None]
@@ -98,8 +98,10 @@ class SchedulerTargets:
         """The node the scheduler would place ``pod``'s replacement on, other than ``source``; or why none.
 
         ``drain``: ``source`` is being emptied (it passes the Filter: it is idle); the replacement would return
-        only if Dynamic's score (the policy's strategy: with ``pack``, fuller nodes first) ranks ``source`` at
-        least as high as every other node that passes."""
+        when the scheduler's score, every scoring plugin weighted as it ranks nodes (Dynamic's strategy, and kube's
+        own: least allocated requests, spreading), ranks ``source`` at least as high as every other node that
+        passes. Dynamic's alone is not enough: with ``pack`` it ranks fuller nodes first, while the rest of the
+        profile may still prefer the emptied node and send each replacement back (a drain that never ends)."""
         sim = self._build()
         raw = sim.get("Pod", pod.uid)
         if raw is None:
@@ -117,12 +119,11 @@ class SchedulerTargets:
                 return None, "no-target"
             if not back and len(others) == 1:
                 return others[0], None
-            try:  # a drain scores the source too: where the scheduler's load score sends the replacement
+            try:  # a drain scores the source too: where the scheduler's score sends the replacement
                 scores = sim.score(found, [*others, source] if back else others)
             except PluginError:
                 return None, "no-target"
-            load = scores.of(DYNAMIC) if back else None
-            if load is not None and load[source] >= max(load[name] for name in others):
+            if back and source in scores.best([*others, source]):
                 return None, "would-return"
             return min(scores.best(others)), None
 

@@ -73,6 +73,19 @@ def test_with_the_spread_score_the_replacement_would_come_back_so_nothing_is_dra
     assert drained(result) == {} and result.plan.skipped["drain-would-return"] == 1
 
 
+def test_a_replacement_the_schedulers_whole_score_sends_back_keeps_the_node_out_of_the_drain() -> None:
+    """Dynamic's pack ranks the fuller node first, but the profile's other scores (NodeResourcesFit's least
+    allocated: 3 of busy's 4 cores are requested) outweigh it: the scheduler would bind the replacement on the
+    emptied node again, so nothing is evicted (bench.autoscale saw 20 drain evictions from one node in 6 minutes,
+    its usage unchanged, when only Dynamic's score was compared)."""
+    pods = [pod("a", "idle", owner="a", cpu="200m", memory="64Mi"), pod("x", "busy", cpu="3", memory="64Mi")]
+    back = rounds([node("idle", cpu=0.1, mem=0.05, cores=4), node("busy", cpu=0.3, mem=0.1, cores=4)], pods)
+    assert drained(back) == {} and back.plan.skipped["drain-would-return"] == 1
+    # nearer the packing target, Dynamic's score outweighs the requests: the replacement goes, the node empties
+    away = rounds([node("idle", cpu=0.1, mem=0.05, cores=4), node("busy", cpu=0.5, mem=0.1, cores=4)], pods)
+    assert drained(away) == {"a": "busy"}
+
+
 def test_a_pod_no_controller_recreates_keeps_its_node_out_of_the_drain() -> None:
     pods = [pod("a", "idle", owner="a"), pod("bare", "idle", owner_kind=None)]
     result = rounds(fleet(), pods)
