@@ -170,10 +170,26 @@ SCHEDULER_PROFILE = """\
 """
 
 
-def sandbox_scheduler_config(names: tuple[str, ...]) -> str:
-    """The sandbox's configuration with the same profile under each of ``names``."""
+PACKING_PLUGIN_CONFIG = """\
+      # --autoscaler: kube's own scores pack too (its documented bin-packing set-up: MostAllocated, no default
+      # spreading), beside Dynamic's pack: otherwise least-allocated and the default hostname spreading favour the
+      # node the drain is emptying, and the scheduler would send the pods back (the drain then refuses it)
+      - name: NodeResourcesFit
+        args:
+          scoringStrategy:
+            type: MostAllocated
+            resources: [{name: cpu, weight: 1}, {name: memory, weight: 1}]
+      - name: PodTopologySpread
+        args: {defaultingType: List, defaultConstraints: []}
+"""
+
+
+def sandbox_scheduler_config(names: tuple[str, ...], packing: bool = False) -> str:
+    """The sandbox's configuration with the same profile under each of ``names``; ``packing`` (``--autoscaler``):
+    kube's scores pack as Dynamic's does (``PACKING_PLUGIN_CONFIG``)."""
+    profile = SCHEDULER_PROFILE + (PACKING_PLUGIN_CONFIG if packing else "")
     return SCHEDULER_CONFIG_HEADER.replace("{scheduler_name}", names[0]) + "".join(
-        SCHEDULER_PROFILE.replace("{scheduler_name}", name) for name in names
+        profile.replace("{scheduler_name}", name) for name in names
     )
 
 
@@ -301,11 +317,16 @@ class Sandbox:
     state: FleetState | None = None
 
     def __post_init__(self) -> None:
-        if self.autoscaler is not None and self.load_signals:
+        if self.packs:
             if self.policy == SANDBOX_POLICY:
                 self.policy = autoscaling_policy(self.policy)
             if self.descheduler_policy == SANDBOX_DESCHEDULER_POLICY:
                 self.descheduler_policy = autoscaling_descheduler_policy(self.descheduler_policy)
+
+    @property
+    def packs(self) -> bool:
+        """With an autoscaler and its load signals: the policies taint, pack and drain, and kube's scores pack too."""
+        return self.autoscaler is not None and self.load_signals
 
     @property
     def policy_path(self) -> Path:
@@ -374,7 +395,7 @@ class Sandbox:
             self.policy_path.write_text(self.policy)
             self.descheduler_policy_path.write_text(self.descheduler_policy)
             if self.scheduler_config is None:
-                config = sandbox_scheduler_config(crane_scheduler_names(self.mode))
+                config = sandbox_scheduler_config(crane_scheduler_names(self.mode), packing=self.packs)
             else:
                 config = self.scheduler_config.replace("{scheduler_name}", self.scheduler_name)
             self.scheduler_config_path.write_text(config.replace("{policy}", str(self.policy_path)))
@@ -473,7 +494,10 @@ class Sandbox:
         """crane-descheduler's flags in the sandbox: the sandbox's Prometheus and policies, a round every 5 s."""
         assert self.prometheus is not None
         identity = self.identities["descheduler"]
+        # --autoscaler: the drain places replacements by the scheduler's own profile (its packing scores)
+        profile = ["--scheduler-config", str(self.scheduler_config_path)] if self.packs else []
         return [
+            *profile,
             "--prometheus-url",
             self.prometheus.url,
             "--policy",

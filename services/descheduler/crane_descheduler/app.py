@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from crane_descheduler.config import DeschedulerConfig
 from crane_descheduler.descheduler import Descheduler, Options
+from crane_scheduler.config import SchedulerConfig
 from crane_shared.kube import make_api_client
 from crane_shared.leader import LeaderElector, make_lease_client
 from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs
@@ -30,7 +31,8 @@ from crane_shared.service import Access, ServiceRuntime
 log = get_logger("crane.descheduler")
 
 
-async def run(config: DeschedulerConfig) -> int:
+async def run(config: DeschedulerConfig, scheduler_config: SchedulerConfig | None = None) -> int:
+    """``scheduler_config``: crane-scheduler's configuration (``--scheduler-config``, loaded and checked)."""
     common = config.common
     registry = CollectorRegistry()
     runtime = ServiceRuntime("crane-descheduler", common.listen_host, common.listen_port, registry)
@@ -51,6 +53,7 @@ async def run(config: DeschedulerConfig) -> int:
                 legacy_zone=config.legacy_zone,
                 estimate=EstimateArgs(window=timedelta(seconds=config.estimate_window)),
             ),
+            scheduler_config,
         )
         lease_api = await make_lease_client(common.kube, config.lease)
         elector = LeaderElector(lease_api, config.lease, registry=runtime.registry)

@@ -2,7 +2,8 @@
 
 Two policy files: the scheduler's ``DynamicSchedulerPolicy`` (``--policy``, the same ConfigMap the scheduler and
 the extender mount: its predicate thresholds are the descheduler's default high thresholds and its Dynamic filter
-judges targets) and the descheduler's own (``--descheduler-policy``, optional). A bad file refuses to start.
+judges targets) and the descheduler's own (``--descheduler-policy``, optional); optionally the scheduler's own
+configuration (``--scheduler-config``), whose profiles judge the targets. A bad file refuses to start.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class DeschedulerConfig:
     dry_run: bool
     legacy_zone: ZoneInfo
     estimate_window: float = 300.0
+    scheduler_config: str | None = None
 
 
 def build_parser() -> EnvArgumentParser:
@@ -57,6 +59,13 @@ def build_parser() -> EnvArgumentParser:
         env="CRANE_POLICY",
         default=None,
         help="the scheduler's DynamicSchedulerPolicy file (default: the shipped upstream default policy)",
+    )
+    p.add_argument(
+        "--scheduler-config",
+        env="CRANE_SCHEDULER_CONFIG",
+        default=None,
+        help="crane-scheduler's KubeSchedulerConfiguration file: targets are judged, and a drain's replacements "
+        "placed, by its profiles (plugins, weights, args), Dynamic with --policy (default: the default profile)",
     )
     p.add_argument(
         "--descheduler-policy",
@@ -117,4 +126,5 @@ def parse_config(argv: Sequence[str] | None = None) -> DeschedulerConfig:
         estimate_window=args.estimate_window,
         dry_run=args.dry_run,
         legacy_zone=args.legacy_zone,
+        scheduler_config=args.scheduler_config or None,
     )

@@ -22,7 +22,9 @@ from crane_descheduler.evictor import Evictor, Result
 from crane_descheduler.metrics import CLASSES, DeschedulerMetrics
 from crane_descheduler.plan import Eviction
 from crane_descheduler.rounds import RoundResult, RoundState
+from crane_descheduler.targets import SchedulerSnapshot
 from crane_descheduler.usage import fetch_usage
+from crane_scheduler.config import SchedulerConfig
 from crane_shared.batch import PodUsage
 from crane_shared.informer import Informer
 from crane_shared.leader import Term
@@ -71,6 +73,7 @@ class Descheduler:
         scheduler_policy: str | None,
         descheduler_policy: str | None,
         args: DynamicArgs | None = None,
+        scheduler_config: SchedulerConfig | None = None,
     ) -> None:
         self.metrics = DeschedulerMetrics(registry)
         self.options = options
@@ -101,8 +104,9 @@ class Descheduler:
         self.policy_file = self._policy_file(self.scheduler_file.policy)
         base = args or DynamicArgs(self.scheduler_file.policy)
         self.args = replace(base, policy=self.scheduler_file.policy)
-        self.rounds = RoundState()
-        """debounce, drain, the scheduler's snapshot and the recent evictions (a new term starts over)"""
+        self.rounds = RoundState(snapshot=SchedulerSnapshot(scheduler_config))
+        """debounce, drain, the scheduler's snapshot (by its configuration's profiles when given) and the recent
+        evictions (a new term starts over)"""
         self.last: PlanView | None = None
         self._log = LogOnce(log)
         self.rounds_done = 0

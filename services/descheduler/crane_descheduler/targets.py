@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crane_descheduler.pods import PodView
+from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.simulate import Placement, PluginError, Removed, Reservation, Simulator
 from crane_shared.loadaware.dynamic import DynamicArgs
 
@@ -49,8 +50,10 @@ class SchedulerSnapshot:
     only the node and pod objects that changed (``Simulator.sync``), and the simulator is built again only when
     the Dynamic arguments change (a policy reload). What a round plans on it is undone when the round closes."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        """``config``: crane-scheduler's configuration (its profiles judge the targets; None: the default one)."""
         self.now = 0.0
+        self.config = config
         self._args: DynamicArgs | None = None
         self._sim: Simulator | None = None
 
@@ -61,7 +64,10 @@ class SchedulerSnapshot:
         if self._sim is None or self._args is not args:
             # every feasible node scored (no sampling); a target without fresh data does not count
             self._sim = Simulator(
-                dynamic=replace(args, stale="fail-closed"), clock=lambda: self.now, percentage_of_nodes_to_score=100
+                self.config,
+                dynamic=replace(args, stale="fail-closed"),
+                clock=lambda: self.now,
+                percentage_of_nodes_to_score=100,
             )
             self._args = args
         self._sim.sync("Node", nodes)

@@ -10,6 +10,8 @@ from typing import Any
 from crane_descheduler.drain import DrainState
 from crane_descheduler.policy import Drain, Limits, default_policy
 from crane_descheduler.rounds import RoundResult, run_round
+from crane_descheduler.targets import SchedulerSnapshot
+from crane_scheduler.config import parse_config
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.loadtaintpolicy import ScoringPolicy
 from crane_shared.policy import default_policy as scheduler_default
@@ -84,6 +86,34 @@ def test_a_replacement_the_schedulers_whole_score_sends_back_keeps_the_node_out_
     # nearer the packing target, Dynamic's score outweighs the requests: the replacement goes, the node empties
     away = rounds([node("idle", cpu=0.1, mem=0.05, cores=4), node("busy", cpu=0.5, mem=0.1, cores=4)], pods)
     assert drained(away) == {"a": "busy"}
+
+
+def test_with_the_schedulers_own_packing_profile_the_same_drain_goes_ahead() -> None:
+    """``--scheduler-config``: the drain asks the scheduler's own profile; with kube's MostAllocated beside
+    Dynamic's pack (the sandbox's ``--autoscaler`` profile), the fuller node wins and the idle node empties."""
+    config = parse_config(
+        {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "profiles": [
+                {
+                    "schedulerName": "crane-scheduler",
+                    "pluginConfig": [
+                        {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}},
+                    ],
+                }
+            ],
+        }
+    )
+    pods = [pod("a", "idle", owner="a", cpu="200m", memory="64Mi"), pod("x", "busy", cpu="3", memory="64Mi")]
+    nodes = [node("idle", cpu=0.1, mem=0.05, cores=4), node("busy", cpu=0.3, mem=0.1, cores=4)]
+    state = DrainState()
+    result = None
+    snapshot = SchedulerSnapshot(config)
+    for _ in range(2):
+        result = run_round(nodes, pods, {}, POLICY, PACK, {}, NOW, drain=state, snapshot=snapshot)
+        state = result.drain
+    assert result is not None and drained(result) == {"a": "busy"}
 
 
 def test_a_pod_no_controller_recreates_keeps_its_node_out_of_the_drain() -> None:

@@ -109,6 +109,18 @@ def test_a_bad_policy_refuses_to_start_naming_each_problem(tmp_path, capsys):
     assert f'{bad}: spec.limitz: unknown field (did you mean "limits"?)' in capsys.readouterr().err
 
 
+def test_a_bad_scheduler_config_refuses_to_start_naming_the_problem(tmp_path, capsys):
+    bad = tmp_path / "scheduler.yaml"
+    bad.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
+        "profiles: [{schedulerName: crane-scheduler, pluginConfig: [{name: NodeResourcesFit, args: {scoringStrategy:"
+        " {type: Packed}}}]}]\n"
+    )
+    assert main(["--scheduler-config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad --scheduler-config" in err and "Packed" in err
+
+
 async def test_policy_files_reload_and_an_invalid_one_keeps_the_old_policy(tmp_path):
     head = "apiVersion: descheduler.policy.crane.io/v1alpha1\nkind: LoadAwareDeschedulerPolicy\n"
     path = tmp_path / "descheduler.yaml"
