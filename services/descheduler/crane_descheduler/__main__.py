@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from crane_descheduler import policy as dpolicy
 from crane_descheduler.app import run
 from crane_descheduler.config import parse_config
-from crane_scheduler.config import ConfigError, load_config
-from crane_scheduler.simulate import Simulator
+from crane_scheduler.simulate import ConfigError, Simulator
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.logs import configure_logging
 from crane_shared.policy import default_policy, load_policy
@@ -36,13 +36,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"crane-descheduler: refusing to start, bad policy:\n{err}", file=sys.stderr)
         return 2
     try:  # the scheduler's own configuration, when given: refused as crane-scheduler refuses it
-        profiles = load_config(config.scheduler_config) if config.scheduler_config else None
-        if profiles is not None:  # its plugins' args are checked as the profiles are built
-            Simulator(profiles, dynamic=DynamicArgs(scheduler))
+        if config.scheduler_config:  # read, and its plugins' args checked as the profiles are built
+            Simulator(Path(config.scheduler_config), dynamic=DynamicArgs(scheduler))
     except ConfigError as err:
         print(f"crane-descheduler: refusing to start, bad --scheduler-config:\n{err}", file=sys.stderr)
         return 2
-    return asyncio.run(run(config, profiles))
+    return asyncio.run(run(config))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 from collections.abc import Coroutine
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -18,7 +19,6 @@ from prometheus_client import CollectorRegistry
 
 from crane_descheduler.config import DeschedulerConfig
 from crane_descheduler.descheduler import Descheduler, Options
-from crane_scheduler.config import SchedulerConfig
 from crane_shared.kube import make_api_client
 from crane_shared.leader import LeaderElector, make_lease_client
 from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs
@@ -31,8 +31,7 @@ from crane_shared.service import Access, ServiceRuntime
 log = get_logger("crane.descheduler")
 
 
-async def run(config: DeschedulerConfig, scheduler_config: SchedulerConfig | None = None) -> int:
-    """``scheduler_config``: crane-scheduler's configuration (``--scheduler-config``, loaded and checked)."""
+async def run(config: DeschedulerConfig) -> int:
     common = config.common
     registry = CollectorRegistry()
     runtime = ServiceRuntime("crane-descheduler", common.listen_host, common.listen_port, registry)
@@ -53,7 +52,7 @@ async def run(config: DeschedulerConfig, scheduler_config: SchedulerConfig | Non
                 legacy_zone=config.legacy_zone,
                 estimate=EstimateArgs(window=timedelta(seconds=config.estimate_window)),
             ),
-            scheduler_config,
+            Path(config.scheduler_config) if config.scheduler_config else None,
         )
         lease_api = await make_lease_client(common.kube, config.lease)
         elector = LeaderElector(lease_api, config.lease, registry=runtime.registry)

@@ -12,6 +12,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -24,7 +25,6 @@ from crane_descheduler.plan import Eviction
 from crane_descheduler.rounds import RoundResult, RoundState
 from crane_descheduler.targets import SchedulerSnapshot
 from crane_descheduler.usage import fetch_usage
-from crane_scheduler.config import SchedulerConfig
 from crane_shared.batch import PodUsage
 from crane_shared.informer import Informer
 from crane_shared.leader import Term
@@ -73,7 +73,7 @@ class Descheduler:
         scheduler_policy: str | None,
         descheduler_policy: str | None,
         args: DynamicArgs | None = None,
-        scheduler_config: SchedulerConfig | None = None,
+        scheduler_config: Path | None = None,
     ) -> None:
         self.metrics = DeschedulerMetrics(registry)
         self.options = options

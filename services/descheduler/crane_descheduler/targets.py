@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from crane_descheduler.pods import PodView
-from crane_scheduler.config import SchedulerConfig
 from crane_scheduler.simulate import Placement, PluginError, Removed, Reservation, Simulator
 from crane_shared.loadaware.dynamic import DynamicArgs
 
@@ -50,8 +50,9 @@ class SchedulerSnapshot:
     only the node and pod objects that changed (``Simulator.sync``), and the simulator is built again only when
     the Dynamic arguments change (a policy reload). What a round plans on it is undone when the round closes."""
 
-    def __init__(self, config: SchedulerConfig | None = None) -> None:
-        """``config``: crane-scheduler's configuration (its profiles judge the targets; None: the default one)."""
+    def __init__(self, config: Path | Mapping[str, Any] | None = None) -> None:
+        """``config``: crane-scheduler's ``KubeSchedulerConfiguration`` (a file's path, or parsed): its profiles
+        judge the targets (None: the default profile)."""
         self.now = 0.0
         self.config = config
         self._args: DynamicArgs | None = None

@@ -11,7 +11,6 @@ from crane_descheduler.drain import DrainState
 from crane_descheduler.policy import Drain, Limits, default_policy
 from crane_descheduler.rounds import RoundResult, run_round
 from crane_descheduler.targets import SchedulerSnapshot
-from crane_scheduler.config import parse_config
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.loadtaintpolicy import ScoringPolicy
 from crane_shared.policy import default_policy as scheduler_default
@@ -91,20 +90,18 @@ def test_a_replacement_the_schedulers_whole_score_sends_back_keeps_the_node_out_
 def test_with_the_schedulers_own_packing_profile_the_same_drain_goes_ahead() -> None:
     """``--scheduler-config``: the drain asks the scheduler's own profile; with kube's MostAllocated beside
     Dynamic's pack (the sandbox's ``--autoscaler`` profile), the fuller node wins and the idle node empties."""
-    config = parse_config(
-        {
-            "apiVersion": "kubescheduler.config.k8s.io/v1",
-            "kind": "KubeSchedulerConfiguration",
-            "profiles": [
-                {
-                    "schedulerName": "crane-scheduler",
-                    "pluginConfig": [
-                        {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}},
-                    ],
-                }
-            ],
-        }
-    )
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [
+            {
+                "schedulerName": "crane-scheduler",
+                "pluginConfig": [
+                    {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}},
+                ],
+            }
+        ],
+    }
     pods = [pod("a", "idle", owner="a", cpu="200m", memory="64Mi"), pod("x", "busy", cpu="3", memory="64Mi")]
     nodes = [node("idle", cpu=0.1, mem=0.05, cores=4), node("busy", cpu=0.3, mem=0.1, cores=4)]
     state = DrainState()
