@@ -28,7 +28,7 @@ from crane_scheduler import explain, gangless
 from crane_scheduler.config import ConfigError, SchedulerConfig, load_config
 from crane_scheduler.deciders.cpus import default_workers, usable_cpus
 from crane_scheduler.deciders.pool import DeciderPool
-from crane_scheduler.framework import Handle, PluginMetrics, Registry
+from crane_scheduler.framework import Handle, PluginMetrics, Registry, WorkerPlugin
 from crane_scheduler.framework.runtime import Profile, build_profiles
 from crane_scheduler.listers import Listers
 from crane_scheduler.metrics import SchedulerMetrics
@@ -331,7 +331,7 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
             scheduler.run_informers(runtime.stopping),
             reporter.run(runtime.stopping),
             schedule(),
-            *(worker.run(runtime.stopping) for profile in profiles.values() for worker in profile.workers),
+            *(until_stopped(w, runtime.stopping) for profile in profiles.values() for w in profile.workers),
             grace=20.0,
         )
     finally:
@@ -339,6 +339,14 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
             await deciders.close()
         await writer.close()  # after the reporter: the events of the last binds are written
         await api.close()
+
+
+async def until_stopped(worker: WorkerPlugin, stopping: asyncio.Event) -> None:
+    """A plugin's loop under the service's worker contract: one with nothing to watch returns at once
+    (PodTopologySpread without default constraints, a plugin without an API), and a worker that returns stops the
+    service; so its return waits for the stop. A failure still stops the service (logged by the runtime)."""
+    await worker.run(stopping)
+    await stopping.wait()
 
 
 if __name__ == "__main__":
