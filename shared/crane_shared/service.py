@@ -302,3 +302,10 @@ class ServiceRuntime:
             stop_wait.cancel()
             await self.stop_http()
         return exit_code
+
+
+async def until_stopped(work: Coroutine[Any, Any, None], stopping: asyncio.Event) -> None:
+    """``work``, then the stop. For a loop that may end early with nothing to do (a scheduler plugin with nothing
+    to watch): under ``ServiceRuntime.run`` a worker that returns stops the service. A failure still does."""
+    await work
+    await stopping.wait()

@@ -28,7 +28,7 @@ from crane_scheduler import explain, gangless
 from crane_scheduler.config import ConfigError, SchedulerConfig, load_config
 from crane_scheduler.deciders.cpus import default_workers, usable_cpus
 from crane_scheduler.deciders.pool import DeciderPool
-from crane_scheduler.framework import Handle, PluginMetrics, Registry, WorkerPlugin
+from crane_scheduler.framework import Handle, PluginMetrics, Registry
 from crane_scheduler.framework.runtime import Profile, build_profiles
 from crane_scheduler.listers import Listers
 from crane_scheduler.metrics import SchedulerMetrics
@@ -40,7 +40,7 @@ from crane_scheduler.writer import ApiWriter, Connection
 from crane_shared.kube import KubeSettings, env_proxy, make_api_client
 from crane_shared.leader import LeaderElector, LeaseConfig, make_lease_client
 from crane_shared.logs import configure_logging, get_logger
-from crane_shared.service import Access, ServiceRuntime
+from crane_shared.service import Access, ServiceRuntime, until_stopped
 from crane_shared.settings import EnvArgumentParser, add_common_flags, common_settings
 
 DEFAULT_PORT = 10261
@@ -331,7 +331,13 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
             scheduler.run_informers(runtime.stopping),
             reporter.run(runtime.stopping),
             schedule(),
-            *(until_stopped(w, runtime.stopping) for profile in profiles.values() for w in profile.workers),
+            # a plugin's loop may end at once with nothing to watch (PodTopologySpread without default
+            # constraints): that must not stop the service
+            *(
+                until_stopped(w.run(runtime.stopping), runtime.stopping)
+                for profile in profiles.values()
+                for w in profile.workers
+            ),
             grace=20.0,
         )
     finally:
@@ -339,14 +345,6 @@ async def serve(args: argparse.Namespace, loaded: Loaded) -> int:
             await deciders.close()
         await writer.close()  # after the reporter: the events of the last binds are written
         await api.close()
-
-
-async def until_stopped(worker: WorkerPlugin, stopping: asyncio.Event) -> None:
-    """A plugin's loop under the service's worker contract: one with nothing to watch returns at once
-    (PodTopologySpread without default constraints, a plugin without an API), and a worker that returns stops the
-    service; so its return waits for the stop. A failure still stops the service (logged by the runtime)."""
-    await worker.run(stopping)
-    await stopping.wait()
 
 
 if __name__ == "__main__":

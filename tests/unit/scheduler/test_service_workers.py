@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
-from crane_scheduler.__main__ import until_stopped
 from crane_scheduler.framework import WorkerPlugin
 from crane_scheduler.simulate import Simulator
+from crane_shared.service import until_stopped
 
 NO_DEFAULT_SPREADING = {
     "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -29,7 +29,7 @@ async def test_a_plugin_loop_with_nothing_to_watch_runs_until_the_service_stops(
     assert isinstance(spread, WorkerPlugin)
     stopping = asyncio.Event()
     await asyncio.wait_for(spread.run(stopping), 1)  # the plugin itself returns at once: nothing to watch
-    loop = asyncio.create_task(until_stopped(spread, stopping))
+    loop = asyncio.create_task(until_stopped(spread.run(stopping), stopping))
     done, _ = await asyncio.wait([loop], timeout=0.2)
     assert not done, "the plugin's loop ended before the service stopped: the runtime would stop the scheduler"
     stopping.set()
