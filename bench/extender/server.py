@@ -14,11 +14,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from bench.extender.workload import fleet
-from crane_extender.recent import RecentBindings, retention_for
+from crane_extender.recent import RecentBindings
 from crane_extender.server import Extender, ExtenderMetrics, make_app
 from crane_shared.bindings import BindingRecord
 from crane_shared.informer import Informer
-from crane_shared.loadaware.dynamic import DynamicArgs
+from crane_shared.loadaware.dynamic import DynamicArgs, binding_horizon
 from crane_shared.policy import default_policy
 
 
@@ -38,7 +38,7 @@ def serve(port: int, cached_nodes: int, ready: Any) -> None:
         informer = Informer("nodes", _no_list)
         informer.cache.update({n["metadata"]["name"]: n for n in fleet(cached_nodes)})
         informer.synced.set()
-        recent = RecentBindings(retention_for(args))
+        recent = RecentBindings(binding_horizon(args))
         now = time.time()
         for k in range(1000):
             recent.add(

@@ -20,13 +20,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from kubernetes_asyncio import client
 
-from crane_extender.recent import RecentBindings, follow_bindings, retention_for
+from crane_extender.recent import RecentBindings, follow_bindings
 from crane_extender.server import DEFAULT_MAX_REQUEST_BYTES, Extender, ExtenderMetrics, make_app
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingSchema
 from crane_shared.informer import Informer
 from crane_shared.kube import make_api_client
-from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs
+from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs, binding_horizon
 from crane_shared.logs import configure_logging, get_logger
 from crane_shared.policy import PolicyError, policy_or_default
 from crane_shared.redisconn import redacted, redis_from_args
@@ -175,7 +175,7 @@ async def serve(ns: argparse.Namespace, args: DynamicArgs, tls: ssl.SSLContext |
     if ns.redis_url:
         redis = redis_from_args(ns)
         closers.append(redis.aclose)
-        recent = RecentBindings(retention_for(args), schedulers=ns.binding_schedulers)
+        recent = RecentBindings(binding_horizon(args), schedulers=ns.binding_schedulers)
         store = BindingStore(redis, BindingSchema(ns.redis_prefix))
         workers.append(
             follow_bindings(

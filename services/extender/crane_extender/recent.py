@@ -26,17 +26,12 @@ from typing import Protocol
 from crane_extender.protocol import PodView
 from crane_shared.binding_store import StreamBatch
 from crane_shared.bindings import BindingRecord
-from crane_shared.loadaware.dynamic import DynamicArgs, RecentBinding, binding_horizon
+from crane_shared.loadaware.dynamic import RecentBinding
 from crane_shared.logs import LogOnce, get_logger
 
-__all__ = ["RecentBindings", "follow_bindings", "retention_for"]
+__all__ = ["RecentBindings", "follow_bindings"]
 
 log = get_logger("crane.extender.bindings")
-
-
-def retention_for(args: DynamicArgs) -> timedelta:
-    """How long a binding can still matter (``dynamic.binding_horizon``)."""
-    return binding_horizon(args)
 
 
 @dataclass

@@ -509,12 +509,7 @@ def _tapped(apply: Callable[[str, Any, dict[str, Any]], None], also: Callable[[s
 
 
 def _observer(metrics: SchedulerMetrics, profile: str) -> Callable[[str, str, float], None]:
-    children: dict[tuple[str, str], Any] = {}
-
     def observe(point: str, status: str, seconds: float) -> None:
-        child = children.get((point, status))
-        if child is None:
-            child = children[(point, status)] = metrics.extension_point_duration.labels(point, status, profile)
-        child.observe(seconds)
+        metrics.child(metrics.extension_point_duration, point, status, profile).observe(seconds)
 
     return observe

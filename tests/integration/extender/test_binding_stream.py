@@ -19,13 +19,13 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from crane_extender.recent import RecentBindings, follow_bindings, retention_for
+from crane_extender.recent import RecentBindings, follow_bindings
 from crane_extender.server import Extender, ExtenderMetrics, make_app
 from crane_sandbox.procs import free_port
 from crane_shared.annotations import encode_usage
 from crane_shared.binding_store import BindingStore
 from crane_shared.bindings import BindingRecord
-from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs
+from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs, binding_horizon
 from crane_shared.policy import default_policy
 from tests.support.policy import UPSTREAM_METRICS as METRICS
 from tests.support.waiting import eventually
@@ -53,7 +53,7 @@ async def extender_url(redis_url: str) -> AsyncIterator[tuple[str, BindingStore]
     args = DynamicArgs(default_policy(), estimate=EstimateArgs(cpu_factor=1.0, memory_factor=1.0))
     redis = aioredis.from_url(redis_url)
     store = BindingStore(redis)
-    recent = RecentBindings(retention_for(args))
+    recent = RecentBindings(binding_horizon(args))
     extender = Extender(args, recent=recent, metrics=ExtenderMetrics.create(CollectorRegistry()))
     app = web.Application()
     app.add_subapp("/extender", make_app(extender))

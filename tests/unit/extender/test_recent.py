@@ -7,10 +7,10 @@ import time
 from datetime import timedelta
 
 from crane_extender.protocol import PodView
-from crane_extender.recent import RecentBindings, follow_bindings, retention_for
+from crane_extender.recent import RecentBindings, follow_bindings
 from crane_shared.binding_store import SkippedEntry, StreamBatch
 from crane_shared.bindings import BindingRecord
-from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs, RecentBinding
+from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs, RecentBinding, binding_horizon
 from crane_shared.policy import default_policy
 
 T = 1_800_000_000.0
@@ -24,10 +24,10 @@ def sized(uid: str, cpu: float = 2, memory: float = 4e9) -> PodView:
     return PodView(uid, "ns", f"pod-{uid}", False, cpu, memory)
 
 
-def test_retention_covers_the_longest_hot_value_range_and_estimate_window() -> None:
-    assert retention_for(DynamicArgs(default_policy())) == timedelta(minutes=5)
+def test_the_binding_horizon_covers_the_longest_hot_value_range_and_estimate_window() -> None:
+    assert binding_horizon(DynamicArgs(default_policy())) == timedelta(minutes=5)
     longer = EstimateArgs(windows={"cpu_usage_max_avg_1h": timedelta(minutes=20)})
-    assert retention_for(DynamicArgs(default_policy(), estimate=longer)) == timedelta(minutes=20)
+    assert binding_horizon(DynamicArgs(default_policy(), estimate=longer)) == timedelta(minutes=20)
 
 
 def test_a_binding_carries_the_size_of_the_pod_seen_in_its_request() -> None:
