@@ -311,7 +311,8 @@ class VictimLoadFilterPlugin(Plugin, Protocol):
 @runtime_checkable
 class WorkerPlugin(Plugin, Protocol):
     """Optional: a plugin with a loop of its own (NodeResourceTopologyMatch's NRT watch), run by the scheduler for
-    its whole life under the one worker contract."""
+    its whole life under the one worker contract. It may return at once when it has nothing to watch (no API, no
+    default spread constraints): the scheduler then waits for the stop (``crane_shared.service.until_stopped``)."""
 
     async def run(self, stopping: asyncio.Event) -> None: ...
 
