@@ -5,13 +5,16 @@ sandbox: setup        ## the local cluster with the four services, until Ctrl-C 
 	.venv/bin/python -m crane_sandbox $(SANDBOX_ARGS)
 
 # CI's order (docs/ci.md): the Kubernetes build runs in the background (setup --ci) while lint and the tests that
-# need no Go-built binary run; the first test that needs one waits on its build's lock. One pytest run: one summary.
+# need no Go-built binary run; the first test that needs one waits on its build's lock. One pytest run: one summary,
+# in TEST_WORKERS processes (pytest-xdist; whole modules per worker): most of the suite waits on servers, so two
+# workers share 2 cores (docs/ci.md). TEST_WORKERS=0: everything in pytest's own process.
 # CRANE_NO_PREFETCH: setup has queued every build in CI's order; the test modules' own prefetches would start the
 # later ones at once, beside the Kubernetes build.
+TEST_WORKERS ?= 2
 test:                 ## everything CI runs: lint, types, unit and integration tests (and the 25 slowest)
 	@scripts/setup --ci
 	@$(MAKE) --no-print-directory lint
-	CRANE_NO_PREFETCH=1 .venv/bin/pytest -q --durations=25
+	CRANE_NO_PREFETCH=1 .venv/bin/pytest -q --durations=25 -n $(TEST_WORKERS)
 
 # The oldest supported Kubernetes release (1.35) under a lean set of the integration tests whose behaviour depends
 # on what the API server serves (docs/ci.md, "Supported Kubernetes releases"). Not in CI: its servers are a second

@@ -7,11 +7,12 @@ under the run directory printed at the end of the session.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import itertools
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
@@ -21,6 +22,7 @@ from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.crds import install_crds
 from crane_sandbox.rbac import DEFAULT_NAMESPACE, install_identities, service_identity
 from crane_shared.kube import api_client_from_dict
+from tests.support.faults import FAULT_ROWS, fault_table
 
 _db_numbers = itertools.cycle(range(1, 16))
 
@@ -50,6 +52,17 @@ def _stage(item: pytest.Item) -> int:
     return 2 if GO_BUILT & set(getattr(item, "fixturenames", ())) else 1
 
 
+WHOLE_FOLDERS = ("tests/integration/deploy/",)
+"""Folders whose modules share one worker under ``make test``'s workers: the deploy tests share the session's
+images and the compose stack's fixed host ports (podman), so two of them must never run at once."""
+
+
+def worker_group(module: str) -> str:
+    """The unit of ``module`` (a path from the repository root) under ``make test``'s workers: a whole module runs
+    in one worker (its module fixtures start once), a folder of ``WHOLE_FOLDERS`` too."""
+    return next((folder for folder in WHOLE_FOLDERS if module.startswith(folder)), module)
+
+
 def ci_order(items: list[pytest.Item]) -> None:
     """CI's order (docs/ci.md): `make test` starts the Kubernetes build in the background (``scripts/setup --ci``),
     so the unit tests run first, then the modules that need no Go-built binary, then those that need Kubernetes
@@ -77,9 +90,42 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ci_order(items)
 
 
+if importlib.util.find_spec("xdist") is not None:  # a dev dependency; the hook is only known with it
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class ByWorkerGroup(LoadScopeScheduling):  # type: ignore[misc]
+        """``worker_group``'s units, in CI's order: a worker takes a whole module (or folder) at a time."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid.split("::")[0])
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling:
+        """Every ``-n`` run is scheduled by ``worker_group`` (pytest-xdist's own ``--dist loadgroup`` reads its
+        groups into node ids, which pytest 9 no longer lets a plugin rewrite)."""
+        return ByWorkerGroup(config, log)
+
+
+_fault_rows: list[dict[str, Any]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collects the fault rows (``FAULT_ROWS``): a report is what reaches the controller from an xdist worker, so
+    the table of faults survived is built from the reports, here, and not in tests/faults (the controller
+    collects nothing, so that folder's conftest never loads there)."""
+    if report.when == "teardown":
+        for name, rows in report.user_properties:
+            if name == FAULT_ROWS:
+                _fault_rows.extend(cast(list[dict[str, Any]], rows))
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """The skipped tests, counted by reason, in a section of their own: ``-q`` hides the reasons, and a skip must
-    never pass unseen (in CI a test whose tool cannot run fails instead: ``tests.support.unavailable``)."""
+    never pass unseen (in CI a test whose tool cannot run fails instead: ``tests.support.unavailable``). Then the
+    table of faults survived, when fault tests ran."""
+    if _fault_rows:
+        terminalreporter.write_sep("=", "faults survived (audited from the API server and Redis)")
+        terminalreporter.write_line(fault_table(_fault_rows))
     skipped = terminalreporter.stats.get("skipped", [])
     if not skipped:
         return

@@ -23,11 +23,11 @@ import pytest_asyncio
 from crane_sandbox.cluster import LocalCluster
 from crane_sandbox.toxiproxy import Proxy, Toxiproxy
 from tests.support.faults import (
+    FAULT_ROWS,
     REPORT_ENV,
     FaultReport,
     FaultRow,
     StatusProxy,
-    fault_table,
 )
 
 
@@ -45,17 +45,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="CRANE_FAULTS=fast"))
 
 
-_ROWS = pytest.StashKey[list[dict[str, Any]]]()
-"""The rows filed in this run, in the order their tests ended, for the table at the end of the run."""
-
-
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    rows = config.stash.get(_ROWS, [])
-    if rows:
-        terminalreporter.write_sep("=", "faults survived (audited from the API server and Redis)")
-        terminalreporter.write_line(fault_table(rows))
-
-
 @pytest.fixture
 def fault_report(request: pytest.FixtureRequest) -> Any:
     """Rows filed here go to the run's table (with the test's outcome), and are appended as JSON lines to
@@ -67,7 +56,7 @@ def fault_report(request: pytest.FixtureRequest) -> Any:
     outcome = "failed" if call is None or call.failed else "passed"
     rows = [asdict(r) for r in report.rows] or [asdict(FaultRow(request.node.name))]
     rows = [{**r, "test": request.node.nodeid, "outcome": outcome} for r in rows]
-    request.config.stash.setdefault(_ROWS, []).extend(rows)
+    request.node.user_properties.append((FAULT_ROWS, rows))  # to the run's table by its teardown report
     path = os.environ.get(REPORT_ENV)
     if path:
         with open(path, "a") as f:

@@ -23,6 +23,11 @@ from crane_sandbox.rbac import ServiceIdentity
 REPORT_ENV = "CRANE_FAULT_REPORT"
 
 
+FAULT_ROWS = "fault_rows"
+"""The ``user_properties`` name under which a fault test's teardown report carries its rows to the table of
+faults survived (tests/conftest.py prints it at the end of the run)."""
+
+
 COLLECTIONS = frozenset({"events", "nodes", "pods", "leases"})  # a GET ending in one of these lists it
 
 

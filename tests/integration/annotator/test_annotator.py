@@ -92,8 +92,10 @@ async def test_nodes_labelled_by_ip_ipport_and_name_are_all_matched(
     for node in stack.nodes:
 
         async def written_by_this_annotator(name: str = node.name) -> Any:
+            # "on_node" is the node as the annotator's watch shows it: it may lag the write by an event
             status, report = await annotator.get(f"/debug/nodes/{name}")
-            return report if status == 200 and len(report["written"]) == len(METRICS) + 1 else None
+            done = status == 200 and len(report["written"]) == len(METRICS) + 1
+            return report if done and len(report["on_node"]) == len(METRICS) + 1 else None
 
         report = await eventually(written_by_this_annotator, what=f"{node.name} written")
         for metric in METRICS:
