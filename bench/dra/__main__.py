@@ -348,9 +348,10 @@ class Steady:
     is set then (``bench.scheduler.measure`` ends the run on it).
 
     ``phases``: per batch, where its round trip went, as this process's watches see it: from the creation of its
-    pods to the resourceclaim controller's last claim for them (``claims``), from there to the last bind
-    (``scheduler``: the scheduler's reaction to the claims, its decisions, claim writes and binds), and from the
-    last bind to the next batch's pods created (``bench``: the deletion and creation)."""
+    pods to the resourceclaim controller's last claim for them (``claims``), from there to the last of their
+    statuses naming the claims (``recorded``: the controller again; a pod is schedulable only then), from there to
+    the last bind (``scheduler``: the scheduler's reaction to the pods' statuses, its decisions, claim writes and
+    binds), and from the last bind to the next batch's pods created (``bench``: the deletion and creation)."""
 
     def __init__(
         self, api: client.ApiClient, namespace: str, scheduler: str, batch: int, duration: float, template: str
@@ -361,8 +362,9 @@ class Steady:
         self.generation = 0
         self.bound: set[str] = set()  # names of the current batch's pods seen bound
         self.claimed: set[str] = set()  # names of the claims made for the current batch's pods
+        self.recorded: set[str] = set()  # names of the current batch's pods whose status names their claims
         self.changed = asyncio.Event()
-        self.marks: dict[str, float] = {}  # the current batch's created / claims / bound times
+        self.marks: dict[str, float] = {}  # the current batch's created / claims / recorded / bound times
         self.phases: list[dict[str, float]] = []
         core = client.CoreV1Api(api)
         resource = client.ResourceV1Api(api)
@@ -378,6 +380,14 @@ class Steady:
 
     def seen(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         name = obj["metadata"]["name"]
+        if (
+            kind != "DELETED"
+            and name.startswith(self.prefix)
+            and (obj.get("status") or {}).get("resourceClaimStatuses")
+        ):
+            self.recorded.add(name)
+            if len(self.recorded) == self.batch:
+                self.marks.setdefault("recorded", time.monotonic())
         if kind != "DELETED" and obj["spec"].get("nodeName") and name.startswith(self.prefix):
             self.bound.add(name)
             if len(self.bound) == self.batch:
@@ -394,7 +404,7 @@ class Steady:
     def phase_summary(self) -> dict[str, float]:
         """Median seconds per batch of each phase (see the class docstring), over the batches seen whole."""
         out: dict[str, float] = {"batches": float(len(self.phases))}
-        for phase in ("claims", "scheduler", "bench"):
+        for phase in ("claims", "recorded", "scheduler", "bench"):
             values = sorted(p[phase] for p in self.phases if phase in p)
             if values:
                 out[phase] = values[len(values) // 2]
@@ -404,9 +414,15 @@ class Steady:
         """Close the current batch's phases (at the next batch's creation) and start the next one's."""
         now = time.monotonic()
         m = self.marks
-        if self.generation >= 2 and {"created", "claims", "bound"} <= m.keys():  # not the first (made before)
+        if self.generation >= 2 and {"created", "claims", "recorded", "bound"} <= m.keys():  # not the first
+            recorded = max(m["recorded"], m["claims"])  # two watches: the statuses may be seen first
             self.phases.append(
-                {"claims": m["claims"] - m["created"], "scheduler": m["bound"] - m["claims"], "bench": now - m["bound"]}
+                {
+                    "claims": m["claims"] - m["created"],
+                    "recorded": recorded - m["claims"],
+                    "scheduler": m["bound"] - recorded,
+                    "bench": now - m["bound"],
+                }
             )
         self.marks = {"created": now}
 
@@ -447,7 +463,7 @@ class Steady:
                 )
                 resp.release()
                 self.generation += 1
-                self.bound, self.claimed = set(), set()
+                self.bound, self.claimed, self.recorded = set(), set(), set()
                 await self.create_batch()
         finally:
             self.stop.set()
@@ -663,7 +679,12 @@ def main() -> None:
 
 def phases_text(phases: dict[str, float]) -> str:
     """A steady run's ``Steady.phase_summary``: where a batch's round trip went."""
-    names = {"claims": "claims made", "scheduler": "then all bound", "bench": "then the next batch created"}
+    names = {
+        "claims": "claims made",
+        "recorded": "then in the pods' statuses",
+        "scheduler": "then all bound",
+        "bench": "then the next batch created",
+    }
     parts = [f"{label} {phases[key] * 1e3:.0f} ms" for key, label in names.items() if key in phases]
     return ", ".join(parts) + f" ({phases.get('batches', 0):.0f} batches)"
 
