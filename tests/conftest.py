@@ -1,7 +1,8 @@
 """Fixtures shared by all tests: the real local cluster (API server, etcd, Redis), started once per session.
 
 Unit tests (tests/unit) never touch these. Integration tests get real servers; logs of every process are kept
-under the run directory printed at the end of the session.
+under the run directory printed at the end of the session (one per xdist worker under ``make test``, each its own
+session: ``.sandbox/runs/<time>-tests-<pid>/``).
 """
 
 from __future__ import annotations

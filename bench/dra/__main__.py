@@ -380,15 +380,13 @@ class Steady:
 
     def seen(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         name = obj["metadata"]["name"]
-        if (
-            kind != "DELETED"
-            and name.startswith(self.prefix)
-            and (obj.get("status") or {}).get("resourceClaimStatuses")
-        ):
+        if kind == "DELETED" or not name.startswith(self.prefix):
+            return
+        if (obj.get("status") or {}).get("resourceClaimStatuses"):
             self.recorded.add(name)
             if len(self.recorded) == self.batch:
                 self.marks.setdefault("recorded", time.monotonic())
-        if kind != "DELETED" and obj["spec"].get("nodeName") and name.startswith(self.prefix):
+        if obj["spec"].get("nodeName"):
             self.bound.add(name)
             if len(self.bound) == self.batch:
                 self.marks.setdefault("bound", time.monotonic())
