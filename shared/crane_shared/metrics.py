@@ -8,12 +8,31 @@ A component's class derives from ``MetricSet``, names its ``prefix`` once, and d
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from typing import ClassVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-__all__ = ["MetricSet"]
+__all__ = ["Histogram", "MetricSet"]
+
+
+class Histogram(prometheus_client.Histogram):
+    """prometheus_client's histogram, its bucket found by bisection: the library walks the bounds one by one in
+    Python, and the scheduler observes several histograms a pod on its critical path (the decision's have 40
+    buckets); these observations were 8 % of the scheduling process's instructions per pod. Same buckets, same
+    exposition; an exemplar takes the library's own path."""
+
+    def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
+        if exemplar is not None:
+            super().observe(amount, exemplar)
+            return
+        self._raise_if_not_observable()  # type: ignore[no-untyped-call]
+        self._sum.inc(amount)
+        i = bisect_left(self._upper_bounds, amount)  # the last bound is +Inf
+        if amount <= self._upper_bounds[i]:  # NaN counts in no bucket, as in the library
+            self._buckets[i].inc(1)
 
 
 class MetricSet:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from crane_scheduler.framework.interface import PreFilterPlugin
 from crane_scheduler.framework.runtime import Observe, Profile
 from crane_scheduler.framework.types import (
     EXPLAIN_DECIDER,
@@ -50,6 +51,13 @@ class ScheduleResult:
     node: str
     evaluated: int
     feasible: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreFiltered:
+    """PreFilter passed: the node names it restricted the pod to (None: every node)."""
+
+    allowed: frozenset[str] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,34 +128,30 @@ class Algorithm:
         self.rng = rng or random.Random()
         self.next_start = 0
 
-    def schedule(
-        self,
-        profile: Profile,
-        pod: PodInfo,
-        state: CycleState,
-        observe: Observe | None = None,
-        hint: Hint | None = None,
-    ) -> ScheduleResult | Diagnosis | Status:
-        """A node, or a Diagnosis when none fits, or an error Status (plugin failure). ``observe`` receives
-        each extension point's duration (for the metrics); ``hint``: a decider worker's choice, checked first
-        (``Hint``)."""
+    def _candidates(self, allowed: frozenset[str] | None) -> Mask:
+        """The live rows, restricted to ``allowed`` (PreFilter's node names) when set."""
         table = self.table
-        self._observe = observe or _ignore
-        if table.num_nodes == 0:
-            return Diagnosis(0)
-        field = unsupported_field(pod.raw, profile.supported_fields)
-        if field is not None:  # refused, never placed as if the field were absent
-            return Diagnosis(table.num_nodes, rejectors={GATE}, pre_filter_msg=refusal(field))
-        requests = pod.requests
-        if BATCH_CPU in requests or BATCH_MEMORY in requests:  # a batch pod: BestEffort, or refused
-            field = regular_resources_of_batch_pod(pod.raw.get("spec"))
-            if field is not None:
-                return Diagnosis(table.num_nodes, rejectors={BATCH_GATE}, pre_filter_msg=batch_refusal(field))
-        t0 = time.perf_counter()
-        skipped: set[str] = set()
-        allowed: frozenset[str] | None = None
-        restricting: list[str] = []
-        for pl in profile.pre_filter:
+        candidates = table.live.copy()
+        if allowed is not None:
+            pinned = np.zeros(table.n_rows, dtype=bool)
+            pinned[[table.rows[n] for n in allowed if n in table.rows]] = True
+            candidates &= pinned
+        return candidates
+
+    def _pre_filter(
+        self,
+        plugins: list[PreFilterPlugin],
+        state: CycleState,
+        pod: PodInfo,
+        skipped: set[str],
+        restricting: list[str],
+        allowed: frozenset[str] | None,
+        t0: float,
+    ) -> PreFiltered | Diagnosis | Status:
+        """PreFilter of ``plugins`` in order (kube's ``RunPreFilterPlugins``): SKIPs into ``skipped``, node-name
+        restrictions intersected into the result, the first rejection or error returned."""
+        table = self.table
+        for pl in plugins:
             res = pl.pre_filter(state, pod, table)
             if res.status.code is Code.SKIP:
                 skipped.add(pl.name)
@@ -173,25 +177,80 @@ class Algorithm:
                         else f"node(s) didn't satisfy plugin(s) [{' '.join(restricting)}] simultaneously"
                     )
                     return Diagnosis(table.num_nodes, rejectors=set(restricting), pre_filter_msg=msg)
+        return PreFiltered(allowed)
+
+    @staticmethod
+    def _left_out(profile: Profile, skipped: set[str]) -> list[PreFilterPlugin]:
+        """The PreFilters a worker's fresh answer left out (``Profile.decider_pre_filter``), to run once that answer
+        is not taken as it is (their SKIPs taken back out of ``skipped``): for the pod the worker placed they
+        cannot reject; their state and node names join the cycle's."""
+        ran = {p.name for p in profile.decider_pre_filter[0]}
+        rest = [p for p in profile.pre_filter if p.name not in ran]
+        skipped.difference_update(p.name for p in rest)
+        return rest
+
+    def schedule(
+        self,
+        profile: Profile,
+        pod: PodInfo,
+        state: CycleState,
+        observe: Observe | None = None,
+        hint: Hint | None = None,
+    ) -> ScheduleResult | Diagnosis | Status:
+        """A node, or a Diagnosis when none fits, or an error Status (plugin failure). ``observe`` receives
+        each extension point's duration (for the metrics); ``hint``: a decider worker's choice, checked first
+        (``Hint``)."""
+        table = self.table
+        self._observe = observe or _ignore
+        if table.num_nodes == 0:
+            return Diagnosis(0)
+        field = unsupported_field(pod.raw, profile.supported_fields)
+        if field is not None:  # refused, never placed as if the field were absent
+            return Diagnosis(table.num_nodes, rejectors={GATE}, pre_filter_msg=refusal(field))
+        requests = pod.requests
+        if BATCH_CPU in requests or BATCH_MEMORY in requests:  # a batch pod: BestEffort, or refused
+            field = regular_resources_of_batch_pod(pod.raw.get("spec"))
+            if field is not None:
+                return Diagnosis(table.num_nodes, rejectors={BATCH_GATE}, pre_filter_msg=batch_refusal(field))
+        t0 = time.perf_counter()
+        skipped: set[str] = set()
+        restricting: list[str] = []
+        checking = hint is not None and hint.fresh
+        if checking:  # a worker's fresh answer: the PreFilters that read only this pod object answered there
+            pre_filters, skips = profile.decider_pre_filter
+            skipped.update(skips)
+        else:
+            pre_filters = profile.pre_filter
+        found = self._pre_filter(pre_filters, state, pod, skipped, restricting, None, t0)
+        if not isinstance(found, PreFiltered):
+            return found
+        allowed = found.allowed
         t1 = time.perf_counter()
         self._observe("PreFilter", "Success", t1 - t0)
 
-        candidates = table.live.copy()
-        excluded_by: list[str] = []
-        if allowed is not None:
-            pinned = np.zeros(table.n_rows, dtype=bool)
-            pinned[[table.rows[n] for n in allowed if n in table.rows]] = True
-            candidates &= pinned
-            excluded_by = sorted(restricting)
+        candidates = self._candidates(allowed)
         if hint is not None:
             hint_row = table.rows.get(hint.node, -1)
+            if (
+                hint_row >= 0
+                and candidates[hint_row]
+                and hint.fresh
+                and all(pl.name in skipped for pl in profile.filter if getattr(pl, "reads_other_nodes", False))
+            ):
+                state[EXPLAIN_DECIDER] = "a decider worker's node, its row unchanged since the worker's view"
+                self._observe("Filter", "Success", time.perf_counter() - t1)
+                return ScheduleResult(hint.node, 1, 1)
+            if checking:  # not taken as it is: the PreFilters left out run now, and the cycle goes on as for any pod
+                found = self._pre_filter(
+                    self._left_out(profile, skipped), state, pod, skipped, restricting, allowed, t0
+                )
+                if not isinstance(found, PreFiltered):
+                    return found
+                allowed = found.allowed
+                order = {p.name: i for i, p in enumerate(profile.pre_filter)}
+                restricting.sort(key=lambda name: order.get(name, len(order)))
+                candidates = self._candidates(allowed)
             if hint_row >= 0 and candidates[hint_row]:
-                if hint.fresh and all(
-                    pl.name in skipped for pl in profile.filter if getattr(pl, "reads_other_nodes", False)
-                ):
-                    state[EXPLAIN_DECIDER] = "a decider worker's node, its row unchanged since the worker's view"
-                    self._observe("Filter", "Success", time.perf_counter() - t1)
-                    return ScheduleResult(hint.node, 1, 1)
                 only = np.zeros(table.n_rows, dtype=bool)
                 only[hint_row] = True
                 rejected = profile.run_filter_plugins(state, pod, table, only, skipped)
@@ -201,6 +260,7 @@ class Algorithm:
                     self._observe("Filter", "Success", time.perf_counter() - t1)
                     return ScheduleResult(hint.node, 1, 1)
             # taken by another worker's pod meanwhile: the whole decision, here
+        excluded_by = sorted(restricting) if allowed is not None else []
         own = table.nominated.get(pod.uid)
         nominated_row = table.rows.get(own[1] if own else nominated_node(pod), -1)
         if nominated_row >= 0 and candidates[nominated_row]:

@@ -305,6 +305,61 @@ def parse_pod(raw: dict[str, Any]) -> PodInfo:
     )
 
 
+_ABSENT = object()
+_SAME_METADATA = ("uid", "name", "namespace", "generation", "deletionTimestamp", "labels", "annotations")
+
+
+def bound_version(pending: PodInfo, raw: dict[str, Any]) -> PodInfo | None:
+    """``parse_pod(raw)`` for ``raw``, the bound object of the pending pod ``pending``, read from ``pending``'s
+    readings where the bind changed nothing they come from; None when something else changed (parse it).
+
+    The API server's binding sets ``spec.nodeName`` and the PodScheduled condition (and a new resourceVersion):
+    every reading but the node and the condition is then the pending version's. The informer confirming an
+    assumption does this once per pod on the scheduling process's critical path, where a full parse is among its
+    larger costs; the comparisons below are C-level dict and list equality."""
+    spec, before = raw.get("spec") or {}, pending.raw.get("spec") or {}
+    node = spec.get("nodeName")
+    if not node or before.get("nodeName") or len(spec) != len(before) + 1:
+        return None
+    for key, value in before.items():
+        if spec.get(key, _ABSENT) != value:
+            return None
+    meta, old_meta = raw.get("metadata") or {}, pending.raw.get("metadata") or {}
+    for key in _SAME_METADATA:
+        if meta.get(key) != old_meta.get(key):
+            return None
+    if resize_status_present(raw) or resize_status_present(pending.raw):
+        return None  # the status' resources are readings too
+    status = raw.get("status") or {}
+    cond = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), None)
+    return PodInfo(
+        uid=pending.uid,
+        namespace=pending.namespace,
+        name=pending.name,
+        scheduler_name=pending.scheduler_name,
+        node_name=str(node),
+        priority=pending.priority,
+        generation=pending.generation,
+        deleting=pending.deleting,
+        gated=pending.gated,
+        requests=pending.requests,
+        nonzero_cpu=pending.nonzero_cpu,
+        nonzero_memory=pending.nonzero_memory,
+        fit_requests=pending.fit_requests,
+        score_requests=pending.score_requests,
+        score_nonzero_cpu=pending.score_nonzero_cpu,
+        score_nonzero_memory=pending.score_nonzero_memory,
+        host_ports=pending.host_ports,
+        tolerations=pending.tolerations,
+        node_selector=pending.node_selector,
+        required_terms=pending.required_terms,
+        preferred_terms=pending.preferred_terms,
+        scheduled_condition=(cond.get("status", ""), cond.get("reason", ""), cond.get("message", "")) if cond else None,
+        scheduled_at=cond.get("lastTransitionTime") if cond and cond.get("status") == "True" else None,
+        raw=raw,
+    )
+
+
 UNSCHEDULABLE = "Unschedulable"
 """PodScheduled=False's reason when no node fits (kube's ``v1.PodReasonUnschedulable``)"""
 SCHEDULER_ERROR = "SchedulerError"

@@ -4,15 +4,19 @@ and profiles go to a worker at all."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crane_scheduler.algorithm import Hint, ScheduleResult
 from crane_scheduler.deciders.cpus import default_workers, quota_cpus, usable_cpus
 from crane_scheduler.deciders.eligible import pod_refusal, profile_refusal
 from crane_scheduler.deciders.versions import RowVersions
+from crane_scheduler.framework.runtime import Profile
+from crane_scheduler.framework.types import Code
 from crane_scheduler.simulate import Simulator, parse_pod
-from tests.support.scheduler import container, pod
+from tests.support.scheduler import HOST, container, node, pod, simulator, table
 
 NODES = ["a", "b", "c"]
 WORKERS = 3
@@ -78,3 +82,85 @@ def test_the_default_worker_count_follows_the_cgroup_quota_not_the_host(tmp_path
     (tmp_path / "cpu.max").write_text("max 100000\n")
     assert quota_cpus(tmp_path) is None and usable_cpus(tmp_path) is None
     assert [default_workers(n) for n in (None, 1, 2, 3, 4, 8, 16, 64)] == [0, 0, 0, 0, 2, 6, 8, 8]
+
+
+# ---- checking a worker's answer: the PreFilters that read only the pod are not run again ---------------------------
+
+ELIGIBLE_PODS = [
+    pod(spec={"volumes": [{"name": "token", "projected": {"sources": []}}, {"name": "t", "emptyDir": {}}]}),
+    pod(spec={"nodeSelector": {"disk": "ssd"}}),
+    pod(containers=[container("1", "1Gi", ports=[{"containerPort": 80, "hostPort": 8080}])]),
+    pod(spec={"hostNetwork": True, "hostUsers": False}),
+    pod(containers=[{"name": "c", "resources": {"requests": {"crane.io/batch-cpu": "500"}}}]),
+    pod(
+        spec={
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]}
+                        ]
+                    }
+                }
+            }
+        }
+    ),
+]
+
+
+class Counting:
+    """Wraps a PreFilter plugin, counting its calls."""
+
+    def __init__(self, plugin: Any) -> None:
+        self.plugin, self.name, self.calls = plugin, plugin.name, 0
+        self.decider_pre_filter = getattr(plugin, "decider_pre_filter", "")
+
+    def pre_filter(self, *args: Any) -> Any:
+        self.calls += 1
+        return self.plugin.pre_filter(*args)
+
+
+def _sim() -> tuple[Simulator, Profile]:
+    t = table(node("a", labels={"disk": "ssd"}), node("b", labels={"disk": "ssd"}))
+    sim = simulator(t)
+    return sim, next(iter(sim.profiles.values()))
+
+
+def test_the_prefilters_marked_skip_answer_skip_for_every_pod_a_worker_may_decide() -> None:
+    """What the ``"skip"`` marker claims, checked against the plugins themselves (a plugin whose PreFilter stops
+    skipping such pods must lose its marker, or a worker's answer would be taken without its check)."""
+    sim, prof = _sim()
+    marked = [p for p in prof.pre_filter if getattr(p, "decider_pre_filter", "") == "skip"]
+    assert {p.name for p in marked} == {"VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone"}
+    for raw in ELIGIBLE_PODS:
+        info = parse_pod(raw)
+        assert pod_refusal(info) is None
+        for plugin in marked:
+            assert plugin.pre_filter({}, info, sim.table).status.code is Code.SKIP
+
+
+def test_a_fresh_answer_is_checked_without_the_pod_only_prefilters_and_with_the_others() -> None:
+    sim, prof = _sim()
+    counting = [Counting(p) for p in prof.pre_filter]
+    prof.pre_filter = counting  # type: ignore[assignment]
+    prof.__dict__.pop("decider_pre_filter", None)
+    result = sim.algorithm.schedule(prof, parse_pod(ELIGIBLE_PODS[1]), {}, hint=Hint("b", fresh=True))
+    assert isinstance(result, ScheduleResult) and result.node == "b"
+    ran = {c.name for c in counting if c.calls}
+    assert ran == {"InterPodAffinity", "PodTopologySpread", "DynamicResources"}  # they read other pods or objects
+
+
+def test_a_fresh_answer_not_taken_as_it_is_gets_every_prefilter_and_the_same_decision_as_without_a_hint() -> None:
+    """A pod with a spread constraint (PodTopologySpread reads other nodes: no shortcut): the left-out PreFilters
+    run, NodeAffinity's restriction to node b included, and the answer is what the whole cycle gives."""
+    spread = {"maxSkew": 1, "topologyKey": HOST, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {}}
+    raw = ELIGIBLE_PODS[5]
+    raw = {**raw, "spec": {**raw["spec"], "topologySpreadConstraints": [spread]}}
+    for hinted in ("a", "b"):
+        sim, prof = _sim()
+        counting = [Counting(p) for p in prof.pre_filter]
+        prof.pre_filter = counting  # type: ignore[assignment]
+        prof.__dict__.pop("decider_pre_filter", None)
+        result = sim.algorithm.schedule(prof, parse_pod(raw), {}, hint=Hint(hinted, fresh=True))
+        assert isinstance(result, ScheduleResult) and result.node == "b"  # a is outside NodeAffinity's names
+        assert all(c.calls == 1 for c in counting), [(c.name, c.calls) for c in counting]

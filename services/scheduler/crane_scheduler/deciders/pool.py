@@ -50,6 +50,8 @@ Answer = tuple[str, int, int]
 """a decision's answer: (node or "", state messages the worker had applied, the worker's index)"""
 LOST: Answer = ("", -1, -1)
 """the answer of a decision whose worker died: decide it in the scheduling process"""
+PACKED_PODS_KEPT = 10_000
+"""packed pod objects kept for their assumption at most (a bound: decisions may end without one)"""
 
 
 @dataclass
@@ -98,6 +100,8 @@ class DeciderPool:
         self._workers = [_Worker(i) for i in range(count)]
         self._ids = itertools.count(1)
         self._packer = msgpack.Packer()
+        self._packed_pods: dict[str, tuple[dict[str, Any], bytes]] = {}
+        """uid -> (the pod object, packed) between its decision and its assumption (``_pod_bytes``)"""
         self._flush_scheduled = False
         self._room = asyncio.Event()
         self._closing = False
@@ -325,7 +329,16 @@ class DeciderPool:
         hinted = self.hinted
         by = hinted[2] if hinted is not None and hinted[0] == pod.uid and hinted[1] == node else None
         self.versions.step(node, by=by)
-        self._send((ASSUME, pod.raw, node, pod.scheduler_name, at))
+        pack = self._packer.pack
+        self._send_packed(
+            self._packer.pack_array_header(5)
+            + pack(ASSUME)
+            + self._pod_bytes(pod)
+            + pack(node)
+            + pack(pod.scheduler_name)
+            + pack(at)
+        )
+        self._packed_pods.pop(pod.uid, None)
 
     def forgotten(self, record: PodRecord) -> None:
         self._assumed.pop(record.uid, None)
@@ -338,8 +351,22 @@ class DeciderPool:
         self.versions.step(record.node)
         self._send((FORGET, record.uid, record.node, profile))
 
+    def _pod_bytes(self, pod: PodInfo) -> bytes:
+        """The pod's object packed once for its decision and its assumption (the same object: both messages carry
+        it, and packing it is a good part of either message's cost on the scheduling process's critical path)."""
+        kept = self._packed_pods.get(pod.uid)
+        if kept is not None and kept[0] is pod.raw:
+            return kept[1]
+        if len(self._packed_pods) > PACKED_PODS_KEPT:  # decisions that never came to an assumption
+            self._packed_pods.clear()
+        data: bytes = self._packer.pack(pod.raw)
+        self._packed_pods[pod.uid] = (pod.raw, data)
+        return data
+
     def _send(self, message: Any) -> None:
-        data = self._packer.pack(message)
+        self._send_packed(self._packer.pack(message))
+
+    def _send_packed(self, data: bytes) -> None:
         for w in self._workers:
             if w.proc is not None:
                 w.out.append(data)
@@ -368,7 +395,10 @@ class DeciderPool:
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         best.pending[rid] = future
         best.sent_at[rid] = time.monotonic()
-        best.out.append(self._packer.pack((DECIDE, rid, profile, pod.raw)))
+        pack = self._packer.pack
+        best.out.append(
+            self._packer.pack_array_header(4) + pack(DECIDE) + pack(rid) + pack(profile) + self._pod_bytes(pod)
+        )
         self._schedule_flush()
         return future
 
@@ -377,6 +407,7 @@ class DeciderPool:
 
     def done(self, uid: str, worker: int) -> None:
         """The scheduling process acted on ``worker``'s answer for ``uid`` (after its ``ASSUME``, if any)."""
+        self._packed_pods.pop(uid, None)
         w = self._workers[worker]
         if w.proc is not None:
             w.out.append(self._packer.pack((DONE, uid)))

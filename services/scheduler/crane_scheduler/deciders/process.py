@@ -69,8 +69,12 @@ class Replica:
 
     def assume(self, raw: dict[str, Any], node: str, profile: str, at: float) -> None:
         self.seen += 1
-        self.done(str((raw.get("metadata") or {}).get("uid") or ""))
-        self._assume(parse_pod(raw), node, profile, at)
+        uid = str((raw.get("metadata") or {}).get("uid") or "")
+        provisional = self._provisional.get(uid)
+        self.done(uid)
+        # the pod this worker decided is the object assumed (compared, not trusted): parsed once, not again
+        same = provisional is not None and provisional[0].raw == raw
+        self._assume(provisional[0] if same and provisional is not None else parse_pod(raw), node, profile, at)
 
     def _assume(self, pod: PodInfo, node: str, profile: str, at: float | None) -> None:
         self.sim.table.assume(pod, node)

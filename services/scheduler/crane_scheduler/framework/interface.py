@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from crane_scheduler.framework.types import (
     ClusterEvent,
@@ -36,6 +36,7 @@ from crane_scheduler.nodetable import IntArray, Mask, NodeTable
 from crane_scheduler.podinfo import NodeInfo, PodInfo
 from crane_scheduler.writer import ApiWriter, ScheduledReport
 from crane_shared.informer import EventType
+from crane_shared.metrics import Histogram
 
 __all__ = [
     "EXTENSION_POINTS",
@@ -43,6 +44,7 @@ __all__ = [
     "GANG_MEMBERS",
     "BindPlugin",
     "CrossNodeFilterPlugin",
+    "DeciderPreFilterPlugin",
     "EnqueueExtensions",
     "ExplainPlugin",
     "FilterPlugin",
@@ -278,6 +280,18 @@ class CrossNodeFilterPlugin(Plugin, Protocol):
     with the what-if visible through the node table's ``pod_simulated`` hooks."""
 
     reads_other_nodes: bool
+
+
+@runtime_checkable
+class DeciderPreFilterPlugin(Plugin, Protocol):
+    """Optional marker, ``decider_pre_filter``: what the plugin's PreFilter answers for a pod a decider worker may
+    decide (``deciders.eligible``: no claim, no volume that binds, no nomination, only the node's own resources):
+    ``"skip"``, SKIP for every such pod (volumes, claims), or ``"pod"``, an answer that reads that pod alone (its
+    node name, affinity, ports, features). A worker's fresh answer for the same pod object was given after its own
+    PreFilter, so the scheduling process checking it runs neither kind again (``Algorithm.schedule``); a plugin
+    without the marker is always run."""
+
+    decider_pre_filter: str
 
 
 @runtime_checkable

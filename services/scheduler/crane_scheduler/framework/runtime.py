@@ -100,6 +100,25 @@ class Profile:
     supported_fields: frozenset[str] = frozenset()
     """pod fields of the unsupported-field gate that a plugin of this profile reads (its ``supports_fields``)"""
 
+    @functools.cached_property
+    def _gates(
+        self,
+    ) -> tuple[tuple[str, list[tuple[str, Callable[[CycleState, PodInfo, str], Awaitable[Status]]]]], ...]:
+        """Permit's and PreBind's plugins as (name, method), in order: ``run_binding`` walks them for every pod."""
+        return (
+            ("Permit", [(p.name, p.permit) for p in self.permit]),
+            ("PreBind", [(p.name, p.pre_bind) for p in self.pre_bind]),
+        )
+
+    @functools.cached_property
+    def decider_pre_filter(self) -> tuple[list[PreFilterPlugin], frozenset[str]]:
+        """(the PreFilter plugins to run when checking a decider worker's fresh answer, the names of those that
+        answer SKIP for every pod a worker decides): the plugins marked ``decider_pre_filter`` ("pod" or "skip",
+        ``DeciderPreFilterPlugin``) are left out of the first."""
+        run = [p for p in self.pre_filter if getattr(p, "decider_pre_filter", "") not in ("pod", "skip")]
+        skips = frozenset(p.name for p in self.pre_filter if getattr(p, "decider_pre_filter", "") == "skip")
+        return run, skips
+
     def events_of(self, plugin: str) -> ClusterEvent:
         instance = self.plugins.get(plugin)
         if isinstance(instance, EnqueueExtensions):
@@ -230,20 +249,22 @@ class Profile:
     async def run_binding(self, state: CycleState, pod: PodInfo, node: str, observe: Observe = _ignore) -> Status:
         """Permit, PreBind, then the first Bind plugin that does not SKIP; the first non-success status wins.
         A plugin that raises is reported as an error status naming it, never as an exception."""
-        gates: list[tuple[str, list[tuple[str, Callable[[], Awaitable[Status]]]]]] = [
-            ("Permit", [(p.name, functools.partial(p.permit, state, pod, node)) for p in self.permit]),
-            ("PreBind", [(p.name, functools.partial(p.pre_bind, state, pod, node)) for p in self.pre_bind]),
-        ]
-        for point, calls in gates:
+        for point, calls in self._gates:
             started = time.perf_counter()
-            for plugin, call in calls:
-                status = await _guard(plugin, call())
+            for name, call in calls:
+                try:  # each plugin awaited here, not through a wrapping coroutine: several a pod on the hot path
+                    status = await call(state, pod, node)
+                except Exception as err:
+                    status = Status(Code.ERROR, (f"running {name}: {err!r}",), name)
                 if not status.success:
                     observe(point, status.code.value, time.perf_counter() - started)
-                    return Status(status.code, status.reasons, plugin)
+                    return Status(status.code, status.reasons, name)
         t2 = time.perf_counter()
         for binder in self.bind:
-            status = await _guard(binder.name, binder.bind(state, pod, node))
+            try:
+                status = await binder.bind(state, pod, node)
+            except Exception as err:
+                status = Status(Code.ERROR, (f"running {binder.name}: {err!r}",), binder.name)
             if status.code is Code.SKIP:
                 continue
             observe("Bind", status.code.value, time.perf_counter() - t2)
@@ -257,13 +278,6 @@ class Profile:
                 post.post_bind(state, pod, node)
             except Exception:  # informational extension point
                 continue
-
-
-async def _guard(plugin: str, call: Awaitable[Status]) -> Status:
-    try:
-        return await call
-    except Exception as err:
-        return Status(Code.ERROR, (f"running {plugin}: {err!r}",), plugin)
 
 
 def merge_plugin_set(default: list[PluginRef], custom: PluginSet | None) -> list[PluginRef]:

@@ -16,7 +16,7 @@ from crane_scheduler.framework.types import ClusterChange, ClusterEvent
 from crane_scheduler.internal.queue import SchedulingQueue
 from crane_scheduler.listers import Kind, Listers, Obj
 from crane_scheduler.nodetable import NodeTable
-from crane_scheduler.podinfo import NodeInfo, PodInfo, parse_node, parse_pod
+from crane_scheduler.podinfo import NodeInfo, PodInfo, bound_version, parse_node, parse_pod
 from crane_shared.informer import EventType, Informer, ListFn
 
 PAGE_SIZE = 1000
@@ -178,7 +178,7 @@ class Cache:
             self.mirror.pod_event("MODIFIED", raw)  # a nomination, or one withdrawn (nothing else is sent)
         if not spec.get("nodeName") and spec.get("schedulerName", "default-scheduler") not in self.schedulers:
             return  # another scheduler's pending pod: nothing to account, nothing to schedule
-        pod = parse_pod(raw)
+        pod = (spec.get("nodeName") and self._binding_of(raw)) or parse_pod(raw)
         if pod.node_name:
             was_pending = self.pending.pop(pod.uid, None) is not None
             if was_pending:
@@ -213,6 +213,16 @@ class Cache:
         self.pending[pod.uid] = pod
         self.queue.add(pod, self.clock())  # add() updates in place when the pod is already queued
         self.wake()
+
+    def _binding_of(self, raw: dict[str, Any]) -> PodInfo | None:
+        """The bound pod ``raw`` read from its pending version (``podinfo.bound_version``: the pending pod we hold,
+        or the one the table assumed, as a decider's replica holds it), None when it must be parsed."""
+        uid = (raw.get("metadata") or {}).get("uid", "")
+        before = self.pending.get(uid)
+        if before is None:
+            record = self.table.pods.get(uid)
+            before = record.pod if record is not None and record.assumed else None
+        return None if before is None else bound_version(before, raw)
 
     def _track_nomination(self, raw: dict[str, Any]) -> None:
         """kube's nominator: a pending pod (of any scheduler) with ``status.nominatedNodeName`` is expected on that

@@ -105,6 +105,8 @@ class RecentEffects:
         """rows whose own hot value was recomputed at decision time (a cost counter for tests and benches)"""
         self.changed: set[int] = set()
         """rows whose ``extra`` or ``own_hot`` may have changed since the consumer last cleared this"""
+        self._plan_of: object = None
+        self._metric_plan: tuple[tuple[str, bool, float, float], ...] = ()
 
     def __len__(self) -> int:
         return len(self._where)
@@ -318,40 +320,57 @@ class RecentEffects:
         self._own(row, now)
         self.changed.add(row)
 
+    def _plan(self) -> tuple[tuple[str, bool, float, float], ...]:
+        """(metric, measures cpu, estimate window in seconds, factor) per metric of ``extra``: read once per
+        arguments object (a policy reload brings a new one), not per metric per binding added."""
+        args = self.cols.args
+        if self._plan_of is not args:
+            est = args.estimate
+            self._metric_plan = tuple(
+                (m, cpu, est.window_of(m).total_seconds(), est.cpu_factor if cpu else est.memory_factor)
+                for m in self.extra
+                for cpu in (resource_of(m) == "cpu",)
+            )
+            self._plan_of = args
+        return self._metric_plan
+
     def _estimate(self, row: int, bindings: list[_Binding], now: float) -> None:
         est = self.cols.args.estimate
         bindings = [b for b in bindings if not b.left]  # a departed pod adds nothing (``dynamic._estimate``)
         self.estimated_at[row] = now
         self._est_next[row] = math.inf
-        # Metrics of one resource with the same window and annotation time get the same estimate: summed once.
-        done: dict[tuple[str | None, float, float], float] = {}
-        never = self.cols.judged_as_new(row)
-        for metric, arr in self.extra.items():
-            stamp = float(self.cols.stamps[metric][row]) if row < self.cols.capacity else math.nan
-            self.judged[metric][row] = False
-            if never:
+        extra, judged = self.extra, self.judged
+        if self.cols.judged_as_new(row):
+            for metric, arr in extra.items():
+                judged[metric][row] = False
                 arr[row] = self._missing(row, metric, bindings, now)  # a new node: dynamic._estimate_missing
-                continue
-            if not est.enabled or not bindings or math.isnan(stamp):
+            return
+        if not est.enabled or not bindings:
+            for metric, arr in extra.items():
+                judged[metric][row] = False
                 arr[row] = 0.0
+            return
+        stamps = self.cols.stamps if row < self.cols.capacity else None
+        alloc_cpu, alloc_memory = float(self.alloc_cpu[row]), float(self.alloc_memory[row])
+        # Metrics of one resource with the same window and annotation time get the same estimate: summed once.
+        done: dict[tuple[bool, float, float], float] = {}
+        for metric, cpu, window, factor in self._plan():
+            judged[metric][row] = False
+            stamp = float(stamps[metric][row]) if stamps is not None else math.nan
+            total = alloc_cpu if cpu else alloc_memory
+            if math.isnan(stamp) or total <= 0:
+                extra[metric][row] = 0.0
                 continue
-            resource = resource_of(metric)
-            total = float(self.alloc_cpu[row] if resource == "cpu" else self.alloc_memory[row])
-            if total <= 0:
-                arr[row] = 0.0
-                continue
-            window = est.window_of(metric).total_seconds()
-            key = (resource, window, stamp)
+            key = (cpu, window, stamp)
             added = done.get(key)
             if added is None:
-                factor = est.cpu_factor if resource == "cpu" else est.memory_factor
                 added = 0.0
                 for b in bindings:  # dynamic._estimate, term by term
                     absorbed = min(1.0, max(0.0, (stamp - b.bound_at) / window)) if window > 0 else 1.0
-                    amount = b.cpu if resource == "cpu" else b.memory
+                    amount = b.cpu if cpu else b.memory
                     added += (1.0 if b.learned else factor) * amount * (1.0 - absorbed)
                 done[key] = added
-            arr[row] = added / total
+            extra[metric][row] = added / total
 
     def _missing(self, row: int, metric: str, bindings: list[_Binding], now: float) -> float:
         """A new node's metric's estimate (``dynamic._estimate_missing``, term by term): the bindings with

@@ -120,6 +120,7 @@ class NodeAffinity(
     fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.PreScorePlugin, fwk.NormalizeScorePlugin, fwk.QueueingHintPlugin
 ):
     name = "NodeAffinity"
+    decider_pre_filter = "pod"  # DeciderPreFilterPlugin: for a pod a worker may decide, its node selector and affinity
     reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
     def __init__(self) -> None:

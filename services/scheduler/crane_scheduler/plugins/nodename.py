@@ -21,6 +21,7 @@ REASON = "node(s) didn't match the requested node name"
 
 class NodeName(fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.EnqueueExtensions):
     name = "NodeName"
+    decider_pre_filter = "pod"  # DeciderPreFilterPlugin: for a pod a worker may decide, its node name
     reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
     def pre_filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> fwk.PreFilterResult:

@@ -16,6 +16,7 @@ REASON = "node(s) didn't have free ports for the requested pod ports"
 
 class NodePorts(fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.QueueingHintPlugin):
     name = "NodePorts"
+    decider_pre_filter = "pod"  # DeciderPreFilterPlugin: for a pod a worker may decide, its host ports
 
     def pre_filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> fwk.PreFilterResult:
         return fwk.PreFilterResult() if pod.host_ports else fwk.PreFilterResult(fwk.SKIP)

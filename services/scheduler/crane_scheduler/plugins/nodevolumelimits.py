@@ -180,6 +180,7 @@ class _Attached:
 
 class NodeVolumeLimits(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.EnqueueExtensions):
     name = NAME
+    decider_pre_filter = "skip"  # DeciderPreFilterPlugin: for a pod a worker may decide, no claim to count
 
     def __init__(self, listers: Listers) -> None:
         super().__init__(listers)

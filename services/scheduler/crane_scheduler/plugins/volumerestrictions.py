@@ -54,6 +54,7 @@ def is_volume_conflict(vol: Volume, existing_volumes: Sequence[Volume]) -> bool:
 
 class VolumeRestrictions(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.EnqueueExtensions):
     name = NAME
+    decider_pre_filter = "skip"  # DeciderPreFilterPlugin: a pod a worker may decide has plain volumes only
     # CrossNodeFilterPlugin: the ReadWriteOncePod check counts the claim's users on every node (kube keeps that
     # count in its PreFilter state, adjusted by AddPod/RemovePod), so preemption dry-runs such pods node by node.
     reads_other_nodes = True

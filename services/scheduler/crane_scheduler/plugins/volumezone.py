@@ -85,6 +85,7 @@ def pod_pv_topologies(pod: PodInfo, listers: Listers) -> list[PVTopology]:
 
 class VolumeZone(StoragePlugin, fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.EnqueueExtensions):
     name = NAME
+    decider_pre_filter = "skip"  # DeciderPreFilterPlugin: for a pod a worker may decide, no volume with a zone
     reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
     def pre_filter(self, state: fwk.CycleState, pod: PodInfo, table: NodeTable) -> fwk.PreFilterResult:

@@ -113,9 +113,15 @@ FEATURES: tuple[Feature, ...] = tuple(
 NAMES: tuple[str, ...] = tuple(f.name for f in FEATURES)
 
 
+_INFERRED_FOR_SCHEDULING = tuple(f for f in FEATURES if f.infer_for_scheduling is not _never)
+_NONE: frozenset[str] = frozenset()
+
+
 def infer_for_scheduling(spec: Spec) -> frozenset[str]:
-    """``Framework.InferForPodScheduling``: the features a node must declare for the pod to run there."""
-    return frozenset(f.name for f in FEATURES if f.infer_for_scheduling(spec))
+    """``Framework.InferForPodScheduling``: the features a node must declare for the pod to run there (only the
+    features with an inference are asked: PreFilter asks this of every pod)."""
+    names = [f.name for f in _INFERRED_FOR_SCHEDULING if f.infer_for_scheduling(spec)]
+    return frozenset(names) if names else _NONE
 
 
 def infer_for_update(old: Spec, new: Spec) -> frozenset[str]:

@@ -45,6 +45,7 @@ def node_bits(node: NodeInfo) -> int:
 
 class NodeDeclaredFeatures(fwk.PreFilterPlugin, fwk.FilterPlugin, fwk.QueueingHintPlugin):
     name = NAME
+    decider_pre_filter = "pod"  # DeciderPreFilterPlugin: for a pod a worker may decide, its spec's features
     reads_node_pods = False  # PodBlindFilterPlugin: preemption's reprieve rounds leave it out
 
     def __init__(self, table: NodeTable) -> None:

@@ -158,6 +158,10 @@ class Args:
         return cls(tuple(raw), False)
 
 
+_EVERYTHING = selector_from_set({})
+"""the selector of no labels (matches everything): a pod that no service or owner selects"""
+
+
 class Owners:
     """Services, ReplicationControllers, ReplicaSets and StatefulSets: only their selectors, for
     ``helper.DefaultSelector``."""
@@ -196,12 +200,12 @@ class Owners:
         for selector in self.services.get(pod.namespace, {}).values():
             if selector is not None and selector_from_set(selector).matches(labels):
                 merged.update(selector)
-        result = selector_from_set(merged)
         owner = next(
             (o for o in (pod.raw.get("metadata") or {}).get("ownerReferences") or () if o.get("controller")), None
         )
         if owner is None:
-            return result
+            return selector_from_set(merged) if merged else _EVERYTHING  # no service, no owner: most pods here
+        result = selector_from_set(merged)
         api, kind, name = owner.get("apiVersion"), owner.get("kind"), str(owner.get("name", ""))
         if (api, kind) == ("v1", "ReplicationController"):
             rc = self.rcs.get((pod.namespace, name))

@@ -101,6 +101,7 @@ class VolumeBinding(
     PreFilterPlugin, FilterPlugin, PreScorePlugin, ScorePlugin, ReservePlugin, PreBindPlugin, EnqueueExtensions
 ):
     name = NAME
+    decider_pre_filter = "skip"  # DeciderPreFilterPlugin: for a pod a worker may decide, no claim to bind
 
     def __init__(
         self, handle: Handle, bind_timeout: float = DEFAULT_BIND_TIMEOUT, shape: tuple[tuple[int, int], ...] = ()
