@@ -10,6 +10,8 @@ with ``--cprofile`` the top functions.
 
     .venv/bin/python -m bench.scheduler.loop --nodes 1000,5000 --pods 10000
     .venv/bin/python -m bench.scheduler.loop --nodes 5000 --pods 5000 --cprofile 30
+    valgrind --tool=callgrind --instr-atstart=no .venv/bin/python -m bench.scheduler.loop --nodes 5000 \
+        --pods 300 --workers 1 --callgrind      # instructions of the burst: valgrind's "Collected" line
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import functools
 import gc
 import os
 import pstats
+import subprocess
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -138,10 +143,35 @@ def _cpu_of(pids: list[int]) -> float:
     return sum((int(f[11]) + int(f[12])) / tick for pid, f in proc_stats() if pid in wanted)
 
 
-async def run(nodes: int, pods: int, profiler: cProfile.Profile | None, workers: int = 0) -> dict[str, Any]:
+class Toggle(Protocol):
+    def enable(self) -> None: ...
+
+    def disable(self) -> None: ...
+
+
+class CallgrindBurst:
+    """``--callgrind``: valgrind's instrumentation switched on for the burst only (``callgrind_control -i on`` /
+    ``off`` for this process), so the run's total counts the burst's instructions and nothing of the setup. Run the
+    bench under ``valgrind --tool=callgrind --instr-atstart=no``; decider workers run uninstrumented beside it."""
+
+    def _instrument(self, state: str) -> None:
+        subprocess.run(
+            ["callgrind_control", "-i", state, str(os.getpid())], check=True, capture_output=True, timeout=60
+        )
+
+    def enable(self) -> None:
+        self._instrument("on")
+
+    def disable(self) -> None:
+        self._instrument("off")
+
+
+async def run(
+    nodes: int, pods: int, profiler: Toggle | None, workers: int = 0, wall_clock: Callable[[], float] = time.time
+) -> dict[str, Any]:
     watch = Watch()
     # the service's profile and clocks (handles and queue monotonic, Dynamic the wall clock), binds answered at once
-    sim = Simulator(clock=time.monotonic, wall_clock=time.time, plugins={"DefaultBinder": lambda args, handle: watch})
+    sim = Simulator(clock=time.monotonic, wall_clock=wall_clock, plugins={"DefaultBinder": lambda args, handle: watch})
     pool = DeciderPool(workers, None, nodes_hint=lambda: sim.table.num_nodes) if workers else None
     s = Scheduler(
         config=sim.config,
@@ -241,10 +271,19 @@ def main() -> None:
     )
     parser.add_argument("--cprofile", type=int, default=0, help="print the top N functions by own time")
     parser.add_argument("--cprofile-out", help="also dump the profile (pstats) to this file")
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="under valgrind --tool=callgrind --instr-atstart=no: instructions counted for the burst only, with "
+        "Dynamic's clock held still (its decay then does the same work however slow the run)",
+    )
     args = parser.parse_args()
     for n, workers in ((int(x), int(w)) for x in args.nodes.split(",") for w in args.workers.split(",")):
-        profiler = cProfile.Profile(time.process_time) if args.cprofile else None
-        r = asyncio.run(run(n, args.pods, profiler, workers))
+        profiler: Toggle | None = cProfile.Profile(time.process_time) if args.cprofile else None
+        wall_clock = time.time
+        if args.callgrind:
+            profiler, wall_clock = CallgrindBurst(), functools.partial(float, time.time() + 1.0)
+        r = asyncio.run(run(n, args.pods, profiler, workers, wall_clock))
         print(
             f"{n:>6} nodes, {r['pods']} pods, {workers} workers: {r['pods_per_s']:.0f} pods/s "
             f"({r['loop_ms_per_pod']:.3f} ms per pod, {r['cpu_ms_per_pod']:.3f} ms CPU per pod in the scheduling "
@@ -259,7 +298,7 @@ def main() -> None:
             )
         for g, (count, total, worst) in r["gc"].items():
             print(f"        gc gen{g}: {count} collections, {total:.1f} ms in all, longest {worst:.2f} ms")
-        if profiler is not None:
+        if isinstance(profiler, cProfile.Profile):
             pstats.Stats(profiler).sort_stats("tottime").print_stats(args.cprofile)
             if args.cprofile_out:
                 profiler.dump_stats(args.cprofile_out)
