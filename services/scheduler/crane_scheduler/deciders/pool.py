@@ -101,7 +101,7 @@ class DeciderPool:
         self._ids = itertools.count(1)
         self._packer = msgpack.Packer()
         self._packed_pods: dict[str, tuple[dict[str, Any], bytes]] = {}
-        """uid -> (the pod object, packed) between its decision and its assumption (``_pod_bytes``)"""
+        """uid -> (the pod object, packed) between its decision and its assumption (``submit``, ``assumed``)"""
         self._flush_scheduled = False
         self._room = asyncio.Event()
         self._closing = False
@@ -329,16 +329,12 @@ class DeciderPool:
         hinted = self.hinted
         by = hinted[2] if hinted is not None and hinted[0] == pod.uid and hinted[1] == node else None
         self.versions.step(node, by=by)
+        kept = self._packed_pods.pop(pod.uid, None)  # packed for its decision, if a worker decided it
+        body = kept[1] if kept is not None and kept[0] is pod.raw else self._packer.pack(pod.raw)
         pack = self._packer.pack
         self._send_packed(
-            self._packer.pack_array_header(5)
-            + pack(ASSUME)
-            + self._pod_bytes(pod)
-            + pack(node)
-            + pack(pod.scheduler_name)
-            + pack(at)
+            self._packer.pack_array_header(5) + pack(ASSUME) + body + pack(node) + pack(pod.scheduler_name) + pack(at)
         )
-        self._packed_pods.pop(pod.uid, None)
 
     def forgotten(self, record: PodRecord) -> None:
         self._assumed.pop(record.uid, None)
@@ -350,18 +346,6 @@ class DeciderPool:
         profile = record.pod.scheduler_name if record.pod is not None else ""
         self.versions.step(record.node)
         self._send((FORGET, record.uid, record.node, profile))
-
-    def _pod_bytes(self, pod: PodInfo) -> bytes:
-        """The pod's object packed once for its decision and its assumption (the same object: both messages carry
-        it, and packing it is a good part of either message's cost on the scheduling process's critical path)."""
-        kept = self._packed_pods.get(pod.uid)
-        if kept is not None and kept[0] is pod.raw:
-            return kept[1]
-        if len(self._packed_pods) > PACKED_PODS_KEPT:  # decisions that never came to an assumption
-            self._packed_pods.clear()
-        data: bytes = self._packer.pack(pod.raw)
-        self._packed_pods[pod.uid] = (pod.raw, data)
-        return data
 
     def _send(self, message: Any) -> None:
         self._send_packed(self._packer.pack(message))
@@ -395,10 +379,14 @@ class DeciderPool:
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         best.pending[rid] = future
         best.sent_at[rid] = time.monotonic()
+        # the pod's object is packed once, kept for its assumption (``assumed``): both messages carry it, and packing
+        # it is a good part of either one's cost on the scheduling process's critical path
+        if len(self._packed_pods) > PACKED_PODS_KEPT:  # decisions that never came to an assumption
+            self._packed_pods.clear()
+        body: bytes = self._packer.pack(pod.raw)
+        self._packed_pods[pod.uid] = (pod.raw, body)
         pack = self._packer.pack
-        best.out.append(
-            self._packer.pack_array_header(4) + pack(DECIDE) + pack(rid) + pack(profile) + self._pod_bytes(pod)
-        )
+        best.out.append(self._packer.pack_array_header(4) + pack(DECIDE) + pack(rid) + pack(profile) + body)
         self._schedule_flush()
         return future
 

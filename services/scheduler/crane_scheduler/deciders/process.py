@@ -73,8 +73,8 @@ class Replica:
         provisional = self._provisional.get(uid)
         self.done(uid)
         # the pod this worker decided is the object assumed (compared, not trusted): parsed once, not again
-        same = provisional is not None and provisional[0].raw == raw
-        self._assume(provisional[0] if same and provisional is not None else parse_pod(raw), node, profile, at)
+        same = provisional[0] if provisional is not None and provisional[0].raw == raw else None
+        self._assume(same or parse_pod(raw), node, profile, at)
 
     def _assume(self, pod: PodInfo, node: str, profile: str, at: float | None) -> None:
         self.sim.table.assume(pod, node)

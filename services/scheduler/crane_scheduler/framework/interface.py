@@ -286,7 +286,7 @@ class CrossNodeFilterPlugin(Plugin, Protocol):
 class DeciderPreFilterPlugin(Plugin, Protocol):
     """Optional marker, ``decider_pre_filter``: what the plugin's PreFilter answers for a pod a decider worker may
     decide (``deciders.eligible``: no claim, no volume that binds, no nomination, only the node's own resources):
-    ``"skip"``, SKIP for every such pod (volumes, claims), or ``"pod"``, an answer that reads that pod alone (its
+    ``"skip"``, SKIP for every such pod (the volume plugins), or ``"pod"``, an answer that reads that pod alone (its
     node name, affinity, ports, features). A worker's fresh answer for the same pod object was given after its own
     PreFilter, so the scheduling process checking it runs neither kind again (``Algorithm.schedule``); a plugin
     without the marker is always run."""

@@ -255,7 +255,7 @@ class Profile:
                 try:  # each plugin awaited here, not through a wrapping coroutine: several a pod on the hot path
                     status = await call(state, pod, node)
                 except Exception as err:
-                    status = Status(Code.ERROR, (f"running {name}: {err!r}",), name)
+                    status = _raised(name, err)
                 if not status.success:
                     observe(point, status.code.value, time.perf_counter() - started)
                     return Status(status.code, status.reasons, name)
@@ -264,7 +264,7 @@ class Profile:
             try:
                 status = await binder.bind(state, pod, node)
             except Exception as err:
-                status = Status(Code.ERROR, (f"running {binder.name}: {err!r}",), binder.name)
+                status = _raised(binder.name, err)
             if status.code is Code.SKIP:
                 continue
             observe("Bind", status.code.value, time.perf_counter() - t2)
@@ -278,6 +278,11 @@ class Profile:
                 post.post_bind(state, pod, node)
             except Exception:  # informational extension point
                 continue
+
+
+def _raised(plugin: str, err: Exception) -> Status:
+    """A binding plugin that raised, as the error status naming it."""
+    return Status(Code.ERROR, (f"running {plugin}: {err!r}",), plugin)
 
 
 def merge_plugin_set(default: list[PluginRef], custom: PluginSet | None) -> list[PluginRef]:
