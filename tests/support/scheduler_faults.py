@@ -206,7 +206,11 @@ async def audit(kube: client.ApiClient, namespace: str, created: int, row: Fault
         await asyncio.sleep(0.5)
     row.created, row.bound = created, len(bound)
     row.doubled = sum(n - 1 for n in per_uid.values() if n > 1)
-    row.lost = created - len(bound) + len(set(bound) - set(per_uid))
+    unreported = set(bound) - set(per_uid)
+    row.lost = created - len(bound) + len(unreported)
+    silent = [p["metadata"]["name"] for p in pods if p["metadata"]["uid"] in unreported]
+    if silent:  # which pods, so that a failing row can be followed in the replicas' logs
+        row.note = f"bound without a Scheduled event: {', '.join(sorted(silent)[:5])}"
     wrong = [e for e in scheduled if not e["note"].endswith(f" to {bound.get(e['regarding']['uid'])}")]
     assert not wrong, f"Scheduled events naming another node than the binding: {wrong[:3]}"
 
