@@ -125,12 +125,16 @@ class GangIndex:
     pending set (``IndexedPending``) and the node table's pod hooks, so a gang cycle finds its members without
     walking every pod (at 1,000 gangs of 3 the walk cost more than the decisions)."""
 
-    def __init__(self, gang_of: Callable[[PodInfo], str | None], table: NodeTable) -> None:
+    def __init__(self, gang_of: Callable[[PodInfo], str | None], table: NodeTable, *, gangs: bool = True) -> None:
+        """``gangs``: some profile has a gang plugin; without one no pod is in a group, and the table's pod
+        hooks (two a pod on the critical path) are not installed."""
         self.gang_of = gang_of
         self.pending: dict[str, set[str]] = {}
         self.placed: dict[str, set[str]] = {}
         self._pending_of: dict[str, str] = {}
         self._placed_of: dict[str, str] = {}
+        if not gangs:
+            return
         table.pod_added.append(self.placed_set)
         table.pod_assumed.append(lambda pod, node: self.placed_set(pod))
         table.pod_removed.append(self.placed_removed)

@@ -142,6 +142,19 @@ class Nominations(MutableMapping[str, Nomination]):
     def __contains__(self, uid: object) -> bool:
         return uid in self._pods
 
+    def get(self, uid: str, default: Any = None) -> Any:  # the dict's: the mixin's raises and catches KeyError
+        return self._pods.get(uid, default)
+
+    def pop(self, uid: str, *default: Any) -> Any:
+        """As ``dict.pop``; the pod watch asks it for every pod event (most have no nomination)."""
+        if uid not in self._pods:
+            if default:
+                return default[0]
+            raise KeyError(uid)
+        nomination = self._pods[uid]
+        del self[uid]
+        return nomination
+
     def items(self) -> ItemsView[str, Nomination]:  # the dict's own view: Filter walks it per decision
         return self._pods.items()
 

@@ -305,7 +305,6 @@ def parse_pod(raw: dict[str, Any]) -> PodInfo:
     )
 
 
-_ABSENT = object()
 _SAME_METADATA = ("uid", "name", "namespace", "generation", "deletionTimestamp", "labels", "annotations")
 
 
@@ -321,9 +320,10 @@ def bound_version(pending: PodInfo, raw: dict[str, Any]) -> PodInfo | None:
     node = spec.get("nodeName")
     if not node or before.get("nodeName") or len(spec) != len(before) + 1:
         return None
-    for key, value in before.items():
-        if spec.get(key, _ABSENT) != value:
-            return None
+    rest = spec.copy()  # the spec less its node, compared as a whole (in C, not key by key)
+    del rest["nodeName"]
+    if rest != before:
+        return None
     meta, old_meta = raw.get("metadata") or {}, pending.raw.get("metadata") or {}
     for key in _SAME_METADATA:
         if meta.get(key) != old_meta.get(key):

@@ -174,7 +174,7 @@ class Scheduler(SchedulingCycle):
             name: tuple(p for p in profile.plugins.values() if isinstance(p, GangPlugin))
             for name, profile in profiles.items()
         }
-        self.gang_index = GangIndex(self._gang_of, table)
+        self.gang_index = GangIndex(self._gang_of, table, gangs=any(self._gangs.values()))
         if any(self._gangs.values()):
             self.cache.pending = IndexedPending(self.gang_index)
         self.pending = self.cache.pending  # pending pods of our profiles, latest version

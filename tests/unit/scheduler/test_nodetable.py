@@ -122,6 +122,9 @@ def test_the_nominated_pods_filter_counts_are_the_same_walking_rows_or_nominatio
                 t.nominated[p.uid] = (p, rng.choice(names))  # nominated again, maybe to another node
             if rng.random() < 0.1:
                 del t.nominated[p.uid]
+            elif rng.random() < 0.1:
+                assert t.nominated.pop(p.uid)[0] is p  # as the pod watch clears one
+                assert t.nominated.pop(p.uid, None) is None and t.nominated.get(p.uid) is None
         for p in pods:
             if rng.random() < 0.15:
                 t.add_pod(dataclasses.replace(p, node_name=rng.choice(names)))  # bound meanwhile
@@ -137,3 +140,16 @@ def test_the_nominated_pods_filter_counts_are_the_same_walking_rows_or_nominatio
         got = nominated_records(t, me, rows)
         assert sorted(r.uid for r in got) == sorted(expected)
         assert all(r.node == t.nominated[r.uid][1] and r.assumed for r in got)
+
+
+def test_a_nomination_popped_is_told_to_listeners_as_a_deletion_and_an_absent_one_is_not() -> None:
+    t = table(node("n1"))
+    told: list[tuple[str, object]] = []
+    t.nominated.listeners.append(lambda uid, nomination: told.append((uid, nomination)))
+    p = parse_pod(pod("p"))
+    t.nominated[p.uid] = (p, "n1")
+    assert t.nominated.pop("absent", "none") == "none" and t.nominated.get("absent", 1) == 1
+    with pytest.raises(KeyError):
+        t.nominated.pop("absent")
+    assert t.nominated.pop(p.uid) == (p, "n1")
+    assert told == [(p.uid, (p, "n1")), (p.uid, None)] and list(t.nominated.on_node("n1")) == []

@@ -394,6 +394,8 @@ class DynamicResources(
         # kube writes its state first and sets the claims last: a pod refused here has none (PostFilter reads it)
         st = _State([], [])
         state[STATE_KEY] = st
+        if not (pod.raw.get("spec") or {}).get("resourceClaims") and not extended.has_scalar_requests(pod):
+            return PreFilterResult(SKIP)  # most pods: no claim, nothing an extended resource name could back
         try:
             claims = pod_claims(pod.raw, self._get)
         except ClaimError as err:

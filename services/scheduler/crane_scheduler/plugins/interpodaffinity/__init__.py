@@ -140,12 +140,15 @@ class InterPodAffinity(PodIndexPlugin):
             terms = terms_of(pod)
         except SelectorError as err:
             return fwk.PreFilterResult(fwk.unschedulable(f"parsing pod: {err}", unresolvable=True))
+        placed_anti = self.index.groups_of(("anti",))
+        if not placed_anti and not terms.required_affinity and not terms.required_anti:
+            return fwk.PreFilterResult(fwk.SKIP)  # most pods: no terms, and no placed pod with anti-affinity
         ns_labels = self.index.namespace_labels.get(pod.namespace)
         labels = _own_labels(pod)
         n = table.n_rows
         existing = np.zeros(n, dtype=bool)
         any_existing = False
-        for (_, term, _), counts in self.index.groups_of(("anti",)):
+        for (_, term, _), counts in placed_anti:
             if not term.matches(pod.namespace, labels, ns_labels):
                 continue
             found = domain_sums(table, counts.rows(table), term.topology_key)

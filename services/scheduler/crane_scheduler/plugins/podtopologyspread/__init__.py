@@ -233,8 +233,8 @@ class PodTopologySpread(PodIndexPlugin):
         own = spec.get("topologySpreadConstraints")
         if own:
             return _own_constraints(pod, labels, action)
-        if not self.args.default_constraints:
-            return []
+        if not any(c.get("whenUnsatisfiable") == action for c in self.args.default_constraints):
+            return []  # kube's defaults are ScheduleAnyway: none for Filter, whoever owns the pod
         selector = self.owners.default_selector(pod)  # first: most pods have no owner with a selector here
         if selector.everything:
             return []
