@@ -21,23 +21,27 @@ import asyncio
 import cProfile
 import functools
 import gc
+import itertools
 import os
 import pstats
 import subprocess
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+import msgpack
 import numpy as np
 
 from bench.scheduler.cpus import proc_stats
 from crane_scheduler.deciders.pool import DeciderPool
-from crane_scheduler.framework import SUCCESS, CycleState, Status
+from crane_scheduler.framework import SCHEDULED_WITH_BIND, SUCCESS, CycleState, Handle, Status
 from crane_scheduler.podinfo import PodInfo
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler, tune_collector
 from crane_scheduler.simulate import Simulator
+from crane_scheduler.writer import ApiWriter
+from crane_scheduler.writer.protocol import BIND_REPORTED, NO_DEADLINE, Reply
 from crane_shared.annotations import encode_hot_value, encode_usage
 from crane_shared.policy import default_policy
 
@@ -124,8 +128,21 @@ class Watch:
         self.raw: dict[str, dict[str, Any]] = {}
         self.waiting: list[tuple[str, str]] = []
         self.confirmed = 0
+        self.handle: Handle | None = None
+        self._packer = msgpack.Packer()
+        self._ids = itertools.count(1)
 
     async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """What ``DefaultBinder`` does in the scheduling process with the API writer: the pod's ``Scheduled`` event
+        rides with the bind as a report (the writer process builds and writes it), the bind is packed for the
+        writer's pipe; the bind and the event are answered at once."""
+        report = self.handle.scheduled_report(pod) if self.handle is not None else None
+        if report is not None:
+            state[SCHEDULED_WITH_BIND] = True
+            rid, event_id = next(self._ids), next(self._ids)
+            message = (BIND_REPORTED, rid, pod.namespace, pod.name, pod.uid, node, event_id)
+            self._packer.pack((*message, report.scheduler, report.instance, report.at, 0, NO_DEADLINE))
+            report.done(Reply(201))
         self.waiting.append((pod.uid, node))
         return SUCCESS
 
@@ -135,6 +152,11 @@ class Watch:
             raw = self.raw[uid]
             s.on_pod({**raw, "spec": {**raw["spec"], "nodeName": node_name}})
         self.confirmed += len(batch)
+
+
+class _EventsWithBinds:
+    """The reporter's API writer here: it is there, so a bind carries its pod's ``Scheduled`` event
+    (``Reporter.with_bind``) as in the scheduler; nothing is written through it (every pod is placed)."""
 
 
 def _cpu_of(pids: list[int]) -> float:
@@ -170,14 +192,19 @@ async def run(
     nodes: int, pods: int, profiler: Toggle | None, workers: int = 0, wall_clock: Callable[[], float] = time.time
 ) -> dict[str, Any]:
     watch = Watch()
+
     # the service's profile and clocks (handles and queue monotonic, Dynamic the wall clock), binds answered at once
-    sim = Simulator(clock=time.monotonic, wall_clock=wall_clock, plugins={"DefaultBinder": lambda args, handle: watch})
+    def binder(args: Any, handle: Handle) -> Watch:
+        watch.handle = handle
+        return watch
+
+    sim = Simulator(clock=time.monotonic, wall_clock=wall_clock, plugins={"DefaultBinder": binder})
     pool = DeciderPool(workers, None, nodes_hint=lambda: sim.table.num_nodes) if workers else None
     s = Scheduler(
         config=sim.config,
         profiles=sim.profiles,
         table=sim.table,
-        reporter=Reporter(None, None, "bench"),
+        reporter=Reporter(cast(ApiWriter, _EventsWithBinds()), None, "bench"),
         bind_concurrency=1024,
         deciders=pool,
     )

@@ -231,12 +231,7 @@ class Algorithm:
         candidates = self._candidates(allowed)
         if hint is not None:
             hint_row = table.rows.get(hint.node, -1)
-            if (
-                hint_row >= 0
-                and candidates[hint_row]
-                and hint.fresh
-                and all(pl.name in skipped for pl in profile.filter if getattr(pl, "reads_other_nodes", False))
-            ):
+            if hint_row >= 0 and candidates[hint_row] and hint.fresh and profile.other_nodes_filters <= skipped:
                 state[EXPLAIN_DECIDER] = "a decider worker's node, its row unchanged since the worker's view"
                 self._observe("Filter", "Success", time.perf_counter() - t1)
                 return ScheduleResult(hint.node, 1, 1)

@@ -10,9 +10,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
-from crane_shared.metrics import Histogram
+from crane_shared.metrics import Counter, Gauge, Histogram
 
 _ATTEMPT_BUCKETS = tuple(0.001 * 2**i for i in range(15))  # 1 ms .. 16 s, as kube-scheduler
 _POINT_BUCKETS = tuple(0.0001 * 2**i for i in range(12))  # 0.1 ms .. 0.2 s

@@ -122,9 +122,9 @@ class Reporter:
 
     def _reported(self, pod: PodInfo, scheduler: str, reply: Reply) -> None:
         if reply.ok:
-            self.metrics.reports.labels("scheduled", "ok").inc()
+            self.metrics.child(self.metrics.reports, "scheduled", "ok").inc()
         elif reply.status == 409:  # the one Scheduled event for this UID exists already
-            self.metrics.reports.labels("scheduled", "exists").inc()
+            self.metrics.child(self.metrics.reports, "scheduled", "exists").inc()
         elif reply.refused and reply.text == NOT_BOUND:  # no bind, no event (a 409 bind ensures its own)
             return
         elif reply.status != 404:  # 404: namespace gone

@@ -119,6 +119,12 @@ class Profile:
         skips = frozenset(p.name for p in self.pre_filter if getattr(p, "decider_pre_filter", "") == "skip")
         return run, skips
 
+    @functools.cached_property
+    def other_nodes_filters(self) -> frozenset[str]:
+        """The Filter plugins whose verdict on a node reads other nodes' pods (``reads_other_nodes``): a decider
+        worker's node is taken unfiltered only when each of them skipped the pod."""
+        return frozenset(p.name for p in self.filter if getattr(p, "reads_other_nodes", False))
+
     def events_of(self, plugin: str) -> ClusterEvent:
         instance = self.plugins.get(plugin)
         if isinstance(instance, EnqueueExtensions):

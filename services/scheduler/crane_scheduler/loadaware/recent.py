@@ -7,7 +7,9 @@ A recent binding changes a node's load in two ways (``dynamic.node_load`` is the
   not on the clock: the decay over the window is measured against the annotation's stamp (what the averaged
   metric has absorbed), so the value is exact until one of those inputs changes. It is recomputed for one node
   when a binding to it is added, removed, pruned or departed (its pod deleted or terminal: ``depart``), or its
-  annotations or allocatable change. With the policy's ``newNodes.estimate``, a node annotated with no metric yet (a
+  annotations or allocatable change; for a binding added, removed or departed, by the next decision that reads
+  it, as of the change's time (Reserve only marks the row: with decider workers the scheduling process may read
+  none before many more binds). With the policy's ``newNodes.estimate``, a node annotated with no metric yet (a
   new node) has no stamp: each metric's estimate is ``Σ factor·request / allocatable`` over the bindings with
   ``now < bound_at + W`` (nothing absorbed), ``judged`` marks it, and it also changes at each ``bound_at + W`` (a
   step, kept with the hot value's next change time below);
@@ -105,6 +107,9 @@ class RecentEffects:
         """rows whose own hot value was recomputed at decision time (a cost counter for tests and benches)"""
         self.changed: set[int] = set()
         """rows whose ``extra`` or ``own_hot`` may have changed since the consumer last cleared this"""
+        self._stale: dict[int, float] = {}
+        """rows whose effects an input change left to recompute, with the time of that (last) change: done by the
+        next reader (``_flush``), not by the change (Reserve, on the scheduling process's critical path)"""
         self._plan_of: object = None
         self._metric_plan: tuple[tuple[str, bool, float, float], ...] = ()
 
@@ -185,7 +190,7 @@ class RecentEffects:
             self._groups.setdefault(group, set()).add(uid)
             self._group_of[uid] = group
         self._order.append((bound_at, uid))
-        self._refresh(row, bound_at)
+        self._mark(row, bound_at)
 
     def _forget(self, uid: str) -> int | None:
         """Drop ``uid`` from the indexes; its row, None when unknown."""
@@ -204,7 +209,7 @@ class RecentEffects:
             return
         node = self._nodes[row]
         node.bindings = [b for b in node.bindings if b.uid != uid]
-        self._refresh(row, now)
+        self._mark(row, now)
 
     def depart(self, uid: str, now: float) -> bool:
         """The pod ``uid`` was seen deleted or terminal: its estimate leaves its node now; it stays in the hot value
@@ -216,7 +221,7 @@ class RecentEffects:
         if binding is None or binding.left:
             return False
         binding.left = True
-        self._refresh(row, now)
+        self._mark(row, now)
         return True
 
     def prune(self, before: float, now: float) -> None:
@@ -268,6 +273,7 @@ class RecentEffects:
         node = self._nodes.get(row)
         if node is None or not any(b.uid in uids for b in node.bindings):
             return {}
+        self._flush()
         kept = {m: float(a[row]) for m, a in self.extra.items()}
         kept_judged = {m: bool(a[row]) for m, a in self.judged.items()}
         kept_next = float(self._est_next[row])
@@ -294,6 +300,7 @@ class RecentEffects:
     def at(self, now: float, n_rows: int) -> tuple[dict[str, FloatArray], FloatArray]:
         """(extra usage per metric, own hot value) over rows ``[:n_rows]`` at ``now`` (views, do not modify);
         ``judged_at`` gives the judged masks of the same instant."""
+        self._flush()
         self._ensure(max(0, n_rows - 1))
         due = np.flatnonzero(self.own_next[:n_rows] <= now).tolist()
         for row in due:
@@ -307,11 +314,15 @@ class RecentEffects:
 
     def judged_at(self, n_rows: int) -> dict[str, Mask]:
         """The judged masks over rows ``[:n_rows]`` as of the last ``at`` (views, do not modify)."""
+        self._flush()
         return {m: a[:n_rows] for m, a in self.judged.items()}
 
     # -- per node: the reference's arithmetic -----------------------------------------------------------------------
 
     def _refresh(self, row: int, now: float) -> None:
+        """An input of the row changed at ``now`` (its annotations or allocatable, a pruned binding): recompute
+        its effects as of ``now``, now (a node update, a decision's pruning: off the per-pod path)."""
+        self._stale.pop(row, None)
         node = self._nodes.get(row)
         bindings = node.bindings if node else []
         if node is not None and not bindings:
@@ -319,6 +330,26 @@ class RecentEffects:
         self._estimate(row, bindings, now)
         self._own(row, now)
         self.changed.add(row)
+
+    def _mark(self, row: int, now: float) -> None:
+        """A binding of the row was added, removed or departed at ``now`` (Reserve, Unreserve, a pod deleted: the
+        per-pod path): its effects are recomputed as of ``now`` by the next reader (``_flush``), once however many
+        such changes came before it. Every input change comes through here or ``_refresh``, and the later one
+        wins, so the recomputation sees the inputs the last change left and gives what ``_refresh`` would have."""
+        node = self._nodes.get(row)
+        if node is not None and not node.bindings:
+            del self._nodes[row]
+        self._stale[row] = now
+        self.changed.add(row)
+
+    def _flush(self) -> None:
+        if not self._stale:
+            return
+        stale, self._stale = self._stale, {}
+        for row, now in stale.items():
+            node = self._nodes.get(row)
+            self._estimate(row, node.bindings if node else [], now)
+            self._own(row, now)
 
     def _plan(self) -> tuple[tuple[str, bool, float, float], ...]:
         """(metric, measures cpu, estimate window in seconds, factor) per metric of ``extra``: read once per
