@@ -174,8 +174,9 @@ class Scheduler(SchedulingCycle):
             name: tuple(p for p in profile.plugins.values() if isinstance(p, GangPlugin))
             for name, profile in profiles.items()
         }
-        self.gang_index = GangIndex(self._gang_of, table, gangs=any(self._gangs.values()))
-        if any(self._gangs.values()):
+        gangs = any(self._gangs.values())
+        self.gang_index = GangIndex(self._gang_of, table, gangs=gangs)
+        if gangs:
             self.cache.pending = IndexedPending(self.gang_index)
         self.pending = self.cache.pending  # pending pods of our profiles, latest version
         self.on_node, self.on_node_deleted = self.cache.on_node, self.cache.on_node_deleted

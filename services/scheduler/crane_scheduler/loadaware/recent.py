@@ -322,20 +322,14 @@ class RecentEffects:
     def _refresh(self, row: int, now: float) -> None:
         """An input of the row changed at ``now`` (its annotations or allocatable, a pruned binding): recompute
         its effects as of ``now``, now (a node update, a decision's pruning: off the per-pod path)."""
-        self._stale.pop(row, None)
-        node = self._nodes.get(row)
-        bindings = node.bindings if node else []
-        if node is not None and not bindings:
-            del self._nodes[row]
-        self._estimate(row, bindings, now)
-        self._own(row, now)
-        self.changed.add(row)
+        self._mark(row, now)
+        self._recompute(row, self._stale.pop(row))
 
     def _mark(self, row: int, now: float) -> None:
         """A binding of the row was added, removed or departed at ``now`` (Reserve, Unreserve, a pod deleted: the
         per-pod path): its effects are recomputed as of ``now`` by the next reader (``_flush``), once however many
-        such changes came before it. Every input change comes through here or ``_refresh``, and the later one
-        wins, so the recomputation sees the inputs the last change left and gives what ``_refresh`` would have."""
+        such changes came before it. Every input change comes through here (``_refresh`` too, then recomputes at
+        once), and the later one wins, so the recomputation sees the inputs the last change left."""
         node = self._nodes.get(row)
         if node is not None and not node.bindings:
             del self._nodes[row]
@@ -347,9 +341,12 @@ class RecentEffects:
             return
         stale, self._stale = self._stale, {}
         for row, now in stale.items():
-            node = self._nodes.get(row)
-            self._estimate(row, node.bindings if node else [], now)
-            self._own(row, now)
+            self._recompute(row, now)
+
+    def _recompute(self, row: int, now: float) -> None:
+        node = self._nodes.get(row)
+        self._estimate(row, node.bindings if node else [], now)
+        self._own(row, now)
 
     def _plan(self) -> tuple[tuple[str, bool, float, float], ...]:
         """(metric, measures cpu, estimate window in seconds, factor) per metric of ``extra``: read once per
