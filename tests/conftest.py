@@ -23,6 +23,7 @@ from crane_sandbox.cluster import LocalCluster, new_run_dir
 from crane_sandbox.crds import install_crds
 from crane_sandbox.rbac import DEFAULT_NAMESPACE, install_identities, service_identity
 from crane_shared.kube import api_client_from_dict
+from tests.support.deploy import prune_builds
 from tests.support.faults import FAULT_ROWS, fault_table
 
 _db_numbers = itertools.cycle(range(1, 16))
@@ -118,6 +119,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         for name, rows in report.user_properties:
             if name == FAULT_ROWS:
                 _fault_rows.extend(cast(list[dict[str, Any]], rows))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Once the whole run is over (on xdist's controller, after every worker), the images the deployment tests'
+    earlier runs left untagged are removed (``prune_builds``): a worker's own teardown could remove an image layer
+    another worker's build has just made and not yet tagged."""
+    if not hasattr(session.config, "workerinput"):
+        prune_builds()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,30 @@ def prefetch(*command: str) -> None:
         subprocess.Popen(
             [str(REPO / "scripts" / command[0]), *command[1:]], stdout=out, stderr=out, start_new_session=True
         )
+
+
+BUILD_LABEL = "io.crane.test-build=1"
+"""On every image (and each of its cached layers) the tests build: what ``prune_builds`` may remove."""
+
+
+def build_image(tag: str, dockerfile: Path, context: Path, *args: str) -> str:
+    """``podman build`` of ``tag`` with cached layers (a rebuild of an unchanged tree takes seconds), labelled
+    ``BUILD_LABEL``; returns the tag."""
+    podman("build", "--network=host", "--layers", "--label", BUILD_LABEL, "-f", str(dockerfile), *args, "-t", tag,
+           str(context))  # fmt: skip
+    return tag
+
+
+def prune_builds() -> None:
+    """Remove what the tests' earlier builds left untagged: a tree that changed gets new layers and the tags move
+    to them, leaving ~1 GB a run behind (a CI machine that runs the suite on each commit ran out of disk). Only
+    images the tests built (``BUILD_LABEL``) and that no tag still needs go; the current ones keep their layer
+    cache. Images made in the last 30 minutes stay: another test run's build may be making them right now (its
+    layers are untagged until its last step). Quiet, never fails: nothing to prune where podman is not installed."""
+    if shutil.which("podman") is None:
+        return
+    engine("podman", "image", "prune", "--force", "--filter", f"label={BUILD_LABEL}", "--filter", "until=30m",
+           timeout=300)  # fmt: skip
 
 
 @functools.cache

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.deploy import REPO, TARGETS, engine, podman, prefetch, tool
+from tests.support.deploy import REPO, TARGETS, build_image, engine, podman, prefetch, tool
 from tests.support.unavailable import unavailable
 
 prefetch("container-engine", "base-image")
@@ -35,23 +35,12 @@ def images(base_image: str) -> Iterator[dict[str, str]]:
     """Build every service target on the local base image; {target: image}; sizes are printed."""
     built: dict[str, str] = {}
     sizes = []
+    dockerfile, base = REPO / "deploy" / "Dockerfile", f"BASE_IMAGE={base_image}"
+    # The build stage is tagged too: untagged, it would be pruned after the session, and its venv rebuilt next time.
+    build_image("localhost/crane-build:test", dockerfile, REPO, "--target", "build", "--build-arg", base)
     for target in TARGETS:
-        tag = f"localhost/crane-{target}:test"
         start = time.monotonic()
-        podman(
-            "build",
-            "--network=host",
-            "--layers",
-            "-f",
-            str(REPO / "deploy" / "Dockerfile"),
-            "--target",
-            target,
-            "--build-arg",
-            f"BASE_IMAGE={base_image}",
-            "-t",
-            tag,
-            str(REPO),
-        )
+        tag = build_image(f"localhost/crane-{target}:test", dockerfile, REPO, "--target", target, "--build-arg", base)
         size = int(podman("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip())
         sizes.append(f"{tag}: {size / 1e6:.0f} MB (built in {time.monotonic() - start:.0f} s)")
         built[target] = tag
@@ -64,22 +53,15 @@ def standins(base_image: str) -> dict[str, str]:
     """Redis and Prometheus images from Debian packages, standing in for the public images compose names."""
     out = {}
     for target in ("redis", "prometheus"):
-        tag = f"localhost/crane-standin-{target}:test"
-        podman(
-            "build",
-            "--network=host",
-            "--layers",
-            "-f",
-            str(REPO / "deploy" / "compose" / "standins.Dockerfile"),
+        out[target] = build_image(
+            f"localhost/crane-standin-{target}:test",
+            REPO / "deploy" / "compose" / "standins.Dockerfile",
+            REPO / "deploy" / "compose",
             "--target",
             target,
             "--build-arg",
             f"BASE_IMAGE={base_image}",
-            "-t",
-            tag,
-            str(REPO / "deploy" / "compose"),
         )
-        out[target] = tag
     return out
 
 
@@ -109,21 +91,15 @@ def kwok_cluster(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> s
         check=True,
     )
     shutil.copy(Path(json.loads(module.stdout)["Dir"]) / "images" / "cluster" / "entrypoint.sh", context)
-    tag = "localhost/crane-kwok-cluster:test"
     start = time.monotonic()
-    podman(
-        "build",
-        "--network=host",
-        "--layers",
-        "-f",
-        str(REPO / "deploy" / "compose" / "kwok-cluster.Dockerfile"),
+    tag = build_image(
+        "localhost/crane-kwok-cluster:test",
+        REPO / "deploy" / "compose" / "kwok-cluster.Dockerfile",
+        context,
         "--build-arg",
         f"BASE_IMAGE={base_image}",
         "--build-arg",
         f"KUBE_VERSION={kube.version}",
-        "-t",
-        tag,
-        str(context),
     )
     size = int(podman("image", "inspect", "--format", "{{.Size}}", tag).stdout.strip())
     print(f"\n{tag}: {size / 1e6:.0f} MB (built in {time.monotonic() - start:.0f} s)")
@@ -133,17 +109,10 @@ def kwok_cluster(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> s
 @pytest.fixture(scope="session")
 def fleet_image(base_image: str) -> str:
     """The docker-compose stack's simulated node-exporter fleet (deploy/compose/fleet.Dockerfile)."""
-    tag = "localhost/crane-fleet:test"
-    podman(
-        "build",
-        "--network=host",
-        "--layers",
-        "-f",
-        str(REPO / "deploy" / "compose" / "fleet.Dockerfile"),
+    return build_image(
+        "localhost/crane-fleet:test",
+        REPO / "deploy" / "compose" / "fleet.Dockerfile",
+        REPO,
         "--build-arg",
         f"BASE_IMAGE={base_image}",
-        "-t",
-        tag,
-        str(REPO),
     )
-    return tag

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from crane_sandbox.procs import free_port
-from tests.support.deploy import CHART, REPO, TARGETS, helm
+from tests.support.deploy import BUILD_LABEL, CHART, REPO, TARGETS, helm, podman
 
 MANIFEST_TYPES = ", ".join(
     (
@@ -61,7 +61,8 @@ def test_push_images_puts_in_a_named_registry_exactly_what_the_chart_pulls(base_
             **os.environ,
             "ENGINE": f"{REPO / 'scripts' / 'container-engine'} podman",
             "BASE_IMAGE": base_image,
-            "BUILD_FLAGS": "--network=host --layers",  # as the image tests build: their layers are reused
+            # as the image tests build (``build_image``): their layers are reused
+            "BUILD_FLAGS": f"--network=host --layers --label {BUILD_LABEL}",
             "PUSH_FLAGS": "--tls-verify=false",
         }
         pushed = subprocess.run(
@@ -92,3 +93,6 @@ def test_push_images_puts_in_a_named_registry_exactly_what_the_chart_pulls(base_
     finally:
         registry.terminate()
         registry.wait(timeout=30)
+        # The registry's port is new each run: tags left behind would keep each run's images forever.
+        refs_here = [f"127.0.0.1:{port}/team/crane-{t}:test" for t in TARGETS]
+        podman("image", "rm", "--ignore", *refs_here, check=False)
