@@ -489,6 +489,8 @@ class _Bound:
 
     groups: list[tuple[tuple[str, str, str], Decimal, list[tuple[Decimal, DeviceID]]]]
     need_after: dict[tuple[int, int], int]
+    common: list[tuple[tuple[str, str, str], Decimal, list[tuple[Decimal, DeviceID]]]]
+    """the counters every device the node reaches consumes (``_Search._short_within``), with all the devices"""
 
 
 @dataclass(slots=True)
@@ -723,6 +725,8 @@ class _Search:
             return self._allocate_one((ci, ri + 1, 0, 0), False, (0, 0))
         if data.num_devices - di > ALLOCATION_RESULTS_MAX_SIZE - len(self.results[ci]):
             raise _MaxSizeExceeded
+        if di > 0 and data.mode != ALL and self._short_within(ci, ri, data, di):
+            return False
         if data.mode == ALL:
             undo = self._allocate_device(r, data, data.all_devices[di], must=True)
             if undo is None:
@@ -832,33 +836,63 @@ class _Search:
         so a counter lets in at most as many of its devices as the smallest of them fit in what is left of it.
         Only where every device the node reaches consumes counters and no request has admin access (a device
         taken again)."""
-        if self.bound is None:
-            self.bound = self._bound_tables()
-        if self.bound is False:
+        bound = self._tables()
+        if bound is None:
             return False
-        assert isinstance(self.bound, _Bound)
-        need = data.num_devices + self.bound.need_after[(ci, ri + 1)]
+        need = data.num_devices + bound.need_after[(ci, ri + 1)]
         room = 0
-        for (pool_id, set_name, name), limit, devices in self.bound.groups:
-            left = limit - ((self.consumed_counters.get(pool_id) or {}).get(set_name) or {}).get(name, _ZERO)
-            for value, device in devices:
-                if value > left:
-                    break
-                if not self._in_use(device):
-                    left -= value
-                    room += 1
+        for key, limit, devices in bound.groups:
+            room += self._room(key, limit, devices, need - room)
             if room >= need:
                 return False
         return True
+
+    def _short_within(self, ci: int, ri: int, data: _Request, di: int) -> bool:
+        """Whether the devices still to pick, from the ``di``-th of this request on, cannot fit in what is left
+        of a counter that every device the node reaches consumes (a partitionable GPU's memory): whichever
+        devices come next, each takes some of it, and at most as many fit as its smallest consumers fit in what
+        is left. kube's search below fails then, raising nothing (``_bound_tables`` holds only where nothing can
+        be raised), so it is not searched; its first solution, where there is one, is not below a pruned step.
+        Asked inside a request, where kube backtracks through every way of completing it (PartitionableBacktracking:
+        the first device takes 20Gi of 70Gi, six more of 10Gi cannot follow, and kube tries them all)."""
+        bound = self._tables()
+        if bound is None or not bound.common:
+            return False
+        need = data.num_devices - di + bound.need_after[(ci, ri + 1)]
+        return any(self._room(key, limit, devices, need) < need for key, limit, devices in bound.common)
+
+    def _tables(self) -> _Bound | None:
+        """The bounds' tables (``_bound_tables``, made once a search); None where no bound holds."""
+        if self.bound is None:
+            self.bound = self._bound_tables()
+        return self.bound if isinstance(self.bound, _Bound) else None
+
+    def _room(
+        self, key: tuple[str, str, str], limit: Decimal, devices: list[tuple[Decimal, DeviceID]], enough: int
+    ) -> int:
+        """How many of ``devices`` (by consumption, smallest first) not in use fit in what is left of the counter
+        ``key`` (pool, set, name) of ``limit``; counting stops at ``enough``."""
+        pool_id, set_name, name = key
+        left = limit - ((self.consumed_counters.get(pool_id) or {}).get(set_name) or {}).get(name, _ZERO)
+        room = 0
+        for value, device in devices:
+            if room >= enough or value > left:
+                break
+            if not self._in_use(device):
+                left -= value
+                room += 1
+        return room
 
     def _bound_tables(self) -> _Bound | bool:
         if not self._can_prune() or any(data.admin_access for data in self.requests.values()):
             return False
         groups: dict[tuple[str, str, str], list[tuple[Decimal, DeviceID]]] = {}
         limits: dict[tuple[str, str, str], Decimal] = {}
+        common: dict[tuple[str, str, str], list[tuple[Decimal, DeviceID]]] | None = None
         for pool, candidates in zip(self.pools, self.view.candidates, strict=True):
             if pool.incomplete or pool.invalid:
                 continue
+            available = self._pool_counters(pool)[0]
             for candidate in candidates:
                 try:
                     consumption = _consumption(candidate)
@@ -872,12 +906,24 @@ class _Search:
                 if first is None:
                     return False  # a device consuming nothing: no bound
                 (set_name, name), value = first
-                limit = self._pool_counters(pool)[0].get(set_name, {}).get(name)
+                limit = available.get(set_name, {}).get(name)
                 if limit is None:
                     return False
                 key = (pool.id, set_name, name)
                 limits[key] = limit
                 groups.setdefault(key, []).append((value, candidate.id))
+                mine = {
+                    (pool.id, set_name, name): value
+                    for (set_name, name), value in totals.items()
+                    if value > 0 and available.get(set_name, {}).get(name) is not None
+                }
+                if common is None:
+                    common = {key: [(value, candidate.id)] for key, value in mine.items()}
+                else:
+                    for key in [k for k in common if k not in mine]:
+                        del common[key]
+                    for key, devices in common.items():
+                        devices.append((mine[key], candidate.id))
         if not self._quiet(len(self.claims)):
             return False
         least: dict[tuple[int, int], int] = {}  # per request, the fewest devices one of its subrequests takes
@@ -891,8 +937,12 @@ class _Search:
             for r in range(ri - 1, -1, -1):
                 later += least[(ci, r)]
                 need_after[(ci, r)] = later
+        for key in common or ():
+            limits[key] = self._pool_counters(next(p for p in self.pools if p.id == key[0]))[0][key[1]][key[2]]
         return _Bound(
-            groups=[(key, limits[key], sorted(devices)) for key, devices in groups.items()], need_after=need_after
+            groups=[(key, limits[key], sorted(devices)) for key, devices in groups.items()],
+            need_after=need_after,
+            common=[(key, limits[key], sorted(devices)) for key, devices in (common or {}).items()],
         )
 
     def _held_key(self, c: int) -> tuple[DeviceID, ...]:
