@@ -725,7 +725,9 @@ class _Search:
             return self._allocate_one((ci, ri + 1, 0, 0), False, (0, 0))
         if data.num_devices - di > ALLOCATION_RESULTS_MAX_SIZE - len(self.results[ci]):
             raise _MaxSizeExceeded
-        if di > 0 and data.mode != ALL and self._short_within(ci, ri, data, di):
+        # inside a request, with two devices or more still to pick: one more is a plain scan of the candidates,
+        # and a request of one or two devices never pays for the bound's tables
+        if di > 0 and data.num_devices - di >= 2 and data.mode != ALL and self._short_within(ci, ri, data, di):
             return False
         if data.mode == ALL:
             undo = self._allocate_device(r, data, data.all_devices[di], must=True)
