@@ -471,8 +471,14 @@ class DynamicResources(
         never = self._never_available(st)
         nodes = table.nodes
 
+        def mask_of(reason: str, failed: bool) -> np.ndarray[Any, Any]:
+            mask = masks.get((reason, failed))
+            if mask is None:  # made once per reason (``setdefault`` would make an array for every rejected node)
+                mask = masks[(reason, failed)] = np.zeros(table.n_rows, dtype=bool)
+            return mask
+
         def reject(row: int, reason: str, failed: bool = False) -> None:
-            masks.setdefault((reason, failed), np.zeros(table.n_rows, dtype=bool))[row] = True
+            mask_of(reason, failed)[row] = True
 
         if st.ext_index is not None:
             rows_of = self._extended_groups(st, pod, table, reject)
@@ -494,8 +500,7 @@ class DynamicResources(
                         reject(row, *verdict)
                 group.allocations.defer_rows(fits.fit, nodes, table.rows)
                 if fits.cannot.any():
-                    mask = masks.setdefault((REASON_CANNOT_ALLOCATE, False), np.zeros(table.n_rows, dtype=bool))
-                    mask[: len(fits.cannot)] |= fits.cannot
+                    mask_of(REASON_CANNOT_ALLOCATE, False)[: len(fits.cannot)] |= fits.cannot
                 continue
             for row in range(len(nodes)) if rows is None else rows:
                 node = nodes[row]
