@@ -914,6 +914,8 @@ class _Search:
                 key = (pool.id, set_name, name)
                 limits[key] = limit
                 groups.setdefault(key, []).append((value, candidate.id))
+                if common == {}:
+                    continue  # no counter every device consumes: nothing more to gather for ``common``
                 mine = {
                     (pool.id, set_name, name): value
                     for (set_name, name), value in totals.items()
@@ -921,6 +923,7 @@ class _Search:
                 }
                 if common is None:
                     common = {key: [(value, candidate.id)] for key, value in mine.items()}
+                    limits.update({key: available[key[1]][key[2]] for key in mine})
                 else:
                     for key in [k for k in common if k not in mine]:
                         del common[key]
@@ -939,8 +942,6 @@ class _Search:
             for r in range(ri - 1, -1, -1):
                 later += least[(ci, r)]
                 need_after[(ci, r)] = later
-        for key in common or ():
-            limits[key] = self._pool_counters(next(p for p in self.pools if p.id == key[0]))[0][key[1]][key[2]]
         return _Bound(
             groups=[(key, limits[key], sorted(devices)) for key, devices in groups.items()],
             need_after=need_after,
