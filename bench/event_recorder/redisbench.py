@@ -36,5 +36,6 @@ async def zadd_rate(port: int, requests: int, *, pipeline: int = 1, clients: int
     text = out.decode(errors="replace").replace("\r", "\n")
     rates = re.findall(r"ZADD: ([\d.]+) requests per second", text)
     if proc.returncode != 0 or not rates:
-        raise RuntimeError(f"redis-benchmark failed: {text[-400:]}")
+        # The exit status is in the message: a run once failed with no output at all (a signal, most likely).
+        raise RuntimeError(f"redis-benchmark failed (exit status {proc.returncode}): {text[-400:]!r}")
     return float(rates[-1])

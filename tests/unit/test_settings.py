@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import socket
+import time
 
 import pytest
+import redis.exceptions
 
 from crane_shared.redisconn import SentinelTarget, make_redis, parse_sentinel_url
 from crane_shared.settings import (
@@ -70,6 +73,22 @@ async def test_one_redis_entry_point_from_the_redis_section() -> None:
         assert (kwargs["db"], kwargs["port"], kwargs["socket_timeout"]) == (3, 1, 5.0)
     finally:
         await client.aclose()
+
+
+async def test_a_redis_that_refuses_connections_fails_the_call_at_once() -> None:
+    """The services' client retries nothing inside a call (their loops retry, count and log): a bare
+    ``redis.asyncio.Redis`` would retry ten times, ~4 s of backoff against a refused port, hidden in one call."""
+    with socket.socket() as sock:  # a port nobody listens on: bound, never listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        client = make_redis(f"redis://127.0.0.1:{port}/0")
+        try:
+            start = time.monotonic()
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await client.ping()
+            assert time.monotonic() - start < 1.5
+        finally:
+            await client.aclose()
 
 
 def test_kube_api_timeout_sets_the_default_request_timeout(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 
-import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from crane_annotator.annotator import Annotator
 from crane_sandbox.procs import free_port
 from crane_shared.policy import default_policy
 from crane_shared.prometheus import QueryResult
+from crane_shared.redisconn import make_redis
 from tests.support.fakeapi import FakeApiServer, fake_api
 
 
@@ -30,7 +30,8 @@ class NoSeries:
 async def test_lead_and_the_node_cache_return_when_stopping_is_set() -> None:
     node = {"kind": "Node", "metadata": {"name": "n1", "resourceVersion": "5"}, "status": {"addresses": []}}
     server = FakeApiServer(objects=[node], rv="5")
-    redis_down = aioredis.Redis(port=free_port(), socket_connect_timeout=0.2, socket_timeout=0.2)
+    # the service's own client (a bare ``redis.asyncio.Redis`` would retry each failed call ten times: ~4 s)
+    redis_down = make_redis(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.2, socket_timeout=0.2)
     prometheus = NoSeries()
     async with fake_api(server) as api:
         annotator = Annotator(
@@ -49,10 +50,8 @@ async def test_lead_and_the_node_cache_return_when_stopping_is_set() -> None:
             await asyncio.sleep(0.2)  # the periodic pass and the followers are running (and failing on Redis)
             assert not lead.done()
             stopping.set()
-            # A loop sees ``stopping`` once its Redis call in flight gives up, after the client's own retries
-            # (redis-py 8: ten, ~4.3 s against a refused port): the bound is that, with room for a loaded machine
-            # (a CI run beside image builds took longer than 5 s), not the retries' exact sum.
-            await asyncio.wait_for(asyncio.gather(lead, cache), 15)
+            # A loop sees ``stopping`` once its Redis call in flight gives up: at once against a refused port
+            await asyncio.wait_for(asyncio.gather(lead, cache), 5)
         finally:
             stopping.set()
             await annotator.close()
