@@ -15,12 +15,14 @@ only once the controller has made every pod's claim. Throughput = pods / (last b
 ``bench.scheduler``; both schedulers with the same client QPS/burst, one after the other, every pod and claim
 deleted between them.
 
-``--steady-state`` is scheduler_perf's ``createPodsSteadily``: ``--batch`` (10) pods claiming a device through the
-template; once all of a batch are bound, they are deleted together (the resourceclaim controller then frees and
-deletes their claims) and the next batch is created, for ``--duration`` seconds from the first bind. Throughput
-= pods bound / (last bind - first bind): the loop's speed, the claim controller's latency included, as kube's;
-the median batch's round trip is printed in parts (the controller's claims, then the binds, then the benchmark's
-deletion and creation), to tell which of them paces the loop.
+``--steady-state`` is scheduler_perf's ``createPodsSteadily`` as the pinned release (1.37) has it: ``--batch``
+(10) pods claiming a device through the template are created; each pod seen bound is deleted (grace 0) and one
+new pod created in its place, one after the other in one loop, for ``--duration`` seconds from the first bind, so
+``--batch`` pods are always on their way. Throughput = pods bound / (last bind - first bind): the loop's speed,
+the claim controller's latency included, as kube's; the median pod's round trip is printed in parts (the
+controller's claim, then the pod's status naming it, then the bind, then the benchmark's deletion and the next
+pod's creation), to tell which of them paces the loop. ``--steady-batches``: 1.35's version instead (each batch
+bound whole, then deleted together and the next batch created; the round trip then is a batch's).
 Its workloads: empty_500nodes (``--init-pods 0``, kube's threshold 64), half_500nodes (``--init-pods 2500``: 70,
 60 with queueing hints), full_500nodes (``--init-pods 4990``: 60).
 
@@ -470,6 +472,109 @@ class Steady:
             claim_watcher.cancel()
 
 
+class SteadyPods(Steady):
+    """1.37's ``createPodsSteadily``: ``batch`` pods on their way at all times; each pod seen bound is deleted and
+    one new pod created, in that order (``_replace``). ``phases`` are per pod: from its creation to its
+    claim (``claims``), to its status naming the claim (``recorded``), to its bind (``scheduler``), and from its
+    bind to its replacement's creation (``bench``)."""
+
+    def __init__(
+        self, api: client.ApiClient, namespace: str, scheduler: str, batch: int, duration: float, template: str
+    ) -> None:
+        super().__init__(api, namespace, scheduler, batch, duration, template)
+        self.created = 0  # pods created so far: the next one is pod-<created>
+        self.pods: dict[str, dict[str, float]] = {}  # per pod: created / claims / recorded / bound / next times
+        self.to_replace: asyncio.Queue[str] = asyncio.Queue()
+
+    def seen(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        marks = self.pods.get(obj["metadata"]["name"])
+        if kind == "DELETED" or marks is None:
+            return
+        if (obj.get("status") or {}).get("resourceClaimStatuses"):
+            marks.setdefault("recorded", time.monotonic())
+        if obj["spec"].get("nodeName") and "bound" not in marks:
+            marks["bound"] = time.monotonic()
+            self.to_replace.put_nowait(obj["metadata"]["name"])
+
+    def claim_seen(self, kind: EventType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        marks = self.pods.get(obj["metadata"]["name"][: len(self._name(0))])  # the controller's <pod>-<claim>-<id>
+        if kind == "ADDED" and marks is not None:
+            marks.setdefault("claims", time.monotonic())
+
+    @staticmethod
+    def _name(i: int) -> str:
+        return f"pod-{i:06d}"
+
+    def phase_summary(self) -> dict[str, float]:
+        for m in self.pods.values():
+            if {"created", "claims", "recorded", "bound", "next"} <= m.keys():
+                recorded = max(m["recorded"], m["claims"])  # two watches: the status may be seen first
+                self.phases.append(
+                    {
+                        "claims": m["claims"] - m["created"],
+                        "recorded": recorded - m["claims"],
+                        "scheduler": m["bound"] - recorded,
+                        "bench": m["next"] - m["bound"],
+                    }
+                )
+        self.pods.clear()
+        return super().phase_summary()
+
+    async def create(self, n: int) -> None:
+        v1 = client.CoreV1Api(self.api)
+        claim = {"resourceClaimTemplateName": self.template}
+
+        async def one(name: str) -> None:
+            self.pods[name] = {"created": time.monotonic()}
+            body = pod_body(name, self.scheduler, claim)
+            (await v1.create_namespaced_pod(self.namespace, body, _preload_content=False)).release()
+
+        names = [self._name(self.created + i) for i in range(n)]
+        self.created += n
+        await asyncio.gather(*(one(name) for name in names))
+
+    async def create_batch(self) -> None:
+        await self.create(self.batch)
+
+    async def _replace(self, v1: client.CoreV1Api, name: str) -> None:
+        """Delete a bound pod, then create the next one. Each bound pod's replacement is its own task: scheduler_perf
+        does them one after the other in one loop, but its Go client's calls take a fraction of this benchmark's
+        (Python's client on the scheduler's two cores), and one loop here held both schedulers at its own pace
+        (~16 ms a pod: 60 pods/s). Still ``batch`` pods on their way at most: a pod is created only for one bound."""
+        resp = await v1.delete_namespaced_pod(
+            name, self.namespace, grace_period_seconds=0, propagation_policy="Background", _preload_content=False
+        )
+        resp.release()
+        await self.create(1)
+        self.pods[name]["next"] = time.monotonic()
+
+    async def run(self) -> None:
+        stopping = asyncio.Event()
+        watcher = asyncio.create_task(self.informer.run(stopping))
+        claim_watcher = asyncio.create_task(self.claim_informer.run(stopping))
+        v1 = client.CoreV1Api(self.api)
+        replacing: set[asyncio.Task[None]] = set()
+        try:
+            await self.informer.synced.wait()
+            await self.claim_informer.synced.wait()
+            first: float | None = None
+            while True:
+                name = await self.to_replace.get()
+                first = first if first is not None else time.monotonic()
+                if time.monotonic() - first >= self.duration:
+                    return
+                task = asyncio.create_task(self._replace(v1, name))
+                replacing.add(task)
+                task.add_done_callback(replacing.discard)
+        finally:
+            for task in replacing:  # no pod is created after the run (its scheduler is stopped then)
+                task.cancel()
+            self.stop.set()
+            stopping.set()
+            watcher.cancel()
+            claim_watcher.cancel()
+
+
 async def doubled(api: client.ApiClient, namespaces: list[str]) -> tuple[int, int]:
     """(claims allocated, devices allocated to more than one claim) over ``namespaces``: the run's audit."""
     resource = client.ResourceV1Api(api)
@@ -506,7 +611,12 @@ async def cleared(api: client.ApiClient, namespaces: list[str]) -> None:
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
     run_dir = new_run_dir(f"bench-dra-{args.nodes}")
     result: dict[str, Any] = {"init": args.init_pods, "pods": args.pods}
-    async with LocalCluster(run_dir, controllers=("resourceclaim-controller",)) as cluster:
+    # The resourceclaim controller's client gets the schedulers' QPS and burst, as scheduler_perf's does (its
+    # clients all have 5000/5000): at the sandbox's 200/400 the controller's writes (a claim and a pod status per
+    # pod, a claim deleted per pod) ran out of burst ~3 s into a steady state at ~8 batches/s, and then held the
+    # faster scheduler at ~6 batches/s whatever it did.
+    controllers = ("resourceclaim-controller",)
+    async with LocalCluster(run_dir, controllers=controllers, controller_qps=(args.qps, args.burst)) as cluster:
         api = await api_client_from_dict(cluster.kubeconfig_dict(), qps=0, burst=500)
         try:
             t = time.monotonic()
@@ -568,7 +678,8 @@ async def steady_run(
     as the base runners' backlog; the loop runs beside the measurement and ends it. Also the loop's phases
     (``Steady.phase_summary``)."""
     scheduler = "crane-bench" if key == "ours" else "kube-bench"
-    steady = Steady(api, namespace, scheduler, args.batch, args.duration, TEMPLATE)
+    kind = Steady if args.steady_batches else SteadyPods
+    steady = kind(api, namespace, scheduler, args.batch, args.duration, TEMPLATE)
     tasks: list[asyncio.Task[None]] = []
     original = base.create_pods
 
@@ -608,7 +719,12 @@ def main() -> None:
     parser.add_argument(
         "--steady-state", action="store_true", help="SteadyStateClusterResourceClaimTemplate instead (see above)"
     )
-    parser.add_argument("--batch", type=int, default=10, help="steady state: pods per batch")
+    parser.add_argument("--batch", type=int, default=10, help="steady state: pods on their way (per batch)")
+    parser.add_argument(
+        "--steady-batches",
+        action="store_true",
+        help="steady state as scheduler_perf 1.35 had it: whole batches bound, deleted and created (see above)",
+    )
     parser.add_argument("--duration", type=float, default=10.0, help="steady state: seconds from the first bind")
     parser.add_argument(
         "--workload",
@@ -635,9 +751,11 @@ def main() -> None:
     args.plugins = "default"
     r = asyncio.run(bench(args))
     ours, kube = r["ours"], r.get("kube")
+    steady = f"batches of {args.batch}" if args.steady_batches else f"{args.batch} pods on their way"
+    unit = "batch" if args.steady_batches else "pod"
     if args.workload.startswith("partitionable"):
         print(
-            f"\n{args.workload}: {args.nodes} nodes, {args.init_claims} init claims, batches of {args.batch} for "
+            f"\n{args.workload}: {args.nodes} nodes, {args.init_claims} init claims, {steady} for "
             f"{args.duration:g}s, QPS {args.qps:g}/{args.burst}"
         )
     elif args.workload == "extended-resource":
@@ -649,7 +767,7 @@ def main() -> None:
     elif args.steady_state:
         print(
             f"\nSteadyStateClusterResourceClaimTemplate: {args.nodes} nodes x {args.claims_per_node} devices, "
-            f"{args.init_pods} init pods, batches of {args.batch} for {args.duration:g}s, QPS {args.qps:g}/{args.burst}"
+            f"{args.init_pods} init pods, {steady} for {args.duration:g}s, QPS {args.qps:g}/{args.burst}"
         )
     else:
         print(
@@ -658,11 +776,11 @@ def main() -> None:
         )
     print(f"{summary_of(ours)}; decision p50 {ours_p(r, 'p50')} p99 {ours_p(r, 'p99')}; audit {r['ours_audit']}")
     if "ours_phases" in r:
-        print(f"  per batch (median): {phases_text(r['ours_phases'])}")
+        print(f"  per {unit} (median): {phases_text(r['ours_phases'], unit)}")
     if kube is not None:
         print(f"{summary_of(kube)}; audit {r['kube_audit']}")
         if "kube_phases" in r:
-            print(f"  per batch (median): {phases_text(r['kube_phases'])}")
+            print(f"  per {unit} (median): {phases_text(r['kube_phases'], unit)}")
         print(f"ratio crane / kube: {ours.rate / kube.rate:.2f}" if kube.rate > 0 else "ratio: -")
     if args.json:
         figures: dict[str, Any] = {
@@ -675,16 +793,24 @@ def main() -> None:
             json.dump(figures, f, indent=2)
 
 
-def phases_text(phases: dict[str, float]) -> str:
-    """A steady run's ``Steady.phase_summary``: where a batch's round trip went."""
-    names = {
-        "claims": "claims made",
-        "recorded": "then in the pods' statuses",
-        "scheduler": "then all bound",
-        "bench": "then the next batch created",
-    }
+def phases_text(phases: dict[str, float], unit: str = "batch") -> str:
+    """A steady run's ``Steady.phase_summary``: where a batch's (or a pod's) round trip went."""
+    if unit == "batch":
+        names = {
+            "claims": "claims made",
+            "recorded": "then in the pods' statuses",
+            "scheduler": "then all bound",
+            "bench": "then the next batch created",
+        }
+    else:
+        names = {
+            "claims": "claim made",
+            "recorded": "then in the pod's status",
+            "scheduler": "then bound",
+            "bench": "then deleted and the next pod created",
+        }
     parts = [f"{label} {phases[key] * 1e3:.0f} ms" for key, label in names.items() if key in phases]
-    return ", ".join(parts) + f" ({phases.get('batches', 0):.0f} batches)"
+    return ", ".join(parts) + f" ({phases.get('batches', 0):.0f} {'batches' if unit == 'batch' else 'pods'})"
 
 
 def ours_p(r: dict[str, Any], q: str) -> str:

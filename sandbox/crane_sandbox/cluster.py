@@ -294,6 +294,9 @@ class ControllerManager:
     pki: Pki
     kubeconfig: Path
     controllers: tuple[str, ...] = CONTROLLERS
+    qps: float = 200
+    """its client's QPS and burst (``--kube-api-qps``/``--kube-api-burst``; kube's defaults are 20/30)"""
+    burst: int = 400
     port: int = field(default_factory=free_port)
     process: ManagedProcess | None = None
 
@@ -315,8 +318,8 @@ class ControllerManager:
                 "--use-service-account-credentials=true",
                 f"--controllers={','.join(self.controllers)}",
                 "--leader-elect=false",
-                "--kube-api-qps=200",
-                "--kube-api-burst=400",
+                f"--kube-api-qps={self.qps:g}",
+                f"--kube-api-burst={self.burst}",
                 "--profiling=false",
                 "--v=1",
             ],
@@ -341,8 +344,9 @@ class ControllerManager:
 class LocalCluster(Server):
     """etcd + kube-apiserver + redis-server, plus kube-controller-manager when ``controllers`` is set (True:
     ``CONTROLLERS``; or the names of the controllers to run, e.g. only the resourceclaim controller for a benchmark
-    whose nodes have no kubelet the node lifecycle controller would wait for). Extra components (KWOK,
-    Prometheus, fleet, services) attach to it."""
+    whose nodes have no kubelet the node lifecycle controller would wait for). ``controller_qps``: the controller
+    manager's client (QPS, burst), when not the sandbox's 200/400 (a benchmark gives its controllers the
+    schedulers' own, as scheduler_perf does). Extra components (KWOK, Prometheus, fleet, services) attach to it."""
 
     def __init__(
         self,
@@ -350,8 +354,10 @@ class LocalCluster(Server):
         *,
         binaries: KubeBinaries | None = None,
         controllers: bool | tuple[str, ...] = False,
+        controller_qps: tuple[float, int] = (200, 400),
     ) -> None:
         self.run_dir = run_dir or new_run_dir("cluster")
+        self.controller_qps = controller_qps
         self.binaries = binaries
         self.controllers = CONTROLLERS if controllers is True else tuple(controllers or ())
         self.etcd = Etcd(self.run_dir)
@@ -385,6 +391,7 @@ class LocalCluster(Server):
                     pki,
                     self.component_kubeconfig("system:kube-controller-manager"),
                     self.controllers,
+                    *self.controller_qps,
                 )
                 await self.controller_manager.start()
         except BaseException:
