@@ -2,17 +2,19 @@
 pod-status patches, preemption's nominations, conditions and evictions, DynamicResources' claim writes). Reads
 (informers, recovery lists) and VolumeBinding's PV/PVC updates stay on the scheduler's own client.
 
-A write is packed and buffered; the buffer goes down the pipe after ``FLUSH_DELAY`` (or at ``FLUSH_BATCH``
-messages), so a burst of binds costs one pipe write (and one wake-up of the writer) per few milliseconds. Each
-write carries its term (``Term.number``) and the term's deadline (``Term.deadline``, monotonic), which ``renew``
-moves on in the process; a write refused for its deadline is sent again if the term was renewed meanwhile (the
-renewal's message came too late); ``end_term`` tells the writer at once, unbuffered, that a term is over. A caller
-that is cancelled (``stop_binding`` cancels its binding cycles) cancels its request in the writer too. If the
-process dies, the writes in flight answer ``UNSENT`` (a bind is retried with backoff, an event is retried) and it
-is restarted with backoff; ``alive`` is a readiness check. ``ready`` is set once the process has built its client
-(its imports take ~1.4 s): the scheduler waits for it before its first decision, so a start with pods pending does
-not pile its first writes up in the pipe.
-"""
+A write is packed and buffered; the buffer goes down the pipe at most once per ``FLUSH_DELAY`` (or at
+``FLUSH_BATCH`` messages), so a burst of binds costs one pipe write (and one wake-up of the writer) per few
+milliseconds; a write after a pause goes at the end of its loop turn (with whatever else that turn wrote), not
+``FLUSH_DELAY`` later, where a pod's writes one after the other (a claim's finalizer, its status, the bind) each
+waited it out, and the writer's reply as long again (``protocol.flush_after``). Each write carries its term
+(``Term.number``) and the term's deadline (``Term.deadline``, monotonic), which ``renew`` moves on in the process; a
+write refused for its deadline is sent again if the term was renewed meanwhile (the renewal's message came too
+late); ``end_term`` tells the writer at once, unbuffered, that a term is over. A caller that is cancelled
+(``stop_binding`` cancels its binding cycles) cancels its request in the writer too. If the process dies, the writes
+in flight answer ``UNSENT`` (a bind is retried with backoff, an event is retried) and it is restarted with backoff;
+``alive`` is a readiness check. ``ready`` is set once the process has built its client (its imports take ~1.4 s):
+the scheduler waits for it before its first decision, so a start with pods pending does not pile its first writes up
+in the pipe."""
 
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ from crane_scheduler.writer.protocol import (
     URGENT,
     Connection,
     Reply,
+    flush_after,
 )
 from crane_shared.leader import Term
 from crane_shared.logs import get_logger
@@ -90,6 +93,7 @@ class ApiWriter:
         self._pending: dict[int, asyncio.Future[Reply]] = {}
         self._out: list[bytes] = []
         self._flush_timer: asyncio.TimerHandle | None = None
+        self._flushed_at = 0.0  # the loop's clock at the last pipe write
         self._packer = msgpack.Packer()
         self._proc: asyncio.subprocess.Process | None = None
         self._supervisor: asyncio.Task[None] | None = None
@@ -282,16 +286,17 @@ class ApiWriter:
         self.flush()
 
     def _buffer(self, message: tuple[Any, ...]) -> None:
-        if not self._out:
-            self._flush_timer = asyncio.get_running_loop().call_later(FLUSH_DELAY, self.flush)
         self._out.append(self._packer.pack(message))
         if len(self._out) >= FLUSH_BATCH:
             self.flush()
+        elif self._flush_timer is None:
+            self._flush_timer = flush_after(FLUSH_DELAY, self._flushed_at, self.flush)
 
     def flush(self) -> None:
         if self._flush_timer is not None:
             self._flush_timer.cancel()
             self._flush_timer = None
+        self._flushed_at = asyncio.get_running_loop().time()
         data, self._out = b"".join(self._out), []
         proc = self._proc
         if data and proc is not None and proc.stdin is not None and not proc.stdin.is_closing():

@@ -66,6 +66,7 @@ from crane_scheduler.writer.protocol import (
     UNSENT,
     URGENT,
     Connection,
+    flush_after,
 )
 from crane_shared.events import once_scheduled_event
 from crane_shared.kube import KubeSettings, TokenBucket, api_client_from_dict, make_api_client, tls_context
@@ -215,6 +216,7 @@ class Writer:
         self.out = out
         self.replies: list[bytes] = []
         self.flush_timer: asyncio.TimerHandle | None = None
+        self.flushed_at = 0.0  # the loop's clock at the last pipe write
         self.packer = msgpack.Packer()
         self.tasks: dict[int, tuple[asyncio.Task[None], int]] = {}
         self.ended: set[int] = set()
@@ -414,14 +416,15 @@ class Writer:
         return status, _error_text(text)
 
     def reply(self, rid: int, status: int, text: str) -> None:
-        if not self.replies:  # one pipe write (one wake-up of the scheduler) per REPLY_DELAY, however many replies
-            self.flush_timer = asyncio.get_running_loop().call_later(REPLY_DELAY, self.flush)
         self.replies.append(self.packer.pack((rid, status, text)))
+        if self.flush_timer is None:  # one pipe write (one wake-up of the scheduler) per REPLY_DELAY at most
+            self.flush_timer = flush_after(REPLY_DELAY, self.flushed_at, self.flush)
 
     def flush(self) -> None:
         if self.flush_timer is not None:
             self.flush_timer.cancel()
             self.flush_timer = None
+        self.flushed_at = asyncio.get_running_loop().time()
         data, self.replies = b"".join(self.replies), []
         if data and not self.out.is_closing():
             self.out.write(data)

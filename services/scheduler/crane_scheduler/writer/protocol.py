@@ -42,6 +42,8 @@ which), ``REFUSED`` when it was not sent (term ended, deadline passed, cancelled
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 REQUEST, CANCEL, END_TERM, BIND, URGENT, EVICT, OBJECT, BIND_REPORTED, RENEW = 0, 1, 2, 3, 4, 5, 6, 7, 8
@@ -117,3 +119,11 @@ class Connection:
     def from_wire(cls, data: dict[str, object]) -> Connection:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)  # type: ignore[arg-type]
+
+
+def flush_after(delay: float, flushed_at: float, flush: Callable[[], None]) -> asyncio.TimerHandle:
+    """The timer of a buffer's next pipe write: ``delay`` after the last one (``flushed_at``, the loop's clock), or
+    at once (the loop's next turn) when that is past. Both ends' pipe writes (``client``, ``process``): at most one
+    per ``delay`` in a burst, none delayed after a pause."""
+    loop = asyncio.get_running_loop()
+    return loop.call_at(max(flushed_at + delay, loop.time()), flush)
