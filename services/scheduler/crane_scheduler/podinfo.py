@@ -366,6 +366,31 @@ SCHEDULER_ERROR = "SchedulerError"
 """... when the attempt failed for another reason (``v1.PodReasonSchedulerError``)"""
 
 
+def scheduled_condition(raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The object's PodScheduled condition, if it has one."""
+    conditions = (raw.get("status") or {}).get("conditions") or ()
+    return next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+
+
+def bound_object(
+    assumed: dict[str, Any], node: str, resource_version: str, condition: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The bound pod's object rebuilt from the pending one ``assumed`` and what a bind changes: ``spec.nodeName``,
+    the resourceVersion and the PodScheduled condition (replaced where it was, else added). For a pod whose bound
+    version ``bound_version`` read from ``assumed``, every reading of the result is the bound object's (its
+    ``managedFields`` are the pending one's: nothing reads them)."""
+    meta = {**(assumed.get("metadata") or {}), "resourceVersion": resource_version}
+    spec = {**(assumed.get("spec") or {}), "nodeName": node}
+    status = dict(assumed.get("status") or {})
+    conditions = [c for c in status.get("conditions") or () if c.get("type") != "PodScheduled"]
+    if condition is not None:
+        at = next((i for i, c in enumerate(status.get("conditions") or ()) if c.get("type") == "PodScheduled"), None)
+        conditions.insert(len(conditions) if at is None else at, condition)
+    if conditions or "conditions" in status:
+        status["conditions"] = conditions
+    return {**assumed, "metadata": meta, "spec": spec, "status": status}
+
+
 def unscheduled_condition(pod: PodInfo, reason: str, message: str) -> dict[str, Any]:
     """PodScheduled=False as kube's ``updatePod`` writes it after a failed attempt (for a strategic merge patch of
     the pod's status: conditions merge by type)."""

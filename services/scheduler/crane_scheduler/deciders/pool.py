@@ -29,10 +29,10 @@ from typing import Any
 
 import msgpack
 
-from crane_scheduler.deciders.protocol import APPLY, ASSUME, DECIDE, DONE, FORGET, INIT, READY_ID
+from crane_scheduler.deciders.protocol import APPLY, ASSUME, CONFIRM, DECIDE, DONE, FORGET, INIT, READY_ID
 from crane_scheduler.deciders.versions import RowVersions
 from crane_scheduler.nodetable import NodeTable, PodRecord
-from crane_scheduler.podinfo import PodInfo
+from crane_scheduler.podinfo import PodInfo, scheduled_condition
 from crane_shared.informer import object_key
 from crane_shared.logs import get_logger
 from crane_shared.retry import Backoff
@@ -279,11 +279,19 @@ class DeciderPool:
         self.versions.step(name)
         self._send((APPLY, "Node", event, raw))
 
-    def pod_event(self, event: str, raw: dict[str, Any], accounting_changed: bool = True) -> None:
+    def pod_event(
+        self,
+        event: str,
+        raw: dict[str, Any],
+        accounting_changed: bool = True,
+        assumed_raw: dict[str, Any] | None = None,
+    ) -> None:
         """Bound pods and nominated ones (and the last word on a pod the workers know); a pending pod of no
         nomination is nothing to a replica (a worker gets a pod it decides with the decision).
         ``accounting_changed`` False: the table counted this pod on its node exactly so already (the informer
-        confirming an assumption): the replica gets the object, but the row is unchanged."""
+        confirming an assumption): the replica gets the object, but the row is unchanged. ``assumed_raw``: the
+        pending object ``raw``'s bound version was read from (``podinfo.bound_version``); when it is the object the
+        workers were sent with the assumption, they get a ``CONFIRM`` instead of the object."""
         meta = raw.get("metadata") or {}
         uid = str(meta.get("uid") or "")
         pods = self._state.setdefault("Pod", {})
@@ -299,12 +307,17 @@ class DeciderPool:
             self.versions.step(before)
             self._send((APPLY, "Pod", "DELETED", raw))
             return
+        sent = pods.get(uid)
         pods[uid] = raw
         self._pod_nodes[uid] = node or nominated
         if accounting_changed or before != node:
             self.versions.step(before, node or nominated)
         else:
             self.versions.step()
+            if assumed_raw is not None and sent is assumed_raw and uid in self._assumed:
+                rv = str(meta.get("resourceVersion") or "")
+                self._send((CONFIRM, uid, node, rv, scheduled_condition(raw)))
+                return
         self._send((APPLY, "Pod", event, raw))
 
     def object_event(self, kind: str, event: str, raw: dict[str, Any]) -> None:

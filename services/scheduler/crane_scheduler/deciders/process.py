@@ -18,9 +18,9 @@ from typing import Any
 import msgpack
 
 from crane_scheduler.algorithm import ScheduleResult
-from crane_scheduler.deciders.protocol import APPLY, ASSUME, DECIDE, DONE, FORGET, INIT, READY_ID
+from crane_scheduler.deciders.protocol import APPLY, ASSUME, CONFIRM, DECIDE, DONE, FORGET, INIT, READY_ID
 from crane_scheduler.framework.runtime import Profile
-from crane_scheduler.podinfo import PodInfo, parse_pod
+from crane_scheduler.podinfo import PodInfo, bound_object, parse_pod
 from crane_scheduler.simulate import Simulator
 from crane_scheduler.writer.process import die_with_parent
 from crane_shared.logs import configure_logging, get_logger
@@ -85,6 +85,15 @@ class Replica:
         finally:
             self.clock.fixed = None
 
+    def confirm(self, uid: str, node: str, resource_version: str, condition: dict[str, Any] | None) -> None:
+        """The assumption of ``uid`` bound (``protocol.CONFIRM``): applied as the watch's event would be, its object
+        rebuilt from the one assumed here. A replica without that assumption cannot: it exits, and the pool starts
+        a new worker from the whole state (``DeciderPool``'s restart)."""
+        record = self.sim.table.pods.get(uid)
+        if record is None or record.pod is None or not record.assumed:
+            raise RuntimeError(f"confirmation of pod {uid}, which this replica has not assumed")
+        self.apply("Pod", "MODIFIED", bound_object(record.pod.raw, node, resource_version, condition))
+
     def forget(self, uid: str, node: str, profile: str) -> None:
         self.seen += 1
         self._forget(uid, node, profile)
@@ -137,6 +146,9 @@ def serve(read: Any, write: Any) -> None:
             elif kind == ASSUME:
                 assert replica is not None
                 replica.assume(message[1], message[2], message[3], message[4])
+            elif kind == CONFIRM:
+                assert replica is not None
+                replica.confirm(message[1], message[2], message[3], message[4])
             elif kind == FORGET:
                 assert replica is not None
                 replica.forget(message[1], message[2], message[3])

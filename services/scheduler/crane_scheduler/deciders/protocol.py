@@ -15,6 +15,10 @@ is one step of the replica's state; the worker counts them, and its answers carr
   clock ``at``; the replica assumes it and replays the Reserve of the plugins that account it (Dynamic's recent
   binding, stamped ``at``);
 - ``[FORGET, uid, node, profile]``: that assumption was undone (a bind that failed or was withheld);
+- ``[CONFIRM, uid, node, resource_version, condition]``: the pod watch showed that assumption bound, and the bound
+  object differs from the assumed one only in what a bind changes (``podinfo.bound_version`` read it so): the
+  replica rebuilds it from the object it assumed (``podinfo.bound_object``) instead of receiving it whole, as an
+  ``APPLY`` would send it (packing the pod again was ~4 % of the scheduling process's instructions a pod);
 - ``[DECIDE, id, profile, pod]``: decide ``pod`` (not a state step). The worker counts the pod on the node it
   answers at once (a provisional assumption: its next decisions see it), until the scheduling process's ``ASSUME``
   of that pod (which replaces it) or ``DONE``;
@@ -29,6 +33,6 @@ holds the whole state it was started with (no decision is sent to a worker befor
 
 from __future__ import annotations
 
-INIT, APPLY, ASSUME, FORGET, DECIDE, DONE = 0, 1, 2, 3, 4, 5
+INIT, APPLY, ASSUME, FORGET, DECIDE, DONE, CONFIRM = 0, 1, 2, 3, 4, 5, 6
 READY_ID = 0
 """the answer id of a worker's readiness (decision ids start at 1)"""

@@ -53,7 +53,13 @@ def _labels(pod: PodInfo | None) -> Any:
 class Mirror(Protocol):
     def node_event(self, event: str, raw: dict[str, Any]) -> None: ...
 
-    def pod_event(self, event: str, raw: dict[str, Any], accounting_changed: bool = True) -> None: ...
+    def pod_event(
+        self,
+        event: str,
+        raw: dict[str, Any],
+        accounting_changed: bool = True,
+        assumed_raw: dict[str, Any] | None = None,
+    ) -> None: ...
 
 
 class Cache:
@@ -178,7 +184,9 @@ class Cache:
             self.mirror.pod_event("MODIFIED", raw)  # a nomination, or one withdrawn (nothing else is sent)
         if not spec.get("nodeName") and spec.get("schedulerName", "default-scheduler") not in self.schedulers:
             return  # another scheduler's pending pod: nothing to account, nothing to schedule
-        pod = (spec.get("nodeName") and self._binding_of(raw)) or parse_pod(raw)
+        held = self._held_version(raw) if spec.get("nodeName") else None
+        bound = bound_version(held, raw) if held is not None else None
+        pod = bound or parse_pod(raw)
         if pod.node_name:
             was_pending = self.pending.pop(pod.uid, None) is not None
             if was_pending:
@@ -197,7 +205,8 @@ class Cache:
                     change = None if old is None else ClusterChange(ClusterEvent.POD_UPDATE, old, pod)
                     self.queue.on_event(ClusterEvent.POD_UPDATE, change)
             if self.mirror is not None:
-                self.mirror.pod_event("MODIFIED", raw, changed or before is None)
+                read_from = held.raw if bound is not None and held is not None else None
+                self.mirror.pod_event("MODIFIED", raw, changed or before is None, read_from)
             self.forget(pod.uid)
             return
         if pod.scheduler_name not in self.schedulers:
@@ -214,15 +223,15 @@ class Cache:
         self.queue.add(pod, self.clock())  # add() updates in place when the pod is already queued
         self.wake()
 
-    def _binding_of(self, raw: dict[str, Any]) -> PodInfo | None:
-        """The bound pod ``raw`` read from its pending version (``podinfo.bound_version``: the pending pod we hold,
-        or the one the table assumed, as a decider's replica holds it), None when it must be parsed."""
+    def _held_version(self, raw: dict[str, Any]) -> PodInfo | None:
+        """The pending version we hold of the bound pod ``raw`` (the pending pod, or the one the table assumed, as a
+        decider's replica holds it), to read the bound one from (``podinfo.bound_version``)."""
         uid = (raw.get("metadata") or {}).get("uid", "")
         before = self.pending.get(uid)
         if before is None:
             record = self.table.pods.get(uid)
             before = record.pod if record is not None and record.assumed else None
-        return None if before is None else bound_version(before, raw)
+        return before
 
     def _track_nomination(self, raw: dict[str, Any]) -> None:
         """kube's nominator: a pending pod (of any scheduler) with ``status.nominatedNodeName`` is expected on that

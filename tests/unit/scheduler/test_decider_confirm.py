@@ -1,0 +1,117 @@
+"""The pod watch's confirmation of an assumption, sent to the decider workers as ``CONFIRM`` (what a bind changed)
+instead of the bound object: the replica must end exactly where the object itself would have taken it, and the
+scheduling process may send it only for the object the workers were given with the assumption."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import pytest
+
+from crane_scheduler.deciders.pool import DeciderPool
+from crane_scheduler.deciders.process import Replica
+from crane_scheduler.deciders.protocol import APPLY, CONFIRM
+from crane_scheduler.podinfo import bound_object, bound_version, parse_pod
+from tests.support.scheduler import container, node
+
+
+def _pending(name: str = "web-1") -> dict[str, Any]:
+    """A pending pod as the API server serves it: no ``nodeName`` key, attempted once (PodScheduled False)."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "resourceVersion": "100",
+            "labels": {"app": "web"},
+            "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+        },
+        "spec": {"schedulerName": "crane-scheduler", "containers": [container("250m", "256Mi")], "priority": 0},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {"type": "Initialized", "status": "True"},
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/1 nodes"},
+            ],
+        },
+    }
+
+
+def _bound(pending: dict[str, Any], node_name: str, rv: str = "107") -> dict[str, Any]:
+    """What the API server's binding makes of it: node, PodScheduled True in place, a new resourceVersion, and a
+    managedFields entry of its own."""
+    raw = copy.deepcopy(pending)
+    raw["metadata"]["resourceVersion"] = rv
+    raw["metadata"]["managedFields"].append({"manager": "crane-scheduler", "subresource": "binding"})
+    raw["spec"]["nodeName"] = node_name
+    raw["status"]["conditions"][1] = {
+        "type": "PodScheduled",
+        "status": "True",
+        "lastTransitionTime": "2026-11-29T03:00:00Z",
+    }
+    return raw
+
+
+def _readings(pod: Any) -> dict[str, Any]:
+    return {k: v for k, v in dataclasses.asdict(pod).items() if k != "raw"}
+
+
+def test_the_rebuilt_object_reads_as_the_bound_one() -> None:
+    pending = _pending()
+    bound = _bound(pending, "n1")
+    cond = bound["status"]["conditions"][1]
+    rebuilt = bound_object(pending, "n1", "107", cond)
+    assert _readings(parse_pod(rebuilt)) == _readings(parse_pod(bound))
+    assert rebuilt["status"]["conditions"] == bound["status"]["conditions"]  # in place, not appended
+    held = parse_pod(pending)
+    confirmed = bound_version(held, rebuilt)
+    assert confirmed is not None and _readings(confirmed) == _readings(parse_pod(bound))
+    assert pending["spec"].get("nodeName") is None  # the pending object itself is left as it was
+
+
+def _replica() -> Replica:
+    replica = Replica({"config": None, "out_of_tree": False}, seed=0, first_row=0, base=0)
+    replica.apply("Node", "ADDED", node("n1", cpu="4", memory="8Gi"))
+    return replica
+
+
+def test_a_replica_confirmed_ends_as_one_given_the_bound_object() -> None:
+    pending = _pending()
+    bound = _bound(pending, "n1")
+    given, confirmed = _replica(), _replica()
+    for replica in (given, confirmed):
+        replica.assume(copy.deepcopy(pending), "n1", "crane-scheduler", 1_000.0)
+    given.apply("Pod", "MODIFIED", bound)
+    confirmed.confirm("uid-web-1", "n1", "107", bound["status"]["conditions"][1])
+    assert confirmed.seen == given.seen  # one state step either way
+    a, b = given.sim.table.pods["uid-web-1"], confirmed.sim.table.pods["uid-web-1"]
+    assert (a.assumed, a.node) == (b.assumed, b.node) == (False, "n1")
+    assert a.pod is not None and b.pod is not None and _readings(a.pod) == _readings(b.pod)
+    row_a, row_b = given.sim.table.rows["n1"], confirmed.sim.table.rows["n1"]
+    assert given.sim.table.requested[row_a].tolist() == confirmed.sim.table.requested[row_b].tolist()
+
+
+def test_a_replica_asked_to_confirm_what_it_never_assumed_stops_rather_than_drift() -> None:
+    with pytest.raises(RuntimeError, match="uid-web-9"):
+        _replica().confirm("uid-web-9", "n1", "7", None)
+
+
+async def _pool_sends(assumed_raw_is_sent: bool) -> list[Any]:
+    pool = DeciderPool(1, None, out_of_tree=False)
+    sent: list[Any] = []
+    pool._send = sent.append  # type: ignore[method-assign,assignment]  # the messages, before packing
+    pending = _pending()
+    held = parse_pod(pending)
+    pool.assumed(held, "n1")
+    read_from = pending if assumed_raw_is_sent else copy.deepcopy(pending)
+    pool.pod_event("MODIFIED", _bound(pending, "n1"), False, read_from)
+    return sent
+
+
+async def test_the_pool_confirms_only_the_object_it_sent_with_the_assumption() -> None:
+    confirm = await _pool_sends(True)
+    assert [m[0] for m in confirm] == [CONFIRM] and confirm[0][1:4] == ("uid-web-1", "n1", "107")
+    assert confirm[0][4]["status"] == "True"
+    assert [m[0] for m in await _pool_sends(False)] == [APPLY]  # read from another version: the object goes whole
