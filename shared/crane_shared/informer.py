@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from crane_shared import managedfields
 from crane_shared.logs import get_logger
 from crane_shared.retry import Backoff, sleep_unless
 
@@ -110,6 +111,9 @@ class Informer:
     """total timeout of one list page; also the connect timeout of a watch"""
     max_line_bytes: int = 64 << 20
     keep_cache: bool = True
+    drop_managed_fields: bool = False
+    """cut ``metadata.managedFields`` out of each list and watch event before decoding it (``managedfields``):
+    for a consumer that reads none of them (the scheduler, as kube-scheduler's informers trim them)"""
     backoff: Backoff | None = None
     """retry timing; default exponential from 0.2 s up to ``max_backoff``"""
     clock: Callable[[], float] = time.monotonic
@@ -192,7 +196,7 @@ class Informer:
         try:
             await _check_status(resp)
             try:
-                body = json.loads(await resp.read())
+                body = self._loads(await resp.read())
             except ValueError as err:
                 raise ApiError(resp.status, f"list of {self.name}: body is not JSON ({err})") from err
         finally:
@@ -240,16 +244,19 @@ class Informer:
                 for line in lines:
                     self._check_line(len(line))
                     if line.strip():
-                        self._apply(_parse_event(line))
+                        self._apply(_parse_event(line, self._loads))
                         seen += 1
                         if seen % _YIELD_EVERY == 0:
                             await asyncio.sleep(0)
             if buffer.strip():
-                self._apply(_parse_event(bytes(buffer)))
+                self._apply(_parse_event(bytes(buffer), self._loads))
                 seen += 1
         finally:
             resp.release()
         return seen
+
+    def _loads(self, data: bytes) -> Any:
+        return managedfields.loads(data) if self.drop_managed_fields else json.loads(data)
 
     def _check_line(self, length: int) -> None:
         if length > self.max_line_bytes:
@@ -352,9 +359,9 @@ def _rv(obj: Mapping[str, Any]) -> Any:
     return (obj.get("metadata") or {}).get("resourceVersion")
 
 
-def _parse_event(line: bytes) -> Mapping[str, Any]:
+def _parse_event(line: bytes, loads: Callable[[bytes], Any] = json.loads) -> Mapping[str, Any]:
     try:
-        event = json.loads(line)
+        event = loads(line)
     except ValueError as err:
         raise ApiError(None, f"watch line is not JSON: {line[:120]!r}") from err
     if (

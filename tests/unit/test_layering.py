@@ -40,6 +40,7 @@ DOMAIN = [
     "hotvalue",
     "labels",
     "loadtaintpolicy",
+    "managedfields",
     "policy",
     "policyyaml",
     "quantity",

@@ -39,7 +39,9 @@ NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 
 def trim(raw: dict[str, Any]) -> dict[str, Any]:
     """Drop ``metadata.managedFields`` in place (the informer keeps the same object): no plugin reads it, and it is
-    a large share of a pod's decoded JSON (kube-scheduler's informers trim it too, ``TrimManagedFields``)."""
+    a large share of a pod's decoded JSON (kube-scheduler's informers trim it too, ``TrimManagedFields``). The
+    informers cut them before decoding already (``crane_shared.managedfields``); this takes what another
+    encoder's layout left, and the objects fed without an informer."""
     meta = raw.get("metadata")
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
@@ -102,13 +104,27 @@ class Cache:
     def node_informer(
         self, list_fn: ListFn, label_selector: str | None = None, on_restart: Callable[[str], None] | None = None
     ) -> Informer:
-        informer = Informer("nodes", list_fn, self.node_event, label_selector=label_selector, page_size=PAGE_SIZE)
+        informer = Informer(
+            "nodes",
+            list_fn,
+            self.node_event,
+            label_selector=label_selector,
+            page_size=PAGE_SIZE,
+            drop_managed_fields=True,
+        )
         if on_restart is not None:
             informer.on_restart = on_restart
         return informer
 
     def pod_informer(self, list_fn: ListFn, on_restart: Callable[[str], None] | None = None) -> Informer:
-        informer = Informer("pods", list_fn, self.pod_event, field_selector=NON_TERMINAL_PODS, page_size=PAGE_SIZE)
+        informer = Informer(
+            "pods",
+            list_fn,
+            self.pod_event,
+            field_selector=NON_TERMINAL_PODS,
+            page_size=PAGE_SIZE,
+            drop_managed_fields=True,
+        )
         if on_restart is not None:
             informer.on_restart = on_restart
         return informer
