@@ -15,12 +15,12 @@ only once the controller has made every pod's claim. Throughput = pods / (last b
 ``bench.scheduler``; both schedulers with the same client QPS/burst, one after the other, every pod and claim
 deleted between them.
 
-``--steady-state`` is scheduler_perf's ``createPodsSteadily`` as the pinned release (1.37) has it: ``--batch``
-(10) pods claiming a device through the template are created; each pod seen bound is deleted (grace 0) and one
-new pod created in its place, one after the other in one loop, for ``--duration`` seconds from the first bind, so
-``--batch`` pods are always on their way. Throughput = pods bound / (last bind - first bind): the loop's speed,
-the claim controller's latency included, as kube's; the median pod's round trip is printed in parts (the
-controller's claim, then the pod's status naming it, then the bind, then the benchmark's deletion and the next
+``--steady-state`` is scheduler_perf's ``createPodsSteadily`` as the pinned release (1.37) has it: ``--batch`` (10)
+pods claiming a device through the template are created; each pod seen bound is deleted (grace 0) and then one new
+pod created in its place (each replacement its own task: ``SteadyPods._replace``), for ``--duration`` seconds from
+the first bind, so ``--batch`` pods are always on their way. Throughput = pods bound / (last bind - first bind): the
+loop's speed, the claim controller's latency included, as kube's; the median pod's round trip is printed in parts
+(the controller's claim, then the pod's status naming it, then the bind, then the benchmark's deletion and the next
 pod's creation), to tell which of them paces the loop. ``--steady-batches``: 1.35's version instead (each batch
 bound whole, then deleted together and the next batch created; the round trip then is a batch's).
 Its workloads: empty_500nodes (``--init-pods 0``, kube's threshold 64), half_500nodes (``--init-pods 2500``: 70,
@@ -430,16 +430,20 @@ class Steady:
     def prefix(self) -> str:
         return f"pod-{self.generation:04d}-"
 
-    async def create_batch(self) -> None:
+    async def create_pods(self, names: list[str]) -> None:
+        """Pods of these names, each claiming a device through the template, created concurrently."""
         v1 = client.CoreV1Api(self.api)
         claim = {"resourceClaimTemplateName": self.template}
 
-        async def one(i: int) -> None:
-            body = pod_body(f"{self.prefix}{i:03d}", self.scheduler, claim)
+        async def one(name: str) -> None:
+            body = pod_body(name, self.scheduler, claim)
             (await v1.create_namespaced_pod(self.namespace, body, _preload_content=False)).release()
 
+        await asyncio.gather(*(one(name) for name in names))
+
+    async def create_batch(self) -> None:
         self._next_marks()
-        await asyncio.gather(*(one(i) for i in range(self.batch)))
+        await self.create_pods([f"{self.prefix}{i:03d}" for i in range(self.batch)])
 
     async def run(self) -> None:
         stopping = asyncio.Event()
@@ -521,17 +525,11 @@ class SteadyPods(Steady):
         return super().phase_summary()
 
     async def create(self, n: int) -> None:
-        v1 = client.CoreV1Api(self.api)
-        claim = {"resourceClaimTemplateName": self.template}
-
-        async def one(name: str) -> None:
-            self.pods[name] = {"created": time.monotonic()}
-            body = pod_body(name, self.scheduler, claim)
-            (await v1.create_namespaced_pod(self.namespace, body, _preload_content=False)).release()
-
         names = [self._name(self.created + i) for i in range(n)]
         self.created += n
-        await asyncio.gather(*(one(name) for name in names))
+        for name in names:
+            self.pods[name] = {"created": time.monotonic()}
+        await self.create_pods(names)
 
     async def create_batch(self) -> None:
         await self.create(self.batch)

@@ -30,18 +30,16 @@ def without_managed_fields(data: bytes) -> bytes:
     """``data`` (one object, a watch event, or a list of them) without the ``managedFields`` of each object laid
     out as the API server writes it; the others are left as they are."""
     parts: list[bytes] = []
-    pos = 0
-    while (start := data.find(START, pos)) >= 0:
+    pos = search = 0
+    while (start := data.find(START, search)) >= 0:
         end = data.find(END, start)
         if end < 0:
             break
-        after = end + 2  # the metadata's closing brace and what follows it stay
+        search = end + 2  # the metadata's closing brace and what follows it stay
         if _OTHER_KEY.search(data, start + len(START), end) is None:
             parts.append(data[pos:start])
-            pos = after
-        else:
-            parts.append(data[pos:after])  # not the encoder's layout: this object decodes whole
-            pos = after
+            pos = search
+        # else: not the encoder's layout, this object decodes whole
     if not parts:
         return data
     parts.append(data[pos:])

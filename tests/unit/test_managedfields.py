@@ -76,7 +76,7 @@ def test_another_encoders_order_is_left_whole() -> None:
     meta = pod["metadata"]
     meta["ownerReferences"] = [{"kind": "ReplicaSet", "name": "web"}]  # after managedFields, unlike Go's order
     data = _encode(pod)
-    assert json.loads(without_managed_fields(data)) == json.loads(data)
+    assert without_managed_fields(data) is data
 
 
 def test_objects_without_managed_fields_are_the_same_bytes() -> None:

@@ -261,7 +261,6 @@ def _sizes(raw: Mapping[str, Any], spec: Mapping[str, Any]) -> _Sizes:
 def parse_pod(raw: dict[str, Any]) -> PodInfo:
     meta = raw.get("metadata") or {}
     spec = raw.get("spec") or {}
-    status = raw.get("status") or {}
     sizes = _sizes(raw, spec)
     node_aff = (spec.get("affinity") or {}).get("nodeAffinity") or {}
     required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
@@ -273,7 +272,7 @@ def parse_pod(raw: dict[str, Any]) -> PodInfo:
         for p in node_aff.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
         if int(p.get("weight") or 0) != 0 and (t := parse_term(p.get("preference"))) is not None and t.valid
     )
-    cond = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), None)
+    cond = scheduled_condition(raw)
     return PodInfo(
         uid=meta.get("uid", ""),
         namespace=meta.get("namespace", ""),
@@ -330,8 +329,7 @@ def bound_version(pending: PodInfo, raw: dict[str, Any]) -> PodInfo | None:
             return None
     if resize_status_present(raw) or resize_status_present(pending.raw):
         return None  # the status' resources are readings too
-    status = raw.get("status") or {}
-    cond = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), None)
+    cond = scheduled_condition(raw)
     return PodInfo(
         uid=pending.uid,
         namespace=pending.namespace,
@@ -382,10 +380,9 @@ def bound_object(
     meta = {**(assumed.get("metadata") or {}), "resourceVersion": resource_version}
     spec = {**(assumed.get("spec") or {}), "nodeName": node}
     status = dict(assumed.get("status") or {})
-    conditions = [c for c in status.get("conditions") or () if c.get("type") != "PodScheduled"]
-    if condition is not None:
-        at = next((i for i, c in enumerate(status.get("conditions") or ()) if c.get("type") == "PodScheduled"), None)
-        conditions.insert(len(conditions) if at is None else at, condition)
+    old = list(status.get("conditions") or ())
+    at = next((i for i, c in enumerate(old) if c.get("type") == "PodScheduled"), len(old))
+    conditions = [*old[:at], *([condition] if condition is not None else []), *old[at + 1 :]]
     if conditions or "conditions" in status:
         status["conditions"] = conditions
     return {**assumed, "metadata": meta, "spec": spec, "status": status}
