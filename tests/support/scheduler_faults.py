@@ -213,6 +213,13 @@ async def audit(kube: client.ApiClient, namespace: str, created: int, row: Fault
         row.note = f"bound without a Scheduled event: {', '.join(sorted(silent)[:5])}"
     wrong = [e for e in scheduled if not e["note"].endswith(f" to {bound.get(e['regarding']['uid'])}")]
     assert not wrong, f"Scheduled events naming another node than the binding: {wrong[:3]}"
+    # the binding sets PodScheduled=True; a failed attempt's condition patch sent after it would turn it back
+    unscheduled = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") and _scheduled(p) != "True"]
+    assert not unscheduled, f"bound pods whose PodScheduled condition is not True: {sorted(unscheduled)[:5]}"
+
+
+def _scheduled(pod: dict[str, Any]) -> str | None:
+    return next((c.get("status") for c in pod["status"].get("conditions") or () if c["type"] == "PodScheduled"), None)
 
 
 async def at_least_bound(kube: client.ApiClient, namespace: str, n: int) -> bool:

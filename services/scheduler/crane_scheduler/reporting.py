@@ -11,6 +11,10 @@ decision or a bind; reads (the pod behind a 409, the recovery list) use the sche
 - ``FailedScheduling`` (Warning) and PodScheduled=False carry kube-scheduler's message. The condition is only
   patched when it changes; an unchanged message is repeated as an event at most once per ``repeat_after``
   seconds per pod, so a stuck pod retried on every cluster event does not flood the API.
+- A PodScheduled=False patch still queued when the pod's bind starts, or when the informer sees it bound or gone,
+  is not sent (``superseded``): kube's API dispatcher (``SchedulerAsyncAPICalls``) lets a pod's binding call
+  overwrite its queued status patch the same way. Sent late, it would land on the bound pod and leave it
+  PodScheduled=False for good, which also hides it from a new leader's recovery of missing ``Scheduled`` events.
 - ``FailedScheduling`` events and condition patches belong to the leadership term they were queued in
   (``term``): when it ends, the ones still queued are dropped at once (``drop_lost``), like the binds, counted as
   ``crane_scheduler_reports_total{result="dropped"}``; the next leader judges those pods itself. A ``Scheduled``
@@ -93,6 +97,7 @@ class Reporter:
         """the leadership term reports are queued in (set by the scheduler when it starts leading)"""
         self._last_failure: dict[str, tuple[str, float]] = {}
         self._claimed: dict[str, tuple[str, str]] = {}  # uid -> (reason, message) a plugin writes itself
+        self._conditions: dict[str, object] = {}  # uid -> the token of its PodScheduled=False patch still queued
         self._closed = asyncio.Event()
         self._log_once = LogOnce(log)
 
@@ -154,8 +159,14 @@ class Reporter:
         failure, term = (pod.uid, message), self.term
         self._queue("failed", pod.key, lambda: self._create_event(pod.namespace, body, "failed", term), failure)
         if pod.scheduled_condition != ("False", reason, message) and claimed != (reason, message):
-            self._queue("condition", pod.key, lambda: self._patch_condition(pod, reason, message, term), failure)
+            token = self._conditions[pod.uid] = object()  # a later patch for the pod supersedes this one
+            self._queue("condition", pod.key, lambda: self._patch_condition(pod, reason, message, term, token), failure)
         return True
+
+    def superseded(self, uid: str) -> None:
+        """The pod's bind starts, or the pod left the pending set (bound, deleted): its PodScheduled=False patch
+        still queued is not sent (kube's binding call overwriting the queued status patch)."""
+        self._conditions.pop(uid, None)
 
     def event(
         self,
@@ -229,14 +240,18 @@ class Reporter:
     def _dropped(self, job: _Job) -> None:
         self.metrics.reports.labels(job.kind, "dropped").inc()
         if job.failure is not None:  # never written: the next term reports it again, not after repeat_after
-            uid, message = job.failure
-            last = self._last_failure.get(uid)
-            if last is not None and last[0] == message:
-                del self._last_failure[uid]
+            self._unreported(*job.failure)
+
+    def _unreported(self, uid: str, message: str) -> None:
+        """The failure ``message`` of pod ``uid`` was not written: the next failure with it is not held back."""
+        last = self._last_failure.get(uid)
+        if last is not None and last[0] == message:
+            del self._last_failure[uid]
 
     def forget(self, uid: str) -> None:
         self._last_failure.pop(uid, None)
         self._claimed.pop(uid, None)
+        self._conditions.pop(uid, None)
 
     def condition_claimed(self, uid: str, reason: str, message: str) -> None:
         """A plugin writes this attempt's PodScheduled=False (``reason``, ``message``) itself, in a write of its
@@ -315,7 +330,15 @@ class Reporter:
             self.metrics.reports.labels(kind, "error").inc()
             raise _failure(reply, "POST", f"{path}/{body['metadata'].get('name', '')}")
 
-    async def _patch_condition(self, pod: PodInfo, reason: str, message: str, term: Term | None = None) -> None:
+    async def _patch_condition(
+        self, pod: PodInfo, reason: str, message: str, term: Term | None = None, token: object = None
+    ) -> None:
+        if token is not None:
+            if self._conditions.get(pod.uid) is not token:  # a bind, a newer patch, or the pod bound or gone
+                self.metrics.reports.labels("condition", "superseded").inc()
+                self._unreported(pod.uid, message)
+                return
+            del self._conditions[pod.uid]
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
         body = {"status": {"conditions": [unscheduled_condition(pod, reason, message)]}}
         reply = await self._write("PATCH", path, body, term, STRATEGIC_MERGE_PATCH)

@@ -320,6 +320,7 @@ class SchedulingCycle:
     ) -> None:
         """The binding cycle of an assumed, reserved pod, as a task (holding the popped pod's bind slot, unless
         ``holds_slot`` is False: a gang's other members)."""
+        self.reporter.superseded(qp.pod.uid)  # a PodScheduled=False still queued for it would land after the bind
         task = asyncio.create_task(self._binding_cycle(profile, qp, state, node, start))
         self._binds[task] = (profile, state, qp.pod, node)
         if not holds_slot:

@@ -399,14 +399,20 @@ class Scheduler(SchedulingCycle):
         self.reporter.term = term  # reports queued from now on belong to this term
         if self.writer is not None:
             self.writer.term = term  # and binds
-        await self.synced.wait()
-        if self.writer is not None and not await self.writer.wait_ready(WRITER_READY_TIMEOUT):
-            log.warning("the API writer process is not ready; scheduling anyway", waited=WRITER_READY_TIMEOUT)
-        await self._recover_scheduled_events()
+        self._scheduling = True  # from here on a pod found bound unassumed is reported (recovery's list may be slow)
+        try:
+            await self.synced.wait()
+            if self.writer is not None and not await self.writer.wait_ready(WRITER_READY_TIMEOUT):
+                log.warning("the API writer process is not ready; scheduling anyway", waited=WRITER_READY_TIMEOUT)
+            await self._recover_scheduled_events()
+            await self._schedule(stopping)
+        finally:
+            self._scheduling = False
+
+    async def _schedule(self, stopping: asyncio.Event) -> None:
         flusher = asyncio.create_task(self._flush_loop(stopping))
         settled = asyncio.create_task(self._recover_once_settled(stopping))
         log.info("scheduling", profiles=sorted(self.profiles))
-        self._scheduling = True
         pool = self.deciders
         if pool is not None:
             await pool.start()
@@ -426,23 +432,24 @@ class Scheduler(SchedulingCycle):
             self.abandon_decisions()
             flusher.cancel()
             settled.cancel()
-            try:
-                await self.drain()
-            finally:
-                self._scheduling = False
+            await self.drain()
 
-    async def _recover_scheduled_events(self) -> None:
+    async def _recover_scheduled_events(self) -> bool:
+        """Write the Scheduled events of bindings nobody reported; False when the look failed (logged)."""
         try:
             await self.reporter.recover_scheduled_events(list(self.table.pods.values()), set(self.profiles))
         except Exception as err:  # reporting must never keep the leader from scheduling
             log.warning("could not check for unreported bindings", **api_failure("list", "Scheduled events", err))
+            return False
+        return True
 
     async def _recover_once_settled(self, stopping: asyncio.Event) -> None:
         """Look for unreported bindings once more when the previous term's binds have landed: a bind cancelled
         on a lost lease may have been on the wire already (the pod gets bound, no event), and the cache may not
-        have seen it bound when this term began."""
-        if not await sleep_unless(stopping, RECOVERY_SETTLE) and self.may_bind():
-            await self._recover_scheduled_events()
+        have seen it bound when this term began. A look that fails is tried again after the same pause."""
+        while not await sleep_unless(stopping, RECOVERY_SETTLE) and self.may_bind():
+            if await self._recover_scheduled_events():
+                return
 
     async def drain(self) -> None:
         """Wait for in-flight binding cycles (shutdown, leadership loss)."""

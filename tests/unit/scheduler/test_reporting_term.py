@@ -119,3 +119,39 @@ async def test_a_claim_for_another_message_does_not_hold_back_the_condition() ->
         "PATCH /api/v1/namespaces/ns/pods/vip/status",
         "POST /apis/events.k8s.io/v1/namespaces/ns/events",
     ]
+
+
+async def test_a_condition_patch_still_queued_when_the_bind_starts_is_not_sent() -> None:
+    """kube's API dispatcher lets a pod's binding overwrite its queued status patch: sent after the bind, the patch
+    would leave the bound pod PodScheduled=False (and out of a new leader's recovery of Scheduled events)."""
+    fake = FakeWriter()
+    metrics = SchedulerMetrics(CollectorRegistry())
+    reporter = Reporter(fake.as_writer(), None, "test", metrics=metrics)
+    pod = parse_pod(_pod("member"))
+    assert reporter.failed(pod, "waiting for 3 more members", "Unschedulable", "crane-scheduler")
+    reporter.superseded(pod.uid)  # its gang completed: the bind starts before the reporter got to the patch
+    await _write_backlog(reporter)
+    assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"]  # the FailedScheduling event only
+    assert metrics.reports.labels("condition", "superseded")._value.get() == 1
+    # the bind failed and so did the next attempt, same message: its condition was never written, so it is now
+    assert reporter.failed(pod, "waiting for 3 more members", "Unschedulable", "crane-scheduler")
+    await _write_backlog(reporter)
+    assert fake.writes[1:] == [
+        "POST /apis/events.k8s.io/v1/namespaces/ns/events",
+        "PATCH /api/v1/namespaces/ns/pods/member/status",
+    ]
+
+
+async def test_a_pod_seen_bound_or_a_newer_failure_supersedes_a_queued_condition_patch() -> None:
+    fake = FakeWriter()
+    reporter = Reporter(fake.as_writer(), None, "test", repeat_after=0.0)
+    bound, retried = parse_pod(_pod("bound")), parse_pod(_pod("retried"))
+    reporter.failed(bound, "no fit", "Unschedulable", "crane-scheduler")
+    reporter.forget(bound.uid)  # the informer saw it bound (by another replica, or our bind whose reply was lost)
+    reporter.failed(retried, "0/3 nodes: 3 Insufficient cpu.", "Unschedulable", "crane-scheduler")
+    reporter.failed(retried, "0/3 nodes: 3 Insufficient memory.", "Unschedulable", "crane-scheduler")
+    await _write_backlog(reporter)
+    patches = [(w, b) for w, b in zip(fake.writes, fake.bodies, strict=True) if w.startswith("PATCH")]
+    assert [w for w, _ in patches] == ["PATCH /api/v1/namespaces/ns/pods/retried/status"]  # once: the newer one
+    assert patches[0][1]["status"]["conditions"][0]["message"] == "0/3 nodes: 3 Insufficient memory."
+    assert len(fake.writes) == 4  # three FailedScheduling events and that patch

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_scheduler.framework import SUCCESS, Code, CycleState, Handle, Status
 from crane_scheduler.nodetable import NodeTable
@@ -285,6 +286,30 @@ async def test_a_term_looks_for_unreported_bindings_again_once_the_previous_term
     assert looks == [0, 1]
 
 
+async def test_a_settled_look_that_fails_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The look after ``RECOVERY_SETTLE`` is the last chance for a binding the term's first look missed: a failed
+    list (an API server restarting, a timeout) does not end it."""
+    from crane_scheduler import scheduler as scheduler_module
+
+    monkeypatch.setattr(scheduler_module, "RECOVERY_SETTLE", 0.05)
+    s = scheduler_with(FakeBinder(), Clock())
+    s.synced.set()
+    stopping = asyncio.Event()
+    looks: list[int] = []
+
+    async def recover(bound: Any, schedulers: set[str]) -> int:
+        looks.append(len(looks))
+        if len(looks) in (2, 3):
+            raise ApiException(status=503)
+        if len(looks) == 4:
+            stopping.set()
+        return 0
+
+    monkeypatch.setattr(s.reporter, "recover_scheduled_events", recover)
+    await asyncio.wait_for(s.run(stopping, Term()), 10)
+    assert looks == [0, 1, 2, 3]
+
+
 async def test_a_decision_reports_its_cpu_time_beside_its_wall_time() -> None:
     """The decision's own cost apart from the machine's: its CPU time does not exceed its wall-clock latency
     (beyond the two system calls that read it), and the preempted count is per decision."""
@@ -330,3 +355,23 @@ async def test_the_first_decision_waits_for_the_api_writer_to_be_ready(
     binder.gate.set()
     stopping.set()
     await asyncio.wait_for(run, 10)
+
+
+async def test_a_binding_seen_while_the_terms_first_look_runs_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first look lists the Scheduled events (seconds on a busy API server) over the table as it was when the
+    term began; a pending pod the old leader bound that the informer delivers meanwhile is reported at once."""
+    s = scheduler_with(FakeBinder(), Clock())
+    s.cache.on_node(node("n1"))
+    pending = pod("late")
+    s.cache.on_pod(pending)
+    s.synced.set()
+    stopping = asyncio.Event()
+
+    async def recover(bound: Any, schedulers: set[str]) -> int:
+        s.cache.on_pod({**pending, "spec": {**pending["spec"], "nodeName": "n1"}})  # the old leader's bind lands
+        stopping.set()
+        return 0
+
+    monkeypatch.setattr(s.reporter, "recover_scheduled_events", recover)
+    await asyncio.wait_for(s.run(stopping, Term()), 10)
+    assert s.reporter.backlog == 1  # its Scheduled event
