@@ -262,11 +262,13 @@ async def test_losing_the_lease_also_drops_the_failures_and_conditions_the_term_
     assert s.metrics.reports.labels("condition", "dropped")._value.get() == 1
 
 
+@pytest.mark.parametrize("failing", [(), (2, 3)], ids=["looks", "failed-looks-retried"])
 async def test_a_term_looks_for_unreported_bindings_again_once_the_previous_terms_binds_have_landed(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, failing: tuple[int, ...]
 ) -> None:
     """A bind the previous term cancelled on losing its lease may have been on the wire: the pod is bound, the
-    cache sees it only later. The term looks at its start and once more after ``RECOVERY_SETTLE``."""
+    cache sees it only later. The term looks at its start and once more after ``RECOVERY_SETTLE``; that look is the
+    last chance for such a binding, so one that fails (an API server restarting, a timeout) is tried again."""
     from crane_scheduler import scheduler as scheduler_module
 
     monkeypatch.setattr(scheduler_module, "RECOVERY_SETTLE", 0.05)
@@ -277,37 +279,15 @@ async def test_a_term_looks_for_unreported_bindings_again_once_the_previous_term
 
     async def recover(bound: Any, schedulers: set[str]) -> int:
         looks.append(len(looks))
-        if len(looks) == 2:
-            stopping.set()
-        return 0
-
-    monkeypatch.setattr(s.reporter, "recover_scheduled_events", recover)
-    await asyncio.wait_for(s.run(stopping, Term()), 10)
-    assert looks == [0, 1]
-
-
-async def test_a_settled_look_that_fails_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The look after ``RECOVERY_SETTLE`` is the last chance for a binding the term's first look missed: a failed
-    list (an API server restarting, a timeout) does not end it."""
-    from crane_scheduler import scheduler as scheduler_module
-
-    monkeypatch.setattr(scheduler_module, "RECOVERY_SETTLE", 0.05)
-    s = scheduler_with(FakeBinder(), Clock())
-    s.synced.set()
-    stopping = asyncio.Event()
-    looks: list[int] = []
-
-    async def recover(bound: Any, schedulers: set[str]) -> int:
-        looks.append(len(looks))
-        if len(looks) in (2, 3):
+        if len(looks) in failing:
             raise ApiException(status=503)
-        if len(looks) == 4:
+        if len(looks) == 2 + len(failing):
             stopping.set()
         return 0
 
     monkeypatch.setattr(s.reporter, "recover_scheduled_events", recover)
     await asyncio.wait_for(s.run(stopping, Term()), 10)
-    assert looks == [0, 1, 2, 3]
+    assert looks == list(range(2 + len(failing)))
 
 
 async def test_a_decision_reports_its_cpu_time_beside_its_wall_time() -> None:
