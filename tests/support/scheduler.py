@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -155,10 +155,10 @@ class FakeWriter:
     """The API writer's interface in process (pure tests of its callers): records each write as "METHOD path" and
     its body, and answers the next status of ``answers`` (201 after)."""
 
-    def __init__(self, answers: list[int] | None = None) -> None:
+    def __init__(self, answers: Sequence[int | Reply] | None = None) -> None:
         self.writes: list[str] = []
         self.bodies: list[Any] = []
-        self.answers = list(answers or [])
+        self.answers: list[int | Reply] = list(answers or [])
         self.term: Any = None
         self.urgent: list[bool] = []
         """per ``write`` call (an EVICT has no such flag: the writer process sends it on the binds' lane)"""
@@ -173,7 +173,7 @@ class FakeWriter:
         self.writes.append(f"{method} {path}")
         self.urgent.append(urgent)
         self.bodies.append(body)
-        return Reply(self.answers.pop(0) if self.answers else 201)
+        return self._answer()
 
     async def evict(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> Reply:
         """Records what the caller sends, one ``protocol.EVICT`` (as "EVICT path", its body the victim's UID and
@@ -182,7 +182,11 @@ class FakeWriter:
         self.evicting.set()
         self.writes.append(f"EVICT /api/v1/namespaces/{namespace}/pods/{name}")
         self.bodies.append({"uid": uid, "condition": condition})
-        return Reply(self.answers.pop(0) if self.answers else 201)
+        return self._answer()
+
+    def _answer(self) -> Reply:
+        answer = self.answers.pop(0) if self.answers else 201
+        return answer if isinstance(answer, Reply) else Reply(answer)
 
     async def wait_ready(self, timeout: float) -> bool:
         try:

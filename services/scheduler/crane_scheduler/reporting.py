@@ -12,8 +12,9 @@ decision or a bind; reads (the pod behind a 409, the recovery list) use the sche
   patched when it changes; an unchanged message is repeated as an event at most once per ``repeat_after``
   seconds per pod, so a stuck pod retried on every cluster event does not flood the API.
 - A PodScheduled=False patch still queued when the pod's bind starts, or when the informer sees it bound or gone,
-  is not sent (``superseded``): kube's API dispatcher (``SchedulerAsyncAPICalls``) lets a pod's binding call
-  overwrite its queued status patch the same way. Sent late, it would land on the bound pod and leave it
+  is not sent (``superseded``), nor one the writer process holds when the bind reaches it (``SUPERSEDED``): kube's
+  API dispatcher (``SchedulerAsyncAPICalls``) lets a pod's binding call overwrite its queued status patch the same
+  way. Sent late, it would land on the bound pod and leave it
   PodScheduled=False for good, which also hides it from a new leader's recovery of missing ``Scheduled`` events.
 - ``FailedScheduling`` events and condition patches belong to the leadership term they were queued in
   (``term``): when it ends, the ones still queued are dropped at once (``drop_lost``), like the binds, counted as
@@ -39,7 +40,7 @@ from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.nodetable import PodRecord
 from crane_scheduler.podinfo import PodInfo, unscheduled_condition
 from crane_scheduler.writer import ApiWriter, Reply, ScheduledReport
-from crane_scheduler.writer.protocol import JSON, NOT_BOUND, STRATEGIC_MERGE_PATCH, UNSENT
+from crane_scheduler.writer.protocol import JSON, NOT_BOUND, STRATEGIC_MERGE_PATCH, SUPERSEDED, UNSENT
 from crane_shared.events import SCHEDULED_REASON, event_body, once_scheduled_event
 from crane_shared.kube import ApiCallError, api_failure, raw_json
 from crane_shared.leader import Term
@@ -344,6 +345,9 @@ class Reporter:
         reply = await self._write("PATCH", path, body, term, STRATEGIC_MERGE_PATCH)
         if reply.ok:
             self.metrics.reports.labels("condition", "ok").inc()
+        elif reply.refused and reply.text == SUPERSEDED:  # the pod's bind reached the writer process first
+            self.metrics.reports.labels("condition", "superseded").inc()
+            self._unreported(pod.uid, message)
         elif reply.refused:
             self.metrics.reports.labels("condition", "dropped").inc()
         elif reply.status != 404:

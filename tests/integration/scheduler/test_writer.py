@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 from crane_sandbox.cluster import LocalCluster
 from crane_scheduler.writer import ApiWriter, Connection, Reply, ScheduledReport
 from crane_scheduler.writer.kubeproto import PROTOBUF
-from crane_scheduler.writer.protocol import JSON, NOT_BOUND, REFUSED, STRATEGIC_MERGE_PATCH, UNSENT
+from crane_scheduler.writer.protocol import JSON, NOT_BOUND, REFUSED, STRATEGIC_MERGE_PATCH, SUPERSEDED, UNSENT
 from crane_shared.events import scheduled_event_name
 from crane_shared.leader import Term
 from tests.support import kubeproto
@@ -188,6 +188,33 @@ async def test_ending_the_term_refuses_its_writes_waiting_for_a_rate_limit_token
     # cancelled while waiting (had they waited for their tokens, the term's check after it would say so)
     assert [(r.status, r.text) for r in replies] == [(REFUSED, "cancelled")] * 3
     assert _sent(fake) == ["/api/v1/namespaces/ns/pods/first/binding"]
+
+
+async def test_a_pod_status_patch_its_pods_bind_overtook_in_the_writer_is_refused_and_never_sent() -> None:
+    """A failed attempt's PodScheduled=False patch waits for a token on the reports' lane while the pod's next
+    attempt binds it on the binds' lane: sent after the bind, the patch would leave the bound pod
+    PodScheduled=False. As kube's API dispatcher lets the binding overwrite the queued patch, it is refused; another
+    pod's patch is not, and gets the token back."""
+    fake = _Api()
+    condition = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}
+    async with TestServer(fake.app) as server:
+        # each lane: one token, then one a second (the patches wait for theirs on the reports' lane)
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=1, burst=1)
+        async with ApiWriter(conn) as writer:
+            writer.term = term = Term()
+            events = "/apis/events.k8s.io/v1/namespaces/ns/events"
+            assert (await writer.write("POST", events, {}, term)).ok  # takes the reports' token
+            stale, other = (
+                asyncio.create_task(writer.write("PATCH", f"/api/v1/namespaces/ns/pods/{pod}/status", condition, term,
+                                                 STRATEGIC_MERGE_PATCH))
+                for pod in ("p", "q")
+            )  # fmt: skip
+            await asyncio.sleep(0)  # both buffered: they reach the process before the bind below
+            assert (await writer.bind("ns", "p", "u", "n1")).ok
+            replies = await asyncio.wait_for(asyncio.gather(stale, other), 30)
+    assert (replies[0].status, replies[0].text) == (REFUSED, SUPERSEDED)
+    assert replies[1].ok
+    assert _sent(fake) == [events, "/api/v1/namespaces/ns/pods/p/binding", "/api/v1/namespaces/ns/pods/q/status"]
 
 
 async def test_a_write_refused_after_its_rate_limit_token_gives_the_token_to_the_next() -> None:

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from crane_scheduler.metrics import SchedulerMetrics
 from crane_scheduler.podinfo import parse_pod
 from crane_scheduler.reporting import Reporter
+from crane_scheduler.writer.protocol import REFUSED, SUPERSEDED, Reply
 from crane_shared.leader import Term
 from tests.support.scheduler import FakeWriter
 
@@ -155,3 +156,18 @@ async def test_a_pod_seen_bound_or_a_newer_failure_supersedes_a_queued_condition
     assert [w for w, _ in patches] == ["PATCH /api/v1/namespaces/ns/pods/retried/status"]  # once: the newer one
     assert patches[0][1]["status"]["conditions"][0]["message"] == "0/3 nodes: 3 Insufficient memory."
     assert len(fake.writes) == 4  # three FailedScheduling events and that patch
+
+
+async def test_a_condition_patch_the_writer_refused_as_superseded_by_the_bind_is_counted_so_and_not_held_back() -> None:
+    """The writer process refuses a pod's status patch that its bind overtook there (``SUPERSEDED``): counted apart
+    from the term's drops, and the same failure later is written again (its condition never was)."""
+    fake = FakeWriter(answers=[201, Reply(REFUSED, SUPERSEDED)])  # the FailedScheduling event, then the patch
+    metrics = SchedulerMetrics(CollectorRegistry())
+    reporter = Reporter(fake.as_writer(), None, "test", metrics=metrics)
+    reporter.term = Term()
+    pod = parse_pod(_pod("overtaken"))
+    reporter.failed(pod, "no fit", "Unschedulable", "crane-scheduler")
+    await _write_backlog(reporter)
+    assert metrics.reports.labels("condition", "superseded")._value.get() == 1
+    assert _dropped(metrics, "condition") == 0
+    assert reporter.failed(pod, "no fit", "Unschedulable", "crane-scheduler")

@@ -18,7 +18,12 @@ each renewal of the term moves on (``RENEW``); it is refused once the deadline h
 (``END_TERM``), checked again after its rate-limiter token and once more when its connection is ready, right
 before it goes out (refused then, it gives its token back: a backlog of writes whose deadline passed while they
 waited would otherwise take every token, and nothing would go out); ``END_TERM`` and ``CANCEL`` also cancel what
-is waiting for a token or a connection. The process gets SIGKILL when the scheduler dies
+is waiting for a token or a connection.
+
+Order: a pod's status patch (``REQUEST``: a failed attempt's PodScheduled=False) that has not left when a bind of
+that pod arrives is refused at the same checks (``SUPERSEDED``), as kube's API dispatcher lets a pod's binding
+overwrite its queued status patch: the two go on different lanes, and the patch, sent after the bind, would leave
+the bound pod PodScheduled=False. The process gets SIGKILL when the scheduler dies
 (``PR_SET_PDEATHSIG``) and exits when its stdin closes, after finishing what it has started.
 """
 
@@ -63,6 +68,7 @@ from crane_scheduler.writer.protocol import (
     RENEW,
     REQUEST,
     STRATEGIC_MERGE_PATCH,
+    SUPERSEDED,
     UNSENT,
     URGENT,
     Connection,
@@ -182,6 +188,18 @@ class Lane:
 
 
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9/._~:@!$&'()*+,;=%?-]+")
+_POD_STATUS = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/status")
+
+
+class Supersedable:
+    """A pod-status patch not sent yet; ``by_bind`` once a bind of its pod reached the writer (``SUPERSEDED``)."""
+
+    __slots__ = ("by_bind",)
+
+    def __init__(self) -> None:
+        self.by_bind = False
+
+
 _CONTENT_TYPES = {t: f"Content-Type: {t}\r\n".encode() for t in (JSON, STRATEGIC_MERGE_PATCH, kubeproto.PROTOBUF)}
 
 
@@ -221,12 +239,14 @@ class Writer:
         self.tasks: dict[int, tuple[asyncio.Task[None], int]] = {}
         self.ended: set[int] = set()
         self.renewed: dict[int, float] = {}  # term -> its latest deadline (``RENEW``)
+        self.status_patches: dict[tuple[str, str], list[Supersedable]] = {}  # (namespace, pod) -> not sent yet
         self._auth: tuple[dict[str, str], bytes] = ({}, b"")
 
     def receive(self, message: Any) -> None:
         kind = message[0]
         if kind == BIND:
             _, rid, namespace, name, uid, node, term, deadline = message
+            self._supersede(namespace, name)
             path, body = bind_request(namespace, name, uid, node)
             request = functools.partial(
                 self._request, self.binds, "POST", path, body, kubeproto.PROTOBUF, term, deadline
@@ -234,6 +254,7 @@ class Writer:
             self._start(rid, term, self._answer(rid, request))
         elif kind == BIND_REPORTED:
             _, rid, namespace, name, uid, node, event_id, scheduler, instance, at, term, deadline = message
+            self._supersede(namespace, name)
             path, body = bind_request(namespace, name, uid, node)
             request = functools.partial(
                 self._request, self.binds, "POST", path, body, kubeproto.PROTOBUF, term, deadline
@@ -250,8 +271,9 @@ class Writer:
             urgent = kind != REQUEST
             gate = self.events if not urgent and method == "POST" and path.endswith("/events") else None
             lane = self.binds if urgent else self.reports
+            patch = self._status_patch(path) if kind == REQUEST and method == "PATCH" else None
             request = functools.partial(
-                self._request, lane, method, path, data, content_type, term, deadline, gate, kind == OBJECT
+                self._request, lane, method, path, data, content_type, term, deadline, gate, kind == OBJECT, patch
             )
             self._start(rid, term, self._answer(rid, request, urgent=urgent))
         elif kind == EVICT:
@@ -284,7 +306,30 @@ class Writer:
         if task.cancelled():  # cancelled before ``_answer`` ran (it answers its own cancellation): nothing was sent
             self.reply(rid, REFUSED, "cancelled")
 
-    def _refusal(self, term: int, deadline: float) -> str | None:
+    def _status_patch(self, path: str) -> tuple[tuple[str, str], Supersedable] | None:
+        """A patch of a pod's status is superseded by a bind of that pod arriving before it left."""
+        found = _POD_STATUS.fullmatch(path)
+        if found is None:
+            return None
+        key, mark = (found[1], found[2]), Supersedable()
+        self.status_patches.setdefault(key, []).append(mark)
+        return key, mark
+
+    def _supersede(self, namespace: str, name: str) -> None:
+        for mark in self.status_patches.pop((namespace, name), ()):
+            mark.by_bind = True
+
+    def _settled(self, patch: tuple[tuple[str, str], Supersedable]) -> None:
+        key, mark = patch
+        marks = self.status_patches.get(key)
+        if marks is not None and mark in marks:
+            marks.remove(mark)
+            if not marks:
+                del self.status_patches[key]
+
+    def _refusal(self, term: int, deadline: float, patch: Supersedable | None = None) -> str | None:
+        if patch is not None and patch.by_bind:
+            return SUPERSEDED
         if term and term in self.ended:
             return "leadership term ended"
         if time.monotonic() >= max(deadline, self.renewed.get(term, deadline)):
@@ -386,31 +431,39 @@ class Writer:
         deadline: float,
         gate: ReportGate | None = None,
         keep: bool = False,
+        patch: tuple[tuple[str, str], Supersedable] | None = None,
     ) -> tuple[int, str]:
-        """Send one request in ``term`` (``Refused`` when the term ended or its deadline passed, before its token,
-        after it, and right before it goes out); its status and, unless 2xx, the error body as text (``keep``:
-        the body whatever the status, asked for in JSON)."""
-        refusal = self._refusal(term, deadline)
-        if refusal is None:
-            await lane.bucket.acquire()
-            refusal = self._refusal(term, deadline)
-            if refusal is not None:  # not sent: its token goes to the next write (a backlog of writes past their
-                lane.bucket.refund()  # deadline would otherwise take every token, and nothing would go out)
-        if refusal is not None:
-            raise Refused(refusal)
-        if not _PLAIN_PATH.fullmatch(path):
-            path = quote(path, safe="/")
-        kind = _CONTENT_TYPES.get(content_type) or f"Content-Type: {content_type}\r\n".encode()
-        head = lane.pool.head(method, self.prefix + path, JSON if keep else None) + await self._auth_headers() + kind
+        """Send one request in ``term`` (``Refused`` when the term ended or its deadline passed, or ``patch`` was
+        superseded, before its token, after it, and right before it goes out); its status and, unless 2xx, the
+        error body as text (``keep``: the body whatever the status, asked for in JSON)."""
+        mark = None if patch is None else patch[1]
         try:
-            if gate is None:
-                status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline), keep)
-            else:
-                async with gate:
-                    status, text = await lane.pool.request(head, body, lambda: self._refusal(term, deadline), keep)
-        except Refused:
-            lane.bucket.refund()  # refused while it waited for a connection: never sent either
-            raise
+            refusal = self._refusal(term, deadline, mark)
+            if refusal is None:
+                await lane.bucket.acquire()
+                refusal = self._refusal(term, deadline, mark)
+                if refusal is not None:  # not sent: its token goes to the next write (a backlog of writes past
+                    lane.bucket.refund()  # their deadline would otherwise take every token: nothing would go out)
+            if refusal is not None:
+                raise Refused(refusal)
+            if not _PLAIN_PATH.fullmatch(path):
+                path = quote(path, safe="/")
+            kind = _CONTENT_TYPES.get(content_type) or f"Content-Type: {content_type}\r\n".encode()
+            head = lane.pool.head(method, self.prefix + path, JSON if keep else None) + await self._auth_headers()
+            head += kind
+            refuse = functools.partial(self._refusal, term, deadline, mark)
+            try:
+                if gate is None:
+                    status, text = await lane.pool.request(head, body, refuse, keep)
+                else:
+                    async with gate:
+                        status, text = await lane.pool.request(head, body, refuse, keep)
+            except Refused:
+                lane.bucket.refund()  # refused while it waited for a connection: never sent either
+                raise
+        finally:
+            if patch is not None:
+                self._settled(patch)
         if 200 <= status <= 299:
             return status, text.decode(errors="replace") if keep else ""
         return status, _error_text(text)

@@ -59,6 +59,8 @@ DEADLINE_PASSED = "leadership term deadline passed"
 """the text of a ``REFUSED`` reply whose term's deadline passed before it could leave"""
 NOT_BOUND = "not bound"
 """the text of a ``BIND_REPORTED`` event's ``REFUSED`` reply when its bind did not succeed (nothing to report)"""
+SUPERSEDED = "superseded by the pod's binding"
+"""the text of a pod-status patch's ``REFUSED`` reply when a bind of that pod reached the writer before it left"""
 
 
 @dataclass(frozen=True, slots=True)
