@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
+import structlog
 from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster, new_run_dir
@@ -146,6 +147,18 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_sep("=", f"{len(skipped)} SKIPPED", yellow=True, bold=True)
     for reason, count in reasons.most_common():
         terminalreporter.write_line(f"{count:5d}  {reason[:300]}")
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_the_session_has_it() -> Iterator[None]:
+    """A test that runs a service's ``main`` in process must not let it configure logging: that caches every
+    module's logger on first use, with a handler on the test's captured stderr, and a later test's log capture in
+    the same worker then sees nothing (the failure shows up far from its cause, in whichever test runs later)."""
+    yield
+    configured = structlog.get_config().get("cache_logger_on_first_use")
+    if configured:
+        structlog.reset_defaults()  # the next tests start clean (the loggers cached meanwhile stay so)
+    assert not configured, "this test configured logging in the test process (configure_logging): patch it out"
 
 
 @pytest.fixture(scope="session")

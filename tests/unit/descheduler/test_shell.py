@@ -100,6 +100,14 @@ def test_flags_have_crane_variables(monkeypatch: pytest.MonkeyPatch):
     assert config.lease.name == "crane-descheduler"
 
 
+@pytest.fixture
+def session_logging(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``main`` configures logging: in the test process that would cache every module's logger on first use, with a
+    handler on this test's captured stderr, and later tests' log captures would see nothing."""
+    monkeypatch.setattr("crane_descheduler.__main__.configure_logging", lambda *_: None)
+
+
+@pytest.mark.usefixtures("session_logging")
 def test_a_bad_policy_refuses_to_start_naming_each_problem(tmp_path, capsys):
     bad = tmp_path / "d.yaml"
     bad.write_text(
@@ -109,6 +117,7 @@ def test_a_bad_policy_refuses_to_start_naming_each_problem(tmp_path, capsys):
     assert f'{bad}: spec.limitz: unknown field (did you mean "limits"?)' in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("session_logging")
 def test_a_bad_scheduler_config_refuses_to_start_naming_the_problem(tmp_path, capsys):
     bad = tmp_path / "scheduler.yaml"
     bad.write_text(

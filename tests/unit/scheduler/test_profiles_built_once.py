@@ -108,5 +108,7 @@ def test_a_proxy_to_the_api_server_is_refused_at_start(
         )
     )
     monkeypatch.setattr(entry, "REGISTRY", CollectorRegistry())
+    # configured here, logging would cache every module's logger (later tests' log captures would see nothing)
+    monkeypatch.setattr(entry, "configure_logging", lambda *_: None)
     assert entry.main(["--config", str(config), "--kubeconfig", str(kubeconfig)]) == 2
     assert f"{source}: a proxy to the API server is not supported" in capsys.readouterr().err
