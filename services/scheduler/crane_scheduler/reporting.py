@@ -14,11 +14,11 @@ decision or a bind; reads (the pod behind a 409, the recovery list) use the sche
 - A PodScheduled=False patch still queued when the pod's bind starts, or when the informer sees it bound or gone,
   is not sent (``superseded``), nor one the writer process holds when the bind reaches it (``SUPERSEDED``): kube's
   API dispatcher (``SchedulerAsyncAPICalls``) lets a pod's binding call overwrite its queued status patch the same
-  way. Sent late, it would land on the bound pod and leave it
-  PodScheduled=False for good, which also hides it from a new leader's recovery of missing ``Scheduled`` events.
+  way. Sent late, it would land on the bound pod and leave it PodScheduled=False for good, which also hides it from
+  a new leader's recovery of missing ``Scheduled`` events. Counted as ``result="superseded"``.
 - ``FailedScheduling`` events and condition patches belong to the leadership term they were queued in
   (``term``): when it ends, the ones still queued are dropped at once (``drop_lost``), like the binds, counted as
-  ``crane_scheduler_reports_total{result="dropped"}``; the next leader judges those pods itself. A ``Scheduled``
+  ``crane_scheduler_api_writes_total{result="dropped"}``; the next leader judges those pods itself. A ``Scheduled``
   event reports a bind that happened: it is still written (idempotent, one name per UID), and the next leader's
   recovery writes any that did not make it.
 """
