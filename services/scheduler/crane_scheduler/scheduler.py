@@ -74,6 +74,8 @@ from crane_shared.worker import cancel_and_wait
 RECOVERY_SETTLE = 35.0
 """seconds into a term before the second look for unreported bindings: a bind the previous term had on the wire
 has landed (or failed) within its request timeout (30 s by default), and the cache has seen it"""
+SETTLED_LOOKS = 5
+"""tries of that second look when it fails (each ``RECOVERY_SETTLE`` after the last)"""
 log = get_logger("crane.scheduler")
 UNSCHEDULABLE_FLUSH_PERIOD = 30.0
 WRITER_READY_TIMEOUT = 10.0
@@ -446,8 +448,11 @@ class Scheduler(SchedulingCycle):
     async def _recover_once_settled(self, stopping: asyncio.Event) -> None:
         """Look for unreported bindings once more when the previous term's binds have landed: a bind cancelled
         on a lost lease may have been on the wire already (the pod gets bound, no event), and the cache may not
-        have seen it bound when this term began. A look that fails is tried again after the same pause."""
-        while not await sleep_unless(stopping, RECOVERY_SETTLE) and self.may_bind():
+        have seen it bound when this term began. A look that fails is tried again after the same pause (at most
+        ``SETTLED_LOOKS`` times: one that keeps failing, e.g. a role without the events list, is logged each time)."""
+        for _ in range(SETTLED_LOOKS):
+            if await sleep_unless(stopping, RECOVERY_SETTLE) or not self.may_bind():
+                return
             if await self._recover_scheduled_events():
                 return
 

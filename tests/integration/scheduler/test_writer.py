@@ -217,6 +217,26 @@ async def test_a_pod_status_patch_its_pods_bind_overtook_in_the_writer_is_refuse
     assert _sent(fake) == [events, "/api/v1/namespaces/ns/pods/p/binding", "/api/v1/namespaces/ns/pods/q/status"]
 
 
+async def test_a_bind_waits_for_its_pods_status_patch_already_on_the_wire() -> None:
+    """One call of a pod at a time, as kube's API dispatcher: a status patch already sent is answered before the
+    pod's bind goes (on the other lane it could land after the binding); another pod's bind does not wait."""
+    fake = _Api()
+    fake.release, fake.hold = asyncio.Event(), "/pods/p/status"
+    condition = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}
+    async with TestServer(fake.app) as server, api_writer(str(server.make_url(""))) as writer:
+        writer.term = term = Term()
+        patch = asyncio.create_task(
+            writer.write("PATCH", "/api/v1/namespaces/ns/pods/p/status", condition, term, STRATEGIC_MERGE_PATCH)
+        )
+        await asyncio.wait_for(fake.arrived.wait(), 30)  # on the wire, held by the API server
+        bind = asyncio.create_task(writer.bind("ns", "p", "u", "n1"))
+        assert (await writer.bind("ns", "r", "u", "n1")).ok  # sent after p's bind, answered while p's waits
+        assert _sent(fake) == ["/api/v1/namespaces/ns/pods/p/status", "/api/v1/namespaces/ns/pods/r/binding"]
+        fake.release.set()
+        assert (await patch).ok and (await bind).ok
+    assert _sent(fake)[2:] == ["/api/v1/namespaces/ns/pods/p/binding"]
+
+
 async def test_a_write_refused_after_its_rate_limit_token_gives_the_token_to_the_next() -> None:
     """A backlog of writes whose deadline passes while they wait for tokens must not take the tokens of the writes
     that can still go out (a burst beyond qps x renew deadline, retried with backoff, took every token: nothing

@@ -21,9 +21,10 @@ waited would otherwise take every token, and nothing would go out); ``END_TERM``
 is waiting for a token or a connection.
 
 Order: a pod's status patch (``REQUEST``: a failed attempt's PodScheduled=False) that has not left when a bind of
-that pod arrives is refused at the same checks (``SUPERSEDED``), as kube's API dispatcher lets a pod's binding
-overwrite its queued status patch: the two go on different lanes, and the patch, sent after the bind, would leave
-the bound pod PodScheduled=False. The process gets SIGKILL when the scheduler dies
+that pod arrives is refused at the same checks (``SUPERSEDED``), and one already on the wire is answered before
+the bind goes: kube's API dispatcher lets a pod's binding overwrite its queued status patch and runs one call of
+an object at a time. The two go on different lanes; the patch, landing after the bind, would leave the bound pod
+PodScheduled=False. The process gets SIGKILL when the scheduler dies
 (``PR_SET_PDEATHSIG``) and exits when its stdin closes, after finishing what it has started.
 """
 
@@ -192,12 +193,15 @@ _POD_STATUS = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/status")
 
 
 class Supersedable:
-    """A pod-status patch not sent yet; ``by_bind`` once a bind of its pod reached the writer (``SUPERSEDED``)."""
+    """A pod-status patch in the writer: ``by_bind`` once a bind of its pod arrived before it was sent (refused:
+    ``SUPERSEDED``); ``sent`` once it went out, after which a bind of its pod waits for ``answered``."""
 
-    __slots__ = ("by_bind",)
+    __slots__ = ("answered", "by_bind", "sent")
 
     def __init__(self) -> None:
         self.by_bind = False
+        self.sent = False
+        self.answered = asyncio.Event()
 
 
 _CONTENT_TYPES = {t: f"Content-Type: {t}\r\n".encode() for t in (JSON, STRATEGIC_MERGE_PATCH, kubeproto.PROTOBUF)}
@@ -239,30 +243,30 @@ class Writer:
         self.tasks: dict[int, tuple[asyncio.Task[None], int]] = {}
         self.ended: set[int] = set()
         self.renewed: dict[int, float] = {}  # term -> its latest deadline (``RENEW``)
-        self.status_patches: dict[tuple[str, str], list[Supersedable]] = {}  # (namespace, pod) -> not sent yet
+        self.status_patches: dict[tuple[str, str], list[Supersedable]] = {}  # (namespace, pod) -> not answered
+        self.patch_of: dict[int, tuple[tuple[str, str], Supersedable]] = {}  # request id -> its status patch
         self._auth: tuple[dict[str, str], bytes] = ({}, b"")
 
     def receive(self, message: Any) -> None:
         kind = message[0]
         if kind == BIND:
             _, rid, namespace, name, uid, node, term, deadline = message
-            self._supersede(namespace, name)
             path, body = bind_request(namespace, name, uid, node)
             request = functools.partial(
                 self._request, self.binds, "POST", path, body, kubeproto.PROTOBUF, term, deadline
             )
-            self._start(rid, term, self._answer(rid, request))
+            self._start(rid, term, self._answer(rid, self._after_status_patches(namespace, name, request)))
         elif kind == BIND_REPORTED:
             _, rid, namespace, name, uid, node, event_id, scheduler, instance, at, term, deadline = message
-            self._supersede(namespace, name)
             path, body = bind_request(namespace, name, uid, node)
             request = functools.partial(
                 self._request, self.binds, "POST", path, body, kubeproto.PROTOBUF, term, deadline
             )
+            bind = self._after_status_patches(namespace, name, request)
             event = once_scheduled_event(
                 namespace=namespace, pod=name, pod_uid=uid, node=node, scheduler=scheduler, instance=instance, at=at
             )
-            self._start(rid, term, self._bind_and_report(rid, request, event_id, namespace, event))
+            self._start(rid, term, self._bind_and_report(rid, bind, event_id, namespace, event))
         elif kind in (REQUEST, URGENT, OBJECT):
             _, rid, method, path, body, content_type, term, deadline = message
             data = json.dumps(body, separators=(",", ":")).encode()
@@ -271,7 +275,7 @@ class Writer:
             urgent = kind != REQUEST
             gate = self.events if not urgent and method == "POST" and path.endswith("/events") else None
             lane = self.binds if urgent else self.reports
-            patch = self._status_patch(path) if kind == REQUEST and method == "PATCH" else None
+            patch = self._status_patch(rid, path) if kind == REQUEST and method == "PATCH" else None
             request = functools.partial(
                 self._request, lane, method, path, data, content_type, term, deadline, gate, kind == OBJECT, patch
             )
@@ -303,29 +307,47 @@ class Writer:
 
     def _done(self, rid: int, task: asyncio.Task[None]) -> None:
         self.tasks.pop(rid, None)
+        patch = self.patch_of.pop(rid, None)
+        if patch is not None:  # answered, refused or cancelled (also before it ever ran)
+            key, mark = patch
+            mark.answered.set()
+            marks = self.status_patches.get(key)
+            if marks is not None and mark in marks:
+                marks.remove(mark)
+                if not marks:
+                    del self.status_patches[key]
         if task.cancelled():  # cancelled before ``_answer`` ran (it answers its own cancellation): nothing was sent
             self.reply(rid, REFUSED, "cancelled")
 
-    def _status_patch(self, path: str) -> tuple[tuple[str, str], Supersedable] | None:
-        """A patch of a pod's status is superseded by a bind of that pod arriving before it left."""
+    def _status_patch(self, rid: int, path: str) -> Supersedable | None:
+        """A patch of a pod's status, which a bind of that pod supersedes (not sent yet) or waits for (sent)."""
         found = _POD_STATUS.fullmatch(path)
         if found is None:
             return None
         key, mark = (found[1], found[2]), Supersedable()
         self.status_patches.setdefault(key, []).append(mark)
-        return key, mark
+        self.patch_of[rid] = (key, mark)
+        return mark
 
-    def _supersede(self, namespace: str, name: str) -> None:
+    def _after_status_patches(
+        self, namespace: str, name: str, bind: Callable[[], Awaitable[tuple[int, str]]]
+    ) -> Callable[[], Awaitable[tuple[int, str]]]:
+        """``bind``, once the pod's status patches already sent are answered; those not sent are superseded."""
+        sent = []
         for mark in self.status_patches.pop((namespace, name), ()):
-            mark.by_bind = True
+            if mark.sent:
+                sent.append(mark.answered)
+            else:
+                mark.by_bind = True
+        if not sent:
+            return bind
 
-    def _settled(self, patch: tuple[tuple[str, str], Supersedable]) -> None:
-        key, mark = patch
-        marks = self.status_patches.get(key)
-        if marks is not None and mark in marks:
-            marks.remove(mark)
-            if not marks:
-                del self.status_patches[key]
+        async def after() -> tuple[int, str]:
+            for answered in sent:
+                await answered.wait()
+            return await bind()
+
+        return after
 
     def _refusal(self, term: int, deadline: float, patch: Supersedable | None = None) -> str | None:
         if patch is not None and patch.by_bind:
@@ -431,39 +453,39 @@ class Writer:
         deadline: float,
         gate: ReportGate | None = None,
         keep: bool = False,
-        patch: tuple[tuple[str, str], Supersedable] | None = None,
+        patch: Supersedable | None = None,
     ) -> tuple[int, str]:
-        """Send one request in ``term`` (``Refused`` when the term ended or its deadline passed, or ``patch`` was
-        superseded, before its token, after it, and right before it goes out); its status and, unless 2xx, the
-        error body as text (``keep``: the body whatever the status, asked for in JSON)."""
-        mark = None if patch is None else patch[1]
+        """Send one request in ``term`` (``Refused`` when the term ended or its deadline passed, or the pod-status
+        ``patch`` was superseded, before its token, after it, and right before it goes out); its status and, unless
+        2xx, the error body as text (``keep``: the body whatever the status, asked for in JSON)."""
+        refusal = self._refusal(term, deadline, patch)
+        if refusal is None:
+            await lane.bucket.acquire()
+            refusal = self._refusal(term, deadline, patch)
+            if refusal is not None:  # not sent: its token goes to the next write (a backlog of writes past their
+                lane.bucket.refund()  # deadline would otherwise take every token, and nothing would go out)
+        if refusal is not None:
+            raise Refused(refusal)
+        if not _PLAIN_PATH.fullmatch(path):
+            path = quote(path, safe="/")
+        kind = _CONTENT_TYPES.get(content_type) or f"Content-Type: {content_type}\r\n".encode()
+        head = lane.pool.head(method, self.prefix + path, JSON if keep else None) + await self._auth_headers() + kind
+
+        def check() -> str | None:  # right before it goes out
+            last = self._refusal(term, deadline, patch)
+            if last is None and patch is not None:
+                patch.sent = True  # from here a bind of its pod waits for its answer
+            return last
+
         try:
-            refusal = self._refusal(term, deadline, mark)
-            if refusal is None:
-                await lane.bucket.acquire()
-                refusal = self._refusal(term, deadline, mark)
-                if refusal is not None:  # not sent: its token goes to the next write (a backlog of writes past
-                    lane.bucket.refund()  # their deadline would otherwise take every token: nothing would go out)
-            if refusal is not None:
-                raise Refused(refusal)
-            if not _PLAIN_PATH.fullmatch(path):
-                path = quote(path, safe="/")
-            kind = _CONTENT_TYPES.get(content_type) or f"Content-Type: {content_type}\r\n".encode()
-            head = lane.pool.head(method, self.prefix + path, JSON if keep else None) + await self._auth_headers()
-            head += kind
-            refuse = functools.partial(self._refusal, term, deadline, mark)
-            try:
-                if gate is None:
-                    status, text = await lane.pool.request(head, body, refuse, keep)
-                else:
-                    async with gate:
-                        status, text = await lane.pool.request(head, body, refuse, keep)
-            except Refused:
-                lane.bucket.refund()  # refused while it waited for a connection: never sent either
-                raise
-        finally:
-            if patch is not None:
-                self._settled(patch)
+            if gate is None:
+                status, text = await lane.pool.request(head, body, check, keep)
+            else:
+                async with gate:
+                    status, text = await lane.pool.request(head, body, check, keep)
+        except Refused:
+            lane.bucket.refund()  # refused while it waited for a connection: never sent either
+            raise
         if 200 <= status <= 299:
             return status, text.decode(errors="replace") if keep else ""
         return status, _error_text(text)
