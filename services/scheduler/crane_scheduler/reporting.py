@@ -165,9 +165,10 @@ class Reporter:
         return True
 
     def superseded(self, uid: str) -> None:
-        """The pod's bind starts, or the pod left the pending set (bound, deleted): its PodScheduled=False patch
-        still queued is not sent (kube's binding call overwriting the queued status patch)."""
+        """The pod's bind starts: its PodScheduled=False patch still queued is not sent (kube's binding call
+        overwriting the queued status patch), and a failure after it (the bind failed) is reported afresh."""
         self._conditions.pop(uid, None)
+        self._last_failure.pop(uid, None)
 
     def event(
         self,

@@ -136,8 +136,12 @@ async def test_a_condition_patch_still_queued_when_the_bind_starts_is_not_sent()
     assert metrics.reports.labels("condition", "superseded")._value.get() == 1
     # the bind failed and so did the next attempt, same message: its condition was never written, so it is now
     assert reporter.failed(pod, "waiting for 3 more members", "Unschedulable", "crane-scheduler")
+    # also when that failure comes before the superseded patch's turn (a bind failing at once)
+    reporter.superseded(pod.uid)
+    assert reporter.failed(pod, "waiting for 3 more members", "Unschedulable", "crane-scheduler")
     await _write_backlog(reporter)
     assert fake.writes[1:] == [
+        "POST /apis/events.k8s.io/v1/namespaces/ns/events",
         "POST /apis/events.k8s.io/v1/namespaces/ns/events",
         "PATCH /api/v1/namespaces/ns/pods/member/status",
     ]
