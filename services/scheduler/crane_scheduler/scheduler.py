@@ -194,7 +194,7 @@ class Scheduler(SchedulingCycle):
         self._worker_refusals = {name: profile_refusal(p) for name, p in profiles.items()}
         if deciders is not None:
             self._feed(deciders)
-        self._scheduling = False  # the loop runs (a standby's cache sees the leader's binds: not its to report)
+        self._leading = False  # a term runs here (a standby's cache sees the leader's binds: not its to report)
 
     def _gang_of(self, pod: PodInfo) -> str | None:
         """The pod's gang as its profile's gang plugins say (a placed pod of any scheduler counts for its group:
@@ -357,7 +357,7 @@ class Scheduler(SchedulingCycle):
         was lost in an API server restart: the attempt counted as failed, so no Scheduled event was queued, and
         the pod left the pending set before a retry could meet the 409 (which would have written it). Its one
         Scheduled event is written now (one name per UID: a second create is a harmless 409)."""
-        if self._scheduling and self.may_bind():
+        if self._leading and self.may_bind():
             self.reporter.scheduled(pod.namespace, pod.name, pod.uid, pod.node_name, pod.scheduler_name)
 
     def stop_binding(self) -> int:
@@ -401,7 +401,7 @@ class Scheduler(SchedulingCycle):
         self.reporter.term = term  # reports queued from now on belong to this term
         if self.writer is not None:
             self.writer.term = term  # and binds
-        self._scheduling = True  # from here on a pod found bound unassumed is reported (recovery's list may be slow)
+        self._leading = True  # from here on a pod found bound unassumed is reported (recovery's list may be slow)
         try:
             await self.synced.wait()
             if self.writer is not None and not await self.writer.wait_ready(WRITER_READY_TIMEOUT):
@@ -409,7 +409,7 @@ class Scheduler(SchedulingCycle):
             await self._recover_scheduled_events()
             await self._schedule(stopping)
         finally:
-            self._scheduling = False
+            self._leading = False
 
     async def _schedule(self, stopping: asyncio.Event) -> None:
         flusher = asyncio.create_task(self._flush_loop(stopping))

@@ -125,7 +125,7 @@ async def test_a_bind_whose_reply_was_lost_still_gets_its_one_scheduled_event(sc
     binder.outcome["p"] = "error"
     binder.gate.set()
     await s.drain()
-    s._scheduling = scheduling  # what run() sets while the loop runs (step() drives the loop by hand here)
+    s._leading = scheduling  # what run() sets while a term runs (step() drives the loop by hand here)
     stopping = asyncio.Event()
     run = asyncio.create_task(s.reporter.run(stopping))
     try:
