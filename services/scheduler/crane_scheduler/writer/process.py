@@ -190,21 +190,21 @@ class Lane:
 
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9/._~:@!$&'()*+,;=%?-]+")
 _POD_STATUS = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/status")
+_CONTENT_TYPES = {t: f"Content-Type: {t}\r\n".encode() for t in (JSON, STRATEGIC_MERGE_PATCH, kubeproto.PROTOBUF)}
 
 
 class Supersedable:
-    """A pod-status patch in the writer: ``by_bind`` once a bind of its pod arrived before it was sent (refused:
-    ``SUPERSEDED``); ``sent`` once it went out, after which a bind of its pod waits for ``answered``."""
+    """A status patch of pod ``key`` (namespace, name) in the writer: ``by_bind`` once a bind of its pod arrived
+    before it was sent (refused: ``SUPERSEDED``); ``sent`` once it went out, after which a bind of its pod waits for
+    ``answered``."""
 
-    __slots__ = ("answered", "by_bind", "sent")
+    __slots__ = ("answered", "by_bind", "key", "sent")
 
-    def __init__(self) -> None:
+    def __init__(self, key: tuple[str, str]) -> None:
+        self.key = key
         self.by_bind = False
         self.sent = False
         self.answered = asyncio.Event()
-
-
-_CONTENT_TYPES = {t: f"Content-Type: {t}\r\n".encode() for t in (JSON, STRATEGIC_MERGE_PATCH, kubeproto.PROTOBUF)}
 
 
 def bind_request(namespace: str, name: str, uid: str, node: str) -> tuple[str, bytes]:
@@ -244,7 +244,7 @@ class Writer:
         self.ended: set[int] = set()
         self.renewed: dict[int, float] = {}  # term -> its latest deadline (``RENEW``)
         self.status_patches: dict[tuple[str, str], list[Supersedable]] = {}  # (namespace, pod) -> not answered
-        self.patch_of: dict[int, tuple[tuple[str, str], Supersedable]] = {}  # request id -> its status patch
+        self.patch_of: dict[int, Supersedable] = {}  # request id -> its status patch
         self._auth: tuple[dict[str, str], bytes] = ({}, b"")
 
     def receive(self, message: Any) -> None:
@@ -309,13 +309,12 @@ class Writer:
         self.tasks.pop(rid, None)
         patch = self.patch_of.pop(rid, None)
         if patch is not None:  # answered, refused or cancelled (also before it ever ran)
-            key, mark = patch
-            mark.answered.set()
-            marks = self.status_patches.get(key)
-            if marks is not None and mark in marks:
-                marks.remove(mark)
+            patch.answered.set()
+            marks = self.status_patches.get(patch.key)
+            if marks is not None and patch in marks:
+                marks.remove(patch)
                 if not marks:
-                    del self.status_patches[key]
+                    del self.status_patches[patch.key]
         if task.cancelled():  # cancelled before ``_answer`` ran (it answers its own cancellation): nothing was sent
             self.reply(rid, REFUSED, "cancelled")
 
@@ -324,10 +323,9 @@ class Writer:
         found = _POD_STATUS.fullmatch(path)
         if found is None:
             return None
-        key, mark = (found[1], found[2]), Supersedable()
-        self.status_patches.setdefault(key, []).append(mark)
-        self.patch_of[rid] = (key, mark)
-        return mark
+        patch = self.patch_of[rid] = Supersedable((found[1], found[2]))
+        self.status_patches.setdefault(patch.key, []).append(patch)
+        return patch
 
     def _after_status_patches(
         self, namespace: str, name: str, bind: Callable[[], Awaitable[tuple[int, str]]]
