@@ -162,17 +162,32 @@ class FakeWriter:
         self.term: Any = None
         self.urgent: list[bool] = []
         """per ``write`` call (an EVICT has no such flag: the writer process sends it on the binds' lane)"""
+        self.wanted: list[Callable[[], bool] | None] = []
+        """per ``write`` call: what the real writer asks before it sends the write again after a renewal"""
+        self.during: Callable[[str, Any, Callable[[], bool] | None], None] | None = None
+        """called with each write's path, body and ``wanted`` before it is answered (what happens meanwhile)"""
         self.evicting = asyncio.Event()
         """set once an EVICT was sent"""
         self.ready = asyncio.Event()
         self.ready.set()
 
     async def write(
-        self, method: str, path: str, body: Any, term: Any, content_type: str = JSON, *, urgent: bool = False
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        term: Any,
+        content_type: str = JSON,
+        *,
+        urgent: bool = False,
+        wanted: Callable[[], bool] | None = None,
     ) -> Reply:
         self.writes.append(f"{method} {path}")
         self.urgent.append(urgent)
         self.bodies.append(body)
+        self.wanted.append(wanted)
+        if self.during is not None:
+            self.during(path, body, wanted)
         return self._answer()
 
     async def evict(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> Reply:

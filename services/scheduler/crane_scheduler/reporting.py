@@ -98,7 +98,7 @@ class Reporter:
         """the leadership term reports are queued in (set by the scheduler when it starts leading)"""
         self._last_failure: dict[str, tuple[str, float]] = {}
         self._claimed: dict[str, tuple[str, str]] = {}  # uid -> (reason, message) a plugin writes itself
-        self._conditions: dict[str, object] = {}  # uid -> the token of its PodScheduled=False patch still queued
+        self._conditions: dict[str, object] = {}  # uid -> the token of its PodScheduled=False patch not yet answered
         self._closed = asyncio.Event()
         self._log_once = LogOnce(log)
 
@@ -314,10 +314,25 @@ class Reporter:
             retryable=_transient_or_unauthorized,
         )
 
-    async def _write(self, method: str, path: str, body: Any, term: Term | None, content_type: str = JSON) -> Reply:
+    async def _write(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        term: Term | None,
+        content_type: str = JSON,
+        wanted: Callable[[], bool] | None = None,
+    ) -> Reply:
         if self._writer is None:
             raise ApiCallError(method, path, None, "no API writer")
-        return await self._writer.write(method, path, body, term, content_type)
+        return await self._writer.write(method, path, body, term, content_type, wanted=wanted)
+
+    def _still_wanted(self, uid: str, token: object) -> bool:
+        """Whether the pod's condition patch ``token`` is still its latest: no bind started, no newer failure, the
+        pod not seen bound or gone since it was queued. Kept until its write returns, so a write the writer process
+        refused for its deadline and sends again after a renewal (``ApiWriter._send``) is not sent after a bind
+        that started in between (the process would take it for a new patch)."""
+        return self._conditions.get(uid) is token
 
     async def _create_event(self, namespace: str, body: dict[str, Any], kind: str, term: Term | None = None) -> None:
         path = f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"
@@ -335,15 +350,20 @@ class Reporter:
     async def _patch_condition(
         self, pod: PodInfo, reason: str, message: str, term: Term | None = None, token: object = None
     ) -> None:
+        wanted: Callable[[], bool] | None = None
         if token is not None:
             if self._conditions.get(pod.uid) is not token:  # a bind, a newer patch, or the pod bound or gone
                 self.metrics.reports.labels("condition", "superseded").inc()
                 self._unreported(pod.uid, message)
                 return
-            del self._conditions[pod.uid]
+            wanted = functools.partial(self._still_wanted, pod.uid, token)  # asked before a resend (renewal)
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
         body = {"status": {"conditions": [unscheduled_condition(pod, reason, message)]}}
-        reply = await self._write("PATCH", path, body, term, STRATEGIC_MERGE_PATCH)
+        try:
+            reply = await self._write("PATCH", path, body, term, STRATEGIC_MERGE_PATCH, wanted=wanted)
+        finally:
+            if token is not None and self._conditions.get(pod.uid) is token:
+                del self._conditions[pod.uid]
         if reply.ok:
             self.metrics.reports.labels("condition", "ok").inc()
         elif reply.refused and reply.text == SUPERSEDED:  # the pod's bind reached the writer process first

@@ -313,6 +313,38 @@ async def test_a_write_refused_for_its_deadline_is_sent_again_when_its_term_was_
     assert [path for path in _sent(fake) if path.endswith("/events")] == ["/apis/events.k8s.io/v1/namespaces/ns/events"]
 
 
+async def test_a_status_patch_refused_for_its_deadline_is_not_sent_again_once_its_pods_bind_started() -> None:
+    """A write refused for its deadline goes again after a renewal as a new request, which the process cannot tell
+    from a patch queued after the pod's bind: the caller is asked first (``wanted``). A patch whose pod's bind
+    started meanwhile is refused as superseded and never sent; another pod's goes."""
+    fake = _Api()
+    condition = {"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}
+    wanted = {"p": True, "q": True}
+    async with TestServer(fake.app) as server:
+        conn = Connection(kubeconfig_dict=kubeconfig_for(str(server.make_url(""))), qps=0.25, burst=1)
+        async with ApiWriter(conn) as writer:
+            writer.term = term = Term(deadline=time.monotonic() + 60)
+            events = "/apis/events.k8s.io/v1/namespaces/ns/events"
+            assert (await writer.write("POST", events, {}, term)).ok  # takes the reports' token; the next in 4 s
+            term.deadline = time.monotonic() + 2
+            patches = [
+                asyncio.create_task(
+                    writer.write(
+                        "PATCH", f"/api/v1/namespaces/ns/pods/{pod}/status", condition, term, STRATEGIC_MERGE_PATCH,
+                        wanted=lambda pod=pod: wanted[pod],  # type: ignore[misc]
+                    )
+                )
+                for pod in ("p", "q")
+            ]  # fmt: skip
+            assert (await writer.bind("ns", "r", "u", "n1")).ok  # the binds' lane: the patches wait in the process
+            wanted["p"] = False  # p's bind started in the scheduler (it reaches the process after the refusal)
+            term.deadline = time.monotonic() + 60  # renewed, and the process not told (no RENEW): it refuses both
+            replies = await asyncio.wait_for(asyncio.gather(*patches), 60)
+    assert (replies[0].status, replies[0].text) == (REFUSED, SUPERSEDED)
+    assert replies[1].ok, replies[1].describe()
+    assert [path for path in _sent(fake) if path.endswith("/status")] == ["/api/v1/namespaces/ns/pods/q/status"]
+
+
 async def test_a_cancelled_caller_withdraws_its_write_from_the_writer() -> None:
     """``stop_binding`` cancels its binding cycles: a bind waiting in the writer process (here for the one
     connection, held by the API server) is withdrawn and never sent, though its connection frees up later."""

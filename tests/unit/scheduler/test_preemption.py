@@ -198,10 +198,19 @@ class _Writer(FakeWriter):
         self.kinds: list[tuple[str, Any]] = []
 
     async def write(
-        self, method: str, path: str, body: Any, term: Any, content_type: str = JSON, *, urgent: bool = False
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        term: Any,
+        content_type: str = JSON,
+        *,
+        urgent: bool = False,
+        wanted: Callable[[], bool] | None = None,
     ) -> Reply:
         self.kinds.append((content_type, term))
-        return await super().write(method, path, json.loads(json.dumps(body)), term, content_type, urgent=urgent)
+        body = json.loads(json.dumps(body))
+        return await super().write(method, path, body, term, content_type, urgent=urgent, wanted=wanted)
 
 
 async def test_victims_get_the_disruption_condition_and_are_deleted() -> None:

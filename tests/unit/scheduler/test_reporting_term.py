@@ -4,6 +4,7 @@ the queued ones are dropped at once (like the binds). A Scheduled event reports 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -175,3 +176,40 @@ async def test_a_condition_patch_the_writer_refused_as_superseded_by_the_bind_is
     assert metrics.reports.labels("condition", "superseded")._value.get() == 1
     assert _dropped(metrics, "condition") == 0
     assert reporter.failed(pod, "no fit", "Unschedulable", "crane-scheduler")
+
+
+async def test_a_condition_patch_is_no_longer_wanted_once_its_pods_bind_starts_while_it_is_being_written() -> None:
+    """The writer sends a status patch refused for its term's deadline again once the term was renewed: it asks
+    first whether the patch is still wanted. A bind that started while the patch was in the writer, or a newer
+    failure, says no; a patch nothing overtook stays wanted until its write returns."""
+    bound, alone, retried = (parse_pod(_pod(name)) for name in ("bound", "alone", "retried"))
+    seen: list[tuple[str, bool]] = []
+
+    def meanwhile(path: str, body: Any, wanted: Callable[[], bool] | None) -> None:
+        """While a patch is in the writer, ``bound``'s bind starts, and a newer failure of ``retried`` comes."""
+        if path.endswith("/status"):
+            pod, message = path.split("/")[-2], body["status"]["conditions"][0]["message"]
+            assert wanted is not None and wanted(), pod  # wanted while nothing overtook it
+            if pod == "bound":
+                reporter.superseded(bound.uid)
+            elif pod == "retried" and message == "no fit":
+                reporter.failed(retried, "a newer failure", "Unschedulable", "crane-scheduler")
+            seen.append((f"{pod}: {message}", wanted()))
+
+    fake = FakeWriter()
+    fake.during = meanwhile
+    reporter = Reporter(fake.as_writer(), None, "test", repeat_after=0.0)
+    reporter.term = Term()
+    reporter.failed(bound, "no fit", "Unschedulable", "crane-scheduler")
+    await _write_backlog(reporter)
+    reporter.failed(retried, "no fit", "Unschedulable", "crane-scheduler")
+    await _write_backlog(reporter)
+    reporter.failed(alone, "no fit", "Unschedulable", "crane-scheduler")
+    await _write_backlog(reporter)
+    assert seen == [
+        ("bound: no fit", False),
+        ("retried: no fit", False),
+        ("retried: a newer failure", True),
+        ("alone: no fit", True),
+    ]
+    assert reporter._conditions == {}  # no answered patch's token left behind

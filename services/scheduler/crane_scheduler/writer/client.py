@@ -43,6 +43,7 @@ from crane_scheduler.writer.protocol import (
     REFUSED,
     RENEW,
     REQUEST,
+    SUPERSEDED,
     UNSENT,
     URGENT,
     Connection,
@@ -195,11 +196,22 @@ class ApiWriter:
     # ------------------------------------------------------------------------------------------ writes
 
     async def write(
-        self, method: str, path: str, body: Any, term: Term | None, content_type: str = JSON, *, urgent: bool = False
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        term: Term | None,
+        content_type: str = JSON,
+        *,
+        urgent: bool = False,
+        wanted: Callable[[], bool] | None = None,
     ) -> Reply:
         """Send one write through the process; ``term``: the leadership term it belongs to (None: none);
-        ``urgent``: on the binds' connections, not behind the reports (preemption's writes, ``protocol.URGENT``)."""
-        return await self._send(URGENT if urgent else REQUEST, (method, path, body, content_type), term)
+        ``urgent``: on the binds' connections, not behind the reports (preemption's writes, ``protocol.URGENT``);
+        ``wanted``: asked before the write is sent again after a renewal (``_send``), False refuses it as
+        ``SUPERSEDED`` (a status patch whose pod's bind started meanwhile: the process would take it for a new
+        patch, sent after the bind)."""
+        return await self._send(URGENT if urgent else REQUEST, (method, path, body, content_type), term, wanted)
 
     async def write_object(
         self, method: str, path: str, body: Any, term: Term | None, content_type: str = JSON
@@ -216,16 +228,20 @@ class ApiWriter:
             return False
         return True
 
-    async def _send(self, kind: int, fields: tuple[Any, ...], term: Term | None) -> Reply:
+    async def _send(
+        self, kind: int, fields: tuple[Any, ...], term: Term | None, wanted: Callable[[], bool] | None = None
+    ) -> Reply:
         """A ``REQUEST`` or ``BIND`` message (``protocol``) with its ``fields`` between the id and the term. A write
         refused because its deadline passed while it waited in the process is sent again if the term has been
-        renewed since (it still holds, with a later deadline): refused, a gang member's bind would give its room
-        away while its siblings are bound."""
+        renewed since (it still holds, with a later deadline) and its caller still ``wanted`` it: refused, a gang
+        member's bind would give its room away while its siblings are bound."""
         while True:
             sent = term.deadline if term is not None else NO_DEADLINE
             reply = await self._send_once(kind, fields, term)
             if not _renewed_since(reply, term, sent):
                 return reply
+            if wanted is not None and not wanted():
+                return Reply(REFUSED, SUPERSEDED)
 
     async def _send_once(self, kind: int, fields: tuple[Any, ...], term: Term | None) -> Reply:
         if not self.alive:
