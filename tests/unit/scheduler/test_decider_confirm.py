@@ -115,3 +115,22 @@ async def test_the_pool_confirms_only_the_object_it_sent_with_the_assumption() -
     assert [m[0] for m in confirm] == [CONFIRM] and confirm[0][1:4] == ("uid-web-1", "n1", "107")
     assert confirm[0][4]["status"] == "True"
     assert [m[0] for m in await _pool_sends(False)] == [APPLY]  # read from another version: the object goes whole
+
+
+async def test_a_pending_update_of_an_assumed_pod_leaves_the_workers_assumption_alone() -> None:
+    """The watch may bring a pending version of a pod this process assumed while its bind is on its way (a label, a
+    late PodScheduled=False patch): the workers keep counting it on its node, as the scheduling process does (told
+    it was deleted, a worker would see the node's room free again and its answer would be taken unfiltered)."""
+    pool = DeciderPool(1, None, out_of_tree=False)
+    sent: list[Any] = []
+    pool._send = sent.append  # type: ignore[method-assign,assignment]  # the messages, before packing
+    pending = _pending()
+    pool.assumed(parse_pod(pending), "n1")
+    step = pool.versions.sent
+    updated = copy.deepcopy(pending)
+    updated["metadata"]["labels"]["tier"] = "front"
+    updated["metadata"]["resourceVersion"] = "101"
+    pool.pod_event("MODIFIED", updated)
+    assert sent == [] and pool.versions.sent == step  # nothing for the workers, the row unchanged
+    pool.pod_event("MODIFIED", _bound(pending, "n1"), False, pending)  # then its bind is confirmed as usual
+    assert [m[0] for m in sent] == [CONFIRM]

@@ -298,6 +298,8 @@ class DeciderPool:
         before = self._pod_nodes.get(uid, "")
         node = str((raw.get("spec") or {}).get("nodeName") or "")
         nominated = "" if node else str((raw.get("status") or {}).get("nominatedNodeName") or "")
+        if event != "DELETED" and not node and uid in self._assumed:
+            return  # a pending version of a pod assumed here (its bind on its way): the assumption stands
         if event == "DELETED" or not (node or nominated):
             if uid not in pods:
                 return
