@@ -182,6 +182,7 @@ class Descheduler:
             now,
             list(self.pdbs.cache.values()),
             list(self.replicasets.cache.values()),
+            usage_known=outcome == "planned",
         )
         self._report(result)
         self.metrics.rounds.labels(outcome).inc()

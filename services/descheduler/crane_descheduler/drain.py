@@ -134,6 +134,9 @@ def plan_drain(data: DrainInput, plan: Plan) -> DrainState:
     for name in [*under_way, *fresh]:
         if len(draining) >= drain.max_nodes:
             break
+        if any(e.target == name for e in plan.evictions):  # a replacement planned onto it this round
+            plan.skipped["drain-is-target"] += 1
+            continue
         outcome = _drain_node(name, readings[name], data, budget, plan)
         if outcome == "draining":
             draining.add(name)

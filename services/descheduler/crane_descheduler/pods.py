@@ -131,14 +131,17 @@ def eviction_blocker(pod: Mapping[str, Any], now: datetime, evictable: Evictable
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     annotations = meta.get("annotations") or {}
-    if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") != "Running":
-        return "not-running"
-    if meta.get("namespace") in evictable.exclude_namespaces:
-        return "namespace-excluded"
+    if meta.get("deletionTimestamp"):
+        return "not-running"  # leaving already
+    # what a pod is comes before what holds it back: a drain leaves DaemonSet and static pods on a node (kube-proxy
+    # in an excluded kube-system too), and a pod not running yet that can never be evicted blocks it now, not
+    # after the node's other pods were moved
     if is_daemonset_pod(meta):
         return "daemonset"
     if MIRROR in annotations or annotations.get(CONFIG_SOURCE, "api") != "api":
         return "static"
+    if meta.get("namespace") in evictable.exclude_namespaces:
+        return "namespace-excluded"
     priority_class = spec.get("priorityClassName") or ""
     if (
         priority_class in ("system-cluster-critical", "system-node-critical")
@@ -154,6 +157,8 @@ def eviction_blocker(pod: Mapping[str, Any], now: datetime, evictable: Evictable
         isinstance(v, dict) and ("emptyDir" in v or "hostPath" in v) for v in spec.get("volumes") or ()
     ):
         return "local-storage"
+    if (pod.get("status") or {}).get("phase") != "Running":
+        return "not-running"  # passes with time
     created = meta.get("creationTimestamp")
     if not created:
         return "young"

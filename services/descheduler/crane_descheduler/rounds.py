@@ -80,12 +80,16 @@ def run_round(
     replicasets: Sequence[Mapping[str, Any]] = (),
     snapshot: SchedulerSnapshot | None = None,
     drain: DrainState | None = None,
+    *,
+    usage_known: bool = True,
 ) -> RoundResult:
     """``views_cache`` (uid -> (resourceVersion, view)), kept by the caller from round to round, spares reading
     the pods that did not change again; it is updated here and loses the pods that are gone. ``replicasets``: a
     ReplicaSet's pods count under its controller (the Deployment) for the workload budget. ``snapshot``, kept by the
     caller too, is the scheduler's node table the target check runs on (a fresh one when None). ``drain``: the
-    drain's state of the previous round (``spec.drain``)."""
+    drain's state of the previous round (``spec.drain``). ``usage_known`` False: the pods' usage could not be
+    read (Prometheus failed), and the round evicts nothing: the hot nodes' pods have no usage to choose by, and
+    the drain waits too (its state kept as it was)."""
     malformed: Counter[str] = Counter()
     views: list[tuple[PodView, Mapping[str, Any]]] = []
     cache = views_cache if views_cache is not None else {}
@@ -185,7 +189,9 @@ def run_round(
                 evicted=evicted,
             )
         )
-        if policy.drain is not None:
+        if policy.drain is not None and not usage_known:
+            drained = previous
+        elif policy.drain is not None:
             by_node: dict[str, list[tuple[PodView, Mapping[str, Any]]]] = {}
             for view, raw in views:
                 if view.node:
@@ -243,6 +249,8 @@ class RoundState:
         now: datetime,
         pdbs: Sequence[Mapping[str, Any]] = (),
         replicasets: Sequence[Mapping[str, Any]] = (),
+        *,
+        usage_known: bool = True,
     ) -> RoundResult:
         keep = max([RATE_WINDOW, *(args.estimate.window_of(m).total_seconds() for m in args.policy.metrics())])
         while self.recent and self.recent[0].at < now.timestamp() - keep:
@@ -261,6 +269,7 @@ class RoundState:
             replicasets,
             self.snapshot,
             self.drain,
+            usage_known=usage_known,
         )
         self.detectors = result.detectors
         self.drain = result.drain

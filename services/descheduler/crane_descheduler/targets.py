@@ -124,15 +124,21 @@ class SchedulerTargets:
             others = [name for name in found.feasible if name != source and name not in self.hot]
             if not others:
                 return None, "no-target"
-            if not back and len(others) == 1:
+            if len(found.feasible) == 1:
                 return others[0], None
-            try:  # a drain scores the source too: where the scheduler's score sends the replacement
-                scores = sim.score(found, [*others, source] if back else others)
+            # a drain scores every node that passes: the scheduler's score sends the replacement to the best of
+            # them, which must be neither the source nor a node no pod is sent to (hot, or being emptied)
+            ranked = list(found.feasible) if drain else others
+            try:
+                scores = sim.score(found, ranked)
             except PluginError:
                 return None, "no-target"
-            if back and source in scores.best([*others, source]):
+            best = scores.best(ranked)
+            if drain and source in best:
                 return None, "would-return"
-            return min(scores.best(others)), None
+            if drain and any(name in self.hot for name in best):
+                return None, "would-go-excluded"
+            return min(best), None
 
     def take(self, pod: PodView, target: str) -> None:
         """The eviction is planned: the pod leaves the accounting, its replacement is assumed on ``target`` and

@@ -132,3 +132,71 @@ def test_one_node_at_a_time_the_emptiest_first_and_budgets_pace_the_evictions() 
     result = rounds(nodes, pods, policy=paced)
     assert list(drained(result)) == ["a"] and result.drain.draining == frozenset({"idle"})
     assert result.plan.skipped["drain-node-budget"] == 1
+
+
+def test_daemonset_and_static_pods_of_an_excluded_namespace_stay_and_do_not_block_the_drain() -> None:
+    """kube-proxy, a CNI agent, a static pod: every node runs some in kube-system (excluded from evictions); what a
+    pod is decides before what holds it back, so they stay on the node being removed as any DaemonSet pod does."""
+    daemon = pod("kube-proxy-x", "idle", namespace="kube-system", owner_kind="DaemonSet", owner="kube-proxy")
+    mirror = {"kubernetes.io/config.mirror": "x", "kubernetes.io/config.source": "file"}
+    static = pod("etcd-idle", "idle", namespace="kube-system", owner_kind="Node", owner="idle", annotations=mirror)
+    result = rounds(fleet(), [pod("a", "idle", owner="a"), daemon, static])
+    assert drained(result) == {"a": "busy"} and result.drain.draining == frozenset({"idle"})
+
+
+def test_a_pod_not_running_yet_that_can_never_be_evicted_blocks_its_node_at_once() -> None:
+    """Waiting for it to run would empty the node of every other pod first, then find it blocks the node for good;
+    a DaemonSet pod not running yet stays, as a running one does."""
+    for stuck in (
+        pod("bare", "idle", owner_kind=None, phase="Pending"),
+        pod("sys", "idle", owner="s", namespace="kube-system", phase="Pending"),
+    ):
+        result = rounds(fleet(), [pod("a", "idle", owner="a"), stuck])
+        assert drained(result) == {} and result.plan.skipped["drain-blocked"] == 1, stuck["metadata"]["name"]
+    starting = pod("agent", "idle", owner_kind="DaemonSet", phase="Pending")
+    assert drained(rounds(fleet(), [pod("a", "idle", owner="a"), starting])) == {"a": "busy"}
+
+
+def test_a_node_a_replacement_is_planned_onto_is_not_drained_in_the_same_round() -> None:
+    """Two idle nodes, two drains a round: A's pod may only go to zone x, and the scheduler's packing profile
+    sends it to B, so B is not emptied in that round (its new pod would have to move again)."""
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [
+            {
+                "schedulerName": "crane-scheduler",
+                "pluginConfig": [
+                    {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}},
+                ],
+            }
+        ],
+    }
+    zone_x = {"key": "zone", "operator": "In", "values": ["x"]}
+    affinity = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [zone_x]}
+        ]}}
+    }  # fmt: skip
+    nodes = [
+        node("A", cpu=0.1, mem=0.05, labels={"zone": "x"}),
+        node("B", cpu=0.3, mem=0.3, labels={"zone": "x"}),
+        node("C", cpu=0.5, mem=0.5),
+    ]
+    pods = [pod("a", "A", owner="a", affinity=affinity), pod("b", "B", cpu="1", owner="b")]
+    policy = replace(POLICY, drain=Drain(rounds=2, max_nodes=2))
+    state, snapshot, result = DrainState(), SchedulerSnapshot(config), None
+    for _ in range(2):
+        result = run_round(nodes, pods, {}, policy, PACK, {}, NOW, drain=state, snapshot=snapshot)
+        state = result.drain
+    assert result is not None and drained(result) == {"a": "B"}
+    assert result.plan.skipped["drain-is-target"] == 1 and result.drain.draining == frozenset({"A"})
+
+
+def test_a_round_without_the_pods_usage_drains_nothing_and_keeps_the_drains_state() -> None:
+    """Prometheus failed: the round evicts nothing (README), the drain included, and the next round goes on."""
+    pods = [pod("a", "idle", owner="a")]
+    first = run_round(fleet(), pods, {}, POLICY, PACK, {}, NOW, drain=DrainState())
+    blind = run_round(fleet(), pods, {}, POLICY, PACK, {}, NOW, drain=first.drain, usage_known=False)
+    assert drained(blind) == {} and blind.drain == first.drain
+    assert drained(run_round(fleet(), pods, {}, POLICY, PACK, {}, NOW, drain=blind.drain)) == {"a": "busy"}

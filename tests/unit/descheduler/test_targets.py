@@ -7,11 +7,13 @@ from dataclasses import replace
 from typing import Any
 
 from crane_descheduler.classify import Detector
+from crane_descheduler.pods import pod_view
 from crane_descheduler.policy import AnomalyCondition, Limits, default_policy
 from crane_descheduler.rounds import RoundResult, run_round
-from crane_descheduler.targets import SchedulerSnapshot
+from crane_descheduler.targets import SchedulerSnapshot, SchedulerTargets
 from crane_shared.batch import PodUsage
 from crane_shared.loadaware.dynamic import DynamicArgs
+from crane_shared.loadtaintpolicy import ScoringPolicy
 from crane_shared.policy import default_policy as scheduler_default
 from tests.support.descheduler import NOW, node, pod
 
@@ -123,3 +125,30 @@ def test_the_snapshot_follows_the_cluster_from_round_to_round_and_forgets_each_r
     filler = pod("filler", "cool", owner="f", cpu="2")  # 3 + 2 cores requested > 4
     assert again([*pods, filler]) == []
     assert again(pods) == [("p1", "cool")]  # gone again
+
+
+def test_a_drains_replacement_that_the_scheduler_would_send_to_an_excluded_node_is_not_evicted() -> None:
+    """The scheduler ranks every node that passes its Filter, the ones the descheduler sends nothing to too (hot,
+    or being emptied): when its best is one of those, the drained pod's replacement would land there."""
+    zone_x = {"key": "zone", "operator": "In", "values": ["x"]}
+    affinity = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [zone_x]}
+        ]}}
+    }  # fmt: skip
+    nodes = [
+        node("A", cpu=0.1, mem=0.05, labels={"zone": "x"}),
+        node("B", cpu=0.3, mem=0.3, labels={"zone": "x"}),
+        node("C", cpu=0.45, mem=0.45, labels={"zone": "x"}),
+        node("D", cpu=0.5, mem=0.5),
+    ]
+    a = pod("a", "A", owner="a", affinity=affinity)
+    pods = [a, pod("b", "B", cpu="1", owner="b"), pod("c", "C", cpu="6", owner="c")]
+    pack = DynamicArgs(replace(scheduler_default(), scoring=ScoringPolicy("pack", 0.6)))
+    targets = SchedulerTargets(SchedulerSnapshot(), nodes, pods, pack, NOW.timestamp(), {"B"})
+    try:
+        assert targets.find(pod_view(a), "A", drain=True) == (None, "would-go-excluded")
+        targets.hot = set()
+        assert targets.find(pod_view(a), "A", drain=True) == ("B", None)  # B is the scheduler's best
+    finally:
+        targets.close()
