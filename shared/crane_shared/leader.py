@@ -103,10 +103,15 @@ class Term:
     """``time.monotonic()`` instant by which the term ends unless the lease is renewed (the last successful renewal
     attempt's start + the renew deadline): a writer in another process of this host, which cannot see ``lost``,
     refuses a write after it (CLOCK_MONOTONIC is one clock for the host)."""
+    clock: Callable[[], float] = time.monotonic
+    """the clock ``deadline`` is on (the elector's)"""
 
     @property
     def held(self) -> bool:
-        return not self.lost.is_set()
+        """Not ended, and its deadline not passed: a loop blocked past the deadline (a long synchronous round)
+        sees the term gone at once, before the elector's task could run and end it, and a standby can take the
+        lease only after the deadline (it waits for the lease duration, longer than the renew deadline)."""
+        return not self.lost.is_set() and self.clock() < self.deadline
 
 
 class LeaderElector:
@@ -249,14 +254,14 @@ class LeaderElector:
         return self._observed is not None and self._observed[0] not in ("", self.config.identity)
 
     def _begin_term(self, renewed_at: float) -> Term:
-        self.term = Term(deadline=renewed_at + self.config.renew_deadline)
+        self.term = Term(deadline=renewed_at + self.config.renew_deadline, clock=self._clock)
         log.info("leadership acquired", lease=self.config.name, identity=self.config.identity, term=self.term.number)
         self.on_change(True)
         return self.term
 
     def _end_term(self, reason: str) -> None:
         term, self.term = self.term, None
-        if term is None or not term.held:
+        if term is None or term.lost.is_set():
             return
         term.lost.set()
         log.info("leadership ended", lease=self.config.name, identity=self.config.identity, reason=reason)

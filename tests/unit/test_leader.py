@@ -437,3 +437,26 @@ async def test_a_failed_lease_call_is_logged_with_its_verb_object_and_status(
         await eventually(lambda: c.front.requests >= 2, 30, "a failed attempt")
     failed = [e for e in logs if e["event"] == "lease request failed; retrying"]
     assert [(e["verb"], e["object"], e["status"]) for e in failed][:1] == [("get", "lease default/lease", 500)]
+
+
+async def test_a_loop_blocked_past_the_renew_deadline_sees_its_term_gone_before_the_elector_can_run(
+    store: Store, candidates: list[Candidate]
+) -> None:
+    """A long synchronous round (a descheduler's plan, an annotator's evaluation) keeps the elector's task from
+    running: its first write after it must not go out on a term whose deadline passed (a standby may lead by
+    then); the elector then ends the term as usual and wins the lease back."""
+    c = await _make(store, candidates, "a", LONG_LEASE)
+    term = await c.leading()
+    assert term.held and term.deadline < float("inf")
+    _busy_until(term.deadline + 0.05)  # a synchronous round: no renewal can run meanwhile
+    assert not term.held and not term.lost.is_set()  # seen at once, before the elector's task ran
+    await asyncio.wait_for(term.lost.wait(), 30)  # then the elector ends it (lost set, leading=False told)
+    assert any(what == "leading=False" for _, what in c.timeline)
+    again = await asyncio.wait_for(c.leading(), 30)
+    assert again is not term and again.held
+
+
+def _busy_until(instant: float) -> None:
+    """Compute until ``instant`` (monotonic), as a long synchronous round does, without yielding to the loop."""
+    while time.monotonic() < instant:
+        pass
