@@ -100,7 +100,8 @@ class AnnotatorMetrics(MetricSet):
         self.load_taint_changes = self.counter(
             "load_taint_changes_total",
             "crane.io/load-hot taint writes, by change (set, lifted), reason (hot, cooled, stale, opted-out, disabled, "
-            "floor) and outcome (ok, conflict: the node changed meanwhile, retried; missing; error).",
+            "floor, unwatched: the node left the annotator's view) and outcome (ok, conflict: the node changed "
+            "meanwhile, retried; missing; error).",
             ["change", "reason", "outcome"],
         )
         self.load_tainted_nodes = self.gauge(

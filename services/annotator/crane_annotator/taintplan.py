@@ -30,7 +30,7 @@ from crane_shared.debounce import Detector, step
 from crane_shared.loadaware.dynamic import DynamicArgs, node_load, valid_until
 from crane_shared.policy import DynamicSchedulerPolicy
 
-Reason = Literal["hot", "cooled", "stale", "opted-out", "disabled", "floor"]
+Reason = Literal["hot", "cooled", "stale", "opted-out", "disabled", "floor", "unwatched"]
 
 
 @dataclass(frozen=True)

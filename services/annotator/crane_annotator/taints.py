@@ -8,9 +8,11 @@ while Prometheus is down), re-reads the policy file (``spec.loadTaint`` removed:
 nodes from the annotator's informer, as the API server holds them.
 
 Each write replaces ``spec.taints`` with the node's own list plus or minus ours, with the node's resourceVersion as
-a precondition (``NodePatcher.patch_taints``: a concurrent change of another taint is a 409, retried at the next
-evaluation from the informer's newer copy); it goes through the patcher's leadership check, so a leader that may
-have lost its lease writes nothing. Every change is counted and reported as an events.k8s.io/v1 Event on the node
+a precondition (``NodePatcher.patch_taints``: a concurrent change of another taint is a 409; a lift is read again
+and retried at once, a set is judged again at the next evaluation from the informer's newer copy: the node may have
+opted out or been recreated meanwhile); it goes through the patcher's leadership check, so a leader that may have
+lost its lease writes nothing. A node that carried our taint and left the informer's view (relabelled out of
+``--node-selector``) is read and its taint lifted (reason ``unwatched``): nothing would judge it again. Every change is counted and reported as an events.k8s.io/v1 Event on the node
 (``LoadTaintAdded`` / ``LoadTaintRemoved``, best effort).
 """
 
@@ -60,6 +62,7 @@ def note(change: Change) -> str:
         "opted-out": 'the node opted out (crane.io/load-taint: "off")',
         "disabled": "spec.loadTaint is not in the policy",
         "floor": "minUntaintedNodes: the last untainted nodes stay untainted",
+        "unwatched": "the node left the annotator's view (--node-selector): nothing judges its load any more",
     }
     return why.get(change.reason, change.reason)
 
@@ -98,6 +101,8 @@ class LoadTaints:
         """node -> its reading at the last evaluation (debug endpoint)"""
         self.evaluations = 0
         self._pending: set[asyncio.Task[None]] = set()
+        self._ours: set[str] = set()
+        """nodes that carried our taint at the last evaluation: one that leaves the informer's view is lifted"""
         self._readings = Readings()
 
     def begin_term(self) -> None:
@@ -159,20 +164,23 @@ class LoadTaints:
                         with_taint(current, effect, change.reading.metric) if change.taint else without_taint(current)
                     )
                     outcome = await self._write(change.node, taints, version)
-                    if outcome != "conflict" or attempt or self._core is None:
-                        break
+                    if outcome != "conflict" or attempt or self._core is None or change.taint:
+                        break  # a set met a newer node: the next evaluation judges it again (opt-out, uid, data)
                     fresh = await self._read(change.node)
                     if fresh is None:
                         break
                     current, version = fresh
-            self._record(change, outcome, info)
+            self._record(change, outcome, info.uid)
             return change, outcome
 
         done = list(await asyncio.gather(*(apply(c) for c in result.changes)))
+        done += [await self._lift_unwatched(name) for name in sorted(self._ours - nodes.keys())]
         tainted = {name for name, node in nodes.items() if node.tainted}
         for change, outcome in done:
             if outcome == "ok":
                 (tainted.add if change.taint else tainted.discard)(change.node)
+        again = {c.node for c, outcome in done if c.reason == "unwatched" and outcome in ("error", "conflict")}
+        self._ours = tainted | again  # an unwatched node's failed lift is tried again next evaluation
         self._metrics.load_tainted_nodes.set(len(tainted))
         self._metrics.load_taint_held.set(len(result.held))
         if result.held:
@@ -180,6 +188,30 @@ class LoadTaints:
                 "floor", "hot nodes left untainted by minUntaintedNodes", nodes=result.held[:10], count=len(result.held)
             )
         return done
+
+    async def _lift_unwatched(self, node: str) -> tuple[Change, Outcome]:
+        """A node that carried our taint and left the informer's view (relabelled out of ``--node-selector``, or
+        deleted): read it, and lift the taint it still carries; nothing judges it any more."""
+        change = Change(node, False, "unwatched", Reading(None, problem="the node left the annotator's view"))
+        if self._core is None:
+            return change, "error"
+        try:
+            raw = await raw_json(self._core.read_node(node, _preload_content=False, _request_timeout=EVENT_TIMEOUT))
+        except ApiException as err:
+            if err.status == 404:
+                return change, "missing"  # deleted: its taint went with it
+            self._log_once.warning("read-unwatched", "node not read", node=node, **api_failure("get", node, err))
+            return change, "error"
+        except (TimeoutError, OSError, aiohttp.ClientError) as err:
+            self._log_once.warning("read-unwatched", "node not read", node=node, **api_failure("get", node, err))
+            return change, "error"
+        current = [t for t in (raw.get("spec") or {}).get("taints") or () if isinstance(t, dict)]
+        if not any(is_ours(t) for t in current):
+            return change, "missing"  # lifted already (by someone else, or the uninstall hook)
+        meta = raw.get("metadata") or {}
+        outcome = await self._write(node, without_taint(current), str(meta.get("resourceVersion") or ""))
+        self._record(change, outcome, str(meta.get("uid") or ""))
+        return change, outcome
 
     async def _read(self, node: str) -> tuple[tuple[Mapping[str, object], ...], str] | None:
         """The node's taints and resourceVersion as the API server holds them now (None: unreadable, logged once)."""
@@ -194,28 +226,28 @@ class LoadTaints:
         taints = tuple(t for t in (raw.get("spec") or {}).get("taints") or () if isinstance(t, dict))
         return taints, str((raw.get("metadata") or {}).get("resourceVersion") or "")
 
-    def _record(self, change: Change, outcome: Outcome, info: NodeInfo) -> None:
+    def _record(self, change: Change, outcome: Outcome, uid: str) -> None:
         action = "set" if change.taint else "lifted"
         self._metrics.load_taint_changes.labels(action, change.reason, outcome).inc()
         if outcome == "ok":
             log.info("load taint " + action, node=change.node, reason=change.reason, detail=note(change))
-            self._spawn_event(change, info)
-        elif outcome == "conflict":  # changed again since it was re-read: the next evaluation retries
-            log.info("load taint write met a newer node twice; retried next evaluation", node=change.node)
+            self._spawn_event(change, uid)
+        elif outcome == "conflict":  # changed meanwhile: the next evaluation judges it again from a newer copy
+            log.info("load taint write met a newer node; retried next evaluation", node=change.node)
 
-    def _spawn_event(self, change: Change, info: NodeInfo) -> None:
+    def _spawn_event(self, change: Change, uid: str) -> None:
         if self._events is None or not self._may_write():
             return
-        task = asyncio.get_running_loop().create_task(self._event(change, info))
+        task = asyncio.get_running_loop().create_task(self._event(change, uid))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _event(self, change: Change, info: NodeInfo) -> None:
+    async def _event(self, change: Change, uid: str) -> None:
         """The Event on the node; best effort (the taint is written), failures logged once."""
         assert self._events is not None
         body = node_event(
             node=change.node,
-            node_uid=info.uid,
+            node_uid=uid,
             reason="LoadTaintAdded" if change.taint else "LoadTaintRemoved",
             action="Taint" if change.taint else "Untaint",
             type_="Normal",

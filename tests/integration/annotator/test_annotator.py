@@ -361,6 +361,16 @@ async def test_the_load_taint_follows_the_debounce_and_is_never_set_on_stale_dat
         )
         for node in stack.nodes:  # the fleet's nodes, fresh and cool, were never touched
             assert await load_taint(stack, node.name) is None
+
+        # a tainted node relabelled out of the annotator's --node-selector: nothing judges it any more, lifted
+        await counted(a, await samples.write(a, 0.9))
+        await samples.write(a, 0.9)
+        await eventually(lambda: load_taint(stack, a), timeout=15, what="a tainted again")
+        unselect = {"metadata": {"labels": {SELECTOR_KEY: None}}}
+        await v1.patch_node(a, unselect, _content_type="application/merge-patch+json")
+        await eventually(lambda: _untainted(stack, a), timeout=15, what="a lifted once out of the annotator's view")
+        lifted = {"change": "lifted", "reason": "unwatched", "outcome": "ok"}
+        assert await annotator.metric("crane_annotator_load_taint_changes_total", **lifted) == 1
     finally:
         for name in (a, b):
             await v1.delete_node(name)
