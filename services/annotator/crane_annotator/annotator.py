@@ -28,6 +28,7 @@ from crane_annotator.patches import DEFAULT_STAMP, Stamp
 from crane_annotator.pods import PodCache
 from crane_annotator.rounds import MetricRounds, MetricSpec
 from crane_annotator.taints import LoadTaints
+from crane_annotator.taints import reload_problems as taint_reload_problems
 from crane_annotator.writer import NodePatcher, Outcome
 from crane_shared.annotations import HOT_VALUE_KEY, annotation_key
 from crane_shared.batch import batch_metric_key
@@ -165,7 +166,7 @@ class Annotator:
             max_age=hot_value_max_age,
         )
         self.taints = LoadTaints(
-            PolicyFile(policy_path, load_policy, lambda: policy),
+            self._taint_file(policy_path, policy),
             _args_of(stamp),
             lambda: self.cache.nodes,
             self.patcher.patch_taints,
@@ -195,6 +196,20 @@ class Annotator:
             return policy
 
         return PolicyFile(path, load, default_policy, self.metrics.policy_reloads)
+
+    def _taint_file(self, path: str | None, started: DynamicSchedulerPolicy) -> PolicyFile[DynamicSchedulerPolicy]:
+        """The policy file, re-read for ``spec.loadTaint`` at each evaluation; a change the running process cannot
+        apply (a threshold on a metric it does not sync) is refused, the previous policy kept."""
+        synced = [s.name for s in self.specs]
+
+        def load(source: str) -> DynamicSchedulerPolicy:
+            policy = load_policy(source)
+            problems = taint_reload_problems(policy, synced)
+            if problems:
+                raise PolicyError(source, problems)
+            return policy
+
+        return PolicyFile(path, load, lambda: started)
 
     def _addresses(self) -> Mapping[str, NodeAddresses]:
         return {name: info.addresses for name, info in self.cache.nodes.items()}

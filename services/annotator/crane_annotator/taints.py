@@ -12,15 +12,16 @@ a precondition (``NodePatcher.patch_taints``: a concurrent change of another tai
 and retried at once, a set is judged again at the next evaluation from the informer's newer copy: the node may have
 opted out or been recreated meanwhile); it goes through the patcher's leadership check, so a leader that may have
 lost its lease writes nothing. A node that carried our taint and left the informer's view (relabelled out of
-``--node-selector``) is read and its taint lifted (reason ``unwatched``): nothing would judge it again. Every change is counted and reported as an events.k8s.io/v1 Event on the node
-(``LoadTaintAdded`` / ``LoadTaintRemoved``, best effort).
+``--node-selector``) is read and its taint lifted (reason ``unwatched``): nothing would judge it again. Every
+change is counted and reported as an events.k8s.io/v1 Event on the node (``LoadTaintAdded`` /
+``LoadTaintRemoved``, best effort).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
 import aiohttp
@@ -50,6 +51,21 @@ YIELD_EVERY = 250
 
 TaintWriter = Callable[[str, list[dict[str, object]], str], Awaitable[Outcome]]
 """(node, its new taints, the resourceVersion they replace) -> outcome: ``NodePatcher.patch_taints``"""
+
+
+def reload_problems(policy: DynamicSchedulerPolicy, synced: Iterable[str]) -> list[str]:
+    """Why a changed policy's load taint cannot be applied by a running annotator: it reads the annotations of the
+    metrics synced since its start (``syncPolicy`` is read at start only), so a threshold on another metric would
+    find every node without data and lift every taint as stale. Refused, the previous policy stays."""
+    if policy.load_taint is None:
+        return []
+    running = set(synced)
+    where = "spec.loadTaint.thresholds" if policy.load_taint.thresholds else "spec.predicate (the taint's thresholds)"
+    return [
+        f'{where}: "{metric}" is not synced by this process (restart to change syncPolicy)'
+        for metric in policy.taint_thresholds()
+        if metric not in running
+    ]
 
 
 def note(change: Change) -> str:
