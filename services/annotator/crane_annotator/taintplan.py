@@ -209,12 +209,15 @@ def _floor(nodes: Mapping[str, TaintNode], want: Mapping[str, bool], floor: int,
             break
         out.changes.append(Change(node.name, False, "floor", out.readings[node.name]))
         untainted += 1
+    # a new taint counts only the nodes untainted now: a lift planned here frees its node once it is written (the
+    # next evaluation), so a lift that keeps failing never lets the floor be crossed
+    free = sum(1 for n in nodes.values() if n.schedulable and not n.tainted)
     for node in sorted(new, key=hotness):
-        if node.schedulable and untainted - 1 < floor:
+        if node.schedulable and free - 1 < floor:
             out.held.append(node.name)
             continue
         out.changes.append(Change(node.name, True, "hot", out.readings[node.name]))
-        untainted -= 1 if node.schedulable else 0
+        free -= 1 if node.schedulable else 0
 
 
 def _seconds(age: timedelta) -> str:

@@ -130,10 +130,24 @@ def test_the_floor_taints_the_hottest_first_and_holds_the_rest() -> None:
     t1 = T0 + timedelta(minutes=1)
     policy_cool1 = [node("a", 0.70, t1), node("b", 0.2, t1), node("c", 0.80, t1), node("cool", 0.2, t1)]
     c.policy = replace(policy, load_taint=LoadTaintPolicy(hot_rounds=1, cool_rounds=1, min_untainted_nodes=2))
-    assert c.evaluate(t1, policy_cool1) == [("b", False, "cooled"), ("a", True, "hot")]
+    assert c.evaluate(t1, policy_cool1) == [("b", False, "cooled")]
+    assert c.held == ["a"]  # b's room counts once its lift is written: the next evaluation
+    assert c.evaluate(t1, policy_cool1) == [("a", True, "hot")]
     # a cordoned node is no room: it neither counts toward the floor nor is held by it
     cordoned = [replace(n, schedulable=n.name != "cool") for n in policy_cool1]
     assert c.evaluate(t1, cordoned) == [("a", False, "floor")]  # the coolest of the tainted ones
+
+
+def test_a_lift_that_keeps_failing_never_lets_a_new_taint_cross_the_floor() -> None:
+    policy = replace(POLICY, load_taint=LoadTaintPolicy(hot_rounds=1, min_untainted_nodes=1))
+    stale = T0 - timedelta(minutes=10)
+    nodes = {"a": node("a", 0.9, stale, tainted=True), "b": node("b", 0.9, T0)}
+    states: dict[str, NodeState] = {}
+    for _ in range(2):  # a's lift is never written (a webhook refusing it, say): b waits each time
+        result = plan(nodes, states, policy, DynamicArgs(policy), T0)
+        states = result.states
+        assert [(c.node, c.taint, c.reason) for c in result.changes] == [("a", False, "stale")]
+        assert result.held == ["b"]
 
 
 def test_a_new_term_takes_the_taints_it_finds_as_confirmed_and_lifts_them_after_m_cool_samples() -> None:
