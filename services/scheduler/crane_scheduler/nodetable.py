@@ -261,7 +261,7 @@ class NodeTable:
         # Plugins that must see a pod as soon as it is assumed (InterPodAffinity, PodTopologySpread): (pod, node).
         self.pod_assumed: list[Callable[[PodInfo, str], None]] = []
         # An assumption undone (its bind failed or was withheld), with its record: the decider workers' feed.
-        self.pod_forgotten: list[Callable[[PodRecord], None]] = []
+        self.pod_forgotten: list[Callable[[PodRecord, bool], None]] = []
         # What-ifs that must be seen by plugins reading other nodes' pods (preemption's per-node dry run, kube's
         # PreFilterExtensions RemovePod/AddPod): (records, -1 taken out / +1 put back), with ``notify=True`` only.
         self.pod_simulated: list[Callable[[list[PodRecord], int], None]] = []
@@ -525,14 +525,16 @@ class NodeTable:
         for assumed in self.pod_assumed:
             assumed(pod, node)
 
-    def forget(self, uid: str) -> bool:
-        """Undo an assumption whose bind failed; a binding the informer already confirmed is kept."""
+    def forget(self, uid: str, *, unreserved: bool = True) -> bool:
+        """Undo an assumption whose bind failed; a binding the informer already confirmed is kept. ``unreserved``
+        False: the plugins' Reserve state stays (the pod turned out bound already: the informer accounts it), and
+        the hooks are told so (the decider workers' replicas keep theirs too)."""
         record = self.pods.get(uid)
         if record is None or not record.assumed:
             return False
         self.remove_pod(uid)
         for forgotten in self.pod_forgotten:
-            forgotten(record)
+            forgotten(record, unreserved)
         return True
 
     def is_assumed(self, uid: str) -> bool:

@@ -362,7 +362,7 @@ class SchedulingCycle:
             self.requeue_dropped(pod.uid)
             return
         if status.code is Code.ALREADY_BOUND:
-            self.table.forget(pod.uid)  # the informer will account the real binding
+            self.table.forget(pod.uid, unreserved=False)  # the informer will account the real binding
             self.reporter.already_bound(pod, profile.name)
             self.metrics.child(self.metrics.bind_duration, "conflict").observe(time.perf_counter() - bind_start)
             return

@@ -12,8 +12,9 @@ import pytest
 
 from crane_scheduler.deciders.pool import DeciderPool
 from crane_scheduler.deciders.process import Replica
-from crane_scheduler.deciders.protocol import APPLY, CONFIRM
-from crane_scheduler.podinfo import bound_object, bound_version, parse_pod
+from crane_scheduler.deciders.protocol import APPLY, CONFIRM, FORGET
+from crane_scheduler.nodetable import NodeTable
+from crane_scheduler.podinfo import bound_object, bound_version, parse_node, parse_pod
 from tests.support.scheduler import container, node
 
 
@@ -134,3 +135,21 @@ async def test_a_pending_update_of_an_assumed_pod_leaves_the_workers_assumption_
     assert sent == [] and pool.versions.sent == step  # nothing for the workers, the row unchanged
     pool.pod_event("MODIFIED", _bound(pending, "n1"), False, pending)  # then its bind is confirmed as usual
     assert [m[0] for m in sent] == [CONFIRM]
+
+
+async def test_an_assumption_forgotten_without_unreserve_is_forgotten_so_by_the_workers() -> None:
+    """A bind answered "already bound" keeps the plugins' Reserve state in the scheduling process (Dynamic's recent
+    binding: the pod is bound, the informer accounts it): the workers' FORGET names no profile, so their replicas
+    replay no Unreserve either; a failed bind's FORGET names the profile whose Unreserve they replay."""
+    table = NodeTable()
+    pool = DeciderPool(1, None, out_of_tree=False)
+    pool.watch(table)
+    sent: list[Any] = []
+    pool._send = sent.append  # type: ignore[method-assign,assignment]  # the messages, before packing
+    table.upsert_node(parse_node(node("n1", cpu="4", memory="8Gi")))
+    for name, unreserved in (("kept", False), ("failed", True)):
+        pod = parse_pod(_pending(name))
+        table.assume(pod, "n1")  # the table's hooks tell the pool
+        table.forget(pod.uid, unreserved=unreserved)
+    forgets = [m for m in sent if m[0] == FORGET]
+    assert forgets == [(FORGET, "uid-kept", "n1", ""), (FORGET, "uid-failed", "n1", "crane-scheduler")]

@@ -351,14 +351,16 @@ class DeciderPool:
             self._packer.pack_array_header(5) + pack(ASSUME) + body + pack(node) + pack(pod.scheduler_name) + pack(at)
         )
 
-    def forgotten(self, record: PodRecord) -> None:
+    def forgotten(self, record: PodRecord, unreserved: bool = True) -> None:
+        """The scheduling process undid an assumption: the replicas too, with the profile whose Reserve they
+        replay (none when the process kept its Reserve state: the pod was bound already)."""
         self._assumed.pop(record.uid, None)
         pods = self._state.get("Pod", {})
         raw = pods.get(record.uid)
         if raw is not None and not (raw.get("spec") or {}).get("nodeName"):
             del pods[record.uid]
             self._pod_nodes.pop(record.uid, None)
-        profile = record.pod.scheduler_name if record.pod is not None else ""
+        profile = record.pod.scheduler_name if record.pod is not None and unreserved else ""
         self.versions.step(record.node)
         self._send((FORGET, record.uid, record.node, profile))
 
