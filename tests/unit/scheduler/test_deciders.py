@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from crane_scheduler.algorithm import Hint, ScheduleResult
 from crane_scheduler.deciders.cpus import default_workers, quota_cpus, usable_cpus
 from crane_scheduler.deciders.eligible import pod_refusal, profile_refusal
+from crane_scheduler.deciders.pool import DeciderPool
 from crane_scheduler.deciders.versions import RowVersions
 from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import Code
@@ -51,6 +52,20 @@ def test_two_workers_answering_the_same_node_the_second_is_checked_not_taken() -
     assert versions.fresh("a", seen, 0)  # worker 0 counted its own pod when it answered
     assert not versions.fresh("a", seen, 1)
     assert versions.fresh("b", seen, 1)
+
+
+async def test_a_deleted_nodes_row_version_goes_and_an_answer_naming_it_is_never_taken() -> None:
+    """Node names churn under an autoscaler: a deleted node's entry is dropped; a worker's late answer naming it
+    finds no row in the scheduling process's table (the hint is not taken), and the name added again steps anew."""
+    pool = DeciderPool(1, None, out_of_tree=False)
+    pool._send = lambda message: None  # type: ignore[method-assign]  # no worker process here
+    raw = node("gone", cpu="4", memory="8Gi")
+    pool.node_event("ADDED", raw)
+    seen = pool.versions.sent
+    pool.node_event("DELETED", raw)
+    assert "gone" not in pool.versions._changed
+    pool.node_event("ADDED", raw)  # the same name again: not fresh for an answer from before
+    assert not pool.versions.fresh("gone", seen, 0)
 
 
 def test_plain_pods_go_to_workers_and_pods_with_claims_volumes_nominations_or_devices_do_not() -> None:

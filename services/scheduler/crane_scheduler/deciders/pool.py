@@ -277,6 +277,8 @@ class DeciderPool:
         else:
             nodes[name] = raw
         self.versions.step(name)
+        if event == "DELETED":
+            self.versions.forget(name)
         self._send((APPLY, "Node", event, raw))
 
     def pod_event(

@@ -44,3 +44,8 @@ class RowVersions:
         row as it is now."""
         steps = self._changed.get(node)
         return steps is None or steps[worker] <= seen
+
+    def forget(self, node: str) -> None:
+        """``node`` was deleted: its entry goes (node names churn under an autoscaler). An answer naming it finds
+        no row in the scheduling process's table (never taken), and a node of that name added again steps anew."""
+        self._changed.pop(node, None)
