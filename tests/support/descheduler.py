@@ -120,6 +120,25 @@ def pod(
 
 # --- the integration stack: real API server, the fleet's per-pod series scraped by a real Prometheus ------------
 
+PACKING_PROFILE: dict[str, Any] = {
+    "apiVersion": "kubescheduler.config.k8s.io/v1",
+    "kind": "KubeSchedulerConfiguration",
+    "profiles": [
+        {
+            "schedulerName": "crane-scheduler",
+            "pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}}],
+        }
+    ],
+}
+"""the scheduler's configuration with kube's packing score (the sandbox's ``--autoscaler`` profile's)"""
+
+
+def zone_affinity(zone: str) -> dict[str, Any]:
+    """A pod's required node affinity to nodes labelled ``zone=<zone>``."""
+    term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": [zone]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
 SELECTOR_KEY = "crane-test/descheduler"
 USAGE = "sandbox.crane.io/usage"
 FAST_POLICY = """\

@@ -186,30 +186,28 @@ class Annotator:
         """The policy file, re-read for ``spec.reclaim`` each round (see ``BatchCapacity.reload``)."""
         if path is None:
             return None
-        synced = [s.name for s in self.specs]
-
-        def load(source: str) -> DynamicSchedulerPolicy:
-            policy = load_policy(source)
-            problems = reload_problems(policy, synced)
-            if problems:
-                raise PolicyError(source, problems)
-            return policy
-
-        return PolicyFile(path, load, default_policy, self.metrics.policy_reloads)
+        return PolicyFile(path, self._loader(reload_problems), default_policy, self.metrics.policy_reloads)
 
     def _taint_file(self, path: str | None, started: DynamicSchedulerPolicy) -> PolicyFile[DynamicSchedulerPolicy]:
         """The policy file, re-read for ``spec.loadTaint`` at each evaluation; a change the running process cannot
         apply (a threshold on a metric it does not sync) is refused, the previous policy kept."""
+        return PolicyFile(path, self._loader(taint_reload_problems), lambda: started)
+
+    def _loader(
+        self, problems_of: Callable[[DynamicSchedulerPolicy, list[str]], list[str]]
+    ) -> Callable[[str], DynamicSchedulerPolicy]:
+        """``load_policy``, refusing a policy this process cannot apply (``problems_of`` it and the metrics it
+        syncs: ``syncPolicy`` is read at start only)."""
         synced = [s.name for s in self.specs]
 
         def load(source: str) -> DynamicSchedulerPolicy:
             policy = load_policy(source)
-            problems = taint_reload_problems(policy, synced)
+            problems = problems_of(policy, synced)
             if problems:
                 raise PolicyError(source, problems)
             return policy
 
-        return PolicyFile(path, load, lambda: started)
+        return load
 
     def _addresses(self) -> Mapping[str, NodeAddresses]:
         return {name: info.addresses for name, info in self.cache.nodes.items()}

@@ -14,7 +14,7 @@ from crane_descheduler.targets import SchedulerSnapshot
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.loadtaintpolicy import ScoringPolicy
 from crane_shared.policy import default_policy as scheduler_default
-from tests.support.descheduler import NOW, node, pod
+from tests.support.descheduler import NOW, PACKING_PROFILE, node, pod, zone_affinity
 
 PACK = DynamicArgs(replace(scheduler_default(), scoring=ScoringPolicy("pack", 0.6)))
 SPREAD = DynamicArgs(scheduler_default())
@@ -90,23 +90,11 @@ def test_a_replacement_the_schedulers_whole_score_sends_back_keeps_the_node_out_
 def test_with_the_schedulers_own_packing_profile_the_same_drain_goes_ahead() -> None:
     """``--scheduler-config``: the drain asks the scheduler's own profile; with kube's MostAllocated beside
     Dynamic's pack (the sandbox's ``--autoscaler`` profile), the fuller node wins and the idle node empties."""
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "profiles": [
-            {
-                "schedulerName": "crane-scheduler",
-                "pluginConfig": [
-                    {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}},
-                ],
-            }
-        ],
-    }
     pods = [pod("a", "idle", owner="a", cpu="200m", memory="64Mi"), pod("x", "busy", cpu="3", memory="64Mi")]
     nodes = [node("idle", cpu=0.1, mem=0.05, cores=4), node("busy", cpu=0.3, mem=0.1, cores=4)]
     state = DrainState()
     result = None
-    snapshot = SchedulerSnapshot(config)
+    snapshot = SchedulerSnapshot(PACKING_PROFILE)
     for _ in range(2):
         result = run_round(nodes, pods, {}, POLICY, PACK, {}, NOW, drain=state, snapshot=snapshot)
         state = result.drain
@@ -160,32 +148,14 @@ def test_a_pod_not_running_yet_that_can_never_be_evicted_blocks_its_node_at_once
 def test_a_node_a_replacement_is_planned_onto_is_not_drained_in_the_same_round() -> None:
     """Two idle nodes, two drains a round: A's pod may only go to zone x, and the scheduler's packing profile
     sends it to B, so B is not emptied in that round (its new pod would have to move again)."""
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "profiles": [
-            {
-                "schedulerName": "crane-scheduler",
-                "pluginConfig": [
-                    {"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": "MostAllocated"}}},
-                ],
-            }
-        ],
-    }
-    zone_x = {"key": "zone", "operator": "In", "values": ["x"]}
-    affinity = {
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [zone_x]}
-        ]}}
-    }  # fmt: skip
     nodes = [
         node("A", cpu=0.1, mem=0.05, labels={"zone": "x"}),
         node("B", cpu=0.3, mem=0.3, labels={"zone": "x"}),
         node("C", cpu=0.5, mem=0.5),
     ]
-    pods = [pod("a", "A", owner="a", affinity=affinity), pod("b", "B", cpu="1", owner="b")]
+    pods = [pod("a", "A", owner="a", affinity=zone_affinity("x")), pod("b", "B", cpu="1", owner="b")]
     policy = replace(POLICY, drain=Drain(rounds=2, max_nodes=2))
-    state, snapshot, result = DrainState(), SchedulerSnapshot(config), None
+    state, snapshot, result = DrainState(), SchedulerSnapshot(PACKING_PROFILE), None
     for _ in range(2):
         result = run_round(nodes, pods, {}, policy, PACK, {}, NOW, drain=state, snapshot=snapshot)
         state = result.drain

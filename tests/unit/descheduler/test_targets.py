@@ -15,7 +15,7 @@ from crane_shared.batch import PodUsage
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.loadtaintpolicy import ScoringPolicy
 from crane_shared.policy import default_policy as scheduler_default
-from tests.support.descheduler import NOW, node, pod
+from tests.support.descheduler import NOW, node, pod, zone_affinity
 
 ARGS = DynamicArgs(scheduler_default())
 POLICY = replace(default_policy(scheduler_default()), anomaly=AnomalyCondition(hot_rounds=1, normal_rounds=1))
@@ -130,19 +130,13 @@ def test_the_snapshot_follows_the_cluster_from_round_to_round_and_forgets_each_r
 def test_a_drains_replacement_that_the_scheduler_would_send_to_an_excluded_node_is_not_evicted() -> None:
     """The scheduler ranks every node that passes its Filter, the ones the descheduler sends nothing to too (hot,
     or being emptied): when its best is one of those, the drained pod's replacement would land there."""
-    zone_x = {"key": "zone", "operator": "In", "values": ["x"]}
-    affinity = {
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [zone_x]}
-        ]}}
-    }  # fmt: skip
     nodes = [
         node("A", cpu=0.1, mem=0.05, labels={"zone": "x"}),
         node("B", cpu=0.3, mem=0.3, labels={"zone": "x"}),
         node("C", cpu=0.45, mem=0.45, labels={"zone": "x"}),
         node("D", cpu=0.5, mem=0.5),
     ]
-    a = pod("a", "A", owner="a", affinity=affinity)
+    a = pod("a", "A", owner="a", affinity=zone_affinity("x"))
     pods = [a, pod("b", "B", cpu="1", owner="b"), pod("c", "C", cpu="6", owner="c")]
     pack = DynamicArgs(replace(scheduler_default(), scoring=ScoringPolicy("pack", 0.6)))
     targets = SchedulerTargets(SchedulerSnapshot(), nodes, pods, pack, NOW.timestamp(), {"B"})
