@@ -142,6 +142,7 @@ class Informer:
     def request_relist(self, reason: str) -> None:
         """Drop the watch and list everything again (e.g. downstream storage lost what it had been given)."""
         self._relist_reason = reason
+        self._need_list = True  # also when it comes while ``run`` backs off (the event is cleared on the next pass)
         self._relist_requested.set()
 
     async def list(self) -> None:

@@ -217,6 +217,37 @@ async def test_a_requested_relist_drops_the_watch_and_lists_again() -> None:
     assert seen.restarts == ["requested"]
 
 
+async def test_a_relist_requested_while_the_informer_backs_off_is_not_lost() -> None:
+    """Downstream (the event recorder's Redis, restarted empty) asks for a re-list while the watch is failing and
+    the informer waits out its backoff: the next cycle lists, it does not resume the watch from where it was."""
+    server = FakeApiServer(lists=[Page([item("a", "1")], "1"), Page([item("a", "1")], "2")])
+    server.watches = [Events([b"{not json\n"])]  # the first watch fails: a backoff of 2 s follows
+    seen = Seen()
+    async with fake_api(server) as api:
+        informer = Informer(
+            "nodes", client.CoreV1Api(api).list_node, seen, backoff=Backoff(initial=2.0, maximum=2.0), max_backoff=5
+        )
+        failed = asyncio.Event()
+
+        def restarted(reason: str) -> None:
+            seen.restarts.append(reason)
+            failed.set()
+
+        informer.on_restart = restarted
+        stopping = asyncio.Event()
+        task = asyncio.create_task(informer.run(stopping))
+        try:
+            await asyncio.wait_for(failed.wait(), 10)  # the failed watch handled: the informer sleeps now
+            assert seen.restarts == ["error"]
+            informer.request_relist("redis-reset")
+            await server.wait_for(watches=2)
+        finally:
+            stopping.set()
+            await asyncio.wait_for(task, 5)
+    assert len(server.list_requests()) == 2
+    assert server.watch_requests()[1].query["resourceVersion"] == "2"  # from the new list, not resumed at "1"
+
+
 async def test_bulk_replace_hands_over_the_whole_list() -> None:
     server = FakeApiServer(lists=[Page([item("a", "1"), item("b", "2")], "2", cont="t"), Page([item("c", "3")], "3")])
     replaced: list[list[str]] = []
