@@ -111,6 +111,10 @@ class Informer:
     """total timeout of one list page; also the connect timeout of a watch"""
     max_line_bytes: int = 64 << 20
     keep_cache: bool = True
+    on_page: Callable[[Objs], None] | None = None
+    """with ``keep_cache=False``: each list page handed over as it arrives (a consumer that only adds, e.g. the
+    event recorder, whose list of an hour of events must never be held whole), then ``on_replace`` with no items
+    once the list completed"""
     drop_managed_fields: bool = False
     """cut ``metadata.managedFields`` out of each list and watch event before decoding it (``managedfields``):
     for a consumer that reads none of them (the scheduler, as kube-scheduler's informers trim them)"""
@@ -126,6 +130,8 @@ class Informer:
             self.backoff = Backoff(initial=min(0.2, self.max_backoff), maximum=self.max_backoff)
         if not self.keep_cache and self.on_replace is None:
             raise ValueError(f"informer {self.name}: keep_cache=False needs on_replace to hand over re-lists")
+        if self.on_page is not None and self.keep_cache:
+            raise ValueError(f"informer {self.name}: on_page is for a consumer that keeps no cache (keep_cache=False)")
 
     @property
     def watch_liveness(self) -> float:
@@ -157,7 +163,10 @@ class Informer:
             page = body.get("items") or []
             if not isinstance(page, list):
                 raise ApiError(None, f"list of {self.name}: items is not a list")
-            items.extend(page)
+            if self.on_page is not None:
+                self._hand_over(page)
+            else:
+                items.extend(page)
             metadata = body.get("metadata") or {}
             cont = metadata.get("continue")
             if not cont:
@@ -168,6 +177,13 @@ class Informer:
         self.relists += 1
         self._need_list = False
         self.synced.set()
+
+    def _hand_over(self, page: Objs) -> None:
+        assert self.on_page is not None
+        try:
+            self.on_page(page)
+        except Exception:  # a handler bug must not stop the informer
+            log.exception("informer on_page failed", informer=self.name)
 
     def _replace(self, items: Objs) -> None:
         if self.on_replace is not None:

@@ -259,6 +259,29 @@ async def test_bulk_replace_hands_over_the_whole_list() -> None:
     assert replaced == [["a", "b", "c"]] and seen.events == [] and set(informer.cache) == {"a", "b", "c"}
 
 
+async def test_a_consumer_without_a_cache_takes_a_list_page_by_page_as_it_arrives() -> None:
+    """The event recorder's list returns an hour of events: each page is handed over before the next is asked for
+    (never the whole list in memory), and the completed list is announced with no items."""
+    server = FakeApiServer(lists=[Page([item("a", "1"), item("b", "2")], "2", cont="t"), Page([item("c", "3")], "3")])
+    pages: list[tuple[list[str], int]] = []
+    replaced: list[int] = []
+
+    def page(items: list[dict[str, Any]]) -> None:
+        pages.append(([i["metadata"]["name"] for i in items], len(server.list_requests())))
+
+    async with running(
+        server, keep_cache=False, on_page=page, on_replace=lambda items: replaced.append(len(items))
+    ) as (
+        informer,
+        seen,
+    ):
+        await informer.synced.wait()
+    assert pages == [(["a", "b"], 1), (["c"], 2)]  # the first page handed over before the second was asked for
+    assert replaced == [0] and seen.events == [] and informer.cache == {}
+    with pytest.raises(ValueError, match="on_page"):
+        Informer("pods", _never_listed, on_page=page, on_replace=print)  # it keeps a cache
+
+
 async def test_stopping_ends_run_during_a_silent_watch() -> None:
     server = FakeApiServer(lists=[Page([], "1")])
     async with running(server) as (informer, _):
@@ -275,3 +298,7 @@ async def test_cancelling_run_ends_it_even_mid_watch() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, 5)
+
+
+async def _never_listed(**kwargs: Any) -> Any:
+    raise AssertionError("not listed")

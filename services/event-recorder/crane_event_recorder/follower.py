@@ -45,6 +45,7 @@ class Follower:
         self._relist_reason = ""
         # Buffer position after the first complete list: ready once the buffer has settled up to here.
         self.first_list_position: int | None = None
+        self._listed = 0  # events of the list under way, handed over page by page
         self.informer = Informer(
             name,
             list_fn,
@@ -53,8 +54,10 @@ class Follower:
             page_size=page_size,
             watch_timeout=max(1, int(watch_timeout)),
             on_replace=self._on_list,
+            on_page=self._on_page,
             on_restart=self._on_restart,
             keep_cache=False,
+            drop_managed_fields=True,
             backoff=backoff or Backoff(initial=0.05, maximum=5.0),
             max_backoff=(backoff.maximum if backoff else 5.0),
             liveness=liveness,
@@ -68,18 +71,26 @@ class Follower:
     async def run(self, stopping: asyncio.Event) -> None:
         await self.informer.run(stopping)
 
-    def _on_list(self, items: Objs) -> None:
+    def _on_page(self, items: Objs) -> None:
+        """A list's page, accepted as it arrives: a list returns every Scheduled event of the last hour (the API
+        server's event TTL), far more than the retention keeps, and is never held whole."""
         accept = self._ingest.accept
         for item in items:
             accept(item)
+        self._listed += len(items)
+
+    def _on_list(self, items: Objs) -> None:
+        self._on_page(items)  # none: the pages came through ``_on_page``
         self._metrics.lists.inc()
         if self.first_list_position is None:
             self.first_list_position = self._ingest.buffer.pushed
-        log.info("listed", source=self.name, events=len(items), resource_version=self.informer.resource_version)
+        listed, self._listed = self._listed, 0
+        log.info("listed", source=self.name, events=listed, resource_version=self.informer.resource_version)
 
     def _on_event(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if kind != "DELETED":  # an expired event: the binding it reported stays
             self._ingest.accept(obj)
 
     def _on_restart(self, reason: str) -> None:
+        self._listed = 0  # a list that failed half way is listed again whole
         self._metrics.watch_restarts.labels(self._relist_reason if reason == "requested" else reason).inc()
