@@ -755,3 +755,41 @@ def test_the_kept_victim_order_is_the_fresh_sort(seed: int) -> None:
             t.add_pod(parse_pod(raw))
         elif change == 3:  # a what-if that takes pods out and puts them back
             t.simulate_add(t.simulate_remove([r.uid for r in t.pods_on(name)]))
+
+
+async def test_a_failed_eviction_releases_the_preemptor_only_once_its_other_evictions_returned() -> None:
+    """One victim's eviction fails while the other's is still on its way: the preemptor stays held back (its
+    victims still its own) until that call returned too, as kube activates it after its preemption finished;
+    released at once, its retry preempted on the other full node as well (three victims for one pod)."""
+
+    class OneFailsOneWaits(FakeWriter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.term = object()
+            self.release, self.holding = asyncio.Event(), asyncio.Event()
+
+        async def evict(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> Reply:
+            self.writes.append(f"EVICT {name}")
+            if sum(w.startswith("EVICT") for w in self.writes) == 1:
+                return Reply(500)
+            self.holding.set()
+            await self.release.wait()
+            return Reply(200)
+
+    halves = [pod(f"low{i}", cpu="500m", priority=1, node_name=n) for i, n in enumerate("aabb", start=1)]
+    t = table(node("a", cpu="1"), node("b", cpu="1"), bound=halves)
+    ls, writer = listers(), OneFailsOneWaits()
+    prof = profile(t, ls, writer=writer)
+    assert prof.handle is not None
+    activated: list[str] = []
+    prof.handle.activate = activated.append
+    prof.handle.record_event = lambda *event: None
+    plugin = victims_of(prof)
+    _, info = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
+    await asyncio.wait_for(writer.holding.wait(), 10)  # one eviction failed (500), the other is on its way
+    for _ in range(10):  # the failure's handling would run in these turns
+        await asyncio.sleep(0)
+    assert info.uid not in activated and plugin.pre_enqueue(info)  # still held back
+    writer.release.set()
+    await plugin.drain()
+    assert info.uid in activated  # retried once every call returned

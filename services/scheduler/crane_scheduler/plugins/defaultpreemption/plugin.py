@@ -342,11 +342,18 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         try:
             # All at once: kube writes the nomination with the attempt's status update while its preemption
             # goroutine clears lower nominations and evicts, so the victims' deletions wait for no other call.
-            await asyncio.gather(
+            # Every call settles before a failure is handled: the pod is released (retried, its victims no longer
+            # its own) only once no eviction of this preemption is still on its way, as kube activates it after its
+            # preemption goroutine returned; released earlier, its retry could preempt on another node too.
+            settled = await asyncio.gather(
                 self._nominate_in_api(pod, best.node, message),
-                *(self._set_nomination(p, "") for p in lower),
+                *(self._clear_lower(p) for p in lower),
                 *(self._evict(pod, v, best.node) for v in best.victims if v.pod and not v.pod.deleting),
+                return_exceptions=True,
             )
+            failed = next((r for r in settled if isinstance(r, BaseException)), None)
+            if failed is not None:
+                raise failed
             if (started := self._started_api.get(pod.uid)) is not None:
                 self.steps.labels("api").observe(time.monotonic() - started)
         except Exception as err:  # the pod is retried at once (kube activates it); the next attempt decides again
@@ -366,6 +373,14 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
                     asyncio.get_running_loop().call_later(retry_after, self.handle.activate, pod.uid)
                 else:
                     self.handle.activate(pod.uid)
+
+    async def _clear_lower(self, pod: PodInfo) -> None:
+        """A lower-priority pod's nomination to the node cleared; a failure is logged, not the preemption's (kube:
+        "not critical": the pod's next attempt nominates afresh or is placed)."""
+        try:
+            await self._set_nomination(pod, "")
+        except PreemptionError as err:
+            log.warning("a lower nomination not cleared", pod=pod.key, **api_failure("patch", pod.key, err))
 
     async def _nominate_in_api(self, pod: PodInfo, node: str, message: str) -> None:
         """The preemptor's own nomination, in one patch with the attempt's PodScheduled=False condition (kube's
