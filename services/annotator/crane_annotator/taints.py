@@ -23,6 +23,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client
@@ -66,6 +67,10 @@ def reload_problems(policy: DynamicSchedulerPolicy, synced: Iterable[str]) -> li
         for metric in policy.taint_thresholds()
         if metric not in running
     ]
+
+
+def _taints_of(raw: Mapping[str, Any]) -> list[dict[str, object]]:
+    return [t for t in (raw.get("spec") or {}).get("taints") or () if isinstance(t, dict)]
 
 
 def note(change: Change) -> str:
@@ -209,19 +214,10 @@ class LoadTaints:
         """A node that carried our taint and left the informer's view (relabelled out of ``--node-selector``, or
         deleted): read it, and lift the taint it still carries; nothing judges it any more."""
         change = Change(node, False, "unwatched", Reading(None, problem="the node left the annotator's view"))
-        if self._core is None:
-            return change, "error"
-        try:
-            raw = await raw_json(self._core.read_node(node, _preload_content=False, _request_timeout=EVENT_TIMEOUT))
-        except ApiException as err:
-            if err.status == 404:
-                return change, "missing"  # deleted: its taint went with it
-            self._log_once.warning("read-unwatched", "node not read", node=node, **api_failure("get", node, err))
-            return change, "error"
-        except (TimeoutError, OSError, aiohttp.ClientError) as err:
-            self._log_once.warning("read-unwatched", "node not read", node=node, **api_failure("get", node, err))
-            return change, "error"
-        current = [t for t in (raw.get("spec") or {}).get("taints") or () if isinstance(t, dict)]
+        raw = await self._get(node, "node not read to lift its taint") if self._core is not None else "error"
+        if isinstance(raw, str):
+            return change, raw  # deleted (its taint went with it), or unreadable: tried again next evaluation
+        current = _taints_of(raw)
         if not any(is_ours(t) for t in current):
             return change, "missing"  # lifted already (by someone else, or the uninstall hook)
         meta = raw.get("metadata") or {}
@@ -230,17 +226,29 @@ class LoadTaints:
         return change, outcome
 
     async def _read(self, node: str) -> tuple[tuple[Mapping[str, object], ...], str] | None:
-        """The node's taints and resourceVersion as the API server holds them now (None: unreadable, logged once)."""
+        """The node's taints and resourceVersion as the API server holds them now (None: gone or unreadable)."""
+        raw = await self._get(node, "node not re-read after a conflict")
+        if isinstance(raw, str):
+            return None
+        return tuple(_taints_of(raw)), str((raw.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def _get(self, node: str, problem: str) -> dict[str, Any] | Outcome:
+        """The node as the API server holds it now; ``missing`` when it is gone, ``error`` when it cannot be read
+        (logged once, as ``problem``)."""
         assert self._core is not None
         try:
-            raw = await raw_json(self._core.read_node(node, _preload_content=False, _request_timeout=EVENT_TIMEOUT))
-        except (ApiException, TimeoutError, OSError, aiohttp.ClientError) as err:
-            self._log_once.warning(
-                "read", "node not re-read after a conflict", node=node, **api_failure("get", f"node {node}", err)
+            raw: dict[str, Any] = await raw_json(
+                self._core.read_node(node, _preload_content=False, _request_timeout=EVENT_TIMEOUT)
             )
-            return None
-        taints = tuple(t for t in (raw.get("spec") or {}).get("taints") or () if isinstance(t, dict))
-        return taints, str((raw.get("metadata") or {}).get("resourceVersion") or "")
+            return raw
+        except ApiException as err:
+            if err.status == 404:
+                return "missing"
+            fields = api_failure("get", f"node {node}", err)
+        except (TimeoutError, OSError, aiohttp.ClientError) as err:
+            fields = api_failure("get", f"node {node}", err)
+        self._log_once.warning(f"read:{problem}", problem, node=node, **fields)
+        return "error"
 
     def _record(self, change: Change, outcome: Outcome, uid: str) -> None:
         action = "set" if change.taint else "lifted"
