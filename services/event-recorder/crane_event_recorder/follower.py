@@ -80,7 +80,7 @@ class Follower:
         self._listed += len(items)
 
     def _on_list(self, items: Objs) -> None:
-        self._on_page(items)  # none: the pages came through ``_on_page``
+        """The list completed (its pages came through ``_on_page``: ``items`` is empty)."""
         self._metrics.lists.inc()
         if self.first_list_position is None:
             self.first_list_position = self._ingest.buffer.pushed
