@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from crane_scheduler.algorithm import ScheduleResult
-from crane_scheduler.framework import EXPLAIN_SCORES, SUCCESS, CycleState, Diagnosis, Status
+from crane_scheduler.framework import EXPLAIN_SCORES, SUCCESS, CycleState, Diagnosis, Handle, Status
 from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import PodInfo, parse_node, parse_pod
@@ -240,14 +240,31 @@ class Clock:
 
 
 def scheduler_with(
-    binder: Any, clock: Callable[[], float], writer: FakeWriter | None = None, config: dict[str, Any] | None = None
+    binder: Any,
+    clock: Callable[[], float],
+    writer: FakeWriter | None = None,
+    config: dict[str, Any] | None = None,
+    plugins: Mapping[str, Callable[[Mapping[str, Any], Handle], Any]] | None = None,
 ) -> Scheduler:
     """A ``Scheduler`` with the default profile (or ``config``'s, whose plugins then get ``clock`` too) on a fresh
-    node table, its DefaultBinder replaced by ``binder``; no API client; reports stay queued, or go to ``writer``
-    while its reporter runs."""
-    sim = Simulator(config, clock=clock, plugins={"DefaultBinder": lambda args, handle: binder}, out_of_tree=False)
+    node table, its DefaultBinder replaced by ``binder``, ``plugins`` added (name: factory); no API client;
+    reports stay queued, or go to ``writer`` while its reporter runs."""
+    factories = {"DefaultBinder": lambda args, handle: binder, **(plugins or {})}
+    sim = Simulator(config, clock=clock, plugins=factories, out_of_tree=False)
     reporter = Reporter(None if writer is None else writer.as_writer(), None, "test", clock=clock)
     return Scheduler(config=sim.config, profiles=sim.profiles, table=sim.table, reporter=reporter, clock=clock)
+
+
+async def write_reports(reporter: Reporter) -> None:
+    """Run ``reporter``'s workers until everything it has queued is written, then stop them."""
+    stopping = asyncio.Event()
+    run = asyncio.create_task(reporter.run(stopping))
+    try:
+        await asyncio.wait_for(reporter.drain(), 30)
+    finally:
+        stopping.set()
+        reporter.close()
+        await asyncio.wait_for(run, 30)
 
 
 async def step(s: Scheduler) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_sandbox.cluster import LocalCluster
@@ -301,3 +301,18 @@ def victim(name: str, scheduler: str, node_name: str, priority_class: str, **kw:
     )
     body["metadata"].update(kw)
     return body
+
+
+async def nominated_nodes(kube: client.ApiClient, namespace: str, name: str) -> list[str]:
+    """Every distinct ``status.nominatedNodeName`` the pod had, watched until it is bound."""
+    seen: list[str] = []
+    w = watch.Watch()
+    pods = client.CoreV1Api(kube).list_namespaced_pod
+    async for event in w.stream(pods, namespace, field_selector=f"metadata.name={name}", timeout_seconds=60):
+        obj = event["object"]
+        nominated = obj.status.nominated_node_name if obj.status else None
+        if nominated and nominated not in seen:
+            seen.append(nominated)
+        if obj.spec.node_name:
+            w.stop()
+    return seen

@@ -284,12 +284,12 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
     rejectors = frozenset({plugin.name}).union(*(_rejectors(r) for _, _, r in failed))
     for member, state, result in failed:
         _fail(host, profile, member, state, result, rejectors, gang, plugin.name, start, wall)
-    for member, state, _ in assumed:
+    for member, state, _ in assumed:  # the group is unschedulable: kube clears each member's nomination
         host.decisions.record(member.pod, wall, host.table, state, None, wait.message)
-        host.unschedulable(profile, member, rejectors, wait.message, start)
+        host.unschedulable(profile, member, rejectors, wait.message, start, clear_nomination=True)
     for member in untried:
         host.decisions.record(member.pod, wall, host.table, {}, None, wait.message)
-        host.unschedulable(profile, member, rejectors, wait.message, start)
+        host.unschedulable(profile, member, rejectors, wait.message, start, clear_nomination=True)
     _explain(host, gang, quorum, placed, "timed out" if wait.timed_out else "waiting", queued, assumed)
 
 
@@ -350,13 +350,19 @@ def _fail(
             result.post_filter_msg = no_preemption(gang)
         message = result.message
         host.decisions.record(member.pod, wall, host.table, state, None, message)
-        host.unschedulable(
-            profile, member, frozenset(result.rejectors) | extra, message, start, retry_after=result.retry_after
+        host.unschedulable(  # no PostFilter runs for a member (kube's pod group cycle): its nomination stays
+            profile,
+            member,
+            frozenset(result.rejectors) | extra,
+            message,
+            start,
+            retry_after=result.retry_after,
+            clear_nomination=result.num_all_nodes == 0,
         )
-    elif result.rejected:
+    elif result.rejected:  # Reserve refused it, past assume: its nomination ends (kube's clearNominatedNode)
         message = result.message
         host.decisions.record(member.pod, wall, host.table, state, None, message)
-        host.unschedulable(profile, member, _rejectors(result) | extra, message, start)
+        host.unschedulable(profile, member, _rejectors(result) | extra, message, start, clear_nomination=True)
     else:
         host.decisions.record(member.pod, wall, host.table, state, None, result.message)
         host.error(profile, member, result.message, start)

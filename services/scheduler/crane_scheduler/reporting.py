@@ -16,6 +16,9 @@ decision or a bind; reads (the pod behind a 409, the recovery list) use the sche
   API dispatcher (``SchedulerAsyncAPICalls``) lets a pod's binding call overwrite its queued status patch the same
   way. Sent late, it would land on the bound pod and leave it PodScheduled=False for good, which also hides it from
   a new leader's recovery of missing ``Scheduled`` events. Counted as ``result="superseded"``.
+- A pod's nominated node (kube 1.37's life of it): a failure that ends the nomination clears
+  ``status.nominatedNodeName`` in its status patch, with the condition (``failed(..., clear_nomination=True)``);
+  before a PreBind that works the binding cycle writes the node there (``expect_on``, kind ``nomination``).
 - ``FailedScheduling`` events and condition patches belong to the leadership term they were queued in
   (``term``): when it ends, the ones still queued are dropped at once (``drop_lost``), like the binds, counted as
   ``crane_scheduler_api_writes_total{result="dropped"}``; the next leader judges those pods itself. A ``Scheduled``
@@ -63,7 +66,7 @@ def truncate_note(message: str) -> str:
 
 @dataclass(frozen=True)
 class _Job:
-    kind: str  # the ``reports`` metric's kind: scheduled, failed, condition, ensure
+    kind: str  # the ``reports`` metric's kind: scheduled, failed, condition, ensure (and nomination, unqueued)
     pod: str  # namespace/name of the pod it reports on (named in the log line of a failure)
     term: Term | None  # None: tied to no term (no leader election, or a Scheduled event: a fact)
     write: Callable[[], Awaitable[None]]
@@ -137,32 +140,67 @@ class Reporter:
             self.metrics.reports.labels("scheduled", "error").inc()
             self.already_bound(pod, scheduler)
 
-    def failed(self, pod: PodInfo, message: str, reason: str, scheduler: str) -> bool:
+    def failed(
+        self, pod: PodInfo, message: str, reason: str, scheduler: str, *, clear_nomination: bool = False
+    ) -> bool:
         """Report a failed attempt, unless the same message went out for this pod less than
-        ``repeat_after`` seconds ago. Returns whether anything was written."""
+        ``repeat_after`` seconds ago. ``clear_nomination``: the pod has a nomination this failure ends (kube's
+        ``clearNominatedNode``): the status patch sets ``nominatedNodeName`` to none with the condition, as kube's
+        ``updatePod`` does, and is written even when the event is a repeat held back. Returns whether anything
+        was written."""
         now = self._clock()
         claimed = self._claimed.pop(pod.uid, None)
         last = self._last_failure.get(pod.uid)
-        if last is not None and last[0] == message and now - last[1] < self.repeat_after:
+        repeated = last is not None and last[0] == message and now - last[1] < self.repeat_after
+        if repeated and not clear_nomination:
             return False
-        self._last_failure[pod.uid] = (message, now)
-        body = event_body(
-            namespace=pod.namespace,
-            pod=pod.name,
-            pod_uid=pod.uid,
-            reason="FailedScheduling",
-            action="Scheduling",
-            type_="Warning",
-            note=truncate_note(message),
-            controller=scheduler,
-            instance=self.instance,
-        )
         failure, term = (pod.uid, message), self.term
-        self._queue("failed", pod.key, lambda: self._create_event(pod.namespace, body, "failed", term), failure)
-        if pod.scheduled_condition != ("False", reason, message) and claimed != (reason, message):
+        if not repeated:
+            self._last_failure[pod.uid] = (message, now)
+            body = event_body(
+                namespace=pod.namespace,
+                pod=pod.name,
+                pod_uid=pod.uid,
+                reason="FailedScheduling",
+                action="Scheduling",
+                type_="Warning",
+                note=truncate_note(message),
+                controller=scheduler,
+                instance=self.instance,
+            )
+            self._queue("failed", pod.key, lambda: self._create_event(pod.namespace, body, "failed", term), failure)
+        condition = pod.scheduled_condition != ("False", reason, message) and claimed != (reason, message)
+        if condition or clear_nomination:
             token = self._conditions[pod.uid] = object()  # a later patch for the pod supersedes this one
-            self._queue("condition", pod.key, lambda: self._patch_condition(pod, reason, message, term, token), failure)
+            self._queue(
+                "condition",
+                pod.key,
+                lambda: self._patch_condition(pod, reason, message, term, token, condition, clear_nomination),
+                None if repeated else failure,  # a repeat's event went out before: nothing to report again
+            )
         return True
+
+    async def expect_on(self, pod: PodInfo, node: str) -> None:
+        """kube's NominatedNodeNameForExpectation (beta, on since 1.35): before PreBind does its work (a volume
+        or a claim to bind, which takes API round trips), the pod's ``status.nominatedNodeName`` says the node it
+        is about to be bound to, so an autoscaler counts it there instead of adding a node for a pod that looks
+        pending. Awaited by the binding cycle (kube writes it there, before WaitOnPermit and PreBind), on the
+        binds' connections, in the current term; a failure is logged once and counted, not a failure of the
+        binding (kube: "not critical enough to stop binding cycles")."""
+        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        body = {"status": {"nominatedNodeName": node}}
+        try:
+            reply = await self._write("PATCH", path, body, self.term, STRATEGIC_MERGE_PATCH, urgent=True)
+            if reply.ok:
+                self.metrics.reports.labels("nomination", "ok").inc()
+            elif reply.refused:  # its term ended: the bind is refused too
+                self.metrics.reports.labels("nomination", "dropped").inc()
+            elif reply.status != 404:
+                raise _failure(reply, "PATCH", path)
+        except Exception as err:
+            self.metrics.reports.labels("nomination", "error").inc()
+            fields = api_failure("nomination", f"pod {pod.key}", err)
+            self._log_once.warning(f"nomination:{fields['status']}", "report failed", pod=pod.key, **fields)
 
     def superseded(self, uid: str) -> None:
         """The pod's bind starts: its PodScheduled=False patch still queued is not sent (kube's binding call
@@ -322,10 +360,12 @@ class Reporter:
         term: Term | None,
         content_type: str = JSON,
         wanted: Callable[[], bool] | None = None,
+        *,
+        urgent: bool = False,
     ) -> Reply:
         if self._writer is None:
             raise ApiCallError(method, path, None, "no API writer")
-        return await self._writer.write(method, path, body, term, content_type, wanted=wanted)
+        return await self._writer.write(method, path, body, term, content_type, urgent=urgent, wanted=wanted)
 
     def _still_wanted(self, uid: str, token: object) -> bool:
         """Whether the pod's condition patch ``token`` is still its latest: no bind started, no newer failure, the
@@ -348,8 +388,17 @@ class Reporter:
             raise _failure(reply, "POST", f"{path}/{body['metadata'].get('name', '')}")
 
     async def _patch_condition(
-        self, pod: PodInfo, reason: str, message: str, term: Term | None = None, token: object = None
+        self,
+        pod: PodInfo,
+        reason: str,
+        message: str,
+        term: Term | None = None,
+        token: object = None,
+        condition: bool = True,
+        clear_nomination: bool = False,
     ) -> None:
+        """The failure's status patch: PodScheduled=False (``condition``: it changed) and, with
+        ``clear_nomination``, no nominated node, in one write as kube's ``updatePod``."""
         wanted: Callable[[], bool] | None = None
         if token is not None:
             if self._conditions.get(pod.uid) is not token:  # a bind, a newer patch, or the pod bound or gone
@@ -358,7 +407,12 @@ class Reporter:
                 return
             wanted = functools.partial(self._still_wanted, pod.uid, token)  # asked before a resend (renewal)
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
-        body = {"status": {"conditions": [unscheduled_condition(pod, reason, message)]}}
+        status: dict[str, Any] = {}
+        if condition:
+            status["conditions"] = [unscheduled_condition(pod, reason, message)]
+        if clear_nomination:
+            status["nominatedNodeName"] = None
+        body = {"status": status}
         try:
             reply = await self._write("PATCH", path, body, term, STRATEGIC_MERGE_PATCH, wanted=wanted)
         finally:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from crane_scheduler import gangless
-from crane_scheduler.algorithm import Algorithm, Hint, ScheduleResult
+from crane_scheduler.algorithm import Algorithm, Hint, ScheduleResult, nominated_node
 from crane_scheduler.deciders.eligible import pod_refusal
 from crane_scheduler.deciders.pool import Answer, DeciderPool
 from crane_scheduler.explain import DecisionLog
@@ -90,6 +90,7 @@ class CycleHost(Protocol):
         start: float,
         *,
         retry_after: float | None = None,
+        clear_nomination: bool = False,
     ) -> None: ...
 
     def error(self, profile: Profile, qp: QueuedPod, message: str, start: float) -> None: ...
@@ -233,7 +234,15 @@ class SchedulingCycle:
         )
         if isinstance(result, Diagnosis):
             self.unschedulable(
-                profile, qp, frozenset(result.rejectors), result.message, start, retry_after=result.retry_after
+                profile,
+                qp,
+                frozenset(result.rejectors),
+                result.message,
+                start,
+                retry_after=result.retry_after,
+                # kube's clearNominatedNode: no nodes at all, no PostFilter to run, or PostFilter says so (no
+                # candidate for preemption); a pod preemption did not try (not eligible) keeps its nomination
+                clear_nomination=result.clear_nomination or not profile.post_filter or result.num_all_nodes == 0,
             )
             self._slots.release()
             return
@@ -351,7 +360,11 @@ class SchedulingCycle:
         self.metrics.binds_in_flight.inc()
         bind_start = time.perf_counter()
         try:
-            status = await profile.run_binding(state, pod, node, self._observers[profile.name])
+            status = profile.run_pre_bind_pre_flights(state, pod, node)
+            if status.success and nominated_node(pod) != node:  # PreBind will take API round trips
+                await self._nominate_for_expectation(pod, node)
+            if status.code is not Code.ERROR:
+                status = await profile.run_binding(state, pod, node, self._observers[profile.name])
         finally:
             self.metrics.binds_in_flight.dec()
         if asyncio.current_task() in self._dropped:  # dropped (and undone) by stop_binding while finishing
@@ -386,6 +399,14 @@ class SchedulingCycle:
             time.perf_counter() - start
         )
 
+    async def _nominate_for_expectation(self, pod: PodInfo, node: str) -> None:
+        """kube's NominatedNodeNameForExpectation: the node goes into the pod's status before a PreBind that works
+        (``Reporter.expect_on``), and into the nominator as the informer will show it, so a failure from here on
+        clears it (``_clear_nomination``) even before the informer has."""
+        await self.reporter.expect_on(pod, node)
+        if pod.uid in self.pending and self.table.is_assumed(pod.uid):  # not deleted meanwhile
+            self.table.nominated[pod.uid] = (pod, node)
+
     def requeue_dropped(self, uid: str) -> None:
         """A pod whose bind was withheld goes back to activeQ quietly (no event: nothing failed), if still pending."""
         pod = self.pending.get(uid)
@@ -395,10 +416,22 @@ class SchedulingCycle:
     # ------------------------------------------------------------------------------------------ failures
 
     def _failed(self, profile: Profile, qp: QueuedPod, status: Status, start: float) -> None:
+        """A failure past assume (Reserve, Permit, PreBind, Bind): the pod's nomination ends with it (kube's
+        ``clearNominatedNode``)."""
         if status.rejected:
-            self.unschedulable(profile, qp, frozenset({status.plugin} - {""}), status.message, start)
+            self.unschedulable(
+                profile, qp, frozenset({status.plugin} - {""}), status.message, start, clear_nomination=True
+            )
         else:
             self.error(profile, qp, status.message, start)
+
+    def _clear_nomination(self, uid: str) -> bool:
+        """kube's ``clearNominatedNode`` in memory (the nominator): lower pods stop leaving room for the pod on
+        that node. Returns whether the pod had a nomination, here or in its status, for the failure's status
+        patch to clear in the API too."""
+        had = self.table.nominated.pop(uid, None) is not None
+        pod = self.pending.get(uid)
+        return had or (pod is not None and bool(nominated_node(pod)))
 
     def unschedulable(
         self,
@@ -409,21 +442,29 @@ class SchedulingCycle:
         start: float,
         *,
         retry_after: float | None = None,
+        clear_nomination: bool = False,
     ) -> None:
-        """``retry_after``: seconds until a refusal could lift with no event (``Diagnosis.retry_after``)."""
+        """``retry_after``: seconds until a refusal could lift with no event (``Diagnosis.retry_after``);
+        ``clear_nomination``: the failure ends the pod's nomination (kube's ``clearNominatedNode``)."""
         self.metrics.child(self.metrics.schedule_attempts, "unschedulable", profile.name).inc()
         self.metrics.child(self.metrics.attempt_duration, "unschedulable", profile.name).observe(
             time.perf_counter() - start
         )
+        clear = clear_nomination and self._clear_nomination(qp.pod.uid)
         if qp.pod.uid in self.pending:  # still pending (not deleted, not bound meanwhile)
             self.queue.add_unschedulable(qp, rejectors, self.clock(), retry_after)
-            self.reporter.failed(self.pending[qp.pod.uid], message, UNSCHEDULABLE, profile.name)
+            self.reporter.failed(self.pending[qp.pod.uid], message, UNSCHEDULABLE, profile.name, clear_nomination=clear)
 
     def error(self, profile: Profile, qp: QueuedPod, message: str, start: float) -> None:
+        """An error (not a refusal) anywhere in the cycle: retried with backoff, its nomination cleared (kube
+        clears it on every error)."""
         self.metrics.child(self.metrics.schedule_attempts, "error", profile.name).inc()
         self.metrics.child(self.metrics.attempt_duration, "error", profile.name).observe(time.perf_counter() - start)
         log.warning("scheduling attempt failed, retrying with backoff", pod=qp.pod.key, error=message)
+        clear = self._clear_nomination(qp.pod.uid)
         if qp.pod.uid in self.pending:
             self.queue.add_backoff(qp, self.clock())
-            self.reporter.failed(self.pending[qp.pod.uid], message, SCHEDULER_ERROR, profile.name)
+            self.reporter.failed(
+                self.pending[qp.pod.uid], message, SCHEDULER_ERROR, profile.name, clear_nomination=clear
+            )
             self._wake()

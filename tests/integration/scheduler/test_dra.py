@@ -4,6 +4,7 @@ Template claims need kube-controller-manager's resourceclaim controller (a clust
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from tests.support.scheduler_cluster import (
     create_pods,
     in_process,
     node,
+    nominated_nodes,
     pod,
     read_pod,
     scheduled_condition,
@@ -43,6 +45,7 @@ async def test_a_pod_with_a_claim_binds_where_the_device_is_and_the_claim_is_all
     await client.ResourceV1Api(kube).create_namespaced_resource_claim(
         namespace, claim("gpu", exactly("gpu", f"{group}-gpu"), namespace=namespace)
     )
+    nominations = asyncio.create_task(nominated_nodes(kube, namespace, "uses-gpu"))
     async with in_process(cluster, config_for(scheduler_name), selector):
         await create_pods(kube, namespace, [claim_pod("uses-gpu", scheduler_name, "gpu")])
 
@@ -52,6 +55,9 @@ async def test_a_pod_with_a_claim_binds_where_the_device_is_and_the_claim_is_all
             return str(name) if name else None
 
         assert await wait_for(bound, timeout=30, what="the pod bound") == f"{group}-b"
+    # NominatedNodeNameForExpectation: the claim to bind in PreBind takes round trips, so the node the pod is about
+    # to be bound to was written first, where an autoscaler reads it (the API server clears it with the binding)
+    assert await asyncio.wait_for(nominations, 30) == [f"{group}-b"]
     written = await read_claim(kube, namespace, "gpu")
     assert written is not None
     p = await read_pod(kube, namespace, "uses-gpu")

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client, watch
+from kubernetes_asyncio import client
 
 from crane_sandbox.cluster import LocalCluster
 from crane_scheduler.plugins.volumebinding.binder import ANN_BIND_COMPLETED, ANN_SELECTED_NODE
@@ -21,6 +21,7 @@ from tests.support.scheduler_cluster import (
     events,
     in_process,
     node,
+    nominated_nodes,
     pod,
     read_pod,
     scheduled_condition,
@@ -48,21 +49,6 @@ async def test_pod_whose_claim_is_missing_stays_pending_with_kube_reason(
     assert cond["message"] == '0/2 nodes are available: persistentvolumeclaim "data" not found. not found'
     p = await read_pod(kube, namespace, "needs-claim")
     assert p is not None and not p["spec"].get("nodeName")
-
-
-async def nominated_nodes(kube: client.ApiClient, namespace: str, name: str) -> list[str]:
-    """Every distinct ``status.nominatedNodeName`` the pod had, watched until it is bound."""
-    seen: list[str] = []
-    w = watch.Watch()
-    pods = client.CoreV1Api(kube).list_namespaced_pod
-    async for event in w.stream(pods, namespace, field_selector=f"metadata.name={name}", timeout_seconds=60):
-        obj = event["object"]
-        nominated = obj.status.nominated_node_name if obj.status else None
-        if nominated and nominated not in seen:
-            seen.append(nominated)
-        if obj.spec.node_name:
-            w.stop()
-    return seen
 
 
 async def test_high_priority_pod_preempts_the_lowest_priority_victim(

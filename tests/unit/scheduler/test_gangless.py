@@ -4,7 +4,6 @@ profile and group either way. A profile with both gang plugins places each kind 
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from crane_scheduler import gangless
 from crane_scheduler.plugins.coscheduling.plugin import Coscheduling
 from crane_scheduler.plugins.gangscheduling.plugin import GangScheduling
 from crane_scheduler.scheduler import Scheduler
-from tests.support.scheduler import Clock, FakeWriter, HeldBinder, node, pod, scheduler_with, step
+from tests.support.scheduler import Clock, FakeWriter, HeldBinder, node, pod, scheduler_with, step, write_reports
 
 
 def member(name: str, group: str = "train", cpu: str = "4") -> dict[str, Any]:
@@ -25,14 +24,7 @@ def member(name: str, group: str = "train", cpu: str = "4") -> dict[str, Any]:
 
 async def reported(s: Scheduler, fake: FakeWriter) -> list[dict[str, Any]]:
     """The events the scheduler's reporter wrote (run until its queue is empty)."""
-    stopping = asyncio.Event()
-    run = asyncio.create_task(s.reporter.run(stopping))
-    try:
-        await asyncio.wait_for(s.reporter.drain(), 30)
-    finally:
-        stopping.set()
-        s.reporter.close()
-        await run
+    await write_reports(s.reporter)
     return [b for b in fake.bodies if isinstance(b, dict) and b.get("kind") == "Event"]
 
 

@@ -3,7 +3,6 @@ the queued ones are dropped at once (like the binds). A Scheduled event reports 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +13,7 @@ from crane_scheduler.podinfo import parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.writer.protocol import REFUSED, SUPERSEDED, Reply
 from crane_shared.leader import Term
-from tests.support.scheduler import FakeWriter
+from tests.support.scheduler import FakeWriter, write_reports
 
 
 def _pod(name: str) -> dict[str, Any]:
@@ -26,16 +25,6 @@ def _pod(name: str) -> dict[str, Any]:
 
 def _dropped(metrics: SchedulerMetrics, kind: str) -> float:
     return float(metrics.reports.labels(kind, "dropped")._value.get())
-
-
-async def _write_backlog(reporter: Reporter) -> None:
-    """Run the reporter until its backlog is written, then stop it."""
-    stopping = asyncio.Event()
-    run = asyncio.create_task(reporter.run(stopping))
-    await asyncio.wait_for(reporter.drain(), 10)
-    stopping.set()
-    reporter.close()
-    await asyncio.wait_for(run, 10)
 
 
 async def test_failures_queued_in_a_lost_term_are_dropped_at_once_and_never_written() -> None:
@@ -56,7 +45,7 @@ async def test_failures_queued_in_a_lost_term_are_dropped_at_once_and_never_writ
         1,
         0,
     )
-    await _write_backlog(reporter)
+    await write_reports(reporter)
     assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"]  # the Scheduled event only
     # the dropped failure was never written: the next term reports the same message again at once
     reporter.term = Term()
@@ -73,7 +62,7 @@ async def test_a_failure_of_the_new_term_is_kept_and_written() -> None:
     reporter.term = Term()  # leading again: a new term
     reporter.failed(parse_pod(_pod("b")), "no fit", "Unschedulable", "crane-scheduler")
     assert reporter.drop_lost() == 2 and reporter.backlog == 2
-    await _write_backlog(reporter)
+    await write_reports(reporter)
     assert sorted(fake.writes) == [
         "PATCH /api/v1/namespaces/ns/pods/b/status",
         "POST /apis/events.k8s.io/v1/namespaces/ns/events",
@@ -86,7 +75,7 @@ async def test_a_failure_the_writer_refused_after_its_term_ended_counts_as_dropp
     reporter = Reporter(fake.as_writer(), None, "test", metrics=metrics)
     reporter.term = Term()
     reporter.failed(parse_pod(_pod("late")), "no fit", "Unschedulable", "crane-scheduler")
-    await _write_backlog(reporter)
+    await write_reports(reporter)
     assert len(fake.writes) == 2  # tried once each, not retried
     assert (_dropped(metrics, "failed"), _dropped(metrics, "condition")) == (1, 1)
 
@@ -99,11 +88,11 @@ async def test_a_condition_a_plugin_writes_itself_is_not_patched_again_but_its_e
     pod = parse_pod(_pod("vip"))
     reporter.condition_claimed(pod.uid, "Unschedulable", "0/3 nodes are available: 3 Insufficient cpu.")
     reporter.failed(pod, "0/3 nodes are available: 3 Insufficient cpu.", "Unschedulable", "crane-scheduler")
-    await _write_backlog(reporter)
+    await write_reports(reporter)
     assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"]
     # the claim was for that attempt only: a later failure (the cached pod shows no condition yet) is patched
     reporter.failed(pod, "0/3 nodes are available: 3 Insufficient cpu.", "Unschedulable", "crane-scheduler")
-    await _write_backlog(reporter)
+    await write_reports(reporter)
     assert fake.writes[1:] == [
         "POST /apis/events.k8s.io/v1/namespaces/ns/events",
         "PATCH /api/v1/namespaces/ns/pods/vip/status",
@@ -116,7 +105,7 @@ async def test_a_claim_for_another_message_does_not_hold_back_the_condition() ->
     pod = parse_pod(_pod("vip"))
     reporter.condition_claimed(pod.uid, "Unschedulable", "0/3 nodes are available: 3 Insufficient cpu.")
     reporter.failed(pod, "0/3 nodes are available: 3 node(s) had untolerated taint.", "Unschedulable", "crane")
-    await _write_backlog(reporter)
+    await write_reports(reporter)
     assert sorted(fake.writes) == [
         "PATCH /api/v1/namespaces/ns/pods/vip/status",
         "POST /apis/events.k8s.io/v1/namespaces/ns/events",
@@ -132,7 +121,7 @@ async def test_a_condition_patch_still_queued_when_the_bind_starts_is_not_sent()
     pod = parse_pod(_pod("member"))
     assert reporter.failed(pod, "waiting for 3 more members", "Unschedulable", "crane-scheduler")
     reporter.superseded(pod.uid)  # its gang completed: the bind starts before the reporter got to the patch
-    await _write_backlog(reporter)
+    await write_reports(reporter)
     assert fake.writes == ["POST /apis/events.k8s.io/v1/namespaces/ns/events"]  # the FailedScheduling event only
     assert metrics.reports.labels("condition", "superseded")._value.get() == 1
     # the bind failed and so did the next attempt, same message: its condition was never written, so it is now
@@ -140,7 +129,7 @@ async def test_a_condition_patch_still_queued_when_the_bind_starts_is_not_sent()
     # also when that failure comes before the superseded patch's turn (a bind failing at once)
     reporter.superseded(pod.uid)
     assert reporter.failed(pod, "waiting for 3 more members", "Unschedulable", "crane-scheduler")
-    await _write_backlog(reporter)
+    await write_reports(reporter)
     assert fake.writes[1:] == [
         "POST /apis/events.k8s.io/v1/namespaces/ns/events",
         "POST /apis/events.k8s.io/v1/namespaces/ns/events",
@@ -156,7 +145,7 @@ async def test_a_pod_seen_bound_or_a_newer_failure_supersedes_a_queued_condition
     reporter.forget(bound.uid)  # the informer saw it bound (by another replica, or our bind whose reply was lost)
     reporter.failed(retried, "0/3 nodes: 3 Insufficient cpu.", "Unschedulable", "crane-scheduler")
     reporter.failed(retried, "0/3 nodes: 3 Insufficient memory.", "Unschedulable", "crane-scheduler")
-    await _write_backlog(reporter)
+    await write_reports(reporter)
     patches = [(w, b) for w, b in zip(fake.writes, fake.bodies, strict=True) if w.startswith("PATCH")]
     assert [w for w, _ in patches] == ["PATCH /api/v1/namespaces/ns/pods/retried/status"]  # once: the newer one
     assert patches[0][1]["status"]["conditions"][0]["message"] == "0/3 nodes: 3 Insufficient memory."
@@ -172,7 +161,7 @@ async def test_a_condition_patch_the_writer_refused_as_superseded_by_the_bind_is
     reporter.term = Term()
     pod = parse_pod(_pod("overtaken"))
     reporter.failed(pod, "no fit", "Unschedulable", "crane-scheduler")
-    await _write_backlog(reporter)
+    await write_reports(reporter)
     assert metrics.reports.labels("condition", "superseded")._value.get() == 1
     assert _dropped(metrics, "condition") == 0
     assert reporter.failed(pod, "no fit", "Unschedulable", "crane-scheduler")
@@ -201,11 +190,11 @@ async def test_a_condition_patch_is_no_longer_wanted_once_its_pods_bind_starts_w
     reporter = Reporter(fake.as_writer(), None, "test", repeat_after=0.0)
     reporter.term = Term()
     reporter.failed(bound, "no fit", "Unschedulable", "crane-scheduler")
-    await _write_backlog(reporter)
+    await write_reports(reporter)
     reporter.failed(retried, "no fit", "Unschedulable", "crane-scheduler")
-    await _write_backlog(reporter)
+    await write_reports(reporter)
     reporter.failed(alone, "no fit", "Unschedulable", "crane-scheduler")
-    await _write_backlog(reporter)
+    await write_reports(reporter)
     assert seen == [
         ("bound: no fit", False),
         ("retried: no fit", False),

@@ -211,6 +211,11 @@ class PermitPlugin(Plugin, Protocol):
 
 @runtime_checkable
 class PreBindPlugin(Plugin, Protocol):
+    """May also define ``pre_bind_pre_flight(state, pod, node) -> Status`` (kube's ``PreBindPreFlight``: SUCCESS
+    when its PreBind will do work for the pod, SKIP when not, ERROR): the binding cycle writes the pod's
+    nominated node before PreBind when one will (``Profile.run_pre_bind_pre_flights``); a plugin without it
+    counts as one that will."""
+
     async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status: ...
 
 

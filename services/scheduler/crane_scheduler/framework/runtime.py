@@ -45,7 +45,17 @@ from crane_scheduler.framework.interface import (
     WorkerPlugin,
 )
 from crane_scheduler.framework.registry import Registry
-from crane_scheduler.framework.types import ArgsError, ClusterEvent, Code, CycleState, Diagnosis, Rejection, Status
+from crane_scheduler.framework.types import (
+    SKIP,
+    SUCCESS,
+    ArgsError,
+    ClusterEvent,
+    Code,
+    CycleState,
+    Diagnosis,
+    Rejection,
+    Status,
+)
 from crane_scheduler.nodetable import Mask, NodeTable, PodRecord
 from crane_scheduler.podinfo import PodInfo
 
@@ -251,6 +261,39 @@ class Profile:
     def run_unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
         for pl in reversed(self.reserve):
             pl.unreserve(state, pod, node)
+
+    @functools.cached_property
+    def _pre_flights(self) -> list[tuple[str, Callable[[CycleState, PodInfo, str], Status] | None]]:
+        return [(p.name, getattr(p, "pre_bind_pre_flight", None)) for p in self.pre_bind]
+
+    def run_pre_bind_pre_flights(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """kube's ``RunPreBindPreFlights``: SUCCESS when some PreBind plugin will do work for the pod (the binding
+        cycle then writes its nominated node first: NominatedNodeNameForExpectation), SKIP when none will, ERROR
+        naming the plugin when one fails. A PreBind plugin without ``pre_bind_pre_flight`` (kube's interface
+        requires it) counts as one that will work."""
+        result = SKIP
+        for name, flight in self._pre_flights:
+            if flight is None:
+                result = SUCCESS
+                continue
+            try:
+                status = flight(state, pod, node)
+            except Exception as err:
+                status = Status(Code.ERROR, (repr(err),))
+            if status.code is Code.ERROR:
+                return Status(Code.ERROR, (f'running PreBindPreFlight "{name}": {status.message}',), name)
+            if status.code is Code.SUCCESS:
+                result = SUCCESS
+            elif status.code is not Code.SKIP:
+                return Status(
+                    Code.ERROR,
+                    (
+                        f'PreBindPreFlight {name} returned "{status.code.value}", which is unsupported. It is '
+                        "supposed to return Success, Skip, or Error status",
+                    ),
+                    name,
+                )
+        return result
 
     async def run_binding(self, state: CycleState, pod: PodInfo, node: str, observe: Observe = _ignore) -> Status:
         """Permit, PreBind, then the first Bind plugin that does not SKIP; the first non-success status wins.

@@ -244,6 +244,9 @@ class Diagnosis:
     retry_after: float | None = None
     """The soonest ``Rejection.retry_after`` of the attempt (Filter's, and PostFilter's dry run): seconds until
     a refusal could lift with no cluster event; None: events only."""
+    clear_nomination: bool = False
+    """Set by a PostFilter plugin that found nothing to do for the pod (kube's ``PostFilterResult`` with an empty
+    nominated node: preemption without a candidate): the failure clears the pod's nomination."""
 
     @property
     def message(self) -> str:

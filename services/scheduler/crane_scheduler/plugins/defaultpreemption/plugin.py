@@ -167,10 +167,9 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         diagnosis.rejectors |= choice.rejectors
         diagnosis.retry_after = sooner(diagnosis.retry_after, choice.retry_after)
         if choice.best is None:
-            if choice.clear_nomination:  # kube clears the pod's nomination when preemption cannot help
-                table = self.handle.table
-                if table.nominated.pop(pod.uid, None) is not None or nominated_node_of(pod):
-                    self._spawn(self._set_nomination(pod, ""))
+            # kube's PostFilterResult with no nominated node: the failure's status patch clears the pod's
+            # nomination with its condition, and the scheduler's nominator forgets it (``ScheduleOne``)
+            diagnosis.clear_nomination = choice.clear_nomination
             return Status(Code.UNSCHEDULABLE, (choice.message,))
         self._nominate(pod, choice.best, diagnosis.message)
         return Status(Code.SUCCESS, ())

@@ -761,6 +761,11 @@ class DynamicResources(
 
     # ------------------------------------------------------------------------------------------ binding cycle
 
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """kube's ``PreBindPreFlight``: PreBind works for a pod with claims (its extended-resource claim too)."""
+        st: _State | None = state.get(STATE_KEY)
+        return SKIP if st is None or not st.claims else SUCCESS
+
     async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         st: _State | None = state.get(STATE_KEY)
         if st is None or not st.claims:

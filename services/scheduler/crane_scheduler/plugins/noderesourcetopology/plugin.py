@@ -300,10 +300,17 @@ class NodeResourceTopologyMatch(
         if state.pop(_RESULT, None) is not None:
             self._usage_changed(self.usage.forget(pod.uid))
 
+    def pre_bind_pre_flight(self, state: fwk.CycleState, pod: PodInfo, node: str) -> fwk.Status:
+        """PreBind works when it writes or clears the pod's topology result (``pre_bind``)."""
+        return fwk.SUCCESS if self._writes(state, pod) else fwk.SKIP
+
+    def _writes(self, state: fwk.CycleState, pod: PodInfo) -> bool:
+        stale = ANNOTATION_RESULT in (pod.raw.get("metadata", {}).get("annotations") or {})
+        return state.get(_RESULT) is not None or stale
+
     async def pre_bind(self, state: fwk.CycleState, pod: PodInfo, node: str) -> fwk.Status:
         chosen = state.get(_RESULT)
-        stale = ANNOTATION_RESULT in (pod.raw.get("metadata", {}).get("annotations") or {})
-        if chosen is None and not stale:
+        if not self._writes(state, pod):
             return fwk.SUCCESS
         value = encode_result(chosen[1]) if chosen is not None else None  # None clears a stale result
         if self.handle.api is None:

@@ -298,6 +298,15 @@ class VolumeBinding(
 
     # ------------------------------------------------------------------------------------------ binding cycle
 
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        """kube's ``PreBindPreFlight``: PreBind works unless every claim is bound already."""
+        st: _State | None = state.get(STATE_KEY)
+        if st is None or st.all_bound:
+            return SKIP
+        if st.assumed is None:
+            return Status(Code.ERROR, (f'no pod volume found for node "{node}"',), self.name)
+        return SUCCESS
+
     async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
         """``BindPodVolumes``: write the PVs' claimRefs and the claims' selected node, then wait until the PV
         controller reports every claim bound (or the timeout)."""

@@ -1,0 +1,200 @@
+"""A pod's nominated node through its cycles, as kube 1.37's ``schedule_one.go`` keeps it: cleared after a failure
+past assume (``clearNominatedNode``, in memory and in the failure's one status patch), and written before a PreBind
+that takes API round trips (NominatedNodeNameForExpectation), so an autoscaler counts the pod on its node."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from crane_scheduler.framework import SKIP, SUCCESS, Code, CycleState, Handle, Status
+from crane_scheduler.podinfo import PodInfo, parse_pod
+from crane_scheduler.reporting import Reporter
+from crane_scheduler.scheduler import Scheduler
+from tests.support.scheduler import Clock, FakeWriter, node, pod, scheduler_with, step, write_reports
+
+STATUS = "PATCH /api/v1/namespaces/ns/pods/p/status"
+
+
+class Binder:
+    """Answers each bind with ``outcome`` once ``gate`` is set."""
+
+    name = "DefaultBinder"
+
+    def __init__(self, outcome: Status = SUCCESS) -> None:
+        self.gate = asyncio.Event()
+        self.outcome = outcome
+        self.calls: list[tuple[str, str]] = []
+
+    async def bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        self.calls.append((pod.name, node))
+        await self.gate.wait()
+        return self.outcome
+
+
+class PreBinder:
+    """A PreBind plugin whose pre-flight answers ``flight``; records what the writer had written when its PreBind
+    ran (the nomination must be out before)."""
+
+    name = "PreBinder"
+
+    def __init__(self, writer: FakeWriter, flight: Status) -> None:
+        self.writer, self.flight = writer, flight
+        self.seen: list[list[str]] = []
+
+    def pre_bind_pre_flight(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        return self.flight
+
+    async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+        self.seen.append(list(self.writer.writes))
+        return SUCCESS
+
+
+def nominated(raw: dict[str, Any], node_name: str) -> dict[str, Any]:
+    return {**raw, "status": {"nominatedNodeName": node_name}}
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [Status(Code.ERROR, ("connection reset",)), Status(Code.UNSCHEDULABLE, ("node went away",), "DefaultBinder")],
+)
+async def test_a_failure_past_assume_clears_the_nomination_in_memory_and_with_the_condition(outcome: Status) -> None:
+    writer, binder = FakeWriter(), Binder(outcome)
+    s = scheduler_with(binder, Clock(), writer)
+    s.on_node(node("n1"))
+    raw = nominated(pod("p"), "n1")  # nominated there by an earlier preemption, or by an autoscaler
+    s.on_pod(raw)
+    uid = parse_pod(raw).uid
+    assert s.table.nominated[uid][1] == "n1"
+    await step(s)
+    assert binder.calls == [("p", "n1")]
+    binder.gate.set()
+    await s.drain()
+    assert uid not in s.table.nominated  # lower pods no longer leave room for it on n1
+    await write_reports(s.reporter)
+    [patch] = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    assert patch["nominatedNodeName"] is None  # one patch, as kube's updatePod: the condition and the nomination
+    [condition] = patch["conditions"]
+    assert (condition["type"], condition["status"]) == ("PodScheduled", "False")
+    assert condition["reason"] == ("Unschedulable" if outcome.rejected else "SchedulerError")
+
+
+async def test_a_failure_past_assume_of_a_pod_without_a_nomination_patches_only_its_condition() -> None:
+    writer, binder = FakeWriter(), Binder(Status(Code.ERROR, ("connection reset",)))
+    s = scheduler_with(binder, Clock(), writer)
+    s.on_node(node("n1"))
+    s.on_pod(pod("p"))
+    await step(s)
+    binder.gate.set()
+    await s.drain()
+    await write_reports(s.reporter)
+    [patch] = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    assert "nominatedNodeName" not in patch and patch["conditions"][0]["reason"] == "SchedulerError"
+
+
+async def test_a_pod_that_fits_nowhere_without_preemption_loses_its_nomination() -> None:
+    """kube: no PostFilter plugin to run, so the FitError clears the nomination (``clearNominatedNode``)."""
+    config = {
+        "profiles": [{"schedulerName": "crane-scheduler", "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}]
+    }
+    writer = FakeWriter()
+    s = scheduler_with(Binder(), Clock(), writer, config)
+    s.on_node(node("n1", cpu="1"))
+    raw = nominated(pod("p", cpu="2"), "n1")
+    s.on_pod(raw)
+    await step(s)
+    assert parse_pod(raw).uid not in s.table.nominated
+    await write_reports(s.reporter)
+    [patch] = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    assert patch["nominatedNodeName"] is None and "Insufficient cpu" in patch["conditions"][0]["message"]
+
+
+def test_a_repeated_failure_still_clears_the_nomination_without_a_second_event() -> None:
+    """The event of an unchanged message is held back for ``repeat_after``; the nomination's clear is not."""
+    clock = Clock()
+    reporter = Reporter(None, None, "test", clock=clock)
+    info = parse_pod(pod("p"))
+    message = "0/1 nodes are available: 1 Insufficient cpu."
+    assert reporter.failed(info, message, "Unschedulable", "s")
+    assert reporter.backlog == 2  # the event and the condition
+    assert not reporter.failed(info, message, "Unschedulable", "s")
+    assert reporter.failed(info, message, "Unschedulable", "s", clear_nomination=True)
+    assert reporter.backlog == 3  # the status patch alone
+
+
+@pytest.mark.parametrize("flight", [SUCCESS, SKIP])
+async def test_the_nominated_node_is_written_before_a_prebind_that_works(flight: Status) -> None:
+    writer, binder = FakeWriter(), Binder()
+    plugins: dict[str, PreBinder] = {}
+
+    def factory(args: Mapping[str, Any], handle: Handle) -> PreBinder:
+        plugins["p"] = PreBinder(writer, flight)
+        return plugins["p"]
+
+    s = _with_pre_binder(binder, writer, factory)
+    s.on_node(node("n1"))
+    s.on_pod(pod("p"))
+    await step(s)
+    binder.gate.set()
+    await s.drain()
+    [seen] = plugins["p"].seen
+    if flight.success:
+        assert seen == [STATUS] and writer.bodies[0] == {"status": {"nominatedNodeName": "n1"}}
+        assert writer.urgent == [True]  # on the binds' connections, as the bind that follows
+    else:
+        assert seen == []  # nothing to wait for: the bind follows at once, no nomination written
+    assert binder.calls == [("p", "n1")]
+
+
+async def test_a_pod_already_nominated_to_its_node_is_not_nominated_again() -> None:
+    writer, binder = FakeWriter(), Binder()
+    s = _with_pre_binder(binder, writer, lambda args, handle: PreBinder(writer, SUCCESS))
+    s.on_node(node("n1"))
+    s.on_pod(nominated(pod("p"), "n1"))
+    await step(s)
+    binder.gate.set()
+    await s.drain()
+    assert writer.writes == [] and binder.calls == [("p", "n1")]
+
+
+async def test_a_pre_flight_error_fails_the_binding_cycle_naming_the_plugin() -> None:
+    writer, binder = FakeWriter(), Binder()
+    flight = Status(Code.ERROR, ('no pod volume found for node "n1"',))
+    s = _with_pre_binder(binder, writer, lambda args, handle: PreBinder(writer, flight))
+    s.on_node(node("n1"))
+    raw = pod("p")
+    s.on_pod(raw)
+    await step(s)
+    await s.drain()
+    assert binder.calls == [] and not s.table.is_assumed(parse_pod(raw).uid) and s.queue.backoff_len == 1
+    await write_reports(s.reporter)
+    [patch] = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    assert patch["conditions"][0]["message"] == (
+        'running PreBindPreFlight "PreBinder": no pod volume found for node "n1"'
+    )
+
+
+def _with_pre_binder(binder: Binder, writer: FakeWriter, factory: Any) -> Scheduler:
+    """The default profile with ``PreBinder`` (made by ``factory``) added at PreBind."""
+    config = {
+        "profiles": [{"schedulerName": "crane-scheduler", "plugins": {"preBind": {"enabled": [{"name": "PreBinder"}]}}}]
+    }
+    return scheduler_with(binder, Clock(), writer, config, {"PreBinder": factory})
+
+
+async def test_a_bind_failing_after_the_nomination_was_written_clears_it_before_the_informer_showed_it() -> None:
+    writer, binder = FakeWriter(), Binder(Status(Code.ERROR, ("connection reset",)))
+    s = _with_pre_binder(binder, writer, lambda args, handle: PreBinder(writer, SUCCESS))
+    s.on_node(node("n1"))
+    raw = pod("p")
+    s.on_pod(raw)
+    await step(s)
+    binder.gate.set()
+    await s.drain()
+    assert parse_pod(raw).uid not in s.table.nominated
+    await write_reports(s.reporter)
+    statuses = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    assert [status.get("nominatedNodeName", "-") for status in statuses] == ["n1", None]
