@@ -1,7 +1,8 @@
 """Where an evicted pod's replacement could go: crane-scheduler's own Filter, run on the round's snapshot.
 
 The replacement (the pod without its node, a new uid) goes through crane-scheduler's public offline scheduler
-(``crane_scheduler.simulate.Simulator``: its default profile, with ``Dynamic`` on the descheduler's policy and
+(``crane_scheduler.simulate.Simulator``: the pod's profile of ``--scheduler-config``, else the default one, with
+``Dynamic`` on the descheduler's policy and
 estimate, stale data fail-closed) over the cluster's nodes and bound pods (``SchedulerSnapshot``, kept from round
 to round as the scheduler keeps its own), the evicted pod taken out: the unsupported-field gate, PreFilter and
 every Filter plugin (NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit, the

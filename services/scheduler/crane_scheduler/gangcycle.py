@@ -284,12 +284,12 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
     rejectors = frozenset({plugin.name}).union(*(_rejectors(r) for _, _, r in failed))
     for member, state, result in failed:
         _fail(host, profile, member, state, result, rejectors, gang, plugin.name, start, wall)
-    for member, state, _ in assumed:  # the group is unschedulable: kube clears each member's nomination
+    for member, state, _ in assumed:  # found a place, the group did not: kube clears each such member's nomination
         host.decisions.record(member.pod, wall, host.table, state, None, wait.message)
         host.unschedulable(profile, member, rejectors, wait.message, start, clear_nomination=True)
-    for member in untried:
+    for member in untried:  # not tried: kept, as kube's pod group cycle keeps a pod's without a result of its own
         host.decisions.record(member.pod, wall, host.table, {}, None, wait.message)
-        host.unschedulable(profile, member, rejectors, wait.message, start, clear_nomination=True)
+        host.unschedulable(profile, member, rejectors, wait.message, start)
     _explain(host, gang, quorum, placed, "timed out" if wait.timed_out else "waiting", queued, assumed)
 
 

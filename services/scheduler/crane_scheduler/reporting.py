@@ -102,6 +102,7 @@ class Reporter:
         self._last_failure: dict[str, tuple[str, float]] = {}
         self._claimed: dict[str, tuple[str, str]] = {}  # uid -> (reason, message) a plugin writes itself
         self._conditions: dict[str, object] = {}  # uid -> the token of its PodScheduled=False patch not yet answered
+        self._patching: dict[str, set[asyncio.Event]] = {}  # uid -> its status patches handed to the writer, unanswered
         self._closed = asyncio.Event()
         self._log_once = LogOnce(log)
 
@@ -180,20 +181,25 @@ class Reporter:
             )
         return True
 
-    async def expect_on(self, pod: PodInfo, node: str) -> None:
+    async def expect_on(self, pod: PodInfo, node: str) -> bool:
         """kube's NominatedNodeNameForExpectation (beta, on since 1.35): before PreBind does its work (a volume
         or a claim to bind, which takes API round trips), the pod's ``status.nominatedNodeName`` says the node it
         is about to be bound to, so an autoscaler counts it there instead of adding a node for a pod that looks
         pending. Awaited by the binding cycle (kube writes it there, before WaitOnPermit and PreBind), on the
         binds' connections, in the current term; a failure is logged once and counted, not a failure of the
-        binding (kube: "not critical enough to stop binding cycles")."""
+        binding (kube: "not critical enough to stop binding cycles"). A failure's status patch of the pod still on
+        its way (it may clear the nomination) is answered first, so it cannot land over this one while PreBind
+        works. Returns whether it was written."""
+        for answered in list(self._patching.get(pod.uid, ())):
+            await answered.wait()
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
         body = {"status": {"nominatedNodeName": node}}
         try:
             reply = await self._write("PATCH", path, body, self.term, STRATEGIC_MERGE_PATCH, urgent=True)
             if reply.ok:
                 self.metrics.reports.labels("nomination", "ok").inc()
-            elif reply.refused:  # its term ended: the bind is refused too
+                return True
+            if reply.refused:  # its term ended: the bind is refused too
                 self.metrics.reports.labels("nomination", "dropped").inc()
             elif reply.status != 404:
                 raise _failure(reply, "PATCH", path)
@@ -201,6 +207,7 @@ class Reporter:
             self.metrics.reports.labels("nomination", "error").inc()
             fields = api_failure("nomination", f"pod {pod.key}", err)
             self._log_once.warning(f"nomination:{fields['status']}", "report failed", pod=pod.key, **fields)
+        return False
 
     def superseded(self, uid: str) -> None:
         """The pod's bind starts: its PodScheduled=False patch still queued is not sent (kube's binding call
@@ -413,11 +420,18 @@ class Reporter:
         if clear_nomination:
             status["nominatedNodeName"] = None
         body = {"status": status}
+        answered = asyncio.Event()
+        self._patching.setdefault(pod.uid, set()).add(answered)
         try:
             reply = await self._write("PATCH", path, body, term, STRATEGIC_MERGE_PATCH, wanted=wanted)
         finally:
             if token is not None and self._conditions.get(pod.uid) is token:
                 del self._conditions[pod.uid]
+            answered.set()
+            patching = self._patching[pod.uid]
+            patching.discard(answered)
+            if not patching:
+                del self._patching[pod.uid]
         if reply.ok:
             self.metrics.reports.labels("condition", "ok").inc()
         elif reply.refused and reply.text == SUPERSEDED:  # the pod's bind reached the writer process first

@@ -183,7 +183,8 @@ class SchedulingCycle:
         fresh = (
             pool.fresh(node, seen, worker)
             and self.pending.get(uid) is sent
-            and not any(True for _ in self.table.nominated.on_node(node))
+            # a pod nominated there and not placed yet (a pod assumed there is in the row already)
+            and not any(other not in self.table.pods for other in self.table.nominated.on_node(node))
         )
         pool.hinted = (uid, node, worker)
         try:
@@ -403,8 +404,8 @@ class SchedulingCycle:
         """kube's NominatedNodeNameForExpectation: the node goes into the pod's status before a PreBind that works
         (``Reporter.expect_on``), and into the nominator as the informer will show it, so a failure from here on
         clears it (``_clear_nomination``) even before the informer has."""
-        await self.reporter.expect_on(pod, node)
-        if pod.uid in self.pending and self.table.is_assumed(pod.uid):  # not deleted meanwhile
+        written = await self.reporter.expect_on(pod, node)
+        if written and pod.uid in self.pending and self.table.is_assumed(pod.uid):  # not deleted meanwhile
             self.table.nominated[pod.uid] = (pod, node)
 
     def requeue_dropped(self, uid: str) -> None:

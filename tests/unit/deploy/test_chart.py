@@ -360,6 +360,20 @@ def test_scheduler_configuration_from_values() -> None:
     assert config["profiles"][0]["schedulerName"] == "crane-scheduler"
 
 
+def test_the_event_recorder_records_the_bindings_of_every_profile_of_the_scheduler() -> None:
+    """An event's reportingController is its profile's name: a profile added in values must count in the hot
+    values, not be skipped as untrusted by the recorder's default list."""
+    objects = render(
+        "--set",
+        "scheduler.profiles[0].schedulerName=crane-scheduler",
+        "--set",
+        "scheduler.profiles[1].schedulerName=crane-batch",
+    )
+    [recorder] = [o for name, o in by_kind(objects, "Deployment").items() if name.endswith("event-recorder")]
+    env = {e["name"]: e.get("value") for e in recorder["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["CRANE_REPORTING_CONTROLLERS"] == "default-scheduler,crane-scheduler,crane-batch"
+
+
 def test_monitoring_objects_carry_the_shipped_rules_and_dashboards() -> None:
     objects = render(*FULL)
     rule = by_kind(objects, "PrometheusRule")["crane"]

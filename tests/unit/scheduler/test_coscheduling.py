@@ -215,6 +215,28 @@ async def test_a_gang_that_cannot_fit_assumes_nothing_and_the_room_goes_to_anoth
     assert binder.calls == [("web", "n1")]
 
 
+async def test_a_gang_that_does_not_form_clears_the_nominations_of_the_members_that_found_a_place() -> None:
+    """kube's pod group cycle: a member that found a place in a group that failed loses its nomination
+    (``clearNominatedNode``); one never tried keeps its own (no result of its own)."""
+    s, binder, _, _ = gang_scheduler(group_obj("job", 3))
+    s.on_node(node("n1", cpu="2"))  # job-0 fits beside job-2's nominated room; job-1 does not: quorum out of reach
+    uids = {}
+    for i in range(3):
+        raw = member(f"job-{i}", "job")
+        if i != 1:
+            raw["status"] = {"nominatedNodeName": "n1"}
+        s.on_pod(raw)
+        uids[f"job-{i}"] = raw["metadata"]["uid"]
+    await step(s)
+    assert binder.calls == [] and not s.table.pods
+    assert "Insufficient cpu" in waiting_messages(s)["job-1"]
+    assert {name: uid in s.table.nominated for name, uid in uids.items()} == {
+        "job-0": False,  # assumed, then given up with the group
+        "job-1": False,  # never nominated
+        "job-2": True,  # not tried
+    }
+
+
 async def test_two_gangs_that_fit_one_at_a_time_never_hold_parts_of_the_cluster() -> None:
     s, binder, _, _ = gang_scheduler(group_obj("a", 2), group_obj("b", 2))
     s.on_node(node("n1", cpu="2"))

@@ -14,6 +14,8 @@ from crane_scheduler.framework import SKIP, SUCCESS, Code, CycleState, Handle, S
 from crane_scheduler.podinfo import PodInfo, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
+from crane_scheduler.writer import Reply
+from crane_scheduler.writer.protocol import REFUSED
 from tests.support.scheduler import Clock, FakeWriter, node, pod, scheduler_with, step, write_reports
 
 STATUS = "PATCH /api/v1/namespaces/ns/pods/p/status"
@@ -177,12 +179,12 @@ async def test_a_pre_flight_error_fails_the_binding_cycle_naming_the_plugin() ->
     )
 
 
-def _with_pre_binder(binder: Binder, writer: FakeWriter, factory: Any) -> Scheduler:
+def _with_pre_binder(binder: Binder, writer: FakeWriter, factory: Any, clock: Clock | None = None) -> Scheduler:
     """The default profile with ``PreBinder`` (made by ``factory``) added at PreBind."""
     config = {
         "profiles": [{"schedulerName": "crane-scheduler", "plugins": {"preBind": {"enabled": [{"name": "PreBinder"}]}}}]
     }
-    return scheduler_with(binder, Clock(), writer, config, {"PreBinder": factory})
+    return scheduler_with(binder, clock or Clock(), writer, config, {"PreBinder": factory})
 
 
 async def test_a_bind_failing_after_the_nomination_was_written_clears_it_before_the_informer_showed_it() -> None:
@@ -198,3 +200,86 @@ async def test_a_bind_failing_after_the_nomination_was_written_clears_it_before_
     await write_reports(s.reporter)
     statuses = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
     assert [status.get("nominatedNodeName", "-") for status in statuses] == ["n1", None]
+
+
+async def test_preemption_without_a_candidate_clears_the_nomination_with_the_condition_in_one_patch() -> None:
+    writer = FakeWriter()
+    s = scheduler_with(Binder(), Clock(), writer)
+    s.on_node(node("n1", cpu="1"))
+    raw = nominated(pod("p", cpu="2"), "n1")  # more than the node has: no victim can make room
+    s.on_pod(raw)
+    await step(s)
+    assert parse_pod(raw).uid not in s.table.nominated
+    await write_reports(s.reporter)
+    [patch] = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    assert patch["nominatedNodeName"] is None
+    assert "preemption: 0/1 nodes are available" in patch["conditions"][0]["message"]
+
+
+async def test_a_nomination_the_api_refused_is_not_kept_in_memory() -> None:
+    """The write was refused (its term ended): the pod must not stay nominated here, counted against other pods
+    on that node, while nothing in the API says so."""
+    writer, binder = FakeWriter([Reply(REFUSED, "leadership term ended")]), Binder()
+    seen: list[bool] = []
+    s: Scheduler | None = None
+
+    class Probe(PreBinder):
+        async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+            assert s is not None
+            seen.append(pod.uid in s.table.nominated)
+            return SUCCESS
+
+    s = _with_pre_binder(binder, writer, lambda args, handle: Probe(writer, SUCCESS))
+    s.on_node(node("n1"))
+    s.on_pod(pod("p"))
+    await step(s)
+    binder.gate.set()
+    await s.drain()
+    assert writer.writes == [STATUS] and seen == [False]
+
+
+class HeldPatches(FakeWriter):
+    """Holds each failure's status patch (one with a condition) until ``release``; records, per nomination
+    written, whether the held patches had been answered by then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+        self.nominated_after_release: list[bool] = []
+
+    async def write(self, method: str, path: str, body: Any, term: Any, *args: Any, **kwargs: Any) -> Reply:
+        status = body.get("status", {}) if isinstance(body, dict) else {}
+        if "conditions" in status:
+            self.holding.set()
+            await self.release.wait()
+        elif status.get("nominatedNodeName"):
+            self.nominated_after_release.append(self.release.is_set())
+        return await super().write(method, path, body, term, *args, **kwargs)
+
+
+async def test_the_nomination_waits_for_a_failures_status_patch_still_on_its_way() -> None:
+    """The failure's patch (which clears the nomination) is in the writer when the retry's PreBind starts: written
+    after the retry's nomination, it would clear it while PreBind works; the nomination goes once it was answered."""
+    writer, binder, clock = HeldPatches(), Binder(Status(Code.ERROR, ("connection reset",))), Clock()
+    s = _with_pre_binder(binder, writer, lambda args, handle: PreBinder(writer, SUCCESS), clock)
+    s.on_node(node("n1"))
+    s.on_pod(pod("p"))
+    await step(s)
+    binder.gate.set()
+    await s.drain()  # nominated to n1, then failed: its patch clears the nomination
+    stopping = asyncio.Event()
+    reports = asyncio.create_task(s.reporter.run(stopping))
+    await writer.holding.wait()  # that patch is on its way
+    binder.outcome = SUCCESS
+    clock.now += 10  # past the backoff
+    await step(s)  # the retry: placed on n1 again, PreBind to work
+    writer.release.set()
+    await s.drain()
+    stopping.set()
+    s.reporter.close()
+    await reports
+    assert writer.nominated_after_release == [False, True]
+    statuses = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    assert [status.get("nominatedNodeName", "-") for status in statuses] == ["n1", None, "n1"]
+    assert binder.calls == [("p", "n1"), ("p", "n1")]

@@ -251,6 +251,23 @@ async def test_victims_get_the_disruption_condition_and_are_deleted() -> None:
     ]
 
 
+async def test_a_lower_pod_already_assumed_on_the_node_keeps_its_nomination() -> None:
+    """kube's nominator holds no assumed pod (assume deletes its entry): a lower pod whose bind is on its way to the
+    chosen node, nominated there for an autoscaler's sake, is not one of the nominations the preemptor clears."""
+    binding = pod("binding", cpu="1", priority=5)
+    t = table(node("a", cpu="2"), bound=[pod("low", cpu="1", priority=1, node_name="a")])
+    info = parse_pod(binding)
+    t.assume(info, "a")
+    t.nominated[info.uid] = (info, "a")
+    writer = _Writer()
+    ls = listers()
+    prof = profile(t, ls, writer=writer)
+    _, vip = preempt(t, ls, pod("vip", cpu="1", priority=100), prof)
+    await victims_of(prof).drain()
+    assert t.nominated[vip.uid][1] == "a" and t.nominated[info.uid][1] == "a"
+    assert "PATCH /api/v1/namespaces/ns/pods/binding/status" not in writer.writes
+
+
 async def test_a_failed_eviction_retries_the_preemptor_at_once() -> None:
     """The eviction answers 500: no Preempted event, and the preemptor is activated (kube's Activate after an API
     error) instead of waiting for a victim that is not going."""

@@ -301,3 +301,12 @@ imagePullPolicy: {{ .Values.image.pullPolicy }}
 securityContext: {{- toYaml .Values.containerSecurityContext | nindent 2 }}
 resources: {requests: {cpu: 50m, memory: 64Mi}, limits: {memory: 256Mi}}
 {{- end -}}
+
+{{/* The schedulers whose Scheduled events the event recorder records: kube-scheduler and every profile of
+crane-scheduler's configuration (an event's reportingController is its profile's name), so a binding under a
+profile added in values counts in the hot values too. */}}
+{{- define "crane.reportingControllers" -}}
+{{- $names := list "default-scheduler" -}}
+{{- range .Values.scheduler.profiles }}{{ $names = append $names .schedulerName }}{{ end -}}
+{{- $names | uniq | join "," -}}
+{{- end -}}

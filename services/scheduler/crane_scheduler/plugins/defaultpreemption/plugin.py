@@ -256,8 +256,10 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         FitError, written with the nomination as the pod's PodScheduled=False condition."""
         table: NodeTable = self.handle.table
         table.nominated[pod.uid] = (pod, best.node)
-        lower = [
-            p for uid, (p, node) in list(table.nominated.items()) if node == best.node and p.priority < pod.priority
+        lower = [  # pods placed there already (assumed: their bind on its way) are not kube's nominated pods
+            p
+            for uid, (p, node) in list(table.nominated.items())
+            if node == best.node and p.priority < pod.priority and uid not in table.pods
         ]
         for p in lower:
             table.nominated.pop(p.uid, None)
