@@ -190,8 +190,7 @@ class Reporter:
         binding (kube: "not critical enough to stop binding cycles"). A failure's status patch of the pod still on
         its way (it may clear the nomination) is answered first, so it cannot land over this one while PreBind
         works. Returns whether it was written."""
-        for answered in list(self._patching.get(pod.uid, ())):
-            await answered.wait()
+        await self.settled(pod.uid)
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
         body = {"status": {"nominatedNodeName": node}}
         try:
@@ -304,8 +303,16 @@ class Reporter:
         """A plugin writes this attempt's PodScheduled=False (``reason``, ``message``) itself, in a write of its
         own: preemption puts it in the nomination's patch, as kube's ``updatePod`` writes the condition and the
         nominated node in one call. The next ``failed`` for the pod with that condition does not patch it again
-        (its event is still written)."""
+        (its event is still written), and an older patch of the pod still queued is not sent: landing after the
+        plugin's, it would put an older condition back (or clear the new nomination)."""
         self._claimed[uid] = (reason, message)
+        self._conditions.pop(uid, None)
+
+    async def settled(self, uid: str) -> None:
+        """Returns once the status patches of pod ``uid`` handed to the writer are answered (``Handle.status_settled``:
+        a status write of the pod's made elsewhere goes after them, not under them)."""
+        for answered in list(self._patching.get(uid, ())):
+            await answered.wait()
 
     @property
     def backlog(self) -> int:

@@ -171,6 +171,7 @@ class Scheduler(SchedulingCycle):
                 profile.handle.activate = self._activate
                 profile.handle.record_event = functools.partial(self.reporter.event, profile.name)
                 profile.handle.claim_condition = self.reporter.condition_claimed
+                profile.handle.status_settled = self.reporter.settled
                 profile.handle.scheduled_report = functools.partial(self.reporter.with_bind, profile.name)
         self._gangs: dict[str, tuple[GangPlugin, ...]] = {
             name: tuple(p for p in profile.plugins.values() if isinstance(p, GangPlugin))

@@ -239,7 +239,7 @@ async def test_a_nomination_the_api_refused_is_not_kept_in_memory() -> None:
 
 
 class HeldPatches(FakeWriter):
-    """Holds each failure's status patch (one with a condition) until ``release``; records, per nomination
+    """Holds each failure's status patch (a condition, no nomination) until ``release``; records, per nomination
     written, whether the held patches had been answered by then."""
 
     def __init__(self) -> None:
@@ -250,11 +250,11 @@ class HeldPatches(FakeWriter):
 
     async def write(self, method: str, path: str, body: Any, term: Any, *args: Any, **kwargs: Any) -> Reply:
         status = body.get("status", {}) if isinstance(body, dict) else {}
-        if "conditions" in status:
+        if status.get("nominatedNodeName"):
+            self.nominated_after_release.append(self.release.is_set())
+        elif "conditions" in status:
             self.holding.set()
             await self.release.wait()
-        elif status.get("nominatedNodeName"):
-            self.nominated_after_release.append(self.release.is_set())
         return await super().write(method, path, body, term, *args, **kwargs)
 
 
@@ -283,3 +283,43 @@ async def test_the_nomination_waits_for_a_failures_status_patch_still_on_its_way
     statuses = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
     assert [status.get("nominatedNodeName", "-") for status in statuses] == ["n1", None, "n1"]
     assert binder.calls == [("p", "n1"), ("p", "n1")]
+
+
+async def test_a_preemptors_nomination_waits_for_its_older_status_patch_still_on_its_way() -> None:
+    """The pod's last failure patch is in the writer when preemption nominates it: written before it, the
+    nomination and its newer condition would be overwritten by the older patch (kube's one call per object at a
+    time)."""
+    writer, clock = HeldPatches(), Clock()
+    s = scheduler_with(Binder(), clock, writer)
+    handle = s.profiles["crane-scheduler"].handle
+    assert handle is not None
+    handle.writer = writer.as_writer()  # preemption's own writes (``__main__`` sets it so)
+    s.on_node(node("n1", cpu="1"))
+    high = pod("high", cpu="1", priority=1000, node_name="n1")
+    s.on_pod(high)
+    s.on_pod(pod("vip", cpu="1", priority=100))
+    await step(s)  # nothing it may preempt: PodScheduled=False, held in the writer
+    stopping = asyncio.Event()
+    reports = asyncio.create_task(s.reporter.run(stopping))
+    await writer.holding.wait()
+    s.on_pod_deleted(high)
+    s.on_pod(pod("low", cpu="1", priority=1, node_name="n1"))
+    clock.now += 10
+    await step(s)  # now it preempts "low": its nomination waits for the held patch
+    plugin = s.profiles["crane-scheduler"].plugins["DefaultPreemption"]
+    await writer.evicting.wait()  # the preemption's calls run (the victim's eviction does not wait)
+    writer.release.set()
+    await plugin.drain()  # type: ignore[attr-defined]
+    stopping.set()
+    s.reporter.close()
+    await reports
+    assert writer.nominated_after_release == [True]
+
+
+def test_a_condition_the_plugin_writes_itself_drops_the_older_patch_still_queued() -> None:
+    reporter = Reporter(FakeWriter().as_writer(), None, "test", clock=Clock())
+    info = parse_pod(pod("p"))
+    reporter.failed(info, "0/1 nodes are available: 1 Insufficient cpu.", "Unschedulable", "s")
+    reporter.condition_claimed(info.uid, "Unschedulable", "0/1 nodes are available: 1 Insufficient memory.")
+    assert not reporter._still_wanted(info.uid, object())
+    assert info.uid not in reporter._conditions  # the queued patch finds itself superseded when its turn comes

@@ -14,7 +14,7 @@ a ``Status``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -105,6 +105,10 @@ class PluginMetrics:
         return found
 
 
+async def _settled() -> None:
+    """``Handle.status_settled`` without a reporter: nothing is on its way."""
+
+
 @dataclass
 class Handle:
     """What the framework gives a plugin factory: the shared node table, the API client (set before the first
@@ -137,7 +141,11 @@ class Handle:
     claim_condition: Callable[[str, str, str], None] = field(default=lambda uid, reason, message: None)
     """(pod uid, reason, message): this attempt's PodScheduled=False condition is written by the plugin itself, in
     a write of its own (preemption: with the nomination, kube's ``updatePod``), so the reporter does not patch it
-    again; set by the scheduler to its reporter."""
+    again, and drops the pod's older patch still queued; set by the scheduler to its reporter."""
+    status_settled: Callable[[str], Awaitable[None]] = field(default=lambda uid: _settled())
+    """(pod uid): returns once the pod's status patches the reporter handed to the writer are answered, so a
+    plugin's own status write (preemption's nomination) is not overwritten by an older one landing after it; set
+    by the scheduler to its reporter's ``settled``."""
     framework: Any = None
     """The plugin's profile (``runtime.Profile``), set once built: what kube's handle offers as
     ``RunFilterPluginsWithNominatedPods`` (preemption's dry run runs the profile's own filters)."""

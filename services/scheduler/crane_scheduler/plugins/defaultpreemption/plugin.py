@@ -386,8 +386,10 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
     async def _nominate_in_api(self, pod: PodInfo, node: str, message: str) -> None:
         """The preemptor's own nomination, in one patch with the attempt's PodScheduled=False condition (kube's
         ``updatePod``); once written, the pod may be retried as soon as its victims are gone (``pre_enqueue``),
-        whether or not the replies to the evictions are back."""
+        whether or not the replies to the evictions are back. After the pod's older status patches on their way
+        (one landing after it would put an older condition back, or clear the nomination)."""
         try:
+            await self.handle.status_settled(pod.uid)
             await self._set_nomination(pod, node, unscheduled_condition(pod, UNSCHEDULABLE, message))
         finally:
             self._nominating.discard(pod.uid)
