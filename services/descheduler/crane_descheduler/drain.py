@@ -30,7 +30,7 @@ from typing import Any
 
 from crane_descheduler.classify import Reading
 from crane_descheduler.plan import Eviction, NodeView, Plan, TargetFinder, Workload, rate_room, workload_refusal
-from crane_descheduler.pods import QOS_RANK, PodView, eviction_blocker, pdb_blocks, workload_of
+from crane_descheduler.pods import QOS_RANK, Disruptions, PodView, eviction_blocker, workload_of
 from crane_descheduler.policy import DeschedulerPolicy, Drain, NodePool
 from crane_shared.podresources import CPU, MEMORY
 
@@ -92,7 +92,8 @@ class DrainInput:
     """node -> its pods (not terminal) with their JSON"""
     workloads: Mapping[str, Workload]
     owners: Mapping[str, str]
-    pdbs: Sequence[Mapping[str, Any]]
+    disruptions: Disruptions
+    """what each PodDisruptionBudget still allows this round, after the hot nodes' evictions"""
     evicted_at: Sequence[float]
     """recent evictions (all rounds): the global rate"""
     targets: TargetFinder
@@ -206,11 +207,15 @@ def _drain_node(name: str, idle: Idle, data: DrainInput, budget: Budget, plan: P
         placed.append((pod, raw, blocker, target))
     evicted_here = 0
     for pod, raw, blocker, target in placed:  # every pod has a place: evict what the budgets allow now
-        reason = blocker or ("pdb" if pdb_blocks(raw, data.pdbs) else None) or budget.refusal(pod, data, evicted_here)
+        budgets = data.disruptions.of(raw)
+        reason = (
+            blocker or ("pdb" if data.disruptions.blocks(budgets) else None) or budget.refusal(pod, data, evicted_here)
+        )
         if reason is not None:
             plan.skipped[f"drain-{reason}"] += 1
             continue
         plan.evictions.append(Eviction(pod, name, target, idle.metric, idle.value, idle.threshold, kind="drain"))
         budget.spend(pod, data)
+        data.disruptions.spend(budgets)
         evicted_here += 1
     return "draining"

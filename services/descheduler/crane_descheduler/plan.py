@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from crane_descheduler.classify import Reading
-from crane_descheduler.pods import QOS_RANK, PodView, workload_of
+from crane_descheduler.pods import QOS_RANK, Disruptions, PodView, workload_of
 from crane_descheduler.policy import Limits, NodePool
 from crane_shared.batch import PodUsage
 from crane_shared.loadaware.dynamic import DynamicArgs, NodeCapacity, resource_of
@@ -57,6 +57,8 @@ class Candidate:
     pod: PodView
     blocker: str | None
     """why it may not be evicted (``pods.eviction_blocker``), None when it may"""
+    budgets: tuple[str, ...] = ()
+    """the PodDisruptionBudgets that select it (``pods.Disruptions.of``)"""
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,8 @@ class RoundInput:
     """ReplicaSet uid -> its controller's uid (``pods.workload_owners``)"""
     evicted: Sequence[Evicted] = ()
     """recent evictions (all rounds): the global rate, and the usage the averaged metrics still carry"""
+    disruptions: Disruptions = field(default_factory=lambda: Disruptions(()))
+    """what each PodDisruptionBudget still allows this round (spent here, then by the drain)"""
 
 
 def lag_compensated(
@@ -214,7 +218,7 @@ def plan_round(data: RoundInput) -> Plan:
         reading, pool, view = data.readings[node], data.pools[node], data.nodes[node]
         capacity = view.capacity
         projected = lag_compensated(reading, [e for e in data.evicted if e.node == node], capacity, data.args)
-        remaining: list[tuple[PodView, PodUsage]] = []
+        remaining: list[tuple[PodView, PodUsage, tuple[str, ...]]] = []
         regular_hot = reading.regular_hot(pool)
         for candidate in data.candidates.get(node, ()):
             if candidate.blocker is not None:
@@ -227,7 +231,7 @@ def plan_round(data: RoundInput) -> Plan:
             if use is None:
                 plan.skipped["no-usage"] += 1
                 continue
-            remaining.append((candidate.pod, use))
+            remaining.append((candidate.pod, use, candidate.budgets))
         evicted_here = 0
         covering_waits = False  # a pod that would cover the excess alone waits for a budget of this round
         while remaining:
@@ -248,14 +252,16 @@ def plan_round(data: RoundInput) -> Plan:
                     _cover_key(item[1], excess, capacity),
                 )
             )
-            pod, use = remaining.pop(0)
+            pod, use, budgets = remaining.pop(0)
             covers = _cover_key(use, excess, capacity)[0] == 0
             if covering_waits and not covers:
                 # it would not cool the node: an eviction spent for nothing (the pod that would is back next round)
                 plan.skipped["waits-for-budget"] += 1
                 continue
             reason = _refusal(pod, use, excess, data, namespaces, workloads)
-            if reason in ("workload-budget", "namespace-budget") and covers:
+            if reason is None and data.disruptions.blocks(budgets):  # its budget went to a pod planned before it
+                reason = "pdb"
+            if reason in ("workload-budget", "namespace-budget", "pdb") and covers:
                 covering_waits = True
             target = None
             if reason is None:
@@ -272,6 +278,7 @@ def plan_round(data: RoundInput) -> Plan:
             namespaces[pod.namespace] += 1
             if pod.owner is not None:
                 workloads[workload_of(pod.owner, data.owners)] += 1
+            data.disruptions.spend(budgets)
             evicted_here += 1
             room -= 1
             for m in projected:

@@ -11,6 +11,7 @@ PodDisruptionBudget allows no disruption right now.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -168,17 +169,36 @@ def eviction_blocker(pod: Mapping[str, Any], now: datetime, evictable: Evictable
     return None
 
 
-def pdb_blocks(pod: Mapping[str, Any], pdbs: Sequence[Mapping[str, Any]]) -> bool:
-    """A PodDisruptionBudget of the pod's namespace selects it and allows no disruption now: the Eviction API
-    would answer 429, so another pod is tried instead (a race still ends in a 429, retried in a later round)."""
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    for pdb in pdbs:
-        pmeta, spec = pdb.get("metadata") or {}, pdb.get("spec") or {}
-        if pmeta.get("namespace") != meta.get("namespace") or spec.get("selector") is None:
-            continue  # policy/v1: a null selector selects no pod
-        if label_selector_matches(spec["selector"], labels):
+class Disruptions:
+    """What each PodDisruptionBudget still allows this round: its ``status.disruptionsAllowed`` less the evictions
+    planned under it so far (the hot nodes' and the drain's, one count). A pod under a budget with nothing left is
+    passed over (``pdb``) for another: the Eviction API would answer 429, each such attempt spending a slot of the
+    round's budgets for nothing (a race still ends in a 429, retried in a later round)."""
+
+    def __init__(self, pdbs: Sequence[Mapping[str, Any]]) -> None:
+        self._pdbs: list[tuple[str, str, Mapping[str, Any]]] = []  # (key, namespace, selector)
+        self.left: Counter[str] = Counter()
+        for pdb in pdbs:
+            pmeta, spec = pdb.get("metadata") or {}, pdb.get("spec") or {}
+            if spec.get("selector") is None:
+                continue  # policy/v1: a null selector selects no pod
+            key = f"{pmeta.get('namespace')}/{pmeta.get('name')}"
             allowed = (pdb.get("status") or {}).get("disruptionsAllowed")
-            if not isinstance(allowed, int) or allowed < 1:
-                return True
-    return False
+            self.left[key] = allowed if isinstance(allowed, int) and allowed > 0 else 0
+            self._pdbs.append((key, str(pmeta.get("namespace")), spec["selector"]))
+
+    def of(self, pod: Mapping[str, Any]) -> tuple[str, ...]:
+        """The budgets (namespace/name) of the pod's namespace that select it."""
+        meta = pod.get("metadata") or {}
+        namespace, labels = meta.get("namespace"), meta.get("labels") or {}
+        return tuple(
+            key for key, ns, selector in self._pdbs if ns == namespace and label_selector_matches(selector, labels)
+        )
+
+    def blocks(self, budgets: Sequence[str]) -> bool:
+        return any(self.left[key] <= 0 for key in budgets)
+
+    def spend(self, budgets: Sequence[str]) -> None:
+        """An eviction planned under ``budgets``."""
+        for key in budgets:
+            self.left[key] -= 1

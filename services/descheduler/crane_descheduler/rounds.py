@@ -29,7 +29,7 @@ from crane_descheduler.plan import (
     Workload,
     plan_round,
 )
-from crane_descheduler.pods import PodView, eviction_blocker, pdb_blocks, pod_view, workload_of, workload_owners
+from crane_descheduler.pods import Disruptions, PodView, eviction_blocker, pod_view, workload_of, workload_owners
 from crane_descheduler.policy import DeschedulerPolicy, NodePool
 from crane_descheduler.targets import SchedulerSnapshot, SchedulerTargets
 from crane_shared.batch import PodUsage
@@ -155,10 +155,12 @@ def run_round(
             hot.append(name)
 
     candidates: dict[str, list[Candidate]] = {}
+    disruptions = Disruptions(pdbs)
     for view, raw in views:
         if view.node in hot:
-            blocker = eviction_blocker(raw, now, policy.evictable) or ("pdb" if pdb_blocks(raw, pdbs) else None)
-            candidates.setdefault(view.node, []).append(Candidate(view, blocker))
+            budgets = disruptions.of(raw)
+            blocker = eviction_blocker(raw, now, policy.evictable) or ("pdb" if disruptions.blocks(budgets) else None)
+            candidates.setdefault(view.node, []).append(Candidate(view, blocker, budgets))
     previous = drain or DrainState()
     excluded = set(hot) | set(previous.draining)  # no pod is sent to a hot node or one being emptied
     targets = SchedulerTargets(
@@ -187,6 +189,7 @@ def run_round(
                 owners=owners,
                 targets=targets,
                 evicted=evicted,
+                disruptions=disruptions,
             )
         )
         if policy.drain is not None and not usage_known:
@@ -207,7 +210,7 @@ def run_round(
                     pods=by_node,
                     workloads=workload_counts,
                     owners=owners,
-                    pdbs=pdbs,
+                    disruptions=disruptions,
                     evicted_at=[e.at for e in evicted],
                     targets=targets,
                     excluded=excluded,

@@ -170,3 +170,21 @@ def test_a_round_without_the_pods_usage_drains_nothing_and_keeps_the_drains_stat
     blind = run_round(fleet(), pods, {}, POLICY, PACK, {}, NOW, drain=first.drain, usage_known=False)
     assert drained(blind) == {} and blind.drain == first.drain
     assert drained(run_round(fleet(), pods, {}, POLICY, PACK, {}, NOW, drain=blind.drain)) == {"a": "busy"}
+
+
+def test_a_disruption_budget_allowing_one_lets_one_of_its_pods_go_per_round() -> None:
+    """Both replicas are planned only if the budget allowed two: the second eviction would answer 429 and spend a
+    slot of the round's budgets for nothing; it goes in a later round."""
+    pods = [pod("web-1", "idle", owner="w"), pod("web-2", "idle", owner="w")]
+    for p in pods:
+        p["metadata"]["labels"] = {"app": "web"}
+    pdb = {
+        "metadata": {"namespace": "default", "name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        "status": {"disruptionsAllowed": 1},
+    }
+    state = DrainState()
+    for _ in range(2):
+        result = run_round(fleet(), pods, {}, POLICY, PACK, {}, NOW, (), [pdb], drain=state)
+        state = result.drain
+    assert list(drained(result)) == ["web-1"] and result.plan.skipped["drain-pdb"] == 1

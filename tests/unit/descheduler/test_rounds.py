@@ -243,6 +243,28 @@ def test_a_pod_whose_budget_allows_no_disruption_now_is_passed_over_for_the_next
     assert evicted(run_round(nodes, [guarded, free], usage, POLICY, ARGS, detectors, NOW, (), [pdb])) == ["guarded"]
 
 
+def test_a_budget_allowing_one_disruption_lets_one_of_its_pods_go_in_a_round():
+    """Two pods of one PodDisruptionBudget allowing one, both needed to cool the node: the second would answer
+    429 and spend the round's budgets for nothing; a pod of no budget goes in its place."""
+    nodes = [node("hot", cpu=0.95), node("cool", cpu=0.1)]
+    first, second, other = pod("db-1", "hot", owner="d1"), pod("db-2", "hot", owner="d2"), pod("web", "hot", owner="w")
+    for p in (first, second):
+        p["metadata"]["labels"] = {"app": "db"}
+    usage = {"default/db-1": PodUsage(0.5, GIB), "default/db-2": PodUsage(0.5, GIB), "default/web": PodUsage(0.4, GIB)}
+    pdb: dict[str, Any] = {
+        "metadata": {"namespace": "default", "name": "db"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}},
+        "status": {"disruptionsAllowed": 1},
+    }
+    limits = Limits(per_node_per_round=3, per_namespace_per_round=10, max_unavailable_per_workload=1, per_minute=10)
+    policy = replace(POLICY, limits=limits)
+    detectors: dict[str, Detector] = {}
+    for _ in range(2):
+        result = run_round(nodes, [first, second, other], usage, policy, ARGS, detectors, NOW, (), [pdb])
+        detectors = result.detectors
+    assert sorted(evicted(result)) == ["db-1", "web"] and result.plan.skipped["pdb"] == 1
+
+
 def test_a_relieved_node_is_not_relieved_again_while_its_average_still_carries_the_evicted_pod():
     nodes = [node("hot", cpu=0.9), node("cool", cpu=0.1)]
     pods = [pod("next", "hot")]
