@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from collections import Counter
 from typing import Any
@@ -146,3 +147,19 @@ async def test_a_worker_that_stops_answering_is_replaced_and_its_pods_decided_an
     _, binds, _, restarts = await _run(1, nodes, pods, lambda s, b: len(b.calls) >= 200, stop_one)
     assert stopped and len({uid for uid, _ in binds.calls}) == 200
     assert restarts == [1]
+
+
+async def test_a_worker_that_never_becomes_ready_is_restarted(monkeypatch: Any) -> None:
+    """It reads nothing (stuck before its replica is built): every message sent to it would pile up in the
+    scheduling process's pipe buffer. The watchdog restarts it once READY is overdue (it sleeps for ten minutes:
+    only the watchdog's kill ends it)."""
+    monkeypatch.setattr(pool_module, "READY_TIMEOUT", 1.0)
+    restarted = asyncio.Event()
+    pool = DeciderPool(1, None, out_of_tree=False, on_restart=restarted.set)
+    pool._argv = [sys.executable, "-c", "import time; time.sleep(600)"]  # alive, silent, never ready
+    await pool.start()
+    try:
+        await asyncio.wait_for(restarted.wait(), 30)
+        assert pool.ready == 0
+    finally:
+        await pool.close()

@@ -44,6 +44,9 @@ RECENT_ASSUMPTIONS = 3600.0
 """seconds an assumption is replayed to a new worker (longer than any Dynamic window of recent bindings)"""
 STOP_TIMEOUT = 5.0
 ANSWER_TIMEOUT = 10.0
+READY_TIMEOUT = 60.0
+"""seconds a started worker may take to build its replica from the snapshot and answer READY; one that has not by
+then is restarted: it reads nothing meanwhile, so every message sent to it would wait in the pipe's buffer here"""
 """seconds a worker may take to answer its oldest decision (one takes milliseconds); past it, the worker is
 killed and restarted, and its decisions are made by the scheduling process"""
 Answer = tuple[str, int, int]
@@ -63,6 +66,8 @@ class _Worker:
     sent_at: dict[int, float] = field(default_factory=dict)
     """decision id -> when it was queued (monotonic): the watchdog's clock"""
     ready: bool = False
+    started_at: float | None = None
+    """when its process was given its snapshot (monotonic), until it answers READY: the watchdog's other clock"""
 
 
 class DeciderPool:
@@ -192,11 +197,18 @@ class DeciderPool:
             await asyncio.sleep(backoff.next_delay())
 
     async def _watchdog(self) -> None:
-        """A worker alive but silent (stuck) would hold its decisions, and the loop waiting for room, forever."""
+        """A worker alive but silent (stuck) would hold its decisions, and the loop waiting for room, forever; one
+        that never becomes ready would let what is sent to it pile up here."""
         while not self._closing:
             await asyncio.sleep(1.0)
             now = time.monotonic()
             for w in self._workers:
+                if w.started_at is not None and now - w.started_at > READY_TIMEOUT and w.proc is not None:
+                    log.error("a decider worker did not become ready in time; restarting it", worker=w.index)
+                    w.started_at = None
+                    with contextlib.suppress(ProcessLookupError):
+                        w.proc.kill()
+                    continue
                 oldest = next(iter(w.sent_at.values()), None)
                 if oldest is not None and now - oldest > ANSWER_TIMEOUT and w.proc is not None:
                     log.error("a decider worker did not answer in time; restarting it", worker=w.index)
@@ -208,7 +220,7 @@ class DeciderPool:
         worker gets its INIT and the whole state as of the messages sent so far."""
         self.flush()
         first_row = self._nodes_hint() * w.index // max(1, self.count)  # workers search from spread-out starts
-        w.proc = proc
+        w.proc, w.started_at = proc, time.monotonic()
         snapshot = self._snapshot()
         # the replica counts the snapshot's messages too: after them it has seen exactly what was sent so far
         base = self.versions.sent - len(snapshot)
@@ -244,7 +256,7 @@ class DeciderPool:
             unpacker.feed(chunk)
             for rid, node, seen in unpacker:
                 if rid == READY_ID:
-                    w.ready = True
+                    w.ready, w.started_at = True, None
                     self._on_ready(self.ready)
                     backoff.reset()
                     self._room.set()
@@ -256,6 +268,7 @@ class DeciderPool:
             self._room.set()
 
     def _lose(self, w: _Worker) -> None:
+        w.started_at = None
         if w.ready:
             w.ready = False
             self._on_ready(self.ready)
