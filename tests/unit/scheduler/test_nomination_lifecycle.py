@@ -5,12 +5,11 @@ that takes API round trips (NominatedNodeNameForExpectation), so an autoscaler c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from crane_scheduler.framework import SKIP, SUCCESS, Code, CycleState, Handle, Status
+from crane_scheduler.framework import SKIP, SUCCESS, Code, CycleState, Status
 from crane_scheduler.podinfo import PodInfo, parse_pod
 from crane_scheduler.reporting import Reporter
 from crane_scheduler.scheduler import Scheduler
@@ -129,25 +128,20 @@ def test_a_repeated_failure_still_clears_the_nomination_without_a_second_event()
 
 @pytest.mark.parametrize("flight", [SUCCESS, SKIP])
 async def test_the_nominated_node_is_written_before_a_prebind_that_works(flight: Status) -> None:
+    """kube's order: the nomination, then PreBind's work (and the bind after it)."""
     writer, binder = FakeWriter(), Binder()
-    plugins: dict[str, PreBinder] = {}
-
-    def factory(args: Mapping[str, Any], handle: Handle) -> PreBinder:
-        plugins["p"] = PreBinder(writer, flight)
-        return plugins["p"]
-
-    s = _with_pre_binder(binder, writer, factory)
+    pre_binder = PreBinder(writer, flight)
+    s = _with_pre_binder(binder, writer, lambda args, handle: pre_binder)
     s.on_node(node("n1"))
     s.on_pod(pod("p"))
     await step(s)
     binder.gate.set()
     await s.drain()
-    [seen] = plugins["p"].seen
     if flight.success:
-        assert seen == [STATUS] and writer.bodies[0] == {"status": {"nominatedNodeName": "n1"}}
+        assert pre_binder.seen == [[STATUS]] and writer.bodies[0] == {"status": {"nominatedNodeName": "n1"}}
         assert writer.urgent == [True]  # on the binds' connections, as the bind that follows
     else:
-        assert seen == []  # nothing to wait for: the bind follows at once, no nomination written
+        assert pre_binder.seen == [[]] and writer.writes == []  # no PreBind work: no nomination written
     assert binder.calls == [("p", "n1")]
 
 
@@ -323,3 +317,24 @@ def test_a_condition_the_plugin_writes_itself_drops_the_older_patch_still_queued
     reporter.condition_claimed(info.uid, "Unschedulable", "0/1 nodes are available: 1 Insufficient memory.")
     assert not reporter._still_wanted(info.uid, object())
     assert info.uid not in reporter._conditions  # the queued patch finds itself superseded when its turn comes
+
+
+async def test_a_prebind_failing_after_the_nomination_was_written_clears_it() -> None:
+    """The nomination went before PreBind; PreBind fails: the failure's patch clears it (kube's
+    handleBindingCycleError with clearNominatedNode)."""
+    writer, binder = FakeWriter(), Binder()
+
+    class Failing(PreBinder):
+        async def pre_bind(self, state: CycleState, pod: PodInfo, node: str) -> Status:
+            return Status(Code.ERROR, ("claim write failed",))
+
+    s = _with_pre_binder(binder, writer, lambda args, handle: Failing(writer, SUCCESS))
+    s.on_node(node("n1"))
+    raw = pod("p")
+    s.on_pod(raw)
+    await step(s)
+    await s.drain()
+    assert binder.calls == [] and parse_pod(raw).uid not in s.table.nominated
+    await write_reports(s.reporter)
+    statuses = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    assert [status.get("nominatedNodeName", "-") for status in statuses] == ["n1", None]
