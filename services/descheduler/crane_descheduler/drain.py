@@ -208,9 +208,7 @@ def _drain_node(name: str, idle: Idle, data: DrainInput, budget: Budget, plan: P
     evicted_here = 0
     for pod, raw, blocker, target in placed:  # every pod has a place: evict what the budgets allow now
         budgets = data.disruptions.of(raw)
-        reason = (
-            blocker or ("pdb" if data.disruptions.blocks(budgets) else None) or budget.refusal(pod, data, evicted_here)
-        )
+        reason = blocker or data.disruptions.refusal(budgets) or budget.refusal(pod, data, evicted_here)
         if reason is not None:
             plan.skipped[f"drain-{reason}"] += 1
             continue

@@ -259,9 +259,9 @@ def plan_round(data: RoundInput) -> Plan:
                 plan.skipped["waits-for-budget"] += 1
                 continue
             reason = _refusal(pod, use, excess, data, namespaces, workloads)
-            if reason is None and data.disruptions.blocks(budgets):  # its budget went to a pod planned before it
-                reason = "pdb"
-            if reason in ("workload-budget", "namespace-budget", "pdb") and covers:
+            if reason is None:  # its budget may have gone to a pod planned before it
+                reason = data.disruptions.refusal(budgets)
+            if reason in ("workload-budget", "namespace-budget") and covers:
                 covering_waits = True
             target = None
             if reason is None:

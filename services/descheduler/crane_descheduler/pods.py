@@ -195,8 +195,12 @@ class Disruptions:
             key for key, ns, selector in self._pdbs if ns == namespace and label_selector_matches(selector, labels)
         )
 
-    def blocks(self, budgets: Sequence[str]) -> bool:
-        return any(self.left[key] <= 0 for key in budgets)
+    def refusal(self, budgets: Sequence[str]) -> str | None:
+        """``pdb`` when a budget of the pod has nothing left; ``pdb-multiple`` when more than one selects it (the
+        Eviction API refuses such a pod: "more than one PodDisruptionBudget")."""
+        if len(budgets) > 1:
+            return "pdb-multiple"
+        return "pdb" if any(self.left[key] <= 0 for key in budgets) else None
 
     def spend(self, budgets: Sequence[str]) -> None:
         """An eviction planned under ``budgets``."""

@@ -14,7 +14,7 @@ never move and plugin caches keyed by row stay valid.
 
 from __future__ import annotations
 
-from collections.abc import Callable, ItemsView, Iterable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Container, ItemsView, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Never, TypeVar
 
@@ -132,6 +132,12 @@ class Nominations(MutableMapping[str, Nomination]):
     def on_node(self, node: str) -> Iterable[str]:
         """The uids nominated to ``node``."""
         return self._by_node.get(node, {}).keys()
+
+    def waiting_on(self, node: str, placed: Container[str]) -> bool:
+        """Whether a pod nominated to ``node`` is not placed yet (``placed``: the table's pods, assumed ones
+        included): a pod assumed there is in the node's row already, not one of its nominated pods (kube's assume
+        deletes the nominator's entry)."""
+        return any(uid not in placed for uid in self._by_node.get(node, ()))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._pods)

@@ -55,6 +55,8 @@ log = get_logger("crane.scheduler.reporting")
 RECOVERY_WINDOW = timedelta(minutes=10)
 SCHEDULED_ATTEMPTS = 8  # with backoff 0.5 s .. 8 s: about 40 s, longer than an API server restart
 NOTE_LENGTH_LIMIT = 1024
+_CLAIMED = object()
+"""``Reporter._conditions``' token of a pod whose condition a plugin writes itself (``condition_claimed``)"""
 
 
 def truncate_note(message: str) -> str:
@@ -306,7 +308,7 @@ class Reporter:
         (its event is still written), and an older patch of the pod still queued is not sent: landing after the
         plugin's, it would put an older condition back (or clear the new nomination)."""
         self._claimed[uid] = (reason, message)
-        self._conditions.pop(uid, None)
+        self._conditions[uid] = _CLAIMED
 
     async def settled(self, uid: str) -> None:
         """Returns once the status patches of pod ``uid`` handed to the writer are answered (``Handle.status_settled``:
@@ -415,9 +417,11 @@ class Reporter:
         ``clear_nomination``, no nominated node, in one write as kube's ``updatePod``."""
         wanted: Callable[[], bool] | None = None
         if token is not None:
-            if self._conditions.get(pod.uid) is not token:  # a bind, a newer patch, or the pod bound or gone
+            latest = self._conditions.get(pod.uid)
+            if latest is not token:  # a bind, a newer patch, a plugin's own, or the pod bound or gone
                 self.metrics.reports.labels("condition", "superseded").inc()
-                self._unreported(pod.uid, message)
+                if latest is not _CLAIMED:  # else a newer condition went in the plugin's own write
+                    self._unreported(pod.uid, message)
                 return
             wanted = functools.partial(self._still_wanted, pod.uid, token)  # asked before a resend (renewal)
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"

@@ -183,8 +183,7 @@ class SchedulingCycle:
         fresh = (
             pool.fresh(node, seen, worker)
             and self.pending.get(uid) is sent
-            # a pod nominated there and not placed yet (a pod assumed there is in the row already)
-            and not any(other not in self.table.pods for other in self.table.nominated.on_node(node))
+            and not self.table.nominated.waiting_on(node, self.table.pods)
         )
         pool.hinted = (uid, node, worker)
         try:

@@ -265,6 +265,26 @@ def test_a_budget_allowing_one_disruption_lets_one_of_its_pods_go_in_a_round():
     assert sorted(evicted(result)) == ["db-1", "web"] and result.plan.skipped["pdb"] == 1
 
 
+def test_a_pod_two_budgets_select_is_passed_over_as_the_eviction_api_would_refuse_it():
+    nodes = [node("hot", cpu=0.9), node("cool", cpu=0.1)]
+    both, free = pod("both", "hot", owner="b"), pod("free", "hot", owner="f")
+    both["metadata"]["labels"] = {"app": "db", "tier": "data"}
+    usage = {"default/both": PodUsage(3, GIB), "default/free": PodUsage(2.5, GIB)}
+    pdbs: list[dict[str, Any]] = [
+        {
+            "metadata": {"namespace": "default", "name": name},
+            "spec": {"selector": {"matchLabels": labels}},
+            "status": {"disruptionsAllowed": 1},
+        }
+        for name, labels in (("db", {"app": "db"}), ("data", {"tier": "data"}))
+    ]
+    detectors: dict[str, Detector] = {}
+    for _ in range(2):
+        result = run_round(nodes, [both, free], usage, POLICY, ARGS, detectors, NOW, (), pdbs)
+        detectors = result.detectors
+    assert evicted(result) == ["free"] and result.plan.skipped == {"pdb-multiple": 1}
+
+
 def test_a_relieved_node_is_not_relieved_again_while_its_average_still_carries_the_evicted_pod():
     nodes = [node("hot", cpu=0.9), node("cool", cpu=0.1)]
     pods = [pod("next", "hot")]

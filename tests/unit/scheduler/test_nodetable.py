@@ -153,3 +153,16 @@ def test_a_nomination_popped_is_told_to_listeners_as_a_deletion_and_an_absent_on
         t.nominated.pop("absent")
     assert t.nominated.pop(p.uid) == (p, "n1")
     assert told == [(p.uid, (p, "n1")), (p.uid, None)] and list(t.nominated.on_node("n1")) == []
+
+
+def test_a_pod_assumed_on_its_nominated_node_is_not_waiting_there() -> None:
+    """A decider worker's answer for a node counts as fresh only when no pod nominated there waits for room: one
+    assumed there (its nomination written for an autoscaler while it binds) is in the row already."""
+    t = table(node("a"), node("b"))
+    binding, waiting = parse_pod(pod("binding")), parse_pod(pod("waiting"))
+    t.nominated[binding.uid] = (binding, "a")
+    assert t.nominated.waiting_on("a", t.pods)
+    t.assume(binding, "a")
+    assert not t.nominated.waiting_on("a", t.pods) and not t.nominated.waiting_on("b", t.pods)
+    t.nominated[waiting.uid] = (waiting, "a")
+    assert t.nominated.waiting_on("a", t.pods)

@@ -310,13 +310,18 @@ async def test_a_preemptors_nomination_waits_for_its_older_status_patch_still_on
     assert writer.nominated_after_release == [True]
 
 
-def test_a_condition_the_plugin_writes_itself_drops_the_older_patch_still_queued() -> None:
-    reporter = Reporter(FakeWriter().as_writer(), None, "test", clock=Clock())
+async def test_a_condition_the_plugin_writes_itself_drops_the_older_patch_still_queued() -> None:
+    """Preemption writes the attempt's condition with the nomination: the pod's older patch still queued is not
+    sent after it, and dropping it does not release the repeat hold of the event that was written."""
+    writer, clock = FakeWriter(), Clock()
+    reporter = Reporter(writer.as_writer(), None, "test", clock=clock)
     info = parse_pod(pod("p"))
-    reporter.failed(info, "0/1 nodes are available: 1 Insufficient cpu.", "Unschedulable", "s")
-    reporter.condition_claimed(info.uid, "Unschedulable", "0/1 nodes are available: 1 Insufficient memory.")
-    assert not reporter._still_wanted(info.uid, object())
-    assert info.uid not in reporter._conditions  # the queued patch finds itself superseded when its turn comes
+    message = "0/1 nodes are available: 1 Insufficient cpu."
+    assert reporter.failed(info, message, "Unschedulable", "s")  # the event and the condition, queued
+    reporter.condition_claimed(info.uid, "Unschedulable", message)  # preemption's own patch carries it
+    await write_reports(reporter)
+    assert [w for w in writer.writes if w == STATUS] == []
+    assert not reporter.failed(info, message, "Unschedulable", "s")  # the same event, held back as before
 
 
 async def test_a_prebind_failing_after_the_nomination_was_written_clears_it() -> None:

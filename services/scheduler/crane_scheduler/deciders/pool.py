@@ -44,11 +44,14 @@ RECENT_ASSUMPTIONS = 3600.0
 """seconds an assumption is replayed to a new worker (longer than any Dynamic window of recent bindings)"""
 STOP_TIMEOUT = 5.0
 ANSWER_TIMEOUT = 10.0
-READY_TIMEOUT = 60.0
-"""seconds a started worker may take to build its replica from the snapshot and answer READY; one that has not by
-then is restarted: it reads nothing meanwhile, so every message sent to it would wait in the pipe's buffer here"""
 """seconds a worker may take to answer its oldest decision (one takes milliseconds); past it, the worker is
 killed and restarted, and its decisions are made by the scheduling process"""
+READY_TIMEOUT = 60.0
+READY_PER_OBJECT = 0.002
+"""seconds a started worker may take to build its replica and answer READY: READY_TIMEOUT (the interpreter, the
+imports, the profiles) plus READY_PER_OBJECT for each object of its snapshot (applying one takes tens of
+microseconds: 15,000 nodes and 10,000 pods get 110 s); one that has not by then is restarted: it reads nothing
+meanwhile, so every message sent to it would wait in the pipe's buffer here"""
 Answer = tuple[str, int, int]
 """a decision's answer: (node or "", state messages the worker had applied, the worker's index)"""
 LOST: Answer = ("", -1, -1)
@@ -66,8 +69,8 @@ class _Worker:
     sent_at: dict[int, float] = field(default_factory=dict)
     """decision id -> when it was queued (monotonic): the watchdog's clock"""
     ready: bool = False
-    started_at: float | None = None
-    """when its process was given its snapshot (monotonic), until it answers READY: the watchdog's other clock"""
+    ready_by: float | None = None
+    """until it answers READY, when it must have (monotonic): the watchdog's other clock"""
 
 
 class DeciderPool:
@@ -203,9 +206,9 @@ class DeciderPool:
             await asyncio.sleep(1.0)
             now = time.monotonic()
             for w in self._workers:
-                if w.started_at is not None and now - w.started_at > READY_TIMEOUT and w.proc is not None:
+                if w.ready_by is not None and now > w.ready_by and w.proc is not None:
                     log.error("a decider worker did not become ready in time; restarting it", worker=w.index)
-                    w.started_at = None
+                    w.ready_by = None
                     with contextlib.suppress(ProcessLookupError):
                         w.proc.kill()
                     continue
@@ -220,8 +223,9 @@ class DeciderPool:
         worker gets its INIT and the whole state as of the messages sent so far."""
         self.flush()
         first_row = self._nodes_hint() * w.index // max(1, self.count)  # workers search from spread-out starts
-        w.proc, w.started_at = proc, time.monotonic()
+        w.proc = proc
         snapshot = self._snapshot()
+        w.ready_by = time.monotonic() + READY_TIMEOUT + READY_PER_OBJECT * len(snapshot)
         # the replica counts the snapshot's messages too: after them it has seen exactly what was sent so far
         base = self.versions.sent - len(snapshot)
         w.out = [self._packer.pack((INIT, self.options, w.index, first_row, base, self.versions.sent)), *snapshot]
@@ -256,7 +260,7 @@ class DeciderPool:
             unpacker.feed(chunk)
             for rid, node, seen in unpacker:
                 if rid == READY_ID:
-                    w.ready, w.started_at = True, None
+                    w.ready, w.ready_by = True, None
                     self._on_ready(self.ready)
                     backoff.reset()
                     self._room.set()
@@ -268,7 +272,7 @@ class DeciderPool:
             self._room.set()
 
     def _lose(self, w: _Worker) -> None:
-        w.started_at = None
+        w.ready_by = None
         if w.ready:
             w.ready = False
             self._on_ready(self.ready)
