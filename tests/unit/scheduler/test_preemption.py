@@ -268,6 +268,52 @@ async def test_a_lower_pod_already_assumed_on_the_node_keeps_its_nomination() ->
     assert "PATCH /api/v1/namespaces/ns/pods/binding/status" not in writer.writes
 
 
+async def test_a_lower_preemptors_nomination_still_on_its_way_is_cleared_only_after_it_lands() -> None:
+    """``mid`` preempts on ``a``, its nomination write held; ``vip`` then preempts there and clears the lower
+    nomination: sent before ``mid``'s own lands, the clear would be overwritten and ``mid`` nominated again."""
+    release = asyncio.Event()
+    order: list[str] = []
+
+    vip_evicting = asyncio.Event()
+
+    class Held(_Writer):
+        async def evict(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> Reply:
+            if name == "low1":  # vip's preemption: its calls have all started
+                vip_evicting.set()
+            return await super().evict(namespace, name, uid, condition)
+
+        async def write(self, method: str, path: str, body: Any, term: Any, *args: Any, **kwargs: Any) -> Reply:
+            status = body.get("status", {}) if isinstance(body, dict) else {}
+            if path.endswith("/pods/mid/status"):
+                if status.get("nominatedNodeName"):
+                    await release.wait()
+                    order.append("mid nominated")
+                else:
+                    order.append("mid cleared")
+            return await super().write(method, path, body, term, *args, **kwargs)
+
+    writer = Held()
+    t = table(
+        node("a", cpu="2"),
+        bound=[pod("low1", cpu="1", priority=1, node_name="a"), pod("low2", cpu="1", priority=1, node_name="a")],
+    )
+    ls = listers()
+    prof = profile(t, ls, writer=writer)
+    plugin = victims_of(prof)
+    preempt(t, ls, pod("mid", cpu="1", priority=50), prof)
+    await writer.evicting.wait()  # mid's preemption runs, its nomination held
+    _calls_done(plugin, next(uid for uid, (p, _) in t.nominated.items() if p.name == "mid"))
+    for record in list(t.pods.values()):  # its victim went
+        if record.pod is not None and record.uid in plugin._victims:
+            t.remove_pod(record.uid)
+    preempt(t, ls, pod("vip", cpu="2", priority=100), prof)
+    assert "mid" not in {p.name for p, _ in t.nominated.values()}  # vip cleared it in memory at once
+    await vip_evicting.wait()
+    release.set()
+    await plugin.drain()
+    assert order == ["mid nominated", "mid cleared"]
+
+
 async def test_a_failed_eviction_retries_the_preemptor_at_once() -> None:
     """The eviction answers 500: no Preempted event, and the preemptor is activated (kube's Activate after an API
     error) instead of waiting for a victim that is not going."""

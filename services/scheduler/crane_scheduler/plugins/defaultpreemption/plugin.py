@@ -105,6 +105,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         self.rng = random.Random()
         self.preempting: set[str] = set()  # preemptors whose API calls are still running
         self._nominating: set[str] = set()  # preemptors whose own nomination is not written yet
+        self._nomination_written: dict[str, asyncio.Event] = {}  # the same, set once their write returned
         self._tasks: set[asyncio.Task[None]] = set()
         self._victims: dict[str, str] = {}  # victim uid -> preemptor uid, until the informer sees it gone
         self._waiting: dict[str, set[str]] = {}  # preemptor uid -> its victims still in the cache
@@ -377,7 +378,12 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
 
     async def _clear_lower(self, pod: PodInfo) -> None:
         """A lower-priority pod's nomination to the node cleared; a failure is logged, not the preemption's (kube:
-        "not critical": the pod's next attempt nominates afresh or is placed)."""
+        "not critical": the pod's next attempt nominates afresh or is placed). After that pod's own nomination
+        write, if it is still on its way (its preemption began just before): landing after the clear, it would
+        nominate the pod again."""
+        written = self._nomination_written.get(pod.uid)
+        if written is not None:
+            await written.wait()
         try:
             await self._set_nomination(pod, "")
         except PreemptionError as err:
@@ -388,11 +394,15 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         ``updatePod``); once written, the pod may be retried as soon as its victims are gone (``pre_enqueue``),
         whether or not the replies to the evictions are back. After the pod's older status patches on their way
         (one landing after it would put an older condition back, or clear the nomination)."""
+        written = self._nomination_written[pod.uid] = asyncio.Event()
         try:
             await self.handle.status_settled(pod.uid)
             await self._set_nomination(pod, node, unscheduled_condition(pod, UNSCHEDULABLE, message))
         finally:
             self._nominating.discard(pod.uid)
+            written.set()
+            if self._nomination_written.get(pod.uid) is written:
+                del self._nomination_written[pod.uid]
         if pod.uid not in self._waiting:
             self.handle.activate(pod.uid)
 
