@@ -208,12 +208,12 @@ def _drain_node(name: str, idle: Idle, data: DrainInput, budget: Budget, plan: P
     evicted_here = 0
     for pod, raw, blocker, target in placed:  # every pod has a place: evict what the budgets allow now
         budgets = data.disruptions.of(raw)
-        reason = blocker or data.disruptions.refusal(budgets) or budget.refusal(pod, data, evicted_here)
+        reason = blocker or data.disruptions.refusal(budgets, pod.ready) or budget.refusal(pod, data, evicted_here)
         if reason is not None:
             plan.skipped[f"drain-{reason}"] += 1
             continue
         plan.evictions.append(Eviction(pod, name, target, idle.metric, idle.value, idle.threshold, kind="drain"))
         budget.spend(pod, data)
-        data.disruptions.spend(budgets)
+        data.disruptions.spend(budgets, pod.ready)
         evicted_here += 1
     return "draining"

@@ -260,7 +260,7 @@ def plan_round(data: RoundInput) -> Plan:
                 continue
             reason = _refusal(pod, use, excess, data, namespaces, workloads)
             if reason is None:  # its budget may have gone to a pod planned before it
-                reason = data.disruptions.refusal(budgets)
+                reason = data.disruptions.refusal(budgets, pod.ready)
             if reason in ("workload-budget", "namespace-budget") and covers:
                 covering_waits = True
             target = None
@@ -278,7 +278,7 @@ def plan_round(data: RoundInput) -> Plan:
             namespaces[pod.namespace] += 1
             if pod.owner is not None:
                 workloads[workload_of(pod.owner, data.owners)] += 1
-            data.disruptions.spend(budgets)
+            data.disruptions.spend(budgets, pod.ready)
             evicted_here += 1
             room -= 1
             for m in projected:

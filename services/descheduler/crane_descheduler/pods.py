@@ -170,21 +170,31 @@ def eviction_blocker(pod: Mapping[str, Any], now: datetime, evictable: Evictable
 
 
 class Disruptions:
-    """What each PodDisruptionBudget still allows this round: its ``status.disruptionsAllowed`` less the evictions
-    planned under it so far (the hot nodes' and the drain's, one count). A pod under a budget with nothing left is
-    passed over (``pdb``) for another: the Eviction API would answer 429, each such attempt spending a slot of the
-    round's budgets for nothing (a race still ends in a 429, retried in a later round)."""
+    """What each PodDisruptionBudget still allows this round, judged as the Eviction API judges an eviction
+    (``pkg/registry/core/pod/storage/eviction.go``): its ``status.disruptionsAllowed`` (none while its status has
+    not observed its spec's generation) less the evictions planned under it so far, the hot nodes' and the drain's
+    in one count. A pod that is not Ready goes without spending it when the budget says so
+    (``unhealthyPodEvictionPolicy: AlwaysAllow``, or the default ``IfHealthyBudget`` with ``currentHealthy >=
+    desiredHealthy > 0``). A pod under a budget with nothing left is passed over (``pdb``) for another: the API
+    would answer 429, each such attempt spending a slot of the round's budgets for nothing (a race still ends in a
+    429, retried in a later round); a pod more than one budget selects, too (``pdb-multiple``: the API answers
+    500)."""
 
     def __init__(self, pdbs: Sequence[Mapping[str, Any]]) -> None:
         self._pdbs: list[tuple[str, str, Mapping[str, Any]]] = []  # (key, namespace, selector)
         self.left: Counter[str] = Counter()
+        self._unready_free: set[str] = set()  # budgets a pod that is not Ready leaves without spending
         for pdb in pdbs:
-            pmeta, spec = pdb.get("metadata") or {}, pdb.get("spec") or {}
+            pmeta, spec, status = pdb.get("metadata") or {}, pdb.get("spec") or {}, pdb.get("status") or {}
             if spec.get("selector") is None:
                 continue  # policy/v1: a null selector selects no pod
             key = f"{pmeta.get('namespace')}/{pmeta.get('name')}"
-            allowed = (pdb.get("status") or {}).get("disruptionsAllowed")
-            self.left[key] = allowed if isinstance(allowed, int) and allowed > 0 else 0
+            allowed = status.get("disruptionsAllowed")
+            observed = _int(status.get("observedGeneration")) >= _int(pmeta.get("generation"))
+            self.left[key] = allowed if observed and isinstance(allowed, int) and allowed > 0 else 0
+            healthy, desired = _int(status.get("currentHealthy")), _int(status.get("desiredHealthy"))
+            if spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or healthy >= desired > 0:
+                self._unready_free.add(key)
             self._pdbs.append((key, str(pmeta.get("namespace")), spec["selector"]))
 
     def of(self, pod: Mapping[str, Any]) -> tuple[str, ...]:
@@ -195,14 +205,20 @@ class Disruptions:
             key for key, ns, selector in self._pdbs if ns == namespace and label_selector_matches(selector, labels)
         )
 
-    def refusal(self, budgets: Sequence[str]) -> str | None:
-        """``pdb`` when a budget of the pod has nothing left; ``pdb-multiple`` when more than one selects it (the
-        Eviction API refuses such a pod: "more than one PodDisruptionBudget")."""
+    def refusal(self, budgets: Sequence[str], ready: bool = True) -> str | None:
+        """``pdb`` when the pod's budget has nothing left for it; ``pdb-multiple`` when more than one selects it."""
         if len(budgets) > 1:
             return "pdb-multiple"
-        return "pdb" if any(self.left[key] <= 0 for key in budgets) else None
+        return "pdb" if any(self.left[key] <= 0 for key in self._spent(budgets, ready)) else None
 
-    def spend(self, budgets: Sequence[str]) -> None:
-        """An eviction planned under ``budgets``."""
-        for key in budgets:
+    def spend(self, budgets: Sequence[str], ready: bool = True) -> None:
+        """An eviction planned under ``budgets`` (of a pod that is ``ready`` or not)."""
+        for key in self._spent(budgets, ready):
             self.left[key] -= 1
+
+    def _spent(self, budgets: Sequence[str], ready: bool) -> list[str]:
+        return [key for key in budgets if ready or key not in self._unready_free]
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0

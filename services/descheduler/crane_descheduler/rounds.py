@@ -159,7 +159,7 @@ def run_round(
     for view, raw in views:
         if view.node in hot:
             budgets = disruptions.of(raw)
-            blocker = eviction_blocker(raw, now, policy.evictable) or disruptions.refusal(budgets)
+            blocker = eviction_blocker(raw, now, policy.evictable) or disruptions.refusal(budgets, view.ready)
             candidates.setdefault(view.node, []).append(Candidate(view, blocker, budgets))
     previous = drain or DrainState()
     excluded = set(hot) | set(previous.draining)  # no pod is sent to a hot node or one being emptied
