@@ -707,6 +707,32 @@ def test_a_preemptor_is_gated_until_its_victims_left_the_cache(monkeypatch: pyte
     assert activated == [info.uid]
 
 
+def test_a_victim_two_preemptors_chose_lets_both_go_once_it_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``mid`` evicts one pod of ``a``; before it is gone, ``vip`` (higher, needing the whole node, ``mid``'s
+    nomination not counting for it) picks both: once ``mid``'s victim left the cache, ``mid`` is retried too."""
+    t = table(
+        node("a", cpu="2"),
+        bound=[pod("low1", cpu="1", priority=1, node_name="a"), pod("low2", cpu="1", priority=1, node_name="a")],
+    )
+    ls = listers()
+    prof = profile(t, ls, writer=FakeWriter())
+    plugin = victims_of(prof)
+    assert prof.handle is not None
+    activated: list[str] = []
+    prof.handle.activate = activated.append
+    monkeypatch.setattr(plugin, "_spawn", lambda coro: coro.close())  # the API calls "ran"
+    _, mid = preempt(t, ls, pod("mid", cpu="1", priority=50), prof)
+    _calls_done(plugin, mid.uid)
+    [shared] = plugin._waiting[mid.uid]
+    _, vip = preempt(t, ls, pod("vip", cpu="2", priority=100), prof)
+    _calls_done(plugin, vip.uid)
+    assert shared in plugin._waiting[vip.uid]
+    t.remove_pod(shared)
+    assert activated == [mid.uid]  # vip still waits for its other victim
+    t.remove_pod(next(iter(plugin._waiting[vip.uid])))
+    assert activated == [mid.uid, vip.uid]
+
+
 def test_a_victim_being_preempted_on_the_nominated_node_counts_as_terminating(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -107,7 +107,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         self._nominating: set[str] = set()  # preemptors whose own nomination is not written yet
         self._nomination_written: dict[str, asyncio.Event] = {}  # the same, set once their write returned
         self._tasks: set[asyncio.Task[None]] = set()
-        self._victims: dict[str, str] = {}  # victim uid -> preemptor uid, until the informer sees it gone
+        self._victims: dict[str, set[str]] = {}  # victim uid -> its preemptors (two may pick one), until it is gone
         self._waiting: dict[str, set[str]] = {}  # preemptor uid -> its victims still in the cache
         self._blocked: dict[str, set[str]] = {}  # victim uid -> pods not eligible until it is gone (``eligible``)
         self._blocked_by: dict[str, set[str]] = {}  # the reverse: pod uid -> those victims (``pre_enqueue``)
@@ -270,7 +270,8 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             self.preempting.add(pod.uid)
             self._nominating.add(pod.uid)
             self._waiting[pod.uid] = {v.uid for v in best.victims}
-            self._victims.update((v.uid, pod.uid) for v in best.victims)
+            for v in best.victims:
+                self._victims.setdefault(v.uid, set()).add(pod.uid)
             self.handle.claim_condition(pod.uid, UNSCHEDULABLE, message)
         self._spawn(self._preempt(pod, best, lower, message))
 
@@ -306,11 +307,10 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         """A victim left the cache: once all of a preemptor's are gone (and its nomination is written), it is
         retried at once (kube activates the preemptor when its preemption finishes)."""
         self._unblock(uid)
-        preemptor = self._victims.pop(uid, None)
-        if preemptor is None:
-            return
-        left = self._waiting.get(preemptor)
-        if left is not None:
+        for preemptor in sorted(self._victims.pop(uid, ())):
+            left = self._waiting.get(preemptor)
+            if left is None:
+                continue
             left.discard(uid)
             if not left:
                 del self._waiting[preemptor]
@@ -364,8 +364,11 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
                 retry_after = NOT_SENT_RETRY
             self._started.pop(pod.uid, None)
             for uid in self._waiting.pop(pod.uid, set()):
-                self._victims.pop(uid, None)
-                self._unblock(uid)
+                preemptors = self._victims.get(uid, set())
+                preemptors.discard(pod.uid)
+                if not preemptors:  # no other preemption evicts it: the pods it held back are retried
+                    self._victims.pop(uid, None)
+                    self._unblock(uid)
         finally:
             self._started_api.pop(pod.uid, None)
             self.preempting.discard(pod.uid)
