@@ -707,9 +707,19 @@ def test_a_preemptor_is_gated_until_its_victims_left_the_cache(monkeypatch: pyte
     assert activated == [info.uid]
 
 
-def test_a_victim_two_preemptors_chose_lets_both_go_once_it_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``mid`` evicts one pod of ``a``; before it is gone, ``vip`` (higher, needing the whole node, ``mid``'s
-    nomination not counting for it) picks both: once ``mid``'s victim left the cache, ``mid`` is retried too."""
+@dataclasses.dataclass
+class TwoLow:
+    """Node ``a`` (2 CPUs) full with ``low1`` and ``low2`` (1 CPU, priority 1); the preemption's API calls do not
+    run (``_spawn`` closes them), activations are recorded."""
+
+    t: NodeTable
+    ls: Listers
+    prof: Profile
+    plugin: DefaultPreemption
+    activated: list[str]
+
+
+def two_low(monkeypatch: pytest.MonkeyPatch) -> TwoLow:
     t = table(
         node("a", cpu="2"),
         bound=[pod("low1", cpu="1", priority=1, node_name="a"), pod("low2", cpu="1", priority=1, node_name="a")],
@@ -721,6 +731,14 @@ def test_a_victim_two_preemptors_chose_lets_both_go_once_it_is_gone(monkeypatch:
     activated: list[str] = []
     prof.handle.activate = activated.append
     monkeypatch.setattr(plugin, "_spawn", lambda coro: coro.close())  # the API calls "ran"
+    return TwoLow(t, ls, prof, plugin, activated)
+
+
+def test_a_victim_two_preemptors_chose_lets_both_go_once_it_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``mid`` evicts one pod of ``a``; before it is gone, ``vip`` (higher, needing the whole node, ``mid``'s
+    nomination not counting for it) picks both: once ``mid``'s victim left the cache, ``mid`` is retried too."""
+    scene = two_low(monkeypatch)
+    t, ls, prof, plugin, activated = scene.t, scene.ls, scene.prof, scene.plugin, scene.activated
     _, mid = preempt(t, ls, pod("mid", cpu="1", priority=50), prof)
     _calls_done(plugin, mid.uid)
     [shared] = plugin._waiting[mid.uid]
@@ -739,17 +757,8 @@ def test_a_victim_being_preempted_on_the_nominated_node_counts_as_terminating(
     """Two preemptors nominated to one node, the second's victim not gone yet: the first, retried, waits for it
     (kube's "terminating pod on the nominated node") instead of evicting a second pod, held back until that
     victim's deletion has started, and is retried once the victim has left the cache."""
-    t = table(
-        node("a", cpu="2"),
-        bound=[pod("low1", cpu="1", priority=1, node_name="a"), pod("low2", cpu="1", priority=1, node_name="a")],
-    )
-    ls = listers()
-    prof = profile(t, ls, writer=FakeWriter())
-    plugin = victims_of(prof)
-    assert prof.handle is not None
-    activated: list[str] = []
-    prof.handle.activate = activated.append
-    monkeypatch.setattr(plugin, "_spawn", lambda coro: coro.close())
+    scene = two_low(monkeypatch)
+    t, ls, prof, plugin, activated = scene.t, scene.ls, scene.prof, scene.plugin, scene.activated
     _, first = preempt(t, ls, pod("first", cpu="1", priority=100), prof)
     _calls_done(plugin, first.uid)
     gone = next(uid for uid in plugin._waiting[first.uid])
