@@ -23,7 +23,7 @@ import yaml
 
 from crane_sandbox.kubebin import KubeBinaries, ensure_binaries
 from crane_sandbox.pki import Pki, make_pki
-from crane_sandbox.procs import ManagedProcess, Server, free_port, tcp_open
+from crane_sandbox.procs import ManagedProcess, Server, free_port, start_on_free_ports, tcp_open
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,6 +89,15 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     async def start(self) -> None:
+        if self.process is None:  # a first start may move to another port; a restart keeps its clients' port
+            await start_on_free_ports(self._start, self._new_port)
+        else:
+            await self._start()
+
+    def _new_port(self) -> None:
+        self.port = free_port()
+
+    async def _start(self) -> None:
         data = self.run_dir / "redis"
         data.mkdir(parents=True, exist_ok=True)
         self.process = ManagedProcess(
@@ -128,6 +137,13 @@ class Etcd:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> None:
+        await start_on_free_ports(self._start, self._new_ports)
+
+    def _new_ports(self) -> None:
+        self.port, self.peer_port = free_port(), free_port()
+        shutil.rmtree(self.run_dir / "etcd", ignore_errors=True)  # a member of the old ports, if one was made
+
+    async def _start(self) -> None:
         peer = f"http://127.0.0.1:{self.peer_port}"
         self.process = ManagedProcess(
             "etcd",
@@ -201,6 +217,12 @@ class KubeApiServer:
         return f"https://127.0.0.1:{self.port}"
 
     async def start(self) -> None:
+        await start_on_free_ports(self._start, self._new_port)
+
+    def _new_port(self) -> None:
+        self.port = free_port()
+
+    async def _start(self) -> None:
         self.process = ManagedProcess(
             "kube-apiserver",
             [
@@ -301,6 +323,12 @@ class ControllerManager:
     process: ManagedProcess | None = None
 
     async def start(self) -> None:
+        await start_on_free_ports(self._start, self._new_port)
+
+    def _new_port(self) -> None:
+        self.port = free_port()
+
+    async def _start(self) -> None:
         self.process = ManagedProcess(
             "kube-controller-manager",
             [

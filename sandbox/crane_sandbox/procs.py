@@ -174,6 +174,25 @@ class ManagedProcess:
             await asyncio.sleep(interval)
 
 
+BIND_CONFLICT = "address already in use"
+PORT_ATTEMPTS = 3
+
+
+async def start_on_free_ports(start: Callable[[], Awaitable[None]], reassign: Callable[[], None]) -> None:
+    """``start`` a server on ports ``free_port`` picked a moment before it; another process may have taken one in
+    between (the kernel hands out the ephemeral ports of outgoing connections from the same range, and parallel
+    test workers start servers too): when the server exits on a bind conflict, ``reassign`` fresh ports and start
+    it again, up to ``PORT_ATTEMPTS`` times."""
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            await start()
+            return
+        except StartupError as err:
+            if BIND_CONFLICT not in str(err) or attempt == PORT_ATTEMPTS - 1:
+                raise
+            reassign()
+
+
 async def tcp_open(host: str, port: int) -> bool:
     """True when something accepts TCP connections on host:port."""
     try:

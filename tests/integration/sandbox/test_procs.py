@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -61,3 +62,21 @@ async def test_the_server_dies_when_the_process_that_started_it_is_killed(sig: s
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(server, signal.SIGKILL)
+
+
+async def test_a_server_whose_port_was_taken_meanwhile_starts_on_fresh_ports(tmp_path: Path) -> None:
+    """``free_port`` picks a port free a moment before the server binds it; another process may take it in
+    between (CI once lost a run to etcd's "bind: address already in use"). The server starts again on fresh
+    ports; the process holding the port keeps it."""
+    from crane_sandbox.cluster import Etcd
+
+    (tmp_path / "logs").mkdir()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: as an outgoing connection's ephemeral port holds it
+        port = taken.getsockname()[1]
+        etcd = Etcd(tmp_path, port=port)
+        try:
+            await etcd.start()
+            assert etcd.port != port and "address already in use" in (tmp_path / "logs" / "etcd.log").read_text()
+        finally:
+            await etcd.stop()
