@@ -83,16 +83,15 @@ class RedisServer:
     run_dir: Path
     port: int = field(default_factory=free_port)
     process: ManagedProcess | None = None
+    movable: bool = True
+    """its first start may move to another port on a bind conflict (False: clients were given this one)"""
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     async def start(self) -> None:
-        if self.process is None:  # a first start may move to another port; a restart keeps its clients' port
-            await start_on_free_ports(self._start, self._new_port)
-        else:
-            await self._start()
+        await start_on_free_ports(self._start, self._new_port if self.movable and self.process is None else None)
 
     def _new_port(self) -> None:
         self.port = free_port()
@@ -131,13 +130,16 @@ class Etcd:
     port: int = field(default_factory=free_port)
     peer_port: int = field(default_factory=free_port)
     process: ManagedProcess | None = None
+    movable: bool = True
+    """its first start may move to other ports on a bind conflict (a restart keeps them: the API server's
+    ``--etcd-servers`` names them)"""
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> None:
-        await start_on_free_ports(self._start, self._new_ports)
+        await start_on_free_ports(self._start, self._new_ports if self.movable and self.process is None else None)
 
     def _new_ports(self) -> None:
         self.port, self.peer_port = free_port(), free_port()
@@ -217,7 +219,8 @@ class KubeApiServer:
         return f"https://127.0.0.1:{self.port}"
 
     async def start(self) -> None:
-        await start_on_free_ports(self._start, self._new_port)
+        # a first start may move to another port on a bind conflict; a restart keeps it (kubeconfigs name it)
+        await start_on_free_ports(self._start, self._new_port if self.process is None else None)
 
     def _new_port(self) -> None:
         self.port = free_port()
@@ -323,7 +326,8 @@ class ControllerManager:
     process: ManagedProcess | None = None
 
     async def start(self) -> None:
-        await start_on_free_ports(self._start, self._new_port)
+        # a first start may move to another port on a bind conflict; a restart keeps it (kubeconfigs name it)
+        await start_on_free_ports(self._start, self._new_port if self.process is None else None)
 
     def _new_port(self) -> None:
         self.port = free_port()

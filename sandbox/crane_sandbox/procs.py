@@ -68,8 +68,16 @@ def die_with_parent() -> Callable[[], None]:
     return hook
 
 
+BIND_CONFLICT = "address already in use"
+PORT_ATTEMPTS = 3
+
+
 class StartupError(RuntimeError):
     """A child process did not become ready; the message carries the end of its log."""
+
+
+class PortConflict(StartupError):
+    """The child process exited on a bind conflict ("address already in use", in what it logged this start)."""
 
 
 class Server:
@@ -101,6 +109,8 @@ class ManagedProcess:
     env: Mapping[str, str] | None = None
     cwd: Path | None = None
     proc: asyncio.subprocess.Process | None = field(default=None, init=False)
+    _log_start: int = field(default=0, init=False)
+    """where this start's output begins in the log (the log is appended to, start after start)"""
 
     async def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +118,7 @@ class ManagedProcess:
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== {time.strftime('%H:%M:%S')} start: {' '.join(self.argv)}\n".encode())
             log.flush()
+            self._log_start = log.tell()
             self.proc = await asyncio.create_subprocess_exec(
                 *self.argv,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -151,6 +162,14 @@ class ManagedProcess:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, sig)
 
+    def _since_start(self) -> str:
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_start)
+                return log.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
     def tail(self, lines: int = 40) -> str:
         try:
             text = self.log_path.read_text(errors="replace")
@@ -165,7 +184,8 @@ class ManagedProcess:
         deadline = time.monotonic() + timeout
         while True:
             if not self.running:
-                raise StartupError(f"{self.name} exited with {self.proc and self.proc.returncode}:\n{self.tail()}")
+                failure = PortConflict if BIND_CONFLICT in self._since_start() else StartupError
+                raise failure(f"{self.name} exited with {self.proc and self.proc.returncode}:\n{self.tail()}")
             with contextlib.suppress(Exception):
                 if await probe():
                     return
@@ -174,21 +194,18 @@ class ManagedProcess:
             await asyncio.sleep(interval)
 
 
-BIND_CONFLICT = "address already in use"
-PORT_ATTEMPTS = 3
-
-
-async def start_on_free_ports(start: Callable[[], Awaitable[None]], reassign: Callable[[], None]) -> None:
+async def start_on_free_ports(start: Callable[[], Awaitable[None]], reassign: Callable[[], None] | None) -> None:
     """``start`` a server on ports ``free_port`` picked a moment before it; another process may have taken one in
     between (the kernel hands out the ephemeral ports of outgoing connections from the same range, and parallel
-    test workers start servers too): when the server exits on a bind conflict, ``reassign`` fresh ports and start
-    it again, up to ``PORT_ATTEMPTS`` times."""
+    test workers start servers too): when the server exited on a bind conflict (``PortConflict``: nothing of it
+    left running), ``reassign`` fresh ports and start it again, up to ``PORT_ATTEMPTS`` times. ``reassign`` None:
+    its ports are promised (a restart, or clients configured before it starts), so it fails instead."""
     for attempt in range(PORT_ATTEMPTS):
         try:
             await start()
             return
-        except StartupError as err:
-            if BIND_CONFLICT not in str(err) or attempt == PORT_ATTEMPTS - 1:
+        except PortConflict:
+            if reassign is None or attempt == PORT_ATTEMPTS - 1:
                 raise
             reassign()
 

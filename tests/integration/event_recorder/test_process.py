@@ -58,7 +58,7 @@ async def test_not_ready_until_the_first_list_is_in_redis_and_buffered_bindings_
         identity(cluster, "event-recorder").kubeconfig, f"redis://127.0.0.1:{port}/0", namespace, tmp_path
     )
     await recorder.process.start()
-    late_redis = RedisServer(tmp_path, port=port)
+    late_redis = RedisServer(tmp_path, port=port, movable=False)  # the recorder was given this port
     try:
         await recorder.process.wait_ready(lambda: _alive_and_listed(recorder))
         for b in watched:

@@ -80,3 +80,20 @@ async def test_a_server_whose_port_was_taken_meanwhile_starts_on_fresh_ports(tmp
             assert etcd.port != port and "address already in use" in (tmp_path / "logs" / "etcd.log").read_text()
         finally:
             await etcd.stop()
+
+
+async def test_a_bind_conflict_is_told_apart_only_from_what_this_start_logged(tmp_path: Path) -> None:
+    """The log is appended to, start after start: a conflict an earlier start logged does not make a later,
+    different failure a conflict (which would start the server again instead of reporting it)."""
+    from crane_sandbox.procs import ManagedProcess, PortConflict, StartupError, tcp_open
+
+    log = tmp_path / "server.log"
+    conflict = ManagedProcess("server", ["sh", "-c", "echo 'bind: address already in use'; exit 1"], log)
+    await conflict.start()
+    with pytest.raises(PortConflict):
+        await conflict.wait_ready(lambda: tcp_open("127.0.0.1", 1), timeout=10)
+    other = ManagedProcess("server", ["sh", "-c", "echo 'open /data: permission denied'; exit 1"], log)
+    await other.start()
+    with pytest.raises(StartupError) as failed:
+        await other.wait_ready(lambda: tcp_open("127.0.0.1", 1), timeout=10)
+    assert not isinstance(failed.value, PortConflict)

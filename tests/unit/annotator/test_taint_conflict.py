@@ -5,6 +5,7 @@ judged again at the next evaluation, from the informer's newer copy."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from datetime import UTC, datetime
@@ -60,7 +61,10 @@ class Core:
         return Response({"metadata": meta, "spec": {"taints": self.taints}})
 
 
-def taints_worker(cpu: float, taints: tuple[dict[str, object], ...], writer: Writer, core: Core) -> LoadTaints:
+def taints_worker(
+    cpu: float, taints: tuple[dict[str, object], ...], writer: Writer, core: Core
+) -> tuple[LoadTaints, dict[str, NodeInfo]]:
+    """The worker over one node ``n1`` (its informer copy at resourceVersion "1", in the returned mapping)."""
     document = yaml.safe_load(dump_policy(default_policy()))
     taint = {"hotRounds": 1, "coolRounds": 1, "minUntaintedNodes": 0, "thresholds": {"cpu_usage_avg_5m": 0.65}}
     document["spec"]["loadTaint"] = taint
@@ -75,33 +79,35 @@ def taints_worker(cpu: float, taints: tuple[dict[str, object], ...], writer: Wri
         uid="u1",
         resource_version="1",
     )
+    informer = {"n1": info}
     worker = LoadTaints(
         PolicyFile(None, parse_policy, lambda: policy),
         DynamicArgs,
-        lambda: {"n1": info},
+        lambda: informer,
         writer,
         AnnotatorMetrics(CollectorRegistry()),
         None,
         clock=time.time,
     )
     worker._core = core  # the API server's node, read after a conflict
-    return worker
+    return worker, informer
 
 
 async def test_a_set_that_meets_a_newer_node_is_judged_again_next_evaluation_not_rewritten_at_once() -> None:
     writer, core = Writer("conflict"), Core([], "2")
-    worker = taints_worker(0.95, (), writer, core)
+    worker, informer = taints_worker(0.95, (), writer, core)
     [(change, outcome)] = await worker.evaluate()
     assert (change.taint, outcome) == (True, "conflict")
     assert len(writer.writes) == 1 and core.reads == 0  # no write from a copy the plan did not judge
-    [(change, outcome)] = await worker.evaluate()  # the next evaluation: still hot, set
-    assert (change.taint, outcome) == (True, "ok") and writer.writes[-1][1] == [OURS]
+    informer["n1"] = dataclasses.replace(informer["n1"], resource_version="2")  # the watch brings the newer node
+    [(change, outcome)] = await worker.evaluate()  # the next evaluation judges it: still hot, set
+    assert (change.taint, outcome) == (True, "ok") and writer.writes[-1][1:] == ([OURS], "2")
 
 
 async def test_a_lift_that_meets_a_newer_node_is_read_again_and_retried_at_once_keeping_the_other_taints() -> None:
     other: dict[str, object] = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
     writer, core = Writer("conflict"), Core([other, OURS], "2")
-    worker = taints_worker(0.1, (OURS,), writer, core)
+    worker, _ = taints_worker(0.1, (OURS,), writer, core)
     [(change, outcome)] = await worker.evaluate()
     assert (change.taint, outcome) == (False, "ok") and core.reads == 1
     assert [(taints, version) for _, taints, version in writer.writes] == [([], "1"), ([other], "2")]
