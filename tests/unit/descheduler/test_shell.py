@@ -6,6 +6,7 @@ import os
 from datetime import UTC, datetime
 
 import pytest
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from crane_descheduler.__main__ import main
@@ -78,6 +79,32 @@ async def test_a_leader_that_lost_its_term_sends_no_eviction():
         assert await Evictor(api, "me").evict(_eviction(), Term()) == "error"
     finally:
         await api.close()
+
+
+async def test_an_eviction_a_disruption_budget_refuses_429_is_counted_pdb_and_nothing_else_is_sent():
+    """The API server's 429 (a budget that allows no disruption now, or whose status is behind its spec; the
+    planner's pre-check mirrors both, so only a race gets here): ``pdb``, retried in a later round; never a delete,
+    no Event."""
+    seen: list[str] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        seen.append(f"{request.method} {request.path}")
+        status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429, "reason": "TooManyRequests"}
+        return web.json_response(status, status=429)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    api = await api_client_from_dict(kubeconfig_for(f"http://127.0.0.1:{runner.addresses[0][1]}"))
+    try:
+        assert await Evictor(api, "me").evict(_eviction(), Term()) == "pdb"
+    finally:
+        await api.close()
+        await runner.cleanup()
+    assert seen == ["POST /api/v1/namespaces/default/pods/victim/eviction"]
 
 
 def test_the_event_is_the_shared_events_k8s_io_format_naming_node_metric_value_threshold_and_target():
