@@ -54,6 +54,11 @@ class PreBinder:
         return SUCCESS
 
 
+def status_patches(writer: FakeWriter) -> list[dict[str, Any]]:
+    """The ``status`` of each patch of pod ``p``'s status the writer got, in order."""
+    return [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+
+
 def nominated(raw: dict[str, Any], node_name: str) -> dict[str, Any]:
     return {**raw, "status": {"nominatedNodeName": node_name}}
 
@@ -76,7 +81,7 @@ async def test_a_failure_past_assume_clears_the_nomination_in_memory_and_with_th
     await s.drain()
     assert uid not in s.table.nominated  # lower pods no longer leave room for it on n1
     await write_reports(s.reporter)
-    [patch] = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    [patch] = status_patches(writer)
     assert patch["nominatedNodeName"] is None  # one patch, as kube's updatePod: the condition and the nomination
     [condition] = patch["conditions"]
     assert (condition["type"], condition["status"]) == ("PodScheduled", "False")
@@ -92,7 +97,7 @@ async def test_a_failure_past_assume_of_a_pod_without_a_nomination_patches_only_
     binder.gate.set()
     await s.drain()
     await write_reports(s.reporter)
-    [patch] = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    [patch] = status_patches(writer)
     assert "nominatedNodeName" not in patch and patch["conditions"][0]["reason"] == "SchedulerError"
 
 
@@ -109,7 +114,7 @@ async def test_a_pod_that_fits_nowhere_without_preemption_loses_its_nomination()
     await step(s)
     assert parse_pod(raw).uid not in s.table.nominated
     await write_reports(s.reporter)
-    [patch] = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    [patch] = status_patches(writer)
     assert patch["nominatedNodeName"] is None and "Insufficient cpu" in patch["conditions"][0]["message"]
 
 
@@ -167,7 +172,7 @@ async def test_a_pre_flight_error_fails_the_binding_cycle_naming_the_plugin() ->
     await s.drain()
     assert binder.calls == [] and not s.table.is_assumed(parse_pod(raw).uid) and s.queue.backoff_len == 1
     await write_reports(s.reporter)
-    [patch] = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    [patch] = status_patches(writer)
     assert patch["conditions"][0]["message"] == (
         'running PreBindPreFlight "PreBinder": no pod volume found for node "n1"'
     )
@@ -192,7 +197,7 @@ async def test_a_bind_failing_after_the_nomination_was_written_clears_it_before_
     await s.drain()
     assert parse_pod(raw).uid not in s.table.nominated
     await write_reports(s.reporter)
-    statuses = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    statuses = status_patches(writer)
     assert [status.get("nominatedNodeName", "-") for status in statuses] == ["n1", None]
 
 
@@ -205,7 +210,7 @@ async def test_preemption_without_a_candidate_clears_the_nomination_with_the_con
     await step(s)
     assert parse_pod(raw).uid not in s.table.nominated
     await write_reports(s.reporter)
-    [patch] = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    [patch] = status_patches(writer)
     assert patch["nominatedNodeName"] is None
     assert "preemption: 0/1 nodes are available" in patch["conditions"][0]["message"]
 
@@ -274,7 +279,7 @@ async def test_the_nomination_waits_for_a_failures_status_patch_still_on_its_way
     s.reporter.close()
     await reports
     assert writer.nominated_after_release == [False, True]
-    statuses = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    statuses = status_patches(writer)
     assert [status.get("nominatedNodeName", "-") for status in statuses] == ["n1", None, "n1"]
     assert binder.calls == [("p", "n1"), ("p", "n1")]
 
@@ -341,5 +346,5 @@ async def test_a_prebind_failing_after_the_nomination_was_written_clears_it() ->
     await s.drain()
     assert binder.calls == [] and parse_pod(raw).uid not in s.table.nominated
     await write_reports(s.reporter)
-    statuses = [body["status"] for write, body in zip(writer.writes, writer.bodies, strict=True) if write == STATUS]
+    statuses = status_patches(writer)
     assert [status.get("nominatedNodeName", "-") for status in statuses] == ["n1", None]
