@@ -169,6 +169,11 @@ def eviction_blocker(pod: Mapping[str, Any], now: datetime, evictable: Evictable
     return None
 
 
+MAX_DISRUPTED_PODS = 2000
+"""The Eviction API refuses (403) an eviction under a budget with more entries in ``status.disruptedPods`` than this
+(``eviction.go``'s ``MaxDisruptedPodSize``)"""
+
+
 class Disruptions:
     """What each PodDisruptionBudget still allows this round, judged as the Eviction API judges an eviction
     (``pkg/registry/core/pod/storage/eviction.go``): its ``status.disruptionsAllowed`` (none while its status has
@@ -178,12 +183,14 @@ class Disruptions:
     desiredHealthy > 0``). A pod under a budget with nothing left is passed over (``pdb``) for another: the API
     would answer 429, each such attempt spending a slot of the round's budgets for nothing (a race still ends in a
     429, retried in a later round); a pod more than one budget selects, too (``pdb-multiple``: the API answers
-    500)."""
+    500); and a pod under a budget whose ``status.disruptedPods`` (evictions its controller has not yet seen
+    through, one more for each planned here) is past ``MAX_DISRUPTED_PODS`` (the API answers 403)."""
 
     def __init__(self, pdbs: Sequence[Mapping[str, Any]]) -> None:
         self._pdbs: list[tuple[str, str, Mapping[str, Any]]] = []  # (key, namespace, selector)
         self.left: Counter[str] = Counter()
         self._unready_free: set[str] = set()  # budgets a pod that is not Ready leaves without spending
+        self._disrupted: Counter[str] = Counter()  # status.disruptedPods' entries, with the evictions planned
         for pdb in pdbs:
             pmeta, spec, status = pdb.get("metadata") or {}, pdb.get("spec") or {}, pdb.get("status") or {}
             if spec.get("selector") is None:
@@ -192,6 +199,8 @@ class Disruptions:
             allowed = status.get("disruptionsAllowed")
             observed = _int(status.get("observedGeneration")) >= _int(pmeta.get("generation"))
             self.left[key] = allowed if observed and isinstance(allowed, int) and allowed > 0 else 0
+            disrupted = status.get("disruptedPods")
+            self._disrupted[key] = len(disrupted) if isinstance(disrupted, Mapping) else 0
             healthy, desired = _int(status.get("currentHealthy")), _int(status.get("desiredHealthy"))
             if spec.get("unhealthyPodEvictionPolicy") == "AlwaysAllow" or healthy >= desired > 0:
                 self._unready_free.add(key)
@@ -209,12 +218,14 @@ class Disruptions:
         """``pdb`` when the pod's budget has nothing left for it; ``pdb-multiple`` when more than one selects it."""
         if len(budgets) > 1:
             return "pdb-multiple"
-        return "pdb" if any(self.left[key] <= 0 for key in self._spent(budgets, ready)) else None
+        spent = self._spent(budgets, ready)
+        return "pdb" if any(self.left[k] <= 0 or self._disrupted[k] > MAX_DISRUPTED_PODS for k in spent) else None
 
     def spend(self, budgets: Sequence[str], ready: bool = True) -> None:
         """An eviction planned under ``budgets`` (of a pod that is ``ready`` or not)."""
         for key in self._spent(budgets, ready):
             self.left[key] -= 1
+            self._disrupted[key] += 1
 
     def _spent(self, budgets: Sequence[str], ready: bool) -> list[str]:
         return [key for key in budgets if ready or key not in self._unready_free]

@@ -68,3 +68,14 @@ def test_a_pod_two_budgets_select_is_refused() -> None:
     other["spec"]["selector"] = {}  # policy/v1: an empty selector selects every pod of the namespace
     d = Disruptions([budget(1), other])
     assert d.refusal(d.of(POD)) == "pdb-multiple"
+
+
+def test_a_budget_with_too_many_evictions_its_controller_has_not_seen_through_is_refused() -> None:
+    """The API answers 403 past 2,000 entries in ``status.disruptedPods``; each eviction planned adds one."""
+    pending = {f"web-{i}": "2026-11-29T15:00:00Z" for i in range(2000)}
+    at_the_limit = Disruptions([budget(5, disruptedPods=pending)])
+    budgets = at_the_limit.of(POD)
+    assert at_the_limit.refusal(budgets) is None  # 2,000: still allowed
+    at_the_limit.spend(budgets)  # 2,001 once this one is evicted
+    assert at_the_limit.refusal(budgets) == "pdb"
+    assert Disruptions([budget(5, disruptedPods={**pending, "web-x": "t"})]).refusal(budgets) == "pdb"
