@@ -332,6 +332,39 @@ async def test_a_failed_eviction_retries_the_preemptor_at_once() -> None:
     assert not scene.plugin.pre_enqueue(scene.info)
 
 
+async def test_a_preemption_that_fails_after_one_eviction_went_holds_back_what_that_victim_blocks() -> None:
+    """``vip`` evicts both pods of ``a``: ``low1``'s deletion is accepted, ``low2``'s answers 500. ``vip`` is retried,
+    and the pods ``low2`` kept from preempting again are released (it is not going); those ``low1`` keeps back
+    wait until it has left the cache (it still goes: released at once, they would preempt a second pod for room
+    about to be free)."""
+
+    class SecondFails(_Writer):
+        async def evict(self, namespace: str, name: str, uid: str, condition: dict[str, Any]) -> Reply:
+            if name == "low2":
+                return Reply(500)
+            return await super().evict(namespace, name, uid, condition)
+
+    t = table(
+        node("a", cpu="2"),
+        bound=[pod("low1", cpu="1", priority=1, node_name="a"), pod("low2", cpu="1", priority=1, node_name="a")],
+    )
+    ls = listers()
+    prof = profile(t, ls, writer=SecondFails())
+    assert prof.handle is not None
+    activated: list[str] = []
+    prof.handle.activate = activated.append
+    plugin = victims_of(prof)
+    _, vip = preempt(t, ls, pod("vip", cpu="2", priority=100), prof)
+    uid = {r.name: r.uid for r in t.pods.values()}
+    for victim, waiter in (("low1", "on-low1"), ("low2", "on-low2")):  # as ``eligible`` records a blocked pod
+        plugin._blocked[uid[victim]] = {waiter}
+        plugin._blocked_by[waiter] = {uid[victim]}
+    await plugin.drain()
+    assert sorted(activated) == sorted([vip.uid, "on-low2"])
+    t.remove_pod(uid["low1"])  # the watch shows the accepted eviction
+    assert activated[-1] == "on-low1" and not plugin._victims
+
+
 class _SlowEvictions(_Writer):
     """Answers every write at once except an eviction, whose reply waits for ``release``."""
 

@@ -341,18 +341,23 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
 
     async def _preempt(self, pod: PodInfo, best: Candidate, lower: list[PodInfo], message: str) -> None:
         retry_after = 0.0
+        evicted: set[str] = set()  # the victims whose deletion the API accepted
         try:
             # All at once: kube writes the nomination with the attempt's status update while its preemption
             # goroutine clears lower nominations and evicts, so the victims' deletions wait for no other call.
             # Every call settles before a failure is handled: the pod is released (retried, its victims no longer
             # its own) only once no eviction of this preemption is still on its way, as kube activates it after its
             # preemption goroutine returned; released earlier, its retry could preempt on another node too.
+            evicting = [v for v in best.victims if v.pod and not v.pod.deleting]
             settled = await asyncio.gather(
                 self._nominate_in_api(pod, best.node, message),
                 *(self._clear_lower(p) for p in lower),
-                *(self._evict(pod, v, best.node) for v in best.victims if v.pod and not v.pod.deleting),
+                *(self._evict(pod, v, best.node) for v in evicting),
                 return_exceptions=True,
             )
+            evicted = {
+                v.uid for v, r in zip(evicting, settled[len(settled) - len(evicting) :], strict=True) if r is True
+            }
             failed = next((r for r in settled if isinstance(r, BaseException)), None)
             if failed is not None:
                 raise failed
@@ -364,8 +369,12 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
                 retry_after = NOT_SENT_RETRY
             self._started.pop(pod.uid, None)
             for uid in self._waiting.pop(pod.uid, set()):
-                preemptors = self._victims.get(uid, set())
+                preemptors = self._victims.get(uid)
+                if preemptors is None:  # gone already: the pods it held back were retried then
+                    continue
                 preemptors.discard(pod.uid)
+                if uid in evicted:
+                    continue  # its deletion was accepted: it still goes, and what it holds back waits for that
                 if not preemptors:  # no other preemption evicts it: the pods it held back are retried
                     self._victims.pop(uid, None)
                     self._unblock(uid)
@@ -427,10 +436,10 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         if not reply.ok and reply.status != 404:
             raise PreemptionError("PATCH", f"the nomination of pod {pod.key}", reply)
 
-    async def _evict(self, preemptor: PodInfo, victim: PodRecord, node: str) -> None:
+    async def _evict(self, preemptor: PodInfo, victim: PodRecord, node: str) -> bool:
         """kube's ``PreemptPod``: the DisruptionTarget condition first (so the pod's owner sees why), then delete
         (both by the writer process, urgent, in the current term), then the ``Preempted`` event on the victim
-        (related: the preemptor), as kube-scheduler writes it."""
+        (related: the preemptor), as kube-scheduler writes it. True when the API accepted the deletion."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         condition = {
             "type": "DisruptionTarget",
@@ -444,7 +453,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
         # Both calls in one writer request (``protocol.EVICT``): the deletion follows the condition at once.
         reply = await writer.evict(victim.namespace, victim.name, victim.uid, condition)
         if reply.status in (404, 409):  # gone already, or replaced by a new pod of the same name
-            return  # kube reports nothing for a victim that was already gone
+            return False  # kube reports nothing for a victim that was already gone
         if not reply.ok:
             raise PreemptionError("evict", f"pod {victim.namespace}/{victim.name}", reply)
         log.info("preempted", victim=f"{victim.namespace}/{victim.name}", preemptor=preemptor.key, node=victim.node)
@@ -456,6 +465,7 @@ class DefaultPreemption(PostFilterPlugin, PreEnqueuePlugin):
             "Preempting",
             f"Preempted by pod {preemptor.uid} on node {node}",
         )
+        return True
 
     async def drain(self) -> None:
         """Wait for running preemptions (tests, shutdown)."""
