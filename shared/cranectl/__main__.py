@@ -306,6 +306,11 @@ def _simulate(args: argparse.Namespace) -> int:
     from cranectl.snapshot import load_document, read
 
     try:
+        if args.snapshot and args.node_selector:
+            raise ValueError(
+                "--node-selector reads the live cluster's nodes; a snapshot has the nodes it was taken with "
+                "(cranectl snapshot --node-selector)"
+            )
         if args.snapshot:
             snapshot = read(Path(args.snapshot))
             if args.config or args.policy:  # as given, over the snapshot's

@@ -15,8 +15,12 @@ Dynamic policy when given (``--config`` / ``--policy``: local files, e.g. the ch
   ``managedFields`` are dropped. Nothing is read from Secrets or ConfigMaps;
 - PodGroups (scheduler-plugins' ``scheduling.x-k8s.io``, Kubernetes' ``scheduling.k8s.io`` PodGroups and
   Workloads), DRA objects (ResourceClaims, ResourceSlices, DeviceClasses), PVCs, PVs, StorageClasses, CSINodes,
-  PodDisruptionBudgets, Namespaces, NodeResourceTopologies (crane's NUMA plugin), PriorityClasses (a manifest's
-  ``priorityClassName`` resolved as admission would).
+  CSIDrivers, CSIStorageCapacities, VolumeAttachments, PodDisruptionBudgets, Namespaces, NodeResourceTopologies
+  (crane's NUMA plugin), PriorityClasses (a manifest's ``priorityClassName`` resolved as admission would);
+- the default spreading's owners (Services, ReplicationControllers, ReplicaSets, StatefulSets): their metadata and
+  ``spec.selector`` only (``SELECTOR_ONLY``), never their pod templates.
+
+Every kind the scheduler reads is listed (a test holds the two together).
 
 An API group the server does not serve (404) is recorded in ``notServed`` and skipped; any other error stops the
 command naming the resource and the status. Every request has a timeout (``--timeout``). Lists are paged.
@@ -57,7 +61,15 @@ CONTAINER_SECRETS = (
     "lifecycle",
 )
 
-CORE = ("nodes", "pods", "namespaces", "persistentvolumeclaims", "persistentvolumes")
+CORE = (
+    "nodes",
+    "pods",
+    "namespaces",
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "services",
+    "replicationcontrollers",
+)
 """the core group's resources listed (``take``); with ``GROUPED``, what the chart's snapshot role grants ``list`` on"""
 
 # (kind, group, version, plural): the custom and newer APIs, listed through the generic client; a 404 is "not
@@ -73,6 +85,11 @@ GROUPED: list[tuple[str, str, str, str]] = [
     ("DeviceClass", "resource.k8s.io", "v1", "deviceclasses"),
     ("StorageClass", "storage.k8s.io", "v1", "storageclasses"),
     ("CSINode", "storage.k8s.io", "v1", "csinodes"),
+    ("CSIDriver", "storage.k8s.io", "v1", "csidrivers"),
+    ("CSIStorageCapacity", "storage.k8s.io", "v1", "csistoragecapacities"),
+    ("VolumeAttachment", "storage.k8s.io", "v1", "volumeattachments"),
+    ("ReplicaSet", "apps", "v1", "replicasets"),
+    ("StatefulSet", "apps", "v1", "statefulsets"),
     ("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets"),
     ("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses"),
     ("NodeResourceTopology", "topology.crane.io", "v1alpha1", "noderesourcetopologies"),
@@ -114,6 +131,11 @@ def scrub_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+SELECTOR_ONLY = ("Service", "ReplicationController", "ReplicaSet", "StatefulSet")
+"""kinds the scheduler reads only the selector of (the default spreading's owners): their pod templates (env,
+command lines) and statuses are not written"""
+
+
 def scrub(obj: Mapping[str, Any], kind: str) -> dict[str, Any]:
     out = copy.deepcopy(dict(obj))
     out["kind"] = kind
@@ -121,6 +143,9 @@ def scrub(obj: Mapping[str, Any], kind: str) -> dict[str, Any]:
     meta.pop("managedFields", None)
     if meta.get("annotations"):
         meta["annotations"].pop(LAST_APPLIED, None)
+    if kind in SELECTOR_ONLY:
+        out["spec"] = {"selector": (out.get("spec") or {}).get("selector")}
+        out.pop("status", None)
     return out
 
 
@@ -186,6 +211,11 @@ async def take(
     ]
     objects += [
         scrub(o, "PersistentVolume") for o in await _paged("persistentvolumes", core(v1.list_persistent_volume))
+    ]
+    objects += [scrub(o, "Service") for o in await _paged("services", core(v1.list_service_for_all_namespaces))]
+    objects += [
+        scrub(o, "ReplicationController")
+        for o in await _paged("replicationcontrollers", core(v1.list_replication_controller_for_all_namespaces))
     ]
     not_served: list[str] = []
     listed: set[tuple[str, str]] = set()

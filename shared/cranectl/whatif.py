@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from crane_scheduler.simulate import ConfigError, GangPlacement, Placement, Simulator
+from crane_scheduler.simulate import ConfigError, GangPlacement, Placement, Simulator, parse_pod
 from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, default_policy, parse_policy
 
 WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "Pod", "PodGroup")
@@ -134,8 +134,13 @@ def expand(docs: Iterable[Mapping[str, Any]]) -> Workload:
         name, ns = meta.get("name"), meta.get("namespace") or "default"
         if not name:
             raise ManifestError(f"a {kind or 'document'} without metadata.name")
+        if not isinstance(name, str) or not isinstance(ns, str):
+            raise ManifestError(f"{_name(doc)}: metadata.name and metadata.namespace must be strings")
         spec = doc.get("spec") or {}
+        if not isinstance(spec, Mapping):
+            raise ManifestError(f"{_name(doc)}: spec must be a mapping")
         if kind == "Pod":
+            _check_pod_spec(_name(doc), "spec", spec)
             pod = copy.deepcopy(dict(doc))
             pod["metadata"] = {**pod.get("metadata", {}), "namespace": ns}
             pod["status"] = {"phase": "Pending"}
@@ -146,12 +151,27 @@ def expand(docs: Iterable[Mapping[str, Any]]) -> Workload:
             template = spec.get("template")
             if not isinstance(template, dict):
                 raise ManifestError(f"{_name(doc)}: spec.template is missing")
+            _check_pod_spec(_name(doc), "spec.template.spec", template.get("spec") or {})
+            labels = (template.get("metadata") or {}).get("labels") or {}
+            if not isinstance(labels, Mapping):
+                raise ManifestError(f"{_name(doc)}: spec.template.metadata.labels must be a mapping")
             out.pods.extend(_replicas(doc, str(kind), ns, str(name), template, out.objects))
         else:
             raise ManifestError(
                 f"{_name(doc)}: kind {kind!r} is not simulated (these are: {', '.join(WORKLOAD_KINDS)})"
             )
     return out
+
+
+def _check_pod_spec(name: str, path: str, spec: Any) -> None:
+    """What admission would add to the pod and the simulation cannot: a RuntimeClass's overhead."""
+    if not isinstance(spec, Mapping):
+        raise ManifestError(f"{name}: {path} must be a mapping")
+    if spec.get("runtimeClassName") and spec.get("overhead") is None:
+        raise ManifestError(
+            f"{name}: {path}.runtimeClassName is not simulated (admission adds its RuntimeClass's overhead, which "
+            f"a snapshot does not hold): give {path}.overhead"
+        )
 
 
 def _replicas(
@@ -296,6 +316,11 @@ def run(
     except ValueError as err:
         raise ManifestError(f"snapshot: {err}") from err
     pods = queue_order(with_priority(workload.pods, classes))
+    for pod in pods:  # what the scheduler cannot read is refused naming the pod, not met mid-run
+        try:
+            parse_pod(pod)
+        except (ValueError, TypeError, AttributeError, KeyError) as err:
+            raise ManifestError(f"pod {_key(pod)}: {err}") from err
     names = list(sim.table.names)
     before = {n: (sim.requested(n), _usage(sim.node_load(n))) for n in names}
     phases["load"] = time.perf_counter() - started
@@ -313,7 +338,9 @@ def run(
         if key in results:  # a gang's member, decided with the group
             continue
         bound = (pod.get("spec") or {}).get("nodeName")
-        if bound:  # placed by hand: accounted where it says
+        if bound and bound not in sim.table.rows:  # no kubelet to run it: it stays Pending
+            results[key] = PodResult(key, None, f"spec.nodeName: node {bound!r} is not in the snapshot")
+        elif bound:  # placed by hand: accounted where it says
             sim.add({**pod, "status": {"phase": "Running"}})
             results[key] = PodResult(key, str(bound), "spec.nodeName")
         elif (gang := sim.gang_of(pod)) is not None:  # the group decided now, whole or not at all
@@ -342,24 +369,31 @@ def run(
 
 
 def with_priority(pods: Sequence[dict[str, Any]], classes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each pod's ``spec.priority`` as the Priority admission plugin sets it: its ``priorityClassName``'s value,
-    else the global default class's, else 0 (a value the manifest gives is kept); an unknown class is refused."""
-    values = {str((c.get("metadata") or {}).get("name")): int(c.get("value") or 0) for c in classes}
-    default = next((int(c.get("value") or 0) for c in classes if c.get("globalDefault")), 0)
+    """Each pod's ``spec.priority`` and ``spec.preemptionPolicy`` as the Priority admission plugin sets them: its
+    ``priorityClassName``'s value and policy, else the global default class's, else 0 and
+    ``PreemptLowerPriority`` (a priority the manifest gives is kept, and so is its policy); an unknown class is
+    refused."""
+    by_name = {str((c.get("metadata") or {}).get("name")): c for c in classes}
+    default = next((c for c in classes if c.get("globalDefault")), None)
     out = []
     for pod in pods:
         spec = pod.get("spec") or {}
         if spec.get("priority") is not None:
+            if not isinstance(spec["priority"], int) or isinstance(spec["priority"], bool):
+                raise ManifestError(f"pod {_key(pod)}: spec.priority must be an integer, not {spec['priority']!r}")
             out.append(pod)
             continue
         name = spec.get("priorityClassName")
-        if name and name not in values:
+        if name and name not in by_name:
             meta = pod.get("metadata") or {}
             raise ManifestError(
                 f"pod {meta.get('namespace')}/{meta.get('name')}: spec.priorityClassName {name!r}: no such "
                 "PriorityClass in the snapshot"
             )
-        out.append({**pod, "spec": {**spec, "priority": values[name] if name else default}})
+        found = by_name[name] if name else default
+        priority = int(found.get("value") or 0) if found is not None else 0
+        policy = (found or {}).get("preemptionPolicy") or "PreemptLowerPriority"
+        out.append({**pod, "spec": {"preemptionPolicy": policy, **spec, "priority": priority}})
     return out
 
 

@@ -441,6 +441,8 @@ class Simulator:
         """One watch event: ``obj`` added, modified or deleted (``kind``: else the object's own ``kind``)."""
         kind = self._kind_of(obj, kind)
         raw = _dict(obj)
+        if not (raw.get("metadata") or {}).get("name"):
+            raise ValueError(f"a {kind} without metadata.name")
         key = self._key(kind, raw)
         known = self._known.setdefault(kind, {})
         if event == "DELETED":
@@ -470,6 +472,8 @@ class Simulator:
             meta = obj.get("metadata") or {}
             key = meta.get(field) or ""
             if not key or (namespaced and meta.get("namespace")):
+                if not meta.get("name"):
+                    raise ValueError(f"a {kind} without metadata.name")
                 key = _pod_key(obj) if kind == "Pod" else object_key(obj)
             seen.add(key)
             old = known.get(key)
@@ -600,6 +604,13 @@ class Simulator:
     def _place(self, info: PodInfo, prof: Profile, state: CycleState, preemption: bool) -> Placement:
         group = gangless.pod_group(info.raw) if prof.name not in self._gang_profiles else None
         result: ScheduleResult | Diagnosis | Status
+        if info.gated:  # never queued (kube's SchedulingGates PreEnqueue): what the API server's condition says
+            gates = [g.get("name") for g in info.raw["spec"]["schedulingGates"] if isinstance(g, Mapping)]
+            placement = self._placement(
+                info, prof, state, None, f"{GATED_MESSAGE} ({', '.join(map(str, gates))})", False, 0, []
+            )
+            placement.rejectors = frozenset({SCHEDULING_GATES})
+            return placement
         if group is not None and self.gangless == "refuse":  # the scheduler's cycle refuses it before deciding
             text = gangless.message(prof.name, info.namespace, group, self.gangless)
             result = Diagnosis(self.table.num_nodes, rejectors={gangless.GATE}, pre_filter_msg=text)
@@ -689,6 +700,10 @@ class Simulator:
         if target is None:
             raise ValueError(f"pod {placement.pod.key}: no node to reserve ({placement.message})")
         pod, profile, state = placement.pod, placement.profile, placement.state
+        if pod.uid in self.table.pods:
+            raise ValueError(f"pod {pod.key}: already in the table (reserved, or bound in the loaded objects)")
+        if target not in self.table.rows:
+            raise KeyError(f"node {target!r}: not in the table")
         self.table.assume(pod, target)
         status = profile.run_reserve(state, pod, target)
         if not status.success:
@@ -843,6 +858,12 @@ class Simulator:
         _, names, nodes = self._snapshot
         decision = Decision.from_state(pod, self.clock(), table, state, node, message, (names, nodes))
         return Placement(pod, profile, node, message, error, evaluated, decision, rows, state)
+
+
+SCHEDULING_GATES = "SchedulingGates"
+GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+"""the PodScheduled=False condition's message the API server writes for a pod with ``spec.schedulingGates``
+(reason ``SchedulingGated``); the scheduler never takes such a pod from its queue"""
 
 
 def _config(config: SchedulerConfig | Mapping[str, Any] | str | Path | None) -> SchedulerConfig:

@@ -421,3 +421,107 @@ def test_a_pod_that_would_preempt_is_shown_with_its_node_and_victims_and_nothing
     out = capsys.readouterr().out
     assert "  default/urgent-simulated-0: 0/1 nodes are available: 1 Insufficient cpu.\n" in out
     assert "    would preempt on n1: default/old\n" in out
+
+
+def test_a_priority_class_gives_its_preemption_policy_as_admission_does() -> None:
+    """A class with ``preemptionPolicy: Never``: its pod waits instead of being shown as preempting."""
+    snap = snapshot(node("n1", 0.1, cpu="4"))  # 2 of its 4 cores taken by a pod of priority 0
+    snap["objects"].append(
+        {"kind": "PriorityClass", "metadata": {"name": "polite"}, "value": 1000, "preemptionPolicy": "Never"}
+    )
+    urgent = deployment("urgent", 1, "3")
+    urgent["spec"]["template"]["spec"]["priorityClassName"] = "polite"
+    [result] = whatif.run(snap, whatif.expand([urgent]), whatif.base_setup(snap)).pods
+    assert result.node is None and result.preemption is None
+    assert "not eligible due to preemptionPolicy=Never" in result.reason
+
+
+def test_a_gated_pod_and_a_pod_bound_to_a_node_not_in_the_snapshot_stay_pending() -> None:
+    snap = snapshot(node("n1", 0.2))
+    spec = template("1")["spec"]
+    gated = {"kind": "Pod", "metadata": {"name": "gated"}, "spec": {**spec, "schedulingGates": [{"name": "quota"}]}}
+    ghost = {"kind": "Pod", "metadata": {"name": "ghost"}, "spec": {**spec, "nodeName": "gone"}}
+    pods = whatif.run(snap, whatif.expand([gated, ghost]), whatif.base_setup(snap)).pods
+    assert [(p.pod, p.node, p.reason) for p in pods] == [
+        ("default/gated", None, "Scheduling is blocked due to non-empty scheduling gates (quota)"),
+        ("default/ghost", None, "spec.nodeName: node 'gone' is not in the snapshot"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("doc", "words"),
+    [
+        (deployment("bad", 1, "2 cores"), r"pod default/bad-simulated-0: invalid quantity '2 cores'"),
+        (
+            {"kind": "Pod", "metadata": {"name": "t"}, "spec": {**template("1")["spec"], "tolerations": "x"}},
+            r"pod default/t: ",
+        ),
+        (
+            {"kind": "Pod", "metadata": {"name": "p"}, "spec": {**template("1")["spec"], "priority": "high"}},
+            r"pod default/p: spec\.priority must be an integer",
+        ),
+        (
+            {"kind": "Pod", "metadata": {"name": "n", "namespace": ["a"]}, "spec": template("1")["spec"]},
+            r"metadata\.name and metadata\.namespace must be strings",
+        ),
+        (
+            {
+                "kind": "Deployment",
+                "metadata": {"name": "d"},
+                "spec": {"template": {"metadata": {"labels": ["a"]}, "spec": template("1")["spec"]}},
+            },
+            r"Deployment default/d: spec\.template\.metadata\.labels must be a mapping",
+        ),
+        (
+            {"kind": "Pod", "metadata": {"name": "k"}, "spec": {**template("1")["spec"], "runtimeClassName": "kata"}},
+            r"Pod default/k: spec\.runtimeClassName is not simulated .*give spec\.overhead",
+        ),
+    ],
+)
+def test_a_malformed_pod_is_refused_naming_it(doc: dict[str, Any], words: str) -> None:
+    snap = snapshot(node("n1", 0.2))
+    with pytest.raises(whatif.ManifestError, match=words):
+        whatif.run(snap, whatif.expand([doc]), whatif.base_setup(snap))
+
+
+def test_node_selector_with_a_snapshot_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snap, manifests = tmp_path / "snap.json", tmp_path / "app.yaml"
+    snap.write_text(json.dumps(snapshot(node("n1", 0.2))))
+    manifests.write_text(yaml.safe_dump(deployment("web", 1, "1")))
+    argv = ("simulate", "--snapshot", str(snap), "-f", str(manifests), "--node-selector", "pool=none")
+    assert run_cli(monkeypatch, *argv) == 2
+    assert "--node-selector reads the live cluster's nodes" in capsys.readouterr().err
+
+
+def test_a_snapshot_lists_every_kind_the_scheduler_reads_and_only_the_selector_of_owners() -> None:
+    from crane_scheduler.simulate import Simulator
+    from cranectl.snapshot import CORE, GROUPED, scrub
+
+    core_kinds = {
+        "nodes": "Node",
+        "pods": "Pod",
+        "namespaces": "Namespace",
+        "persistentvolumeclaims": "PersistentVolumeClaim",
+        "persistentvolumes": "PersistentVolume",
+        "services": "Service",
+        "replicationcontrollers": "ReplicationController",
+    }
+    assert set(CORE) == set(core_kinds)
+    listed = set(core_kinds.values()) | {kind for kind, *_ in GROUPED}
+    assert set(Simulator().kinds) <= listed
+    rs = {
+        "metadata": {"name": "web-1", "ownerReferences": [{"kind": "Deployment", "name": "web"}]},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"spec": {"containers": [{"name": "c", "env": [{"name": "TOKEN", "value": "s3cret"}]}]}},
+        },
+        "status": {"replicas": 3},
+    }
+    out = scrub(rs, "ReplicaSet")
+    assert out == {
+        "kind": "ReplicaSet",
+        "metadata": rs["metadata"],
+        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+    }

@@ -422,3 +422,28 @@ def test_a_pod_group_in_a_profile_without_a_gang_plugin_is_refused_as_the_schedu
     refused = cluster().place(member)
     assert refused.node is None and "profile crane-scheduler has no gang plugin" in refused.message
     assert cluster(pod_group_without_gang_plugin="place-alone").place(member).node == "big"
+
+
+def test_reserve_refuses_a_pod_already_in_the_table_and_a_node_that_is_not() -> None:
+    """A second reservation of one pod would move it silently (and its undo would drop the first)."""
+    sim = cluster()
+    web = pod("web", cpu="2")
+    assert sim.schedule(web).node == "big"
+    with pytest.raises(ValueError, match="pod ns/web: already in the table"):
+        sim.schedule(web)
+    assert sim.requested("big")["cpu"] == 2000
+    with pytest.raises(KeyError, match="node 'ghost'"):
+        sim.reserve(sim.place(pod("other", cpu="1")), node="ghost")
+
+
+def test_a_gated_pod_is_not_placed_and_an_object_without_a_name_is_refused() -> None:
+    sim = cluster()
+    gated = pod("gated", cpu="1")
+    gated["spec"]["schedulingGates"] = [{"name": "quota"}]
+    placed = sim.place(gated)
+    assert placed.node is None and placed.message.startswith("Scheduling is blocked due to non-empty scheduling gates")
+    assert placed.rejectors == {"SchedulingGates"}
+    with pytest.raises(ValueError, match=r"a Node without metadata\.name"):
+        sim.add({"kind": "Node", "metadata": {}})
+    with pytest.raises(ValueError, match=r"a Node without metadata\.name"):
+        sim.sync("Node", [node("big", cpu="8"), {"kind": "Node", "metadata": {}}])
