@@ -174,23 +174,31 @@ class SchedulingCycle:
                 pool.done(uid, worker)  # the worker counts it nowhere any more
             return
         del self._deciding[uid]
-        if not node:
-            self.metrics.child(self.metrics.decider_results, "lost" if seen < 0 else "none").inc()
-            self.schedule_one(qp)
+        try:
+            if not node:
+                self.metrics.child(self.metrics.decider_results, "lost" if seen < 0 else "none").inc()
+                self.schedule_one(qp)
+                return
+            fresh = (
+                pool.fresh(node, seen, worker)
+                and self.pending.get(uid) is sent
+                and not self.table.nominated.waiting_on(node, self.table.pods)
+            )
+            pool.hinted = (uid, node, worker)
+            try:
+                self.schedule_one(qp, Hint(node, fresh))
+            finally:
+                pool.hinted = None
+        except Exception as err:  # handed to the loop, which raises it
+            self.cycle_failed(err)
+        finally:
             if worker >= 0:
                 pool.done(uid, worker)
-            return
-        fresh = (
-            pool.fresh(node, seen, worker)
-            and self.pending.get(uid) is sent
-            and not self.table.nominated.waiting_on(node, self.table.pods)
-        )
-        pool.hinted = (uid, node, worker)
-        try:
-            self.schedule_one(qp, Hint(node, fresh))
-        finally:
-            pool.hinted = None
-        pool.done(uid, worker)
+
+    def cycle_failed(self, err: Exception) -> None:
+        """A cycle run from a worker's answer (a callback, outside the loop's task) raised: the loop raises it
+        as it raises a cycle of its own, rather than the pod staying lost and its bind slot held."""
+        raise NotImplementedError
 
     def abandon_decisions(self) -> None:
         """The loop stopped: the pods workers still decide go back to the queue (their answers are ignored)."""

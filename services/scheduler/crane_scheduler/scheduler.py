@@ -191,6 +191,8 @@ class Scheduler(SchedulingCycle):
         self._slotless: set[asyncio.Task[None]] = set()  # a gang's binding cycles beyond the popped member's
         self._term: Term | None = None  # the leadership term the loop runs in; None without leader election
         self.deciders = deciders
+        self._loop_task: asyncio.Task[Any] | None = None  # the scheduling loop's, while it runs
+        self._cycle_error: Exception | None = None  # a cycle a worker's answer ran raised it: the loop raises it
         self._deciding: dict[str, asyncio.Future[Answer]] = {}  # pods a decider worker has
         self._worker_refusals = {name: profile_refusal(p) for name, p in profiles.items()}
         if deciders is not None:
@@ -419,6 +421,7 @@ class Scheduler(SchedulingCycle):
         pool = self.deciders
         if pool is not None:
             await pool.start()
+        self._loop_task, self._cycle_error = asyncio.current_task(), None
         try:
             while not stopping.is_set():
                 await self._slots.acquire()
@@ -431,11 +434,22 @@ class Scheduler(SchedulingCycle):
                 if not self.dispatch(qp):
                     self.schedule_one(qp)
                 await asyncio.sleep(0)  # let informers and binds run between decisions
+        except asyncio.CancelledError:
+            if self._cycle_error is not None:
+                raise self._cycle_error from None
+            raise
         finally:
+            self._loop_task = None
             self.abandon_decisions()
             flusher.cancel()
             settled.cancel()
             await self.drain()
+
+    def cycle_failed(self, err: Exception) -> None:
+        log.error("a scheduling cycle failed", error=repr(err))
+        if self._loop_task is not None and self._cycle_error is None:
+            self._cycle_error = err
+            self._loop_task.cancel()
 
     async def _recover_scheduled_events(self) -> bool:
         """Write the Scheduled events of bindings nobody reported; False when the look failed (logged)."""

@@ -16,6 +16,7 @@ from crane_scheduler.deciders.protocol import APPLY, CONFIRM, FORGET
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.podinfo import bound_object, bound_version, parse_node, parse_pod
 from tests.support.scheduler import container, node
+from tests.support.waiting import eventually
 
 
 def _pending(name: str = "web-1") -> dict[str, Any]:
@@ -153,3 +154,106 @@ async def test_an_assumption_forgotten_without_unreserve_is_forgotten_so_by_the_
         table.forget(pod.uid, unreserved=unreserved)
     forgets = [m for m in sent if m[0] == FORGET]
     assert forgets == [(FORGET, "uid-kept", "n1", ""), (FORGET, "uid-failed", "n1", "crane-scheduler")]
+
+
+async def test_the_loop_waiting_for_room_goes_on_when_its_last_worker_is_lost() -> None:
+    """Every worker full, then gone (killed, OOM): the loop decides pods itself at once, not after a restart."""
+    import asyncio
+
+    from crane_scheduler.deciders.pool import IN_FLIGHT
+
+    pool = DeciderPool(1, None, out_of_tree=False)
+    [w] = pool._workers
+    w.ready = True
+    loop = asyncio.get_running_loop()
+    w.pending = {rid: loop.create_future() for rid in range(IN_FLIGHT)}
+    waiting = asyncio.create_task(pool.room())
+    await asyncio.sleep(0)
+    assert not waiting.done()  # full: the loop waits for an answer
+    pool._lose(w)
+    await asyncio.wait_for(waiting, 1)
+    assert pool.ready == 0
+
+
+async def test_a_nominated_pod_forgotten_keeps_its_nomination_known_until_the_watch_clears_it() -> None:
+    """The replicas were sent the preemptor's nomination: when its assumption is undone (a failed bind), the pool
+    keeps the pending object, so the watch's clear of the nomination reaches them as the pod's end there."""
+    table = NodeTable()
+    pool = DeciderPool(1, None, out_of_tree=False)
+    pool.watch(table)
+    sent: list[Any] = []
+    pool._send = sent.append  # type: ignore[method-assign,assignment]  # the messages, before packing
+    table.upsert_node(parse_node(node("n1", cpu="4", memory="8Gi")))
+    nominated = _pending("vip")
+    nominated["status"]["nominatedNodeName"] = "n1"
+    pool.pod_event("MODIFIED", nominated)  # the replicas learn the nomination
+    pod = parse_pod(nominated)
+    table.assume(pod, "n1")
+    table.forget(pod.uid)
+    sent.clear()
+    cleared = copy.deepcopy(nominated)
+    cleared["status"]["nominatedNodeName"] = None
+    pool.pod_event("MODIFIED", cleared)
+    assert [(m[0], m[1], m[2]) for m in sent] == [(APPLY, "Pod", "DELETED")]
+
+
+async def test_a_pod_of_a_deleted_node_leaves_no_row_version_behind() -> None:
+    pool = DeciderPool(1, None, out_of_tree=False)
+    pool._send = lambda message: None  # type: ignore[method-assign]  # no worker process here
+    raw = node("gone", cpu="4", memory="8Gi")
+    pool.node_event("ADDED", raw)
+    bound = _bound(_pending(), "gone")
+    pool.pod_event("ADDED", bound)
+    pool.node_event("DELETED", raw)
+    pool.pod_event("DELETED", bound)  # the pod garbage collector, after the node
+    assert "gone" not in pool.versions._changed
+
+
+async def test_a_cycle_a_workers_answer_runs_that_raises_stops_the_loop_with_its_error() -> None:
+    """The local path's cycle raising ends the loop loudly (the service restarts); the same failure in a cycle
+    run from a worker's answer (a callback, outside the loop's task) did only log, the pod lost and its bind
+    slot held. Now the loop raises it too, and the worker is told the pod is done."""
+    import asyncio
+
+    from crane_scheduler.internal.queue import QueuedPod
+    from crane_scheduler.reporting import Reporter
+    from crane_scheduler.scheduler import Scheduler
+    from crane_scheduler.simulate import Simulator
+
+    sim = Simulator(out_of_tree=False)
+    s = Scheduler(config=sim.config, profiles=sim.profiles, table=sim.table, reporter=Reporter(None, None, "test"))
+    done: list[tuple[str, int]] = []
+
+    class Pool:
+        hinted = None
+
+        async def start(self) -> None:
+            pass
+
+        async def room(self) -> None:
+            pass
+
+        def fresh(self, node: str, seen: int, worker: int) -> bool:
+            return True
+
+        def done(self, uid: str, worker: int) -> None:
+            done.append((uid, worker))
+
+    s.deciders = Pool()  # type: ignore[assignment]
+
+    def broken(qp: Any, hint: Any = None) -> None:
+        raise RuntimeError("a plugin's bug")
+
+    s.schedule_one = broken  # type: ignore[method-assign]
+    stopping = asyncio.Event()
+    s.synced.set()
+    loop = asyncio.create_task(s.run(stopping))
+    await eventually(lambda: s._loop_task is not None, 5, "the scheduling loop running")
+    pod = parse_pod(_pending())
+    answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    answer.set_result(("n1", 3, 0))
+    s._deciding[pod.uid] = answer
+    s._decided(QueuedPod(pod, 0.0), pod, answer)
+    with pytest.raises(RuntimeError, match="a plugin's bug"):
+        await asyncio.wait_for(loop, 5)
+    assert done == [(pod.uid, 0)]

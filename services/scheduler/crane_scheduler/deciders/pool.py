@@ -283,6 +283,7 @@ class DeciderPool:
         for future in pending.values():
             if not future.done():
                 future.set_result(LOST)
+        self._room.set()  # the loop waiting for room: another worker's, or (none ready) its own decisions
 
     # ------------------------------------------------------------------------------------------ the feed
 
@@ -325,14 +326,14 @@ class DeciderPool:
             del pods[uid]
             self._pod_nodes.pop(uid, None)
             self._assumed.pop(uid, None)
-            self.versions.step(before)
+            self.versions.step(self._row(before))
             self._send((APPLY, "Pod", "DELETED", raw))
             return
         sent = pods.get(uid)
         pods[uid] = raw
         self._pod_nodes[uid] = node or nominated
         if accounting_changed or before != node:
-            self.versions.step(before, node or nominated)
+            self.versions.step(self._row(before), self._row(node or nominated))
         else:
             self.versions.step()
             if assumed_raw is not None and sent is assumed_raw and uid in self._assumed:
@@ -372,16 +373,27 @@ class DeciderPool:
 
     def forgotten(self, record: PodRecord, unreserved: bool = True) -> None:
         """The scheduling process undid an assumption: the replicas too, with the profile whose Reserve they
-        replay (none when the process kept its Reserve state: the pod was bound already)."""
+        replay (none when the process kept its Reserve state: the pod was bound already). A pending object that
+        names a nominated node stays: the replicas keep that nomination (they were sent it), so the watch's word
+        that it was cleared, or the pod deleted, must still reach them."""
         self._assumed.pop(record.uid, None)
         pods = self._state.get("Pod", {})
         raw = pods.get(record.uid)
         if raw is not None and not (raw.get("spec") or {}).get("nodeName"):
-            del pods[record.uid]
-            self._pod_nodes.pop(record.uid, None)
+            nominated = str((raw.get("status") or {}).get("nominatedNodeName") or "")
+            if nominated:
+                self._pod_nodes[record.uid] = nominated
+            else:
+                del pods[record.uid]
+                self._pod_nodes.pop(record.uid, None)
         profile = record.pod.scheduler_name if record.pod is not None and unreserved else ""
-        self.versions.step(record.node)
+        self.versions.step(self._row(record.node))
         self._send((FORGET, record.uid, record.node, profile))
+
+    def _row(self, node: str) -> str:
+        """``node`` if the pool knows it, else '' (no row): a pod of a deleted node, deleted or forgotten after
+        it, must not bring back the row version ``versions.forget`` dropped (node names churn)."""
+        return node if node in self._state.get("Node", ()) else ""
 
     def _send(self, message: Any) -> None:
         self._send_packed(self._packer.pack(message))
