@@ -37,6 +37,31 @@ async def annotate(kube: client.ApiClient, node: str, cpu_5m: float) -> None:
     await client.CoreV1Api(kube).patch_node(node, body, _content_type="application/merge-patch+json")
 
 
+async def _after_kube_scheduler_saw_them(
+    kube: client.ApiClient, namespace: str, scheduler_name: str, tag: str, node: str, alive: Any
+) -> None:
+    """A barrier on kube-scheduler's node cache: a label patched on ``node`` after the annotations, and a pod only
+    that label lets through NodeAffinity. Refused by the extender (our reason in its message), it was decided with
+    the labelled object, so with every earlier patch (one node watch, in order); refused by NodeAffinity, it is
+    retried on the label's event."""
+    v1 = client.CoreV1Api(kube)
+    barrier = f"crane-extender-barrier-{tag}"
+    await v1.patch_node(node, {"metadata": {"labels": {barrier: "1"}}}, _content_type="application/merge-patch+json")
+    probe = _pod("barrier", scheduler_name, tag)
+    probe["spec"]["nodeSelector"] = {barrier: "1"}
+    await v1.create_namespaced_pod(namespace, probe)
+
+    async def refused_by_load() -> bool:
+        pod = await v1.read_namespaced_pod("barrier", namespace)
+        assert not pod.spec.node_name, f"barrier pod bound to {pod.spec.node_name}: kube-scheduler's cache was stale"
+        return any(
+            c.type == "PodScheduled" and c.status == "False" and HOT_REASON in (c.message or "")
+            for c in pod.status.conditions or ()
+        )
+
+    await eventually(refused_by_load, 30, "kube-scheduler to decide with the annotated nodes", alive, interval=0.1)
+
+
 def _pod(name: str, scheduler_name: str, tag: str) -> dict[str, Any]:
     return {
         "metadata": {"name": name},
@@ -103,6 +128,8 @@ async def test_stock_kube_scheduler_with_the_extender_avoids_the_overloaded_node
             await eventually(
                 extender_sees_them_hot, 10, "the extender's node cache to see the new annotations", interval=0.1
             )
+        else:  # kube-scheduler sends its own cache's node objects: they must have the patches first
+            await _after_kube_scheduler_saw_them(kube, namespace, scheduler_name, tag, sorted(cool)[-1], alive)
         await v1.create_namespaced_pod(namespace, _pod("late", scheduler_name, tag))
 
         async def unschedulable_message() -> str | None:
