@@ -14,7 +14,8 @@ Dynamic policy when given (``--config`` / ``--policy``: local files, e.g. the ch
   kept except ``kubectl.kubernetes.io/last-applied-configuration`` (a copy of the whole manifest, env included) and
   ``managedFields`` are dropped. Nothing is read from Secrets or ConfigMaps;
 - PodGroups (scheduler-plugins' ``scheduling.x-k8s.io``, Kubernetes' ``scheduling.k8s.io`` PodGroups and
-  Workloads), DRA objects (ResourceClaims, ResourceSlices, DeviceClasses), PVCs, PVs, StorageClasses, CSINodes,
+  Workloads), DRA objects (ResourceClaims, ResourceClaimTemplates: ``simulate`` makes a new pod's claims from
+  them, ResourceSlices, DeviceClasses), PVCs, PVs, StorageClasses, CSINodes,
   CSIDrivers, CSIStorageCapacities, VolumeAttachments, PodDisruptionBudgets, Namespaces, NodeResourceTopologies
   (crane's NUMA plugin), PriorityClasses (a manifest's ``priorityClassName`` resolved as admission would);
 - the default spreading's owners (Services, ReplicationControllers, ReplicaSets, StatefulSets): their metadata and
@@ -81,6 +82,7 @@ GROUPED: list[tuple[str, str, str, str]] = [
     ("Workload", "scheduling.k8s.io", "v1beta1", "workloads"),
     ("Workload", "scheduling.k8s.io", "v1alpha1", "workloads"),
     ("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims"),
+    ("ResourceClaimTemplate", "resource.k8s.io", "v1", "resourceclaimtemplates"),
     ("ResourceSlice", "resource.k8s.io", "v1", "resourceslices"),
     ("DeviceClass", "resource.k8s.io", "v1", "deviceclasses"),
     ("StorageClass", "storage.k8s.io", "v1", "storageclasses"),

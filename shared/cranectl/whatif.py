@@ -3,7 +3,8 @@
 Input: a snapshot (``cranectl snapshot``) or the live cluster read once (nothing is written to it), and manifests.
 Workloads are expanded as their controllers would: a Deployment's or ReplicaSet's ``replicas``, a StatefulSet's
 (``<name>-<ordinal>``), a Job's ``parallelism`` (at most its ``completions``), plain Pods; PodGroups are taken as
-objects. Any other kind is refused naming it (and so are the fields not simulated: a StatefulSet's
+objects; a pod's claims from a ResourceClaimTemplate (the manifests' or the snapshot's) are made as the
+resourceclaim controller makes them. Any other kind is refused naming it (and so are the fields not simulated: a StatefulSet's
 ``volumeClaimTemplates``). A pod's priority is its ``priorityClassName``'s (the snapshot's PriorityClasses, as
 admission resolves it). The pods are placed one after another, higher priority first, then in manifest order (as
 the scheduler's queue takes pods that arrive together), by crane-scheduler itself
@@ -42,7 +43,10 @@ import yaml
 from crane_scheduler.simulate import ConfigError, GangPlacement, Placement, Simulator, parse_pod
 from crane_shared.policy import DynamicSchedulerPolicy, PolicyError, default_policy, parse_policy
 
-WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "Pod", "PodGroup")
+WORKLOAD_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job", "Pod", "PodGroup", "ResourceClaimTemplate")
+CLAIM_TEMPLATE = "ResourceClaimTemplate"
+POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
+"""the annotation the resourceclaim controller puts on a claim it made from a template: the pod's claim entry"""
 GI = 1024**3
 
 
@@ -56,6 +60,8 @@ class Workload:
 
     pods: list[dict[str, Any]] = field(default_factory=list)
     objects: list[dict[str, Any]] = field(default_factory=list)
+    templates: list[dict[str, Any]] = field(default_factory=list)
+    """ResourceClaimTemplates: the claims of the pods naming them are made from them (``claims_from_templates``)"""
 
 
 # ------------------------------------------------------------------------------------------ manifests
@@ -147,6 +153,8 @@ def expand(docs: Iterable[Mapping[str, Any]]) -> Workload:
             out.pods.append(pod)
         elif kind == "PodGroup":
             out.objects.append({**copy.deepcopy(dict(doc)), "metadata": {**meta, "namespace": ns}})
+        elif kind == CLAIM_TEMPLATE:
+            out.templates.append({**copy.deepcopy(dict(doc)), "metadata": {**meta, "namespace": ns}})
         elif kind in ("Deployment", "ReplicaSet", "StatefulSet", "Job"):
             template = spec.get("template")
             if not isinstance(template, dict):
@@ -311,11 +319,14 @@ def run(
     except ConfigError as err:
         raise ManifestError(f"{setup.label}: scheduler configuration: {err}") from err
     classes = [o for o in snapshot["objects"] if o.get("kind") == "PriorityClass"]
+    templates = [o for o in snapshot["objects"] if o.get("kind") == CLAIM_TEMPLATE] + workload.templates
+    loaded = (o for o in snapshot["objects"] if o.get("kind") not in ("PriorityClass", CLAIM_TEMPLATE))
+    pods, claims = claims_from_templates(workload.pods, templates)
     try:
-        sim.load([*(o for o in snapshot["objects"] if o.get("kind") != "PriorityClass"), *workload.objects])
+        sim.load([*loaded, *workload.objects, *claims])
     except ValueError as err:
         raise ManifestError(f"snapshot: {err}") from err
-    pods = queue_order(with_priority(workload.pods, classes))
+    pods = queue_order(with_priority(pods, classes))
     for pod in pods:  # what the scheduler cannot read is refused naming the pod, not met mid-run
         try:
             parse_pod(pod)
@@ -366,6 +377,63 @@ def run(
             )
         )
     return Outcome(setup.label, [results[k] for k in order], nodes, thresholds)
+
+
+def claims_from_templates(
+    pods: Sequence[dict[str, Any]], templates: Sequence[Mapping[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What the resourceclaim controller does for a new pod whose ``spec.resourceClaims`` name a template: a claim
+    made from the template's ``spec`` (its labels and annotations too), owned by the pod, and the pod's
+    ``status.resourceClaimStatuses`` naming it. Returns the pods (those changed copied) and the claims; a template
+    neither the snapshot nor the manifests have is refused naming the pod's field."""
+    by_key = {
+        f"{(t.get('metadata') or {}).get('namespace')}/{(t.get('metadata') or {}).get('name')}": t for t in templates
+    }
+    out_pods: list[dict[str, Any]] = []
+    claims: list[dict[str, Any]] = []
+    for pod in pods:
+        entries = (pod.get("spec") or {}).get("resourceClaims") or ()
+        if not any(isinstance(e, Mapping) and e.get("resourceClaimTemplateName") for e in entries):
+            out_pods.append(pod)
+            continue
+        meta = pod["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        uid = meta.get("uid") or f"{ns}/{name}"  # the simulator's uid for a manifest's pod
+        statuses = []
+        for i, entry in enumerate(entries):
+            template_name = entry.get("resourceClaimTemplateName") if isinstance(entry, Mapping) else None
+            if not template_name:
+                continue
+            template = by_key.get(f"{ns}/{template_name}")
+            if template is None:
+                raise ManifestError(
+                    f"pod {ns}/{name}: spec.resourceClaims[{i}].resourceClaimTemplateName {template_name!r}: no such "
+                    f"ResourceClaimTemplate in namespace {ns} (in the snapshot or the manifests)"
+                )
+            body = template.get("spec") or {}
+            tmeta = body.get("metadata") or {}
+            claim_name = f"{name}-{entry.get('name')}-simulated"
+            claims.append(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {
+                        "name": claim_name,
+                        "namespace": ns,
+                        "uid": f"simulated-claim-{ns}-{claim_name}",
+                        "labels": dict(tmeta.get("labels") or {}),
+                        "annotations": {**(tmeta.get("annotations") or {}), POD_CLAIM_NAME: str(entry.get("name"))},
+                        "ownerReferences": [
+                            {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid, "controller": True}
+                        ],
+                    },
+                    "spec": copy.deepcopy(body.get("spec") or {}),
+                }
+            )
+            statuses.append({"name": entry.get("name"), "resourceClaimName": claim_name})
+        status = {**(pod.get("status") or {}), "resourceClaimStatuses": statuses}
+        out_pods.append({**pod, "metadata": {**meta, "uid": uid}, "status": status})
+    return out_pods, claims
 
 
 def with_priority(pods: Sequence[dict[str, Any]], classes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

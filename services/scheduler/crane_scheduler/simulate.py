@@ -102,6 +102,8 @@ from crane_scheduler.nodetable import NodeTable, PodRecord
 from crane_scheduler.plugins import builtin_registry, plugin_registry
 from crane_scheduler.plugins.coscheduling import gang
 from crane_scheduler.plugins.defaultpreemption.plugin import DefaultPreemption
+from crane_scheduler.plugins.dynamicresources.plugin import NAME as DRA_NAME
+from crane_scheduler.plugins.dynamicresources.plugin import DynamicResources
 from crane_scheduler.podinfo import PODS, NodeInfo, PodInfo, parse_node
 from crane_scheduler.podinfo import parse_pod as _parse_pod
 from crane_scheduler.unsupported import GATE, refusal, unsupported_field
@@ -250,6 +252,8 @@ class Reservation:
     plugin: str = ""
     """the Reserve plugin that refused"""
     undone: bool = False
+    claims_written: list[tuple[str, Any]] = field(default_factory=list, repr=False)
+    """the DRA claims taken as written by PreBind (``DynamicResources.write_offline``), for ``undo``"""
 
 
 @dataclass(frozen=True)
@@ -487,9 +491,13 @@ class Simulator:
 
     def load(self, objects: Iterable[Mapping[str, Any]]) -> None:
         """Objects of mixed kinds, each naming its ``kind`` (a snapshot's, ``kubectl get -o json``'s items): every
-        kind present is synced to exactly its objects here, nodes first, then the other objects, pods last."""
+        kind present is synced to exactly its objects here, nodes first, then the other objects, pods last. A
+        snapshot's PriorityClasses and ResourceClaimTemplates are passed over (``ADMISSION_KINDS``: admission and
+        the claim controller read them, to make a new pod's priority and claims, not the scheduler)."""
         by_kind: dict[str, list[Mapping[str, Any]]] = {}
         for obj in objects:
+            if obj.get("kind") in ADMISSION_KINDS:
+                continue
             by_kind.setdefault(self._kind_of(obj, None), []).append(obj)
         order = sorted(by_kind, key=lambda k: (k != "Node", k == "Pod"))
         for kind in order:
@@ -694,8 +702,9 @@ class Simulator:
 
     def reserve(self, placement: Placement, node: str | None = None) -> Reservation:
         """Assume the pod on ``node`` (default: the chosen one) and run Reserve, as the scheduler's cycle does: the
-        next decision sees it (its requests, ports, spread, Dynamic's estimate). A refusal (``ok`` False) is undone
-        at once. The pod must not be in the table already (a new pod, or one ``take_out`` took out)."""
+        next decision sees it (its requests, ports, spread, Dynamic's estimate); its DRA claims as PreBind would
+        write them (allocated, reserved for it: ``DynamicResources.write_offline``). A refusal (``ok`` False) is
+        undone at once. The pod must not be in the table already (a new pod, or one ``take_out`` took out)."""
         target = node if node is not None else placement.node
         if target is None:
             raise ValueError(f"pod {placement.pod.key}: no node to reserve ({placement.message})")
@@ -709,12 +718,17 @@ class Simulator:
         if not status.success:
             self.table.forget(pod.uid)
             return Reservation(pod, profile, target, state, ok=False, message=status.message, plugin=status.plugin)
-        return Reservation(pod, profile, target, state)
+        dra = profile.plugins.get(DRA_NAME)
+        written = dra.write_offline(state, pod) if isinstance(dra, DynamicResources) else []
+        return Reservation(pod, profile, target, state, claims_written=written)
 
     def undo(self, reservation: Reservation) -> None:
         """Unreserve and forget the assumption: the table and the plugins as before ``reserve``."""
         if not reservation.ok or reservation.undone:
             return
+        dra = reservation.profile.plugins.get(DRA_NAME)
+        if reservation.claims_written and isinstance(dra, DynamicResources):
+            dra.unwrite_offline(reservation.claims_written)
         reservation.profile.run_unreserve(reservation.state, reservation.pod, reservation.node)
         self.table.forget(reservation.pod.uid)
         reservation.undone = True
@@ -860,6 +874,9 @@ class Simulator:
         return Placement(pod, profile, node, message, error, evaluated, decision, rows, state)
 
 
+ADMISSION_KINDS = frozenset({"PriorityClass", "ResourceClaimTemplate"})
+"""kinds a snapshot holds for what happens to a pod before the scheduler sees it (``cranectl simulate``'s
+``with_priority`` and ``claims_from_templates``)"""
 SCHEDULING_GATES = "SchedulingGates"
 GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 """the PodScheduled=False condition's message the API server writes for a pod with ``spec.schedulingGates``

@@ -525,3 +525,33 @@ def test_a_snapshot_lists_every_kind_the_scheduler_reads_and_only_the_selector_o
         "metadata": rs["metadata"],
         "spec": {"selector": {"matchLabels": {"app": "web"}}},
     }
+
+
+def test_a_pod_naming_a_claim_template_gets_its_claim_as_the_claim_controller_makes_it() -> None:
+    """A Deployment of GPU pods, each claim made from a template (given in the manifests or in the snapshot): one
+    pod per device, the rest pending on the devices; a template nowhere is refused naming the pod's field."""
+    from tests.support.dra import DRIVER, device, device_class, exactly, resource_slice
+
+    snap = snapshot(node("n1", 0.2), node("n2", 0.3))
+    snap["objects"] += [
+        device_class("gpu", f'device.driver == "{DRIVER}"'),
+        resource_slice("s1", [device("g0")], node="n1"),
+        resource_slice("s2", [device("g0")], node="n2"),
+    ]
+    train = deployment("train", 3, "1")
+    train["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "one-gpu"},
+        "spec": {"spec": {"devices": {"requests": [exactly("g", "gpu")]}}},
+    }
+    placed = whatif.run(snap, whatif.expand([template, train]), whatif.base_setup(snap)).pods
+    assert sorted(p.node or "-" for p in placed) == ["-", "n1", "n2"]
+    assert "cannot allocate all claims" in next(p.reason for p in placed if p.node is None)
+    snap["objects"].append({**template, "metadata": {"name": "one-gpu", "namespace": "default"}})
+    from_snapshot = whatif.run(snap, whatif.expand([train]), whatif.base_setup(snap)).pods
+    assert sorted(p.node or "-" for p in from_snapshot) == ["-", "n1", "n2"]
+    snap["objects"].pop()
+    with pytest.raises(whatif.ManifestError, match=r"spec\.resourceClaims\[0\]\.resourceClaimTemplateName 'one-gpu'"):
+        whatif.run(snap, whatif.expand([train]), whatif.base_setup(snap))

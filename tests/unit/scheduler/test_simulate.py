@@ -447,3 +447,46 @@ def test_a_gated_pod_is_not_placed_and_an_object_without_a_name_is_refused() -> 
         sim.add({"kind": "Node", "metadata": {}})
     with pytest.raises(ValueError, match=r"a Node without metadata\.name"):
         sim.sync("Node", [node("big", cpu="8"), {"kind": "Node", "metadata": {}}])
+
+
+def test_pods_sharing_a_claim_all_go_where_it_is_allocated_and_undo_takes_each_back() -> None:
+    """Offline nothing runs PreBind: the allocation Reserve chose is taken as written (with the pod in
+    ``reservedFor``), so the next pod sharing the claim finds it allocated, not "in the process of being allocated"
+    for ever; undo takes back the write with the reservation, last first."""
+    sim = Simulator(clock=lambda: NOW)
+    sim.load(
+        [
+            {**node("n1"), "kind": "Node"},
+            {**node("n2"), "kind": "Node"},
+            device_class("gpu", f'device.driver == "{DRIVER}"'),
+            resource_slice("s2", [device("gpu-0")], node="n2"),
+            claim("shared", exactly("g", "gpu"), namespace="ns"),
+            claim("own", exactly("g", "gpu"), namespace="ns"),
+        ]
+    )
+
+    def user(name: str, claim_name: str = "shared") -> dict[str, Any]:
+        return pod(name, spec={"resourceClaims": [{"name": "g", "resourceClaimName": claim_name}]})
+
+    placed = [sim.schedule(user(f"w{i}")) for i in range(3)]
+    assert [p.node for p in placed] == ["n2", "n2", "n2"]
+    other = sim.place(user("solo", "own"))  # the one device is the shared claim's
+    assert other.node is None and "cannot allocate all claims" in other.message
+    for p in reversed(placed):
+        assert p.reservation is not None
+        sim.undo(p.reservation)
+    assert sim.place(user("solo", "own")).node == "n2"  # the device is free again
+
+
+def test_a_snapshot_loads_straight_in_its_admission_kinds_passed_over() -> None:
+    sim = Simulator(clock=lambda: NOW)
+    sim.load(
+        [
+            {**node("n1"), "kind": "Node"},
+            {"kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000},
+            {"kind": "ResourceClaimTemplate", "metadata": {"name": "t", "namespace": "ns"}, "spec": {"spec": {}}},
+        ]
+    )
+    assert sim.table.names == ["n1"]
+    with pytest.raises(ValueError, match="kind 'PriorityClass': not an object the scheduler reads"):
+        sim.add({"kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000})

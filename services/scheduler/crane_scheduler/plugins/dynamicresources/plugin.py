@@ -720,6 +720,44 @@ class DynamicResources(
             self.tracker.signal_pending(_with_allocation(claim, allocation))
         return SUCCESS
 
+    def write_offline(self, state: CycleState, pod: PodInfo) -> list[tuple[str, Raw | None]]:
+        """What PreBind would write for a reserved pod, taken as written, with no API (the simulator has no
+        binding cycle): each of its claims allocated where Reserve chose and reserved for it, as the informer would
+        soon show them. A pod sharing a claim then finds it allocated, not "in the process of being allocated" for
+        ever. Returns, per claim written, its key and the assumed version it replaced, for ``unwrite_offline``."""
+        st: _State | None = state.get(STATE_KEY)
+        if st is None or not st.claims:
+            return []
+        written: list[tuple[str, Raw | None]] = []
+        for index, claim in enumerate(st.claims):
+            allocation = st.chosen.get(index)
+            is_ext = index == st.ext_index
+            if is_ext and st.reserved is not None and st.reserved.ext_claim is not None:
+                claim = st.reserved.ext_claim
+            if (is_ext and allocation is None) or is_reserved_for_pod(pod.raw, claim):
+                continue  # a device plugin's extended resources, or reserved for the pod already
+            key = claim_key(claim)
+            previous = self.tracker.assumed.get(key)
+            base = _with_allocation(claim, allocation) if allocation is not None else claim
+            meta = dict(base.get("metadata") or {})
+            meta["resourceVersion"] = str(max(_version(claim), _version(previous)) + 1)  # newer than the lister's
+            status = dict(base.get("status") or {})
+            status["reservedFor"] = [
+                *(status.get("reservedFor") or ()),
+                {"resource": "pods", "name": pod.name, "uid": pod.uid},
+            ]
+            self.tracker.assume({**base, "metadata": meta, "status": status}, created=is_ext)
+            self.tracker.remove_pending(st.ext_uid if is_ext else str(meta.get("uid", "")))
+            written.append((key, previous))
+        return written
+
+    def unwrite_offline(self, written: Sequence[tuple[str, Raw | None]]) -> None:
+        """``write_offline`` taken back (last written first)."""
+        for key, previous in reversed(written):
+            self.tracker.restore(key)
+            if previous is not None:
+                self.tracker.assume(previous)
+
     def unreserve(self, state: CycleState, pod: PodInfo, node: str) -> None:
         st: _State | None = state.get(STATE_KEY)
         if st is None:
@@ -960,6 +998,13 @@ def _prioritized_list_score(claims: Sequence[Raw], results: Sequence[Raw]) -> in
                 if f"{request.get('name', '')}/{sub.get('name', '')}" in chosen:
                     score += FIRST_AVAILABLE_MAX_SIZE - index
     return score
+
+
+def _version(claim: Raw | None) -> int:
+    try:
+        return int(((claim or {}).get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
 
 
 def _with_allocation(claim: Raw, allocation: dict[str, Any]) -> dict[str, Any]:
