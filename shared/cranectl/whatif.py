@@ -288,6 +288,10 @@ class Outcome:
     pods: list[PodResult]
     nodes: list[NodeResult]
     thresholds: dict[str, float]
+    stand_in: dict[str, list[str]] = field(default_factory=dict)
+    """schedulerName -> the pods naming it though no profile serves it: decided with the first profile,
+    ``stand_in_profile`` (the live scheduler would leave them to that scheduler)"""
+    stand_in_profile: str = ""
 
     @property
     def placed(self) -> int:
@@ -376,7 +380,13 @@ def run(
                 {m: (load.get(m), load_after.get(m)) for m in sorted(set(load) | set(load_after))},
             )
         )
-    return Outcome(setup.label, [results[k] for k in order], nodes, thresholds)
+    stand_in: dict[str, list[str]] = {}
+    for pod in pods:
+        named = (pod.get("spec") or {}).get("schedulerName") or "default-scheduler"
+        if named not in sim.profiles and not (pod.get("spec") or {}).get("nodeName"):
+            stand_in.setdefault(str(named), []).append(_key(pod))
+    first = next(iter(sim.profiles))
+    return Outcome(setup.label, [results[k] for k in order], nodes, thresholds, stand_in, first if stand_in else "")
 
 
 def claims_from_templates(
@@ -573,6 +583,11 @@ def table(outcomes: Sequence[Outcome], limit: int | None = None) -> str:
         )
     for o in outcomes:
         lines.append(f"{o.label}: {o.placed}/{len(o.pods)} pods placed, {len(o.pods) - o.placed} pending")
+        for named, keys in o.stand_in.items():
+            lines.append(
+                f"{o.label}: {len(keys)} pods name schedulerName {named!r}, which no profile serves: decided with "
+                f"profile {o.stand_in_profile!r} as if they named it"
+            )
     lines.append(
         "(load: the Dynamic policy's estimate, a fraction of the node: the annotated usage plus the pods placed; "
         "! above the threshold)"

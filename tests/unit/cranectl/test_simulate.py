@@ -555,3 +555,20 @@ def test_a_pod_naming_a_claim_template_gets_its_claim_as_the_claim_controller_ma
     snap["objects"].pop()
     with pytest.raises(whatif.ManifestError, match=r"spec\.resourceClaims\[0\]\.resourceClaimTemplateName 'one-gpu'"):
         whatif.run(snap, whatif.expand([train]), whatif.base_setup(snap))
+
+
+def test_pods_naming_a_scheduler_no_profile_serves_are_decided_with_the_first_and_said_so() -> None:
+    snap = snapshot(node("n1", 0.2))
+    other = {"kind": "Pod", "metadata": {"name": "v"}, "spec": {**template("1")["spec"], "schedulerName": "volcano"}}
+    mine = {
+        "kind": "Pod",
+        "metadata": {"name": "c"},
+        "spec": {**template("1")["spec"], "schedulerName": "crane-scheduler"},
+    }
+    outcome = whatif.run(snap, whatif.expand([other, mine]), whatif.base_setup(snap))
+    assert [p.node for p in outcome.pods] == ["n1", "n1"]
+    assert outcome.stand_in == {"volcano": ["default/v"]} and outcome.stand_in_profile == "crane-scheduler"
+    assert (
+        "as is: 1 pods name schedulerName 'volcano', which no profile serves: decided with profile "
+        "'crane-scheduler' as if they named it"
+    ) in whatif.table([outcome])
