@@ -215,7 +215,7 @@ async def test_a_cycle_a_workers_answer_runs_that_raises_stops_the_loop_with_its
     slot held. Now the loop raises it too, and the worker is told the pod is done."""
     import asyncio
 
-    from crane_scheduler.internal.queue import QueuedPod
+    from crane_scheduler.framework.types import QueuedPod
     from crane_scheduler.reporting import Reporter
     from crane_scheduler.scheduler import Scheduler
     from crane_scheduler.simulate import Simulator
