@@ -237,7 +237,7 @@ class Descheduler:
             self._log.warning(  # counted every time (evictions_total{result="pdb"}), logged once
                 "pdb", "eviction refused by a disruption budget (429): retried in a later round", pod=e.pod.key
             )
-        if result == "evicted":  # its node must be found hot K rounds in a row again (as koordinator)
+        if result in ("evicted", "unknown"):  # its node must be found hot K rounds in a row again (as koordinator)
             self.rounds.evicted(e, time.time(), usage.get(e.pod.key, PodUsage(0.0, 0.0)))
             log.info("evicted", pod=e.pod.key, node=e.node, kind=e.kind, metric=e.metric, value=e.value)
         return result

@@ -4,7 +4,10 @@ remove them (the descheduler's LowNodeUtilization, by measured usage). Pure.
 A node is *idle* in a round when its load data is fresh and every metric of ``usageBelow`` (default: its pool's
 low thresholds) is strictly below its threshold, and its pods' requests are strictly below ``requestsBelow`` of
 its allocatable (CPU and memory); it becomes a drain candidate after ``consecutiveRounds`` idle rounds in a row.
-At most ``maxNodes`` nodes are drained at once, the ones already under way first, then the emptiest (by requests).
+At most ``maxNodes`` nodes are drained at once, the ones already under way first, then the emptiest (by requests);
+a node under way that evicted nothing ``consecutiveRounds`` rounds in a row (a pod that never starts, a budget that
+never allows) goes after them, so it keeps no other node from being emptied. A node the drain's placed pods go to
+this round (evicted now or held back by a budget) is not drained in it (``drain-is-target``).
 
 A node is drained only when **every** pod on it that must move has a place elsewhere by the scheduler's own
 Filter (``targets.SchedulerTargets.find(drain=True)``: crane-scheduler's profile, the other pods of the round
@@ -47,6 +50,8 @@ class DrainState:
     idle: Mapping[str, int] = field(default_factory=dict)
     """node -> consecutive idle rounds"""
     draining: frozenset[str] = frozenset()
+    stalled: Mapping[str, int] = field(default_factory=dict)
+    """node being drained -> rounds in a row it evicted nothing (its pods waiting: starting, young, a budget)"""
 
 
 @dataclass(frozen=True)
@@ -128,20 +133,29 @@ def plan_drain(data: DrainInput, plan: Plan) -> DrainState:
         used = max(sum(p.requests.get(r, 0) for p in pods) / view.allocatable[r] for r in (CPU, MEMORY))
         return used, name
 
-    under_way = sorted(n for n in data.state.draining if n in ready)
+    # A node under way that evicted nothing for ``rounds`` rounds in a row (a pod that never starts, a budget that
+    # never allows) goes after the fresh candidates: it keeps no other node from being emptied.
+    stalled_before = data.state.stalled
+    waiting = {n for n in data.state.draining if stalled_before.get(n, 0) >= drain.rounds}
+    under_way = sorted(n for n in data.state.draining if n in ready and n not in waiting)
     fresh = sorted((n for n in ready if n not in data.state.draining), key=share)
     budget = Budget.of(data, plan)
     draining: set[str] = set()
-    for name in [*under_way, *fresh]:
+    stalled: dict[str, int] = {}
+    places: set[str] = set()  # nodes the drain's placed pods go to this round, evicted now or not
+    for name in [*under_way, *fresh, *sorted(n for n in waiting if n in ready)]:
         if len(draining) >= drain.max_nodes:
-            break
-        if any(e.target == name for e in plan.evictions):  # a replacement planned onto it this round
+            if name in waiting:
+                stalled[name] = stalled_before[name]  # kept back, not given up: its count stands
+            continue
+        if name in places or any(e.target == name for e in plan.evictions):  # a replacement goes there
             plan.skipped["drain-is-target"] += 1
             continue
-        outcome = _drain_node(name, readings[name], data, budget, plan)
+        outcome, evicted = _drain_node(name, readings[name], data, budget, plan, places)
         if outcome == "draining":
             draining.add(name)
-    return DrainState(idle, frozenset(draining))
+            stalled[name] = 0 if evicted else stalled_before.get(name, 0) + 1
+    return DrainState(idle, frozenset(draining), stalled)
 
 
 @dataclass
@@ -177,8 +191,11 @@ class Budget:
             self.workloads[workload_of(pod.owner, data.owners)] += 1
 
 
-def _drain_node(name: str, idle: Idle, data: DrainInput, budget: Budget, plan: Plan) -> str:
-    """``draining`` (every pod placed; some evicted now, perhaps), ``empty``, or why not."""
+def _drain_node(
+    name: str, idle: Idle, data: DrainInput, budget: Budget, plan: Plan, places: set[str]
+) -> tuple[str, int]:
+    """``draining`` (every pod placed; some evicted now, perhaps), ``empty``, or why not; with the evictions
+    planned. The placed pods' targets go into ``places``."""
     movable: list[tuple[PodView, Mapping[str, Any], str | None]] = []
     for pod, raw in data.pods.get(name, ()):
         if (raw.get("metadata") or {}).get("deletionTimestamp"):
@@ -188,23 +205,25 @@ def _drain_node(name: str, idle: Idle, data: DrainInput, budget: Budget, plan: P
             continue
         if blocker is not None and blocker not in MOVE_LATER:
             plan.skipped["drain-blocked"] += 1
-            return "blocked"
+            return "blocked", 0
         movable.append((pod, raw, blocker))
     if not movable:
-        return "empty"
+        return "empty", 0
     movable.sort(key=lambda m: (m[0].priority, QOS_RANK[m[0].qos], m[0].key))
     mark = data.targets.checkpoint()
     data.excluded.add(name)
     placed: list[tuple[PodView, Mapping[str, Any], str | None, str]] = []
     for pod, raw, blocker in movable:
         target, why = data.targets.find(pod, name, drain=True)
-        if target is None:
+        if target is not None:
+            why = data.targets.take(pod, target)
+        if target is None or why is not None:
             data.targets.rollback(mark)
             data.excluded.discard(name)
             plan.skipped[f"drain-{why or 'no-target'}"] += len(movable)
-            return "no-place"
-        data.targets.take(pod, target)
+            return "no-place", 0
         placed.append((pod, raw, blocker, target))
+    places.update(target for *_, target in placed)
     evicted_here = 0
     for pod, raw, blocker, target in placed:  # every pod has a place: evict what the budgets allow now
         budgets = data.disruptions.of(raw)
@@ -216,4 +235,4 @@ def _drain_node(name: str, idle: Idle, data: DrainInput, budget: Budget, plan: P
         budget.spend(pod, data)
         data.disruptions.spend(budgets, pod.ready)
         evicted_here += 1
-    return "draining"
+    return "draining", evicted_here

@@ -24,7 +24,9 @@ from crane_shared.kube import api_failure, raw_json
 from crane_shared.leader import Term
 from crane_shared.logs import LogOnce, get_logger
 
-Result = Literal["evicted", "pdb", "gone", "lost_lease", "error"]
+Result = Literal["evicted", "pdb", "gone", "lost_lease", "error", "unknown"]
+"""``unknown``: the request timed out, so the API server may have evicted the pod: counted against the budgets
+as an eviction (never one beyond them)"""
 REQUEST_TIMEOUT = 30
 COMPONENT = "crane-descheduler"
 REASON = "LoadAwareDescheduled"
@@ -96,10 +98,16 @@ class Evictor:
             fields = api_failure("create", f"pods/eviction {e.pod.key}", err)
             self._log.warning(f"evict-{err.status}", "eviction failed", pod=e.pod.key, **fields)
             return "error"
-        except (TimeoutError, OSError, aiohttp.ClientError) as err:
+        except TimeoutError as err:
+            fields = api_failure("create", f"pods/eviction {e.pod.key}", err)
+            self._log.warning("evict-timeout", "eviction timed out: it may have happened", pod=e.pod.key, **fields)
+            return "unknown"
+        except (OSError, aiohttp.ClientError) as err:
             fields = api_failure("create", f"pods/eviction {e.pod.key}", err)
             self._log.warning("evict-transport", "eviction failed", pod=e.pod.key, **fields)
             return "error"
+        except ValueError:  # a 2xx whose body is not JSON: the eviction was accepted
+            self._log.warning("evict-body", "eviction accepted with a body that is not JSON", pod=e.pod.key)
         await self.record(e, term)
         return "evicted"
 
@@ -119,3 +127,5 @@ class Evictor:
         except (ApiException, TimeoutError, OSError, aiohttp.ClientError) as err:
             fields = api_failure("create", f"event on pod {e.pod.key}", err)
             self._log.warning("event", "event not written", pod=e.pod.key, **fields)
+        except ValueError:  # a 2xx whose body is not JSON: written
+            self._log.warning("event-body", "event written with a body that is not JSON", pod=e.pod.key)

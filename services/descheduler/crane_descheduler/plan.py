@@ -102,12 +102,14 @@ class TargetFinder(Protocol):
     """Where the scheduler would place a pod's replacement (``targets.SchedulerTargets``)."""
 
     def find(self, pod: PodView, source: str, *, drain: bool = False) -> tuple[str | None, str | None]:
-        """(target, None), or (None, why not: ``would-return`` or ``no-target``); ``drain``: ``source`` is being
-        emptied (it passes the Filter), the replacement returns only if the load score prefers it."""
+        """(target, None), or (None, why not: ``would-return``, ``would-go-excluded`` or ``no-target``);
+        ``drain``: ``source`` is being emptied (it passes the Filter), the replacement returns only if the load score
+        prefers it."""
         ...
 
-    def take(self, pod: PodView, target: str) -> None:
-        """The eviction is planned: the next pods of the round see it."""
+    def take(self, pod: PodView, target: str) -> str | None:
+        """The eviction is planned: the next pods of the round see it; why not (nothing taken) when the
+        replacement's Reserve is refused there."""
         ...
 
     def checkpoint(self) -> Any:
@@ -268,13 +270,13 @@ def plan_round(data: RoundInput) -> Plan:
                 target, reason = targets.find(pod, node)
                 if reason == "no-target" and pod.batch and regular_hot:
                     reason = None  # batch work yields to the regular pods, with or without a place elsewhere
+                if target is not None:
+                    reason = targets.take(pod, target)
             if reason is not None:
                 plan.skipped[reason] += 1
                 continue
             metric = _worst(projected, pool)
             plan.evictions.append(Eviction(pod, node, target, metric, projected[metric], pool.high[metric]))
-            if target is not None:
-                targets.take(pod, target)
             namespaces[pod.namespace] += 1
             if pod.owner is not None:
                 workloads[workload_of(pod.owner, data.owners)] += 1

@@ -127,9 +127,9 @@ class SchedulerTargets:
                 return None, "no-target"
             if len(found.feasible) == 1:
                 return others[0], None
-            # a drain scores every node that passes: the scheduler's score sends the replacement to the best of
-            # them, which must be neither the source nor a node no pod is sent to (hot, or being emptied)
-            ranked = list(found.feasible) if drain else others
+            # every node that passes is scored: the scheduler's score sends the replacement to the best of them,
+            # which must be neither the source (a drain's passes) nor a node no pod is sent to (hot, being emptied)
+            ranked = list(found.feasible)
             try:
                 scores = sim.score(found, ranked)
             except PluginError:
@@ -137,18 +137,25 @@ class SchedulerTargets:
             best = scores.best(ranked)
             if drain and source in best:
                 return None, "would-return"
-            if drain and any(name in self.hot for name in best):
+            if any(name in self.hot for name in best):
                 return None, "would-go-excluded"
             return min(best), None
 
-    def take(self, pod: PodView, target: str) -> None:
+    def take(self, pod: PodView, target: str) -> str | None:
         """The eviction is planned: the pod leaves the accounting, its replacement is assumed on ``target`` and
-        reserved there (Dynamic counts it as a recent binding), until ``close``."""
+        reserved there (Dynamic counts it as a recent binding), until ``close``. ``reserve-refused`` (and nothing
+        taken) when a Reserve plugin refuses the replacement there."""
         sim = self._build()
-        self._taken_out.append(sim.take_out([pod.uid]))
         found = self._found.pop(pod.uid, None)
+        removed = sim.take_out([pod.uid])
         if found is not None:
-            self._planned.append(sim.reserve(found, target))
+            reservation = sim.reserve(found, target)
+            if not reservation.ok:
+                sim.put_back(removed)
+                return "reserve-refused"
+            self._planned.append(reservation)
+        self._taken_out.append(removed)
+        return None
 
     def checkpoint(self) -> tuple[int, int]:
         """A mark to ``rollback`` to: a drain plans a node's pods together and keeps all or none."""

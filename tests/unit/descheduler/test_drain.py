@@ -188,3 +188,70 @@ def test_a_disruption_budget_allowing_one_lets_one_of_its_pods_go_per_round() ->
         result = run_round(fleet(), pods, {}, POLICY, PACK, {}, NOW, (), [pdb], drain=state)
         state = result.drain
     assert list(drained(result)) == ["web-1"] and result.plan.skipped["drain-pdb"] == 1
+
+
+def test_a_drain_that_evicts_nothing_for_k_rounds_lets_another_idle_node_go_first() -> None:
+    """A pod that never starts (a bad image) keeps its node under way for ever: after ``consecutiveRounds`` rounds
+    without an eviction, a fresh idle node takes the one drain slot; the stalled one waits behind it."""
+    nodes = [*fleet(), node("idle2", cpu=0.1, mem=0.1, cores=16)]
+    pods = [pod("stuck", "idle", owner="s", phase="Pending", ready=False), pod("c", "idle2", cpu="2", owner="c")]
+    snapshot, state = SchedulerSnapshot(PACKING_PROFILE), DrainState()
+    seen: list[tuple[frozenset[str], dict[str, str | None]]] = []
+    for _ in range(5):
+        result = run_round(nodes, pods, {}, POLICY, PACK, {}, NOW, drain=state, snapshot=snapshot)
+        state = result.drain
+        seen.append((state.draining, drained(result)))
+    assert seen[1] == (frozenset({"idle"}), {})  # under way: its pod waits to run
+    assert (frozenset({"idle2"}), {"c": "warm"}) in seen[2:]  # the slot went on
+
+
+def test_a_node_a_waiting_pod_was_given_a_place_on_is_not_drained_in_that_round() -> None:
+    """A's pod is placed on B but not evicted yet (it is still starting); B, idle too, is not emptied in the same
+    round: A's pod would lose its place there, and A be left half drained."""
+    nodes = [
+        node("A", cpu=0.1, mem=0.05, labels={"zone": "x"}),
+        node("B", cpu=0.3, mem=0.3, labels={"zone": "x"}),
+        node("C", cpu=0.5, mem=0.5),
+    ]
+    starting = pod("a", "A", owner="a", affinity=zone_affinity("x"), phase="Pending", ready=False)
+    pods = [starting, pod("b", "B", cpu="1", owner="b")]
+    policy = replace(POLICY, drain=Drain(rounds=2, max_nodes=2))
+    state, snapshot, result = DrainState(), SchedulerSnapshot(PACKING_PROFILE), None
+    for _ in range(2):
+        result = run_round(nodes, pods, {}, policy, PACK, {}, NOW, drain=state, snapshot=snapshot)
+        state = result.drain
+    assert result is not None and drained(result) == {}
+    assert result.plan.skipped["drain-is-target"] == 1 and result.drain.draining == frozenset({"A"})
+
+
+def test_a_hot_nodes_pod_the_scheduler_would_send_to_the_node_being_drained_stays() -> None:
+    """The hot node's pod passes the Filter on T and on D (being drained); the scheduler's whole score prefers D
+    (its preferred anti-affinity to its sibling on T): evicted, it would land on the node being emptied, and be
+    evicted again by the drain. It stays (``would-go-excluded``); D's own pod still goes to T."""
+    from crane_descheduler.policy import AnomalyCondition
+    from crane_shared.batch import PodUsage
+
+    host = "kubernetes.io/hostname"
+    nodes = [node(n, cpu=c, mem=0.2, cores=4, labels={host: n}) for n, c in (("H", 0.9), ("D", 0.1), ("T", 0.45))]
+    term = {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": host}}
+
+    def web(name: str, on: str) -> dict[str, Any]:
+        anti = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}
+        raw = pod(name, on, owner="web", cpu="200m", memory="64Mi", affinity=anti)
+        raw["metadata"]["labels"] = {"app": "web"}
+        return raw
+
+    pods = [
+        web("p", "H"),
+        web("w2", "T"),
+        pod("x", "T", cpu="1", memory="64Mi", owner="x"),
+        pod("d", "D", cpu="200m", memory="64Mi", owner="d"),
+    ]
+    policy = replace(POLICY, drain=Drain(rounds=1), anomaly=AnomalyCondition(hot_rounds=1, normal_rounds=1))
+    usage = {"default/p": PodUsage(1.0, 1 << 28)}
+    under_way = DrainState({"D": 1}, frozenset({"D"}))  # D's drain began a round ago
+    result = run_round(
+        nodes, pods, usage, policy, PACK, {}, NOW, drain=under_way, snapshot=SchedulerSnapshot(PACKING_PROFILE)
+    )
+    assert [(e.kind, e.pod.name, e.target) for e in result.plan.evictions] == [("drain", "d", "T")]
+    assert result.plan.skipped["would-go-excluded"] == 1

@@ -107,6 +107,48 @@ async def test_an_eviction_a_disruption_budget_refuses_429_is_counted_pdb_and_no
     assert seen == ["POST /api/v1/namespaces/default/pods/victim/eviction"]
 
 
+async def _evict_against(handle, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``Evictor.evict`` against an HTTP server answering with ``handle``; its result."""
+    monkeypatch.setattr("crane_descheduler.evictor.REQUEST_TIMEOUT", 0.5)
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    api = await api_client_from_dict(kubeconfig_for(f"http://127.0.0.1:{runner.addresses[0][1]}"))
+    try:
+        return str(await Evictor(api, "me").evict(_eviction(), Term()))
+    finally:
+        await api.close()
+        await runner.cleanup()
+
+
+async def test_an_eviction_accepted_with_a_body_that_is_not_json_is_evicted_and_its_event_written(monkeypatch):
+    seen: list[str] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        seen.append(f"{request.method} {request.path}")
+        return web.Response(status=201, text="<html>a proxy's page</html>")
+
+    assert await _evict_against(handle, monkeypatch) == "evicted"
+    assert seen == [
+        "POST /api/v1/namespaces/default/pods/victim/eviction",
+        "POST /apis/events.k8s.io/v1/namespaces/default/events",
+    ]
+
+
+async def test_an_eviction_that_timed_out_may_have_happened_and_counts_as_one(monkeypatch):
+    """The API server may have evicted the pod before the answer was lost: ``unknown``, which the descheduler
+    counts against its budgets as an eviction (never one beyond them)."""
+    import asyncio
+
+    async def handle(request: web.Request) -> web.Response:
+        await asyncio.Event().wait()  # never answers
+        return web.Response(status=201)
+
+    assert await _evict_against(handle, monkeypatch) == "unknown"
+
+
 def test_the_event_is_the_shared_events_k8s_io_format_naming_node_metric_value_threshold_and_target():
     body = event_body(_eviction(), "me", datetime(2026, 1, 1, tzinfo=UTC).timestamp())
     assert body["apiVersion"] == "events.k8s.io/v1" and body["type"] == "Normal"
