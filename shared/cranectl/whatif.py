@@ -4,10 +4,10 @@ Input: a snapshot (``cranectl snapshot``) or the live cluster read once (nothing
 Workloads are expanded as their controllers would: a Deployment's or ReplicaSet's ``replicas``, a StatefulSet's
 (``<name>-<ordinal>``), a Job's ``parallelism`` (at most its ``completions``), plain Pods; PodGroups are taken as
 objects; a pod's claims from a ResourceClaimTemplate (the manifests' or the snapshot's) are made as the
-resourceclaim controller makes them. Any other kind is refused naming it (and so are the fields not simulated: a StatefulSet's
-``volumeClaimTemplates``). A pod's priority is its ``priorityClassName``'s (the snapshot's PriorityClasses, as
-admission resolves it). The pods are placed one after another, higher priority first, then in manifest order (as
-the scheduler's queue takes pods that arrive together), by crane-scheduler itself
+resourceclaim controller makes them. Any other kind is refused naming it (and so are the fields not simulated: a
+StatefulSet's ``volumeClaimTemplates``). A pod's priority is its ``priorityClassName``'s (the snapshot's
+PriorityClasses, as admission resolves it). The pods are placed one after another, higher priority first, then in
+manifest order (as the scheduler's queue takes pods that arrive together), by crane-scheduler itself
 (``crane_scheduler.simulate.Simulator``: the same plugins, profile and Dynamic policy, the load annotations read at
 the snapshot's time), each seeing those placed before it. A PodGroup's members are decided together when its first
 member's turn comes, as the scheduler's gang cycle decides them (``Simulator.schedule_gang``), and kept only when
