@@ -57,21 +57,27 @@ def smallest_request(pods: Iterable[PodInfo]) -> dict[str, int]:
 
 
 def member_slots(table: NodeTable, request: Mapping[str, int]) -> int:
-    """How many pods asking ``request`` the live nodes' free room holds in all (each node's free resources and
-    pod count divided by the request): no plugin lets more of them be placed now, so a gang needing more
-    members than this cannot be placed, whatever else it asks."""
+    """How many pods asking ``request`` the live nodes' free room holds in all (each node's free native resources
+    and pod count divided by the request): no plugin lets more of them be placed now, so a gang needing more
+    members than this cannot be placed, whatever else it asks. Extended resources do not bound it: a node that
+    does not advertise one may still give it (DRA's extended resources, a resource NodeResourcesFit ignores)."""
     rows = table.live_rows()
     if not len(rows):
         return 0
     slots = table.alloc[rows, table.resources[PODS]] - table.pod_count[rows]
     for res, want in request.items():
-        if res == PODS:
+        if res == PODS or not _native(res):
             continue
         col = table.resources.get(res)
         if col is None:  # no node has it
             return 0
         slots = np.minimum(slots, (table.alloc[rows, col] - table.requested[rows, col]) // want)
     return int(np.maximum(slots, 0).sum())
+
+
+def _native(resource: str) -> bool:
+    """kube's native resources (``v1helper.IsNativeResource``): no domain, or the ``kubernetes.io/`` one."""
+    return "/" not in resource or resource.startswith("kubernetes.io/")
 
 
 def futile_wakeups(
@@ -94,11 +100,12 @@ def futile_wakeups(
         if found is None:
             continue
         plugin, gang = found
-        verdict = verdicts.get(gang)
+        key = index_key(plugin.name, gang)
+        verdict = verdicts.get(key)
         if verdict is None:
-            placed = index.placed.get(gang, set())
+            placed = index.placed.get(key, set())
             needed = plugin.quorum(gang) - len(placed)
-            members = [p for uid in index.pending.get(gang, ()) if uid not in placed and (p := pending.get(uid))]
+            members = [p for uid in index.pending.get(key, ()) if uid not in placed and (p := pending.get(uid))]
             if plugin.quorum(gang) <= 0 or needed <= 0:
                 verdict = False
             elif len(members) < needed:
@@ -108,7 +115,7 @@ def futile_wakeups(
                 if request not in slots:
                     slots[request] = member_slots(table, dict(request))
                 verdict = slots[request] < needed
-            verdicts[gang] = verdict
+            verdicts[key] = verdict
         if verdict:
             held.add(pod.uid)
     return held
@@ -120,10 +127,16 @@ class GangHost(CycleHost, Protocol):
     gang_index: GangIndex
 
 
+def index_key(plugin: str, gang: str) -> str:
+    """A group's key in ``GangIndex``: its plugin's name with its name, so two plugins' groups of one name (a
+    Coscheduling PodGroup and a 1.37 PodGroup ``ns/job``) stay two gangs."""
+    return f"{plugin} {gang}"
+
+
 class GangIndex:
-    """Group -> the uids of its pending pods and of its placed ones (bound or assumed), kept up to date by the
-    pending set (``IndexedPending``) and the node table's pod hooks, so a gang cycle finds its members without
-    walking every pod (at 1,000 gangs of 3 the walk cost more than the decisions)."""
+    """Group (``index_key``) -> the uids of its pending pods and of its placed ones (bound or assumed), kept up to
+    date by the pending set (``IndexedPending``) and the node table's pod hooks, so a gang cycle finds its members
+    without walking every pod (at 1,000 gangs of 3 the walk cost more than the decisions)."""
 
     def __init__(self, gang_of: Callable[[PodInfo], str | None], table: NodeTable, *, gangs: bool = True) -> None:
         """``gangs``: some profile has a gang plugin; without one no pod is in a group, and the table's pod
@@ -187,21 +200,21 @@ class IndexedPending(dict[str, PodInfo]):
         return super().pop(uid, *default)
 
 
-def group_size(index: GangIndex, gang: str) -> int:
-    """How many pods the group has, pending or placed (an assumed pod is both)."""
-    pending = index.pending.get(gang, set())
-    return len(pending) + sum(1 for uid in index.placed.get(gang, ()) if uid not in pending)
+def group_size(index: GangIndex, key: str) -> int:
+    """How many pods the group (``index_key``) has, pending or placed (an assumed pod is both)."""
+    pending = index.pending.get(key, set())
+    return len(pending) + sum(1 for uid in index.placed.get(key, ()) if uid not in pending)
 
 
-def members_of(host: GangHost, profile: Profile, gang: str, first: PodInfo) -> tuple[list[PodInfo], int]:
-    """The group's other pending members of this profile (not on their way already), in name order, and how many
-    of its pods are placed (bound or assumed)."""
-    placed = host.gang_index.placed.get(gang, set())
+def members_of(host: GangHost, profile: Profile, key: str, first: PodInfo) -> tuple[list[PodInfo], int]:
+    """The group's (``index_key``) other pending members of this profile (not on their way already), in name
+    order, and how many of its pods are placed (bound or assumed)."""
+    placed = host.gang_index.placed.get(key, set())
     pending = host.pending
     siblings = sorted(
         (
             p
-            for uid in host.gang_index.pending.get(gang, ())
+            for uid in host.gang_index.pending.get(key, ())
             if uid != first.uid and uid not in placed and (p := pending.get(uid)) is not None
             if p.scheduler_name == profile.name
         ),
@@ -215,7 +228,7 @@ def schedule_gang(host: GangHost, profile: Profile, qp: QueuedPod, plugin: GangP
     slot, handed to the first member's binding task or released here."""
     start = time.perf_counter()
     now = host.clock()
-    siblings, placed = members_of(host, profile, gang, qp.pod)
+    siblings, placed = members_of(host, profile, index_key(plugin.name, gang), qp.pod)
     quorum = plugin.quorum(gang)
     total = placed + 1 + len(siblings)
     waiting = [qp.pod.uid, *(pod.uid for pod in siblings)]

@@ -54,7 +54,14 @@ from crane_scheduler.explain import DecisionLog
 from crane_scheduler.framework.interface import GangPlugin, ObjectPlugin, QueueingHintPlugin
 from crane_scheduler.framework.runtime import Profile
 from crane_scheduler.framework.types import ClusterEvent, CycleState, Diagnosis, QueuedPod, QueueingHints
-from crane_scheduler.gangcycle import GangIndex, IndexedPending, futile_wakeups, group_size, schedule_gang
+from crane_scheduler.gangcycle import (
+    GangIndex,
+    IndexedPending,
+    futile_wakeups,
+    group_size,
+    index_key,
+    schedule_gang,
+)
 from crane_scheduler.gangrules import gang_of
 from crane_scheduler.internal.cache import Cache
 from crane_scheduler.internal.queue import NO_HINTS, SchedulingQueue
@@ -204,7 +211,7 @@ class Scheduler(SchedulingCycle):
         then every profile's plugins are asked)."""
         plugins = self._gangs.get(pod.scheduler_name) or tuple(p for ps in self._gangs.values() for p in ps)
         found = gang_of(plugins, pod)
-        return found[1] if found is not None else None
+        return index_key(found[0].name, found[1]) if found is not None else None
 
     def _gated(self, pod: PodInfo) -> bool:
         """kube's PreEnqueue: a plugin of the pod's profile holds it back (a preemptor whose victims are not gone),
@@ -222,7 +229,7 @@ class Scheduler(SchedulingCycle):
             return None
         plugin, gang = found
         quorum = plugin.quorum(gang)
-        members = group_size(self.gang_index, gang)
+        members = group_size(self.gang_index, index_key(plugin.name, gang))
         return (plugin, gang, members, quorum) if 0 < members < quorum else None
 
     def _gated_gang(self, qp: QueuedPod) -> None:

@@ -17,7 +17,7 @@ from crane_scheduler.framework import (
     QueuedPod,
     QueueingHint,
 )
-from crane_scheduler.gangcycle import member_slots, smallest_request
+from crane_scheduler.gangcycle import index_key, member_slots, smallest_request
 from crane_scheduler.gangrules import quorum_met, quorum_out_of_reach
 from crane_scheduler.loadaware.args import parse_args as parse_dynamic_args
 from crane_scheduler.loadaware.plugin import Dynamic
@@ -484,17 +484,18 @@ async def test_the_gang_index_follows_pods_from_pending_to_assumed_bound_and_gon
     for raw in raws:
         s.on_pod(raw)
     uids = {raw["metadata"]["uid"] for raw in raws}
-    assert s.gang_index.pending == {"ns/job": uids} and s.gang_index.placed == {}
+    job, other = index_key("Coscheduling", "ns/job"), index_key("Coscheduling", "ns/other")
+    assert s.gang_index.pending == {job: uids} and s.gang_index.placed == {}
     await step(s)
-    assert s.gang_index.placed == {"ns/job": uids}  # assumed
+    assert s.gang_index.placed == {job: uids}  # assumed
     binder.gate.set()
     await s.drain()
     for raw in raws:
         s.on_pod({**raw, "spec": {**raw["spec"], "nodeName": "n1"}})  # the informer confirms
-    assert s.gang_index.pending == {} and s.gang_index.placed == {"ns/job": uids}
+    assert s.gang_index.pending == {} and s.gang_index.placed == {job: uids}
     relabelled = {**raws[0], "metadata": {**raws[0]["metadata"], "labels": {LABEL: "other"}}}
     s.on_pod({**relabelled, "spec": {**raws[0]["spec"], "nodeName": "n1"}})
-    assert s.gang_index.placed["ns/other"] == {raws[0]["metadata"]["uid"]}
+    assert s.gang_index.placed[other] == {raws[0]["metadata"]["uid"]}
     for raw in raws:
         s.on_pod_deleted(raw)
     assert s.gang_index.placed == {} and s.gang_index.pending == {}
@@ -526,7 +527,9 @@ def test_member_slots_count_the_free_room_of_live_nodes_for_the_smallest_member(
     request = smallest_request(members)
     assert request["cpu"] == 1500 and "memory" in request
     assert member_slots(table, request) == 2 + 2  # n1: 3 CPUs free, 2 pods left; n2: 3 CPUs free
-    assert member_slots(table, {**request, "example.com/gpu": 1}) == 0  # no node has one
+    # an extended resource no node advertises may come from DRA (or Fit may ignore it): it bounds nothing
+    assert member_slots(table, {**request, "example.com/gpu": 1}) == 2 + 2
+    assert member_slots(table, {**request, "hugepages-2Mi": 1}) == 0  # a native resource no node has
     table.remove_node("n2")
     assert member_slots(table, request) == 2
 

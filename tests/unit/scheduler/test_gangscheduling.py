@@ -307,3 +307,40 @@ async def test_the_plugin_watches_what_the_api_server_serves_and_asks_again_whil
     finally:
         await api.close()
         await runner.cleanup()
+
+
+async def test_a_coscheduling_group_and_a_pod_group_of_one_name_stay_two_gangs() -> None:
+    """One profile with both gang plugins; in namespace ns a scheduler-plugins PodGroup ``job`` (minMember 2, two
+    labelled pods) and a 1.37 PodGroup ``job`` (minCount 3, one pod so far). Merged, the 1.37 gang's one pod made
+    the other's quorum and was bound alone; now it waits for its own group."""
+    from tests.unit.scheduler.test_coscheduling import group_obj
+    from tests.unit.scheduler.test_coscheduling import member as labelled_member
+
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [
+            {
+                "schedulerName": "crane-scheduler",
+                "plugins": {
+                    "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
+                    "multiPoint": {"enabled": [{"name": "Coscheduling"}, {"name": "GangScheduling"}]},
+                },
+            }
+        ],
+    }
+    binder, clock = HeldBinder(), Clock()
+    s = scheduler_with(binder, clock, config=config)
+    cos = s.profiles["crane-scheduler"].plugins["Coscheduling"]
+    gs = s.profiles["crane-scheduler"].plugins["GangScheduling"]
+    cos.synced = gs.synced = True  # type: ignore[attr-defined]
+    gs.version = gangplugin.POD_GROUP_VERSION  # type: ignore[attr-defined]
+    cos.set_group(group_obj("job", 2))  # type: ignore[attr-defined]
+    gs.set_pod_group(pod_group("job", min_count=3))  # type: ignore[attr-defined]
+    s.on_node(node("n1", cpu="4"))
+    for raw in (labelled_member("c-0", "job"), labelled_member("c-1", "job"), member("k-0", "job")):
+        s.on_pod(raw)
+    for _ in range(4):
+        if s.queue.active_len:
+            await step(s)
+    assert sorted(name for name, _ in binder.calls) == ["c-0", "c-1"]
