@@ -159,7 +159,9 @@ class HotValues:
         """node -> (value, at) of the hot value last written to it (by us, or seen on the node at start)"""
 
     async def refresh(self, nodes: Iterable[str]) -> dict[str, Hot]:
-        """Read each node's recent binding times (one pipelined round trip) and apply upstream's formula."""
+        """Read each node's recent binding times (one pipelined round trip) and apply upstream's formula. Several
+        refreshes run at once (the periodic pass, a binding's flush, a round's stale ones): a node another refresh
+        counted later than this one read is left to that count (neither stored nor returned, its fall kept)."""
         names = list(nodes)
         now = self._clock()
         if not self._rules:
@@ -168,6 +170,9 @@ class HotValues:
             times = await self._source.recent(names, now - self._longest)
             fresh = {}
             for node in names:
+                newer = self.latest.get(node)
+                if newer is not None and newer.at > now:
+                    continue
                 ts = times.get(node, [])
                 counts = counts_in_windows(ts, self._windows, now)
                 fresh[node] = Hot(hot_value(counts, self._rules), now, counts, next_fall(ts, self._rules, now))

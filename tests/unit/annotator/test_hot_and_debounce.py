@@ -194,3 +194,40 @@ async def test_a_round_recounts_only_the_nodes_the_loops_have_not_counted_lately
     assert set(await hot.refresh_stale(["a", "b", "c"], older_than=30)) == {"a", "c"}  # a: 40 s old; c: new
     assert await hot.refresh_stale(["a", "b", "c"], older_than=30) == {}
     assert [nodes for nodes, _ in times.calls] == [["a", "b"], ["b"], ["a", "c"]]
+
+
+async def test_a_refresh_that_read_before_a_newer_count_leaves_that_count_alone() -> None:
+    """The periodic pass read node x before a binding; the binding's flush counted it since (1, a fall planned).
+    The periodic pass finishing later must not put its older 0 back, nor drop the planned fall."""
+    import asyncio
+
+    from crane_annotator.hot import HotValues
+    from crane_shared.policy import HotValuePolicy
+
+    held = asyncio.Event()
+
+    class Source:
+        def __init__(self) -> None:
+            self.times: list[float] = []
+            self.calls = 0
+
+        async def recent(self, nodes: Sequence[str], since: float) -> dict[str, list[float]]:
+            answer = {n: [t for t in self.times if t > since] for n in nodes}  # Redis answered now
+            self.calls += 1
+            if self.calls == 1:
+                await held.wait()  # the periodic pass's answer still on its way
+            return answer
+
+    clock = [1000.0]
+    source = Source()
+    hot = HotValues(source, [HotValuePolicy(timedelta(minutes=1), 1)], clock=lambda: clock[0])
+    periodic = asyncio.create_task(hot.refresh(["x"]))
+    await asyncio.sleep(0)  # it has read: no binding yet
+    source.times.append(1000.2)
+    clock[0] = 1000.5
+    assert (await hot.refresh(["x"]))["x"].value == 1
+    fall = hot.next_fall_at()
+    assert fall is not None
+    held.set()
+    assert await periodic == {}  # its count is older than the one stored: not stored, not to be written
+    assert hot.latest["x"].value == 1 and hot.next_fall_at() == fall
