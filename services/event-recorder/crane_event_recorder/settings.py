@@ -12,7 +12,7 @@ from crane_shared.settings import (
     EnvArgumentParser,
     RedisSettings,
     common_settings,
-    duration,
+    non_negative_duration,
     positive_duration,
     positive_int,
     redis_settings,
@@ -106,7 +106,7 @@ def build_parser() -> EnvArgumentParser:
     r.add_argument(
         "--retention-margin",
         env="CRANE_RETENTION_MARGIN",
-        type=duration,
+        type=non_negative_duration,
         default="1m",
         help="added to the longest hotValue timeRange for the default retention",
     )
@@ -148,13 +148,18 @@ def parse_settings(argv: Sequence[str] | None = None) -> tuple[CommonSettings, R
     """The common and Redis sections, and the recorder's own settings."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        longest = policy_or_default(args.policy).longest_hot_value_window().total_seconds()
+    except PolicyError as err:
+        parser.error(str(err))
     retention = args.retention
     if retention is None:
-        try:
-            policy = policy_or_default(args.policy)
-        except PolicyError as err:
-            parser.error(str(err))
-        retention = policy.longest_hot_value_window().total_seconds() + args.retention_margin
+        retention = longest + args.retention_margin
+    elif retention < longest:  # the trimmer would delete records the hot value still counts
+        parser.error(
+            f"--retention {retention:g}s is shorter than the policy's longest hotValue timeRange ({longest:g}s): "
+            "records still inside it would be trimmed"
+        )
     if retention <= 0:
         parser.error("--retention must be positive (the policy has no hotValue rules: set --retention)")
     if args.watch_timeout < 1:

@@ -47,6 +47,8 @@ def test_reporting_controllers_default_to_both_schedulers_and_are_configurable()
     "argv",
     [
         ["--retention", "1d"],
+        ["--retention", "30s"],  # shorter than the default policy's 5m hotValue window
+        ["--retention-margin", "-120"],
         ["--buffer-size", "0"],
         ["--event-api", "v2"],
         ["--trim-interval", "0"],
