@@ -157,6 +157,24 @@ async def test_writes_that_reach_the_writer_with_their_terms_end_are_answered_re
     assert fake.seen == []
 
 
+async def test_reported_binds_cancelled_before_they_ran_answer_their_reports_too() -> None:
+    """As above with each bind's Scheduled event: the report's wait ends (not bound) with the bind's refusal, not
+    at the writer's restart (each one held its pod until then)."""
+    fake = _Api()
+    heard: list[Reply] = []
+    async with TestServer(fake.app) as server, api_writer(str(server.make_url(""))) as writer:
+        writer.term = term = Term()
+        report = ScheduledReport("crane-scheduler", "me", 0.0, heard.append)
+        pending = [asyncio.create_task(writer.bind("ns", f"p{i}", "u", "n1", report)) for i in range(5)]
+        await asyncio.sleep(0)  # each is buffered for FLUSH_DELAY, not sent yet
+        writer.end_term(term)
+        replies = await asyncio.wait_for(asyncio.gather(*pending), 10)
+        await eventually(lambda: len(heard) == 5, 10, "every report answered")
+        assert not writer._pending
+    assert [r.status for r in replies] == [REFUSED] * 5
+    assert [r.status for r in heard] == [REFUSED] * 5
+
+
 PROBE = "/api/v1/namespaces/ns/pods/probe/status"
 
 

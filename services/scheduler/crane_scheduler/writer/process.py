@@ -245,6 +245,7 @@ class Writer:
         self.renewed: dict[int, float] = {}  # term -> its latest deadline (``RENEW``)
         self.status_patches: dict[tuple[str, str], list[Supersedable]] = {}  # (namespace, pod) -> not answered
         self.patch_of: dict[int, Supersedable] = {}  # request id -> its status patch
+        self.event_of: dict[int, int] = {}  # a BIND_REPORTED's request id -> its event's (answered when cancelled)
         self._auth: tuple[dict[str, str], bytes] = ({}, b"")
 
     def receive(self, message: Any) -> None:
@@ -266,6 +267,7 @@ class Writer:
             event = once_scheduled_event(
                 namespace=namespace, pod=name, pod_uid=uid, node=node, scheduler=scheduler, instance=instance, at=at
             )
+            self.event_of[rid] = event_id
             self._start(rid, term, self._bind_and_report(rid, bind, event_id, namespace, event))
         elif kind in (REQUEST, URGENT, OBJECT):
             _, rid, method, path, body, content_type, term, deadline = message
@@ -315,8 +317,11 @@ class Writer:
                 marks.remove(patch)
                 if not marks:
                     del self.status_patches[patch.key]
+        event_id = self.event_of.pop(rid, None)
         if task.cancelled():  # cancelled before ``_answer`` ran (it answers its own cancellation): nothing was sent
             self.reply(rid, REFUSED, "cancelled")
+            if event_id is not None:  # nor was the bind's report: its caller's wait for it ends too
+                self.reply(event_id, REFUSED, NOT_BOUND)
 
     def _status_patch(self, rid: int, path: str) -> Supersedable | None:
         """A patch of a pod's status, which a bind of that pod supersedes (not sent yet) or waits for (sent)."""
