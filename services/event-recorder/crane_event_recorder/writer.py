@@ -16,7 +16,7 @@ from typing import Protocol
 from crane_event_recorder.buffer import RecordBuffer
 from crane_event_recorder.metrics import RecorderMetrics
 from crane_shared.bindings import BindingRecord
-from crane_shared.logs import get_logger
+from crane_shared.logs import LogOnce, get_logger
 from crane_shared.retry import Backoff, sleep_unless
 
 __all__ = ["BindingSink", "Writer"]
@@ -56,6 +56,8 @@ class Writer:
         self._on_records_lost = on_records_lost
         self._clock = clock
         self._known_server: str | None = None
+        self._unchecked_writes = False  # writes landed while no identity was known
+        self._log = LogOnce(log)
         self._last_check = float("-inf")
         self._outage_since: float | None = None
         self._dropped_before_outage = 0
@@ -69,6 +71,8 @@ class Writer:
                     return
                 await self._idle(stopping)
                 continue
+            if self._known_server is None:
+                await self._check_server()  # which server the writes land on (a restart is told by it)
             batch = buffer.take(self._batch_size)
             try:
                 added = await self._sink.record(batch, self._stream_maxlen)
@@ -77,6 +81,8 @@ class Writer:
                 await asyncio.sleep(self._backoff.next_delay())
                 continue
             buffer.done(batch)
+            if self._known_server is None and self._server_id is not None:
+                self._unchecked_writes = True
             self._account(batch, added)
             if self._outage_since is not None:
                 await self._recovered()
@@ -130,11 +136,21 @@ class Writer:
             return
         try:
             current = await self._server_id()
-        except Exception:  # Redis down: the next write will fail and be retried; check again after it
+        except Exception as err:  # Redis down: the next write will fail and be retried; check again after it
             self._metrics.redis_errors.inc()
+            self._log.warning(
+                "server-id",
+                "cannot read the Redis server's identity (INFO server: the user needs +info); a restart or failover "
+                "is not detected until it can",
+                error=repr(err),
+            )
             return
         previous, self._known_server = self._known_server, current
-        if previous is not None and previous != current:
+        unchecked, self._unchecked_writes = self._unchecked_writes, False
+        if previous is None and unchecked:  # writes landed before the identity could be read: on which server?
+            log.warning("redis server identity known only after writes; re-listing in case it changed meanwhile")
+            self._on_records_lost("redis-unverified")
+        elif previous is not None and previous != current:
             log.warning(
                 "redis server changed (restart or failover); re-listing to restore records",
                 previous=previous,

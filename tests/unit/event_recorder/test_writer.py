@@ -61,6 +61,9 @@ async def test_records_reach_the_store_in_order_and_duplicates_are_counted(harne
 
 
 async def test_outage_keeps_records_and_flushes_them_in_order_when_redis_returns(harness: Harness) -> None:
+    harness.push(9)  # before the outage: the writer knows which server it writes to
+    await wait_until(lambda: harness.store.order == ["u9"])
+    harness.store.order.clear()
     harness.store.fail = RedisConnectionError("refused")
     harness.push(0, 1, 2, 3)
     await wait_until(lambda: harness.metrics.value("redis_errors_total") >= 3)
@@ -83,9 +86,11 @@ async def test_unexpected_errors_do_not_kill_the_writer(harness: Harness) -> Non
 
 async def test_records_dropped_during_an_outage_trigger_a_relist_after_it(metrics: Metrics) -> None:
     h = Harness(metrics, capacity=2)
-    h.store.fail = RedisConnectionError("refused")
     task = asyncio.create_task(h.writer.run(h.stopping))
     try:
+        h.push(9)  # before the outage: the writer knows which server it writes to
+        await wait_until(lambda: h.store.order == ["u9"])
+        h.store.fail = RedisConnectionError("refused")
         h.push(0, 1)
         await wait_until(lambda: metrics.value("redis_errors_total") >= 1)
         h.push(2, 3, 4)  # over capacity: the oldest go (u0, u1 may still be in a write that succeeds)
@@ -105,6 +110,28 @@ async def test_a_restarted_redis_is_noticed_while_idle_and_triggers_a_relist(har
     await wait_until(lambda: harness.store.id_checks > checks)
     harness.store.server = "run-2"  # restarted without persistence: its data is gone
     await wait_until(lambda: harness.lost == ["redis-reset"])
+
+
+async def test_the_first_writes_wait_for_the_servers_identity_or_are_listed_again_once_it_is_known(
+    harness: Harness,
+) -> None:
+    """A restart is told by the server's identity (INFO's run_id), so it is read before the first write; when it
+    could not be (a failing INFO, a user without +info), the writes that landed meanwhile are listed again once it
+    is known: they may have gone to a server that is gone (a failover at start), and a later restart is then told."""
+    failures = [RedisConnectionError("LOADING")]
+    read_id = harness.store.server_id
+
+    async def server_id() -> str:
+        if failures:
+            raise failures.pop()
+        return await read_id()
+
+    harness.writer._server_id = server_id
+    harness.push(0)
+    await wait_until(lambda: harness.store.order == ["u0"])  # written though the identity was unknown
+    await wait_until(lambda: harness.lost == ["redis-unverified"])
+    harness.store.server = "run-2"
+    await wait_until(lambda: harness.lost == ["redis-unverified", "redis-reset"])
 
 
 async def test_stop_drains_what_is_buffered(metrics: Metrics) -> None:
