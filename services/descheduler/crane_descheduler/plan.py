@@ -96,6 +96,13 @@ class Evicted:
     node: str
     at: float
     use: PodUsage
+    target: str | None = None
+    """where its replacement was planned"""
+    replacement: Mapping[str, Any] | None = None
+    """that replacement as the target check read it: held on ``target`` until a pod of its owner created since
+    the eviction is seen bound (a StatefulSet's is created only once the evicted pod is gone)"""
+    owner: str = ""
+    """the evicted pod's controller's uid"""
 
 
 class TargetFinder(Protocol):

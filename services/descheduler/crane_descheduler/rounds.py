@@ -31,7 +31,7 @@ from crane_descheduler.plan import (
 )
 from crane_descheduler.pods import Disruptions, PodView, eviction_blocker, pod_view, workload_of, workload_owners
 from crane_descheduler.policy import DeschedulerPolicy, NodePool
-from crane_descheduler.targets import SchedulerSnapshot, SchedulerTargets
+from crane_descheduler.targets import SchedulerSnapshot, SchedulerTargets, replacement
 from crane_shared.batch import PodUsage
 from crane_shared.loadaware.dynamic import DynamicArgs
 from crane_shared.podresources import resource_list
@@ -170,6 +170,7 @@ def run_round(
         args,
         now.timestamp(),
         excluded,
+        in_flight(evicted, views),
     )
     drained = DrainState()
     workload_counts = {uid: Workload(c[0], c[1]) for uid, c in workloads.items()}
@@ -223,6 +224,35 @@ def run_round(
     return RoundResult(plan, classes, new_detectors, readings, pools, unknown, malformed, batch_problems, drained)
 
 
+CREATION_SLACK = 5.0
+"""seconds a replacement's creation time may read before its eviction's (the API server's clock and ours)"""
+
+
+def in_flight(
+    evicted: Sequence[Evicted], views: Sequence[tuple[PodView, Mapping[str, Any]]]
+) -> list[tuple[Mapping[str, Any], str]]:
+    """The replacements of this leader's evictions not seen bound yet (no bound pod of the evicted pod's owner
+    created since), with their planned targets: the target check holds their room there."""
+    newest: dict[str, float] = {}
+    for view, raw in views:
+        if view.node and view.owner is not None:
+            created = _created(raw)
+            newest[view.owner.uid] = max(newest.get(view.owner.uid, 0.0), created)
+    return [
+        (e.replacement, e.target)
+        for e in evicted
+        if e.target and e.replacement is not None and newest.get(e.owner, 0.0) < e.at - CREATION_SLACK
+    ]
+
+
+def _created(raw: Mapping[str, Any]) -> float:
+    text = (raw.get("metadata") or {}).get("creationTimestamp")
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp() if text else 0.0
+    except ValueError:
+        return 0.0
+
+
 @dataclass
 class RoundState:
     """A leader's rounds: what one round leaves to the next. ``plan`` runs a round at ``now`` on the cluster as
@@ -237,6 +267,8 @@ class RoundState:
     views: dict[str, tuple[str, PodView]] = field(default_factory=dict)
     recent: deque[Evicted] = field(default_factory=deque)
     """this leader's evictions, kept while an averaged metric may still carry them"""
+    pods: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """the last round's pods by uid (an eviction's replacement is read from them)"""
 
     def new_term(self) -> None:
         self.detectors = {}
@@ -276,9 +308,13 @@ class RoundState:
         )
         self.detectors = result.detectors
         self.drain = result.drain
+        self.pods = {str((p.get("metadata") or {}).get("uid")): p for p in pods}
         return result
 
     def evicted(self, eviction: Eviction, at: float, use: PodUsage) -> None:
         """``eviction`` was made at ``at`` (unix seconds); ``use``: the pod's measured usage then."""
-        self.recent.append(Evicted(eviction.node, at, use))
+        raw = self.pods.get(eviction.pod.uid)
+        held = replacement(raw) if raw is not None and eviction.target is not None else None
+        owner = eviction.pod.owner.uid if eviction.pod.owner is not None else ""
+        self.recent.append(Evicted(eviction.node, at, use, eviction.target, held, owner))
         self.detectors[eviction.node] = Detector()

@@ -90,7 +90,11 @@ class SchedulerTargets:
     now: float
     hot: Collection[str] = ()
     """nodes no pod is sent to (the round's hot ones)"""
+    in_flight: Sequence[tuple[Mapping[str, Any], str]] = ()
+    """earlier rounds' replacements not seen bound yet, with their targets: held there (as bound pods) for the
+    round, so their room is not planned twice"""
     _sim: Simulator | None = field(default=None, init=False)
+    _held: list[dict[str, Any]] = field(default_factory=list, init=False)
     _found: dict[str, Placement] = field(default_factory=dict, init=False)
     """pod uid -> its replacement's last ``find`` (Reserve reads what PreFilter wrote)"""
     _planned: list[Reservation] = field(default_factory=list, init=False)
@@ -100,6 +104,18 @@ class SchedulerTargets:
     def _build(self) -> Simulator:
         if self._sim is None:
             self._sim = self.snapshot.sync(self.nodes, self.pods, self.args, self.now)
+            for raw, target in self.in_flight:
+                if target not in self._sim.table.rows:
+                    continue
+                meta = raw.get("metadata") or {}
+                held = {
+                    **raw,
+                    "kind": "Pod",
+                    "metadata": {**meta, "uid": f"{meta.get('uid', '')}/in-flight"},
+                    "spec": {**(raw.get("spec") or {}), "nodeName": target},
+                }
+                self._sim.add(held)
+                self._held.append(held)
         return self._sim
 
     def find(self, pod: PodView, source: str, *, drain: bool = False) -> Verdict:
@@ -176,6 +192,9 @@ class SchedulerTargets:
         """Undo the round's plan on the snapshot: the next round starts from the cluster as the informers see it."""
         if self._sim is None:
             return
+        for held in self._held:
+            self._sim.delete(held)
+        self._held.clear()
         for reservation in reversed(self._planned):
             self._sim.undo(reservation)
         for removed in self._taken_out:

@@ -255,3 +255,49 @@ def test_a_hot_nodes_pod_the_scheduler_would_send_to_the_node_being_drained_stay
     )
     assert [(e.kind, e.pod.name, e.target) for e in result.plan.evictions] == [("drain", "d", "T")]
     assert result.plan.skipped["would-go-excluded"] == 1
+
+
+def test_a_replacement_not_bound_yet_keeps_its_room_on_its_target_in_the_next_round() -> None:
+    """Last round ``a`` went from A towards T; it is still terminating, and its replacement (a StatefulSet's is
+    only created once it is gone) is nowhere yet: T's room for it is still planned for, so this round does not
+    send both of A's and C's next pods into what is left there."""
+    from crane_descheduler.plan import Evicted
+    from crane_descheduler.targets import replacement
+    from crane_shared.batch import PodUsage
+
+    policy = replace(
+        POLICY,
+        drain=Drain(rounds=1, max_nodes=2),
+        limits=replace(POLICY.limits, per_node_per_round=1),
+    )
+    nodes = [node("A", cpu=0.1, mem=0.05), node("C", cpu=0.1, mem=0.05), node("T", cpu=0.3, mem=0.3, cores=8)]
+    a = pod("a", "A", cpu="1", owner="a")
+    gone = {**a, "metadata": {**a["metadata"], "deletionTimestamp": "2026-01-01T12:00:30Z"}}
+    pods = [gone, pod("b", "A", cpu="1", owner="b"), pod("c", "C", cpu="1", owner="c"), pod("x", "T", cpu="6")]
+    owner = a["metadata"]["ownerReferences"][0]["uid"]
+    earlier = Evicted("A", NOW.timestamp() - 30, PodUsage(0.1, 1 << 20), "T", replacement(a), owner)
+    state = DrainState({"A": 1, "C": 1}, frozenset({"A"}))
+    planned = run_round(
+        nodes, pods, {}, policy, PACK, {}, NOW, (earlier,), drain=state, snapshot=SchedulerSnapshot(PACKING_PROFILE)
+    )
+    into_t = [e.pod.name for e in planned.plan.evictions if e.target == "T"]
+    assert len(into_t) <= 1, into_t  # 2 of T's 8 cores were free, one of them the replacement's
+
+
+def test_a_replacement_is_held_only_until_a_new_pod_of_its_owner_is_seen_bound() -> None:
+    from crane_descheduler.plan import Evicted
+    from crane_descheduler.pods import pod_view
+    from crane_descheduler.rounds import in_flight
+    from crane_descheduler.targets import replacement
+    from crane_shared.batch import PodUsage
+
+    a = pod("a", "A", cpu="1", owner="a")
+    owner = a["metadata"]["ownerReferences"][0]["uid"]
+    earlier = Evicted("A", NOW.timestamp() - 30, PodUsage(0.1, 1 << 20), "T", replacement(a), owner)
+    assert in_flight([earlier], []) == [(earlier.replacement, "T")]
+    new = pod("a-2", "T", cpu="1", owner="a")
+    new["metadata"]["creationTimestamp"] = NOW.isoformat()
+    assert in_flight([earlier], [(pod_view(new), new)]) == []
+    old = pod("a-0", "T", cpu="1", owner="a")
+    old["metadata"]["creationTimestamp"] = "2025-01-01T00:00:00Z"  # a sibling from before: not the replacement
+    assert in_flight([earlier], [(pod_view(old), old)]) == [(earlier.replacement, "T")]

@@ -107,8 +107,9 @@ async def test_an_eviction_a_disruption_budget_refuses_429_is_counted_pdb_and_no
     assert seen == ["POST /api/v1/namespaces/default/pods/victim/eviction"]
 
 
-async def _evict_against(handle, monkeypatch: pytest.MonkeyPatch) -> str:
-    """``Evictor.evict`` against an HTTP server answering with ``handle``; its result."""
+async def _evict_against(handle, monkeypatch: pytest.MonkeyPatch, answered=None) -> str:
+    """``Evictor.evict`` against an HTTP server answering with ``handle``; its result. ``answered``: set before the
+    server stops (a handler still waiting would hold its shutdown)."""
     monkeypatch.setattr("crane_descheduler.evictor.REQUEST_TIMEOUT", 0.5)
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handle)
@@ -119,6 +120,8 @@ async def _evict_against(handle, monkeypatch: pytest.MonkeyPatch) -> str:
     try:
         return str(await Evictor(api, "me").evict(_eviction(), Term()))
     finally:
+        if answered is not None:
+            answered.set()
         await api.close()
         await runner.cleanup()
 
@@ -142,11 +145,16 @@ async def test_an_eviction_that_timed_out_may_have_happened_and_counts_as_one(mo
     counts against its budgets as an eviction (never one beyond them)."""
     import asyncio
 
+    answer = asyncio.Event()
+
     async def handle(request: web.Request) -> web.Response:
-        await asyncio.Event().wait()  # never answers
+        await answer.wait()  # not before the eviction timed out
         return web.Response(status=201)
 
-    assert await _evict_against(handle, monkeypatch) == "unknown"
+    try:
+        assert await _evict_against(handle, monkeypatch, answer) == "unknown"
+    finally:
+        answer.set()
 
 
 def test_the_event_is_the_shared_events_k8s_io_format_naming_node_metric_value_threshold_and_target():
