@@ -175,6 +175,22 @@ async def test_reported_binds_cancelled_before_they_ran_answer_their_reports_too
     assert [r.status for r in heard] == [REFUSED] * 5
 
 
+async def test_a_writer_process_alive_but_silent_while_requests_wait_is_restarted() -> None:
+    """A process that reads its requests and never answers (a credential plugin that hangs, a wait outside every
+    request's timeout): its requests are answered UNSENT (retried as after a crash) and it is restarted, instead
+    of every binding cycle waiting for ever."""
+    restarts: list[int] = []
+    writer = ApiWriter(
+        Connection(kubeconfig_dict=kubeconfig_for("http://127.0.0.1:9")), on_restart=lambda: restarts.append(1)
+    )
+    writer._argv = [sys.executable, "-c", "import sys, time\nwhile True: sys.stdin.buffer.read(1) or time.sleep(1)"]
+    writer.silence_limit = 1.0
+    async with writer:
+        reply = await asyncio.wait_for(writer.write("PATCH", "/api/v1/namespaces/ns/pods/p/status", {}, None), 30)
+        assert reply.status == UNSENT and "exited" in reply.text
+        await eventually(lambda: restarts, 30, "the writer restarted")
+
+
 PROBE = "/api/v1/namespaces/ns/pods/probe/status"
 
 

@@ -23,6 +23,7 @@ import contextlib
 import itertools
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,8 @@ FLUSH_DELAY = 0.002
 context switches, ~12 % of the scheduler's samples when flushed every loop turn); a bind is late by at most this"""
 FLUSH_BATCH = 256
 """messages that are flushed at once without waiting"""
+SILENCE_MIN = 60.0
+"""the least ``ApiWriter.silence_limit``: seconds of silence with requests waiting before the process is restarted"""
 STOP_TIMEOUT = 10.0
 """seconds the process gets to finish its requests once its stdin is closed: by then the reporter is done and the
 binding cycles are drained, so only writes whose callers gave up are left"""
@@ -102,6 +105,13 @@ class ApiWriter:
         self._started = asyncio.Event()
         self.ready = asyncio.Event()
         """set once the running process has built its client (its ``READY``), cleared when it exits"""
+        self._heard = time.monotonic()
+        """when the process last answered anything (or was started, or was last sent to while all was answered)"""
+        self.silence_limit = max(SILENCE_MIN, 2 * connection.request_timeout)
+        """requests pending and nothing answered for this long: the process is alive but stuck (a credential plugin
+        that hangs, a wait outside every request's timeout), so it is killed and restarted, its requests answered
+        ``UNSENT`` and retried as after a crash; a process making progress (a burst behind a rate limit) answers
+        something well within it"""
 
     # ------------------------------------------------------------------------------------------ lifecycle
 
@@ -140,12 +150,16 @@ class ApiWriter:
                 await asyncio.sleep(backoff.next_delay())
                 continue
             self._proc = proc
+            self._heard = time.monotonic()
             self._started.set()
+            watchdog = asyncio.create_task(self._watch_silence(proc))
             try:
                 await self._read(proc, backoff)
             except Exception as err:  # a reply that does not decode: restart rather than leave callers waiting
                 log.error("unreadable reply from the API writer process; restarting it", error=repr(err))
                 proc.kill()
+            finally:
+                watchdog.cancel()
             code = await proc.wait()
             self.ready.clear()
             self._fail_pending("the API writer process exited")
@@ -173,10 +187,27 @@ class ApiWriter:
                 await self._supervisor
         self._fail_pending("the API writer is closed")
 
+    async def _watch_silence(self, proc: asyncio.subprocess.Process) -> None:
+        """Kill ``proc`` when requests wait and it has answered nothing for ``silence_limit`` seconds."""
+        while proc.returncode is None:
+            await asyncio.sleep(min(1.0, self.silence_limit / 4))
+            if not self._pending:
+                self._heard = time.monotonic()  # nothing owed: silence is not a symptom
+            elif time.monotonic() - self._heard > self.silence_limit:
+                log.error(
+                    "the API writer process answered nothing while requests waited; restarting it",
+                    waited=round(time.monotonic() - self._heard, 1),
+                    pending=len(self._pending),
+                )
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                return
+
     async def _read(self, proc: asyncio.subprocess.Process, backoff: Backoff) -> None:
         assert proc.stdout is not None
         unpacker = msgpack.Unpacker(raw=False)
         while chunk := await proc.stdout.read(1 << 16):
+            self._heard = time.monotonic()
             backoff.reset()  # it answers: a later crash restarts it after the initial delay again
             unpacker.feed(chunk)
             for rid, status, text in unpacker:
