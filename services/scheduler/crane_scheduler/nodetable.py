@@ -268,6 +268,9 @@ class NodeTable:
         self.pod_assumed: list[Callable[[PodInfo, str], None]] = []
         # An assumption undone (its bind failed or was withheld), with its record: the decider workers' feed.
         self.pod_forgotten: list[Callable[[PodRecord, bool], None]] = []
+        self.reserve_kept: str | None = None
+        """while ``forget(uid, unreserved=False)`` removes the pod: ``uid`` (a ``pod_removed`` hook keeps what that
+        pod's Reserve took: it is bound already, and the informer will account it)"""
         # What-ifs that must be seen by plugins reading other nodes' pods (preemption's per-node dry run, kube's
         # PreFilterExtensions RemovePod/AddPod): (records, -1 taken out / +1 put back), with ``notify=True`` only.
         self.pod_simulated: list[Callable[[list[PodRecord], int], None]] = []
@@ -538,7 +541,11 @@ class NodeTable:
         record = self.pods.get(uid)
         if record is None or not record.assumed:
             return False
-        self.remove_pod(uid)
+        self.reserve_kept = None if unreserved else uid
+        try:
+            self.remove_pod(uid)
+        finally:
+            self.reserve_kept = None
         for forgotten in self.pod_forgotten:
             forgotten(record, unreserved)
         return True

@@ -375,3 +375,31 @@ def test_nrt_object_gauge_follows_adds_changes_and_deletes() -> None:
         s.plugin.metrics.topologies.labels("Static")._value.get(),
         s.plugin.metrics.topologies.labels("None")._value.get(),
     ) == (0, 1)
+
+
+def test_a_bind_answered_already_bound_keeps_the_zone_taken() -> None:
+    """The bind's 409 (bound already, by an earlier try whose reply was lost): the assumption is forgotten with the
+    plugins' Reserve state kept, so the zone stays taken until the informer brings the bound pod."""
+    s = Setup("n1")
+    s.topology(nrt("n1", [("node0", "4")]))
+    a = guaranteed("4", name="a")
+    place(s, a, "n1")
+    s.table.forget(a["metadata"]["uid"], unreserved=False)
+    assert s.filter(guaranteed("4", name="b"))[1] == {"n1": INSUFFICIENT_NUMA}
+
+
+def test_a_node_removed_and_added_again_gets_the_usage_that_changed_meanwhile() -> None:
+    s = Setup("n1")
+    s.topology(nrt("n1", [("node0", "4")]))
+    assert s.filter(guaranteed("4"))[1] == {}
+    s.table.remove_node("n1")
+    s.bind(guaranteed("4", name="a", result=[("node0", cpus(4))]), "n1")  # the informer, while n1 is gone
+    s.add_node("n1")
+    assert s.filter(guaranteed("4", name="b"))[1] == {"n1": INSUFFICIENT_NUMA}
+
+
+@pytest.mark.parametrize("quantity", ["1e9999999", "99999999999999999999Gi"])
+def test_a_quantity_out_of_range_is_a_malformed_nrt_not_a_crash(quantity: str) -> None:
+    s = Setup("n1")
+    s.topology(nrt("n1", [("node0", quantity)]))
+    assert s.filter(guaranteed("1"))[1] == {"n1": FAILED_TO_GET_NRT}

@@ -42,6 +42,10 @@ _BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 _DECIMAL_SUFFIXES = {-3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
 
 
+MAX_VALUE = 2**63 - 1
+"""the largest quantity kube stores (an int64)"""
+
+
 class TopologyError(ValueError):
     """A malformed NRT object or annotation; the message names the field."""
 
@@ -50,10 +54,12 @@ def scheduler_value(name: str, text: Any) -> int:
     """A quantity in the scheduler's units (millicores for cpu), rounded up like ``MilliValue()``/``Value()``."""
     try:
         value = parse_quantity(text)
-    except ValueError as err:
-        raise TopologyError(str(err)) from err
-    scaled = value * 1000 if name == "cpu" else value
-    return int(scaled.to_integral_value(rounding="ROUND_CEILING"))
+        scaled = value * 1000 if name == "cpu" else value
+        if abs(scaled) > MAX_VALUE:
+            raise ValueError(f"{name} {text!r} is out of range")
+        return int(scaled.to_integral_value(rounding="ROUND_CEILING"))
+    except (ValueError, ArithmeticError) as err:  # decimal's Overflow for an exponent past its range
+        raise TopologyError(f"{name}: {err}" if not str(err).startswith(name) else str(err)) from err
 
 
 def _binary(name: str) -> bool:

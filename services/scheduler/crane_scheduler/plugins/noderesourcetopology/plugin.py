@@ -121,6 +121,7 @@ class NodeResourceTopologyMatch(
         self._log_once = LogOnce(log)
         self._next_expiry = 0.0
         self._cpu = args.resources.index("cpu") if args.has_cpu else -1
+        self._rowless_changes: set[str] = set()  # nodes whose usage changed while they had no row
         if not args.has_cpu:
             log.warning("topologyAwareResources has no cpu: no pod has target containers, the plugin does nothing")
         table = handle.table
@@ -134,8 +135,9 @@ class NodeResourceTopologyMatch(
         """Node-table hook (node added or changed): make sure its row holds its NRT and usage."""
         row = self.handle.table.rows[node.name]
         topo = self.topologies.get(node.name)
-        if row < self.zones.cap and self.zones.topology[row] is topo:  # most node updates: annotations only
-            return int(self.zones.code[row])
+        if row < self.zones.cap and self.zones.topology[row] is topo and node.name not in self._rowless_changes:
+            return int(self.zones.code[row])  # most node updates: annotations only
+        self._rowless_changes.discard(node.name)
         return self.zones.write(row, topo, self.usage.totals(node.name))
 
     def _rewrite(self, node: str) -> None:
@@ -149,6 +151,8 @@ class NodeResourceTopologyMatch(
             row = rows.get(node)
             if row is not None and row < self.zones.cap:
                 self.zones.write_used(row, self.usage.totals(node))
+            else:  # no row now (deleted, not added yet): the row it gets must be written whole
+                self._rowless_changes.add(node)
 
     def set_topology(self, obj: Mapping[str, Any]) -> None:
         """An NRT object added or changed; a malformed one leaves its node without an NRT (logged, counted)."""
@@ -205,6 +209,8 @@ class NodeResourceTopologyMatch(
         self._usage_changed(self.usage.set_bound(pod.uid, pod.node_name, result))
 
     def _pod_removed(self, uid: str) -> None:
+        if uid == self.handle.table.reserve_kept:
+            return  # bound already ("already bound"): its zones stay taken until its bound object (or the TTL) says
         if self.usage.result_of(uid) is not None or self.usage.is_assumed(uid):
             self._usage_changed(self.usage.remove(uid))
 
