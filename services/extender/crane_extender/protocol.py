@@ -266,6 +266,8 @@ def parse_args(body: bytes | str | Any) -> ExtenderArgs:
     names = _node_names(body.get("NodeNames"))
     if nodes is None and names is None:
         raise MalformedRequest("no-nodes", "ExtenderArgs has neither Nodes (a v1.NodeList) nor NodeNames")
+    if nodes is not None and names is not None:  # kube-scheduler sends one, by the extender's nodeCacheCapable
+        raise MalformedRequest("both-nodes", "ExtenderArgs has both Nodes and NodeNames; one is expected")
     return ExtenderArgs(pod_view(pod), nodes, names)
 
 
@@ -314,6 +316,11 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         size = pod_size(spec) if isinstance(spec, dict) else PodSize(0.0, 0.0)
     except (ValueError, TypeError, AttributeError):  # unparseable resources: no estimate, still scheduled
         size = PodSize(0.0, 0.0)
+    try:
+        batch = is_batch(spec) if isinstance(spec, dict) else False
+        refusal = _batch_refusal(spec) if isinstance(spec, dict) else None
+    except (ValueError, TypeError, AttributeError) as err:
+        raise MalformedRequest("bad-pod", f"ExtenderArgs.Pod.spec: the containers cannot be read: {err}") from None
     return PodView(
         uid=str(meta.get("uid") or ""),
         namespace=str(meta.get("namespace") or ""),
@@ -321,8 +328,8 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         daemonset=is_daemonset_pod(meta),
         cpu=size.cpu,
         memory=size.memory,
-        batch=is_batch(spec) if isinstance(spec, dict) else False,
-        refusal=_batch_refusal(spec) if isinstance(spec, dict) else None,
+        batch=batch,
+        refusal=refusal,
     )
 
 
@@ -439,11 +446,11 @@ def filter_verdicts(
     incoming = estimate.enabled and estimate.incoming_pod
     cpu, memory = estimate.cpu_factor * pod.cpu, estimate.memory_factor * pod.memory
     for name, found in zip(req.node_names or (), verdicts, strict=True):
-        if unknown and name in unknown:
+        if pod.daemonset:  # placed whatever the node's load, known to the cache or not (a new node's own pods)
+            reason = None
+        elif unknown and name in unknown:
             unresolvable[name] = UNKNOWN_NODE_REASON
             continue
-        if pod.daemonset:
-            reason = None
         else:
             if found.regular is not None and not pod.batch:
                 found = found.regular

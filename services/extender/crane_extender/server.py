@@ -15,6 +15,7 @@ themselves run on the loop (they read the node cache the informer updates there)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import time
@@ -73,7 +74,7 @@ class ExtenderMetrics(MetricSet):
         super().__init__(registry)
         self.requests: Counter = self.counter(
             "requests_total",
-            "Extender requests by verb and result (ok, malformed, unavailable, error)",
+            "Extender requests by verb and result (ok, malformed, unavailable, error; bind and preempt: not-served)",
             ["verb", "result"],
         )
         self.duration: Histogram = self.histogram(
@@ -138,6 +139,7 @@ class Extender:
         self.clock = clock
         self.max_request_bytes = max_request_bytes
         self._once = LogOnce(log)
+        self._large = asyncio.Semaphore(1)  # bodies past PARSE_OFF_LOOP_BYTES: read and decoded one at a time
         self.memo = LoadMemo(self._malformed_annotations, self._stale_batch)
         self._views: dict[str, tuple[dict[str, Any], NodeView]] = {}
 
@@ -252,15 +254,18 @@ class Extender:
 
     async def handle(self, request: web.Request, verb: Verb) -> web.Response:
         started = time.perf_counter()
-        try:
-            body = await _read_body(request, self.max_request_bytes)
-        except _TooLarge as err:
-            self.metrics.malformed.labels("too-large").inc()
-            self._once.warning("malformed:too-large", "extender request too large", verb=verb, error=str(err))
-            result: Any = self._failure(verb, f"crane extender: {err}")
-            outcome = "malformed"
-        else:
-            result, outcome = self.answer(verb, await parse_off_loop(body))
+        large = request.content_length is None or request.content_length > PARSE_OFF_LOOP_BYTES
+        async with self._large if large else contextlib.nullcontext():  # one large body in memory at a time
+            try:
+                body = await _read_body(request, self.max_request_bytes)
+            except _TooLarge as err:
+                self.metrics.malformed.labels("too-large").inc()
+                self._once.warning("malformed:too-large", "extender request too large", verb=verb, error=str(err))
+                result: Any = self._failure(verb, f"crane extender: {err}")
+                outcome = "malformed"
+            else:
+                result, outcome = self.answer(verb, await parse_off_loop(body))
+                del body
         response = web.json_response(result, dumps=_dumps)
         self.metrics.requests.labels(verb, outcome).inc()
         self.metrics.duration.labels(verb).observe(time.perf_counter() - started)
@@ -276,6 +281,8 @@ async def parse_off_loop(body: bytes) -> bytes | ExtenderArgs | MalformedRequest
         return await asyncio.to_thread(parse_args, body)
     except MalformedRequest as err:
         return err
+    except Exception as err:  # a bug must cost one decision, not a 500 (``answer`` catches it for small bodies)
+        return MalformedRequest("unreadable", f"{type(err).__name__}: {err}")
 
 
 def _no_version(name: str) -> int:
@@ -295,14 +302,16 @@ class _TooLarge(Exception):
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
+    """The body, refused past ``limit`` (by its Content-Length before reading any of it)."""
+    too_large = f"request body larger than {limit} bytes (--max-request-bytes)"
+    if request.content_length is not None and request.content_length > limit:
+        raise _TooLarge(too_large)
+    body = bytearray()
     async for chunk in request.content.iter_chunked(1 << 20):
-        size += len(chunk)
-        if size > limit:
-            raise _TooLarge(f"request body larger than {limit} bytes (--max-request-bytes)")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        if len(body) + len(chunk) > limit:
+            raise _TooLarge(too_large)
+        body += chunk
+    return bytes(body)
 
 
 async def _filter(request: web.Request) -> web.Response:
@@ -313,10 +322,25 @@ async def _prioritize(request: web.Request) -> web.Response:
     return await request.app[EXTENDER].handle(request, "prioritize")
 
 
+async def _not_served(request: web.Request) -> web.Response:
+    """``bindVerb`` / ``preemptVerb`` configured for this extender: answered with the protocol's ``Error`` (kube-
+    scheduler logs it and fails that bind or preemption), saying which setting to remove, rather than a bare 404."""
+    verb = request.path.rsplit("/", 1)[-1]
+    setting = "bindVerb" if verb == "bind" else "preemptVerb"
+    message = f"crane extender: {verb} is not served (it filters and prioritizes only): remove {setting}"
+    extender = request.app[EXTENDER]
+    extender.metrics.requests.labels(verb, "not-served").inc()
+    extender._once.warning(f"not-served:{verb}", "extender verb not served", verb=verb)
+    return web.json_response({"Error": message})
+
+
 def make_app(extender: Extender) -> web.Application:
-    """A sub-application with ``POST /filter`` and ``POST /prioritize``; mount it under the urlPrefix path."""
+    """A sub-application with ``POST /filter`` and ``POST /prioritize`` (``/bind`` and ``/preempt`` answer that they
+    are not served); mount it under the urlPrefix path."""
     app = web.Application()
     app[EXTENDER] = extender
     app.router.add_post("/filter", _filter)
     app.router.add_post("/prioritize", _prioritize)
+    app.router.add_post("/bind", _not_served)
+    app.router.add_post("/preempt", _not_served)
     return app

@@ -203,3 +203,38 @@ async def test_a_large_malformed_body_is_an_error_answer_from_the_worker_thread(
     result = await served.post("filter", body)
     assert result["Error"].startswith("crane extender: malformed filter request: request body is not JSON")
     assert served.count("crane_extender_malformed_requests_total", kind="not-json") == 1
+
+
+async def test_a_large_body_whose_pod_cannot_be_read_is_a_malformed_answer_not_a_500(served: Served) -> None:
+    from crane_extender.server import PARSE_OFF_LOOP_BYTES
+
+    padding = [node(f"n{i}", usage(0.1)) for i in range(PARSE_OFF_LOOP_BYTES // 300)]
+    body = nodes_args({"metadata": {"name": "p"}, "spec": {"containers": [None]}}, padding)
+    result = await served.post("filter", body)
+    assert result["Error"].startswith("crane extender: malformed filter request: ExtenderArgs.Pod.spec")
+    assert served.count("crane_extender_malformed_requests_total", kind="bad-pod") == 1
+
+
+async def test_a_daemonset_pod_passes_a_node_the_cache_has_not_seen_yet(served: Served) -> None:
+    """A new node's DaemonSet pods come at once, maybe before the node's watch event: kube's own exemption."""
+    informer = served.extender.informer
+    assert informer is not None
+    informer.cache.update({n["metadata"]["name"]: n for n in fresh(FLEET)})
+    informer.synced.set()
+    daemon = pod()
+    daemon["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "agent", "uid": "u", "controller": True}]
+    result = await served.post("filter", names_args(daemon, ["new-node", "hot"]))
+    assert result["NodeNames"] == ["new-node", "hot"] and result["FailedAndUnresolvableNodes"] == {}
+
+
+async def test_bind_and_preempt_verbs_say_they_are_not_served(served: Served) -> None:
+    for verb, setting in (("bind", "bindVerb"), ("preempt", "preemptVerb")):
+        result = await served.post(verb, {"PodName": "p"})
+        assert result["Error"].endswith(f"is not served (it filters and prioritizes only): remove {setting}")
+        assert served.count("crane_extender_requests_total", verb=verb, result="not-served") == 1
+
+
+async def test_nodes_and_node_names_together_are_refused(served: Served) -> None:
+    both = {**nodes_args(pod(), fresh(FLEET)), "NodeNames": ["cool"]}
+    result = await served.post("filter", both)
+    assert "has both Nodes and NodeNames" in result["Error"]
