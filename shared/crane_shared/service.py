@@ -66,15 +66,29 @@ def query_int(params: dict[str, str], name: str, default: int, *, minimum: int =
 
 
 def server_tls(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
-    """A serving TLS context (TLS 1.2+). With ``client_ca_file`` every client must present a certificate signed
-    by that CA (client-certificate authentication, as kube-scheduler's extender ``tlsConfig`` can send)."""
+    """A serving TLS context (TLS 1.2+). With ``client_ca_file`` a client certificate is verified against that CA
+    when one is presented (a certificate it did not sign fails the handshake); the routes that need one say so with
+    ``client_certificate_required`` (kube-scheduler's extender ``tlsConfig`` sends one; the kubelet's probes and
+    Prometheus do not, and must still reach ``/healthz``, ``/readyz`` and ``/metrics``)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert_file, key_file)
     if client_ca_file:
         context.load_verify_locations(cafile=client_ca_file)
-        context.verify_mode = ssl.CERT_REQUIRED
+        context.verify_mode = ssl.CERT_OPTIONAL
     return context
+
+
+@web.middleware
+async def client_certificate_required(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """aiohttp middleware: 403 unless the client presented a certificate the server's ``client_ca_file`` signed
+    (``server_tls`` verified it in the handshake)."""
+    transport = request.transport
+    if transport is None or not transport.get_extra_info("peercert"):
+        raise web.HTTPForbidden(text="a client certificate signed by the server's --client-ca-file is required")
+    return await handler(request)
 
 
 def concurrency_limit(limit: int) -> Any:

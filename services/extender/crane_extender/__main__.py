@@ -30,7 +30,7 @@ from crane_shared.loadaware.dynamic import DynamicArgs, EstimateArgs, binding_ho
 from crane_shared.logs import configure_logging, get_logger
 from crane_shared.policy import PolicyError, policy_or_default
 from crane_shared.redisconn import redacted, redis_from_args
-from crane_shared.service import Access, ServiceRuntime, concurrency_limit, server_tls
+from crane_shared.service import Access, ServiceRuntime, client_certificate_required, concurrency_limit, server_tls
 from crane_shared.settings import (
     EnvArgumentParser,
     add_common_flags,
@@ -118,7 +118,8 @@ def build_parser() -> EnvArgumentParser:
         "--client-ca-file",
         env="CRANE_EXTENDER_CLIENT_CA_FILE",
         default=None,
-        help="require a client certificate signed by this CA (the certFile/keyFile of the extender's tlsConfig)",
+        help="require a client certificate signed by this CA on the extender's routes (the certFile/keyFile of the "
+        "extender's tlsConfig); /healthz, /readyz and /metrics are reached without one",
     )
     add_common_flags(parser, default_port=8888)
     add_redis_flags(parser)
@@ -185,6 +186,8 @@ async def serve(ns: argparse.Namespace, args: DynamicArgs, tls: ssl.SSLContext |
 
     extender = Extender(args, informer=informer, recent=recent, metrics=metrics, max_request_bytes=ns.max_request_bytes)
     app = make_app(extender)
+    if ns.client_ca_file:  # the extender's routes only: probes and metrics are reached without one
+        app.middlewares.append(client_certificate_required)
     app.middlewares.append(concurrency_limit(ns.max_concurrent_requests))
     runtime.app.add_subapp(URL_PATH, app)
     log.info(

@@ -86,11 +86,21 @@ async def test_client_certificate_required_with_client_ca_file(pki: Pki, tmp_pat
     cert, key = _client_cert(pki, tmp_path)
     async with extender(pki, tmp_path, "--client-ca-file", str(pki.ca_cert)) as base:
         anonymous = ssl.create_default_context(cafile=str(pki.ca_cert))
-        with pytest.raises(aiohttp.ClientError):
-            await _post(f"{base}/extender/filter", anonymous)
+        assert await _post(f"{base}/extender/filter", anonymous) == 403
         with_cert = ssl.create_default_context(cafile=str(pki.ca_cert))
         with_cert.load_cert_chain(str(cert), str(key))
         assert await _post(f"{base}/extender/filter", with_cert) == 200
+        # the kubelet's probes present no certificate: they still reach the health endpoints
+        async with aiohttp.ClientSession() as s, s.get(f"{base}/healthz", ssl=anonymous) as r:
+            assert r.status == 200
+        # a certificate another CA signed fails the handshake
+        other = make_pki(tmp_path / "other")
+        (tmp_path / "other-client").mkdir()
+        foreign_cert, foreign_key = _client_cert(other, tmp_path / "other-client")
+        foreign = ssl.create_default_context(cafile=str(pki.ca_cert))
+        foreign.load_cert_chain(str(foreign_cert), str(foreign_key))
+        with pytest.raises(aiohttp.ClientError):
+            await _post(f"{base}/extender/filter", foreign)
 
 
 def test_tls_flags_are_checked_before_serving(pki: Pki) -> None:
