@@ -336,3 +336,34 @@ def test_upstreams_shipped_configuration_loads() -> None:
     assert [w for p, w in profile.score if p.name == NAME] == [2]
     for point in ("pre_filter", "filter", "reserve", "pre_bind"):
         assert NAME in [p.name for p in getattr(profile, point)], point
+
+
+def test_preemption_frees_a_victims_numa_zone_in_its_what_if() -> None:
+    """One 4-CPU zone held by a lower-priority pod: a 4-CPU pod of higher priority preempts it (upstream's Filter
+    counts the node's pods, so the victims' zones are free in the dry run), as without NUMA."""
+    from crane_scheduler.simulate import Simulator
+    from tests.support.nrt import nrt as nrt_object
+    from tests.support.scheduler import node
+
+    points: dict[str, Any] = {p: {"enabled": [{"name": NAME}]} for p in ("preFilter", "filter", "reserve", "preBind")}
+    config = {
+        "profiles": [
+            {
+                "schedulerName": "default-scheduler",
+                "plugins": points,
+                "pluginConfig": [{"name": NAME, "args": {"topologyAwareResources": ["cpu"]}}],
+            }
+        ]
+    }
+    sim = Simulator(config, out_of_tree=False)
+    sim.add({**node("n1", cpu="8", memory="32Gi"), "kind": "Node"})
+    sim.plugin(NAME).set_topology(nrt_object("n1", [("node0", "4")]))  # type: ignore[attr-defined]
+    low = guaranteed("4", name="low", result=[("node0", cpus(4))])
+    low["spec"]["nodeName"] = "n1"
+    sim.add({**low, "kind": "Pod"})
+    vip = guaranteed("4", name="vip")
+    vip["spec"]["priority"] = 1000
+    placed = sim.place(vip)
+    assert placed.node is None and placed.preemption is not None
+    assert (placed.preemption.node, placed.preemption.victims) == ("n1", ("ns/low",))
+    assert sim.place(guaranteed("4", name="other")).node is None  # the what-if was undone

@@ -26,7 +26,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from crane_scheduler import framework as fwk
-from crane_scheduler.nodetable import IntArray, NodeTable
+from crane_scheduler.nodetable import IntArray, NodeTable, PodRecord
 from crane_scheduler.plugins.noderesourcetopology import fit
 from crane_scheduler.plugins.noderesourcetopology.args import TopologyArgs, parse_args
 from crane_scheduler.plugins.noderesourcetopology.model import (
@@ -122,12 +122,14 @@ class NodeResourceTopologyMatch(
         self._next_expiry = 0.0
         self._cpu = args.resources.index("cpu") if args.has_cpu else -1
         self._rowless_changes: set[str] = set()  # nodes whose usage changed while they had no row
+        self._simulated_out: set[str] = set()  # preemption's victims in its what-if (``victims_simulated``)
         if not args.has_cpu:
             log.warning("topologyAwareResources has no cpu: no pod has target containers, the plugin does nothing")
         table = handle.table
         table.register_column(f"{NAME}.{handle.profile}.{id(self)}", self._node_changed, dtype=np.int8)
         table.pod_added.append(self._pod_added)
         table.pod_removed.append(self._pod_removed)
+        table.victims_simulated.append(self._victims_simulated)
 
     # -- inputs: node rows, NRT objects, pods' results -----------------------------------------------------------
 
@@ -138,19 +140,32 @@ class NodeResourceTopologyMatch(
         if row < self.zones.cap and self.zones.topology[row] is topo and node.name not in self._rowless_changes:
             return int(self.zones.code[row])  # most node updates: annotations only
         self._rowless_changes.discard(node.name)
-        return self.zones.write(row, topo, self.usage.totals(node.name))
+        return self.zones.write(row, topo, self.usage.totals(node.name, self._simulated_out))
 
     def _rewrite(self, node: str) -> None:
         row = self.handle.table.rows.get(node)
         if row is not None:
-            self.zones.write(row, self.topologies.get(node), self.usage.totals(node))
+            self.zones.write(row, self.topologies.get(node), self.usage.totals(node, self._simulated_out))
+
+    def _victims_simulated(self, victims: list[PodRecord], sign: int) -> None:
+        """Preemption's what-if takes ``victims`` out (-1) or puts them back (+1): the zones they hold are free in
+        it, as upstream's Filter (which counts the pods on the node) sees them."""
+        nodes = {v.node for v in victims if self.usage.result_of(v.uid) is not None}
+        if not nodes:
+            return
+        uids = {v.uid for v in victims}
+        if sign < 0:
+            self._simulated_out |= uids
+        else:
+            self._simulated_out -= uids
+        self._usage_changed(nodes)
 
     def _usage_changed(self, nodes: set[str]) -> None:
         rows = self.handle.table.rows
         for node in nodes:
             row = rows.get(node)
             if row is not None and row < self.zones.cap:
-                self.zones.write_used(row, self.usage.totals(node))
+                self.zones.write_used(row, self.usage.totals(node, self._simulated_out))
             else:  # no row now (deleted, not added yet): the row it gets must be written whole
                 self._rowless_changes.add(node)
 

@@ -114,9 +114,12 @@ class ZoneUsage:
             changed |= self._refresh(uid)
         return changed
 
-    def totals(self, node: str) -> Totals:
+    def totals(self, node: str, without: frozenset[str] | set[str] = frozenset()) -> Totals:
+        """What the node's pods take from each zone (``without`` those pods: preemption's what-if)."""
         out: Totals = {}
-        for result in self._by_node.get(node, {}).values():
+        for uid, result in self._by_node.get(node, {}).items():
+            if uid in without:
+                continue
             for entry in result:
                 zone = out.setdefault(entry.zone, {})
                 for res, amount in entry.capacity.items():
