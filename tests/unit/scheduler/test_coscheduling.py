@@ -24,6 +24,7 @@ from crane_scheduler.loadaware.plugin import Dynamic
 from crane_scheduler.nodetable import NodeTable
 from crane_scheduler.plugins.coscheduling import gang as g
 from crane_scheduler.plugins.coscheduling.plugin import Coscheduling, allocatable_grew, parse_args
+from crane_scheduler.plugins.gangscheduling import plugin as gangplugin
 from crane_scheduler.plugins.gangwait import go_duration, timed_out
 from crane_scheduler.podinfo import parse_node, parse_pod
 from crane_scheduler.reporting import Reporter
@@ -582,3 +583,41 @@ async def test_a_podgroup_lowering_its_min_member_lets_its_waiting_members_out_o
     plugin.set_group(group_obj("job", 2))  # the PodGroup changed: its waiting members are activated
     await step(s)
     assert sorted(name for name, _ in binder.calls) == ["job-0", "job-1"]
+
+
+async def test_a_coscheduling_group_and_a_pod_group_of_one_name_stay_two_gangs() -> None:
+    """One profile with both gang plugins; in namespace ns a scheduler-plugins PodGroup ``job`` (minMember 2, two
+    labelled pods) and a 1.37 PodGroup ``job`` (minCount 3, one pod so far). Merged, the 1.37 gang's one pod made
+    the other's quorum and was bound alone; now it waits for its own group."""
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [
+            {
+                "schedulerName": "crane-scheduler",
+                "plugins": {
+                    "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
+                    "multiPoint": {"enabled": [{"name": "Coscheduling"}, {"name": "GangScheduling"}]},
+                },
+            }
+        ],
+    }
+    binder, clock = HeldBinder(), Clock()
+    s = scheduler_with(binder, clock, config=config)
+    cos = s.profiles["crane-scheduler"].plugins["Coscheduling"]
+    gs = s.profiles["crane-scheduler"].plugins["GangScheduling"]
+    cos.synced = gs.synced = True  # type: ignore[attr-defined]
+    gs.version = gangplugin.POD_GROUP_VERSION  # type: ignore[attr-defined]
+    cos.set_group(group_obj("job", 2))  # type: ignore[attr-defined]
+    # kube 1.37's PodGroup ns/job, minCount 3, and a pod joining it by spec.schedulingGroup
+    gs.set_pod_group(  # type: ignore[attr-defined]
+        {"metadata": {"name": "job", "namespace": "ns"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}}
+    )
+    s.on_node(node("n1", cpu="4"))
+    joined = pod("k-0", cpu="1", spec={"schedulingGroup": {"podGroupName": "job"}})
+    for raw in (member("c-0", "job"), member("c-1", "job"), joined):
+        s.on_pod(raw)
+    for _ in range(4):
+        if s.queue.active_len:
+            await step(s)
+    assert sorted(name for name, _ in binder.calls) == ["c-0", "c-1"]
