@@ -201,7 +201,7 @@ class ClaimTracker:
             return seen
         if seen is None and key in self._created:  # not listed yet
             return mine
-        if seen is None or _resource_version(seen) >= _resource_version(mine):  # deleted, or caught up
+        if seen is None or resource_version(seen) >= resource_version(mine):  # deleted, or caught up
             self.restore(key)
             return seen
         return mine
@@ -366,7 +366,7 @@ class HeldIndex:
             recheck(device)
 
 
-def _resource_version(claim: Raw) -> int:
+def resource_version(claim: Raw) -> int:
     try:
         return int(_meta(claim).get("resourceVersion") or 0)
     except ValueError:

@@ -114,6 +114,7 @@ from crane_scheduler.plugins.dynamicresources.claims import (
     claim_key,
     is_reserved_for_pod,
     pod_claims,
+    resource_version,
 )
 from crane_scheduler.plugins.dynamicresources.nodeview import DeviceCache
 from crane_scheduler.plugins.dynamicresources.pools import PoolError, node_selector_matches
@@ -740,7 +741,8 @@ class DynamicResources(
             previous = self.tracker.assumed.get(key)
             base = _with_allocation(claim, allocation) if allocation is not None else claim
             meta = dict(base.get("metadata") or {})
-            meta["resourceVersion"] = str(max(_version(claim), _version(previous)) + 1)  # newer than the lister's
+            newest = max(resource_version(claim), resource_version(previous) if previous is not None else 0)
+            meta["resourceVersion"] = str(newest + 1)  # newer than the lister's
             status = dict(base.get("status") or {})
             status["reservedFor"] = [
                 *(status.get("reservedFor") or ()),
@@ -998,13 +1000,6 @@ def _prioritized_list_score(claims: Sequence[Raw], results: Sequence[Raw]) -> in
                 if f"{request.get('name', '')}/{sub.get('name', '')}" in chosen:
                     score += FIRST_AVAILABLE_MAX_SIZE - index
     return score
-
-
-def _version(claim: Raw | None) -> int:
-    try:
-        return int(((claim or {}).get("metadata") or {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
 
 
 def _with_allocation(claim: Raw, allocation: dict[str, Any]) -> dict[str, Any]:
