@@ -160,13 +160,16 @@ def eviction_blocker(pod: Mapping[str, Any], now: datetime, evictable: Evictable
         return "local-storage"
     if (pod.get("status") or {}).get("phase") != "Running":
         return "not-running"  # passes with time
-    created = meta.get("creationTimestamp")
-    if not created:
-        return "young"
-    born = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
-    if now - born < evictable.min_pod_age:
+    born = created_at(meta)
+    if born is None or now - born < evictable.min_pod_age:
         return "young"
     return None
+
+
+def created_at(meta: Mapping[str, Any]) -> datetime | None:
+    """The object's ``metadata.creationTimestamp``; None without one (``ValueError`` for one that is not a time)."""
+    created = meta.get("creationTimestamp")
+    return datetime.fromisoformat(str(created).replace("Z", "+00:00")) if created else None
 
 
 MAX_DISRUPTED_PODS = 2000

@@ -29,7 +29,15 @@ from crane_descheduler.plan import (
     Workload,
     plan_round,
 )
-from crane_descheduler.pods import Disruptions, PodView, eviction_blocker, pod_view, workload_of, workload_owners
+from crane_descheduler.pods import (
+    Disruptions,
+    PodView,
+    created_at,
+    eviction_blocker,
+    pod_view,
+    workload_of,
+    workload_owners,
+)
 from crane_descheduler.policy import DeschedulerPolicy, NodePool
 from crane_descheduler.targets import SchedulerSnapshot, SchedulerTargets, replacement
 from crane_shared.batch import PodUsage
@@ -246,11 +254,11 @@ def in_flight(
 
 
 def _created(raw: Mapping[str, Any]) -> float:
-    text = (raw.get("metadata") or {}).get("creationTimestamp")
     try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp() if text else 0.0
+        born = created_at(raw.get("metadata") or {})
     except ValueError:
         return 0.0
+    return born.timestamp() if born is not None else 0.0
 
 
 @dataclass
