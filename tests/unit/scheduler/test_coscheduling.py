@@ -589,19 +589,8 @@ async def test_a_coscheduling_group_and_a_pod_group_of_one_name_stay_two_gangs()
     """One profile with both gang plugins; in namespace ns a scheduler-plugins PodGroup ``job`` (minMember 2, two
     labelled pods) and a 1.37 PodGroup ``job`` (minCount 3, one pod so far). Merged, the 1.37 gang's one pod made
     the other's quorum and was bound alone; now it waits for its own group."""
-    config = {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "profiles": [
-            {
-                "schedulerName": "crane-scheduler",
-                "plugins": {
-                    "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
-                    "multiPoint": {"enabled": [{"name": "Coscheduling"}, {"name": "GangScheduling"}]},
-                },
-            }
-        ],
-    }
+    config = json.loads(json.dumps(CONFIG))
+    config["profiles"][0]["plugins"]["multiPoint"]["enabled"].append({"name": "GangScheduling"})
     binder, clock = HeldBinder(), Clock()
     s = scheduler_with(binder, clock, config=config)
     cos = s.profiles["crane-scheduler"].plugins["Coscheduling"]

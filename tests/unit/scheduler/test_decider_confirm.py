@@ -138,16 +138,22 @@ async def test_a_pending_update_of_an_assumed_pod_leaves_the_workers_assumption_
     assert [m[0] for m in sent] == [CONFIRM]
 
 
-async def test_an_assumption_forgotten_without_unreserve_is_forgotten_so_by_the_workers() -> None:
-    """A bind answered "already bound" keeps the plugins' Reserve state in the scheduling process (Dynamic's recent
-    binding: the pod is bound, the informer accounts it): the workers' FORGET names no profile, so their replicas
-    replay no Unreserve either; a failed bind's FORGET names the profile whose Unreserve they replay."""
+def _watching_pool() -> tuple[NodeTable, DeciderPool, list[Any]]:
+    """A pool following a node table with node n1, and the messages it sends its workers (before packing)."""
     table = NodeTable()
     pool = DeciderPool(1, None, out_of_tree=False)
     pool.watch(table)
     sent: list[Any] = []
-    pool._send = sent.append  # type: ignore[method-assign,assignment]  # the messages, before packing
+    pool._send = sent.append  # type: ignore[method-assign,assignment]
     table.upsert_node(parse_node(node("n1", cpu="4", memory="8Gi")))
+    return table, pool, sent
+
+
+async def test_an_assumption_forgotten_without_unreserve_is_forgotten_so_by_the_workers() -> None:
+    """A bind answered "already bound" keeps the plugins' Reserve state in the scheduling process (Dynamic's recent
+    binding: the pod is bound, the informer accounts it): the workers' FORGET names no profile, so their replicas
+    replay no Unreserve either; a failed bind's FORGET names the profile whose Unreserve they replay."""
+    table, _, sent = _watching_pool()
     for name, unreserved in (("kept", False), ("failed", True)):
         pod = parse_pod(_pending(name))
         table.assume(pod, "n1")  # the table's hooks tell the pool
@@ -178,12 +184,7 @@ async def test_the_loop_waiting_for_room_goes_on_when_its_last_worker_is_lost() 
 async def test_a_nominated_pod_forgotten_keeps_its_nomination_known_until_the_watch_clears_it() -> None:
     """The replicas were sent the preemptor's nomination: when its assumption is undone (a failed bind), the pool
     keeps the pending object, so the watch's clear of the nomination reaches them as the pod's end there."""
-    table = NodeTable()
-    pool = DeciderPool(1, None, out_of_tree=False)
-    pool.watch(table)
-    sent: list[Any] = []
-    pool._send = sent.append  # type: ignore[method-assign,assignment]  # the messages, before packing
-    table.upsert_node(parse_node(node("n1", cpu="4", memory="8Gi")))
+    table, pool, sent = _watching_pool()
     nominated = _pending("vip")
     nominated["status"]["nominatedNodeName"] = "n1"
     pool.pod_event("MODIFIED", nominated)  # the replicas learn the nomination
